@@ -1,0 +1,45 @@
+# Finds the fixed dependency set (Debian packages; scripts/setup.sh installs them).
+find_package(OpenMP REQUIRED)
+find_package(MPI REQUIRED COMPONENTS CXX)
+find_package(PkgConfig REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(GTest REQUIRED)
+find_package(Threads REQUIRED)
+
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+
+# OpenBLAS: prefer the OpenMP build so BLAS calls made inside our own OpenMP regions run
+# single-threaded instead of oversubscribing the cores with a second thread pool.
+find_library(OPENBLAS_LIBRARY NAMES openblas
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/x86_64-linux-gnu/openblas-pthread
+  NO_DEFAULT_PATH)
+if(NOT OPENBLAS_LIBRARY)
+  find_library(OPENBLAS_LIBRARY NAMES openblas REQUIRED)
+endif()
+find_path(OPENBLAS_INCLUDE_DIR cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-openmp
+  /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include REQUIRED)
+add_library(strata_openblas INTERFACE)
+target_link_libraries(strata_openblas INTERFACE ${OPENBLAS_LIBRARY})
+target_include_directories(strata_openblas SYSTEM INTERFACE ${OPENBLAS_INCLUDE_DIR})
+message(STATUS "OpenBLAS: ${OPENBLAS_LIBRARY}")
+
+add_library(strata_hdf5 INTERFACE)
+target_link_libraries(strata_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+target_include_directories(strata_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS})
+
+# CUDA: AUTO builds it when nvcc is found.
+set(STRATA_HAVE_CUDA OFF)
+if(NOT STRATA_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(STRATA_HAVE_CUDA ON)
+  elseif(STRATA_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "STRATA_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "CUDA backend: ${STRATA_HAVE_CUDA}")

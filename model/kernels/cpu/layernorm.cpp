@@ -1,0 +1,86 @@
+#include "model/kernels/cpu/layernorm.h"
+
+#include <cmath>
+#include <vector>
+
+#include <omp.h>
+
+namespace strata::cpu {
+
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N,
+                       int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const T* x = inp + static_cast<long>(n) * C;
+    T* y = out + static_cast<long>(n) * C;
+    // Two passes (mean, then centred variance) avoid the cancellation of E[x²] - E[x]².
+    T m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    T v = 0;
+    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    v /= C;
+    const T s = T(1) / std::sqrt(v + T(kLayerNormEps));
+    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const T* mean, const T* rstd, int N, int C) {
+  // dweight/dbias are sums over rows: each thread sums its static row range into a private
+  // buffer; the buffers are then added in thread order, so the result is reproducible.
+  const int threads = omp_get_max_threads();
+  std::vector<T> partial(static_cast<std::size_t>(threads) * 2 * C, T(0));
+#pragma omp parallel num_threads(threads)
+  {
+    T* my_dweight = partial.data() + static_cast<std::size_t>(omp_get_thread_num()) * 2 * C;
+    T* my_dbias = my_dweight + C;
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      const T* x = inp + static_cast<long>(n) * C;
+      const T* dy = dout + static_cast<long>(n) * C;
+      T* dx = dinp + static_cast<long>(n) * C;
+      const T m = mean[n];
+      const T s = rstd[n];
+      T dnorm_mean = 0;
+      T dnorm_norm_mean = 0;
+      for (int c = 0; c < C; ++c) {
+        const T norm = (x[c] - m) * s;
+        const T dnorm = weight[c] * dy[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+        my_dweight[c] += norm * dy[c];
+        my_dbias[c] += dy[c];
+      }
+      dnorm_mean /= C;
+      dnorm_norm_mean /= C;
+      for (int c = 0; c < C; ++c) {
+        const T norm = (x[c] - m) * s;
+        const T dnorm = weight[c] * dy[c];
+        dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+      }
+    }
+  }
+  for (int t = 0; t < threads; ++t) {
+    const T* w = partial.data() + static_cast<std::size_t>(t) * 2 * C;
+    for (int c = 0; c < C; ++c) {
+      dweight[c] += w[c];
+      dbias[c] += w[C + c];
+    }
+  }
+}
+
+template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,
+                                       const float*, int, int);
+template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
+                                        const double*, int, int);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
+                                        const float*, const float*, const float*, int, int);
+template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,
+                                         const double*, const double*, const double*, int, int);
+
+}  // namespace strata::cpu

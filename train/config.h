@@ -1,0 +1,147 @@
+// The run configuration: typed structs mapped one-to-one to the YAML keys of DESIGN §3.
+// load_config() parses a file, applies `--set key.path=value` overrides, and validates everything
+// (unknown keys with a did-you-mean, wrong types, ranges, sizes that do not divide) before any work;
+// every problem is a strata::Error whose message names the key and the reason.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct RunConfig {
+  std::string name = "demo";
+  std::string dir = "runs";
+  std::uint64_t seed = 1234;
+
+  bool operator==(const RunConfig&) const = default;
+};
+
+struct ModelConfig {
+  int n_layer = 4;
+  int n_head = 4;
+  int d_model = 128;
+  int seq_len = 128;
+  int vocab_size = 4096;
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string train;      // file, directory or glob of token shards
+  std::string val;        // same; may be empty (then no evaluation)
+  std::string tokenizer;  // SentencePiece model; may be empty
+
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_steps = 100;
+  std::string schedule = "cosine";  // cosine | linear | constant
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // 0 disables clipping
+
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct TrainConfig {
+  int steps = 2000;
+  int global_batch = 64;  // sequences per optimizer step
+  int micro_batch = 8;    // sequences per forward/backward on one rank
+  int eval_every = 200;   // 0 disables periodic evaluation
+  std::int64_t eval_tokens = 65536;
+  int log_every = 10;
+
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  int every = 500;  // 0: only at the end and on a signal
+  int keep = 3;     // newest checkpoints kept; 0 keeps all
+  std::string dir;  // empty: <run.dir>/<run.name>/checkpoints
+
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct PrecisionConfig {
+  std::string compute = "fp32";       // fp32 | bf16 | fp16
+  std::string loss_scale = "dynamic";  // dynamic | a positive number written as a string
+  int loss_scale_window = 1000;
+
+  bool operator==(const PrecisionConfig&) const = default;
+};
+
+struct ZeroConfig {
+  int stage = 0;  // 0..3
+  bool quantized_weights = false;
+  bool hierarchical_partition = false;
+  bool quantized_gradients = false;
+
+  bool operator==(const ZeroConfig&) const = default;
+};
+
+struct ParallelConfig {
+  int tp = 1;
+  int pp = 1;
+  int dp = 0;  // 0 means auto: world / (tp * pp)
+  int gpus_per_node = 8;
+  std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe
+  bool sequence_parallel = false;
+  std::vector<int> pp_layers;  // empty: balanced
+  ZeroConfig zero;
+
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct DilocoConfig {
+  bool enabled = false;
+  int workers = 4;
+  int inner_steps = 500;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  bool nesterov = true;
+  std::string compression = "none";  // none | fp16 | int8
+
+  bool operator==(const DilocoConfig&) const = default;
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  TrainConfig train;
+  CheckpointConfig checkpoint;
+  PrecisionConfig precision;
+  ParallelConfig parallel;
+  std::string recompute = "none";  // none | selective | full
+  std::string device = "auto";     // cpu | cuda | auto
+  DilocoConfig diloco;
+
+  // <run.dir>/<run.name>
+  std::string run_directory() const;
+  // checkpoint.dir, or <run_directory()>/checkpoints
+  std::string checkpoint_directory() const;
+
+  bool operator==(const Config&) const = default;
+};
+
+// Parses YAML text (`source_name` names it in messages), applies overrides of the form
+// "key.path=value" (value parsed as YAML), validates, and returns the typed config.
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+// Reads the file, then parse_config. A missing or unreadable file is an Error naming it.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Checks that need the world size: tp*pp divides world, dp (explicit or auto) matches,
+// global_batch divisible by micro_batch*dp. Returns the resolved dp.
+int resolve_data_parallel(const Config& config, int world_size);
+// The effective config as YAML (every key, resolved defaults); parse_config(to_yaml(c)) == c.
+std::string config_to_yaml(const Config& config);
+
+}  // namespace strata
