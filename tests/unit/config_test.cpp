@@ -1,0 +1,467 @@
+// The config contract of DESIGN §3: the documented example parses, defaults fill missing keys,
+// every kind of mistake stops with a message naming the key and the reason, --set overrides any
+// key, the world-size checks, and the effective config written to a run reproduces it exactly.
+#include "train/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "model/core/error.h"
+
+namespace strata {
+namespace {
+
+// The smallest valid config: only data.train has no default.
+const char* const kMinimal = "data: {train: shards/train}\n";
+
+// DESIGN §3, verbatim.
+const char* const kDesignExample = R"(
+run:        {name: demo, dir: runs, seed: 1234}            # outputs in <dir>/<name>/
+model:      {n_layer: 4, n_head: 4, d_model: 128, seq_len: 128, vocab_size: 4096}
+data:       {train: data/fortunes/train, val: data/fortunes/val, tokenizer: data/fortunes/tokenizer.model}
+optimizer:  {lr: 1.0e-3, min_lr: 1.0e-4, warmup_steps: 100, schedule: cosine,
+             weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, grad_clip: 1.0}
+train:      {steps: 2000, global_batch: 64, micro_batch: 8, eval_every: 200, eval_tokens: 65536, log_every: 10}
+checkpoint: {every: 500, keep: 3}                           # dir defaults to <run>/checkpoints
+precision:  {compute: fp32, loss_scale: dynamic}            # fp32 | bf16 | fp16
+parallel:
+  tp: 1
+  pp: 1
+  dp: auto                                                  # world / (tp·pp)
+  gpus_per_node: 8
+  pipeline_schedule: 1f1b                                   # 1f1b | gpipe
+  sequence_parallel: false
+  zero: {stage: 0, quantized_weights: false, hierarchical_partition: false, quantized_gradients: false}
+recompute: none                                             # none | selective | full
+device: auto                                                # cpu | cuda | auto
+diloco:     {enabled: false, workers: 4, inner_steps: 500, outer_lr: 0.7, outer_momentum: 0.9,
+             nesterov: true, compression: none}             # none | fp16 | int8
+)";
+
+// The message of the Error that parsing throws; fails the test when nothing is thrown.
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config(yaml, "config.yaml", overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for:\n" << yaml;
+  return "";
+}
+
+std::string error_of_set(const std::string& override_text) {
+  return error_of(kMinimal, {override_text});
+}
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+
+TEST(Config, MissingKeysKeepTheDefaults) {
+  const Config config = parse_config(kMinimal, "config.yaml");
+  Config expected;
+  expected.data.train = "shards/train";
+  EXPECT_EQ(config, expected);
+  EXPECT_EQ(config.run_directory(), "runs/demo");
+  EXPECT_EQ(config.checkpoint_directory(), "runs/demo/checkpoints");
+  EXPECT_EQ(config.parallel.dp, 0);
+  EXPECT_TRUE(config.parallel.pp_layers.empty());
+}
+
+TEST(Config, EmptySectionsKeepTheDefaults) {
+  const Config config = parse_config("data: {train: t}\ncheckpoint:\nparallel: {zero: }\n", "c");
+  EXPECT_EQ(config.checkpoint.every, 500);
+  EXPECT_EQ(config.parallel.zero.stage, 0);
+}
+
+TEST(Config, DesignExampleParses) {
+  const Config c = parse_config(kDesignExample, "config.yaml");
+  EXPECT_EQ(c.run.name, "demo");
+  EXPECT_EQ(c.run.seed, 1234u);
+  EXPECT_EQ(c.model.vocab_size, 4096);
+  EXPECT_EQ(c.data.val, "data/fortunes/val");
+  EXPECT_EQ(c.data.tokenizer, "data/fortunes/tokenizer.model");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
+  EXPECT_EQ(c.optimizer.schedule, "cosine");
+  EXPECT_EQ(c.train.eval_tokens, 65536);
+  EXPECT_EQ(c.precision.loss_scale, "dynamic");
+  EXPECT_EQ(c.parallel.dp, 0);
+  EXPECT_EQ(c.parallel.pipeline_schedule, "1f1b");
+  EXPECT_EQ(c.recompute, "none");
+  EXPECT_EQ(c.device, "auto");
+  EXPECT_TRUE(c.diloco.nesterov);
+  EXPECT_DOUBLE_EQ(c.diloco.outer_lr, 0.7);
+}
+
+TEST(Config, EveryKeyIsRead) {
+  const Config c = parse_config(R"(
+run: {name: r1, dir: out, seed: 18446744073709551615}
+model: {n_layer: 6, n_head: 8, d_model: 512, seq_len: 256, vocab_size: 50257}
+data: {train: a, val: b, tokenizer: c}
+optimizer: {lr: 6e-4, min_lr: 0, warmup_steps: 0, schedule: linear, weight_decay: 0,
+            beta1: 0, beta2: 0.999, eps: 1e-6, grad_clip: 0}
+train: {steps: 1, global_batch: 48, micro_batch: 4, eval_every: 0, eval_tokens: 0, log_every: 1}
+checkpoint: {every: 0, keep: 0, dir: /ckpt}
+precision: {compute: bf16, loss_scale: 65536, loss_scale_window: 2}
+parallel:
+  tp: 2
+  pp: 3
+  dp: 4
+  gpus_per_node: 4
+  pipeline_schedule: gpipe
+  sequence_parallel: true
+  pp_layers: [1, 3, 2]
+  zero: {stage: 3, quantized_weights: true, hierarchical_partition: true, quantized_gradients: true}
+recompute: selective
+device: cuda
+diloco: {enabled: true, workers: 2, inner_steps: 10, outer_lr: 1, outer_momentum: 0,
+         nesterov: false, compression: int8}
+)",
+                                "c.yaml");
+  EXPECT_EQ(c.run.seed, 18446744073709551615u);
+  EXPECT_EQ(c.checkpoint_directory(), "/ckpt");
+  EXPECT_EQ(c.precision.loss_scale, "65536");
+  EXPECT_EQ(c.parallel.dp, 4);
+  EXPECT_EQ(c.parallel.pp_layers, (std::vector<int>{1, 3, 2}));
+  EXPECT_EQ(c.parallel.zero.stage, 3);
+  EXPECT_TRUE(c.parallel.zero.hierarchical_partition);
+  EXPECT_EQ(c.recompute, "selective");
+  EXPECT_EQ(c.diloco.compression, "int8");
+  EXPECT_FALSE(c.diloco.nesterov);
+}
+
+TEST(ConfigErrors, UnknownKeySuggestsTheClosestKey) {
+  EXPECT_EQ(error_of("data: {train: t}\noptimizer: {lrr: 1}"),
+            "config.yaml: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ntrain: {stpes: 3}"),
+                  "unknown key 'train.stpes' (did you mean 'train.steps'?)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {zero: {stag: 1}}"),
+                  "unknown key 'parallel.zero.stag' (did you mean 'parallel.zero.stage'?)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {zeroo: {stage: 1}}"),
+                  "(did you mean 'parallel.zero'?)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\noptimizer: {warmup: 10}"),
+                  "unknown key 'optimizer.warmup' (did you mean 'optimizer.warmup_steps'?)");
+  // The right key in the wrong section.
+  EXPECT_CONTAINS(error_of("data: {train: t}\ntrain: {lr: 1}"),
+                  "unknown key 'train.lr' (did you mean 'optimizer.lr'?)");
+}
+
+TEST(ConfigErrors, UnknownSectionSuggestsTheClosestSection) {
+  EXPECT_EQ(error_of("data: {train: t}\noptimiser: {lr: 1}"),
+            "config.yaml: unknown key 'optimiser' (did you mean 'optimizer'?)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nrecomput: full"), "(did you mean 'recompute'?)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nlr: 1"),
+                  "unknown key 'lr' (did you mean 'optimizer.lr'?)");
+}
+
+TEST(ConfigErrors, FarOffUnknownKeyHasNoSuggestion) {
+  EXPECT_EQ(error_of("data: {train: t}\nmodel: {flash_attention: true}"),
+            "config.yaml: unknown key 'model.flash_attention'");
+}
+
+TEST(ConfigErrors, DuplicateKey) {
+  EXPECT_CONTAINS(error_of("data: {train: t}\ntrain: {steps: 1, steps: 2}"),
+                  "duplicate key 'train.steps'");
+}
+
+TEST(ConfigErrors, WrongTypes) {
+  EXPECT_EQ(error_of("data: {train: t}\ntrain: {steps: abc}"),
+            "config.yaml: 'train.steps' must be an integer, got 'abc'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ntrain: {steps: 1.5}"),
+                  "'train.steps' must be an integer, got '1.5'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ntrain: {steps: {a: 1}}"),
+                  "'train.steps' must be an integer, got a map");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ntrain: {steps: }"),
+                  "'train.steps' must be an integer, got nothing");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nmodel: {vocab_size: 2147483648}"),
+                  "'model.vocab_size' must be an integer in [-2147483648, 2147483647]");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nrun: {seed: -1}"), "'run.seed' must be an integer");
+  EXPECT_CONTAINS(error_of("data: {train: t}\noptimizer: {lr: fast}"),
+                  "'optimizer.lr' must be a number, got 'fast'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\noptimizer: {lr: .nan}"),
+                  "'optimizer.lr' must be a number");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {enabled: yes}"),
+                  "'diloco.enabled' must be true or false, got 'yes'");
+  EXPECT_CONTAINS(error_of("data: {train: [a, b]}"), "'data.train' must be a string, got a list");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pp_layers: 4}"),
+                  "'parallel.pp_layers' must be a list of integers, got '4'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pp: 2, pp_layers: [2, x]}"),
+                  "'parallel.pp_layers[1]' must be an integer, got 'x'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\noptimizer: 3"),
+                  "'optimizer' must be a map of keys, got '3'");
+  EXPECT_CONTAINS(error_of("- a\n- b"), "expected a map of sections at the top level");
+}
+
+TEST(ConfigErrors, SpecialScalars) {
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {dp: 0}"),
+                  "'parallel.dp' must be 'auto' or a positive integer, got '0'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {dp: many}"),
+                  "'parallel.dp' must be 'auto' or a positive integer, got 'many'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nprecision: {loss_scale: -8}"),
+                  "'precision.loss_scale' must be 'dynamic' or a positive number, got '-8'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nprecision: {loss_scale: static}"),
+                  "'precision.loss_scale' must be 'dynamic' or a positive number");
+}
+
+TEST(ConfigErrors, EnumsListTheChoices) {
+  EXPECT_EQ(error_of("data: {train: t}\noptimizer: {schedule: cosin}"),
+            "config.yaml: 'optimizer.schedule' must be cosine, linear or constant, got 'cosin' "
+            "(did you mean 'cosine'?)");
+  EXPECT_CONTAINS(
+      error_of("data: {train: t}\nprecision: {compute: BF16}"),
+      "'precision.compute' must be fp32, bf16 or fp16, got 'BF16' (did you mean 'bf16'?)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pipeline_schedule: zb}"),
+                  "'parallel.pipeline_schedule' must be 1f1b or gpipe, got 'zb'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nrecompute: all"),
+                  "'recompute' must be none, selective or full, got 'all'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ndevice: gpu"),
+                  "'device' must be cpu, cuda or auto, got 'gpu'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {compression: int4}"),
+                  "'diloco.compression' must be none, fp16 or int8, got 'int4'");
+}
+
+TEST(ConfigErrors, OutOfRangeNamesTheKey) {
+  struct Case {
+    const char* set;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"train.steps=0", "'train.steps' must be >= 1, got 0"},
+      {"model.n_layer=0", "'model.n_layer' must be >= 1"},
+      {"model.n_head=0", "'model.n_head' must be >= 1"},
+      {"model.d_model=-4", "'model.d_model' must be >= 1"},
+      {"model.seq_len=0", "'model.seq_len' must be >= 1"},
+      {"model.vocab_size=1", "'model.vocab_size' must be >= 2, got 1"},
+      {"model.d_model=130", "'model.d_model' (130) must be divisible by model.n_head (4)"},
+      {"optimizer.lr=0", "'optimizer.lr' must be > 0, got 0"},
+      {"optimizer.min_lr=0.01",
+       "'optimizer.min_lr' must be in [0, optimizer.lr = 0.001], got 0.01"},
+      {"optimizer.min_lr=-1", "'optimizer.min_lr' must be in [0"},
+      {"optimizer.warmup_steps=-1", "'optimizer.warmup_steps' must be >= 0"},
+      {"optimizer.weight_decay=-0.1", "'optimizer.weight_decay' must be >= 0"},
+      {"optimizer.beta1=1", "'optimizer.beta1' must be in [0, 1), got 1"},
+      {"optimizer.beta2=-0.5", "'optimizer.beta2' must be in [0, 1)"},
+      {"optimizer.eps=0", "'optimizer.eps' must be > 0"},
+      {"optimizer.grad_clip=-1", "'optimizer.grad_clip' must be >= 0"},
+      {"train.global_batch=0", "'train.global_batch' must be >= 1"},
+      {"train.micro_batch=0", "'train.micro_batch' must be >= 1"},
+      {"train.micro_batch=7",
+       "'train.global_batch' (64) must be divisible by train.micro_batch (7)"},
+      {"train.eval_every=-1", "'train.eval_every' must be >= 0"},
+      {"train.eval_tokens=-1", "'train.eval_tokens' must be >= 0"},
+      {"train.log_every=0", "'train.log_every' must be >= 1"},
+      {"checkpoint.every=-1", "'checkpoint.every' must be >= 0"},
+      {"checkpoint.keep=-1", "'checkpoint.keep' must be >= 0"},
+      {"precision.loss_scale_window=0", "'precision.loss_scale_window' must be >= 1"},
+      {"parallel.tp=0", "'parallel.tp' must be >= 1"},
+      {"parallel.pp=0", "'parallel.pp' must be >= 1"},
+      {"parallel.gpus_per_node=0", "'parallel.gpus_per_node' must be >= 1"},
+      {"parallel.zero.stage=4", "'parallel.zero.stage' must be 0, 1, 2 or 3, got 4"},
+      {"parallel.tp=3", "'parallel.tp' (3) must divide model.n_head (4)"},
+      {"parallel.pp=5", "'parallel.pp' (5) must be <= model.n_layer (4)"},
+      {"parallel.pp_layers=[2,2]", "'parallel.pp_layers' must have one entry per pipeline stage"},
+      {"run.name=", "'run.name' must not be empty"},
+      {"run.name=a/b", "'run.name' must be a plain directory name without '/', got 'a/b'"},
+      {"data.train=", "'data.train' must name the training token shards"},
+      {"diloco.workers=0", "'diloco.workers' must be >= 1"},
+      {"diloco.inner_steps=0", "'diloco.inner_steps' must be >= 1"},
+      {"diloco.outer_lr=0", "'diloco.outer_lr' must be > 0"},
+      {"diloco.outer_momentum=1", "'diloco.outer_momentum' must be in [0, 1)"},
+  };
+  for (const auto& c : cases) {
+    const std::string set = c.set;
+    const std::string message = error_of_set(set);
+    EXPECT_CONTAINS(message, "config.yaml: " + std::string(c.message));
+    // A rule blames one key; when that is the key the --set wrote, the message says so.
+    const std::string key = set.substr(0, set.find('='));
+    if (std::string(c.message).starts_with("'" + key + "'")) {
+      EXPECT_CONTAINS(message, "(from --set '" + set + "')");
+    }
+  }
+}
+
+TEST(ConfigErrors, LayoutsThatDoNotDivideTheModel) {
+  EXPECT_CONTAINS(error_of("data: {train: t}\nmodel: {seq_len: 100, n_head: 8}\n"
+                           "parallel: {tp: 8, sequence_parallel: true}"),
+                  "'parallel.sequence_parallel' needs model.seq_len (100) divisible by "
+                  "parallel.tp (8)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pp: 2, pp_layers: [1, 2]}"),
+                  "'parallel.pp_layers' must sum to model.n_layer (4), got 3");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pp: 2, pp_layers: [4, 0]}"),
+                  "'parallel.pp_layers' entries must be >= 1, got 0 at index 1");
+}
+
+TEST(ConfigErrors, EvalNeedsMoreThanOneSequenceOfTokens) {
+  const std::string yaml = "data: {train: t, val: v}\ntrain: {eval_tokens: 128}\n";
+  EXPECT_CONTAINS(error_of(yaml),
+                  "'train.eval_tokens' (128) must be more than model.seq_len (128)");
+  // Without a validation set, or with evaluation off, eval_tokens is unused.
+  EXPECT_NO_THROW(parse_config("data: {train: t}\ntrain: {eval_tokens: 128}", "c"));
+  EXPECT_NO_THROW(parse_config(yaml, "c", {"train.eval_every=0"}));
+}
+
+TEST(ConfigErrors, MalformedYamlGivesLineAndColumn) {
+  EXPECT_EQ(error_of("data: {train: t}\ntrain: {steps: 3\nmodel: {}"),
+            "config.yaml:3:6: invalid YAML: end of map flow not found");
+  EXPECT_CONTAINS(error_of("data:\n  train: t\n   val: v: w\n"), "config.yaml:3:");
+}
+
+TEST(ConfigFile, MissingOrUnreadableFileIsNamed) {
+  try {
+    load_config("/nonexistent/strata.yaml");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "cannot read config '/nonexistent/strata.yaml': No such file or directory");
+  }
+  const auto directory = std::filesystem::temp_directory_path();
+  try {
+    load_config(directory.string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(e.what(), "cannot read config '" + directory.string() + "': Is a directory");
+  }
+}
+
+TEST(ConfigFile, LoadsAFileAndNamesItInMessages) {
+  const auto path = std::filesystem::temp_directory_path() / "strata_config_test.yaml";
+  std::ofstream(path) << kMinimal << "train: {steps: 7}\n";
+  EXPECT_EQ(load_config(path.string()).train.steps, 7);
+  EXPECT_EQ(load_config(path.string(), {"train.steps=9"}).train.steps, 9);
+  try {
+    load_config(path.string(), {"train.steps=0"});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(e.what(), path.string() + ": 'train.steps' must be >= 1");
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(ConfigOverrides, ScalarListAndNestedValues) {
+  const Config c = parse_config(kDesignExample, "config.yaml",
+                                {"optimizer.lr=3e-4", "parallel.pp=2", "parallel.pp_layers=[1,3]",
+                                 "parallel.zero.stage=2", "run.name=exp 1", "data.val="});
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.parallel.pp_layers, (std::vector<int>{1, 3}));
+  EXPECT_EQ(c.parallel.zero.stage, 2);
+  EXPECT_EQ(c.run.name, "exp 1");
+  EXPECT_EQ(c.data.val, "");
+}
+
+TEST(ConfigOverrides, CreateMissingSectionsAndAcceptMaps) {
+  const Config c = parse_config(kMinimal, "c",
+                                {"parallel.zero={stage: 1, quantized_weights: true}",
+                                 "diloco.enabled=true", "recompute=full"});
+  EXPECT_EQ(c.parallel.zero.stage, 1);
+  EXPECT_TRUE(c.parallel.zero.quantized_weights);
+  EXPECT_TRUE(c.diloco.enabled);
+  EXPECT_EQ(c.recompute, "full");
+}
+
+TEST(ConfigOverrides, LaterOverridesWin) {
+  const Config c = parse_config(kMinimal, "c", {"train.steps=5", "train.steps=6"});
+  EXPECT_EQ(c.train.steps, 6);
+}
+
+TEST(ConfigOverrides, UnknownKeysAreRejectedLikeInTheFile) {
+  EXPECT_EQ(error_of_set("optimizer.lrr=1"),
+            "--set 'optimizer.lrr=1': unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
+  EXPECT_EQ(error_of_set("optimiser.lr=1"),
+            "--set 'optimiser.lr=1': unknown key 'optimiser' (did you mean 'optimizer'?)");
+  EXPECT_CONTAINS(error_of_set("recompute.mode=full"), "unknown key 'recompute.mode'");
+  // A map value is checked key by key, and the message says which --set brought it.
+  EXPECT_EQ(error_of_set("parallel.zero={stag: 1}"),
+            "config.yaml: unknown key 'parallel.zero.stag' (did you mean 'parallel.zero.stage'?) "
+            "(from --set 'parallel.zero={stag: 1}')");
+}
+
+TEST(ConfigOverrides, MalformedOverrides) {
+  EXPECT_EQ(error_of_set("train.steps"), "--set 'train.steps': expected key.path=value");
+  EXPECT_EQ(error_of_set("=3"), "--set '=3': expected key.path=value");
+  EXPECT_EQ(error_of_set("train..steps=3"), "--set 'train..steps=3': expected key.path=value");
+  EXPECT_CONTAINS(error_of_set("parallel.pp_layers=[1,"), "--set 'parallel.pp_layers=[1,'");
+  EXPECT_CONTAINS(error_of_set("parallel.pp_layers=[1,"), "invalid YAML");
+  EXPECT_EQ(error_of_set("train.steps=abc"),
+            "config.yaml: 'train.steps' must be an integer, got 'abc' (from --set "
+            "'train.steps=abc')");
+}
+
+Config layout(int tp, int pp, int dp, int global_batch, int micro_batch) {
+  Config c = parse_config(kMinimal, "c");
+  c.model.n_head = 8;
+  c.model.n_layer = 8;
+  c.parallel.tp = tp;
+  c.parallel.pp = pp;
+  c.parallel.dp = dp;
+  c.train.global_batch = global_batch;
+  c.train.micro_batch = micro_batch;
+  return c;
+}
+
+std::string resolve_error(const Config& config, int world_size) {
+  try {
+    resolve_data_parallel(config, world_size);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error for world size " << world_size;
+  return "";
+}
+
+TEST(ResolveDataParallel, AutoAndExplicit) {
+  EXPECT_EQ(resolve_data_parallel(layout(1, 1, 0, 64, 8), 1), 1);
+  EXPECT_EQ(resolve_data_parallel(layout(2, 2, 0, 64, 8), 16), 4);
+  EXPECT_EQ(resolve_data_parallel(layout(2, 1, 4, 64, 8), 8), 4);
+}
+
+TEST(ResolveDataParallel, Errors) {
+  EXPECT_EQ(resolve_error(layout(2, 2, 0, 64, 8), 6),
+            "world size 6 is not divisible by parallel.tp*parallel.pp (2*2=4)");
+  EXPECT_CONTAINS(resolve_error(layout(2, 2, 3, 96, 8), 8),
+                  "'parallel.dp' (3) * tp*pp (2*2=4) must equal the world size 8");
+  EXPECT_EQ(resolve_error(layout(1, 1, 0, 64, 8), 3),
+            "'train.global_batch' (64) must be divisible by micro_batch*dp (8*3=24)");
+}
+
+TEST(ConfigYaml, WritesEveryKey) {
+  Config c = parse_config(kMinimal, "c");
+  const std::string yaml = config_to_yaml(c);
+  for (const char* key :
+       {"name: demo", "seed: 1234", "vocab_size: 4096", "val: \"\"", "lr: 0.001", "eps: 1e-08",
+        "eval_tokens: 65536", "dir: \"\"  # empty: runs/demo/checkpoints", "loss_scale: dynamic",
+        "loss_scale_window: 1000", "dp: auto", "pp_layers: []", "zero:\n    stage: 0",
+        "quantized_gradients: false", "recompute: none", "device: auto", "compression: none"})
+    EXPECT_CONTAINS(yaml, key);
+}
+
+TEST(ConfigYaml, RoundTripsExactly) {
+  Config c = parse_config(kMinimal, "c");
+  EXPECT_EQ(parse_config(config_to_yaml(c), "written"), c);
+
+  c.run = {"run #1: test", "", 18446744073709551615u};
+  c.data = {"~", "null", "true"};  // strings that would read back as other types if unquoted
+  c.optimizer.lr = 0.1 + 0.2;      // 0.30000000000000004: needs all 17 digits
+  c.optimizer.min_lr = c.optimizer.lr / 3.0;
+  c.optimizer.eps = 5e-324;  // the smallest subnormal
+  c.optimizer.schedule = "constant";
+  c.train.eval_tokens = 1LL << 40;
+  c.checkpoint.dir = "/tmp/ck pts";
+  c.precision = {"fp16", "1024.0", 50};
+  c.parallel.pp = 2;
+  c.parallel.dp = 3;
+  c.parallel.pp_layers = {3, 1};
+  c.parallel.sequence_parallel = true;
+  c.parallel.zero = {2, true, false, true};
+  c.recompute = "full";
+  c.device = "cpu";
+  c.diloco = {true, 8, 100, 0.35, 0.0, false, "fp16"};
+  const std::string yaml = config_to_yaml(c);
+  EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;
+}
+
+}  // namespace
+}  // namespace strata

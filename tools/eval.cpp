@@ -1,0 +1,37 @@
+// eval --checkpoint CKPT --data PATH [--tokens N]
+// Prints one line `val_loss <float>`: the mean cross-entropy over the first N tokens of PATH
+// (DESIGN §5 windows; N defaults to the run's train.eval_tokens).
+#include <cstdio>
+#include <iostream>
+
+#include "data/token_shards.h"
+#include "tools/tool_args.h"
+#include "train/evaluate.h"
+#include "train/saved_model.h"
+
+int main(int argc, char** argv) {
+  constexpr const char* kUsage = "usage: eval --checkpoint CKPT --data PATH [--tokens N]";
+  try {
+    const strata::ToolArgs args(argc, argv, 1, {"--checkpoint", "--data", "--tokens"}, kUsage);
+    const std::string checkpoint = args.required("--checkpoint", kUsage);
+    const std::string data = args.required("--data", kUsage);
+    strata::SavedModel saved = strata::load_saved_model(checkpoint, 0);
+    const int micro_batch = saved.config.train.micro_batch;
+    const long long tokens = args.integer("--tokens", saved.config.train.eval_tokens);
+    if (tokens < 2) strata::fail("--tokens must be at least 2, got ", tokens);
+    const strata::TokenSource split = strata::TokenSource::open(data);
+    if (split.info().vocab_size > saved.config.model.vocab_size)
+      strata::fail("--data: the shards use a vocabulary of ", split.info().vocab_size,
+                   " tokens but the model has ", saved.config.model.vocab_size);
+    const strata::LossSum loss =
+        strata::evaluate_loss(*saved.model, saved.params.data(), split, tokens, micro_batch, 0, 1);
+    if (loss.count == 0)
+      strata::fail("--data '", data, "' has fewer than seq_len+1 = ", saved.config.model.seq_len + 1,
+                   " tokens in the first ", tokens);
+    std::printf("val_loss %.6f\n", loss.sum / static_cast<double>(loss.count));
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,58 @@
+// Minimal `--flag value` parsing shared by the tools: every flag is declared, unknown flags and
+// missing values are errors that name the flag.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "model/core/error.h"
+
+namespace strata {
+
+class ToolArgs {
+ public:
+  // `flags`: accepted flags, each taking one value.
+  ToolArgs(int argc, char** argv, int first, const std::set<std::string>& flags, const char* usage) {
+    for (int i = first; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (!flags.count(arg)) fail("unknown argument '", arg, "' (", usage, ")");
+      if (i + 1 >= argc) fail(arg, " needs a value (", usage, ")");
+      values_[arg] = argv[++i];
+    }
+  }
+  bool has(const std::string& flag) const { return values_.count(flag) > 0; }
+  std::string get(const std::string& flag, const std::string& fallback = "") const {
+    const auto it = values_.find(flag);
+    return it == values_.end() ? fallback : it->second;
+  }
+  std::string required(const std::string& flag, const char* usage) const {
+    if (!has(flag)) fail("missing ", flag, " (", usage, ")");
+    return get(flag);
+  }
+  long long integer(const std::string& flag, long long fallback) const {
+    if (!has(flag)) return fallback;
+    try {
+      std::size_t used = 0;
+      const long long value = std::stoll(get(flag), &used);
+      if (used == get(flag).size()) return value;
+    } catch (const std::exception&) {
+    }
+    fail(flag, " must be an integer, got '", get(flag), "'");
+  }
+  double number(const std::string& flag, double fallback) const {
+    if (!has(flag)) return fallback;
+    try {
+      std::size_t used = 0;
+      const double value = std::stod(get(flag), &used);
+      if (used == get(flag).size()) return value;
+    } catch (const std::exception&) {
+    }
+    fail(flag, " must be a number, got '", get(flag), "'");
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+}  // namespace strata

@@ -1,0 +1,64 @@
+// Checkpoints (DESIGN §5): one HDF5 file per checkpoint, <dir>/step_<8 digits>.h5, holding the
+// logical full fp32 tensors whatever layout wrote them:
+//   /model/<name>            parameters, shapes of ParameterLayout (weights [out, in])
+//   /optimizer/m/<name>, /optimizer/v/<name>   AdamW moments; attribute adam_steps on /optimizer
+//   /state                   attributes step, data_position (samples consumed), seed, loss_scale
+//   /tokenizer/model         the SentencePiece model bytes (uint8), when the run has one
+//   root attributes          config (effective YAML), format
+// Every dataset carries a `checksum` attribute over its bytes, verified on load, so a damaged file
+// is an error, never silently wrong weights. Files are written to a hidden temporary name in the
+// same directory and renamed when complete, so a crash never leaves a partial step_*.h5.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/parameter_layout.h"
+
+namespace strata {
+
+inline constexpr const char* kCheckpointFormat = "strata-checkpoint-1";
+
+struct CheckpointState {
+  std::int64_t step = 0;           // optimizer steps completed
+  std::int64_t data_position = 0;  // training samples consumed (global sample index of the next)
+  std::uint64_t seed = 0;
+  double loss_scale = 1.0;
+  std::int64_t adam_steps = 0;
+};
+
+struct Checkpoint {
+  std::string config_yaml;
+  CheckpointState state;
+  std::vector<float> params;  // flat, in ParameterLayout order
+  std::vector<float> adam_m;  // empty when not loaded
+  std::vector<float> adam_v;
+  std::string tokenizer_model;  // empty when the run had none
+};
+
+std::string checkpoint_file_name(std::int64_t step);  // "step_00000010.h5"
+
+// Writes atomically (temporary name + rename) into `directory` (created if missing); returns the
+// final path. Never touches other checkpoints.
+std::string write_checkpoint(const std::string& directory, const ParameterLayout& layout,
+                             const Checkpoint& checkpoint);
+
+// Reads the config text only (to build the model before reading tensors).
+std::string read_checkpoint_config(const std::string& path);
+
+// Reads and verifies shapes and checksums against `layout`. With with_optimizer false the AdamW
+// moments are not read (eval, generate).
+Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout, bool with_optimizer);
+
+// Newest complete checkpoint (highest step) in `directory`, if any.
+std::optional<std::string> latest_checkpoint(const std::string& directory);
+
+// Deletes all but the newest `keep` checkpoints (keep 0 keeps all).
+void prune_checkpoints(const std::string& directory, int keep);
+
+// 64-bit checksum of a byte range (word-wise mixing; detects corruption, not tampering).
+std::uint64_t checksum_bytes(const void* data, std::size_t bytes);
+
+}  // namespace strata

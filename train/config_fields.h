@@ -1,0 +1,143 @@
+// Internal to train/config*.cpp: the one list of config keys (visit_fields) that parsing, writing
+// and the unknown-key check all walk, so a key added here is read, written and known everywhere.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/core/error.h"
+#include "train/config.h"
+
+namespace strata::config_detail {
+
+// A string restricted to a fixed set of words (the enums of DESIGN §3).
+struct Choice {
+  std::string& value;
+  std::span<const std::string_view> words;
+};
+// parallel.dp: `auto` (stored as 0) or a positive integer.
+struct DataParallelSize {
+  int& value;
+};
+// precision.loss_scale: `dynamic` or a positive number, kept as written.
+struct LossScale {
+  std::string& value;
+};
+
+inline constexpr std::array<std::string_view, 3> kSchedules{"cosine", "linear", "constant"};
+inline constexpr std::array<std::string_view, 3> kComputeTypes{"fp32", "bf16", "fp16"};
+inline constexpr std::array<std::string_view, 2> kPipelineSchedules{"1f1b", "gpipe"};
+inline constexpr std::array<std::string_view, 3> kRecomputeModes{"none", "selective", "full"};
+inline constexpr std::array<std::string_view, 3> kDevices{"cpu", "cuda", "auto"};
+inline constexpr std::array<std::string_view, 3> kCompressions{"none", "fp16", "int8"};
+
+// Calls visit(path, field) for every key in YAML order. Sections must stay contiguous: the writer
+// opens and closes maps as the path prefix changes.
+template <class Visitor>
+void visit_fields(Config& c, Visitor&& visit) {
+  visit("run.name", c.run.name);
+  visit("run.dir", c.run.dir);
+  visit("run.seed", c.run.seed);
+
+  visit("model.n_layer", c.model.n_layer);
+  visit("model.n_head", c.model.n_head);
+  visit("model.d_model", c.model.d_model);
+  visit("model.seq_len", c.model.seq_len);
+  visit("model.vocab_size", c.model.vocab_size);
+
+  visit("data.train", c.data.train);
+  visit("data.val", c.data.val);
+  visit("data.tokenizer", c.data.tokenizer);
+
+  visit("optimizer.lr", c.optimizer.lr);
+  visit("optimizer.min_lr", c.optimizer.min_lr);
+  visit("optimizer.warmup_steps", c.optimizer.warmup_steps);
+  visit("optimizer.schedule", Choice{c.optimizer.schedule, kSchedules});
+  visit("optimizer.weight_decay", c.optimizer.weight_decay);
+  visit("optimizer.beta1", c.optimizer.beta1);
+  visit("optimizer.beta2", c.optimizer.beta2);
+  visit("optimizer.eps", c.optimizer.eps);
+  visit("optimizer.grad_clip", c.optimizer.grad_clip);
+
+  visit("train.steps", c.train.steps);
+  visit("train.global_batch", c.train.global_batch);
+  visit("train.micro_batch", c.train.micro_batch);
+  visit("train.eval_every", c.train.eval_every);
+  visit("train.eval_tokens", c.train.eval_tokens);
+  visit("train.log_every", c.train.log_every);
+
+  visit("checkpoint.every", c.checkpoint.every);
+  visit("checkpoint.keep", c.checkpoint.keep);
+  visit("checkpoint.dir", c.checkpoint.dir);
+
+  visit("precision.compute", Choice{c.precision.compute, kComputeTypes});
+  visit("precision.loss_scale", LossScale{c.precision.loss_scale});
+  visit("precision.loss_scale_window", c.precision.loss_scale_window);
+
+  visit("parallel.tp", c.parallel.tp);
+  visit("parallel.pp", c.parallel.pp);
+  visit("parallel.dp", DataParallelSize{c.parallel.dp});
+  visit("parallel.gpus_per_node", c.parallel.gpus_per_node);
+  visit("parallel.pipeline_schedule", Choice{c.parallel.pipeline_schedule, kPipelineSchedules});
+  visit("parallel.sequence_parallel", c.parallel.sequence_parallel);
+  visit("parallel.pp_layers", c.parallel.pp_layers);
+  visit("parallel.zero.stage", c.parallel.zero.stage);
+  visit("parallel.zero.quantized_weights", c.parallel.zero.quantized_weights);
+  visit("parallel.zero.hierarchical_partition", c.parallel.zero.hierarchical_partition);
+  visit("parallel.zero.quantized_gradients", c.parallel.zero.quantized_gradients);
+
+  visit("recompute", Choice{c.recompute, kRecomputeModes});
+  visit("device", Choice{c.device, kDevices});
+
+  visit("diloco.enabled", c.diloco.enabled);
+  visit("diloco.workers", c.diloco.workers);
+  visit("diloco.inner_steps", c.diloco.inner_steps);
+  visit("diloco.outer_lr", c.diloco.outer_lr);
+  visit("diloco.outer_momentum", c.diloco.outer_momentum);
+  visit("diloco.nesterov", c.diloco.nesterov);
+  visit("diloco.compression", Choice{c.diloco.compression, kCompressions});
+}
+
+// The config's source name plus which keys a `--set` wrote, so that every message can say both
+// where the bad value came from and which key it is.
+class ConfigSource {
+ public:
+  explicit ConfigSource(std::string name) : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+  // Records that `--set <text>` assigned the subtree at `path`.
+  void note_override(const std::string& path, const std::string& text) { overrides_[path] = text; }
+  // " (from --set 'k=v')" when `path` or one of its sections was assigned by a --set, else "".
+  std::string origin(std::string_view path) const {
+    for (std::string prefix(path);;) {
+      if (auto it = overrides_.find(prefix); it != overrides_.end())
+        return " (from --set '" + it->second + "')";
+      const auto dot = prefix.rfind('.');
+      if (dot == std::string::npos) return "";
+      prefix.resize(dot);
+    }
+  }
+  // Throws "<source>: '<path>' <parts...>[ (from --set ...)]".
+  template <class... Parts>
+  [[noreturn]] void fail_key(std::string_view path, const Parts&... parts) const {
+    fail(name_, ": '", path, "' ", parts..., origin(path));
+  }
+
+ private:
+  std::string name_;
+  std::map<std::string, std::string> overrides_;
+};
+
+// Every range and consistency rule that needs no world size (config_validate.cpp).
+void validate_config(const Config& config, const ConfigSource& source);
+
+// The candidate closest to `word` by edit distance (case-insensitive, transpositions count once),
+// or "" when none is close enough to be a plausible typo.
+std::string closest_word(std::string_view word, std::span<const std::string> candidates);
+
+}  // namespace strata::config_detail

@@ -1,0 +1,175 @@
+// Range and consistency rules for a typed Config (types were checked while reading), and the
+// world-size checks of resolve_data_parallel. Each rule names the key it blames and the reason.
+#include <cstdint>
+#include <numeric>
+
+#include "model/core/error.h"
+#include "train/config.h"
+#include "train/config_fields.h"
+
+namespace strata {
+namespace config_detail {
+namespace {
+
+// Small helpers so that every rule reads as one line: the key, the bound, the value.
+class Rules {
+ public:
+  explicit Rules(const ConfigSource& source) : source_(source) {}
+
+  template <class T>
+  void at_least(const char* path, T value, T min) const {
+    if (value < min) source_.fail_key(path, "must be >= ", min, ", got ", value);
+  }
+  void positive(const char* path, double value) const {
+    if (!(value > 0)) source_.fail_key(path, "must be > 0, got ", value);
+  }
+  // [0, 1): Adam betas and momentum; 1 would never forget the first gradient.
+  void unit_interval(const char* path, double value) const {
+    if (!(value >= 0 && value < 1)) source_.fail_key(path, "must be in [0, 1), got ", value);
+  }
+  template <class... Parts>
+  [[noreturn]] void fail(const char* path, const Parts&... parts) const {
+    source_.fail_key(path, parts...);
+  }
+
+ private:
+  const ConfigSource& source_;
+};
+
+void validate_run_and_data(const Config& c, const Rules& rules) {
+  // The name becomes one directory below run.dir; anything else could escape or nest it.
+  if (c.run.name.empty()) rules.fail("run.name", "must not be empty");
+  if (c.run.name.find('/') != std::string::npos || c.run.name == "." || c.run.name == "..")
+    rules.fail("run.name", "must be a plain directory name without '/', got '", c.run.name, "'");
+  if (c.data.train.empty())
+    rules.fail("data.train", "must name the training token shards (a file, directory or glob)");
+}
+
+void validate_model(const Config& c, const Rules& rules) {
+  const auto& m = c.model;
+  rules.at_least("model.n_layer", m.n_layer, 1);
+  rules.at_least("model.n_head", m.n_head, 1);
+  rules.at_least("model.d_model", m.d_model, 1);
+  rules.at_least("model.seq_len", m.seq_len, 1);
+  rules.at_least("model.vocab_size", m.vocab_size, 2);
+  if (m.d_model % m.n_head != 0)
+    rules.fail("model.d_model", "(", m.d_model, ") must be divisible by model.n_head (", m.n_head,
+               ")");
+}
+
+void validate_optimizer(const Config& c, const Rules& rules) {
+  const auto& o = c.optimizer;
+  rules.positive("optimizer.lr", o.lr);
+  if (!(o.min_lr >= 0 && o.min_lr <= o.lr))
+    rules.fail("optimizer.min_lr", "must be in [0, optimizer.lr = ", o.lr, "], got ", o.min_lr);
+  rules.at_least("optimizer.warmup_steps", o.warmup_steps, 0);
+  rules.at_least("optimizer.weight_decay", o.weight_decay, 0.0);
+  rules.unit_interval("optimizer.beta1", o.beta1);
+  rules.unit_interval("optimizer.beta2", o.beta2);
+  rules.positive("optimizer.eps", o.eps);
+  rules.at_least("optimizer.grad_clip", o.grad_clip, 0.0);
+}
+
+void validate_train(const Config& c, const Rules& rules) {
+  const auto& t = c.train;
+  rules.at_least("train.steps", t.steps, 1);
+  rules.at_least("train.global_batch", t.global_batch, 1);
+  rules.at_least("train.micro_batch", t.micro_batch, 1);
+  if (t.global_batch % t.micro_batch != 0)
+    rules.fail("train.global_batch", "(", t.global_batch,
+               ") must be divisible by train.micro_batch (", t.micro_batch, ")");
+  rules.at_least("train.eval_every", t.eval_every, 0);
+  rules.at_least("train.eval_tokens", t.eval_tokens, std::int64_t{0});
+  // One evaluation sequence needs seq_len inputs plus the next token as the last target.
+  if (t.eval_every > 0 && !c.data.val.empty() && t.eval_tokens <= c.model.seq_len)
+    rules.fail("train.eval_tokens", "(", t.eval_tokens, ") must be more than model.seq_len (",
+               c.model.seq_len, ") to evaluate at least one sequence");
+  rules.at_least("train.log_every", t.log_every, 1);
+
+  rules.at_least("checkpoint.every", c.checkpoint.every, 0);
+  rules.at_least("checkpoint.keep", c.checkpoint.keep, 0);
+  rules.at_least("precision.loss_scale_window", c.precision.loss_scale_window, 1);
+}
+
+void validate_parallel(const Config& c, const Rules& rules) {
+  const auto& p = c.parallel;
+  rules.at_least("parallel.tp", p.tp, 1);
+  rules.at_least("parallel.pp", p.pp, 1);
+  rules.at_least("parallel.dp", p.dp, 0);
+  rules.at_least("parallel.gpus_per_node", p.gpus_per_node, 1);
+  if (p.zero.stage < 0 || p.zero.stage > 3)
+    rules.fail("parallel.zero.stage", "must be 0, 1, 2 or 3, got ", p.zero.stage);
+
+  // Tensor parallelism splits attention by heads; with d_model % n_head == 0 this also splits
+  // d_model and the MLP width 4*d_model evenly.
+  if (c.model.n_head % p.tp != 0)
+    rules.fail("parallel.tp", "(", p.tp, ") must divide model.n_head (", c.model.n_head, ")");
+  // Sequence parallelism splits the sequence dimension across the tensor-parallel ranks.
+  if (p.sequence_parallel && c.model.seq_len % p.tp != 0)
+    rules.fail("parallel.sequence_parallel", "needs model.seq_len (", c.model.seq_len,
+               ") divisible by parallel.tp (", p.tp, ")");
+
+  // Every pipeline stage holds at least one layer.
+  if (p.pp > c.model.n_layer)
+    rules.fail("parallel.pp", "(", p.pp, ") must be <= model.n_layer (", c.model.n_layer, ")");
+  if (!p.pp_layers.empty()) {
+    if (static_cast<int>(p.pp_layers.size()) != p.pp)
+      rules.fail("parallel.pp_layers",
+                 "must have one entry per pipeline stage (parallel.pp = ", p.pp, "), got ",
+                 p.pp_layers.size());
+    for (std::size_t i = 0; i < p.pp_layers.size(); ++i) {
+      if (p.pp_layers[i] < 1)
+        rules.fail("parallel.pp_layers", "entries must be >= 1, got ", p.pp_layers[i], " at index ",
+                   i);
+    }
+    const std::int64_t total =
+        std::accumulate(p.pp_layers.begin(), p.pp_layers.end(), std::int64_t{0});
+    if (total != c.model.n_layer)
+      rules.fail("parallel.pp_layers", "must sum to model.n_layer (", c.model.n_layer, "), got ",
+                 total);
+  }
+}
+
+void validate_diloco(const Config& c, const Rules& rules) {
+  const auto& d = c.diloco;
+  rules.at_least("diloco.workers", d.workers, 1);
+  rules.at_least("diloco.inner_steps", d.inner_steps, 1);
+  rules.positive("diloco.outer_lr", d.outer_lr);
+  rules.unit_interval("diloco.outer_momentum", d.outer_momentum);
+}
+
+}  // namespace
+
+void validate_config(const Config& config, const ConfigSource& source) {
+  const Rules rules(source);
+  validate_run_and_data(config, rules);
+  validate_model(config, rules);
+  validate_optimizer(config, rules);
+  validate_train(config, rules);
+  validate_parallel(config, rules);
+  validate_diloco(config, rules);
+}
+
+}  // namespace config_detail
+
+int resolve_data_parallel(const Config& config, int world_size) {
+  const auto& p = config.parallel;
+  if (world_size < 1) fail("world size must be >= 1, got ", world_size);
+  // 64-bit products: tp, pp and dp are each an int, their products need not be.
+  const std::int64_t model_parallel = std::int64_t{p.tp} * p.pp;
+  if (world_size % model_parallel != 0)
+    fail("world size ", world_size, " is not divisible by parallel.tp*parallel.pp (", p.tp, "*",
+         p.pp, "=", model_parallel, ")");
+  const std::int64_t dp = p.dp == 0 ? world_size / model_parallel : p.dp;
+  if (dp * model_parallel != world_size)
+    fail("'parallel.dp' (", dp, ") * tp*pp (", p.tp, "*", p.pp, "=", model_parallel,
+         ") must equal the world size ", world_size, "; use dp: auto or launch ",
+         dp * model_parallel, " ranks");
+  const auto& t = config.train;
+  if (t.global_batch % (std::int64_t{t.micro_batch} * dp) != 0)
+    fail("'train.global_batch' (", t.global_batch, ") must be divisible by micro_batch*dp (",
+         t.micro_batch, "*", dp, "=", std::int64_t{t.micro_batch} * dp, ")");
+  return static_cast<int>(dp);
+}
+
+}  // namespace strata

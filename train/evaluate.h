@@ -1,0 +1,23 @@
+// Validation loss with the one definition of DESIGN §5 shared by `eval` and in-training
+// evaluation: windows i = 0 … ⌊(N−1)/T⌋−1 of the first N tokens of the split, window i holds tokens
+// [i·T, i·T+T]; the loss is the mean natural-log cross-entropy over all targets.
+#pragma once
+
+#include <cstdint>
+
+#include "data/token_shards.h"
+#include "model/gpt.h"
+
+namespace strata {
+
+struct LossSum {
+  double sum = 0;          // Σ cross-entropy over the targets evaluated here
+  std::int64_t count = 0;  // number of targets
+};
+
+// Evaluates the windows i with i % shard_count == shard_rank, micro_batch windows per forward.
+// Summing the results of all shards (e.g. an all-reduce over data-parallel ranks) gives the total.
+LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource& split,
+                      std::int64_t n_tokens, int micro_batch, int shard_rank, int shard_count);
+
+}  // namespace strata

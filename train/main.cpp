@@ -1,0 +1,74 @@
+// train CONFIG.yaml [--set key.path=value]... [--resume [CHECKPOINT]]
+// One process per data-parallel rank under mpirun. Errors print one `error: ...` line (from rank
+// 0 when every rank fails the same way during set-up) and exit non-zero.
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/core/error.h"
+#include "parallel/mpi_communicator.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace {
+
+struct Arguments {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::optional<std::string> resume_from;
+};
+
+constexpr const char* kUsage =
+    "usage: train CONFIG.yaml [--set key.path=value]... [--resume [CHECKPOINT]]";
+
+Arguments parse_arguments(int argc, char** argv) {
+  Arguments args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage << "\n";
+      std::exit(0);
+    } else if (arg == "--set") {
+      if (i + 1 >= argc) strata::fail("--set needs key.path=value");
+      args.overrides.push_back(argv[++i]);
+    } else if (arg.starts_with("--set=")) {
+      args.overrides.push_back(arg.substr(6));
+    } else if (arg == "--resume") {
+      args.resume_from = "";
+      if (i + 1 < argc && !std::string(argv[i + 1]).starts_with("--")) args.resume_from = argv[++i];
+    } else if (arg.starts_with("--resume=")) {
+      args.resume_from = arg.substr(9);
+    } else if (arg.starts_with("-")) {
+      strata::fail("unknown option '", arg, "' (", kUsage, ")");
+    } else if (args.config_path.empty()) {
+      args.config_path = arg;
+    } else {
+      strata::fail("unexpected argument '", arg, "' (", kUsage, ")");
+    }
+  }
+  if (args.config_path.empty()) strata::fail("missing CONFIG.yaml (", kUsage, ")");
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::MpiRuntime mpi(&argc, &argv);
+  const int rank = mpi.world_rank();
+  bool set_up = false;
+  try {
+    const Arguments args = parse_arguments(argc, argv);
+    const strata::Config config = strata::load_config(args.config_path, args.overrides);
+    strata::MpiCommunicator world(MPI_COMM_WORLD, config.parallel.gpus_per_node);
+    strata::Trainer trainer(config, world, strata::TrainerOptions{args.resume_from});
+    set_up = true;
+    return trainer.run();
+  } catch (const std::exception& e) {
+    // Set-up errors (config, data, checkpoint) are identical on every rank: rank 0 speaks for all.
+    // Later errors may hit one rank only: it speaks and aborts the job so no peer waits forever.
+    if (rank == 0 || set_up) std::cerr << "error: " << e.what() << std::endl;
+    if (set_up && mpi.world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

@@ -1,0 +1,25 @@
+#include "train/saved_model.h"
+
+#include "model/core/error.h"
+
+namespace strata {
+
+SavedModel load_saved_model(const std::string& checkpoint_path, int max_batch) {
+  SavedModel saved;
+  const std::string yaml = read_checkpoint_config(checkpoint_path);
+  try {
+    saved.config = parse_config(yaml, checkpoint_path + " (config attribute)");
+  } catch (const Error& e) {
+    fail("checkpoint '", checkpoint_path, "' holds an invalid config: ", e.what());
+  }
+  const ModelConfig& m = saved.config.model;
+  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  saved.model = std::make_unique<Gpt<float>>(shape, max_batch > 0 ? max_batch : saved.config.train.micro_batch);
+  Checkpoint ckpt = read_checkpoint(checkpoint_path, saved.model->layout(), false);
+  saved.state = ckpt.state;
+  saved.params = std::move(ckpt.params);
+  saved.tokenizer_model = std::move(ckpt.tokenizer_model);
+  return saved;
+}
+
+}  // namespace strata

@@ -1,0 +1,302 @@
+#include "train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <vector>
+
+#include "data/loader.h"
+#include "data/token_shards.h"
+#include "data/tokenizer.h"
+#include "model/core/error.h"
+#include "model/gpt.h"
+#include "model/kernels/cpu/adamw.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+#include "train/stop_signal.h"
+
+namespace strata {
+namespace fs = std::filesystem;
+
+namespace {
+
+GptShape shape_of(const ModelConfig& m) {
+  return GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+}
+
+// Features whose contract exists but whose implementation has not landed yet: refuse clearly
+// rather than silently train something else.
+void reject_unimplemented(const Config& c) {
+  if (c.parallel.tp != 1 || c.parallel.pp != 1)
+    fail("parallel.tp/parallel.pp > 1: tensor and pipeline parallelism are not implemented yet");
+  if (c.parallel.zero.stage != 0) fail("parallel.zero.stage > 0 is not implemented yet");
+  if (c.precision.compute != "fp32")
+    fail("precision.compute '", c.precision.compute, "' is not implemented yet (use fp32)");
+  if (c.recompute != "none") fail("recompute '", c.recompute, "' is not implemented yet (use none)");
+  if (c.device == "cuda") fail("device 'cuda': this build has no CUDA backend yet (use cpu or auto)");
+  if (c.diloco.enabled) fail("diloco.enabled: DiLoCo is not implemented yet");
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+std::string comm_json(const CommStats& stats) {
+  std::string out = "{";
+  for (const auto& [kind, by_link] : stats.bytes) {
+    if (out.size() > 1) out += ", ";
+    out += "\"" + kind + "\": {";
+    bool first = true;
+    for (const auto& [link, bytes] : by_link) {
+      out += std::string(first ? "" : ", ") + "\"" +
+             (link == LinkClass::intra_node ? "intra_node" : "inter_node") + "\": " + std::to_string(bytes);
+      first = false;
+    }
+    out += "}";
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+struct Trainer::State {
+  Config config;
+  Communicator& world;
+  int dp = 1;
+  int dp_rank = 0;
+  int accumulation = 1;
+  GptShape shape;
+  Gpt<float> model;
+  std::vector<float> params, grads;
+  AdamW optimizer;
+  TokenSource train_split;
+  std::optional<TokenSource> val_split;
+  WindowSampler sampler;
+  std::string tokenizer_model;
+  std::int64_t step = 0;           // optimizer steps completed
+  std::int64_t data_position = 0;  // global index of the next training sample
+  std::int64_t last_checkpoint_step = -1;
+  int consecutive_nonfinite = 0;
+  std::unique_ptr<MetricsWriter> metrics;
+
+  State(const Config& c, Communicator& w, int dp_size)
+      : config(c),
+        world(w),
+        dp(dp_size),
+        dp_rank(w.rank()),
+        accumulation(c.train.global_batch / (c.train.micro_batch * dp_size)),
+        shape(shape_of(c.model)),
+        model(shape, c.train.micro_batch),
+        params(model.layout().total()),
+        grads(model.layout().total()),
+        optimizer(model.layout(), c.optimizer),
+        train_split(TokenSource::open(c.data.train)),
+        sampler(train_split, c.model.seq_len, c.run.seed) {}
+
+  bool is_logger() const { return world.rank() == 0; }
+};
+
+Trainer::Trainer(const Config& config, Communicator& world, const TrainerOptions& options) {
+  reject_unimplemented(config);
+  const int dp = resolve_data_parallel(config, world.size());
+  state_ = std::make_unique<State>(config, world, dp);
+  State& s = *state_;
+
+  const ShardInfo& info = s.train_split.info();
+  if (info.vocab_size > config.model.vocab_size)
+    fail("data.train: the shards use a vocabulary of ", info.vocab_size,
+         " tokens but model.vocab_size is ", config.model.vocab_size);
+  if (!config.data.val.empty()) {
+    s.val_split = TokenSource::open(config.data.val);
+    if (s.val_split->info().vocab_size > config.model.vocab_size)
+      fail("data.val: the shards use a vocabulary of ", s.val_split->info().vocab_size,
+           " tokens but model.vocab_size is ", config.model.vocab_size);
+  }
+  if (!config.data.tokenizer.empty()) {
+    const Tokenizer tokenizer = Tokenizer::load(config.data.tokenizer);
+    if (!info.tokenizer_sha256.empty() && tokenizer.sha256() != info.tokenizer_sha256)
+      fail("data.tokenizer '", config.data.tokenizer,
+           "' is not the tokenizer the training shards were made with (sha256 differs)");
+    s.tokenizer_model = tokenizer.serialized();
+  }
+
+  const std::string run_dir = config.run_directory();
+  const std::string ckpt_dir = config.checkpoint_directory();
+  if (options.resume_from) {
+    std::string path = *options.resume_from;
+    if (path.empty()) {
+      const auto latest = latest_checkpoint(ckpt_dir);
+      if (!latest) fail("--resume: no checkpoint to resume in '", ckpt_dir, "'");
+      path = *latest;
+    }
+    const Checkpoint ckpt = read_checkpoint(path, s.model.layout(), true);
+    s.params = ckpt.params;
+    s.optimizer.first_moment() = ckpt.adam_m;
+    s.optimizer.second_moment() = ckpt.adam_v;
+    s.optimizer.set_steps_taken(static_cast<int>(ckpt.state.adam_steps));
+    s.step = ckpt.state.step;
+    s.data_position = ckpt.state.data_position;
+    s.last_checkpoint_step = s.step;
+    if (s.step > config.train.steps)
+      fail("--resume: checkpoint '", path, "' is at step ", s.step, ", past train.steps (",
+           config.train.steps, ")");
+    if (ckpt.state.seed != config.run.seed && s.is_logger())
+      std::cerr << "warning: run.seed " << config.run.seed << " differs from the checkpoint's "
+                << ckpt.state.seed << "; the data order changes from here\n";
+    if (s.is_logger()) std::cout << "resumed from " << path << " at step " << s.step << "\n";
+  } else {
+    if (latest_checkpoint(ckpt_dir))
+      fail("run '", config.run.name, "' already has checkpoints in '", ckpt_dir,
+           "'; use --resume to continue it, or choose another run.name");
+    initialize_gpt_parameters(s.model.layout(), s.shape, config.run.seed, s.params.data());
+  }
+
+  if (s.is_logger()) {
+    fs::create_directories(run_dir);
+    std::ofstream(fs::path(run_dir) / "config.yaml") << config_to_yaml(config);
+    s.metrics = std::make_unique<MetricsWriter>((fs::path(run_dir) / "metrics.jsonl").string(),
+                                                options.resume_from ? s.step : -1);
+  }
+}
+
+Trainer::~Trainer() = default;
+
+int Trainer::run() {
+  State& s = *state_;
+  const Config& c = s.config;
+  const int T = c.model.seq_len, micro = c.train.micro_batch;
+  const std::int64_t tokens_per_step = static_cast<std::int64_t>(c.train.global_batch) * T;
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(micro) * T), targets(inputs.size());
+  install_stop_signal_handlers();
+
+  if (s.is_logger())
+    std::cout << "model: " << s.model.layout().total() << " parameters (" << c.model.n_layer
+              << " layers, d_model " << c.model.d_model << ", vocab " << c.model.vocab_size
+              << " padded to " << s.shape.padded_vocab() << ") | dp " << s.dp << " | micro_batch "
+              << micro << " x " << s.accumulation << " accumulation steps | " << tokens_per_step
+              << " tokens/step\n";
+
+  auto evaluate = [&] {
+    if (!s.val_split) return;
+    const LossSum local = evaluate_loss(s.model, s.params.data(), *s.val_split, c.train.eval_tokens,
+                                        micro, s.dp_rank, s.dp);
+    double totals[2] = {local.sum, static_cast<double>(local.count)};
+    s.world.all_reduce_sum(totals, 2);
+    if (totals[1] == 0) fail("data.val has too few tokens for one evaluation window of ", T + 1);
+    const double val_loss = totals[0] / totals[1];
+    if (s.is_logger()) {
+      std::printf("eval step %lld | val_loss %.4f\n", static_cast<long long>(s.step), val_loss);
+      std::fflush(stdout);
+      s.metrics->write(JsonLine().add("step", s.step).add("val_loss", val_loss));
+    }
+  };
+
+  auto save = [&] {
+    if (s.last_checkpoint_step == s.step) return;
+    if (s.is_logger()) {
+      Checkpoint ckpt;
+      ckpt.config_yaml = config_to_yaml(c);
+      ckpt.state = CheckpointState{s.step, s.data_position, c.run.seed, 1.0,
+                                   s.optimizer.steps_taken()};
+      ckpt.params = s.params;
+      ckpt.adam_m = s.optimizer.first_moment();
+      ckpt.adam_v = s.optimizer.second_moment();
+      ckpt.tokenizer_model = s.tokenizer_model;
+      const std::string path = write_checkpoint(c.checkpoint_directory(), s.model.layout(), ckpt);
+      prune_checkpoints(c.checkpoint_directory(), c.checkpoint.keep);
+      std::cout << "checkpoint " << path << "\n";
+    }
+    s.world.barrier();
+    s.last_checkpoint_step = s.step;
+  };
+
+  while (s.step < c.train.steps) {
+    const auto start = std::chrono::steady_clock::now();
+    const CommStats comm_before = s.world.stats();
+    std::fill(s.grads.begin(), s.grads.end(), 0.0f);
+    double loss_sum = 0;
+    const float loss_scale = 1.0f / static_cast<float>(s.accumulation * s.dp);
+    for (int a = 0; a < s.accumulation; ++a) {
+      // Sample g of this step: the global batch is split the same way under any dp, so any layout
+      // trains on exactly the same sequences.
+      const std::int64_t first = s.data_position + (static_cast<std::int64_t>(a) * s.dp + s.dp_rank) * micro;
+      for (int b = 0; b < micro; ++b)
+        s.sampler.sample(static_cast<std::uint64_t>(first + b), inputs.data() + b * T,
+                         targets.data() + b * T);
+      loss_sum += s.model.forward(s.params.data(), inputs.data(), targets.data(), micro, T);
+      s.model.backward(s.params.data(), s.grads.data(), loss_scale);
+    }
+    s.world.all_reduce_sum(s.grads.data(), s.grads.size());
+    s.world.all_reduce_sum(&loss_sum, 1);
+    const double loss = loss_sum / (s.accumulation * s.dp);
+    const double grad_norm = std::sqrt(cpu::sum_of_squares(s.grads.data(), static_cast<long>(s.grads.size())));
+    const double lr = learning_rate(c.optimizer, static_cast<int>(s.step), c.train.steps);
+    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    if (finite) {
+      s.optimizer.step(s.params.data(), s.grads.data(), lr, clip_factor(grad_norm, c.optimizer.grad_clip));
+      s.consecutive_nonfinite = 0;
+    } else if (++s.consecutive_nonfinite >= 3) {
+      fail("loss or gradients non-finite for 3 consecutive steps at step ", s.step + 1,
+           "; stopping (the last checkpoint is intact)");
+    }
+    s.step += 1;
+    s.data_position += c.train.global_batch;
+    const double step_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+
+    if (s.is_logger()) {
+      CommStats step_comm;
+      for (const auto& [kind, by_link] : s.world.stats().bytes)
+        for (const auto& [link, bytes] : by_link) {
+          std::uint64_t before = 0;
+          if (auto k = comm_before.bytes.find(kind); k != comm_before.bytes.end())
+            if (auto l = k->second.find(link); l != k->second.end()) before = l->second;
+          step_comm.bytes[kind][link] = bytes - before;
+        }
+      const double tokens_per_s = tokens_per_step / (step_ms / 1000.0);
+      s.metrics->write(JsonLine()
+                           .add("step", s.step)
+                           .add("loss", loss)
+                           .add("lr", lr)
+                           .add("grad_norm", grad_norm)
+                           .add("tokens_per_s", tokens_per_s)
+                           .add("step_ms", step_ms)
+                           .add("skipped", !finite)
+                           .add("peak_rss_mib", peak_rss_mib())
+                           .add_raw("comm_bytes", comm_json(step_comm)));
+      if (s.step % c.train.log_every == 0 || s.step == c.train.steps || s.step == 1) {
+        std::printf("step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms%s\n",
+                    static_cast<long long>(s.step), c.train.steps, loss, lr, grad_norm, tokens_per_s,
+                    step_ms, finite ? "" : " | skipped (non-finite)");
+        std::fflush(stdout);
+      }
+    }
+    if (c.train.eval_every > 0 && s.step % c.train.eval_every == 0 && s.step != c.train.steps) evaluate();
+    if (c.checkpoint.every > 0 && s.step % c.checkpoint.every == 0) save();
+
+    std::int64_t stop = stop_requested() ? 1 : 0;
+    s.world.all_reduce_max(&stop, 1);
+    if (stop) {
+      save();
+      if (s.is_logger()) std::cout << "stopped by signal at step " << s.step << "\n";
+      return 0;
+    }
+  }
+  evaluate();
+  save();
+  if (s.is_logger()) std::printf("done: %lld steps, peak memory %.0f MiB\n",
+                                 static_cast<long long>(s.step), peak_rss_mib());
+  return 0;
+}
+
+}  // namespace strata
