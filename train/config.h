@@ -57,6 +57,7 @@ struct TrainConfig {
   int eval_every = 200;   // 0 disables periodic evaluation
   std::int64_t eval_tokens = 65536;
   int log_every = 10;
+  int stop_after = 0;  // stop (with a checkpoint) once this many steps are done; 0: run to `steps`
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -70,6 +70,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("train.eval_every", c.train.eval_every);
   visit("train.eval_tokens", c.train.eval_tokens);
   visit("train.log_every", c.train.log_every);
+  visit("train.stop_after", c.train.stop_after);
 
   visit("checkpoint.every", c.checkpoint.every);
   visit("checkpoint.keep", c.checkpoint.keep);

@@ -85,6 +85,7 @@ void validate_train(const Config& c, const Rules& rules) {
     rules.fail("train.eval_tokens", "(", t.eval_tokens, ") must be more than model.seq_len (",
                c.model.seq_len, ") to evaluate at least one sequence");
   rules.at_least("train.log_every", t.log_every, 1);
+  rules.at_least("train.stop_after", t.stop_after, 0);
 
   rules.at_least("checkpoint.every", c.checkpoint.every, 0);
   rules.at_least("checkpoint.keep", c.checkpoint.keep, 0);

@@ -285,10 +285,15 @@ int Trainer::run() {
     if (c.checkpoint.every > 0 && s.step % c.checkpoint.every == 0) save();
 
     std::int64_t stop = stop_requested() ? 1 : 0;
-    s.world.all_reduce_max(&stop, 1);
+    s.world.all_reduce_max(&stop, 1);  // every rank stops at the same step
     if (stop) {
       save();
       if (s.is_logger()) std::cout << "stopped by signal at step " << s.step << "\n";
+      return 0;
+    }
+    if (c.train.stop_after > 0 && s.step >= c.train.stop_after && s.step < c.train.steps) {
+      save();
+      if (s.is_logger()) std::cout << "stopped after step " << s.step << " (train.stop_after)\n";
       return 0;
     }
   }

@@ -1,0 +1,148 @@
+// End-to-end training behaviour through the `train` executable: exact resume (bitwise), clean
+// stop on SIGTERM, learning on structured data, and the error cases of bad input.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <thread>
+
+#include "model/gpt.h"
+#include "tests/unit/test_support.h"
+#include "train/checkpoint.h"
+
+namespace strata {
+namespace {
+
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+std::string write_config(const TempDir& dir, const std::string& name, const std::string& extra = "") {
+  const std::string path = dir / (name + ".yaml");
+  std::ofstream(path) << "run: {name: " << name << ", dir: " << dir.str() << "/runs, seed: 5}\n"
+                      << "model: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: 64}\n"
+                      << "data: {train: " << dir.str() << "/data/train, val: " << dir.str() << "/data/val}\n"
+                      << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
+                      << "train: {steps: 20, global_batch: 8, micro_batch: 2, eval_every: 10, "
+                         "eval_tokens: 2048, log_every: 5}\n"
+                      << "checkpoint: {every: 10, keep: 0}\n"
+                      << extra;
+  return path;
+}
+
+std::string train_command(const std::string& config, const std::string& args = "") {
+  return "OMP_NUM_THREADS=2 " + testing::bin("train") + " " + config + " " + args;
+}
+
+std::vector<float> weights_of(const std::string& checkpoint) {
+  const ParameterLayout layout = ParameterLayout::for_gpt(GptShape{2, 2, 32, 16, 64});
+  return read_checkpoint(checkpoint, layout, true).params;
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { testing::write_synthetic_dataset(dir_ / "data", 64, 60000); }
+  std::string run_dir(const std::string& name) const { return dir_.str() + "/runs/" + name; }
+  TempDir dir_{"trainer"};
+};
+
+TEST_F(TrainerTest, ResumeContinuesTheSameRunBitExactly) {
+  // Straight: 20 steps.
+  const auto straight = testing::run_command(train_command(write_config(dir_, "straight")));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+  // Split: the same run stopped after 10 steps, then resumed for the last 10.
+  const std::string split_config = write_config(dir_, "split");
+  const auto first = testing::run_command(train_command(split_config, "--set train.stop_after=10"));
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_TRUE(fs::exists(run_dir("split") + "/checkpoints/step_00000010.h5"));
+  ASSERT_FALSE(fs::exists(run_dir("split") + "/checkpoints/step_00000020.h5"));
+  const auto second = testing::run_command(train_command(split_config, "--resume"));
+  ASSERT_EQ(second.status, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos);
+
+  const auto losses_straight = testing::metric_values(run_dir("straight") + "/metrics.jsonl", "loss");
+  const auto losses_split = testing::metric_values(run_dir("split") + "/metrics.jsonl", "loss");
+  ASSERT_EQ(losses_straight.size(), 20u);
+  EXPECT_EQ(losses_straight, losses_split);  // exact, printed with 17 significant digits
+  EXPECT_EQ(testing::metric_values(run_dir("straight") + "/metrics.jsonl", "val_loss"),
+            testing::metric_values(run_dir("split") + "/metrics.jsonl", "val_loss"));
+  EXPECT_EQ(weights_of(run_dir("straight") + "/checkpoints/step_00000020.h5"),
+            weights_of(run_dir("split") + "/checkpoints/step_00000020.h5"));
+}
+
+TEST_F(TrainerTest, SigtermSavesACheckpointAndTheRunResumesExactly) {
+  const std::string long_run =
+      "--set train.steps=400 --set train.eval_every=0 --set train.log_every=1 --set checkpoint.every=0";
+  const auto straight = testing::run_command(train_command(write_config(dir_, "straight"), long_run));
+  ASSERT_EQ(straight.status, 0) << straight.output;
+
+  const std::string config = write_config(dir_, "signalled");
+  const std::string log = dir_ / "signalled.log";
+  // Start in the background, send SIGTERM once training is under way, collect the exit status.
+  const auto interrupted = testing::run_command(
+      "(" + train_command(config, long_run) + " > " + log + " 2>&1 & pid=$!; "
+      "for i in $(seq 200); do grep -q 'step *20/' " + log + " && break; sleep 0.05; done; "
+      "kill -TERM $pid; wait $pid; echo exit=$?)");
+  EXPECT_NE(interrupted.output.find("exit=0"), std::string::npos) << interrupted.output;
+  const std::string output = testing::read_file(log);
+  ASSERT_NE(output.find("stopped by signal at step"), std::string::npos) << output;
+  const auto latest = latest_checkpoint(run_dir("signalled") + "/checkpoints");
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->find("step_00000400"), std::string::npos) << "the signal arrived too late";
+
+  const auto resumed = testing::run_command(train_command(config, long_run + " --resume"));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_EQ(weights_of(run_dir("straight") + "/checkpoints/step_00000400.h5"),
+            weights_of(run_dir("signalled") + "/checkpoints/step_00000400.h5"));
+}
+
+TEST_F(TrainerTest, LearnsTheStructureOfTheData) {
+  const auto result = testing::run_command(
+      train_command(write_config(dir_, "learn"), "--set train.steps=150 --set train.eval_every=0"));
+  ASSERT_EQ(result.status, 0) << result.output;
+  const auto val = testing::metric_values(run_dir("learn") + "/metrics.jsonl", "val_loss");
+  ASSERT_FALSE(val.empty());
+  // Uniform guessing over 64 tokens costs ln 64 = 4.16; the chain has ~3 successors (ln 3 = 1.1).
+  EXPECT_LT(val.back(), 2.0);
+}
+
+// Every bad input: non-zero exit, exactly one line starting with "error:", and nothing damaged.
+void expect_clean_error(const testing::CommandResult& r, const std::string& fragment) {
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_NE(r.output.find(fragment), std::string::npos) << r.output;
+}
+
+TEST_F(TrainerTest, BadInputGetsOneClearErrorAndLeavesCheckpointsUntouched) {
+  const std::string config = write_config(dir_, "guarded");
+  ASSERT_EQ(testing::run_command(train_command(config, "--set train.steps=10")).status, 0);
+  const std::string ckpt = run_dir("guarded") + "/checkpoints/step_00000010.h5";
+  const std::string before = testing::read_file(ckpt);
+
+  expect_clean_error(testing::run_command(train_command(config, "--set optimizer.lrr=1")),
+                     "did you mean 'optimizer.lr'");
+  expect_clean_error(testing::run_command(train_command(config)), "--resume");
+  expect_clean_error(testing::run_command(train_command(dir_ / "missing.yaml")), "missing.yaml");
+  expect_clean_error(testing::run_command(train_command(config, "--bogus")), "--bogus");
+  expect_clean_error(testing::run_command(train_command(config, "--resume --set data.train=" + (dir_ / "nowhere"))),
+                     "nowhere");
+  expect_clean_error(testing::run_command(train_command(config, "--resume --set model.d_model=64")),
+                     "shape");
+  expect_clean_error(testing::run_command(train_command(config, "--resume " + (dir_ / "none.h5"))),
+                     "none.h5");
+  // A damaged copy of the checkpoint is refused (checksums), the original stays intact.
+  const std::string damaged = dir_ / "damaged.h5";
+  std::string bytes = before;
+  for (std::size_t i = bytes.size() / 2; i < bytes.size() / 2 + 64; ++i) bytes[i] ^= 0x5a;
+  std::ofstream(damaged, std::ios::binary) << bytes;
+  const auto r = testing::run_command(train_command(config, "--resume " + damaged));
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
+  EXPECT_EQ(testing::read_file(ckpt), before);
+  // The vocabulary of the data must fit the model.
+  expect_clean_error(testing::run_command(train_command(write_config(dir_, "small_vocab"),
+                                                        "--set model.vocab_size=32")),
+                     "vocabulary");
+}
+
+}  // namespace
+}  // namespace strata
