@@ -52,7 +52,8 @@ Gpt<T>::Gpt(const GptShape& shape, int max_batch)
   ln2_rstd_.resize(L * BT);
   qkv_.resize(L * BT * 3 * C);
   atty_.resize(L * BT * C);
-  att_.resize(L * max_batch * shape.n_head * static_cast<std::size_t>(shape.seq_len) * shape.seq_len);
+  att_.resize(L * max_batch * shape.n_head * static_cast<std::size_t>(shape.seq_len) *
+              shape.seq_len);
   fch_.resize(L * BT * 4 * C);
   fch_gelu_.resize(L * BT * 4 * C);
   lnf_.resize(BT * C);
@@ -72,19 +73,21 @@ Gpt<T>::Gpt(const GptShape& shape, int max_batch)
 template <class T>
 typename Gpt<T>::Block Gpt<T>::block_params(const T* base, int layer) const {
   const std::string h = "h." + std::to_string(layer) + ".";
-  return Block{view(base, layout_, h + "ln1.weight"),      view(base, layout_, h + "ln1.bias"),
-               view(base, layout_, h + "attn.qkv.weight"), view(base, layout_, h + "attn.qkv.bias"),
-               view(base, layout_, h + "attn.proj.weight"), view(base, layout_, h + "attn.proj.bias"),
-               view(base, layout_, h + "ln2.weight"),      view(base, layout_, h + "ln2.bias"),
-               view(base, layout_, h + "mlp.fc.weight"),   view(base, layout_, h + "mlp.fc.bias"),
-               view(base, layout_, h + "mlp.proj.weight"), view(base, layout_, h + "mlp.proj.bias")};
+  return Block{
+      view(base, layout_, h + "ln1.weight"),       view(base, layout_, h + "ln1.bias"),
+      view(base, layout_, h + "attn.qkv.weight"),  view(base, layout_, h + "attn.qkv.bias"),
+      view(base, layout_, h + "attn.proj.weight"), view(base, layout_, h + "attn.proj.bias"),
+      view(base, layout_, h + "ln2.weight"),       view(base, layout_, h + "ln2.bias"),
+      view(base, layout_, h + "mlp.fc.weight"),    view(base, layout_, h + "mlp.fc.bias"),
+      view(base, layout_, h + "mlp.proj.weight"),  view(base, layout_, h + "mlp.proj.bias")};
 }
 
 template <class T>
 T Gpt<T>::forward(const T* params, const std::int32_t* tokens, const std::int32_t* targets, int B,
                   int T_) {
   STRATA_CHECK(B >= 1 && B <= max_batch_ && T_ >= 1 && T_ <= shape_.seq_len);
-  const int C = shape_.d_model, NH = shape_.n_head, V = shape_.vocab_size, Vp = shape_.padded_vocab();
+  const int C = shape_.d_model, NH = shape_.n_head, V = shape_.vocab_size,
+            Vp = shape_.padded_vocab();
   const long BT = static_cast<long>(B) * T_;
   batch_ = B;
   time_ = T_;
@@ -112,24 +115,27 @@ T Gpt<T>::forward(const T* params, const std::int32_t* tokens, const std::int32_
     T* tmp = scratch_.data();
 
     layernorm_forward(ln1, ln1_mean_.data() + l * BT, ln1_rstd_.data() + l * BT, res, p.ln1_weight,
-                      p.ln1_bias, static_cast<int>(BT), C);                          // (B, T, C)
-    matmul_forward(qkv, ln1, p.qkv_weight, p.qkv_bias, static_cast<int>(BT), C, 3 * C);  // (B, T, 3C)
-    attention_forward(atty, att, qkv, B, T_, C, NH);                                  // (B, T, C)
+                      p.ln1_bias, static_cast<int>(BT), C);  // (B, T, C)
+    matmul_forward(qkv, ln1, p.qkv_weight, p.qkv_bias, static_cast<int>(BT), C,
+                   3 * C);                            // (B, T, 3C)
+    attention_forward(atty, att, qkv, B, T_, C, NH);  // (B, T, C)
     matmul_forward(tmp, atty, p.attn_proj_weight, p.attn_proj_bias, static_cast<int>(BT), C, C);
     add_into(res2, res, tmp, stride);
     layernorm_forward(ln2, ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, res2, p.ln2_weight,
                       p.ln2_bias, static_cast<int>(BT), C);
     matmul_forward(fch, ln2, p.fc_weight, p.fc_bias, static_cast<int>(BT), C, 4 * C);  // (B, T, 4C)
     gelu_forward(fch_gelu, fch, 4 * stride);
-    matmul_forward(tmp, fch_gelu, p.mlp_proj_weight, p.mlp_proj_bias, static_cast<int>(BT), 4 * C, C);
+    matmul_forward(tmp, fch_gelu, p.mlp_proj_weight, p.mlp_proj_bias, static_cast<int>(BT), 4 * C,
+                   C);
     add_into(res + stride, res2, tmp, stride);  // next block's input
   }
   const T* final_residual = residual_.data() + shape_.n_layer * stride;
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), final_residual,
                     view(params, layout_, "lnf.weight"), view(params, layout_, "lnf.bias"),
                     static_cast<int>(BT), C);
-  matmul_forward(logits_.data(), lnf_.data(), view(params, layout_, "wte"), static_cast<const T*>(nullptr),
-                 static_cast<int>(BT), C, Vp);  // (B, T, Vp), head tied to wte
+  matmul_forward(logits_.data(), lnf_.data(), view(params, layout_, "wte"),
+                 static_cast<const T*>(nullptr), static_cast<int>(BT), C,
+                 Vp);  // (B, T, Vp), head tied to wte
   if (!has_targets_) return T(0);
   softmax_crossentropy_forward(losses_.data(), logits_.data(), logits_.data(), targets,
                                static_cast<int>(BT), V, Vp);
@@ -142,7 +148,8 @@ template <class T>
 void Gpt<T>::backward(const T* params, T* grads, T loss_scale) {
   STRATA_CHECK(has_targets_, "backward needs a forward with targets");
   const int B = batch_, T_ = time_;
-  const int C = shape_.d_model, NH = shape_.n_head, V = shape_.vocab_size, Vp = shape_.padded_vocab();
+  const int C = shape_.d_model, NH = shape_.n_head, V = shape_.vocab_size,
+            Vp = shape_.padded_vocab();
   const long BT = static_cast<long>(B) * T_;
   const int N = static_cast<int>(BT);
   const long stride = BT * C;
@@ -151,13 +158,13 @@ void Gpt<T>::backward(const T* params, T* grads, T loss_scale) {
   // dlogits overwrite the probabilities in place.
   softmax_crossentropy_backward(logits_.data(), logits_.data(), saved_targets_.data(),
                                 dlosses_.data(), N, V, Vp);
-  matmul_backward(dln_.data(), view(grads, layout_, "wte"), static_cast<T*>(nullptr), logits_.data(),
-                  lnf_.data(), view(params, layout_, "wte"), N, C, Vp);
+  matmul_backward(dln_.data(), view(grads, layout_, "wte"), static_cast<T*>(nullptr),
+                  logits_.data(), lnf_.data(), view(params, layout_, "wte"), N, C, Vp);
   std::fill(dresidual_.begin(), dresidual_.begin() + stride, T(0));
   layernorm_backward(dresidual_.data(), view(grads, layout_, "lnf.weight"),
                      view(grads, layout_, "lnf.bias"), dln_.data(),
-                     residual_.data() + shape_.n_layer * stride, view(params, layout_, "lnf.weight"),
-                     lnf_mean_.data(), lnf_rstd_.data(), N, C);
+                     residual_.data() + shape_.n_layer * stride,
+                     view(params, layout_, "lnf.weight"), lnf_mean_.data(), lnf_rstd_.data(), N, C);
 
   T* dres = dresidual_.data();  // running d(loss)/d(residual stream)
   for (int l = shape_.n_layer - 1; l >= 0; --l) {
@@ -179,8 +186,8 @@ void Gpt<T>::backward(const T* params, T* grads, T loss_scale) {
     matmul_backward(dfch_gelu, g("mlp.proj.weight"), g("mlp.proj.bias"), dres, fch_gelu,
                     p.mlp_proj_weight, N, 4 * C, C);
     gelu_backward(dfch_.data(), fch, dfch_gelu, 4 * stride);
-    matmul_backward(dln_.data(), g("mlp.fc.weight"), g("mlp.fc.bias"), dfch_.data(), ln2, p.fc_weight,
-                    N, C, 4 * C);
+    matmul_backward(dln_.data(), g("mlp.fc.weight"), g("mlp.fc.bias"), dfch_.data(), ln2,
+                    p.fc_weight, N, C, 4 * C);
     layernorm_backward(dres, g("ln2.weight"), g("ln2.bias"), dln_.data(), res2, p.ln2_weight,
                        ln2_mean_.data() + l * BT, ln2_rstd_.data() + l * BT, N, C);
     // Attention: res2 = res + proj(attn(qkv(ln1(res))))

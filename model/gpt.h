@@ -26,7 +26,8 @@ class Gpt {
   // tokens, targets (B, T_) with T_ <= seq_len. Returns the mean cross-entropy over the B·T_
   // targets; per-position losses stay available through losses(). targets may be null (then
   // only logits are computed and the return value is 0).
-  T forward(const T* params, const std::int32_t* tokens, const std::int32_t* targets, int B, int T_);
+  T forward(const T* params, const std::int32_t* tokens, const std::int32_t* targets, int B,
+            int T_);
 
   // Backward of the last forward (which must have had targets). Gradients are accumulated into
   // grads (+=) for d(loss_scale · mean loss)/d(params).
@@ -55,13 +56,13 @@ class Gpt {
   std::vector<T> residual2_;  // (L, B, T, C)  after the attention residual add
   std::vector<T> ln1_, ln2_;  // (L, B, T, C)
   std::vector<T> ln1_mean_, ln1_rstd_, ln2_mean_, ln2_rstd_;  // (L, B, T)
-  std::vector<T> qkv_;        // (L, B, T, 3C)
-  std::vector<T> atty_;       // (L, B, T, C)
-  std::vector<T> att_;        // (L, B, NH, T, T)
-  std::vector<T> fch_, fch_gelu_;  // (L, B, T, 4C)
-  std::vector<T> lnf_, lnf_mean_, lnf_rstd_;  // (B, T, C), (B, T)
-  std::vector<T> logits_;     // (B, T, Vp), probabilities after a forward with targets
-  std::vector<T> losses_;     // (B, T)
+  std::vector<T> qkv_;                                        // (L, B, T, 3C)
+  std::vector<T> atty_;                                       // (L, B, T, C)
+  std::vector<T> att_;                                        // (L, B, NH, T, T)
+  std::vector<T> fch_, fch_gelu_;                             // (L, B, T, 4C)
+  std::vector<T> lnf_, lnf_mean_, lnf_rstd_;                  // (B, T, C), (B, T)
+  std::vector<T> logits_;  // (B, T, Vp), probabilities after a forward with targets
+  std::vector<T> losses_;  // (B, T)
   // Backward scratch.
   std::vector<T> dresidual_, dln_, datty_, dqkv_, dfch_, dlosses_, scratch_;
 };

@@ -10,7 +10,8 @@ namespace strata {
 
 std::int64_t GptShape::params_excluding_positions() const {
   const std::int64_t C = d_model;
-  const std::int64_t per_layer = 12 * C * C + 13 * C;  // qkv 3C², proj C², fc 4C², proj 4C², biases, 2 LN
+  const std::int64_t per_layer =
+      12 * C * C + 13 * C;  // qkv 3C², proj C², fc 4C², proj 4C², biases, 2 LN
   return static_cast<std::int64_t>(padded_vocab()) * C + n_layer * per_layer + 2 * C;
 }
 
@@ -74,11 +75,13 @@ void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& sh
       for (std::size_t i = 0; i < t.size; ++i) p[i] = value;
       continue;
     }
-    const bool residual = ends_with(t.name, "attn.proj.weight") || ends_with(t.name, "mlp.proj.weight");
+    const bool residual =
+        ends_with(t.name, "attn.proj.weight") || ends_with(t.name, "mlp.proj.weight");
     const double stddev = residual ? residual_std : 0.02;
     const std::uint64_t key = hash_combine(seed, hash_name(t.name));
     // Only real vocabulary rows of wte are drawn; padded rows stay 0 (they are never targets).
-    const std::size_t live = t.name == "wte" ? static_cast<std::size_t>(shape.vocab_size) * t.shape[1] : t.size;
+    const std::size_t live =
+        t.name == "wte" ? static_cast<std::size_t>(shape.vocab_size) * t.shape[1] : t.size;
 #pragma omp parallel for schedule(static)
     for (std::size_t i = 0; i < t.size; ++i)
       p[i] = i < live ? static_cast<float>(stddev * counter_normal(key, i)) : 0.0f;

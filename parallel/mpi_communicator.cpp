@@ -5,10 +5,11 @@
 
 #include "model/core/error.h"
 
-#define STRATA_MPI_CHECK(call)                                                              \
-  do {                                                                                      \
-    const int mpi_status = (call);                                                          \
-    if (mpi_status != MPI_SUCCESS) ::strata::fail("MPI call failed: " #call " at " __FILE__ ":", __LINE__); \
+#define STRATA_MPI_CHECK(call)                                                 \
+  do {                                                                         \
+    const int mpi_status = (call);                                             \
+    if (mpi_status != MPI_SUCCESS)                                             \
+      ::strata::fail("MPI call failed: " #call " at " __FILE__ ":", __LINE__); \
   } while (0)
 
 namespace strata {
@@ -78,19 +79,22 @@ std::uint64_t ring_all_reduce_bytes(std::uint64_t bytes, int n) {
 
 void MpiCommunicator::all_reduce_sum(float* data, std::size_t count) {
   if (size_ > 1)
-    STRATA_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_));
+    STRATA_MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_));
   record("all_reduce", ring_all_reduce_bytes(count * sizeof(float), size_));
 }
 
 void MpiCommunicator::all_reduce_sum(double* data, std::size_t count) {
   if (size_ > 1)
-    STRATA_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_DOUBLE, MPI_SUM, comm_));
+    STRATA_MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_DOUBLE, MPI_SUM, comm_));
   record("all_reduce", ring_all_reduce_bytes(count * sizeof(double), size_));
 }
 
 void MpiCommunicator::all_reduce_max(std::int64_t* data, std::size_t count) {
   if (size_ > 1)
-    STRATA_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_INT64_T, MPI_MAX, comm_));
+    STRATA_MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_INT64_T, MPI_MAX, comm_));
   record("all_reduce", ring_all_reduce_bytes(count * sizeof(std::int64_t), size_));
 }
 

@@ -23,15 +23,18 @@ int inspect(const std::string& path) {
   std::printf("loss_scale   %g\n", saved.state.loss_scale);
   std::printf("adam_steps   %lld\n", static_cast<long long>(saved.state.adam_steps));
   std::printf("parameters   %zu\n", layout.total());
-  std::printf("tokenizer    %s\n", saved.tokenizer_model.empty()
-                                       ? "none stored"
-                                       : (std::to_string(saved.tokenizer_model.size()) + " bytes").c_str());
+  std::printf("tokenizer    %s\n",
+              saved.tokenizer_model.empty()
+                  ? "none stored"
+                  : (std::to_string(saved.tokenizer_model.size()) + " bytes").c_str());
   std::printf("\n%-28s %-14s %14s\n", "tensor", "shape", "l2 norm");
   for (const strata::TensorView& t : layout.tensors()) {
     double sum = 0;
-    for (std::size_t i = 0; i < t.size; ++i) sum += double(saved.params[t.offset + i]) * saved.params[t.offset + i];
+    for (std::size_t i = 0; i < t.size; ++i)
+      sum += double(saved.params[t.offset + i]) * saved.params[t.offset + i];
     std::string shape;
-    for (std::size_t d = 0; d < t.shape.size(); ++d) shape.append(d ? "x" : "").append(std::to_string(t.shape[d]));
+    for (std::size_t d = 0; d < t.shape.size(); ++d)
+      shape.append(d ? "x" : "").append(std::to_string(t.shape[d]));
     std::printf("%-28s %-14s %14.6f\n", t.name.c_str(), shape.c_str(), std::sqrt(sum));
   }
   std::printf("\nconfig:\n%s", strata::read_checkpoint_config(path).c_str());

@@ -26,7 +26,8 @@ int main(int argc, char** argv) {
     const strata::LossSum loss =
         strata::evaluate_loss(*saved.model, saved.params.data(), split, tokens, micro_batch, 0, 1);
     if (loss.count == 0)
-      strata::fail("--data '", data, "' has fewer than seq_len+1 = ", saved.config.model.seq_len + 1,
+      strata::fail("--data '", data,
+                   "' has fewer than seq_len+1 = ", saved.config.model.seq_len + 1,
                    " tokens in the first ", tokens);
     std::printf("val_loss %.6f\n", loss.sum / static_cast<double>(loss.count));
     return 0;

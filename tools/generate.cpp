@@ -46,9 +46,9 @@ int main(int argc, char** argv) {
       "usage: generate --checkpoint CKPT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] "
       "[--seed S]";
   try {
-    const strata::ToolArgs args(argc, argv, 1,
-                                {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"},
-                                kUsage);
+    const strata::ToolArgs args(
+        argc, argv, 1,
+        {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"}, kUsage);
     const std::string checkpoint = args.required("--checkpoint", kUsage);
     const std::string prompt = args.required("--prompt", kUsage);
     const long long n_tokens = args.integer("--tokens", 64);
@@ -61,28 +61,35 @@ int main(int argc, char** argv) {
 
     strata::SavedModel saved = strata::load_saved_model(checkpoint, 1);
     strata::Tokenizer tokenizer = [&] {
-      if (!saved.tokenizer_model.empty()) return strata::Tokenizer::from_serialized(saved.tokenizer_model);
-      if (!saved.config.data.tokenizer.empty()) return strata::Tokenizer::load(saved.config.data.tokenizer);
+      if (!saved.tokenizer_model.empty())
+        return strata::Tokenizer::from_serialized(saved.tokenizer_model);
+      if (!saved.config.data.tokenizer.empty())
+        return strata::Tokenizer::load(saved.config.data.tokenizer);
       strata::fail("checkpoint '", checkpoint, "' has no tokenizer and its config names none");
     }();
     const strata::GptShape& shape = saved.model->shape();
     if (tokenizer.vocab_size() > shape.vocab_size)
-      strata::fail("the tokenizer has ", tokenizer.vocab_size(), " tokens but the model only ", shape.vocab_size);
+      strata::fail("the tokenizer has ", tokenizer.vocab_size(), " tokens but the model only ",
+                   shape.vocab_size);
 
     std::vector<int> context = tokenizer.encode(prompt);
     if (context.empty()) context.push_back(tokenizer.eos_id());  // start of a new document
     std::vector<int> generated;
-    const std::uint64_t key = strata::hash_combine(static_cast<std::uint64_t>(seed), strata::hash_name("generate"));
+    const std::uint64_t key =
+        strata::hash_combine(static_cast<std::uint64_t>(seed), strata::hash_name("generate"));
     std::vector<std::int32_t> window;
     for (long long i = 0; i < n_tokens; ++i) {
       const std::size_t start = context.size() > static_cast<std::size_t>(shape.seq_len)
-                                    ? context.size() - shape.seq_len : 0;
+                                    ? context.size() - shape.seq_len
+                                    : 0;
       window.assign(context.begin() + static_cast<long>(start), context.end());
       const int T = static_cast<int>(window.size());
       saved.model->forward(saved.params.data(), window.data(), nullptr, 1, T);
-      const float* last = saved.model->logits() + static_cast<std::size_t>(T - 1) * shape.padded_vocab();
-      const int next = sample_token(last, std::min(shape.vocab_size, tokenizer.vocab_size()), temperature, static_cast<int>(top_k), key,
-                                    static_cast<std::uint64_t>(i));
+      const float* last =
+          saved.model->logits() + static_cast<std::size_t>(T - 1) * shape.padded_vocab();
+      const int next =
+          sample_token(last, std::min(shape.vocab_size, tokenizer.vocab_size()), temperature,
+                       static_cast<int>(top_k), key, static_cast<std::uint64_t>(i));
       if (next == tokenizer.eos_id()) break;
       context.push_back(next);
       generated.push_back(next);

@@ -13,7 +13,8 @@ namespace strata {
 class ToolArgs {
  public:
   // `flags`: accepted flags, each taking one value.
-  ToolArgs(int argc, char** argv, int first, const std::set<std::string>& flags, const char* usage) {
+  ToolArgs(int argc, char** argv, int first, const std::set<std::string>& flags,
+           const char* usage) {
     for (int i = first; i < argc; ++i) {
       const std::string arg = argv[i];
       if (!flags.count(arg)) fail("unknown argument '", arg, "' (", usage, ")");

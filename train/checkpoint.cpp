@@ -78,10 +78,13 @@ void check_format(hid_t file, const std::string& path) {
 std::string write_checkpoint(const std::string& directory, const ParameterLayout& layout,
                              const Checkpoint& ckpt) {
   fs::create_directories(directory);
-  const std::string final_path = (fs::path(directory) / checkpoint_file_name(ckpt.state.step)).string();
+  const std::string final_path =
+      (fs::path(directory) / checkpoint_file_name(ckpt.state.step)).string();
   // Hidden, per-process temporary name: never matched by latest_checkpoint() or prune.
   std::string temp_name = ".";
-  temp_name.append(checkpoint_file_name(ckpt.state.step)).append(".tmp").append(std::to_string(::getpid()));
+  temp_name.append(checkpoint_file_name(ckpt.state.step))
+      .append(".tmp")
+      .append(std::to_string(::getpid()));
   const std::string temp_path = (fs::path(directory) / temp_name).string();
   try {
     H5File file = H5File::create(temp_path);
@@ -103,10 +106,12 @@ std::string write_checkpoint(const std::string& directory, const ParameterLayout
     if (!ckpt.tokenizer_model.empty()) {
       const auto* bytes = reinterpret_cast<const std::uint8_t*>(ckpt.tokenizer_model.data());
       const std::uint64_t n = ckpt.tokenizer_model.size();
-      write_dataset<std::uint8_t>(file.id(), "/tokenizer/model", std::span<const std::uint8_t>(bytes, n),
+      write_dataset<std::uint8_t>(file.id(), "/tokenizer/model",
+                                  std::span<const std::uint8_t>(bytes, n),
                                   std::span<const std::uint64_t>(&n, 1));
       H5Id dataset = open_dataset(file.id(), "/tokenizer/model");
-      write_attribute_i64(dataset.get(), "checksum", static_cast<std::int64_t>(checksum_bytes(bytes, n)));
+      write_attribute_i64(dataset.get(), "checksum",
+                          static_cast<std::int64_t>(checksum_bytes(bytes, n)));
     }
     file.close();
   } catch (...) {
@@ -127,7 +132,8 @@ std::string read_checkpoint_config(const std::string& path) {
   return read_attribute_string(file.id(), "config");
 }
 
-Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout, bool with_optimizer) {
+Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout,
+                           bool with_optimizer) {
   if (!fs::is_regular_file(path)) fail("checkpoint '", path, "' does not exist");
   H5File file = H5File::open_read(path);
   check_format(file.id(), path);
@@ -153,7 +159,8 @@ Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layou
   ckpt.state.loss_scale = read_attribute_f64(state.get(), "loss_scale");
   ckpt.state.adam_steps = read_attribute_i64(state.get(), "adam_steps");
   if (has_object(file.id(), "/tokenizer/model")) {
-    const std::vector<std::uint8_t> bytes = read_dataset<std::uint8_t>(file.id(), "/tokenizer/model");
+    const std::vector<std::uint8_t> bytes =
+        read_dataset<std::uint8_t>(file.id(), "/tokenizer/model");
     H5Id dataset = open_dataset(file.id(), "/tokenizer/model");
     if (checksum_bytes(bytes.data(), bytes.size()) !=
         static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum")))

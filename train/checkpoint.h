@@ -50,7 +50,8 @@ std::string read_checkpoint_config(const std::string& path);
 
 // Reads and verifies shapes and checksums against `layout`. With with_optimizer false the AdamW
 // moments are not read (eval, generate).
-Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout, bool with_optimizer);
+Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout,
+                           bool with_optimizer);
 
 // Newest complete checkpoint (highest step) in `directory`, if any.
 std::optional<std::string> latest_checkpoint(const std::string& directory);

@@ -10,7 +10,8 @@ LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource&
                       std::int64_t n_tokens, int micro_batch, int shard_rank, int shard_count) {
   const int T = model.shape().seq_len;
   const std::uint64_t windows = eval_window_count(split, static_cast<std::uint64_t>(n_tokens), T);
-  std::vector<std::int32_t> inputs(static_cast<std::size_t>(micro_batch) * T), targets(inputs.size());
+  std::vector<std::int32_t> inputs(static_cast<std::size_t>(micro_batch) * T),
+      targets(inputs.size());
   LossSum total;
   std::uint64_t next = static_cast<std::uint64_t>(shard_rank);
   while (next < windows) {

@@ -16,7 +16,9 @@ class JsonLine {
  public:
   JsonLine& add(const std::string& key, double value);
   JsonLine& add(const std::string& key, std::int64_t value);
-  JsonLine& add(const std::string& key, int value) { return add(key, static_cast<std::int64_t>(value)); }
+  JsonLine& add(const std::string& key, int value) {
+    return add(key, static_cast<std::int64_t>(value));
+  }
   JsonLine& add(const std::string& key, const std::string& value);
   JsonLine& add(const std::string& key, bool value);
   JsonLine& add_raw(const std::string& key, const std::string& json);  // value already JSON

@@ -14,7 +14,8 @@ SavedModel load_saved_model(const std::string& checkpoint_path, int max_batch) {
   }
   const ModelConfig& m = saved.config.model;
   const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
-  saved.model = std::make_unique<Gpt<float>>(shape, max_batch > 0 ? max_batch : saved.config.train.micro_batch);
+  saved.model = std::make_unique<Gpt<float>>(
+      shape, max_batch > 0 ? max_batch : saved.config.train.micro_batch);
   Checkpoint ckpt = read_checkpoint(checkpoint_path, saved.model->layout(), false);
   saved.state = ckpt.state;
   saved.params = std::move(ckpt.params);

@@ -40,8 +40,10 @@ void reject_unimplemented(const Config& c) {
   if (c.parallel.zero.stage != 0) fail("parallel.zero.stage > 0 is not implemented yet");
   if (c.precision.compute != "fp32")
     fail("precision.compute '", c.precision.compute, "' is not implemented yet (use fp32)");
-  if (c.recompute != "none") fail("recompute '", c.recompute, "' is not implemented yet (use none)");
-  if (c.device == "cuda") fail("device 'cuda': this build has no CUDA backend yet (use cpu or auto)");
+  if (c.recompute != "none")
+    fail("recompute '", c.recompute, "' is not implemented yet (use none)");
+  if (c.device == "cuda")
+    fail("device 'cuda': this build has no CUDA backend yet (use cpu or auto)");
   if (c.diloco.enabled) fail("diloco.enabled: DiLoCo is not implemented yet");
 }
 
@@ -59,7 +61,8 @@ std::string comm_json(const CommStats& stats) {
     bool first = true;
     for (const auto& [link, bytes] : by_link) {
       out += std::string(first ? "" : ", ") + "\"" +
-             (link == LinkClass::intra_node ? "intra_node" : "inter_node") + "\": " + std::to_string(bytes);
+             (link == LinkClass::intra_node ? "intra_node" : "inter_node") +
+             "\": " + std::to_string(bytes);
       first = false;
     }
     out += "}";
@@ -206,8 +209,8 @@ int Trainer::run() {
     if (s.is_logger()) {
       Checkpoint ckpt;
       ckpt.config_yaml = config_to_yaml(c);
-      ckpt.state = CheckpointState{s.step, s.data_position, c.run.seed, 1.0,
-                                   s.optimizer.steps_taken()};
+      ckpt.state =
+          CheckpointState{s.step, s.data_position, c.run.seed, 1.0, s.optimizer.steps_taken()};
       ckpt.params = s.params;
       ckpt.adam_m = s.optimizer.first_moment();
       ckpt.adam_v = s.optimizer.second_moment();
@@ -229,7 +232,8 @@ int Trainer::run() {
     for (int a = 0; a < s.accumulation; ++a) {
       // Sample g of this step: the global batch is split the same way under any dp, so any layout
       // trains on exactly the same sequences.
-      const std::int64_t first = s.data_position + (static_cast<std::int64_t>(a) * s.dp + s.dp_rank) * micro;
+      const std::int64_t first =
+          s.data_position + (static_cast<std::int64_t>(a) * s.dp + s.dp_rank) * micro;
       for (int b = 0; b < micro; ++b)
         s.sampler.sample(static_cast<std::uint64_t>(first + b), inputs.data() + b * T,
                          targets.data() + b * T);
@@ -239,11 +243,13 @@ int Trainer::run() {
     s.world.all_reduce_sum(s.grads.data(), s.grads.size());
     s.world.all_reduce_sum(&loss_sum, 1);
     const double loss = loss_sum / (s.accumulation * s.dp);
-    const double grad_norm = std::sqrt(cpu::sum_of_squares(s.grads.data(), static_cast<long>(s.grads.size())));
+    const double grad_norm =
+        std::sqrt(cpu::sum_of_squares(s.grads.data(), static_cast<long>(s.grads.size())));
     const double lr = learning_rate(c.optimizer, static_cast<int>(s.step), c.train.steps);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
     if (finite) {
-      s.optimizer.step(s.params.data(), s.grads.data(), lr, clip_factor(grad_norm, c.optimizer.grad_clip));
+      s.optimizer.step(s.params.data(), s.grads.data(), lr,
+                       clip_factor(grad_norm, c.optimizer.grad_clip));
       s.consecutive_nonfinite = 0;
     } else if (++s.consecutive_nonfinite >= 3) {
       fail("loss or gradients non-finite for 3 consecutive steps at step ", s.step + 1,
@@ -275,13 +281,15 @@ int Trainer::run() {
                            .add("peak_rss_mib", peak_rss_mib())
                            .add_raw("comm_bytes", comm_json(step_comm)));
       if (s.step % c.train.log_every == 0 || s.step == c.train.steps || s.step == 1) {
-        std::printf("step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms%s\n",
-                    static_cast<long long>(s.step), c.train.steps, loss, lr, grad_norm, tokens_per_s,
-                    step_ms, finite ? "" : " | skipped (non-finite)");
+        std::printf(
+            "step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms%s\n",
+            static_cast<long long>(s.step), c.train.steps, loss, lr, grad_norm, tokens_per_s,
+            step_ms, finite ? "" : " | skipped (non-finite)");
         std::fflush(stdout);
       }
     }
-    if (c.train.eval_every > 0 && s.step % c.train.eval_every == 0 && s.step != c.train.steps) evaluate();
+    if (c.train.eval_every > 0 && s.step % c.train.eval_every == 0 && s.step != c.train.steps)
+      evaluate();
     if (c.checkpoint.every > 0 && s.step % c.checkpoint.every == 0) save();
 
     std::int64_t stop = stop_requested() ? 1 : 0;
@@ -299,8 +307,9 @@ int Trainer::run() {
   }
   evaluate();
   save();
-  if (s.is_logger()) std::printf("done: %lld steps, peak memory %.0f MiB\n",
-                                 static_cast<long long>(s.step), peak_rss_mib());
+  if (s.is_logger())
+    std::printf("done: %lld steps, peak memory %.0f MiB\n", static_cast<long long>(s.step),
+                peak_rss_mib());
   return 0;
 }
 

@@ -17,7 +17,9 @@ constexpr std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-constexpr std::uint64_t hash_combine(std::uint64_t a, std::uint64_t b) { return mix64(a ^ mix64(b)); }
+constexpr std::uint64_t hash_combine(std::uint64_t a, std::uint64_t b) {
+  return mix64(a ^ mix64(b));
+}
 
 // FNV-1a over the bytes of a name: stable across builds and platforms.
 constexpr std::uint64_t hash_name(std::string_view name) {

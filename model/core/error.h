@@ -24,9 +24,9 @@ template <class... Parts>
 }  // namespace strata
 
 // Internal invariants (not user input): names the condition, file and line.
-#define STRATA_CHECK(condition, ...)                                                         \
-  do {                                                                                       \
-    if (!(condition))                                                                        \
-      ::strata::fail("internal check failed: " #condition " at " __FILE__ ":", __LINE__, " " \
-                     __VA_OPT__(, __VA_ARGS__));                                             \
+#define STRATA_CHECK(condition, ...)                                                     \
+  do {                                                                                   \
+    if (!(condition))                                                                    \
+      ::strata::fail("internal check failed: " #condition " at " __FILE__ ":", __LINE__, \
+                     " " __VA_OPT__(, __VA_ARGS__));                                     \
   } while (0)

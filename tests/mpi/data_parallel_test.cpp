@@ -15,20 +15,21 @@ using testing::TempDir;
 
 std::string write_config(const TempDir& dir, const std::string& name) {
   const std::string path = dir / (name + ".yaml");
-  std::ofstream(path) << "run: {name: " << name << ", dir: " << dir.str() << "/runs, seed: 3}\n"
-                      << "model: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: 64}\n"
-                      << "data: {train: " << dir.str() << "/data/train, val: " << dir.str() << "/data/val}\n"
-                      << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
-                      << "train: {steps: 20, global_batch: 16, micro_batch: 2, eval_every: 10, "
-                         "eval_tokens: 2048, log_every: 10}\n"
-                      << "checkpoint: {every: 0, keep: 1}\n";
+  std::ofstream(path)
+      << "run: {name: " << name << ", dir: " << dir.str() << "/runs, seed: 3}\n"
+      << "model: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: 64}\n"
+      << "data: {train: " << dir.str() << "/data/train, val: " << dir.str() << "/data/val}\n"
+      << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
+      << "train: {steps: 20, global_batch: 16, micro_batch: 2, eval_every: 10, "
+         "eval_tokens: 2048, log_every: 10}\n"
+      << "checkpoint: {every: 0, keep: 1}\n";
   return path;
 }
 
 std::vector<double> train_losses(const TempDir& dir, int ranks, const std::string& key = "loss") {
   const std::string name = "dp" + std::to_string(ranks);
-  const std::string command = testing::mpirun(ranks) + "-x OMP_NUM_THREADS=1 " + testing::bin("train") +
-                              " " + write_config(dir, name);
+  const std::string command = testing::mpirun(ranks) + "-x OMP_NUM_THREADS=1 " +
+                              testing::bin("train") + " " + write_config(dir, name);
   const auto result = testing::run_command(command);
   EXPECT_EQ(result.status, 0) << result.output;
   return testing::metric_values(dir.str() + "/runs/" + name + "/metrics.jsonl", key);
@@ -43,12 +44,15 @@ TEST(DataParallel, TwoAndFourRanksMatchOneProcess) {
     const auto losses = train_losses(dir, ranks);
     ASSERT_EQ(losses.size(), reference.size()) << ranks << " ranks";
     for (std::size_t i = 0; i < losses.size(); ++i)
-      EXPECT_NEAR(losses[i], reference[i], 1e-5 * std::abs(reference[i])) << ranks << " ranks, step " << i + 1;
-    const auto val = testing::metric_values(dir.str() + "/runs/dp" + std::to_string(ranks) + "/metrics.jsonl",
-                                            "val_loss");
-    const auto val_reference = testing::metric_values(dir.str() + "/runs/dp1/metrics.jsonl", "val_loss");
+      EXPECT_NEAR(losses[i], reference[i], 1e-5 * std::abs(reference[i]))
+          << ranks << " ranks, step " << i + 1;
+    const auto val = testing::metric_values(
+        dir.str() + "/runs/dp" + std::to_string(ranks) + "/metrics.jsonl", "val_loss");
+    const auto val_reference =
+        testing::metric_values(dir.str() + "/runs/dp1/metrics.jsonl", "val_loss");
     ASSERT_EQ(val.size(), val_reference.size());
-    for (std::size_t i = 0; i < val.size(); ++i) EXPECT_NEAR(val[i], val_reference[i], 1e-5 * val_reference[i]);
+    for (std::size_t i = 0; i < val.size(); ++i)
+      EXPECT_NEAR(val[i], val_reference[i], 1e-5 * val_reference[i]);
   }
 }
 

@@ -46,7 +46,8 @@ TEST(Model, GradientMatchesFiniteDifferences) {
     max_grad = std::max(max_grad, std::abs(numeric));
   }
   EXPECT_GT(max_grad, 1e-3);
-  EXPECT_LT(max_error, 1e-7) << "largest |finite difference - backward| over all " << n << " parameters";
+  EXPECT_LT(max_error, 1e-7) << "largest |finite difference - backward| over all " << n
+                             << " parameters";
   // Padded vocabulary rows of wte are never targets and only feed padded logits: zero gradient.
   const TensorView& wte = model.layout().at("wte");
   for (std::size_t i = shape.vocab_size * shape.d_model; i < wte.size; ++i)

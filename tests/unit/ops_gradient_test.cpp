@@ -33,8 +33,8 @@ double dot(const Vec& a, const Vec& b) {
 }
 
 // Compares `analytic` with central differences of `loss` w.r.t. `x` (perturbed in place).
-void expect_matches_finite_differences(Vec& x, const Vec& analytic, const std::function<double()>& loss,
-                                       const char* what) {
+void expect_matches_finite_differences(Vec& x, const Vec& analytic,
+                                       const std::function<double()>& loss, const char* what) {
   const double h = 1e-6;
   double max_error = 0, max_ref = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -49,7 +49,8 @@ void expect_matches_finite_differences(Vec& x, const Vec& analytic, const std::f
     max_ref = std::max(max_ref, std::abs(numeric));
   }
   // Central differences in double are accurate to ~1e-9 relative at these magnitudes.
-  EXPECT_LE(max_error, 1e-6 * std::max(1.0, max_ref)) << what << ": max |numeric - analytic| = " << max_error;
+  EXPECT_LE(max_error, 1e-6 * std::max(1.0, max_ref))
+      << what << ": max |numeric - analytic| = " << max_error;
 }
 
 TEST(OpsGradient, Matmul) {
@@ -155,15 +156,18 @@ TEST(OpsGradient, SoftmaxCrossEntropyWithPaddedVocabulary) {
   const Vec probe = random_vector(N, rng);
   Vec losses(N), probs(N * Vp);
   auto loss = [&] {
-    softmax_crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V, Vp);
+    softmax_crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V,
+                                 Vp);
     return dot(losses, probe);
   };
   loss();
   Vec dlogits(N * Vp);
-  softmax_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), probe.data(), N, V, Vp);
+  softmax_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), probe.data(), N, V,
+                                Vp);
   expect_matches_finite_differences(logits, dlogits, loss, "logits");
   for (int n = 0; n < N; ++n)
-    for (int v = V; v < Vp; ++v) EXPECT_EQ(dlogits[n * Vp + v], 0.0) << "padded column has a gradient";
+    for (int v = V; v < Vp; ++v)
+      EXPECT_EQ(dlogits[n * Vp + v], 0.0) << "padded column has a gradient";
 }
 
 TEST(OpsGradient, CrossEntropyStaysFiniteWhenTheTargetProbabilityUnderflows) {

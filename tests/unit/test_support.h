@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "data/token_shards.h"
+#include "model/core/error.h"
 
 namespace strata::testing {
 
@@ -111,14 +112,28 @@ inline std::vector<double> metric_values(const std::string& metrics_path, const 
   const std::string needle = "\"" + key + "\": ";
   for (std::string line; std::getline(in, line);) {
     const auto at = line.find(needle);
-    if (at != std::string::npos) values.push_back(std::strtod(line.c_str() + at + needle.size(), nullptr));
+    if (at != std::string::npos)
+      values.push_back(std::strtod(line.c_str() + at + needle.size(), nullptr));
   }
   return values;
 }
 
 inline std::string mpirun(int ranks) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-         "mpirun --oversubscribe -np " + std::to_string(ranks) + " ";
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "OMPI_MCA_rmaps_base_oversubscribe=1 "
+         "mpirun --oversubscribe -np " +
+         std::to_string(ranks) + " ";
+}
+
+// The message of the strata::Error that `body` throws ("" if none).
+template <class Body>
+std::string error_of(Body body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace strata::testing

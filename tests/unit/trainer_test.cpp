@@ -15,16 +15,18 @@ namespace {
 using testing::TempDir;
 namespace fs = std::filesystem;
 
-std::string write_config(const TempDir& dir, const std::string& name, const std::string& extra = "") {
+std::string write_config(const TempDir& dir, const std::string& name,
+                         const std::string& extra = "") {
   const std::string path = dir / (name + ".yaml");
-  std::ofstream(path) << "run: {name: " << name << ", dir: " << dir.str() << "/runs, seed: 5}\n"
-                      << "model: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: 64}\n"
-                      << "data: {train: " << dir.str() << "/data/train, val: " << dir.str() << "/data/val}\n"
-                      << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
-                      << "train: {steps: 20, global_batch: 8, micro_batch: 2, eval_every: 10, "
-                         "eval_tokens: 2048, log_every: 5}\n"
-                      << "checkpoint: {every: 10, keep: 0}\n"
-                      << extra;
+  std::ofstream(path)
+      << "run: {name: " << name << ", dir: " << dir.str() << "/runs, seed: 5}\n"
+      << "model: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: 64}\n"
+      << "data: {train: " << dir.str() << "/data/train, val: " << dir.str() << "/data/val}\n"
+      << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
+      << "train: {steps: 20, global_batch: 8, micro_batch: 2, eval_every: 10, "
+         "eval_tokens: 2048, log_every: 5}\n"
+      << "checkpoint: {every: 10, keep: 0}\n"
+      << extra;
   return path;
 }
 
@@ -58,7 +60,8 @@ TEST_F(TrainerTest, ResumeContinuesTheSameRunBitExactly) {
   ASSERT_EQ(second.status, 0) << second.output;
   EXPECT_NE(second.output.find("resumed from"), std::string::npos);
 
-  const auto losses_straight = testing::metric_values(run_dir("straight") + "/metrics.jsonl", "loss");
+  const auto losses_straight =
+      testing::metric_values(run_dir("straight") + "/metrics.jsonl", "loss");
   const auto losses_split = testing::metric_values(run_dir("split") + "/metrics.jsonl", "loss");
   ASSERT_EQ(losses_straight.size(), 20u);
   EXPECT_EQ(losses_straight, losses_split);  // exact, printed with 17 significant digits
@@ -70,17 +73,22 @@ TEST_F(TrainerTest, ResumeContinuesTheSameRunBitExactly) {
 
 TEST_F(TrainerTest, SigtermSavesACheckpointAndTheRunResumesExactly) {
   const std::string long_run =
-      "--set train.steps=400 --set train.eval_every=0 --set train.log_every=1 --set checkpoint.every=0";
-  const auto straight = testing::run_command(train_command(write_config(dir_, "straight"), long_run));
+      "--set train.steps=400 --set train.eval_every=0 --set train.log_every=1 --set "
+      "checkpoint.every=0";
+  const auto straight =
+      testing::run_command(train_command(write_config(dir_, "straight"), long_run));
   ASSERT_EQ(straight.status, 0) << straight.output;
 
   const std::string config = write_config(dir_, "signalled");
   const std::string log = dir_ / "signalled.log";
   // Start in the background, send SIGTERM once training is under way, collect the exit status.
-  const auto interrupted = testing::run_command(
-      "(" + train_command(config, long_run) + " > " + log + " 2>&1 & pid=$!; "
-      "for i in $(seq 200); do grep -q 'step *20/' " + log + " && break; sleep 0.05; done; "
-      "kill -TERM $pid; wait $pid; echo exit=$?)");
+  const auto interrupted =
+      testing::run_command("(" + train_command(config, long_run) + " > " + log +
+                           " 2>&1 & pid=$!; "
+                           "for i in $(seq 200); do grep -q 'step *20/' " +
+                           log +
+                           " && break; sleep 0.05; done; "
+                           "kill -TERM $pid; wait $pid; echo exit=$?)");
   EXPECT_NE(interrupted.output.find("exit=0"), std::string::npos) << interrupted.output;
   const std::string output = testing::read_file(log);
   ASSERT_NE(output.find("stopped by signal at step"), std::string::npos) << output;
@@ -123,7 +131,8 @@ TEST_F(TrainerTest, BadInputGetsOneClearErrorAndLeavesCheckpointsUntouched) {
   expect_clean_error(testing::run_command(train_command(config)), "--resume");
   expect_clean_error(testing::run_command(train_command(dir_ / "missing.yaml")), "missing.yaml");
   expect_clean_error(testing::run_command(train_command(config, "--bogus")), "--bogus");
-  expect_clean_error(testing::run_command(train_command(config, "--resume --set data.train=" + (dir_ / "nowhere"))),
+  expect_clean_error(testing::run_command(
+                         train_command(config, "--resume --set data.train=" + (dir_ / "nowhere"))),
                      "nowhere");
   expect_clean_error(testing::run_command(train_command(config, "--resume --set model.d_model=64")),
                      "shape");

@@ -25,7 +25,8 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
     const T* v = q + 2 * C;
     T* p = probs + static_cast<long>(bh) * T_ * T_;
     // scores (T, T) = scale · q · kᵀ (the upper triangle is computed but masked below)
-    gemm(false, true, T_, T_, hs, scale, q, static_cast<int>(C3), k, static_cast<int>(C3), T(0), p, T_);
+    gemm(false, true, T_, T_, hs, scale, q, static_cast<int>(C3), k, static_cast<int>(C3), T(0), p,
+         T_);
     for (int t = 0; t < T_; ++t) {
       T* row = p + static_cast<long>(t) * T_;
       T max_score = row[0];

@@ -3,8 +3,8 @@
 namespace strata::cpu {
 
 template <class T>
-void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int B, int T_,
-                       int C) {
+void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int B,
+                       int T_, int C) {
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T_; ++bt) {
     const T* token_row = wte + static_cast<long>(tokens[bt]) * C;

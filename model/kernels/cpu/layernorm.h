@@ -9,8 +9,8 @@ inline constexpr double kLayerNormEps = 1e-5;
 
 // inp, out (N, C); mean, rstd (N).
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias, int N,
-                       int C);
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int N, int C);
 
 // dinp (N, C) += ...; dweight, dbias (C) += ... (accumulated).
 template <class T>

@@ -40,7 +40,8 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   }
 }
 
-template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int);
+template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int,
+                                    int);
 template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int,
                                      int);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*,

@@ -1,0 +1,100 @@
+// Token shards (DESIGN §5 "Token shards", a contract) and the token stream of a split.
+//
+// A shard is an HDF5 file with
+//   /tokens          1-D dataset of token ids: uint16 when vocab_size <= 65536, else uint32;
+//                    chunked in kShardChunkTokens so reading a window touches at most two chunks;
+//                    documents are separated by (each followed by) the EOS id.
+//   root attributes  vocab_size (int64), eos_id (int64), tokenizer_sha256 (string, 64 hex digits:
+//                    SHA-256 of the tokenizer .model file that produced the ids).
+// Shards are written to "<path>.tmp" and renamed, so a shard that exists is complete.
+//
+// A split is a file, a directory (every *.h5 inside, sorted by name) or a glob pattern (matches
+// sorted by name); its shards, in that order, form one stream of tokens indexed from 0. All shards
+// of a split must agree on the three attributes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/hdf5_handle.h"
+
+namespace strata {
+
+inline constexpr std::uint64_t kShardChunkTokens = 65536;  // 128 KiB of uint16 per chunk
+
+struct ShardInfo {
+  int vocab_size = 0;
+  int eos_id = -1;
+  std::string tokenizer_sha256;
+
+  bool operator==(const ShardInfo&) const = default;
+};
+
+// strata::Error if a token is outside [0, vocab_size) or the file cannot be written.
+void write_token_shard(const std::string& path, std::span<const std::int32_t> tokens,
+                       const ShardInfo& info);
+
+// Writes one shard incrementally, in bounded memory: tokens are appended to "<path>.tmp";
+// finish() writes the attributes and renames it to `path`. A writer destroyed before finish()
+// (e.g. by an exception) removes its temporary file. Move-only.
+class TokenShardWriter {
+ public:
+  TokenShardWriter(std::string path, ShardInfo info);
+  TokenShardWriter(TokenShardWriter&&) noexcept = default;
+  TokenShardWriter& operator=(TokenShardWriter&&) noexcept = default;
+  ~TokenShardWriter();
+
+  // strata::Error if a token is outside [0, vocab_size).
+  void append(std::span<const std::int32_t> tokens);
+  std::uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  void finish();
+
+ private:
+  std::string path_;
+  ShardInfo info_;
+  std::unique_ptr<H5File> file_;  // null once finished
+  H5Id tokens_;
+  std::uint64_t size_ = 0;
+  std::vector<std::uint16_t> narrow_;  // conversion buffers, reused across appends
+  std::vector<std::uint32_t> wide_;
+};
+
+// The token stream of a split. Keeps every shard open (read-only) for its lifetime. Move-only.
+// read() is const and may be called from several threads (HDF5 serialises them internally).
+class TokenSource {
+ public:
+  // strata::Error when nothing matches `spec`, a file is unreadable or not a token shard, or the
+  // shards disagree on their attributes.
+  static TokenSource open(const std::string& spec);
+
+  std::uint64_t size() const { return offsets_.back(); }
+  const ShardInfo& info() const { return info_; }
+  const std::vector<std::string>& files() const { return files_; }
+
+  // Copies tokens [start, start + count) of the stream into `out` as int32, reading only that range
+  // (across shard boundaries as needed). strata::Error if the range exceeds size() or a token read
+  // is outside [0, vocab_size) (a corrupt shard).
+  void read(std::uint64_t start, std::size_t count, std::int32_t* out) const;
+
+ private:
+  struct Shard {
+    H5File file;
+    H5Id tokens;
+  };
+  TokenSource() = default;
+
+  std::vector<std::string> files_;
+  std::vector<Shard> shards_;
+  std::vector<std::uint64_t> offsets_{
+      0};  // shard k holds stream tokens [offsets_[k], offsets_[k+1])
+  ShardInfo info_;
+};
+
+// The shard files `spec` names, sorted (see above); strata::Error if there are none.
+std::vector<std::string> resolve_shard_files(const std::string& spec);
+
+}  // namespace strata

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The main job on a fresh Debian 12 machine: install what is missing, build, tokenize the fortunes
+# corpus, train a small GPT on CPU with 2 data-parallel ranks, report val loss and a sample.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+if [ ! -f data/fortunes/tokenizer.model ]; then
+  # shellcheck disable=SC2046
+  build/bin/tokenize --input $(bash scripts/fortunes.sh) --out data/fortunes --vocab-size 4096 \
+    --val-fraction 0.05 --threads 2
+fi
+
+rm -rf runs/fortunes  # the demo starts its run afresh
+mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 build/bin/train configs/fortunes.yaml "$@"
+
+checkpoint=$(ls runs/fortunes/checkpoints/step_*.h5 | tail -n 1)
+echo
+build/bin/eval --checkpoint "$checkpoint" --data data/fortunes/val
+echo
+build/bin/generate --checkpoint "$checkpoint" --prompt "The meaning of life is" --tokens 120 \
+  --temperature 0.8 --top-k 40 --seed 7

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs Strata's dependencies (Debian 12 packages) when any is missing; a no-op otherwise.
+# Used by both README commands and by CI. Extra package names may be passed as arguments.
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev libhdf5-dev
+          libsentencepiece-dev libopenmpi-dev openmpi-bin libopenblas-openmp-dev libgtest-dev
+          fortunes "$@")
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    >/tmp/strata-apt.log || { tail -20 /tmp/strata-apt.log; exit 1; }
+fi

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The full test suite: installs what is missing, builds, runs every ctest (unit, mpi; cuda tests
+# report skipped without a GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh
+ctest --test-dir build --output-on-failure "$@"

@@ -1,0 +1,254 @@
+// The `tokenize` tool end to end: on a small generated corpus (plain text and .jsonl inputs) the
+// shards hold exactly SentencePiece's ids of each document followed by EOS, in input order, split
+// into train and val by whole documents; the output does not depend on the thread count; and
+// every bad input ends with exit status 1 and a single `error:` line naming the culprit.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/documents.h"
+#include "data/split.h"
+#include "data/token_shards.h"
+#include "data/tokenizer.h"
+#include "tests/unit/test_support.h"
+
+namespace strata {
+namespace {
+
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+RunResult run_tokenize(const std::string& args, const TempDir& scratch) {
+  const std::string out = scratch / "stdout.txt", err = scratch / "stderr.txt";
+  const std::string command =
+      std::string(STRATA_BIN_DIR) + "/tokenize " + args + " >" + out + " 2>" + err;
+  const int raw = std::system(command.c_str());
+  RunResult result;
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  result.out = slurp(out);
+  result.err = slurp(err);
+  return result;
+}
+
+// English-like text from a fixed word list: deterministic, a few KB per call.
+std::string make_text(std::mt19937& rng, int sentences) {
+  static const std::vector<std::string> words = {
+      "the",   "a",     "model",  "learns", "from",  "data",  "every", "token", "is",
+      "one",   "small", "piece",  "of",     "text",  "while", "large", "runs",  "train",
+      "for",   "many",  "hours",  "and",    "then",  "stop",  "when",  "loss",  "falls",
+      "below", "their", "target", "quick",  "brown", "fox",   "jumps", "over",  "lazy",
+      "dog",   "café",  "naïve",  "2024",   "42",    "über",  "résumé"};
+  std::string text;
+  for (int s = 0; s < sentences; ++s) {
+    const int length = 4 + static_cast<int>(rng() % 9);
+    for (int w = 0; w < length; ++w) {
+      std::string word = words[rng() % words.size()];
+      if (w == 0) word[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[0])));
+      text += word + (w + 1 < length ? " " : "");
+    }
+    text += (rng() % 5 == 0) ? ".\n" : ". ";
+  }
+  return text;
+}
+
+// JSON string escaping for the generated text (quotes, backslashes, newlines, tabs).
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Splits a token stream at EOS into documents' ids.
+std::vector<std::vector<int>> split_at_eos(const std::vector<std::int32_t>& tokens, int eos) {
+  std::vector<std::vector<int>> documents(1);
+  for (std::int32_t token : tokens) {
+    if (token == eos) {
+      documents.emplace_back();
+    } else {
+      documents.back().push_back(token);
+    }
+  }
+  EXPECT_TRUE(documents.back().empty()) << "stream does not end with EOS";
+  documents.pop_back();
+  return documents;
+}
+
+std::vector<std::int32_t> read_split(const std::string& spec) {
+  const TokenSource source = TokenSource::open(spec);
+  std::vector<std::int32_t> tokens(source.size());
+  source.read(0, tokens.size(), tokens.data());
+  return tokens;
+}
+
+class TokenizeTool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937 rng(5);
+    for (int i = 0; i < 6; ++i) {
+      inputs_.push_back(dir_ / ("doc" + std::to_string(i) + ".txt"));
+      std::ofstream(inputs_.back(), std::ios::binary) << make_text(rng, 25 + i * 5);
+    }
+    inputs_.push_back(dir_ / "more.jsonl");
+    std::ofstream jsonl(inputs_.back(), std::ios::binary);
+    for (int i = 0; i < 5; ++i) {
+      jsonl << "{\"id\": " << i << ", \"text\": \"" << json_escape(make_text(rng, 6))
+            << "\\tend \\u00e9\\ud83d\\ude00\"}\n";
+    }
+  }
+  std::string input_args() const {
+    std::string args = "--input";
+    for (const std::string& input : inputs_) args += " " + input;
+    return args;
+  }
+
+  TempDir dir_{"tokenize_tool"};
+  std::vector<std::string> inputs_;
+};
+
+TEST_F(TokenizeTool, ShardsHoldEachDocumentsIdsThenEos) {
+  const std::string out = dir_ / "out";
+  const RunResult run = run_tokenize(input_args() + " --out " + out +
+                                         " --vocab-size 400 --threads 2 --val-fraction 0.2"
+                                         " --shard-tokens 700",
+                                     dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.err, "");  // not a terminal: no progress notes
+  EXPECT_NE(run.out.find("11 documents"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("tokens/s"), std::string::npos) << run.out;
+
+  const Tokenizer tokenizer = Tokenizer::load(out + "/tokenizer.model");
+  EXPECT_EQ(tokenizer.vocab_size(), 400);
+  std::vector<std::string> documents;
+  for (const std::string& input : inputs_) {
+    for (std::string& document : read_documents(input)) documents.push_back(std::move(document));
+  }
+  ASSERT_EQ(documents.size(), 11u);
+  const std::vector<bool> is_validation = choose_validation_documents(documents.size(), 0.2);
+
+  std::vector<std::int32_t> expected_train, expected_val;
+  std::vector<std::string> train_texts, val_texts;
+  for (std::size_t i = 0; i < documents.size(); ++i) {
+    auto& expected = is_validation[i] ? expected_val : expected_train;
+    for (int id : tokenizer.encode(documents[i])) expected.push_back(id);
+    expected.push_back(tokenizer.eos_id());
+    (is_validation[i] ? val_texts : train_texts).push_back(documents[i]);
+  }
+  ASSERT_FALSE(val_texts.empty());
+  ASSERT_FALSE(train_texts.empty());
+
+  const TokenSource train = TokenSource::open(out + "/train");
+  EXPECT_GT(train.files().size(), 1u);  // --shard-tokens 700 cuts the stream
+  EXPECT_EQ(train.info(), (ShardInfo{400, tokenizer.eos_id(), tokenizer.sha256()}));
+  EXPECT_EQ(read_split(out + "/train"), expected_train);
+  EXPECT_EQ(read_split(out + "/val"), expected_val);
+
+  // Lossless: every document decodes back to its text.
+  const std::vector<std::vector<int>> train_ids =
+      split_at_eos(read_split(out + "/train"), tokenizer.eos_id());
+  ASSERT_EQ(train_ids.size(), train_texts.size());
+  for (std::size_t i = 0; i < train_ids.size(); ++i) {
+    EXPECT_EQ(tokenizer.decode(train_ids[i]), train_texts[i]);
+  }
+  EXPECT_FALSE(fs::exists(out + "/train/shard_00000.h5.tmp"));
+  for (const auto& entry : fs::directory_iterator(out)) {
+    EXPECT_FALSE(entry.path().filename().string().starts_with(".")) << entry.path();
+  }
+
+  // Same corpus with one thread and the trained model: identical shards.
+  const std::string again = dir_ / "again";
+  const RunResult rerun = run_tokenize(input_args() + " --out " + again + " --tokenizer " + out +
+                                           "/tokenizer.model --threads 1 --val-fraction 0.2",
+                                       dir_);
+  ASSERT_EQ(rerun.status, 0) << rerun.err;
+  EXPECT_EQ(read_split(again + "/train"), expected_train);
+  EXPECT_EQ(slurp(again + "/tokenizer.model"), tokenizer.serialized());
+}
+
+TEST_F(TokenizeTool, ValFractionZeroWritesNoValidationSplit) {
+  const std::string out = dir_ / "noval";
+  fs::create_directories(out + "/val");  // stale output of an earlier run is replaced
+  std::ofstream(out + "/val/shard_00000.h5") << "stale";
+  const RunResult run = run_tokenize("--input " + inputs_[0] + " --input " + inputs_[1] +
+                                         " --out " + out + " --vocab-size 400 --val-fraction 0",
+                                     dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(fs::exists(out + "/train/shard_00000.h5"));
+  EXPECT_FALSE(fs::exists(out + "/val"));
+}
+
+// Runs the tool expecting failure: status 1, and stderr is one `error:` line containing `needle`.
+void expect_error(const RunResult& run, const std::string& needle) {
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(run.out, "");
+  ASSERT_TRUE(run.err.starts_with("error: ")) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_TRUE(run.err.ends_with("\n")) << run.err;
+  EXPECT_NE(run.err.find(needle), std::string::npos) << "'" << needle << "' not in: " << run.err;
+}
+
+TEST_F(TokenizeTool, BadInputsFailWithOneErrorLine) {
+  const std::string out = " --out " + (dir_ / "bad_out");
+  const std::string missing = dir_ / "missing.txt";
+  expect_error(run_tokenize("--input " + missing + out, dir_), missing);
+
+  const std::string empty = dir_ / "empty.txt";
+  std::ofstream(empty).flush();
+  expect_error(run_tokenize("--input " + inputs_[0] + " " + empty + out, dir_),
+               empty + "' is empty");
+
+  const std::string latin1 = dir_ / "latin1.txt";
+  std::ofstream(latin1, std::ios::binary) << "caf\xE9 au lait";
+  expect_error(run_tokenize("--input " + latin1 + out, dir_), latin1 + "' is not valid UTF-8");
+
+  const std::string bad_jsonl = dir_ / "bad.jsonl";
+  std::ofstream(bad_jsonl, std::ios::binary) << "{\"text\": \"fine\"}\n{\"text\": 3}\n";
+  expect_error(run_tokenize("--input " + bad_jsonl + out, dir_), bad_jsonl + ":2: column 10");
+
+  expect_error(run_tokenize(input_args() + out + " --vocab-size 100000", dir_),
+               "tokenizer training on '" + inputs_[0] + "', '" + inputs_[1] +
+                   "' and 5 more files failed: Vocabulary size too high");
+  expect_error(run_tokenize("--input " + inputs_[0] + out + " --vocab-size 50", dir_),
+               "tokenizer training on '" + inputs_[0] + "' failed: Vocabulary size is smaller");
+  EXPECT_FALSE(fs::exists(dir_ / "bad_out/train"));
+
+  expect_error(run_tokenize("--input " + inputs_[0] + out + " --tokenizer " + inputs_[1], dir_),
+               "'" + inputs_[1] + "' is not a SentencePiece model");
+  expect_error(run_tokenize("--input " + inputs_[0] + out + " --bogus 3", dir_),
+               "unknown option '--bogus'");
+  expect_error(run_tokenize("--input " + inputs_[0], dir_), "--out DIR is required");
+  expect_error(run_tokenize(out, dir_), "no input files");
+  expect_error(
+      run_tokenize("--input " + inputs_[0] + out + " --vocab-size 300 --tokenizer x.model", dir_),
+      "--vocab-size and --tokenizer exclude each other");
+  expect_error(run_tokenize("--input " + inputs_[0] + out + " --val-fraction 1.5", dir_),
+               "--val-fraction must be in");
+  expect_error(run_tokenize("--input " + inputs_[0] + out + " --threads two", dir_),
+               "--threads must be a number, got 'two'");
+}
+
+}  // namespace
+}  // namespace strata
