@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <regex>
 #include <sstream>
+#include <string_view>
 
 #include "data/hdf5_handle.h"
 #include "model/core/counter_rng.h"
@@ -171,16 +171,25 @@ Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layou
 }
 
 namespace {
+// The step of a checkpoint file name "step_<8 or more digits>.h5", or -1 for any other name.
+std::int64_t checkpoint_step(const std::string& name) {
+  constexpr std::string_view prefix = "step_", suffix = ".h5";
+  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return -1;
+  const std::string digits =
+      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.size() < 8 || digits.size() > 18) return -1;
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stoll(digits);
+}
+
 std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& directory) {
   std::vector<std::pair<std::int64_t, std::string>> found;
   std::error_code error;
   if (!fs::is_directory(directory, error)) return found;
-  static const std::regex pattern(R"(step_(\d{8,})\.h5)");
   for (const auto& entry : fs::directory_iterator(directory, error)) {
-    std::smatch match;
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && std::regex_match(name, match, pattern))
-      found.emplace_back(std::stoll(match[1].str()), entry.path().string());
+    const std::int64_t step = checkpoint_step(entry.path().filename().string());
+    if (step >= 0 && entry.is_regular_file()) found.emplace_back(step, entry.path().string());
   }
   std::sort(found.begin(), found.end());
   return found;
