@@ -2,14 +2,30 @@
 // (LN → causal MHA → residual, LN → MLP 4C with tanh-GELU → residual), final LN, LM head tied to
 // wte. Explicit forward and backward; activations are kept for the backward pass.
 //
-// Gpt<T> owns activation and gradient-scratch memory for up to `max_batch` sequences of up to
-// seq_len tokens; parameters and gradients are flat buffers laid out by ParameterLayout and are
-// passed in, so the same object serves training (float) and gradient checks (double).
+// A Gpt<T> computes the part of the model one rank holds (ModelPartition): a pipeline stage's
+// contiguous layers, and within them a Megatron tensor-parallel shard:
+//   attention:  ln1 → [gather rows] → qkv (column-parallel: this rank's heads) → attention
+//               → proj (row-parallel: partial sums) → [sum over the group] → + bias + residual
+//   MLP:        ln2 → [gather rows] → fc (column-parallel) → GELU → proj (row-parallel) → [sum]
+//   embedding:  vocabulary-parallel lookup → [sum] → + positions
+//   head:       lnf → [gather rows] → logits of this rank's vocabulary rows → cross-entropy
+//               from per-shard maxima and sums (no rank holds full logits)
+// "[sum]" is an all-reduce, or with sequence parallelism a reduce-scatter that leaves each rank
+// its block of the B·T rows, and "[gather rows]" the matching all-gather (identity otherwise);
+// the backward pass applies the conjugates. Activations outside attention and MLP (residual
+// stream, LayerNorms) are then (B·T / tp, C) per rank.
+//
+// Activation memory comes in slots: slot s holds one micro-batch from its forward until its
+// backward, so a pipeline schedule can keep several micro-batches in flight. Parameters and
+// gradients are flat buffers laid out by layout() and are passed in, so the same object serves
+// training (float) and finite-difference checks (double).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "model/core/collectives.h"
 #include "model/gpt_shape.h"
 #include "model/parameter_layout.h"
 
@@ -18,53 +34,83 @@ namespace strata {
 template <class T>
 class Gpt {
  public:
+  // The whole model in one process, one activation slot.
   Gpt(const GptShape& shape, int max_batch);
+  // `partition` of the model; `tp` is its tensor-parallel group (size partition.tp_size, not
+  // owned; may be null when tp_size is 1). `slots`: micro-batches held at once.
+  Gpt(const GptShape& shape, const ModelPartition& partition, Collectives* tp, int max_batch,
+      int slots);
+  ~Gpt();
+  Gpt(Gpt&&) noexcept;
+  Gpt& operator=(Gpt&&) noexcept;
 
   const GptShape& shape() const { return shape_; }
+  const ModelPartition& partition() const { return partition_; }
   const ParameterLayout& layout() const { return layout_; }
+  int slots() const;
 
-  // tokens, targets (B, T_) with T_ <= seq_len. Returns the mean cross-entropy over the B·T_
-  // targets; per-position losses stay available through losses(). targets may be null (then
-  // only logits are computed and the return value is 0).
+  // Whole-model forward into slot 0: tokens, targets (B, T_) with T_ <= seq_len. Returns the mean
+  // cross-entropy over the B·T_ targets; targets may be null (logits only, returns 0).
   T forward(const T* params, const std::int32_t* tokens, const std::int32_t* targets, int B,
-            int T_);
+            int T_) {
+    return forward(0, params, tokens, nullptr, targets, B, T_);
+  }
+  // Backward of slot 0: grads += d(loss_scale · mean loss)/d(params).
+  void backward(const T* params, T* grads, T loss_scale) {
+    backward(0, params, grads, nullptr, loss_scale);
+  }
 
-  // Backward of the last forward (which must have had targets). Gradients are accumulated into
-  // grads (+=) for d(loss_scale · mean loss)/d(params).
-  void backward(const T* params, T* grads, T loss_scale);
+  // Forward of one micro-batch into `slot`. The first stage reads `tokens` (B, T_); later stages
+  // read `input` (activation_rows(B, T_), C), the previous stage's output. The last stage reads
+  // `targets` (null: logits only) and returns the mean loss; other stages return 0 and leave
+  // their output in output(slot).
+  T forward(int slot, const T* params, const std::int32_t* tokens, const T* input,
+            const std::int32_t* targets, int B, int T_);
+  // Backward of the micro-batch in `slot`; grads += this stage's parameter gradients.
+  // `output_grad` (activation_rows, C) is the gradient of this stage's output (ignored on the
+  // last stage, where the loss starts the pass as loss_scale · mean). Afterwards, on a stage
+  // other than the first, input_grad(slot) is the gradient to send to the previous stage.
+  void backward(int slot, const T* params, T* grads, const T* output_grad, T loss_scale);
 
-  // After a forward: logits (B, T_, Vp) of the last forward when it had no targets;
-  // softmax probabilities when it had targets.
-  const T* logits() const { return logits_.data(); }
-  const T* losses() const { return losses_.data(); }
+  // Rows of the residual stream on this rank: B·T_, or B·T_/tp with sequence parallelism.
+  int activation_rows(int B, int T_) const;
+  const T* output(int slot) const;
+  const T* input_grad(int slot) const;
+  // Last stage, after a forward: per-position losses (B·T_) when it had targets; logits of this
+  // rank's vocabulary rows (B·T_, padded_vocab / tp) when it had none, softmax probabilities
+  // when it had targets (until backward overwrites them).
+  const T* losses(int slot = 0) const;
+  const T* logits(int slot = 0) const;
 
  private:
+  struct Slot;
+  struct Scratch;
   struct Block;
   Block block_params(const T* base, int layer) const;
+  Slot& slot_for(int slot, int B, int T_);
+
+  void embed(Slot& s, const T* params);
+  void block_forward(Slot& s, const T* params, int local_layer);
+  T head_forward(Slot& s, const T* params);
+  void head_backward(Slot& s, const T* params, T* grads, T loss_scale);
+  void block_backward(Slot& s, const T* params, T* grads, int local_layer);
+  void embed_backward(Slot& s, T* grads);
+
+  // Tensor-parallel communication on (N, C) activations, N = B·T rows:
+  // sum of partial results into this rank's rows (all-reduce in place, or reduce-scatter),
+  // and this rank's rows to all rows (all-gather; returns `local` itself when not sharded).
+  const T* sum_rows(T* partial, T* local_out, long N, int C);
+  const T* gather_rows(const T* local, T* full, long N, int C);
 
   GptShape shape_;
+  ModelPartition partition_;
   ParameterLayout layout_;
+  Collectives* tp_;
+  std::unique_ptr<Collectives> single_rank_;  // used when no group is given
   int max_batch_;
-  // Saved forward state of the last call.
-  int batch_ = 0;
-  int time_ = 0;
-  bool has_targets_ = false;
-  std::vector<std::int32_t> saved_tokens_;
-  std::vector<std::int32_t> saved_targets_;
-  // Activations: per layer l, residual_[l] is the block input (B, T, C); residual_[L] feeds lnf.
-  std::vector<T> residual_;   // (L+1, B, T, C)
-  std::vector<T> residual2_;  // (L, B, T, C)  after the attention residual add
-  std::vector<T> ln1_, ln2_;  // (L, B, T, C)
-  std::vector<T> ln1_mean_, ln1_rstd_, ln2_mean_, ln2_rstd_;  // (L, B, T)
-  std::vector<T> qkv_;                                        // (L, B, T, 3C)
-  std::vector<T> atty_;                                       // (L, B, T, C)
-  std::vector<T> att_;                                        // (L, B, NH, T, T)
-  std::vector<T> fch_, fch_gelu_;                             // (L, B, T, 4C)
-  std::vector<T> lnf_, lnf_mean_, lnf_rstd_;                  // (B, T, C), (B, T)
-  std::vector<T> logits_;  // (B, T, Vp), probabilities after a forward with targets
-  std::vector<T> losses_;  // (B, T)
-  // Backward scratch.
-  std::vector<T> dresidual_, dln_, datty_, dqkv_, dfch_, dlosses_, scratch_;
+  bool sequence_parallel_;  // rows sharded (partition says so and tp_size > 1)
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::unique_ptr<Scratch> scratch_;
 };
 
 extern template class Gpt<float>;

@@ -20,35 +20,68 @@ double GptShape::flops_per_token() const {
          12.0 * n_layer * d_model * static_cast<double>(seq_len);
 }
 
-void ParameterLayout::add(std::string name, std::vector<std::int64_t> shape, bool decay) {
-  std::size_t size = 1;
-  for (std::int64_t d : shape) size *= static_cast<std::size_t>(d);
-  tensors_.push_back(TensorView{std::move(name), std::move(shape), total_, size, decay});
+ModelPartition ModelPartition::whole(const GptShape& shape) {
+  ModelPartition partition;
+  partition.layer_end = shape.n_layer;
+  return partition;
+}
+
+void ParameterLayout::add(std::string name, std::vector<std::int64_t> logical_shape, bool decay,
+                          std::int64_t outer, std::int64_t mid, std::int64_t inner, int part,
+                          int parts) {
+  STRATA_CHECK(mid % parts == 0, "tensor '", name, "' does not split into ", parts, " parts");
+  TensorSlice slice{std::move(logical_shape), outer, mid, inner, mid / parts * part, mid / parts};
+  // Local shape: the logical shape with the split dimension shrunk. A split of the last logical
+  // dimension (inner == 1 with a 2-D tensor) shrinks columns, otherwise rows.
+  std::vector<std::int64_t> shape = slice.logical_shape;
+  if (shape.size() == 2 && inner == 1 && outer > 1 && parts > 1)
+    shape[1] = slice.mid_count;
+  else
+    shape[0] = shape[0] / parts;
+  const std::size_t size = static_cast<std::size_t>(outer * slice.mid_count * inner);
+  tensors_.push_back(TensorView{std::move(name), std::move(shape), total_, size, decay, slice});
   total_ += size;
 }
 
-ParameterLayout ParameterLayout::for_gpt(const GptShape& s) {
-  const std::int64_t C = s.d_model;
+ParameterLayout ParameterLayout::for_gpt(const GptShape& shape) {
+  return for_partition(shape, ModelPartition::whole(shape));
+}
+
+ParameterLayout ParameterLayout::for_partition(const GptShape& s, const ModelPartition& p) {
+  STRATA_CHECK(0 <= p.layer_begin && p.layer_begin <= p.layer_end && p.layer_end <= s.n_layer);
+  STRATA_CHECK(p.tp_size >= 1 && 0 <= p.tp_rank && p.tp_rank < p.tp_size);
+  const std::int64_t C = s.d_model, Vp = s.padded_vocab();
+  const int r = p.tp_rank, n = p.tp_size;
   ParameterLayout layout;
-  layout.add("wte", {s.padded_vocab(), C}, true);
-  layout.add("wpe", {s.seq_len, C}, true);
-  for (int i = 0; i < s.n_layer; ++i) {
+  // Replicated over the tensor-parallel group.
+  auto whole = [&](const std::string& name, std::vector<std::int64_t> shape, bool decay) {
+    std::int64_t size = 1;
+    for (std::int64_t d : shape) size *= d;
+    layout.add(name, std::move(shape), decay, 1, size, 1, 0, 1);
+  };
+  if (p.has_embedding || p.has_head) layout.add("wte", {Vp, C}, true, 1, Vp, C, r, n);
+  if (p.has_embedding) whole("wpe", {s.seq_len, C}, true);
+  for (int i = p.layer_begin; i < p.layer_end; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
-    layout.add(h + "ln1.weight", {C}, false);
-    layout.add(h + "ln1.bias", {C}, false);
-    layout.add(h + "attn.qkv.weight", {3 * C, C}, true);
-    layout.add(h + "attn.qkv.bias", {3 * C}, false);
-    layout.add(h + "attn.proj.weight", {C, C}, true);
-    layout.add(h + "attn.proj.bias", {C}, false);
-    layout.add(h + "ln2.weight", {C}, false);
-    layout.add(h + "ln2.bias", {C}, false);
-    layout.add(h + "mlp.fc.weight", {4 * C, C}, true);
-    layout.add(h + "mlp.fc.bias", {4 * C}, false);
-    layout.add(h + "mlp.proj.weight", {C, 4 * C}, true);
-    layout.add(h + "mlp.proj.bias", {C}, false);
+    whole(h + "ln1.weight", {C}, false);
+    whole(h + "ln1.bias", {C}, false);
+    // Column-parallel: each rank computes its heads' q, k and v.
+    layout.add(h + "attn.qkv.weight", {3 * C, C}, true, 3, C, C, r, n);
+    layout.add(h + "attn.qkv.bias", {3 * C}, false, 3, C, 1, r, n);
+    // Row-parallel: each rank multiplies its heads' outputs; the sum over ranks is the output.
+    layout.add(h + "attn.proj.weight", {C, C}, true, C, C, 1, r, n);
+    whole(h + "attn.proj.bias", {C}, false);
+    whole(h + "ln2.weight", {C}, false);
+    whole(h + "ln2.bias", {C}, false);
+    layout.add(h + "mlp.fc.weight", {4 * C, C}, true, 1, 4 * C, C, r, n);
+    layout.add(h + "mlp.fc.bias", {4 * C}, false, 1, 4 * C, 1, r, n);
+    layout.add(h + "mlp.proj.weight", {C, 4 * C}, true, C, 4 * C, 1, r, n);
+    whole(h + "mlp.proj.bias", {C}, false);
   }
-  layout.add("lnf.weight", {C}, false);
-  layout.add("lnf.bias", {C}, false);
+  if (p.has_head) {
+    whole("lnf.weight", {C}, false);
+    whole("lnf.bias", {C}, false);
+  }
   return layout;
 }
 
@@ -56,6 +89,12 @@ const TensorView& ParameterLayout::at(const std::string& name) const {
   for (const TensorView& t : tensors_)
     if (t.name == name) return t;
   fail("no parameter named '", name, "'");
+}
+
+bool ParameterLayout::has(const std::string& name) const {
+  for (const TensorView& t : tensors_)
+    if (t.name == name) return true;
+  return false;
 }
 
 namespace {
@@ -69,7 +108,7 @@ void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& sh
   const double residual_std = 0.02 / std::sqrt(2.0 * shape.n_layer);
   for (const TensorView& t : layout.tensors()) {
     float* p = params + t.offset;
-    const bool is_weight_matrix = t.shape.size() == 2;
+    const bool is_weight_matrix = t.slice.logical_shape.size() == 2;
     if (!is_weight_matrix) {
       const float value = ends_with(t.name, ".weight") ? 1.0f : 0.0f;  // LN gain 1, biases 0
       for (std::size_t i = 0; i < t.size; ++i) p[i] = value;
@@ -80,11 +119,16 @@ void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& sh
     const double stddev = residual ? residual_std : 0.02;
     const std::uint64_t key = hash_combine(seed, hash_name(t.name));
     // Only real vocabulary rows of wte are drawn; padded rows stay 0 (they are never targets).
-    const std::size_t live =
-        t.name == "wte" ? static_cast<std::size_t>(shape.vocab_size) * t.shape[1] : t.size;
+    const std::int64_t live = t.name == "wte"
+                                  ? static_cast<std::int64_t>(shape.vocab_size) * shape.d_model
+                                  : t.slice.logical_size();
 #pragma omp parallel for schedule(static)
-    for (std::size_t i = 0; i < t.size; ++i)
-      p[i] = i < live ? static_cast<float>(stddev * counter_normal(key, i)) : 0.0f;
+    for (std::size_t i = 0; i < t.size; ++i) {
+      const std::int64_t g = t.slice.logical_index(static_cast<std::int64_t>(i));
+      p[i] = g < live
+                 ? static_cast<float>(stddev * counter_normal(key, static_cast<std::uint64_t>(g)))
+                 : 0.0f;
+    }
   }
 }
 

@@ -12,31 +12,78 @@
 
 namespace strata {
 
+// Which part of the logical model one rank holds: a tensor-parallel shard (Megatron: heads and
+// MLP columns split, vocabulary rows split, LayerNorms and row-parallel biases replicated) of the
+// contiguous layer range of one pipeline stage; the first stage holds the embeddings, the last the
+// final LayerNorm and the head (tied to wte, so with several stages both ends hold wte).
+struct ModelPartition {
+  int tp_rank = 0;
+  int tp_size = 1;
+  int layer_begin = 0;
+  int layer_end = 0;
+  bool has_embedding = true;
+  bool has_head = true;
+  // Activations outside attention/MLP (LayerNorm, residual) are sharded over the B·T rows.
+  bool sequence_parallel = false;
+
+  static ModelPartition whole(const GptShape& shape);
+  int layers() const { return layer_end - layer_begin; }
+  bool operator==(const ModelPartition&) const = default;
+};
+
+// Where a local tensor sits in its logical tensor: viewing the logical tensor as
+// (outer, mid, inner), the local one is the (outer, mid_count, inner) block starting at
+// mid_begin. E.g. the fused qkv weight (3C, C) is (3, C, C) and a rank holds its heads' rows of
+// each of q, k and v; a row-parallel weight (C, 4C) is (C, 4C, 1) and a rank holds a column block.
+struct TensorSlice {
+  std::vector<std::int64_t> logical_shape;
+  std::int64_t outer = 1, mid = 1, inner = 1;
+  std::int64_t mid_begin = 0, mid_count = 1;
+
+  bool is_whole() const { return mid_begin == 0 && mid_count == mid; }
+  std::int64_t logical_size() const { return outer * mid * inner; }
+  // Index in the logical (row-major) tensor of local element `local`.
+  std::int64_t logical_index(std::int64_t local) const {
+    const std::int64_t block = mid_count * inner;
+    const std::int64_t o = local / block, rest = local % block;
+    return o * mid * inner + mid_begin * inner + rest;
+  }
+};
+
 struct TensorView {
-  std::string name;                 // e.g. "h.0.attn.qkv.weight" (checkpoint path /model/<name>)
-  std::vector<std::int64_t> shape;  // logical shape, row-major
+  std::string name;                 // logical name, e.g. "h.0.attn.qkv.weight" (/model/<name>)
+  std::vector<std::int64_t> shape;  // local shape, row-major
   std::size_t offset = 0;           // first element in the flat buffer
   std::size_t size = 0;             // number of elements
   bool decay = false;               // AdamW weight decay applies (2-D weights only)
+  TensorSlice slice;                // where it sits in the logical tensor
 };
 
 class ParameterLayout {
  public:
+  // The whole model (one process).
   static ParameterLayout for_gpt(const GptShape& shape);
+  // The tensors `partition` holds, in the same order as for_gpt, each with its slice.
+  static ParameterLayout for_partition(const GptShape& shape, const ModelPartition& partition);
 
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const TensorView& at(const std::string& name) const;  // Error if absent
+  bool has(const std::string& name) const;
   std::size_t total() const { return total_; }
 
  private:
-  void add(std::string name, std::vector<std::int64_t> shape, bool decay);
+  // A tensor split along `mid` of its logical (outer, mid, inner) view into `parts` equal blocks,
+  // holding block `part` (parts = 1: whole).
+  void add(std::string name, std::vector<std::int64_t> logical_shape, bool decay,
+           std::int64_t outer, std::int64_t mid, std::int64_t inner, int part, int parts);
   std::vector<TensorView> tensors_;
   std::size_t total_ = 0;
 };
 
-// GPT-2 initialisation as a pure function of (seed, parameter name, element index), so it is the
-// same under any layout: weights N(0, 0.02), residual projections (attn.proj, mlp.proj weights)
-// N(0, 0.02/√(2·n_layer)), biases 0, LayerNorm weights 1, padded vocabulary rows 0.
+// GPT-2 initialisation as a pure function of (seed, parameter name, logical element index), so it
+// is the same under any layout and partition: weights N(0, 0.02), residual projections (attn.proj,
+// mlp.proj weights) N(0, 0.02/√(2·n_layer)), biases 0, LayerNorm weights 1, padded vocabulary rows
+// 0.
 void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& shape,
                                std::uint64_t seed, float* params);
 

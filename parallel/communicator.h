@@ -1,26 +1,58 @@
-// The communicator interface (DESIGN §2): collectives over a group of ranks, every call counted.
-// Bytes are counted as sent by this rank, per collective kind and per link class (intra-node or
-// inter-node, nodes being `gpus_per_node` consecutive world ranks), so metrics can report them.
+// The communicator interface (DESIGN §2): collectives and point-to-point messages over a group of
+// ranks, every call counted so metrics can report communication by kind and link class.
+//
+// Accounting model (what CommStats holds). Bytes SENT by this rank, per call kind and link class,
+// as a ring implementation of each collective would send them; n is the group size, B the bytes
+// of the buffer named below:
+//   all_reduce      2(n-1)/n · B  B = the buffer (reduce-scatter then all-gather around the ring)
+//   reduce_scatter   (n-1)/n · B  B = the whole input, n·count_per_rank elements
+//   all_gather       (n-1)/n · B  B = the whole output, n·count_per_rank elements
+//   all_to_all       (n-1)/n · B  B = the whole input: one chunk to each other member
+//   broadcast        (n-1)   · B  B = the buffer, charged to the root (others send nothing)
+//   send                       B  also the send half of send_recv; receiving sends nothing
+// Link class: a ring collective sends everything to its ring successor (group rank + 1, wrapping),
+// so its bytes take the class of that link; a send takes the class of (this rank, peer);
+// all_to_all and broadcast are split exactly per peer. A link is intra-node when both ends' world
+// ranks fall in the same block of ranks_per_node consecutive world ranks, which is how nodes are
+// simulated on one machine (parallel.gpus_per_node). Every call of a counted kind increments
+// calls[kind] once on every member, even when it sends nothing (a 1-rank group, a broadcast's
+// non-root); recv, a send_recv without a destination and barrier are not counted.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "model/core/collectives.h"
 
 namespace strata {
 
 enum class LinkClass { intra_node, inter_node };
 
 struct CommStats {
-  // kind ("all_reduce", "broadcast", ...) -> link class -> bytes sent by this rank
+  // kind ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send")
+  //   -> link class -> bytes sent by this rank
   std::map<std::string, std::map<LinkClass, std::uint64_t>> bytes;
   std::map<std::string, std::uint64_t> calls;
+
   std::uint64_t total_bytes() const;
+  // One call that sends `sent` bytes over one link class.
   void add(const std::string& kind, LinkClass link, std::uint64_t sent);
+  // The parts of a call that sends over several links: add_bytes per link, count_call once.
+  void add_bytes(const std::string& kind, LinkClass link, std::uint64_t sent);
+  void count_call(const std::string& kind);
+  // Sums another communicator's figures into these (totals over process groups).
+  CommStats& operator+=(const CommStats& other);
 };
 
-class Communicator {
+// later − earlier, per kind and link class: the figures of an interval (one training step) from
+// two snapshots of running totals. Entries of `later` are kept even where the difference is zero.
+CommStats operator-(const CommStats& later, const CommStats& earlier);
+
+// A Collectives, so a tensor-parallel model can run over a group communicator directly.
+class Communicator : public Collectives {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
@@ -34,11 +66,59 @@ class Communicator {
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
 
+  // Chunked collectives: a buffer of size()·count_per_rank elements is size() chunks, chunk r
+  // belonging to group rank r. `in` and `out` must not overlap, except that all_gather may run in
+  // place with in == out + rank()·count_per_rank.
+  //   reduce_scatter_sum: in (n·count) -> out (count) = sum over members of their chunk rank()
+  //   all_gather:         in (count)   -> out (n·count), chunk r = rank r's in
+  //   all_to_all:         in (n·count) -> out (n·count), chunk r = rank r's in chunk rank()
+  virtual void reduce_scatter_sum(const float* in, float* out, std::size_t count_per_rank) = 0;
+  virtual void reduce_scatter_sum(const double* in, double* out, std::size_t count_per_rank) = 0;
+  virtual void all_gather(const float* in, float* out, std::size_t count_per_rank) = 0;
+  virtual void all_gather(const double* in, double* out, std::size_t count_per_rank) = 0;
+  virtual void all_to_all(const float* in, float* out, std::size_t count_per_rank) = 0;
+  virtual void all_to_all(const double* in, double* out, std::size_t count_per_rank) = 0;
+
+  // Point-to-point with group rank `peer`. Blocking; messages between two ranks arrive in the
+  // order they were sent. Two ranks that both send first may deadlock once messages outgrow the
+  // transport's eager limit: exchanges go through send_recv.
+  virtual void send(const float* data, std::size_t count, int peer) = 0;
+  virtual void send(const double* data, std::size_t count, int peer) = 0;
+  virtual void recv(float* data, std::size_t count, int peer) = 0;
+  virtual void recv(double* data, std::size_t count, int peer) = 0;
+  // Sends to `dest` and receives from `source` as one paired operation, so neighbours in a ring
+  // or pipeline (1F1B) can exchange without ordering their calls. dest or source -1 means none
+  // (a first or last pipeline stage); recv_buf is then left untouched.
+  virtual void send_recv(const float* send_buf, std::size_t send_count, int dest, float* recv_buf,
+                         std::size_t recv_count, int source) = 0;
+  virtual void send_recv(const double* send_buf, std::size_t send_count, int dest, double* recv_buf,
+                         std::size_t recv_count, int source) = 0;
+
+  // The world rank of group member `group_rank`, and the class of a link from this rank to it.
+  int world_rank_of(int group_rank) const;
+  LinkClass link_to(int peer) const;
+  int ranks_per_node() const { return ranks_per_node_; }
+
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
 
  protected:
+  // A backend calls this once it knows its group: every member's world rank, in group-rank order.
+  void set_topology(std::vector<int> member_world_ranks, int ranks_per_node);
+
+  // Accounting helpers implementing the model above; each counts one call of `kind`.
+  // A ring collective sending `sent` bytes to the ring successor.
+  void count_ring(const std::string& kind, std::uint64_t sent);
+  // `bytes_per_peer` to every other member (all_to_all; broadcast at its root).
+  void count_per_peer(const std::string& kind, std::uint64_t bytes_per_peer);
+  // `sent` bytes to `peer`, as kind "send".
+  void count_send(int peer, std::uint64_t sent);
+
   CommStats stats_;
+
+ private:
+  std::vector<int> member_world_ranks_;
+  int ranks_per_node_ = 1;
 };
 
 }  // namespace strata

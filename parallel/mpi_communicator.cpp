@@ -1,7 +1,8 @@
 #include "parallel/mpi_communicator.h"
 
+#include <algorithm>
 #include <limits>
-#include <vector>
+#include <utility>
 
 #include "model/core/error.h"
 
@@ -13,18 +14,6 @@
   } while (0)
 
 namespace strata {
-
-std::uint64_t CommStats::total_bytes() const {
-  std::uint64_t total = 0;
-  for (const auto& [kind, by_link] : bytes)
-    for (const auto& [link, n] : by_link) total += n;
-  return total;
-}
-
-void CommStats::add(const std::string& kind, LinkClass link, std::uint64_t sent) {
-  bytes[kind][link] += sent;
-  calls[kind] += 1;
-}
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int initialized = 0;
@@ -50,62 +39,248 @@ int MpiRuntime::world_size() const {
   return size;
 }
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, int ranks_per_node) : comm_(comm) {
-  STRATA_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
-  STRATA_MPI_CHECK(MPI_Comm_size(comm, &size_));
-  // The group spans nodes when its members' world ranks fall into more than one node block.
-  int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  std::vector<int> world_ranks(static_cast<std::size_t>(size_));
-  STRATA_MPI_CHECK(MPI_Allgather(&world_rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, comm));
-  for (int r : world_ranks) spans_nodes_ |= (r / ranks_per_node) != (world_rank / ranks_per_node);
-}
-
-void MpiCommunicator::record(const std::string& kind, std::uint64_t sent) {
-  stats_.add(kind, spans_nodes_ ? LinkClass::inter_node : LinkClass::intra_node, sent);
-}
-
 namespace {
+
+// Point-to-point messages of one communicator share a tag: each group has its own MPI_Comm, and
+// MPI keeps messages between two ranks of one communicator and tag in order.
+constexpr int kPointToPointTag = 0;
+
 int checked_count(std::size_t count) {
   if (count > static_cast<std::size_t>(std::numeric_limits<int>::max()))
     fail("MPI message of ", count, " elements exceeds the int count limit");
   return static_cast<int>(count);
 }
+
+template <class T>
+MPI_Datatype mpi_type();
+template <>
+MPI_Datatype mpi_type<float>() {
+  return MPI_FLOAT;
+}
+template <>
+MPI_Datatype mpi_type<double>() {
+  return MPI_DOUBLE;
+}
+
 // Bytes one rank sends in a ring all-reduce of `bytes`: reduce-scatter + all-gather.
 std::uint64_t ring_all_reduce_bytes(std::uint64_t bytes, int n) {
   return n <= 1 ? 0 : 2 * bytes * static_cast<std::uint64_t>(n - 1) / static_cast<std::uint64_t>(n);
 }
+
+// Bytes one rank sends in a ring reduce-scatter or all-gather: n−1 of the n chunks.
+template <class T>
+std::uint64_t ring_chunk_bytes(std::size_t count_per_rank, int n) {
+  return static_cast<std::uint64_t>(n - 1) * count_per_rank * sizeof(T);
+}
+
 }  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, int ranks_per_node) : comm_(comm) {
+  STRATA_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
+  STRATA_MPI_CHECK(MPI_Comm_size(comm, &size_));
+  int world_rank = 0;
+  STRATA_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  std::vector<int> world_ranks(static_cast<std::size_t>(size_));
+  STRATA_MPI_CHECK(MPI_Allgather(&world_rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, comm));
+  set_topology(std::move(world_ranks), ranks_per_node);
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm owned_comm, std::vector<int> member_world_ranks,
+                                 int ranks_per_node)
+    : comm_(owned_comm), owned_(true) {
+  STRATA_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  STRATA_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  set_topology(std::move(member_world_ranks), ranks_per_node);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // After MPI_Finalize the handle is dead already; freeing it then would be an MPI error.
+  if (owned_ && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::subgroup(const std::vector<int>& members) {
+  // Local checks first: they fail identically on every rank given the same bad input, before any
+  // rank enters the collective split.
+  const auto self = std::find(members.begin(), members.end(), rank_);
+  if (self == members.end()) fail("subgroup: this rank (", rank_, ") is not among its members");
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (members[i] < 0 || members[i] >= size_)
+      fail("subgroup: member ", members[i], " is not a rank of a communicator of ", size_);
+    if (std::count(members.begin(), members.end(), members[i]) != 1)
+      fail("subgroup: member ", members[i], " is listed twice");
+  }
+  // Ranks with the same colour form one group, ordered by key: the smallest member names the group
+  // (unique when the groups partition the ranks) and a member's index in the list is its rank.
+  const int color = *std::min_element(members.begin(), members.end());
+  const int key = static_cast<int>(self - members.begin());
+  std::vector<int> world_ranks;
+  for (int member : members) world_ranks.push_back(world_rank_of(member));
+  MPI_Comm group_comm = MPI_COMM_NULL;
+  STRATA_MPI_CHECK(MPI_Comm_split(comm_, color, key, &group_comm));
+  auto group = std::unique_ptr<MpiCommunicator>(
+      new MpiCommunicator(group_comm, std::move(world_ranks), ranks_per_node()));
+
+  // The split only sees colours and keys: check that the ranks that met are exactly the list each
+  // of them passed (in order), and let the whole group agree, so no member goes on alone.
+  std::vector<int> parent_ranks(static_cast<std::size_t>(group->size_));
+  STRATA_MPI_CHECK(
+      MPI_Allgather(&rank_, 1, MPI_INT, parent_ranks.data(), 1, MPI_INT, group->comm_));
+  int consistent = parent_ranks == members ? 1 : 0;
+  STRATA_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &consistent, 1, MPI_INT, MPI_MIN, group->comm_));
+  if (!consistent)
+    fail(
+        "subgroup: the members of one group passed different member lists (groups must "
+        "partition the communicator and every member must list them in the same order)");
+  return group;
+}
+
+void MpiCommunicator::check_peer(int peer, const char* operation) const {
+  if (peer < 0 || peer >= size_)
+    fail(operation, ": peer ", peer, " is not a rank of a group of ", size_);
+}
 
 void MpiCommunicator::all_reduce_sum(float* data, std::size_t count) {
   if (size_ > 1)
     STRATA_MPI_CHECK(
         MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_));
-  record("all_reduce", ring_all_reduce_bytes(count * sizeof(float), size_));
+  count_ring("all_reduce", ring_all_reduce_bytes(count * sizeof(float), size_));
 }
 
 void MpiCommunicator::all_reduce_sum(double* data, std::size_t count) {
   if (size_ > 1)
     STRATA_MPI_CHECK(
         MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_DOUBLE, MPI_SUM, comm_));
-  record("all_reduce", ring_all_reduce_bytes(count * sizeof(double), size_));
+  count_ring("all_reduce", ring_all_reduce_bytes(count * sizeof(double), size_));
 }
 
 void MpiCommunicator::all_reduce_max(std::int64_t* data, std::size_t count) {
   if (size_ > 1)
     STRATA_MPI_CHECK(
         MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_INT64_T, MPI_MAX, comm_));
-  record("all_reduce", ring_all_reduce_bytes(count * sizeof(std::int64_t), size_));
+  count_ring("all_reduce", ring_all_reduce_bytes(count * sizeof(std::int64_t), size_));
 }
 
 void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  check_peer(root, "broadcast");
   if (size_ > 1) STRATA_MPI_CHECK(MPI_Bcast(data, checked_count(bytes), MPI_BYTE, root, comm_));
-  // A tree broadcast sends the buffer size−1 times in all; the root is charged for it here.
-  if (rank_ == root) record("broadcast", bytes * static_cast<std::uint64_t>(size_ - 1));
+  // However the broadcast is routed, the buffer crosses size−1 links in all; charging the root
+  // once per other member makes the total exact and the link split that of a flat fan-out.
+  if (rank_ == root)
+    count_per_peer("broadcast", bytes);
+  else
+    stats_.count_call("broadcast");
 }
 
 void MpiCommunicator::barrier() {
   if (size_ > 1) STRATA_MPI_CHECK(MPI_Barrier(comm_));
+}
+
+template <class T>
+void MpiCommunicator::reduce_scatter_sum_impl(const T* in, T* out, std::size_t count_per_rank) {
+  STRATA_MPI_CHECK(MPI_Reduce_scatter_block(in, out, checked_count(count_per_rank), mpi_type<T>(),
+                                            MPI_SUM, comm_));
+  count_ring("reduce_scatter", ring_chunk_bytes<T>(count_per_rank, size_));
+}
+
+template <class T>
+void MpiCommunicator::all_gather_impl(const T* in, T* out, std::size_t count_per_rank) {
+  const int count = checked_count(count_per_rank);
+  // In place: this rank's contribution already sits in its chunk of out.
+  const bool in_place = in == out + static_cast<std::size_t>(rank_) * count_per_rank;
+  STRATA_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in, count, mpi_type<T>(), out, count,
+                                 mpi_type<T>(), comm_));
+  count_ring("all_gather", ring_chunk_bytes<T>(count_per_rank, size_));
+}
+
+template <class T>
+void MpiCommunicator::all_to_all_impl(const T* in, T* out, std::size_t count_per_rank) {
+  const int count = checked_count(count_per_rank);
+  STRATA_MPI_CHECK(MPI_Alltoall(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm_));
+  count_per_peer("all_to_all", count_per_rank * sizeof(T));
+}
+
+template <class T>
+void MpiCommunicator::send_impl(const T* data, std::size_t count, int peer) {
+  check_peer(peer, "send");
+  STRATA_MPI_CHECK(
+      MPI_Send(data, checked_count(count), mpi_type<T>(), peer, kPointToPointTag, comm_));
+  count_send(peer, count * sizeof(T));
+}
+
+template <class T>
+void MpiCommunicator::recv_impl(T* data, std::size_t count, int peer) {
+  check_peer(peer, "recv");
+  MPI_Status status;
+  STRATA_MPI_CHECK(
+      MPI_Recv(data, checked_count(count), mpi_type<T>(), peer, kPointToPointTag, comm_, &status));
+  // A shorter message would leave the tail of `data` stale without any MPI error.
+  int received = 0;
+  STRATA_MPI_CHECK(MPI_Get_count(&status, mpi_type<T>(), &received));
+  if (static_cast<std::size_t>(received) != count)
+    fail("recv: expected ", count, " elements from rank ", peer, ", got ", received);
+}
+
+template <class T>
+void MpiCommunicator::send_recv_impl(const T* send_buf, std::size_t send_count, int dest,
+                                     T* recv_buf, std::size_t recv_count, int source) {
+  if (dest != -1) check_peer(dest, "send_recv");
+  if (source != -1) check_peer(source, "send_recv");
+  MPI_Status status;
+  STRATA_MPI_CHECK(MPI_Sendrecv(send_buf, dest == -1 ? 0 : checked_count(send_count), mpi_type<T>(),
+                                dest == -1 ? MPI_PROC_NULL : dest, kPointToPointTag, recv_buf,
+                                source == -1 ? 0 : checked_count(recv_count), mpi_type<T>(),
+                                source == -1 ? MPI_PROC_NULL : source, kPointToPointTag, comm_,
+                                &status));
+  if (source != -1) {
+    int received = 0;
+    STRATA_MPI_CHECK(MPI_Get_count(&status, mpi_type<T>(), &received));
+    if (static_cast<std::size_t>(received) != recv_count)
+      fail("send_recv: expected ", recv_count, " elements from rank ", source, ", got ", received);
+  }
+  if (dest != -1) count_send(dest, send_count * sizeof(T));
+}
+
+// The typed entry points of the interface, each forwarding to its one template.
+void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, std::size_t count_per_rank) {
+  reduce_scatter_sum_impl(in, out, count_per_rank);
+}
+void MpiCommunicator::reduce_scatter_sum(const double* in, double* out,
+                                         std::size_t count_per_rank) {
+  reduce_scatter_sum_impl(in, out, count_per_rank);
+}
+void MpiCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
+  all_gather_impl(in, out, count_per_rank);
+}
+void MpiCommunicator::all_gather(const double* in, double* out, std::size_t count_per_rank) {
+  all_gather_impl(in, out, count_per_rank);
+}
+void MpiCommunicator::all_to_all(const float* in, float* out, std::size_t count_per_rank) {
+  all_to_all_impl(in, out, count_per_rank);
+}
+void MpiCommunicator::all_to_all(const double* in, double* out, std::size_t count_per_rank) {
+  all_to_all_impl(in, out, count_per_rank);
+}
+void MpiCommunicator::send(const float* data, std::size_t count, int peer) {
+  send_impl(data, count, peer);
+}
+void MpiCommunicator::send(const double* data, std::size_t count, int peer) {
+  send_impl(data, count, peer);
+}
+void MpiCommunicator::recv(float* data, std::size_t count, int peer) {
+  recv_impl(data, count, peer);
+}
+void MpiCommunicator::recv(double* data, std::size_t count, int peer) {
+  recv_impl(data, count, peer);
+}
+void MpiCommunicator::send_recv(const float* send_buf, std::size_t send_count, int dest,
+                                float* recv_buf, std::size_t recv_count, int source) {
+  send_recv_impl(send_buf, send_count, dest, recv_buf, recv_count, source);
+}
+void MpiCommunicator::send_recv(const double* send_buf, std::size_t send_count, int dest,
+                                double* recv_buf, std::size_t recv_count, int source) {
+  send_recv_impl(send_buf, send_count, dest, recv_buf, recv_count, source);
 }
 
 }  // namespace strata

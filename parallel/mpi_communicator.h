@@ -4,6 +4,9 @@
 
 #include <mpi.h>
 
+#include <memory>
+#include <vector>
+
 #include "parallel/communicator.h"
 
 namespace strata {
@@ -20,26 +23,74 @@ class MpiRuntime {
 
 class MpiCommunicator : public Communicator {
  public:
-  // Wraps `comm` (not owned). ranks_per_node sets the link class: a peer in the same block of
-  // ranks_per_node consecutive world ranks is intra-node.
+  // Wraps `comm` (not owned); collective over it (members exchange their world ranks).
+  // ranks_per_node sets the link class: a peer in the same block of ranks_per_node consecutive
+  // MPI_COMM_WORLD ranks is intra-node.
   MpiCommunicator(MPI_Comm comm, int ranks_per_node);
+  // Frees the communicator when this object created it (subgroup).
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
+  // A communicator over some of this one's ranks: `members` are ranks of this communicator, in
+  // the order that becomes their rank in the new one (a pipeline group lists its stages in order).
+  // Collective over THIS communicator: every rank calls subgroup at the same point, in the same
+  // order relative to other collectives, each passing the members of its own group; the groups
+  // must partition the ranks (MPI_Comm_split underneath). The result shares nothing with this
+  // communicator but the link classification (world ranks and ranks_per_node), keeps its own
+  // CommStats, and frees its MPI_Comm when destroyed: destroy it before MPI_Finalize.
+  std::unique_ptr<MpiCommunicator> subgroup(const std::vector<int>& members);
+
+  MPI_Comm comm() const { return comm_; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+
   void all_reduce_sum(float* data, std::size_t count) override;
   void all_reduce_sum(double* data, std::size_t count) override;
   void all_reduce_max(std::int64_t* data, std::size_t count) override;
   void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
 
+  void reduce_scatter_sum(const float* in, float* out, std::size_t count_per_rank) override;
+  void reduce_scatter_sum(const double* in, double* out, std::size_t count_per_rank) override;
+  void all_gather(const float* in, float* out, std::size_t count_per_rank) override;
+  void all_gather(const double* in, double* out, std::size_t count_per_rank) override;
+  void all_to_all(const float* in, float* out, std::size_t count_per_rank) override;
+  void all_to_all(const double* in, double* out, std::size_t count_per_rank) override;
+
+  void send(const float* data, std::size_t count, int peer) override;
+  void send(const double* data, std::size_t count, int peer) override;
+  void recv(float* data, std::size_t count, int peer) override;
+  void recv(double* data, std::size_t count, int peer) override;
+  void send_recv(const float* send_buf, std::size_t send_count, int dest, float* recv_buf,
+                 std::size_t recv_count, int source) override;
+  void send_recv(const double* send_buf, std::size_t send_count, int dest, double* recv_buf,
+                 std::size_t recv_count, int source) override;
+
  private:
-  // Accounts a ring-style collective: each rank sends 2·(n−1)/n of the buffer for an
-  // all-reduce; the link class is inter-node when the group spans more than one node.
-  void record(const std::string& kind, std::uint64_t sent);
+  // An owned communicator whose members' world ranks are already known (subgroup).
+  MpiCommunicator(MPI_Comm owned_comm, std::vector<int> member_world_ranks, int ranks_per_node);
+
+  // One implementation per operation, for float and double alike.
+  template <class T>
+  void reduce_scatter_sum_impl(const T* in, T* out, std::size_t count_per_rank);
+  template <class T>
+  void all_gather_impl(const T* in, T* out, std::size_t count_per_rank);
+  template <class T>
+  void all_to_all_impl(const T* in, T* out, std::size_t count_per_rank);
+  template <class T>
+  void send_impl(const T* data, std::size_t count, int peer);
+  template <class T>
+  void recv_impl(T* data, std::size_t count, int peer);
+  template <class T>
+  void send_recv_impl(const T* send_buf, std::size_t send_count, int dest, T* recv_buf,
+                      std::size_t recv_count, int source);
+  void check_peer(int peer, const char* operation) const;
+
   MPI_Comm comm_;
+  bool owned_ = false;
   int rank_ = 0;
   int size_ = 1;
-  bool spans_nodes_ = false;
 };
 
 }  // namespace strata

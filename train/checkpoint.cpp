@@ -36,93 +36,221 @@ std::string checkpoint_file_name(std::int64_t step) {
   return name;
 }
 
+std::uint64_t checksum_slice(const float* values, const TensorSlice& slice) {
+  const std::int64_t n = slice.outer * slice.mid_count * slice.inner;
+  std::uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, values + i, sizeof(bits));
+    sum += mix64(hash_combine(static_cast<std::uint64_t>(slice.logical_index(i)), bits));
+  }
+  return sum;  // wraps modulo 2^64: shares add up whatever the slicing
+}
+
 namespace {
 
-std::vector<std::uint64_t> dims_of(const TensorView& t) {
-  return std::vector<std::uint64_t>(t.shape.begin(), t.shape.end());
+std::vector<std::uint64_t> logical_dims(const TensorView& t) {
+  return std::vector<std::uint64_t>(t.slice.logical_shape.begin(), t.slice.logical_shape.end());
 }
 
-void write_tensor(hid_t file, const std::string& path, const float* data, const TensorView& t) {
-  const std::vector<std::uint64_t> dims = dims_of(t);
-  write_dataset_f32(file, path, std::span<const float>(data, t.size), dims);
-  H5Id dataset = open_dataset(file, path);
-  write_attribute_i64(dataset.get(), "checksum",
-                      static_cast<std::int64_t>(checksum_bytes(data, t.size * sizeof(float))));
+std::string shape_text(const std::vector<std::uint64_t>& dims) {
+  std::ostringstream out;
+  for (std::size_t i = 0; i < dims.size(); ++i) out << (i ? "," : "") << dims[i];
+  return out.str();
 }
 
-void read_tensor(hid_t file, const std::string& file_path, const std::string& path, float* out,
-                 const TensorView& t) {
+// Calls slab(offset, count, first_local_element) for the hyperslabs of the logical dataset that
+// hold a local tensor: one for a column block of a 2-D tensor (row-parallel weights), otherwise
+// one contiguous run of rows (or elements) per `outer` index.
+template <class Slab>
+void for_each_slab(const TensorView& t, Slab slab) {
+  const TensorSlice& s = t.slice;
+  const std::vector<std::uint64_t> dims = logical_dims(t);
+  if (dims.size() == 2 && s.inner == 1 && s.outer == static_cast<std::int64_t>(dims[0])) {
+    const std::uint64_t offset[2] = {0, static_cast<std::uint64_t>(s.mid_begin)};
+    const std::uint64_t count[2] = {dims[0], static_cast<std::uint64_t>(s.mid_count)};
+    slab(std::span<const std::uint64_t>(offset), std::span<const std::uint64_t>(count), 0);
+    return;
+  }
+  const std::uint64_t row = dims.size() == 2 ? dims[1] : 1;  // elements per dataset row
+  const std::uint64_t block = static_cast<std::uint64_t>(s.mid_count * s.inner);
+  STRATA_CHECK(block % row == 0, "tensor '", t.name, "' has a slice that is not whole rows");
+  for (std::int64_t o = 0; o < s.outer; ++o) {
+    const std::uint64_t first = static_cast<std::uint64_t>((o * s.mid + s.mid_begin) * s.inner);
+    std::uint64_t offset[2] = {first / row, 0}, count[2] = {block / row, row};
+    slab(std::span<const std::uint64_t>(offset, dims.size()),
+         std::span<const std::uint64_t>(count, dims.size()), o * block);
+  }
+}
+
+// Creates every logical dataset of `logical` under `group` with a zero checksum.
+void create_tensors(hid_t file, const std::string& group, const ParameterLayout& logical) {
+  for (const TensorView& t : logical.tensors()) {
+    const std::vector<std::uint64_t> dims = logical_dims(t);
+    H5Id dataset = create_dataset(file, group + t.name, H5T_IEEE_F32LE, dims);
+    write_attribute_i64(dataset.get(), "checksum", 0);
+  }
+}
+
+void write_slices(hid_t file, const std::string& group, const float* data, const TensorView& t) {
+  H5Id dataset = open_dataset(file, group + t.name);
+  for_each_slab(t, [&](auto offset, auto count, std::int64_t first) {
+    write_dataset_slab<float>(dataset.get(), offset, count, data + first);
+  });
+  const std::uint64_t sum =
+      static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum")) +
+      checksum_slice(data, t.slice);
+  write_attribute_i64(dataset.get(), "checksum", static_cast<std::int64_t>(sum));
+}
+
+// Reads the whole logical tensor (to verify its checksum), then takes the local slice.
+void read_slices(hid_t file, const std::string& file_path, const std::string& path, float* out,
+                 const TensorView& t, std::vector<float>& whole) {
   if (!has_object(file, path)) fail("checkpoint '", file_path, "' has no tensor '", path, "'");
   const std::vector<std::uint64_t> dims = dataset_dims(file, path);
-  if (dims != dims_of(t)) {
-    std::ostringstream got, want;
-    for (std::size_t i = 0; i < dims.size(); ++i) got << (i ? "," : "") << dims[i];
-    for (std::size_t i = 0; i < t.shape.size(); ++i) want << (i ? "," : "") << t.shape[i];
-    fail("checkpoint '", file_path, "': tensor '", path, "' has shape [", got.str(),
-         "], the model needs [", want.str(), "]");
-  }
-  read_dataset_f32(file, path, std::span<float>(out, t.size));
+  if (dims != logical_dims(t))
+    fail("checkpoint '", file_path, "': tensor '", path, "' has shape [", shape_text(dims),
+         "], the model needs [", shape_text(logical_dims(t)), "]");
+  whole.resize(static_cast<std::size_t>(t.slice.logical_size()));
+  read_dataset_f32(file, path, std::span<float>(whole));
   H5Id dataset = open_dataset(file, path);
   const auto expected = static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum"));
-  if (checksum_bytes(out, t.size * sizeof(float)) != expected)
+  TensorSlice all = t.slice;
+  all.mid_begin = 0;
+  all.mid_count = all.mid;
+  if (checksum_slice(whole.data(), all) != expected)
     fail("checkpoint '", file_path, "': tensor '", path, "' fails its checksum (file is damaged)");
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < t.size; ++i)
+    out[i] = whole[static_cast<std::size_t>(t.slice.logical_index(static_cast<std::int64_t>(i)))];
 }
 
 void check_format(hid_t file, const std::string& path) {
   if (!has_attribute(file, "format") || read_attribute_string(file, "format") != kCheckpointFormat)
-    fail("'", path, "' is not a Strata checkpoint (missing or unknown 'format' attribute)");
+    fail("'", path, "' is not a Strata checkpoint of format ", kCheckpointFormat,
+         " (missing or other 'format' attribute)");
+}
+
+// Rank 0's part: the file with every dataset, the state, config and tokenizer.
+void create_checkpoint_file(const std::string& path, const GptShape& shape,
+                            const Checkpoint& ckpt) {
+  const ParameterLayout logical = ParameterLayout::for_gpt(shape);
+  H5File file = H5File::create(path);
+  write_attribute_string(file.id(), "format", kCheckpointFormat);
+  write_attribute_string(file.id(), "config", ckpt.config_yaml);
+  create_tensors(file.id(), "/model/", logical);
+  if (!ckpt.adam_m.empty()) {
+    create_tensors(file.id(), "/optimizer/m/", logical);
+    create_tensors(file.id(), "/optimizer/v/", logical);
+  }
+  H5Id state = create_group(file.id(), "/state");
+  write_attribute_i64(state.get(), "step", ckpt.state.step);
+  write_attribute_i64(state.get(), "data_position", ckpt.state.data_position);
+  write_attribute_i64(state.get(), "seed", static_cast<std::int64_t>(ckpt.state.seed));
+  write_attribute_f64(state.get(), "loss_scale", ckpt.state.loss_scale);
+  write_attribute_i64(state.get(), "adam_steps", ckpt.state.adam_steps);
+  if (!ckpt.tokenizer_model.empty()) {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(ckpt.tokenizer_model.data());
+    const std::uint64_t n = ckpt.tokenizer_model.size();
+    write_dataset<std::uint8_t>(file.id(), "/tokenizer/model",
+                                std::span<const std::uint8_t>(bytes, n),
+                                std::span<const std::uint64_t>(&n, 1));
+    H5Id dataset = open_dataset(file.id(), "/tokenizer/model");
+    write_attribute_i64(dataset.get(), "checksum",
+                        static_cast<std::int64_t>(checksum_bytes(bytes, n)));
+  }
+  file.close();
+}
+
+void write_rank_slices(const std::string& path, const CheckpointShard& shard,
+                       const Checkpoint& ckpt) {
+  H5File file = H5File::open_write(path);
+  const auto& tensors = shard.layout->tensors();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (!shard.writes[i]) continue;
+    const TensorView& t = tensors[i];
+    write_slices(file.id(), "/model/", ckpt.params.data() + t.offset, t);
+    if (!ckpt.adam_m.empty()) {
+      write_slices(file.id(), "/optimizer/m/", ckpt.adam_m.data() + t.offset, t);
+      write_slices(file.id(), "/optimizer/v/", ckpt.adam_v.data() + t.offset, t);
+    }
+  }
+  file.close();
+}
+
+// The same decision on every rank: an error anywhere fails the write everywhere.
+void agree_or_fail(Communicator* world, const std::string& local_error) {
+  std::int64_t failed = local_error.empty() ? 0 : 1;
+  if (world) world->all_reduce_max(&failed, 1);
+  if (!local_error.empty()) fail(local_error);
+  if (failed) fail("writing the checkpoint failed on another rank");
 }
 
 }  // namespace
 
-std::string write_checkpoint(const std::string& directory, const ParameterLayout& layout,
+std::string write_checkpoint(const std::string& directory, const CheckpointShard& shard,
                              const Checkpoint& ckpt) {
-  fs::create_directories(directory);
+  STRATA_CHECK(shard.layout && shard.writes.size() == shard.layout->tensors().size());
+  Communicator* world = shard.world;
+  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
   const std::string final_path =
       (fs::path(directory) / checkpoint_file_name(ckpt.state.step)).string();
-  // Hidden, per-process temporary name: never matched by latest_checkpoint() or prune.
-  std::string temp_name = ".";
-  temp_name.append(checkpoint_file_name(ckpt.state.step))
-      .append(".tmp")
-      .append(std::to_string(::getpid()));
-  const std::string temp_path = (fs::path(directory) / temp_name).string();
-  try {
-    H5File file = H5File::create(temp_path);
-    write_attribute_string(file.id(), "format", kCheckpointFormat);
-    write_attribute_string(file.id(), "config", ckpt.config_yaml);
-    for (const TensorView& t : layout.tensors()) {
-      write_tensor(file.id(), "/model/" + t.name, ckpt.params.data() + t.offset, t);
-      if (!ckpt.adam_m.empty()) {
-        write_tensor(file.id(), "/optimizer/m/" + t.name, ckpt.adam_m.data() + t.offset, t);
-        write_tensor(file.id(), "/optimizer/v/" + t.name, ckpt.adam_v.data() + t.offset, t);
-      }
-    }
-    H5Id state = create_group(file.id(), "/state");
-    write_attribute_i64(state.get(), "step", ckpt.state.step);
-    write_attribute_i64(state.get(), "data_position", ckpt.state.data_position);
-    write_attribute_i64(state.get(), "seed", static_cast<std::int64_t>(ckpt.state.seed));
-    write_attribute_f64(state.get(), "loss_scale", ckpt.state.loss_scale);
-    write_attribute_i64(state.get(), "adam_steps", ckpt.state.adam_steps);
-    if (!ckpt.tokenizer_model.empty()) {
-      const auto* bytes = reinterpret_cast<const std::uint8_t*>(ckpt.tokenizer_model.data());
-      const std::uint64_t n = ckpt.tokenizer_model.size();
-      write_dataset<std::uint8_t>(file.id(), "/tokenizer/model",
-                                  std::span<const std::uint8_t>(bytes, n),
-                                  std::span<const std::uint64_t>(&n, 1));
-      H5Id dataset = open_dataset(file.id(), "/tokenizer/model");
-      write_attribute_i64(dataset.get(), "checksum",
-                          static_cast<std::int64_t>(checksum_bytes(bytes, n)));
-    }
-    file.close();
-  } catch (...) {
+  // Hidden temporary name (rank 0's pid, shared): never matched by latest_checkpoint() or prune.
+  std::int64_t pid = ::getpid();
+  if (world) world->broadcast(&pid, sizeof(pid), 0);
+  const std::string temp_path =
+      (fs::path(directory) /
+       ("." + checkpoint_file_name(ckpt.state.step) + ".tmp" + std::to_string(pid)))
+          .string();
+  auto remove_temp = [&] {
     std::error_code ignored;
-    fs::remove(temp_path, ignored);
+    if (rank == 0) fs::remove(temp_path, ignored);
+  };
+  std::string error;
+  if (rank == 0) {
+    try {
+      fs::create_directories(directory);
+      create_checkpoint_file(temp_path, shard.shape, ckpt);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  try {
+    agree_or_fail(world, error);
+    for (int turn = 0; turn < ranks; ++turn) {  // HDF5 files take one writer at a time
+      if (turn == rank) {
+        try {
+          write_rank_slices(temp_path, shard, ckpt);
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      }
+      if (world) world->barrier();
+    }
+    agree_or_fail(world, error);
+  } catch (...) {
+    remove_temp();
     throw;
   }
-  std::error_code error;
-  fs::rename(temp_path, final_path, error);
-  if (error) fail("cannot rename '", temp_path, "' to '", final_path, "': ", error.message());
+  if (rank == 0) {
+    std::error_code ec;
+    fs::rename(temp_path, final_path, ec);
+    if (ec) error = "cannot rename '" + temp_path + "' to '" + final_path + "': " + ec.message();
+  }
+  try {
+    agree_or_fail(world, error);
+  } catch (...) {
+    remove_temp();
+    throw;
+  }
   return final_path;
+}
+
+std::string write_checkpoint(const std::string& directory, const GptShape& shape,
+                             const ParameterLayout& layout, const Checkpoint& ckpt) {
+  CheckpointShard shard{&layout, shape, std::vector<bool>(layout.tensors().size(), true), nullptr};
+  return write_checkpoint(directory, shard, ckpt);
 }
 
 std::string read_checkpoint_config(const std::string& path) {
@@ -144,11 +272,14 @@ Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layou
     ckpt.adam_m.resize(layout.total());
     ckpt.adam_v.resize(layout.total());
   }
+  std::vector<float> whole;  // one logical tensor at a time
   for (const TensorView& t : layout.tensors()) {
-    read_tensor(file.id(), path, "/model/" + t.name, ckpt.params.data() + t.offset, t);
+    read_slices(file.id(), path, "/model/" + t.name, ckpt.params.data() + t.offset, t, whole);
     if (with_optimizer) {
-      read_tensor(file.id(), path, "/optimizer/m/" + t.name, ckpt.adam_m.data() + t.offset, t);
-      read_tensor(file.id(), path, "/optimizer/v/" + t.name, ckpt.adam_v.data() + t.offset, t);
+      read_slices(file.id(), path, "/optimizer/m/" + t.name, ckpt.adam_m.data() + t.offset, t,
+                  whole);
+      read_slices(file.id(), path, "/optimizer/v/" + t.name, ckpt.adam_v.data() + t.offset, t,
+                  whole);
     }
   }
   if (!has_object(file.id(), "/state")) fail("checkpoint '", path, "' has no /state group");

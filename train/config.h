@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/mesh.h"
+
 namespace strata {
 
 struct RunConfig {
@@ -139,8 +141,13 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
                     const std::vector<std::string>& overrides = {});
 // Reads the file, then parse_config. A missing or unreadable file is an Error naming it.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
-// Checks that need the world size: tp*pp divides world, dp (explicit or auto) matches,
-// global_batch divisible by micro_batch*dp. Returns the resolved dp.
+// The layout of this config on a world of `world_size` ranks: the checks that need the world size
+// (resolve_mesh_shape: tp*pp divides the world, an explicit dp matches it, tensor-parallel groups
+// stay inside a node) and global_batch divisible by micro_batch*dp. Together with the checks of
+// load_config against the model (n_head, padded vocabulary, seq_len under sequence parallelism,
+// n_layer and pp_layers) this rejects every layout that cannot run, with a strata::Error.
+MeshShape resolve_mesh(const Config& config, int world_size);
+// resolve_mesh(config, world_size).dp.
 int resolve_data_parallel(const Config& config, int world_size);
 // The effective config as YAML (every key, resolved defaults); parse_config(to_yaml(c)) == c.
 std::string config_to_yaml(const Config& config);

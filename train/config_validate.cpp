@@ -1,9 +1,10 @@
 // Range and consistency rules for a typed Config (types were checked while reading), and the
-// world-size checks of resolve_data_parallel. Each rule names the key it blames and the reason.
+// world-size checks of resolve_mesh. Each rule names the key it blames and the reason.
 #include <cstdint>
 #include <numeric>
 
 #include "model/core/error.h"
+#include "model/gpt_shape.h"
 #include "train/config.h"
 #include "train/config_fields.h"
 
@@ -105,6 +106,14 @@ void validate_parallel(const Config& c, const Rules& rules) {
   // d_model and the MLP width 4*d_model evenly.
   if (c.model.n_head % p.tp != 0)
     rules.fail("parallel.tp", "(", p.tp, ") must divide model.n_head (", c.model.n_head, ")");
+  // The token embedding (and the LM head tied to it) is split by vocabulary rows; the padding to
+  // a multiple of 128 makes any power-of-two tp divide it, but not e.g. tp = 3.
+  GptShape shape;
+  shape.vocab_size = c.model.vocab_size;
+  const int padded_vocab = shape.padded_vocab();
+  if (padded_vocab % p.tp != 0)
+    rules.fail("parallel.tp", "(", p.tp, ") must divide the padded vocabulary (", padded_vocab,
+               ": model.vocab_size ", c.model.vocab_size, " rounded up to a multiple of 128)");
   // Sequence parallelism splits the sequence dimension across the tensor-parallel ranks.
   if (p.sequence_parallel && c.model.seq_len % p.tp != 0)
     rules.fail("parallel.sequence_parallel", "needs model.seq_len (", c.model.seq_len,
@@ -153,24 +162,20 @@ void validate_config(const Config& config, const ConfigSource& source) {
 
 }  // namespace config_detail
 
-int resolve_data_parallel(const Config& config, int world_size) {
+MeshShape resolve_mesh(const Config& config, int world_size) {
   const auto& p = config.parallel;
-  if (world_size < 1) fail("world size must be >= 1, got ", world_size);
-  // 64-bit products: tp, pp and dp are each an int, their products need not be.
-  const std::int64_t model_parallel = std::int64_t{p.tp} * p.pp;
-  if (world_size % model_parallel != 0)
-    fail("world size ", world_size, " is not divisible by parallel.tp*parallel.pp (", p.tp, "*",
-         p.pp, "=", model_parallel, ")");
-  const std::int64_t dp = p.dp == 0 ? world_size / model_parallel : p.dp;
-  if (dp * model_parallel != world_size)
-    fail("'parallel.dp' (", dp, ") * tp*pp (", p.tp, "*", p.pp, "=", model_parallel,
-         ") must equal the world size ", world_size, "; use dp: auto or launch ",
-         dp * model_parallel, " ranks");
+  const MeshShape shape =
+      resolve_mesh_shape(MeshRequest{p.tp, p.pp, p.dp, p.gpus_per_node}, world_size);
   const auto& t = config.train;
-  if (t.global_batch % (std::int64_t{t.micro_batch} * dp) != 0)
+  const std::int64_t sequences_per_pass = std::int64_t{t.micro_batch} * shape.dp;
+  if (t.global_batch % sequences_per_pass != 0)
     fail("'train.global_batch' (", t.global_batch, ") must be divisible by micro_batch*dp (",
-         t.micro_batch, "*", dp, "=", std::int64_t{t.micro_batch} * dp, ")");
-  return static_cast<int>(dp);
+         t.micro_batch, "*", shape.dp, "=", sequences_per_pass, ")");
+  return shape;
+}
+
+int resolve_data_parallel(const Config& config, int world_size) {
+  return resolve_mesh(config, world_size).dp;
 }
 
 }  // namespace strata

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "data/token_shards.h"
 #include "model/gpt.h"
+#include "train/pipeline_executor.h"
 
 namespace strata {
 
@@ -19,5 +21,17 @@ struct LossSum {
 // Summing the results of all shards (e.g. an all-reduce over data-parallel ranks) gives the total.
 LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource& split,
                       std::int64_t n_tokens, int micro_batch, int shard_rank, int shard_count);
+
+// The same through a pipeline (every stage of a replica calls it): the sums arrive on the last
+// stage; other stages return zeros.
+LossSum evaluate_loss(PipelineExecutor& executor, const float* params, const TokenSource& split,
+                      std::int64_t n_tokens, int seq_len, int micro_batch, int shard_rank,
+                      int shard_count);
+
+// The windows shard `shard_rank` evaluates, grouped into forward passes of at most micro_batch.
+std::vector<std::vector<std::uint64_t>> eval_batches(const TokenSource& split,
+                                                     std::int64_t n_tokens, int seq_len,
+                                                     int micro_batch, int shard_rank,
+                                                     int shard_count);
 
 }  // namespace strata

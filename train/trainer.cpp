@@ -16,11 +16,14 @@
 #include "model/core/error.h"
 #include "model/gpt.h"
 #include "model/kernels/cpu/adamw.h"
+#include "parallel/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/gradient_sync.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
+#include "train/pipeline_executor.h"
 #include "train/stop_signal.h"
 
 namespace strata {
@@ -35,8 +38,6 @@ GptShape shape_of(const ModelConfig& m) {
 // Features whose contract exists but whose implementation has not landed yet: refuse clearly
 // rather than silently train something else.
 void reject_unimplemented(const Config& c) {
-  if (c.parallel.tp != 1 || c.parallel.pp != 1)
-    fail("parallel.tp/parallel.pp > 1: tensor and pipeline parallelism are not implemented yet");
   if (c.parallel.zero.stage != 0) fail("parallel.zero.stage > 0 is not implemented yet");
   if (c.precision.compute != "fp32")
     fail("precision.compute '", c.precision.compute, "' is not implemented yet (use fp32)");
@@ -70,18 +71,51 @@ std::string comm_json(const CommStats& stats) {
   return out + "}";
 }
 
+ModelPartition partition_of(const Config& c, const Mesh& mesh) {
+  const auto stages = stage_layer_ranges(c.model.n_layer, mesh.pp_size(), c.parallel.pp_layers);
+  ModelPartition p;
+  p.tp_rank = mesh.tp_rank();
+  p.tp_size = mesh.tp_size();
+  p.layer_begin = stages[mesh.pp_rank()].first;
+  p.layer_end = stages[mesh.pp_rank()].second;
+  p.has_embedding = mesh.pp_is_first_stage();
+  p.has_head = mesh.pp_is_last_stage();
+  p.sequence_parallel = c.parallel.sequence_parallel;
+  return p;
+}
+
+// The schedule of one step, checked by simulation; also tells how many micro-batches' activations
+// this stage holds at once.
+struct StepProgram {
+  PipelineProgram program;
+  int slots = 1;
+};
+
+StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulation) {
+  StepProgram step;
+  step.program = make_pipeline_schedule(parse_pipeline_schedule(c.parallel.pipeline_schedule),
+                                        mesh.pp_size(), accumulation);
+  const PipelineStats stats = simulate_pipeline(step.program, accumulation);
+  step.slots = std::max(1, stats.max_activations_held[mesh.pp_rank()]);
+  return step;
+}
+
 }  // namespace
 
 struct Trainer::State {
   Config config;
-  Communicator& world;
+  MpiCommunicator& world;
+  ProcessGroups groups;
+  const Mesh& mesh;
   int dp = 1;
   int dp_rank = 0;
   int accumulation = 1;
   GptShape shape;
+  StepProgram step_program;
   Gpt<float> model;
   std::vector<float> params, grads;
   AdamW optimizer;
+  PipelineExecutor executor;
   TokenSource train_split;
   std::optional<TokenSource> val_split;
   WindowSampler sampler;
@@ -92,27 +126,31 @@ struct Trainer::State {
   int consecutive_nonfinite = 0;
   std::unique_ptr<MetricsWriter> metrics;
 
-  State(const Config& c, Communicator& w, int dp_size)
+  State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape)
       : config(c),
         world(w),
-        dp(dp_size),
-        dp_rank(w.rank()),
-        accumulation(c.train.global_batch / (c.train.micro_batch * dp_size)),
+        groups(Mesh(mesh_shape, w.rank(), c.parallel.gpus_per_node), w),
+        mesh(groups.mesh()),
+        dp(mesh.dp_size()),
+        dp_rank(mesh.dp_rank()),
+        accumulation(c.train.global_batch / (c.train.micro_batch * dp)),
         shape(shape_of(c.model)),
-        model(shape, c.train.micro_batch),
+        step_program(make_step_program(c, mesh, accumulation)),
+        model(shape, partition_of(c, mesh), &groups.tp(), c.train.micro_batch, step_program.slots),
         params(model.layout().total()),
         grads(model.layout().total()),
         optimizer(model.layout(), c.optimizer),
+        executor(model, groups.pp(), step_program.program, c.train.micro_batch, c.model.seq_len),
         train_split(TokenSource::open(c.data.train)),
         sampler(train_split, c.model.seq_len, c.run.seed) {}
 
   bool is_logger() const { return world.rank() == 0; }
 };
 
-Trainer::Trainer(const Config& config, Communicator& world, const TrainerOptions& options) {
+Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
   reject_unimplemented(config);
-  const int dp = resolve_data_parallel(config, world.size());
-  state_ = std::make_unique<State>(config, world, dp);
+  const MeshShape mesh_shape = resolve_mesh(config, world.size());
+  state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;
 
   const ShardInfo& info = s.train_split.info();
@@ -179,7 +217,6 @@ int Trainer::run() {
   const Config& c = s.config;
   const int T = c.model.seq_len, micro = c.train.micro_batch;
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(c.train.global_batch) * T;
-  std::vector<std::int32_t> inputs(static_cast<std::size_t>(micro) * T), targets(inputs.size());
   install_stop_signal_handlers();
 
   if (s.is_logger())
@@ -189,12 +226,18 @@ int Trainer::run() {
               << micro << " x " << s.accumulation << " accumulation steps | " << tokens_per_step
               << " tokens/step\n";
 
+  // Sums a value that lives on the last stage of every replica: every rank gets the total.
+  auto sum_over_replicas = [&](double* values, std::size_t n) {
+    s.groups.pp().all_reduce_sum(values, n);
+    s.groups.dp().all_reduce_sum(values, n);
+  };
+
   auto evaluate = [&] {
     if (!s.val_split) return;
-    const LossSum local = evaluate_loss(s.model, s.params.data(), *s.val_split, c.train.eval_tokens,
-                                        micro, s.dp_rank, s.dp);
+    const LossSum local = evaluate_loss(s.executor, s.params.data(), *s.val_split,
+                                        c.train.eval_tokens, T, micro, s.dp_rank, s.dp);
     double totals[2] = {local.sum, static_cast<double>(local.count)};
-    s.world.all_reduce_sum(totals, 2);
+    sum_over_replicas(totals, 2);
     if (totals[1] == 0) fail("data.val has too few tokens for one evaluation window of ", T + 1);
     const double val_loss = totals[0] / totals[1];
     if (s.is_logger()) {
@@ -206,16 +249,19 @@ int Trainer::run() {
 
   auto save = [&] {
     if (s.last_checkpoint_step == s.step) return;
+    Checkpoint ckpt;
+    ckpt.config_yaml = config_to_yaml(c);
+    ckpt.state =
+        CheckpointState{s.step, s.data_position, c.run.seed, 1.0, s.optimizer.steps_taken()};
+    ckpt.params = s.params;
+    ckpt.adam_m = s.optimizer.first_moment();
+    ckpt.adam_v = s.optimizer.second_moment();
+    ckpt.tokenizer_model = s.tokenizer_model;
+    CheckpointShard shard{&s.model.layout(), s.shape, {}, &s.world};
+    for (const TensorView& t : s.model.layout().tensors())
+      shard.writes.push_back(writes_to_checkpoint(s.model, t, s.mesh));
+    const std::string path = write_checkpoint(c.checkpoint_directory(), shard, ckpt);
     if (s.is_logger()) {
-      Checkpoint ckpt;
-      ckpt.config_yaml = config_to_yaml(c);
-      ckpt.state =
-          CheckpointState{s.step, s.data_position, c.run.seed, 1.0, s.optimizer.steps_taken()};
-      ckpt.params = s.params;
-      ckpt.adam_m = s.optimizer.first_moment();
-      ckpt.adam_v = s.optimizer.second_moment();
-      ckpt.tokenizer_model = s.tokenizer_model;
-      const std::string path = write_checkpoint(c.checkpoint_directory(), s.model.layout(), ckpt);
       prune_checkpoints(c.checkpoint_directory(), c.checkpoint.keep);
       std::cout << "checkpoint " << path << "\n";
     }
@@ -223,28 +269,27 @@ int Trainer::run() {
     s.last_checkpoint_step = s.step;
   };
 
+  // Micro-batch a of this step on this replica: samples data_position + (a·dp + dp_rank)·micro +
+  // b. The global batch is split the same way under any layout, so every layout trains on exactly
+  // the same sequences.
+  const MicroBatchSource train_batch = [&](int a, std::int32_t* inputs, std::int32_t* targets) {
+    const std::int64_t first =
+        s.data_position + (static_cast<std::int64_t>(a) * s.dp + s.dp_rank) * micro;
+    for (int b = 0; b < micro; ++b)
+      s.sampler.sample(static_cast<std::uint64_t>(first + b), inputs + b * T, targets + b * T);
+  };
+
   while (s.step < c.train.steps) {
     const auto start = std::chrono::steady_clock::now();
-    const CommStats comm_before = s.world.stats();
+    const CommStats comm_before = s.groups.total_stats();
     std::fill(s.grads.begin(), s.grads.end(), 0.0f);
-    double loss_sum = 0;
     const float loss_scale = 1.0f / static_cast<float>(s.accumulation * s.dp);
-    for (int a = 0; a < s.accumulation; ++a) {
-      // Sample g of this step: the global batch is split the same way under any dp, so any layout
-      // trains on exactly the same sequences.
-      const std::int64_t first =
-          s.data_position + (static_cast<std::int64_t>(a) * s.dp + s.dp_rank) * micro;
-      for (int b = 0; b < micro; ++b)
-        s.sampler.sample(static_cast<std::uint64_t>(first + b), inputs.data() + b * T,
-                         targets.data() + b * T);
-      loss_sum += s.model.forward(s.params.data(), inputs.data(), targets.data(), micro, T);
-      s.model.backward(s.params.data(), s.grads.data(), loss_scale);
-    }
-    s.world.all_reduce_sum(s.grads.data(), s.grads.size());
-    s.world.all_reduce_sum(&loss_sum, 1);
+    double loss_sum =
+        s.executor.train_step(s.params.data(), s.grads.data(), loss_scale, train_batch);
+    synchronize_gradients(s.model, s.grads.data(), s.groups);
+    sum_over_replicas(&loss_sum, 1);
     const double loss = loss_sum / (s.accumulation * s.dp);
-    const double grad_norm =
-        std::sqrt(cpu::sum_of_squares(s.grads.data(), static_cast<long>(s.grads.size())));
+    const double grad_norm = global_gradient_norm(s.model, s.grads.data(), s.groups);
     const double lr = learning_rate(c.optimizer, static_cast<int>(s.step), c.train.steps);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
     if (finite) {
@@ -261,14 +306,7 @@ int Trainer::run() {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
     if (s.is_logger()) {
-      CommStats step_comm;
-      for (const auto& [kind, by_link] : s.world.stats().bytes)
-        for (const auto& [link, bytes] : by_link) {
-          std::uint64_t before = 0;
-          if (auto k = comm_before.bytes.find(kind); k != comm_before.bytes.end())
-            if (auto l = k->second.find(link); l != k->second.end()) before = l->second;
-          step_comm.bytes[kind][link] = bytes - before;
-        }
+      const CommStats step_comm = s.groups.total_stats() - comm_before;
       const double tokens_per_s = tokens_per_step / (step_ms / 1000.0);
       s.metrics->write(JsonLine()
                            .add("step", s.step)

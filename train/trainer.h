@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "parallel/communicator.h"
+#include "parallel/mpi_communicator.h"
 #include "train/config.h"
 
 namespace strata {
@@ -21,7 +21,7 @@ struct TrainerOptions {
 
 class Trainer {
  public:
-  Trainer(const Config& config, Communicator& world, const TrainerOptions& options);
+  Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

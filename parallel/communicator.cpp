@@ -1,0 +1,81 @@
+// CommStats arithmetic and the backend-independent byte accounting of communicator.h.
+#include "parallel/communicator.h"
+
+#include <utility>
+
+#include "model/core/error.h"
+
+namespace strata {
+
+std::uint64_t CommStats::total_bytes() const {
+  std::uint64_t total = 0;
+  for (const auto& [kind, by_link] : bytes)
+    for (const auto& [link, n] : by_link) total += n;
+  return total;
+}
+
+void CommStats::add(const std::string& kind, LinkClass link, std::uint64_t sent) {
+  add_bytes(kind, link, sent);
+  count_call(kind);
+}
+
+void CommStats::add_bytes(const std::string& kind, LinkClass link, std::uint64_t sent) {
+  bytes[kind][link] += sent;
+}
+
+void CommStats::count_call(const std::string& kind) { calls[kind] += 1; }
+
+CommStats& CommStats::operator+=(const CommStats& other) {
+  for (const auto& [kind, by_link] : other.bytes)
+    for (const auto& [link, n] : by_link) bytes[kind][link] += n;
+  for (const auto& [kind, n] : other.calls) calls[kind] += n;
+  return *this;
+}
+
+CommStats operator-(const CommStats& later, const CommStats& earlier) {
+  CommStats difference = later;
+  for (const auto& [kind, by_link] : earlier.bytes)
+    for (const auto& [link, n] : by_link) {
+      STRATA_CHECK(difference.bytes[kind][link] >= n, "CommStats snapshots out of order");
+      difference.bytes[kind][link] -= n;
+    }
+  for (const auto& [kind, n] : earlier.calls) {
+    STRATA_CHECK(difference.calls[kind] >= n, "CommStats snapshots out of order");
+    difference.calls[kind] -= n;
+  }
+  return difference;
+}
+
+void Communicator::set_topology(std::vector<int> member_world_ranks, int ranks_per_node) {
+  STRATA_CHECK(ranks_per_node >= 1, "ranks_per_node must be >= 1");
+  member_world_ranks_ = std::move(member_world_ranks);
+  ranks_per_node_ = ranks_per_node;
+}
+
+int Communicator::world_rank_of(int group_rank) const {
+  STRATA_CHECK(group_rank >= 0 && group_rank < static_cast<int>(member_world_ranks_.size()),
+               "group rank ", group_rank, " outside a group of ", member_world_ranks_.size());
+  return member_world_ranks_[static_cast<std::size_t>(group_rank)];
+}
+
+LinkClass Communicator::link_to(int peer) const {
+  const bool same_node =
+      world_rank_of(rank()) / ranks_per_node_ == world_rank_of(peer) / ranks_per_node_;
+  return same_node ? LinkClass::intra_node : LinkClass::inter_node;
+}
+
+void Communicator::count_ring(const std::string& kind, std::uint64_t sent) {
+  stats_.add(kind, link_to((rank() + 1) % size()), sent);
+}
+
+void Communicator::count_per_peer(const std::string& kind, std::uint64_t bytes_per_peer) {
+  for (int peer = 0; peer < size(); ++peer)
+    if (peer != rank()) stats_.add_bytes(kind, link_to(peer), bytes_per_peer);
+  stats_.count_call(kind);
+}
+
+void Communicator::count_send(int peer, std::uint64_t sent) {
+  stats_.add("send", link_to(peer), sent);
+}
+
+}  // namespace strata

@@ -1,0 +1,107 @@
+#include "parallel/mesh.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+
+#include "model/core/error.h"
+
+namespace strata {
+
+MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size) {
+  if (world_size < 1) fail("world size must be >= 1, got ", world_size);
+  if (request.tp < 1) fail("'parallel.tp' must be >= 1, got ", request.tp);
+  if (request.pp < 1) fail("'parallel.pp' must be >= 1, got ", request.pp);
+  if (request.dp < 0) fail("'parallel.dp' must be 'auto' or a positive integer, got ", request.dp);
+  if (request.gpus_per_node < 1)
+    fail("'parallel.gpus_per_node' must be >= 1, got ", request.gpus_per_node);
+
+  // 64-bit products: tp, pp and dp are each an int, their products need not be.
+  const std::int64_t model_parallel = std::int64_t{request.tp} * request.pp;
+  if (world_size % model_parallel != 0)
+    fail("world size ", world_size, " is not divisible by parallel.tp*parallel.pp (", request.tp,
+         "*", request.pp, "=", model_parallel, ")");
+  const std::int64_t dp = request.dp == 0 ? world_size / model_parallel : request.dp;
+  if (dp * model_parallel != world_size)
+    fail("'parallel.dp' (", dp, ") * tp*pp (", request.tp, "*", request.pp, "=", model_parallel,
+         ") must equal the world size ", world_size, "; use dp: auto or launch ",
+         dp * model_parallel, " ranks");
+
+  // Tensor-parallel groups are aligned blocks of tp ranks; when tp divides gpus_per_node none
+  // crosses a node boundary. On a single node nothing can cross, whatever tp. Otherwise the group
+  // holding the node's first rank past the last full block of tp crosses, and would put the
+  // per-layer activation exchange on the slow inter-node link.
+  if (world_size > request.gpus_per_node && request.gpus_per_node % request.tp != 0)
+    fail("'parallel.tp' (", request.tp, ") must divide parallel.gpus_per_node (",
+         request.gpus_per_node, ") when the world (", world_size,
+         " ranks) spans several nodes: a tensor-parallel group communicates in every layer and "
+         "must stay inside one node");
+  return MeshShape{request.tp, request.pp, static_cast<int>(dp)};
+}
+
+int Mesh::world_rank_of(const MeshShape& shape, int tp_rank, int dp_rank, int pp_rank) {
+  STRATA_CHECK(tp_rank >= 0 && tp_rank < shape.tp && dp_rank >= 0 && dp_rank < shape.dp &&
+                   pp_rank >= 0 && pp_rank < shape.pp,
+               "mesh coordinates out of range");
+  return (pp_rank * shape.dp + dp_rank) * shape.tp + tp_rank;
+}
+
+MeshCoordinates Mesh::coordinates_of(const MeshShape& shape, int world_rank) {
+  STRATA_CHECK(world_rank >= 0 && world_rank < shape.world_size(), "world rank out of range");
+  return MeshCoordinates{world_rank % shape.tp, world_rank / shape.tp % shape.dp,
+                         world_rank / (shape.tp * shape.dp)};
+}
+
+Mesh::Mesh(int world_size, int world_rank, int tp, int pp, int dp, int gpus_per_node)
+    : Mesh(resolve_mesh_shape(MeshRequest{tp, pp, dp, gpus_per_node}, world_size), world_rank,
+           gpus_per_node) {}
+
+Mesh::Mesh(const MeshShape& shape, int world_rank, int gpus_per_node)
+    : shape_(resolve_mesh_shape(MeshRequest{shape.tp, shape.pp, shape.dp, gpus_per_node},
+                                shape.world_size())),
+      world_rank_(world_rank),
+      gpus_per_node_(gpus_per_node) {
+  if (world_rank < 0 || world_rank >= shape_.world_size())
+    fail("world rank ", world_rank, " is outside the world of ", shape_.world_size(), " ranks");
+  coordinates_ = coordinates_of(shape_, world_rank);
+  const auto [tp, dp, pp] = coordinates_;
+  for (int i = 0; i < shape_.tp; ++i) tp_group_.push_back(world_rank_of(i, dp, pp));
+  for (int i = 0; i < shape_.dp; ++i) dp_group_.push_back(world_rank_of(tp, i, pp));
+  for (int i = 0; i < shape_.pp; ++i) pp_group_.push_back(world_rank_of(tp, dp, i));
+  const int node_begin = node_index() * gpus_per_node_;
+  const int node_end = std::min(node_begin + gpus_per_node_, shape_.world_size());
+  for (int r = node_begin; r < node_end; ++r) node_group_.push_back(r);
+}
+
+std::vector<std::pair<int, int>> stage_layer_ranges(int n_layer, int pp,
+                                                    const std::vector<int>& pp_layers) {
+  if (pp < 1) fail("'parallel.pp' must be >= 1, got ", pp);
+  if (n_layer < pp)
+    fail("'parallel.pp' (", pp, ") must be <= model.n_layer (", n_layer,
+         "): every pipeline stage holds at least one layer");
+  std::vector<int> sizes;
+  if (pp_layers.empty()) {
+    for (int stage = 0; stage < pp; ++stage)
+      sizes.push_back(n_layer / pp + (stage < n_layer % pp ? 1 : 0));
+  } else {
+    if (static_cast<int>(pp_layers.size()) != pp)
+      fail("'parallel.pp_layers' must have one entry per pipeline stage (parallel.pp = ", pp,
+           "), got ", pp_layers.size());
+    for (std::size_t i = 0; i < pp_layers.size(); ++i)
+      if (pp_layers[i] < 1)
+        fail("'parallel.pp_layers' entries must be >= 1, got ", pp_layers[i], " at index ", i);
+    const std::int64_t total = std::accumulate(pp_layers.begin(), pp_layers.end(), std::int64_t{0});
+    if (total != n_layer)
+      fail("'parallel.pp_layers' must sum to model.n_layer (", n_layer, "), got ", total);
+    sizes = pp_layers;
+  }
+  std::vector<std::pair<int, int>> ranges;
+  int begin = 0;
+  for (int size : sizes) {
+    ranges.emplace_back(begin, begin + size);
+    begin += size;
+  }
+  return ranges;
+}
+
+}  // namespace strata

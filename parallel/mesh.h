@@ -1,0 +1,107 @@
+// The process mesh of 3D parallelism (DESIGN §2): every world rank is one cell of a
+// tp × dp × pp grid, and each parallel group is a slice of that grid.
+//
+// Rank order (contract): rank = ((pp_rank·DP + dp_rank)·TP + tp_rank). TP varies fastest, so a
+// tensor-parallel group is TP consecutive world ranks; with TP dividing gpus_per_node it lies
+// inside one node, where its per-layer traffic belongs. DP comes next, PP slowest.
+//
+// Nodes are blocks of gpus_per_node consecutive world ranks (the last one may be partial), so a
+// multi-node layout can be simulated on one machine by setting parallel.gpus_per_node.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+// A resolved layout: tp·pp·dp is the world size.
+struct MeshShape {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+
+  int world_size() const { return tp * pp * dp; }
+  bool operator==(const MeshShape&) const = default;
+};
+
+// The coordinates of one rank on the mesh.
+struct MeshCoordinates {
+  int tp = 0;
+  int dp = 0;
+  int pp = 0;
+
+  bool operator==(const MeshCoordinates&) const = default;
+};
+
+// A layout as asked for (the parallel.* keys): dp == 0 means auto, world / (tp·pp).
+struct MeshRequest {
+  int tp = 1;
+  int pp = 1;
+  int dp = 0;
+  int gpus_per_node = 8;
+};
+
+// Resolves dp and checks the layout against the world; a layout that cannot run is a
+// strata::Error naming the parallel.* key and the reason:
+//   - tp, pp >= 1, dp >= 0 (0 = auto), gpus_per_node >= 1, world_size >= 1;
+//   - tp·pp divides the world, and an explicit dp makes tp·pp·dp equal to it;
+//   - once the world spans several nodes (world > gpus_per_node), tp divides gpus_per_node, so
+//     that no tensor-parallel group crosses a node boundary. A single partially used node accepts
+//     any tp (a CPU run of tp = 3 on one machine is fine with the default gpus_per_node = 8).
+// Checks against the model (n_head, vocabulary, layers, seq_len) need no world and are made when
+// the config is validated (train/config_validate.cpp).
+MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size);
+
+class Mesh {
+ public:
+  // A layout checked by resolve_mesh_shape (dp == 0: auto); throws strata::Error if it does not
+  // fit the world or world_rank is not in [0, world_size).
+  Mesh(int world_size, int world_rank, int tp, int pp, int dp, int gpus_per_node);
+  Mesh(const MeshShape& shape, int world_rank, int gpus_per_node);
+
+  // The grid mapping, both ways, for any rank of a mesh of this shape.
+  static int world_rank_of(const MeshShape& shape, int tp_rank, int dp_rank, int pp_rank);
+  static MeshCoordinates coordinates_of(const MeshShape& shape, int world_rank);
+  int world_rank_of(int tp_rank, int dp_rank, int pp_rank) const {
+    return world_rank_of(shape_, tp_rank, dp_rank, pp_rank);
+  }
+
+  const MeshShape& shape() const { return shape_; }
+  int world_size() const { return shape_.world_size(); }
+  int world_rank() const { return world_rank_; }
+  int gpus_per_node() const { return gpus_per_node_; }
+
+  int tp_size() const { return shape_.tp; }
+  int dp_size() const { return shape_.dp; }
+  int pp_size() const { return shape_.pp; }
+  int tp_rank() const { return coordinates_.tp; }
+  int dp_rank() const { return coordinates_.dp; }
+  int pp_rank() const { return coordinates_.pp; }
+  const MeshCoordinates& coordinates() const { return coordinates_; }
+  bool pp_is_first_stage() const { return coordinates_.pp == 0; }
+  bool pp_is_last_stage() const { return coordinates_.pp == shape_.pp - 1; }
+  int node_index() const { return world_rank_ / gpus_per_node_; }
+
+  // The world ranks of this rank's groups, in group-rank order (a member's index is its rank in
+  // the group's communicator):
+  const std::vector<int>& tp_group() const { return tp_group_; }      // same dp, pp; by tp_rank
+  const std::vector<int>& dp_group() const { return dp_group_; }      // same tp, pp; by dp_rank
+  const std::vector<int>& pp_group() const { return pp_group_; }      // same tp, dp; by stage
+  const std::vector<int>& node_group() const { return node_group_; }  // this node, ascending
+
+ private:
+  MeshShape shape_;
+  int world_rank_ = 0;
+  int gpus_per_node_ = 1;
+  MeshCoordinates coordinates_;
+  std::vector<int> tp_group_, dp_group_, pp_group_, node_group_;
+};
+
+// The layers of each pipeline stage as contiguous [begin, end) ranges in stage order. pp_layers
+// empty: balanced, sizes differing by at most one with the extra layers on the earliest stages
+// (the last stage also runs the LM head and loss, so it is the one to lighten). Otherwise
+// pp_layers[s] layers for stage s. Throws strata::Error when the split is impossible.
+std::vector<std::pair<int, int>> stage_layer_ranges(int n_layer, int pp,
+                                                    const std::vector<int>& pp_layers = {});
+
+}  // namespace strata

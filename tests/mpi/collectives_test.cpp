@@ -1,0 +1,388 @@
+// Collectives over the groups of the process mesh, run inside mpirun (4 and 8 ranks): on every
+// group of every layout that fits the world, with nodes of 2 and 4 ranks, each operation gives
+// the values of a direct computation on known per-rank data, and counts exactly the bytes of the
+// ring model of parallel/communicator.h, split into intra- and inter-node links by world rank.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "model/core/error.h"
+#include "parallel/mesh.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/process_groups.h"
+
+namespace strata {
+
+// Readable failures for the byte maps.
+void PrintTo(LinkClass link, std::ostream* out) {
+  *out << (link == LinkClass::intra_node ? "intra_node" : "inter_node");
+}
+
+namespace {
+
+using Bytes = std::map<std::string, std::map<LinkClass, std::uint64_t>>;
+using Calls = std::map<std::string, std::uint64_t>;
+
+// Elements per rank: small, and odd so that chunk boundaries are not accidentally aligned.
+constexpr std::size_t kCount = 3;
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+// Element i of world rank r's data: small integers, so float sums are exact.
+double value(int rank, std::size_t i) { return 1000.0 * rank + static_cast<double>(i); }
+
+// The link class written out again from its definition, independently of the communicator.
+LinkClass link(int world_a, int world_b, int gpus_per_node) {
+  return world_a / gpus_per_node == world_b / gpus_per_node ? LinkClass::intra_node
+                                                            : LinkClass::inter_node;
+}
+
+// One group under test: its communicator and, from the mesh, its members' world ranks.
+struct Group {
+  std::string name;
+  Communicator& comm;
+  std::vector<int> members;
+};
+
+struct MeshGroups {
+  Mesh mesh;
+  std::unique_ptr<MpiCommunicator> world;
+  std::unique_ptr<ProcessGroups> groups;
+
+  MeshGroups(int tp, int pp, int gpus_per_node)
+      : mesh(world_size(), world_rank(), tp, pp, 0, gpus_per_node),
+        world(std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, gpus_per_node)),
+        groups(std::make_unique<ProcessGroups>(mesh, *world)) {}
+
+  std::vector<Group> all() const {
+    return {{"world", groups->world(),
+             [&] {
+               std::vector<int> ranks;
+               for (int r = 0; r < mesh.world_size(); ++r) ranks.push_back(r);
+               return ranks;
+             }()},
+            {"tp", groups->tp(), mesh.tp_group()},
+            {"dp", groups->dp(), mesh.dp_group()},
+            {"pp", groups->pp(), mesh.pp_group()},
+            {"node", groups->node(), mesh.node_group()}};
+  }
+};
+
+struct LayoutCase {
+  int tp, pp, gpus_per_node;
+};
+
+// Every (tp, pp) dividing the world, with nodes of 2 and 4 ranks, that resolve_mesh_shape accepts.
+std::vector<LayoutCase> layouts() {
+  std::vector<LayoutCase> cases;
+  const int world = world_size();
+  for (int gpus_per_node : {2, 4})
+    for (int tp = 1; tp <= world; ++tp)
+      for (int pp = 1; tp * pp <= world; ++pp) {
+        if (world % (tp * pp) != 0) continue;
+        if (world > gpus_per_node && gpus_per_node % tp != 0) continue;
+        cases.push_back({tp, pp, gpus_per_node});
+      }
+  return cases;
+}
+
+std::string describe(const LayoutCase& c) {
+  return "tp " + std::to_string(c.tp) + " pp " + std::to_string(c.pp) + " gpus_per_node " +
+         std::to_string(c.gpus_per_node);
+}
+
+// Checks one call's figures, then clears them for the next call.
+void expect_stats(Communicator& comm, const Bytes& bytes, const Calls& calls, const char* what) {
+  EXPECT_EQ(comm.stats().bytes, bytes) << what;
+  EXPECT_EQ(comm.stats().calls, calls) << what;
+  comm.reset_stats();
+}
+
+template <class T>
+void check_collectives(const Group& group, int gpus_per_node) {
+  SCOPED_TRACE(group.name + " group, element size " + std::to_string(sizeof(T)));
+  Communicator& comm = group.comm;
+  const int n = comm.size();
+  const int me = comm.rank();
+  const auto& members = group.members;
+  ASSERT_EQ(n, static_cast<int>(members.size()));
+  ASSERT_EQ(members[static_cast<std::size_t>(me)], world_rank());
+  for (int r = 0; r < n; ++r) EXPECT_EQ(comm.world_rank_of(r), members[r]);
+  const int self = world_rank();
+  const int successor = members[static_cast<std::size_t>((me + 1) % n)];
+  const LinkClass ring_link = link(self, successor, gpus_per_node);
+  const std::uint64_t chunk = kCount * sizeof(T);
+  const std::size_t un = static_cast<std::size_t>(n);
+  comm.reset_stats();
+
+  {  // all_reduce: 2(n−1)/n of the buffer to the ring successor.
+    std::vector<T> data(kCount);
+    for (std::size_t i = 0; i < kCount; ++i) data[i] = static_cast<T>(value(self, i));
+    comm.all_reduce_sum(data.data(), kCount);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      double sum = 0;
+      for (int m : members) sum += value(m, i);
+      EXPECT_EQ(data[i], static_cast<T>(sum)) << "all_reduce element " << i;
+    }
+    expect_stats(comm, {{"all_reduce", {{ring_link, 2 * (un - 1) * chunk / un}}}},
+                 {{"all_reduce", 1}}, "all_reduce");
+  }
+  {  // reduce_scatter: this rank gets the sum of everyone's chunk `me`; sends n−1 chunks.
+    std::vector<T> in(un * kCount), out(kCount, T(-1));
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<T>(value(self, i));
+    comm.reduce_scatter_sum(in.data(), out.data(), kCount);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      double sum = 0;
+      for (int m : members) sum += value(m, static_cast<std::size_t>(me) * kCount + i);
+      EXPECT_EQ(out[i], static_cast<T>(sum)) << "reduce_scatter element " << i;
+    }
+    expect_stats(comm, {{"reduce_scatter", {{ring_link, (un - 1) * chunk}}}},
+                 {{"reduce_scatter", 1}}, "reduce_scatter");
+  }
+  {  // all_gather, out of place and in place: chunk r is rank r's input.
+    std::vector<T> in(kCount), out(un * kCount, T(-1)), in_place(un * kCount, T(-1));
+    for (std::size_t i = 0; i < kCount; ++i) {
+      in[i] = static_cast<T>(value(self, i));
+      in_place[static_cast<std::size_t>(me) * kCount + i] = in[i];
+    }
+    comm.all_gather(in.data(), out.data(), kCount);
+    comm.all_gather(in_place.data() + static_cast<std::size_t>(me) * kCount, in_place.data(),
+                    kCount);
+    for (std::size_t r = 0; r < un; ++r)
+      for (std::size_t i = 0; i < kCount; ++i) {
+        EXPECT_EQ(out[r * kCount + i], static_cast<T>(value(members[r], i))) << "all_gather";
+        EXPECT_EQ(in_place[r * kCount + i], static_cast<T>(value(members[r], i)))
+            << "all_gather in place";
+      }
+    expect_stats(comm, {{"all_gather", {{ring_link, 2 * (un - 1) * chunk}}}}, {{"all_gather", 2}},
+                 "all_gather");
+  }
+  {  // all_to_all: chunk r of the output is rank r's chunk `me`; one chunk to each other member.
+    std::vector<T> in(un * kCount), out(un * kCount, T(-1));
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<T>(value(self, i));
+    comm.all_to_all(in.data(), out.data(), kCount);
+    Bytes expected;
+    for (std::size_t r = 0; r < un; ++r) {
+      for (std::size_t i = 0; i < kCount; ++i)
+        EXPECT_EQ(out[r * kCount + i],
+                  static_cast<T>(value(members[r], static_cast<std::size_t>(me) * kCount + i)))
+            << "all_to_all from group rank " << r;
+      if (static_cast<int>(r) != me)
+        expected["all_to_all"][link(self, members[r], gpus_per_node)] += chunk;
+    }
+    expect_stats(comm, expected, {{"all_to_all", 1}}, "all_to_all");
+  }
+  // broadcast from every root: the root is charged one buffer per other member.
+  for (int root = 0; root < n; ++root) {
+    std::vector<T> data(kCount, T(-1));
+    if (me == root)
+      for (std::size_t i = 0; i < kCount; ++i) data[i] = static_cast<T>(value(self, i));
+    comm.broadcast(data.data(), chunk, root);
+    for (std::size_t i = 0; i < kCount; ++i)
+      EXPECT_EQ(data[i], static_cast<T>(value(members[static_cast<std::size_t>(root)], i)))
+          << "broadcast from " << root;
+    Bytes expected;
+    if (me == root)
+      for (int r = 0; r < n; ++r)
+        if (r != me) expected["broadcast"][link(self, members[r], gpus_per_node)] += chunk;
+    expect_stats(comm, expected, {{"broadcast", 1}}, "broadcast");
+  }
+  if (n < 2) return;  // point-to-point needs a peer
+
+  const int next = (me + 1) % n, previous = (me + n - 1) % n;
+  const int next_world = members[static_cast<std::size_t>(next)];
+  const int previous_world = members[static_cast<std::size_t>(previous)];
+  std::vector<T> mine(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) mine[i] = static_cast<T>(value(self, i));
+  {  // A ring of blocking send/recv, ordered so that it cannot deadlock: rank 0 starts it.
+    std::vector<T> got(kCount, T(-1));
+    if (me == 0) {
+      comm.send(mine.data(), kCount, next);
+      comm.recv(got.data(), kCount, previous);
+    } else {
+      comm.recv(got.data(), kCount, previous);
+      comm.send(mine.data(), kCount, next);
+    }
+    for (std::size_t i = 0; i < kCount; ++i)
+      EXPECT_EQ(got[i], static_cast<T>(value(previous_world, i))) << "send/recv ring";
+    expect_stats(comm, {{"send", {{link(self, next_world, gpus_per_node), chunk}}}}, {{"send", 1}},
+                 "send/recv ring");
+  }
+  {  // The same ring as one send_recv per rank, in both directions.
+    std::vector<T> from_previous(kCount, T(-1)), from_next(kCount, T(-1));
+    comm.send_recv(mine.data(), kCount, next, from_previous.data(), kCount, previous);
+    comm.send_recv(mine.data(), kCount, previous, from_next.data(), kCount, next);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      EXPECT_EQ(from_previous[i], static_cast<T>(value(previous_world, i))) << "send_recv ring";
+      EXPECT_EQ(from_next[i], static_cast<T>(value(next_world, i))) << "send_recv ring back";
+    }
+    Bytes expected;
+    expected["send"][link(self, next_world, gpus_per_node)] += chunk;
+    expected["send"][link(self, previous_world, gpus_per_node)] += chunk;
+    expect_stats(comm, expected, {{"send", 2}}, "send_recv ring");
+  }
+  {  // An open chain like a pipeline: forward to the next stage, then backward to the previous
+     // one; the ends pass -1. Rank r sends r+1 elements forward, so message sizes differ.
+    const int forward_dest = me + 1 < n ? me + 1 : -1;
+    const int forward_source = me > 0 ? me - 1 : -1;
+    std::vector<T> send(static_cast<std::size_t>(me) + 1), got(static_cast<std::size_t>(me), T(-1));
+    for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(value(self, i));
+    T untouched = T(-7);
+    T* forward_recv = forward_source == -1 ? &untouched : got.data();
+    comm.send_recv(send.data(), send.size(), forward_dest, forward_recv, got.size(),
+                   forward_source);
+    EXPECT_EQ(untouched, T(-7));
+    for (std::size_t i = 0; i < got.size(); ++i)  // empty on the first stage
+      EXPECT_EQ(got[i], static_cast<T>(value(previous_world, i))) << "chain forward";
+
+    // Backward: every rank sends kCount elements to the previous stage (gradients).
+    std::vector<T> gradient(kCount, T(-1));
+    const int backward_dest = forward_source, backward_source = forward_dest;
+    comm.send_recv(mine.data(), kCount, backward_dest,
+                   backward_source == -1 ? nullptr : gradient.data(), kCount, backward_source);
+    if (backward_source != -1) {
+      for (std::size_t i = 0; i < kCount; ++i)
+        EXPECT_EQ(gradient[i], static_cast<T>(value(next_world, i))) << "chain backward";
+    } else {
+      for (T g : gradient) EXPECT_EQ(g, T(-1)) << "no source leaves the buffer untouched";
+    }
+
+    Bytes expected;
+    Calls calls;
+    if (forward_dest != -1) {
+      expected["send"][link(self, next_world, gpus_per_node)] += send.size() * sizeof(T);
+      calls["send"] += 1;
+    }
+    if (backward_dest != -1) {
+      expected["send"][link(self, previous_world, gpus_per_node)] += chunk;
+      calls["send"] += 1;
+    }
+    expect_stats(comm, expected, calls, "send_recv chain");
+  }
+}
+
+TEST(GroupCollectives, EveryGroupOfEveryLayoutGivesTheDirectResultAndRingByteCounts) {
+  for (const LayoutCase& layout : layouts()) {
+    SCOPED_TRACE(describe(layout));
+    MeshGroups setup(layout.tp, layout.pp, layout.gpus_per_node);
+    for (const Group& group : setup.all()) {
+      check_collectives<float>(group, layout.gpus_per_node);
+      check_collectives<double>(group, layout.gpus_per_node);
+    }
+  }
+}
+
+// The 2x2x2 mesh of 8 ranks written out by hand: one all-reduce of 4 floats (16 bytes; a 2-rank
+// ring sends all of it) on each group, with nodes of 2 and of 4 ranks.
+TEST(GroupCollectives, TwoByTwoByTwoLinkClassesByHand) {
+  if (world_size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  const int rank = world_rank();
+  const auto intra = LinkClass::intra_node, inter = LinkClass::inter_node;
+  for (int gpus_per_node : {2, 4}) {
+    SCOPED_TRACE("gpus_per_node " + std::to_string(gpus_per_node));
+    MeshGroups setup(2, 2, gpus_per_node);
+    std::vector<float> data(4, 1.0f);
+    for (const Group& group : setup.all()) group.comm.all_reduce_sum(data.data(), data.size());
+    // tp {2k, 2k+1}: always one node. dp {r, r^2}: one node of 4, two nodes of 2.
+    // pp {r, r^4}: always two nodes. world: successor r+1 crosses a node after each block.
+    const auto& groups = *setup.groups;
+    EXPECT_EQ(groups.tp().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{{intra, 16}}));
+    EXPECT_EQ(groups.dp().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{{gpus_per_node == 4 ? intra : inter, 16}}));
+    EXPECT_EQ(groups.pp().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{{inter, 16}}));
+    const bool world_successor_crosses = (rank + 1) % gpus_per_node == 0;
+    EXPECT_EQ(groups.world().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{
+                  {world_successor_crosses ? inter : intra, 2 * 7 * 16 / 8}}));
+    // The node group's ring never leaves the node; its size is gpus_per_node.
+    EXPECT_EQ(groups.node().size(), gpus_per_node);
+    EXPECT_EQ(groups.node().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{
+                  {intra, 2 * static_cast<std::uint64_t>(gpus_per_node - 1) * 16 /
+                              static_cast<std::uint64_t>(gpus_per_node)}}));
+
+    // total_stats sums the five groups by kind and link class, and reset clears them all.
+    const CommStats total = groups.total_stats();
+    std::uint64_t sum = 0;
+    for (const Group& group : setup.all()) sum += group.comm.stats().total_bytes();
+    EXPECT_EQ(total.total_bytes(), sum);
+    EXPECT_EQ(total.calls.at("all_reduce"), 5u);
+    setup.groups->reset_stats();
+    EXPECT_EQ(groups.total_stats().total_bytes(), 0u);
+    EXPECT_TRUE(groups.tp().stats().calls.empty());
+  }
+}
+
+TEST(GroupCollectives, SubgroupsOfSubgroupsKeepWorldRanksForLinkClasses) {
+  const int world = world_size();
+  MpiCommunicator world_comm(MPI_COMM_WORLD, 2);
+  // Everyone in reverse order (group rank i is world rank world−1−i), then that group split into
+  // the members of even and odd world rank: the second level's ranks are ranks of the first.
+  std::vector<int> reversed;
+  for (int r = world - 1; r >= 0; --r) reversed.push_back(r);
+  const auto everyone = world_comm.subgroup(reversed);
+  EXPECT_EQ(everyone->rank(), world - 1 - world_rank());
+  std::vector<int> same_parity, expected_world_ranks;
+  for (int i = 0; i < world; ++i)
+    if ((world - 1 - i) % 2 == world_rank() % 2) {
+      same_parity.push_back(i);
+      expected_world_ranks.push_back(world - 1 - i);
+    }
+  const auto half = everyone->subgroup(same_parity);
+  ASSERT_EQ(half->size(), world / 2);
+  for (int i = 0; i < half->size(); ++i) EXPECT_EQ(half->world_rank_of(i), expected_world_ranks[i]);
+  EXPECT_EQ(half->world_rank_of(half->rank()), world_rank());
+  // Members are 2 world ranks apart, so with nodes of 2 ranks every link of this group is
+  // inter-node, although the first level's ring neighbours are often on the same node.
+  double x = 1;
+  half->all_reduce_sum(&x, 1);
+  EXPECT_EQ(x, static_cast<double>(world / 2));
+  EXPECT_EQ(
+      half->stats().bytes,
+      (Bytes{{"all_reduce", {{LinkClass::inter_node, 2 * (world / 2 - 1) * 8 / (world / 2)}}}}));
+  EXPECT_EQ(half->link_to((half->rank() + 1) % half->size()), LinkClass::inter_node);
+}
+
+TEST(GroupCollectives, BadArgumentsAreErrorsOnEveryRank) {
+  // Every rank makes the same mistake, so every rank throws before entering MPI.
+  MpiCommunicator world(MPI_COMM_WORLD, 2);
+  auto message = [](auto body) {
+    try {
+      body();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  float x = 0;
+  EXPECT_NE(message([&] { world.subgroup({}); }).find("is not among its members"),
+            std::string::npos);
+  EXPECT_NE(message([&] { world.send(&x, 1, world.size()); }).find("send: peer"),
+            std::string::npos);
+  EXPECT_NE(message([&] { world.send_recv(&x, 1, -2, &x, 1, -1); }).find("send_recv: peer -2"),
+            std::string::npos);
+  EXPECT_NE(message([&] { world.broadcast(&x, sizeof x, -1); }).find("broadcast: peer -1"),
+            std::string::npos);
+  EXPECT_TRUE(world.stats().calls.empty());
+}
+
+}  // namespace
+}  // namespace strata

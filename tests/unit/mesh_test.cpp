@@ -1,0 +1,254 @@
+// The process mesh (DESIGN §2): the rank order TP fastest, then DP, then PP; groups that partition
+// the world with TP groups inside a node; every layout that cannot run rejected before any work
+// with its reason; and the split of layers into pipeline stages.
+#include "parallel/mesh.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/core/error.h"
+#include "tests/unit/test_support.h"
+#include "train/config.h"
+
+namespace strata {
+namespace {
+
+using Group = std::vector<int>;
+using testing::error_of;
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
+
+TEST(Mesh, CoordinatesAndGroupsOfTwoByTwoByTwo) {
+  // rank = ((pp·DP + dp)·TP + tp) with TP = DP = PP = 2: rank bits are (pp, dp, tp).
+  for (int rank = 0; rank < 8; ++rank) {
+    const Mesh mesh(8, rank, 2, 2, 0, 4);
+    EXPECT_EQ(mesh.shape(), (MeshShape{2, 2, 2}));
+    EXPECT_EQ(mesh.tp_rank(), rank & 1) << rank;
+    EXPECT_EQ(mesh.dp_rank(), (rank >> 1) & 1) << rank;
+    EXPECT_EQ(mesh.pp_rank(), rank >> 2) << rank;
+    EXPECT_EQ(mesh.node_index(), rank / 4);
+  }
+  const Mesh five(8, 5, 2, 2, 0, 4);  // tp 1, dp 0, pp 1
+  EXPECT_EQ(five.coordinates(), (MeshCoordinates{1, 0, 1}));
+  EXPECT_EQ(five.tp_group(), (Group{4, 5}));
+  EXPECT_EQ(five.dp_group(), (Group{5, 7}));
+  EXPECT_EQ(five.pp_group(), (Group{1, 5}));
+  EXPECT_EQ(five.node_group(), (Group{4, 5, 6, 7}));
+  EXPECT_FALSE(five.pp_is_first_stage());
+  EXPECT_TRUE(five.pp_is_last_stage());
+
+  const Mesh two(8, 2, 2, 2, 0, 2);  // tp 0, dp 1, pp 0
+  EXPECT_EQ(two.tp_group(), (Group{2, 3}));
+  EXPECT_EQ(two.dp_group(), (Group{0, 2}));
+  EXPECT_EQ(two.pp_group(), (Group{2, 6}));
+  EXPECT_EQ(two.node_group(), (Group{2, 3}));
+  EXPECT_TRUE(two.pp_is_first_stage());
+  EXPECT_EQ(Mesh::world_rank_of(MeshShape{2, 2, 2}, 1, 1, 1), 7);
+  EXPECT_EQ(two.world_rank_of(1, 0, 1), 5);
+}
+
+struct Layout {
+  int world, tp, pp, dp, gpus_per_node;
+};
+
+// For every rank of a layout: coordinates round-trip, each group holds exactly the ranks that
+// share the other coordinates, ordered by its own coordinate, and each kind of group partitions
+// the world.
+void check_layout(const Layout& layout) {
+  SCOPED_TRACE("world " + std::to_string(layout.world) + " tp " + std::to_string(layout.tp) +
+               " pp " + std::to_string(layout.pp) + " dp " + std::to_string(layout.dp) +
+               " gpus_per_node " + std::to_string(layout.gpus_per_node));
+  std::set<Group> tp_groups, dp_groups, pp_groups, node_groups;
+  for (int rank = 0; rank < layout.world; ++rank) {
+    const Mesh mesh(layout.world, rank, layout.tp, layout.pp, layout.dp, layout.gpus_per_node);
+    ASSERT_EQ(mesh.world_size(), layout.world);
+    EXPECT_EQ(mesh.tp_size() * mesh.dp_size() * mesh.pp_size(), layout.world);
+    EXPECT_EQ(mesh.world_rank_of(mesh.tp_rank(), mesh.dp_rank(), mesh.pp_rank()), rank);
+    EXPECT_EQ(Mesh::coordinates_of(mesh.shape(), rank), mesh.coordinates());
+
+    ASSERT_EQ(static_cast<int>(mesh.tp_group().size()), mesh.tp_size());
+    ASSERT_EQ(static_cast<int>(mesh.dp_group().size()), mesh.dp_size());
+    ASSERT_EQ(static_cast<int>(mesh.pp_group().size()), mesh.pp_size());
+    for (int i = 0; i < mesh.tp_size(); ++i) {
+      // TP groups are tp consecutive ranks, aligned on multiples of tp.
+      EXPECT_EQ(mesh.tp_group()[i], rank - mesh.tp_rank() + i);
+      EXPECT_EQ(mesh.tp_group()[i] / layout.gpus_per_node, mesh.node_index()) << "TP leaves node";
+    }
+    for (int i = 0; i < mesh.dp_size(); ++i)
+      EXPECT_EQ(Mesh::coordinates_of(mesh.shape(), mesh.dp_group()[i]),
+                (MeshCoordinates{mesh.tp_rank(), i, mesh.pp_rank()}));
+    for (int i = 0; i < mesh.pp_size(); ++i)
+      EXPECT_EQ(Mesh::coordinates_of(mesh.shape(), mesh.pp_group()[i]),
+                (MeshCoordinates{mesh.tp_rank(), mesh.dp_rank(), i}));
+    EXPECT_EQ(mesh.tp_group()[mesh.tp_rank()], rank);
+    EXPECT_EQ(mesh.dp_group()[mesh.dp_rank()], rank);
+    EXPECT_EQ(mesh.pp_group()[mesh.pp_rank()], rank);
+    const Group& node = mesh.node_group();
+    EXPECT_NE(std::find(node.begin(), node.end(), rank), node.end());
+    for (int member : node) EXPECT_EQ(member / layout.gpus_per_node, mesh.node_index());
+
+    tp_groups.insert(mesh.tp_group());
+    dp_groups.insert(mesh.dp_group());
+    pp_groups.insert(mesh.pp_group());
+    node_groups.insert(node);
+  }
+  for (const auto* groups : {&tp_groups, &dp_groups, &pp_groups, &node_groups}) {
+    std::vector<int> seen;
+    for (const Group& group : *groups) seen.insert(seen.end(), group.begin(), group.end());
+    std::sort(seen.begin(), seen.end());
+    std::vector<int> world(static_cast<std::size_t>(layout.world));
+    for (int r = 0; r < layout.world; ++r) world[static_cast<std::size_t>(r)] = r;
+    EXPECT_EQ(seen, world) << "groups do not partition the world";
+  }
+}
+
+TEST(Mesh, GroupsPartitionTheWorldForManyLayouts) {
+  for (const Layout& layout : std::vector<Layout>{{1, 1, 1, 0, 8},
+                                                  {8, 2, 2, 2, 4},
+                                                  {8, 2, 2, 0, 2},
+                                                  {8, 1, 1, 0, 8},
+                                                  {8, 8, 1, 1, 8},
+                                                  {8, 1, 8, 0, 1},
+                                                  {12, 2, 3, 0, 4},
+                                                  {16, 4, 2, 2, 8},
+                                                  {24, 2, 3, 4, 6},
+                                                  {6, 3, 1, 0, 8},
+                                                  {10, 2, 1, 5, 4}})
+    check_layout(layout);
+}
+
+TEST(Mesh, DataParallelAutoIsTheRestOfTheWorld) {
+  EXPECT_EQ(resolve_mesh_shape(MeshRequest{2, 2, 0, 8}, 16), (MeshShape{2, 2, 4}));
+  EXPECT_EQ(resolve_mesh_shape(MeshRequest{1, 1, 0, 8}, 3), (MeshShape{1, 1, 3}));
+  EXPECT_EQ(resolve_mesh_shape(MeshRequest{2, 1, 4, 8}, 8), (MeshShape{2, 1, 4}));
+  // A node only partly used (world < gpus_per_node) is one node whatever tp.
+  const Mesh partial(10, 9, 2, 1, 0, 4);
+  EXPECT_EQ(partial.node_group(), (Group{8, 9}));
+}
+
+TEST(Mesh, LayoutsThatDoNotFitTheWorldAreRejectedWithTheirReason) {
+  auto mesh_error = [](int world, int rank, int tp, int pp, int dp, int gpus_per_node) {
+    return error_of([&] { Mesh(world, rank, tp, pp, dp, gpus_per_node); });
+  };
+  EXPECT_EQ(mesh_error(6, 0, 2, 2, 0, 8),
+            "world size 6 is not divisible by parallel.tp*parallel.pp (2*2=4)");
+  EXPECT_CONTAINS(mesh_error(8, 0, 2, 2, 3, 8),
+                  "'parallel.dp' (3) * tp*pp (2*2=4) must equal the world size 8; use dp: auto "
+                  "or launch 12 ranks");
+  // TP wider than a node, and TP not dividing the node so that a group straddles two nodes.
+  EXPECT_CONTAINS(mesh_error(8, 0, 4, 1, 0, 2),
+                  "'parallel.tp' (4) must divide parallel.gpus_per_node (2) when the world (8 "
+                  "ranks) spans several nodes");
+  EXPECT_CONTAINS(mesh_error(8, 0, 4, 1, 0, 6), "must stay inside one node");
+  EXPECT_CONTAINS(mesh_error(12, 0, 3, 1, 0, 8), "'parallel.tp' (3) must divide");
+  EXPECT_CONTAINS(mesh_error(8, 8, 2, 2, 0, 8), "world rank 8 is outside the world of 8 ranks");
+  EXPECT_CONTAINS(mesh_error(8, -1, 2, 2, 0, 8), "world rank -1 is outside");
+  EXPECT_EQ(mesh_error(0, 0, 1, 1, 0, 8), "world size must be >= 1, got 0");
+  EXPECT_EQ(mesh_error(4, 0, 0, 1, 0, 8), "'parallel.tp' must be >= 1, got 0");
+  EXPECT_EQ(mesh_error(4, 0, 1, 0, 0, 8), "'parallel.pp' must be >= 1, got 0");
+  EXPECT_CONTAINS(mesh_error(4, 0, 1, 1, -2, 8), "'parallel.dp' must be 'auto' or a positive");
+  EXPECT_EQ(mesh_error(4, 0, 1, 1, 0, 0), "'parallel.gpus_per_node' must be >= 1, got 0");
+}
+
+// A config's layout on a world goes through both stages a run goes through: load_config (the
+// checks against the model) and resolve_mesh (the checks against the world).
+std::string layout_error(const std::vector<std::string>& overrides, int world) {
+  return error_of([&] {
+    const Config config = parse_config("data: {train: t}\n", "c.yaml", overrides);
+    resolve_mesh(config, world);
+  });
+}
+
+TEST(Mesh, ConfigLayoutsThatCannotRunAreRejectedWithTheirReason) {
+  // A model of 8 heads, 4 layers, 4096 tokens, seq_len 128 (the defaults but n_head).
+  const std::string heads = "model.n_head=8";
+  EXPECT_EQ(layout_error({heads, "parallel.tp=2", "parallel.pp=2"}, 8), "");
+  EXPECT_EQ(resolve_mesh(parse_config("data: {train: t}\nmodel: {n_head: 8}\n"
+                                      "parallel: {tp: 2, pp: 2}\ntrain: {global_batch: 16}\n",
+                                      "c"),
+                         8),
+            (MeshShape{2, 2, 2}));
+
+  // Against the model: heads, vocabulary rows, sequence (under sequence parallelism), layers.
+  EXPECT_CONTAINS(layout_error({"parallel.tp=3"}, 3), "'parallel.tp' (3) must divide model.n_head");
+  EXPECT_CONTAINS(layout_error({"model.n_head=12", "model.d_model=96", "parallel.tp=3"}, 3),
+                  "'parallel.tp' (3) must divide the padded vocabulary (4096: model.vocab_size "
+                  "4096 rounded up to a multiple of 128)");
+  EXPECT_EQ(
+      layout_error({"model.n_head=12", "model.d_model=96", "model.vocab_size=300", "parallel.tp=3"},
+                   3),
+      "");  // 300 pads to 384 = 3·128
+  EXPECT_CONTAINS(
+      layout_error({heads, "model.seq_len=100", "parallel.tp=8", "parallel.sequence_parallel=true"},
+                   8),
+      "'parallel.sequence_parallel' needs model.seq_len (100) divisible by "
+      "parallel.tp (8)");
+  EXPECT_CONTAINS(layout_error({"parallel.pp=5"}, 5),
+                  "'parallel.pp' (5) must be <= model.n_layer (4)");
+  EXPECT_CONTAINS(layout_error({"parallel.pp=2", "parallel.pp_layers=[3,2]"}, 2),
+                  "'parallel.pp_layers' must sum to model.n_layer (4), got 5");
+
+  // Against the world: divisibility, explicit dp, nodes, and the batch per data-parallel pass.
+  EXPECT_EQ(layout_error({heads, "parallel.tp=2", "parallel.pp=2"}, 6),
+            "world size 6 is not divisible by parallel.tp*parallel.pp (2*2=4)");
+  EXPECT_CONTAINS(layout_error({heads, "parallel.tp=2", "parallel.dp=2"}, 8),
+                  "'parallel.dp' (2) * tp*pp (2*1=2) must equal the world size 8");
+  EXPECT_CONTAINS(layout_error({heads, "parallel.tp=4", "parallel.gpus_per_node=2"}, 8),
+                  "'parallel.tp' (4) must divide parallel.gpus_per_node (2)");
+  EXPECT_EQ(layout_error({"train.global_batch=64", "train.micro_batch=8"}, 3),
+            "'train.global_batch' (64) must be divisible by micro_batch*dp (8*3=24)");
+  EXPECT_EQ(resolve_data_parallel(parse_config("data: {train: t}\n", "c"), 4), 4);
+}
+
+TEST(StageLayerRanges, BalancedGivesTheExtraLayersToTheEarliestStages) {
+  using Ranges = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(stage_layer_ranges(8, 2), (Ranges{{0, 4}, {4, 8}}));
+  EXPECT_EQ(stage_layer_ranges(10, 4), (Ranges{{0, 3}, {3, 6}, {6, 8}, {8, 10}}));
+  EXPECT_EQ(stage_layer_ranges(7, 3), (Ranges{{0, 3}, {3, 5}, {5, 7}}));
+  EXPECT_EQ(stage_layer_ranges(5, 1), (Ranges{{0, 5}}));
+  EXPECT_EQ(stage_layer_ranges(3, 3), (Ranges{{0, 1}, {1, 2}, {2, 3}}));
+  for (int n_layer = 1; n_layer <= 12; ++n_layer)
+    for (int pp = 1; pp <= n_layer; ++pp) {
+      const Ranges ranges = stage_layer_ranges(n_layer, pp);
+      ASSERT_EQ(static_cast<int>(ranges.size()), pp);
+      EXPECT_EQ(ranges.front().first, 0);
+      EXPECT_EQ(ranges.back().second, n_layer);
+      for (int s = 0; s < pp; ++s) {
+        const int size = ranges[s].second - ranges[s].first;
+        EXPECT_GE(size, n_layer / pp);
+        EXPECT_LE(size, n_layer / pp + 1);
+        if (s > 0) {
+          EXPECT_EQ(ranges[s].first, ranges[s - 1].second);
+          EXPECT_LE(size, ranges[s - 1].second - ranges[s - 1].first);
+        }
+      }
+    }
+}
+
+TEST(StageLayerRanges, ExplicitSizesAreContiguousInStageOrder) {
+  using Ranges = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(stage_layer_ranges(6, 3, {1, 3, 2}), (Ranges{{0, 1}, {1, 4}, {4, 6}}));
+  EXPECT_EQ(stage_layer_ranges(4, 2, {3, 1}), (Ranges{{0, 3}, {3, 4}}));
+  EXPECT_CONTAINS(error_of([] {
+                    stage_layer_ranges(6, 2, {1, 3, 2});
+                  }),
+                  "'parallel.pp_layers' must have one entry per pipeline stage");
+  EXPECT_CONTAINS(error_of([] {
+                    stage_layer_ranges(6, 2, {4, 3});
+                  }),
+                  "'parallel.pp_layers' must sum to model.n_layer (6), got 7");
+  EXPECT_CONTAINS(error_of([] {
+                    stage_layer_ranges(6, 2, {6, 0});
+                  }),
+                  "'parallel.pp_layers' entries must be >= 1, got 0 at index 1");
+  EXPECT_CONTAINS(error_of([] { stage_layer_ranges(2, 3); }),
+                  "'parallel.pp' (3) must be <= model.n_layer (2)");
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,247 @@
+// Partitioned models equal the whole model: tensor-parallel shards (with and without sequence
+// parallelism, ranks as threads in one process) and pipeline stages chained by hand give the
+// whole model's losses and, reassembled, its gradients (double precision, to 1e-10). Also:
+// several micro-batches in flight in separate activation slots, and slice bookkeeping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "model/gpt.h"
+#include "tests/unit/thread_group.h"
+
+namespace strata {
+namespace {
+
+using testing::ThreadGroup;
+using testing::ThreadRank;
+
+const GptShape kShape{3, 4, 16, 6, 37};  // 3 layers, 4 heads, C 16, T 6, vocab 37 (padded 128)
+constexpr int kBatch = 2;
+
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;
+};
+
+Batch random_batch(std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Batch b;
+  for (int i = 0; i < kBatch * kShape.seq_len; ++i) {
+    b.tokens.push_back(static_cast<std::int32_t>(rng() % kShape.vocab_size));
+    b.targets.push_back(static_cast<std::int32_t>(rng() % kShape.vocab_size));
+  }
+  return b;
+}
+
+std::vector<double> random_params(const ParameterLayout& layout) {
+  std::vector<double> params(layout.total());
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal(0.0, 0.3);
+  for (double& p : params) p = normal(rng);
+  for (const TensorView& t : layout.tensors())
+    if (t.shape.size() == 1 && t.name.ends_with(".weight"))
+      for (std::size_t i = 0; i < t.size; ++i) params[t.offset + i] += 1.0;
+  return params;
+}
+
+// The local buffer of `part` cut from the whole model's parameters.
+std::vector<double> slice_of(const ParameterLayout& whole, const ParameterLayout& part,
+                             const std::vector<double>& params) {
+  std::vector<double> local(part.total());
+  for (const TensorView& t : part.tensors()) {
+    const TensorView& w = whole.at(t.name);
+    for (std::size_t i = 0; i < t.size; ++i)
+      local[t.offset + i] = params[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
+  }
+  return local;
+}
+
+struct Layout {
+  int tp = 1, pp = 1;
+  bool sequence_parallel = false;
+  std::vector<std::pair<int, int>> stage_layers;  // [begin, end) per stage
+};
+
+// Runs `micro_batches` forwards (each into its own slot) then their backwards through every
+// stage and tensor-parallel rank; returns the losses and the reassembled logical gradient.
+struct Result {
+  std::vector<double> losses;
+  std::vector<double> grads;
+};
+
+Result run_partitioned(const Layout& layout, const std::vector<double>& params,
+                       const std::vector<Batch>& batches) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+  const int slots = static_cast<int>(batches.size());
+  struct Rank {
+    std::unique_ptr<ThreadRank> comm;
+    std::unique_ptr<Gpt<double>> model;
+    std::vector<double> params, grads;
+  };
+  std::vector<std::unique_ptr<ThreadGroup>> groups;
+  std::vector<std::vector<Rank>> ranks(layout.pp);  // [stage][tp]
+  for (int s = 0; s < layout.pp; ++s) {
+    groups.push_back(std::make_unique<ThreadGroup>(layout.tp));
+    for (int r = 0; r < layout.tp; ++r) {
+      ModelPartition p;
+      p.tp_rank = r;
+      p.tp_size = layout.tp;
+      p.layer_begin = layout.stage_layers[s].first;
+      p.layer_end = layout.stage_layers[s].second;
+      p.has_embedding = s == 0;
+      p.has_head = s == layout.pp - 1;
+      p.sequence_parallel = layout.sequence_parallel;
+      Rank rank;
+      rank.comm = std::make_unique<ThreadRank>(*groups[s], r);
+      rank.model = std::make_unique<Gpt<double>>(kShape, p, rank.comm.get(), kBatch, slots);
+      rank.params = slice_of(whole, rank.model->layout(), params);
+      rank.grads.assign(rank.model->layout().total(), 0.0);
+      ranks[s].push_back(std::move(rank));
+    }
+  }
+  const int T = kShape.seq_len;
+  Result result;
+  result.losses.assign(slots, 0.0);
+  for (int mb = 0; mb < slots; ++mb) {
+    for (int s = 0; s < layout.pp; ++s) {
+      groups[s]->run([&](int r) {
+        const double* input = s == 0 ? nullptr : ranks[s - 1][r].model->output(mb);
+        const double loss =
+            ranks[s][r].model->forward(mb, ranks[s][r].params.data(), batches[mb].tokens.data(),
+                                       input, batches[mb].targets.data(), kBatch, T);
+        if (s == layout.pp - 1 && r == 0) result.losses[mb] = loss;
+      });
+    }
+  }
+  for (int mb = 0; mb < slots; ++mb) {
+    for (int s = layout.pp - 1; s >= 0; --s) {
+      groups[s]->run([&](int r) {
+        const double* output_grad =
+            s == layout.pp - 1 ? nullptr : ranks[s + 1][r].model->input_grad(mb);
+        ranks[s][r].model->backward(mb, ranks[s][r].params.data(), ranks[s][r].grads.data(),
+                                    output_grad, 1.0);
+      });
+    }
+  }
+  // Reassemble: shards land on their logical elements; replicated tensors hold the full gradient
+  // on every rank (checked equal) unless sequence parallelism leaves partial sums to add up.
+  result.grads.assign(whole.total(), 0.0);
+  for (int s = 0; s < layout.pp; ++s) {
+    for (int r = 0; r < layout.tp; ++r) {
+      const ParameterLayout& part = ranks[s][r].model->layout();
+      for (const TensorView& t : part.tensors()) {
+        const TensorView& w = whole.at(t.name);
+        const bool replicated = t.slice.is_whole() && layout.tp > 1;
+        for (std::size_t i = 0; i < t.size; ++i) {
+          const double g = ranks[s][r].grads[t.offset + i];
+          if (replicated && !layout.sequence_parallel) {
+            EXPECT_EQ(g, ranks[s][0].grads[ranks[s][0].model->layout().at(t.name).offset + i])
+                << t.name << " differs between tensor-parallel ranks";
+            if (r != 0) continue;
+          }
+          result.grads[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))] += g;
+        }
+      }
+    }
+  }
+  return result;
+}
+
+Result run_whole(const std::vector<double>& params, const std::vector<Batch>& batches) {
+  Gpt<double> model(kShape, kBatch);
+  Result result;
+  result.grads.assign(model.layout().total(), 0.0);
+  for (const Batch& b : batches) {
+    result.losses.push_back(
+        model.forward(params.data(), b.tokens.data(), b.targets.data(), kBatch, kShape.seq_len));
+    model.backward(params.data(), result.grads.data(), 1.0);
+  }
+  return result;
+}
+
+void expect_same_run(const Layout& layout) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+  const std::vector<double> params = random_params(whole);
+  const std::vector<Batch> batches = {random_batch(1), random_batch(2)};
+  const Result expected = run_whole(params, batches);
+  const Result actual = run_partitioned(layout, params, batches);
+  for (std::size_t i = 0; i < batches.size(); ++i)
+    EXPECT_NEAR(actual.losses[i], expected.losses[i], 1e-12 * std::abs(expected.losses[i]));
+  double max_error = 0, max_grad = 0;
+  for (std::size_t i = 0; i < expected.grads.size(); ++i) {
+    max_error = std::max(max_error, std::abs(actual.grads[i] - expected.grads[i]));
+    max_grad = std::max(max_grad, std::abs(expected.grads[i]));
+  }
+  EXPECT_GT(max_grad, 1e-2);
+  EXPECT_LT(max_error, 1e-10 * max_grad);
+}
+
+TEST(ModelPartition, TensorParallelEqualsWholeModel) {
+  for (int tp : {1, 2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    expect_same_run({tp, 1, false, {{0, 3}}});
+  }
+}
+
+TEST(ModelPartition, SequenceParallelEqualsWholeModel) {
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    expect_same_run({tp, 1, true, {{0, 3}}});
+  }
+}
+
+TEST(ModelPartition, PipelineStagesEqualWholeModel) {
+  expect_same_run({1, 2, false, {{0, 2}, {2, 3}}});
+  expect_same_run({1, 3, false, {{0, 1}, {1, 2}, {2, 3}}});
+  expect_same_run({2, 2, true, {{0, 1}, {1, 3}}});
+  expect_same_run({4, 2, false, {{0, 1}, {1, 3}}});
+}
+
+TEST(ModelPartition, SlicesTileEveryLogicalTensorExactlyOnce) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+  std::vector<int> hits(whole.total(), 0);
+  for (int r = 0; r < 4; ++r) {
+    ModelPartition p = ModelPartition::whole(kShape);
+    p.tp_rank = r;
+    p.tp_size = 4;
+    const ParameterLayout part = ParameterLayout::for_partition(kShape, p);
+    for (const TensorView& t : part.tensors()) {
+      if (t.slice.is_whole() && r > 0) continue;  // replicated: count once
+      const TensorView& w = whole.at(t.name);
+      EXPECT_EQ(t.slice.logical_shape, w.shape) << t.name;
+      for (std::size_t i = 0; i < t.size; ++i)
+        ++hits[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
+    }
+    EXPECT_EQ(part.at("h.0.attn.qkv.weight").shape, (std::vector<std::int64_t>{12, 16}));
+    EXPECT_EQ(part.at("h.0.attn.proj.weight").shape, (std::vector<std::int64_t>{16, 4}));
+    EXPECT_EQ(part.at("h.0.mlp.proj.weight").shape, (std::vector<std::int64_t>{16, 16}));
+    EXPECT_EQ(part.at("wte").shape, (std::vector<std::int64_t>{32, 16}));
+  }
+  for (std::size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+}
+
+TEST(ModelPartition, InitialisationDoesNotDependOnThePartition) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+  std::vector<float> reference(whole.total());
+  initialize_gpt_parameters(whole, kShape, 9, reference.data());
+  ModelPartition p;
+  p.tp_rank = 1;
+  p.tp_size = 2;
+  p.layer_begin = 1;
+  p.layer_end = 3;
+  p.has_embedding = false;
+  const ParameterLayout part = ParameterLayout::for_partition(kShape, p);
+  std::vector<float> local(part.total());
+  initialize_gpt_parameters(part, kShape, 9, local.data());
+  for (const TensorView& t : part.tensors()) {
+    const TensorView& w = whole.at(t.name);
+    for (std::size_t i = 0; i < t.size; ++i)
+      ASSERT_EQ(local[t.offset + i],
+                reference[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))])
+          << t.name << "[" << i << "]";
+  }
+}
+
+}  // namespace
+}  // namespace strata

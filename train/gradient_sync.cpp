@@ -1,0 +1,63 @@
+#include "train/gradient_sync.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "model/kernels/cpu/adamw.h"
+
+namespace strata {
+
+namespace {
+// Replicated over the tensor-parallel group (every rank holds all of it).
+bool replicated_over_tp(const Gpt<float>& model, const TensorView& t) {
+  return model.partition().tp_size > 1 && t.slice.is_whole();
+}
+
+// The last stage's wte is a copy of the first stage's (tied head) when the two differ.
+bool is_tied_copy(const Gpt<float>& model, const TensorView& t) {
+  return t.name == "wte" && !model.partition().has_embedding;
+}
+}  // namespace
+
+void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessGroups& groups) {
+  const ModelPartition& p = model.partition();
+  const ParameterLayout& layout = model.layout();
+  if (p.sequence_parallel && p.tp_size > 1)
+    for (const TensorView& t : layout.tensors())
+      if (replicated_over_tp(model, t)) groups.tp().all_reduce_sum(grads + t.offset, t.size);
+
+  Communicator& pp = groups.pp();
+  if (pp.size() > 1 && (p.has_embedding || p.has_head)) {
+    const TensorView& wte = layout.at("wte");
+    const int peer = p.has_embedding ? pp.size() - 1 : 0;
+    std::vector<float> theirs(wte.size);
+    pp.send_recv(grads + wte.offset, wte.size, peer, theirs.data(), wte.size, peer);
+    // a + b on one end, b + a on the other: bitwise the same sum.
+    float* mine = grads + wte.offset;
+    for (std::size_t i = 0; i < wte.size; ++i) mine[i] += theirs[i];
+  }
+
+  groups.dp().all_reduce_sum(grads, layout.total());
+}
+
+double global_gradient_norm(const Gpt<float>& model, const float* grads,
+                            const ProcessGroups& groups) {
+  double sum = 0;
+  const bool tp_leader = model.partition().tp_rank == 0;
+  for (const TensorView& t : model.layout().tensors()) {
+    if (is_tied_copy(model, t)) continue;
+    if (replicated_over_tp(model, t) && !tp_leader) continue;
+    sum += cpu::sum_of_squares(grads + t.offset, static_cast<long>(t.size));
+  }
+  groups.tp().all_reduce_sum(&sum, 1);
+  groups.pp().all_reduce_sum(&sum, 1);
+  return std::sqrt(sum);
+}
+
+bool writes_to_checkpoint(const Gpt<float>& model, const TensorView& t, const Mesh& mesh) {
+  if (mesh.dp_rank() != 0 || is_tied_copy(model, t)) return false;
+  return !replicated_over_tp(model, t) || mesh.tp_rank() == 0;
+}
+
+}  // namespace strata

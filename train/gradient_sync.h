@@ -1,0 +1,30 @@
+// The gradient reductions that close a training step under 3D parallelism, and the global norm.
+// After synchronize_gradients every rank holds, for each of its tensors, the gradient of the whole
+// global batch, bitwise equal on every rank that holds the same elements, so replicas never drift.
+#pragma once
+
+#include "model/gpt.h"
+#include "parallel/process_groups.h"
+
+namespace strata {
+
+// 1. Sequence parallelism: tensors replicated over the tensor-parallel group (LayerNorms,
+//    row-parallel biases, wpe) saw only this rank's rows: their partial gradients are summed over
+//    the group. (Without it every rank computed the full gradient already.)
+// 2. Pipeline parallelism: the tied wte lives on the first and the last stage; their gradients
+//    (embedding and head) are exchanged and summed.
+// 3. Data parallelism: every gradient is summed over the data-parallel group.
+void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessGroups& groups);
+
+// ‖g‖₂ over the logical model, each logical element counted once (replicas and the last stage's
+// copy of wte excluded), summed over the tensor- and pipeline-parallel groups in double; the same
+// value on every rank.
+double global_gradient_norm(const Gpt<float>& model, const float* grads,
+                            const ProcessGroups& groups);
+
+// Whether this rank writes tensor `t` of its layout into checkpoints: one copy of every logical
+// element, from data-parallel rank 0, tensor-parallel rank 0 for replicated tensors, and the first
+// stage for wte.
+bool writes_to_checkpoint(const Gpt<float>& model, const TensorView& t, const Mesh& mesh);
+
+}  // namespace strata
