@@ -442,6 +442,20 @@ const T* Gpt<T>::losses(int slot) const {
 }
 
 template <class T>
+std::size_t Gpt<T>::activation_bytes() const {
+  std::size_t elements = 0;
+  for (const auto& s : slots_) {
+    for (const std::vector<T>* v :
+         {&s->residual, &s->residual2, &s->ln1,      &s->ln2,       &s->ln1_full, &s->ln2_full,
+          &s->ln1_mean, &s->ln1_rstd,  &s->ln2_mean, &s->ln2_rstd,  &s->qkv,      &s->atty,
+          &s->att,      &s->fch,       &s->fch_gelu, &s->lnf,       &s->lnf_full, &s->lnf_mean,
+          &s->lnf_rstd, &s->logits,    &s->losses,   &s->input_grad})
+      elements += v->size();
+  }
+  return elements * sizeof(T);
+}
+
+template <class T>
 const T* Gpt<T>::logits(int slot) const {
   STRATA_CHECK(slot >= 0 && slot < slots() && partition_.has_head);
   return slots_[slot]->logits.data();

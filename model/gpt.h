@@ -80,6 +80,8 @@ class Gpt {
   // rank's vocabulary rows (B·T_, padded_vocab / tp) when it had none, softmax probabilities
   // when it had targets (until backward overwrites them).
   const T* losses(int slot = 0) const;
+  // Bytes of saved activations in the slots used so far (each sized for max_batch).
+  std::size_t activation_bytes() const;
   const T* logits(int slot = 0) const;
 
  private:

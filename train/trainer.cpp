@@ -71,6 +71,16 @@ std::string comm_json(const CommStats& stats) {
   return out + "}";
 }
 
+// Bytes this rank sent since `before` in each parallel group: {"tp": .., "pp": .., "dp": ..}.
+std::string axis_json(const ProcessGroups& groups, const std::uint64_t before[3]) {
+  const std::uint64_t now[3] = {groups.tp().stats().total_bytes(),
+                                groups.pp().stats().total_bytes(),
+                                groups.dp().stats().total_bytes()};
+  return "{\"tp\": " + std::to_string(now[0] - before[0]) +
+         ", \"pp\": " + std::to_string(now[1] - before[1]) +
+         ", \"dp\": " + std::to_string(now[2] - before[2]) + "}";
+}
+
 ModelPartition partition_of(const Config& c, const Mesh& mesh) {
   const auto stages = stage_layer_ranges(c.model.n_layer, mesh.pp_size(), c.parallel.pp_layers);
   ModelPartition p;
@@ -219,12 +229,16 @@ int Trainer::run() {
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(c.train.global_batch) * T;
   install_stop_signal_handlers();
 
-  if (s.is_logger())
-    std::cout << "model: " << s.model.layout().total() << " parameters (" << c.model.n_layer
-              << " layers, d_model " << c.model.d_model << ", vocab " << c.model.vocab_size
-              << " padded to " << s.shape.padded_vocab() << ") | dp " << s.dp << " | micro_batch "
-              << micro << " x " << s.accumulation << " accumulation steps | " << tokens_per_step
-              << " tokens/step\n";
+  if (s.is_logger()) {
+    const std::size_t total = ParameterLayout::for_gpt(s.shape).total();
+    std::cout << "model: " << total << " parameters (" << c.model.n_layer << " layers, d_model "
+              << c.model.d_model << ", vocab " << c.model.vocab_size << " padded to "
+              << s.shape.padded_vocab() << ") | mesh tp " << s.mesh.tp_size() << " x dp " << s.dp
+              << " x pp " << s.mesh.pp_size() << " (" << c.parallel.pipeline_schedule
+              << (c.parallel.sequence_parallel ? ", sequence parallel" : "") << "), rank 0 holds "
+              << s.model.layout().total() << " | micro_batch " << micro << " x " << s.accumulation
+              << " accumulation steps | " << tokens_per_step << " tokens/step\n";
+  }
 
   // Sums a value that lives on the last stage of every replica: every rank gets the total.
   auto sum_over_replicas = [&](double* values, std::size_t n) {
@@ -282,6 +296,9 @@ int Trainer::run() {
   while (s.step < c.train.steps) {
     const auto start = std::chrono::steady_clock::now();
     const CommStats comm_before = s.groups.total_stats();
+    const std::uint64_t axis_before[3] = {s.groups.tp().stats().total_bytes(),
+                                          s.groups.pp().stats().total_bytes(),
+                                          s.groups.dp().stats().total_bytes()};
     std::fill(s.grads.begin(), s.grads.end(), 0.0f);
     const float loss_scale = 1.0f / static_cast<float>(s.accumulation * s.dp);
     double loss_sum =
@@ -317,7 +334,9 @@ int Trainer::run() {
                            .add("step_ms", step_ms)
                            .add("skipped", !finite)
                            .add("peak_rss_mib", peak_rss_mib())
-                           .add_raw("comm_bytes", comm_json(step_comm)));
+                           .add("activation_mib", s.model.activation_bytes() / 1048576.0)
+                           .add_raw("comm_bytes", comm_json(step_comm))
+                           .add_raw("comm_bytes_by_axis", axis_json(s.groups, axis_before)));
       if (s.step % c.train.log_every == 0 || s.step == c.train.steps || s.step == 1) {
         std::printf(
             "step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms%s\n",
@@ -346,8 +365,9 @@ int Trainer::run() {
   evaluate();
   save();
   if (s.is_logger())
-    std::printf("done: %lld steps, peak memory %.0f MiB\n", static_cast<long long>(s.step),
-                peak_rss_mib());
+    std::printf("done: %lld steps, peak memory %.0f MiB (activations %.1f MiB)\n",
+                static_cast<long long>(s.step), peak_rss_mib(),
+                s.model.activation_bytes() / 1048576.0);
   return 0;
 }
 
