@@ -14,6 +14,12 @@ std::uint64_t CommStats::total_bytes() const {
   return total;
 }
 
+double CommStats::total_seconds() const {
+  double total = 0;
+  for (const auto& [kind, s] : seconds) total += s;
+  return total;
+}
+
 void CommStats::add(const std::string& kind, LinkClass link, std::uint64_t sent) {
   add_bytes(kind, link, sent);
   count_call(kind);
@@ -29,6 +35,7 @@ CommStats& CommStats::operator+=(const CommStats& other) {
   for (const auto& [kind, by_link] : other.bytes)
     for (const auto& [link, n] : by_link) bytes[kind][link] += n;
   for (const auto& [kind, n] : other.calls) calls[kind] += n;
+  for (const auto& [kind, s] : other.seconds) seconds[kind] += s;
   return *this;
 }
 
@@ -43,7 +50,16 @@ CommStats operator-(const CommStats& later, const CommStats& earlier) {
     STRATA_CHECK(difference.calls[kind] >= n, "CommStats snapshots out of order");
     difference.calls[kind] -= n;
   }
+  for (const auto& [kind, s] : earlier.seconds) difference.seconds[kind] -= s;
   return difference;
+}
+
+Communicator::TimedCall::TimedCall(Communicator& owner, const char* kind)
+    : owner_(owner), kind_(kind), start_(std::chrono::steady_clock::now()) {}
+
+Communicator::TimedCall::~TimedCall() {
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
+  owner_.stats_.seconds[kind_] += elapsed.count();
 }
 
 void Communicator::set_topology(std::vector<int> member_world_ranks, int ranks_per_node) {

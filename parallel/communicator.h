@@ -19,6 +19,7 @@
 // non-root); recv, a send_recv without a destination and barrier are not counted.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -36,8 +37,12 @@ struct CommStats {
   //   -> link class -> bytes sent by this rank
   std::map<std::string, std::map<LinkClass, std::uint64_t>> bytes;
   std::map<std::string, std::uint64_t> calls;
+  // kind (the kinds above, plus "recv") -> wall seconds this rank spent inside such calls,
+  // waiting for its peers included: on a pipeline that is mostly bubble, not bandwidth.
+  std::map<std::string, double> seconds;
 
   std::uint64_t total_bytes() const;
+  double total_seconds() const;
   // One call that sends `sent` bytes over one link class.
   void add(const std::string& kind, LinkClass link, std::uint64_t sent);
   // The parts of a call that sends over several links: add_bytes per link, count_call once.
@@ -54,13 +59,8 @@ CommStats operator-(const CommStats& later, const CommStats& earlier);
 // A Collectives, so a tensor-parallel model can run over a group communicator directly.
 class Communicator : public Collectives {
  public:
-  virtual ~Communicator() = default;
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
+  // rank(), size(), all_reduce_sum, all_gather and reduce_scatter_sum: see Collectives.
 
-  // In-place sum over the group.
-  virtual void all_reduce_sum(float* data, std::size_t count) = 0;
-  virtual void all_reduce_sum(double* data, std::size_t count) = 0;
   // In-place maximum (used to agree on flags such as "a signal arrived").
   virtual void all_reduce_max(std::int64_t* data, std::size_t count) = 0;
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
@@ -72,10 +72,6 @@ class Communicator : public Collectives {
   //   reduce_scatter_sum: in (n·count) -> out (count) = sum over members of their chunk rank()
   //   all_gather:         in (count)   -> out (n·count), chunk r = rank r's in
   //   all_to_all:         in (n·count) -> out (n·count), chunk r = rank r's in chunk rank()
-  virtual void reduce_scatter_sum(const float* in, float* out, std::size_t count_per_rank) = 0;
-  virtual void reduce_scatter_sum(const double* in, double* out, std::size_t count_per_rank) = 0;
-  virtual void all_gather(const float* in, float* out, std::size_t count_per_rank) = 0;
-  virtual void all_gather(const double* in, double* out, std::size_t count_per_rank) = 0;
   virtual void all_to_all(const float* in, float* out, std::size_t count_per_rank) = 0;
   virtual void all_to_all(const double* in, double* out, std::size_t count_per_rank) = 0;
 
@@ -113,6 +109,20 @@ class Communicator : public Collectives {
   void count_per_peer(const std::string& kind, std::uint64_t bytes_per_peer);
   // `sent` bytes to `peer`, as kind "send".
   void count_send(int peer, std::uint64_t sent);
+
+  // Adds the wall time from its construction to its end to stats().seconds[kind].
+  class TimedCall {
+   public:
+    TimedCall(Communicator& owner, const char* kind);
+    ~TimedCall();
+    TimedCall(const TimedCall&) = delete;
+    TimedCall& operator=(const TimedCall&) = delete;
+
+   private:
+    Communicator& owner_;
+    const char* kind_;
+    std::chrono::steady_clock::time_point start_;
+  };
 
   CommStats stats_;
 

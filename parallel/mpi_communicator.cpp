@@ -142,6 +142,7 @@ void MpiCommunicator::check_peer(int peer, const char* operation) const {
 }
 
 void MpiCommunicator::all_reduce_sum(float* data, std::size_t count) {
+  const TimedCall timed(*this, "all_reduce");
   if (size_ > 1)
     STRATA_MPI_CHECK(
         MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_));
@@ -149,6 +150,7 @@ void MpiCommunicator::all_reduce_sum(float* data, std::size_t count) {
 }
 
 void MpiCommunicator::all_reduce_sum(double* data, std::size_t count) {
+  const TimedCall timed(*this, "all_reduce");
   if (size_ > 1)
     STRATA_MPI_CHECK(
         MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_DOUBLE, MPI_SUM, comm_));
@@ -156,6 +158,7 @@ void MpiCommunicator::all_reduce_sum(double* data, std::size_t count) {
 }
 
 void MpiCommunicator::all_reduce_max(std::int64_t* data, std::size_t count) {
+  const TimedCall timed(*this, "all_reduce");
   if (size_ > 1)
     STRATA_MPI_CHECK(
         MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_INT64_T, MPI_MAX, comm_));
@@ -163,6 +166,7 @@ void MpiCommunicator::all_reduce_max(std::int64_t* data, std::size_t count) {
 }
 
 void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+  const TimedCall timed(*this, "broadcast");
   check_peer(root, "broadcast");
   if (size_ > 1) STRATA_MPI_CHECK(MPI_Bcast(data, checked_count(bytes), MPI_BYTE, root, comm_));
   // However the broadcast is routed, the buffer crosses size−1 links in all; charging the root
@@ -179,6 +183,7 @@ void MpiCommunicator::barrier() {
 
 template <class T>
 void MpiCommunicator::reduce_scatter_sum_impl(const T* in, T* out, std::size_t count_per_rank) {
+  const TimedCall timed(*this, "reduce_scatter");
   STRATA_MPI_CHECK(MPI_Reduce_scatter_block(in, out, checked_count(count_per_rank), mpi_type<T>(),
                                             MPI_SUM, comm_));
   count_ring("reduce_scatter", ring_chunk_bytes<T>(count_per_rank, size_));
@@ -186,6 +191,7 @@ void MpiCommunicator::reduce_scatter_sum_impl(const T* in, T* out, std::size_t c
 
 template <class T>
 void MpiCommunicator::all_gather_impl(const T* in, T* out, std::size_t count_per_rank) {
+  const TimedCall timed(*this, "all_gather");
   const int count = checked_count(count_per_rank);
   // In place: this rank's contribution already sits in its chunk of out.
   const bool in_place = in == out + static_cast<std::size_t>(rank_) * count_per_rank;
@@ -196,6 +202,7 @@ void MpiCommunicator::all_gather_impl(const T* in, T* out, std::size_t count_per
 
 template <class T>
 void MpiCommunicator::all_to_all_impl(const T* in, T* out, std::size_t count_per_rank) {
+  const TimedCall timed(*this, "all_to_all");
   const int count = checked_count(count_per_rank);
   STRATA_MPI_CHECK(MPI_Alltoall(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm_));
   count_per_peer("all_to_all", count_per_rank * sizeof(T));
@@ -203,6 +210,7 @@ void MpiCommunicator::all_to_all_impl(const T* in, T* out, std::size_t count_per
 
 template <class T>
 void MpiCommunicator::send_impl(const T* data, std::size_t count, int peer) {
+  const TimedCall timed(*this, "send");
   check_peer(peer, "send");
   STRATA_MPI_CHECK(
       MPI_Send(data, checked_count(count), mpi_type<T>(), peer, kPointToPointTag, comm_));
@@ -211,6 +219,7 @@ void MpiCommunicator::send_impl(const T* data, std::size_t count, int peer) {
 
 template <class T>
 void MpiCommunicator::recv_impl(T* data, std::size_t count, int peer) {
+  const TimedCall timed(*this, "recv");
   check_peer(peer, "recv");
   MPI_Status status;
   STRATA_MPI_CHECK(
@@ -225,6 +234,7 @@ void MpiCommunicator::recv_impl(T* data, std::size_t count, int peer) {
 template <class T>
 void MpiCommunicator::send_recv_impl(const T* send_buf, std::size_t send_count, int dest,
                                      T* recv_buf, std::size_t recv_count, int source) {
+  const TimedCall timed(*this, "send");
   if (dest != -1) check_peer(dest, "send_recv");
   if (source != -1) check_peer(source, "send_recv");
   MPI_Status status;

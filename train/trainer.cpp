@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <utility>
 #include <vector>
 
 #include "data/loader.h"
@@ -71,14 +72,37 @@ std::string comm_json(const CommStats& stats) {
   return out + "}";
 }
 
-// Bytes this rank sent since `before` in each parallel group: {"tp": .., "pp": .., "dp": ..}.
-std::string axis_json(const ProcessGroups& groups, const std::uint64_t before[3]) {
-  const std::uint64_t now[3] = {groups.tp().stats().total_bytes(),
-                                groups.pp().stats().total_bytes(),
-                                groups.dp().stats().total_bytes()};
-  return "{\"tp\": " + std::to_string(now[0] - before[0]) +
-         ", \"pp\": " + std::to_string(now[1] - before[1]) +
-         ", \"dp\": " + std::to_string(now[2] - before[2]) + "}";
+// Running totals of this rank's traffic in each parallel group (tp, pp, dp).
+struct AxisTotals {
+  std::uint64_t bytes[3];
+  double seconds[3];
+};
+
+AxisTotals axis_totals(const ProcessGroups& groups) {
+  const CommStats* stats[3] = {&groups.tp().stats(), &groups.pp().stats(), &groups.dp().stats()};
+  AxisTotals totals{};
+  for (int axis = 0; axis < 3; ++axis) {
+    totals.bytes[axis] = stats[axis]->total_bytes();
+    totals.seconds[axis] = stats[axis]->total_seconds();
+  }
+  return totals;
+}
+
+// Bytes sent and seconds spent in calls since `before`, per group:
+// {"tp": .., "pp": .., "dp": ..} each.
+std::pair<std::string, std::string> axis_json(const ProcessGroups& groups,
+                                              const AxisTotals& before) {
+  const AxisTotals now = axis_totals(groups);
+  const char* names[3] = {"tp", "pp", "dp"};
+  std::string bytes = "{", seconds = "{";
+  for (int axis = 0; axis < 3; ++axis) {
+    const std::string sep = axis == 0 ? "\"" : ", \"";
+    bytes += sep + names[axis] + "\": " + std::to_string(now.bytes[axis] - before.bytes[axis]);
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.6f", now.seconds[axis] - before.seconds[axis]);
+    seconds += sep + names[axis] + "\": " + buffer;
+  }
+  return {bytes + "}", seconds + "}"};
 }
 
 ModelPartition partition_of(const Config& c, const Mesh& mesh) {
@@ -296,9 +320,7 @@ int Trainer::run() {
   while (s.step < c.train.steps) {
     const auto start = std::chrono::steady_clock::now();
     const CommStats comm_before = s.groups.total_stats();
-    const std::uint64_t axis_before[3] = {s.groups.tp().stats().total_bytes(),
-                                          s.groups.pp().stats().total_bytes(),
-                                          s.groups.dp().stats().total_bytes()};
+    const AxisTotals axis_before = axis_totals(s.groups);
     std::fill(s.grads.begin(), s.grads.end(), 0.0f);
     const float loss_scale = 1.0f / static_cast<float>(s.accumulation * s.dp);
     double loss_sum =
@@ -324,6 +346,7 @@ int Trainer::run() {
 
     if (s.is_logger()) {
       const CommStats step_comm = s.groups.total_stats() - comm_before;
+      const auto [axis_bytes, axis_seconds] = axis_json(s.groups, axis_before);
       const double tokens_per_s = tokens_per_step / (step_ms / 1000.0);
       s.metrics->write(JsonLine()
                            .add("step", s.step)
@@ -336,7 +359,8 @@ int Trainer::run() {
                            .add("peak_rss_mib", peak_rss_mib())
                            .add("activation_mib", s.model.activation_bytes() / 1048576.0)
                            .add_raw("comm_bytes", comm_json(step_comm))
-                           .add_raw("comm_bytes_by_axis", axis_json(s.groups, axis_before)));
+                           .add_raw("comm_bytes_by_axis", axis_bytes)
+                           .add_raw("comm_seconds_by_axis", axis_seconds));
       if (s.step % c.train.log_every == 0 || s.step == c.train.steps || s.step == 1) {
         std::printf(
             "step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms%s\n",
