@@ -388,10 +388,26 @@ int Trainer::run() {
   }
   evaluate();
   save();
-  if (s.is_logger())
-    std::printf("done: %lld steps, peak memory %.0f MiB (activations %.1f MiB)\n",
-                static_cast<long long>(s.step), peak_rss_mib(),
-                s.model.activation_bytes() / 1048576.0);
+  // Activation memory differs by pipeline stage (1F1B holds more micro-batches on early stages):
+  // every rank's pipeline group spans the stages, so rank 0 learns them all.
+  const float activation_mib = static_cast<float>(s.model.activation_bytes() / 1048576.0);
+  std::vector<float> activation_mib_by_stage(static_cast<std::size_t>(s.groups.pp().size()));
+  s.groups.pp().all_gather(&activation_mib, activation_mib_by_stage.data(), 1);
+  if (s.is_logger()) {
+    std::string by_stage = "[";
+    for (float mib : activation_mib_by_stage) {
+      char cell[32];
+      std::snprintf(cell, sizeof cell, "%s%.3f", by_stage.size() > 1 ? ", " : "", mib);
+      by_stage += cell;
+    }
+    by_stage += "]";
+    s.metrics->write(JsonLine()
+                         .add("step", s.step)
+                         .add("peak_rss_mib", peak_rss_mib())
+                         .add_raw("activation_mib_by_stage", by_stage));
+    std::printf("done: %lld steps, peak memory %.0f MiB, activations %s MiB by pipeline stage\n",
+                static_cast<long long>(s.step), peak_rss_mib(), by_stage.c_str());
+  }
   return 0;
 }
 
