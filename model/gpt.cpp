@@ -4,82 +4,36 @@
 #include <cstring>
 
 #include "model/core/error.h"
-#include "model/kernels/cpu/attention.h"
-#include "model/kernels/cpu/gelu.h"
+#include "model/gpt_storage.h"
 #include "model/kernels/cpu/layernorm.h"
 #include "model/kernels/cpu/matmul.h"
-#include "model/kernels/cpu/residual.h"
 #include "model/kernels/cpu/vocab_parallel.h"
 
 namespace strata {
 
 using namespace cpu;
+using gpt_detail::view;
 
-template <class T>
-struct Gpt<T>::Block {
-  const T *ln1_weight, *ln1_bias, *qkv_weight, *qkv_bias, *attn_proj_weight, *attn_proj_bias;
-  const T *ln2_weight, *ln2_bias, *fc_weight, *fc_bias, *mlp_proj_weight, *mlp_proj_bias;
-};
-
-// One micro-batch's saved activations. N = B·T rows in all, Nl = rows of the residual stream on
-// this rank; Cl = C/tp channels of this rank's heads, Hl = 4C/tp of its MLP columns, L = layers
-// of this stage.
-template <class T>
-struct Gpt<T>::Slot {
-  int batch = 0, time = 0;
-  bool has_targets = false;
-  bool forwarded = false;
-  std::vector<std::int32_t> tokens, targets;  // (N)
-  std::vector<T> residual;                    // (L+1, Nl, C): block inputs, then stage output
-  std::vector<T> residual2;                   // (L, Nl, C) after the attention residual add
-  std::vector<T> ln1, ln2;                    // (L, Nl, C)
-  std::vector<T> ln1_full, ln2_full;          // (L, N, C) gathered rows (sequence parallel only)
-  std::vector<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (L, Nl)
-  std::vector<T> qkv;                                     // (L, N, 3Cl)
-  std::vector<T> atty;                                    // (L, N, Cl)
-  std::vector<T> att;                                     // (L, B, NH/tp, T, T)
-  std::vector<T> fch, fch_gelu;                           // (L, N, Hl)
-  std::vector<T> lnf, lnf_full, lnf_mean, lnf_rstd;       // (Nl, C), (N, C), (Nl)
-  std::vector<T> logits;                                  // (N, Vp/tp)
-  std::vector<T> losses;                                  // (N)
-  std::vector<T> input_grad;                              // (Nl, C)
-};
-
-// Backward and communication scratch shared by all slots.
-template <class T>
-struct Gpt<T>::Scratch {
-  std::vector<T> dresidual;  // (Nl, C)
-  std::vector<T> dlocal;     // (Nl, C)
-  std::vector<T> dfull;      // (N, C)
-  std::vector<T> partial;    // (N, max(C, Hl)): row-parallel partial sums, GELU gradients
-  std::vector<T> reduced;    // (Nl, C)
-  std::vector<T> datty;      // (N, Cl)
-  std::vector<T> dqkv;       // (N, 3Cl)
-  std::vector<T> dfch;       // (N, Hl)
-  std::vector<T> rows;       // (tp·N) per-row values gathered over the group, (2N) sums
-  std::vector<T> dlosses;    // (N)
-};
-
-namespace {
-// Pointer to a named tensor inside a flat buffer laid out by `layout` (const or mutable).
-template <class P>
-P* view(P* base, const ParameterLayout& layout, const std::string& name) {
-  return base + layout.at(name).offset;
+Recompute recompute_from_name(std::string_view name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  fail("unknown recompute mode '", name, "' (expected none, selective or full)");
 }
-}  // namespace
 
 template <class T>
-Gpt<T>::Gpt(const GptShape& shape, int max_batch)
-    : Gpt(shape, ModelPartition::whole(shape), nullptr, max_batch, 1) {}
+Gpt<T>::Gpt(const GptShape& shape, int max_batch, const GptOptions& options)
+    : Gpt(shape, ModelPartition::whole(shape), nullptr, max_batch, 1, options) {}
 
 template <class T>
 Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives* tp, int max_batch,
-            int slots)
+            int slots, const GptOptions& options)
     : shape_(shape),
       partition_(partition),
       layout_(ParameterLayout::for_partition(shape, partition)),
       tp_(tp),
-      max_batch_(max_batch) {
+      max_batch_(max_batch),
+      options_(options) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
   if (tp_ == nullptr) {
     STRATA_CHECK(partition.tp_size == 1, "a tensor-parallel partition needs its group");
@@ -107,6 +61,35 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
   x.dfch.resize(N * Hl);
   x.rows.resize(std::max<std::size_t>(tp_size, 2) * N);
   x.dlosses.resize(N);
+  // The workspace holds one layer of what the slots drop.
+  const bool drops_attention = options_.recompute != Recompute::none;
+  const bool drops_rest = options_.recompute == Recompute::full;
+  allocate(x.recomputed, drops_attention ? 1 : 0, drops_rest ? 1 : 0);
+  if (drops_rest) x.recomputed_output.resize(Nl * C);
+}
+
+template <class T>
+void Gpt<T>::allocate(LayerActivations& a, std::size_t attention_layers,
+                      std::size_t other_layers) const {
+  const std::size_t tp = partition_.tp_size;
+  const std::size_t N = static_cast<std::size_t>(max_batch_) * shape_.seq_len;
+  const std::size_t C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
+  const std::size_t Nl = sequence_parallel_ ? N / tp : N;
+  const std::size_t T_ = shape_.seq_len;
+  a.qkv.resize(attention_layers * N * 3 * Cl);
+  a.atty.resize(attention_layers * N * Cl);
+  a.att.resize(attention_layers * max_batch_ * (shape_.n_head / tp) * T_ * T_);
+  a.residual2.resize(other_layers * Nl * C);
+  a.ln1.resize(other_layers * Nl * C);
+  a.ln2.resize(other_layers * Nl * C);
+  if (sequence_parallel_) {
+    a.ln1_full.resize(other_layers * N * C);
+    a.ln2_full.resize(other_layers * N * C);
+  }
+  for (std::vector<T>* stats : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd})
+    stats->resize(other_layers * Nl);
+  a.fch.resize(other_layers * N * Hl);
+  a.fch_gelu.resize(other_layers * N * Hl);
 }
 
 template <class T>
@@ -136,26 +119,11 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
   if (s.residual.empty()) {  // first use: allocate for the largest micro-batch
     const std::size_t L = partition_.layers(), tp = partition_.tp_size;
     const std::size_t N = static_cast<std::size_t>(max_batch_) * shape_.seq_len;
-    const std::size_t C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
+    const std::size_t C = shape_.d_model;
     const std::size_t Nl = sequence_parallel_ ? N / tp : N;
     s.residual.resize((L + 1) * Nl * C);
-    s.residual2.resize(L * Nl * C);
-    s.ln1.resize(L * Nl * C);
-    s.ln2.resize(L * Nl * C);
-    if (sequence_parallel_) {
-      s.ln1_full.resize(L * N * C);
-      s.ln2_full.resize(L * N * C);
-    }
-    s.ln1_mean.resize(L * Nl);
-    s.ln1_rstd.resize(L * Nl);
-    s.ln2_mean.resize(L * Nl);
-    s.ln2_rstd.resize(L * Nl);
-    s.qkv.resize(L * N * 3 * Cl);
-    s.atty.resize(L * N * Cl);
-    s.att.resize(L * max_batch_ * (shape_.n_head / tp) * static_cast<std::size_t>(shape_.seq_len) *
-                 shape_.seq_len);
-    s.fch.resize(L * N * Hl);
-    s.fch_gelu.resize(L * N * Hl);
+    allocate(s.layers, options_.recompute == Recompute::none ? L : 0,
+             options_.recompute == Recompute::full ? 0 : L);
     if (partition_.has_head) {
       s.lnf.resize(Nl * C);
       if (sequence_parallel_) s.lnf_full.resize(N * C);
@@ -172,15 +140,8 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
 }
 
 template <class T>
-typename Gpt<T>::Block Gpt<T>::block_params(const T* base, int layer) const {
-  const std::string h = "h." + std::to_string(layer) + ".";
-  return Block{
-      view(base, layout_, h + "ln1.weight"),       view(base, layout_, h + "ln1.bias"),
-      view(base, layout_, h + "attn.qkv.weight"),  view(base, layout_, h + "attn.qkv.bias"),
-      view(base, layout_, h + "attn.proj.weight"), view(base, layout_, h + "attn.proj.bias"),
-      view(base, layout_, h + "ln2.weight"),       view(base, layout_, h + "ln2.bias"),
-      view(base, layout_, h + "mlp.fc.weight"),    view(base, layout_, h + "mlp.fc.bias"),
-      view(base, layout_, h + "mlp.proj.weight"),  view(base, layout_, h + "mlp.proj.bias")};
+void Gpt<T>::round_to_compute(T* data, long n) const {
+  if (options_.compute != cpu::ComputeDtype::fp32) cpu::round_to_dtype(data, n, options_.compute);
 }
 
 template <class T>
@@ -219,7 +180,8 @@ T Gpt<T>::forward(int slot, const T* params, const std::int32_t* tokens, const T
     STRATA_CHECK(input != nullptr, "a stage after the first needs its input activation");
     std::copy_n(input, static_cast<long>(activation_rows(B, T_)) * C, s.residual.data());
   }
-  for (int l = 0; l < partition_.layers(); ++l) block_forward(s, params, l);
+  for (int l = 0; l < partition_.layers(); ++l)
+    block_forward(block_activations(s, l, false), B, T_, params, l);
   s.forwarded = true;
   return partition_.has_head ? head_forward(s, params) : T(0);
 }
@@ -237,47 +199,7 @@ void Gpt<T>::embed(Slot& s, const T* params) {
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
   position_embedding_forward(s.residual.data(), view(params, layout_, "wpe"), row_begin, Nl, s.time,
                              C);
-}
-
-template <class T>
-void Gpt<T>::block_forward(Slot& s, const T* params, int l) {
-  const int B = s.batch, T_ = s.time, C = shape_.d_model, tp = partition_.tp_size;
-  const int Cl = C / tp, Hl = 4 * C / tp, NHl = shape_.n_head / tp;
-  const int N = B * T_, Nl = activation_rows(B, T_);
-  const long stride = static_cast<long>(Nl) * C, full = static_cast<long>(N) * C;
-  const Block p = block_params(params, partition_.layer_begin + l);
-  const T* x = s.residual.data() + l * stride;
-  T* x2 = s.residual2.data() + l * stride;
-  T* ln1 = s.ln1.data() + l * stride;
-  T* ln2 = s.ln2.data() + l * stride;
-  T* qkv = s.qkv.data() + l * 3 * static_cast<long>(N) * Cl;
-  T* atty = s.atty.data() + l * static_cast<long>(N) * Cl;
-  T* att = s.att.data() + static_cast<long>(l) * B * NHl * T_ * T_;
-  T* fch = s.fch.data() + l * static_cast<long>(N) * Hl;
-  T* fch_gelu = s.fch_gelu.data() + l * static_cast<long>(N) * Hl;
-  T* partial = scratch_->partial.data();
-
-  // Attention: x2 = x + proj(attn(qkv(ln1(x))))
-  layernorm_forward(ln1, s.ln1_mean.data() + l * Nl, s.ln1_rstd.data() + l * Nl, x, p.ln1_weight,
-                    p.ln1_bias, Nl, C);  // (Nl, C)
-  const T* ln1_full =
-      gather_rows(ln1, sequence_parallel_ ? s.ln1_full.data() + l * full : nullptr, N, C);
-  matmul_forward(qkv, ln1_full, p.qkv_weight, p.qkv_bias, N, C, 3 * Cl);  // (N, 3Cl)
-  attention_forward(atty, att, qkv, B, T_, Cl, NHl);                      // (N, Cl)
-  matmul_forward(partial, atty, p.attn_proj_weight, static_cast<const T*>(nullptr), N, Cl, C);
-  const T* y = sum_rows(partial, scratch_->reduced.data(), N, C);  // (Nl, C)
-  residual_bias_forward(x2, x, y, p.attn_proj_bias, Nl, C);
-
-  // MLP: next = x2 + proj(gelu(fc(ln2(x2))))
-  layernorm_forward(ln2, s.ln2_mean.data() + l * Nl, s.ln2_rstd.data() + l * Nl, x2, p.ln2_weight,
-                    p.ln2_bias, Nl, C);
-  const T* ln2_full =
-      gather_rows(ln2, sequence_parallel_ ? s.ln2_full.data() + l * full : nullptr, N, C);
-  matmul_forward(fch, ln2_full, p.fc_weight, p.fc_bias, N, C, Hl);  // (N, Hl)
-  gelu_forward(fch_gelu, fch, static_cast<long>(N) * Hl);
-  matmul_forward(partial, fch_gelu, p.mlp_proj_weight, static_cast<const T*>(nullptr), N, Hl, C);
-  const T* z = sum_rows(partial, scratch_->reduced.data(), N, C);
-  residual_bias_forward(s.residual.data() + (l + 1) * stride, x2, z, p.mlp_proj_bias, Nl, C);
+  round_to_compute(s.residual.data(), static_cast<long>(Nl) * C);
 }
 
 template <class T>
@@ -290,9 +212,12 @@ T Gpt<T>::head_forward(Slot& s, const T* params) {
   const T* x = s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C;
   layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
                     view(params, layout_, "lnf.weight"), view(params, layout_, "lnf.bias"), Nl, C);
+  round_to_compute(s.lnf.data(), static_cast<long>(Nl) * C);
   const T* lnf_full = gather_rows(s.lnf.data(), s.lnf_full.data(), N, C);
   matmul_forward(s.logits.data(), lnf_full, params + wte.offset, static_cast<const T*>(nullptr), N,
                  C, Vl);  // (N, Vl), head tied to wte
+  // The loss itself is computed in T from the rounded logits (as fused classifier kernels do).
+  round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
   if (!s.has_targets) return T(0);
 
   // Cross-entropy from shard pieces: global row maxima, then global sums of exp and target logit.
@@ -349,63 +274,19 @@ void Gpt<T>::head_backward(Slot& s, const T* params, T* grads, T loss_scale) {
   // dlogits overwrite the probabilities in place.
   crossentropy_shard_backward(s.logits.data(), s.logits.data(), s.targets.data(), x.dlosses.data(),
                               vocab_begin, V, N, Vl);
+  // With fp16 this is where a too large loss scale first overflows to inf.
+  round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
   const T* lnf_full = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
   matmul_backward(x.dfull.data(), grads + wte.offset, static_cast<T*>(nullptr), s.logits.data(),
                   lnf_full, params + wte.offset, N, C, Vl);
+  round_to_compute(x.dfull.data(), static_cast<long>(N) * C);
   const T* dlnf = sum_rows(x.dfull.data(), x.dlocal.data(), N, C);  // (Nl, C)
   std::fill(x.dresidual.begin(), x.dresidual.begin() + static_cast<long>(Nl) * C, T(0));
   layernorm_backward(
       x.dresidual.data(), view(grads, layout_, "lnf.weight"), view(grads, layout_, "lnf.bias"),
       dlnf, s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
       view(params, layout_, "lnf.weight"), s.lnf_mean.data(), s.lnf_rstd.data(), Nl, C);
-}
-
-template <class T>
-void Gpt<T>::block_backward(Slot& s, const T* params, T* grads, int l) {
-  const int B = s.batch, T_ = s.time, C = shape_.d_model, tp = partition_.tp_size;
-  const int Cl = C / tp, Hl = 4 * C / tp, NHl = shape_.n_head / tp;
-  const int N = B * T_, Nl = activation_rows(B, T_);
-  const long stride = static_cast<long>(Nl) * C, full = static_cast<long>(N) * C;
-  const int layer = partition_.layer_begin + l;
-  const Block p = block_params(params, layer);
-  const std::string h = "h." + std::to_string(layer) + ".";
-  auto g = [&](const char* name) { return view(grads, layout_, h + name); };
-  const T* x = s.residual.data() + l * stride;
-  const T* x2 = s.residual2.data() + l * stride;
-  const T* ln1_full = sequence_parallel_ ? s.ln1_full.data() + l * full : s.ln1.data() + l * stride;
-  const T* ln2_full = sequence_parallel_ ? s.ln2_full.data() + l * full : s.ln2.data() + l * stride;
-  const T* qkv = s.qkv.data() + l * 3 * static_cast<long>(N) * Cl;
-  const T* atty = s.atty.data() + l * static_cast<long>(N) * Cl;
-  const T* att = s.att.data() + static_cast<long>(l) * B * NHl * T_ * T_;
-  const T* fch = s.fch.data() + l * static_cast<long>(N) * Hl;
-  const T* fch_gelu = s.fch_gelu.data() + l * static_cast<long>(N) * Hl;
-  Scratch& x_ = *scratch_;
-  T* dres = x_.dresidual.data();  // running d(loss)/d(residual stream), (Nl, C)
-  T* dfch_gelu = x_.partial.data();
-
-  // MLP: next = x2 + proj(gelu(fc(ln2(x2)))) + bias
-  bias_backward(g("mlp.proj.bias"), dres, Nl, C);
-  const T* dz = gather_rows(dres, x_.dfull.data(), N, C);  // (N, C)
-  matmul_backward(dfch_gelu, g("mlp.proj.weight"), static_cast<T*>(nullptr), dz, fch_gelu,
-                  p.mlp_proj_weight, N, Hl, C);
-  gelu_backward(x_.dfch.data(), fch, dfch_gelu, static_cast<long>(N) * Hl);
-  matmul_backward(x_.dfull.data(), g("mlp.fc.weight"), g("mlp.fc.bias"), x_.dfch.data(), ln2_full,
-                  p.fc_weight, N, C, Hl);
-  const T* dln2 = sum_rows(x_.dfull.data(), x_.dlocal.data(), N, C);  // (Nl, C)
-  layernorm_backward(dres, g("ln2.weight"), g("ln2.bias"), dln2, x2, p.ln2_weight,
-                     s.ln2_mean.data() + l * Nl, s.ln2_rstd.data() + l * Nl, Nl, C);
-
-  // Attention: x2 = x + proj(attn(qkv(ln1(x)))) + bias
-  bias_backward(g("attn.proj.bias"), dres, Nl, C);
-  const T* dy = gather_rows(dres, x_.dfull.data(), N, C);
-  matmul_backward(x_.datty.data(), g("attn.proj.weight"), static_cast<T*>(nullptr), dy, atty,
-                  p.attn_proj_weight, N, Cl, C);
-  attention_backward(x_.dqkv.data(), x_.datty.data(), qkv, att, B, T_, Cl, NHl);
-  matmul_backward(x_.dfull.data(), g("attn.qkv.weight"), g("attn.qkv.bias"), x_.dqkv.data(),
-                  ln1_full, p.qkv_weight, N, C, 3 * Cl);
-  const T* dln1 = sum_rows(x_.dfull.data(), x_.dlocal.data(), N, C);
-  layernorm_backward(dres, g("ln1.weight"), g("ln1.bias"), dln1, x, p.ln1_weight,
-                     s.ln1_mean.data() + l * Nl, s.ln1_rstd.data() + l * Nl, Nl, C);
+  round_to_compute(x.dresidual.data(), static_cast<long>(Nl) * C);
 }
 
 template <class T>
@@ -443,15 +324,18 @@ const T* Gpt<T>::losses(int slot) const {
 
 template <class T>
 std::size_t Gpt<T>::activation_bytes() const {
+  std::size_t elements = scratch_->recomputed.elements() + scratch_->recomputed_output.size();
+  for (const auto& s : slots_) elements += s->elements();
+  return elements * sizeof(T);
+}
+
+template <class T>
+std::size_t Gpt<T>::activation_bytes_per_layer() const {
+  const std::size_t L = partition_.layers();
+  if (L == 0) return 0;
   std::size_t elements = 0;
-  for (const auto& s : slots_) {
-    for (const std::vector<T>* v :
-         {&s->residual, &s->residual2, &s->ln1,      &s->ln2,       &s->ln1_full, &s->ln2_full,
-          &s->ln1_mean, &s->ln1_rstd,  &s->ln2_mean, &s->ln2_rstd,  &s->qkv,      &s->atty,
-          &s->att,      &s->fch,       &s->fch_gelu, &s->lnf,       &s->lnf_full, &s->lnf_mean,
-          &s->lnf_rstd, &s->logits,    &s->losses,   &s->input_grad})
-      elements += v->size();
-  }
+  for (const auto& s : slots_)  // residual: L block inputs and the stage output
+    elements += s->layers.elements() / L + s->residual.size() / (L + 1);
   return elements * sizeof(T);
 }
 

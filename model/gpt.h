@@ -19,27 +19,52 @@
 // backward, so a pipeline schedule can keep several micro-batches in flight. Parameters and
 // gradients are flat buffers laid out by layout() and are passed in, so the same object serves
 // training (float) and finite-difference checks (double).
+//
+// Activation checkpointing (GptOptions::recompute) trades compute for that memory: `selective`
+// drops each block's attention internals (qkv, the (T, T) probabilities, the output before the
+// projection) and recomputes them from the kept LayerNorm output in the block's backward; `full`
+// keeps only the residual stream entering each block and reruns the block's whole forward
+// (tensor-parallel collectives included) in its backward. Both rerun the forward's own code into a
+// one-layer workspace, so gradients are bitwise those of `none`.
+//
+// Mixed precision (GptOptions::compute, DESIGN §6) is emulated: `params` is expected to be the
+// caller's rounded copy of the fp32 master weights, and every op output the model stores and every
+// activation gradient it passes backward is rounded to the compute dtype where a GPU kernel would
+// write it (round_to_compute in gpt.cpp); GEMMs and reductions accumulate in T, parameter
+// gradients accumulate in T. fp32 rounds nothing.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "model/core/collectives.h"
 #include "model/gpt_shape.h"
+#include "model/kernels/cpu/precision.h"
 #include "model/parameter_layout.h"
 
 namespace strata {
+
+enum class Recompute { none, selective, full };
+// "none" | "selective" | "full" (the words of the `recompute` config key); else an Error.
+Recompute recompute_from_name(std::string_view name);
+
+struct GptOptions {
+  cpu::ComputeDtype compute = cpu::ComputeDtype::fp32;
+  Recompute recompute = Recompute::none;
+};
 
 template <class T>
 class Gpt {
  public:
   // The whole model in one process, one activation slot.
-  Gpt(const GptShape& shape, int max_batch);
+  Gpt(const GptShape& shape, int max_batch, const GptOptions& options = {});
   // `partition` of the model; `tp` is its tensor-parallel group (size partition.tp_size, not
   // owned; may be null when tp_size is 1). `slots`: micro-batches held at once.
   Gpt(const GptShape& shape, const ModelPartition& partition, Collectives* tp, int max_batch,
-      int slots);
+      int slots, const GptOptions& options = {});
   ~Gpt();
   Gpt(Gpt&&) noexcept;
   Gpt& operator=(Gpt&&) noexcept;
@@ -47,6 +72,7 @@ class Gpt {
   const GptShape& shape() const { return shape_; }
   const ModelPartition& partition() const { return partition_; }
   const ParameterLayout& layout() const { return layout_; }
+  const GptOptions& options() const { return options_; }
   int slots() const;
 
   // Whole-model forward into slot 0: tokens, targets (B, T_) with T_ <= seq_len. Returns the mean
@@ -80,19 +106,34 @@ class Gpt {
   // rank's vocabulary rows (B·T_, padded_vocab / tp) when it had none, softmax probabilities
   // when it had targets (until backward overwrites them).
   const T* losses(int slot = 0) const;
-  // Bytes of saved activations in the slots used so far (each sized for max_batch).
+  // Bytes of saved activations in the slots used so far (each sized for max_batch), plus the
+  // one-layer workspace that recomputation runs in.
   std::size_t activation_bytes() const;
+  // Of those, the bytes one block keeps over all slots used so far: its input (the residual
+  // stream) and what recomputation does not drop.
+  std::size_t activation_bytes_per_layer() const;
   const T* logits(int slot = 0) const;
 
  private:
+  struct LayerActivations;
   struct Slot;
   struct Scratch;
   struct Block;
+  struct BlockActivations;
   Block block_params(const T* base, int layer) const;
   Slot& slot_for(int slot, int B, int T_);
+  void allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers) const;
+  // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output
+  // goes to the workspace (the slot keeps the one computed by the forward).
+  BlockActivations block_activations(Slot& s, int local_layer, bool recomputing);
+  // Rounds an op output (or activation gradient) to the compute dtype, as a kernel of that dtype
+  // would store it; nothing in fp32.
+  void round_to_compute(T* data, long n) const;
 
   void embed(Slot& s, const T* params);
-  void block_forward(Slot& s, const T* params, int local_layer);
+  void block_forward(const BlockActivations& a, int B, int T_, const T* params, int local_layer);
+  void attention_core_forward(const BlockActivations& a, int B, int T_, const Block& p,
+                              const T* ln1_full);
   T head_forward(Slot& s, const T* params);
   void head_backward(Slot& s, const T* params, T* grads, T loss_scale);
   void block_backward(Slot& s, const T* params, T* grads, int local_layer);
@@ -110,6 +151,7 @@ class Gpt {
   Collectives* tp_;
   std::unique_ptr<Collectives> single_rank_;  // used when no group is given
   int max_batch_;
+  GptOptions options_;
   bool sequence_parallel_;  // rows sharded (partition says so and tp_size > 1)
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<Scratch> scratch_;

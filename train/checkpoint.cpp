@@ -150,6 +150,7 @@ void create_checkpoint_file(const std::string& path, const GptShape& shape,
   write_attribute_i64(state.get(), "seed", static_cast<std::int64_t>(ckpt.state.seed));
   write_attribute_f64(state.get(), "loss_scale", ckpt.state.loss_scale);
   write_attribute_i64(state.get(), "adam_steps", ckpt.state.adam_steps);
+  write_attribute_i64(state.get(), "loss_scale_clean_steps", ckpt.state.loss_scale_clean_steps);
   if (!ckpt.tokenizer_model.empty()) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(ckpt.tokenizer_model.data());
     const std::uint64_t n = ckpt.tokenizer_model.size();
@@ -289,6 +290,8 @@ Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layou
   ckpt.state.seed = static_cast<std::uint64_t>(read_attribute_i64(state.get(), "seed"));
   ckpt.state.loss_scale = read_attribute_f64(state.get(), "loss_scale");
   ckpt.state.adam_steps = read_attribute_i64(state.get(), "adam_steps");
+  if (has_attribute(state.get(), "loss_scale_clean_steps"))
+    ckpt.state.loss_scale_clean_steps = read_attribute_i64(state.get(), "loss_scale_clean_steps");
   if (has_object(file.id(), "/tokenizer/model")) {
     const std::vector<std::uint8_t> bytes =
         read_dataset<std::uint8_t>(file.id(), "/tokenizer/model");

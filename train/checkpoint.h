@@ -2,7 +2,8 @@
 // logical full fp32 tensors whatever layout wrote them:
 //   /model/<name>            parameters, logical shapes of DESIGN §5 (weights [out, in])
 //   /optimizer/m/<name>, /optimizer/v/<name>   AdamW moments; attribute adam_steps on /optimizer
-//   /state                   attributes step, data_position (samples consumed), seed, loss_scale
+//   /state                   attributes step, data_position (samples consumed), seed, loss_scale,
+//                            loss_scale_clean_steps, adam_steps
 //   /tokenizer/model         the SentencePiece model bytes (uint8), when the run has one
 //   root attributes          config (effective YAML), format
 // Every tensor carries a `checksum` attribute, the wrapping sum over its elements of a hash of
@@ -34,8 +35,11 @@ struct CheckpointState {
   std::int64_t step = 0;           // optimizer steps completed
   std::int64_t data_position = 0;  // training samples consumed (global sample index of the next)
   std::uint64_t seed = 0;
-  double loss_scale = 1.0;
+  double loss_scale = 1.0;  // the scale of the next step (1 without fp16 loss scaling)
   std::int64_t adam_steps = 0;
+  // Clean fp16 steps since a dynamic loss scale last changed; −1 when the run had no dynamic
+  // scale (and in checkpoints that predate the attribute), so a resume knows not to restore it.
+  std::int64_t loss_scale_clean_steps = -1;
 };
 
 struct Checkpoint {

@@ -75,7 +75,8 @@ struct CheckpointConfig {
 struct PrecisionConfig {
   std::string compute = "fp32";        // fp32 | bf16 | fp16
   std::string loss_scale = "dynamic";  // dynamic | a positive number written as a string
-  int loss_scale_window = 1000;
+  int loss_scale_window = 1000;        // clean fp16 steps before a dynamic scale doubles
+  double initial_loss_scale = 65536;   // where a dynamic scale starts (2^16, as PyTorch's)
 
   bool operator==(const PrecisionConfig&) const = default;
 };

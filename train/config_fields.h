@@ -79,6 +79,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("precision.compute", Choice{c.precision.compute, kComputeTypes});
   visit("precision.loss_scale", LossScale{c.precision.loss_scale});
   visit("precision.loss_scale_window", c.precision.loss_scale_window);
+  visit("precision.initial_loss_scale", c.precision.initial_loss_scale);
 
   visit("parallel.tp", c.parallel.tp);
   visit("parallel.pp", c.parallel.pp);

@@ -91,6 +91,12 @@ void validate_train(const Config& c, const Rules& rules) {
   rules.at_least("checkpoint.every", c.checkpoint.every, 0);
   rules.at_least("checkpoint.keep", c.checkpoint.keep, 0);
   rules.at_least("precision.loss_scale_window", c.precision.loss_scale_window, 1);
+  // The bounds of a dynamic scale (LossScaler): below 1 it only shrinks gradients, 2^32 already
+  // lifts the smallest fp32 gradient of interest into fp16's range.
+  const double initial_scale = c.precision.initial_loss_scale;
+  if (!(initial_scale >= 1 && initial_scale <= 4294967296.0))
+    rules.fail("precision.initial_loss_scale", "must be in [1, 4294967296 (2^32)], got ",
+               initial_scale);
 }
 
 void validate_parallel(const Config& c, const Rules& rules) {

@@ -17,10 +17,12 @@
 #include "model/core/error.h"
 #include "model/gpt.h"
 #include "model/kernels/cpu/adamw.h"
+#include "model/kernels/cpu/precision.h"
 #include "parallel/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/gradient_sync.h"
+#include "train/loss_scale.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -36,14 +38,15 @@ GptShape shape_of(const ModelConfig& m) {
   return GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
 }
 
+GptOptions options_of(const Config& c) {
+  return GptOptions{cpu::compute_dtype_from_name(c.precision.compute),
+                    recompute_from_name(c.recompute)};
+}
+
 // Features whose contract exists but whose implementation has not landed yet: refuse clearly
 // rather than silently train something else.
 void reject_unimplemented(const Config& c) {
   if (c.parallel.zero.stage != 0) fail("parallel.zero.stage > 0 is not implemented yet");
-  if (c.precision.compute != "fp32")
-    fail("precision.compute '", c.precision.compute, "' is not implemented yet (use fp32)");
-  if (c.recompute != "none")
-    fail("recompute '", c.recompute, "' is not implemented yet (use none)");
   if (c.device == "cuda")
     fail("device 'cuda': this build has no CUDA backend yet (use cpu or auto)");
   if (c.diloco.enabled) fail("diloco.enabled: DiLoCo is not implemented yet");
@@ -153,6 +156,8 @@ struct Trainer::State {
   TokenSource train_split;
   std::optional<TokenSource> val_split;
   WindowSampler sampler;
+  LossScaler scaler;
+  std::vector<float> weights;  // params rounded to precision.compute (unused in fp32)
   std::string tokenizer_model;
   std::int64_t step = 0;           // optimizer steps completed
   std::int64_t data_position = 0;  // global index of the next training sample
@@ -170,15 +175,27 @@ struct Trainer::State {
         accumulation(c.train.global_batch / (c.train.micro_batch * dp)),
         shape(shape_of(c.model)),
         step_program(make_step_program(c, mesh, accumulation)),
-        model(shape, partition_of(c, mesh), &groups.tp(), c.train.micro_batch, step_program.slots),
+        model(shape, partition_of(c, mesh), &groups.tp(), c.train.micro_batch, step_program.slots,
+              options_of(c)),
         params(model.layout().total()),
         grads(model.layout().total()),
         optimizer(model.layout(), c.optimizer),
         executor(model, groups.pp(), step_program.program, c.train.micro_batch, c.model.seq_len),
         train_split(TokenSource::open(c.data.train)),
-        sampler(train_split, c.model.seq_len, c.run.seed) {}
+        sampler(train_split, c.model.seq_len, c.run.seed),
+        scaler(LossScaler::for_config(c.precision)) {}
 
   bool is_logger() const { return world.rank() == 0; }
+
+  // The weights the model reads: the fp32 masters themselves, or (bf16, fp16) their copy rounded
+  // to the compute dtype, made afresh after every update (DESIGN §6).
+  const float* compute_weights() {
+    const cpu::ComputeDtype dtype = model.options().compute;
+    if (dtype == cpu::ComputeDtype::fp32) return params.data();
+    weights = params;
+    cpu::round_to_dtype(weights.data(), static_cast<long>(weights.size()), dtype);
+    return weights.data();
+  }
 };
 
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
@@ -219,6 +236,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
     s.optimizer.first_moment() = ckpt.adam_m;
     s.optimizer.second_moment() = ckpt.adam_v;
     s.optimizer.set_steps_taken(static_cast<int>(ckpt.state.adam_steps));
+    s.scaler.restore(ckpt.state.loss_scale, ckpt.state.loss_scale_clean_steps);
     s.step = ckpt.state.step;
     s.data_position = ckpt.state.data_position;
     s.last_checkpoint_step = s.step;
@@ -272,7 +290,7 @@ int Trainer::run() {
 
   auto evaluate = [&] {
     if (!s.val_split) return;
-    const LossSum local = evaluate_loss(s.executor, s.params.data(), *s.val_split,
+    const LossSum local = evaluate_loss(s.executor, s.compute_weights(), *s.val_split,
                                         c.train.eval_tokens, T, micro, s.dp_rank, s.dp);
     double totals[2] = {local.sum, static_cast<double>(local.count)};
     sum_over_replicas(totals, 2);
@@ -289,8 +307,12 @@ int Trainer::run() {
     if (s.last_checkpoint_step == s.step) return;
     Checkpoint ckpt;
     ckpt.config_yaml = config_to_yaml(c);
-    ckpt.state =
-        CheckpointState{s.step, s.data_position, c.run.seed, 1.0, s.optimizer.steps_taken()};
+    ckpt.state = CheckpointState{s.step,
+                                 s.data_position,
+                                 c.run.seed,
+                                 s.scaler.scale(),
+                                 s.optimizer.steps_taken(),
+                                 s.scaler.dynamic() ? s.scaler.clean_steps() : -1};
     ckpt.params = s.params;
     ckpt.adam_m = s.optimizer.first_moment();
     ckpt.adam_v = s.optimizer.second_moment();
@@ -322,20 +344,27 @@ int Trainer::run() {
     const CommStats comm_before = s.groups.total_stats();
     const AxisTotals axis_before = axis_totals(s.groups);
     std::fill(s.grads.begin(), s.grads.end(), 0.0f);
-    const float loss_scale = 1.0f / static_cast<float>(s.accumulation * s.dp);
+    // The backward pass starts from scale · mean loss; the gradients are unscaled (below) before
+    // clipping and the update. Without fp16 loss scaling the scale is 1.
+    const double scale = s.scaler.scale();
+    const float loss_scale = static_cast<float>(scale) / static_cast<float>(s.accumulation * s.dp);
     double loss_sum =
-        s.executor.train_step(s.params.data(), s.grads.data(), loss_scale, train_batch);
+        s.executor.train_step(s.compute_weights(), s.grads.data(), loss_scale, train_batch);
     synchronize_gradients(s.model, s.grads.data(), s.groups);
     sum_over_replicas(&loss_sum, 1);
     const double loss = loss_sum / (s.accumulation * s.dp);
-    const double grad_norm = global_gradient_norm(s.model, s.grads.data(), s.groups);
+    // The norm is summed over every rank, so all ranks agree on overflow and skip together.
+    const double grad_norm = global_gradient_norm(s.model, s.grads.data(), s.groups) / scale;
     const double lr = learning_rate(c.optimizer, static_cast<int>(s.step), c.train.steps);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    // An fp16 gradient overflow with a dynamic scale is routine: skip and retry at half the scale.
+    const bool scale_overflow = std::isfinite(loss) && !finite && s.scaler.can_back_off();
+    s.scaler.update(finite);
     if (finite) {
       s.optimizer.step(s.params.data(), s.grads.data(), lr,
-                       clip_factor(grad_norm, c.optimizer.grad_clip));
+                       clip_factor(grad_norm, c.optimizer.grad_clip) / scale);
       s.consecutive_nonfinite = 0;
-    } else if (++s.consecutive_nonfinite >= 3) {
+    } else if (!scale_overflow && ++s.consecutive_nonfinite >= 3) {
       fail("loss or gradients non-finite for 3 consecutive steps at step ", s.step + 1,
            "; stopping (the last checkpoint is intact)");
     }
@@ -348,24 +377,31 @@ int Trainer::run() {
       const CommStats step_comm = s.groups.total_stats() - comm_before;
       const auto [axis_bytes, axis_seconds] = axis_json(s.groups, axis_before);
       const double tokens_per_s = tokens_per_step / (step_ms / 1000.0);
-      s.metrics->write(JsonLine()
-                           .add("step", s.step)
-                           .add("loss", loss)
-                           .add("lr", lr)
-                           .add("grad_norm", grad_norm)
-                           .add("tokens_per_s", tokens_per_s)
-                           .add("step_ms", step_ms)
-                           .add("skipped", !finite)
-                           .add("peak_rss_mib", peak_rss_mib())
-                           .add("activation_mib", s.model.activation_bytes() / 1048576.0)
-                           .add_raw("comm_bytes", comm_json(step_comm))
-                           .add_raw("comm_bytes_by_axis", axis_bytes)
-                           .add_raw("comm_seconds_by_axis", axis_seconds));
+      JsonLine line =
+          JsonLine()
+              .add("step", s.step)
+              .add("loss", loss)
+              .add("lr", lr)
+              .add("grad_norm", grad_norm)
+              .add("tokens_per_s", tokens_per_s)
+              .add("step_ms", step_ms)
+              .add("skipped", !finite)
+              .add("peak_rss_mib", peak_rss_mib())
+              .add("activation_mib", s.model.activation_bytes() / 1048576.0)
+              .add("activation_mib_per_layer", s.model.activation_bytes_per_layer() / 1048576.0)
+              .add_raw("comm_bytes", comm_json(step_comm))
+              .add_raw("comm_bytes_by_axis", axis_bytes)
+              .add_raw("comm_seconds_by_axis", axis_seconds);
+      if (c.precision.compute == "fp16") line.add("loss_scale", scale);  // the scale this step used
+      s.metrics->write(line);
       if (s.step % c.train.log_every == 0 || s.step == c.train.steps || s.step == 1) {
         std::printf(
             "step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms%s\n",
             static_cast<long long>(s.step), c.train.steps, loss, lr, grad_norm, tokens_per_s,
-            step_ms, finite ? "" : " | skipped (non-finite)");
+            step_ms,
+            finite           ? ""
+            : scale_overflow ? " | skipped (fp16 overflow, loss scale halved)"
+                             : " | skipped (non-finite)");
         std::fflush(stdout);
       }
     }

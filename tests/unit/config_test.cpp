@@ -106,7 +106,7 @@ optimizer: {lr: 6e-4, min_lr: 0, warmup_steps: 0, schedule: linear, weight_decay
             beta1: 0, beta2: 0.999, eps: 1e-6, grad_clip: 0}
 train: {steps: 1, global_batch: 48, micro_batch: 4, eval_every: 0, eval_tokens: 0, log_every: 1}
 checkpoint: {every: 0, keep: 0, dir: /ckpt}
-precision: {compute: bf16, loss_scale: 65536, loss_scale_window: 2}
+precision: {compute: bf16, loss_scale: 65536, loss_scale_window: 2, initial_loss_scale: 128}
 parallel:
   tp: 2
   pp: 3
@@ -125,6 +125,7 @@ diloco: {enabled: true, workers: 2, inner_steps: 10, outer_lr: 1, outer_momentum
   EXPECT_EQ(c.run.seed, 18446744073709551615u);
   EXPECT_EQ(c.checkpoint_directory(), "/ckpt");
   EXPECT_EQ(c.precision.loss_scale, "65536");
+  EXPECT_EQ(c.precision.initial_loss_scale, 128);
   EXPECT_EQ(c.parallel.dp, 4);
   EXPECT_EQ(c.parallel.pp_layers, (std::vector<int>{1, 3, 2}));
   EXPECT_EQ(c.parallel.zero.stage, 3);
@@ -257,6 +258,8 @@ TEST(ConfigErrors, OutOfRangeNamesTheKey) {
       {"checkpoint.every=-1", "'checkpoint.every' must be >= 0"},
       {"checkpoint.keep=-1", "'checkpoint.keep' must be >= 0"},
       {"precision.loss_scale_window=0", "'precision.loss_scale_window' must be >= 1"},
+      {"precision.initial_loss_scale=0.5", "'precision.initial_loss_scale' must be in [1, "},
+      {"precision.initial_loss_scale=1e10", "'precision.initial_loss_scale' must be in [1, "},
       {"parallel.tp=0", "'parallel.tp' must be >= 1"},
       {"parallel.pp=0", "'parallel.pp' must be >= 1"},
       {"parallel.gpus_per_node=0", "'parallel.gpus_per_node' must be >= 1"},
@@ -450,7 +453,7 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.optimizer.schedule = "constant";
   c.train.eval_tokens = 1LL << 40;
   c.checkpoint.dir = "/tmp/ck pts";
-  c.precision = {"fp16", "1024.0", 50};
+  c.precision = {"fp16", "1024.0", 50, 3.0e9 + 0.5};
   c.parallel.pp = 2;
   c.parallel.dp = 3;
   c.parallel.pp_layers = {3, 1};

@@ -29,8 +29,8 @@ float round_to_fp16(float x);
 // reference the fast path is tested against, and the rounding of Gpt<double>.
 double round_to_format(double x, int significant_bits, int min_exponent, double max_finite);
 
-// data[0..n) = its values rounded to `dtype` (fp32: untouched; for double data, fp32 rounds to
-// float as well, so that a double model can emulate any of the three).
+// data[0..n) = its values rounded to `dtype`, in place; fp32 leaves them untouched (also for
+// double data: a Gpt<double> in fp32 mode is the full-precision reference).
 void round_to_dtype(float* data, long n, ComputeDtype dtype);
 void round_to_dtype(double* data, long n, ComputeDtype dtype);
 
