@@ -18,8 +18,8 @@ STEPS=${STEPS:-3}
 PYTHON=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
-[[ -d data/fortunes/train ]] || bash scripts/fortunes.sh
-ninja -C "$BUILD_DIR" train >/dev/null
+ninja -C "$BUILD_DIR" train tokenize >/dev/null
+bash scripts/prepare_fortunes.sh
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

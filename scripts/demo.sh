@@ -7,11 +7,7 @@ bash scripts/setup.sh
 bash scripts/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-if [ ! -f data/fortunes/tokenizer.model ]; then
-  # shellcheck disable=SC2046
-  build/bin/tokenize --input $(bash scripts/fortunes.sh) --out data/fortunes --vocab-size 4096 \
-    --val-fraction 0.05 --threads 2
-fi
+bash scripts/prepare_fortunes.sh
 
 rm -rf runs/fortunes  # the demo starts its run afresh
 mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 build/bin/train configs/fortunes.yaml "$@"

@@ -441,8 +441,12 @@ int Trainer::run() {
                          .add("step", s.step)
                          .add("peak_rss_mib", peak_rss_mib())
                          .add_raw("activation_mib_by_stage", by_stage));
-    std::printf("done: %lld steps, peak memory %.0f MiB, activations %s MiB by pipeline stage\n",
-                static_cast<long long>(s.step), peak_rss_mib(), by_stage.c_str());
+    std::printf("done: %lld steps, peak memory %.0f MiB, activations %s MiB%s\n",
+                static_cast<long long>(s.step), peak_rss_mib(),
+                activation_mib_by_stage.size() == 1
+                    ? by_stage.substr(1, by_stage.size() - 2).c_str()
+                    : by_stage.c_str(),
+                activation_mib_by_stage.size() == 1 ? "" : " by pipeline stage");
   }
   return 0;
 }
