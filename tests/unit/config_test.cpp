@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -464,6 +465,27 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.diloco = {true, 8, 100, 0.35, 0.0, false, "fp16"};
   const std::string yaml = config_to_yaml(c);
   EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;
+}
+
+// The configs the README points users to must load and fit the world their comments launch them
+// on: 8 ranks unless the file says otherwise.
+TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
+  const std::map<std::string, int> world_of = {{"fortunes.yaml", 2}, {"gpt2_1.5b.yaml", 16}};
+  int checked = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(STRATA_SOURCE_DIR) + "/configs")) {
+    if (entry.path().extension() != ".yaml") continue;
+    const std::string name = entry.path().filename().string();
+    SCOPED_TRACE(name);
+    const auto world = world_of.count(name) ? world_of.at(name) : 8;
+    EXPECT_NO_THROW({
+      const Config config = load_config(entry.path().string());
+      const MeshShape mesh = resolve_mesh(config, world);
+      EXPECT_EQ(mesh.tp * mesh.pp * mesh.dp, world);
+    });
+    ++checked;
+  }
+  EXPECT_GE(checked, 7);
 }
 
 }  // namespace
