@@ -43,3 +43,27 @@ if(NOT STRATA_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "CUDA backend: ${STRATA_HAVE_CUDA}")
+
+if(STRATA_HAVE_CUDA)
+  # H100 (sm_90a) unless the user chose: the backend is written for it, and CI compiles for it.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90a)
+  endif()
+  enable_language(CUDA)
+  # CMake 3.25 knows no C++20 flag for nvcc (it arrived in 3.26); nvcc 13 with GCC 12 supports it.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_EXTENSIONS OFF)
+  find_package(CUDAToolkit REQUIRED)
+  # nvcc's counterparts of the project's GCC warning options (those are kept to C and C++ in the
+  # top-level CMakeLists.txt). Host code inside .cu files gets -Wall -Wextra but not -Wpedantic:
+  # the host files nvcc generates carry GCC-style line markers ("# 1 "x.cu"") that -Wpedantic
+  # rejects as "a GCC extension" on every line.
+  add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>
+                      $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror>)
+  message(STATUS "CUDA architectures: ${CMAKE_CUDA_ARCHITECTURES}")
+endif()

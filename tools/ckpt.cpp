@@ -1,4 +1,5 @@
-// ckpt inspect CKPT        step, data position, the run's config, every tensor with shape and norm
+// ckpt inspect CKPT        step, data position, loss scale, the run's config, every tensor with
+//                          shape and norm
 // ckpt export-hf | convert  (not implemented yet: reported as an error)
 #include <cmath>
 #include <cstdio>
@@ -20,7 +21,13 @@ int inspect(const std::string& path) {
   std::printf("data         %lld samples consumed (next global sample index)\n",
               static_cast<long long>(saved.state.data_position));
   std::printf("seed         %llu\n", static_cast<unsigned long long>(saved.state.seed));
-  std::printf("loss_scale   %g\n", saved.state.loss_scale);
+  std::printf("loss_scale   %.17g\n", saved.state.loss_scale);
+  // -1: the run had no dynamic loss scale (fp32, bf16, a fixed fp16 scale), or predates the field.
+  if (saved.state.loss_scale_clean_steps >= 0)
+    std::printf("clean_steps  %lld (clean fp16 steps since the dynamic loss scale last changed)\n",
+                static_cast<long long>(saved.state.loss_scale_clean_steps));
+  else
+    std::printf("clean_steps  none (no dynamic loss scale)\n");
   std::printf("adam_steps   %lld\n", static_cast<long long>(saved.state.adam_steps));
   std::printf("parameters   %zu\n", layout.total());
   std::printf("tokenizer    %s\n",

@@ -1,10 +1,12 @@
 // Minimal `--flag value` parsing shared by the tools: every flag is declared, unknown flags and
-// missing values are errors that name the flag.
+// missing values are errors that name the flag. A flag declared repeatable (`--set k=v`) collects
+// every value in order; any other flag keeps its last value.
 #pragma once
 
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "model/core/error.h"
 
@@ -12,17 +14,23 @@ namespace strata {
 
 class ToolArgs {
  public:
-  // `flags`: accepted flags, each taking one value.
-  ToolArgs(int argc, char** argv, int first, const std::set<std::string>& flags,
-           const char* usage) {
+  // `flags`: accepted flags, each taking one value; `repeatable`: those of them that may repeat.
+  ToolArgs(int argc, char** argv, int first, const std::set<std::string>& flags, const char* usage,
+           const std::set<std::string>& repeatable = {}) {
     for (int i = first; i < argc; ++i) {
       const std::string arg = argv[i];
       if (!flags.count(arg)) fail("unknown argument '", arg, "' (", usage, ")");
       if (i + 1 >= argc) fail(arg, " needs a value (", usage, ")");
       values_[arg] = argv[++i];
+      if (repeatable.count(arg)) lists_[arg].push_back(values_[arg]);
     }
   }
   bool has(const std::string& flag) const { return values_.count(flag) > 0; }
+  // Every value of a repeatable flag, in command-line order (empty when absent).
+  std::vector<std::string> all(const std::string& flag) const {
+    const auto it = lists_.find(flag);
+    return it == lists_.end() ? std::vector<std::string>{} : it->second;
+  }
   std::string get(const std::string& flag, const std::string& fallback = "") const {
     const auto it = values_.find(flag);
     return it == values_.end() ? fallback : it->second;
@@ -54,6 +62,7 @@ class ToolArgs {
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> lists_;
 };
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // fp16 loss scaling: the scaler's rules, and through the `train` executable that an overflowing
 // step is skipped (weights, moments and step count untouched, data moves on) while the scale
-// halves, that a clean window doubles it, and that a resume continues with the saved scale.
+// halves, that a clean window doubles it, and that a resume continues with the saved scale (which
+// `ckpt inspect` shows with its clean-step count).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -187,6 +188,11 @@ TEST_F(LossScaleTraining, CleanWindowDoublesTheScaleAndResumeContinuesIt) {
   const Checkpoint middle = checkpoint_at(split, 4);
   EXPECT_EQ(middle.state.loss_scale, 2048);
   EXPECT_EQ(middle.state.loss_scale_clean_steps, 1);
+  const auto inspect = testing::run_command(testing::bin("ckpt") + " inspect " + split +
+                                            "/checkpoints/" + checkpoint_file_name(4));
+  EXPECT_EQ(inspect.status, 0) << inspect.output;
+  EXPECT_NE(inspect.output.find("\nloss_scale   2048\n"), std::string::npos) << inspect.output;
+  EXPECT_NE(inspect.output.find("\nclean_steps  1 "), std::string::npos) << inspect.output;
   train("split", config, "--resume");
   EXPECT_EQ(testing::metric_values(split + "/metrics.jsonl", "loss_scale"), scales);
   EXPECT_EQ(testing::metric_values(split + "/metrics.jsonl", "loss"),

@@ -1,0 +1,46 @@
+// Causal multi-head self-attention, fused flash-style (FlashAttention-2 algorithm), on the packed
+// qkv layout of model/kernels/cpu/attention.h (DESIGN §5): qkv (B, T, 3C) holds per row all q,
+// then all k, then all v, heads contiguous (head h at columns h·hs of each); scale 1/√hs.
+//
+// No (T, T) matrix ever exists in device memory. The forward pass keeps, per query tile, the
+// scores of one key tile in shared memory and an online softmax (running max and sum per row), and
+// stores only the output and the logsumexp of each row. The backward pass recomputes the
+// probabilities from qkv and the logsumexp.
+//
+// Tiles and numerics (attention_tile.cuh): bf16/fp16 use tensor cores (WMMA 16×16×16, fp32
+// accumulation) on 64-row tiles; fp32 uses plain FMA on 32-row tiles (the path tested against the
+// CPU to 1e-5). Head sizes 16, 32, 64, 128; any T (partial tiles are zero-filled and masked).
+//
+// Deterministic: the backward pass runs two kernels instead of atomics: one per key tile
+// accumulating dK and dV over the query tiles below it, one per query tile accumulating dQ over the
+// key tiles before it; each recomputes the scores it needs (about 1.4× the matmul work of an
+// atomic dQ, no reduction-order noise).
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "model/kernels/cuda/arena.h"
+
+namespace strata::cuda {
+
+// Whether attention_forward/backward support head size hs = C / NH.
+bool attention_head_size_supported(int hs);
+
+// out (B, T, C) overwritten; lse (B, NH, T) = log Σ_s≤t exp(q_t·k_s / √hs) per query row (natural
+// log, fp32), kept for the backward pass. qkv and out 16-byte aligned. T: float, __nv_bfloat16,
+// __half.
+template <class T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                       cudaStream_t stream);
+
+// dqkv (B, T, 3C) overwritten, from dout (B, T, C), the forward's qkv, out and lse. Scratch:
+// B·NH·T floats (rowsum(dout ⊙ out)) from `arena`, released before returning.
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B,
+                        int T_, int C, int NH, DeviceArena& arena, cudaStream_t stream);
+
+}  // namespace strata::cuda

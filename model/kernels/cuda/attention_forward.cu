@@ -1,0 +1,141 @@
+// Flash-attention forward: one block per (query tile, head, batch); key tiles stream through
+// shared memory up to the diagonal, with an online softmax per query row (FlashAttention-2):
+//   m' = max(m, rowmax(S)),  P = exp(S − m'),  l' = l·e^(m−m') + rowsum(P),  O' = O·e^(m−m') + P·V
+// and at the end out = O / l, lse = m + log l. Exponentials are base 2 with log2(e) folded into the
+// score scale. Query tiles run from the last (most key tiles) to the first so the longest blocks
+// start first.
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#include "model/kernels/cuda/attention.h"
+
+#include <cmath>
+
+#include "model/kernels/cuda/attention_tile.cuh"
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/reduce.cuh"
+
+namespace strata::cuda {
+namespace {
+
+using namespace flash;
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads)
+    attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, float scale_log2) {
+  using Tl = Tiles<T, D>;
+  using L = ForwardLayout<T, D>;
+  constexpr int kRows = Tl::kRows;
+  constexpr int kThreadsPerRow = kThreads / kRows;  // 4 or 8 adjacent lanes share a query row
+  extern __shared__ __align__(128) unsigned char shared[];
+  T* q = at<T>(shared, L::kQ);
+  T* k = at<T>(shared, L::kK);
+  T* v = at<T>(shared, L::kV);
+  float* s = at<float>(shared, L::kS);
+  T* p = at<T>(shared, L::kP);
+  float* o = at<float>(shared, L::kO);
+  float* row_factor = at<float>(shared, L::kRowFactor);
+
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * kRows;
+  const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
+  const long qkv_stride = 3L * C;
+  const T* q_src = qkv + static_cast<long>(b) * T_ * qkv_stride + static_cast<long>(h) * D;
+  const T* k_src = q_src + C;
+  const T* v_src = q_src + 2L * C;
+  load_rows<T, D, kRows, Tl::kLdT>(q, q_src, qkv_stride, r0, T_);
+  fill_zero(o, kRows * Tl::kLdA);
+
+  const int row = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
+  const int i = r0 + row;  // this thread's query position (past T_ for padding rows)
+  float m = -INFINITY, l = 0.0f;
+  const int key_end = min(r0 + kRows, T_);
+  for (int c0 = 0; c0 < key_end; c0 += kRows) {
+    __syncthreads();  // the previous P·V is done with k, v, p
+    load_rows<T, D, kRows, Tl::kLdT>(k, k_src, qkv_stride, c0, T_);
+    load_rows<T, D, kRows, Tl::kLdT>(v, v_src, qkv_stride, c0, T_);
+    __syncthreads();
+    tile_gemm<kRows, kRows, D, false, true, false>(s, Tl::kLdS, q, Tl::kLdT, k, Tl::kLdT);
+    __syncthreads();
+
+    // Online softmax of row `row` over this key tile; masked: keys after the query, keys past T_.
+    float tile_max = -INFINITY;
+    for (int j = part; j < kRows; j += kThreadsPerRow) {
+      const int col = c0 + j;
+      if (col <= i && col < T_) tile_max = fmaxf(tile_max, s[row * Tl::kLdS + j] * scale_log2);
+    }
+    tile_max = group_max<kThreadsPerRow>(tile_max);
+    const float m_new = fmaxf(m, tile_max);
+    // Guards for a row with nothing unmasked yet (m_new = −inf): exp2(−inf − −inf) would be NaN.
+    const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m - m_new);
+    float sum = 0.0f;
+    for (int j = part; j < kRows; j += kThreadsPerRow) {
+      const int col = c0 + j;
+      const bool keep = col <= i && col < T_ && m_new != -INFINITY;
+      const float prob = keep ? exp2f(s[row * Tl::kLdS + j] * scale_log2 - m_new) : 0.0f;
+      p[row * Tl::kLdP + j] = from_float<T>(prob);
+      sum += prob;
+    }
+    l = l * alpha + group_sum<kThreadsPerRow>(sum);
+    m = m_new;
+    for (int d = part; d < D; d += kThreadsPerRow) o[row * Tl::kLdA + d] *= alpha;
+    __syncthreads();
+    tile_gemm<kRows, D, kRows, false, false, true>(o, Tl::kLdA, p, Tl::kLdP, v, Tl::kLdT);
+  }
+
+  if (part == 0) {
+    row_factor[row] = l > 0.0f ? 1.0f / l : 0.0f;
+    if (i < T_) lse[(static_cast<long>(b) * NH + h) * T_ + i] = (m + log2f(l)) * kLn2;
+  }
+  __syncthreads();
+  store_rows<T, D, kRows, Tl::kLdA>(out + static_cast<long>(b) * T_ * C + static_cast<long>(h) * D,
+                                    C, r0, T_, o, 1.0f, row_factor);
+}
+
+template <class T, int D>
+void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                    cudaStream_t stream) {
+  constexpr std::size_t kBytes = ForwardLayout<T, D>::kBytes;
+  constexpr int kRows = Tiles<T, D>::kRows;
+  auto* kernel = attention_forward_kernel<T, D>;
+  STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kBytes)));
+  const dim3 grid(static_cast<unsigned>((T_ + kRows - 1) / kRows), static_cast<unsigned>(NH),
+                  static_cast<unsigned>(B));
+  const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(D));
+  kernel<<<grid, kThreads, kBytes, stream>>>(out, lse, qkv, T_, C, scale_log2);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool attention_head_size_supported(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
+
+template <class T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                       cudaStream_t stream) {
+  STRATA_CHECK(B >= 0 && T_ >= 0 && NH > 0 && C % NH == 0);
+  const int hs = C / NH;
+  if (!attention_head_size_supported(hs))
+    fail("attention: head size ", hs, " is not supported by the CUDA kernel (16, 32, 64, 128)");
+  STRATA_CHECK(is_aligned(out, 16) && is_aligned(qkv, 16),
+               "attention tensors must be 16-byte aligned");
+  if (B == 0 || T_ == 0) return;
+  switch (hs) {
+    case 16:
+      return launch_forward<T, 16>(out, lse, qkv, B, T_, C, NH, stream);
+    case 32:
+      return launch_forward<T, 32>(out, lse, qkv, B, T_, C, NH, stream);
+    case 64:
+      return launch_forward<T, 64>(out, lse, qkv, B, T_, C, NH, stream);
+    default:
+      return launch_forward<T, 128>(out, lse, qkv, B, T_, C, NH, stream);
+  }
+}
+
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int,
+                                       cudaStream_t);
+template void attention_forward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int,
+                                               int, int, int, cudaStream_t);
+template void attention_forward<__half>(__half*, float*, const __half*, int, int, int, int,
+                                        cudaStream_t);
+
+}  // namespace strata::cuda

@@ -1,0 +1,300 @@
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#include "model/kernels/cuda/crossentropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <type_traits>
+
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/dtype.cuh"
+#include "model/kernels/cuda/reduce.cuh"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kThreads = 512;  // one block per row; a 50304-column row is ~12 vectors per thread
+
+// Columns [0, live) of a shard are real vocabulary ids (global id < V).
+int live_columns(int vocab_begin, int V, int Vl) { return std::clamp(V - vocab_begin, 0, Vl); }
+
+// Calls f(column, logit) for every column of `row` below `live`, kN columns per access.
+template <int kN, class T, class F>
+__device__ __forceinline__ void for_each_live(const T* row, int live, int Vl, F f) {
+  for (int c = threadIdx.x * kN; c < Vl && c < live; c += kThreads * kN) {
+    const Vec<T, kN> x = load_vec<kN>(row + c);
+#pragma unroll
+    for (int k = 0; k < kN; ++k)
+      if (c + k < live) f(c + k, to_float(x.v[k]));
+  }
+}
+
+// What the output pass writes per column: probabilities, or their gradient for dloss.
+enum class Output { kProbs, kGradient };
+
+// Writes probs or dlogits for a whole row (padded columns 0). Each thread reads its columns
+// before writing them, so out may alias row.
+template <Output kOut, int kN, class T>
+__device__ __forceinline__ void write_row(T* out, const T* row, int live, int Vl, float max,
+                                          float inv_sum, int target_local, float dloss) {
+  for (int c = threadIdx.x * kN; c < Vl; c += kThreads * kN) {
+    const Vec<T, kN> x = load_vec<kN>(row + c);
+    Vec<T, kN> y;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const int col = c + k;
+      float value = 0.0f;
+      if (col < live) {
+        const float p = expf(to_float(x.v[k]) - max) * inv_sum;
+        value = kOut == Output::kProbs ? p : p * dloss - (col == target_local ? dloss : 0.0f);
+      }
+      y.v[k] = from_float<T>(value);
+    }
+    store_vec(out + c, y);
+  }
+}
+
+template <class T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    shard_max_kernel(float* row_max, const T* logits, int live, int Vl) {
+  __shared__ float shared[32];
+  const T* row = logits + static_cast<long>(blockIdx.x) * Vl;
+  float m = -INFINITY;
+  for_each_live<kN>(row, live, Vl, [&](int, float x) { m = fmaxf(m, x); });
+  m = block_max(m, shared);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+
+template <class T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    shard_sums_kernel(float* sum_exp, float* target_logit, const T* logits,
+                      const std::int32_t* targets, const float* row_max, int vocab_begin, int live,
+                      int Vl) {
+  __shared__ float shared[32];
+  const int n = blockIdx.x;
+  const T* row = logits + static_cast<long>(n) * Vl;
+  const float max = row_max[n];
+  float sum = 0.0f;
+  for_each_live<kN>(row, live, Vl, [&](int, float x) { sum += expf(x - max); });
+  sum = block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    const int local = targets[n] - vocab_begin;
+    sum_exp[n] = sum;
+    target_logit[n] = (local >= 0 && local < live) ? to_float(row[local]) : 0.0f;
+  }
+}
+
+template <Output kOut, class T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    shard_finish_kernel(float* losses, T* out, const T* logits, const std::int32_t* targets,
+                        const float* dlosses, const float* row_max, const float* sum_exp,
+                        const float* target_logit, int vocab_begin, int live, int Vl) {
+  const int n = blockIdx.x;
+  const float max = row_max[n], sum = sum_exp[n];
+  const int target_local = targets != nullptr ? targets[n] - vocab_begin : -1;
+  const float dloss = dlosses != nullptr ? dlosses[n] : 0.0f;
+  const long offset = static_cast<long>(n) * Vl;
+  write_row<kOut, kN>(out + offset, logits + offset, live, Vl, max, 1.0f / sum, target_local,
+                      dloss);
+  // From the logits, not the rounded probability: exact even when that underflows.
+  if (threadIdx.x == 0) losses[n] = logf(sum) - (target_logit[n] - max);
+}
+
+template <class T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    shard_backward_kernel(T* dlogits, const T* probs, const std::int32_t* targets,
+                          const float* dlosses, int vocab_begin, int live, int Vl) {
+  const int n = blockIdx.x;
+  const long offset = static_cast<long>(n) * Vl;
+  const int target_local = targets[n] - vocab_begin;
+  const float dloss = dlosses[n];
+  for (int c = threadIdx.x * kN; c < Vl; c += kThreads * kN) {
+    const Vec<T, kN> p = load_vec<kN>(probs + offset + c);
+    Vec<T, kN> d;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const int col = c + k;
+      const float value =
+          col < live ? to_float(p.v[k]) * dloss - (col == target_local ? dloss : 0.0f) : 0.0f;
+      d.v[k] = from_float<T>(value);
+    }
+    store_vec(dlogits + offset + c, d);
+  }
+}
+
+// Online softmax statistics (m, s): s = Σ exp(x − m) over the values seen, m their maximum.
+struct RowStats {
+  float max = -INFINITY;
+  float sum = 0.0f;
+};
+
+__device__ __forceinline__ RowStats merge(RowStats a, RowStats b) {
+  const float m = fmaxf(a.max, b.max);
+  if (m == -INFINITY) return RowStats{};
+  return RowStats{m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+
+// Block-wide merge in a fixed order; every thread gets the result.
+__device__ RowStats block_merge(RowStats x, float* shared_max, float* shared_sum) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int offset = 16; offset > 0; offset /= 2)
+    x = merge(x, RowStats{__shfl_xor_sync(kFullMask, x.max, offset),
+                          __shfl_xor_sync(kFullMask, x.sum, offset)});
+  __syncthreads();
+  if (lane == 0) {
+    shared_max[warp] = x.max;
+    shared_sum[warp] = x.sum;
+  }
+  __syncthreads();
+  RowStats total;
+  for (int w = 0; w < warps; ++w) total = merge(total, RowStats{shared_max[w], shared_sum[w]});
+  return total;
+}
+
+template <Output kOut, class T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    fused_crossentropy_kernel(float* losses, T* out, const T* logits, const std::int32_t* targets,
+                              const float* dlosses, int V, int Vp) {
+  __shared__ float shared_max[32], shared_sum[32];
+  const int n = blockIdx.x;
+  const long offset = static_cast<long>(n) * Vp;
+  const int target = targets[n];
+  // Read before the barriers in block_merge: out may alias logits.
+  const float target_logit = to_float(logits[offset + target]);
+  RowStats stats;
+  for_each_live<kN>(logits + offset, V, Vp, [&](int, float x) {
+    if (x > stats.max) {
+      stats.sum = stats.sum * expf(stats.max - x) + 1.0f;
+      stats.max = x;
+    } else {
+      stats.sum += expf(x - stats.max);
+    }
+  });
+  stats = block_merge(stats, shared_max, shared_sum);
+  const float dloss = dlosses != nullptr ? dlosses[n] : 0.0f;
+  write_row<kOut, kN>(out + offset, logits + offset, V, Vp, stats.max, 1.0f / stats.sum, target,
+                      dloss);
+  if (threadIdx.x == 0) losses[n] = logf(stats.sum) - (target_logit - stats.max);
+}
+
+// Launches kernel<kN> with 16-byte vectors when the row length and pointers allow, else kN = 1.
+template <class T, class Launch>
+void launch_vectorized(int row_length, std::initializer_list<const void*> pointers, Launch launch) {
+  bool vector = row_length % kVec16<T> == 0;
+  for (const void* p : pointers) vector = vector && is_aligned(p, 16);
+  if (vector)
+    launch(std::integral_constant<int, kVec16<T>>{});
+  else
+    launch(std::integral_constant<int, 1>{});
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <class T>
+void crossentropy_shard_max(float* row_max, const T* logits, int vocab_begin, int V, int N, int Vl,
+                            cudaStream_t stream) {
+  if (N <= 0) return;
+  const int live = live_columns(vocab_begin, V, Vl);
+  launch_vectorized<T>(Vl, {logits}, [&](auto kN) {
+    shard_max_kernel<T, kN()><<<N, kThreads, 0, stream>>>(row_max, logits, live, Vl);
+  });
+}
+
+template <class T>
+void crossentropy_shard_sums(float* sum_exp, float* target_logit, const T* logits,
+                             const std::int32_t* targets, const float* row_max, int vocab_begin,
+                             int V, int N, int Vl, cudaStream_t stream) {
+  if (N <= 0) return;
+  const int live = live_columns(vocab_begin, V, Vl);
+  launch_vectorized<T>(Vl, {logits}, [&](auto kN) {
+    shard_sums_kernel<T, kN()><<<N, kThreads, 0, stream>>>(sum_exp, target_logit, logits, targets,
+                                                           row_max, vocab_begin, live, Vl);
+  });
+}
+
+template <class T>
+void crossentropy_shard_finish(float* losses, T* probs, const T* logits, const float* row_max,
+                               const float* sum_exp, const float* target_logit, int vocab_begin,
+                               int V, int N, int Vl, cudaStream_t stream) {
+  if (N <= 0) return;
+  const int live = live_columns(vocab_begin, V, Vl);
+  launch_vectorized<T>(Vl, {probs, logits}, [&](auto kN) {
+    shard_finish_kernel<Output::kProbs, T, kN()>
+        <<<N, kThreads, 0, stream>>>(losses, probs, logits, nullptr, nullptr, row_max, sum_exp,
+                                     target_logit, vocab_begin, live, Vl);
+  });
+}
+
+template <class T>
+void crossentropy_shard_backward(T* dlogits, const T* probs, const std::int32_t* targets,
+                                 const float* dlosses, int vocab_begin, int V, int N, int Vl,
+                                 cudaStream_t stream) {
+  if (N <= 0) return;
+  const int live = live_columns(vocab_begin, V, Vl);
+  launch_vectorized<T>(Vl, {dlogits, probs}, [&](auto kN) {
+    shard_backward_kernel<T, kN()>
+        <<<N, kThreads, 0, stream>>>(dlogits, probs, targets, dlosses, vocab_begin, live, Vl);
+  });
+}
+
+template <class T>
+void crossentropy_shard_finish_backward(float* losses, T* dlogits, const T* logits,
+                                        const std::int32_t* targets, const float* dlosses,
+                                        const float* row_max, const float* sum_exp,
+                                        const float* target_logit, int vocab_begin, int V, int N,
+                                        int Vl, cudaStream_t stream) {
+  if (N <= 0) return;
+  const int live = live_columns(vocab_begin, V, Vl);
+  launch_vectorized<T>(Vl, {dlogits, logits}, [&](auto kN) {
+    shard_finish_kernel<Output::kGradient, T, kN()>
+        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dlosses, row_max, sum_exp,
+                                     target_logit, vocab_begin, live, Vl);
+  });
+}
+
+template <class T>
+void softmax_crossentropy_forward(float* losses, T* probs, const T* logits,
+                                  const std::int32_t* targets, int N, int V, int Vp,
+                                  cudaStream_t stream) {
+  if (N <= 0) return;
+  STRATA_CHECK(V > 0 && V <= Vp);
+  launch_vectorized<T>(Vp, {probs, logits}, [&](auto kN) {
+    fused_crossentropy_kernel<Output::kProbs, T, kN()>
+        <<<N, kThreads, 0, stream>>>(losses, probs, logits, targets, nullptr, V, Vp);
+  });
+}
+
+template <class T>
+void softmax_crossentropy_forward_backward(float* losses, T* dlogits, const T* logits,
+                                           const std::int32_t* targets, const float* dlosses, int N,
+                                           int V, int Vp, cudaStream_t stream) {
+  if (N <= 0) return;
+  STRATA_CHECK(V > 0 && V <= Vp);
+  launch_vectorized<T>(Vp, {dlogits, logits}, [&](auto kN) {
+    fused_crossentropy_kernel<Output::kGradient, T, kN()>
+        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dlosses, V, Vp);
+  });
+}
+
+#define STRATA_INSTANTIATE(T)                                                                   \
+  template void crossentropy_shard_max<T>(float*, const T*, int, int, int, int, cudaStream_t);  \
+  template void crossentropy_shard_sums<T>(float*, float*, const T*, const std::int32_t*,       \
+                                           const float*, int, int, int, int, cudaStream_t);     \
+  template void crossentropy_shard_finish<T>(float*, T*, const T*, const float*, const float*,  \
+                                             const float*, int, int, int, int, cudaStream_t);   \
+  template void crossentropy_shard_backward<T>(T*, const T*, const std::int32_t*, const float*, \
+                                               int, int, int, int, cudaStream_t);               \
+  template void crossentropy_shard_finish_backward<T>(                                          \
+      float*, T*, const T*, const std::int32_t*, const float*, const float*, const float*,      \
+      const float*, int, int, int, int, cudaStream_t);                                          \
+  template void softmax_crossentropy_forward<T>(float*, T*, const T*, const std::int32_t*, int, \
+                                                int, int, cudaStream_t);                        \
+  template void softmax_crossentropy_forward_backward<T>(                                       \
+      float*, T*, const T*, const std::int32_t*, const float*, int, int, int, cudaStream_t);
+STRATA_INSTANTIATE(float)
+STRATA_INSTANTIATE(__nv_bfloat16)
+STRATA_INSTANTIATE(__half)
+#undef STRATA_INSTANTIATE
+
+}  // namespace strata::cuda

@@ -1,0 +1,73 @@
+// Softmax + cross-entropy (natural log) over a vocabulary shard, the three-phase contract of
+// model/kernels/cpu/vocab_parallel.h: a rank holding logit columns [vocab_begin, vocab_begin + Vl)
+// of (N, Vp) computes per-row pieces that the caller combines over the tensor-parallel group
+// (maximum, then sums); only columns with global id < V are real, the rest get probability 0.
+// With one shard (vocab_begin 0, Vl = Vp) no combination is needed, and the fused single-shard
+// kernels below do the whole job in one launch.
+//
+// Logits and their gradients are T (float, __nv_bfloat16, __half); every per-row statistic (row
+// max, sums, target logit, losses, dlosses) is fp32. Nothing larger than the logits buffer is
+// ever written: probabilities and gradients overwrite the logits in place when asked to.
+// One block per row, fixed-order block reductions (deterministic).
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace strata::cuda {
+
+// row_max (N) = max over the shard's real columns of logits (N, Vl); −inf when it has none.
+template <class T>
+void crossentropy_shard_max(float* row_max, const T* logits, int vocab_begin, int V, int N, int Vl,
+                            cudaStream_t stream);
+
+// With the global row maxima: sum_exp (N) = Σ exp(logit − max) over the shard's real columns;
+// target_logit (N) = the target's logit if the shard holds it, else 0.
+template <class T>
+void crossentropy_shard_sums(float* sum_exp, float* target_logit, const T* logits,
+                             const std::int32_t* targets, const float* row_max, int vocab_begin,
+                             int V, int N, int Vl, cudaStream_t stream);
+
+// With the global sums: losses (N) = log(sum_exp) − (target_logit − max); probs (N, Vl) = softmax
+// (0 for padded columns). probs may alias logits.
+template <class T>
+void crossentropy_shard_finish(float* losses, T* probs, const T* logits, const float* row_max,
+                               const float* sum_exp, const float* target_logit, int vocab_begin,
+                               int V, int N, int Vl, cudaStream_t stream);
+
+// dlogits (N, Vl) = (probs − onehot(target)) · dlosses[n], padded columns 0. May alias probs.
+template <class T>
+void crossentropy_shard_backward(T* dlogits, const T* probs, const std::int32_t* targets,
+                                 const float* dlosses, int vocab_begin, int V, int N, int Vl,
+                                 cudaStream_t stream);
+
+// finish and backward fused, when dlosses are known at forward time (training): losses (N) as
+// finish computes them, and dlogits (N, Vl) = (softmax − onehot) · dlosses[n] straight from the
+// logits, without the probabilities. dlogits may alias logits.
+template <class T>
+void crossentropy_shard_finish_backward(float* losses, T* dlogits, const T* logits,
+                                        const std::int32_t* targets, const float* dlosses,
+                                        const float* row_max, const float* sum_exp,
+                                        const float* target_logit, int vocab_begin, int V, int N,
+                                        int Vl, cudaStream_t stream);
+
+// One shard (vocab_begin 0, Vl = Vp): max and sum in one pass over the row (online softmax), then
+// the output pass. probs may alias logits.
+template <class T>
+void softmax_crossentropy_forward(float* losses, T* probs, const T* logits,
+                                  const std::int32_t* targets, int N, int V, int Vp,
+                                  cudaStream_t stream);
+
+// One shard, forward and backward in one launch: losses (N) and dlogits (N, Vp) =
+// (softmax − onehot) · dlosses[n]. dlogits may alias logits.
+template <class T>
+void softmax_crossentropy_forward_backward(float* losses, T* dlogits, const T* logits,
+                                           const std::int32_t* targets, const float* dlosses, int N,
+                                           int V, int Vp, cudaStream_t stream);
+
+}  // namespace strata::cuda

@@ -1,0 +1,194 @@
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#include "model/kernels/cuda/layernorm.h"
+
+#include <initializer_list>
+
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/column_sums.cuh"
+#include "model/kernels/cuda/dtype.cuh"
+#include "model/kernels/cuda/reduce.cuh"
+
+namespace strata::cuda {
+namespace {
+
+constexpr float kEps = 1e-5f;  // DESIGN §5, cpu::kLayerNormEps
+constexpr int kWarps = 8;      // rows per block
+
+// One warp per row; lane l handles elements [l·kN + 32·kN·i, ... + kN). Rows past N exit as a
+// whole warp, so the shuffles below always have all 32 lanes.
+template <class T, int kN>
+__global__ void __launch_bounds__(kWarps * 32)
+    residual_layernorm_forward_kernel(T* sum_out, T* out, float* mean, float* rstd,
+                                      const T* residual, const T* y, const T* y_bias,
+                                      const T* weight, const T* bias, int N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (row >= N) return;
+  const long base = static_cast<long>(row) * C;
+  const T* src = residual + base;
+  float sum = 0.0f;
+  if (y != nullptr) {
+    for (int c = lane * kN; c < C; c += 32 * kN) {
+      const Vec<T, kN> a = load_vec<kN>(residual + base + c);
+      const Vec<T, kN> b = load_vec<kN>(y + base + c);
+      Vec<T, kN> s;
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        const float add = y_bias != nullptr ? to_float(y_bias[c + k]) : 0.0f;
+        s.v[k] = from_float<T>(to_float(a.v[k]) + (to_float(b.v[k]) + add));
+        sum += to_float(s.v[k]);
+      }
+      store_vec(sum_out + base + c, s);
+    }
+    src = sum_out + base;  // re-read below by the lanes that wrote it: no synchronisation needed
+  } else {
+    for (int c = lane * kN; c < C; c += 32 * kN) {
+      const Vec<T, kN> a = load_vec<kN>(src + c);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) sum += to_float(a.v[k]);
+    }
+  }
+  const float m = group_sum(sum) / static_cast<float>(C);
+  float var = 0.0f;
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    const Vec<T, kN> a = load_vec<kN>(src + c);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float d = to_float(a.v[k]) - m;
+      var += d * d;
+    }
+  }
+  const float s = 1.0f / sqrtf(group_sum(var) / static_cast<float>(C) + kEps);
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    const Vec<T, kN> a = load_vec<kN>(src + c);
+    const Vec<T, kN> w = load_vec<kN>(weight + c);
+    const Vec<T, kN> b = load_vec<kN>(bias + c);
+    Vec<T, kN> o;
+#pragma unroll
+    for (int k = 0; k < kN; ++k)
+      o.v[k] = from_float<T>((to_float(a.v[k]) - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+    store_vec(out + base + c, o);
+  }
+  if (lane == 0) {
+    if (mean != nullptr) mean[row] = m;
+    if (rstd != nullptr) rstd[row] = s;
+  }
+}
+
+template <class T, int kN>
+__global__ void __launch_bounds__(kWarps * 32)
+    layernorm_backward_input_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
+                                    const float* mean, const float* rstd, int N, int C) {
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (row >= N) return;
+  const long base = static_cast<long>(row) * C;
+  const float m = mean[row], s = rstd[row];
+  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    const Vec<T, kN> x = load_vec<kN>(inp + base + c);
+    const Vec<T, kN> dy = load_vec<kN>(dout + base + c);
+    const Vec<T, kN> w = load_vec<kN>(weight + c);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float norm = (to_float(x.v[k]) - m) * s;
+      const float dnorm = to_float(w.v[k]) * to_float(dy.v[k]);
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * norm;
+    }
+  }
+  const float dnorm_mean = group_sum(dnorm_sum) / static_cast<float>(C);
+  const float dnorm_norm_mean = group_sum(dnorm_norm_sum) / static_cast<float>(C);
+  for (int c = lane * kN; c < C; c += 32 * kN) {
+    const Vec<T, kN> x = load_vec<kN>(inp + base + c);
+    const Vec<T, kN> dy = load_vec<kN>(dout + base + c);
+    const Vec<T, kN> w = load_vec<kN>(weight + c);
+    Vec<T, kN> dx = load_vec<kN>(dinp + base + c);
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float norm = (to_float(x.v[k]) - m) * s;
+      const float dnorm = to_float(w.v[k]) * to_float(dy.v[k]);
+      dx.v[k] =
+          from_float<T>(to_float(dx.v[k]) + (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s);
+    }
+    store_vec(dinp + base + c, dx);
+  }
+}
+
+// value_0 = norm·dout (dweight), value_1 = dout (dbias).
+template <class T>
+struct LayerNormParameterGradients {
+  const T* dout;
+  const T* inp;
+  const float* mean;
+  const float* rstd;
+  int C;
+  __device__ void operator()(int n, int c, float (&acc)[2]) const {
+    const long i = static_cast<long>(n) * C + c;
+    const float dy = to_float(dout[i]);
+    acc[0] += (to_float(inp[i]) - mean[n]) * rstd[n] * dy;
+    acc[1] += dy;
+  }
+};
+
+bool vectorizable(int C, int width, std::initializer_list<const void*> pointers) {
+  if (C % width != 0) return false;
+  for (const void* p : pointers)
+    if (p != nullptr && !is_aligned(p, 16)) return false;
+  return true;
+}
+
+}  // namespace
+
+template <class T>
+void residual_layernorm_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual,
+                                const T* y, const T* y_bias, const T* weight, const T* bias, int N,
+                                int C, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C > 0);
+  if (N == 0) return;
+  const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
+  constexpr int kN = kVec16<T>;
+  if (vectorizable(C, kN, {sum_out, out, residual, y, weight, bias})) {
+    residual_layernorm_forward_kernel<T, kN><<<blocks, kWarps * 32, 0, stream>>>(
+        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C);
+  } else {
+    residual_layernorm_forward_kernel<T, 1><<<blocks, kWarps * 32, 0, stream>>>(
+        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C);
+  }
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                        const T* weight, const float* mean, const float* rstd, int N, int C,
+                        DeviceArena& arena, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C > 0);
+  if (N == 0) return;
+  const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
+  constexpr int kN = kVec16<T>;
+  if (vectorizable(C, kN, {dinp, dout, inp, weight})) {
+    layernorm_backward_input_kernel<T, kN>
+        <<<blocks, kWarps * 32, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  } else {
+    layernorm_backward_input_kernel<T, 1>
+        <<<blocks, kWarps * 32, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  }
+  STRATA_CUDA_CHECK_LAUNCH();
+  launch_column_sums<2>(ColumnOutputs<2>{{dweight, dbias}},
+                        LayerNormParameterGradients<T>{dout, inp, mean, rstd, C}, N, C, arena,
+                        stream);
+}
+
+#define STRATA_INSTANTIATE(T)                                                             \
+  template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*, \
+                                              const T*, const T*, const T*, int, int,     \
+                                              cudaStream_t);                              \
+  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,   \
+                                      const float*, const float*, int, int, DeviceArena&, \
+                                      cudaStream_t);
+STRATA_INSTANTIATE(float)
+STRATA_INSTANTIATE(__nv_bfloat16)
+STRATA_INSTANTIATE(__half)
+#undef STRATA_INSTANTIATE
+
+}  // namespace strata::cuda

@@ -1,0 +1,49 @@
+// LayerNorm over channels (eps 1e-5, biased variance; model/kernels/cpu/layernorm.h), fused with
+// the residual add that precedes it in a pre-LN block:
+//   sum_out (N, C) = residual + (y + y_bias)          the next residual stream, rounded to T
+//   out (N, C)     = (sum_out − mean)·rstd·weight + bias
+// Statistics are fp32 (mean, rstd (N)) whatever T is, computed from the rounded sum_out the
+// backward pass will see. One warp per row; two-pass variance (no E[x²] − E[x]² cancellation).
+//
+// Backward (the residual add's backward is the accumulation into dinp):
+//   dinp (N, C) += (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd, dnorm = weight·dout
+//   dweight, dbias (C, fp32) += Σ_n norm·dout, Σ_n dout
+// dinp is one warp per row; the parameter gradients are deterministic two-pass column sums (no
+// atomics) that recompute norm from inp, mean and rstd.
+//
+// T: float, __nv_bfloat16, __half. Vectorised (16-byte accesses) when C is a multiple of 16 bytes
+// of T and the pointers are 16-byte aligned, element by element otherwise.
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include "model/kernels/cuda/arena.h"
+
+namespace strata::cuda {
+
+// y == nullptr: plain LayerNorm of `residual` and sum_out is not written. y_bias may be null.
+// mean, rstd may be null (inference). sum_out may alias residual (in-place residual stream).
+template <class T>
+void residual_layernorm_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual,
+                                const T* y, const T* y_bias, const T* weight, const T* bias, int N,
+                                int C, cudaStream_t stream);
+
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
+                       const T* bias, int N, int C, cudaStream_t stream) {
+  residual_layernorm_forward<T>(nullptr, out, mean, rstd, inp, nullptr, nullptr, weight, bias, N, C,
+                                stream);
+}
+
+// inp is the LayerNorm input (sum_out of the forward). Scratch: ⌈N/256⌉·2C floats of `arena`,
+// released before returning.
+template <class T>
+void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
+                        const T* weight, const float* mean, const float* rstd, int N, int C,
+                        DeviceArena& arena, cudaStream_t stream);
+
+}  // namespace strata::cuda

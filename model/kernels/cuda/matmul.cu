@@ -1,0 +1,264 @@
+// A row-major (R, K) tensor is the column-major K × R matrix, so each linear layer is one
+// column-major GEMM D = op(A)·op(B) with packed leading dimensions (stored shapes below):
+//   forward      D = out  (OC × N)  A = weight (IC × OC), op T   B = inp  (IC × N)
+//   input grad   D = dinp (IC × N)  A = weight (IC × OC)         B = dout (OC × N)
+//   weight grad  D = dW   (IC × OC) A = inp    (IC × N)          B = dout (OC × N), op T;  β = 1
+// The bias of the forward pass has one entry per row of D (OC), as the BIAS epilogue wants; the
+// bias gradient is a sum of B over k = N per column of D (OC), which is what BGRADB computes.
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#include "model/kernels/cuda/matmul.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <initializer_list>
+#include <type_traits>
+
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/gelu.h"
+#include "model/kernels/cuda/matmul_plans.h"
+#include "model/kernels/cuda/residual.h"
+
+namespace strata::cuda {
+
+MatmulPlan::~MatmulPlan() {
+  // Destroy failures cannot be handled here (no throwing from destructors); report them.
+  auto report = [](cublasStatus_t status, const char* what) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+      std::fprintf(stderr, "cuBLASLt error %s in %s\n", cublasLtGetStatusName(status), what);
+  };
+  if (c != nullptr) report(cublasLtMatrixLayoutDestroy(c), "cublasLtMatrixLayoutDestroy");
+  if (b != nullptr) report(cublasLtMatrixLayoutDestroy(b), "cublasLtMatrixLayoutDestroy");
+  if (a != nullptr) report(cublasLtMatrixLayoutDestroy(a), "cublasLtMatrixLayoutDestroy");
+  if (desc != nullptr) report(cublasLtMatmulDescDestroy(desc), "cublasLtMatmulDescDestroy");
+}
+
+namespace {
+
+template <class T>
+constexpr cudaDataType_t data_type() {
+  if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return CUDA_R_16BF;
+  if constexpr (std::is_same_v<T, __half>) return CUDA_R_16F;
+}
+
+bool uses_bias_pointer(cublasLtEpilogue_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         epilogue == CUBLASLT_EPILOGUE_BGRADB;
+}
+
+bool uses_aux_pointer(cublasLtEpilogue_t epilogue) {
+  return epilogue == CUBLASLT_EPILOGUE_GELU_AUX || epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         epilogue == CUBLASLT_EPILOGUE_DGELU;
+}
+
+// The aux (GELU input) leading dimension must be a multiple of 8 (cublasLt.h,
+// CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); otherwise the fused epilogue is not attempted.
+bool aux_ld_allowed(long ld) { return ld % 8 == 0; }
+
+// Largest power of two, at most 256, dividing every non-null pointer.
+int common_alignment(std::initializer_list<const void*> pointers) {
+  std::uintptr_t bits = 256;
+  for (const void* p : pointers)
+    if (p != nullptr) bits |= reinterpret_cast<std::uintptr_t>(p);
+  return static_cast<int>(bits & (~bits + 1));
+}
+
+template <class Value>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
+                   const Value& value) {
+  STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
+}
+
+void set_epilogue_pointers(cublasLtMatmulDesc_t desc, cublasLtEpilogue_t epilogue, const void* bias,
+                           const void* aux) {
+  if (uses_bias_pointer(epilogue)) set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (uses_aux_pointer(epilogue))
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+}
+
+class Preference {
+ public:
+  Preference() { STRATA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_)); }
+  ~Preference() {
+    const cublasStatus_t status = cublasLtMatmulPreferenceDestroy(pref_);
+    if (status != CUBLAS_STATUS_SUCCESS)
+      std::fprintf(stderr, "cuBLASLt error %s in cublasLtMatmulPreferenceDestroy\n",
+                   cublasLtGetStatusName(status));
+  }
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+  template <class Value>
+  void set(cublasLtMatmulPreferenceAttributes_t attribute, Value value) {
+    STRATA_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref_, attribute, &value, sizeof(value)));
+  }
+  cublasLtMatmulPreference_t get() const { return pref_; }
+
+ private:
+  cublasLtMatmulPreference_t pref_ = nullptr;
+};
+
+// The cached plan for `key`, created on first use. The heuristic reads the epilogue pointers'
+// values for their alignment, so the first call's pointers are set before asking it.
+MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, const void* bias, const void* aux) {
+  if (MatmulPlan* cached = ctx.matmul_plans().find(key)) return *cached;
+  auto plan = std::make_unique<MatmulPlan>();
+  STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, key.compute, CUDA_R_32F));
+  const cublasOperation_t op_a = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, op_a);
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, op_b);
+  set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, key.epilogue);
+  if (uses_aux_pointer(key.epilogue))
+    set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                  static_cast<std::int64_t>(key.m));
+  set_epilogue_pointers(plan->desc, key.epilogue, bias, aux);
+
+  // Stored (pre-op) shapes, packed: the leading dimension is the row count.
+  const long a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
+  const long b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
+  STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, key.ab_type, a_rows, a_cols, a_rows));
+  STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, key.ab_type, b_rows, b_cols, b_rows));
+  STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, key.cd_type, key.m, key.n, key.m));
+
+  Preference pref;
+  pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+           static_cast<std::uint64_t>(ctx.workspace_bytes()));
+  const auto alignment = static_cast<std::uint32_t>(key.alignment);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment);
+  pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      ctx.blaslt(), plan->desc, plan->a, plan->b, plan->c, plan->c, pref.get(), 1, &result, &found);
+  // NOT_SUPPORTED (no algorithm for this combination) is an answer, cached like a success.
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) STRATA_CUBLAS_CHECK(status);
+  plan->supported = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (plan->supported) plan->algo = result.algo;
+  return ctx.matmul_plans().insert(key, std::move(plan));
+}
+
+void run_plan(DeviceContext& ctx, MatmulPlan& plan, const MatmulKey& key, const void* a,
+              const void* b, void* d, float beta, const void* bias, const void* aux) {
+  set_epilogue_pointers(plan.desc, key.epilogue, bias, aux);
+  const float alpha = 1.0f;
+  STRATA_CUBLAS_CHECK(cublasLtMatmul(ctx.blaslt(), plan.desc, &alpha, a, plan.a, b, plan.b, &beta,
+                                     d, plan.c, d, plan.c, &plan.algo, ctx.workspace(),
+                                     ctx.workspace_bytes(), ctx.stream()));
+}
+
+template <class AB, class CD>
+MatmulKey make_key(const DeviceContext& ctx, bool trans_a, bool trans_b, long m, long n, long k) {
+  const bool tf32 = std::is_same_v<AB, float> && ctx.allow_tf32();
+  return MatmulKey{data_type<AB>(),
+                   data_type<CD>(),
+                   tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                   trans_a,
+                   trans_b,
+                   m,
+                   n,
+                   k,
+                   CUBLASLT_EPILOGUE_DEFAULT,
+                   256};
+}
+
+// Runs the GEMM of `key` with `epilogue`; Error if cuBLASLt has no algorithm for it (plain and
+// bias epilogues exist for every type combination used here).
+void run_required(DeviceContext& ctx, MatmulKey key, cublasLtEpilogue_t epilogue, const void* a,
+                  const void* b, void* d, float beta, const void* bias) {
+  key.epilogue = epilogue;
+  key.alignment = common_alignment({a, b, d, bias});
+  MatmulPlan& plan = plan_for(ctx, key, bias, nullptr);
+  if (!plan.supported)
+    fail("cuBLASLt has no algorithm for a ", key.m, "x", key.n, "x", key.k, " GEMM (epilogue ",
+         static_cast<int>(epilogue), ")");
+  run_plan(ctx, plan, key, a, b, d, beta, bias, nullptr);
+}
+
+__global__ void accumulate_kernel(float* dst, const float* src, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] += src[i];
+}
+
+}  // namespace
+
+template <class T>
+void matmul_forward(DeviceContext& ctx, T* out, T* pre_gelu, const T* inp, const T* weight,
+                    const T* bias, int N, int IC, int OC) {
+  STRATA_CHECK(N >= 0 && IC > 0 && OC > 0);
+  if (N == 0) return;
+  MatmulKey key = make_key<T, T>(ctx, true, false, OC, N, IC);
+  if (pre_gelu != nullptr && aux_ld_allowed(OC)) {
+    key.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    key.alignment = common_alignment({out, pre_gelu, inp, weight, bias});
+    MatmulPlan& plan = plan_for(ctx, key, bias, pre_gelu);
+    if (plan.supported) {
+      run_plan(ctx, plan, key, weight, inp, out, 0.0f, bias, pre_gelu);
+      return;
+    }
+  }
+  T* linear_out = pre_gelu != nullptr ? pre_gelu : out;
+  run_required(ctx, key, bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+               weight, inp, linear_out, 0.0f, bias);
+  if (pre_gelu != nullptr) gelu_forward(out, pre_gelu, static_cast<long>(N) * OC, ctx.stream());
+}
+
+template <class T>
+void matmul_backward_input(DeviceContext& ctx, T* dinp, const T* dout, const T* weight,
+                           const T* pre_gelu, int N, int IC, int OC) {
+  STRATA_CHECK(N >= 0 && IC > 0 && OC > 0);
+  if (N == 0) return;
+  MatmulKey key = make_key<T, T>(ctx, false, false, IC, N, OC);
+  if (pre_gelu != nullptr && aux_ld_allowed(IC)) {
+    key.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    key.alignment = common_alignment({dinp, dout, weight, pre_gelu});
+    MatmulPlan& plan = plan_for(ctx, key, nullptr, pre_gelu);
+    if (plan.supported) {
+      run_plan(ctx, plan, key, weight, dout, dinp, 0.0f, nullptr, pre_gelu);
+      return;
+    }
+  }
+  run_required(ctx, key, CUBLASLT_EPILOGUE_DEFAULT, weight, dout, dinp, 0.0f, nullptr);
+  if (pre_gelu != nullptr)
+    gelu_backward(dinp, pre_gelu, dinp, static_cast<long>(N) * IC, ctx.stream());
+}
+
+template <class T>
+void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, const T* dout,
+                            const T* inp, int N, int IC, int OC, DeviceArena& arena) {
+  STRATA_CHECK(N >= 0 && IC > 0 && OC > 0);
+  if (N == 0) return;
+  MatmulKey key = make_key<T, float>(ctx, false, true, IC, OC, N);
+  if (dbias != nullptr) {
+    ArenaScope scope(arena);
+    float* bias_grad = arena.allocate<float>(static_cast<std::size_t>(OC));
+    key.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    key.alignment = common_alignment({dweight, dout, inp, bias_grad});
+    MatmulPlan& plan = plan_for(ctx, key, bias_grad, nullptr);
+    if (plan.supported) {
+      run_plan(ctx, plan, key, inp, dout, dweight, 1.0f, bias_grad, nullptr);
+      accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream()>>>(dbias, bias_grad, OC);
+      STRATA_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  run_required(ctx, key, CUBLASLT_EPILOGUE_DEFAULT, inp, dout, dweight, 1.0f, nullptr);
+  if (dbias != nullptr) bias_backward(dbias, dout, N, OC, arena, ctx.stream());
+}
+
+#define STRATA_INSTANTIATE(T)                                                                      \
+  template void matmul_forward<T>(DeviceContext&, T*, T*, const T*, const T*, const T*, int, int,  \
+                                  int);                                                            \
+  template void matmul_backward_input<T>(DeviceContext&, T*, const T*, const T*, const T*, int,    \
+                                         int, int);                                                \
+  template void matmul_backward_weight<T>(DeviceContext&, float*, float*, const T*, const T*, int, \
+                                          int, int, DeviceArena&);
+STRATA_INSTANTIATE(float)
+STRATA_INSTANTIATE(__nv_bfloat16)
+STRATA_INSTANTIATE(__half)
+#undef STRATA_INSTANTIATE
+
+}  // namespace strata::cuda

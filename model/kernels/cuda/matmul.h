@@ -1,0 +1,48 @@
+// Linear layers through cuBLASLt (model/kernels/cpu/matmul.h): weights are [out, in], y = x·Wᵀ + b.
+// Inputs in the compute dtype T (float, __nv_bfloat16, __half), accumulation in fp32; activations
+// and their gradients in T, weight and bias gradients in fp32 (the "main gradient" buffers the
+// optimizer reads). Fused epilogues:
+//   forward        bias, or bias + GELU storing the pre-activation
+//   (CUBLASLT_EPILOGUE_GELU_AUX_BIAS) input grad     × GELU'(pre-activation) of the layer's input
+//   (CUBLASLT_EPILOGUE_DGELU) weight grad    bias gradient from the same pass over dout
+//   (CUBLASLT_EPILOGUE_BGRADB)
+// When the heuristic offers no algorithm for a fused epilogue, the plain GEMM runs followed by the
+// standalone kernel (gelu.h, residual.h bias_backward), so results never depend on availability.
+// cuBLASLt's GELU epilogue is documented as GELU without naming the approximation; the tests hold
+// it to the tanh form of cpu/gelu.h (to be confirmed on the first GPU run).
+//
+// fp32 GEMMs use exact fp32 (CUBLAS_COMPUTE_32F) unless the context allows TF32.
+// Descriptors and the heuristic's choice are cached per shape in the context (matmul_plans.h).
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/device_context.h"
+
+namespace strata::cuda {
+
+// out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias (OC), overwritten; bias may be null.
+// pre_gelu non-null: pre_gelu (N, OC) = inp·Wᵀ + bias and out = gelu(pre_gelu).
+template <class T>
+void matmul_forward(DeviceContext& ctx, T* out, T* pre_gelu, const T* inp, const T* weight,
+                    const T* bias, int N, int IC, int OC);
+
+// dinp (N, IC) = dout (N, OC) · weight (OC, IC), overwritten.
+// pre_gelu non-null: this layer's input was gelu(pre_gelu (N, IC)); then
+// dinp = gelu'(pre_gelu) ⊙ (dout · weight), the gradient with respect to pre_gelu.
+template <class T>
+void matmul_backward_input(DeviceContext& ctx, T* dinp, const T* dout, const T* weight,
+                           const T* pre_gelu, int N, int IC, int OC);
+
+// dweight (OC, IC) += doutᵀ · inp and dbias (OC) += Σ_n dout (dbias may be null); both fp32,
+// accumulated (gradient accumulation). The bias gradient is computed into OC floats of `arena`
+// scratch and added, because the epilogue overwrites.
+template <class T>
+void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, const T* dout,
+                            const T* inp, int N, int IC, int OC, DeviceArena& arena);
+
+}  // namespace strata::cuda

@@ -1,0 +1,148 @@
+// Flash attention against model/kernels/cpu/attention.h (which materialises the (T, T)
+// probabilities), on sequence lengths that are and are not multiples of the tile size, plus the
+// logsumexp, determinism and a check that no (T, T) buffer is ever allocated.
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "model/core/error.h"
+#include "model/kernels/cpu/attention.h"
+#include "model/kernels/cuda/attention.h"
+#include "tests/cuda/cuda_test_support.h"
+
+namespace strata::cuda {
+namespace {
+
+using namespace testing;
+
+template <class T>
+class CudaAttention : public ::testing::Test {
+ protected:
+  DeviceArena arena{64 << 20};
+};
+TYPED_TEST_SUITE(CudaAttention, ComputeDtypes, DtypeName);
+
+struct Shape {
+  int B, T, NH, hs;
+};
+
+// logsumexp of each causal score row, in double: lse (B, NH, T).
+std::vector<float> reference_lse(const std::vector<float>& qkv, const Shape& s) {
+  const int C = s.NH * s.hs;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.hs));
+  std::vector<float> lse(static_cast<std::size_t>(s.B) * s.NH * s.T);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int t = 0; t < s.T; ++t) {
+        const float* q = qkv.data() + (static_cast<long>(b) * s.T + t) * 3 * C + h * s.hs;
+        std::vector<double> scores(t + 1);
+        double max = -INFINITY;
+        for (int u = 0; u <= t; ++u) {
+          const float* k = qkv.data() + (static_cast<long>(b) * s.T + u) * 3 * C + C + h * s.hs;
+          double dot = 0;
+          for (int d = 0; d < s.hs; ++d) dot += static_cast<double>(q[d]) * k[d];
+          scores[u] = dot * scale;
+          max = std::max(max, scores[u]);
+        }
+        double sum = 0;
+        for (double x : scores) sum += std::exp(x - max);
+        lse[(static_cast<std::size_t>(b) * s.NH + h) * s.T + t] =
+            static_cast<float>(max + std::log(sum));
+      }
+  return lse;
+}
+
+template <class T>
+void check_against_cpu(const Shape& s, DeviceArena& arena) {
+  auto rng = test_rng();
+  const int C = s.NH * s.hs;
+  const std::size_t rows = static_cast<std::size_t>(s.B) * s.T;
+  // Scores of order 1 (q·k / √hs with entries in ±1.5): peaked enough to exercise the online max.
+  const std::vector<float> qkv = rounded<T>(random_floats(rows * 3 * C, rng, -1.5f, 1.5f));
+  const std::vector<float> dout = rounded<T>(random_floats(rows * C, rng));
+  std::vector<float> out(rows * C), probs(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T),
+      dqkv(rows * 3 * C);
+  cpu::attention_forward(out.data(), probs.data(), qkv.data(), s.B, s.T, C, s.NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), s.B, s.T, C, s.NH);
+
+  DeviceBuffer<T> d_qkv(to_dtype<T>(qkv)), d_dout(to_dtype<T>(dout)), d_out(rows * C),
+      d_dqkv(rows * 3 * C);
+  DeviceBuffer<float> d_lse(static_cast<std::size_t>(s.B) * s.NH * s.T);
+  attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, C, s.NH, nullptr);
+  attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B, s.T, C,
+                     s.NH, arena, nullptr);
+  const std::string where = "B " + std::to_string(s.B) + " T " + std::to_string(s.T) + " NH " +
+                            std::to_string(s.NH) + " hs " + std::to_string(s.hs);
+  EXPECT_LT(relative_error(to_floats(d_out.download()), out), tolerance<T>()) << where;
+  // Scores are fp32 sums of exact products of the rounded inputs whatever T is; only the
+  // accumulation order differs (tensor-core fragments).
+  const double lse_tolerance = std::is_same_v<T, float> ? kFp32Tolerance : 1e-4;
+  EXPECT_LT(relative_error(d_lse.download(), reference_lse(qkv, s)), lse_tolerance) << where;
+  EXPECT_LT(relative_error(to_floats(d_dqkv.download()), dqkv), tolerance<T>()) << where;
+}
+
+TYPED_TEST(CudaAttention, MatchesCpuForAllHeadSizesAndRaggedLengths) {
+  using T = TypeParam;
+  // Tile rows: 32 (fp32) or 64 (bf16/fp16). T = 1, below one tile, exactly tiles, ragged.
+  for (int hs : {16, 32, 64, 128})
+    for (const Shape s : {Shape{1, 1, 1, hs}, Shape{2, 17, 2, hs}, Shape{1, 64, 3, hs},
+                          Shape{2, 100, 2, hs}, Shape{1, 130, 1, hs}})
+      check_against_cpu<T>(s, this->arena);
+}
+
+TYPED_TEST(CudaAttention, BackwardIsDeterministic) {
+  using T = TypeParam;
+  auto rng = test_rng();
+  const Shape s{2, 150, 2, 64};
+  const int C = s.NH * s.hs;
+  const std::size_t rows = static_cast<std::size_t>(s.B) * s.T;
+  DeviceBuffer<T> qkv(to_dtype<T>(random_floats(rows * 3 * C, rng))),
+      dout(to_dtype<T>(random_floats(rows * C, rng))), out(rows * C), first(rows * 3 * C),
+      second(rows * 3 * C);
+  DeviceBuffer<float> lse(static_cast<std::size_t>(s.B) * s.NH * s.T);
+  attention_forward(out.get(), lse.get(), qkv.get(), s.B, s.T, C, s.NH, nullptr);
+  for (T* dqkv : {first.get(), second.get()})
+    attention_backward(dqkv, dout.get(), qkv.get(), out.get(), lse.get(), s.B, s.T, C, s.NH,
+                       this->arena, nullptr);
+  EXPECT_EQ(to_floats(first.download()), to_floats(second.download()));
+}
+
+// Backward scratch is the B·NH·T row sums and nothing else: at T = 2048 a (T, T) matrix of even
+// one head would be 2048² · sizeof(T) bytes, far above what the arena ever held.
+TYPED_TEST(CudaAttention, NeverAllocatesTimeSquared) {
+  using T = TypeParam;
+  const Shape s{1, 2048, 2, 64};
+  const int C = s.NH * s.hs;
+  const std::size_t rows = static_cast<std::size_t>(s.B) * s.T;
+  DeviceBuffer<T> qkv(rows * 3 * C), dout(rows * C), out(rows * C), dqkv(rows * 3 * C);
+  STRATA_CUDA_CHECK(cudaMemset(qkv.get(), 0, qkv.bytes()));
+  STRATA_CUDA_CHECK(cudaMemset(dout.get(), 0, dout.bytes()));
+  DeviceBuffer<float> lse(static_cast<std::size_t>(s.B) * s.NH * s.T);
+  this->arena.reset();
+  this->arena.reset_peak();
+  attention_forward(out.get(), lse.get(), qkv.get(), s.B, s.T, C, s.NH, nullptr);
+  EXPECT_EQ(this->arena.peak(), 0u);
+  attention_backward(dqkv.get(), dout.get(), qkv.get(), out.get(), lse.get(), s.B, s.T, C, s.NH,
+                     this->arena, nullptr);
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::size_t row_sums = static_cast<std::size_t>(s.B) * s.NH * s.T * sizeof(float);
+  EXPECT_LE(this->arena.peak(), row_sums + DeviceArena::kDefaultAlignment);
+  EXPECT_LT(this->arena.peak(), static_cast<std::size_t>(s.T) * s.T * sizeof(T));
+  EXPECT_EQ(this->arena.used(), 0u);
+}
+
+TYPED_TEST(CudaAttention, UnsupportedHeadSizeIsAnError) {
+  using T = TypeParam;
+  try {
+    attention_forward<T>(nullptr, nullptr, nullptr, 1, 4, 96, 2, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head size 48"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata::cuda

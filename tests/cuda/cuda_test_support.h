@@ -1,0 +1,146 @@
+// Helpers shared by the CUDA op tests: device buffers, host-side dtype conversion, per-test seeded
+// random inputs, the relative error norm and the tolerances every comparison uses.
+//
+// Tolerances (relative error norm ‖got − want‖ / ‖want‖ against the fp32 CPU reference run on the
+// same, dtype-rounded inputs): fp32 1e-5; bf16 1e-2 (8 significant bits: one rounding of an output
+// is up to 2^-9 ≈ 2e-3 per element, a few stacked roundings stay well inside 1e-2); fp16 5e-3
+// (11 bits, but the attention probabilities and dS lose more in fp16's narrow range).
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "model/kernels/cuda/check.h"
+
+namespace strata::cuda::testing {
+
+// A device array that copies synchronously to and from host vectors. The copies synchronise the
+// whole device first, so kernels queued on a context's non-blocking stream have finished.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t count) : count_(count) {
+    if (count_ > 0) STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) STRATA_CUDA_REPORT(cudaFree(data_));
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return data_; }
+  std::size_t size() const { return count_; }
+  std::size_t bytes() const { return count_ * sizeof(T); }
+
+  void upload(const std::vector<T>& host) {
+    ASSERT_EQ(host.size(), count_);
+    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+    if (count_ > 0)
+      STRATA_CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
+    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+    if (count_ > 0)
+      STRATA_CUDA_CHECK(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+// Host conversions (round to nearest even, as the kernels do).
+template <class T>
+T from_float(float x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
+}
+inline float as_float(float x) { return x; }
+inline float as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+inline float as_float(__half x) { return __half2float(x); }
+
+template <class T>
+std::vector<T> to_dtype(const std::vector<float>& x) {
+  std::vector<T> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = from_float<T>(x[i]);
+  return y;
+}
+template <class T>
+std::vector<float> to_floats(const std::vector<T>& x) {
+  std::vector<float> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = as_float(x[i]);
+  return y;
+}
+// The values a T buffer holds after storing `x`: the CPU reference runs on exactly these.
+template <class T>
+std::vector<float> rounded(const std::vector<float>& x) {
+  return to_floats(to_dtype<T>(x));
+}
+
+// A generator seeded from the running test's full name (FNV-1a): fresh inputs per test, the same
+// on every run.
+inline std::mt19937_64 test_rng() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = std::string(info->test_suite_name()) + "." + info->name();
+  std::uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : name) hash = (hash ^ c) * 1099511628211ull;
+  return std::mt19937_64(hash);
+}
+
+inline std::vector<float> random_floats(std::size_t n, std::mt19937_64& rng, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+// ‖got − want‖ / ‖want‖ (‖got‖ when want is 0), in double.
+inline double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+template <class T>
+constexpr double tolerance() {
+  if constexpr (std::is_same_v<T, float>) return 1e-5;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return 1e-2;
+  if constexpr (std::is_same_v<T, __half>) return 5e-3;
+}
+// fp32 results computed in fp32 from exactly representable inputs (sums of gradients into fp32
+// buffers, statistics): the fp32 bound whatever the storage dtype of the inputs.
+inline constexpr double kFp32Tolerance = 1e-5;
+
+using ComputeDtypes = ::testing::Types<float, __nv_bfloat16, __half>;
+
+struct DtypeName {
+  template <class T>
+  static std::string GetName(int) {
+    if constexpr (std::is_same_v<T, float>) return "fp32";
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return "bf16";
+    if constexpr (std::is_same_v<T, __half>) return "fp16";
+  }
+};
+
+}  // namespace strata::cuda::testing

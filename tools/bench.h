@@ -1,0 +1,46 @@
+// The pieces of the `bench` tool (tools/bench.cpp: entry point, helpers and `bench sgemm`;
+// tools/bench_train.cpp: `bench train`). Every benchmark prints one JSON line on stdout; timings
+// are measured here and reported, never asserted by tests.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tools/tool_args.h"
+
+namespace strata::bench {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start);
+// Peak resident memory of this process so far, MiB.
+double peak_rss_mib();
+// Median of per-repeat times: robust to the odd scheduler hiccup on a shared machine.
+double median(std::vector<double> values);
+// The integer value of `flag` (or `fallback`), which must be > 0.
+int positive(const ToolArgs& args, const char* flag, long long fallback);
+
+// OpenBLAS sgemm rate, GFLOP/s: C (m, n) = A (m, k) · B (k, n) on random data, median of
+// `repeats` products after one warm-up, with this process's threads.
+double sgemm_gflops(int m, int n, int k, int repeats);
+
+// `bench train ...`: argv[first..] are its flags.
+void bench_train(int argc, char** argv, int first);
+
+// Builds one JSON object with fixed formatting per value (the trainer's JsonLine writes 17
+// significant digits, more than a benchmark figure means).
+class JsonFields {
+ public:
+  JsonFields& text(const char* key, const std::string& value);
+  JsonFields& integer(const char* key, long long value);
+  // printf-style `format` for the number ("%.2f", "%.4g").
+  JsonFields& number(const char* key, double value, const char* format);
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  void key(const char* name);
+  std::string body_;
+};
+
+}  // namespace strata::bench

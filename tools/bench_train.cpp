@@ -1,0 +1,242 @@
+// `bench train`: the training step of one process, timed. A step is what the trainer does on one
+// rank with one micro-batch and no parallelism: zero the gradients, round the fp32 master weights
+// to precision.compute (bf16/fp16; a fresh copy each step, as the trainer makes), forward and
+// backward (with the configured recomputation; fp16 from the loss scale), global gradient norm,
+// and the AdamW update (skipped, and the scale halved, on an fp16 overflow). Tokens are synthetic,
+// so no data files are needed.
+//
+// With --config the model shape, train.micro_batch, precision, recompute, optimizer and run.seed
+// come from the config (after --set overrides, validated as `train` does); the parallel layout,
+// data and schedule keys are not used. Without it the shape comes from flags, in fp32 with no
+// recomputation (scripts/bench_cpu.sh; its JSON keys are a subset of the config form's).
+//
+// MFU = model FLOP/s (6·N + 12·L·C·T per token, DESIGN §5) / peak. The peak is --peak (TFLOP/s)
+// or, on the CPU backend, OpenBLAS sgemm on a 2048³ product with the same threads, measured after
+// the training steps (so its buffers do not count in peak_rss_mib): the most an fp32 GEMM-bound
+// step could reach here. On the CUDA backend it will come from tools/gpu_peaks.h.
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "model/kernels/cpu/precision.h"
+#include "tools/bench.h"
+#include "train/config.h"
+#include "train/loss_scale.h"
+#include "train/optimizer.h"
+
+namespace strata::bench {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: bench train --config CONFIG.yaml [--set key.path=value]... [--steps N] [--warmup N] "
+    "[--peak TFLOPS] | bench train [--n-layer N --n-head N --d-model N --seq-len N --vocab N "
+    "--micro-batch N --steps N --warmup N --peak TFLOPS]";
+
+// The shape flags of the flag form and the config keys that replace them under --config.
+constexpr std::pair<const char*, const char*> kShapeFlags[] = {
+    {"--n-layer", "model.n_layer"},  {"--n-head", "model.n_head"},
+    {"--d-model", "model.d_model"},  {"--seq-len", "model.seq_len"},
+    {"--vocab", "model.vocab_size"}, {"--micro-batch", "train.micro_batch"}};
+
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+    case Recompute::none:
+      break;
+  }
+  return "none";
+}
+
+// What one benchmark runs.
+struct TrainSetup {
+  std::string config_path;  // empty in the flag form
+  GptShape shape;
+  int micro_batch = 8;
+  GptOptions options;
+  OptimizerConfig optimizer;
+  PrecisionConfig precision;
+  std::uint64_t seed = 1234;
+};
+
+TrainSetup setup_from_flags(const ToolArgs& args) {
+  TrainSetup setup;
+  setup.shape.n_layer = positive(args, "--n-layer", 4);
+  setup.shape.n_head = positive(args, "--n-head", 4);
+  setup.shape.d_model = positive(args, "--d-model", 256);
+  setup.shape.seq_len = positive(args, "--seq-len", 256);
+  setup.shape.vocab_size = positive(args, "--vocab", 2048);
+  if (setup.shape.d_model % setup.shape.n_head != 0)
+    fail("--d-model must be a multiple of --n-head");
+  setup.micro_batch = positive(args, "--micro-batch", 8);
+  setup.optimizer.lr = 1e-4;  // the flag form's learning rate since its first version
+  return setup;
+}
+
+TrainSetup setup_from_config(const ToolArgs& args) {
+  for (const auto& [flag, key] : kShapeFlags) {
+    if (args.has(flag)) fail(flag, " cannot be combined with --config (use --set ", key, "=...)");
+  }
+  TrainSetup setup;
+  setup.config_path = args.get("--config");
+  const Config config = load_config(setup.config_path, args.all("--set"));
+  // This build has no CUDA device path: say so rather than time the CPU under a cuda config.
+  if (config.device == "cuda")
+    fail("device 'cuda': this build of bench has no CUDA device path yet (use --set device=cpu)");
+  const ModelConfig& m = config.model;
+  setup.shape = GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  setup.micro_batch = config.train.micro_batch;
+  setup.options = GptOptions{cpu::compute_dtype_from_name(config.precision.compute),
+                             recompute_from_name(config.recompute)};
+  setup.optimizer = config.optimizer;
+  setup.precision = config.precision;
+  setup.seed = config.run.seed;
+  return setup;
+}
+
+struct TrainTiming {
+  double step_seconds = 0;  // median over the timed steps
+  double final_loss = 0;
+  std::size_t params = 0;
+  double activation_mib = 0;
+  double activation_mib_per_layer = 0;
+  double loss_scale = 1;  // after the last step
+  int skipped_steps = 0;  // fp16 overflows (or non-finite losses) among all steps
+  double peak_rss_mib = 0;
+};
+
+TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) {
+  const GptShape& shape = setup.shape;
+  const int B = setup.micro_batch, T = shape.seq_len;
+  Gpt<float> model(shape, B, setup.options);
+  const ParameterLayout& layout = model.layout();
+  std::vector<float> params(layout.total()), grads(layout.total()), weights;
+  initialize_gpt_parameters(layout, shape, setup.seed, params.data());
+  AdamW optimizer(layout, setup.optimizer);
+  LossScaler scaler = LossScaler::for_config(setup.precision);
+  const cpu::ComputeDtype dtype = setup.options.compute;
+
+  std::mt19937 rng(7);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * (T + 1));
+  for (auto& token : tokens) token = static_cast<std::int32_t>(rng() % shape.vocab_size);
+  std::vector<std::int32_t> inputs, targets;
+  for (int b = 0; b < B; ++b) {
+    const auto row = tokens.begin() + static_cast<std::ptrdiff_t>(b) * (T + 1);
+    inputs.insert(inputs.end(), row, row + T);
+    targets.insert(targets.end(), row + 1, row + T + 1);
+  }
+
+  TrainTiming timing;
+  std::vector<double> step_seconds;
+  for (int step = 0; step < warmup + steps; ++step) {
+    const auto start = Clock::now();
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    const float* compute_weights = params.data();
+    if (dtype != cpu::ComputeDtype::fp32) {
+      weights = params;
+      cpu::round_to_dtype(weights.data(), static_cast<long>(weights.size()), dtype);
+      compute_weights = weights.data();
+    }
+    const double scale = scaler.scale();
+    const double loss = model.forward(compute_weights, inputs.data(), targets.data(), B, T);
+    model.backward(compute_weights, grads.data(), static_cast<float>(scale));
+    double sum_squares = 0;
+    for (float g : grads) sum_squares += static_cast<double>(g) * g;
+    const double grad_norm = std::sqrt(sum_squares) / scale;
+    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    scaler.update(finite);
+    if (finite) {
+      optimizer.step(params.data(), grads.data(), setup.optimizer.lr,
+                     clip_factor(grad_norm, setup.optimizer.grad_clip) / scale);
+    } else {
+      ++timing.skipped_steps;
+    }
+    if (step >= warmup) step_seconds.push_back(seconds_since(start));
+    timing.final_loss = loss;
+  }
+  timing.step_seconds = median(step_seconds);
+  timing.params = layout.total();
+  timing.activation_mib = model.activation_bytes() / 1048576.0;
+  timing.activation_mib_per_layer = model.activation_bytes_per_layer() / 1048576.0;
+  timing.loss_scale = scaler.scale();
+  timing.peak_rss_mib = peak_rss_mib();
+  return timing;
+}
+
+struct Peak {
+  double tflops = 0;
+  std::string source;
+};
+
+// --peak, or the CPU's measured sgemm rate (run after the steps, see the header comment).
+Peak peak_for(const ToolArgs& args) {
+  if (args.has("--peak")) {
+    const double tflops = args.number("--peak", 0);
+    if (!(tflops > 0) || !std::isfinite(tflops))
+      fail("--peak must be a positive number of TFLOP/s, got '", args.get("--peak"), "'");
+    return {tflops, "--peak"};
+  }
+  return {sgemm_gflops(2048, 2048, 2048, 5) * 1e-3, "measured sgemm 2048^3"};
+}
+
+}  // namespace
+
+void bench_train(int argc, char** argv, int first) {
+  const ToolArgs args(argc, argv, first,
+                      {"--config", "--set", "--steps", "--warmup", "--peak", "--n-layer",
+                       "--n-head", "--d-model", "--seq-len", "--vocab", "--micro-batch"},
+                      kUsage, {"--set"});
+  if (args.has("--set") && !args.has("--config")) fail("--set needs --config (", kUsage, ")");
+  const TrainSetup setup = args.has("--config") ? setup_from_config(args) : setup_from_flags(args);
+  const int steps = positive(args, "--steps", 20);
+  const long long warmup = args.integer("--warmup", 3);
+  if (warmup < 0) fail("--warmup must be >= 0, got ", warmup);
+
+  const TrainTiming timing = time_training_steps(setup, steps, static_cast<int>(warmup));
+  const Peak peak = peak_for(args);
+
+  const GptShape& shape = setup.shape;
+  const double tokens_per_step = static_cast<double>(setup.micro_batch) * shape.seq_len;
+  const double tokens_per_s = tokens_per_step / timing.step_seconds;
+  const double model_tflops = shape.flops_per_token() * tokens_per_s * 1e-12;
+  JsonFields json;
+  json.text("bench", "train");
+  if (!setup.config_path.empty()) json.text("config", setup.config_path);
+  json.text("device", "cpu")
+      .integer("threads", omp_get_max_threads())
+      .integer("n_layer", shape.n_layer)
+      .integer("n_head", shape.n_head)
+      .integer("d_model", shape.d_model)
+      .integer("seq_len", shape.seq_len)
+      .integer("vocab", shape.vocab_size)
+      .integer("micro_batch", setup.micro_batch)
+      .integer("tokens_per_step", static_cast<long long>(tokens_per_step))
+      .integer("params", static_cast<long long>(timing.params))
+      .text("compute", cpu::compute_dtype_name(setup.options.compute))
+      .text("recompute", recompute_name(setup.options.recompute))
+      .integer("steps", steps)
+      .integer("warmup", warmup)
+      .number("step_ms", 1e3 * timing.step_seconds, "%.2f")
+      .number("tokens_per_s", tokens_per_s, "%.1f")
+      .number("gflops", model_tflops * 1e3, "%.2f")
+      .number("model_tflops", model_tflops, "%.4g")
+      .number("peak_tflops", peak.tflops, "%.4g")
+      .text("peak_source", peak.source)
+      .number("mfu", model_tflops / peak.tflops, "%.4g")
+      .number("peak_rss_mib", timing.peak_rss_mib, "%.1f")
+      .number("activation_mib", timing.activation_mib, "%.2f")
+      .number("activation_mib_per_layer", timing.activation_mib_per_layer, "%.3f")
+      .number("loss_scale", timing.loss_scale, "%.17g")
+      .integer("skipped_steps", timing.skipped_steps)
+      .number("final_loss", timing.final_loss, "%.4f");
+  std::printf("%s\n", json.str().c_str());
+}
+
+}  // namespace strata::bench
