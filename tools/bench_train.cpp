@@ -13,11 +13,20 @@
 // MFU = model FLOP/s (6·N + 12·L·C·T per token, DESIGN §5) / peak. The peak is --peak (TFLOP/s)
 // or, on the CPU backend, OpenBLAS sgemm on a 2048³ product with the same threads, measured after
 // the training steps (so its buffers do not count in peak_rss_mib): the most an fp32 GEMM-bound
-// step could reach here. On the CUDA backend it will come from tools/gpu_peaks.h.
+// step could reach here.
+//
+// `device: cuda` (or `auto` where a GPU is usable) times the same step on the GPU through the
+// trainer's device step (train/cuda_training.h): forward and backward of the micro-batch, the
+// gradient norm read back, the fused AdamW update, and a device synchronisation closing the step.
+// MFU is then against the datasheet peak of the device (tools/gpu_peaks.h: dense bf16 tensor-core
+// peak for bf16/fp16, the fp32 peak for fp32) unless --peak is given; peak memory adds
+// `device_mib`, the device memory in use after the steps. The CUDA path has never run on a GPU
+// (untested).
 #include <omp.h>
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,7 +34,9 @@
 #include "model/gpt.h"
 #include "model/kernels/cpu/precision.h"
 #include "tools/bench.h"
+#include "tools/gpu_peaks.h"
 #include "train/config.h"
+#include "train/cuda_training.h"
 #include "train/loss_scale.h"
 #include "train/optimizer.h"
 
@@ -64,6 +75,8 @@ struct TrainSetup {
   OptimizerConfig optimizer;
   PrecisionConfig precision;
   std::uint64_t seed = 1234;
+  std::string device = "cpu";    // where it runs: cpu | cuda
+  std::optional<Config> config;  // the config form's, for the device step
 };
 
 TrainSetup setup_from_flags(const ToolArgs& args) {
@@ -87,9 +100,8 @@ TrainSetup setup_from_config(const ToolArgs& args) {
   TrainSetup setup;
   setup.config_path = args.get("--config");
   const Config config = load_config(setup.config_path, args.all("--set"));
-  // This build has no CUDA device path: say so rather than time the CPU under a cuda config.
-  if (config.device == "cuda")
-    fail("device 'cuda': this build of bench has no CUDA device path yet (use --set device=cpu)");
+  setup.device = resolve_device(config, 1, 1);  // one process: the layout is not used
+  setup.config = config;
   const ModelConfig& m = config.model;
   setup.shape = GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
   setup.micro_batch = config.train.micro_batch;
@@ -101,6 +113,25 @@ TrainSetup setup_from_config(const ToolArgs& args) {
   return setup;
 }
 
+// Synthetic tokens (B, T) and their next-token targets, the same for every step.
+struct SyntheticBatch {
+  std::vector<std::int32_t> inputs, targets;
+};
+
+SyntheticBatch synthetic_batch(const GptShape& shape, int B) {
+  const int T = shape.seq_len;
+  std::mt19937 rng(7);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * (T + 1));
+  for (auto& token : tokens) token = static_cast<std::int32_t>(rng() % shape.vocab_size);
+  SyntheticBatch batch;
+  for (int b = 0; b < B; ++b) {
+    const auto row = tokens.begin() + static_cast<std::ptrdiff_t>(b) * (T + 1);
+    batch.inputs.insert(batch.inputs.end(), row, row + T);
+    batch.targets.insert(batch.targets.end(), row + 1, row + T + 1);
+  }
+  return batch;
+}
+
 struct TrainTiming {
   double step_seconds = 0;  // median over the timed steps
   double final_loss = 0;
@@ -110,6 +141,8 @@ struct TrainTiming {
   double loss_scale = 1;  // after the last step
   int skipped_steps = 0;  // fp16 overflows (or non-finite losses) among all steps
   double peak_rss_mib = 0;
+  double device_mib = 0;    // CUDA: device memory in use after the steps
+  std::string device_name;  // CUDA: the GPU
 };
 
 TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) {
@@ -123,15 +156,8 @@ TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) 
   LossScaler scaler = LossScaler::for_config(setup.precision);
   const cpu::ComputeDtype dtype = setup.options.compute;
 
-  std::mt19937 rng(7);
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * (T + 1));
-  for (auto& token : tokens) token = static_cast<std::int32_t>(rng() % shape.vocab_size);
-  std::vector<std::int32_t> inputs, targets;
-  for (int b = 0; b < B; ++b) {
-    const auto row = tokens.begin() + static_cast<std::ptrdiff_t>(b) * (T + 1);
-    inputs.insert(inputs.end(), row, row + T);
-    targets.insert(targets.end(), row + 1, row + T + 1);
-  }
+  const SyntheticBatch batch = synthetic_batch(shape, B);
+  const std::vector<std::int32_t>&inputs = batch.inputs, &targets = batch.targets;
 
   TrainTiming timing;
   std::vector<double> step_seconds;
@@ -170,18 +196,73 @@ TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) 
   return timing;
 }
 
+// The same step on the GPU (device 0).
+TrainTiming time_cuda_steps(const TrainSetup& setup, int steps, int warmup) {
+  const GptShape& shape = setup.shape;
+  const ParameterLayout layout = ParameterLayout::for_gpt(shape);
+  std::vector<float> params(layout.total()), adam_m(layout.total(), 0.0f),
+      adam_v(layout.total(), 0.0f);
+  initialize_gpt_parameters(layout, shape, setup.seed, params.data());
+  const std::unique_ptr<CudaTraining> device = make_cuda_training(*setup.config, shape, 0);
+  device->load(params, adam_m, adam_v);
+  LossScaler scaler = LossScaler::for_config(setup.precision);
+  const SyntheticBatch batch = synthetic_batch(shape, setup.micro_batch);
+  const std::size_t rows = batch.inputs.size();
+  const MicroBatchSource source = [&](int, std::int32_t* inputs, std::int32_t* targets) {
+    std::copy_n(batch.inputs.data(), rows, inputs);
+    std::copy_n(batch.targets.data(), rows, targets);
+  };
+
+  TrainTiming timing;
+  std::vector<double> step_seconds;
+  int adam_steps = 0;
+  for (int step = 0; step < warmup + steps; ++step) {
+    const auto start = Clock::now();
+    const double scale = scaler.scale();
+    const double loss = device->accumulate_gradients(1, static_cast<float>(scale), source, nullptr);
+    const double grad_norm = device->gradient_norm() / scale;
+    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    scaler.update(finite);
+    if (finite)
+      device->update(setup.optimizer.lr, clip_factor(grad_norm, setup.optimizer.grad_clip) / scale,
+                     ++adam_steps);
+    else
+      ++timing.skipped_steps;
+    device->synchronize();
+    if (step >= warmup) step_seconds.push_back(seconds_since(start));
+    timing.final_loss = loss;
+  }
+  timing.step_seconds = median(step_seconds);
+  timing.params = layout.total();
+  timing.activation_mib = device->activation_bytes() / 1048576.0;
+  timing.activation_mib_per_layer = device->activation_bytes_per_layer() / 1048576.0;
+  timing.loss_scale = scaler.scale();
+  timing.peak_rss_mib = peak_rss_mib();
+  timing.device_mib = device->device_bytes() / 1048576.0;
+  timing.device_name = device->device_name();
+  return timing;
+}
+
 struct Peak {
   double tflops = 0;
   std::string source;
 };
 
-// --peak, or the CPU's measured sgemm rate (run after the steps, see the header comment).
-Peak peak_for(const ToolArgs& args) {
+// --peak; on a GPU its datasheet peak for the compute dtype; on the CPU the measured sgemm rate
+// (run after the steps, see the header comment).
+Peak peak_for(const ToolArgs& args, const TrainSetup& setup, const TrainTiming& timing) {
   if (args.has("--peak")) {
     const double tflops = args.number("--peak", 0);
     if (!(tflops > 0) || !std::isfinite(tflops))
       fail("--peak must be a positive number of TFLOP/s, got '", args.get("--peak"), "'");
     return {tflops, "--peak"};
+  }
+  if (setup.device == "cuda") {
+    const auto peak = gpu_peak_for_device(timing.device_name);
+    if (!peak) fail("no peak FLOP/s known for '", timing.device_name, "': give --peak TFLOPS");
+    const bool tensor_cores = setup.options.compute != cpu::ComputeDtype::fp32;
+    return {tensor_cores ? peak->bf16_dense_tflops : peak->fp32_tflops,
+            std::string(peak->name) + (tensor_cores ? " dense bf16 datasheet" : " fp32 datasheet")};
   }
   return {sgemm_gflops(2048, 2048, 2048, 5) * 1e-3, "measured sgemm 2048^3"};
 }
@@ -199,8 +280,10 @@ void bench_train(int argc, char** argv, int first) {
   const long long warmup = args.integer("--warmup", 3);
   if (warmup < 0) fail("--warmup must be >= 0, got ", warmup);
 
-  const TrainTiming timing = time_training_steps(setup, steps, static_cast<int>(warmup));
-  const Peak peak = peak_for(args);
+  const TrainTiming timing = setup.device == "cuda"
+                                 ? time_cuda_steps(setup, steps, static_cast<int>(warmup))
+                                 : time_training_steps(setup, steps, static_cast<int>(warmup));
+  const Peak peak = peak_for(args, setup, timing);
 
   const GptShape& shape = setup.shape;
   const double tokens_per_step = static_cast<double>(setup.micro_batch) * shape.seq_len;
@@ -209,8 +292,9 @@ void bench_train(int argc, char** argv, int first) {
   JsonFields json;
   json.text("bench", "train");
   if (!setup.config_path.empty()) json.text("config", setup.config_path);
-  json.text("device", "cpu")
-      .integer("threads", omp_get_max_threads())
+  json.text("device", setup.device);
+  if (setup.device == "cuda") json.text("device_name", timing.device_name);
+  json.integer("threads", omp_get_max_threads())
       .integer("n_layer", shape.n_layer)
       .integer("n_head", shape.n_head)
       .integer("d_model", shape.d_model)
@@ -230,8 +314,9 @@ void bench_train(int argc, char** argv, int first) {
       .number("peak_tflops", peak.tflops, "%.4g")
       .text("peak_source", peak.source)
       .number("mfu", model_tflops / peak.tflops, "%.4g")
-      .number("peak_rss_mib", timing.peak_rss_mib, "%.1f")
-      .number("activation_mib", timing.activation_mib, "%.2f")
+      .number("peak_rss_mib", timing.peak_rss_mib, "%.1f");
+  if (setup.device == "cuda") json.number("device_mib", timing.device_mib, "%.1f");
+  json.number("activation_mib", timing.activation_mib, "%.2f")
       .number("activation_mib_per_layer", timing.activation_mib_per_layer, "%.3f")
       .number("loss_scale", timing.loss_scale, "%.17g")
       .integer("skipped_steps", timing.skipped_steps)

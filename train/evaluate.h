@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "data/token_shards.h"
@@ -27,6 +28,13 @@ LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource&
 LossSum evaluate_loss(PipelineExecutor& executor, const float* params, const TokenSource& split,
                       std::int64_t n_tokens, int seq_len, int micro_batch, int shard_rank,
                       int shard_count);
+
+// The same for any forward pass (the CUDA model): forward(inputs, targets, batch) returns the sum
+// of the per-position losses of `batch` windows (B, seq_len).
+using BatchLossSum =
+    std::function<double(const std::int32_t* inputs, const std::int32_t* targets, int batch)>;
+LossSum evaluate_loss(const BatchLossSum& forward, const TokenSource& split, std::int64_t n_tokens,
+                      int seq_len, int micro_batch, int shard_rank, int shard_count);
 
 // The windows shard `shard_rank` evaluates, grouped into forward passes of at most micro_batch.
 std::vector<std::vector<std::uint64_t>> eval_batches(const TokenSource& split,

@@ -20,6 +20,7 @@
 #include "model/kernels/cpu/precision.h"
 #include "parallel/process_groups.h"
 #include "train/checkpoint.h"
+#include "train/cuda_training.h"
 #include "train/evaluate.h"
 #include "train/gradient_sync.h"
 #include "train/loss_scale.h"
@@ -47,8 +48,6 @@ GptOptions options_of(const Config& c) {
 // rather than silently train something else.
 void reject_unimplemented(const Config& c) {
   if (c.parallel.zero.stage != 0) fail("parallel.zero.stage > 0 is not implemented yet");
-  if (c.device == "cuda")
-    fail("device 'cuda': this build has no CUDA backend yet (use cpu or auto)");
   if (c.diloco.enabled) fail("diloco.enabled: DiLoCo is not implemented yet");
 }
 
@@ -164,6 +163,9 @@ struct Trainer::State {
   std::int64_t last_checkpoint_step = -1;
   int consecutive_nonfinite = 0;
   std::unique_ptr<MetricsWriter> metrics;
+  // device cuda: the step runs there (params, grads and moments above are then only the host
+  // copies for checkpoints); null on the CPU.
+  std::unique_ptr<CudaTraining> cuda;
 
   State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape)
       : config(c),
@@ -187,6 +189,13 @@ struct Trainer::State {
 
   bool is_logger() const { return world.rank() == 0; }
 
+  std::size_t activation_bytes() const {
+    return cuda ? cuda->activation_bytes() : model.activation_bytes();
+  }
+  std::size_t activation_bytes_per_layer() const {
+    return cuda ? cuda->activation_bytes_per_layer() : model.activation_bytes_per_layer();
+  }
+
   // The weights the model reads: the fp32 masters themselves, or (bf16, fp16) their copy rounded
   // to the compute dtype, made afresh after every update (DESIGN §6).
   const float* compute_weights() {
@@ -201,6 +210,8 @@ struct Trainer::State {
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
   reject_unimplemented(config);
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
+  // Before any work: a device the layout cannot use is a config error.
+  const std::string device = resolve_device(config, mesh_shape.tp, mesh_shape.pp);
   state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;
 
@@ -253,6 +264,12 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
            "'; use --resume to continue it, or choose another run.name");
     initialize_gpt_parameters(s.model.layout(), s.shape, config.run.seed, s.params.data());
   }
+  if (device == "cuda") {
+    // One GPU per rank: the ranks of a node take its devices in turn.
+    const int local_rank = world.rank() % config.parallel.gpus_per_node;
+    s.cuda = make_cuda_training(config, s.shape, local_rank % cuda_device_count());
+    s.cuda->load(s.params, s.optimizer.first_moment(), s.optimizer.second_moment());
+  }
 
   if (s.is_logger()) {
     fs::create_directories(run_dir);
@@ -275,8 +292,9 @@ int Trainer::run() {
     const std::size_t total = ParameterLayout::for_gpt(s.shape).total();
     std::cout << "model: " << total << " parameters (" << c.model.n_layer << " layers, d_model "
               << c.model.d_model << ", vocab " << c.model.vocab_size << " padded to "
-              << s.shape.padded_vocab() << ") | mesh tp " << s.mesh.tp_size() << " x dp " << s.dp
-              << " x pp " << s.mesh.pp_size() << " (" << c.parallel.pipeline_schedule
+              << s.shape.padded_vocab() << ") on " << (s.cuda ? "cuda" : "cpu") << " | mesh tp "
+              << s.mesh.tp_size() << " x dp " << s.dp << " x pp " << s.mesh.pp_size() << " ("
+              << c.parallel.pipeline_schedule
               << (c.parallel.sequence_parallel ? ", sequence parallel" : "") << "), rank 0 holds "
               << s.model.layout().total() << " | micro_batch " << micro << " x " << s.accumulation
               << " accumulation steps | " << tokens_per_step << " tokens/step\n";
@@ -290,8 +308,14 @@ int Trainer::run() {
 
   auto evaluate = [&] {
     if (!s.val_split) return;
-    const LossSum local = evaluate_loss(s.executor, s.compute_weights(), *s.val_split,
-                                        c.train.eval_tokens, T, micro, s.dp_rank, s.dp);
+    const LossSum local =
+        s.cuda ? evaluate_loss(
+                     [&](const std::int32_t* inputs, const std::int32_t* targets, int batch) {
+                       return s.cuda->forward_loss_sum(inputs, targets, batch);
+                     },
+                     *s.val_split, c.train.eval_tokens, T, micro, s.dp_rank, s.dp)
+               : evaluate_loss(s.executor, s.compute_weights(), *s.val_split, c.train.eval_tokens,
+                               T, micro, s.dp_rank, s.dp);
     double totals[2] = {local.sum, static_cast<double>(local.count)};
     sum_over_replicas(totals, 2);
     if (totals[1] == 0) fail("data.val has too few tokens for one evaluation window of ", T + 1);
@@ -305,6 +329,7 @@ int Trainer::run() {
 
   auto save = [&] {
     if (s.last_checkpoint_step == s.step) return;
+    if (s.cuda) s.cuda->store(s.params, s.optimizer.first_moment(), s.optimizer.second_moment());
     Checkpoint ckpt;
     ckpt.config_yaml = config_to_yaml(c);
     ckpt.state = CheckpointState{s.step,
@@ -343,26 +368,40 @@ int Trainer::run() {
     const auto start = std::chrono::steady_clock::now();
     const CommStats comm_before = s.groups.total_stats();
     const AxisTotals axis_before = axis_totals(s.groups);
-    std::fill(s.grads.begin(), s.grads.end(), 0.0f);
     // The backward pass starts from scale · mean loss; the gradients are unscaled (below) before
     // clipping and the update. Without fp16 loss scaling the scale is 1.
     const double scale = s.scaler.scale();
     const float loss_scale = static_cast<float>(scale) / static_cast<float>(s.accumulation * s.dp);
-    double loss_sum =
-        s.executor.train_step(s.compute_weights(), s.grads.data(), loss_scale, train_batch);
-    synchronize_gradients(s.model, s.grads.data(), s.groups);
+    double loss_sum = 0, scaled_norm = 0;
+    if (s.cuda) {
+      // Gradients summed over the data-parallel group inside; every rank then holds the same.
+      loss_sum =
+          s.cuda->accumulate_gradients(s.accumulation, loss_scale, train_batch, &s.groups.dp());
+      scaled_norm = s.cuda->gradient_norm();
+    } else {
+      std::fill(s.grads.begin(), s.grads.end(), 0.0f);
+      loss_sum =
+          s.executor.train_step(s.compute_weights(), s.grads.data(), loss_scale, train_batch);
+      synchronize_gradients(s.model, s.grads.data(), s.groups);
+      // Summed over every rank, so all ranks agree on overflow and skip together.
+      scaled_norm = global_gradient_norm(s.model, s.grads.data(), s.groups);
+    }
     sum_over_replicas(&loss_sum, 1);
     const double loss = loss_sum / (s.accumulation * s.dp);
-    // The norm is summed over every rank, so all ranks agree on overflow and skip together.
-    const double grad_norm = global_gradient_norm(s.model, s.grads.data(), s.groups) / scale;
+    const double grad_norm = scaled_norm / scale;
     const double lr = learning_rate(c.optimizer, static_cast<int>(s.step), c.train.steps);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
     // An fp16 gradient overflow with a dynamic scale is routine: skip and retry at half the scale.
     const bool scale_overflow = std::isfinite(loss) && !finite && s.scaler.can_back_off();
     s.scaler.update(finite);
     if (finite) {
-      s.optimizer.step(s.params.data(), s.grads.data(), lr,
-                       clip_factor(grad_norm, c.optimizer.grad_clip) / scale);
+      const double grad_scale = clip_factor(grad_norm, c.optimizer.grad_clip) / scale;
+      if (s.cuda) {
+        s.optimizer.set_steps_taken(s.optimizer.steps_taken() + 1);  // the count checkpoints keep
+        s.cuda->update(lr, grad_scale, s.optimizer.steps_taken());
+      } else {
+        s.optimizer.step(s.params.data(), s.grads.data(), lr, grad_scale);
+      }
       s.consecutive_nonfinite = 0;
     } else if (!scale_overflow && ++s.consecutive_nonfinite >= 3) {
       fail("loss or gradients non-finite for 3 consecutive steps at step ", s.step + 1,
@@ -387,12 +426,13 @@ int Trainer::run() {
               .add("step_ms", step_ms)
               .add("skipped", !finite)
               .add("peak_rss_mib", peak_rss_mib())
-              .add("activation_mib", s.model.activation_bytes() / 1048576.0)
-              .add("activation_mib_per_layer", s.model.activation_bytes_per_layer() / 1048576.0)
+              .add("activation_mib", s.activation_bytes() / 1048576.0)
+              .add("activation_mib_per_layer", s.activation_bytes_per_layer() / 1048576.0)
               .add_raw("comm_bytes", comm_json(step_comm))
               .add_raw("comm_bytes_by_axis", axis_bytes)
               .add_raw("comm_seconds_by_axis", axis_seconds);
       if (c.precision.compute == "fp16") line.add("loss_scale", scale);  // the scale this step used
+      if (s.cuda) line.add("device_mib", s.cuda->device_bytes() / 1048576.0);
       s.metrics->write(line);
       if (s.step % c.train.log_every == 0 || s.step == c.train.steps || s.step == 1) {
         std::printf(
@@ -426,7 +466,7 @@ int Trainer::run() {
   save();
   // Activation memory differs by pipeline stage (1F1B holds more micro-batches on early stages):
   // every rank's pipeline group spans the stages, so rank 0 learns them all.
-  const float activation_mib = static_cast<float>(s.model.activation_bytes() / 1048576.0);
+  const float activation_mib = static_cast<float>(s.activation_bytes() / 1048576.0);
   std::vector<float> activation_mib_by_stage(static_cast<std::size_t>(s.groups.pp().size()));
   s.groups.pp().all_gather(&activation_mib, activation_mib_by_stage.data(), 1);
   if (s.is_logger()) {

@@ -8,6 +8,7 @@
 #include "model/gpt.h"
 #include "tests/unit/test_support.h"
 #include "train/checkpoint.h"
+#include "train/cuda_training.h"
 
 namespace strata {
 namespace {
@@ -151,6 +152,32 @@ TEST_F(TrainerTest, BadInputGetsOneClearErrorAndLeavesCheckpointsUntouched) {
   expect_clean_error(testing::run_command(train_command(write_config(dir_, "small_vocab"),
                                                         "--set model.vocab_size=32")),
                      "vocabulary");
+  // A device that is not there (no GPU here, or a build without CUDA).
+  if (cuda_device_count() == 0)
+    expect_clean_error(testing::run_command(train_command(config, "--resume --set device=cuda")),
+                       "device cuda");
+  EXPECT_EQ(testing::read_file(ckpt), before);
+}
+
+TEST(DeviceChoice, CudaOnlyWhereADeviceAndTheLayoutAllowIt) {
+  Config config;
+  config.device = "cpu";
+  EXPECT_EQ(resolve_device(config, 1, 1), "cpu");
+  config.device = "auto";
+  EXPECT_EQ(resolve_device(config, 1, 1), cuda_device_count() > 0 ? "cuda" : "cpu");
+  EXPECT_EQ(resolve_device(config, 2, 1), "cpu");  // tensor parallelism runs on the CPU only
+  EXPECT_EQ(resolve_device(config, 1, 2), "cpu");
+  config.device = "cuda";
+  try {
+    resolve_device(config, 2, 2);
+    ADD_FAILURE() << "device cuda with tp 2, pp 2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor and pipeline parallelism"), std::string::npos)
+        << e.what();
+  }
+  if (cuda_device_count() == 0) {
+    EXPECT_THROW(resolve_device(config, 1, 1), Error);
+  }
 }
 
 }  // namespace

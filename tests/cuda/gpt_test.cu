@@ -1,0 +1,350 @@
+// The whole CUDA model (model/gpt_cuda.h) against the CPU model (model/gpt.h) on tiny, ragged
+// shapes: per-position losses and every parameter gradient of two accumulated forward_backward
+// passes (fp32, and bf16/fp16 against the CPU's emulated rounding), bitwise equality of the
+// recompute modes, one whole training step (norm, clipping, AdamW) and the evaluation logits.
+// Shapes cover every attention head size (16, 32, 64, 128), T not a multiple of the attention tile
+// rows (32 fp32, 64 bf16/fp16), B·T and the vocabulary not multiples of 128 (padded vocab rows).
+//
+// Tolerances (relative error norm, cuda_test_support.h): fp32 1e-5 per tensor, as for one op: the
+// device runs the CPU model's op order, only accumulation orders differ. bf16/fp16: see
+// ReducedPrecisionMatchesEmulatingCpu.
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "model/gpt.h"
+#include "model/gpt_cuda.h"
+#include "model/kernels/cpu/adamw.h"
+#include "model/kernels/cpu/precision.h"
+#include "model/kernels/cuda/adamw.h"
+#include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/device_context.h"
+#include "model/kernels/cuda/grad_norm.h"
+#include "tests/cuda/cuda_test_support.h"
+
+namespace strata::cuda {
+namespace {
+
+using namespace testing;
+
+// A model shape and the micro-batch (B, T) run on it.
+struct Case {
+  GptShape shape;
+  int B, T;
+  std::string name() const {  // a stream: GCC 12's -Wrestrict misfires on "L" + std::to_string
+    std::ostringstream out;
+    out << 'L' << shape.n_layer << " NH" << shape.n_head << " C" << shape.d_model << " V"
+        << shape.vocab_size << " B" << B << " T" << T;
+    return out.str();
+  }
+};
+
+// hs 16, T = 37 < seq_len (unused wpe rows), B·T = 111, V 100 → Vp 128; hs 64 with whole tiles;
+// hs 32 and hs 128 ragged. The first two have two layers (recompute's workspace pays off).
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all{
+      {{.n_layer = 2, .n_head = 4, .d_model = 64, .seq_len = 48, .vocab_size = 100}, 3, 37},
+      {{.n_layer = 2, .n_head = 2, .d_model = 128, .seq_len = 64, .vocab_size = 200}, 2, 64},
+      {{.n_layer = 1, .n_head = 3, .d_model = 96, .seq_len = 32, .vocab_size = 300}, 2, 19},
+      {{.n_layer = 1, .n_head = 1, .d_model = 128, .seq_len = 40, .vocab_size = 130}, 1, 40}};
+  return all;
+}
+
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;  // (B, T)
+};
+
+Batch random_batch(const Case& c, std::mt19937_64& rng) {
+  std::uniform_int_distribution<std::int32_t> id(0, c.shape.vocab_size - 1);
+  Batch batch{std::vector<std::int32_t>(static_cast<std::size_t>(c.B) * c.T),
+              std::vector<std::int32_t>(static_cast<std::size_t>(c.B) * c.T)};
+  for (std::int32_t& t : batch.tokens) t = id(rng);
+  for (std::int32_t& t : batch.targets) t = id(rng);
+  return batch;
+}
+
+// GPT-2 initialisation with every bias and LayerNorm weight (the tensors without decay) moved off
+// its initial 0 or 1, so that a kernel ignoring one, or its gradient, shows.
+std::vector<float> random_parameters(const GptShape& shape, std::mt19937_64& rng) {
+  const ParameterLayout layout = ParameterLayout::for_gpt(shape);
+  std::vector<float> params(layout.total());
+  initialize_gpt_parameters(layout, shape, rng(), params.data());
+  std::uniform_real_distribution<float> offset(-0.05f, 0.05f);
+  for (const TensorView& t : layout.tensors())
+    if (!t.decay)
+      for (std::size_t i = 0; i < t.size; ++i) params[t.offset + i] += offset(rng);
+  return params;
+}
+
+template <class T>
+std::vector<T> download(const T* device, std::size_t count) {
+  std::vector<T> host(count);
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  STRATA_CUDA_CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// Per micro-batch: mean and per-position losses; the gradients accumulated over all of them.
+struct Passes {
+  std::vector<double> mean_loss;
+  std::vector<std::vector<float>> losses;
+  std::vector<float> grads;
+};
+
+Passes run_cpu(const Case& c, const GptOptions& options, const std::vector<float>& params,
+               const std::vector<Batch>& batches, float loss_scale) {
+  Gpt<float> model(c.shape, c.B, options);
+  Passes run{{}, {}, std::vector<float>(params.size(), 0.0f)};
+  for (const Batch& b : batches) {
+    run.mean_loss.push_back(
+        model.forward(params.data(), b.tokens.data(), b.targets.data(), c.B, c.T));
+    run.losses.emplace_back(model.losses(), model.losses() + c.B * c.T);
+    model.backward(params.data(), run.grads.data(), loss_scale);
+  }
+  return run;
+}
+
+// The device model on weights `params` stored in T (exact when the caller rounded them to T).
+template <class T>
+Passes run_device(DeviceContext& ctx, const Case& c, Recompute recompute,
+                  const std::vector<float>& params, const std::vector<Batch>& batches,
+                  float loss_scale, std::size_t* activation_bytes = nullptr) {
+  CudaGpt<T> model(ctx, c.shape, c.B, recompute);
+  DeviceBuffer<T> weights(to_dtype<T>(params));
+  DeviceBuffer<float> grads(std::vector<float>(params.size(), 0.0f));
+  Passes run;
+  for (const Batch& b : batches) {
+    model.forward_backward(weights.get(), grads.get(), b.tokens.data(), b.targets.data(), c.B, c.T,
+                           loss_scale);
+    run.mean_loss.push_back(model.loss_sum() / (c.B * c.T));
+    run.losses.push_back(download(model.losses(), static_cast<std::size_t>(c.B) * c.T));
+  }
+  run.grads = grads.download();
+  if (activation_bytes != nullptr) *activation_bytes = model.activation_bytes();
+  return run;
+}
+
+void expect_gradients_near(const ParameterLayout& layout, const std::vector<float>& got,
+                           const std::vector<float>& want, double tolerance,
+                           const std::string& where) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const TensorView& t : layout.tensors()) {
+    const auto tensor = [&](const std::vector<float>& g) {
+      return std::vector<float>(g.begin() + t.offset, g.begin() + t.offset + t.size);
+    };
+    EXPECT_LT(relative_error(tensor(got), tensor(want)), tolerance) << where << ' ' << t.name;
+  }
+}
+
+void expect_run_near(const Passes& got, const Passes& want, const Case& c, double loss_tolerance,
+                     double grad_tolerance) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (std::size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.mean_loss[i], want.mean_loss[i], loss_tolerance * std::abs(want.mean_loss[i]))
+        << c.name() << " micro-batch " << i;
+    EXPECT_LT(relative_error(got.losses[i], want.losses[i]), loss_tolerance)
+        << c.name() << " micro-batch " << i;
+  }
+  expect_gradients_near(ParameterLayout::for_gpt(c.shape), got.grads, want.grads, grad_tolerance,
+                        c.name());
+}
+
+// Two micro-batches on different tokens: the second pass must add to the first's gradients.
+// loss_scale 0.5 (as for two accumulated micro-batches) checks that the scale reaches every tensor.
+TEST(CudaGpt, Fp32LossesAndGradientsMatchCpu) {
+  auto rng = test_rng();
+  DeviceContext ctx;
+  for (const Case& c : cases()) {
+    const std::vector<float> params = random_parameters(c.shape, rng);
+    const std::vector<Batch> batches{random_batch(c, rng), random_batch(c, rng)};
+    const Passes want = run_cpu(c, GptOptions{}, params, batches, 0.5f);
+    const Passes got = run_device<float>(ctx, c, Recompute::none, params, batches, 0.5f);
+    expect_run_near(got, want, c, kFp32Tolerance, kFp32Tolerance);
+  }
+}
+
+template <class T>
+class CudaGptReduced : public ::testing::Test {};
+using ReducedDtypes = ::testing::Types<__nv_bfloat16, __half>;
+TYPED_TEST_SUITE(CudaGptReduced, ReducedDtypes, DtypeName);
+
+// The CPU model emulates the dtype's rounding where a kernel stores T, from the same rounded
+// weights. Differences remain at fused points (residual add + LayerNorm, the fc GEMM's GELU
+// epilogue, cross-entropy fused with its gradient, flash attention's unstored probabilities),
+// where one side rounds an intermediate the other keeps in fp32, and they compound through the
+// layers forward and backward (LayerNorm and softmax backward amplify relative errors where their
+// terms cancel). One bf16 rounding is ~2^-9/√3 ≈ 1e-3 rms; ~30 rounded ops lie between the loss
+// and the first layer's weights, √30 independent ones ≈ 6e-3. Bounds: losses tolerance<T>() (the
+// per-op bound; a loss is a sum over the vocabulary, its errors average out), gradients
+// 5 × tolerance<T>() per tensor: bf16 5e-2, fp16 2.5e-2 (half, as the per-op bounds: 3 more
+// mantissa bits, partly lost by attention probabilities and dS in fp16's narrow range).
+TYPED_TEST(CudaGptReduced, ReducedPrecisionMatchesEmulatingCpu) {
+  using T = TypeParam;
+  const cpu::ComputeDtype dtype =
+      std::is_same_v<T, __half> ? cpu::ComputeDtype::fp16 : cpu::ComputeDtype::bf16;
+  // A power of two, as dynamic loss scaling would pick: the unscaled logit gradients are about
+  // 1/(B·T·V) ≈ 1e-4, at fp16's subnormal edge (6e-5) where the two sides' roundings would differ
+  // by whole bits. Both sides use it; relative errors do not depend on it.
+  const float loss_scale = 1024.0f;
+  auto rng = test_rng();
+  DeviceContext ctx;
+  for (const Case& c : cases()) {
+    std::vector<float> params = random_parameters(c.shape, rng);
+    cpu::round_to_dtype(params.data(), static_cast<long>(params.size()), dtype);
+    const std::vector<Batch> batches{random_batch(c, rng), random_batch(c, rng)};
+    const Passes want = run_cpu(c, GptOptions{dtype, Recompute::none}, params, batches, loss_scale);
+    const Passes got = run_device<T>(ctx, c, Recompute::none, params, batches, loss_scale);
+    expect_run_near(got, want, c, tolerance<T>(), 5 * tolerance<T>());
+  }
+}
+
+template <class T>
+class CudaGptRecompute : public ::testing::Test {};
+using RecomputeDtypes = ::testing::Types<float, __nv_bfloat16>;
+TYPED_TEST_SUITE(CudaGptRecompute, RecomputeDtypes, DtypeName);
+
+std::size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) count += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return count;
+}
+
+// Recomputation reruns the forward's own kernels on the same inputs, so losses and gradients are
+// bitwise those of `none`; memory shrinks none > selective > full with two layers (the one-layer
+// workspace is paid back by the layers that drop their activations).
+TYPED_TEST(CudaGptRecompute, SelectiveAndFullAreBitwiseNoneInLessMemory) {
+  using T = TypeParam;
+  auto rng = test_rng();
+  DeviceContext ctx;
+  for (const Case& c : {cases()[0], cases()[1]}) {
+    const std::vector<float> params = rounded<T>(random_parameters(c.shape, rng));
+    const std::vector<Batch> batches{random_batch(c, rng), random_batch(c, rng)};
+    std::size_t bytes_none = 0, bytes_selective = 0, bytes_full = 0;
+    const Passes none = run_device<T>(ctx, c, Recompute::none, params, batches, 0.5f, &bytes_none);
+    const Passes selective =
+        run_device<T>(ctx, c, Recompute::selective, params, batches, 0.5f, &bytes_selective);
+    const Passes full = run_device<T>(ctx, c, Recompute::full, params, batches, 0.5f, &bytes_full);
+    for (const Passes* run : {&selective, &full}) {
+      const char* mode = run == &full ? " full" : " selective";
+      for (std::size_t i = 0; i < none.losses.size(); ++i)
+        EXPECT_EQ(bitwise_differences(run->losses[i], none.losses[i]), 0u) << c.name() << mode;
+      EXPECT_EQ(bitwise_differences(run->grads, none.grads), 0u) << c.name() << mode;
+    }
+    EXPECT_GT(bytes_none, bytes_selective) << c.name();
+    EXPECT_GT(bytes_selective, bytes_full) << c.name();
+  }
+}
+
+// Hyperparameters of a default OptimizerConfig (train/config.h) at its first step.
+cpu::AdamWHyper first_step(float weight_decay, float grad_scale) {
+  return cpu::AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, weight_decay, 1, grad_scale};
+}
+constexpr float kWeightDecay = 0.1f;
+
+// train/optimizer.cpp's clip_factor and AdamW::step (decay on the layout's `decay` tensors), which
+// this executable cannot link (tests/cuda link strata_cuda, not strata_train).
+void cpu_first_step(const ParameterLayout& layout, std::vector<float>& params,
+                    const std::vector<float>& grads, std::vector<float>& m, double grad_clip) {
+  const double norm = std::sqrt(cpu::sum_of_squares(grads.data(), static_cast<long>(grads.size())));
+  const double clip = norm > grad_clip ? grad_clip / norm : 1.0;
+  std::vector<float> v(params.size(), 0.0f);
+  m.assign(params.size(), 0.0f);
+  for (const TensorView& t : layout.tensors())
+    cpu::adamw_update(params.data() + t.offset, grads.data() + t.offset, m.data() + t.offset,
+                      v.data() + t.offset, static_cast<long>(t.size),
+                      first_step(t.decay ? kWeightDecay : 0.0f, static_cast<float>(clip)));
+}
+
+// One fp32 training step as the trainer takes it: zeroed gradients, two micro-batches at loss
+// scale 1/2, the global norm and clip factor on the device, fused AdamW.
+TEST(CudaGpt, Fp32TrainingStepMatchesCpu) {
+  auto rng = test_rng();
+  DeviceContext ctx;
+  const Case& c = cases()[0];
+  const ParameterLayout layout = ParameterLayout::for_gpt(c.shape);
+  const long n = static_cast<long>(layout.total());
+  const std::vector<float> params = random_parameters(c.shape, rng);
+  const std::vector<Batch> batches{random_batch(c, rng), random_batch(c, rng)};
+  const Passes cpu_run = run_cpu(c, GptOptions{}, params, batches, 0.5f);
+  // Half the reference norm, so that clipping acts whatever this tiny model's norm is (it may be
+  // below the usual 1.0).
+  const double grad_clip = 0.5 * std::sqrt(cpu::sum_of_squares(cpu_run.grads.data(), n));
+
+  CudaGpt<float> model(ctx, c.shape, c.B, Recompute::none);
+  DeviceBuffer<float> master(params), grads(std::vector<float>(n, 0.0f)),
+      m(std::vector<float>(n, 0.0f)), v(std::vector<float>(n, 0.0f));
+  for (const Batch& b : batches)
+    model.forward_backward(master.get(), grads.get(), b.tokens.data(), b.targets.data(), c.B, c.T,
+                           0.5f);
+  DeviceArena scratch(1 << 20);
+  DeviceBuffer<double> sum(1);
+  DeviceBuffer<float> scale(1);
+  sum_of_squares(sum.get(), grads.get(), n, scratch, ctx.stream());
+  gradient_scale_from_norm(scale.get(), sum.get(), 1.0f, static_cast<float>(grad_clip),
+                           ctx.stream());
+  const DeviceRanges decay(decayed_ranges(layout));
+  adamw_update<float>(master.get(), nullptr, grads.get(), m.get(), v.get(), n, 0, decay,
+                      first_step(kWeightDecay, 1.0f), scale.get(), ctx.stream());
+  const std::vector<float> device_grads = grads.download(), got = master.download();
+
+  // The model's accumulated gradients.
+  expect_gradients_near(layout, device_grads, cpu_run.grads, kFp32Tolerance, c.name());
+  // The device optimizer against the CPU one on the same (device) gradients. At step 1 the update
+  // is lr·(g/(|g| + eps) + wd·p) ≈ lr·sign(g) + lr·wd·p: params barely depend on the clip factor,
+  // m = (1−β1)·clip·g does (1e-5). Params agree to a few ulps of the update; 1e-6 still sees a
+  // missing weight decay (lr·wd = 1e-4 of each decayed weight).
+  std::vector<float> want_same_grads = params, want_m;
+  cpu_first_step(layout, want_same_grads, device_grads, want_m, grad_clip);
+  EXPECT_LT(relative_error(m.download(), want_m), kFp32Tolerance);
+  EXPECT_LT(relative_error(got, want_same_grads), 1e-6);
+  // End to end against the CPU path. An element whose gradient is within rounding of 0 may take
+  // the other sign: 2·lr in one element, ≈ 1.1e-4 of ‖params‖ here (≈ 19, mostly the LayerNorm
+  // weights), so 1e-4 would fail on a single such flip; 3e-4 allows a few.
+  std::vector<float> want = params, unused_m;
+  cpu_first_step(layout, want, cpu_run.grads, unused_m, grad_clip);
+  EXPECT_LT(relative_error(got, want), 3e-4);
+}
+
+// Evaluation: without targets the logits (B·T, Vp, padded columns included) are left in logits();
+// with targets the losses. B below max_batch, as for a last, short evaluation batch.
+TEST(CudaGpt, Fp32EvalForwardMatchesCpu) {
+  auto rng = test_rng();
+  DeviceContext ctx;
+  for (const Case& c : {cases()[0], cases()[2]}) {
+    const std::vector<float> params = random_parameters(c.shape, rng);
+    const Batch batch = random_batch(c, rng);
+    const std::size_t rows = static_cast<std::size_t>(c.B) * c.T;
+    const std::size_t count = rows * c.shape.padded_vocab();
+    Gpt<float> cpu_model(c.shape, c.B);
+    CudaGpt<float> model(ctx, c.shape, c.B + 1, Recompute::none);
+    DeviceBuffer<float> weights(params);
+
+    cpu_model.forward(params.data(), batch.tokens.data(), nullptr, c.B, c.T);
+    const std::vector<float> want_logits(cpu_model.logits(), cpu_model.logits() + count);
+    model.forward(weights.get(), batch.tokens.data(), nullptr, c.B, c.T);
+    EXPECT_LT(relative_error(download(model.logits(), count), want_logits), kFp32Tolerance)
+        << c.name();
+
+    const float want_loss =
+        cpu_model.forward(params.data(), batch.tokens.data(), batch.targets.data(), c.B, c.T);
+    const std::vector<float> want_losses(cpu_model.losses(), cpu_model.losses() + rows);
+    model.forward(weights.get(), batch.tokens.data(), batch.targets.data(), c.B, c.T);
+    EXPECT_LT(relative_error(download(model.losses(), rows), want_losses), kFp32Tolerance)
+        << c.name();
+    EXPECT_NEAR(model.loss_sum() / rows, want_loss, kFp32Tolerance * want_loss) << c.name();
+  }
+}
+
+}  // namespace
+}  // namespace strata::cuda

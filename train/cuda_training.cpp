@@ -1,0 +1,225 @@
+// CudaTraining on the CUDA backend (built only with CUDA; cuda_training_absent.cpp otherwise).
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#include "train/cuda_training.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "model/core/error.h"
+#include "model/gpt_cuda.h"
+#include "model/kernels/cuda/adamw.h"
+#include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/cast.h"
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_context.h"
+#include "model/kernels/cuda/grad_norm.h"
+#include "parallel/communicator.h"
+
+namespace strata {
+namespace {
+
+// Page-locked host memory: device-to-host copies into it are truly asynchronous, so the losses of
+// every micro-batch are collected without waiting for the device in between.
+class PinnedFloats {
+ public:
+  explicit PinnedFloats(std::size_t count) : count_(count) {
+    STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), count * sizeof(float)));
+  }
+  ~PinnedFloats() { STRATA_CUDA_REPORT(cudaFreeHost(data_)); }
+  PinnedFloats(const PinnedFloats&) = delete;
+  PinnedFloats& operator=(const PinnedFloats&) = delete;
+  float* data() const { return data_; }
+  std::size_t size() const { return count_; }
+
+ private:
+  float* data_ = nullptr;
+  std::size_t count_;
+};
+
+template <class T>
+class CudaTrainingOf final : public CudaTraining {
+ public:
+  CudaTrainingOf(const Config& config, const GptShape& shape, int device)
+      : config_(config),
+        ctx_(device),
+        model_(ctx_, shape, config.train.micro_batch, recompute_from_name(config.recompute)),
+        n_(static_cast<long>(model_.layout().total())),
+        buffers_(buffer_bytes(n_)),
+        decay_(cuda::decayed_ranges(model_.layout())),
+        micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
+    master_ = buffers_.allocate<float>(n_);
+    grads_ = buffers_.allocate<float>(n_);
+    m_ = buffers_.allocate<float>(n_);
+    v_ = buffers_.allocate<float>(n_);
+    if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_);
+    norm_ = buffers_.allocate<double>(1);
+    tokens_.resize(static_cast<std::size_t>(config.train.micro_batch) * shape.seq_len);
+    targets_.resize(tokens_.size());
+  }
+
+  void load(const std::vector<float>& params, const std::vector<float>& adam_m,
+            const std::vector<float>& adam_v) override {
+    STRATA_CHECK(params.size() == static_cast<std::size_t>(n_) && adam_m.size() == params.size() &&
+                 adam_v.size() == params.size());
+    upload(master_, params);
+    upload(m_, adam_m);
+    upload(v_, adam_v);
+    if constexpr (!std::is_same_v<T, float>) cuda::cast(weights_, master_, n_, ctx_.stream());
+    ctx_.synchronize();  // the host vectors may change once this returns
+  }
+
+  void store(std::vector<float>& params, std::vector<float>& adam_m,
+             std::vector<float>& adam_v) override {
+    download(params, master_);
+    download(adam_m, m_);
+    download(adam_v, v_);
+    ctx_.synchronize();
+  }
+
+  double accumulate_gradients(int micro_batches, float loss_scale, const MicroBatchSource& source,
+                              Communicator* dp) override {
+    const int B = config_.train.micro_batch, T_ = model_.shape().seq_len;
+    const std::size_t rows = static_cast<std::size_t>(B) * T_;
+    STRATA_CHECK(static_cast<std::size_t>(micro_batches) * rows <= micro_losses_.size());
+    STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_ * sizeof(float), ctx_.stream()));
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      source(mb, tokens_.data(), targets_.data());
+      model_.forward_backward(weights(), grads_, tokens_.data(), targets_.data(), B, T_,
+                              loss_scale);
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(micro_losses_.data() + mb * rows, model_.losses(),
+                                        rows * sizeof(float), cudaMemcpyDeviceToHost,
+                                        ctx_.stream()));
+    }
+    if (dp != nullptr && dp->size() > 1) {
+      // Host-staged all-reduce over the data-parallel group (the MPI communicator).
+      host_grads_.resize(static_cast<std::size_t>(n_));
+      download(host_grads_, grads_);
+      ctx_.synchronize();
+      dp->all_reduce_sum(host_grads_.data(), host_grads_.size());
+      upload(grads_, host_grads_);
+    }
+    ctx_.synchronize();
+    // Each micro-batch's mean loss, summed: as the CPU executor reports it.
+    double loss_sum = 0;
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      double sum = 0;
+      for (std::size_t i = 0; i < rows; ++i) sum += micro_losses_.data()[mb * rows + i];
+      loss_sum += sum / static_cast<double>(rows);
+    }
+    return loss_sum;
+  }
+
+  double gradient_norm() override {
+    cuda::ArenaScope scope(buffers_);
+    cuda::sum_of_squares(norm_, grads_, n_, buffers_, ctx_.stream());
+    double sum = 0;
+    STRATA_CUDA_CHECK(
+        cudaMemcpyAsync(&sum, norm_, sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream()));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    return std::sqrt(sum);
+  }
+
+  void update(double lr, double grad_scale, int step) override {
+    const OptimizerConfig& o = config_.optimizer;
+    const cpu::AdamWHyper hyper{static_cast<float>(lr),
+                                static_cast<float>(o.beta1),
+                                static_cast<float>(o.beta2),
+                                static_cast<float>(o.eps),
+                                static_cast<float>(o.weight_decay),
+                                step,
+                                static_cast<float>(grad_scale)};
+    cuda::adamw_update<T>(master_, weights_, grads_, m_, v_, n_, 0, decay_, hyper, nullptr,
+                          ctx_.stream());
+  }
+
+  double forward_loss_sum(const std::int32_t* inputs, const std::int32_t* targets,
+                          int batch) override {
+    model_.forward(weights(), inputs, targets, batch, model_.shape().seq_len);
+    return model_.loss_sum();
+  }
+
+  void synchronize() override { ctx_.synchronize(); }
+  std::string device_name() const override {
+    cudaDeviceProp properties{};
+    STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, ctx_.device()));
+    return properties.name;
+  }
+
+  std::size_t activation_bytes() const override { return model_.activation_bytes(); }
+  std::size_t activation_bytes_per_layer() const override {
+    return model_.activation_bytes_per_layer();
+  }
+  std::size_t device_bytes() const override {
+    std::size_t free = 0, total = 0;
+    STRATA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return total - free;  // the device's use, this process's arenas and the runtime's own
+  }
+
+ private:
+  // Master weights, gradients, both moments, the compute copy, and the norm scratch (up to 1024
+  // doubles): each rounded up to the arena's alignment.
+  static std::size_t buffer_bytes(long n) {
+    const std::size_t align = cuda::DeviceArena::kDefaultAlignment;
+    auto rounded = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
+    return 4 * rounded(n * sizeof(float)) + rounded(n * sizeof(T)) + rounded(sizeof(double)) +
+           rounded(1024 * sizeof(double)) + align;
+  }
+  // The weights the model reads: the masters in fp32, else their compute-dtype copy.
+  const T* weights() const {
+    if constexpr (std::is_same_v<T, float>)
+      return master_;
+    else
+      return weights_;
+  }
+  void upload(float* device, const std::vector<float>& host) {
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(device, host.data(), host.size() * sizeof(float),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
+  }
+  void download(std::vector<float>& host, const float* device) {
+    host.resize(static_cast<std::size_t>(n_));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host.data(), device, host.size() * sizeof(float),
+                                      cudaMemcpyDeviceToHost, ctx_.stream()));
+  }
+
+  Config config_;
+  cuda::DeviceContext ctx_;
+  cuda::CudaGpt<T> model_;
+  long n_;
+  cuda::DeviceArena buffers_;
+  cuda::DeviceRanges decay_;
+  PinnedFloats micro_losses_;
+  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  T* weights_ = nullptr;  // null in fp32: the masters are the weights
+  double* norm_ = nullptr;
+  std::vector<std::int32_t> tokens_, targets_;
+  std::vector<float> host_grads_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  // No driver or no device is not an error here: the answer is 0.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+}
+
+std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape,
+                                                 int device) {
+  const int count = cuda_device_count();
+  if (count == 0) fail("device cuda: no usable CUDA device");
+  if (device < 0 || device >= count)
+    fail("device cuda: device ", device, " requested but ", count, " present");
+  if (config.precision.compute == "bf16")
+    return std::make_unique<CudaTrainingOf<__nv_bfloat16>>(config, shape, device);
+  if (config.precision.compute == "fp16")
+    return std::make_unique<CudaTrainingOf<__half>>(config, shape, device);
+  return std::make_unique<CudaTrainingOf<float>>(config, shape, device);
+}
+
+}  // namespace strata
