@@ -71,9 +71,10 @@ std::string readable_reason(const sentencepiece::util::Status& status) {
   const std::size_t open = message.find(") [");
   if (open != std::string::npos) {
     const std::size_t close = message.find("] ", open);
-    if (close != std::string::npos) return message.substr(close + 2);
+    if (close != std::string::npos) message = message.substr(close + 2);
   }
-  return message.empty() ? status.ToString() : message;
+  // A file that is not a model protobuf at all fails a parse check that gives no reason.
+  return message.empty() ? "its bytes do not parse as a model file" : message;
 }
 
 }  // namespace

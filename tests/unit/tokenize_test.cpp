@@ -236,7 +236,7 @@ TEST_F(TokenizeTool, BadInputsFailWithOneErrorLine) {
   EXPECT_FALSE(fs::exists(dir_ / "bad_out/train"));
 
   expect_error(run_tokenize("--input " + inputs_[0] + out + " --tokenizer " + inputs_[1], dir_),
-               "'" + inputs_[1] + "' is not a SentencePiece model");
+               "'" + inputs_[1] + "' is not a SentencePiece model: its bytes do not parse");
   expect_error(run_tokenize("--input " + inputs_[0] + out + " --bogus 3", dir_),
                "unknown option '--bogus'");
   expect_error(run_tokenize("--input " + inputs_[0], dir_), "--out DIR is required");
