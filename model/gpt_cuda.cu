@@ -1,6 +1,7 @@
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include "model/gpt_cuda.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,8 @@ class BufferCarver {
   template <class U>
   U* take(std::size_t count) {
     constexpr std::size_t align = DeviceArena::kDefaultAlignment;
-    U* p = base_ == nullptr ? nullptr : reinterpret_cast<U*>(base_ + used_);
+    // Nothing for an empty array: a pointer there would alias the next one.
+    U* p = base_ == nullptr || count == 0 ? nullptr : reinterpret_cast<U*>(base_ + used_);
     used_ += (count * sizeof(U) + align - 1) / align * align;
     return p;
   }
@@ -125,8 +127,6 @@ std::size_t CudaGpt<T>::carve(Buffers& b, BufferCarver& c, const GptShape& shape
   const std::size_t Vp = shape.padded_vocab();
   const bool keep_rest = recompute != Recompute::full;
   const bool keep_attention = recompute == Recompute::none;
-  b.tokens = c.take<std::int32_t>(N);
-  b.targets = c.take<std::int32_t>(N);
   b.residual = c.take<T>((L + 1) * N * C);
   b.kept.carve(c, keep_rest ? L : 0, keep_attention ? L : 0, N, C, NH);
   b.work.carve(c, keep_rest ? 0 : 1, keep_attention ? 0 : 1, N, C, NH);
@@ -135,9 +135,11 @@ std::size_t CudaGpt<T>::carve(Buffers& b, BufferCarver& c, const GptShape& shape
   b.lnf_mean = c.take<float>(N);
   b.lnf_rstd = c.take<float>(N);
   b.logits = c.take<T>(N * Vp);
+  const std::size_t activations = c.used();
+  b.tokens = c.take<std::int32_t>(N);
+  b.targets = c.take<std::int32_t>(N);
   b.losses = c.take<float>(N);
   b.dlosses = c.take<float>(N);
-  const std::size_t activations = c.used();
   b.proj = c.take<T>(N * C);
   b.dres = c.take<T>(N * C);
   b.dln = c.take<T>(N * C);
@@ -180,25 +182,42 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, int max_batch, Re
     per_layer += N * C * 3 * sizeof(T) + N * 8 * C * sizeof(T) + 4 * N * sizeof(float);
   if (recompute == Recompute::none) per_layer += N * 4 * C * sizeof(T) + N * NH * sizeof(float);
   layer_bytes_ = per_layer;
+  // Last: a throw above leaves nothing here for the destructor, which does not run then.
+  STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
+  const cudaError_t pinned =
+      cudaMallocHost(reinterpret_cast<void**>(&staging_), 2 * N * sizeof(std::int32_t));
+  if (pinned != cudaSuccess) {
+    STRATA_CUDA_REPORT(cudaEventDestroy(staging_free_));
+    throw_cuda_error(pinned, "cudaMallocHost(staging)", __FILE__, __LINE__);
+  }
 }
 
 template <class T>
-CudaGpt<T>::~CudaGpt() = default;
+CudaGpt<T>::~CudaGpt() {
+  if (staging_free_ != nullptr) STRATA_CUDA_REPORT(cudaEventDestroy(staging_free_));
+  if (staging_ != nullptr) STRATA_CUDA_REPORT(cudaFreeHost(staging_));
+}
 
 template <class T>
 void CudaGpt<T>::upload_tokens(const std::int32_t* tokens, const std::int32_t* targets, long N) {
   for (long i = 0; i < N; ++i)
     STRATA_CHECK(tokens[i] >= 0 && tokens[i] < shape_.vocab_size, "token id out of range");
-  // Pageable sources: the copy has read them when the call returns (the DMA goes through a
-  // staging buffer), so the caller may reuse its arrays at once.
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(buffers_->tokens, tokens, N * sizeof(std::int32_t),
-                                    cudaMemcpyHostToDevice, ctx_.stream()));
-  if (targets != nullptr) {
+  if (targets != nullptr)
     for (long i = 0; i < N; ++i)
       STRATA_CHECK(targets[i] >= 0 && targets[i] < shape_.vocab_size, "target id out of range");
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(buffers_->targets, targets, N * sizeof(std::int32_t),
-                                      cudaMemcpyHostToDevice, ctx_.stream()));
+  // The previous copies out of the staging buffer must be done before it is overwritten.
+  STRATA_CUDA_CHECK(cudaEventSynchronize(staging_free_));
+  std::copy_n(tokens, N, staging_);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(buffers_->tokens, staging_, N * sizeof(std::int32_t),
+                                    cudaMemcpyHostToDevice, ctx_.stream()));
+  if (targets != nullptr) {
+    const long max_rows = static_cast<long>(max_batch_) * shape_.seq_len;
+    std::copy_n(targets, N, staging_ + max_rows);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(buffers_->targets, staging_ + max_rows,
+                                      N * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                      ctx_.stream()));
   }
+  STRATA_CUDA_CHECK(cudaEventRecord(staging_free_, ctx_.stream()));
 }
 
 template <class T>
@@ -301,9 +320,13 @@ void CudaGpt<T>::forward(const T* w, const std::int32_t* tokens, const std::int3
   for (int l = 0; l < shape_.n_layer; ++l) block_forward(layer(l, false), w, l, B, T_);
   head_forward(w, N);
   last_rows_ = N;
-  logits_ = buffers_->logits;
+  if (targets == nullptr) {  // logits only
+    logits_ = buffers_->logits;
+    losses_ = nullptr;
+    return;
+  }
+  logits_ = nullptr;  // the probabilities overwrite them
   losses_ = buffers_->losses;
-  if (targets == nullptr) return;
   softmax_crossentropy_forward(buffers_->losses, buffers_->logits, buffers_->logits,
                                buffers_->targets, N, shape_.vocab_size, shape_.padded_vocab(),
                                ctx_.stream());  // the probabilities overwrite the logits

@@ -21,8 +21,9 @@
 // only each block's input and reruns the block's forward into a one-layer workspace. Recomputation
 // runs the forward's own code on the same inputs, so gradients are bitwise unchanged.
 //
-// Everything is queued on the context's compute stream; nothing synchronises with the host except
-// the token copies (pageable uploads) and the reads the caller asks for.
+// Everything is queued on the context's compute stream. Tokens travel through a page-locked
+// staging buffer: the host waits only until the previous micro-batch's tokens have left it (by
+// then that micro-batch's kernels are all queued), and for the reads the caller asks for.
 //
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
@@ -71,7 +72,8 @@ class CudaGpt {
                int T_);
 
   // Device pointers valid until the next call: per-position losses (B·T_, fp32) of the last pass
-  // with targets; logits (B·T_, Vp) of the last forward without targets.
+  // if it had targets; logits (B·T_, Vp) of the last pass if it was a forward without targets;
+  // null otherwise.
   const float* losses() const { return losses_; }
   const T* logits() const { return logits_; }
   // Σ losses of the last pass (copies B·T_ floats to the host and synchronises the stream).
@@ -81,6 +83,8 @@ class CudaGpt {
   // logits, the recompute workspace), and of one block's share of them.
   std::size_t activation_bytes() const { return activation_bytes_; }
   std::size_t activation_bytes_per_layer() const { return layer_bytes_; }
+  // Device bytes this model reserved: activations, backward buffers and kernel scratch.
+  std::size_t device_bytes() const { return activations_.capacity() + scratch_.capacity(); }
 
  private:
   struct Layer;    // one block's activation pointers
@@ -108,7 +112,9 @@ class CudaGpt {
   std::unique_ptr<Buffers> buffers_;
   float* losses_ = nullptr;
   T* logits_ = nullptr;
-  int last_rows_ = 0;  // B·T_ of the last pass
+  int last_rows_ = 0;                   // B·T_ of the last pass
+  std::int32_t* staging_ = nullptr;     // page-locked (2, max_batch·seq_len): tokens, targets
+  cudaEvent_t staging_free_ = nullptr;  // recorded after the copies out of staging_
   std::size_t activation_bytes_ = 0;
   std::size_t layer_bytes_ = 0;
 };

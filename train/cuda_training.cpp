@@ -155,9 +155,7 @@ class CudaTrainingOf final : public CudaTraining {
     return model_.activation_bytes_per_layer();
   }
   std::size_t device_bytes() const override {
-    std::size_t free = 0, total = 0;
-    STRATA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-    return total - free;  // the device's use, this process's arenas and the runtime's own
+    return model_.device_bytes() + buffers_.capacity() + ctx_.workspace_bytes();
   }
 
  private:
@@ -166,7 +164,8 @@ class CudaTrainingOf final : public CudaTraining {
   static std::size_t buffer_bytes(long n) {
     const std::size_t align = cuda::DeviceArena::kDefaultAlignment;
     auto rounded = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
-    return 4 * rounded(n * sizeof(float)) + rounded(n * sizeof(T)) + rounded(sizeof(double)) +
+    const std::size_t weights_copy = std::is_same_v<T, float> ? 0 : rounded(n * sizeof(T));
+    return 4 * rounded(n * sizeof(float)) + weights_copy + rounded(sizeof(double)) +
            rounded(1024 * sizeof(double)) + align;
   }
   // The weights the model reads: the masters in fp32, else their compute-dtype copy.

@@ -63,7 +63,9 @@ class CudaTraining {
 
   virtual std::size_t activation_bytes() const = 0;
   virtual std::size_t activation_bytes_per_layer() const = 0;
-  // Peak device memory of this process's allocations so far (arenas, buffers), bytes.
+  // Device memory this process reserved: the model's activation and scratch arenas, the weights,
+  // gradients and moments, the cuBLASLt workspace (not the CUDA context's own), bytes. Fixed at
+  // construction: no allocation happens during training.
   virtual std::size_t device_bytes() const = 0;
 };
 

@@ -167,7 +167,9 @@ struct Trainer::State {
   // copies for checkpoints); null on the CPU.
   std::unique_ptr<CudaTraining> cuda;
 
-  State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape)
+  // on_cuda: the step runs on the GPU; the CPU model then only provides the layout (one sequence
+  // of buffers) and there are no host gradients.
+  State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape, bool on_cuda)
       : config(c),
         world(w),
         groups(Mesh(mesh_shape, w.rank(), c.parallel.gpus_per_node), w),
@@ -177,10 +179,10 @@ struct Trainer::State {
         accumulation(c.train.global_batch / (c.train.micro_batch * dp)),
         shape(shape_of(c.model)),
         step_program(make_step_program(c, mesh, accumulation)),
-        model(shape, partition_of(c, mesh), &groups.tp(), c.train.micro_batch, step_program.slots,
-              options_of(c)),
+        model(shape, partition_of(c, mesh), &groups.tp(), on_cuda ? 1 : c.train.micro_batch,
+              on_cuda ? 1 : step_program.slots, options_of(c)),
         params(model.layout().total()),
-        grads(model.layout().total()),
+        grads(on_cuda ? 0 : model.layout().total()),
         optimizer(model.layout(), c.optimizer),
         executor(model, groups.pp(), step_program.program, c.train.micro_batch, c.model.seq_len),
         train_split(TokenSource::open(c.data.train)),
@@ -212,7 +214,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
   // Before any work: a device the layout cannot use is a config error.
   const std::string device = resolve_device(config, mesh_shape.tp, mesh_shape.pp);
-  state_ = std::make_unique<State>(config, world, mesh_shape);
+  state_ = std::make_unique<State>(config, world, mesh_shape, device == "cuda");
   State& s = *state_;
 
   const ShardInfo& info = s.train_split.info();

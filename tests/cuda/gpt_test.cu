@@ -179,9 +179,10 @@ using ReducedDtypes = ::testing::Types<__nv_bfloat16, __half>;
 TYPED_TEST_SUITE(CudaGptReduced, ReducedDtypes, DtypeName);
 
 // The CPU model emulates the dtype's rounding where a kernel stores T, from the same rounded
-// weights. Differences remain at fused points (residual add + LayerNorm, the fc GEMM's GELU
-// epilogue, cross-entropy fused with its gradient, flash attention's unstored probabilities),
-// where one side rounds an intermediate the other keeps in fp32, and they compound through the
+// weights. Differences remain at fused points (the fc GEMM's GELU and dGELU epilogues, which apply
+// GELU to the unrounded pre-activation; flash attention, which rounds its unnormalised
+// probabilities before P·V and never stores them), where one side rounds an intermediate the other
+// keeps in fp32, and they compound through the
 // layers forward and backward (LayerNorm and softmax backward amplify relative errors where their
 // terms cancel). One bf16 rounding is ~2^-9/√3 ≈ 1e-3 rms; ~30 rounded ops lie between the loss
 // and the first layer's weights, √30 independent ones ≈ 6e-3. Bounds: losses tolerance<T>() (the
