@@ -1,4 +1,4 @@
-// Benchmarks of the CPU backend, one JSON line each on stdout (the numbers for
+// Benchmarks, one JSON line each on stdout (the numbers for
 // docs/PERFORMANCE.md; timing is measured here, never asserted by tests):
 //
 //   bench train --config CONFIG.yaml [--set key.path=value]... [--steps 20 --warmup 3]
@@ -10,6 +10,9 @@
 //     The same for a shape given by flags, in fp32 without recomputation.
 //     Both report step time, tokens/s, model TFLOP/s (6·N + 12·L·C·T per token), MFU against a
 //     peak (--peak, or the measured sgemm 2048³ rate), peak resident and activation memory.
+//   bench attention [--batch 8 --seq-len 1024 --heads 12 --head-size 64 --dtype bf16
+//                    --repeats 20]
+//     The CUDA flash-attention kernel's forward and backward (tools/bench_attention.cpp).
 //   bench sgemm [--m 2048 --n 768 --k 256 --repeats 20]
 //     OpenBLAS sgemm rate on one shape (default: the model's widest GEMM, (B·T, C) x (C, 3C)).
 //
@@ -103,7 +106,8 @@ constexpr const char* kUsage =
     "usage: bench train --config CONFIG.yaml [--set key.path=value]... [--steps N] [--warmup N] "
     "[--peak TFLOPS] | bench train [--n-layer N --n-head N --d-model N --seq-len N --vocab N "
     "--micro-batch N --steps N --warmup N --peak TFLOPS] | bench sgemm [--m M --n N --k K "
-    "--repeats R]";
+    "--repeats R] | bench attention [--batch B --seq-len T --heads H --head-size D --dtype "
+    "fp32|bf16|fp16 --repeats R]";
 
 void bench_sgemm(const ToolArgs& args) {
   const int m = positive(args, "--m", 2048), n = positive(args, "--n", 768);
@@ -118,6 +122,10 @@ void run(int argc, char** argv) {
   const std::string name = argv[1];
   if (name == "train") {
     bench_train(argc, argv, 2);
+  } else if (name == "attention") {
+    bench_attention(ToolArgs(
+        argc, argv, 2, {"--batch", "--seq-len", "--heads", "--head-size", "--dtype", "--repeats"},
+        kUsage));
   } else if (name == "sgemm") {
     bench_sgemm(ToolArgs(argc, argv, 2, {"--m", "--n", "--k", "--repeats"}, kUsage));
   } else {

@@ -27,6 +27,8 @@ double sgemm_gflops(int m, int n, int k, int repeats);
 
 // `bench train ...`: argv[first..] are its flags.
 void bench_train(int argc, char** argv, int first);
+// `bench attention ...` (tools/bench_attention.cpp; an error in builds without CUDA).
+void bench_attention(const ToolArgs& args);
 
 // Builds one JSON object with fixed formatting per value (the trainer's JsonLine writes 17
 // significant digits, more than a benchmark figure means).

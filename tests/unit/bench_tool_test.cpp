@@ -141,9 +141,12 @@ TEST_F(BenchTool, TrainFlagFormKeepsItsKeys) {
 
 TEST_F(BenchTool, BadRequestsEndWithOneErrorLine) {
   // device cuda is refused before any work where no GPU is usable (with one it runs).
-  if (cuda_device_count() == 0)
+  if (cuda_device_count() == 0) {
     expect_error_line(bench("train --config " + config_ + " --set device=cuda --steps 1"),
                       "device cuda");
+    expect_error_line(bench("attention --repeats 1"), "CUDA");
+  }
+  expect_error_line(bench("attention --dtype fp8"), "--dtype must be fp32, bf16 or fp16");
   expect_error_line(bench("train --config " + config_ + " --bogus 1"),
                     "unknown argument '--bogus'");
   expect_error_line(bench("train --config " + config_ + " --steps"), "--steps needs a value");
