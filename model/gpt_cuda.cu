@@ -57,135 +57,228 @@ std::size_t scratch_bytes(std::size_t rows) { return (std::size_t{64} << 20) + 2
 
 }  // namespace
 
-// One block's activations: into the kept per-layer arrays or, for what recomputation drops, the
-// one-layer workspace. N = B·T rows, C channels.
+// Sizes derived from the shape and the partition: N = B·T rows (max_batch sequences), Nr the
+// rows of the residual stream on this rank (N / tp with sequence parallelism), Cl = C / tp
+// attention channels, Hl = 4C / tp MLP channels, NHl heads and Vl vocabulary rows of this rank.
+template <class T>
+struct CudaGpt<T>::Dims {
+  std::size_t L, C, Cl, Hl, NHl, Vl, N, Nr;
+  bool sp, embedding, head;
+  std::size_t slots;
+};
+
+template <class T>
+typename CudaGpt<T>::Dims CudaGpt<T>::dims_of(const GptShape& shape, const ModelPartition& p,
+                                              int max_batch, int slots) {
+  const std::size_t tp = static_cast<std::size_t>(p.tp_size);
+  Dims d{};
+  d.L = static_cast<std::size_t>(p.layers());
+  d.C = static_cast<std::size_t>(shape.d_model);
+  d.Cl = d.C / tp;
+  d.Hl = 4 * d.C / tp;
+  d.NHl = static_cast<std::size_t>(shape.n_head) / tp;
+  d.Vl = static_cast<std::size_t>(shape.padded_vocab()) / tp;
+  d.N = static_cast<std::size_t>(max_batch) * shape.seq_len;
+  d.sp = p.sequence_parallel && p.tp_size > 1;
+  d.Nr = d.sp ? d.N / tp : d.N;
+  d.embedding = p.has_embedding;
+  d.head = p.has_head;
+  d.slots = static_cast<std::size_t>(slots);
+  return d;
+}
+
+template <class T>
+typename CudaGpt<T>::Dims CudaGpt<T>::dims() const {
+  return dims_of(shape_, partition_, max_batch_, slots());
+}
+
+// One block's activations: into a slot's kept per-layer arrays or, for what recomputation drops,
+// the one-layer workspace. Row counts as in Dims.
 template <class T>
 struct CudaGpt<T>::Layer {
-  const T* x;                  // block input (N, C): the residual stream, always kept
-  T* out;                      // block output (N, C)
-  T *ln1, *x2, *ln2;           // (N, C)
-  float *ln1_mean, *ln1_rstd;  // (N)
-  float *ln2_mean, *ln2_rstd;  // (N)
-  T *fch, *fch_gelu;           // (N, 4C) pre-activation and GELU
-  T *qkv, *atty;               // (N, 3C), (N, C)
-  float* lse;                  // (B, NH, T) logsumexp per query row
+  const T* x;                  // block input (Nr, C): the residual stream, always kept
+  T* out;                      // block output (Nr, C)
+  T *ln1, *x2, *ln2;           // (Nr, C)
+  T *ln1_full, *ln2_full;      // (N, C) gathered rows; null without sequence parallelism
+  float *ln1_mean, *ln1_rstd;  // (Nr)
+  float *ln2_mean, *ln2_rstd;  // (Nr)
+  T *fch, *fch_gelu;           // (N, Hl) pre-activation and GELU
+  T *qkv, *atty;               // (N, 3Cl), (N, Cl)
+  float* lse;                  // (B, NHl, T) logsumexp per query row
 };
 
 // Per-layer arrays (a count of layers of each: 0 where recomputation drops them).
 template <class T>
 struct GptLayerArrays {
   T *ln1 = nullptr, *x2 = nullptr, *ln2 = nullptr, *fch = nullptr, *fch_gelu = nullptr;
+  T *ln1_full = nullptr, *ln2_full = nullptr;
   float *ln1_mean = nullptr, *ln1_rstd = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
   T *qkv = nullptr, *atty = nullptr;
   float* lse = nullptr;
 
   // `rest_layers` layers of what `full` drops, `attention_layers` of what `selective` drops.
-  void carve(BufferCarver& c, std::size_t rest_layers, std::size_t attention_layers, std::size_t N,
-             std::size_t C, std::size_t NH) {
-    ln1 = c.take<T>(rest_layers * N * C);
-    x2 = c.take<T>(rest_layers * N * C);
-    ln2 = c.take<T>(rest_layers * N * C);
-    ln1_mean = c.take<float>(rest_layers * N);
-    ln1_rstd = c.take<float>(rest_layers * N);
-    ln2_mean = c.take<float>(rest_layers * N);
-    ln2_rstd = c.take<float>(rest_layers * N);
-    fch = c.take<T>(rest_layers * N * 4 * C);
-    fch_gelu = c.take<T>(rest_layers * N * 4 * C);
-    qkv = c.take<T>(attention_layers * N * 3 * C);
-    atty = c.take<T>(attention_layers * N * C);
-    lse = c.take<float>(attention_layers * N * NH);  // (B, NH, T)
+  template <class D>
+  void carve(BufferCarver& c, std::size_t rest_layers, std::size_t attention_layers, const D& d) {
+    const std::size_t full_rows = d.sp ? rest_layers * d.N * d.C : 0;
+    ln1 = c.take<T>(rest_layers * d.Nr * d.C);
+    x2 = c.take<T>(rest_layers * d.Nr * d.C);
+    ln2 = c.take<T>(rest_layers * d.Nr * d.C);
+    ln1_full = c.take<T>(full_rows);
+    ln2_full = c.take<T>(full_rows);
+    ln1_mean = c.take<float>(rest_layers * d.Nr);
+    ln1_rstd = c.take<float>(rest_layers * d.Nr);
+    ln2_mean = c.take<float>(rest_layers * d.Nr);
+    ln2_rstd = c.take<float>(rest_layers * d.Nr);
+    fch = c.take<T>(rest_layers * d.N * d.Hl);
+    fch_gelu = c.take<T>(rest_layers * d.N * d.Hl);
+    qkv = c.take<T>(attention_layers * d.N * 3 * d.Cl);
+    atty = c.take<T>(attention_layers * d.N * d.Cl);
+    lse = c.take<float>(attention_layers * d.N * d.NHl);  // (B, NHl, T)
   }
 };
 
+// What one micro-batch keeps from its forward to its backward, and where it stands.
 template <class T>
-struct CudaGpt<T>::Buffers {
+struct CudaGpt<T>::Slot {
   std::int32_t *tokens = nullptr, *targets = nullptr;  // (N) device copies
-  T* residual = nullptr;                               // (L+1, N, C) block inputs, model output
-  GptLayerArrays<T> kept;                              // what recomputation keeps, all layers
-  GptLayerArrays<T> work;                              // one layer of what it drops
-  T* recomputed_output = nullptr;                      // (N, C) full recompute's block output
-  T* lnf = nullptr;                                    // (N, C)
-  float *lnf_mean = nullptr, *lnf_rstd = nullptr;      // (N)
-  T* logits = nullptr;                                 // (N, Vp), then their gradient
-  float *losses = nullptr, *dlosses = nullptr;         // (N)
-  // Not activations: the forward's projection output and the backward's gradients.
-  T* proj = nullptr;   // (N, C) output of a row of projections before the residual add
-  T* dres = nullptr;   // (N, C) running gradient of the residual stream
-  T* dln = nullptr;    // (N, C) gradient of a LayerNorm output
-  T* datty = nullptr;  // (N, C)
-  T* dqkv = nullptr;   // (N, 3C)
-  T* dfch = nullptr;   // (N, 4C)
+  T* residual = nullptr;   // (L+1, Nr, C): block inputs, then the stage output
+  GptLayerArrays<T> kept;  // what recomputation keeps, all layers
+  T* lnf = nullptr;        // (Nr, C), last stage
+  T* lnf_full = nullptr;   // (N, C) gathered rows, last stage with sequence parallelism
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr;  // (Nr)
+  T* logits = nullptr;      // (N, Vl): logits, then probabilities or their gradient
+  float* losses = nullptr;  // (N)
+  int batch = 0, time = 0;
+  bool forwarded = false;     // a forward waits for its backward (or was an evaluation)
+  bool has_targets = false;   // losses valid; logits hold probabilities or gradients
+  bool has_gradient = false;  // logits hold their gradient (the fused training pass)
 };
 
-// Lays out every buffer of the model for max_batch sequences (over `c`'s reservation, or only
-// measuring it); returns the bytes of activations, which come first.
+// Shared by every slot: the recomputation workspace, the partial results of row-parallel layers
+// before their sum, and the backward pass's gradients.
 template <class T>
-std::size_t CudaGpt<T>::carve(Buffers& b, BufferCarver& c, const GptShape& shape, int max_batch,
+struct CudaGpt<T>::Buffers {
+  GptLayerArrays<T> work;          // one layer of what recomputation drops
+  T* recomputed_output = nullptr;  // (Nr, C) full recompute's block output
+  T* partial = nullptr;            // (N, C) row-parallel output before [sum]; embedding partial
+  T* reduced = nullptr;            // (Nr, C) its sum with sequence parallelism
+  T* dres = nullptr;               // (Nr, C) running gradient of the residual stream
+  T* dfull = nullptr;              // (N, C) gathered dres (sequence parallelism)
+  T* dln = nullptr;                // (N, C) partial gradient of a LayerNorm output
+  T* dln_local = nullptr;          // (Nr, C) its sum with sequence parallelism
+  T* datty = nullptr;              // (N, Cl)
+  T* dqkv = nullptr;               // (N, 3Cl)
+  T* dfch = nullptr;               // (N, Hl)
+  float* dlosses = nullptr;        // (N)
+  float* row_max = nullptr;        // (N) cross-entropy over vocabulary shards
+  float* row_sums = nullptr;       // (2, N): Σ exp, target logit
+};
+
+// Lays out every slot and the shared buffers (over `c`'s reservation, or only measuring it);
+// returns the bytes of activations (the slots and the recompute workspace), which come first.
+template <class T>
+std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver& c, const Dims& d,
                               Recompute recompute) {
-  const std::size_t L = shape.n_layer, C = shape.d_model, NH = shape.n_head;
-  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
-  const std::size_t Vp = shape.padded_vocab();
   const bool keep_rest = recompute != Recompute::full;
   const bool keep_attention = recompute == Recompute::none;
-  b.residual = c.take<T>((L + 1) * N * C);
-  b.kept.carve(c, keep_rest ? L : 0, keep_attention ? L : 0, N, C, NH);
-  b.work.carve(c, keep_rest ? 0 : 1, keep_attention ? 0 : 1, N, C, NH);
-  b.recomputed_output = c.take<T>(keep_rest ? 0 : N * C);
-  b.lnf = c.take<T>(N * C);
-  b.lnf_mean = c.take<float>(N);
-  b.lnf_rstd = c.take<float>(N);
-  b.logits = c.take<T>(N * Vp);
+  for (Slot& s : slots) {
+    s.residual = c.take<T>((d.L + 1) * d.Nr * d.C);
+    s.kept.carve(c, keep_rest ? d.L : 0, keep_attention ? d.L : 0, d);
+    s.lnf = c.take<T>(d.head ? d.Nr * d.C : 0);
+    s.lnf_full = c.take<T>(d.head && d.sp ? d.N * d.C : 0);
+    s.lnf_mean = c.take<float>(d.head ? d.Nr : 0);
+    s.lnf_rstd = c.take<float>(d.head ? d.Nr : 0);
+    s.logits = c.take<T>(d.head ? d.N * d.Vl : 0);
+  }
+  b.work.carve(c, keep_rest ? 0 : 1, keep_attention ? 0 : 1, d);
+  b.recomputed_output = c.take<T>(keep_rest ? 0 : d.Nr * d.C);
   const std::size_t activations = c.used();
-  b.tokens = c.take<std::int32_t>(N);
-  b.targets = c.take<std::int32_t>(N);
-  b.losses = c.take<float>(N);
-  b.dlosses = c.take<float>(N);
-  b.proj = c.take<T>(N * C);
-  b.dres = c.take<T>(N * C);
-  b.dln = c.take<T>(N * C);
-  b.datty = c.take<T>(N * C);
-  b.dqkv = c.take<T>(N * 3 * C);
-  b.dfch = c.take<T>(N * 4 * C);
+  for (Slot& s : slots) {
+    s.tokens = c.take<std::int32_t>(d.N);
+    s.targets = c.take<std::int32_t>(d.N);
+    s.losses = c.take<float>(d.head ? d.N : 0);
+  }
+  b.partial = c.take<T>(d.N * d.C);
+  b.reduced = c.take<T>(d.sp ? d.Nr * d.C : 0);
+  b.dres = c.take<T>(d.Nr * d.C);
+  b.dfull = c.take<T>(d.sp ? d.N * d.C : 0);
+  b.dln = c.take<T>(d.N * d.C);
+  b.dln_local = c.take<T>(d.sp ? d.Nr * d.C : 0);
+  b.datty = c.take<T>(d.N * d.Cl);
+  b.dqkv = c.take<T>(d.N * 3 * d.Cl);
+  b.dfch = c.take<T>(d.N * d.Hl);
+  b.dlosses = c.take<float>(d.N);
+  b.row_max = c.take<float>(d.N);
+  b.row_sums = c.take<float>(2 * d.N);
   return activations;
 }
 
-template <class T>
-std::size_t CudaGpt<T>::reservation_bytes(const GptShape& shape, int max_batch,
-                                          Recompute recompute) {
-  STRATA_CHECK(max_batch > 0 && shape.n_layer > 0 && shape.d_model % shape.n_head == 0);
+namespace {
+
+ModelPartition checked_partition(const GptShape& shape, const ModelPartition& p, int max_batch,
+                                 int slots) {
+  STRATA_CHECK(shape.n_layer > 0 && shape.d_model % shape.n_head == 0 && slots >= 1 &&
+               max_batch >= 1);
+  STRATA_CHECK(shape.n_head % p.tp_size == 0 && shape.padded_vocab() % p.tp_size == 0,
+               "tensor-parallel degree ", p.tp_size, " does not divide the heads and vocabulary");
+  STRATA_CHECK(!p.sequence_parallel || (max_batch * shape.seq_len) % p.tp_size == 0,
+               "sequence parallelism needs B·T divisible by tp");
   if (!attention_head_size_supported(shape.head_size()))
     fail("device cuda: head size ", shape.head_size(),
          " (d_model / n_head) has no attention kernel (16, 32, 64 or 128)");
-  Buffers sizes;
+  return p;
+}
+
+}  // namespace
+
+template <class T>
+CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, int max_batch, Recompute recompute)
+    : CudaGpt(ctx, shape, ModelPartition::whole(shape), nullptr, max_batch, 1, recompute) {}
+
+template <class T>
+std::size_t CudaGpt<T>::reservation_bytes(const Dims& d, Recompute recompute) {
+  std::vector<Slot> slots(d.slots);
+  Buffers unused;
   BufferCarver counter;
-  carve(sizes, counter, shape, max_batch, recompute);
+  carve(slots, unused, counter, d, recompute);
   return counter.used();
 }
 
 template <class T>
-CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, int max_batch, Recompute recompute)
+CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
+                    Collectives* tp, int max_batch, int slots, Recompute recompute)
     : ctx_(ctx),
       shape_(shape),
-      layout_(ParameterLayout::for_gpt(shape)),
+      partition_(checked_partition(shape, partition, max_batch, slots)),
+      layout_(ParameterLayout::for_partition(shape, partition)),
       max_batch_(max_batch),
       recompute_(recompute),
-      activations_(reservation_bytes(shape, max_batch, recompute)),
+      sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
+      activations_(reservation_bytes(dims_of(shape, partition, max_batch, slots), recompute)),
       scratch_(scratch_bytes(static_cast<std::size_t>(max_batch) * shape.seq_len)),
+      slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
+  STRATA_CHECK(partition.tp_size == 1 || (tp != nullptr && tp->size() == partition.tp_size &&
+                                          tp->rank() == partition.tp_rank),
+               "the tensor-parallel group does not match the partition");
+  const Dims d = dims();
+  if (partition.tp_size > 1) tp_ = std::make_unique<StagedCollectives>(*tp, d.N * d.C);
   BufferCarver carver(static_cast<char*>(activations_.allocate(activations_.capacity())));
-  activation_bytes_ = carve(*buffers_, carver, shape, max_batch, recompute);
-  // One block's share: its input (the residual stream) and what recomputation keeps of it.
-  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
-  const std::size_t C = shape.d_model, NH = shape.n_head;
-  std::size_t per_layer = N * C * sizeof(T);  // the block input
-  if (recompute != Recompute::full)
-    per_layer += N * C * 3 * sizeof(T) + N * 8 * C * sizeof(T) + 4 * N * sizeof(float);
-  if (recompute == Recompute::none) per_layer += N * 4 * C * sizeof(T) + N * NH * sizeof(float);
-  layer_bytes_ = per_layer;
+  activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute);
+  // One block's share over all slots: its input (the residual stream) and what recomputation
+  // keeps of it.
+  std::size_t per_layer = d.Nr * d.C * sizeof(T);  // the block input
+  if (recompute != Recompute::full) {
+    per_layer += 3 * d.Nr * d.C * sizeof(T) + 2 * d.N * d.Hl * sizeof(T) + 4 * d.Nr * sizeof(float);
+    if (d.sp) per_layer += 2 * d.N * d.C * sizeof(T);
+  }
+  if (recompute == Recompute::none)
+    per_layer += 4 * d.N * d.Cl * sizeof(T) + d.N * d.NHl * sizeof(float);
+  layer_bytes_ = d.L == 0 ? 0 : per_layer * d.slots;
   // Last: a throw above leaves nothing here for the destructor, which does not run then.
   STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
   const cudaError_t pinned =
-      cudaMallocHost(reinterpret_cast<void**>(&staging_), 2 * N * sizeof(std::int32_t));
+      cudaMallocHost(reinterpret_cast<void**>(&staging_), 2 * d.N * sizeof(std::int32_t));
   if (pinned != cudaSuccess) {
     STRATA_CUDA_REPORT(cudaEventDestroy(staging_free_));
     throw_cuda_error(pinned, "cudaMallocHost(staging)", __FILE__, __LINE__);
@@ -199,53 +292,111 @@ CudaGpt<T>::~CudaGpt() {
 }
 
 template <class T>
-void CudaGpt<T>::upload_tokens(const std::int32_t* tokens, const std::int32_t* targets, long N) {
-  for (long i = 0; i < N; ++i)
-    STRATA_CHECK(tokens[i] >= 0 && tokens[i] < shape_.vocab_size, "token id out of range");
+std::size_t CudaGpt<T>::device_bytes() const {
+  const std::size_t staging = tp_ ? std::size_t{sizeof(float)} * max_batch_ * shape_.seq_len *
+                                        static_cast<std::size_t>(shape_.d_model)
+                                  : 0;
+  return activations_.capacity() + scratch_.capacity() + staging;
+}
+
+template <class T>
+int CudaGpt<T>::slots() const {
+  return static_cast<int>(slots_.size());
+}
+
+template <class T>
+int CudaGpt<T>::activation_rows(int B, int T_) const {
+  return sequence_parallel_ ? B * T_ / partition_.tp_size : B * T_;
+}
+
+template <class T>
+typename CudaGpt<T>::Slot& CudaGpt<T>::slot_for(int slot, int B, int T_) {
+  STRATA_CHECK(slot >= 0 && slot < slots(), "activation slot ", slot, " out of range");
+  STRATA_CHECK(B >= 1 && B <= max_batch_ && T_ >= 1 && T_ <= shape_.seq_len);
+  STRATA_CHECK(!sequence_parallel_ || (B * T_) % partition_.tp_size == 0,
+               "sequence parallelism needs B·T divisible by tp");
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  s.batch = B;
+  s.time = T_;
+  return s;
+}
+
+template <class T>
+void CudaGpt<T>::upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets,
+                               long N) {
+  if (tokens != nullptr)
+    for (long i = 0; i < N; ++i)
+      STRATA_CHECK(tokens[i] >= 0 && tokens[i] < shape_.vocab_size, "token id out of range");
   if (targets != nullptr)
     for (long i = 0; i < N; ++i)
       STRATA_CHECK(targets[i] >= 0 && targets[i] < shape_.vocab_size, "target id out of range");
   // The previous copies out of the staging buffer must be done before it is overwritten.
   STRATA_CUDA_CHECK(cudaEventSynchronize(staging_free_));
-  std::copy_n(tokens, N, staging_);
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(buffers_->tokens, staging_, N * sizeof(std::int32_t),
-                                    cudaMemcpyHostToDevice, ctx_.stream()));
+  const long max_rows = static_cast<long>(max_batch_) * shape_.seq_len;
+  if (tokens != nullptr) {
+    std::copy_n(tokens, N, staging_);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.tokens, staging_, N * sizeof(std::int32_t),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
+  }
   if (targets != nullptr) {
-    const long max_rows = static_cast<long>(max_batch_) * shape_.seq_len;
     std::copy_n(targets, N, staging_ + max_rows);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(buffers_->targets, staging_ + max_rows,
-                                      N * sizeof(std::int32_t), cudaMemcpyHostToDevice,
-                                      ctx_.stream()));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.targets, staging_ + max_rows, N * sizeof(std::int32_t),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
   }
   STRATA_CUDA_CHECK(cudaEventRecord(staging_free_, ctx_.stream()));
 }
 
 template <class T>
-typename CudaGpt<T>::Layer CudaGpt<T>::layer(int l, bool recomputing) const {
+typename CudaGpt<T>::Layer CudaGpt<T>::layer(const Slot& s, int l, bool recomputing) const {
   const Buffers& b = *buffers_;
-  const long N = static_cast<long>(max_batch_) * shape_.seq_len, C = shape_.d_model;
-  const long NH = shape_.n_head;
+  const Dims d = dims();
   const bool keep_rest = recompute_ != Recompute::full;
   const bool keep_attention = recompute_ == Recompute::none;
-  const GptLayerArrays<T>& rest = keep_rest ? b.kept : b.work;
-  const GptLayerArrays<T>& attn = keep_attention ? b.kept : b.work;
-  const long r = keep_rest ? l : 0, a = keep_attention ? l : 0;
+  const GptLayerArrays<T>& rest = keep_rest ? s.kept : b.work;
+  const GptLayerArrays<T>& attn = keep_attention ? s.kept : b.work;
+  const std::size_t r = keep_rest ? static_cast<std::size_t>(l) : 0;
+  const std::size_t a = keep_attention ? static_cast<std::size_t>(l) : 0;
+  const std::size_t rows = d.Nr * d.C, full = d.N * d.C;
+  auto at = [](auto* base, std::size_t offset) { return base == nullptr ? base : base + offset; };
   Layer x{};
-  x.x = b.residual + l * N * C;
-  x.out = recomputing ? b.recomputed_output : b.residual + (l + 1) * N * C;
-  x.ln1 = rest.ln1 + r * N * C;
-  x.x2 = rest.x2 + r * N * C;
-  x.ln2 = rest.ln2 + r * N * C;
-  x.ln1_mean = rest.ln1_mean + r * N;
-  x.ln1_rstd = rest.ln1_rstd + r * N;
-  x.ln2_mean = rest.ln2_mean + r * N;
-  x.ln2_rstd = rest.ln2_rstd + r * N;
-  x.fch = rest.fch + r * N * 4 * C;
-  x.fch_gelu = rest.fch_gelu + r * N * 4 * C;
-  x.qkv = attn.qkv + a * N * 3 * C;
-  x.atty = attn.atty + a * N * C;
-  x.lse = attn.lse + a * N * NH;
+  x.x = s.residual + static_cast<std::size_t>(l) * rows;
+  x.out = recomputing ? b.recomputed_output : s.residual + static_cast<std::size_t>(l + 1) * rows;
+  x.ln1 = rest.ln1 + r * rows;
+  x.x2 = rest.x2 + r * rows;
+  x.ln2 = rest.ln2 + r * rows;
+  x.ln1_full = at(rest.ln1_full, r * full);
+  x.ln2_full = at(rest.ln2_full, r * full);
+  x.ln1_mean = rest.ln1_mean + r * d.Nr;
+  x.ln1_rstd = rest.ln1_rstd + r * d.Nr;
+  x.ln2_mean = rest.ln2_mean + r * d.Nr;
+  x.ln2_rstd = rest.ln2_rstd + r * d.Nr;
+  x.fch = rest.fch + r * d.N * d.Hl;
+  x.fch_gelu = rest.fch_gelu + r * d.N * d.Hl;
+  x.qkv = attn.qkv + a * d.N * 3 * d.Cl;
+  x.atty = attn.atty + a * d.N * d.Cl;
+  x.lse = attn.lse + a * d.N * d.NHl;
   return x;
+}
+
+template <class T>
+const T* CudaGpt<T>::sum_rows(T* partial, T* local_out, int N) {
+  if (!tp_) return partial;
+  const std::size_t C = static_cast<std::size_t>(shape_.d_model);
+  if (!sequence_parallel_) {
+    tp_->all_reduce_sum(partial, static_cast<std::size_t>(N) * C, ctx_.stream());
+    return partial;
+  }
+  tp_->reduce_scatter_sum(partial, local_out, static_cast<std::size_t>(N / tp_->size()) * C,
+                          ctx_.stream());
+  return local_out;
+}
+
+template <class T>
+const T* CudaGpt<T>::gather_rows(const T* local, T* full, int N) {
+  if (!sequence_parallel_) return local;
+  const std::size_t C = static_cast<std::size_t>(shape_.d_model);
+  tp_->all_gather(local, full, static_cast<std::size_t>(N / tp_->size()) * C, ctx_.stream());
+  return full;
 }
 
 // Parameter views, by name, into a flat buffer (weights in T or gradients in fp32).
@@ -253,178 +404,315 @@ template <class P>
 static P* param(P* base, const ParameterLayout& layout, const std::string& name) {
   return base + layout.at(name).offset;
 }
-static std::string block_name(int l, const char* tensor) {
-  return "h." + std::to_string(l) + "." + tensor;
+template <class P>
+static P* block_param(P* base, const ParameterLayout& layout, int layer, const char* tensor) {
+  return param(base, layout, "h." + std::to_string(layer) + "." + tensor);
 }
 
 template <class T>
-void CudaGpt<T>::embed(const T* w, int B, int T_) {
-  const int C = shape_.d_model, N = B * T_;
-  embedding_shard_forward(buffers_->residual, buffers_->tokens, param(w, layout_, "wte"), 0,
-                          shape_.padded_vocab(), N, C, ctx_.stream());  // (N, C)
-  position_embedding_forward(buffers_->residual, param(w, layout_, "wpe"), 0, N, T_, C,
+void CudaGpt<T>::embed(Slot& s, const T* w) {
+  const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
+  const TensorView& wte = layout_.at("wte");
+  const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
+  const int Vl = static_cast<int>(wte.slice.mid_count);
+  // Each rank looks up the tokens of its vocabulary rows (zeros elsewhere); the sum over the
+  // group is the embedding. Without sequence parallelism straight into the residual stream.
+  T* lookup = sequence_parallel_ ? buffers_->partial : s.residual;
+  embedding_shard_forward(lookup, s.tokens, w + wte.offset, vocab_begin, Vl, N, C, ctx_.stream());
+  const T* x = sum_rows(lookup, s.residual, N);
+  STRATA_CHECK(x == s.residual);
+  const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nr : 0;
+  position_embedding_forward(s.residual, param(w, layout_, "wpe"), row_begin, Nr, s.time, C,
                              ctx_.stream());
 }
 
-// ln1 (N, C) → qkv (N, 3C) → attention output (N, C) and logsumexp: what selective
-// recomputation reruns, one function for both.
+// ln1 (all N rows) → qkv (N, 3Cl) → attention output (N, Cl) and logsumexp: what selective
+// recomputation reruns (from the kept ln1 rows, no communication), one function for both.
 template <class T>
-void CudaGpt<T>::attention_core_forward(const Layer& a, const T* w, int l, int B, int T_) {
-  const int C = shape_.d_model, N = B * T_;
-  matmul_forward(ctx_, a.qkv, static_cast<T*>(nullptr), a.ln1,
-                 param(w, layout_, block_name(l, "attn.qkv.weight")),
-                 param(w, layout_, block_name(l, "attn.qkv.bias")), N, C, 3 * C);
-  attention_forward(a.atty, a.lse, a.qkv, B, T_, C, shape_.n_head, ctx_.stream());
+void CudaGpt<T>::attention_core_forward(const Layer& a, const T* w, int l, int B, int T_,
+                                        const T* ln1_full) {
+  const int C = shape_.d_model, tp = partition_.tp_size, N = B * T_;
+  const int Cl = C / tp, index = partition_.layer_begin + l;
+  matmul_forward(ctx_, a.qkv, static_cast<T*>(nullptr), ln1_full,
+                 block_param(w, layout_, index, "attn.qkv.weight"),
+                 block_param(w, layout_, index, "attn.qkv.bias"), N, C, 3 * Cl);
+  attention_forward(a.atty, a.lse, a.qkv, B, T_, Cl, shape_.n_head / tp, ctx_.stream());
 }
 
 template <class T>
 void CudaGpt<T>::block_forward(const Layer& a, const T* w, int l, int B, int T_) {
-  const int C = shape_.d_model, N = B * T_;
-  auto p = [&](const char* name) { return param(w, layout_, block_name(l, name)); };
+  const int C = shape_.d_model, tp = partition_.tp_size, N = B * T_;
+  const int Nr = activation_rows(B, T_), Cl = C / tp, Hl = 4 * C / tp;
+  const int index = partition_.layer_begin + l;
+  auto p = [&](const char* name) { return block_param(w, layout_, index, name); };
   cudaStream_t stream = ctx_.stream();
-  T* proj = buffers_->proj;
-  // Attention: x2 = x + proj(attn(qkv(ln1(x)))), then ln2 = LN(x2) in the same kernel.
-  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p("ln1.weight"), p("ln1.bias"), N, C,
+  T* partial = buffers_->partial;
+  // Attention: x2 = x + [sum](proj(attn(qkv(ln1(x))))) + b, then ln2 = LN(x2) in the same kernel.
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p("ln1.weight"), p("ln1.bias"), Nr, C,
                     stream);
-  attention_core_forward(a, w, l, B, T_);
-  matmul_forward(ctx_, proj, static_cast<T*>(nullptr), a.atty, p("attn.proj.weight"),
-                 static_cast<const T*>(nullptr), N, C, C);
-  residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, proj, p("attn.proj.bias"),
-                             p("ln2.weight"), p("ln2.bias"), N, C, stream);
-  // MLP: out = x2 + proj(gelu(fc(ln2))), GELU in the fc GEMM's epilogue.
-  matmul_forward(ctx_, a.fch_gelu, a.fch, a.ln2, p("mlp.fc.weight"), p("mlp.fc.bias"), N, C, 4 * C);
-  matmul_forward(ctx_, proj, static_cast<T*>(nullptr), a.fch_gelu, p("mlp.proj.weight"),
-                 static_cast<const T*>(nullptr), N, 4 * C, C);
-  residual_bias_forward(a.out, a.x2, proj, p("mlp.proj.bias"), N, C, stream);
+  attention_core_forward(a, w, l, B, T_, gather_rows(a.ln1, a.ln1_full, N));
+  matmul_forward(ctx_, partial, static_cast<T*>(nullptr), a.atty, p("attn.proj.weight"),
+                 static_cast<const T*>(nullptr), N, Cl, C);
+  const T* y = sum_rows(partial, buffers_->reduced, N);
+  residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p("attn.proj.bias"),
+                             p("ln2.weight"), p("ln2.bias"), Nr, C, stream);
+  // MLP: out = x2 + [sum](proj(gelu(fc(ln2)))) + b, GELU in the fc GEMM's epilogue.
+  const T* ln2_full = gather_rows(a.ln2, a.ln2_full, N);
+  matmul_forward(ctx_, a.fch_gelu, a.fch, ln2_full, p("mlp.fc.weight"), p("mlp.fc.bias"), N, C, Hl);
+  matmul_forward(ctx_, partial, static_cast<T*>(nullptr), a.fch_gelu, p("mlp.proj.weight"),
+                 static_cast<const T*>(nullptr), N, Hl, C);
+  const T* z = sum_rows(partial, buffers_->reduced, N);
+  residual_bias_forward(a.out, a.x2, z, p("mlp.proj.bias"), Nr, C, stream);
 }
 
 template <class T>
-void CudaGpt<T>::head_forward(const T* w, int N) {
-  const int C = shape_.d_model;
+void CudaGpt<T>::head_forward(Slot& s, const T* w) {
+  const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
+  const TensorView& wte = layout_.at("wte");
+  const T* x = s.residual + static_cast<std::size_t>(partition_.layers()) * Nr * C;
+  layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, param(w, layout_, "lnf.weight"),
+                    param(w, layout_, "lnf.bias"), Nr, C, ctx_.stream());
+  // The head is tied to wte: logits (N, Vl) = lnf · wte_shardᵀ.
+  matmul_forward(ctx_, s.logits, static_cast<T*>(nullptr), gather_rows(s.lnf, s.lnf_full, N),
+                 w + wte.offset, static_cast<const T*>(nullptr), N, C,
+                 static_cast<int>(wte.slice.mid_count));
+}
+
+template <class T>
+void CudaGpt<T>::cross_entropy(Slot& s, float fused_scale) {
+  const int N = s.batch * s.time, V = shape_.vocab_size;
+  const TensorView& wte = layout_.at("wte");
+  const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
+  const int Vl = static_cast<int>(wte.slice.mid_count);
   Buffers& b = *buffers_;
-  const T* x = b.residual + static_cast<long>(shape_.n_layer) * max_batch_ * shape_.seq_len * C;
-  layernorm_forward(b.lnf, b.lnf_mean, b.lnf_rstd, x, param(w, layout_, "lnf.weight"),
-                    param(w, layout_, "lnf.bias"), N, C, ctx_.stream());
-  // The head is tied to wte: logits (N, Vp) = lnf · wteᵀ.
-  matmul_forward(ctx_, b.logits, static_cast<T*>(nullptr), b.lnf, param(w, layout_, "wte"),
-                 static_cast<const T*>(nullptr), N, C, shape_.padded_vocab());
-}
-
-template <class T>
-void CudaGpt<T>::forward(const T* w, const std::int32_t* tokens, const std::int32_t* targets, int B,
-                         int T_) {
-  STRATA_CHECK(B >= 1 && B <= max_batch_ && T_ >= 1 && T_ <= shape_.seq_len);
-  const int N = B * T_;
-  upload_tokens(tokens, targets, N);
-  embed(w, B, T_);
-  for (int l = 0; l < shape_.n_layer; ++l) block_forward(layer(l, false), w, l, B, T_);
-  head_forward(w, N);
-  last_rows_ = N;
-  if (targets == nullptr) {  // logits only
-    logits_ = buffers_->logits;
-    losses_ = nullptr;
+  cudaStream_t stream = ctx_.stream();
+  const bool fused = fused_scale > 0;
+  // d(scale · mean)/d(loss_n) = scale / N.
+  if (fused) fill(b.dlosses, fused_scale / static_cast<float>(N), N, stream);
+  if (!tp_) {  // one shard: online softmax in one pass over each row
+    if (fused)
+      softmax_crossentropy_forward_backward(s.losses, s.logits, s.logits, s.targets, b.dlosses, N,
+                                            V, Vl, stream);
+    else
+      softmax_crossentropy_forward(s.losses, s.logits, s.logits, s.targets, N, V, Vl, stream);
     return;
   }
-  logits_ = nullptr;  // the probabilities overwrite them
-  losses_ = buffers_->losses;
-  softmax_crossentropy_forward(buffers_->losses, buffers_->logits, buffers_->logits,
-                               buffers_->targets, N, shape_.vocab_size, shape_.padded_vocab(),
-                               ctx_.stream());  // the probabilities overwrite the logits
+  // Shards: global row maxima, then global sums of exp and target logits, then the rest.
+  crossentropy_shard_max(b.row_max, s.logits, vocab_begin, V, N, Vl, stream);
+  tp_->all_reduce_max(b.row_max, static_cast<std::size_t>(N), stream);
+  crossentropy_shard_sums(b.row_sums, b.row_sums + N, s.logits, s.targets, b.row_max, vocab_begin,
+                          V, N, Vl, stream);
+  tp_->all_reduce_sum(b.row_sums, 2 * static_cast<std::size_t>(N), stream);
+  if (fused)
+    crossentropy_shard_finish_backward(s.losses, s.logits, s.logits, s.targets, b.dlosses,
+                                       b.row_max, b.row_sums, b.row_sums + N, vocab_begin, V, N, Vl,
+                                       stream);
+  else
+    crossentropy_shard_finish(s.losses, s.logits, s.logits, b.row_max, b.row_sums, b.row_sums + N,
+                              vocab_begin, V, N, Vl, stream);
+}
+
+template <class T>
+void CudaGpt<T>::forward(int slot, const T* w, const std::int32_t* tokens,
+                         const std::int32_t* targets, int B, int T_) {
+  Slot& s = slot_for(slot, B, T_);
+  const bool has_head = partition_.has_head;
+  if (partition_.has_embedding) STRATA_CHECK(tokens != nullptr, "the first stage needs tokens");
+  upload_tokens(s, partition_.has_embedding ? tokens : nullptr, has_head ? targets : nullptr,
+                static_cast<long>(B) * T_);
+  if (partition_.has_embedding) embed(s, w);
+  for (int l = 0; l < partition_.layers(); ++l) block_forward(layer(s, l, false), w, l, B, T_);
+  if (has_head) head_forward(s, w);
+  s.forwarded = true;
+  s.has_targets = has_head && targets != nullptr;
+  s.has_gradient = false;
+  if (s.has_targets) cross_entropy(s, 0);  // the probabilities overwrite the logits
 }
 
 template <class T>
 void CudaGpt<T>::forward_backward(const T* w, float* grads, const std::int32_t* tokens,
                                   const std::int32_t* targets, int B, int T_, float loss_scale) {
-  STRATA_CHECK(B >= 1 && B <= max_batch_ && T_ >= 1 && T_ <= shape_.seq_len);
+  STRATA_CHECK(partition_.has_embedding && partition_.has_head,
+               "forward_backward runs a whole pipeline; stages use forward and backward");
   STRATA_CHECK(targets != nullptr, "training needs targets");
-  const int N = B * T_;
-  Buffers& b = *buffers_;
-  upload_tokens(tokens, targets, N);
-  embed(w, B, T_);
-  for (int l = 0; l < shape_.n_layer; ++l) block_forward(layer(l, false), w, l, B, T_);
-  head_forward(w, N);
-  // d(loss_scale · mean)/d(loss_n) = loss_scale / N: the loss and its logit gradient in one pass,
-  // the gradient overwriting the logits.
-  fill(b.dlosses, loss_scale / static_cast<float>(N), N, ctx_.stream());
-  softmax_crossentropy_forward_backward(b.losses, b.logits, b.logits, b.targets, b.dlosses, N,
-                                        shape_.vocab_size, shape_.padded_vocab(), ctx_.stream());
-  last_rows_ = N;
-  losses_ = b.losses;
-  logits_ = nullptr;  // they hold their gradient now
-  head_backward(w, grads, N);
-  for (int l = shape_.n_layer - 1; l >= 0; --l) block_backward(w, grads, l, B, T_);
-  embed_backward(grads, B, T_);
+  STRATA_CHECK(loss_scale > 0, "the loss scale must be positive");
+  Slot& s = slot_for(0, B, T_);
+  upload_tokens(s, tokens, targets, static_cast<long>(B) * T_);
+  embed(s, w);
+  for (int l = 0; l < partition_.layers(); ++l) block_forward(layer(s, l, false), w, l, B, T_);
+  head_forward(s, w);
+  // The loss and its logit gradient in one pass, the gradient overwriting the logits.
+  cross_entropy(s, loss_scale);
+  s.forwarded = true;
+  s.has_targets = true;
+  s.has_gradient = true;
+  backward_pass(s, w, grads, loss_scale, true);
 }
 
 template <class T>
-void CudaGpt<T>::head_backward(const T* w, float* grads, int N) {
-  const int C = shape_.d_model, Vp = shape_.padded_vocab();
+void CudaGpt<T>::backward(int slot, const T* w, float* grads, float loss_scale) {
+  STRATA_CHECK(slot >= 0 && slot < slots() && slots_[static_cast<std::size_t>(slot)].forwarded,
+               "backward of slot ", slot, " without its forward");
+  Slot& s = slots_[static_cast<std::size_t>(slot)];
+  if (partition_.has_head) STRATA_CHECK(s.has_targets, "backward needs a forward with targets");
+  backward_pass(s, w, grads, loss_scale, false);
+}
+
+template <class T>
+void CudaGpt<T>::backward_pass(Slot& s, const T* w, float* grads, float loss_scale, bool fused) {
+  // A stage before the last starts from the output gradient its caller wrote into dres.
+  if (partition_.has_head) head_backward(s, w, grads, loss_scale, fused);
+  for (int l = partition_.layers() - 1; l >= 0; --l) block_backward(s, w, grads, l);
+  if (partition_.has_embedding) embed_backward(s, grads);
+  s.forwarded = false;
+}
+
+template <class T>
+void CudaGpt<T>::head_backward(Slot& s, const T* w, float* grads, float loss_scale, bool fused) {
+  const int C = shape_.d_model, V = shape_.vocab_size;
+  const int N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
+  const TensorView& wte = layout_.at("wte");
+  const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
+  const int Vl = static_cast<int>(wte.slice.mid_count);
   Buffers& b = *buffers_;
-  const T* x = b.residual + static_cast<long>(shape_.n_layer) * max_batch_ * shape_.seq_len * C;
-  matmul_backward_weight(ctx_, param(grads, layout_, "wte"), nullptr, b.logits, b.lnf, N, C, Vp,
-                         scratch_);
-  matmul_backward_input(ctx_, b.dln, b.logits, param(w, layout_, "wte"),
-                        static_cast<const T*>(nullptr), N, C, Vp);
+  cudaStream_t stream = ctx_.stream();
+  if (!fused) {  // dlogits overwrite the probabilities in place
+    fill(b.dlosses, loss_scale / static_cast<float>(N), N, stream);
+    crossentropy_shard_backward(s.logits, s.logits, s.targets, b.dlosses, vocab_begin, V, N, Vl,
+                                stream);
+    s.has_gradient = true;
+  }
+  const T* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
+  matmul_backward_weight(ctx_, grads + wte.offset, nullptr, s.logits, lnf_full, N, C, Vl, scratch_);
+  matmul_backward_input(ctx_, b.dln, s.logits, w + wte.offset, static_cast<const T*>(nullptr), N, C,
+                        Vl);
+  const T* dlnf = sum_rows(b.dln, b.dln_local, N);  // (Nr, C)
   STRATA_CUDA_CHECK(
-      cudaMemsetAsync(b.dres, 0, static_cast<std::size_t>(N) * C * sizeof(T), ctx_.stream()));
+      cudaMemsetAsync(b.dres, 0, static_cast<std::size_t>(Nr) * C * sizeof(T), stream));
+  const T* x = s.residual + static_cast<std::size_t>(partition_.layers()) * Nr * C;
   layernorm_backward(b.dres, param(grads, layout_, "lnf.weight"), param(grads, layout_, "lnf.bias"),
-                     b.dln, x, param(w, layout_, "lnf.weight"), b.lnf_mean, b.lnf_rstd, N, C,
-                     scratch_, ctx_.stream());
+                     dlnf, x, param(w, layout_, "lnf.weight"), s.lnf_mean, s.lnf_rstd, Nr, C,
+                     scratch_, stream);
 }
 
 template <class T>
-void CudaGpt<T>::block_backward(const T* w, float* grads, int l, int B, int T_) {
-  const int C = shape_.d_model, N = B * T_;
-  auto p = [&](const char* name) { return param(w, layout_, block_name(l, name)); };
-  auto g = [&](const char* name) { return param(grads, layout_, block_name(l, name)); };
+void CudaGpt<T>::block_backward(Slot& s, const T* w, float* grads, int l) {
+  const int B = s.batch, T_ = s.time, C = shape_.d_model, tp = partition_.tp_size;
+  const int N = B * T_, Nr = activation_rows(B, T_), Cl = C / tp, Hl = 4 * C / tp;
+  const int index = partition_.layer_begin + l;
+  auto p = [&](const char* name) { return block_param(w, layout_, index, name); };
+  auto g = [&](const char* name) { return block_param(grads, layout_, index, name); };
   cudaStream_t stream = ctx_.stream();
   Buffers& b = *buffers_;
-  const Layer a = layer(l, true);
+  const Layer a = layer(s, l, true);
   // Bring back what the forward dropped, by the forward's own code on the same inputs.
   if (recompute_ == Recompute::full)
     block_forward(a, w, l, B, T_);
   else if (recompute_ == Recompute::selective)
-    attention_core_forward(a, w, l, B, T_);
-  // MLP: out = x2 + h·Wprojᵀ + b, h = gelu(fch); dres is d(loss)/d(out).
-  matmul_backward_weight(ctx_, g("mlp.proj.weight"), g("mlp.proj.bias"), b.dres, a.fch_gelu, N,
-                         4 * C, C, scratch_);
-  matmul_backward_input(ctx_, b.dfch, b.dres, p("mlp.proj.weight"), a.fch, N, 4 * C,
+    attention_core_forward(a, w, l, B, T_, sequence_parallel_ ? a.ln1_full : a.ln1);
+  const T* ln1_full = sequence_parallel_ ? a.ln1_full : a.ln1;
+  const T* ln2_full = sequence_parallel_ ? a.ln2_full : a.ln2;
+  // A row-parallel layer's bias is replicated: with sequence parallelism each rank adds its rows'
+  // share (the trainer sums replicated gradients over the group), otherwise the GEMM's epilogue
+  // adds the whole from the same pass.
+  auto row_parallel_bias = [&](const char* name) -> float* {
+    if (!sequence_parallel_) return g(name);
+    bias_backward(g(name), b.dres, Nr, C, scratch_, stream);
+    return nullptr;
+  };
+
+  // MLP: out = x2 + [sum](h·Wprojᵀ) + b, h = gelu(fch); dres is d(loss)/d(out).
+  float* mlp_proj_bias = row_parallel_bias("mlp.proj.bias");
+  const T* dz = gather_rows(b.dres, b.dfull, N);  // (N, C)
+  matmul_backward_weight(ctx_, g("mlp.proj.weight"), mlp_proj_bias, dz, a.fch_gelu, N, Hl, C,
+                         scratch_);
+  matmul_backward_input(ctx_, b.dfch, dz, p("mlp.proj.weight"), a.fch, N, Hl,
                         C);  // d/d(fch): GELU' in the epilogue
-  matmul_backward_weight(ctx_, g("mlp.fc.weight"), g("mlp.fc.bias"), b.dfch, a.ln2, N, C, 4 * C,
+  matmul_backward_weight(ctx_, g("mlp.fc.weight"), g("mlp.fc.bias"), b.dfch, ln2_full, N, C, Hl,
                          scratch_);
   matmul_backward_input(ctx_, b.dln, b.dfch, p("mlp.fc.weight"), static_cast<const T*>(nullptr), N,
-                        C, 4 * C);
-  layernorm_backward(b.dres, g("ln2.weight"), g("ln2.bias"), b.dln, a.x2, p("ln2.weight"),
-                     a.ln2_mean, a.ln2_rstd, N, C, scratch_, stream);
-  // Attention: x2 = x + atty·Wprojᵀ + b; dres is now d(loss)/d(x2).
-  matmul_backward_weight(ctx_, g("attn.proj.weight"), g("attn.proj.bias"), b.dres, a.atty, N, C, C,
+                        C, Hl);
+  const T* dln2 = sum_rows(b.dln, b.dln_local, N);  // (Nr, C)
+  layernorm_backward(b.dres, g("ln2.weight"), g("ln2.bias"), dln2, a.x2, p("ln2.weight"),
+                     a.ln2_mean, a.ln2_rstd, Nr, C, scratch_, stream);
+  // Attention: x2 = x + [sum](atty·Wprojᵀ) + b; dres is now d(loss)/d(x2).
+  float* attn_proj_bias = row_parallel_bias("attn.proj.bias");
+  const T* dy = gather_rows(b.dres, b.dfull, N);
+  matmul_backward_weight(ctx_, g("attn.proj.weight"), attn_proj_bias, dy, a.atty, N, Cl, C,
                          scratch_);
-  matmul_backward_input(ctx_, b.datty, b.dres, p("attn.proj.weight"),
-                        static_cast<const T*>(nullptr), N, C, C);
-  attention_backward(b.dqkv, b.datty, a.qkv, a.atty, a.lse, B, T_, C, shape_.n_head, scratch_,
+  matmul_backward_input(ctx_, b.datty, dy, p("attn.proj.weight"), static_cast<const T*>(nullptr), N,
+                        Cl, C);
+  attention_backward(b.dqkv, b.datty, a.qkv, a.atty, a.lse, B, T_, Cl, shape_.n_head / tp, scratch_,
                      stream);
-  matmul_backward_weight(ctx_, g("attn.qkv.weight"), g("attn.qkv.bias"), b.dqkv, a.ln1, N, C, 3 * C,
-                         scratch_);
+  matmul_backward_weight(ctx_, g("attn.qkv.weight"), g("attn.qkv.bias"), b.dqkv, ln1_full, N, C,
+                         3 * Cl, scratch_);
   matmul_backward_input(ctx_, b.dln, b.dqkv, p("attn.qkv.weight"), static_cast<const T*>(nullptr),
-                        N, C, 3 * C);
-  layernorm_backward(b.dres, g("ln1.weight"), g("ln1.bias"), b.dln, a.x, p("ln1.weight"),
-                     a.ln1_mean, a.ln1_rstd, N, C, scratch_, stream);
+                        N, C, 3 * Cl);
+  const T* dln1 = sum_rows(b.dln, b.dln_local, N);
+  layernorm_backward(b.dres, g("ln1.weight"), g("ln1.bias"), dln1, a.x, p("ln1.weight"), a.ln1_mean,
+                     a.ln1_rstd, Nr, C, scratch_, stream);
 }
 
 template <class T>
-void CudaGpt<T>::embed_backward(float* grads, int B, int T_) {
-  const int C = shape_.d_model, N = B * T_;
+void CudaGpt<T>::embed_backward(Slot& s, float* grads) {
+  const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
+  const TensorView& wte = layout_.at("wte");
   Buffers& b = *buffers_;
-  position_embedding_backward(param(grads, layout_, "wpe"), b.dres, 0, N, T_, C, ctx_.stream());
-  embedding_shard_backward(param(grads, layout_, "wte"), b.dres, b.tokens, 0, shape_.padded_vocab(),
-                           N, C, scratch_, ctx_.stream());
+  const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nr : 0;
+  position_embedding_backward(param(grads, layout_, "wpe"), b.dres, row_begin, Nr, s.time, C,
+                              ctx_.stream());
+  embedding_shard_backward(grads + wte.offset, gather_rows(b.dres, b.dfull, N), s.tokens,
+                           static_cast<int>(wte.slice.mid_begin),
+                           static_cast<int>(wte.slice.mid_count), N, C, scratch_, ctx_.stream());
 }
 
 template <class T>
-double CudaGpt<T>::loss_sum() const {
-  STRATA_CHECK(losses_ != nullptr, "loss_sum before a pass with targets");
-  std::vector<float> host(static_cast<std::size_t>(last_rows_));
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(host.data(), losses_, host.size() * sizeof(float),
+T* CudaGpt<T>::stage_input(int slot) {
+  STRATA_CHECK(slot >= 0 && slot < slots() && !partition_.has_embedding);
+  return slots_[static_cast<std::size_t>(slot)].residual;
+}
+
+template <class T>
+const T* CudaGpt<T>::stage_output(int slot) const {
+  STRATA_CHECK(slot >= 0 && slot < slots() && !partition_.has_head);
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  return s.residual + static_cast<std::size_t>(partition_.layers()) *
+                          activation_rows(s.batch, s.time) * shape_.d_model;
+}
+
+template <class T>
+T* CudaGpt<T>::stage_output_grad() {
+  STRATA_CHECK(!partition_.has_head);
+  return buffers_->dres;
+}
+
+template <class T>
+const T* CudaGpt<T>::stage_input_grad() const {
+  STRATA_CHECK(!partition_.has_embedding);
+  return buffers_->dres;
+}
+
+template <class T>
+const float* CudaGpt<T>::losses(int slot) const {
+  STRATA_CHECK(slot >= 0 && slot < slots());
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  return partition_.has_head && s.has_targets ? s.losses : nullptr;
+}
+
+template <class T>
+const T* CudaGpt<T>::logits(int slot) const {
+  STRATA_CHECK(slot >= 0 && slot < slots());
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  return partition_.has_head && s.forwarded && !s.has_targets ? s.logits : nullptr;
+}
+
+template <class T>
+double CudaGpt<T>::loss_sum(int slot) const {
+  const float* device = losses(slot);
+  STRATA_CHECK(device != nullptr, "loss_sum before a pass with targets");
+  const Slot& s = slots_[static_cast<std::size_t>(slot)];
+  std::vector<float> host(static_cast<std::size_t>(s.batch) * s.time);
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(host.data(), device, host.size() * sizeof(float),
                                     cudaMemcpyDeviceToHost, ctx_.stream()));
   STRATA_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
   double sum = 0;

@@ -1,29 +1,36 @@
-// GPT-2 (DESIGN §5) on one CUDA device: the whole model (one pipeline stage, no tensor
-// parallelism), forward and backward with the kernels of model/kernels/cuda, the same op order as
-// the CPU model (model/gpt.h) so that fp32 runs agree with it to rounding:
-//   x = wte[tokens] + wpe                                      (N, C), N = B·T
-//   per block:  ln1 = LN(x) → qkv = ln1·Wqkvᵀ + b → atty = flash_attention(qkv)
-//               x2 = x + atty·Wprojᵀ + b  and  ln2 = LN(x2)      (one fused kernel)
-//               fch = ln2·Wfcᵀ + b, h = gelu(fch)                (one GEMM with GELU epilogue)
-//               out = x2 + h·Wprojᵀ + b
-//   lnf = LN(x_L) → logits = lnf·wteᵀ (N, Vp) → softmax cross-entropy on the V real columns
+// GPT-2 (DESIGN §5) on a CUDA device: the part of the model one rank holds (ModelPartition, as
+// the CPU model model/gpt.h), forward and backward with the kernels of model/kernels/cuda, in the
+// CPU model's op order so that fp32 runs agree with it to rounding. Per block, N = B·T rows:
+//   ln1 = LN(x) → [gather rows] → qkv = ln1·Wqkvᵀ + b (this rank's heads) → atty = attention(qkv)
+//   → atty·Wprojᵀ (partial) → [sum] → x2 = x + · + b and ln2 = LN(x2)   (one fused kernel)
+//   → [gather rows] → h = gelu(ln2·Wfcᵀ + b)  (GELU in the GEMM epilogue) → h·Wprojᵀ (partial)
+//   → [sum] → out = x2 + · + b
+// first stage: x = [sum](wte_shard[tokens]) + wpe; last stage: lnf = LN(x_L) → [gather rows] →
+// logits of this rank's vocabulary rows (N, Vp/tp) = lnf·wte_shardᵀ (head tied to wte) → softmax
+// cross-entropy from shard pieces (row maxima, then sums, combined over the group).
+// "[sum]" and "[gather rows]" are the tensor-parallel collectives of gpt.h (all-reduce, or with
+// sequence parallelism reduce-scatter / all-gather of the B·T rows), staged through the host
+// (model/kernels/cuda/staged_collectives.h); with tp 1 they are nothing.
 //
 // Dtypes: T (float, __nv_bfloat16, __half) is the compute dtype of the weights copy the model
 // reads, of every activation and every activation gradient; parameter gradients, LayerNorm
 // statistics, attention logsumexps and losses are fp32 (DESIGN §6). The flat buffers (weights in
-// T, gradients in fp32) follow ParameterLayout::for_gpt, so offsets are the CPU model's.
+// T, gradients in fp32) follow ParameterLayout::for_partition, so offsets are the CPU model's.
 //
-// Memory: every activation lives in one device arena sized at construction for max_batch
-// sequences of seq_len (no allocation during a step); kernels take their scratch from a second
-// arena. Attention keeps no (T, T) matrix, only the logsumexp of each query row. Recompute
-// (activation checkpointing) as in the CPU model: `selective` keeps ln1 and recomputes qkv and
-// the attention output (one GEMM and the attention forward) in the block's backward; `full` keeps
-// only each block's input and reruns the block's forward into a one-layer workspace. Recomputation
-// runs the forward's own code on the same inputs, so gradients are bitwise unchanged.
+// Memory: activations live in slots (one micro-batch each, from its forward to its backward, so a
+// pipeline schedule can keep several in flight), all in one device arena sized at construction
+// for `slots` micro-batches of max_batch sequences of seq_len (no allocation during a step);
+// kernels take their scratch from a second arena. Attention keeps no (T, T) matrix, only the
+// logsumexp of each query row. Recompute (activation checkpointing) as in the CPU model:
+// `selective` keeps ln1 and recomputes qkv and the attention output (one GEMM and the attention
+// forward) in the block's backward; `full` keeps only each block's input and reruns the block's
+// forward (collectives included) into a one-layer workspace. Recomputation runs the forward's own
+// code on the same inputs, so gradients are bitwise unchanged.
 //
 // Everything is queued on the context's compute stream. Tokens travel through a page-locked
 // staging buffer: the host waits only until the previous micro-batch's tokens have left it (by
-// then that micro-batch's kernels are all queued), and for the reads the caller asks for.
+// then that micro-batch's kernels are all queued), for the tensor-parallel collectives, and for
+// the reads the caller asks for.
 //
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
@@ -34,11 +41,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "model/core/collectives.h"
 #include "model/gpt.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/device_context.h"
+#include "model/kernels/cuda/staged_collectives.h"
 #include "model/parameter_layout.h"
 
 namespace strata::cuda {
@@ -48,71 +58,117 @@ class BufferCarver;  // gpt_cuda.cu
 template <class T>
 class CudaGpt {
  public:
-  // Throws when the head size has no attention kernel (attention_head_size_supported).
+  // The whole model, one activation slot. Throws when the head size has no attention kernel
+  // (attention_head_size_supported).
   CudaGpt(DeviceContext& ctx, const GptShape& shape, int max_batch, Recompute recompute);
+  // `partition` of the model; `tp` is its tensor-parallel group (host collectives, not owned; may
+  // be null when partition.tp_size is 1). `slots`: micro-batches held at once.
+  CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
+          Collectives* tp, int max_batch, int slots, Recompute recompute);
   ~CudaGpt();
   CudaGpt(const CudaGpt&) = delete;
   CudaGpt& operator=(const CudaGpt&) = delete;
 
   const GptShape& shape() const { return shape_; }
+  const ModelPartition& partition() const { return partition_; }
   const ParameterLayout& layout() const { return layout_; }
   Recompute recompute() const { return recompute_; }
   DeviceContext& context() const { return ctx_; }
+  int slots() const;
+  int max_batch() const { return max_batch_; }
+  // Rows of the residual stream on this rank: B·T_, or B·T_/tp with sequence parallelism.
+  int activation_rows(int B, int T_) const;
 
-  // Training, one micro-batch: forward, loss and backward in one pass (the cross-entropy gradient
-  // is fused into its forward). weights (layout().total(), T, device); grads (fp32, device)
-  // += d(loss_scale · mean loss)/d(params). tokens, targets (B, T_) on the host, ids < vocab_size
+  // Training, one micro-batch through a partition that is a whole pipeline (first and last
+  // stage), slot 0: forward, loss and backward in one pass (the cross-entropy gradient is fused
+  // into its forward). weights (layout().total(), T, device); grads (fp32, device) +=
+  // d(loss_scale · mean loss)/d(params). tokens, targets (B, T_) on the host, ids < vocab_size
   // (checked). The B·T_ per-position losses stay on the device: losses().
   void forward_backward(const T* weights, float* grads, const std::int32_t* tokens,
                         const std::int32_t* targets, int B, int T_, float loss_scale);
 
-  // Evaluation: forward only, per-position losses into losses(). targets may be null: logits
-  // only (logits() then holds (B·T_, Vp) in T).
+  // Evaluation through a whole pipeline, slot 0: forward only, per-position losses into
+  // losses(). targets may be null: logits only (logits() then holds (B·T_, Vp / tp) in T).
   void forward(const T* weights, const std::int32_t* tokens, const std::int32_t* targets, int B,
-               int T_);
+               int T_) {
+    forward(0, weights, tokens, targets, B, T_);
+  }
 
-  // Device pointers valid until the next call: per-position losses (B·T_, fp32) of the last pass
-  // if it had targets; logits (B·T_, Vp) of the last pass if it was a forward without targets;
-  // null otherwise.
-  const float* losses() const { return losses_; }
-  const T* logits() const { return logits_; }
-  // Σ losses of the last pass (copies B·T_ floats to the host and synchronises the stream).
-  double loss_sum() const;
+  // One pipeline stage. forward: micro-batch (B, T_) into `slot`; the first stage reads `tokens`
+  // (host), later stages the input the caller wrote to stage_input(slot) beforehand; the last
+  // stage reads `targets` (null: logits only) and keeps the per-position losses and the
+  // probabilities for the backward. backward: grads += this stage's parameter gradients of
+  // loss_scale · mean loss; a stage before the last starts from the gradient of its output,
+  // written to stage_output_grad() beforehand; afterwards, on a stage after the first,
+  // stage_input_grad() holds the gradient to send to the previous stage (until the next backward).
+  void forward(int slot, const T* weights, const std::int32_t* tokens, const std::int32_t* targets,
+               int B, int T_);
+  void backward(int slot, const T* weights, float* grads, float loss_scale);
+  // (activation_rows, C) device arrays in T.
+  T* stage_input(int slot);
+  const T* stage_output(int slot) const;
+  T* stage_output_grad();
+  const T* stage_input_grad() const;
 
-  // Device bytes of the activations kept between forward and backward (all layers, the head's
-  // logits, the recompute workspace), and of one block's share of them.
+  // Device pointers valid until the slot's next pass: per-position losses (B·T_, fp32) if its last
+  // forward had targets; logits (B·T_, Vp / tp) if it was a forward without targets; null
+  // otherwise (and on stages without the head).
+  const float* losses(int slot = 0) const;
+  const T* logits(int slot = 0) const;
+  // Σ losses of the slot's last pass (copies B·T_ floats to the host and waits for the stream).
+  double loss_sum(int slot = 0) const;
+
+  // Device bytes of the activations kept between forward and backward (every slot: the layers,
+  // the head's logits; the recompute workspace), and of one block's share of them (all slots).
   std::size_t activation_bytes() const { return activation_bytes_; }
   std::size_t activation_bytes_per_layer() const { return layer_bytes_; }
-  // Device bytes this model reserved: activations, backward buffers and kernel scratch.
-  std::size_t device_bytes() const { return activations_.capacity() + scratch_.capacity(); }
+  // Device bytes this model reserved: activations, backward buffers, kernel scratch and the
+  // staging of the tensor-parallel collectives.
+  std::size_t device_bytes() const;
 
  private:
   struct Layer;    // one block's activation pointers
-  struct Buffers;  // every activation and scratch pointer
-  static std::size_t carve(Buffers& b, BufferCarver& c, const GptShape& shape, int max_batch,
+  struct Slot;     // one micro-batch's kept activations and its state
+  struct Buffers;  // the workspace and backward buffers every slot shares
+  struct Dims;     // sizes derived from the shape and partition
+  static Dims dims_of(const GptShape& shape, const ModelPartition& partition, int max_batch,
+                      int slots);
+  Dims dims() const;
+  static std::size_t carve(std::vector<Slot>& slots, Buffers& b, BufferCarver& c, const Dims& d,
                            Recompute recompute);
-  static std::size_t reservation_bytes(const GptShape& shape, int max_batch, Recompute recompute);
-  void upload_tokens(const std::int32_t* tokens, const std::int32_t* targets, long N);
-  Layer layer(int l, bool recomputing) const;
-  void embed(const T* weights, int B, int T_);
-  void block_forward(const Layer& a, const T* weights, int l, int B, int T_);
-  void attention_core_forward(const Layer& a, const T* weights, int l, int B, int T_);
-  void head_forward(const T* weights, int N);
-  void head_backward(const T* weights, float* grads, int N);
-  void block_backward(const T* weights, float* grads, int l, int B, int T_);
-  void embed_backward(float* grads, int B, int T_);
+  static std::size_t reservation_bytes(const Dims& d, Recompute recompute);
+  void upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets, long N);
+  Slot& slot_for(int slot, int B, int T_);
+  Layer layer(const Slot& s, int local_layer, bool recomputing) const;
+  // The tensor-parallel collectives on (N, C) rows (gpt.h): partial sums to this rank's rows, and
+  // this rank's rows to all rows; each returns where its result is (possibly its input).
+  const T* sum_rows(T* partial, T* local_out, int N);
+  const T* gather_rows(const T* local, T* full, int N);
+  void embed(Slot& s, const T* weights);
+  void block_forward(const Layer& a, const T* weights, int local_layer, int B, int T_);
+  void attention_core_forward(const Layer& a, const T* weights, int local_layer, int B, int T_,
+                              const T* ln1_full);
+  void head_forward(Slot& s, const T* weights);
+  // Loss from the logits; fused_scale > 0: the logit gradient of fused_scale · mean loss
+  // overwrites the logits (training in one pass), else the probabilities do.
+  void cross_entropy(Slot& s, float fused_scale);
+  void head_backward(Slot& s, const T* weights, float* grads, float loss_scale, bool fused);
+  void block_backward(Slot& s, const T* weights, float* grads, int local_layer);
+  void embed_backward(Slot& s, float* grads);
+  void backward_pass(Slot& s, const T* weights, float* grads, float loss_scale, bool fused);
 
   DeviceContext& ctx_;
   GptShape shape_;
+  ModelPartition partition_;
   ParameterLayout layout_;
   int max_batch_;
   Recompute recompute_;
+  bool sequence_parallel_;
+  std::unique_ptr<StagedCollectives> tp_;  // null with tp 1
   DeviceArena activations_;
   DeviceArena scratch_;
+  std::vector<Slot> slots_;
   std::unique_ptr<Buffers> buffers_;
-  float* losses_ = nullptr;
-  T* logits_ = nullptr;
-  int last_rows_ = 0;                   // B·T_ of the last pass
   std::int32_t* staging_ = nullptr;     // page-locked (2, max_batch·seq_len): tokens, targets
   cudaEvent_t staging_free_ = nullptr;  // recorded after the copies out of staging_
   std::size_t activation_bytes_ = 0;

@@ -12,7 +12,8 @@
 //     peak (--peak, or the measured sgemm 2048³ rate), peak resident and activation memory.
 //   bench attention [--batch 8 --seq-len 1024 --heads 12 --head-size 64 --dtype bf16
 //                    --repeats 20]
-//     The CUDA flash-attention kernel's forward and backward (tools/bench_attention.cpp).
+//     The CUDA flash-attention kernel's forward and backward, and for bf16/fp16 cuDNN's fused
+//     flash attention on the same inputs (tools/bench_attention.cpp).
 //   bench sgemm [--m 2048 --n 768 --k 256 --repeats 20]
 //     OpenBLAS sgemm rate on one shape (default: the model's widest GEMM, (B·T, C) x (C, 3C)).
 //

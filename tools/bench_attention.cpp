@@ -4,6 +4,13 @@
 // (2·B·NH·T²·hs) and 2.5× that for the backward's five, the convention FlashAttention's papers
 // use, so TFLOP/s compare directly with published library figures. Not in builds without CUDA.
 //
+// For bf16 and fp16 the same inputs then go through cuDNN 9's fused flash attention
+// (tools/bench_attention_cudnn.h), timed the same way: the line gains cuDNN's times and TFLOP/s,
+// Strata's fwd+bwd time over cuDNN's (> 1: Strata is slower), and the largest absolute
+// differences between the two implementations' out, lse and dqkv, a sanity check that both
+// computed the same attention. When cuDNN has no engine for the case (and for fp32, which it has
+// no flash path for) one line on stderr says so and only Strata's figures are printed.
+//
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include <cstdio>
 #include <random>
@@ -20,11 +27,14 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/check.h"
+#include "tools/bench_attention_cudnn.h"
 #endif
 
 namespace strata::bench {
@@ -42,16 +52,65 @@ T to_dtype(float x) {
     return __float2half(x);
 }
 
-// A device array of `n` random values in [-1, 1] (fixed seed).
 template <class T>
-T* random_device_array(std::size_t n, std::mt19937& rng) {
+float to_float(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(x);
+  else
+    return __half2float(x);
+}
+
+// `size` elements of device memory, freed when it goes out of scope.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(std::size_t size) : size_(size) {
+    STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), size * sizeof(T)));
+  }
+  ~DeviceArray() {
+    if (data_ != nullptr) STRATA_CUDA_REPORT(cudaFree(data_));
+  }
+  DeviceArray(DeviceArray&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(other.size_) {}
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::vector<T> to_host() const {
+    std::vector<T> host(size_);
+    STRATA_CUDA_CHECK(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// `size` random values in [-1, 1] (fixed seed) on the device.
+template <class T>
+DeviceArray<T> random_device_array(std::size_t size, std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<T> host(n);
+  std::vector<T> host(size);
   for (T& x : host) x = to_dtype<T>(uniform(rng));
-  T* device = nullptr;
-  STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device), n * sizeof(T)));
-  STRATA_CUDA_CHECK(cudaMemcpy(device, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  DeviceArray<T> device(size);
+  STRATA_CUDA_CHECK(
+      cudaMemcpy(device.get(), host.data(), size * sizeof(T), cudaMemcpyHostToDevice));
   return device;
+}
+
+// Largest |a_i - b_i|, in fp32.
+template <class T>
+double max_abs_difference(const DeviceArray<T>& a, const DeviceArray<T>& b) {
+  const std::vector<T> host_a = a.to_host(), host_b = b.to_host();
+  double largest = 0;
+  for (std::size_t i = 0; i < host_a.size(); ++i)
+    largest = std::max(largest, std::fabs(static_cast<double>(to_float(host_a[i])) -
+                                          static_cast<double>(to_float(host_b[i]))));
+  return largest;
 }
 
 // Median milliseconds of `repeats` runs of `launch` on `stream`, after 3 unrecorded ones.
@@ -76,51 +135,138 @@ double median_ms(cudaStream_t stream, int repeats, const F& launch) {
   return median(times);
 }
 
+// A non-blocking stream for the timed work.
+class Stream {
+ public:
+  Stream() { STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Stream() { STRATA_CUDA_REPORT(cudaStreamDestroy(stream_)); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+struct AttentionShape {
+  int B, T, NH, hs;
+  int C() const { return NH * hs; }
+  std::size_t rows() const { return static_cast<std::size_t>(B) * T; }
+  // The causal half of the forward's two matmuls; the backward counts 2.5× (see the header).
+  double forward_flops() const { return 2.0 * B * NH * static_cast<double>(T) * T * hs; }
+};
+
+// What one implementation wrote for the shared inputs.
 template <class T>
-void run_attention(int B, int T_, int NH, int hs, int repeats, const std::string& dtype) {
-  const int C = NH * hs;
-  const std::size_t rows = static_cast<std::size_t>(B) * T_;
-  std::mt19937 rng(11);
-  T* qkv = random_device_array<T>(rows * 3 * C, rng);
-  T* dout = random_device_array<T>(rows * C, rng);
-  T *out = nullptr, *dqkv = nullptr;
-  float* lse = nullptr;
-  STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&out), rows * C * sizeof(T)));
-  STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dqkv), rows * 3 * C * sizeof(T)));
-  STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&lse), rows * NH * sizeof(float)));
+struct AttentionOutputs {
+  explicit AttentionOutputs(const AttentionShape& shape)
+      : out(shape.rows() * shape.C()),
+        dqkv(shape.rows() * 3 * shape.C()),
+        lse(shape.rows() * shape.NH) {}
+  DeviceArray<T> out, dqkv;
+  // (B, NH, T): Strata's lse, cuDNN's softmax stats (the same quantity).
+  DeviceArray<float> lse;
+};
+
+struct PassTimes {
+  double forward_ms, backward_ms;
+  double total_ms() const { return forward_ms + backward_ms; }
+};
+
+// `<prefix>forward_ms` ... `<prefix>total_tflops` for one implementation.
+void add_pass_figures(JsonFields& json, const std::string& prefix, const PassTimes& times,
+                      double forward_flops) {
+  const double backward_flops = 2.5 * forward_flops;
+  json.number((prefix + "forward_ms").c_str(), times.forward_ms, "%.4f")
+      .number((prefix + "backward_ms").c_str(), times.backward_ms, "%.4f")
+      .number((prefix + "forward_tflops").c_str(), forward_flops / times.forward_ms * 1e-9, "%.2f")
+      .number((prefix + "backward_tflops").c_str(), backward_flops / times.backward_ms * 1e-9,
+              "%.2f")
+      .number((prefix + "total_tflops").c_str(),
+              (forward_flops + backward_flops) / times.total_ms() * 1e-9, "%.2f");
+}
+
+template <class T>
+PassTimes time_strata(const AttentionShape& shape, const DeviceArray<T>& qkv,
+                      const DeviceArray<T>& dout, AttentionOutputs<T>& outputs, int repeats,
+                      cudaStream_t stream) {
   cuda::DeviceArena arena(std::size_t{64} << 20);
-  cudaStream_t stream;
-  STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  const double forward_ms = median_ms(
-      stream, repeats, [&] { cuda::attention_forward(out, lse, qkv, B, T_, C, NH, stream); });
-  const double backward_ms = median_ms(stream, repeats, [&] {
-    cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, arena, stream);
+  const int B = shape.B, T_ = shape.T, C = shape.C(), NH = shape.NH;
+  PassTimes times{};
+  times.forward_ms = median_ms(stream, repeats, [&] {
+    cuda::attention_forward(outputs.out.get(), outputs.lse.get(), qkv.get(), B, T_, C, NH, stream);
+  });
+  times.backward_ms = median_ms(stream, repeats, [&] {
+    cuda::attention_backward(outputs.dqkv.get(), dout.get(), qkv.get(), outputs.out.get(),
+                             outputs.lse.get(), B, T_, C, NH, arena, stream);
   });
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  STRATA_CUDA_CHECK(cudaStreamDestroy(stream));
-  for (void* p : {static_cast<void*>(qkv), static_cast<void*>(dout), static_cast<void*>(out),
-                  static_cast<void*>(dqkv), static_cast<void*>(lse)})
-    STRATA_CUDA_CHECK(cudaFree(p));
+  return times;
+}
 
-  const double forward_flops = 2.0 * B * NH * static_cast<double>(T_) * T_ * hs;
-  const double backward_flops = 2.5 * forward_flops;
+// Times cuDNN on the same inputs and adds its figures and the differences from Strata's outputs
+// to `json`; when cuDNN has no engine for the case, says so on stderr and adds only that.
+template <class T>
+void compare_with_cudnn(JsonFields& json, const AttentionShape& shape, const DeviceArray<T>& qkv,
+                        const DeviceArray<T>& dout, const AttentionOutputs<T>& strata,
+                        const PassTimes& strata_times, int repeats, cudaStream_t stream) {
+  const AttentionIoType io =
+      std::is_same_v<T, __nv_bfloat16> ? AttentionIoType::bf16 : AttentionIoType::fp16;
+  try {
+    CudnnAttention cudnn(shape.B, shape.T, shape.C(), shape.NH, io);
+    AttentionOutputs<T> outputs(shape);
+    PassTimes times{};
+    times.forward_ms = median_ms(stream, repeats, [&] {
+      cudnn.forward(outputs.out.get(), outputs.lse.get(), qkv.get(), stream);
+    });
+    times.backward_ms = median_ms(stream, repeats, [&] {
+      cudnn.backward(outputs.dqkv.get(), dout.get(), qkv.get(), outputs.out.get(),
+                     outputs.lse.get(), stream);
+    });
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    json.text("cudnn", "compared");
+    add_pass_figures(json, "cudnn_", times, shape.forward_flops());
+    json.number("strata_over_cudnn_time", strata_times.total_ms() / times.total_ms(), "%.3f")
+        .number("out_max_abs_diff", max_abs_difference(strata.out, outputs.out), "%.3g")
+        .number("lse_max_abs_diff", max_abs_difference(strata.lse, outputs.lse), "%.3g")
+        .number("dqkv_max_abs_diff", max_abs_difference(strata.dqkv, outputs.dqkv), "%.3g");
+  } catch (const CudnnUnsupported& unsupported) {
+    std::fprintf(stderr,
+                 "bench attention: cuDNN has no engine for this case, comparing nothing: %s\n",
+                 unsupported.what());
+    json.text("cudnn", "unsupported");
+  }
+}
+
+template <class T>
+void run_attention(const AttentionShape& shape, int repeats, const std::string& dtype) {
+  std::mt19937 rng(11);
+  const DeviceArray<T> qkv = random_device_array<T>(shape.rows() * 3 * shape.C(), rng);
+  const DeviceArray<T> dout = random_device_array<T>(shape.rows() * shape.C(), rng);
+  AttentionOutputs<T> strata(shape);
+  Stream stream;
+  const PassTimes strata_times = time_strata(shape, qkv, dout, strata, repeats, stream.get());
+
   cudaDeviceProp properties{};
   STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   JsonFields json;
   json.text("bench", "attention")
       .text("device_name", properties.name)
       .text("dtype", dtype)
-      .integer("batch", B)
-      .integer("seq_len", T_)
-      .integer("heads", NH)
-      .integer("head_size", hs)
-      .integer("repeats", repeats)
-      .number("forward_ms", forward_ms, "%.4f")
-      .number("backward_ms", backward_ms, "%.4f")
-      .number("forward_tflops", forward_flops / forward_ms * 1e-9, "%.2f")
-      .number("backward_tflops", backward_flops / backward_ms * 1e-9, "%.2f")
-      .number("total_tflops", (forward_flops + backward_flops) / (forward_ms + backward_ms) * 1e-9,
-              "%.2f");
+      .integer("batch", shape.B)
+      .integer("seq_len", shape.T)
+      .integer("heads", shape.NH)
+      .integer("head_size", shape.hs)
+      .integer("repeats", repeats);
+  add_pass_figures(json, "", strata_times, shape.forward_flops());
+  if constexpr (std::is_same_v<T, float>) {
+    std::fprintf(stderr,
+                 "bench attention: cuDNN has no fp32 flash attention, comparing nothing "
+                 "(use --dtype bf16 or fp16)\n");
+    json.text("cudnn", "no fp32 path");
+  } else {
+    compare_with_cudnn(json, shape, qkv, dout, strata, strata_times, repeats, stream.get());
+  }
   std::printf("%s\n", json.str().c_str());
 }
 
@@ -138,12 +284,13 @@ void bench_attention(const ToolArgs& args) {
   if (cuda_device_count() == 0) fail("bench attention: no usable CUDA device");
   if (!cuda::attention_head_size_supported(hs))
     fail("--head-size ", hs, " is not supported by the attention kernel (16, 32, 64, 128)");
+  const AttentionShape shape{B, T_, NH, hs};
   if (dtype == "bf16")
-    run_attention<__nv_bfloat16>(B, T_, NH, hs, repeats, dtype);
+    run_attention<__nv_bfloat16>(shape, repeats, dtype);
   else if (dtype == "fp16")
-    run_attention<__half>(B, T_, NH, hs, repeats, dtype);
+    run_attention<__half>(shape, repeats, dtype);
   else
-    run_attention<float>(B, T_, NH, hs, repeats, dtype);
+    run_attention<float>(shape, repeats, dtype);
 #else
   (void)B, (void)T_, (void)NH, (void)hs, (void)repeats;
   fail("bench attention needs the CUDA backend (this build has none)");

@@ -100,10 +100,10 @@ TrainSetup setup_from_config(const ToolArgs& args) {
   TrainSetup setup;
   setup.config_path = args.get("--config");
   const Config config = load_config(setup.config_path, args.all("--set"));
-  setup.device = resolve_device(config, 1, 1);  // one process: the layout is not used
   setup.config = config;
   const ModelConfig& m = config.model;
   setup.shape = GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  setup.device = resolve_device(config, setup.shape);  // one process: the layout is not used
   setup.micro_batch = config.train.micro_batch;
   setup.options = GptOptions{cpu::compute_dtype_from_name(config.precision.compute),
                              recompute_from_name(config.recompute)};
@@ -219,7 +219,7 @@ TrainTiming time_cuda_steps(const TrainSetup& setup, int steps, int warmup) {
   for (int step = 0; step < warmup + steps; ++step) {
     const auto start = Clock::now();
     const double scale = scaler.scale();
-    const double loss = device->accumulate_gradients(1, static_cast<float>(scale), source, nullptr);
+    const double loss = device->accumulate_gradients(1, static_cast<float>(scale), source);
     const double grad_norm = device->gradient_norm() / scale;
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
     scaler.update(finite);

@@ -14,11 +14,13 @@
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/adamw.h"
 #include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/cast.h"
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/grad_norm.h"
 #include "parallel/communicator.h"
+#include "train/cuda_pipeline_stage.h"
 
 namespace strata {
 namespace {
@@ -44,10 +46,12 @@ class PinnedFloats {
 template <class T>
 class CudaTrainingOf final : public CudaTraining {
  public:
-  CudaTrainingOf(const Config& config, const GptShape& shape, int device)
+  CudaTrainingOf(const Config& config, const GptShape& shape, const CudaPlacement& placement,
+                 int device)
       : config_(config),
         ctx_(device),
-        model_(ctx_, shape, config.train.micro_batch, recompute_from_name(config.recompute)),
+        model_(ctx_, shape, placement.partition, placement.tp, config.train.micro_batch,
+               placement.slots, recompute_from_name(config.recompute)),
         n_(static_cast<long>(model_.layout().total())),
         buffers_(buffer_bytes(n_)),
         decay_(cuda::decayed_ranges(model_.layout())),
@@ -57,9 +61,19 @@ class CudaTrainingOf final : public CudaTraining {
     m_ = buffers_.allocate<float>(n_);
     v_ = buffers_.allocate<float>(n_);
     if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_);
-    norm_ = buffers_.allocate<double>(1);
+    norms_ = buffers_.allocate<double>(kMaxNormRanges);
     tokens_.resize(static_cast<std::size_t>(config.train.micro_batch) * shape.seq_len);
     targets_.resize(tokens_.size());
+    // Evaluation, and the step of a pipeline stage, run through the executor; a lone stage trains
+    // in the model's fused forward-backward pass instead.
+    if (placement.pp != nullptr) {
+      STRATA_CHECK(placement.program != nullptr, "a pipeline group needs its schedule");
+      pp_ = placement.pp;
+      program_ = *placement.program;
+      stage_ = std::make_unique<CudaPipelineStage<T>>(model_, weights(), grads_);
+      executor_ = std::make_unique<PipelineExecutor>(*stage_, *pp_, program_,
+                                                     config.train.micro_batch, shape.seq_len);
+    }
   }
 
   void load(const std::vector<float>& params, const std::vector<float>& adam_m,
@@ -81,12 +95,13 @@ class CudaTrainingOf final : public CudaTraining {
     ctx_.synchronize();
   }
 
-  double accumulate_gradients(int micro_batches, float loss_scale, const MicroBatchSource& source,
-                              Communicator* dp) override {
+  double accumulate_gradients(int micro_batches, float loss_scale,
+                              const MicroBatchSource& source) override {
+    STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_ * sizeof(float), ctx_.stream()));
+    if (pp_ != nullptr && pp_->size() > 1) return executor_->train_step(loss_scale, source);
     const int B = config_.train.micro_batch, T_ = model_.shape().seq_len;
     const std::size_t rows = static_cast<std::size_t>(B) * T_;
     STRATA_CHECK(static_cast<std::size_t>(micro_batches) * rows <= micro_losses_.size());
-    STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_ * sizeof(float), ctx_.stream()));
     for (int mb = 0; mb < micro_batches; ++mb) {
       source(mb, tokens_.data(), targets_.data());
       model_.forward_backward(weights(), grads_, tokens_.data(), targets_.data(), B, T_,
@@ -94,14 +109,6 @@ class CudaTrainingOf final : public CudaTraining {
       STRATA_CUDA_CHECK(cudaMemcpyAsync(micro_losses_.data() + mb * rows, model_.losses(),
                                         rows * sizeof(float), cudaMemcpyDeviceToHost,
                                         ctx_.stream()));
-    }
-    if (dp != nullptr && dp->size() > 1) {
-      // Host-staged all-reduce over the data-parallel group (the MPI communicator).
-      host_grads_.resize(static_cast<std::size_t>(n_));
-      download(host_grads_, grads_);
-      ctx_.synchronize();
-      dp->all_reduce_sum(host_grads_.data(), host_grads_.size());
-      upload(grads_, host_grads_);
     }
     ctx_.synchronize();
     // Each micro-batch's mean loss, summed: as the CPU executor reports it.
@@ -114,14 +121,42 @@ class CudaTrainingOf final : public CudaTraining {
     return loss_sum;
   }
 
-  double gradient_norm() override {
-    cuda::ArenaScope scope(buffers_);
-    cuda::sum_of_squares(norm_, grads_, n_, buffers_, ctx_.stream());
-    double sum = 0;
-    STRATA_CUDA_CHECK(
-        cudaMemcpyAsync(&sum, norm_, sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream()));
+  void download_gradients(std::vector<float>& grads) override {
+    download(grads, grads_);
+    ctx_.synchronize();
+  }
+  void upload_gradients(const std::vector<float>& grads) override {
+    STRATA_CHECK(grads.size() == static_cast<std::size_t>(n_));
+    upload(grads_, grads);
+    ctx_.synchronize();  // the host vector may change once this returns
+  }
+
+  double sum_of_squares(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) override {
+    // Adjacent ranges merge into one reduction; each reduction writes its own device double.
+    std::vector<std::pair<std::size_t, std::size_t>> merged;
+    for (const auto& [first, count] : ranges) {
+      STRATA_CHECK(first + count <= static_cast<std::size_t>(n_), "gradient range out of bounds");
+      if (count == 0) continue;
+      if (!merged.empty() && merged.back().first + merged.back().second == first)
+        merged.back().second += count;
+      else
+        merged.emplace_back(first, count);
+    }
+    STRATA_CHECK(merged.size() <= kMaxNormRanges, "more than ", kMaxNormRanges,
+                 " separate gradient ranges in the norm");
+    if (merged.empty()) return 0;
+    for (std::size_t i = 0; i < merged.size(); ++i) {
+      cuda::ArenaScope scope(buffers_);
+      cuda::sum_of_squares(norms_ + i, grads_ + merged[i].first,
+                           static_cast<long>(merged[i].second), buffers_, ctx_.stream());
+    }
+    std::vector<double> sums(merged.size());
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(sums.data(), norms_, sums.size() * sizeof(double),
+                                      cudaMemcpyDeviceToHost, ctx_.stream()));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
-    return std::sqrt(sum);
+    double sum = 0;
+    for (double x : sums) sum += x;
+    return sum;
   }
 
   void update(double lr, double grad_scale, int step) override {
@@ -137,10 +172,13 @@ class CudaTrainingOf final : public CudaTraining {
                           ctx_.stream());
   }
 
-  double forward_loss_sum(const std::int32_t* inputs, const std::int32_t* targets,
-                          int batch) override {
-    model_.forward(weights(), inputs, targets, batch, model_.shape().seq_len);
-    return model_.loss_sum();
+  PipelineExecutor& executor() override {
+    STRATA_CHECK(executor_ != nullptr, "this device step was made without a pipeline group");
+    return *executor_;
+  }
+
+  double gradient_norm() override {
+    return std::sqrt(sum_of_squares({{std::size_t{0}, static_cast<std::size_t>(n_)}}));
   }
 
   void synchronize() override { ctx_.synchronize(); }
@@ -159,14 +197,17 @@ class CudaTrainingOf final : public CudaTraining {
   }
 
  private:
-  // Master weights, gradients, both moments, the compute copy, and the norm scratch (up to 1024
-  // doubles): each rounded up to the arena's alignment.
+  // Separate ranges one gradient norm may sum (tensor parallelism splits the counted tensors).
+  static constexpr std::size_t kMaxNormRanges = 4096;
+
+  // Master weights, gradients, both moments, the compute copy, the norm results and the norm
+  // scratch (up to 1024 doubles): each rounded up to the arena's alignment.
   static std::size_t buffer_bytes(long n) {
     const std::size_t align = cuda::DeviceArena::kDefaultAlignment;
     auto rounded = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
     const std::size_t weights_copy = std::is_same_v<T, float> ? 0 : rounded(n * sizeof(T));
-    return 4 * rounded(n * sizeof(float)) + weights_copy + rounded(sizeof(double)) +
-           rounded(1024 * sizeof(double)) + align;
+    return 4 * rounded(n * sizeof(float)) + weights_copy +
+           rounded(kMaxNormRanges * sizeof(double)) + rounded(1024 * sizeof(double)) + align;
   }
   // The weights the model reads: the masters in fp32, else their compute-dtype copy.
   const T* weights() const {
@@ -193,10 +234,13 @@ class CudaTrainingOf final : public CudaTraining {
   cuda::DeviceRanges decay_;
   PinnedFloats micro_losses_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
-  T* weights_ = nullptr;  // null in fp32: the masters are the weights
-  double* norm_ = nullptr;
+  T* weights_ = nullptr;     // null in fp32: the masters are the weights
+  double* norms_ = nullptr;  // (kMaxNormRanges) one sum of squares per range
   std::vector<std::int32_t> tokens_, targets_;
-  std::vector<float> host_grads_;
+  std::unique_ptr<CudaPipelineStage<T>> stage_;
+  Communicator* pp_ = nullptr;  // null: a lone stage without a pipeline group
+  PipelineProgram program_;
+  std::unique_ptr<PipelineExecutor> executor_;
 };
 
 }  // namespace
@@ -208,17 +252,29 @@ int cuda_device_count() {
   return count;
 }
 
+bool cuda_supports_shape(const GptShape& shape) {
+  return shape.n_head > 0 && shape.d_model % shape.n_head == 0 &&
+         cuda::attention_head_size_supported(shape.head_size());
+}
+
 std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape,
                                                  int device) {
+  CudaPlacement whole;
+  whole.partition = ModelPartition::whole(shape);
+  return make_cuda_training(config, shape, whole, device);
+}
+
+std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape,
+                                                 const CudaPlacement& placement, int device) {
   const int count = cuda_device_count();
   if (count == 0) fail("device cuda: no usable CUDA device");
   if (device < 0 || device >= count)
     fail("device cuda: device ", device, " requested but ", count, " present");
   if (config.precision.compute == "bf16")
-    return std::make_unique<CudaTrainingOf<__nv_bfloat16>>(config, shape, device);
+    return std::make_unique<CudaTrainingOf<__nv_bfloat16>>(config, shape, placement, device);
   if (config.precision.compute == "fp16")
-    return std::make_unique<CudaTrainingOf<__half>>(config, shape, device);
-  return std::make_unique<CudaTrainingOf<float>>(config, shape, device);
+    return std::make_unique<CudaTrainingOf<__half>>(config, shape, placement, device);
+  return std::make_unique<CudaTrainingOf<float>>(config, shape, placement, device);
 }
 
 }  // namespace strata

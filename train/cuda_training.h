@@ -1,13 +1,18 @@
 // The training step on a CUDA device (`device: cuda`, or `auto` where a device is usable): one
-// GPU per rank holds the fp32 master weights, the AdamW moments, the fp32 gradients and the
-// compute-dtype weights copy, and runs every micro-batch's forward and backward (model/gpt_cuda.h),
-// the gradient norm and the fused AdamW update there. The host sees only the tokens going in and
-// the numbers it logs: the loss sum and the gradient norm, read once per step (the skip decision
-// for non-finite steps needs the norm). Data parallelism sums the gradients over the data-parallel
-// group through host memory (the MPI communicator; NCCL is not used yet).
+// GPU per rank holds this rank's part of the model (its ModelPartition, as the CPU model), the fp32
+// master weights, the AdamW moments, the fp32 gradients and the compute-dtype weights copy, and
+// runs every micro-batch's forward and backward (model/gpt_cuda.h), the gradient norm and the
+// fused AdamW update there. The host sees the tokens going in, the numbers it logs (the loss sum
+// and the gradient norm, read once per step: the skip decision for non-finite steps needs the
+// norm) and what crosses ranks.
 //
-// Scope: the whole model per rank (tp = pp = 1); tensor and pipeline parallelism run on the CPU
-// backend only so far, and the trainer refuses `device: cuda` with them.
+// Every layout of the CPU backend runs here too. Tensor parallelism runs inside the model
+// (host-staged collectives); pipeline parallelism runs the stage through the trainer's
+// PipelineExecutor, boundary activations crossing the host; the trainer synchronises gradients
+// (data parallelism, replicated parameters under sequence parallelism, the tied embedding of the
+// two pipeline ends) through host memory with the CPU backend's own code (train/gradient_sync.h).
+// Host staging is what lets several ranks share one GPU; NCCL, which needs a GPU per rank, is not
+// used yet.
 //
 // Builds without CUDA link a stand-in whose factory reports that the build has no CUDA backend.
 //
@@ -18,9 +23,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "model/core/collectives.h"
 #include "model/gpt.h"
+#include "model/parameter_layout.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/config.h"
 #include "train/evaluate.h"
 #include "train/pipeline_executor.h"
@@ -41,20 +50,26 @@ class CudaTraining {
   virtual void store(std::vector<float>& params, std::vector<float>& adam_m,
                      std::vector<float>& adam_v) = 0;
 
-  // One step's gradients: zeroes them, runs micro-batches 0 … micro_batches−1 of `source`
-  // (gradients of loss_scale · mean loss each, accumulated), then sums them over `dp` (null: no
-  // data parallelism). Returns the sum of the micro-batch mean losses on this rank.
+  // One step's gradients on this rank: zeroes them and runs micro-batches 0 … micro_batches−1 of
+  // `source` (gradients of loss_scale · mean loss each, accumulated), through the pipeline
+  // schedule when there are several stages. Returns the sum of the micro-batch mean losses on the
+  // last stage, 0 on the others.
   virtual double accumulate_gradients(int micro_batches, float loss_scale,
-                                      const MicroBatchSource& source, Communicator* dp) = 0;
-  // ‖g‖₂ of the gradients as they are (still loss-scaled), in double.
+                                      const MicroBatchSource& source) = 0;
+  // The gradients to and from the host (layout order), for the synchronisation across ranks.
+  virtual void download_gradients(std::vector<float>& grads) = 0;
+  virtual void upload_gradients(const std::vector<float>& grads) = 0;
+  // Σ g² over the [first, first + count) ranges of the gradients as they are (still loss-scaled),
+  // in double; and ‖g‖₂ of all of them.
+  virtual double sum_of_squares(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) = 0;
   virtual double gradient_norm() = 0;
   // AdamW step number `step` (1-based, for bias correction) with learning rate lr; the gradients
   // are multiplied by grad_scale first (clipping and loss-scale removal).
   virtual void update(double lr, double grad_scale, int step) = 0;
 
-  // Sum of the per-position losses of `batch` sequences (B, T) — evaluation.
-  virtual double forward_loss_sum(const std::int32_t* inputs, const std::int32_t* targets,
-                                  int batch) = 0;
+  // Evaluation runs through this (every stage of a replica; the losses arrive on the last).
+  // Error when the step was made without a pipeline group (CudaPlacement::pp).
+  virtual PipelineExecutor& executor() = 0;
 
   // Waits for the work queued so far (the update is asynchronous); for timing.
   virtual void synchronize() = 0;
@@ -72,14 +87,30 @@ class CudaTraining {
 // CUDA devices usable by this process (0 without a driver, a device, or a CUDA build).
 int cuda_device_count();
 
-// The device step for `config` (whole model, micro-batches of train.micro_batch sequences) on
-// device `device`. Error when the build has no CUDA backend.
+// Where this rank's part of the model sits in the run.
+struct CudaPlacement {
+  ModelPartition partition;
+  Collectives* tp = nullptr;   // its tensor-parallel group (may be null when tp_size is 1)
+  Communicator* pp = nullptr;  // its pipeline group (may be null without pipelining)
+  const PipelineProgram* program = nullptr;  // the step's schedule, one list per stage
+  int slots = 1;  // micro-batches this stage holds at once under that schedule
+};
+
+// The device step for `config` (micro-batches of train.micro_batch sequences) on device
+// `device`: the whole model, or the part `placement` says. Error when the build has no CUDA
+// backend.
 std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape,
                                                  int device);
+std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape,
+                                                 const CudaPlacement& placement, int device);
 
-// Decides where a run trains: "cpu" or "cuda", from `device` (cpu | cuda | auto), the layout and
-// the devices present. auto picks cuda when a device is usable and the layout is one the CUDA
-// backend runs (tp = pp = 1); cuda with another layout, or without a device, is an error.
-std::string resolve_device(const Config& config, int tp, int pp);
+// Whether the CUDA backend has kernels for `shape` (its attention kernel takes head sizes 16,
+// 32, 64 and 128); false in a build without CUDA.
+bool cuda_supports_shape(const GptShape& shape);
+
+// Decides where a run trains: "cpu" or "cuda", from `device` (cpu | cuda | auto), the shape and
+// the devices present. auto picks cuda when a device is usable and the backend supports the shape;
+// cuda without a device, or with a shape it does not support, is an error.
+std::string resolve_device(const Config& config, const GptShape& shape);
 
 }  // namespace strata

@@ -1,5 +1,5 @@
-// CudaTraining in a build without the CUDA backend (STRATA_CUDA=OFF or no nvcc): no devices, and
-// asking for one is an error that says how to get it.
+// CudaTraining in a build without the CUDA backend (STRATA_CUDA=OFF or no nvcc): no devices, no
+// supported shapes, and asking for a device step is an error that says how to get one.
 #include "model/core/error.h"
 #include "train/cuda_training.h"
 
@@ -7,7 +7,14 @@ namespace strata {
 
 int cuda_device_count() { return 0; }
 
-std::unique_ptr<CudaTraining> make_cuda_training(const Config&, const GptShape&, int) {
+bool cuda_supports_shape(const GptShape&) { return false; }
+
+std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape, int) {
+  return make_cuda_training(config, shape, CudaPlacement{}, 0);
+}
+
+std::unique_ptr<CudaTraining> make_cuda_training(const Config&, const GptShape&,
+                                                 const CudaPlacement&, int) {
   fail(
       "device cuda: this build has no CUDA backend (configure with -DSTRATA_CUDA=ON where nvcc is "
       "installed)");

@@ -4,18 +4,17 @@
 
 namespace strata {
 
-std::string resolve_device(const Config& config, int tp, int pp) {
-  const bool layout_runs_on_cuda = tp == 1 && pp == 1;
+std::string resolve_device(const Config& config, const GptShape& shape) {
   if (config.device == "cpu") return "cpu";
+  const bool usable = cuda_device_count() > 0;
   if (config.device == "cuda") {
-    if (!layout_runs_on_cuda)
-      fail("device cuda: tensor and pipeline parallelism (tp ", tp, ", pp ", pp,
-           ") run on the CPU backend only so far; use device cpu, or tp 1 and pp 1");
-    if (cuda_device_count() == 0)
-      fail("device cuda: no usable CUDA device (or this build has no CUDA backend)");
+    if (!usable) fail("device cuda: no usable CUDA device (or this build has no CUDA backend)");
+    if (!cuda_supports_shape(shape))
+      fail("device cuda: head size ", shape.head_size(),
+           " (d_model / n_head) has no attention kernel (16, 32, 64 or 128); use device cpu");
     return "cuda";
   }
-  return layout_runs_on_cuda && cuda_device_count() > 0 ? "cuda" : "cpu";  // auto
+  return usable && cuda_supports_shape(shape) ? "cuda" : "cpu";  // auto
 }
 
 }  // namespace strata

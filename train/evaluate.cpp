@@ -45,30 +45,14 @@ LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource&
   return total;
 }
 
-LossSum evaluate_loss(const BatchLossSum& forward, const TokenSource& split, std::int64_t n_tokens,
+LossSum evaluate_loss(PipelineExecutor& executor, const TokenSource& split, std::int64_t n_tokens,
                       int seq_len, int micro_batch, int shard_rank, int shard_count) {
-  std::vector<std::int32_t> inputs(static_cast<std::size_t>(micro_batch) * seq_len),
-      targets(inputs.size());
-  LossSum total;
-  for (const auto& windows :
-       eval_batches(split, n_tokens, seq_len, micro_batch, shard_rank, shard_count)) {
-    const int batch = static_cast<int>(windows.size());
-    fill_windows(split, windows, seq_len, inputs.data(), targets.data());
-    total.sum += forward(inputs.data(), targets.data(), batch);
-    total.count += static_cast<std::int64_t>(batch) * seq_len;
-  }
-  return total;
-}
-
-LossSum evaluate_loss(PipelineExecutor& executor, const float* params, const TokenSource& split,
-                      std::int64_t n_tokens, int seq_len, int micro_batch, int shard_rank,
-                      int shard_count) {
   const auto batches = eval_batches(split, n_tokens, seq_len, micro_batch, shard_rank, shard_count);
   std::vector<int> sizes;
   for (const auto& windows : batches) sizes.push_back(static_cast<int>(windows.size()));
   LossSum total;
   executor.forward_only(
-      params, sizes,
+      sizes,
       [&](int mb, std::int32_t* inputs, std::int32_t* targets) {
         fill_windows(split, batches[mb], seq_len, inputs, targets);
       },

@@ -23,17 +23,9 @@ struct LossSum {
 LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource& split,
                       std::int64_t n_tokens, int micro_batch, int shard_rank, int shard_count);
 
-// The same through a pipeline (every stage of a replica calls it): the sums arrive on the last
-// stage; other stages return zeros.
-LossSum evaluate_loss(PipelineExecutor& executor, const float* params, const TokenSource& split,
-                      std::int64_t n_tokens, int seq_len, int micro_batch, int shard_rank,
-                      int shard_count);
-
-// The same for any forward pass (the CUDA model): forward(inputs, targets, batch) returns the sum
-// of the per-position losses of `batch` windows (B, seq_len).
-using BatchLossSum =
-    std::function<double(const std::int32_t* inputs, const std::int32_t* targets, int batch)>;
-LossSum evaluate_loss(const BatchLossSum& forward, const TokenSource& split, std::int64_t n_tokens,
+// The same through a pipeline (every stage of a replica calls it, with the weights bound to its
+// stage): the sums arrive on the last stage; other stages return zeros.
+LossSum evaluate_loss(PipelineExecutor& executor, const TokenSource& split, std::int64_t n_tokens,
                       int seq_len, int micro_batch, int shard_rank, int shard_count);
 
 // The windows shard `shard_rank` evaluates, grouped into forward passes of at most micro_batch.

@@ -41,18 +41,35 @@ void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessG
   groups.dp().all_reduce_sum(grads, layout.total());
 }
 
-double global_gradient_norm(const Gpt<float>& model, const float* grads,
-                            const ProcessGroups& groups) {
-  double sum = 0;
+bool gradients_need_synchronizing(const Gpt<float>& model, const ProcessGroups& groups) {
+  const ModelPartition& p = model.partition();
+  return (p.sequence_parallel && p.tp_size > 1) || groups.pp().size() > 1 || groups.dp().size() > 1;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> gradient_norm_ranges(const Gpt<float>& model) {
   const bool tp_leader = model.partition().tp_rank == 0;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
   for (const TensorView& t : model.layout().tensors()) {
     if (is_tied_copy(model, t)) continue;
     if (replicated_over_tp(model, t) && !tp_leader) continue;
-    sum += cpu::sum_of_squares(grads + t.offset, static_cast<long>(t.size));
+    ranges.emplace_back(t.offset, t.size);
   }
+  return ranges;
+}
+
+double global_norm_from_sum(double local_sum_of_squares, const ProcessGroups& groups) {
+  double sum = local_sum_of_squares;
   groups.tp().all_reduce_sum(&sum, 1);
   groups.pp().all_reduce_sum(&sum, 1);
   return std::sqrt(sum);
+}
+
+double global_gradient_norm(const Gpt<float>& model, const float* grads,
+                            const ProcessGroups& groups) {
+  double sum = 0;
+  for (const auto& [offset, size] : gradient_norm_ranges(model))
+    sum += cpu::sum_of_squares(grads + offset, static_cast<long>(size));
+  return global_norm_from_sum(sum, groups);
 }
 
 bool writes_to_checkpoint(const Gpt<float>& model, const TensorView& t, const Mesh& mesh) {

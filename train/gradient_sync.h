@@ -3,6 +3,10 @@
 // global batch, bitwise equal on every rank that holds the same elements, so replicas never drift.
 #pragma once
 
+#include <cstddef>
+#include <utility>
+#include <vector>
+
 #include "model/gpt.h"
 #include "parallel/process_groups.h"
 
@@ -16,11 +20,18 @@ namespace strata {
 // 3. Data parallelism: every gradient is summed over the data-parallel group.
 void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessGroups& groups);
 
+// Whether synchronize_gradients has anything to sum across ranks under these groups.
+bool gradients_need_synchronizing(const Gpt<float>& model, const ProcessGroups& groups);
+
 // ‖g‖₂ over the logical model, each logical element counted once (replicas and the last stage's
 // copy of wte excluded), summed over the tensor- and pipeline-parallel groups in double; the same
 // value on every rank.
 double global_gradient_norm(const Gpt<float>& model, const float* grads,
                             const ProcessGroups& groups);
+// Its two halves, for gradients that live elsewhere (the CUDA backend): the (offset, size) ranges
+// of this rank's gradients that count, and the norm from this rank's Σ g² over them.
+std::vector<std::pair<std::size_t, std::size_t>> gradient_norm_ranges(const Gpt<float>& model);
+double global_norm_from_sum(double local_sum_of_squares, const ProcessGroups& groups);
 
 // Whether this rank writes tensor `t` of its layout into checkpoints: one copy of every logical
 // element, from data-parallel rank 0, tensor-parallel rank 0 for replicated tensors, and the first

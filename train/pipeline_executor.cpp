@@ -1,36 +1,30 @@
 #include "train/pipeline_executor.h"
 
-#include <algorithm>
-
 #include "model/core/error.h"
 
 namespace strata {
 
-PipelineExecutor::PipelineExecutor(Gpt<float>& model, Communicator& pp,
+PipelineExecutor::PipelineExecutor(PipelineStage& stage, Communicator& pp,
                                    const PipelineProgram& program, int B, int T)
-    : model_(model),
+    : stage_(stage),
       pp_(pp),
       ops_(program.at(static_cast<std::size_t>(pp.rank()))),
       B_(B),
       T_(T),
       tokens_(static_cast<std::size_t>(B) * T),
       targets_(tokens_.size()) {
-  for (int slot = model.slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
-}
-
-std::size_t PipelineExecutor::activation_size(int batch) const {
-  return static_cast<std::size_t>(model_.activation_rows(batch, T_)) * model_.shape().d_model;
+  for (int slot = stage.slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
 }
 
 std::vector<float>& PipelineExecutor::buffer(std::map<int, std::vector<float>>& buffers, int mb,
                                              int batch) {
   std::vector<float>& b = buffers[mb];
-  b.resize(activation_size(batch));
+  b.resize(stage_.boundary_size(batch));
   return b;
 }
 
-void PipelineExecutor::run_forward(int mb, const float* params, const MicroBatchSource& source,
-                                   int batch, double* loss_sum) {
+void PipelineExecutor::run_forward(int mb, const MicroBatchSource& source, int batch,
+                                   double* loss_sum) {
   STRATA_CHECK(!free_slots_.empty(), "pipeline stage ", stage(), " has no free activation slot");
   const int slot = free_slots_.back();
   free_slots_.pop_back();
@@ -43,19 +37,16 @@ void PipelineExecutor::run_forward(int mb, const float* params, const MicroBatch
                  " before its input arrived");
     input = it->second.data();
   }
-  const double loss =
-      model_.forward(slot, params, tokens_.data(), input, targets_.data(), batch, T_);
-  x_.erase(mb);  // the model keeps its own copy in the slot
+  const double loss = stage_.forward(slot, tokens_.data(), input, targets_.data(), batch);
+  x_.erase(mb);  // the stage keeps its own copy in the slot
   if (last_stage()) {
     *loss_sum += loss;
   } else {
-    const float* out = model_.output(slot);
-    std::vector<float>& y = buffer(y_, mb, batch);
-    std::copy_n(out, y.size(), y.data());
+    stage_.copy_output(slot, buffer(y_, mb, batch).data());
   }
 }
 
-void PipelineExecutor::run_backward(int mb, const float* params, float* grads, float loss_scale) {
+void PipelineExecutor::run_backward(int mb, float loss_scale) {
   const auto it = slot_of_.find(mb);
   STRATA_CHECK(it != slot_of_.end(), "backward of micro-batch ", mb, " before its forward");
   const int slot = it->second;
@@ -66,28 +57,24 @@ void PipelineExecutor::run_backward(int mb, const float* params, float* grads, f
                  " before its output gradient arrived");
     output_grad = dy->second.data();
   }
-  model_.backward(slot, params, grads, output_grad, loss_scale);
+  stage_.backward(slot, output_grad, loss_scale);
   dy_.erase(mb);
-  if (!first_stage()) {
-    std::vector<float>& dx = buffer(dx_, mb, B_);
-    std::copy_n(model_.input_grad(slot), dx.size(), dx.data());
-  }
+  if (!first_stage()) stage_.copy_input_grad(slot, buffer(dx_, mb, B_).data());
   slot_of_.erase(it);
   free_slots_.push_back(slot);
 }
 
-double PipelineExecutor::train_step(const float* params, float* grads, float loss_scale,
-                                    const MicroBatchSource& source) {
+double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& source) {
   double loss_sum = 0;
   const int next = stage() + 1, previous = stage() - 1;
   for (const PipelineOp& op : ops_) {
     const int mb = op.micro_batch;
     switch (op.kind) {
       case PipelineOpKind::forward:
-        run_forward(mb, params, source, B_, &loss_sum);
+        run_forward(mb, source, B_, &loss_sum);
         break;
       case PipelineOpKind::backward:
-        run_backward(mb, params, grads, loss_scale);
+        run_backward(mb, loss_scale);
         break;
       case PipelineOpKind::recv_activation: {
         std::vector<float>& x = buffer(x_, mb, B_);
@@ -126,7 +113,7 @@ double PipelineExecutor::train_step(const float* params, float* grads, float los
   return loss_sum;
 }
 
-void PipelineExecutor::forward_only(const float* params, const std::vector<int>& batch_sizes,
+void PipelineExecutor::forward_only(const std::vector<int>& batch_sizes,
                                     const MicroBatchSource& source,
                                     const std::function<void(int, const float*, int)>& on_losses) {
   // A chain: each stage receives, computes, sends; blocking transfers cannot deadlock here.
@@ -137,10 +124,12 @@ void PipelineExecutor::forward_only(const float* params, const std::vector<int>&
       pp_.recv(x.data(), x.size(), stage() - 1);
     }
     double unused = 0;
-    run_forward(mb, params, source, batch, &unused);
+    run_forward(mb, source, batch, &unused);
     const int slot = slot_of_.at(mb);
     if (last_stage()) {
-      on_losses(mb, model_.losses(slot), batch * T_);
+      losses_.resize(static_cast<std::size_t>(batch) * T_);
+      stage_.copy_losses(slot, losses_.data());
+      on_losses(mb, losses_.data(), batch * T_);
     } else {
       pp_.send(y_.at(mb).data(), y_.at(mb).size(), stage() + 1);
       y_.erase(mb);

@@ -28,6 +28,7 @@
 #include "train/metrics.h"
 #include "train/optimizer.h"
 #include "train/pipeline_executor.h"
+#include "train/pipeline_stage.h"
 #include "train/stop_signal.h"
 
 namespace strata {
@@ -151,6 +152,7 @@ struct Trainer::State {
   Gpt<float> model;
   std::vector<float> params, grads;
   AdamW optimizer;
+  CpuPipelineStage stage;  // the model as the executor runs it; weights bound before each use
   PipelineExecutor executor;
   TokenSource train_split;
   std::optional<TokenSource> val_split;
@@ -184,7 +186,8 @@ struct Trainer::State {
         params(model.layout().total()),
         grads(on_cuda ? 0 : model.layout().total()),
         optimizer(model.layout(), c.optimizer),
-        executor(model, groups.pp(), step_program.program, c.train.micro_batch, c.model.seq_len),
+        stage(model),
+        executor(stage, groups.pp(), step_program.program, c.train.micro_batch, c.model.seq_len),
         train_split(TokenSource::open(c.data.train)),
         sampler(train_split, c.model.seq_len, c.run.seed),
         scaler(LossScaler::for_config(c.precision)) {}
@@ -213,7 +216,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   reject_unimplemented(config);
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
   // Before any work: a device the layout cannot use is a config error.
-  const std::string device = resolve_device(config, mesh_shape.tp, mesh_shape.pp);
+  const std::string device = resolve_device(config, shape_of(config.model));
   state_ = std::make_unique<State>(config, world, mesh_shape, device == "cuda");
   State& s = *state_;
 
@@ -269,7 +272,13 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   if (device == "cuda") {
     // One GPU per rank: the ranks of a node take its devices in turn.
     const int local_rank = world.rank() % config.parallel.gpus_per_node;
-    s.cuda = make_cuda_training(config, s.shape, local_rank % cuda_device_count());
+    CudaPlacement placement;
+    placement.partition = s.model.partition();
+    placement.tp = &s.groups.tp();
+    placement.pp = &s.groups.pp();
+    placement.program = &s.step_program.program;
+    placement.slots = s.step_program.slots;
+    s.cuda = make_cuda_training(config, s.shape, placement, local_rank % cuda_device_count());
     s.cuda->load(s.params, s.optimizer.first_moment(), s.optimizer.second_moment());
   }
 
@@ -310,14 +319,9 @@ int Trainer::run() {
 
   auto evaluate = [&] {
     if (!s.val_split) return;
-    const LossSum local =
-        s.cuda ? evaluate_loss(
-                     [&](const std::int32_t* inputs, const std::int32_t* targets, int batch) {
-                       return s.cuda->forward_loss_sum(inputs, targets, batch);
-                     },
-                     *s.val_split, c.train.eval_tokens, T, micro, s.dp_rank, s.dp)
-               : evaluate_loss(s.executor, s.compute_weights(), *s.val_split, c.train.eval_tokens,
-                               T, micro, s.dp_rank, s.dp);
+    if (!s.cuda) s.stage.bind(s.compute_weights(), nullptr);
+    const LossSum local = evaluate_loss(s.cuda ? s.cuda->executor() : s.executor, *s.val_split,
+                                        c.train.eval_tokens, T, micro, s.dp_rank, s.dp);
     double totals[2] = {local.sum, static_cast<double>(local.count)};
     sum_over_replicas(totals, 2);
     if (totals[1] == 0) fail("data.val has too few tokens for one evaluation window of ", T + 1);
@@ -376,14 +380,20 @@ int Trainer::run() {
     const float loss_scale = static_cast<float>(scale) / static_cast<float>(s.accumulation * s.dp);
     double loss_sum = 0, scaled_norm = 0;
     if (s.cuda) {
-      // Gradients summed over the data-parallel group inside; every rank then holds the same.
-      loss_sum =
-          s.cuda->accumulate_gradients(s.accumulation, loss_scale, train_batch, &s.groups.dp());
-      scaled_norm = s.cuda->gradient_norm();
+      loss_sum = s.cuda->accumulate_gradients(s.accumulation, loss_scale, train_batch);
+      // Across ranks through host memory, by the CPU backend's code: every rank then holds what
+      // it would on the CPU.
+      if (gradients_need_synchronizing(s.model, s.groups)) {
+        s.cuda->download_gradients(s.grads);
+        synchronize_gradients(s.model, s.grads.data(), s.groups);
+        s.cuda->upload_gradients(s.grads);
+      }
+      scaled_norm =
+          global_norm_from_sum(s.cuda->sum_of_squares(gradient_norm_ranges(s.model)), s.groups);
     } else {
       std::fill(s.grads.begin(), s.grads.end(), 0.0f);
-      loss_sum =
-          s.executor.train_step(s.compute_weights(), s.grads.data(), loss_scale, train_batch);
+      s.stage.bind(s.compute_weights(), s.grads.data());
+      loss_sum = s.executor.train_step(loss_scale, train_batch);
       synchronize_gradients(s.model, s.grads.data(), s.groups);
       // Summed over every rank, so all ranks agree on overflow and skip together.
       scaled_norm = global_gradient_norm(s.model, s.grads.data(), s.groups);

@@ -13,34 +13,17 @@
 #include <map>
 
 #include "model/gpt.h"
+#include "tests/mpi/layout_runs.h"
 #include "tests/unit/test_support.h"
 
 namespace strata {
 namespace {
 
+using testing::expect_close;
+using testing::Layout;
+using testing::metric;
 using testing::TempDir;
-
-struct Layout {
-  int dp = 1, tp = 1, pp = 1;
-  std::string schedule = "1f1b";
-  bool sequence_parallel = false;
-  std::string recompute = "none";
-  std::string compute = "fp32";
-
-  int ranks() const { return dp * tp * pp; }
-  std::string name() const {
-    return "dp" + std::to_string(dp) + "tp" + std::to_string(tp) + "pp" + std::to_string(pp) +
-           schedule + (sequence_parallel ? "sp" : "") +
-           (recompute == "none" ? "" : "_recompute_" + recompute) +
-           (compute == "fp32" ? "" : "_" + compute);
-  }
-  std::string overrides() const {
-    return " --set parallel.tp=" + std::to_string(tp) + " --set parallel.pp=" + std::to_string(pp) +
-           " --set parallel.pipeline_schedule=" + schedule +
-           " --set parallel.sequence_parallel=" + (sequence_parallel ? "true" : "false") +
-           " --set recompute=" + recompute + " --set precision.compute=" + compute;
-  }
-};
+using testing::train;
 
 std::string write_config(const TempDir& dir) {
   const std::string path = dir / "config.yaml";
@@ -53,29 +36,6 @@ std::string write_config(const TempDir& dir) {
          "eval_tokens: 1024, log_every: 10}\n"
       << "checkpoint: {every: 0, keep: 0}\n";
   return path;
-}
-
-// Runs `train` under the layout; returns the run directory.
-std::string train(const TempDir& dir, const Layout& layout, const std::string& run_name,
-                  const std::string& extra = "") {
-  const std::string command = testing::mpirun(layout.ranks()) + "-x OMP_NUM_THREADS=1 " +
-                              testing::bin("train") + " " + dir.str() + "/config.yaml" +
-                              layout.overrides() + " --set run.name=" + run_name + extra;
-  const auto result = testing::run_command(command);
-  EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
-  return dir.str() + "/runs/" + run_name;
-}
-
-std::vector<double> metric(const std::string& run_dir, const std::string& key) {
-  return testing::metric_values(run_dir + "/metrics.jsonl", key);
-}
-
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected,
-                  std::size_t first, const std::string& what, double relative = 1e-4) {
-  ASSERT_EQ(actual.size(), expected.size() - first) << what;
-  for (std::size_t i = 0; i < actual.size(); ++i)
-    EXPECT_NEAR(actual[i], expected[first + i], relative * std::abs(expected[first + i]))
-        << what << ", entry " << first + i;
 }
 
 class ParallelLayouts : public ::testing::Test {

@@ -159,24 +159,27 @@ TEST_F(TrainerTest, BadInputGetsOneClearErrorAndLeavesCheckpointsUntouched) {
   EXPECT_EQ(testing::read_file(ckpt), before);
 }
 
-TEST(DeviceChoice, CudaOnlyWhereADeviceAndTheLayoutAllowIt) {
+TEST(DeviceChoice, CudaWhereADeviceAndTheShapeAllowIt) {
   Config config;
+  const GptShape supported{2, 2, 64, 16, 64};    // head size 32
+  const GptShape unsupported{2, 4, 32, 16, 64};  // head size 8: no attention kernel
+  EXPECT_FALSE(cuda_supports_shape(unsupported));
   config.device = "cpu";
-  EXPECT_EQ(resolve_device(config, 1, 1), "cpu");
+  EXPECT_EQ(resolve_device(config, supported), "cpu");
   config.device = "auto";
-  EXPECT_EQ(resolve_device(config, 1, 1), cuda_device_count() > 0 ? "cuda" : "cpu");
-  EXPECT_EQ(resolve_device(config, 2, 1), "cpu");  // tensor parallelism runs on the CPU only
-  EXPECT_EQ(resolve_device(config, 1, 2), "cpu");
+  const bool usable = cuda_device_count() > 0;
+  EXPECT_EQ(resolve_device(config, supported), usable ? "cuda" : "cpu");
+  EXPECT_EQ(resolve_device(config, unsupported), "cpu");  // auto falls back, never fails
   config.device = "cuda";
   try {
-    resolve_device(config, 2, 2);
-    ADD_FAILURE() << "device cuda with tp 2, pp 2 was accepted";
+    resolve_device(config, unsupported);
+    ADD_FAILURE() << "device cuda with head size 8 was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor and pipeline parallelism"), std::string::npos)
-        << e.what();
+    const std::string reason = usable ? "head size 8" : "no usable CUDA device";
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
   }
-  if (cuda_device_count() == 0) {
-    EXPECT_THROW(resolve_device(config, 1, 1), Error);
+  if (!usable) {
+    EXPECT_THROW(resolve_device(config, supported), Error);
   }
 }
 

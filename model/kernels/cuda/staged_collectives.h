@@ -1,0 +1,68 @@
+// Tensor-parallel collectives on device arrays, staged through page-locked host memory over a
+// host Collectives (model/core/collectives.h; the MPI communicator in a run). This is how several
+// ranks share one GPU, where NCCL cannot run (it needs one device per rank): each call converts
+// the device array to fp32 (bf16 and fp16 are exact in fp32), copies it to the host, waits for the
+// stream, runs the host collective, and copies the result back, converted to the array's dtype
+// (rounded once). Sums therefore accumulate in fp32 whatever the compute dtype.
+//
+// Every call synchronises the stream: these are the host synchronisations of a tensor-parallel
+// step, a cost the GPU-direct collectives of NCCL would remove. A group of one rank is a device
+// copy (or nothing), never a host round trip.
+//
+// All staging memory is reserved at construction for arrays of up to `max_elements` (the largest
+// gathered array, B·T·C of the model); no allocation happens in a step.
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "model/core/collectives.h"
+#include "model/kernels/cuda/arena.h"
+
+namespace strata::cuda {
+
+class StagedCollectives {
+ public:
+  // `group` is not owned and must outlive this object.
+  StagedCollectives(Collectives& group, std::size_t max_elements);
+  ~StagedCollectives();
+  StagedCollectives(const StagedCollectives&) = delete;
+  StagedCollectives& operator=(const StagedCollectives&) = delete;
+
+  int rank() const { return group_.rank(); }
+  int size() const { return group_.size(); }
+
+  // The semantics of Collectives, on device arrays queued on `stream`; T is float,
+  // __nv_bfloat16 or __half. Counts are per call; the whole array (size()·count for the chunked
+  // ones) must fit in max_elements.
+  //   all_reduce_sum:     data (count) = the element-wise sum over the group, in place
+  //   all_gather:         out (size·count), chunk r = rank r's in (count); in may be out's chunk
+  //   reduce_scatter_sum: out (count) = this rank's chunk of the sum of every rank's in
+  //   (size·count)
+  template <class T>
+  void all_reduce_sum(T* data, std::size_t count, cudaStream_t stream);
+  template <class T>
+  void all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream);
+  template <class T>
+  void reduce_scatter_sum(const T* in, T* out, std::size_t count, cudaStream_t stream);
+  // data (count, fp32) = the element-wise maximum over the group, in place.
+  void all_reduce_max(float* data, std::size_t count, cudaStream_t stream);
+
+ private:
+  // Device array → host fp32 (pinned), and back; `to_host` waits for the stream.
+  template <class T>
+  void to_host(float* host, const T* device, std::size_t count, cudaStream_t stream);
+  template <class T>
+  void to_device(T* device, const float* host, std::size_t count, cudaStream_t stream);
+
+  Collectives& group_;
+  std::size_t max_elements_;
+  DeviceArena converted_;  // fp32 device copy of a bf16/fp16 array on its way
+  float* converted_data_ = nullptr;
+  float* host_ = nullptr;  // page-locked, 2·max_elements: a chunked collective's input and output
+};
+
+}  // namespace strata::cuda

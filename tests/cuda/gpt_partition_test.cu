@@ -1,0 +1,251 @@
+// The CUDA model's partitions (model/gpt_cuda.h) against the whole CPU model (model/gpt.h), fp32:
+// tensor parallelism (tp 2 and 4, with and without sequence parallelism), pipeline stages through
+// the stage API, both together, and recomputation under them. Each tensor-parallel rank is a
+// thread with its own device context on the one GPU, its collectives staged through the host over
+// a thread group (tests/unit/thread_group.h); stages hand their boundary activations over on the
+// device. Two micro-batches, each in its own slot, go forward through every stage before any goes
+// backward (the slots of a pipeline schedule). Per-position losses and the reassembled logical
+// gradient of every tensor must match the CPU within 1e-5 relative error norm, the fp32 bound of
+// the kernel tests: only accumulation orders differ (partial sums added across ranks in fp32).
+// Recomputation is bitwise equal to none under the same partition.
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/gpt.h"
+#include "model/gpt_cuda.h"
+#include "model/kernels/cuda/device_context.h"
+#include "tests/cuda/cuda_test_support.h"
+#include "tests/unit/thread_group.h"
+
+namespace strata::cuda {
+namespace {
+
+using namespace testing;
+using strata::testing::ThreadGroup;
+using strata::testing::ThreadRank;
+
+// 3 layers, 4 heads of 16 (the smallest head size with a kernel), T 9 (ragged tiles), vocabulary
+// 37 padded to 128 (shards of 64 and 32 rows, the padding on the last).
+const GptShape kShape{3, 4, 64, 9, 37};
+constexpr int kBatch = 2;
+constexpr int kMicroBatches = 2;
+
+struct Batch {
+  std::vector<std::int32_t> tokens, targets;
+};
+
+struct Layout {
+  int tp = 1;
+  bool sequence_parallel = false;
+  std::vector<std::pair<int, int>> stage_layers{{0, 3}};  // [begin, end) per stage
+  Recompute recompute = Recompute::none;
+  std::string name() const {
+    std::string n = "tp" + std::to_string(tp) + " stages " + std::to_string(stage_layers.size());
+    if (sequence_parallel) n += " sp";
+    if (recompute == Recompute::selective) n += " selective";
+    if (recompute == Recompute::full) n += " full";
+    return n;
+  }
+};
+
+struct Result {
+  std::vector<std::vector<float>> losses;  // per micro-batch, per position
+  std::vector<float> grads;                // the whole model's layout
+};
+
+std::vector<float> slice_of(const ParameterLayout& whole, const ParameterLayout& part,
+                            const std::vector<float>& params) {
+  std::vector<float> local(part.total());
+  for (const TensorView& t : part.tensors()) {
+    const TensorView& w = whole.at(t.name);
+    for (std::size_t i = 0; i < t.size; ++i)
+      local[t.offset + i] = params[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
+  }
+  return local;
+}
+
+Result run_cpu(const std::vector<float>& params, const std::vector<Batch>& batches) {
+  Gpt<float> model(kShape, kBatch);
+  Result result{{}, std::vector<float>(params.size(), 0.0f)};
+  for (const Batch& b : batches) {
+    model.forward(params.data(), b.tokens.data(), b.targets.data(), kBatch, kShape.seq_len);
+    result.losses.emplace_back(model.losses(), model.losses() + kBatch * kShape.seq_len);
+    model.backward(params.data(), result.grads.data(), 1.0f);
+  }
+  return result;
+}
+
+Result run_partitioned(const Layout& layout, const std::vector<float>& params,
+                       const std::vector<Batch>& batches) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+  const int stages = static_cast<int>(layout.stage_layers.size());
+  const int T = kShape.seq_len, C = kShape.d_model;
+  struct Rank {
+    std::unique_ptr<ThreadRank> comm;
+    std::unique_ptr<DeviceContext> ctx;
+    std::unique_ptr<CudaGpt<float>> model;
+    std::unique_ptr<DeviceBuffer<float>> weights, grads;
+  };
+  std::vector<std::unique_ptr<ThreadGroup>> groups;
+  std::vector<std::vector<Rank>> ranks(stages);  // [stage][tp rank]
+  for (int s = 0; s < stages; ++s) {
+    groups.push_back(std::make_unique<ThreadGroup>(layout.tp));
+    for (int r = 0; r < layout.tp; ++r) {
+      ModelPartition p;
+      p.tp_rank = r;
+      p.tp_size = layout.tp;
+      p.layer_begin = layout.stage_layers[s].first;
+      p.layer_end = layout.stage_layers[s].second;
+      p.has_embedding = s == 0;
+      p.has_head = s == stages - 1;
+      p.sequence_parallel = layout.sequence_parallel;
+      Rank rank;
+      rank.comm = std::make_unique<ThreadRank>(*groups[s], r);
+      rank.ctx = std::make_unique<DeviceContext>(0);
+      rank.model = std::make_unique<CudaGpt<float>>(*rank.ctx, kShape, p, rank.comm.get(), kBatch,
+                                                    kMicroBatches, layout.recompute);
+      const ParameterLayout& part = rank.model->layout();
+      rank.weights = std::make_unique<DeviceBuffer<float>>(slice_of(whole, part, params));
+      rank.grads = std::make_unique<DeviceBuffer<float>>(std::vector<float>(part.total(), 0.0f));
+      ranks[s].push_back(std::move(rank));
+    }
+  }
+  const std::size_t boundary =
+      static_cast<std::size_t>(ranks[0][0].model->activation_rows(kBatch, T)) * C;
+  Result result;
+  result.losses.resize(kMicroBatches);
+  for (int mb = 0; mb < kMicroBatches; ++mb) {
+    for (int s = 0; s < stages; ++s) {
+      groups[s]->run([&](int r) {
+        Rank& me = ranks[s][r];
+        if (s > 0)
+          STRATA_CUDA_CHECK(cudaMemcpyAsync(
+              me.model->stage_input(mb), ranks[s - 1][r].model->stage_output(mb),
+              boundary * sizeof(float), cudaMemcpyDeviceToDevice, me.ctx->stream()));
+        me.model->forward(mb, me.weights->get(), batches[mb].tokens.data(),
+                          batches[mb].targets.data(), kBatch, T);
+        me.ctx->synchronize();
+      });
+    }
+    Rank& last = ranks[stages - 1][0];
+    result.losses[mb].resize(static_cast<std::size_t>(kBatch) * T);
+    STRATA_CUDA_CHECK(cudaMemcpy(result.losses[mb].data(), last.model->losses(mb),
+                                 result.losses[mb].size() * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  for (int mb = 0; mb < kMicroBatches; ++mb) {
+    for (int s = stages - 1; s >= 0; --s) {
+      groups[s]->run([&](int r) {
+        Rank& me = ranks[s][r];
+        if (s < stages - 1)
+          STRATA_CUDA_CHECK(cudaMemcpyAsync(
+              me.model->stage_output_grad(), ranks[s + 1][r].model->stage_input_grad(),
+              boundary * sizeof(float), cudaMemcpyDeviceToDevice, me.ctx->stream()));
+        me.model->backward(mb, me.weights->get(), me.grads->get(), 1.0f);
+        me.ctx->synchronize();
+      });
+    }
+  }
+  // Shards land on their logical elements; replicated tensors hold the whole gradient on every
+  // rank (checked equal) unless sequence parallelism leaves partial sums to add up.
+  result.grads.assign(whole.total(), 0.0f);
+  for (int s = 0; s < stages; ++s) {
+    const std::vector<float> leader = ranks[s][0].grads->download();
+    for (int r = 0; r < layout.tp; ++r) {
+      const std::vector<float> grads = ranks[s][r].grads->download();
+      for (const TensorView& t : ranks[s][r].model->layout().tensors()) {
+        const TensorView& w = whole.at(t.name);
+        const bool replicated = t.slice.is_whole() && layout.tp > 1;
+        for (std::size_t i = 0; i < t.size; ++i) {
+          if (replicated && !layout.sequence_parallel) {
+            EXPECT_EQ(grads[t.offset + i], leader[t.offset + i])
+                << t.name << " differs between tensor-parallel ranks";
+            if (r != 0) continue;
+          }
+          result.grads[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))] +=
+              grads[t.offset + i];
+        }
+      }
+    }
+  }
+  return result;
+}
+
+class GptPartition : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 rng = test_rng();
+    const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+    params_.resize(whole.total());
+    initialize_gpt_parameters(whole, kShape, rng(), params_.data());
+    std::uniform_real_distribution<float> offset(-0.05f, 0.05f);
+    for (const TensorView& t : whole.tensors())
+      if (!t.decay)
+        for (std::size_t i = 0; i < t.size; ++i) params_[t.offset + i] += offset(rng);
+    std::uniform_int_distribution<std::int32_t> id(0, kShape.vocab_size - 1);
+    for (int mb = 0; mb < kMicroBatches; ++mb) {
+      Batch b;
+      for (int i = 0; i < kBatch * kShape.seq_len; ++i) {
+        b.tokens.push_back(id(rng));
+        b.targets.push_back(id(rng));
+      }
+      batches_.push_back(b);
+    }
+    expected_ = run_cpu(params_, batches_);
+  }
+
+  void expect_matches_cpu(const Layout& layout) {
+    SCOPED_TRACE(layout.name());
+    const Result got = run_partitioned(layout, params_, batches_);
+    for (int mb = 0; mb < kMicroBatches; ++mb)
+      EXPECT_LT(relative_error(got.losses[mb], expected_.losses[mb]), kFp32Tolerance)
+          << "losses of micro-batch " << mb;
+    const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+    for (const TensorView& t : whole.tensors()) {
+      const auto first = static_cast<std::ptrdiff_t>(t.offset);
+      const auto last = static_cast<std::ptrdiff_t>(t.offset + t.size);
+      const std::vector<float> g(got.grads.begin() + first, got.grads.begin() + last);
+      const std::vector<float> w(expected_.grads.begin() + first, expected_.grads.begin() + last);
+      EXPECT_LT(relative_error(g, w), kFp32Tolerance) << "gradient of " << t.name;
+    }
+  }
+
+  std::vector<float> params_;
+  std::vector<Batch> batches_;
+  Result expected_;
+};
+
+TEST_F(GptPartition, TensorParallelMatchesTheWholeCpuModel) {
+  for (int tp : {2, 4}) expect_matches_cpu({tp});
+}
+
+TEST_F(GptPartition, SequenceParallelMatchesTheWholeCpuModel) {
+  for (int tp : {2, 4}) expect_matches_cpu({tp, true});
+}
+
+TEST_F(GptPartition, PipelineStagesMatchTheWholeCpuModel) {
+  expect_matches_cpu({1, false, {{0, 2}, {2, 3}}});
+  expect_matches_cpu({1, false, {{0, 1}, {1, 2}, {2, 3}}});
+  expect_matches_cpu({2, true, {{0, 1}, {1, 3}}});
+}
+
+TEST_F(GptPartition, RecomputeUnderPartitionsIsBitwiseNone) {
+  const Layout none{2, true, {{0, 1}, {1, 3}}};
+  const Result reference = run_partitioned(none, params_, batches_);
+  for (Recompute mode : {Recompute::selective, Recompute::full}) {
+    Layout layout = none;
+    layout.recompute = mode;
+    SCOPED_TRACE(layout.name());
+    const Result got = run_partitioned(layout, params_, batches_);
+    EXPECT_EQ(got.losses, reference.losses);
+    EXPECT_EQ(got.grads, reference.grads);
+  }
+}
+
+}  // namespace
+}  // namespace strata::cuda

@@ -1,0 +1,65 @@
+// Shared by the tests that train one config under several (dp, tp, pp) layouts and compare the
+// runs' metrics: a layout as `train` overrides, a run under mpirun, and the comparison of a
+// metric's values step by step.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/unit/test_support.h"
+
+namespace strata::testing {
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  std::string schedule = "1f1b";
+  bool sequence_parallel = false;
+  std::string recompute = "none";
+  std::string compute = "fp32";
+  std::string device = "";  // empty: the config's (auto unless it says otherwise)
+
+  int ranks() const { return dp * tp * pp; }
+  std::string name() const {
+    return (device.empty() ? "" : device + "_") + "dp" + std::to_string(dp) + "tp" +
+           std::to_string(tp) + "pp" + std::to_string(pp) + schedule +
+           (sequence_parallel ? "sp" : "") +
+           (recompute == "none" ? "" : "_recompute_" + recompute) +
+           (compute == "fp32" ? "" : "_" + compute);
+  }
+  std::string overrides() const {
+    return (device.empty() ? "" : " --set device=" + device) +
+           " --set parallel.tp=" + std::to_string(tp) + " --set parallel.pp=" + std::to_string(pp) +
+           " --set parallel.pipeline_schedule=" + schedule +
+           " --set parallel.sequence_parallel=" + (sequence_parallel ? "true" : "false") +
+           " --set recompute=" + recompute + " --set precision.compute=" + compute;
+  }
+};
+
+// Runs `train` on dir/config.yaml under the layout; returns the run directory.
+inline std::string train(const TempDir& dir, const Layout& layout, const std::string& run_name,
+                         const std::string& extra = "") {
+  const std::string command = mpirun(layout.ranks()) + "-x OMP_NUM_THREADS=1 " + bin("train") +
+                              " " + dir.str() + "/config.yaml" + layout.overrides() +
+                              " --set run.name=" + run_name + extra;
+  const auto result = run_command(command);
+  EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
+  return dir.str() + "/runs/" + run_name;
+}
+
+inline std::vector<double> metric(const std::string& run_dir, const std::string& key) {
+  return metric_values(run_dir + "/metrics.jsonl", key);
+}
+
+// actual[i] against expected[first + i], within `relative` of the expected value.
+inline void expect_close(const std::vector<double>& actual, const std::vector<double>& expected,
+                         std::size_t first, const std::string& what, double relative = 1e-4) {
+  ASSERT_EQ(actual.size(), expected.size() - first) << what;
+  for (std::size_t i = 0; i < actual.size(); ++i)
+    EXPECT_NEAR(actual[i], expected[first + i], relative * std::abs(expected[first + i]))
+        << what << ", entry " << first + i;
+}
+
+}  // namespace strata::testing

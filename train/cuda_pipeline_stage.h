@@ -1,0 +1,53 @@
+// A pipeline stage (train/pipeline_stage.h) computed by the CUDA model (model/gpt_cuda.h): the
+// executor's host fp32 boundary arrays are converted to and from the model's compute dtype on
+// the device (exact from bf16/fp16 to fp32; rounded once the other way, where the CPU backend
+// rounds the same activation). Each transfer waits for the device: the pipeline's messages leave
+// from the host. The weights and the gradient buffer live on the device and are bound once.
+//
+// Built only with the CUDA backend. Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt_cuda.h"
+#include "model/kernels/cuda/arena.h"
+#include "train/pipeline_stage.h"
+
+namespace strata {
+
+template <class T>
+class CudaPipelineStage final : public PipelineStage {
+ public:
+  // `model` is this stage's part; weights (T) and grads (fp32) are device buffers of its layout.
+  // None owned; all must outlive the stage.
+  CudaPipelineStage(cuda::CudaGpt<T>& model, const T* weights, float* grads);
+
+  int slots() const override { return model_.slots(); }
+  std::size_t boundary_size(int batch) const override;
+  double forward(int slot, const std::int32_t* tokens, const float* input,
+                 const std::int32_t* targets, int batch) override;
+  void copy_output(int slot, float* out) override;
+  void backward(int slot, const float* output_grad, float loss_scale) override;
+  void copy_input_grad(int slot, float* input_grad) override;
+  void copy_losses(int slot, float* losses) override;
+
+ private:
+  void to_device(T* device, const float* host, std::size_t count);
+  void to_host(float* host, const T* device, std::size_t count);
+
+  cuda::CudaGpt<T>& model_;
+  const T* weights_;
+  float* grads_;
+  int T_;
+  cuda::DeviceArena converted_;  // fp32 copy of one boundary array on its way
+  float* converted_data_;
+  std::vector<int> batch_of_slot_;
+};
+
+extern template class CudaPipelineStage<float>;
+extern template class CudaPipelineStage<__nv_bfloat16>;
+extern template class CudaPipelineStage<__half>;
+
+}  // namespace strata
