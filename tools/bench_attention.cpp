@@ -35,6 +35,7 @@
 #include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/check.h"
 #include "tools/bench_attention_cudnn.h"
+#include "tools/bench_cudnn_loader.h"
 #endif
 
 namespace strata::bench {
@@ -210,6 +211,13 @@ template <class T>
 void compare_with_cudnn(JsonFields& json, const AttentionShape& shape, const DeviceArray<T>& qkv,
                         const DeviceArray<T>& dout, const AttentionOutputs<T>& strata,
                         const PassTimes& strata_times, int repeats, cudaStream_t stream) {
+  std::string why;
+  if (!cudnn_available(&why)) {
+    std::fprintf(stderr, "bench attention: cuDNN could not be loaded, comparing nothing: %s\n",
+                 why.c_str());
+    json.text("cudnn", "not available");
+    return;
+  }
   const AttentionIoType io =
       std::is_same_v<T, __nv_bfloat16> ? AttentionIoType::bf16 : AttentionIoType::fp16;
   try {
