@@ -149,9 +149,8 @@ struct CudaGpt<T>::Slot {
   T* logits = nullptr;      // (N, Vl): logits, then probabilities or their gradient
   float* losses = nullptr;  // (N)
   int batch = 0, time = 0;
-  bool forwarded = false;     // a forward waits for its backward (or was an evaluation)
-  bool has_targets = false;   // losses valid; logits hold probabilities or gradients
-  bool has_gradient = false;  // logits hold their gradient (the fused training pass)
+  bool forwarded = false;    // a forward waits for its backward (or was an evaluation)
+  bool has_targets = false;  // losses valid; logits hold probabilities or gradients
 };
 
 // Shared by every slot: the recomputation workspace, the partial results of row-parallel layers
@@ -469,7 +468,7 @@ template <class T>
 void CudaGpt<T>::head_forward(Slot& s, const T* w) {
   const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
-  const T* x = s.residual + static_cast<std::size_t>(partition_.layers()) * Nr * C;
+  const T* x = stage_residual_output(s);
   layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, param(w, layout_, "lnf.weight"),
                     param(w, layout_, "lnf.bias"), Nr, C, ctx_.stream());
   // The head is tied to wte: logits (N, Vl) = lnf · wte_shardᵀ.
@@ -525,7 +524,6 @@ void CudaGpt<T>::forward(int slot, const T* w, const std::int32_t* tokens,
   if (has_head) head_forward(s, w);
   s.forwarded = true;
   s.has_targets = has_head && targets != nullptr;
-  s.has_gradient = false;
   if (s.has_targets) cross_entropy(s, 0);  // the probabilities overwrite the logits
 }
 
@@ -545,7 +543,6 @@ void CudaGpt<T>::forward_backward(const T* w, float* grads, const std::int32_t* 
   cross_entropy(s, loss_scale);
   s.forwarded = true;
   s.has_targets = true;
-  s.has_gradient = true;
   backward_pass(s, w, grads, loss_scale, true);
 }
 
@@ -580,7 +577,6 @@ void CudaGpt<T>::head_backward(Slot& s, const T* w, float* grads, float loss_sca
     fill(b.dlosses, loss_scale / static_cast<float>(N), N, stream);
     crossentropy_shard_backward(s.logits, s.logits, s.targets, b.dlosses, vocab_begin, V, N, Vl,
                                 stream);
-    s.has_gradient = true;
   }
   const T* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
   matmul_backward_weight(ctx_, grads + wte.offset, nullptr, s.logits, lnf_full, N, C, Vl, scratch_);
@@ -589,7 +585,7 @@ void CudaGpt<T>::head_backward(Slot& s, const T* w, float* grads, float loss_sca
   const T* dlnf = sum_rows(b.dln, b.dln_local, N);  // (Nr, C)
   STRATA_CUDA_CHECK(
       cudaMemsetAsync(b.dres, 0, static_cast<std::size_t>(Nr) * C * sizeof(T), stream));
-  const T* x = s.residual + static_cast<std::size_t>(partition_.layers()) * Nr * C;
+  const T* x = stage_residual_output(s);
   layernorm_backward(b.dres, param(grads, layout_, "lnf.weight"), param(grads, layout_, "lnf.bias"),
                      dlnf, x, param(w, layout_, "lnf.weight"), s.lnf_mean, s.lnf_rstd, Nr, C,
                      scratch_, stream);
@@ -675,9 +671,15 @@ T* CudaGpt<T>::stage_input(int slot) {
 template <class T>
 const T* CudaGpt<T>::stage_output(int slot) const {
   STRATA_CHECK(slot >= 0 && slot < slots() && !partition_.has_head);
-  const Slot& s = slots_[static_cast<std::size_t>(slot)];
-  return s.residual + static_cast<std::size_t>(partition_.layers()) *
-                          activation_rows(s.batch, s.time) * shape_.d_model;
+  return stage_residual_output(slots_[static_cast<std::size_t>(slot)]);
+}
+
+// The residual stream after the stage's last block: block inputs are strided by the rows of
+// max_batch sequences (layer()), whatever the micro-batch holds.
+template <class T>
+T* CudaGpt<T>::stage_residual_output(const Slot& s) const {
+  const Dims d = dims();
+  return s.residual + d.L * d.Nr * d.C;
 }
 
 template <class T>

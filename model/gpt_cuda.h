@@ -140,6 +140,7 @@ class CudaGpt {
   void upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets, long N);
   Slot& slot_for(int slot, int B, int T_);
   Layer layer(const Slot& s, int local_layer, bool recomputing) const;
+  T* stage_residual_output(const Slot& s) const;
   // The tensor-parallel collectives on (N, C) rows (gpt.h): partial sums to this rank's rows, and
   // this rank's rows to all rows; each returns where its result is (possibly its input).
   const T* sum_rows(T* partial, T* local_out, int N);

@@ -42,8 +42,8 @@ class CudaTraining {
  public:
   virtual ~CudaTraining() = default;
 
-  // Copies the fp32 master weights and AdamW moments (layout order of ParameterLayout::for_gpt)
-  // to the device and makes the compute-dtype copy; `adam_steps` updates were taken before.
+  // Copies the fp32 master weights and AdamW moments (in the layout of this rank's partition,
+  // ParameterLayout::for_partition) to the device and makes the compute-dtype copy.
   virtual void load(const std::vector<float>& params, const std::vector<float>& adam_m,
                     const std::vector<float>& adam_v) = 0;
   // Copies them back (checkpoints); waits for the device.

@@ -277,7 +277,8 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
     placement.tp = &s.groups.tp();
     placement.pp = &s.groups.pp();
     placement.program = &s.step_program.program;
-    placement.slots = s.step_program.slots;
+    // A lone stage trains one micro-batch at a time (the fused pass), whatever the schedule.
+    placement.slots = s.groups.pp().size() > 1 ? s.step_program.slots : 1;
     s.cuda = make_cuda_training(config, s.shape, placement, local_rank % cuda_device_count());
     s.cuda->load(s.params, s.optimizer.first_moment(), s.optimizer.second_moment());
   }

@@ -33,7 +33,7 @@ using strata::testing::ThreadRank;
 // 3 layers, 4 heads of 16 (the smallest head size with a kernel), T 9 (ragged tiles), vocabulary
 // 37 padded to 128 (shards of 64 and 32 rows, the padding on the last).
 const GptShape kShape{3, 4, 64, 9, 37};
-constexpr int kBatch = 2;
+constexpr int kBatch = 4;  // B·T = 36 rows: divisible by tp 2 and 4 (sequence parallelism)
 constexpr int kMicroBatches = 2;
 
 struct Batch {

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -96,7 +97,11 @@ inline CommandResult run_command(const std::string& command) {
   return result;
 }
 
-inline std::string bin(const std::string& tool) { return std::string(STRATA_BIN_DIR) + "/" + tool; }
+// The build's tool; $STRATA_BIN_DIR overrides the build directory (tests run on another machine).
+inline std::string bin(const std::string& tool) {
+  const char* dir = std::getenv("STRATA_BIN_DIR");
+  return std::string(dir != nullptr ? dir : STRATA_BIN_DIR) + "/" + tool;
+}
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
