@@ -22,7 +22,8 @@ std::string write_config(const TempDir& dir, const std::string& name) {
       << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
       << "train: {steps: 20, global_batch: 16, micro_batch: 2, eval_every: 10, "
          "eval_tokens: 2048, log_every: 10}\n"
-      << "checkpoint: {every: 0, keep: 1}\n";
+      << "checkpoint: {every: 0, keep: 1}\n"
+      << "device: cpu\n";  // the CPU trainer, also where a GPU is present
   return path;
 }
 

@@ -92,6 +92,7 @@ std::string write_config(const TempDir& dir, const std::string& name, const std:
       << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 2}\n"
       << "train: {steps: 8, global_batch: 8, micro_batch: 2, eval_every: 0, log_every: 1}\n"
       << "checkpoint: {every: 0, keep: 0}\n"
+      << "device: cpu\n"  // the CPU emulation of fp16, also where a GPU is present
       << extra;
   return path;
 }

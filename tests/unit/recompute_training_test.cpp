@@ -25,7 +25,8 @@ class RecomputeTraining : public ::testing::Test {
         << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 2}\n"
         << "train: {steps: 6, global_batch: 8, micro_batch: 2, eval_every: 3, eval_tokens: 512, "
            "log_every: 1}\n"
-        << "checkpoint: {every: 0, keep: 0}\n";
+        << "checkpoint: {every: 0, keep: 0}\n"
+        << "device: cpu\n";  // the CPU model, also where a GPU is present
   }
   std::string train(const std::string& name, const std::string& sets) {
     const std::string command = "OMP_NUM_THREADS=2 " + testing::bin("train") + " " +

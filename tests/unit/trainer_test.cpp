@@ -27,6 +27,7 @@ std::string write_config(const TempDir& dir, const std::string& name,
       << "train: {steps: 20, global_batch: 8, micro_batch: 2, eval_every: 10, "
          "eval_tokens: 2048, log_every: 5}\n"
       << "checkpoint: {every: 10, keep: 0}\n"
+      << "device: cpu\n"  // the CPU trainer, also where a GPU is present
       << extra;
   return path;
 }
