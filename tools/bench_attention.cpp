@@ -9,7 +9,8 @@
 // Strata's fwd+bwd time over cuDNN's (> 1: Strata is slower), and the largest absolute
 // differences between the two implementations' out, lse and dqkv, a sanity check that both
 // computed the same attention. When cuDNN has no engine for the case (and for fp32, which it has
-// no flash path for) one line on stderr says so and only Strata's figures are printed.
+// no flash path for), cannot be loaded, or fails, one line on stderr says so and only Strata's
+// figures are printed.
 //
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include <cstdio>
@@ -243,6 +244,11 @@ void compare_with_cudnn(JsonFields& json, const AttentionShape& shape, const Dev
                  "bench attention: cuDNN has no engine for this case, comparing nothing: %s\n",
                  unsupported.what());
     json.text("cudnn", "unsupported");
+  } catch (const Error& failed) {
+    // The graph has never run: a rejected attribute must not cost Strata's own figures.
+    std::fprintf(stderr, "bench attention: the cuDNN comparison failed, comparing nothing: %s\n",
+                 failed.what());
+    json.text("cudnn", "failed");
   }
 }
 
