@@ -3,17 +3,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include <type_traits>
-
 #include "model/core/error.h"
-#include "model/kernels/cuda/cast.h"
 #include "model/kernels/cuda/check.h"
 
 namespace strata {
 
 namespace {
-std::size_t boundary_floats(const GptShape& shape, int max_batch_rows) {
-  return static_cast<std::size_t>(max_batch_rows) * shape.d_model;
+std::size_t boundary_floats(const GptShape& shape, int rows) {
+  return static_cast<std::size_t>(rows) * shape.d_model;
 }
 }  // namespace
 
@@ -23,45 +20,12 @@ CudaPipelineStage<T>::CudaPipelineStage(cuda::CudaGpt<T>& model, const T* weight
       weights_(weights),
       grads_(grads),
       T_(model.shape().seq_len),
-      converted_(boundary_floats(model.shape(), model.activation_rows(model.max_batch(), T_)) *
-                 sizeof(float)),
-      converted_data_(converted_.allocate<float>(
-          boundary_floats(model.shape(), model.activation_rows(model.max_batch(), T_)))),
+      staging_(boundary_floats(model.shape(), model.activation_rows(model.max_batch(), T_))),
       batch_of_slot_(static_cast<std::size_t>(model.slots()), 0) {}
 
 template <class T>
 std::size_t CudaPipelineStage<T>::boundary_size(int batch) const {
   return boundary_floats(model_.shape(), model_.activation_rows(batch, T_));
-}
-
-template <class T>
-void CudaPipelineStage<T>::to_device(T* device, const float* host, std::size_t count) {
-  cudaStream_t stream = model_.context().stream();
-  float* target = nullptr;
-  if constexpr (std::is_same_v<T, float>)
-    target = device;
-  else
-    target = converted_data_;
-  // From pageable memory: the call returns once `host` has been read, so the caller may reuse it.
-  STRATA_CUDA_CHECK(
-      cudaMemcpyAsync(target, host, count * sizeof(float), cudaMemcpyHostToDevice, stream));
-  if constexpr (!std::is_same_v<T, float>)
-    cuda::cast(device, converted_data_, static_cast<long>(count), stream);
-}
-
-template <class T>
-void CudaPipelineStage<T>::to_host(float* host, const T* device, std::size_t count) {
-  cudaStream_t stream = model_.context().stream();
-  const float* source = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    source = device;
-  } else {
-    cuda::cast(converted_data_, device, static_cast<long>(count), stream);
-    source = converted_data_;
-  }
-  STRATA_CUDA_CHECK(
-      cudaMemcpyAsync(host, source, count * sizeof(float), cudaMemcpyDeviceToHost, stream));
-  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 template <class T>
@@ -72,7 +36,9 @@ double CudaPipelineStage<T>::forward(int slot, const std::int32_t* tokens, const
   const ModelPartition& p = model_.partition();
   if (!p.has_embedding) {
     STRATA_CHECK(input != nullptr, "a stage after the first needs its input");
-    to_device(model_.stage_input(slot), input, boundary_size(batch));
+    // From pageable memory: the executor may reuse `input` once this returns.
+    staging_.to_device(model_.stage_input(slot), input, boundary_size(batch),
+                       model_.context().stream());
   }
   model_.forward(slot, weights_, tokens, targets, batch, T_);
   if (!p.has_head || targets == nullptr) return 0;
@@ -81,8 +47,9 @@ double CudaPipelineStage<T>::forward(int slot, const std::int32_t* tokens, const
 
 template <class T>
 void CudaPipelineStage<T>::copy_output(int slot, float* out) {
-  to_host(out, model_.stage_output(slot),
-          boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]));
+  staging_.to_host(out, model_.stage_output(slot),
+                   boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]),
+                   model_.context().stream());
 }
 
 template <class T>
@@ -90,16 +57,18 @@ void CudaPipelineStage<T>::backward(int slot, const float* output_grad, float lo
   STRATA_CHECK(slot >= 0 && slot < slots());
   if (!model_.partition().has_head) {
     STRATA_CHECK(output_grad != nullptr, "a stage before the last needs its output gradient");
-    to_device(model_.stage_output_grad(), output_grad,
-              boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]));
+    staging_.to_device(model_.stage_output_grad(), output_grad,
+                       boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]),
+                       model_.context().stream());
   }
   model_.backward(slot, weights_, grads_, loss_scale);
 }
 
 template <class T>
 void CudaPipelineStage<T>::copy_input_grad(int slot, float* input_grad) {
-  to_host(input_grad, model_.stage_input_grad(),
-          boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]));
+  staging_.to_host(input_grad, model_.stage_input_grad(),
+                   boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]),
+                   model_.context().stream());
 }
 
 template <class T>

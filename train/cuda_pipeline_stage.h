@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/gpt_cuda.h"
-#include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/host_staging.h"
 #include "train/pipeline_stage.h"
 
 namespace strata {
@@ -34,15 +34,11 @@ class CudaPipelineStage final : public PipelineStage {
   void copy_losses(int slot, float* losses) override;
 
  private:
-  void to_device(T* device, const float* host, std::size_t count);
-  void to_host(float* host, const T* device, std::size_t count);
-
   cuda::CudaGpt<T>& model_;
   const T* weights_;
   float* grads_;
   int T_;
-  cuda::DeviceArena converted_;  // fp32 copy of one boundary array on its way
-  float* converted_data_;
+  cuda::HostStaging staging_;  // boundary arrays ↔ the executor's host fp32 arrays
   std::vector<int> batch_of_slot_;
 };
 

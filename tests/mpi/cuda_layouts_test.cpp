@@ -42,11 +42,9 @@ class CudaLayouts : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("cuda_layouts");
-    testing::write_synthetic_dataset(*dir_ / "data", 64, 40000);
-    write_config(*dir_);
     Layout cpu;
     cpu.device = "cpu";
-    reference_dir_ = train(*dir_, cpu, "reference");
+    reference_dir_ = testing::train_reference(*dir_, write_config, cpu);
   }
   static void TearDownTestSuite() {
     delete dir_;

@@ -49,6 +49,16 @@ inline std::string train(const TempDir& dir, const Layout& layout, const std::st
   return dir.str() + "/runs/" + run_name;
 }
 
+// A suite's shared start: the synthetic dataset (vocabulary 64) under dir/data, the suite's config
+// (written by `write_config` to dir/config.yaml) and the run every layout is compared with;
+// returns that run's directory.
+inline std::string train_reference(const TempDir& dir, void (*write_config)(const TempDir&),
+                                   const Layout& reference) {
+  write_synthetic_dataset(dir / "data", 64, 40000);
+  write_config(dir);
+  return train(dir, reference, "reference");
+}
+
 inline std::vector<double> metric(const std::string& run_dir, const std::string& key) {
   return metric_values(run_dir + "/metrics.jsonl", key);
 }

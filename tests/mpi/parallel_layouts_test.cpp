@@ -25,9 +25,8 @@ using testing::metric;
 using testing::TempDir;
 using testing::train;
 
-std::string write_config(const TempDir& dir) {
-  const std::string path = dir / "config.yaml";
-  std::ofstream(path)
+void write_config(const TempDir& dir) {
+  std::ofstream(dir / "config.yaml")
       << "run: {name: base, dir: " << dir.str() << "/runs, seed: 3}\n"
       << "model: {n_layer: 4, n_head: 4, d_model: 32, seq_len: 16, vocab_size: 64}\n"
       << "data: {train: " << dir.str() << "/data/train, val: " << dir.str() << "/data/val}\n"
@@ -35,16 +34,13 @@ std::string write_config(const TempDir& dir) {
       << "train: {steps: 20, global_batch: 16, micro_batch: 2, eval_every: 10, "
          "eval_tokens: 1024, log_every: 10}\n"
       << "checkpoint: {every: 0, keep: 0}\n";
-  return path;
 }
 
 class ParallelLayouts : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("layouts");
-    testing::write_synthetic_dataset(*dir_ / "data", 64, 40000);
-    write_config(*dir_);
-    reference_dir_ = train(*dir_, Layout{}, "reference");
+    reference_dir_ = testing::train_reference(*dir_, write_config, Layout{});
   }
   static void TearDownTestSuite() {
     delete dir_;

@@ -20,7 +20,7 @@
 #include <cstddef>
 
 #include "model/core/collectives.h"
-#include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/host_staging.h"
 
 namespace strata::cuda {
 
@@ -52,16 +52,14 @@ class StagedCollectives {
   void all_reduce_max(float* data, std::size_t count, cudaStream_t stream);
 
  private:
-  // Device array → host fp32 (pinned), and back; `to_host` waits for the stream.
+  // A group of one: `out` = `in` on the device (nothing when they are the same array).
   template <class T>
-  void to_host(float* host, const T* device, std::size_t count, cudaStream_t stream);
-  template <class T>
-  void to_device(T* device, const float* host, std::size_t count, cudaStream_t stream);
+  static void copy_alone(const T* in, T* out, std::size_t count, cudaStream_t stream);
+  // Error unless an array of `elements` fits the staging memory.
+  void check_room(const char* collective, std::size_t elements) const;
 
   Collectives& group_;
-  std::size_t max_elements_;
-  DeviceArena converted_;  // fp32 device copy of a bf16/fp16 array on its way
-  float* converted_data_ = nullptr;
+  HostStaging staging_;    // device arrays ↔ host fp32
   float* host_ = nullptr;  // page-locked, 2·max_elements: a chunked collective's input and output
 };
 
