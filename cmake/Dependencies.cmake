@@ -59,6 +59,18 @@ if(STRATA_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   set(CMAKE_CUDA_EXTENSIONS OFF)
   find_package(CUDAToolkit REQUIRED)
+  # NCCL, beside the toolkit (its CUDA 13 packaging) or in the system's paths: the GPU-to-GPU
+  # collectives of multi-GPU runs (parallel/nccl_communicator.h).
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+  if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
+    message(FATAL_ERROR "the CUDA backend needs NCCL (nccl.h and libnccl) and none was found; "
+                        "install it or configure with -DSTRATA_CUDA=OFF")
+  endif()
+  add_library(strata_nccl_library INTERFACE)
+  target_link_libraries(strata_nccl_library INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+  target_include_directories(strata_nccl_library SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+  message(STATUS "NCCL: ${NCCL_LIBRARY}")
   # nvcc's counterparts of the project's GCC warning options (those are kept to C and C++ in the
   # top-level CMakeLists.txt). Host code inside .cu files gets -Wall -Wextra but not -Wpedantic:
   # the host files nvcc generates carry GCC-style line markers ("# 1 "x.cu"") that -Wpedantic

@@ -245,7 +245,8 @@ std::size_t CudaGpt<T>::reservation_bytes(const Dims& d, Recompute recompute) {
 
 template <class T>
 CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
-                    Collectives* tp, int max_batch, int slots, Recompute recompute)
+                    Collectives* tp, int max_batch, int slots, Recompute recompute,
+                    DeviceCollectives* device_tp)
     : ctx_(ctx),
       shape_(shape),
       partition_(checked_partition(shape, partition, max_batch, slots)),
@@ -257,11 +258,19 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       scratch_(scratch_bytes(static_cast<std::size_t>(max_batch) * shape.seq_len)),
       slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
-  STRATA_CHECK(partition.tp_size == 1 || (tp != nullptr && tp->size() == partition.tp_size &&
-                                          tp->rank() == partition.tp_rank),
-               "the tensor-parallel group does not match the partition");
   const Dims d = dims();
-  if (partition.tp_size > 1) tp_ = std::make_unique<StagedCollectives>(*tp, d.N * d.C);
+  if (device_tp != nullptr) {
+    tp_ = device_tp;
+  } else if (partition.tp_size > 1) {
+    STRATA_CHECK(tp != nullptr, "a tensor-parallel partition needs its group");
+    staged_tp_ = std::make_unique<StagedCollectives>(*tp, d.N * d.C);
+    tp_ = staged_tp_.get();
+  }
+  STRATA_CHECK(partition.tp_size == 1 || (tp_ != nullptr && tp_->size() == partition.tp_size &&
+                                          tp_->rank() == partition.tp_rank),
+               "the tensor-parallel group does not match the partition");
+  // A group of one carries nothing: the model skips its collectives altogether.
+  if (partition.tp_size == 1) tp_ = nullptr;
   BufferCarver carver(static_cast<char*>(activations_.allocate(activations_.capacity())));
   activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute);
   // One block's share over all slots: its input (the residual stream) and what recomputation
@@ -292,7 +301,7 @@ CudaGpt<T>::~CudaGpt() {
 
 template <class T>
 std::size_t CudaGpt<T>::device_bytes() const {
-  const std::size_t staging = tp_ ? std::size_t{sizeof(float)} * max_batch_ * shape_.seq_len *
+  const std::size_t staging = staged_tp_ ? std::size_t{sizeof(float)} * max_batch_ * shape_.seq_len *
                                         static_cast<std::size_t>(shape_.d_model)
                                   : 0;
   return activations_.capacity() + scratch_.capacity() + staging;

@@ -10,7 +10,7 @@
 // cross-entropy from shard pieces (row maxima, then sums, combined over the group).
 // "[sum]" and "[gather rows]" are the tensor-parallel collectives of gpt.h (all-reduce, or with
 // sequence parallelism reduce-scatter / all-gather of the B·T rows), staged through the host
-// (model/kernels/cuda/staged_collectives.h); with tp 1 they are nothing.
+// (model/kernels/cuda/staged_collectives.h) or over NCCL; with tp 1 they are nothing.
 //
 // Dtypes: T (float, __nv_bfloat16, __half) is the compute dtype of the weights copy the model
 // reads, of every activation and every activation gradient; parameter gradients, LayerNorm
@@ -48,6 +48,7 @@
 #include "model/gpt_shape.h"
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/device_context.h"
+#include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/staged_collectives.h"
 #include "model/parameter_layout.h"
 
@@ -62,9 +63,12 @@ class CudaGpt {
   // (attention_head_size_supported).
   CudaGpt(DeviceContext& ctx, const GptShape& shape, int max_batch, Recompute recompute);
   // `partition` of the model; `tp` is its tensor-parallel group (host collectives, not owned; may
-  // be null when partition.tp_size is 1). `slots`: micro-batches held at once.
+  // be null when partition.tp_size is 1), over which the model stages its collectives, unless
+  // `device_tp` (not owned) carries them device to device (NCCL). `slots`: micro-batches held at
+  // once.
   CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
-          Collectives* tp, int max_batch, int slots, Recompute recompute);
+          Collectives* tp, int max_batch, int slots, Recompute recompute,
+          DeviceCollectives* device_tp = nullptr);
   ~CudaGpt();
   CudaGpt(const CudaGpt&) = delete;
   CudaGpt& operator=(const CudaGpt&) = delete;
@@ -165,7 +169,8 @@ class CudaGpt {
   int max_batch_;
   Recompute recompute_;
   bool sequence_parallel_;
-  std::unique_ptr<StagedCollectives> tp_;  // null with tp 1
+  std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
+  DeviceCollectives* tp_ = nullptr;               // null with tp 1
   DeviceArena activations_;
   DeviceArena scratch_;
   std::vector<Slot> slots_;

@@ -62,6 +62,14 @@ Communicator::TimedCall::~TimedCall() {
   owner_.stats_.seconds[kind_] += elapsed.count();
 }
 
+std::uint64_t ring_all_reduce_bytes(std::uint64_t bytes, int n) {
+  return n <= 1 ? 0 : 2 * bytes * static_cast<std::uint64_t>(n - 1) / static_cast<std::uint64_t>(n);
+}
+
+std::uint64_t ring_chunk_bytes(std::uint64_t whole_bytes, int n) {
+  return n <= 1 ? 0 : whole_bytes / static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n - 1);
+}
+
 void Communicator::set_topology(std::vector<int> member_world_ranks, int ranks_per_node) {
   STRATA_CHECK(ranks_per_node >= 1, "ranks_per_node must be >= 1");
   member_world_ranks_ = std::move(member_world_ranks);

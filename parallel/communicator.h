@@ -56,6 +56,11 @@ struct CommStats {
 // two snapshots of running totals. Entries of `later` are kept even where the difference is zero.
 CommStats operator-(const CommStats& later, const CommStats& earlier);
 
+// Bytes one rank sends in a ring all-reduce of a `bytes` buffer over n ranks (reduce-scatter then
+// all-gather), and in a ring reduce-scatter or all-gather whose whole buffer is `whole_bytes`.
+std::uint64_t ring_all_reduce_bytes(std::uint64_t bytes, int n);
+std::uint64_t ring_chunk_bytes(std::uint64_t whole_bytes, int n);
+
 // A Collectives, so a tensor-parallel model can run over a group communicator directly.
 class Communicator : public Collectives {
  public:
@@ -97,6 +102,12 @@ class Communicator : public Collectives {
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
+
+  // For a device backend that runs this group's collectives on device memory (NCCL): counts them
+  // in these stats by the model above, as this communicator counts its own calls. Their seconds
+  // are not counted: a device call returns before its transfer is done.
+  void count_device_ring(const std::string& kind, std::uint64_t sent) { count_ring(kind, sent); }
+  void count_device_send(int peer, std::uint64_t sent) { count_send(peer, sent); }
 
  protected:
   // A backend calls this once it knows its group: every member's world rank, in group-rank order.

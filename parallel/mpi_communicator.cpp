@@ -62,17 +62,6 @@ MPI_Datatype mpi_type<double>() {
   return MPI_DOUBLE;
 }
 
-// Bytes one rank sends in a ring all-reduce of `bytes`: reduce-scatter + all-gather.
-std::uint64_t ring_all_reduce_bytes(std::uint64_t bytes, int n) {
-  return n <= 1 ? 0 : 2 * bytes * static_cast<std::uint64_t>(n - 1) / static_cast<std::uint64_t>(n);
-}
-
-// Bytes one rank sends in a ring reduce-scatter or all-gather: n−1 of the n chunks.
-template <class T>
-std::uint64_t ring_chunk_bytes(std::size_t count_per_rank, int n) {
-  return static_cast<std::uint64_t>(n - 1) * count_per_rank * sizeof(T);
-}
-
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, int ranks_per_node) : comm_(comm) {
@@ -186,7 +175,7 @@ void MpiCommunicator::reduce_scatter_sum_impl(const T* in, T* out, std::size_t c
   const TimedCall timed(*this, "reduce_scatter");
   STRATA_MPI_CHECK(MPI_Reduce_scatter_block(in, out, checked_count(count_per_rank), mpi_type<T>(),
                                             MPI_SUM, comm_));
-  count_ring("reduce_scatter", ring_chunk_bytes<T>(count_per_rank, size_));
+  count_ring("reduce_scatter", ring_chunk_bytes(size_ * count_per_rank * sizeof(T), size_));
 }
 
 template <class T>
@@ -197,7 +186,7 @@ void MpiCommunicator::all_gather_impl(const T* in, T* out, std::size_t count_per
   const bool in_place = in == out + static_cast<std::size_t>(rank_) * count_per_rank;
   STRATA_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in, count, mpi_type<T>(), out, count,
                                  mpi_type<T>(), comm_));
-  count_ring("all_gather", ring_chunk_bytes<T>(count_per_rank, size_));
+  count_ring("all_gather", ring_chunk_bytes(size_ * count_per_rank * sizeof(T), size_));
 }
 
 template <class T>

@@ -98,6 +98,9 @@ struct ParallelConfig {
   std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe
   bool sequence_parallel = false;
   std::vector<int> pp_layers;  // empty: balanced
+  // How a CUDA run's ranks exchange device arrays: nccl (GPU to GPU; one GPU per rank), host
+  // (staged through host memory over MPI; ranks may share a GPU), auto (nccl where it can run).
+  std::string device_comm = "auto";
   ZeroConfig zero;
 
   bool operator==(const ParallelConfig&) const = default;

@@ -34,6 +34,7 @@ inline constexpr std::array<std::string_view, 3> kComputeTypes{"fp32", "bf16", "
 inline constexpr std::array<std::string_view, 2> kPipelineSchedules{"1f1b", "gpipe"};
 inline constexpr std::array<std::string_view, 3> kRecomputeModes{"none", "selective", "full"};
 inline constexpr std::array<std::string_view, 3> kDevices{"cpu", "cuda", "auto"};
+inline constexpr std::array<std::string_view, 3> kDeviceComms{"auto", "nccl", "host"};
 inline constexpr std::array<std::string_view, 3> kCompressions{"none", "fp16", "int8"};
 
 // Calls visit(path, field) for every key in YAML order. Sections must stay contiguous: the writer
@@ -88,6 +89,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("parallel.pipeline_schedule", Choice{c.parallel.pipeline_schedule, kPipelineSchedules});
   visit("parallel.sequence_parallel", c.parallel.sequence_parallel);
   visit("parallel.pp_layers", c.parallel.pp_layers);
+  visit("parallel.device_comm", Choice{c.parallel.device_comm, kDeviceComms});
   visit("parallel.zero.stage", c.parallel.zero.stage);
   visit("parallel.zero.quantized_weights", c.parallel.zero.quantized_weights);
   visit("parallel.zero.hierarchical_partition", c.parallel.zero.hierarchical_partition);

@@ -125,6 +125,10 @@ void validate_parallel(const Config& c, const Rules& rules) {
     rules.fail("parallel.sequence_parallel", "needs model.seq_len (", c.model.seq_len,
                ") divisible by parallel.tp (", p.tp, ")");
 
+  // NCCL carries device arrays: a run on the CPU has none.
+  if (p.device_comm == "nccl" && c.device == "cpu")
+    rules.fail("parallel.device_comm", "nccl needs device cuda or auto, not cpu");
+
   // Every pipeline stage holds at least one layer.
   if (p.pp > c.model.n_layer)
     rules.fail("parallel.pp", "(", p.pp, ") must be <= model.n_layer (", c.model.n_layer, ")");

@@ -1,5 +1,5 @@
 // CudaTraining on the CUDA backend (built only with CUDA; cuda_training_absent.cpp otherwise).
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: compiled for sm_90a, never run on a GPU (untested); nor has its NCCL path.
 #include "train/cuda_training.h"
 
 #include <cuda_bf16.h>
@@ -12,6 +12,7 @@
 
 #include "model/core/error.h"
 #include "model/gpt_cuda.h"
+#include "model/kernels/cuda/accumulate.h"
 #include "model/kernels/cuda/adamw.h"
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/attention.h"
@@ -20,6 +21,8 @@
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/grad_norm.h"
 #include "parallel/communicator.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/process_groups.h"
 #include "train/cuda_pipeline_stage.h"
 
 namespace strata {
@@ -43,6 +46,19 @@ class PinnedFloats {
   std::size_t count_;
 };
 
+// One NCCL communicator per parallel axis, made (in this order on every rank) from the MPI groups
+// of the placement; all null when the placement stages through the host.
+struct NcclGroups {
+  std::unique_ptr<NcclCommunicator> tp, pp, dp;
+
+  explicit NcclGroups(const ProcessGroups* groups) {
+    if (groups == nullptr) return;
+    tp = std::make_unique<NcclCommunicator>(groups->tp());
+    pp = std::make_unique<NcclCommunicator>(groups->pp());
+    dp = std::make_unique<NcclCommunicator>(groups->dp());
+  }
+};
+
 template <class T>
 class CudaTrainingOf final : public CudaTraining {
  public:
@@ -50,10 +66,15 @@ class CudaTrainingOf final : public CudaTraining {
                  int device)
       : config_(config),
         ctx_(device),
+        nccl_(placement.nccl_groups),
         model_(ctx_, shape, placement.partition, placement.tp, config.train.micro_batch,
-               placement.slots, recompute_from_name(config.recompute)),
+               placement.slots, recompute_from_name(config.recompute), nccl_.tp.get()),
         n_(static_cast<long>(model_.layout().total())),
-        buffers_(buffer_bytes(n_)),
+        tied_count_(nccl_.pp && nccl_.pp->size() > 1 &&
+                            (placement.partition.has_embedding || placement.partition.has_head)
+                        ? static_cast<long>(model_.layout().at("wte").size)
+                        : 0),
+        buffers_(buffer_bytes(n_, tied_count_)),
         decay_(cuda::decayed_ranges(model_.layout())),
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
     master_ = buffers_.allocate<float>(n_);
@@ -62,6 +83,7 @@ class CudaTrainingOf final : public CudaTraining {
     v_ = buffers_.allocate<float>(n_);
     if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_);
     norms_ = buffers_.allocate<double>(kMaxNormRanges);
+    if (tied_count_ > 0) tied_theirs_ = buffers_.allocate<float>(tied_count_);
     tokens_.resize(static_cast<std::size_t>(config.train.micro_batch) * shape.seq_len);
     targets_.resize(tokens_.size());
     // Evaluation, and the step of a pipeline stage, run through the executor; a lone stage trains
@@ -121,14 +143,27 @@ class CudaTrainingOf final : public CudaTraining {
     return loss_sum;
   }
 
-  void download_gradients(std::vector<float>& grads) override {
-    download(grads, grads_);
-    ctx_.synchronize();
-  }
-  void upload_gradients(const std::vector<float>& grads) override {
-    STRATA_CHECK(grads.size() == static_cast<std::size_t>(n_));
-    upload(grads_, grads);
-    ctx_.synchronize();  // the host vector may change once this returns
+  void synchronize_gradients(const GradientSyncPlan& plan, const ProcessGroups& groups) override {
+    if (!nccl_.dp) {  // through the host, by the CPU backend's code
+      download(host_grads_, grads_);
+      ctx_.synchronize();
+      strata::synchronize_gradients(plan, host_grads_.data(), groups);
+      upload(grads_, host_grads_);
+      ctx_.synchronize();  // the host vector may change once this returns
+      return;
+    }
+    // The same three reductions on the device, queued on the compute stream.
+    cudaStream_t stream = ctx_.stream();
+    for (const auto& [offset, count] : plan.tp_sums)
+      nccl_.tp->all_reduce_sum(grads_ + offset, count, stream);
+    if (plan.tied_peer >= 0) {
+      STRATA_CHECK(static_cast<long>(plan.tied_count) == tied_count_,
+                   "the tied embedding's gradient does not match its exchange buffer");
+      float* mine = grads_ + plan.tied_offset;
+      nccl_.pp->exchange(mine, tied_theirs_, plan.tied_count, plan.tied_peer, stream);
+      cuda::add_into(mine, tied_theirs_, tied_count_, stream);  // a + b = b + a: both ends agree
+    }
+    nccl_.dp->all_reduce_sum(grads_, plan.dp_count, stream);
   }
 
   double sum_of_squares(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) override {
@@ -200,14 +235,16 @@ class CudaTrainingOf final : public CudaTraining {
   // Separate ranges one gradient norm may sum (tensor parallelism splits the counted tensors).
   static constexpr std::size_t kMaxNormRanges = 4096;
 
-  // Master weights, gradients, both moments, the compute copy, the norm results and the norm
-  // scratch (up to 1024 doubles): each rounded up to the arena's alignment.
-  static std::size_t buffer_bytes(long n) {
+  // Master weights, gradients, both moments, the compute copy, the norm results, the norm
+  // scratch (up to 1024 doubles), and the other end's tied-embedding gradient (tied_count floats):
+  // each rounded up to the arena's alignment.
+  static std::size_t buffer_bytes(long n, long tied_count) {
     const std::size_t align = cuda::DeviceArena::kDefaultAlignment;
     auto rounded = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
     const std::size_t weights_copy = std::is_same_v<T, float> ? 0 : rounded(n * sizeof(T));
     return 4 * rounded(n * sizeof(float)) + weights_copy +
-           rounded(kMaxNormRanges * sizeof(double)) + rounded(1024 * sizeof(double)) + align;
+           rounded(kMaxNormRanges * sizeof(double)) + rounded(1024 * sizeof(double)) +
+           rounded(tied_count * sizeof(float)) + align;
   }
   // The weights the model reads: the masters in fp32, else their compute-dtype copy.
   const T* weights() const {
@@ -227,15 +264,19 @@ class CudaTrainingOf final : public CudaTraining {
   }
 
   Config config_;
-  cuda::DeviceContext ctx_;
+  cuda::DeviceContext ctx_;  // first: makes the device current for NCCL and the model
+  NcclGroups nccl_;
   cuda::CudaGpt<T> model_;
   long n_;
+  long tied_count_;  // elements of the tied-embedding exchange over NCCL (0: none)
   cuda::DeviceArena buffers_;
   cuda::DeviceRanges decay_;
   PinnedFloats micro_losses_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   T* weights_ = nullptr;     // null in fp32: the masters are the weights
   double* norms_ = nullptr;  // (kMaxNormRanges) one sum of squares per range
+  float* tied_theirs_ = nullptr;   // (tied_count_) the other pipeline end's wte gradient
+  std::vector<float> host_grads_;  // the gradients on the host, when they sync through it
   std::vector<std::int32_t> tokens_, targets_;
   std::unique_ptr<CudaPipelineStage<T>> stage_;
   Communicator* pp_ = nullptr;  // null: a lone stage without a pipeline group
@@ -250,6 +291,19 @@ int cuda_device_count() {
   // No driver or no device is not an error here: the answer is 0.
   if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
   return count;
+}
+
+std::string cuda_device_identity(int device) {
+  cudaDeviceProp properties{};
+  STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id;
+  for (char byte : properties.uuid.bytes) {
+    const auto b = static_cast<unsigned char>(byte);
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  return id;
 }
 
 bool cuda_supports_shape(const GptShape& shape) {

@@ -6,17 +6,19 @@
 // and the gradient norm, read once per step: the skip decision for non-finite steps needs the
 // norm) and what crosses ranks.
 //
-// Every layout of the CPU backend runs here too. Tensor parallelism runs inside the model
-// (host-staged collectives); pipeline parallelism runs the stage through the trainer's
-// PipelineExecutor, boundary activations crossing the host; the trainer synchronises gradients
-// (data parallelism, replicated parameters under sequence parallelism, the tied embedding of the
-// two pipeline ends) through host memory with the CPU backend's own code (train/gradient_sync.h).
-// Host staging is what lets several ranks share one GPU; NCCL, which needs a GPU per rank, is not
-// used yet.
+// Every layout of the CPU backend runs here too. Tensor parallelism runs inside the model;
+// pipeline parallelism runs the stage through the trainer's PipelineExecutor, boundary
+// activations crossing the host as fp32; the gradient sums across ranks (data parallelism,
+// replicated parameters under sequence parallelism, the tied embedding of the two pipeline ends)
+// follow the CPU backend's plan (train/gradient_sync.h). What carries the tensor-parallel
+// collectives and the gradient sums is parallel.device_comm: NCCL, GPU to GPU and asynchronous,
+// when every rank has a GPU of its own; else staging through host memory over MPI, which lets
+// several ranks share one GPU at the cost of a host synchronisation per collective.
 //
 // Builds without CUDA link a stand-in whose factory reports that the build has no CUDA backend.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: compiled for sm_90a, never run on a GPU (untested); the NCCL path never ran either (it
+// needs a GPU per rank).
 #pragma once
 
 #include <cstddef>
@@ -32,6 +34,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "train/config.h"
 #include "train/evaluate.h"
+#include "train/gradient_sync.h"
 #include "train/pipeline_executor.h"
 
 namespace strata {
@@ -56,9 +59,11 @@ class CudaTraining {
   // last stage, 0 on the others.
   virtual double accumulate_gradients(int micro_batches, float loss_scale,
                                       const MicroBatchSource& source) = 0;
-  // The gradients to and from the host (layout order), for the synchronisation across ranks.
-  virtual void download_gradients(std::vector<float>& grads) = 0;
-  virtual void upload_gradients(const std::vector<float>& grads) = 0;
+  // Sums the gradients across ranks as `plan` says (train/gradient_sync.h): on the device over
+  // NCCL when the placement has NCCL groups, else through host memory with the CPU backend's own
+  // code over `groups`. Either way every rank then holds what it would on the CPU.
+  virtual void synchronize_gradients(const GradientSyncPlan& plan,
+                                     const ProcessGroups& groups) = 0;
   // Σ g² over the [first, first + count) ranges of the gradients as they are (still loss-scaled),
   // in double; and ‖g‖₂ of all of them.
   virtual double sum_of_squares(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) = 0;
@@ -94,6 +99,10 @@ struct CudaPlacement {
   Communicator* pp = nullptr;  // its pipeline group (may be null without pipelining)
   const PipelineProgram* program = nullptr;  // the step's schedule, one list per stage
   int slots = 1;  // micro-batches this stage holds at once under that schedule
+  // Set: device arrays cross ranks over NCCL, one communicator per axis made from these groups
+  // (every rank of the world must then have a GPU of its own: choose_nccl); null: through host
+  // memory over `tp`, `pp` and the trainer's groups.
+  const ProcessGroups* nccl_groups = nullptr;
 };
 
 // The device step for `config` (micro-batches of train.micro_batch sequences) on device
@@ -107,6 +116,18 @@ std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const Gpt
 // Whether the CUDA backend has kernels for `shape` (its attention kernel takes head sizes 16,
 // 32, 64 and 128); false in a build without CUDA.
 bool cuda_supports_shape(const GptShape& shape);
+
+// This process's GPU `device` as a string that differs between any two physical GPUs (its UUID);
+// empty in a build without CUDA.
+std::string cuda_device_identity(int device);
+
+// Every world rank's GPU identity (cuda_device_identity), in rank order; collective over `world`.
+std::vector<std::string> gather_gpu_ids(Communicator& world, const std::string& mine);
+
+// Whether a CUDA run's device arrays cross ranks over NCCL, from parallel.device_comm and every
+// world rank's GPU identity: host never; nccl always, an error naming two ranks that share a GPU
+// (NCCL needs one GPU per rank); auto when there are several ranks and no two share a GPU.
+bool choose_nccl(const std::string& device_comm, const std::vector<std::string>& gpu_ids);
 
 // Decides where a run trains: "cpu" or "cuda", from `device` (cpu | cuda | auto), the shape and
 // the devices present. auto picks cuda when a device is usable and the backend supports the shape;

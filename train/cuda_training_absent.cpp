@@ -9,6 +9,8 @@ int cuda_device_count() { return 0; }
 
 bool cuda_supports_shape(const GptShape&) { return false; }
 
+std::string cuda_device_identity(int) { return ""; }
+
 std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape, int) {
   return make_cuda_training(config, shape, CudaPlacement{}, 0);
 }

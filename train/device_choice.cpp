@@ -1,4 +1,7 @@
-// resolve_device (train/cuda_training.h): where a run trains.
+// resolve_device and choose_nccl (train/cuda_training.h): where a run trains, and what carries
+// its device arrays between ranks.
+#include <map>
+
 #include "model/core/error.h"
 #include "train/cuda_training.h"
 
@@ -15,6 +18,39 @@ std::string resolve_device(const Config& config, const GptShape& shape) {
     return "cuda";
   }
   return usable && cuda_supports_shape(shape) ? "cuda" : "cpu";  // auto
+}
+
+bool choose_nccl(const std::string& device_comm, const std::vector<std::string>& gpu_ids) {
+  if (device_comm == "host") return false;
+  // NCCL refuses a communicator with two ranks on one GPU: find the first such pair.
+  std::map<std::string, std::size_t> first_rank_on;
+  for (std::size_t r = 0; r < gpu_ids.size(); ++r) {
+    const auto [it, fresh] = first_rank_on.emplace(gpu_ids[r], r);
+    if (fresh) continue;
+    if (device_comm == "auto") return false;
+    fail("parallel.device_comm nccl: world ranks ", it->second, " and ", r,
+         " compute on the same GPU, and NCCL needs one GPU per rank; use parallel.device_comm "
+         "host (or auto), or one rank per GPU");
+  }
+  // One rank has nothing to exchange: auto leaves NCCL out; nccl asked for it.
+  return device_comm == "nccl" || gpu_ids.size() > 1;
+}
+
+std::vector<std::string> gather_gpu_ids(Communicator& world, const std::string& mine) {
+  // The identities travel as one float per character (exact in fp32), padded to a common length.
+  constexpr std::size_t kLength = 64;
+  STRATA_CHECK(mine.size() <= kLength, "GPU identity longer than ", kLength, " characters");
+  std::vector<float> local(kLength, 0.0f);
+  for (std::size_t i = 0; i < mine.size(); ++i)
+    local[i] = static_cast<float>(static_cast<unsigned char>(mine[i]));
+  const std::size_t n = static_cast<std::size_t>(world.size());
+  std::vector<float> all(n * kLength);
+  world.all_gather(local.data(), all.data(), kLength);
+  std::vector<std::string> ids(n);
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < kLength && all[r * kLength + i] != 0.0f; ++i)
+      ids[r].push_back(static_cast<char>(static_cast<unsigned char>(all[r * kLength + i])));
+  return ids;
 }
 
 }  // namespace strata

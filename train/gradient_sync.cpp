@@ -20,25 +20,40 @@ bool is_tied_copy(const Gpt<float>& model, const TensorView& t) {
 }
 }  // namespace
 
-void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessGroups& groups) {
+GradientSyncPlan gradient_sync_plan(const Gpt<float>& model, const ProcessGroups& groups) {
   const ModelPartition& p = model.partition();
   const ParameterLayout& layout = model.layout();
+  GradientSyncPlan plan;
   if (p.sequence_parallel && p.tp_size > 1)
     for (const TensorView& t : layout.tensors())
-      if (replicated_over_tp(model, t)) groups.tp().all_reduce_sum(grads + t.offset, t.size);
-
-  Communicator& pp = groups.pp();
+      if (replicated_over_tp(model, t)) plan.tp_sums.emplace_back(t.offset, t.size);
+  const Communicator& pp = groups.pp();
   if (pp.size() > 1 && (p.has_embedding || p.has_head)) {
     const TensorView& wte = layout.at("wte");
-    const int peer = p.has_embedding ? pp.size() - 1 : 0;
-    std::vector<float> theirs(wte.size);
-    pp.send_recv(grads + wte.offset, wte.size, peer, theirs.data(), wte.size, peer);
-    // a + b on one end, b + a on the other: bitwise the same sum.
-    float* mine = grads + wte.offset;
-    for (std::size_t i = 0; i < wte.size; ++i) mine[i] += theirs[i];
+    plan.tied_peer = p.has_embedding ? pp.size() - 1 : 0;
+    plan.tied_offset = wte.offset;
+    plan.tied_count = wte.size;
   }
+  plan.dp_count = layout.total();
+  return plan;
+}
 
-  groups.dp().all_reduce_sum(grads, layout.total());
+void synchronize_gradients(const GradientSyncPlan& plan, float* grads,
+                           const ProcessGroups& groups) {
+  for (const auto& [offset, count] : plan.tp_sums) groups.tp().all_reduce_sum(grads + offset, count);
+  if (plan.tied_peer >= 0) {
+    std::vector<float> theirs(plan.tied_count);
+    float* mine = grads + plan.tied_offset;
+    groups.pp().send_recv(mine, plan.tied_count, plan.tied_peer, theirs.data(), plan.tied_count,
+                          plan.tied_peer);
+    // a + b on one end, b + a on the other: bitwise the same sum.
+    for (std::size_t i = 0; i < plan.tied_count; ++i) mine[i] += theirs[i];
+  }
+  groups.dp().all_reduce_sum(grads, plan.dp_count);
+}
+
+void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessGroups& groups) {
+  synchronize_gradients(gradient_sync_plan(model, groups), grads, groups);
 }
 
 bool gradients_need_synchronizing(const Gpt<float>& model, const ProcessGroups& groups) {

@@ -23,6 +23,20 @@ void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessG
 // Whether synchronize_gradients has anything to sum across ranks under these groups.
 bool gradients_need_synchronizing(const Gpt<float>& model, const ProcessGroups& groups);
 
+// The three reductions above as data, so a device backend runs exactly these on its own copy of
+// the gradients (train/cuda_training.h, over NCCL). Offsets and counts are elements of the layout.
+struct GradientSyncPlan {
+  // 1. Ranges (offset, count) summed over the tensor-parallel group.
+  std::vector<std::pair<std::size_t, std::size_t>> tp_sums;
+  // 2. The tied wte: exchanged with pipeline-group rank tied_peer and summed (-1: nothing).
+  int tied_peer = -1;
+  std::size_t tied_offset = 0, tied_count = 0;
+  // 3. The first dp_count elements (all of them) summed over the data-parallel group.
+  std::size_t dp_count = 0;
+};
+GradientSyncPlan gradient_sync_plan(const Gpt<float>& model, const ProcessGroups& groups);
+void synchronize_gradients(const GradientSyncPlan& plan, float* grads, const ProcessGroups& groups);
+
 // ‖g‖₂ over the logical model, each logical element counted once (replicas and the last stage's
 // copy of wte excluded), summed over the tensor- and pipeline-parallel groups in double; the same
 // value on every rank.

@@ -168,6 +168,7 @@ struct Trainer::State {
   // device cuda: the step runs there (params, grads and moments above are then only the host
   // copies for checkpoints); null on the CPU.
   std::unique_ptr<CudaTraining> cuda;
+  bool nccl = false;  // device arrays cross ranks over NCCL (parallel.device_comm)
 
   // on_cuda: the step runs on the GPU; the CPU model then only provides the layout (one sequence
   // of buffers) and there are no host gradients.
@@ -279,7 +280,12 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
     placement.program = &s.step_program.program;
     // A lone stage trains one micro-batch at a time (the fused pass), whatever the schedule.
     placement.slots = s.groups.pp().size() > 1 ? s.step_program.slots : 1;
-    s.cuda = make_cuda_training(config, s.shape, placement, local_rank % cuda_device_count());
+    const int gpu = local_rank % cuda_device_count();
+    // Collective: every rank learns which GPU each rank computes on.
+    s.nccl = choose_nccl(config.parallel.device_comm,
+                         gather_gpu_ids(world, cuda_device_identity(gpu)));
+    if (s.nccl) placement.nccl_groups = &s.groups;
+    s.cuda = make_cuda_training(config, s.shape, placement, gpu);
     s.cuda->load(s.params, s.optimizer.first_moment(), s.optimizer.second_moment());
   }
 
@@ -304,7 +310,8 @@ int Trainer::run() {
     const std::size_t total = ParameterLayout::for_gpt(s.shape).total();
     std::cout << "model: " << total << " parameters (" << c.model.n_layer << " layers, d_model "
               << c.model.d_model << ", vocab " << c.model.vocab_size << " padded to "
-              << s.shape.padded_vocab() << ") on " << (s.cuda ? "cuda" : "cpu") << " | mesh tp "
+              << s.shape.padded_vocab() << ") on "
+              << (s.cuda ? (s.nccl ? "cuda (nccl)" : "cuda") : "cpu") << " | mesh tp "
               << s.mesh.tp_size() << " x dp " << s.dp << " x pp " << s.mesh.pp_size() << " ("
               << c.parallel.pipeline_schedule
               << (c.parallel.sequence_parallel ? ", sequence parallel" : "") << "), rank 0 holds "
@@ -382,13 +389,10 @@ int Trainer::run() {
     double loss_sum = 0, scaled_norm = 0;
     if (s.cuda) {
       loss_sum = s.cuda->accumulate_gradients(s.accumulation, loss_scale, train_batch);
-      // Across ranks through host memory, by the CPU backend's code: every rank then holds what
-      // it would on the CPU.
-      if (gradients_need_synchronizing(s.model, s.groups)) {
-        s.cuda->download_gradients(s.grads);
-        synchronize_gradients(s.model, s.grads.data(), s.groups);
-        s.cuda->upload_gradients(s.grads);
-      }
+      // By the CPU backend's plan, over NCCL or through host memory: every rank then holds what
+      // it would on the CPU. (A run that asked for NCCL runs it even on one rank.)
+      if (s.nccl || gradients_need_synchronizing(s.model, s.groups))
+        s.cuda->synchronize_gradients(gradient_sync_plan(s.model, s.groups), s.groups);
       scaled_norm =
           global_norm_from_sum(s.cuda->sum_of_squares(gradient_norm_ranges(s.model)), s.groups);
     } else {

@@ -3,7 +3,7 @@
 // process (loss and val_loss per step within 1e-4 relative, the bound between CPU layouts); a
 // bf16 layout trains the bf16 run of one CUDA process; and a checkpoint written by a CUDA layout
 // resumes on the CPU at another layout and continues the same run. All ranks share the machine's
-// GPU through host-staged collectives (NCCL needs a GPU per rank).
+// GPU through host-staged collectives (NCCL needs a GPU per rank); NCCL itself runs over one rank.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
 // Status: never run on a GPU (untested).
@@ -112,6 +112,36 @@ TEST_F(CudaLayouts, CheckpointsOfACudaLayoutResumeOnTheCpu) {
   fs::create_directories(dir_->str() + "/runs/resumed");
   const std::string run = train(*dir_, resumed, "resumed", " --resume " + checkpoint);
   expect_close(metric(run, "loss"), reference, 10, "loss after resume", 1e-4);
+}
+
+// parallel.device_comm on a machine with one GPU: NCCL runs over a group of one rank (every
+// collective of the step goes through it: the gradient sums and the communicator set-up), auto
+// stages through the host when ranks share the GPU, and nccl with ranks sharing it is a one-line
+// error. (NCCL across ranks needs a GPU per rank: the tests here cannot cover it.)
+TEST_F(CudaLayouts, DeviceCommChoosesWhatOneGpuCanCarry) {
+  const auto reference = metric(reference_dir_, "loss");
+  Layout single;
+  single.device = "cuda";
+  const std::string nccl_run =
+      train(*dir_, single, "nccl_alone", " --set parallel.device_comm=nccl");
+  expect_close(metric(nccl_run, "loss"), reference, 0, "loss over nccl", 1e-4);
+  expect_close(metric(nccl_run, "val_loss"), metric(reference_dir_, "val_loss"), 0,
+               "val_loss over nccl", 1e-4);
+
+  Layout shared{2, 1, 1};
+  shared.device = "cuda";
+  const std::string auto_run = train(*dir_, shared, "auto_shared", " --set parallel.device_comm=auto");
+  expect_close(metric(auto_run, "loss"), reference, 0, "loss staged by auto", 1e-4);
+
+  const std::string command = testing::mpirun(2) + testing::bin("train") + " " + dir_->str() +
+                              "/config.yaml" + shared.overrides() +
+                              " --set parallel.device_comm=nccl --set run.name=nccl_shared";
+  const auto result = testing::run_command(command);
+  EXPECT_NE(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("error: parallel.device_comm nccl: world ranks 0 and 1 compute on "
+                               "the same GPU"),
+            std::string::npos)
+      << result.output;
 }
 
 }  // namespace

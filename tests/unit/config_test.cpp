@@ -222,6 +222,8 @@ TEST(ConfigErrors, EnumsListTheChoices) {
                   "'recompute' must be none, selective or full, got 'all'");
   EXPECT_CONTAINS(error_of("data: {train: t}\ndevice: gpu"),
                   "'device' must be cpu, cuda or auto, got 'gpu'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {device_comm: mpi}"),
+                  "'parallel.device_comm' must be auto, nccl or host, got 'mpi'");
   EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {compression: int4}"),
                   "'diloco.compression' must be none, fp16 or int8, got 'int4'");
 }
@@ -286,6 +288,13 @@ TEST(ConfigErrors, OutOfRangeNamesTheKey) {
       EXPECT_CONTAINS(message, "(from --set '" + set + "')");
     }
   }
+}
+
+TEST(ConfigErrors, NcclOnTheCpuIsAnError) {
+  EXPECT_CONTAINS(error_of("data: {train: t}\ndevice: cpu\nparallel: {device_comm: nccl}"),
+                  "'parallel.device_comm' nccl needs device cuda or auto, not cpu");
+  EXPECT_NO_THROW(
+      parse_config("data: {train: t}\ndevice: cpu\nparallel: {device_comm: host}", "c.yaml"));
 }
 
 TEST(ConfigErrors, LayoutsThatDoNotDivideTheModel) {
@@ -438,7 +447,8 @@ TEST(ConfigYaml, WritesEveryKey) {
        {"name: demo", "seed: 1234", "vocab_size: 4096", "val: \"\"", "lr: 0.001", "eps: 1e-08",
         "eval_tokens: 65536", "dir: \"\"  # empty: runs/demo/checkpoints", "loss_scale: dynamic",
         "loss_scale_window: 1000", "dp: auto", "pp_layers: []", "zero:\n    stage: 0",
-        "quantized_gradients: false", "recompute: none", "device: auto", "compression: none"})
+        "quantized_gradients: false", "device_comm: auto", "recompute: none", "device: auto",
+        "compression: none"})
     EXPECT_CONTAINS(yaml, key);
 }
 
@@ -459,6 +469,7 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.parallel.dp = 3;
   c.parallel.pp_layers = {3, 1};
   c.parallel.sequence_parallel = true;
+  c.parallel.device_comm = "host";
   c.parallel.zero = {2, true, false, true};
   c.recompute = "full";
   c.device = "cpu";

@@ -184,5 +184,26 @@ TEST(DeviceChoice, CudaWhereADeviceAndTheShapeAllowIt) {
   }
 }
 
+// NCCL needs a GPU per rank: the choice from every rank's GPU identity.
+TEST(DeviceCommChoice, NcclWhereEveryRankHasItsOwnGpu) {
+  const std::vector<std::string> own = {"gpu-a", "gpu-b", "gpu-c", "gpu-d"};
+  const std::vector<std::string> shared = {"gpu-a", "gpu-b", "gpu-a", "gpu-c"};
+  const std::vector<std::string> alone = {"gpu-a"};
+  EXPECT_TRUE(choose_nccl("auto", own));
+  EXPECT_FALSE(choose_nccl("auto", shared));  // auto falls back to host staging, never fails
+  EXPECT_FALSE(choose_nccl("auto", alone));   // nothing to exchange
+  EXPECT_FALSE(choose_nccl("host", own));
+  EXPECT_TRUE(choose_nccl("nccl", own));
+  EXPECT_TRUE(choose_nccl("nccl", alone));  // asked for: runs over a group of one
+  try {
+    choose_nccl("nccl", shared);
+    ADD_FAILURE() << "nccl with two ranks on one GPU was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("world ranks 0 and 2 compute on the same GPU"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace strata

@@ -37,7 +37,7 @@ void StagedCollectives::check_room(const char* collective, std::size_t elements)
 // Every host access to host_ below follows a to_host, which has waited for the stream: the
 // asynchronous copies out of host_ queued by an earlier call are done by then.
 template <class T>
-void StagedCollectives::all_reduce_sum(T* data, std::size_t count, cudaStream_t stream) {
+void StagedCollectives::staged_all_reduce_sum(T* data, std::size_t count, cudaStream_t stream) {
   if (size() == 1 || count == 0) return;
   check_room("all_reduce", count);
   staging_.to_host(host_, data, count, stream);
@@ -46,7 +46,7 @@ void StagedCollectives::all_reduce_sum(T* data, std::size_t count, cudaStream_t 
 }
 
 template <class T>
-void StagedCollectives::all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream) {
+void StagedCollectives::staged_all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(size());
   if (n == 1) return copy_alone(in, out, count, stream);
   check_room("all_gather", n * count);
@@ -57,7 +57,7 @@ void StagedCollectives::all_gather(const T* in, T* out, std::size_t count, cudaS
 }
 
 template <class T>
-void StagedCollectives::reduce_scatter_sum(const T* in, T* out, std::size_t count,
+void StagedCollectives::staged_reduce_scatter_sum(const T* in, T* out, std::size_t count,
                                            cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(size());
   if (n == 1) return copy_alone(in, out, count, stream);
@@ -85,13 +85,38 @@ void StagedCollectives::all_reduce_max(float* data, std::size_t count, cudaStrea
   staging_.to_device(data, result, count, stream);
 }
 
-#define STRATA_INSTANTIATE_STAGED(T)                                                       \
-  template void StagedCollectives::all_reduce_sum<T>(T*, std::size_t, cudaStream_t);       \
-  template void StagedCollectives::all_gather<T>(const T*, T*, std::size_t, cudaStream_t); \
-  template void StagedCollectives::reduce_scatter_sum<T>(const T*, T*, std::size_t, cudaStream_t);
-STRATA_INSTANTIATE_STAGED(float)
-STRATA_INSTANTIATE_STAGED(__nv_bfloat16)
-STRATA_INSTANTIATE_STAGED(__half)
-#undef STRATA_INSTANTIATE_STAGED
+// The element type as a value, back to the typed staging above.
+template <class F>
+static void with_element(Element element, F&& call) {
+  switch (element) {
+    case Element::f32: return call(float{});
+    case Element::bf16: return call(__nv_bfloat16{});
+    case Element::f16: return call(__half{});
+  }
+}
+
+void StagedCollectives::all_reduce_sum_of(Element element, void* data, std::size_t count,
+                                          cudaStream_t stream) {
+  with_element(element, [&](auto zero) {
+    using T = decltype(zero);
+    staged_all_reduce_sum(static_cast<T*>(data), count, stream);
+  });
+}
+
+void StagedCollectives::all_gather_of(Element element, const void* in, void* out,
+                                      std::size_t count, cudaStream_t stream) {
+  with_element(element, [&](auto zero) {
+    using T = decltype(zero);
+    staged_all_gather(static_cast<const T*>(in), static_cast<T*>(out), count, stream);
+  });
+}
+
+void StagedCollectives::reduce_scatter_sum_of(Element element, const void* in, void* out,
+                                              std::size_t count, cudaStream_t stream) {
+  with_element(element, [&](auto zero) {
+    using T = decltype(zero);
+    staged_reduce_scatter_sum(static_cast<const T*>(in), static_cast<T*>(out), count, stream);
+  });
+}
 
 }  // namespace strata::cuda

@@ -1,5 +1,5 @@
-// Tensor-parallel collectives on device arrays, staged through page-locked host memory over a
-// host Collectives (model/core/collectives.h; the MPI communicator in a run). This is how several
+// Collectives on device arrays (device_collectives.h), staged through page-locked host memory over
+// a host Collectives (model/core/collectives.h; the MPI communicator in a run). This is how several
 // ranks share one GPU, where NCCL cannot run (it needs one device per rank): each call converts
 // the device array to fp32 (bf16 and fp16 are exact in fp32), copies it to the host, waits for the
 // stream, runs the host collective, and copies the result back, converted to the array's dtype
@@ -20,38 +20,37 @@
 #include <cstddef>
 
 #include "model/core/collectives.h"
+#include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/host_staging.h"
 
 namespace strata::cuda {
 
-class StagedCollectives {
+class StagedCollectives final : public DeviceCollectives {
  public:
-  // `group` is not owned and must outlive this object.
+  // `group` is not owned and must outlive this object. Counts are per call; the whole array
+  // (size()·count for the chunked collectives) must fit in max_elements.
   StagedCollectives(Collectives& group, std::size_t max_elements);
-  ~StagedCollectives();
+  ~StagedCollectives() override;
   StagedCollectives(const StagedCollectives&) = delete;
   StagedCollectives& operator=(const StagedCollectives&) = delete;
 
-  int rank() const { return group_.rank(); }
-  int size() const { return group_.size(); }
-
-  // The semantics of Collectives, on device arrays queued on `stream`; T is float,
-  // __nv_bfloat16 or __half. Counts are per call; the whole array (size()·count for the chunked
-  // ones) must fit in max_elements.
-  //   all_reduce_sum:     data (count) = the element-wise sum over the group, in place
-  //   all_gather:         out (size·count), chunk r = rank r's in (count); in may be out's chunk
-  //   reduce_scatter_sum: out (count) = this rank's chunk of the sum of every rank's in
-  //   (size·count)
-  template <class T>
-  void all_reduce_sum(T* data, std::size_t count, cudaStream_t stream);
-  template <class T>
-  void all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream);
-  template <class T>
-  void reduce_scatter_sum(const T* in, T* out, std::size_t count, cudaStream_t stream);
-  // data (count, fp32) = the element-wise maximum over the group, in place.
-  void all_reduce_max(float* data, std::size_t count, cudaStream_t stream);
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  void all_reduce_max(float* data, std::size_t count, cudaStream_t stream) override;
 
  private:
+  void all_reduce_sum_of(Element element, void* data, std::size_t count,
+                         cudaStream_t stream) override;
+  void all_gather_of(Element element, const void* in, void* out, std::size_t count,
+                     cudaStream_t stream) override;
+  void reduce_scatter_sum_of(Element element, const void* in, void* out, std::size_t count,
+                             cudaStream_t stream) override;
+  template <class T>
+  void staged_all_reduce_sum(T* data, std::size_t count, cudaStream_t stream);
+  template <class T>
+  void staged_all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream);
+  template <class T>
+  void staged_reduce_scatter_sum(const T* in, T* out, std::size_t count, cudaStream_t stream);
   // A group of one: `out` = `in` on the device (nothing when they are the same array).
   template <class T>
   static void copy_alone(const T* in, T* out, std::size_t count, cudaStream_t stream);

@@ -1,0 +1,16 @@
+// sum[i] += addend[i] over flat fp32 arrays: the gradient of the tied embedding, whose two halves
+// (the first pipeline stage's embedding, the last stage's head) are exchanged and summed. The CPU
+// backend does the same loop in train/gradient_sync.cpp; a + b is b + a bitwise, so both ends of
+// the exchange hold the same sum.
+//
+// Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace strata::cuda {
+
+// sum (n) += addend (n), queued on `stream`; the arrays may not overlap unless they are the same.
+void add_into(float* sum, const float* addend, long n, cudaStream_t stream);
+
+}  // namespace strata::cuda

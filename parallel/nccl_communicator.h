@@ -1,0 +1,52 @@
+// NCCL communicators (DESIGN §2: "NCCL (device memory, bootstrapped over MPI)"): the collectives
+// of one process group run GPU to GPU on device arrays, queued on a stream like kernels, with no
+// host synchronisation. One is made per parallel axis from that axis's MPI communicator, which
+// carries the NCCL unique id from the group's rank 0 to the others and keeps the accounting: every
+// call here is counted in that communicator's CommStats by the ring model of communicator.h, so
+// comm_bytes reads the same whichever carrier moved the bytes.
+//
+// NCCL needs a distinct GPU for every rank of a communicator; train/device_choice.h decides when
+// a run may use it (parallel.device_comm). Built only with the CUDA backend.
+//
+// Status: compiled for sm_90a, never run (a GPU per rank was never available): untested.
+#pragma once
+
+#include <nccl.h>
+
+#include <cstddef>
+
+#include "model/kernels/cuda/device_collectives.h"
+#include "parallel/communicator.h"
+
+namespace strata {
+
+class NcclCommunicator final : public cuda::DeviceCollectives {
+ public:
+  // Collective over `group` (not owned; it must outlive this): every member constructs it, in the
+  // same order as its other communicators, with the GPU it computes on current.
+  explicit NcclCommunicator(Communicator& group);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  void all_reduce_max(float* data, std::size_t count, cudaStream_t stream) override;
+
+  // Sends `count` floats of `send` to group rank `peer` and receives as many from it into `recv`
+  // (device arrays, not overlapping), as one paired operation: both ends call it.
+  void exchange(const float* send, float* recv, std::size_t count, int peer, cudaStream_t stream);
+
+ private:
+  void all_reduce_sum_of(cuda::Element element, void* data, std::size_t count,
+                         cudaStream_t stream) override;
+  void all_gather_of(cuda::Element element, const void* in, void* out, std::size_t count,
+                     cudaStream_t stream) override;
+  void reduce_scatter_sum_of(cuda::Element element, const void* in, void* out, std::size_t count,
+                             cudaStream_t stream) override;
+
+  Communicator& group_;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace strata
