@@ -301,7 +301,8 @@ CudaGpt<T>::~CudaGpt() {
 
 template <class T>
 std::size_t CudaGpt<T>::device_bytes() const {
-  const std::size_t staging = staged_tp_ ? std::size_t{sizeof(float)} * max_batch_ * shape_.seq_len *
+  const std::size_t staging = staged_tp_
+                                  ? std::size_t{sizeof(float)} * max_batch_ * shape_.seq_len *
                                         static_cast<std::size_t>(shape_.d_model)
                                   : 0;
   return activations_.capacity() + scratch_.capacity() + staging;

@@ -16,6 +16,9 @@
 // reads, of every activation and every activation gradient; parameter gradients, LayerNorm
 // statistics, attention logsumexps and losses are fp32 (DESIGN §6). The flat buffers (weights in
 // T, gradients in fp32) follow ParameterLayout::for_partition, so offsets are the CPU model's.
+// One rounding the CPU emulation does not have: in bf16/fp16 a tensor-parallel "[sum]" lands in a
+// T array (staged: the fp32 sum rounded once; NCCL: summed in T), where the CPU model adds its
+// fp32 sum to the residual directly. Within the bf16/fp16 bounds; fp32 is unaffected.
 //
 // Memory: activations live in slots (one micro-batch each, from its forward to its backward, so a
 // pipeline schedule can keep several in flight), all in one device arena sized at construction
@@ -29,8 +32,8 @@
 //
 // Everything is queued on the context's compute stream. Tokens travel through a page-locked
 // staging buffer: the host waits only until the previous micro-batch's tokens have left it (by
-// then that micro-batch's kernels are all queued), for the tensor-parallel collectives, and for
-// the reads the caller asks for.
+// then that micro-batch's kernels are all queued), for the host-staged tensor-parallel
+// collectives (not over NCCL), and for the reads the caller asks for.
 //
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
@@ -47,8 +50,8 @@
 #include "model/gpt.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cuda/arena.h"
-#include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/device_collectives.h"
+#include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/staged_collectives.h"
 #include "model/parameter_layout.h"
 

@@ -67,7 +67,8 @@ std::uint64_t ring_all_reduce_bytes(std::uint64_t bytes, int n) {
 }
 
 std::uint64_t ring_chunk_bytes(std::uint64_t whole_bytes, int n) {
-  return n <= 1 ? 0 : whole_bytes / static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n - 1);
+  return n <= 1 ? 0
+                : whole_bytes / static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n - 1);
 }
 
 void Communicator::set_topology(std::vector<int> member_world_ranks, int ranks_per_node) {

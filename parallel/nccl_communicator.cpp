@@ -16,18 +16,21 @@ namespace {
        detail != nullptr && *detail != '\0' ? ")" : "");
 }
 
-#define STRATA_NCCL_CHECK(call)                                                \
-  do {                                                                         \
-    const ncclResult_t strata_nccl_status_ = (call);                           \
-    if (strata_nccl_status_ != ncclSuccess)                                    \
-      throw_nccl_error(strata_nccl_status_, #call, __FILE__, __LINE__);        \
+#define STRATA_NCCL_CHECK(call)                                         \
+  do {                                                                  \
+    const ncclResult_t strata_nccl_status_ = (call);                    \
+    if (strata_nccl_status_ != ncclSuccess)                             \
+      throw_nccl_error(strata_nccl_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 ncclDataType_t nccl_type(cuda::Element element) {
   switch (element) {
-    case cuda::Element::f32: return ncclFloat32;
-    case cuda::Element::bf16: return ncclBfloat16;
-    case cuda::Element::f16: return ncclFloat16;
+    case cuda::Element::f32:
+      return ncclFloat32;
+    case cuda::Element::bf16:
+      return ncclBfloat16;
+    case cuda::Element::f16:
+      return ncclFloat16;
   }
   fail("NCCL: unknown element type");
 }
@@ -51,8 +54,7 @@ NcclCommunicator::~NcclCommunicator() {
 void NcclCommunicator::all_reduce_sum_of(cuda::Element element, void* data, std::size_t count,
                                          cudaStream_t stream) {
   if (count == 0) return;
-  STRATA_NCCL_CHECK(
-      ncclAllReduce(data, data, count, nccl_type(element), ncclSum, comm_, stream));
+  STRATA_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(element), ncclSum, comm_, stream));
   group_.count_device_ring("all_reduce",
                            ring_all_reduce_bytes(count * cuda::element_bytes(element), size()));
 }
@@ -70,8 +72,7 @@ void NcclCommunicator::all_gather_of(cuda::Element element, const void* in, void
 void NcclCommunicator::reduce_scatter_sum_of(cuda::Element element, const void* in, void* out,
                                              std::size_t count, cudaStream_t stream) {
   if (count == 0) return;
-  STRATA_NCCL_CHECK(
-      ncclReduceScatter(in, out, count, nccl_type(element), ncclSum, comm_, stream));
+  STRATA_NCCL_CHECK(ncclReduceScatter(in, out, count, nccl_type(element), ncclSum, comm_, stream));
   const std::size_t whole = static_cast<std::size_t>(size()) * count;
   group_.count_device_ring("reduce_scatter",
                            ring_chunk_bytes(whole * cuda::element_bytes(element), size()));
@@ -85,8 +86,8 @@ void NcclCommunicator::all_reduce_max(float* data, std::size_t count, cudaStream
 
 void NcclCommunicator::exchange(const float* send, float* recv, std::size_t count, int peer,
                                 cudaStream_t stream) {
-  STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(), "NCCL exchange with group rank ",
-               peer, " of ", size(), " from rank ", rank());
+  STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(), "NCCL exchange with group rank ", peer,
+               " of ", size(), " from rank ", rank());
   if (count == 0) return;
   // Grouped, so neither end waits for the other's receive to be posted first.
   STRATA_NCCL_CHECK(ncclGroupStart());

@@ -273,8 +273,8 @@ class CudaTrainingOf final : public CudaTraining {
   cuda::DeviceRanges decay_;
   PinnedFloats micro_losses_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
-  T* weights_ = nullptr;     // null in fp32: the masters are the weights
-  double* norms_ = nullptr;  // (kMaxNormRanges) one sum of squares per range
+  T* weights_ = nullptr;           // null in fp32: the masters are the weights
+  double* norms_ = nullptr;        // (kMaxNormRanges) one sum of squares per range
   float* tied_theirs_ = nullptr;   // (tied_count_) the other pipeline end's wte gradient
   std::vector<float> host_grads_;  // the gradients on the host, when they sync through it
   std::vector<std::int32_t> tokens_, targets_;

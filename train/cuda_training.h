@@ -62,8 +62,7 @@ class CudaTraining {
   // Sums the gradients across ranks as `plan` says (train/gradient_sync.h): on the device over
   // NCCL when the placement has NCCL groups, else through host memory with the CPU backend's own
   // code over `groups`. Either way every rank then holds what it would on the CPU.
-  virtual void synchronize_gradients(const GradientSyncPlan& plan,
-                                     const ProcessGroups& groups) = 0;
+  virtual void synchronize_gradients(const GradientSyncPlan& plan, const ProcessGroups& groups) = 0;
   // Σ g² over the [first, first + count) ranges of the gradients as they are (still loss-scaled),
   // in double; and ‖g‖₂ of all of them.
   virtual double sum_of_squares(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) = 0;

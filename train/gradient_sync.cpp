@@ -40,7 +40,8 @@ GradientSyncPlan gradient_sync_plan(const Gpt<float>& model, const ProcessGroups
 
 void synchronize_gradients(const GradientSyncPlan& plan, float* grads,
                            const ProcessGroups& groups) {
-  for (const auto& [offset, count] : plan.tp_sums) groups.tp().all_reduce_sum(grads + offset, count);
+  for (const auto& [offset, count] : plan.tp_sums)
+    groups.tp().all_reduce_sum(grads + offset, count);
   if (plan.tied_peer >= 0) {
     std::vector<float> theirs(plan.tied_count);
     float* mine = grads + plan.tied_offset;

@@ -282,8 +282,8 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
     placement.slots = s.groups.pp().size() > 1 ? s.step_program.slots : 1;
     const int gpu = local_rank % cuda_device_count();
     // Collective: every rank learns which GPU each rank computes on.
-    s.nccl = choose_nccl(config.parallel.device_comm,
-                         gather_gpu_ids(world, cuda_device_identity(gpu)));
+    s.nccl =
+        choose_nccl(config.parallel.device_comm, gather_gpu_ids(world, cuda_device_identity(gpu)));
     if (s.nccl) placement.nccl_groups = &s.groups;
     s.cuda = make_cuda_training(config, s.shape, placement, gpu);
     s.cuda->load(s.params, s.optimizer.first_moment(), s.optimizer.second_moment());

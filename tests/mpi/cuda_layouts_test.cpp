@@ -130,7 +130,8 @@ TEST_F(CudaLayouts, DeviceCommChoosesWhatOneGpuCanCarry) {
 
   Layout shared{2, 1, 1};
   shared.device = "cuda";
-  const std::string auto_run = train(*dir_, shared, "auto_shared", " --set parallel.device_comm=auto");
+  const std::string auto_run =
+      train(*dir_, shared, "auto_shared", " --set parallel.device_comm=auto");
   expect_close(metric(auto_run, "loss"), reference, 0, "loss staged by auto", 1e-4);
 
   const std::string command = testing::mpirun(2) + testing::bin("train") + " " + dir_->str() +

@@ -177,6 +177,8 @@ void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, con
                      int B, int T_, int C, int NH, cudaStream_t stream) {
   constexpr std::size_t kBytes = BackwardLayout<T, D>::kBytes;
   constexpr int kRows = Tiles<T, D>::kRows;
+  STRATA_CHECK(B <= 65535 && NH <= 65535, "attention: batch ", B, " or heads ", NH,
+               " beyond the grid's 65535");
   const dim3 grid(static_cast<unsigned>((T_ + kRows - 1) / kRows), static_cast<unsigned>(NH),
                   static_cast<unsigned>(B));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));

@@ -96,6 +96,8 @@ void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int 
   constexpr std::size_t kBytes = ForwardLayout<T, D>::kBytes;
   constexpr int kRows = Tiles<T, D>::kRows;
   auto* kernel = attention_forward_kernel<T, D>;
+  STRATA_CHECK(B <= 65535 && NH <= 65535, "attention: batch ", B, " or heads ", NH,
+               " beyond the grid's 65535");
   STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>((T_ + kRows - 1) / kRows), static_cast<unsigned>(NH),

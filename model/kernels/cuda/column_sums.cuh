@@ -72,6 +72,7 @@ void launch_column_sums(ColumnOutputs<K> outputs, F value, int N, int C, DeviceA
                         cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
   const int chunks = (N + kChunkRows - 1) / kChunkRows;
+  STRATA_CHECK(chunks <= 65535, "column sums over ", N, " rows: more chunks than the grid's 65535");
   ArenaScope scope(arena);
   float* partial = arena.allocate<float>(static_cast<std::size_t>(chunks) * K * C);
   const dim3 grid((C + kColumnTile - 1) / kColumnTile, chunks);

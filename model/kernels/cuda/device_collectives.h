@@ -68,8 +68,8 @@ class DeviceCollectives {
                                  cudaStream_t stream) = 0;
   virtual void all_gather_of(Element element, const void* in, void* out, std::size_t count,
                              cudaStream_t stream) = 0;
-  virtual void reduce_scatter_sum_of(Element element, const void* in, void* out,
-                                     std::size_t count, cudaStream_t stream) = 0;
+  virtual void reduce_scatter_sum_of(Element element, const void* in, void* out, std::size_t count,
+                                     cudaStream_t stream) = 0;
 };
 
 }  // namespace strata::cuda

@@ -56,12 +56,23 @@ bool uses_aux_pointer(cublasLtEpilogue_t epilogue) {
 // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); otherwise the fused epilogue is not attempted.
 bool aux_ld_allowed(long ld) { return ld % 8 == 0; }
 
-// Largest power of two, at most 256, dividing every non-null pointer.
+// Largest power of two, at most 16, dividing every non-null pointer. 16 bytes is the widest
+// access a GEMM kernel makes; a larger alignment changes nothing but would split one shape's plan
+// into several, each free to pick its own algorithm, and so its own summation order: recompute
+// (arrays in a workspace) would then not be bitwise equal to keeping them.
 int common_alignment(std::initializer_list<const void*> pointers) {
-  std::uintptr_t bits = 256;
+  std::uintptr_t bits = 16;
   for (const void* p : pointers)
     if (p != nullptr) bits |= reinterpret_cast<std::uintptr_t>(p);
   return static_cast<int>(bits & (~bits + 1));
+}
+
+// A stand-in epilogue pointer whose value is aligned to exactly `alignment` bytes. The heuristic
+// reads the bias and aux pointers only for their alignment (cublasLt.h, BIAS_POINTER and
+// EPILOGUE_AUX_POINTER: "routines that don't dereference this pointer ... depend on its value"),
+// so a plan is chosen for the key's alignment, not for whichever call happened to create it.
+const void* pointer_aligned_to(int alignment) {
+  return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(alignment));
 }
 
 template <class Value>
@@ -99,9 +110,10 @@ class Preference {
   cublasLtMatmulPreference_t pref_ = nullptr;
 };
 
-// The cached plan for `key`, created on first use. The heuristic reads the epilogue pointers'
-// values for their alignment, so the first call's pointers are set before asking it.
-MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, const void* bias, const void* aux) {
+// The cached plan for `key`, created on first use. `required`: the plain and bias epilogues, which
+// exist for every type combination used here, so any heuristic failure is an error; the fused
+// epilogues are optional, and any failure only marks the plan unsupported (callers fall back).
+MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, bool required) {
   if (MatmulPlan* cached = ctx.matmul_plans().find(key)) return *cached;
   auto plan = std::make_unique<MatmulPlan>();
   STRATA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, key.compute, CUDA_R_32F));
@@ -113,7 +125,8 @@ MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, const void* bias,
   if (uses_aux_pointer(key.epilogue))
     set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                   static_cast<std::int64_t>(key.m));
-  set_epilogue_pointers(plan->desc, key.epilogue, bias, aux);
+  const void* stand_in = pointer_aligned_to(key.alignment);
+  set_epilogue_pointers(plan->desc, key.epilogue, stand_in, stand_in);
 
   // Stored (pre-op) shapes, packed: the leading dimension is the row count.
   const long a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
@@ -135,19 +148,32 @@ MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, const void* bias,
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       ctx.blaslt(), plan->desc, plan->a, plan->b, plan->c, plan->c, pref.get(), 1, &result, &found);
   // NOT_SUPPORTED (no algorithm for this combination) is an answer, cached like a success.
-  if (status != CUBLAS_STATUS_NOT_SUPPORTED) STRATA_CUBLAS_CHECK(status);
-  plan->supported = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (required && status != CUBLAS_STATUS_NOT_SUPPORTED) STRATA_CUBLAS_CHECK(status);
+  plan->supported =
+      status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (plan->supported) plan->algo = result.algo;
   return ctx.matmul_plans().insert(key, std::move(plan));
 }
 
-void run_plan(DeviceContext& ctx, MatmulPlan& plan, const MatmulKey& key, const void* a,
-              const void* b, void* d, float beta, const void* bias, const void* aux) {
+cublasStatus_t launch_plan(DeviceContext& ctx, MatmulPlan& plan, const MatmulKey& key,
+                           const void* a, const void* b, void* d, float beta, const void* bias,
+                           const void* aux) {
   set_epilogue_pointers(plan.desc, key.epilogue, bias, aux);
   const float alpha = 1.0f;
-  STRATA_CUBLAS_CHECK(cublasLtMatmul(ctx.blaslt(), plan.desc, &alpha, a, plan.a, b, plan.b, &beta,
-                                     d, plan.c, d, plan.c, &plan.algo, ctx.workspace(),
-                                     ctx.workspace_bytes(), ctx.stream()));
+  return cublasLtMatmul(ctx.blaslt(), plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.c, d,
+                        plan.c, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), ctx.stream());
+}
+
+// A fused (optional) epilogue: false, with the plan marked unsupported for next time, when the
+// heuristic found nothing or cuBLASLt refuses the launch; the caller then runs the unfused ops.
+// cuBLASLt checks its arguments before it launches, so a refused call has written nothing.
+bool try_fused(DeviceContext& ctx, const MatmulKey& key, const void* a, const void* b, void* d,
+               float beta, const void* bias, const void* aux) {
+  MatmulPlan& plan = plan_for(ctx, key, false);
+  if (!plan.supported) return false;
+  if (launch_plan(ctx, plan, key, a, b, d, beta, bias, aux) == CUBLAS_STATUS_SUCCESS) return true;
+  plan.supported = false;
+  return false;
 }
 
 template <class AB, class CD>
@@ -162,7 +188,7 @@ MatmulKey make_key(const DeviceContext& ctx, bool trans_a, bool trans_b, long m,
                    n,
                    k,
                    CUBLASLT_EPILOGUE_DEFAULT,
-                   256};
+                   16};
 }
 
 // Runs the GEMM of `key` with `epilogue`; Error if cuBLASLt has no algorithm for it (plain and
@@ -171,12 +197,18 @@ void run_required(DeviceContext& ctx, MatmulKey key, cublasLtEpilogue_t epilogue
                   const void* b, void* d, float beta, const void* bias) {
   key.epilogue = epilogue;
   key.alignment = common_alignment({a, b, d, bias});
-  MatmulPlan& plan = plan_for(ctx, key, bias, nullptr);
+  MatmulPlan& plan = plan_for(ctx, key, true);
   if (!plan.supported)
     fail("cuBLASLt has no algorithm for a ", key.m, "x", key.n, "x", key.k, " GEMM (epilogue ",
          static_cast<int>(epilogue), ")");
-  run_plan(ctx, plan, key, a, b, d, beta, bias, nullptr);
+  STRATA_CUBLAS_CHECK(launch_plan(ctx, plan, key, a, b, d, beta, bias, nullptr));
 }
+
+// cuBLASLt's GELU epilogues compute the tanh form, likely with the hardware's approximate tanh
+// (about 2^-11 relative error): far inside bf16/fp16 rounding, but not within the fp32 path's
+// 1e-5 of the CPU reference. fp32, the reference path, runs the exact GELU kernel instead.
+template <class T>
+constexpr bool kFuseGelu = !std::is_same_v<T, float>;
 
 __global__ void accumulate_kernel(float* dst, const float* src, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -191,14 +223,11 @@ void matmul_forward(DeviceContext& ctx, T* out, T* pre_gelu, const T* inp, const
   STRATA_CHECK(N >= 0 && IC > 0 && OC > 0);
   if (N == 0) return;
   MatmulKey key = make_key<T, T>(ctx, true, false, OC, N, IC);
-  if (pre_gelu != nullptr && aux_ld_allowed(OC)) {
-    key.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    key.alignment = common_alignment({out, pre_gelu, inp, weight, bias});
-    MatmulPlan& plan = plan_for(ctx, key, bias, pre_gelu);
-    if (plan.supported) {
-      run_plan(ctx, plan, key, weight, inp, out, 0.0f, bias, pre_gelu);
-      return;
-    }
+  if (kFuseGelu<T> && pre_gelu != nullptr && aux_ld_allowed(OC)) {
+    MatmulKey fused = key;
+    fused.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    fused.alignment = common_alignment({out, pre_gelu, inp, weight, bias});
+    if (try_fused(ctx, fused, weight, inp, out, 0.0f, bias, pre_gelu)) return;
   }
   T* linear_out = pre_gelu != nullptr ? pre_gelu : out;
   run_required(ctx, key, bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
@@ -212,14 +241,11 @@ void matmul_backward_input(DeviceContext& ctx, T* dinp, const T* dout, const T* 
   STRATA_CHECK(N >= 0 && IC > 0 && OC > 0);
   if (N == 0) return;
   MatmulKey key = make_key<T, T>(ctx, false, false, IC, N, OC);
-  if (pre_gelu != nullptr && aux_ld_allowed(IC)) {
-    key.epilogue = CUBLASLT_EPILOGUE_DGELU;
-    key.alignment = common_alignment({dinp, dout, weight, pre_gelu});
-    MatmulPlan& plan = plan_for(ctx, key, nullptr, pre_gelu);
-    if (plan.supported) {
-      run_plan(ctx, plan, key, weight, dout, dinp, 0.0f, nullptr, pre_gelu);
-      return;
-    }
+  if (kFuseGelu<T> && pre_gelu != nullptr && aux_ld_allowed(IC)) {
+    MatmulKey fused = key;
+    fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    fused.alignment = common_alignment({dinp, dout, weight, pre_gelu});
+    if (try_fused(ctx, fused, weight, dout, dinp, 0.0f, nullptr, pre_gelu)) return;
   }
   run_required(ctx, key, CUBLASLT_EPILOGUE_DEFAULT, weight, dout, dinp, 0.0f, nullptr);
   if (pre_gelu != nullptr)
@@ -235,11 +261,10 @@ void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, co
   if (dbias != nullptr) {
     ArenaScope scope(arena);
     float* bias_grad = arena.allocate<float>(static_cast<std::size_t>(OC));
-    key.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-    key.alignment = common_alignment({dweight, dout, inp, bias_grad});
-    MatmulPlan& plan = plan_for(ctx, key, bias_grad, nullptr);
-    if (plan.supported) {
-      run_plan(ctx, plan, key, inp, dout, dweight, 1.0f, bias_grad, nullptr);
+    MatmulKey fused = key;
+    fused.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    fused.alignment = common_alignment({dweight, dout, inp, bias_grad});
+    if (try_fused(ctx, fused, inp, dout, dweight, 1.0f, bias_grad, nullptr)) {
       accumulate_kernel<<<(OC + 255) / 256, 256, 0, ctx.stream()>>>(dbias, bias_grad, OC);
       STRATA_CUDA_CHECK_LAUNCH();
       return;

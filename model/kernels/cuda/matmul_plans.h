@@ -25,7 +25,7 @@ struct MatmulKey {
   bool trans_b;
   long m, n, k;
   cublasLtEpilogue_t epilogue;
-  int alignment;  // bytes (power of two ≤ 256) every operand and epilogue pointer is aligned to
+  int alignment;  // bytes (power of two ≤ 16) every operand and epilogue pointer is aligned to
 
   auto operator<=>(const MatmulKey&) const = default;
 };

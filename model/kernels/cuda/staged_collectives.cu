@@ -46,7 +46,8 @@ void StagedCollectives::staged_all_reduce_sum(T* data, std::size_t count, cudaSt
 }
 
 template <class T>
-void StagedCollectives::staged_all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream) {
+void StagedCollectives::staged_all_gather(const T* in, T* out, std::size_t count,
+                                          cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(size());
   if (n == 1) return copy_alone(in, out, count, stream);
   check_room("all_gather", n * count);
@@ -58,7 +59,7 @@ void StagedCollectives::staged_all_gather(const T* in, T* out, std::size_t count
 
 template <class T>
 void StagedCollectives::staged_reduce_scatter_sum(const T* in, T* out, std::size_t count,
-                                           cudaStream_t stream) {
+                                                  cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(size());
   if (n == 1) return copy_alone(in, out, count, stream);
   check_room("reduce_scatter", n * count);
@@ -89,9 +90,12 @@ void StagedCollectives::all_reduce_max(float* data, std::size_t count, cudaStrea
 template <class F>
 static void with_element(Element element, F&& call) {
   switch (element) {
-    case Element::f32: return call(float{});
-    case Element::bf16: return call(__nv_bfloat16{});
-    case Element::f16: return call(__half{});
+    case Element::f32:
+      return call(float{});
+    case Element::bf16:
+      return call(__nv_bfloat16{});
+    case Element::f16:
+      return call(__half{});
   }
 }
 
@@ -103,8 +107,8 @@ void StagedCollectives::all_reduce_sum_of(Element element, void* data, std::size
   });
 }
 
-void StagedCollectives::all_gather_of(Element element, const void* in, void* out,
-                                      std::size_t count, cudaStream_t stream) {
+void StagedCollectives::all_gather_of(Element element, const void* in, void* out, std::size_t count,
+                                      cudaStream_t stream) {
   with_element(element, [&](auto zero) {
     using T = decltype(zero);
     staged_all_gather(static_cast<const T*>(in), static_cast<T*>(out), count, stream);
