@@ -1,7 +1,10 @@
 // Status: compiled for sm_90a, never run (a GPU per rank was never available): untested.
 #include "parallel/nccl_communicator.h"
 
+#include <cstdint>
+#include <exception>
 #include <iostream>
+#include <string>
 
 #include "model/core/error.h"
 
@@ -38,32 +41,66 @@ ncclDataType_t nccl_type(cuda::Element element) {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(Communicator& group) : group_(group) {
-  ncclUniqueId id{};
-  if (group.rank() == 0) STRATA_NCCL_CHECK(ncclGetUniqueId(&id));
-  group.broadcast(&id, sizeof id, 0);
-  STRATA_NCCL_CHECK(ncclCommInitRank(&comm_, group.size(), id, group.rank()));
+  // Set-up is agreed on: a rank that fails tells the others, and every member then throws, so no
+  // member waits for a peer that has given up. (A rank that hangs inside NCCL cannot be helped.)
+  struct {
+    std::int32_t ok = 1;
+    ncclUniqueId id{};
+  } offer;
+  std::string failure;
+  if (group.rank() == 0) {
+    const ncclResult_t status = ncclGetUniqueId(&offer.id);
+    if (status != ncclSuccess) {
+      offer.ok = 0;
+      failure = std::string("ncclGetUniqueId: ") + ncclGetErrorString(status);
+    }
+  }
+  group.broadcast(&offer, sizeof offer, 0);
+  if (offer.ok == 0) {
+    fail("NCCL set-up over a group of ", group.size(), " failed on its rank 0",
+         failure.empty() ? "" : " (", failure, failure.empty() ? "" : ")");
+  }
+  const ncclResult_t status = ncclCommInitRank(&comm_, group.size(), offer.id, group.rank());
+  if (status != ncclSuccess) comm_ = nullptr;
+  // Lowest failing group rank, or size() when every rank succeeded.
+  std::int64_t first_failure = status == ncclSuccess ? group.size() : group.rank();
+  std::int64_t negated = -first_failure;
+  group.all_reduce_max(&negated, 1);
+  first_failure = -negated;
+  if (first_failure < group.size()) {
+    if (comm_ != nullptr) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    fail("NCCL set-up over a group of ", group.size(), " failed on its rank ", first_failure,
+         status != ncclSuccess ? std::string(" (here: ") + ncclGetErrorString(status) + ")" : "");
+  }
 }
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;
-  const ncclResult_t status = ncclCommDestroy(comm_);
+  // Unwinding from an error, peers may be inside a collective this rank will never join: abort
+  // rather than wait for them. Otherwise destroy, which completes the queued work first.
+  const bool unwinding = std::uncaught_exceptions() > 0;
+  const ncclResult_t status = unwinding ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
   if (status != ncclSuccess)  // destructors report, never throw
-    std::cerr << "error: ncclCommDestroy failed: " << ncclGetErrorString(status) << "\n";
+    std::cerr << "error: " << (unwinding ? "ncclCommAbort" : "ncclCommDestroy")
+              << " failed: " << ncclGetErrorString(status) << "\n";
 }
 
 void NcclCommunicator::all_reduce_sum_of(cuda::Element element, void* data, std::size_t count,
                                          cudaStream_t stream) {
-  if (count == 0) return;
-  STRATA_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(element), ncclSum, comm_, stream));
+  if (count > 0)
+    STRATA_NCCL_CHECK(ncclAllReduce(data, data, count, nccl_type(element), ncclSum, comm_, stream));
   group_.count_device_ring("all_reduce",
                            ring_all_reduce_bytes(count * cuda::element_bytes(element), size()));
 }
 
 void NcclCommunicator::all_gather_of(cuda::Element element, const void* in, void* out,
                                      std::size_t count, cudaStream_t stream) {
-  if (count == 0) return;
   // In place when `in` is this rank's chunk of `out`: NCCL's own in-place convention.
-  STRATA_NCCL_CHECK(ncclAllGather(in, out, count, nccl_type(element), comm_, stream));
+  if (count > 0)
+    STRATA_NCCL_CHECK(ncclAllGather(in, out, count, nccl_type(element), comm_, stream));
   const std::size_t whole = static_cast<std::size_t>(size()) * count;
   group_.count_device_ring("all_gather",
                            ring_chunk_bytes(whole * cuda::element_bytes(element), size()));
@@ -71,16 +108,17 @@ void NcclCommunicator::all_gather_of(cuda::Element element, const void* in, void
 
 void NcclCommunicator::reduce_scatter_sum_of(cuda::Element element, const void* in, void* out,
                                              std::size_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  STRATA_NCCL_CHECK(ncclReduceScatter(in, out, count, nccl_type(element), ncclSum, comm_, stream));
+  if (count > 0)
+    STRATA_NCCL_CHECK(
+        ncclReduceScatter(in, out, count, nccl_type(element), ncclSum, comm_, stream));
   const std::size_t whole = static_cast<std::size_t>(size()) * count;
   group_.count_device_ring("reduce_scatter",
                            ring_chunk_bytes(whole * cuda::element_bytes(element), size()));
 }
 
 void NcclCommunicator::all_reduce_max(float* data, std::size_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  STRATA_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclMax, comm_, stream));
+  if (count > 0)
+    STRATA_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclMax, comm_, stream));
   group_.count_device_ring("all_reduce", ring_all_reduce_bytes(count * sizeof(float), size()));
 }
 
@@ -88,12 +126,18 @@ void NcclCommunicator::exchange(const float* send, float* recv, std::size_t coun
                                 cudaStream_t stream) {
   STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(), "NCCL exchange with group rank ", peer,
                " of ", size(), " from rank ", rank());
-  if (count == 0) return;
-  // Grouped, so neither end waits for the other's receive to be posted first.
-  STRATA_NCCL_CHECK(ncclGroupStart());
-  STRATA_NCCL_CHECK(ncclSend(send, count, ncclFloat32, peer, comm_, stream));
-  STRATA_NCCL_CHECK(ncclRecv(recv, count, ncclFloat32, peer, comm_, stream));
-  STRATA_NCCL_CHECK(ncclGroupEnd());
+  if (count > 0) {
+    // Grouped, so neither end waits for the other's receive to be posted first. The group is
+    // closed whatever failed inside it, then the first failure is reported.
+    STRATA_NCCL_CHECK(ncclGroupStart());
+    const ncclResult_t sent = ncclSend(send, count, ncclFloat32, peer, comm_, stream);
+    const ncclResult_t received =
+        sent == ncclSuccess ? ncclRecv(recv, count, ncclFloat32, peer, comm_, stream) : sent;
+    const ncclResult_t ended = ncclGroupEnd();
+    if (sent != ncclSuccess) throw_nccl_error(sent, "ncclSend", __FILE__, __LINE__);
+    if (received != ncclSuccess) throw_nccl_error(received, "ncclRecv", __FILE__, __LINE__);
+    if (ended != ncclSuccess) throw_nccl_error(ended, "ncclGroupEnd", __FILE__, __LINE__);
+  }
   group_.count_device_send(peer, count * sizeof(float));
 }
 

@@ -2,8 +2,13 @@
 // of one process group run GPU to GPU on device arrays, queued on a stream like kernels, with no
 // host synchronisation. One is made per parallel axis from that axis's MPI communicator, which
 // carries the NCCL unique id from the group's rank 0 to the others and keeps the accounting: every
-// call here is counted in that communicator's CommStats by the ring model of communicator.h, so
-// comm_bytes reads the same whichever carrier moved the bytes.
+// call here, count 0 included, is counted in that communicator's CommStats by the ring model of
+// communicator.h, on the bytes NCCL moves. Those differ from a host-staged run's: a bf16 or fp16
+// element counts 2 bytes here where staging moves (and counts) it as fp32, and a maximum counts as
+// the all_reduce it is where staging gathers. So comm_bytes depends on the carrier.
+//
+// Set-up is agreed on over the MPI group (a failure on any member makes every member throw);
+// after an error, the destructor aborts the communicator rather than wait for its peers.
 //
 // NCCL needs a distinct GPU for every rank of a communicator; train/device_choice.h decides when
 // a run may use it (parallel.device_comm). Built only with the CUDA backend.

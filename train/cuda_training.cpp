@@ -156,14 +156,14 @@ class CudaTrainingOf final : public CudaTraining {
     cudaStream_t stream = ctx_.stream();
     for (const auto& [offset, count] : plan.tp_sums)
       nccl_.tp->all_reduce_sum(grads_ + offset, count, stream);
-    if (plan.tied_peer >= 0) {
+    nccl_.dp->all_reduce_sum(grads_, plan.dp_count, stream);
+    if (plan.tied_peer >= 0) {  // after the dp sum: see gradient_sync.h
       STRATA_CHECK(static_cast<long>(plan.tied_count) == tied_count_,
                    "the tied embedding's gradient does not match its exchange buffer");
       float* mine = grads_ + plan.tied_offset;
       nccl_.pp->exchange(mine, tied_theirs_, plan.tied_count, plan.tied_peer, stream);
       cuda::add_into(mine, tied_theirs_, tied_count_, stream);  // a + b = b + a: both ends agree
     }
-    nccl_.dp->all_reduce_sum(grads_, plan.dp_count, stream);
   }
 
   double sum_of_squares(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) override {

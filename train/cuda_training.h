@@ -130,7 +130,8 @@ bool choose_nccl(const std::string& device_comm, const std::vector<std::string>&
 
 // Decides where a run trains: "cpu" or "cuda", from `device` (cpu | cuda | auto), the shape and
 // the devices present. auto picks cuda when a device is usable and the backend supports the shape;
-// cuda without a device, or with a shape it does not support, is an error.
+// cuda without a device, or with a shape it does not support, is an error, and so is auto
+// falling back to the CPU when parallel.device_comm asks for NCCL.
 std::string resolve_device(const Config& config, const GptShape& shape);
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // resolve_device and choose_nccl (train/cuda_training.h): where a run trains, and what carries
 // its device arrays between ranks.
 #include <map>
+#include <string>
 
 #include "model/core/error.h"
 #include "train/cuda_training.h"
@@ -17,7 +18,14 @@ std::string resolve_device(const Config& config, const GptShape& shape) {
            " (d_model / n_head) has no attention kernel (16, 32, 64 or 128); use device cpu");
     return "cuda";
   }
-  return usable && cuda_supports_shape(shape) ? "cuda" : "cpu";  // auto
+  // auto
+  if (usable && cuda_supports_shape(shape)) return "cuda";
+  if (config.parallel.device_comm == "nccl")
+    fail("parallel.device_comm nccl: device auto trains on the CPU here (",
+         usable ? "head size " + std::to_string(shape.head_size()) + " has no attention kernel"
+                : std::string("no usable CUDA device"),
+         ") and NCCL carries device arrays only; use parallel.device_comm auto or host");
+  return "cpu";
 }
 
 bool choose_nccl(const std::string& device_comm, const std::vector<std::string>& gpu_ids) {

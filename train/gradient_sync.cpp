@@ -42,6 +42,7 @@ void synchronize_gradients(const GradientSyncPlan& plan, float* grads,
                            const ProcessGroups& groups) {
   for (const auto& [offset, count] : plan.tp_sums)
     groups.tp().all_reduce_sum(grads + offset, count);
+  groups.dp().all_reduce_sum(grads, plan.dp_count);
   if (plan.tied_peer >= 0) {
     std::vector<float> theirs(plan.tied_count);
     float* mine = grads + plan.tied_offset;
@@ -50,7 +51,6 @@ void synchronize_gradients(const GradientSyncPlan& plan, float* grads,
     // a + b on one end, b + a on the other: bitwise the same sum.
     for (std::size_t i = 0; i < plan.tied_count; ++i) mine[i] += theirs[i];
   }
-  groups.dp().all_reduce_sum(grads, plan.dp_count);
 }
 
 void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessGroups& groups) {

@@ -15,9 +15,13 @@ namespace strata {
 // 1. Sequence parallelism: tensors replicated over the tensor-parallel group (LayerNorms,
 //    row-parallel biases, wpe) saw only this rank's rows: their partial gradients are summed over
 //    the group. (Without it every rank computed the full gradient already.)
-// 2. Pipeline parallelism: the tied wte lives on the first and the last stage; their gradients
-//    (embedding and head) are exchanged and summed.
-// 3. Data parallelism: every gradient is summed over the data-parallel group.
+// 2. Data parallelism: every gradient is summed over the data-parallel group.
+// 3. Pipeline parallelism: the tied wte lives on the first and the last stage; their gradients
+//    (embedding and head), already summed over data parallelism, are exchanged and summed.
+//    In this order the two stages' copies stay bitwise equal whatever order an all-reduce sums
+//    in: the first and the last stage reduce over different groups, with wte at different
+//    offsets of different-sized buffers, so a ring all-reduce over 3 or more ranks may round
+//    their dp sums differently, but after it each end adds the same two values.
 void synchronize_gradients(const Gpt<float>& model, float* grads, const ProcessGroups& groups);
 
 // Whether synchronize_gradients has anything to sum across ranks under these groups.
@@ -28,11 +32,11 @@ bool gradients_need_synchronizing(const Gpt<float>& model, const ProcessGroups& 
 struct GradientSyncPlan {
   // 1. Ranges (offset, count) summed over the tensor-parallel group.
   std::vector<std::pair<std::size_t, std::size_t>> tp_sums;
-  // 2. The tied wte: exchanged with pipeline-group rank tied_peer and summed (-1: nothing).
+  // 2. The first dp_count elements (all of them) summed over the data-parallel group.
+  std::size_t dp_count = 0;
+  // 3. The tied wte: exchanged with pipeline-group rank tied_peer and summed (-1: nothing).
   int tied_peer = -1;
   std::size_t tied_offset = 0, tied_count = 0;
-  // 3. The first dp_count elements (all of them) summed over the data-parallel group.
-  std::size_t dp_count = 0;
 };
 GradientSyncPlan gradient_sync_plan(const Gpt<float>& model, const ProcessGroups& groups);
 void synchronize_gradients(const GradientSyncPlan& plan, float* grads, const ProcessGroups& groups);

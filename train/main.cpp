@@ -2,6 +2,7 @@
 // One process per data-parallel rank under mpirun. Errors print one `error: ...` line (from rank
 // 0 when every rank fails the same way during set-up) and exit non-zero.
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,14 +57,20 @@ Arguments parse_arguments(int argc, char** argv) {
 int main(int argc, char** argv) {
   strata::MpiRuntime mpi(&argc, &argv);
   const int rank = mpi.world_rank();
+  // Declared outside the try: when a step fails on one rank, the job is aborted while the trainer
+  // still lives. Destroying it first would free device memory and NCCL communicators, which waits
+  // for collectives that peers, stuck waiting for this rank, never finish.
+  std::optional<strata::MpiCommunicator> world;
+  std::unique_ptr<strata::Trainer> trainer;
   bool set_up = false;
   try {
     const Arguments args = parse_arguments(argc, argv);
     const strata::Config config = strata::load_config(args.config_path, args.overrides);
-    strata::MpiCommunicator world(MPI_COMM_WORLD, config.parallel.gpus_per_node);
-    strata::Trainer trainer(config, world, strata::TrainerOptions{args.resume_from});
+    world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
+    trainer =
+        std::make_unique<strata::Trainer>(config, *world, strata::TrainerOptions{args.resume_from});
     set_up = true;
-    return trainer.run();
+    return trainer->run();
   } catch (const std::exception& e) {
     // Set-up errors (config, data, checkpoint) are identical on every rank: rank 0 speaks for all.
     // Later errors may hit one rank only: it speaks and aborts the job so no peer waits forever.

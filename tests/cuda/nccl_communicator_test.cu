@@ -97,9 +97,11 @@ TEST_F(NcclAlone, CallsAreCountedOnTheMpiGroup) {
   nccl_->all_reduce_sum(data.get(), 64, stream_);
   nccl_->all_gather(data.get(), out.get(), 64, stream_);
   nccl_->reduce_scatter_sum(data.get(), out.get(), 64, stream_);
+  nccl_->all_reduce_sum(data.get(), 0, stream_);   // counted like any call, as MPI's are
+  nccl_->all_reduce_max(data.get(), 64, stream_);  // counted as the all_reduce NCCL runs
   wait();
   const CommStats& stats = group_->stats();
-  EXPECT_EQ(stats.calls.at("all_reduce"), 2u);
+  EXPECT_EQ(stats.calls.at("all_reduce"), 4u);
   EXPECT_EQ(stats.calls.at("all_gather"), 1u);
   EXPECT_EQ(stats.calls.at("reduce_scatter"), 1u);
   EXPECT_EQ(stats.total_bytes(), 0u);  // a lone rank sends nothing

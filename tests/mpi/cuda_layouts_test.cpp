@@ -2,8 +2,9 @@
 // with both schedules, sequence parallelism and recomputation, train the fp32 run of one CPU
 // process (loss and val_loss per step within 1e-4 relative, the bound between CPU layouts); a
 // bf16 layout trains the bf16 run of one CUDA process; and a checkpoint written by a CUDA layout
-// resumes on the CPU at another layout and continues the same run. All ranks share the machine's
-// GPU through host-staged collectives (NCCL needs a GPU per rank); NCCL itself runs over one rank.
+// resumes on the CPU at another layout and continues the same run. On a machine with one GPU all
+// ranks share it through host-staged collectives (NCCL needs a GPU per rank) and NCCL itself runs
+// over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
 // Status: never run on a GPU (untested).
@@ -128,14 +129,16 @@ TEST_F(CudaLayouts, DeviceCommChoosesWhatOneGpuCanCarry) {
   expect_close(metric(nccl_run, "val_loss"), metric(reference_dir_, "val_loss"), 0,
                "val_loss over nccl", 1e-4);
 
+  // gpus_per_node 1 puts both ranks on GPU 0 however many the machine has.
   Layout shared{2, 1, 1};
   shared.device = "cuda";
+  const std::string one_gpu = " --set parallel.gpus_per_node=1";
   const std::string auto_run =
-      train(*dir_, shared, "auto_shared", " --set parallel.device_comm=auto");
+      train(*dir_, shared, "auto_shared", one_gpu + " --set parallel.device_comm=auto");
   expect_close(metric(auto_run, "loss"), reference, 0, "loss staged by auto", 1e-4);
 
   const std::string command = testing::mpirun(2) + testing::bin("train") + " " + dir_->str() +
-                              "/config.yaml" + shared.overrides() +
+                              "/config.yaml" + shared.overrides() + one_gpu +
                               " --set parallel.device_comm=nccl --set run.name=nccl_shared";
   const auto result = testing::run_command(command);
   EXPECT_NE(result.status, 0) << result.output;

@@ -182,6 +182,19 @@ TEST(DeviceChoice, CudaWhereADeviceAndTheShapeAllowIt) {
   if (!usable) {
     EXPECT_THROW(resolve_device(config, supported), Error);
   }
+  // NCCL asked for, but auto lands on the CPU: an error, never a silent CPU run.
+  config.device = "auto";
+  config.parallel.device_comm = "nccl";
+  try {
+    resolve_device(config, unsupported);
+    ADD_FAILURE() << "device_comm nccl on a CPU run was accepted";
+  } catch (const Error& e) {
+    const std::string reason = usable ? "head size 8" : "no usable CUDA device";
+    EXPECT_NE(std::string(e.what()).find("parallel.device_comm nccl"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+  }
+  config.parallel.device_comm = "host";
+  EXPECT_EQ(resolve_device(config, unsupported), "cpu");
 }
 
 // NCCL needs a GPU per rank: the choice from every rank's GPU identity.
