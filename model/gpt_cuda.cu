@@ -146,11 +146,13 @@ struct CudaGpt<T>::Slot {
   T* lnf = nullptr;        // (Nr, C), last stage
   T* lnf_full = nullptr;   // (N, C) gathered rows, last stage with sequence parallelism
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;  // (Nr)
-  T* logits = nullptr;      // (N, Vl): logits, then probabilities or their gradient
-  float* losses = nullptr;  // (N)
+  T* logits = nullptr;                             // (N, Vl): logits, then (trained) their gradient
+  float* losses = nullptr;                         // (N)
+  // (3, N) cross-entropy row statistics: max, Σ exp, target logit (kept for a later backward).
+  float* ce_stats = nullptr;
   int batch = 0, time = 0;
   bool forwarded = false;    // a forward waits for its backward (or was an evaluation)
-  bool has_targets = false;  // losses valid; logits hold probabilities or gradients
+  bool has_targets = false;  // losses and ce_stats valid
 };
 
 // Shared by every slot: the recomputation workspace, the partial results of row-parallel layers
@@ -169,8 +171,6 @@ struct CudaGpt<T>::Buffers {
   T* dqkv = nullptr;               // (N, 3Cl)
   T* dfch = nullptr;               // (N, Hl)
   float* dlosses = nullptr;        // (N)
-  float* row_max = nullptr;        // (N) cross-entropy over vocabulary shards
-  float* row_sums = nullptr;       // (2, N): Σ exp, target logit
 };
 
 // Lays out every slot and the shared buffers (over `c`'s reservation, or only measuring it);
@@ -196,6 +196,7 @@ std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver
     s.tokens = c.take<std::int32_t>(d.N);
     s.targets = c.take<std::int32_t>(d.N);
     s.losses = c.take<float>(d.head ? d.N : 0);
+    s.ce_stats = c.take<float>(d.head ? 3 * d.N : 0);
   }
   b.partial = c.take<T>(d.N * d.C);
   b.reduced = c.take<T>(d.sp ? d.Nr * d.C : 0);
@@ -207,8 +208,6 @@ std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver
   b.dqkv = c.take<T>(d.N * 3 * d.Cl);
   b.dfch = c.take<T>(d.N * d.Hl);
   b.dlosses = c.take<float>(d.N);
-  b.row_max = c.take<float>(d.N);
-  b.row_sums = c.take<float>(2 * d.N);
   return activations;
 }
 
@@ -496,6 +495,7 @@ void CudaGpt<T>::cross_entropy(Slot& s, float fused_scale) {
   Buffers& b = *buffers_;
   cudaStream_t stream = ctx_.stream();
   const bool fused = fused_scale > 0;
+  float *row_max = s.ce_stats, *sum_exp = s.ce_stats + N, *target_logit = s.ce_stats + 2 * N;
   // d(scale · mean)/d(loss_n) = scale / N.
   if (fused) fill(b.dlosses, fused_scale / static_cast<float>(N), N, stream);
   if (!tp_) {  // one shard: online softmax in one pass over each row
@@ -503,22 +503,21 @@ void CudaGpt<T>::cross_entropy(Slot& s, float fused_scale) {
       softmax_crossentropy_forward_backward(s.losses, s.logits, s.logits, s.targets, b.dlosses, N,
                                             V, Vl, stream);
     else
-      softmax_crossentropy_forward(s.losses, s.logits, s.logits, s.targets, N, V, Vl, stream);
+      softmax_crossentropy_stats(s.losses, row_max, sum_exp, target_logit, s.logits, s.targets, N,
+                                 V, Vl, stream);
     return;
   }
   // Shards: global row maxima, then global sums of exp and target logits, then the rest.
-  crossentropy_shard_max(b.row_max, s.logits, vocab_begin, V, N, Vl, stream);
-  tp_->all_reduce_max(b.row_max, static_cast<std::size_t>(N), stream);
-  crossentropy_shard_sums(b.row_sums, b.row_sums + N, s.logits, s.targets, b.row_max, vocab_begin,
-                          V, N, Vl, stream);
-  tp_->all_reduce_sum(b.row_sums, 2 * static_cast<std::size_t>(N), stream);
+  crossentropy_shard_max(row_max, s.logits, vocab_begin, V, N, Vl, stream);
+  tp_->all_reduce_max(row_max, static_cast<std::size_t>(N), stream);
+  crossentropy_shard_sums(sum_exp, target_logit, s.logits, s.targets, row_max, vocab_begin, V, N,
+                          Vl, stream);
+  tp_->all_reduce_sum(sum_exp, 2 * static_cast<std::size_t>(N), stream);  // and target_logit
   if (fused)
-    crossentropy_shard_finish_backward(s.losses, s.logits, s.logits, s.targets, b.dlosses,
-                                       b.row_max, b.row_sums, b.row_sums + N, vocab_begin, V, N, Vl,
-                                       stream);
+    crossentropy_shard_finish_backward(s.losses, s.logits, s.logits, s.targets, b.dlosses, row_max,
+                                       sum_exp, target_logit, vocab_begin, V, N, Vl, stream);
   else
-    crossentropy_shard_finish(s.losses, s.logits, s.logits, b.row_max, b.row_sums, b.row_sums + N,
-                              vocab_begin, V, N, Vl, stream);
+    crossentropy_losses(s.losses, row_max, sum_exp, target_logit, N, stream);
 }
 
 template <class T>
@@ -534,7 +533,7 @@ void CudaGpt<T>::forward(int slot, const T* w, const std::int32_t* tokens,
   if (has_head) head_forward(s, w);
   s.forwarded = true;
   s.has_targets = has_head && targets != nullptr;
-  if (s.has_targets) cross_entropy(s, 0);  // the probabilities overwrite the logits
+  if (s.has_targets) cross_entropy(s, 0);  // losses and row statistics; the logits stay
 }
 
 template <class T>
@@ -583,10 +582,12 @@ void CudaGpt<T>::head_backward(Slot& s, const T* w, float* grads, float loss_sca
   const int Vl = static_cast<int>(wte.slice.mid_count);
   Buffers& b = *buffers_;
   cudaStream_t stream = ctx_.stream();
-  if (!fused) {  // dlogits overwrite the probabilities in place
+  if (!fused) {  // dlogits overwrite the logits in place, from the forward's row statistics
     fill(b.dlosses, loss_scale / static_cast<float>(N), N, stream);
-    crossentropy_shard_backward(s.logits, s.logits, s.targets, b.dlosses, vocab_begin, V, N, Vl,
-                                stream);
+    // Rewrites the forward's losses with the same values (the same formula on the same inputs).
+    crossentropy_shard_finish_backward(s.losses, s.logits, s.logits, s.targets, b.dlosses,
+                                       s.ce_stats, s.ce_stats + N, s.ce_stats + 2 * N, vocab_begin,
+                                       V, N, Vl, stream);
   }
   const T* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
   matmul_backward_weight(ctx_, grads + wte.offset, nullptr, s.logits, lnf_full, N, C, Vl, scratch_);

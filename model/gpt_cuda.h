@@ -103,8 +103,8 @@ class CudaGpt {
 
   // One pipeline stage. forward: micro-batch (B, T_) into `slot`; the first stage reads `tokens`
   // (host), later stages the input the caller wrote to stage_input(slot) beforehand; the last
-  // stage reads `targets` (null: logits only) and keeps the per-position losses and the
-  // probabilities for the backward. backward: grads += this stage's parameter gradients of
+  // stage reads `targets` (null: logits only) and keeps the per-position losses, the logits and
+  // their row statistics for the backward. backward: grads += this stage's parameter gradients of
   // loss_scale · mean loss; a stage before the last starts from the gradient of its output,
   // written to stage_output_grad() beforehand; afterwards, on a stage after the first,
   // stage_input_grad() holds the gradient to send to the previous stage (until the next backward).
@@ -158,7 +158,8 @@ class CudaGpt {
                               const T* ln1_full);
   void head_forward(Slot& s, const T* weights);
   // Loss from the logits; fused_scale > 0: the logit gradient of fused_scale · mean loss
-  // overwrites the logits (training in one pass), else the probabilities do.
+  // overwrites the logits (training in one pass), else the logits stay and the slot keeps the
+  // row statistics head_backward derives their gradient from.
   void cross_entropy(Slot& s, float fused_scale);
   void head_backward(Slot& s, const T* weights, float* grads, float loss_scale, bool fused);
   void block_backward(Slot& s, const T* weights, float* grads, int local_layer);

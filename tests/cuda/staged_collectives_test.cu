@@ -12,7 +12,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/core/error.h"
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/host_staging.h"
 #include "model/kernels/cuda/staged_collectives.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/unit/thread_group.h"
@@ -128,6 +130,23 @@ TEST(StagedCollectives, ArraysBeyondTheStagingAreAnError) {
     // Both ranks fail before any communication, so neither waits for the other.
     EXPECT_THROW(staged.all_reduce_sum(data.get(), kMaxElements + 1, stream), Error);
   });
+}
+
+// The staging's fp32 buffer is ordered by one stream: a call on a second one is refused.
+TEST(HostStaging, ASecondStreamIsAnError) {
+  HostStaging staging(16);
+  DeviceBuffer<__nv_bfloat16> device(16);
+  std::vector<float> host(16);
+  cudaStream_t first = nullptr, second = nullptr;
+  STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking));
+  STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
+  staging.to_host(host.data(), device.get(), 16, first);
+  EXPECT_THROW(staging.to_host(host.data(), device.get(), 16, second), Error);
+  EXPECT_THROW(staging.to_device(device.get(), host.data(), 16, second), Error);
+  staging.to_device(device.get(), host.data(), 16, first);
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(first));
+  STRATA_CUDA_CHECK(cudaStreamDestroy(first));
+  STRATA_CUDA_CHECK(cudaStreamDestroy(second));
 }
 
 }  // namespace

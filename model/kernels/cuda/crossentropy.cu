@@ -29,14 +29,13 @@ __device__ __forceinline__ void for_each_live(const T* row, int live, int Vl, F 
   }
 }
 
-// What the output pass writes per column: probabilities, or their gradient for dloss.
-enum class Output { kProbs, kGradient };
-
-// Writes probs or dlogits for a whole row (padded columns 0). Each thread reads its columns
-// before writing them, so out may alias row.
-template <Output kOut, int kN, class T>
-__device__ __forceinline__ void write_row(T* out, const T* row, int live, int Vl, float max,
-                                          float inv_sum, int target_local, float dloss) {
+// Writes dlogits = (softmax − onehot(target)) · dloss for a whole row (padded columns 0), with the
+// probability in fp32, rounded once to T. Each thread reads its columns before writing them, so
+// out may alias row.
+template <int kN, class T>
+__device__ __forceinline__ void write_gradient_row(T* out, const T* row, int live, int Vl,
+                                                   float max, float inv_sum, int target_local,
+                                                   float dloss) {
   for (int c = threadIdx.x * kN; c < Vl; c += kThreads * kN) {
     const Vec<T, kN> x = load_vec<kN>(row + c);
     Vec<T, kN> y;
@@ -46,7 +45,7 @@ __device__ __forceinline__ void write_row(T* out, const T* row, int live, int Vl
       float value = 0.0f;
       if (col < live) {
         const float p = expf(to_float(x.v[k]) - max) * inv_sum;
-        value = kOut == Output::kProbs ? p : p * dloss - (col == target_local ? dloss : 0.0f);
+        value = p * dloss - (col == target_local ? dloss : 0.0f);
       }
       y.v[k] = from_float<T>(value);
     }
@@ -84,42 +83,25 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <Output kOut, class T, int kN>
+template <class T, int kN>
 __global__ void __launch_bounds__(kThreads)
-    shard_finish_kernel(float* losses, T* out, const T* logits, const std::int32_t* targets,
-                        const float* dlosses, const float* row_max, const float* sum_exp,
-                        const float* target_logit, int vocab_begin, int live, int Vl) {
+    shard_finish_backward_kernel(float* losses, T* dlogits, const T* logits,
+                                 const std::int32_t* targets, const float* dlosses,
+                                 const float* row_max, const float* sum_exp,
+                                 const float* target_logit, int vocab_begin, int live, int Vl) {
   const int n = blockIdx.x;
   const float max = row_max[n], sum = sum_exp[n];
-  const int target_local = targets != nullptr ? targets[n] - vocab_begin : -1;
-  const float dloss = dlosses != nullptr ? dlosses[n] : 0.0f;
   const long offset = static_cast<long>(n) * Vl;
-  write_row<kOut, kN>(out + offset, logits + offset, live, Vl, max, 1.0f / sum, target_local,
-                      dloss);
-  // From the logits, not the rounded probability: exact even when that underflows.
+  write_gradient_row<kN>(dlogits + offset, logits + offset, live, Vl, max, 1.0f / sum,
+                         targets[n] - vocab_begin, dlosses[n]);
+  // From the logits, not a rounded probability: exact even when that underflows.
   if (threadIdx.x == 0) losses[n] = logf(sum) - (target_logit[n] - max);
 }
 
-template <class T, int kN>
-__global__ void __launch_bounds__(kThreads)
-    shard_backward_kernel(T* dlogits, const T* probs, const std::int32_t* targets,
-                          const float* dlosses, int vocab_begin, int live, int Vl) {
-  const int n = blockIdx.x;
-  const long offset = static_cast<long>(n) * Vl;
-  const int target_local = targets[n] - vocab_begin;
-  const float dloss = dlosses[n];
-  for (int c = threadIdx.x * kN; c < Vl; c += kThreads * kN) {
-    const Vec<T, kN> p = load_vec<kN>(probs + offset + c);
-    Vec<T, kN> d;
-#pragma unroll
-    for (int k = 0; k < kN; ++k) {
-      const int col = c + k;
-      const float value =
-          col < live ? to_float(p.v[k]) * dloss - (col == target_local ? dloss : 0.0f) : 0.0f;
-      d.v[k] = from_float<T>(value);
-    }
-    store_vec(dlogits + offset + c, d);
-  }
+__global__ void losses_kernel(float* losses, const float* row_max, const float* sum_exp,
+                              const float* target_logit, int N) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n < N) losses[n] = logf(sum_exp[n]) - (target_logit[n] - row_max[n]);
 }
 
 // Online softmax statistics (m, s): s = Σ exp(x − m) over the values seen, m their maximum.
@@ -151,15 +133,19 @@ __device__ RowStats block_merge(RowStats x, float* shared_max, float* shared_sum
   return total;
 }
 
-template <Output kOut, class T, int kN>
+// One shard, one pass over the row for its online statistics. kGradient: then the gradient
+// pass, in place when dlogits == logits. Not kGradient: the statistics are kept for a later
+// crossentropy_shard_finish_backward (row_max, sum_exp, target_logit), and the row is not written.
+template <bool kGradient, class T, int kN>
 __global__ void __launch_bounds__(kThreads)
-    fused_crossentropy_kernel(float* losses, T* out, const T* logits, const std::int32_t* targets,
-                              const float* dlosses, int V, int Vp) {
+    fused_crossentropy_kernel(float* losses, T* dlogits, const T* logits,
+                              const std::int32_t* targets, const float* dlosses, float* row_max,
+                              float* sum_exp, float* target_logit_out, int V, int Vp) {
   __shared__ float shared_max[32], shared_sum[32];
   const int n = blockIdx.x;
   const long offset = static_cast<long>(n) * Vp;
   const int target = targets[n];
-  // Read before the barriers in block_merge: out may alias logits.
+  // Read before the barriers in block_merge: dlogits may alias logits.
   const float target_logit = to_float(logits[offset + target]);
   RowStats stats;
   for_each_live<kN>(logits + offset, V, Vp, [&](int, float x) {
@@ -171,9 +157,14 @@ __global__ void __launch_bounds__(kThreads)
     }
   });
   stats = block_merge(stats, shared_max, shared_sum);
-  const float dloss = dlosses != nullptr ? dlosses[n] : 0.0f;
-  write_row<kOut, kN>(out + offset, logits + offset, V, Vp, stats.max, 1.0f / stats.sum, target,
-                      dloss);
+  if constexpr (kGradient) {
+    write_gradient_row<kN>(dlogits + offset, logits + offset, V, Vp, stats.max, 1.0f / stats.sum,
+                           target, dlosses[n]);
+  } else if (threadIdx.x == 0) {
+    row_max[n] = stats.max;
+    sum_exp[n] = stats.sum;
+    target_logit_out[n] = target_logit;
+  }
   if (threadIdx.x == 0) losses[n] = logf(stats.sum) - (target_logit - stats.max);
 }
 
@@ -214,31 +205,6 @@ void crossentropy_shard_sums(float* sum_exp, float* target_logit, const T* logit
 }
 
 template <class T>
-void crossentropy_shard_finish(float* losses, T* probs, const T* logits, const float* row_max,
-                               const float* sum_exp, const float* target_logit, int vocab_begin,
-                               int V, int N, int Vl, cudaStream_t stream) {
-  if (N <= 0) return;
-  const int live = live_columns(vocab_begin, V, Vl);
-  launch_vectorized<T>(Vl, {probs, logits}, [&](auto kN) {
-    shard_finish_kernel<Output::kProbs, T, kN()>
-        <<<N, kThreads, 0, stream>>>(losses, probs, logits, nullptr, nullptr, row_max, sum_exp,
-                                     target_logit, vocab_begin, live, Vl);
-  });
-}
-
-template <class T>
-void crossentropy_shard_backward(T* dlogits, const T* probs, const std::int32_t* targets,
-                                 const float* dlosses, int vocab_begin, int V, int N, int Vl,
-                                 cudaStream_t stream) {
-  if (N <= 0) return;
-  const int live = live_columns(vocab_begin, V, Vl);
-  launch_vectorized<T>(Vl, {dlogits, probs}, [&](auto kN) {
-    shard_backward_kernel<T, kN()>
-        <<<N, kThreads, 0, stream>>>(dlogits, probs, targets, dlosses, vocab_begin, live, Vl);
-  });
-}
-
-template <class T>
 void crossentropy_shard_finish_backward(float* losses, T* dlogits, const T* logits,
                                         const std::int32_t* targets, const float* dlosses,
                                         const float* row_max, const float* sum_exp,
@@ -247,21 +213,30 @@ void crossentropy_shard_finish_backward(float* losses, T* dlogits, const T* logi
   if (N <= 0) return;
   const int live = live_columns(vocab_begin, V, Vl);
   launch_vectorized<T>(Vl, {dlogits, logits}, [&](auto kN) {
-    shard_finish_kernel<Output::kGradient, T, kN()>
+    shard_finish_backward_kernel<T, kN()>
         <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dlosses, row_max, sum_exp,
                                      target_logit, vocab_begin, live, Vl);
   });
 }
 
+void crossentropy_losses(float* losses, const float* row_max, const float* sum_exp,
+                         const float* target_logit, int N, cudaStream_t stream) {
+  if (N <= 0) return;
+  constexpr int kBlock = 256;
+  losses_kernel<<<(N + kBlock - 1) / kBlock, kBlock, 0, stream>>>(losses, row_max, sum_exp,
+                                                                  target_logit, N);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
 template <class T>
-void softmax_crossentropy_forward(float* losses, T* probs, const T* logits,
-                                  const std::int32_t* targets, int N, int V, int Vp,
-                                  cudaStream_t stream) {
+void softmax_crossentropy_stats(float* losses, float* row_max, float* sum_exp, float* target_logit,
+                                const T* logits, const std::int32_t* targets, int N, int V, int Vp,
+                                cudaStream_t stream) {
   if (N <= 0) return;
   STRATA_CHECK(V > 0 && V <= Vp);
-  launch_vectorized<T>(Vp, {probs, logits}, [&](auto kN) {
-    fused_crossentropy_kernel<Output::kProbs, T, kN()>
-        <<<N, kThreads, 0, stream>>>(losses, probs, logits, targets, nullptr, V, Vp);
+  launch_vectorized<T>(Vp, {logits}, [&](auto kN) {
+    fused_crossentropy_kernel<false, T, kN()><<<N, kThreads, 0, stream>>>(
+        losses, nullptr, logits, targets, nullptr, row_max, sum_exp, target_logit, V, Vp);
   });
 }
 
@@ -272,25 +247,21 @@ void softmax_crossentropy_forward_backward(float* losses, T* dlogits, const T* l
   if (N <= 0) return;
   STRATA_CHECK(V > 0 && V <= Vp);
   launch_vectorized<T>(Vp, {dlogits, logits}, [&](auto kN) {
-    fused_crossentropy_kernel<Output::kGradient, T, kN()>
-        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dlosses, V, Vp);
+    fused_crossentropy_kernel<true, T, kN()><<<N, kThreads, 0, stream>>>(
+        losses, dlogits, logits, targets, dlosses, nullptr, nullptr, nullptr, V, Vp);
   });
 }
 
-#define STRATA_INSTANTIATE(T)                                                                   \
-  template void crossentropy_shard_max<T>(float*, const T*, int, int, int, int, cudaStream_t);  \
-  template void crossentropy_shard_sums<T>(float*, float*, const T*, const std::int32_t*,       \
-                                           const float*, int, int, int, int, cudaStream_t);     \
-  template void crossentropy_shard_finish<T>(float*, T*, const T*, const float*, const float*,  \
-                                             const float*, int, int, int, int, cudaStream_t);   \
-  template void crossentropy_shard_backward<T>(T*, const T*, const std::int32_t*, const float*, \
-                                               int, int, int, int, cudaStream_t);               \
-  template void crossentropy_shard_finish_backward<T>(                                          \
-      float*, T*, const T*, const std::int32_t*, const float*, const float*, const float*,      \
-      const float*, int, int, int, int, cudaStream_t);                                          \
-  template void softmax_crossentropy_forward<T>(float*, T*, const T*, const std::int32_t*, int, \
-                                                int, int, cudaStream_t);                        \
-  template void softmax_crossentropy_forward_backward<T>(                                       \
+#define STRATA_INSTANTIATE(T)                                                                    \
+  template void crossentropy_shard_max<T>(float*, const T*, int, int, int, int, cudaStream_t);   \
+  template void crossentropy_shard_sums<T>(float*, float*, const T*, const std::int32_t*,        \
+                                           const float*, int, int, int, int, cudaStream_t);      \
+  template void crossentropy_shard_finish_backward<T>(                                           \
+      float*, T*, const T*, const std::int32_t*, const float*, const float*, const float*,       \
+      const float*, int, int, int, int, cudaStream_t);                                           \
+  template void softmax_crossentropy_stats<T>(float*, float*, float*, float*, const T*,          \
+                                              const std::int32_t*, int, int, int, cudaStream_t); \
+  template void softmax_crossentropy_forward_backward<T>(                                        \
       float*, T*, const T*, const std::int32_t*, const float*, int, int, int, cudaStream_t);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(__nv_bfloat16)

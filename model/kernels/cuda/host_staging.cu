@@ -18,9 +18,20 @@ HostStaging::HostStaging(std::size_t max_elements)
       converted_(std::max<std::size_t>(max_elements, 1) * sizeof(float)),
       converted_data_(converted_.allocate<float>(std::max<std::size_t>(max_elements, 1))) {}
 
+void HostStaging::bind(cudaStream_t stream) {
+  if (!bound_) {
+    bound_ = true;
+    stream_ = stream;
+  }
+  STRATA_CHECK(stream == stream_,
+               "host staging used on a second stream: its conversion buffer "
+               "is ordered by one stream only");
+}
+
 template <class T>
 void HostStaging::to_host(float* host, const T* device, std::size_t count, cudaStream_t stream) {
   STRATA_CHECK(count <= max_elements_, "staging ", count, " elements, room for ", max_elements_);
+  bind(stream);
   const float* source = nullptr;
   if constexpr (std::is_same_v<T, float>) {
     source = device;
@@ -36,6 +47,7 @@ void HostStaging::to_host(float* host, const T* device, std::size_t count, cudaS
 template <class T>
 void HostStaging::to_device(T* device, const float* host, std::size_t count, cudaStream_t stream) {
   STRATA_CHECK(count <= max_elements_, "staging ", count, " elements, room for ", max_elements_);
+  bind(stream);
   if constexpr (std::is_same_v<T, float>) {
     STRATA_CUDA_CHECK(
         cudaMemcpyAsync(device, host, count * sizeof(float), cudaMemcpyHostToDevice, stream));

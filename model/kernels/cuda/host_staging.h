@@ -1,7 +1,7 @@
 // Device arrays of a compute dtype (float, __nv_bfloat16, __half) to and from host fp32 arrays,
 // as everything that crosses ranks through host memory travels (the staged collectives, the
 // pipeline's boundary activations): converted on the device through one fp32 buffer (exact from
-// bf16/fp16 to fp32, rounded once the other way), copied with the stream.
+// bf16/fp16 to fp32, rounded once the other way), copied with the stream, always the same one.
 //
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
@@ -31,7 +31,13 @@ class HostStaging {
   std::size_t max_elements() const { return max_elements_; }
 
  private:
+  // Every call must use one stream, the first one given: the fp32 buffer is reused safely only
+  // because a call's conversion is queued behind the previous call's copies. Checked.
+  void bind(cudaStream_t stream);
+
   std::size_t max_elements_;
+  bool bound_ = false;
+  cudaStream_t stream_ = nullptr;
   DeviceArena converted_;
   float* converted_data_;
 };
