@@ -1,16 +1,29 @@
 // `bench attention`: Strata's fused causal attention (model/kernels/cuda/attention.h) on the GPU,
-// forward and backward timed apart with CUDA events (median of --repeats after 3 warm-up runs),
-// on random qkv of a GPT-2 shape. FLOPs count the causal half of the two forward matmuls
-// (2·B·NH·T²·hs) and 2.5× that for the backward's five, the convention FlashAttention's papers
-// use, so TFLOP/s compare directly with published library figures. Not in builds without CUDA.
+// forward and backward timed apart with CUDA events, on random qkv of a GPT-2 shape. FLOPs count
+// the causal half of the two forward matmuls (2·B·NH·T²·hs) and 2.5× that for the backward's five,
+// the convention FlashAttention's papers use, so TFLOP/s compare directly with published library
+// figures. Not in builds without CUDA.
+//
+// Timing, the same for both implementations: one timed repeat is kLaunchesPerRepeat (20)
+// back-to-back launches between two events, divided by that count, so host gaps between launches
+// (cuDNN's execute call is heavier than a kernel launch) hide behind queued work; the figure is
+// the median of --repeats such windows after one untimed window. The launches rotate through
+// kBufferSets (3) sets of inputs and outputs, so a launch's buffers were last touched two launches
+// earlier, with the other sets' traffic in between: at the default shape one forward alone reads
+// and writes about 51 MB (qkv 37.7 MB, out 12.6 MB, lse in bf16), an H100's whole 50 MB L2, so
+// inputs arrive cold. Shapes whose three sets together fit in L2 are measured cache-warm.
 //
 // For bf16 and fp16 the same inputs then go through cuDNN 9's fused flash attention
 // (tools/bench_attention_cudnn.h), timed the same way: the line gains cuDNN's times and TFLOP/s,
-// Strata's fwd+bwd time over cuDNN's (> 1: Strata is slower), and the largest absolute
-// differences between the two implementations' out, lse and dqkv, a sanity check that both
-// computed the same attention. When cuDNN has no engine for the case (and for fp32, which it has
-// no flash path for), cannot be loaded, or fails, one line on stderr says so and only Strata's
-// figures are printed.
+// which backward graph form cuDNN accepted (`cudnn_backward_form`), the cost of the dQ
+// accumulator zeroing included in cuDNN's backward (`cudnn_dq_zero_ms`), Strata's fwd+bwd time
+// over cuDNN's (> 1: Strata is slower), and the largest absolute differences between the two
+// implementations' out, lse and dqkv over all buffer sets, a sanity check that both computed the
+// same attention. cuDNN is timed whether or not Strata's kernel ran: when Strata's kernel fails
+// the line says `"strata": "failed"` with `strata_error`, gives cuDNN's figures alone and
+// `"cudnn": "timed"` (not "compared"); a CUDA error that poisons the context fails cuDNN too.
+// When cuDNN has no engine for the case (and for fp32, which it has no flash path for), cannot be
+// loaded, or fails, one line on stderr says so and only Strata's figures are printed.
 //
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include <cstdio>
@@ -29,6 +42,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -115,25 +130,44 @@ double max_abs_difference(const DeviceArray<T>& a, const DeviceArray<T>& b) {
   return largest;
 }
 
-// Median milliseconds of `repeats` runs of `launch` on `stream`, after 3 unrecorded ones.
+// Launches per timed window, and the buffer sets they rotate through (see the header comment).
+constexpr int kLaunchesPerRepeat = 20;
+constexpr int kBufferSets = 3;
+static_assert(kLaunchesPerRepeat >= kBufferSets, "the untimed window must write every set");
+
+// A CUDA event, destroyed when it goes out of scope.
+class Event {
+ public:
+  Event() { STRATA_CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~Event() { STRATA_CUDA_REPORT(cudaEventDestroy(event_)); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Median milliseconds per launch: `repeats` windows of kLaunchesPerRepeat back-to-back
+// `launch(set)` calls (set = launch index mod kBufferSets) between two events on `stream`, each
+// divided by kLaunchesPerRepeat, after one untimed window (which also leaves every set written).
 template <class F>
-double median_ms(cudaStream_t stream, int repeats, const F& launch) {
-  cudaEvent_t start, stop;
-  STRATA_CUDA_CHECK(cudaEventCreate(&start));
-  STRATA_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) launch();
+double median_ms_per_launch(cudaStream_t stream, int repeats, const F& launch) {
+  const auto window = [&] {
+    for (int i = 0; i < kLaunchesPerRepeat; ++i) launch(i % kBufferSets);
+  };
+  const Event start, stop;
+  window();
   std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
-    STRATA_CUDA_CHECK(cudaEventRecord(start, stream));
-    launch();
-    STRATA_CUDA_CHECK(cudaEventRecord(stop, stream));
-    STRATA_CUDA_CHECK(cudaEventSynchronize(stop));
+    STRATA_CUDA_CHECK(cudaEventRecord(start.get(), stream));
+    window();
+    STRATA_CUDA_CHECK(cudaEventRecord(stop.get(), stream));
+    STRATA_CUDA_CHECK(cudaEventSynchronize(stop.get()));
     float ms = 0;
-    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
+    STRATA_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    times.push_back(static_cast<double>(ms) / kLaunchesPerRepeat);
   }
-  STRATA_CUDA_CHECK(cudaEventDestroy(start));
-  STRATA_CUDA_CHECK(cudaEventDestroy(stop));
   return median(times);
 }
 
@@ -158,7 +192,28 @@ struct AttentionShape {
   double forward_flops() const { return 2.0 * B * NH * static_cast<double>(T) * T * hs; }
 };
 
-// What one implementation wrote for the shared inputs.
+// One set of inputs, shared by both implementations.
+template <class T>
+struct AttentionInputs {
+  DeviceArray<T> qkv;   // (B, T, 3C)
+  DeviceArray<T> dout;  // (B, T, C)
+};
+
+// kBufferSets sets of random inputs in [-1, 1] (fixed seed), each different.
+template <class T>
+std::vector<AttentionInputs<T>> random_inputs(const AttentionShape& shape) {
+  std::mt19937 rng(11);
+  std::vector<AttentionInputs<T>> inputs;
+  inputs.reserve(kBufferSets);
+  for (int set = 0; set < kBufferSets; ++set) {
+    DeviceArray<T> qkv = random_device_array<T>(shape.rows() * 3 * shape.C(), rng);
+    DeviceArray<T> dout = random_device_array<T>(shape.rows() * shape.C(), rng);
+    inputs.push_back(AttentionInputs<T>{std::move(qkv), std::move(dout)});
+  }
+  return inputs;
+}
+
+// What one implementation wrote for one set of inputs.
 template <class T>
 struct AttentionOutputs {
   explicit AttentionOutputs(const AttentionShape& shape)
@@ -169,6 +224,15 @@ struct AttentionOutputs {
   // (B, NH, T): Strata's lse, cuDNN's softmax stats (the same quantity).
   DeviceArray<float> lse;
 };
+
+// One implementation's outputs, one per buffer set.
+template <class T>
+std::vector<AttentionOutputs<T>> output_sets(const AttentionShape& shape) {
+  std::vector<AttentionOutputs<T>> outputs;
+  outputs.reserve(kBufferSets);
+  for (int set = 0; set < kBufferSets; ++set) outputs.emplace_back(shape);
+  return outputs;
+}
 
 struct PassTimes {
   double forward_ms, backward_ms;
@@ -188,30 +252,58 @@ void add_pass_figures(JsonFields& json, const std::string& prefix, const PassTim
               (forward_flops + backward_flops) / times.total_ms() * 1e-9, "%.2f");
 }
 
+// An exception's message on one line, for a JSON value (JsonFields escapes quotes, not newlines).
+std::string one_line(const char* message) {
+  std::string line = message;
+  for (char& c : line)
+    if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  return line;
+}
+
+// Largest |a - b| of one output over all buffer sets.
+template <class T, class Member>
+double max_abs_difference_over_sets(const std::vector<AttentionOutputs<T>>& a,
+                                    const std::vector<AttentionOutputs<T>>& b, Member member) {
+  double largest = 0;
+  for (std::size_t set = 0; set < a.size(); ++set)
+    largest = std::max(largest, max_abs_difference(a[set].*member, b[set].*member));
+  return largest;
+}
+
 template <class T>
-PassTimes time_strata(const AttentionShape& shape, const DeviceArray<T>& qkv,
-                      const DeviceArray<T>& dout, AttentionOutputs<T>& outputs, int repeats,
-                      cudaStream_t stream) {
+PassTimes time_strata(const AttentionShape& shape, const std::vector<AttentionInputs<T>>& inputs,
+                      std::vector<AttentionOutputs<T>>& outputs, int repeats, cudaStream_t stream) {
   cuda::DeviceArena arena(std::size_t{64} << 20);
   const int B = shape.B, T_ = shape.T, C = shape.C(), NH = shape.NH;
   PassTimes times{};
-  times.forward_ms = median_ms(stream, repeats, [&] {
-    cuda::attention_forward(outputs.out.get(), outputs.lse.get(), qkv.get(), B, T_, C, NH, stream);
+  times.forward_ms = median_ms_per_launch(stream, repeats, [&](int set) {
+    cuda::attention_forward(outputs[set].out.get(), outputs[set].lse.get(), inputs[set].qkv.get(),
+                            B, T_, C, NH, stream);
   });
-  times.backward_ms = median_ms(stream, repeats, [&] {
-    cuda::attention_backward(outputs.dqkv.get(), dout.get(), qkv.get(), outputs.out.get(),
-                             outputs.lse.get(), B, T_, C, NH, arena, stream);
+  times.backward_ms = median_ms_per_launch(stream, repeats, [&](int set) {
+    cuda::attention_backward(outputs[set].dqkv.get(), inputs[set].dout.get(), inputs[set].qkv.get(),
+                             outputs[set].out.get(), outputs[set].lse.get(), B, T_, C, NH, arena,
+                             stream);
   });
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
   return times;
 }
 
-// Times cuDNN on the same inputs and adds its figures and the differences from Strata's outputs
-// to `json`; when cuDNN has no engine for the case, says so on stderr and adds only that.
+// Strata's run: its times and outputs, or why it failed.
 template <class T>
-void compare_with_cudnn(JsonFields& json, const AttentionShape& shape, const DeviceArray<T>& qkv,
-                        const DeviceArray<T>& dout, const AttentionOutputs<T>& strata,
-                        const PassTimes& strata_times, int repeats, cudaStream_t stream) {
+struct StrataRun {
+  std::optional<PassTimes> times;
+  std::vector<AttentionOutputs<T>> outputs;
+  std::string error;
+};
+
+// Times cuDNN on the same inputs and adds its figures to `json`, and when Strata ran (`strata`
+// has times) the differences from Strata's outputs; when cuDNN has no engine for the case, says
+// so on stderr and adds only that.
+template <class T>
+void time_cudnn(JsonFields& json, const AttentionShape& shape,
+                const std::vector<AttentionInputs<T>>& inputs, const StrataRun<T>& strata,
+                int repeats, cudaStream_t stream) {
   std::string why;
   if (!cudnn_available(&why)) {
     std::fprintf(stderr, "bench attention: cuDNN could not be loaded, comparing nothing: %s\n",
@@ -222,23 +314,40 @@ void compare_with_cudnn(JsonFields& json, const AttentionShape& shape, const Dev
   const AttentionIoType io =
       std::is_same_v<T, __nv_bfloat16> ? AttentionIoType::bf16 : AttentionIoType::fp16;
   try {
-    CudnnAttention cudnn(shape.B, shape.T, shape.C(), shape.NH, io);
-    AttentionOutputs<T> outputs(shape);
+    CudnnAttention cudnn(shape.B, shape.T, shape.C(), shape.NH, io, stream);
+    if (!cudnn.backward_fallback_reason().empty())
+      std::fprintf(stderr,
+                   "bench attention: cuDNN rejected the legacy backward graph, running the "
+                   "current form: %s\n",
+                   cudnn.backward_fallback_reason().c_str());
+    std::vector<AttentionOutputs<T>> outputs = output_sets<T>(shape);
+    for (int set = 0; set < kBufferSets; ++set)
+      cudnn.bind({inputs[set].qkv.get(), outputs[set].out.get(), outputs[set].lse.get(),
+                  inputs[set].dout.get(), outputs[set].dqkv.get()});
     PassTimes times{};
-    times.forward_ms = median_ms(stream, repeats, [&] {
-      cudnn.forward(outputs.out.get(), outputs.lse.get(), qkv.get(), stream);
-    });
-    times.backward_ms = median_ms(stream, repeats, [&] {
-      cudnn.backward(outputs.dqkv.get(), dout.get(), qkv.get(), outputs.out.get(),
-                     outputs.lse.get(), stream);
-    });
+    times.forward_ms = median_ms_per_launch(
+        stream, repeats, [&](int set) { cudnn.forward(static_cast<std::size_t>(set)); });
+    times.backward_ms = median_ms_per_launch(
+        stream, repeats, [&](int set) { cudnn.backward(static_cast<std::size_t>(set)); });
+    const double zero_ms =
+        median_ms_per_launch(stream, repeats, [&](int) { cudnn.zero_dq_accumulator(); });
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    json.text("cudnn", "compared");
+    json.text("cudnn", strata.times ? "compared" : "timed")
+        .text("cudnn_backward_form", backward_form_name(cudnn.backward_form()));
     add_pass_figures(json, "cudnn_", times, shape.forward_flops());
-    json.number("strata_over_cudnn_time", strata_times.total_ms() / times.total_ms(), "%.3f")
-        .number("out_max_abs_diff", max_abs_difference(strata.out, outputs.out), "%.3g")
-        .number("lse_max_abs_diff", max_abs_difference(strata.lse, outputs.lse), "%.3g")
-        .number("dqkv_max_abs_diff", max_abs_difference(strata.dqkv, outputs.dqkv), "%.3g");
+    json.number("cudnn_dq_zero_ms", zero_ms, "%.4f");
+    if (strata.times) {
+      json.number("strata_over_cudnn_time", strata.times->total_ms() / times.total_ms(), "%.3f")
+          .number("out_max_abs_diff",
+                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::out),
+                  "%.3g")
+          .number("lse_max_abs_diff",
+                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::lse),
+                  "%.3g")
+          .number("dqkv_max_abs_diff",
+                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::dqkv),
+                  "%.3g");
+    }
   } catch (const CudnnUnsupported& unsupported) {
     std::fprintf(stderr,
                  "bench attention: cuDNN has no engine for this case, comparing nothing: %s\n",
@@ -254,15 +363,10 @@ void compare_with_cudnn(JsonFields& json, const AttentionShape& shape, const Dev
 
 template <class T>
 void run_attention(const AttentionShape& shape, int repeats, const std::string& dtype) {
-  std::mt19937 rng(11);
-  const DeviceArray<T> qkv = random_device_array<T>(shape.rows() * 3 * shape.C(), rng);
-  const DeviceArray<T> dout = random_device_array<T>(shape.rows() * shape.C(), rng);
-  AttentionOutputs<T> strata(shape);
-  Stream stream;
-  const PassTimes strata_times = time_strata(shape, qkv, dout, strata, repeats, stream.get());
-
   cudaDeviceProp properties{};
   STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+  const std::vector<AttentionInputs<T>> inputs = random_inputs<T>(shape);
+  Stream stream;
   JsonFields json;
   json.text("bench", "attention")
       .text("device_name", properties.name)
@@ -271,17 +375,40 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
       .integer("seq_len", shape.T)
       .integer("heads", shape.NH)
       .integer("head_size", shape.hs)
-      .integer("repeats", repeats);
-  add_pass_figures(json, "", strata_times, shape.forward_flops());
+      .integer("repeats", repeats)
+      .integer("launches_per_repeat", kLaunchesPerRepeat)
+      .integer("buffer_sets", kBufferSets);
+
+  // Strata's failure (a kernel that does not launch, or faults) costs its own figures only:
+  // cuDNN is still timed below.
+  StrataRun<T> strata;
+  try {
+    strata.outputs = output_sets<T>(shape);
+    strata.times = time_strata(shape, inputs, strata.outputs, repeats, stream.get());
+  } catch (const std::exception& failed) {
+    strata.times.reset();
+    strata.error = one_line(failed.what());
+    std::fprintf(stderr, "bench attention: Strata's attention kernel failed: %s\n",
+                 strata.error.c_str());
+  }
+  if (strata.times) {
+    json.text("strata", "timed");
+    add_pass_figures(json, "", *strata.times, shape.forward_flops());
+  } else {
+    json.text("strata", "failed").text("strata_error", strata.error);
+  }
+
   if constexpr (std::is_same_v<T, float>) {
     std::fprintf(stderr,
                  "bench attention: cuDNN has no fp32 flash attention, comparing nothing "
                  "(use --dtype bf16 or fp16)\n");
     json.text("cudnn", "no fp32 path");
   } else {
-    compare_with_cudnn(json, shape, qkv, dout, strata, strata_times, repeats, stream.get());
+    time_cudnn(json, shape, inputs, strata, repeats, stream.get());
   }
   std::printf("%s\n", json.str().c_str());
+  // The line is out; a failed Strata run still fails the command (gpu_check.sh reports the exit).
+  if (!strata.times) fail("bench attention: Strata's attention kernel failed: ", strata.error);
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 // composite graphs cudnn_frontend builds for sdpa (is_inference = false, causal_mask, attn_scale)
 // and sdpa_backward on cuDNN 9 (node/scaled_dot_product_flash_attention.h): cuDNN recognises
 // the pattern as a whole and runs its fused flash kernel, so an unfamiliar variant (a missing
-// multiply by one, a different index type) may find no engine at all.
+// multiply by one, a different index type) may find no engine at all. Hence the backward's two
+// forms: the legacy one cudnn_frontend built for early cuDNN 9, and the current one
+// (cudnn-frontend's CompositeSDPABackwardNode, without dropout, bias or GQA), tried when cuDNN
+// rejects the first.
 //
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include "tools/bench_attention_cudnn.h"
@@ -34,6 +37,7 @@ enum Uid : std::int64_t {
   kDK,
   kDV,
   kDQAccumulator,
+  kSoftmaxSum,
 };
 
 // Dimensions and strides of every tensor in both graphs, from the attention shape.
@@ -92,8 +96,7 @@ cudnnBackendDescriptor_t masked_scores(GraphBuilder& graph, const Layouts& layou
 }
 
 // out = softmax(masked scores) · v, and stats = max + log Σ exp(s - max) per row.
-BackendDescriptor build_forward_plan(cudnnHandle_t handle, const Layouts& layout,
-                                     cudnnDataType_t io) {
+GraphBuilder forward_graph(const Layouts& layout, cudnnDataType_t io) {
   GraphBuilder graph;
   const auto row_values = [&] {
     return graph.virtual_tensor(CUDNN_DATA_FLOAT, layout.rows, layout.rows_strides);
@@ -124,13 +127,13 @@ BackendDescriptor build_forward_plan(cudnnHandle_t handle, const Layouts& layout
   cudnnBackendDescriptor_t probabilities =
       graph.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, exps, sum, scores(io));
   graph.matmul(probabilities, v, out);
-  return build_plan(handle, graph.finish(handle));
+  return graph;
 }
 
 // dV = Pᵀ·dO; dS = P ⊙ (dO·Vᵀ - rowsum(dO ⊙ O)) · scale; dK = dSᵀ·Q; dQ = dS·K, with P recomputed
-// as exp(masked scores - stats).
-BackendDescriptor build_backward_plan(cudnnHandle_t handle, const Layouts& layout,
-                                      cudnnDataType_t io) {
+// as exp(masked scores - stats), in `form` (see bench_attention_cudnn.h).
+GraphBuilder backward_graph(const Layouts& layout, cudnnDataType_t io, CudnnBackwardForm form) {
+  const bool legacy = form == CudnnBackwardForm::legacy;
   GraphBuilder graph;
   const auto row_values = [&] {
     return graph.virtual_tensor(CUDNN_DATA_FLOAT, layout.rows, layout.rows_strides);
@@ -157,18 +160,21 @@ BackendDescriptor build_backward_plan(cudnnHandle_t handle, const Layouts& layou
   cudnnBackendDescriptor_t dk = heads(kDK, layout.qkv_strides);
   cudnnBackendDescriptor_t dv = heads(kDV, layout.qkv_strides);
   // Each scalar is one tensor however often it is read: one uid, one descriptor. cudnn_frontend
-  // multiplies by a by-value 1 where dropout's mask and scale would go; kept so the graph is the
-  // pattern cuDNN expects.
+  // multiplies by a by-value 1 where dropout's scale (and, in the legacy form, its mask) would go;
+  // kept so the graph is the pattern cuDNN expects.
   cudnnBackendDescriptor_t scale = graph.scalar(kScale, CUDNN_DATA_FLOAT);
   cudnnBackendDescriptor_t one = graph.scalar(kOne, CUDNN_DATA_FLOAT);
 
-  // rowsum(dO ⊙ O), one value per query row.
+  // rowsum(dO ⊙ O) · 1, one value per query row ("softmax_sum" in cudnn_frontend): virtual in the
+  // legacy form, a real (B, NH, T, 1) fp32 tensor in scratch in the current one.
   cudnnBackendDescriptor_t dout_out =
       graph.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dout, out,
                       graph.virtual_tensor(CUDNN_DATA_FLOAT, layout.heads, layout.out_strides));
   cudnnBackendDescriptor_t row_dot = graph.pointwise(
       CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT,
-      graph.reduction(CUDNN_REDUCE_TENSOR_ADD, dout_out, row_values()), one, row_values());
+      graph.reduction(CUDNN_REDUCE_TENSOR_ADD, dout_out, row_values()), one,
+      legacy ? row_values()
+             : graph.tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, layout.rows, layout.rows_strides));
 
   // P from the forward's stats, then dV = Pᵀ·dO (Pᵀ is P read through swapped strides).
   cudnnBackendDescriptor_t s = masked_scores(graph, layout, q, k_transposed, scale);
@@ -178,10 +184,10 @@ BackendDescriptor build_backward_plan(cudnnHandle_t handle, const Layouts& layou
       scores(CUDNN_DATA_FLOAT));
   graph.matmul(graph.reshape(p, scores_transposed(io)), dout, dv);
 
-  // dS = P ⊙ (dO·Vᵀ · 1 - rowsum) · scale.
-  cudnnBackendDescriptor_t dp = graph.pointwise(
-      CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT,
-      graph.matmul(dout, v_transposed, scores(CUDNN_DATA_FLOAT)), one, scores(CUDNN_DATA_FLOAT));
+  // dS = P ⊙ (dO·Vᵀ [· 1 in the legacy form] - rowsum) · scale.
+  cudnnBackendDescriptor_t dp = graph.matmul(dout, v_transposed, scores(CUDNN_DATA_FLOAT));
+  if (legacy)
+    dp = graph.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp, one, scores(CUDNN_DATA_FLOAT));
   cudnnBackendDescriptor_t ds_unscaled = graph.pointwise(
       CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT,
       graph.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, row_dot, scores(CUDNN_DATA_FLOAT)),
@@ -191,16 +197,17 @@ BackendDescriptor build_backward_plan(cudnnHandle_t handle, const Layouts& layou
 
   // dK = dSᵀ·Q.
   graph.matmul(graph.reshape(ds, scores_transposed(io)), q, dk);
-  // dQ = dS·K, accumulated in fp32 in cuDNN's F16x16-reordered scratch (zeroed before each run),
-  // then converted into dq: cudnn_frontend's graph for cuDNN 9 without the deterministic option.
+  // dQ = dS·K, accumulated in fp32 in scratch (zeroed before each run), then converted into dq:
+  // cudnn_frontend's graph without the deterministic option. The legacy form declares the
+  // accumulator F16x16-reordered, the current one a plain (B, NH, T, hs) block.
   cudnnBackendDescriptor_t k =
       graph.reshape(k_transposed, graph.virtual_tensor(io, layout.heads, layout.qkv_strides));
   cudnnBackendDescriptor_t dq_accumulator =
       graph.tensor(kDQAccumulator, CUDNN_DATA_FLOAT, layout.heads, layout.packed_heads_strides,
-                   CUDNN_TENSOR_REORDERING_F16x16);
+                   legacy ? CUDNN_TENSOR_REORDERING_F16x16 : CUDNN_TENSOR_REORDERING_NONE);
   graph.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, graph.matmul(ds, k, dq_accumulator),
                   dq);
-  return build_plan(handle, graph.finish(handle));
+  return graph;
 }
 
 // `bytes` rounded up to the arena's alignment.
@@ -211,7 +218,37 @@ std::size_t aligned(std::int64_t bytes) {
 
 }  // namespace
 
-CudnnAttention::CudnnAttention(int B, int T, int C, int NH, AttentionIoType io)
+const char* backward_form_name(CudnnBackwardForm form) {
+  return form == CudnnBackwardForm::legacy ? "legacy" : "current";
+}
+
+CudnnAttention::BackwardPlan CudnnAttention::build_backward(cudnnHandle_t handle, int B, int T,
+                                                            int C, int NH, AttentionIoType io) {
+  const Layouts layout(B, T, C, NH);
+  std::string legacy_failure;
+  try {
+    return {CudnnBackwardForm::legacy,
+            build_plan(handle, backward_graph(layout, cudnn_type(io), CudnnBackwardForm::legacy)),
+            ""};
+  } catch (const Error& rejected) {
+    // Nothing has run yet, so any rejection of the legacy graph (no engine, or an attribute the
+    // library no longer takes) is worth one retry in the current form.
+    legacy_failure = rejected.what();
+  }
+  try {
+    return {CudnnBackwardForm::current,
+            build_plan(handle, backward_graph(layout, cudnn_type(io), CudnnBackwardForm::current)),
+            legacy_failure};
+  } catch (const CudnnUnsupported& unsupported) {
+    throw CudnnUnsupported("no cuDNN engine for the attention backward in either form (legacy: " +
+                           legacy_failure + "; current: " + unsupported.what() + ")");
+  } catch (const Error& failed) {
+    throw Error("cuDNN rejected the attention backward in both forms (legacy: " + legacy_failure +
+                "; current: " + failed.what() + ")");
+  }
+}
+
+CudnnAttention::CudnnAttention(int B, int T, int C, int NH, AttentionIoType io, cudaStream_t stream)
     : B_(B),
       T_(T),
       C_(C),
@@ -220,57 +257,70 @@ CudnnAttention::CudnnAttention(int B, int T, int C, int NH, AttentionIoType io)
       element_bytes_(2),
       scale_(1.0f / std::sqrt(static_cast<float>(C / NH))),
       mask_fill_(std::numeric_limits<float>::lowest()),
-      forward_plan_(build_forward_plan(handle_.get(), Layouts(B, T, C, NH), cudnn_type(io))),
-      backward_plan_(build_backward_plan(handle_.get(), Layouts(B, T, C, NH), cudnn_type(io))) {
+      stream_(stream),
+      forward_plan_(build_plan(handle_.get(), forward_graph(Layouts(B, T, C, NH), cudnn_type(io)))),
+      backward_(build_backward(handle_.get(), B, T, C, NH, io)) {
+  STRATA_CUDNN_CHECK(cudnnSetStream(handle_.get(), stream_));
   const std::size_t workspace_bytes =
-      aligned(std::max(plan_workspace_bytes(forward_plan_), plan_workspace_bytes(backward_plan_)));
+      aligned(std::max(forward_plan_.workspace_bytes(), backward_.plan.workspace_bytes()));
   const std::size_t accumulator_bytes = aligned(B_ * NH_ * T_ * hs_ * std::int64_t{4});
-  scratch_.emplace(workspace_bytes + accumulator_bytes);
+  const std::size_t softmax_sum_bytes =
+      backward_.form == CudnnBackwardForm::current ? aligned(B_ * NH_ * T_ * std::int64_t{4}) : 0;
+  scratch_.emplace(workspace_bytes + accumulator_bytes + softmax_sum_bytes);
   workspace_ = workspace_bytes > 0 ? scratch_->allocate(workspace_bytes) : nullptr;
   dq_accumulator_ = static_cast<float*>(scratch_->allocate(accumulator_bytes));
+  if (softmax_sum_bytes > 0)
+    softmax_sum_ = static_cast<float*>(scratch_->allocate(softmax_sum_bytes));
 }
 
-void CudnnAttention::forward(void* out, float* stats, const void* qkv, cudaStream_t stream) {
+std::size_t CudnnAttention::bind(const CudnnAttentionBuffers& buffers) {
   // cuDNN takes non-const pointers for inputs too; it does not write them.
-  char* columns = static_cast<char*>(const_cast<void*>(qkv));
+  char* columns = static_cast<char*>(const_cast<void*>(buffers.qkv));
+  char* gradient_columns = static_cast<char*>(buffers.dqkv);
   const std::size_t C_bytes = static_cast<std::size_t>(C_) * element_bytes_;
-  STRATA_CUDNN_CHECK(cudnnSetStream(handle_.get(), stream));
-  execute_plan(handle_.get(), forward_plan_,
-               {{kQ, columns},
-                {kKTransposed, columns + C_bytes},
-                {kV, columns + 2 * C_bytes},
-                {kOut, out},
-                {kStats, stats},
-                {kScale, &scale_},
-                {kMaskFill, &mask_fill_}},
-               workspace_);
+  forward_packs_.push_back(make_variant_pack({{kQ, columns},
+                                              {kKTransposed, columns + C_bytes},
+                                              {kV, columns + 2 * C_bytes},
+                                              {kOut, buffers.out},
+                                              {kStats, buffers.stats},
+                                              {kScale, &scale_},
+                                              {kMaskFill, &mask_fill_}},
+                                             workspace_));
+  std::vector<UidPointer> backward_bindings = {{kQ, columns},
+                                               {kKTransposed, columns + C_bytes},
+                                               {kVTransposed, columns + 2 * C_bytes},
+                                               {kOut, buffers.out},
+                                               {kDOut, const_cast<void*>(buffers.dout)},
+                                               {kStats, buffers.stats},
+                                               {kDQ, gradient_columns},
+                                               {kDK, gradient_columns + C_bytes},
+                                               {kDV, gradient_columns + 2 * C_bytes},
+                                               {kDQAccumulator, dq_accumulator_},
+                                               {kScale, &scale_},
+                                               {kMaskFill, &mask_fill_},
+                                               {kOne, &one_}};
+  if (backward_.form == CudnnBackwardForm::current)
+    backward_bindings.push_back({kSoftmaxSum, softmax_sum_});
+  backward_packs_.push_back(make_variant_pack(backward_bindings, workspace_));
+  return forward_packs_.size() - 1;
 }
 
-void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* stats, cudaStream_t stream) {
-  char* columns = static_cast<char*>(const_cast<void*>(qkv));
-  char* gradient_columns = static_cast<char*>(dqkv);
-  const std::size_t C_bytes = static_cast<std::size_t>(C_) * element_bytes_;
-  // The accumulator is summed into across key tiles, so it starts from zero every run (the
-  // frontend memsets it inside execute; timed here too).
+void CudnnAttention::forward(std::size_t binding) {
+  execute_plan(handle_.get(), forward_plan_, forward_packs_.at(binding));
+}
+
+void CudnnAttention::zero_dq_accumulator() {
   STRATA_CUDA_CHECK(cudaMemsetAsync(
-      dq_accumulator_, 0, static_cast<std::size_t>(B_ * NH_ * T_ * hs_) * sizeof(float), stream));
-  STRATA_CUDNN_CHECK(cudnnSetStream(handle_.get(), stream));
-  execute_plan(handle_.get(), backward_plan_,
-               {{kQ, columns},
-                {kKTransposed, columns + C_bytes},
-                {kVTransposed, columns + 2 * C_bytes},
-                {kOut, const_cast<void*>(out)},
-                {kDOut, const_cast<void*>(dout)},
-                {kStats, const_cast<float*>(stats)},
-                {kDQ, gradient_columns},
-                {kDK, gradient_columns + C_bytes},
-                {kDV, gradient_columns + 2 * C_bytes},
-                {kDQAccumulator, dq_accumulator_},
-                {kScale, &scale_},
-                {kMaskFill, &mask_fill_},
-                {kOne, &one_}},
-               workspace_);
+      dq_accumulator_, 0, static_cast<std::size_t>(B_ * NH_ * T_ * hs_) * sizeof(float), stream_));
+}
+
+void CudnnAttention::backward(std::size_t binding) {
+  // The accumulator is summed into across key tiles, so it starts from zero every run.
+  // cudnn_frontend memsets it inside execute only for cuDNN before 9.6 (its source says later
+  // versions need no memset); the loaded library's version is not known here, so this always
+  // zeroes, and `bench attention` reports what that costs (cudnn_dq_zero_ms).
+  zero_dq_accumulator();
+  execute_plan(handle_.get(), backward_.plan, backward_packs_.at(binding));
 }
 
 }  // namespace strata::bench

@@ -11,6 +11,17 @@
 // P·V; the backward recomputes P from the stats), which cuDNN's runtime fuses into one flash kernel
 // per pass. bf16 and fp16 only: cuDNN has no fp32 flash attention.
 //
+// The backward exists in two forms (CudnnBackwardForm), because cudnn_frontend's lowering changed
+// over cuDNN 9 and cuDNN matches the pattern as a whole: the legacy form (rowsum(dO ⊙ O) a virtual
+// tensor, dO·Vᵀ multiplied by a by-value 1 where dropout's mask would go, the fp32 dQ accumulator
+// F16x16-reordered) is tried first; when cuDNN rejects it, the current form (rowsum(dO ⊙ O) a real
+// (B, NH, T, 1) fp32 tensor in this object's scratch, no multiply by 1 after dO·Vᵀ, a plain dQ
+// accumulator). backward_form() says which one runs.
+//
+// Timing-minded: plans and variant packs are built up front (the constructor, bind()), and the
+// stream is set once, so forward() and backward() enqueue cuDNN's kernels and nothing else (the
+// backward also zeroes the dQ accumulator first, as cudnn_frontend did before cuDNN 9.6).
+//
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
 
@@ -20,6 +31,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "model/kernels/cuda/arena.h"
 #include "tools/bench_cudnn_graph.h"
@@ -28,30 +41,70 @@ namespace strata::bench {
 
 enum class AttentionIoType { bf16, fp16 };
 
+// The backward graph that cuDNN accepted (see the header comment).
+enum class CudnnBackwardForm { legacy, current };
+const char* backward_form_name(CudnnBackwardForm form);  // "legacy" | "current"
+
+// The device buffers of one forward + backward, in Strata's layouts. Bound once (bind()); they must
+// outlive the CudnnAttention they are bound to.
+struct CudnnAttentionBuffers {
+  const void* qkv;   // (B, T, 3C), read by both passes
+  void* out;         // (B, T, C), written by forward, read by backward
+  float* stats;      // (B, NH, T) fp32, written by forward, read by backward
+  const void* dout;  // (B, T, C), read by backward
+  void* dqkv;        // (B, T, 3C), overwritten by backward
+};
+
 class CudnnAttention {
  public:
-  // Builds the forward and backward plans for qkv (B, T, 3C) with NH heads. Throws
-  // CudnnUnsupported when cuDNN has no engine for either (GPU, shape, head size).
-  CudnnAttention(int B, int T, int C, int NH, AttentionIoType io);
+  // Builds the forward and backward plans for qkv (B, T, 3C) with NH heads and sets `stream` on
+  // its cuDNN handle (every pass is enqueued there). Throws CudnnUnsupported when cuDNN has no
+  // engine for the forward or for either backward form (GPU, shape, head size).
+  CudnnAttention(int B, int T, int C, int NH, AttentionIoType io, cudaStream_t stream);
+  // Variant packs point at members (the host scalars): the object stays where it was built.
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
 
-  // out (B, T, C); stats (B, NH, T) fp32 = log Σ_s≤t exp(q_t·k_s / √hs) per query row, the same
-  // quantity as Strata's lse. Enqueued on `stream`.
-  void forward(void* out, float* stats, const void* qkv, cudaStream_t stream);
-  // dqkv (B, T, 3C) overwritten, from dout (B, T, C) and the forward's qkv, out and stats.
-  void backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
-                cudaStream_t stream);
+  // Builds both passes' variant packs for `buffers`; returns the binding's index.
+  std::size_t bind(const CudnnAttentionBuffers& buffers);
+
+  // out and stats of `binding` from its qkv; stats = log Σ_s≤t exp(q_t·k_s / √hs) per query row,
+  // the same quantity as Strata's lse.
+  void forward(std::size_t binding);
+  // dqkv of `binding` from its dout and the forward's qkv, out and stats.
+  void backward(std::size_t binding);
+  // The zeroing backward() starts with, alone (so a reader can see what it costs).
+  void zero_dq_accumulator();
+
+  CudnnBackwardForm backward_form() const { return backward_.form; }
+  // Why the legacy backward form was rejected; empty when it runs.
+  const std::string& backward_fallback_reason() const { return backward_.legacy_failure; }
 
  private:
+  struct BackwardPlan {
+    CudnnBackwardForm form;
+    ExecutionPlan plan;
+    std::string legacy_failure;
+  };
+  static BackwardPlan build_backward(cudnnHandle_t handle, int B, int T, int C, int NH,
+                                     AttentionIoType io);
+
   std::int64_t B_, T_, C_, NH_, hs_;
   std::size_t element_bytes_;
   // Host scalars the variant packs bind by address (cuDNN passes them to the kernel by value).
   float scale_, mask_fill_, one_ = 1.0f;
+  cudaStream_t stream_;
   CudnnHandle handle_;
-  BackendDescriptor forward_plan_, backward_plan_;
-  // The larger plan workspace, then the backward's fp32 dQ accumulator (B, NH, T, hs).
+  ExecutionPlan forward_plan_;
+  BackwardPlan backward_;
+  // The larger plan workspace, the backward's fp32 dQ accumulator (B, NH, T, hs), and for the
+  // current backward form its rowsum(dO ⊙ O) (B, NH, T, 1) fp32.
   std::optional<cuda::DeviceArena> scratch_;
   void* workspace_ = nullptr;
   float* dq_accumulator_ = nullptr;
+  float* softmax_sum_ = nullptr;
+  // One per bind(), in binding order.
+  std::vector<BackendDescriptor> forward_packs_, backward_packs_;
 };
 
 }  // namespace strata::bench

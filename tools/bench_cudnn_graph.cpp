@@ -222,11 +222,12 @@ BackendDescriptor GraphBuilder::finish(cudnnHandle_t handle) {
 
 // ----- plans and execution -----
 
-BackendDescriptor build_plan(cudnnHandle_t handle, const BackendDescriptor& graph) {
+ExecutionPlan build_plan(cudnnHandle_t handle, GraphBuilder graph) {
+  BackendDescriptor operation_graph = graph.finish(handle);
   std::string last_failure = "the heuristics proposed no engine";
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     BackendDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph.get())
+    heuristics.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, operation_graph.get())
         .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
     // A mode with nothing for this graph may refuse to finalize; the other mode may still have it.
     const cudnnStatus_t heuristics_status = cudnnBackendFinalize(heuristics.get());
@@ -255,7 +256,11 @@ BackendDescriptor build_plan(cudnnHandle_t handle, const BackendDescriptor& grap
       plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle)
           .set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw_configs[i]);
       const cudnnStatus_t status = cudnnBackendFinalize(plan.get());
-      if (status == CUDNN_STATUS_SUCCESS) return plan;
+      if (status == CUDNN_STATUS_SUCCESS) {
+        // The chain stays with the plan (the configurations not chosen are dropped).
+        return ExecutionPlan{std::move(graph), std::move(operation_graph), std::move(heuristics),
+                             std::move(configs[static_cast<std::size_t>(i)]), std::move(plan)};
+      }
       last_failure = std::string("the last engine proposed failed with ") +
                      cudnnGetErrorString(status) + last_error_detail();
     }
@@ -263,15 +268,14 @@ BackendDescriptor build_plan(cudnnHandle_t handle, const BackendDescriptor& grap
   throw CudnnUnsupported("no cuDNN execution plan for this graph (" + last_failure + ")");
 }
 
-std::int64_t plan_workspace_bytes(const BackendDescriptor& plan) {
+std::int64_t ExecutionPlan::workspace_bytes() const {
   std::int64_t bytes = 0, returned = 0;
   STRATA_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                               CUDNN_TYPE_INT64, 1, &returned, &bytes));
   return bytes;
 }
 
-void execute_plan(cudnnHandle_t handle, const BackendDescriptor& plan,
-                  const std::vector<UidPointer>& bindings, void* workspace) {
+BackendDescriptor make_variant_pack(const std::vector<UidPointer>& bindings, void* workspace) {
   std::vector<std::int64_t> uids;
   std::vector<void*> pointers;
   for (const UidPointer& binding : bindings) {
@@ -284,7 +288,12 @@ void execute_plan(cudnnHandle_t handle, const BackendDescriptor& plan,
       .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, pointers.data())
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, workspace)
       .finalize();
-  STRATA_CUDNN_CHECK(cudnnBackendExecute(handle, plan.get(), pack.get()));
+  return pack;
+}
+
+void execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,
+                  const BackendDescriptor& variant_pack) {
+  STRATA_CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan.get(), variant_pack.get()));
 }
 
 }  // namespace strata::bench

@@ -2,7 +2,13 @@
 // compare Strata's kernels with cuDNN's fused engines (tools/bench_attention_cudnn.h). The
 // cudnn_frontend headers are not installed, so graphs are built here from backend descriptors
 // directly: tensors and operations into an operation graph, an execution plan from cuDNN's
-// heuristics, and a variant pack (uid -> pointer bindings) per execution.
+// heuristics, and variant packs (uid -> pointer bindings) built once per set of buffers, so that an
+// execution is one cudnnBackendExecute call.
+//
+// A plan is kept together with everything it was built from (ExecutionPlan: the graph's tensors and
+// operations, the operation graph, the heuristics query and the chosen engine configuration), as
+// cudnn_frontend keeps that chain alive beside its plans: cuDNN documents copying what it needs at
+// finalisation, but nothing here relies on that.
 //
 // Every cuDNN call goes through STRATA_CUDNN_CHECK. A status in cuDNN's NOT_SUPPORTED category (no
 // engine for this pattern, shape, layout or data type) throws CudnnUnsupported, which a benchmark
@@ -57,9 +63,11 @@ class CudnnHandle {
 };
 
 // Owns one backend descriptor. Setting an attribute to another descriptor copies what cuDNN needs
-// from it, but the owners here are kept alive as long as the graph anyway (GraphBuilder).
+// from it, but the owners here are kept alive as long as the plan anyway (ExecutionPlan).
 class BackendDescriptor {
  public:
+  // No descriptor yet (a moved-from or not-yet-built member).
+  BackendDescriptor() = default;
   explicit BackendDescriptor(cudnnBackendDescriptorType_t type);
   ~BackendDescriptor();
   BackendDescriptor(BackendDescriptor&& other) noexcept;
@@ -139,12 +147,23 @@ class GraphBuilder {
   std::int64_t next_virtual_uid_ = 1000;
 };
 
-// An execution plan for `graph`: the first engine configuration proposed by cuDNN's heuristics
-// (mode A, then FALLBACK) that finalizes. CudnnUnsupported when none does.
-BackendDescriptor build_plan(cudnnHandle_t handle, const BackendDescriptor& graph);
+// An execution plan and the whole chain it was built from, alive as long as the plan (declaration
+// order = construction order; destroyed in reverse, the plan first).
+struct ExecutionPlan {
+  GraphBuilder graph;                 // tensors and operations
+  BackendDescriptor operation_graph;  // finalized from `graph`
+  BackendDescriptor heuristics;       // the query that proposed `engine_config`
+  BackendDescriptor engine_config;
+  BackendDescriptor plan;
 
-// Device scratch bytes the plan needs at execution.
-std::int64_t plan_workspace_bytes(const BackendDescriptor& plan);
+  // Device scratch bytes the plan needs at execution.
+  std::int64_t workspace_bytes() const;
+};
+
+// The operation graph of `graph` and an execution plan for it: the first engine configuration
+// proposed by cuDNN's heuristics (mode A, then FALLBACK) that finalizes. CudnnUnsupported when
+// none does.
+ExecutionPlan build_plan(cudnnHandle_t handle, GraphBuilder graph);
 
 // One binding of the variant pack: a device pointer, or a host address for a by-value scalar.
 struct UidPointer {
@@ -152,9 +171,14 @@ struct UidPointer {
   void* pointer;
 };
 
-// Enqueues `plan` on the stream set on `handle` (cudnnSetStream).
-void execute_plan(cudnnHandle_t handle, const BackendDescriptor& plan,
-                  const std::vector<UidPointer>& bindings, void* workspace);
+// A finalized variant pack: `bindings` and the plan's `workspace`. Every pointer in it (device
+// buffers, host scalars, workspace) must stay valid while the pack is executed.
+BackendDescriptor make_variant_pack(const std::vector<UidPointer>& bindings, void* workspace);
+
+// Enqueues `plan` with `variant_pack` on the stream set on `handle` (cudnnSetStream); nothing else
+// (no descriptor is built or destroyed), so a timed execution is cuDNN's launch alone.
+void execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,
+                  const BackendDescriptor& variant_pack);
 
 }  // namespace strata::bench
 #endif

@@ -19,9 +19,15 @@
 // trainer's device step (train/cuda_training.h): forward and backward of the micro-batch, the
 // gradient norm read back, the fused AdamW update, and a device synchronisation closing the step.
 // MFU is then against the datasheet peak of the device (tools/gpu_peaks.h: dense bf16 tensor-core
-// peak for bf16/fp16, the fp32 peak for fp32) unless --peak is given; peak memory adds
-// `device_mib`, the device memory in use after the steps. The CUDA path has never run on a GPU
-// (untested).
+// peak for bf16/fp16, the fp32 peak for fp32) unless --peak is given. Device memory is reported
+// two ways, both read after the timed steps:
+//   device_mib       what Strata reserved (CudaTraining::device_bytes(): activation and scratch
+//                    arenas, weights, gradients, moments, the cuBLASLt workspace), fixed at
+//                    construction;
+//   device_used_mib  the device's memory in use as the driver sees it (cudaMemGetInfo: total -
+//                    free): adds the CUDA context, the libraries' own allocations (cuBLASLt, NCCL)
+//                    and any other process on the GPU; `device_total_mib` is the device's total.
+// The CUDA path has never run on a GPU (untested).
 #include <omp.h>
 
 #include <cmath>
@@ -39,6 +45,12 @@
 #include "train/cuda_training.h"
 #include "train/loss_scale.h"
 #include "train/optimizer.h"
+
+#if STRATA_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "model/kernels/cuda/check.h"
+#endif
 
 namespace strata::bench {
 namespace {
@@ -141,8 +153,10 @@ struct TrainTiming {
   double loss_scale = 1;  // after the last step
   int skipped_steps = 0;  // fp16 overflows (or non-finite losses) among all steps
   double peak_rss_mib = 0;
-  double device_mib = 0;    // CUDA: device memory in use after the steps
-  std::string device_name;  // CUDA: the GPU
+  double device_mib = 0;        // CUDA: device memory Strata reserved (see the header)
+  double device_used_mib = 0;   // CUDA: device memory in use, total - free, after the steps
+  double device_total_mib = 0;  // CUDA: the device's memory
+  std::string device_name;      // CUDA: the GPU
 };
 
 TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) {
@@ -240,6 +254,13 @@ TrainTiming time_cuda_steps(const TrainSetup& setup, int steps, int warmup) {
   timing.peak_rss_mib = peak_rss_mib();
   timing.device_mib = device->device_bytes() / 1048576.0;
   timing.device_name = device->device_name();
+#if STRATA_HAVE_CUDA
+  // The training context made device 0 current; the steps have synchronised.
+  std::size_t free_bytes = 0, total_bytes = 0;
+  STRATA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  timing.device_used_mib = static_cast<double>(total_bytes - free_bytes) / 1048576.0;
+  timing.device_total_mib = static_cast<double>(total_bytes) / 1048576.0;
+#endif
   return timing;
 }
 
@@ -315,7 +336,10 @@ void bench_train(int argc, char** argv, int first) {
       .text("peak_source", peak.source)
       .number("mfu", model_tflops / peak.tflops, "%.4g")
       .number("peak_rss_mib", timing.peak_rss_mib, "%.1f");
-  if (setup.device == "cuda") json.number("device_mib", timing.device_mib, "%.1f");
+  if (setup.device == "cuda")
+    json.number("device_mib", timing.device_mib, "%.1f")
+        .number("device_used_mib", timing.device_used_mib, "%.1f")
+        .number("device_total_mib", timing.device_total_mib, "%.1f");
   json.number("activation_mib", timing.activation_mib, "%.2f")
       .number("activation_mib_per_layer", timing.activation_mib_per_layer, "%.3f")
       .number("loss_scale", timing.loss_scale, "%.17g")
