@@ -1,35 +1,260 @@
 #!/usr/bin/env bash
-# Validates and measures the CUDA backend on a GPU host, from the repository root, with the
-# binaries scripts/gpu_pack.sh put in .gpu/: every `cuda` test, then `bench attention` (Strata
-# against cuDNN) and `bench train` on the GPT-2 configs. Writes one log per step into LOG_DIR and
-# a summary line per step to stdout; a failing step does not stop the later ones.
-#   usage: bash .gpu/gpu_check.sh LOG_DIR [quick]     (quick: tests only)
-set -uo pipefail
-log_dir=${1:?usage: gpu_check.sh LOG_DIR [quick]}
-mode=${2:-all}
-here=$(cd "$(dirname "$0")" && pwd)
+# Validates and measures the CUDA backend on a GPU host that lacks the build machine's Debian
+# libraries, with the binaries scripts/gpu_pack.sh put in .gpu/ and a runtime-library bundle
+# (docs/PERFORMANCE.md, "CUDA backend").
+#   usage: bash scripts/gpu_check.sh MODE LOG_DIR [BUNDLE]
+#   MODE     quick: every `cuda` test (kernels, model, partitions, then cuda_layouts_test, the
+#                   slowest, last)
+#            bench: `bench attention` in bf16, fp16 and fp32 (Strata against cuDNN 9) and
+#                   `bench train` on the GPT-2 124M, 350M, 774M and 1.5B configs
+#            all:   both, tests first
+#   LOG_DIR  receives two files, rewritten after every step so that a run stopped from outside
+#            still leaves what it finished: summary.txt (a line per step: name, exit code,
+#            seconds, and for a bench step the last JSON line it printed) and gpu_logs.tgz (every
+#            step's whole output, and the preflight's).
+#   BUNDLE   the runtime libraries (Open MPI, HDF5, yaml-cpp, OpenBLAS, SentencePiece...) as a
+#            .tar.gz holding a folder with env.sh (unpacked into /tmp), an unpacked such folder,
+#            or `none` for the host's own. Default: .bundle.tar.gz in the repository root, else
+#            an already unpacked /tmp/.bundle, else the host's own.
+# Environment: STEP_LIMIT, seconds a step may run (default 240; then it is killed and reported as
+# a timeout); TOTAL_LIMIT, seconds for all steps (default 540): no step starts once it is spent
+# and a step's limit is cut to what is left, so that a job limited to 10 minutes still ends with
+# its summary.
+# A preflight runs first: the GPU (nvidia-smi -L), the C library, and `ldd` on every binary; a
+# library not found stops the run before any step. Exit status: 0 when every step passed, 1 when
+# any failed, timed out or did not run, 2 when the set-up or the preflight failed.
+set -euo pipefail
+usage="usage: bash scripts/gpu_check.sh quick|bench|all LOG_DIR [BUNDLE]"
+mode=${1:-}
+log_dir=${2:-}
+if [[ ! $mode =~ ^(quick|bench|all)$ || -z $log_dir ]]; then
+  echo "$usage" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+gpu_dir=$root/.gpu
+step_limit=${STEP_LIMIT:-240}
+total_limit=${TOTAL_LIMIT:-540}
 mkdir -p "$log_dir"
-export STRATA_BIN_DIR="$here/bin" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv >"$log_dir/gpu.txt" 2>&1
+log_dir=$(cd "$log_dir" && pwd)
+work=$(mktemp -d)/gpu_logs  # the step logs, packed into $log_dir/gpu_logs.tgz
+mkdir -p "$work"
+summary=$work/summary.txt
+fail() {
+  echo "gpu_check: $*" | tee -a "$work/preflight.log" >&2
+  cp "$summary" "$log_dir/summary.txt" 2>/dev/null || true
+  tar czf "$log_dir/gpu_logs.tgz" -C "$(dirname "$work")" gpu_logs
+  exit 2
+}
+echo "# gpu_check $mode, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(hostname)" >"$summary"
 
-step() {  # step NAME COMMAND...: runs it, logs its output, prints its status and time
-  local name=$1
+# --- Set-up -------------------------------------------------------------------------------------
+[[ -d $gpu_dir/bin && -d $gpu_dir/tests ]] ||
+  fail "$gpu_dir/bin and $gpu_dir/tests are missing: run scripts/gpu_pack.sh on the build machine"
+cd "$root"  # bench train reads configs/ relative to the repository root
+
+# CUDA libraries installed as Python wheels (nvidia-*: site-packages/nvidia/*/lib), a fallback for
+# hosts whose toolkit, NCCL or cuDNN comes only that way. Looked up before the bundle's libraries
+# are on the search path, which the host's python3 must not load.
+wheel_libs=""
+if command -v python3 >/dev/null; then
+  wheel_libs=$(python3 -c '
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+dirs = {d for r in roots for d in glob.glob(os.path.join(r, "nvidia", "*", "lib"))}
+print(":".join(sorted(dirs)))
+' 2>/dev/null) || wheel_libs=""
+fi
+
+bundle=${3:-}
+if [[ -z $bundle ]]; then
+  if [[ -f $root/.bundle.tar.gz ]]; then
+    bundle=$root/.bundle.tar.gz
+  elif [[ -f /tmp/.bundle/env.sh ]]; then
+    bundle=/tmp/.bundle
+  else
+    bundle=none
+    echo "gpu_check: no .bundle.tar.gz and no /tmp/.bundle: using the host's own libraries"
+  fi
+fi
+bundle_dir=""
+if [[ $bundle != none ]]; then
+  case $bundle in
+    *.tar.gz | *.tgz)
+      [[ -f $bundle ]] || fail "bundle $bundle not found"
+      name=$(basename "$bundle")
+      name=${name%.tar.gz}
+      name=${name%.tgz}
+      tar xzf "$bundle" -C /tmp || fail "could not unpack $bundle into /tmp"
+      bundle_dir=/tmp/$name
+      ;;
+    *) bundle_dir=$bundle ;;
+  esac
+  [[ -f $bundle_dir/env.sh ]] || fail "the bundle has no env.sh ($bundle_dir/env.sh)"
+  # shellcheck source=/dev/null
+  source "$bundle_dir/env.sh"
+  # Some packages still install their libraries under /lib rather than /usr/lib.
+  if [[ -d $bundle_dir/root/lib/x86_64-linux-gnu ]]; then
+    export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$bundle_dir/root/lib/x86_64-linux-gnu"
+  fi
+  echo "gpu_check: runtime libraries from $bundle_dir"
+fi
+chmod +x "$gpu_dir"/bin/* "$gpu_dir"/tests/*
+
+# Open MPI aborts mpirun, and a singleton MPI_Init (nccl_communicator_test), when it finds no
+# ssh/rsh, even for ranks on this host: `false` satisfies the check, and no remote host is used.
+export OMPI_MCA_plm_rsh_agent=false OMPI_MCA_rmaps_base_oversubscribe=1
+# Shared-memory transfers by plain copies: containers often forbid the cross-process reads (CMA)
+# Open MPI tries first, which fails every message between ranks.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export STRATA_BIN_DIR=$gpu_dir/bin  # where the tests find `train`
+
+# --- Preflight ----------------------------------------------------------------------------------
+binaries=("$gpu_dir"/bin/* "$gpu_dir"/tests/*)
+missing_libraries() {  # the `ldd` lines that say "not found", over every binary
+  local binary output
+  for binary in "${binaries[@]}"; do
+    output=$(ldd "$binary" 2>&1) || { echo "$binary: ldd failed: $output"; continue; }
+    awk -v b="${binary#"$root"/}" '/not found/ { sub(/^[ \t]+/, ""); print b ": " $0 }' <<<"$output"
+  done
+}
+cudnn_found() {  # bench attention loads libcudnn.so.9 at run time, which ldd does not see
+  local dir dirs
+  # Not `| grep -q`: its early exit can end ldconfig by SIGPIPE, which pipefail makes a failure.
+  [[ $(ldconfig -p 2>/dev/null) == *libcudnn.so.9* ]] && return 0
+  IFS=: read -ra dirs <<<"${LD_LIBRARY_PATH:-}"
+  for dir in "${dirs[@]}"; do [[ -n $dir && -e $dir/libcudnn.so.9 ]] && return 0; done
+  return 1
+}
+{
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi -L || true
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv || true
+  else
+    echo "nvidia-smi: not found"
+  fi
+  echo "C library: $(ldd --version 2>&1 | sed -n 1p)"
+  echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
+} 2>&1 | tee "$work/preflight.log"
+missing=$(missing_libraries)
+if [[ -n $wheel_libs ]] && { [[ -n $missing ]] || ! cudnn_found; }; then
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$wheel_libs"
+  echo "preflight: added the CUDA libraries of Python wheels to the search path: $wheel_libs" |
+    tee -a "$work/preflight.log"
+  missing=$(missing_libraries)
+fi
+if [[ -n $missing ]]; then
+  printf '%s\n' "gpu_check: libraries not found (nothing was run):" "$missing" |
+    tee -a "$work/preflight.log"
+  fail "preflight failed: install or bundle the libraries above"
+fi
+echo "preflight: every binary in .gpu/bin and .gpu/tests finds its libraries" |
+  tee -a "$work/preflight.log"
+# What the host itself must provide, which a missing-library report elsewhere points back to.
+host_libraries=$(for binary in "${binaries[@]}"; do ldd "$binary" 2>/dev/null || true; done |
+  awk -v bundle="${bundle_dir:-/nonexistent}/" '$2 == "=>" && $3 ~ /^\// && index($3, bundle) != 1 {
+    print $1 }' | sort -u | tr '\n' ' ' | sed 's/ $//')
+echo "preflight: libraries from the host, not the bundle: $host_libraries" |
+  tee -a "$work/preflight.log"
+{
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  for binary in "${binaries[@]}"; do
+    echo "== ldd ${binary#"$root"/}"
+    ldd "$binary" 2>&1 || true
+  done
+} >>"$work/preflight.log"
+if [[ $mode != quick ]] && ! cudnn_found; then
+  echo "preflight: libcudnn.so.9 not found: bench attention will time Strata alone" |
+    tee -a "$work/preflight.log"
+fi
+if [[ $mode != bench ]]; then
+  command -v mpirun >/dev/null || fail "preflight: mpirun not found (the bundle provides it)"
+  # Launching alone (no MPI_Init): catches a missing launcher agent or consent to run as root.
+  if ! mpi_output=$(timeout -k 5 60 mpirun --oversubscribe -np 2 true 2>&1); then
+    printf '%s\n' "preflight: warning: 'mpirun -np 2 true' failed; the MPI tests will too:" \
+      "$mpi_output" | tee -a "$work/preflight.log"
+  fi
+fi
+
+# --- Steps --------------------------------------------------------------------------------------
+start_all=$SECONDS
+steps_run=0
+steps_failed=0
+failed_steps=()
+publish() {  # copies the summary and packs the logs into LOG_DIR (after every step)
+  cp "$summary" "$log_dir/summary.txt"
+  tar czf "$log_dir/gpu_logs.tgz.part" -C "$(dirname "$work")" gpu_logs
+  mv "$log_dir/gpu_logs.tgz.part" "$log_dir/gpu_logs.tgz"
+}
+publish  # the preflight's log, in case the job is stopped during the first step
+step() {  # step NAME COMMAND...: runs it under the time limit, logs it, adds its summary line
+  local name=$1 log=$work/$1.log
   shift
-  local start=$SECONDS
-  "$@" >"$log_dir/$name.log" 2>&1
-  local status=$?
-  printf '%-40s exit %3d  %4ds\n' "$name" "$status" $((SECONDS - start))
+  local left=$((total_limit - (SECONDS - start_all)))
+  local limit=$((left < step_limit ? left : step_limit))
+  steps_run=$((steps_run + 1))
+  if ((limit <= 0)); then
+    steps_failed=$((steps_failed + 1))
+    printf '%-34s exit   -      -  not run: TOTAL_LIMIT %ss spent\n' "$name" "$total_limit" |
+      tee -a "$summary"
+    publish
+    return 0
+  fi
+  local start=$SECONDS status=0
+  echo "\$ ${*#"$root"/}" >"$log"
+  timeout -k 10 "$limit" "$@" >>"$log" 2>&1 || status=$?
+  local seconds=$((SECONDS - start)) note=""
+  # timeout exits 124 when its TERM ended the step, 137 when its KILL had to (10 s later).
+  if ((status == 124 || (status == 137 && seconds >= limit))); then
+    note="TIMEOUT after ${limit}s"
+  elif ((status == 77)); then
+    note="skipped: no usable CUDA device"  # cuda_test_main.cpp's code
+  elif ((status > 128)); then
+    note="FAILED: signal $((status - 128))"  # 4 SIGILL, 6 SIGABRT, 9 SIGKILL, 11 SIGSEGV
+  elif ((status != 0)); then
+    note="FAILED"
+  fi
+  if [[ $name == bench_* ]]; then
+    local json
+    json=$(grep '^{' "$log" | tail -n 1 || true)
+    note="${note:+$note }${json:-(no JSON line)}"
+  fi
+  if ((status != 0)); then
+    steps_failed=$((steps_failed + 1))
+    failed_steps+=("$name")
+  fi
+  printf '%-34s exit %3d  %4ds  %s\n' "$name" "$status" "$seconds" "$note" | tee -a "$summary"
+  publish
 }
 
-for test in "$here"/tests/*_test; do
-  step "test_$(basename "$test")" "$test"
-done
-[[ $mode == quick ]] && exit 0
+if [[ $mode != bench ]]; then
+  # cuda_layouts_test trains every layout under mpirun: the slowest, so last.
+  for test in "$gpu_dir"/tests/*_test; do
+    [[ $(basename "$test") == cuda_layouts_test ]] || step "test_$(basename "$test")" "$test"
+  done
+  if [[ -x $gpu_dir/tests/cuda_layouts_test ]]; then
+    step test_cuda_layouts_test "$gpu_dir/tests/cuda_layouts_test"
+  fi
+fi
+if [[ $mode != quick ]]; then
+  for dtype in bf16 fp16 fp32; do
+    step "bench_attention_$dtype" "$gpu_dir/bin/bench" attention --dtype "$dtype"
+  done
+  # device=cuda: a run that cannot use the GPU fails rather than timing the CPU.
+  for model in 124m 350m 774m 1.5b; do
+    step "bench_train_$model" "$gpu_dir/bin/bench" train --config "configs/gpt2_$model.yaml" \
+      --set device=cuda --set train.micro_batch=8 --steps 20
+  done
+fi
 
-for dtype in bf16 fp16 fp32; do
-  step "bench_attention_$dtype" "$here/bin/bench" attention --dtype "$dtype"
+# --- Report -------------------------------------------------------------------------------------
+echo "# $steps_run steps, $steps_failed not passed, $((SECONDS - start_all))s" >>"$summary"
+publish
+for name in "${failed_steps[@]}"; do
+  echo "=== $name: last 20 lines"
+  tail -n 20 "$work/$name.log"
 done
-for model in 124m 350m 774m 1.5b; do
-  step "bench_train_$model" "$here/bin/bench" train --config "configs/gpt2_$model.yaml" \
-    --set train.micro_batch=8 --steps 20
-done
+echo "=== summary ($log_dir/summary.txt; every log in $log_dir/gpu_logs.tgz)"
+cat "$summary"
+((steps_failed == 0))
