@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Validates and measures the CUDA backend on a GPU host that lacks the build machine's Debian
-# libraries, with the binaries scripts/gpu_pack.sh put in .gpu/ and a runtime-library bundle
-# (docs/PERFORMANCE.md, "CUDA backend").
+# libraries, with the binaries scripts/gpu_pack.sh put in .gpu/ (unpacked from .gpu.tar.gz when
+# there is no .gpu/) and a runtime-library bundle (docs/PERFORMANCE.md, "CUDA backend").
 #   usage: bash scripts/gpu_check.sh MODE LOG_DIR [BUNDLE]
 #   MODE     quick: every `cuda` test (kernels, model, partitions, then cuda_layouts_test, the
 #                   slowest, last)
@@ -49,8 +49,12 @@ fail() {
 echo "# gpu_check $mode, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(hostname)" >"$summary"
 
 # --- Set-up -------------------------------------------------------------------------------------
+if [[ ! -d $gpu_dir/bin && -f $root/.gpu.tar.gz ]]; then
+  tar xzf "$root/.gpu.tar.gz" -C "$root" || fail "could not unpack $root/.gpu.tar.gz"
+fi
 [[ -d $gpu_dir/bin && -d $gpu_dir/tests ]] ||
-  fail "$gpu_dir/bin and $gpu_dir/tests are missing: run scripts/gpu_pack.sh on the build machine"
+  fail "$gpu_dir/bin and $gpu_dir/tests are missing (and no .gpu.tar.gz): run" \
+    "scripts/gpu_pack.sh on the build machine"
 cd "$root"  # bench train reads configs/ relative to the repository root
 
 # CUDA libraries installed as Python wheels (nvidia-*: site-packages/nvidia/*/lib), a fallback for
@@ -138,6 +142,13 @@ cudnn_found() {  # bench attention loads libcudnn.so.9 at run time, which ldd do
   echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
 } 2>&1 | tee "$work/preflight.log"
 missing=$(missing_libraries)
+# The build machine's copies of what the bundle lacks, only when the host lacks some of them.
+if [[ -n $missing && -d $gpu_dir/lib ]]; then
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$gpu_dir/lib"
+  echo "preflight: added .gpu/lib (libraries the bundle lacks) to the search path" |
+    tee -a "$work/preflight.log"
+  missing=$(missing_libraries)
+fi
 if [[ -n $wheel_libs ]] && { [[ -n $missing ]] || ! cudnn_found; }; then
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$wheel_libs"
   echo "preflight: added the CUDA libraries of Python wheels to the search path: $wheel_libs" |
