@@ -42,7 +42,9 @@ ncclDataType_t nccl_type(cuda::Element element) {
 
 NcclCommunicator::NcclCommunicator(Communicator& group) : group_(group) {
   // Set-up is agreed on: a rank that fails tells the others, and every member then throws, so no
-  // member waits for a peer that has given up. (A rank that hangs inside NCCL cannot be helped.)
+  // member waits in a later collective for a peer that has given up. Not covered: a rank whose
+  // ncclCommInitRank fails before connecting can leave its peers waiting inside theirs (NCCL's
+  // bootstrap has no time limit here; a non-blocking init polled against a deadline would).
   struct {
     std::int32_t ok = 1;
     ncclUniqueId id{};
