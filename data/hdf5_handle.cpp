@@ -2,6 +2,7 @@
 // the object and HDF5's innermost error description (the most specific reason on its stack).
 #include "data/hdf5_handle.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <numeric>
@@ -345,6 +346,54 @@ void write_dataset_slab(hid_t dataset, std::span<const std::uint64_t> offset,
                data) < 0) {
     fail("cannot write dataset ", describe_id(dataset), ": ", hdf5_error_reason());
   }
+}
+
+void write_dataset_runs_f32(hid_t dataset,
+                            std::span<const std::pair<std::uint64_t, std::uint64_t>> runs,
+                            const float* data) {
+  quiet_hdf5_errors();
+  const std::vector<std::uint64_t> dims = dataset_dims(dataset);
+  if (dims.size() != 1 && dims.size() != 2)
+    fail("element runs need a dataset of rank 1 or 2, ", describe_id(dataset), " has ",
+         dims.size());
+  const std::uint64_t row = dims.size() == 2 ? dims[1] : element_count(dims);
+  const std::uint64_t total = element_count(dims);
+  H5Id space(H5Dget_space(dataset), H5Sclose);
+  H5Sselect_none(space.get());
+  std::uint64_t selected = 0;
+  // A run is at most three rectangles: the rest of its first row, whole rows, its last row's start.
+  auto select = [&](std::uint64_t first_row, std::uint64_t first_column, std::uint64_t rows,
+                    std::uint64_t columns) {
+    if (rows == 0 || columns == 0) return;
+    const hsize_t offset[2] = {first_row, first_column}, count[2] = {rows, columns};
+    const hsize_t flat_offset[1] = {first_row * row + first_column}, flat_count[1] = {columns};
+    const bool flat = dims.size() == 1;
+    if (H5Sselect_hyperslab(space.get(), H5S_SELECT_OR, flat ? flat_offset : offset, nullptr,
+                            flat ? flat_count : count, nullptr) < 0)
+      fail("cannot select elements of ", describe_id(dataset), ": ", hdf5_error_reason());
+    selected += rows * columns;
+  };
+  for (const auto& [first, count] : runs) {
+    if (count == 0) continue;
+    if (first > total || count > total - first)
+      fail("elements [", first, ", ", first + count, ") are outside dataset ", describe_id(dataset),
+           " of ", total, " elements");
+    std::uint64_t at = first, left = count;
+    if (at % row != 0) {  // the rest of the first row
+      const std::uint64_t n = std::min(left, row - at % row);
+      select(at / row, at % row, 1, n);
+      at += n;
+      left -= n;
+    }
+    select(at / row, 0, left / row, row);  // whole rows
+    at += left / row * row;
+    select(at / row, 0, 1, left % row);  // the start of the last row
+  }
+  if (selected == 0) return;
+  const hsize_t memory_count[1] = {selected};
+  const H5Id memory_space(H5Screate_simple(1, memory_count, nullptr), H5Sclose);
+  if (H5Dwrite(dataset, H5T_NATIVE_FLOAT, memory_space.get(), space.get(), H5P_DEFAULT, data) < 0)
+    fail("cannot write dataset ", describe_id(dataset), ": ", hdf5_error_reason());
 }
 
 template <class T>

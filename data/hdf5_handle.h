@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -101,6 +102,13 @@ void write_dataset_slab(hid_t dataset, std::span<const std::uint64_t> offset,
 template <class T>
 void read_dataset_slab(hid_t dataset, std::span<const std::uint64_t> offset,
                        std::span<const std::uint64_t> count, T* out);
+
+// Runs of consecutive elements in the dataset's row-major order, (first flat index, count) each,
+// sorted and disjoint: one write of `data` (the runs' elements back to back) into a union of
+// hyperslabs. Datasets of rank 1 or 2.
+void write_dataset_runs_f32(hid_t dataset,
+                            std::span<const std::pair<std::uint64_t, std::uint64_t>> runs,
+                            const float* data);
 
 // Whole datasets. `data.size()` must equal the product of `dims`.
 template <class T>

@@ -1,5 +1,6 @@
 #include "model/parameter_layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string_view>
 
@@ -95,6 +96,25 @@ bool ParameterLayout::has(const std::string& name) const {
   for (const TensorView& t : tensors_)
     if (t.name == name) return true;
   return false;
+}
+
+std::size_t ParameterLayout::padded_total(int shards) const {
+  STRATA_CHECK(shards >= 1);
+  const std::size_t unit = kShardAlignment * static_cast<std::size_t>(shards);
+  return std::max<std::size_t>(1, (total_ + unit - 1) / unit) * unit;
+}
+
+ElementRange ParameterLayout::shard(int rank, int shards) const {
+  STRATA_CHECK(0 <= rank && rank < shards);
+  const std::size_t size = padded_total(shards) / static_cast<std::size_t>(shards);
+  return {static_cast<std::size_t>(rank) * size, static_cast<std::size_t>(rank + 1) * size};
+}
+
+std::vector<ElementRange> ParameterLayout::decayed_ranges() const {
+  std::vector<ElementRange> ranges;
+  for (const TensorView& t : tensors_)
+    if (t.decay) append_merged(ranges, {t.offset, t.offset + t.size});
+  return ranges;
 }
 
 namespace {

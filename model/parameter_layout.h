@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/element_range.h"
 #include "model/gpt_shape.h"
 
 namespace strata {
@@ -70,6 +71,18 @@ class ParameterLayout {
   const TensorView& at(const std::string& name) const;  // Error if absent
   bool has(const std::string& name) const;
   std::size_t total() const { return total_; }
+
+  // Sharding over `shards` ranks (ZeRO, checkpoint writers): the buffer is padded to
+  // padded_total(shards) elements, a multiple of shards · kShardAlignment, and rank r owns the
+  // contiguous shard(r, shards) = [r·S, (r+1)·S), S = padded_total / shards. Shards past total()
+  // hold padding only (zeros that no tensor reads); with one shard, the padding is the alignment.
+  static constexpr std::size_t kShardAlignment = 64;  // elements: 256 B of fp32, any vector width
+  std::size_t padded_total(int shards) const;
+  ElementRange shard(int rank, int shards) const;
+
+  // The elements AdamW decays (the `decay` tensors: 2-D weights) as sorted, disjoint ranges,
+  // adjacent tensors merged.
+  std::vector<ElementRange> decayed_ranges() const;
 
  private:
   // A tensor split along `mid` of its logical (outer, mid, inner) view into `parts` equal blocks,

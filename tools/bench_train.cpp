@@ -1,9 +1,8 @@
-// `bench train`: the training step of one process, timed. A step is what the trainer does on one
-// rank with one micro-batch and no parallelism: zero the gradients, round the fp32 master weights
-// to precision.compute (bf16/fp16; a fresh copy each step, as the trainer makes), forward and
-// backward (with the configured recomputation; fp16 from the loss scale), global gradient norm,
-// and the AdamW update (skipped, and the scale halved, on an fp16 overflow). Tokens are synthetic,
-// so no data files are needed.
+// `bench train`: the training step of one process, timed. A step is the trainer's own step
+// (train/training_step.h) on one rank with one micro-batch and no parallelism: zero the gradients,
+// forward and backward (with the configured recomputation; fp16 from the loss scale), global
+// gradient norm, and the AdamW update (skipped, and the scale halved, on an fp16 overflow), which
+// also refreshes the bf16/fp16 weights copy. Tokens are synthetic, so no data files are needed.
 //
 // With --config the model shape, train.micro_batch, precision, recompute, optimizer and run.seed
 // come from the config (after --set overrides, validated as `train` does); the parallel layout,
@@ -15,13 +14,13 @@
 // the training steps (so its buffers do not count in peak_rss_mib): the most an fp32 GEMM-bound
 // step could reach here.
 //
-// `device: cuda` (or `auto` where a GPU is usable) times the same step on the GPU through the
-// trainer's device step (train/cuda_training.h): forward and backward of the micro-batch, the
-// gradient norm read back, the fused AdamW update, and a device synchronisation closing the step.
+// `device: cuda` (or `auto` where a GPU is usable) times the same step on the GPU backend
+// (train/cuda_training.h): forward and backward of the micro-batch, the gradient norm read back,
+// the fused AdamW update, and a device synchronisation closing the step.
 // MFU is then against the datasheet peak of the device (tools/gpu_peaks.h: dense bf16 tensor-core
 // peak for bf16/fp16, the fp32 peak for fp32) unless --peak is given. Device memory is reported
 // two ways, both read after the timed steps:
-//   device_mib       what Strata reserved (CudaTraining::device_bytes(): activation and scratch
+//   device_mib       what Strata reserved (TrainingBackend::device_bytes(): activation and scratch
 //                    arenas, weights, gradients, moments, the cuBLASLt workspace), fixed at
 //                    construction;
 //   device_used_mib  the device's memory in use as the driver sees it (cudaMemGetInfo: total -
@@ -39,12 +38,14 @@
 
 #include "model/gpt.h"
 #include "model/kernels/cpu/precision.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/process_groups.h"
 #include "tools/bench.h"
 #include "tools/gpu_peaks.h"
 #include "train/config.h"
 #include "train/cuda_training.h"
 #include "train/loss_scale.h"
-#include "train/optimizer.h"
+#include "train/training_step.h"
 
 #if STRATA_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -81,27 +82,26 @@ const char* recompute_name(Recompute recompute) {
 // What one benchmark runs.
 struct TrainSetup {
   std::string config_path;  // empty in the flag form
+  Config config;            // the flag form's: its shape in fp32, no recomputation
   GptShape shape;
-  int micro_batch = 8;
   GptOptions options;
-  OptimizerConfig optimizer;
-  PrecisionConfig precision;
-  std::uint64_t seed = 1234;
-  std::string device = "cpu";    // where it runs: cpu | cuda
-  std::optional<Config> config;  // the config form's, for the device step
+  std::string device = "cpu";  // where it runs: cpu | cuda
 };
 
 TrainSetup setup_from_flags(const ToolArgs& args) {
   TrainSetup setup;
-  setup.shape.n_layer = positive(args, "--n-layer", 4);
-  setup.shape.n_head = positive(args, "--n-head", 4);
-  setup.shape.d_model = positive(args, "--d-model", 256);
-  setup.shape.seq_len = positive(args, "--seq-len", 256);
-  setup.shape.vocab_size = positive(args, "--vocab", 2048);
-  if (setup.shape.d_model % setup.shape.n_head != 0)
-    fail("--d-model must be a multiple of --n-head");
-  setup.micro_batch = positive(args, "--micro-batch", 8);
-  setup.optimizer.lr = 1e-4;  // the flag form's learning rate since its first version
+  ModelConfig& m = setup.config.model;
+  m.n_layer = positive(args, "--n-layer", 4);
+  m.n_head = positive(args, "--n-head", 4);
+  m.d_model = positive(args, "--d-model", 256);
+  m.seq_len = positive(args, "--seq-len", 256);
+  m.vocab_size = positive(args, "--vocab", 2048);
+  if (m.d_model % m.n_head != 0) fail("--d-model must be a multiple of --n-head");
+  setup.config.train.micro_batch = positive(args, "--micro-batch", 8);
+  setup.config.optimizer.lr = 1e-4;  // the flag form's learning rate since its first version
+  setup.config.run.seed = 1234;
+  setup.config.precision.compute = "fp32";
+  setup.config.recompute = "none";
   return setup;
 }
 
@@ -111,18 +111,18 @@ TrainSetup setup_from_config(const ToolArgs& args) {
   }
   TrainSetup setup;
   setup.config_path = args.get("--config");
-  const Config config = load_config(setup.config_path, args.all("--set"));
-  setup.config = config;
-  const ModelConfig& m = config.model;
-  setup.shape = GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
-  setup.device = resolve_device(config, setup.shape);  // one process: the layout is not used
-  setup.micro_batch = config.train.micro_batch;
-  setup.options = GptOptions{cpu::compute_dtype_from_name(config.precision.compute),
-                             recompute_from_name(config.recompute)};
-  setup.optimizer = config.optimizer;
-  setup.precision = config.precision;
-  setup.seed = config.run.seed;
+  setup.config = load_config(setup.config_path, args.all("--set"));
   return setup;
+}
+
+// What both forms derive from the config: the shape, the options, the device.
+void complete_setup(TrainSetup& setup) {
+  const ModelConfig& m = setup.config.model;
+  setup.shape = GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  setup.options = gpt_options_of(setup.config);
+  // One process: the layout keys are not used, and one step is one micro-batch.
+  setup.config.train.global_batch = setup.config.train.micro_batch;
+  if (!setup.config_path.empty()) setup.device = resolve_device(setup.config, setup.shape);
 }
 
 // Synthetic tokens (B, T) and their next-token targets, the same for every step.
@@ -159,108 +159,66 @@ struct TrainTiming {
   std::string device_name;      // CUDA: the GPU
 };
 
+// The trainer's step on one process, `warmup` untimed then `steps` timed.
 TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) {
+  const Config& config = setup.config;
   const GptShape& shape = setup.shape;
-  const int B = setup.micro_batch, T = shape.seq_len;
-  Gpt<float> model(shape, B, setup.options);
-  const ParameterLayout& layout = model.layout();
-  std::vector<float> params(layout.total()), grads(layout.total()), weights;
-  initialize_gpt_parameters(layout, shape, setup.seed, params.data());
-  AdamW optimizer(layout, setup.optimizer);
-  LossScaler scaler = LossScaler::for_config(setup.precision);
-  const cpu::ComputeDtype dtype = setup.options.compute;
-
-  const SyntheticBatch batch = synthetic_batch(shape, B);
-  const std::vector<std::int32_t>&inputs = batch.inputs, &targets = batch.targets;
-
-  TrainTiming timing;
-  std::vector<double> step_seconds;
-  for (int step = 0; step < warmup + steps; ++step) {
-    const auto start = Clock::now();
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    const float* compute_weights = params.data();
-    if (dtype != cpu::ComputeDtype::fp32) {
-      weights = params;
-      cpu::round_to_dtype(weights.data(), static_cast<long>(weights.size()), dtype);
-      compute_weights = weights.data();
-    }
-    const double scale = scaler.scale();
-    const double loss = model.forward(compute_weights, inputs.data(), targets.data(), B, T);
-    model.backward(compute_weights, grads.data(), static_cast<float>(scale));
-    double sum_squares = 0;
-    for (float g : grads) sum_squares += static_cast<double>(g) * g;
-    const double grad_norm = std::sqrt(sum_squares) / scale;
-    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-    scaler.update(finite);
-    if (finite) {
-      optimizer.step(params.data(), grads.data(), setup.optimizer.lr,
-                     clip_factor(grad_norm, setup.optimizer.grad_clip) / scale);
-    } else {
-      ++timing.skipped_steps;
-    }
-    if (step >= warmup) step_seconds.push_back(seconds_since(start));
-    timing.final_loss = loss;
-  }
-  timing.step_seconds = median(step_seconds);
-  timing.params = layout.total();
-  timing.activation_mib = model.activation_bytes() / 1048576.0;
-  timing.activation_mib_per_layer = model.activation_bytes_per_layer() / 1048576.0;
-  timing.loss_scale = scaler.scale();
-  timing.peak_rss_mib = peak_rss_mib();
-  return timing;
-}
-
-// The same step on the GPU (device 0).
-TrainTiming time_cuda_steps(const TrainSetup& setup, int steps, int warmup) {
-  const GptShape& shape = setup.shape;
+  MpiCommunicator world(MPI_COMM_WORLD, 1);
+  const ProcessGroups groups(Mesh(1, 0, 1, 1, 1, 1), world);
+  const PipelineProgram program = make_pipeline_schedule(PipelineSchedule::one_f_one_b, 1, 1);
+  BackendPlacement placement;
+  placement.partition = ModelPartition::whole(shape);
+  placement.groups = &groups;
+  placement.program = &program;
   const ParameterLayout layout = ParameterLayout::for_gpt(shape);
-  std::vector<float> params(layout.total()), adam_m(layout.total(), 0.0f),
-      adam_v(layout.total(), 0.0f);
-  initialize_gpt_parameters(layout, shape, setup.seed, params.data());
-  const std::unique_ptr<CudaTraining> device = make_cuda_training(*setup.config, shape, 0);
-  device->load(params, adam_m, adam_v);
-  LossScaler scaler = LossScaler::for_config(setup.precision);
-  const SyntheticBatch batch = synthetic_batch(shape, setup.micro_batch);
-  const std::size_t rows = batch.inputs.size();
+  placement.plan = make_reduction_plan(layout, {placement.partition});
+  const std::unique_ptr<TrainingBackend> backend =
+      make_training_backend(setup.device, config, shape, placement, 0);
+  std::vector<StateBuffer> state = backend->state();
+  initialize_gpt_parameters(layout, shape, config.run.seed, state.at(0).values.data());
+  backend->set_state(state);
+
+  LossScaler scaler = LossScaler::for_config(config.precision);
+  const SyntheticBatch batch = synthetic_batch(shape, config.train.micro_batch);
   const MicroBatchSource source = [&](int, std::int32_t* inputs, std::int32_t* targets) {
-    std::copy_n(batch.inputs.data(), rows, inputs);
-    std::copy_n(batch.targets.data(), rows, targets);
+    std::copy(batch.inputs.begin(), batch.inputs.end(), inputs);
+    std::copy(batch.targets.begin(), batch.targets.end(), targets);
   };
+  StepSettings settings;
+  settings.global_batch = config.train.micro_batch;
+  settings.lr = config.optimizer.lr;
+  settings.grad_clip = config.optimizer.grad_clip;
+  const ReductionGroups reduction_groups{&groups.tp(), &groups.dp(), &groups.pp()};
+  TrainingProgress progress;
 
   TrainTiming timing;
   std::vector<double> step_seconds;
-  int adam_steps = 0;
   for (int step = 0; step < warmup + steps; ++step) {
     const auto start = Clock::now();
-    const double scale = scaler.scale();
-    const double loss = device->accumulate_gradients(1, static_cast<float>(scale), source);
-    const double grad_norm = device->gradient_norm() / scale;
-    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-    scaler.update(finite);
-    if (finite)
-      device->update(setup.optimizer.lr, clip_factor(grad_norm, setup.optimizer.grad_clip) / scale,
-                     ++adam_steps);
-    else
-      ++timing.skipped_steps;
-    device->synchronize();
+    const StepResult result =
+        training_step(*backend, reduction_groups, settings, source, scaler, progress);
+    backend->synchronize();
     if (step >= warmup) step_seconds.push_back(seconds_since(start));
-    timing.final_loss = loss;
+    if (!result.applied) ++timing.skipped_steps;
+    timing.final_loss = result.loss;
   }
   timing.step_seconds = median(step_seconds);
   timing.params = layout.total();
-  timing.activation_mib = device->activation_bytes() / 1048576.0;
-  timing.activation_mib_per_layer = device->activation_bytes_per_layer() / 1048576.0;
+  timing.activation_mib = backend->activation_bytes() / 1048576.0;
+  timing.activation_mib_per_layer = backend->activation_bytes_per_layer() / 1048576.0;
   timing.loss_scale = scaler.scale();
   timing.peak_rss_mib = peak_rss_mib();
-  timing.device_mib = device->device_bytes() / 1048576.0;
-  timing.device_name = device->device_name();
+  if (setup.device == "cuda") {
+    timing.device_mib = backend->device_bytes() / 1048576.0;
+    timing.device_name = cuda_device_name(0);
 #if STRATA_HAVE_CUDA
-  // The training context made device 0 current; the steps have synchronised.
-  std::size_t free_bytes = 0, total_bytes = 0;
-  STRATA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  timing.device_used_mib = static_cast<double>(total_bytes - free_bytes) / 1048576.0;
-  timing.device_total_mib = static_cast<double>(total_bytes) / 1048576.0;
+    // The backend made device 0 current; the steps have synchronised.
+    std::size_t free_bytes = 0, total_bytes = 0;
+    STRATA_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    timing.device_used_mib = static_cast<double>(total_bytes - free_bytes) / 1048576.0;
+    timing.device_total_mib = static_cast<double>(total_bytes) / 1048576.0;
 #endif
+  }
   return timing;
 }
 
@@ -296,18 +254,19 @@ void bench_train(int argc, char** argv, int first) {
                        "--n-head", "--d-model", "--seq-len", "--vocab", "--micro-batch"},
                       kUsage, {"--set"});
   if (args.has("--set") && !args.has("--config")) fail("--set needs --config (", kUsage, ")");
-  const TrainSetup setup = args.has("--config") ? setup_from_config(args) : setup_from_flags(args);
+  TrainSetup setup = args.has("--config") ? setup_from_config(args) : setup_from_flags(args);
+  complete_setup(setup);
   const int steps = positive(args, "--steps", 20);
   const long long warmup = args.integer("--warmup", 3);
   if (warmup < 0) fail("--warmup must be >= 0, got ", warmup);
 
-  const TrainTiming timing = setup.device == "cuda"
-                                 ? time_cuda_steps(setup, steps, static_cast<int>(warmup))
-                                 : time_training_steps(setup, steps, static_cast<int>(warmup));
+  const MpiRuntime mpi(&argc, &argv);  // the step reduces over groups, here of one rank
+  const TrainTiming timing = time_training_steps(setup, steps, static_cast<int>(warmup));
   const Peak peak = peak_for(args, setup, timing);
 
   const GptShape& shape = setup.shape;
-  const double tokens_per_step = static_cast<double>(setup.micro_batch) * shape.seq_len;
+  const double tokens_per_step =
+      static_cast<double>(setup.config.train.micro_batch) * shape.seq_len;
   const double tokens_per_s = tokens_per_step / timing.step_seconds;
   const double model_tflops = shape.flops_per_token() * tokens_per_s * 1e-12;
   JsonFields json;
@@ -321,7 +280,7 @@ void bench_train(int argc, char** argv, int first) {
       .integer("d_model", shape.d_model)
       .integer("seq_len", shape.seq_len)
       .integer("vocab", shape.vocab_size)
-      .integer("micro_batch", setup.micro_batch)
+      .integer("micro_batch", setup.config.train.micro_batch)
       .integer("tokens_per_step", static_cast<long long>(tokens_per_step))
       .integer("params", static_cast<long long>(timing.params))
       .text("compute", cpu::compute_dtype_name(setup.options.compute))

@@ -12,6 +12,7 @@
 #include "data/hdf5_handle.h"
 #include "model/core/counter_rng.h"
 #include "model/core/error.h"
+#include "parallel/reduction_plan.h"
 
 namespace strata {
 namespace fs = std::filesystem;
@@ -36,16 +37,29 @@ std::string checkpoint_file_name(std::int64_t step) {
   return name;
 }
 
-std::uint64_t checksum_slice(const float* values, const TensorSlice& slice) {
-  const std::int64_t n = slice.outer * slice.mid_count * slice.inner;
+std::uint64_t checksum_slice(const float* values, const TensorSlice& slice, std::int64_t first,
+                             std::int64_t count) {
   std::uint64_t sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static)
-  for (std::int64_t i = 0; i < n; ++i) {
+  for (std::int64_t i = 0; i < count; ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, values + i, sizeof(bits));
-    sum += mix64(hash_combine(static_cast<std::uint64_t>(slice.logical_index(i)), bits));
+    sum += mix64(hash_combine(static_cast<std::uint64_t>(slice.logical_index(first + i)), bits));
   }
   return sum;  // wraps modulo 2^64: shares add up whatever the slicing
+}
+
+std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
+                                                  const ModelPartition& partition, int writer,
+                                                  int writers) {
+  const ElementRange share = layout.shard(writer, writers);
+  std::vector<ElementRange> writes;
+  for (const TensorView& t : layout.tensors()) {
+    if (is_tied_copy(partition, t) || (replicated_over_tp(partition, t) && partition.tp_rank != 0))
+      continue;
+    append_merged(writes, intersect({t.offset, t.offset + t.size}, share));
+  }
+  return writes;
 }
 
 namespace {
@@ -60,28 +74,22 @@ std::string shape_text(const std::vector<std::uint64_t>& dims) {
   return out.str();
 }
 
-// Calls slab(offset, count, first_local_element) for the hyperslabs of the logical dataset that
-// hold a local tensor: one for a column block of a 2-D tensor (row-parallel weights), otherwise
-// one contiguous run of rows (or elements) per `outer` index.
-template <class Slab>
-void for_each_slab(const TensorView& t, Slab slab) {
+// The runs of consecutive logical elements (first logical index, count) that local elements
+// [first, first + count) of `t` occupy: one per `outer` block they meet (local order is logical
+// order within a block).
+std::vector<std::pair<std::uint64_t, std::uint64_t>> logical_runs(const TensorView& t,
+                                                                  std::int64_t first,
+                                                                  std::int64_t count) {
   const TensorSlice& s = t.slice;
-  const std::vector<std::uint64_t> dims = logical_dims(t);
-  if (dims.size() == 2 && s.inner == 1 && s.outer == static_cast<std::int64_t>(dims[0])) {
-    const std::uint64_t offset[2] = {0, static_cast<std::uint64_t>(s.mid_begin)};
-    const std::uint64_t count[2] = {dims[0], static_cast<std::uint64_t>(s.mid_count)};
-    slab(std::span<const std::uint64_t>(offset), std::span<const std::uint64_t>(count), 0);
-    return;
+  const std::int64_t block = s.mid_count * s.inner;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;
+  for (std::int64_t at = first, end = first + count; at < end;) {
+    const std::int64_t run = std::min(end, (at / block + 1) * block) - at;
+    runs.emplace_back(static_cast<std::uint64_t>(s.logical_index(at)),
+                      static_cast<std::uint64_t>(run));
+    at += run;
   }
-  const std::uint64_t row = dims.size() == 2 ? dims[1] : 1;  // elements per dataset row
-  const std::uint64_t block = static_cast<std::uint64_t>(s.mid_count * s.inner);
-  STRATA_CHECK(block % row == 0, "tensor '", t.name, "' has a slice that is not whole rows");
-  for (std::int64_t o = 0; o < s.outer; ++o) {
-    const std::uint64_t first = static_cast<std::uint64_t>((o * s.mid + s.mid_begin) * s.inner);
-    std::uint64_t offset[2] = {first / row, 0}, count[2] = {block / row, row};
-    slab(std::span<const std::uint64_t>(offset, dims.size()),
-         std::span<const std::uint64_t>(count, dims.size()), o * block);
-  }
+  return runs;
 }
 
 // Creates every logical dataset of `logical` under `group` with a zero checksum.
@@ -93,20 +101,23 @@ void create_tensors(hid_t file, const std::string& group, const ParameterLayout&
   }
 }
 
-void write_slices(hid_t file, const std::string& group, const float* data, const TensorView& t) {
-  H5Id dataset = open_dataset(file, group + t.name);
-  for_each_slab(t, [&](auto offset, auto count, std::int64_t first) {
-    write_dataset_slab<float>(dataset.get(), offset, count, data + first);
-  });
+// Writes local elements [first, first + count) of `t` (values pointing at element `first`) and
+// adds their share to the tensor's checksum.
+void write_elements(hid_t file, const std::string& path, const float* values, const TensorView& t,
+                    std::int64_t first, std::int64_t count) {
+  H5Id dataset = open_dataset(file, path);
+  write_dataset_runs_f32(dataset.get(), logical_runs(t, first, count), values);
   const std::uint64_t sum =
       static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum")) +
-      checksum_slice(data, t.slice);
+      checksum_slice(values, t.slice, first, count);
   write_attribute_i64(dataset.get(), "checksum", static_cast<std::int64_t>(sum));
 }
 
-// Reads the whole logical tensor (to verify its checksum), then takes the local slice.
-void read_slices(hid_t file, const std::string& file_path, const std::string& path, float* out,
-                 const TensorView& t, std::vector<float>& whole) {
+std::string dataset_group(const std::string& buffer_name) { return "/" + buffer_name + "/"; }
+
+// Reads the whole logical tensor `path` (to verify its checksum) into `whole`.
+void read_logical_tensor(hid_t file, const std::string& file_path, const std::string& path,
+                         const TensorView& t, std::vector<float>& whole) {
   if (!has_object(file, path)) fail("checkpoint '", file_path, "' has no tensor '", path, "'");
   const std::vector<std::uint64_t> dims = dataset_dims(file, path);
   if (dims != logical_dims(t))
@@ -119,11 +130,8 @@ void read_slices(hid_t file, const std::string& file_path, const std::string& pa
   TensorSlice all = t.slice;
   all.mid_begin = 0;
   all.mid_count = all.mid;
-  if (checksum_slice(whole.data(), all) != expected)
+  if (checksum_slice(whole.data(), all, 0, all.logical_size()) != expected)
     fail("checkpoint '", file_path, "': tensor '", path, "' fails its checksum (file is damaged)");
-#pragma omp parallel for schedule(static)
-  for (std::size_t i = 0; i < t.size; ++i)
-    out[i] = whole[static_cast<std::size_t>(t.slice.logical_index(static_cast<std::int64_t>(i)))];
 }
 
 void check_format(hid_t file, const std::string& path) {
@@ -134,16 +142,13 @@ void check_format(hid_t file, const std::string& path) {
 
 // Rank 0's part: the file with every dataset, the state, config and tokenizer.
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
-                            const Checkpoint& ckpt) {
+                            const CheckpointMeta& ckpt, const std::vector<StateBuffer>& buffers) {
   const ParameterLayout logical = ParameterLayout::for_gpt(shape);
   H5File file = H5File::create(path);
   write_attribute_string(file.id(), "format", kCheckpointFormat);
   write_attribute_string(file.id(), "config", ckpt.config_yaml);
-  create_tensors(file.id(), "/model/", logical);
-  if (!ckpt.adam_m.empty()) {
-    create_tensors(file.id(), "/optimizer/m/", logical);
-    create_tensors(file.id(), "/optimizer/v/", logical);
-  }
+  for (const StateBuffer& buffer : buffers)
+    create_tensors(file.id(), dataset_group(buffer.name), logical);
   H5Id state = create_group(file.id(), "/state");
   write_attribute_i64(state.get(), "step", ckpt.state.step);
   write_attribute_i64(state.get(), "data_position", ckpt.state.data_position);
@@ -164,17 +169,22 @@ void create_checkpoint_file(const std::string& path, const GptShape& shape,
   file.close();
 }
 
-void write_rank_slices(const std::string& path, const CheckpointShard& shard,
-                       const Checkpoint& ckpt) {
+void write_rank_elements(const std::string& path, const CheckpointWriter& writer,
+                         const std::vector<StateBuffer>& buffers) {
   H5File file = H5File::open_write(path);
-  const auto& tensors = shard.layout->tensors();
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (!shard.writes[i]) continue;
-    const TensorView& t = tensors[i];
-    write_slices(file.id(), "/model/", ckpt.params.data() + t.offset, t);
-    if (!ckpt.adam_m.empty()) {
-      write_slices(file.id(), "/optimizer/m/", ckpt.adam_m.data() + t.offset, t);
-      write_slices(file.id(), "/optimizer/v/", ckpt.adam_v.data() + t.offset, t);
+  for (const StateBuffer& buffer : buffers) {
+    STRATA_CHECK(buffer.values.size() == buffer.range.size(), "state buffer '", buffer.name,
+                 "' does not hold its range");
+    for (const TensorView& t : writer.layout->tensors()) {
+      const ElementRange tensor{t.offset, t.offset + t.size};
+      for (const ElementRange& w : writer.writes) {
+        const ElementRange part = intersect(intersect(w, tensor), buffer.range);
+        if (part.empty()) continue;
+        write_elements(file.id(), dataset_group(buffer.name) + t.name,
+                       buffer.values.data() + (part.begin - buffer.range.begin), t,
+                       static_cast<std::int64_t>(part.begin - t.offset),
+                       static_cast<std::int64_t>(part.size()));
+      }
     }
   }
   file.close();
@@ -190,10 +200,10 @@ void agree_or_fail(Communicator* world, const std::string& local_error) {
 
 }  // namespace
 
-std::string write_checkpoint(const std::string& directory, const CheckpointShard& shard,
-                             const Checkpoint& ckpt) {
-  STRATA_CHECK(shard.layout && shard.writes.size() == shard.layout->tensors().size());
-  Communicator* world = shard.world;
+std::string write_checkpoint(const std::string& directory, const CheckpointWriter& writer,
+                             const CheckpointMeta& ckpt, const std::vector<StateBuffer>& buffers) {
+  STRATA_CHECK(writer.layout != nullptr);
+  Communicator* world = writer.world;
   const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
   const std::string final_path =
       (fs::path(directory) / checkpoint_file_name(ckpt.state.step)).string();
@@ -212,7 +222,7 @@ std::string write_checkpoint(const std::string& directory, const CheckpointShard
   if (rank == 0) {
     try {
       fs::create_directories(directory);
-      create_checkpoint_file(temp_path, shard.shape, ckpt);
+      create_checkpoint_file(temp_path, writer.shape, ckpt, buffers);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -222,7 +232,7 @@ std::string write_checkpoint(const std::string& directory, const CheckpointShard
     for (int turn = 0; turn < ranks; ++turn) {  // HDF5 files take one writer at a time
       if (turn == rank) {
         try {
-          write_rank_slices(temp_path, shard, ckpt);
+          write_rank_elements(temp_path, writer, buffers);
         } catch (const std::exception& e) {
           error = e.what();
         }
@@ -250,8 +260,15 @@ std::string write_checkpoint(const std::string& directory, const CheckpointShard
 
 std::string write_checkpoint(const std::string& directory, const GptShape& shape,
                              const ParameterLayout& layout, const Checkpoint& ckpt) {
-  CheckpointShard shard{&layout, shape, std::vector<bool>(layout.tensors().size(), true), nullptr};
-  return write_checkpoint(directory, shard, ckpt);
+  const ElementRange all{0, layout.total()};
+  std::vector<StateBuffer> buffers{{"model", all, ckpt.params}};
+  if (!ckpt.adam_m.empty()) {
+    buffers.push_back({"optimizer/m", all, ckpt.adam_m});
+    buffers.push_back({"optimizer/v", all, ckpt.adam_v});
+  }
+  const CheckpointWriter writer{&layout, shape, {all}, nullptr};
+  return write_checkpoint(directory, writer, {ckpt.config_yaml, ckpt.state, ckpt.tokenizer_model},
+                          buffers);
 }
 
 std::string read_checkpoint_config(const std::string& path) {
@@ -261,26 +278,27 @@ std::string read_checkpoint_config(const std::string& path) {
   return read_attribute_string(file.id(), "config");
 }
 
-Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout,
-                           bool with_optimizer) {
+CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& layout,
+                               std::vector<StateBuffer>& buffers) {
   if (!fs::is_regular_file(path)) fail("checkpoint '", path, "' does not exist");
   H5File file = H5File::open_read(path);
   check_format(file.id(), path);
-  Checkpoint ckpt;
+  CheckpointMeta ckpt;
   ckpt.config_yaml = read_attribute_string(file.id(), "config");
-  ckpt.params.resize(layout.total());
-  if (with_optimizer) {
-    ckpt.adam_m.resize(layout.total());
-    ckpt.adam_v.resize(layout.total());
-  }
+  for (StateBuffer& buffer : buffers) buffer.values.assign(buffer.range.size(), 0.0f);
   std::vector<float> whole;  // one logical tensor at a time
   for (const TensorView& t : layout.tensors()) {
-    read_slices(file.id(), path, "/model/" + t.name, ckpt.params.data() + t.offset, t, whole);
-    if (with_optimizer) {
-      read_slices(file.id(), path, "/optimizer/m/" + t.name, ckpt.adam_m.data() + t.offset, t,
-                  whole);
-      read_slices(file.id(), path, "/optimizer/v/" + t.name, ckpt.adam_v.data() + t.offset, t,
-                  whole);
+    const ElementRange tensor{t.offset, t.offset + t.size};
+    for (StateBuffer& buffer : buffers) {
+      const ElementRange part = intersect(tensor, buffer.range);
+      if (part.empty()) continue;
+      read_logical_tensor(file.id(), path, dataset_group(buffer.name) + t.name, t, whole);
+      float* out = buffer.values.data() + (part.begin - buffer.range.begin);
+      const std::size_t first = part.begin - t.offset;
+#pragma omp parallel for schedule(static)
+      for (std::size_t i = 0; i < part.size(); ++i)
+        out[i] = whole[static_cast<std::size_t>(
+            t.slice.logical_index(static_cast<std::int64_t>(first + i)))];
     }
   }
   if (!has_object(file.id(), "/state")) fail("checkpoint '", path, "' has no /state group");
@@ -300,6 +318,24 @@ Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layou
         static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum")))
       fail("checkpoint '", path, "': the tokenizer model fails its checksum (file is damaged)");
     ckpt.tokenizer_model.assign(bytes.begin(), bytes.end());
+  }
+  return ckpt;
+}
+
+Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout,
+                           bool with_optimizer) {
+  const ElementRange all{0, layout.total()};
+  std::vector<StateBuffer> buffers{{"model", all, {}}};
+  if (with_optimizer) {
+    buffers.push_back({"optimizer/m", all, {}});
+    buffers.push_back({"optimizer/v", all, {}});
+  }
+  CheckpointMeta meta = read_checkpoint(path, layout, buffers);
+  Checkpoint ckpt{std::move(meta.config_yaml),    meta.state, std::move(buffers[0].values), {}, {},
+                  std::move(meta.tokenizer_model)};
+  if (with_optimizer) {
+    ckpt.adam_m = std::move(buffers[1].values);
+    ckpt.adam_v = std::move(buffers[2].values);
   }
   return ckpt;
 }

@@ -12,10 +12,14 @@
 // never silently wrong weights. Files are written to a hidden temporary name in the same directory
 // and renamed when complete, so a crash never leaves a partial step_*.h5.
 //
-// A partitioned model (tensor/pipeline parallel) writes one file together: rank 0 creates it with
-// every logical dataset, then the writing ranks, one after another, put their slices in place
-// (hyperslabs). Reading takes each local tensor's slice out of the logical one, so any layout
-// resumes any checkpoint.
+// Slabs (DESIGN §2: checkpoints are written as slabs of ranges). A rank's training state is a
+// set of named flat buffers (StateBuffer: "model", "optimizer/m", "optimizer/v", later DiLoCo's
+// outer state), each holding an element range of its partition's layout. A rank writes the
+// element ranges it owns (checkpoint_write_ranges: together the writers of a job cover every
+// logical element exactly once) of every buffer it holds into the logical datasets
+// /<buffer name>/<tensor>, rank 0 having created the file with every dataset; the writers take
+// turns (HDF5 files take one writer at a time). Reading takes each buffer's range of each local
+// tensor out of the logical one, so any layout resumes any checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/element_range.h"
 #include "model/gpt_shape.h"
 #include "model/parameter_layout.h"
 #include "parallel/communicator.h"
@@ -42,32 +47,59 @@ struct CheckpointState {
   std::int64_t loss_scale_clean_steps = -1;
 };
 
+// A flat buffer of training state: `values[i]` is element range.begin + i of the layout. Stored
+// under /<name>/<tensor> ("model" holds the parameters: /model/<tensor>).
+struct StateBuffer {
+  std::string name;
+  ElementRange range;
+  std::vector<float> values;
+};
+
+// Everything of a checkpoint but the tensors.
+struct CheckpointMeta {
+  std::string config_yaml;
+  CheckpointState state;
+  std::string tokenizer_model;  // empty when the run had none
+};
+
+// A whole checkpoint as one process holds it (tools, tests): the parameters and, when loaded,
+// the AdamW moments, flat in ParameterLayout order.
 struct Checkpoint {
   std::string config_yaml;
   CheckpointState state;
-  std::vector<float> params;  // flat, in ParameterLayout order
+  std::vector<float> params;
   std::vector<float> adam_m;  // empty when not loaded
   std::vector<float> adam_v;
-  std::string tokenizer_model;  // empty when the run had none
+  std::string tokenizer_model;
 };
 
 std::string checkpoint_file_name(std::int64_t step);  // "step_00000010.h5"
 
+// The elements of `layout` (partition `partition`) that writer `writer` of `writers` writes: its
+// share, layout.shard(writer, writers), of every tensor this partition writes, i.e. every tensor
+// but the last pipeline stage's copy of the tied wte and, on tensor-parallel ranks other than 0,
+// the tensors replicated over the tensor-parallel group. The data-parallel ranks of a replica are
+// its writers: every logical element is then written once by the job.
+std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
+                                                  const ModelPartition& partition, int writer,
+                                                  int writers);
+
 // This rank's part in writing a checkpoint: its tensors (`layout`, slices of the logical model
-// `shape`) and, per tensor, whether it writes it (together the writing ranks cover every logical
-// element exactly once). `world` spans every rank of the job; null for a single process.
-struct CheckpointShard {
+// `shape`) and the element ranges of them it writes. `world` spans every rank of the job; null
+// for a single process.
+struct CheckpointWriter {
   const ParameterLayout* layout = nullptr;
   GptShape shape;
-  std::vector<bool> writes;
+  std::vector<ElementRange> writes;
   Communicator* world = nullptr;
 };
 
 // Writes atomically (temporary name + rename) into `directory` (created if missing); returns the
-// final path. Never touches other checkpoints. Collective over shard.world: every rank calls it
-// with its own tensors in `checkpoint` (state, config and tokenizer are taken from rank 0).
-std::string write_checkpoint(const std::string& directory, const CheckpointShard& shard,
-                             const Checkpoint& checkpoint);
+// final path. Never touches other checkpoints. Collective over writer.world: every rank calls it
+// with the buffers it holds (meta is taken from rank 0; every rank must hold buffers of the same
+// names). The file's datasets are those buffers' names.
+std::string write_checkpoint(const std::string& directory, const CheckpointWriter& writer,
+                             const CheckpointMeta& meta, const std::vector<StateBuffer>& buffers);
 // The whole model from one process.
 std::string write_checkpoint(const std::string& directory, const GptShape& shape,
                              const ParameterLayout& layout, const Checkpoint& checkpoint);
@@ -75,8 +107,12 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
 // Reads the config text only (to build the model before reading tensors).
 std::string read_checkpoint_config(const std::string& path);
 
-// Reads this rank's slices (`layout`) of each logical tensor, verifying shapes and checksums.
-// With with_optimizer false the AdamW moments are not read (eval, generate).
+// Fills every buffer (name and range set by the caller, values resized) with its range of each
+// tensor of `layout`, verifying shapes and checksums; elements past layout.total() (padding) are
+// zero. Returns the rest of the checkpoint.
+CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& layout,
+                               std::vector<StateBuffer>& buffers);
+// The whole of `layout` (its parameters; with_optimizer: also the AdamW moments).
 Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout,
                            bool with_optimizer);
 
@@ -88,7 +124,9 @@ void prune_checkpoints(const std::string& directory, int keep);
 
 // 64-bit checksum of a byte range (word-wise mixing; detects corruption, not tampering).
 std::uint64_t checksum_bytes(const void* data, std::size_t bytes);
-// Share of a tensor's checksum held by the local elements `values` of `slice`.
-std::uint64_t checksum_slice(const float* values, const TensorSlice& slice);
+// Share of a tensor's checksum held by its local elements [first, first + count) (of `slice`),
+// `values` pointing at element `first`.
+std::uint64_t checksum_slice(const float* values, const TensorSlice& slice, std::int64_t first,
+                             std::int64_t count);
 
 }  // namespace strata

@@ -1,4 +1,4 @@
-// A pipeline stage (train/pipeline_stage.h) computed by the CUDA model (model/gpt_cuda.h): the
+// A pipeline stage (parallel/pipeline_stage.h) computed by the CUDA model (model/gpt_cuda.h): the
 // executor's host fp32 boundary arrays are converted to and from the model's compute dtype on
 // the device (exact from bf16/fp16 to fp32; rounded once the other way, where the CPU backend
 // rounds the same activation). Each transfer waits for the device: the pipeline's messages leave
@@ -13,7 +13,7 @@
 
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/host_staging.h"
-#include "train/pipeline_stage.h"
+#include "parallel/pipeline_stage.h"
 
 namespace strata {
 

@@ -21,6 +21,7 @@
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/grad_norm.h"
 #include "parallel/communicator.h"
+#include "parallel/host_reduction.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/process_groups.h"
 #include "train/cuda_pipeline_stage.h"
@@ -51,76 +52,105 @@ class PinnedFloats {
 struct NcclGroups {
   std::unique_ptr<NcclCommunicator> tp, pp, dp;
 
-  explicit NcclGroups(const ProcessGroups* groups) {
-    if (groups == nullptr) return;
-    tp = std::make_unique<NcclCommunicator>(groups->tp());
-    pp = std::make_unique<NcclCommunicator>(groups->pp());
-    dp = std::make_unique<NcclCommunicator>(groups->dp());
+  explicit NcclGroups(const BackendPlacement& placement) {
+    if (!placement.nccl) return;
+    tp = std::make_unique<NcclCommunicator>(placement.groups->tp());
+    pp = std::make_unique<NcclCommunicator>(placement.groups->pp());
+    dp = std::make_unique<NcclCommunicator>(placement.groups->dp());
+  }
+  NcclCommunicator* of(ParallelAxis axis) const {
+    return axis == ParallelAxis::tp ? tp.get() : axis == ParallelAxis::pp ? pp.get() : dp.get();
   }
 };
 
+// Device scratch one plan needs: the largest chunk a reduce-scatter receives, the largest range a
+// tied exchange receives.
+std::size_t plan_scratch_floats(const ReductionPlan& plan, const ProcessGroups& groups) {
+  std::size_t most = 0;
+  for (const auto* ops : {&plan.gradients, &plan.parameters})
+    for (const RangeReduction& op : *ops) {
+      if (op.kind == RangeReduction::Kind::tied_exchange) most = std::max(most, op.range.size());
+      if (op.kind == RangeReduction::Kind::reduce_scatter) {
+        const Communicator& group = op.axis == ParallelAxis::tp   ? groups.tp()
+                                    : op.axis == ParallelAxis::pp ? groups.pp()
+                                                                  : groups.dp();
+        most = std::max(most, op.range.size() / static_cast<std::size_t>(group.size()));
+      }
+    }
+  return most;
+}
+
 template <class T>
-class CudaTrainingOf final : public CudaTraining {
+class CudaTrainingOf final : public TrainingBackend {
  public:
-  CudaTrainingOf(const Config& config, const GptShape& shape, const CudaPlacement& placement,
+  CudaTrainingOf(const Config& config, const GptShape& shape, const BackendPlacement& placement,
                  int device)
       : config_(config),
+        plan_(placement.plan),
+        groups_{&placement.groups->tp(), &placement.groups->dp(), &placement.groups->pp()},
         ctx_(device),
-        nccl_(placement.nccl_groups),
-        model_(ctx_, shape, placement.partition, placement.tp, config.train.micro_batch,
+        nccl_(placement),
+        model_(ctx_, shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
                placement.slots, recompute_from_name(config.recompute), nccl_.tp.get()),
-        n_(static_cast<long>(model_.layout().total())),
-        tied_count_(nccl_.pp && nccl_.pp->size() > 1 &&
-                            (placement.partition.has_embedding || placement.partition.has_head)
-                        ? static_cast<long>(model_.layout().at("wte").size)
-                        : 0),
-        buffers_(buffer_bytes(n_, tied_count_)),
-        decay_(cuda::decayed_ranges(model_.layout())),
+        n_(static_cast<long>(plan_.buffer_size)),
+        owned_(plan_.owned),
+        scratch_count_(static_cast<long>(plan_scratch_floats(plan_, *placement.groups))),
+        buffers_(buffer_bytes(n_, static_cast<long>(owned_.size()), scratch_count_)),
+        decay_(restrict_to(model_.layout().decayed_ranges(), owned_)),
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
+    STRATA_CHECK(plan_.buffer_size >= model_.layout().total() && owned_.end <= plan_.buffer_size,
+                 "the reduction plan does not fit this partition's layout");
     master_ = buffers_.allocate<float>(n_);
     grads_ = buffers_.allocate<float>(n_);
-    m_ = buffers_.allocate<float>(n_);
-    v_ = buffers_.allocate<float>(n_);
+    m_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
+    v_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
     if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_);
     norms_ = buffers_.allocate<double>(kMaxNormRanges);
-    if (tied_count_ > 0) tied_theirs_ = buffers_.allocate<float>(tied_count_);
+    if (scratch_count_ > 0) scratch_ = buffers_.allocate<float>(scratch_count_);
     tokens_.resize(static_cast<std::size_t>(config.train.micro_batch) * shape.seq_len);
     targets_.resize(tokens_.size());
     // Evaluation, and the step of a pipeline stage, run through the executor; a lone stage trains
     // in the model's fused forward-backward pass instead.
-    if (placement.pp != nullptr) {
-      STRATA_CHECK(placement.program != nullptr, "a pipeline group needs its schedule");
-      pp_ = placement.pp;
-      program_ = *placement.program;
-      stage_ = std::make_unique<CudaPipelineStage<T>>(model_, weights(), grads_);
-      executor_ = std::make_unique<PipelineExecutor>(*stage_, *pp_, program_,
-                                                     config.train.micro_batch, shape.seq_len);
-    }
+    pp_ = &placement.groups->pp();
+    stage_ = std::make_unique<CudaPipelineStage<T>>(model_, weights(), grads_);
+    executor_ = std::make_unique<PipelineExecutor>(*stage_, *pp_, *placement.program,
+                                                   config.train.micro_batch, shape.seq_len);
   }
 
-  void load(const std::vector<float>& params, const std::vector<float>& adam_m,
-            const std::vector<float>& adam_v) override {
-    STRATA_CHECK(params.size() == static_cast<std::size_t>(n_) && adam_m.size() == params.size() &&
-                 adam_v.size() == params.size());
-    upload(master_, params);
-    upload(m_, adam_m);
-    upload(v_, adam_v);
+  std::string name() const override { return nccl_.dp ? "cuda (nccl)" : "cuda"; }
+  const ParameterLayout& layout() const override { return model_.layout(); }
+  const ReductionPlan& plan() const override { return plan_; }
+
+  std::vector<StateBuffer> state() override {
+    std::vector<StateBuffer> buffers{{"model", {0, plan_.buffer_size}, {}},
+                                     {"optimizer/m", owned_, {}},
+                                     {"optimizer/v", owned_, {}}};
+    download(buffers[0].values, master_);
+    download(buffers[1].values, m_);
+    download(buffers[2].values, v_);
+    ctx_.synchronize();
+    return buffers;
+  }
+
+  void set_state(const std::vector<StateBuffer>& buffers) override {
+    for (const StateBuffer& b : buffers) {
+      float* target = b.name == "model"         ? master_
+                      : b.name == "optimizer/m" ? m_
+                      : b.name == "optimizer/v" ? v_
+                                                : nullptr;
+      const ElementRange expected = b.name == "model" ? ElementRange{0, plan_.buffer_size} : owned_;
+      STRATA_CHECK(target != nullptr && b.range == expected && b.values.size() == b.range.size(),
+                   "state buffer '", b.name, "' does not fit the CUDA backend");
+      upload(target, b.values);
+    }
     if constexpr (!std::is_same_v<T, float>) cuda::cast(weights_, master_, n_, ctx_.stream());
     ctx_.synchronize();  // the host vectors may change once this returns
-  }
-
-  void store(std::vector<float>& params, std::vector<float>& adam_m,
-             std::vector<float>& adam_v) override {
-    download(params, master_);
-    download(adam_m, m_);
-    download(adam_v, v_);
-    ctx_.synchronize();
   }
 
   double accumulate_gradients(int micro_batches, float loss_scale,
                               const MicroBatchSource& source) override {
     STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_ * sizeof(float), ctx_.stream()));
-    if (pp_ != nullptr && pp_->size() > 1) return executor_->train_step(loss_scale, source);
+    if (pp_->size() > 1) return executor_->train_step(loss_scale, source);
     const int B = config_.train.micro_batch, T_ = model_.shape().seq_len;
     const std::size_t rows = static_cast<std::size_t>(B) * T_;
     STRATA_CHECK(static_cast<std::size_t>(micro_batches) * rows <= micro_losses_.size());
@@ -143,49 +173,19 @@ class CudaTrainingOf final : public CudaTraining {
     return loss_sum;
   }
 
-  void synchronize_gradients(const GradientSyncPlan& plan, const ProcessGroups& groups) override {
-    if (!nccl_.dp) {  // through the host, by the CPU backend's code
-      download(host_grads_, grads_);
-      ctx_.synchronize();
-      strata::synchronize_gradients(plan, host_grads_.data(), groups);
-      upload(grads_, host_grads_);
-      ctx_.synchronize();  // the host vector may change once this returns
-      return;
-    }
-    // The same three reductions on the device, queued on the compute stream.
-    cudaStream_t stream = ctx_.stream();
-    for (const auto& [offset, count] : plan.tp_sums)
-      nccl_.tp->all_reduce_sum(grads_ + offset, count, stream);
-    nccl_.dp->all_reduce_sum(grads_, plan.dp_count, stream);
-    if (plan.tied_peer >= 0) {  // after the dp sum: see gradient_sync.h
-      STRATA_CHECK(static_cast<long>(plan.tied_count) == tied_count_,
-                   "the tied embedding's gradient does not match its exchange buffer");
-      float* mine = grads_ + plan.tied_offset;
-      nccl_.pp->exchange(mine, tied_theirs_, plan.tied_count, plan.tied_peer, stream);
-      cuda::add_into(mine, tied_theirs_, tied_count_, stream);  // a + b = b + a: both ends agree
-    }
-  }
+  void reduce_gradients() override { run_on_device(plan_.gradients, grads_); }
 
-  double sum_of_squares(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) override {
-    // Adjacent ranges merge into one reduction; each reduction writes its own device double.
-    std::vector<std::pair<std::size_t, std::size_t>> merged;
-    for (const auto& [first, count] : ranges) {
-      STRATA_CHECK(first + count <= static_cast<std::size_t>(n_), "gradient range out of bounds");
-      if (count == 0) continue;
-      if (!merged.empty() && merged.back().first + merged.back().second == first)
-        merged.back().second += count;
-      else
-        merged.emplace_back(first, count);
-    }
-    STRATA_CHECK(merged.size() <= kMaxNormRanges, "more than ", kMaxNormRanges,
+  double gradient_sum_of_squares() override {
+    const std::vector<ElementRange>& ranges = plan_.norm_ranges;
+    STRATA_CHECK(ranges.size() <= kMaxNormRanges, "more than ", kMaxNormRanges,
                  " separate gradient ranges in the norm");
-    if (merged.empty()) return 0;
-    for (std::size_t i = 0; i < merged.size(); ++i) {
+    if (ranges.empty()) return 0;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
       cuda::ArenaScope scope(buffers_);
-      cuda::sum_of_squares(norms_ + i, grads_ + merged[i].first,
-                           static_cast<long>(merged[i].second), buffers_, ctx_.stream());
+      cuda::sum_of_squares(norms_ + i, grads_ + ranges[i].begin,
+                           static_cast<long>(ranges[i].size()), buffers_, ctx_.stream());
     }
-    std::vector<double> sums(merged.size());
+    std::vector<double> sums(ranges.size());
     STRATA_CUDA_CHECK(cudaMemcpyAsync(sums.data(), norms_, sums.size() * sizeof(double),
                                       cudaMemcpyDeviceToHost, ctx_.stream()));
     STRATA_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
@@ -194,34 +194,25 @@ class CudaTrainingOf final : public CudaTraining {
     return sum;
   }
 
-  void update(double lr, double grad_scale, int step) override {
+  void apply_optimizer(const OptimizerStep& step) override {
     const OptimizerConfig& o = config_.optimizer;
-    const cpu::AdamWHyper hyper{static_cast<float>(lr),
-                                static_cast<float>(o.beta1),
-                                static_cast<float>(o.beta2),
-                                static_cast<float>(o.eps),
-                                static_cast<float>(o.weight_decay),
-                                step,
-                                static_cast<float>(grad_scale)};
-    cuda::adamw_update<T>(master_, weights_, grads_, m_, v_, n_, 0, decay_, hyper, nullptr,
+    const cpu::AdamWHyper hyper{static_cast<float>(step.lr),        static_cast<float>(o.beta1),
+                                static_cast<float>(o.beta2),        static_cast<float>(o.eps),
+                                static_cast<float>(o.weight_decay), step.count,
+                                static_cast<float>(step.grad_scale)};
+    T* copy = nullptr;
+    if constexpr (!std::is_same_v<T, float>) copy = weights_ + owned_.begin;
+    cuda::adamw_update<T>(master_ + owned_.begin, copy, grads_ + owned_.begin, m_, v_,
+                          static_cast<long>(owned_.size()), 0, decay_, hyper, nullptr,
                           ctx_.stream());
+    if (plan_.parameters.empty()) return;
+    run_on_device(plan_.parameters, master_);
+    if constexpr (!std::is_same_v<T, float>) cuda::cast(weights_, master_, n_, ctx_.stream());
   }
 
-  PipelineExecutor& executor() override {
-    STRATA_CHECK(executor_ != nullptr, "this device step was made without a pipeline group");
-    return *executor_;
-  }
-
-  double gradient_norm() override {
-    return std::sqrt(sum_of_squares({{std::size_t{0}, static_cast<std::size_t>(n_)}}));
-  }
+  PipelineExecutor& evaluator() override { return *executor_; }
 
   void synchronize() override { ctx_.synchronize(); }
-  std::string device_name() const override {
-    cudaDeviceProp properties{};
-    STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, ctx_.device()));
-    return properties.name;
-  }
 
   std::size_t activation_bytes() const override { return model_.activation_bytes(); }
   std::size_t activation_bytes_per_layer() const override {
@@ -235,16 +226,16 @@ class CudaTrainingOf final : public CudaTraining {
   // Separate ranges one gradient norm may sum (tensor parallelism splits the counted tensors).
   static constexpr std::size_t kMaxNormRanges = 4096;
 
-  // Master weights, gradients, both moments, the compute copy, the norm results, the norm
-  // scratch (up to 1024 doubles), and the other end's tied-embedding gradient (tied_count floats):
-  // each rounded up to the arena's alignment.
-  static std::size_t buffer_bytes(long n, long tied_count) {
+  // Master weights and gradients (n), both moments (owned), the compute copy, the norm results,
+  // the norm scratch (up to 1024 doubles), and the reductions' scratch: each rounded up to the
+  // arena's alignment.
+  static std::size_t buffer_bytes(long n, long owned, long scratch) {
     const std::size_t align = cuda::DeviceArena::kDefaultAlignment;
     auto rounded = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
     const std::size_t weights_copy = std::is_same_v<T, float> ? 0 : rounded(n * sizeof(T));
-    return 4 * rounded(n * sizeof(float)) + weights_copy +
+    return 2 * rounded(n * sizeof(float)) + 2 * rounded(owned * sizeof(float)) + weights_copy +
            rounded(kMaxNormRanges * sizeof(double)) + rounded(1024 * sizeof(double)) +
-           rounded(tied_count * sizeof(float)) + align;
+           rounded(scratch * sizeof(float)) + align;
   }
   // The weights the model reads: the masters in fp32, else their compute-dtype copy.
   const T* weights() const {
@@ -258,29 +249,71 @@ class CudaTrainingOf final : public CudaTraining {
                                       cudaMemcpyHostToDevice, ctx_.stream()));
   }
   void download(std::vector<float>& host, const float* device) {
-    host.resize(static_cast<std::size_t>(n_));
     STRATA_CUDA_CHECK(cudaMemcpyAsync(host.data(), device, host.size() * sizeof(float),
                                       cudaMemcpyDeviceToHost, ctx_.stream()));
   }
 
+  // Runs plan operations on a device buffer of n_ floats: queued on the compute stream over NCCL,
+  // or through host memory by the CPU backend's code (parallel/host_reduction.h).
+  void run_on_device(const std::vector<RangeReduction>& ops, float* buffer) {
+    if (ops.empty()) return;
+    if (!nccl_.dp) {
+      host_buffer_.resize(static_cast<std::size_t>(n_));
+      download(host_buffer_, buffer);
+      ctx_.synchronize();
+      run_reductions(ops, host_buffer_.data(), groups_);
+      upload(buffer, host_buffer_);
+      ctx_.synchronize();  // the host vector may change once this returns
+      return;
+    }
+    cudaStream_t stream = ctx_.stream();
+    using Kind = RangeReduction::Kind;
+    for (const RangeReduction& op : ops) {
+      NcclCommunicator& group = *nccl_.of(op.axis);
+      float* data = buffer + op.range.begin;
+      const std::size_t count = op.range.size();
+      const std::size_t chunk = count / static_cast<std::size_t>(group.size());
+      switch (op.kind) {
+        case Kind::all_reduce:
+          group.all_reduce_sum(data, count, stream);
+          break;
+        case Kind::reduce_scatter:
+          group.reduce_scatter_sum(data, scratch_, chunk, stream);
+          STRATA_CUDA_CHECK(cudaMemcpyAsync(data + group.rank() * chunk, scratch_,
+                                            chunk * sizeof(float), cudaMemcpyDeviceToDevice,
+                                            stream));
+          break;
+        case Kind::all_gather:
+          group.all_gather(data + group.rank() * chunk, data, chunk, stream);
+          break;
+        case Kind::tied_exchange:  // after the dp sum: see parallel/reduction_plan.h
+          group.exchange(data, scratch_, count, op.peer, stream);
+          cuda::add_into(data, scratch_, static_cast<long>(count), stream);  // a + b = b + a
+          break;
+      }
+    }
+  }
+
   Config config_;
-  cuda::DeviceContext ctx_;  // first: makes the device current for NCCL and the model
+  ReductionPlan plan_;
+  ReductionGroups groups_;
+  cuda::DeviceContext ctx_;  // before NCCL and the model: makes the device current
   NcclGroups nccl_;
   cuda::CudaGpt<T> model_;
   long n_;
-  long tied_count_;  // elements of the tied-embedding exchange over NCCL (0: none)
+  ElementRange owned_;
+  long scratch_count_;
   cuda::DeviceArena buffers_;
-  cuda::DeviceRanges decay_;
+  cuda::DeviceRanges decay_;  // the decayed elements of the owned range, relative to its start
   PinnedFloats micro_losses_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
-  T* weights_ = nullptr;           // null in fp32: the masters are the weights
-  double* norms_ = nullptr;        // (kMaxNormRanges) one sum of squares per range
-  float* tied_theirs_ = nullptr;   // (tied_count_) the other pipeline end's wte gradient
-  std::vector<float> host_grads_;  // the gradients on the host, when they sync through it
+  T* weights_ = nullptr;            // null in fp32: the masters are the weights
+  double* norms_ = nullptr;         // (kMaxNormRanges) one sum of squares per range
+  float* scratch_ = nullptr;        // (scratch_count_) what a reduction receives
+  std::vector<float> host_buffer_;  // a buffer on the host, when reductions stage through it
   std::vector<std::int32_t> tokens_, targets_;
   std::unique_ptr<CudaPipelineStage<T>> stage_;
-  Communicator* pp_ = nullptr;  // null: a lone stage without a pipeline group
-  PipelineProgram program_;
+  Communicator* pp_ = nullptr;
   std::unique_ptr<PipelineExecutor> executor_;
 };
 
@@ -311,15 +344,14 @@ bool cuda_supports_shape(const GptShape& shape) {
          cuda::attention_head_size_supported(shape.head_size());
 }
 
-std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape,
-                                                 int device) {
-  CudaPlacement whole;
-  whole.partition = ModelPartition::whole(shape);
-  return make_cuda_training(config, shape, whole, device);
+std::string cuda_device_name(int device) {
+  cudaDeviceProp properties{};
+  STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.name;
 }
 
-std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape,
-                                                 const CudaPlacement& placement, int device) {
+std::unique_ptr<TrainingBackend> make_cuda_training(const Config& config, const GptShape& shape,
+                                                    const BackendPlacement& placement, int device) {
   const int count = cuda_device_count();
   if (count == 0) fail("device cuda: no usable CUDA device");
   if (device < 0 || device >= count)

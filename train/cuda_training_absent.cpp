@@ -1,5 +1,5 @@
-// CudaTraining in a build without the CUDA backend (STRATA_CUDA=OFF or no nvcc): no devices, no
-// supported shapes, and asking for a device step is an error that says how to get one.
+// The CUDA backend in a build without it (STRATA_CUDA=OFF or no nvcc): no devices, no supported
+// shapes, and asking for a device step is an error that says how to get one.
 #include "model/core/error.h"
 #include "train/cuda_training.h"
 
@@ -11,12 +11,10 @@ bool cuda_supports_shape(const GptShape&) { return false; }
 
 std::string cuda_device_identity(int) { return ""; }
 
-std::unique_ptr<CudaTraining> make_cuda_training(const Config& config, const GptShape& shape, int) {
-  return make_cuda_training(config, shape, CudaPlacement{}, 0);
-}
+std::string cuda_device_name(int) { return ""; }
 
-std::unique_ptr<CudaTraining> make_cuda_training(const Config&, const GptShape&,
-                                                 const CudaPlacement&, int) {
+std::unique_ptr<TrainingBackend> make_cuda_training(const Config&, const GptShape&,
+                                                    const BackendPlacement&, int) {
   fail(
       "device cuda: this build has no CUDA backend (configure with -DSTRATA_CUDA=ON where nvcc is "
       "installed)");

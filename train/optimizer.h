@@ -1,35 +1,68 @@
-// AdamW over the flat parameter buffer with fp32 moments in the same layout. Weight decay applies
-// to tensors the layout marks `decay` (2-D weights); gradient clipping scales by
-// grad_clip / ‖g‖ when the global norm exceeds grad_clip.
+// Optimizers over an element range of the flat parameter buffer (DESIGN §2: state on element
+// ranges). An optimizer owns a contiguous range [begin, end) of the layout (the whole buffer, or
+// this rank's ZeRO shard) and holds state for that range only; update() reads the gradients and
+// writes the fp32 master weights of the range. The update count lives in the training state and
+// is passed in, so optimizers are interchangeable and checkpoints restore it once.
+//
+// AdamW is one implementation (DiLoCo's outer Nesterov step and later optimizers are others).
+// Weight decay applies to the layout's decayed ranges (2-D weights); gradient clipping scales by
+// grad_clip / ‖g‖ when the global norm exceeds grad_clip (clip_factor).
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "model/core/element_range.h"
 #include "model/parameter_layout.h"
 #include "train/config.h"
 
 namespace strata {
 
-class AdamW {
+// One update's inputs: learning rate, the factor the gradients are multiplied by first (clipping
+// and loss-scale removal), and the 1-based update count (bias corrections).
+struct OptimizerStep {
+  double lr = 0;
+  double grad_scale = 1;
+  long long count = 1;
+};
+
+// A named state buffer of an optimizer: `range().size()` floats, element i belonging to layout
+// element range().begin + i. Checkpoints store it as /optimizer/<name>/<tensor>.
+struct OptimizerState {
+  std::string name;
+  std::vector<float>* values;
+};
+
+class Optimizer {
  public:
-  AdamW(const ParameterLayout& layout, const OptimizerConfig& config);
+  virtual ~Optimizer() = default;
+  // The layout elements this optimizer updates.
+  virtual ElementRange range() const = 0;
+  // params and grads hold the range's elements (params[i] is layout element range().begin + i).
+  virtual void update(float* params, const float* grads, const OptimizerStep& step) = 0;
+  // Its state buffers, for checkpoints and for a device backend that keeps its own copy.
+  virtual std::vector<OptimizerState> state() = 0;
+};
 
-  // Applies one update with learning rate lr; grad_scale multiplies the gradients first
-  // (clipping). Increments the step count used for bias correction.
-  void step(float* params, const float* grads, double lr, double grad_scale);
+class AdamW final : public Optimizer {
+ public:
+  // Owns `range` of `layout` (which may extend into padding past layout.total(): never decayed).
+  AdamW(const ParameterLayout& layout, ElementRange range, const OptimizerConfig& config);
 
-  int steps_taken() const { return steps_taken_; }
-  void set_steps_taken(int steps) { steps_taken_ = steps; }
-  std::vector<float>& first_moment() { return m_; }
-  std::vector<float>& second_moment() { return v_; }
-  const std::vector<float>& first_moment() const { return m_; }
-  const std::vector<float>& second_moment() const { return v_; }
+  ElementRange range() const override { return range_; }
+  void update(float* params, const float* grads, const OptimizerStep& step) override;
+  std::vector<OptimizerState> state() override { return {{"m", &m_}, {"v", &v_}}; }
+
+  // The decayed elements of the range, relative to range().begin; and the weight decay itself.
+  const std::vector<ElementRange>& decayed() const { return decayed_; }
+  const OptimizerConfig& config() const { return config_; }
 
  private:
-  const ParameterLayout& layout_;
+  ElementRange range_;
   OptimizerConfig config_;
+  std::vector<ElementRange> decayed_;
   std::vector<float> m_, v_;
-  int steps_taken_ = 0;
 };
 
 // Factor that clips a gradient of global norm `norm` to `max_norm` (1 when below or disabled).

@@ -1,8 +1,9 @@
-// The training loop: data-parallel ranks (one per MPI process) each run their share of every
-// global batch as gradient-accumulation micro-batches, all-reduce the gradients, clip and apply
-// AdamW. Logs, evaluates, checkpoints (every checkpoint.every steps, at the end, on SIGINT/SIGTERM)
-// and resumes bit-exactly. Every rank computes the same update from the same reduced gradients,
-// so parameters stay identical across ranks without broadcasts.
+// The training loop (llm.c's train_gpt2 shape): every step calls the one training step
+// (train/training_step.h) on this rank's backend, then logs, evaluates and checkpoints when due.
+// Data-parallel ranks (one per MPI process) each run their share of every global batch as
+// gradient-accumulation micro-batches; the reduction plan makes every replica's gradients equal,
+// so parameters stay identical across ranks without broadcasts. Checkpoints are written every
+// checkpoint.every steps, at the end and on SIGINT/SIGTERM, and resume bit-exactly on any layout.
 #pragma once
 
 #include <memory>

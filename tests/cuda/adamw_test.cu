@@ -50,10 +50,10 @@ void cpu_step(const ParameterLayout& layout, std::vector<float>& p, const std::v
 
 TEST(CudaAdamWRanges, DecayedRangesCoverExactlyTheDecayedTensors) {
   const ParameterLayout layout = tiny_layout();
-  const std::vector<ElementRange> ranges = decayed_ranges(layout);
+  const std::vector<ElementRange> ranges = layout.decayed_ranges();
   for (std::size_t i = 1; i < ranges.size(); ++i) EXPECT_LT(ranges[i - 1].end, ranges[i].begin);
   for (const TensorView& t : layout.tensors())
-    for (long i : {static_cast<long>(t.offset), static_cast<long>(t.offset + t.size - 1)}) {
+    for (std::size_t i : {t.offset, t.offset + t.size - 1}) {
       const bool inside = std::any_of(ranges.begin(), ranges.end(), [&](const ElementRange& r) {
         return r.begin <= i && i < r.end;
       });
@@ -67,7 +67,7 @@ TYPED_TEST(CudaAdamW, MatchesCpuOptimizerOnWholeBufferAndShard) {
   auto rng = test_rng();
   const ParameterLayout layout = tiny_layout();
   const long total = static_cast<long>(layout.total());
-  const DeviceRanges decay(decayed_ranges(layout));
+  const DeviceRanges decay(layout.decayed_ranges());
   const float weight_decay = 0.1f, grad_scale = 0.7f;
   for (const auto& [begin, end] :
        {std::pair<long, long>{0, total}, std::pair<long, long>{total / 3 + 1, 2 * total / 3 + 5}}) {

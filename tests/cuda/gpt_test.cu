@@ -294,7 +294,7 @@ TEST(CudaGpt, Fp32TrainingStepMatchesCpu) {
   sum_of_squares(sum.get(), grads.get(), n, scratch, ctx.stream());
   gradient_scale_from_norm(scale.get(), sum.get(), 1.0f, static_cast<float>(grad_clip),
                            ctx.stream());
-  const DeviceRanges decay(decayed_ranges(layout));
+  const DeviceRanges decay(layout.decayed_ranges());
   adamw_update<float>(master.get(), nullptr, grads.get(), m.get(), v.get(), n, 0, decay,
                       first_step(kWeightDecay, 1.0f), scale.get(), ctx.stream());
   const std::vector<float> device_grads = grads.download(), got = master.download();

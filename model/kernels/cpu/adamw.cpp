@@ -1,5 +1,7 @@
 #include "model/kernels/cpu/adamw.h"
 
+#include "model/kernels/adamw_element.h"
+
 #include <cmath>
 #include <vector>
 
@@ -9,18 +11,11 @@ namespace strata::cpu {
 
 void adamw_update(float* params, const float* grads, float* m, float* v, long n,
                   const AdamWHyper& hyper) {
-  const float bias1 = 1.0f - std::pow(hyper.beta1, static_cast<float>(hyper.step));
-  const float bias2 = 1.0f - std::pow(hyper.beta2, static_cast<float>(hyper.step));
+  const AdamWConstants h =
+      adamw_constants(hyper.lr, hyper.beta1, hyper.beta2, hyper.eps, hyper.grad_scale, hyper.step);
 #pragma omp parallel for schedule(static)
-  for (long i = 0; i < n; ++i) {
-    const float g = grads[i] * hyper.grad_scale;
-    const float mi = hyper.beta1 * m[i] + (1.0f - hyper.beta1) * g;
-    const float vi = hyper.beta2 * v[i] + (1.0f - hyper.beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float update = (mi / bias1) / (std::sqrt(vi / bias2) + hyper.eps);
-    params[i] -= hyper.lr * (update + hyper.weight_decay * params[i]);
-  }
+  for (long i = 0; i < n; ++i)
+    adamw_element(params[i], m[i], v[i], grads[i], hyper.weight_decay, h);
 }
 
 double sum_of_squares(const float* values, long n) {

@@ -1,7 +1,8 @@
 // AdamW (Loshchilov & Hutter) on flat fp32 buffers: decoupled weight decay, bias-corrected moments.
 //   m = β1·m + (1−β1)·g ;  v = β2·v + (1−β2)·g²
 //   p −= lr · ( m̂ / (√v̂ + eps) + weight_decay · p ),  m̂ = m / (1−β1^t), v̂ = v / (1−β2^t)
-// `grad_scale` multiplies g first (gradient clipping and loss-scale removal in one place).
+// `grad_scale` multiplies g first (gradient clipping and loss-scale removal in one place). The
+// per-element arithmetic is model/kernels/adamw_element.h, shared with the CUDA kernel.
 #pragma once
 
 namespace strata::cpu {
@@ -12,7 +13,7 @@ struct AdamWHyper {
   float beta2;
   float eps;
   float weight_decay;  // 0 for tensors that are not decayed
-  int step;            // 1-based step count used for bias correction
+  long long step;      // 1-based step count used for bias correction
   float grad_scale;
 };
 

@@ -4,12 +4,13 @@
 //   g = grad · grad_scale · device_scale      (1/loss_scale and the clip factor folded in)
 //   m = β1·m + (1−β1)·g ;  v = β2·v + (1−β2)·g²
 //   p −= lr · ( m̂ / (√v̂ + eps) + weight_decay · p ),  m̂ = m / (1−β1^t), v̂ = v / (1−β2^t)
-// weight_decay applies only to elements inside the decayed ranges (the layout's `decay` tensors:
-// 2-D weights), exactly as the CPU optimizer sets it per tensor. The bias corrections are computed
-// on the host with the same float expression as the CPU kernel.
+// weight_decay applies only to elements inside the decayed ranges (ParameterLayout::
+// decayed_ranges: 2-D weights), exactly as the CPU optimizer sets it. The element arithmetic is
+// model/kernels/adamw_element.h, the CPU kernel's own; the bias corrections are computed on the
+// host by the same function.
 //
 // ZeRO: the buffers may be a shard of the flat layout; `first_index` is the layout index of their
-// element 0, and the decayed ranges are in layout indices.
+// element 0, and the decayed ranges are in layout indices (or in the shard's, with first_index 0).
 //
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
@@ -20,19 +21,10 @@
 
 #include <vector>
 
+#include "model/core/element_range.h"
 #include "model/kernels/cpu/adamw.h"
-#include "model/parameter_layout.h"
 
 namespace strata::cuda {
-
-// [begin, end) element indices of the flat parameter layout.
-struct ElementRange {
-  long begin;
-  long end;
-};
-
-// The layout's decayed tensors as sorted, disjoint ranges (adjacent tensors merged).
-std::vector<ElementRange> decayed_ranges(const ParameterLayout& layout);
 
 // A device copy of sorted, disjoint ranges, made once (synchronous upload at construction).
 class DeviceRanges {

@@ -1,4 +1,4 @@
-#include "train/pipeline_executor.h"
+#include "parallel/pipeline_executor.h"
 
 #include "model/core/error.h"
 

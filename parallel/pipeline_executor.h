@@ -1,7 +1,7 @@
 // Runs one stage's pipeline program (parallel/pipeline_schedule.h) for one training step: the
 // micro-batches of the step go forward and backward through this stage's part of the model (a
-// PipelineStage, train/pipeline_stage.h: any backend), and activations and their gradients travel
-// to the neighbouring stages over the pipeline group as host fp32 arrays. Without pipeline
+// PipelineStage, parallel/pipeline_stage.h: any backend), and activations and their gradients
+// travel to the neighbouring stages over the pipeline group as host fp32 arrays. Without pipeline
 // parallelism the program is forward/backward per micro-batch, so this is also the single-stage
 // training loop.
 #pragma once
@@ -13,7 +13,7 @@
 
 #include "parallel/communicator.h"
 #include "parallel/pipeline_schedule.h"
-#include "train/pipeline_stage.h"
+#include "parallel/pipeline_stage.h"
 
 namespace strata {
 

@@ -1,17 +1,15 @@
-// One pipeline stage's part of the model as the pipeline executor (train/pipeline_executor.h) sees
-// it: micro-batches go forward into activation slots and backward out of them, and what crosses
-// the stage boundary (activations forward, their gradients backward) is copied in and out as host
-// fp32 arrays. The executor owns the schedule and the transfers; a backend (the CPU model here,
-// a CUDA model elsewhere) owns the compute, the weights and the gradients.
+// One pipeline stage's part of the model as the pipeline executor (parallel/pipeline_executor.h)
+// sees it: micro-batches go forward into activation slots and backward out of them, and what
+// crosses the stage boundary (activations forward, their gradients backward) is copied in and out
+// as host fp32 arrays. The executor owns the schedule and the transfers; a backend (the CPU model
+// here, a CUDA model elsewhere) owns the compute, the weights and the gradients.
 //
-// CpuPipelineStage is the backend over the CPU model, Gpt<float>.
+// Backends: CpuPipelineStage (train/cpu_pipeline_stage.h), CudaPipelineStage
+// (train/cuda_pipeline_stage.h).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
-
-#include "model/gpt.h"
 
 namespace strata {
 
@@ -45,33 +43,6 @@ class PipelineStage {
   virtual void copy_input_grad(int slot, float* input_grad) = 0;
   // Last stage, after a forward with targets: the per-position losses, batch · T floats.
   virtual void copy_losses(int slot, float* losses) = 0;
-};
-
-// A stage computed by the CPU model. T is the model's seq_len.
-class CpuPipelineStage final : public PipelineStage {
- public:
-  // `model` is this stage's part (not owned; must outlive the stage).
-  explicit CpuPipelineStage(Gpt<float>& model);
-
-  // The weights (model.layout(), already rounded to the compute dtype) and the gradient buffer
-  // the following calls use; grads may be null when only forwards run. Not owned.
-  void bind(const float* params, float* grads);
-
-  int slots() const override;
-  std::size_t boundary_size(int batch) const override;
-  double forward(int slot, const std::int32_t* tokens, const float* input,
-                 const std::int32_t* targets, int batch) override;
-  void copy_output(int slot, float* out) override;
-  void backward(int slot, const float* output_grad, float loss_scale) override;
-  void copy_input_grad(int slot, float* input_grad) override;
-  void copy_losses(int slot, float* losses) override;
-
- private:
-  Gpt<float>& model_;
-  int T_;
-  const float* params_ = nullptr;
-  float* grads_ = nullptr;
-  std::vector<int> batch_of_slot_;  // sequences of the micro-batch each slot holds
 };
 
 }  // namespace strata

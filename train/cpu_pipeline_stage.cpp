@@ -1,4 +1,4 @@
-#include "train/pipeline_stage.h"
+#include "train/cpu_pipeline_stage.h"
 
 #include <algorithm>
 

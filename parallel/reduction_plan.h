@@ -1,0 +1,75 @@
+// The gradient reductions that close a training step, as data (DESIGN §2: reductions are plans of
+// range operations). A plan is built once per layout by a pure function of the layout, the model
+// partition and this rank's place in the mesh, unit-tested without MPI, and executed by either
+// backend: on host memory (parallel/host_reduction.h) or on the device (NCCL, or staged through
+// the host).
+//
+// Under ZeRO stage 0 a plan is, in this order:
+// 1. Sequence parallelism: tensors replicated over the tensor-parallel group (LayerNorms,
+//    row-parallel biases, wpe) saw only this rank's rows: their partial gradients are summed over
+//    the group. (Without it every rank computed the full gradient already.)
+// 2. Data parallelism: every gradient is summed over the data-parallel group.
+// 3. Pipeline parallelism: the tied wte lives on the first and the last stage; their gradients
+//    (embedding and head), already summed over data parallelism, are exchanged and summed.
+//    In this order the two stages' copies stay bitwise equal whatever order an all-reduce sums
+//    in: the first and the last stage reduce over different groups, with wte at different
+//    offsets of different-sized buffers, so a ring all-reduce over 3 or more ranks may round
+//    their dp sums differently, but after it each end adds the same two values.
+// The gradient norm then sums Σ g² over norm_ranges (each logical element counted once over all
+// ranks: replicas over tp and the last stage's wte copy are left out) and over norm_axes.
+#pragma once
+
+#include <vector>
+
+#include "model/core/element_range.h"
+#include "model/parameter_layout.h"
+
+namespace strata {
+
+enum class ParallelAxis { tp, dp, pp };
+
+// One operation on a range of the flat fp32 gradient (or parameter) buffer over one group.
+struct RangeReduction {
+  enum class Kind {
+    all_reduce,      // every member gets the sum of the range
+    reduce_scatter,  // the range is `group size` equal chunks; member r gets the sum of chunk r
+    all_gather,      // the range is `group size` equal chunks; every member gets every chunk
+    tied_exchange,   // the range is swapped with pipeline member `peer` and the two are added
+  };
+  Kind kind = Kind::all_reduce;
+  ParallelAxis axis = ParallelAxis::dp;
+  ElementRange range;
+  int peer = -1;  // tied_exchange only
+  bool operator==(const RangeReduction&) const = default;
+};
+
+// This rank's place in the mesh, as far as reductions care.
+struct ReductionPlacement {
+  ModelPartition partition;
+  int dp_rank = 0, dp_size = 1;
+  int pp_rank = 0, pp_size = 1;
+  int zero_stage = 0;
+};
+
+struct ReductionPlan {
+  std::vector<RangeReduction> gradients;   // after the backward passes, before the norm
+  std::vector<RangeReduction> parameters;  // after the optimizer (gathers updated shards)
+  ElementRange owned;                      // the elements this rank's optimizer updates
+  std::vector<ElementRange> norm_ranges;   // Σ g² over these (sorted, disjoint) ...
+  std::vector<ParallelAxis> norm_axes;     // ... then summed over these groups
+  // The flat buffers' length on this rank: the layout padded for its shards.
+  std::size_t buffer_size = 0;
+};
+
+// The plan of `placement` for `layout` (= ParameterLayout::for_partition of its partition).
+// ZeRO stages above 0 are not implemented yet (an error).
+ReductionPlan make_reduction_plan(const ParameterLayout& layout,
+                                  const ReductionPlacement& placement);
+
+// Whether tensor `t` of `partition` is replicated over the tensor-parallel group, and whether it
+// is the last stage's copy of the tied wte: the two kinds of copy that are not counted twice
+// (in norms, in checkpoints).
+bool replicated_over_tp(const ModelPartition& partition, const TensorView& t);
+bool is_tied_copy(const ModelPartition& partition, const TensorView& t);
+
+}  // namespace strata

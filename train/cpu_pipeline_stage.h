@@ -1,0 +1,41 @@
+// A pipeline stage (parallel/pipeline_stage.h) computed by the CPU model, Gpt<float>: the
+// boundary arrays are the model's own fp32 activations, copied.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt.h"
+#include "parallel/pipeline_stage.h"
+
+namespace strata {
+
+// A stage computed by the CPU model. T is the model's seq_len.
+class CpuPipelineStage final : public PipelineStage {
+ public:
+  // `model` is this stage's part (not owned; must outlive the stage).
+  explicit CpuPipelineStage(Gpt<float>& model);
+
+  // The weights (model.layout(), already rounded to the compute dtype) and the gradient buffer
+  // the following calls use; grads may be null when only forwards run. Not owned.
+  void bind(const float* params, float* grads);
+
+  int slots() const override;
+  std::size_t boundary_size(int batch) const override;
+  double forward(int slot, const std::int32_t* tokens, const float* input,
+                 const std::int32_t* targets, int batch) override;
+  void copy_output(int slot, float* out) override;
+  void backward(int slot, const float* output_grad, float loss_scale) override;
+  void copy_input_grad(int slot, float* input_grad) override;
+  void copy_losses(int slot, float* losses) override;
+
+ private:
+  Gpt<float>& model_;
+  int T_;
+  const float* params_ = nullptr;
+  float* grads_ = nullptr;
+  std::vector<int> batch_of_slot_;  // sequences of the micro-batch each slot holds
+};
+
+}  // namespace strata

@@ -1,0 +1,88 @@
+#include "train/cpu_training.h"
+
+#include <algorithm>
+
+#include "model/core/error.h"
+#include "model/kernels/cpu/adamw.h"
+#include "model/kernels/cpu/precision.h"
+#include "parallel/host_reduction.h"
+
+namespace strata {
+
+CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
+                         const BackendPlacement& placement)
+    : plan_(placement.plan),
+      groups_{&placement.groups->tp(), &placement.groups->dp(), &placement.groups->pp()},
+      model_(shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
+             placement.slots, gpt_options_of(config)),
+      params_(plan_.buffer_size, 0.0f),
+      grads_(plan_.buffer_size, 0.0f),
+      optimizer_(model_.layout(), plan_.owned, config.optimizer),
+      stage_(model_),
+      executor_(stage_, placement.groups->pp(), *placement.program, config.train.micro_batch,
+                shape.seq_len) {
+  STRATA_CHECK(plan_.buffer_size >= model_.layout().total(), "the plan's buffer is too small");
+  refresh_compute_weights();
+}
+
+std::vector<StateBuffer> CpuTraining::state() {
+  std::vector<StateBuffer> buffers{{"model", {0, params_.size()}, params_}};
+  for (const OptimizerState& s : optimizer_.state())
+    buffers.push_back({"optimizer/" + s.name, optimizer_.range(), *s.values});
+  return buffers;
+}
+
+void CpuTraining::set_state(const std::vector<StateBuffer>& buffers) {
+  const std::vector<OptimizerState> moments = optimizer_.state();
+  for (const StateBuffer& b : buffers) {
+    std::vector<float>* target = nullptr;
+    if (b.name == "model") target = &params_;
+    for (const OptimizerState& s : moments)
+      if (b.name == "optimizer/" + s.name) target = s.values;
+    STRATA_CHECK(target != nullptr && b.values.size() == target->size(), "state buffer '", b.name,
+                 "' does not fit the CPU backend");
+    *target = b.values;
+  }
+  refresh_compute_weights();
+}
+
+const float* CpuTraining::compute_weights() const {
+  return weights_.empty() ? params_.data() : weights_.data();
+}
+
+void CpuTraining::refresh_compute_weights() {
+  const cpu::ComputeDtype dtype = model_.options().compute;
+  if (dtype == cpu::ComputeDtype::fp32) return;
+  weights_ = params_;
+  cpu::round_to_dtype(weights_.data(), static_cast<long>(weights_.size()), dtype);
+}
+
+double CpuTraining::accumulate_gradients(int /*micro_batches: the program's*/, float loss_scale,
+                                         const MicroBatchSource& source) {
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  stage_.bind(compute_weights(), grads_.data());
+  return executor_.train_step(loss_scale, source);
+}
+
+void CpuTraining::reduce_gradients() { run_reductions(plan_.gradients, grads_.data(), groups_); }
+
+double CpuTraining::gradient_sum_of_squares() {
+  double sum = 0;
+  for (const ElementRange& r : plan_.norm_ranges)
+    sum += cpu::sum_of_squares(grads_.data() + r.begin, static_cast<long>(r.size()));
+  return sum;
+}
+
+void CpuTraining::apply_optimizer(const OptimizerStep& step) {
+  const ElementRange owned = optimizer_.range();
+  optimizer_.update(params_.data() + owned.begin, grads_.data() + owned.begin, step);
+  run_reductions(plan_.parameters, params_.data(), groups_);
+  refresh_compute_weights();
+}
+
+PipelineExecutor& CpuTraining::evaluator() {
+  stage_.bind(compute_weights(), nullptr);
+  return executor_;
+}
+
+}  // namespace strata

@@ -1,0 +1,56 @@
+// The training backend on the CPU (train/training_backend.h): this rank's part of the model
+// (Gpt<float>, its ModelPartition) with the fp32 master weights, the gradients and a
+// compute-dtype copy of the weights (bf16/fp16 emulated by rounding, DESIGN §6) in flat buffers of
+// the reduction plan's size, AdamW on the plan's owned range, and the pipeline executor that runs
+// every step's micro-batches through this stage.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/host_reduction.h"
+#include "train/cpu_pipeline_stage.h"
+#include "train/training_backend.h"
+
+namespace strata {
+
+class CpuTraining final : public TrainingBackend {
+ public:
+  // placement.groups and placement.program must outlive this object.
+  CpuTraining(const Config& config, const GptShape& shape, const BackendPlacement& placement);
+
+  std::string name() const override { return "cpu"; }
+  const ParameterLayout& layout() const override { return model_.layout(); }
+  const ReductionPlan& plan() const override { return plan_; }
+
+  std::vector<StateBuffer> state() override;
+  void set_state(const std::vector<StateBuffer>& buffers) override;
+
+  double accumulate_gradients(int micro_batches, float loss_scale,
+                              const MicroBatchSource& source) override;
+  void reduce_gradients() override;
+  double gradient_sum_of_squares() override;
+  void apply_optimizer(const OptimizerStep& step) override;
+  PipelineExecutor& evaluator() override;
+
+  std::size_t activation_bytes() const override { return model_.activation_bytes(); }
+  std::size_t activation_bytes_per_layer() const override {
+    return model_.activation_bytes_per_layer();
+  }
+
+ private:
+  // The weights the model reads: the masters in fp32, else their rounded copy.
+  const float* compute_weights() const;
+  void refresh_compute_weights();
+
+  ReductionPlan plan_;
+  ReductionGroups groups_;
+  Gpt<float> model_;
+  std::vector<float> params_, grads_, weights_;  // weights_: empty in fp32
+  AdamW optimizer_;
+  CpuPipelineStage stage_;
+  PipelineExecutor executor_;
+};
+
+}  // namespace strata

@@ -1,0 +1,48 @@
+// What the trainer reports about each step: one metrics.jsonl line (DESIGN §5: step, loss, lr,
+// grad_norm, tokens_per_s, step_ms; memory and communication figures) and, every log_every
+// steps, one console line. StepWatch measures a step's time and communication from snapshots of
+// the running totals taken before it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "parallel/process_groups.h"
+#include "train/metrics.h"
+#include "train/training_backend.h"
+#include "train/training_step.h"
+
+namespace strata {
+
+class StepWatch {
+ public:
+  explicit StepWatch(const ProcessGroups& groups);
+  double elapsed_ms() const;
+  // The step's comm_bytes (by kind and link class) and bytes and seconds by parallel axis.
+  void add_communication(JsonLine& line) const;
+
+ private:
+  const ProcessGroups& groups_;
+  std::chrono::steady_clock::time_point start_;
+  CommStats total_before_;
+  CommStats axis_before_[3];  // tp, pp, dp
+};
+
+struct StepReport {
+  const StepResult& result;
+  std::int64_t step;
+  double lr;
+  double step_ms;
+  double tokens_per_step;
+};
+
+// The metrics line of a step (rank 0 writes it).
+JsonLine step_metrics(const StepReport& report, const StepWatch& watch,
+                      const TrainingBackend& backend, bool fp16);
+// The console line of a step.
+void print_step(const StepReport& report, int total_steps);
+
+// This process's peak resident memory, MiB.
+double peak_rss_mib();
+
+}  // namespace strata

@@ -1,0 +1,49 @@
+#include "train/training_step.h"
+
+#include <cmath>
+
+#include "model/core/error.h"
+#include "train/optimizer.h"
+
+namespace strata {
+
+StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups,
+                         const StepSettings& settings, const MicroBatchSource& source,
+                         LossScaler& scaler, TrainingProgress& progress) {
+  StepResult result;
+  // The backward pass starts from scale · mean loss; the gradients are unscaled (below) before
+  // clipping and the update. Without fp16 loss scaling the scale is 1.
+  result.loss_scale = scaler.scale();
+  const int replicas_batches = settings.accumulation * settings.dp;
+  const float loss_scale =
+      static_cast<float>(result.loss_scale) / static_cast<float>(replicas_batches);
+
+  const double local_loss = backend.accumulate_gradients(settings.accumulation, loss_scale, source);
+  backend.reduce_gradients();
+  // Summed over every rank, so all ranks agree on overflow and skip together.
+  const double sum_of_squares =
+      sum_over_axes(backend.gradient_sum_of_squares(), backend.plan().norm_axes, groups);
+  // The loss lives on the last stage of every replica.
+  const double loss_sum = sum_over_axes(local_loss, {ParallelAxis::pp, ParallelAxis::dp}, groups);
+
+  result.loss = loss_sum / replicas_batches;
+  result.grad_norm = std::sqrt(sum_of_squares) / result.loss_scale;
+  const bool finite = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
+  result.scale_overflow = std::isfinite(result.loss) && !finite && scaler.can_back_off();
+  scaler.update(finite);
+  if (finite) {
+    progress.optimizer_steps += 1;
+    const double grad_scale = clip_factor(result.grad_norm, settings.grad_clip) / result.loss_scale;
+    backend.apply_optimizer(OptimizerStep{settings.lr, grad_scale, progress.optimizer_steps});
+    result.applied = true;
+    progress.consecutive_nonfinite = 0;
+  } else if (!result.scale_overflow && ++progress.consecutive_nonfinite >= 3) {
+    fail("loss or gradients non-finite for 3 consecutive steps at step ", progress.step + 1,
+         "; stopping (the last checkpoint is intact)");
+  }
+  progress.step += 1;
+  progress.data_position += settings.global_batch;
+  return result;
+}
+
+}  // namespace strata

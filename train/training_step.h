@@ -1,0 +1,53 @@
+// One training step (DESIGN §2), the same for every backend and layout, and the training state
+// it advances. DiLoCo calls it H times between its outer steps; `bench train` times it.
+//
+// A step: the micro-batches' gradients of scale · mean loss are accumulated (the backend runs its
+// pipeline program), reduced by the plan, their global norm taken (Σ g² over the plan's norm
+// ranges, summed over its norm groups, unscaled), then, when loss and norm are finite, clipped
+// and applied by the optimizer on the owned range. An fp16 overflow under a dynamic loss scale is
+// routine: the step is skipped and the scale halved; any other non-finite step counts towards
+// the stop policy (3 in a row end the run, the last checkpoint intact).
+#pragma once
+
+#include <cstdint>
+
+#include "parallel/host_reduction.h"
+#include "parallel/pipeline_executor.h"
+#include "train/config.h"
+#include "train/loss_scale.h"
+#include "train/training_backend.h"
+
+namespace strata {
+
+// What a run has done so far: restored from and saved in checkpoints.
+struct TrainingProgress {
+  std::int64_t step = 0;             // steps completed (skipped ones included)
+  std::int64_t data_position = 0;    // global index of the next training sample
+  std::int64_t optimizer_steps = 0;  // updates applied: AdamW's bias-correction count
+  int consecutive_nonfinite = 0;     // non-finite steps in a row (not fp16 overflows)
+};
+
+// What one step needs besides the backend.
+struct StepSettings {
+  int accumulation = 1;  // micro-batches per replica
+  int dp = 1;            // data-parallel replicas: the mean loss is over accumulation · dp
+  int global_batch = 1;  // sequences per step (data_position advances by it)
+  double lr = 0;
+  double grad_clip = 0;
+};
+
+struct StepResult {
+  double loss = 0;              // mean over the global batch, on every rank
+  double grad_norm = 0;         // of the unscaled gradients, on every rank
+  double loss_scale = 1;        // the scale this step used
+  bool applied = false;         // the optimizer ran
+  bool scale_overflow = false;  // skipped as an fp16 overflow (the scale was halved)
+};
+
+// One step. `replicas`: the groups over which the loss is summed (pp, then dp) and the plan's
+// norm groups. Throws when the stop policy ends the run.
+StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups,
+                         const StepSettings& settings, const MicroBatchSource& source,
+                         LossScaler& scaler, TrainingProgress& progress);
+
+}  // namespace strata
