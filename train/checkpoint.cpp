@@ -37,10 +37,14 @@ std::string checkpoint_file_name(std::int64_t step) {
   return name;
 }
 
+// Below this many elements a loop runs on one thread: waking the team costs more (and much more
+// on a loaded machine) than the loop.
+constexpr std::int64_t kParallelElements = 1 << 16;
+
 std::uint64_t checksum_slice(const float* values, const TensorSlice& slice, std::int64_t first,
                              std::int64_t count) {
   std::uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
+#pragma omp parallel for reduction(+ : sum) schedule(static) if (count >= kParallelElements)
   for (std::int64_t i = 0; i < count; ++i) {
     std::uint32_t bits;
     std::memcpy(&bits, values + i, sizeof(bits));
@@ -140,7 +144,16 @@ void check_format(hid_t file, const std::string& path) {
          " (missing or other 'format' attribute)");
 }
 
-// Rank 0's part: the file with every dataset, the state, config and tokenizer.
+// The same decision on every rank: an error anywhere fails the write everywhere.
+void agree_or_fail(Communicator* world, const std::string& local_error) {
+  std::int64_t failed = local_error.empty() ? 0 : 1;
+  if (world) world->all_reduce_max(&failed, 1);
+  if (!local_error.empty()) fail(local_error);
+  if (failed) fail("writing the checkpoint failed on another rank");
+}
+
+}  // namespace
+
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
                             const CheckpointMeta& ckpt, const std::vector<StateBuffer>& buffers) {
   const ParameterLayout logical = ParameterLayout::for_gpt(shape);
@@ -169,8 +182,8 @@ void create_checkpoint_file(const std::string& path, const GptShape& shape,
   file.close();
 }
 
-void write_rank_elements(const std::string& path, const CheckpointWriter& writer,
-                         const std::vector<StateBuffer>& buffers) {
+void write_checkpoint_elements(const std::string& path, const CheckpointWriter& writer,
+                               const std::vector<StateBuffer>& buffers) {
   H5File file = H5File::open_write(path);
   for (const StateBuffer& buffer : buffers) {
     STRATA_CHECK(buffer.values.size() == buffer.range.size(), "state buffer '", buffer.name,
@@ -189,16 +202,6 @@ void write_rank_elements(const std::string& path, const CheckpointWriter& writer
   }
   file.close();
 }
-
-// The same decision on every rank: an error anywhere fails the write everywhere.
-void agree_or_fail(Communicator* world, const std::string& local_error) {
-  std::int64_t failed = local_error.empty() ? 0 : 1;
-  if (world) world->all_reduce_max(&failed, 1);
-  if (!local_error.empty()) fail(local_error);
-  if (failed) fail("writing the checkpoint failed on another rank");
-}
-
-}  // namespace
 
 std::string write_checkpoint(const std::string& directory, const CheckpointWriter& writer,
                              const CheckpointMeta& ckpt, const std::vector<StateBuffer>& buffers) {
@@ -232,7 +235,7 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
     for (int turn = 0; turn < ranks; ++turn) {  // HDF5 files take one writer at a time
       if (turn == rank) {
         try {
-          write_rank_elements(temp_path, writer, buffers);
+          write_checkpoint_elements(temp_path, writer, buffers);
         } catch (const std::exception& e) {
           error = e.what();
         }
@@ -295,7 +298,7 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
       read_logical_tensor(file.id(), path, dataset_group(buffer.name) + t.name, t, whole);
       float* out = buffer.values.data() + (part.begin - buffer.range.begin);
       const std::size_t first = part.begin - t.offset;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (part.size() >= kParallelElements)
       for (std::size_t i = 0; i < part.size(); ++i)
         out[i] = whole[static_cast<std::size_t>(
             t.slice.logical_index(static_cast<std::int64_t>(first + i)))];

@@ -104,6 +104,14 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
 std::string write_checkpoint(const std::string& directory, const GptShape& shape,
                              const ParameterLayout& layout, const Checkpoint& checkpoint);
 
+// The two halves of write_checkpoint, for a caller that orders the writers itself: the file
+// (rank 0: every dataset of the buffers' names with a zero checksum, the state, config and
+// tokenizer), then, one writer at a time, each writer's elements of its buffers.
+void create_checkpoint_file(const std::string& path, const GptShape& shape,
+                            const CheckpointMeta& meta, const std::vector<StateBuffer>& buffers);
+void write_checkpoint_elements(const std::string& path, const CheckpointWriter& writer,
+                               const std::vector<StateBuffer>& buffers);
+
 // Reads the config text only (to build the model before reading tensors).
 std::string read_checkpoint_config(const std::string& path);
 

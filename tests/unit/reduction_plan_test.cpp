@@ -1,0 +1,216 @@
+// Reduction plans (parallel/reduction_plan.h) checked without MPI: for every rank of a layout the
+// plan is built as the trainer builds it and executed by a simulation of the whole mesh, whose
+// sums add in an order that depends on the group and the element (as a ring all-reduce does), so
+// rounding differs between groups. Checked: every gradient element is summed over the
+// data-parallel group exactly once, the owners cover the buffer, the norm counts every logical
+// element exactly once per replica, and the two pipeline ends' tied wte copies end bitwise equal.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "model/core/error.h"
+#include "parallel/mesh.h"
+#include "parallel/reduction_plan.h"
+
+namespace strata {
+namespace {
+
+const GptShape kShape{4, 4, 32, 16, 200};
+
+struct Layout {
+  int tp, dp, pp;
+  bool sequence_parallel;
+};
+
+std::string describe(const Layout& l) {
+  return "tp " + std::to_string(l.tp) + " dp " + std::to_string(l.dp) + " pp " +
+         std::to_string(l.pp) + (l.sequence_parallel ? " sp" : "");
+}
+
+struct RankPlan {
+  MeshCoordinates at;
+  ModelPartition partition;
+  ParameterLayout layout;
+  ReductionPlan plan;
+};
+
+std::vector<RankPlan> plans_of(const Layout& l) {
+  const MeshShape shape{l.tp, l.pp, l.dp};
+  const auto stages = stage_layer_ranges(kShape.n_layer, l.pp);
+  std::vector<RankPlan> ranks;
+  for (int rank = 0; rank < shape.world_size(); ++rank) {
+    const MeshCoordinates at = Mesh::coordinates_of(shape, rank);
+    ModelPartition p;
+    p.tp_rank = at.tp;
+    p.tp_size = l.tp;
+    p.layer_begin = stages[at.pp].first;
+    p.layer_end = stages[at.pp].second;
+    p.has_embedding = at.pp == 0;
+    p.has_head = at.pp == l.pp - 1;
+    p.sequence_parallel = l.sequence_parallel;
+    ParameterLayout layout = ParameterLayout::for_partition(kShape, p);
+    ReductionPlan plan = make_reduction_plan(layout, {p, at.dp, l.dp, at.pp, l.pp, 0});
+    ranks.push_back({at, p, std::move(layout), std::move(plan)});
+  }
+  return ranks;
+}
+
+// The world ranks of `rank`'s group along `axis`, in group-rank order.
+std::vector<int> group_of(const Layout& l, const MeshCoordinates& at, ParallelAxis axis) {
+  const MeshShape shape{l.tp, l.pp, l.dp};
+  std::vector<int> members;
+  const int n = axis == ParallelAxis::tp ? l.tp : axis == ParallelAxis::dp ? l.dp : l.pp;
+  for (int i = 0; i < n; ++i)
+    members.push_back(Mesh::world_rank_of(shape, axis == ParallelAxis::tp ? i : at.tp,
+                                          axis == ParallelAxis::dp ? i : at.dp,
+                                          axis == ParallelAxis::pp ? i : at.pp));
+  return members;
+}
+
+// Runs every rank's gradient operations in lockstep: operation k of every member of a group
+// meets the same operation of the others.
+void simulate(const Layout& l, const std::vector<RankPlan>& ranks,
+              std::vector<std::vector<float>>& buffers) {
+  using Kind = RangeReduction::Kind;
+  std::vector<std::size_t> next(ranks.size(), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      if (next[r] >= ranks[r].plan.gradients.size()) continue;
+      const RangeReduction& op = ranks[r].plan.gradients[next[r]];
+      std::vector<int> members = group_of(l, ranks[r].at, op.axis);
+      if (op.kind == Kind::tied_exchange) members = {members[0], members.back()};
+      bool ready = true;  // every member is at the same operation
+      for (int m : members) {
+        const auto& ops = ranks[m].plan.gradients;
+        ready = ready && next[m] < ops.size() && ops[next[m]].kind == op.kind &&
+                ops[next[m]].axis == op.axis && ops[next[m]].range.size() == op.range.size();
+      }
+      ASSERT_TRUE(ready || op.kind == Kind::all_reduce || op.kind == Kind::tied_exchange)
+          << describe(l);
+      if (!ready) continue;
+      const std::size_t count = op.range.size();
+      std::vector<float> result(count);
+      const int n = static_cast<int>(members.size());
+      for (std::size_t e = 0; e < count; ++e) {
+        // A ring sums chunk c starting from member c + 1: the order depends on the element.
+        const int first = static_cast<int>((e * n / count + 1 + op.range.begin) % n);
+        float sum = 0;
+        for (int k = 0; k < n; ++k) {
+          const int m = members[(first + k) % n];
+          sum += buffers[m][ranks[m].plan.gradients[next[m]].range.begin + e];
+        }
+        result[e] = sum;
+      }
+      if (op.kind == Kind::tied_exchange) {  // each end adds the other's values to its own
+        const int a = members[0], b = members[1];
+        const std::size_t at_a = ranks[a].plan.gradients[next[a]].range.begin;
+        const std::size_t at_b = ranks[b].plan.gradients[next[b]].range.begin;
+        for (std::size_t e = 0; e < count; ++e) {
+          const float va = buffers[a][at_a + e], vb = buffers[b][at_b + e];
+          buffers[a][at_a + e] = va + vb;
+          buffers[b][at_b + e] = vb + va;
+        }
+      } else {
+        for (int m : members)
+          std::copy(result.begin(), result.end(),
+                    buffers[m].begin() + ranks[m].plan.gradients[next[m]].range.begin);
+      }
+      for (int m : members) ++next[m];
+      progress = true;
+    }
+  }
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    ASSERT_EQ(next[r], ranks[r].plan.gradients.size()) << "deadlock at rank " << r;
+}
+
+const Layout kLayouts[] = {{1, 1, 1, false}, {1, 4, 1, false}, {2, 1, 1, true}, {1, 3, 2, false},
+                           {2, 3, 2, true},  {2, 2, 4, false}, {4, 2, 2, true}, {1, 4, 4, false}};
+
+TEST(ReductionPlan, EveryGradientIsSummedOverDataParallelismOnce) {
+  for (const Layout& l : kLayouts)
+    for (const RankPlan& r : plans_of(l)) {
+      std::vector<int> summed(r.layout.total(), 0);
+      for (const RangeReduction& op : r.plan.gradients)
+        if (op.axis == ParallelAxis::dp)
+          for (std::size_t i = op.range.begin; i < op.range.end; ++i) ++summed[i];
+      for (std::size_t i = 0; i < summed.size(); ++i)
+        ASSERT_EQ(summed[i], l.dp > 1 ? 1 : 0) << describe(l) << " element " << i;
+      // Stage 0: every rank owns (updates) its whole buffer.
+      EXPECT_EQ(r.plan.owned, (ElementRange{0, r.plan.buffer_size})) << describe(l);
+      EXPECT_GE(r.plan.buffer_size, r.layout.total());
+    }
+}
+
+TEST(ReductionPlan, TheNormCountsEveryLogicalElementOncePerReplica) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+  for (const Layout& l : kLayouts) {
+    const std::vector<RankPlan> ranks = plans_of(l);
+    for (int dp = 0; dp < l.dp; ++dp) {
+      std::map<std::string, std::vector<int>> counted;
+      for (const TensorView& t : whole.tensors())
+        counted[t.name].assign(static_cast<std::size_t>(t.size), 0);
+      for (const RankPlan& r : ranks) {
+        if (r.at.dp != dp) continue;
+        for (const TensorView& t : r.layout.tensors())
+          for (const ElementRange& range : r.plan.norm_ranges) {
+            const ElementRange part = intersect(range, {t.offset, t.offset + t.size});
+            for (std::size_t i = part.begin; i < part.end; ++i)
+              ++counted[t.name][static_cast<std::size_t>(
+                  t.slice.logical_index(static_cast<std::int64_t>(i - t.offset)))];
+          }
+      }
+      for (const auto& [name, counts] : counted)
+        for (std::size_t i = 0; i < counts.size(); ++i)
+          ASSERT_EQ(counts[i], 1) << describe(l) << " " << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST(ReductionPlan, TiedEmbeddingCopiesStayBitwiseEqualAndSumEveryContribution) {
+  for (const Layout& l : kLayouts) {
+    const std::vector<RankPlan> ranks = plans_of(l);
+    std::vector<std::vector<float>> buffers;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (const RankPlan& r : ranks) {
+      buffers.emplace_back(r.plan.buffer_size);
+      for (float& g : buffers.back()) g = uniform(rng);
+    }
+    const std::vector<std::vector<float>> before = buffers;
+    simulate(l, ranks, buffers);
+    if (l.pp == 1) continue;
+    for (std::size_t a = 0; a < ranks.size(); ++a) {
+      if (!ranks[a].partition.has_embedding) continue;
+      // The last stage with the same tp and dp coordinates.
+      const std::size_t b = static_cast<std::size_t>(Mesh::world_rank_of(
+          MeshShape{l.tp, l.pp, l.dp}, ranks[a].at.tp, ranks[a].at.dp, l.pp - 1));
+      const TensorView& wa = ranks[a].layout.at("wte");
+      const TensorView& wb = ranks[b].layout.at("wte");
+      for (std::size_t e = 0; e < wa.size; ++e) {
+        ASSERT_EQ(buffers[a][wa.offset + e], buffers[b][wb.offset + e])
+            << describe(l) << " rank " << a << " wte[" << e << "]";
+        // The sum of both ends' contributions over every replica.
+        double expected = 0;
+        for (std::size_t r = 0; r < ranks.size(); ++r)
+          if (ranks[r].at.tp == ranks[a].at.tp &&
+              (ranks[r].partition.has_embedding || ranks[r].partition.has_head))
+            expected += before[r][ranks[r].layout.at("wte").offset + e];
+        ASSERT_NEAR(buffers[a][wa.offset + e], expected, 1e-4) << describe(l);
+      }
+    }
+  }
+}
+
+TEST(ReductionPlan, ZeroStagesAboveZeroAreRefusedUntilImplemented) {
+  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
+  EXPECT_THROW(make_reduction_plan(layout, {ModelPartition::whole(kShape), 0, 2, 0, 1, 1}), Error);
+}
+
+}  // namespace
+}  // namespace strata
