@@ -103,6 +103,7 @@ struct Trainer::State {
   TrainingProgress progress;
   std::int64_t last_checkpoint_step = -1;
   std::unique_ptr<MetricsWriter> metrics;
+  bool reports_loss_scale = false;  // fp16: metrics carry the loss scale each step used
 
   State(const Config& c, MpiCommunicator& w)
       : config(c),
@@ -120,13 +121,12 @@ struct Trainer::State {
     settings.grad_clip = c.optimizer.grad_clip;
     step_program = make_step_program(c, mesh, settings.accumulation);
     if (!c.data.val.empty()) val_split = TokenSource::open(c.data.val);
+    reports_loss_scale = c.precision.compute == "fp16";
   }
 
   bool is_logger() const { return world.rank() == 0; }
 
   void make_backend() {
-    // Before any work: a device the layout cannot use is a config error.
-    device = resolve_device(config, shape);
     BackendPlacement placement;
     placement.partition = partition_of(config, mesh);
     placement.groups = &groups;
@@ -291,8 +291,11 @@ struct Trainer::State {
 
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
   reject_unimplemented(config);
+  // Before any work: a device the layout cannot use is a config error.
+  const std::string device = resolve_device(config, shape_of(config.model));
   state_ = std::make_unique<State>(config, world);
   State& s = *state_;
+  s.device = device;
   s.tokenizer_model = check_data(config, s.train_split, s.val_split);
   s.make_backend();
   s.load_state(options.resume_from);
@@ -325,7 +328,7 @@ int Trainer::run() {
     const std::int64_t step = s.progress.step;
     if (s.is_logger()) {
       const StepReport report{result, step, s.settings.lr, watch.elapsed_ms(), tokens_per_step};
-      s.metrics->write(step_metrics(report, watch, *s.backend, c.precision.compute == "fp16"));
+      s.metrics->write(step_metrics(report, watch, *s.backend, s.reports_loss_scale));
       if (step % c.train.log_every == 0 || step == c.train.steps || step == 1)
         print_step(report, c.train.steps);
     }
