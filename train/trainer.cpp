@@ -105,10 +105,10 @@ struct Trainer::State {
   std::unique_ptr<MetricsWriter> metrics;
   bool reports_loss_scale = false;  // fp16: metrics carry the loss scale each step used
 
-  State(const Config& c, MpiCommunicator& w)
+  State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape)
       : config(c),
         world(w),
-        groups(Mesh(resolve_mesh(c, w.size()), w.rank(), c.parallel.gpus_per_node), w),
+        groups(Mesh(mesh_shape, w.rank(), c.parallel.gpus_per_node), w),
         mesh(groups.mesh()),
         reduction_groups{&groups.tp(), &groups.dp(), &groups.pp()},
         shape(shape_of(c.model)),
@@ -291,9 +291,10 @@ struct Trainer::State {
 
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
   reject_unimplemented(config);
-  // Before any work: a device the layout cannot use is a config error.
+  // Before any work: a layout that does not fit the world, a device it cannot use.
+  const MeshShape mesh_shape = resolve_mesh(config, world.size());
   const std::string device = resolve_device(config, shape_of(config.model));
-  state_ = std::make_unique<State>(config, world);
+  state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;
   s.device = device;
   s.tokenizer_model = check_data(config, s.train_split, s.val_split);
