@@ -13,7 +13,8 @@
 //   bench attention [--batch 8 --seq-len 1024 --heads 12 --head-size 64 --dtype bf16
 //                    --repeats 20]
 //     The CUDA flash-attention kernel's forward and backward, and for bf16/fp16 cuDNN's fused
-//     flash attention on the same inputs (tools/bench_attention.cpp).
+//     flash attention on the same inputs where the build has that comparison (STRATA_CUDNN_BENCH;
+//     tools/bench_attention.cpp).
 //   bench sgemm [--m 2048 --n 768 --k 256 --repeats 20]
 //     OpenBLAS sgemm rate on one shape (default: the model's widest GEMM, (B·T, C) x (C, 3C)).
 //

@@ -25,6 +25,10 @@
 // When cuDNN has no engine for the case (and for fp32, which it has no flash path for), cannot be
 // loaded, or fails, one line on stderr says so and only Strata's figures are printed.
 //
+// The comparison is optional in the build (STRATA_CUDNN_BENCH, tools/CMakeLists.txt): a build
+// configured without cuDNN's headers times Strata's kernel alone, says so on stderr, and its line
+// has `"cudnn": "not built"`.
+//
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include <cstdio>
 #include <random>
@@ -50,6 +54,8 @@
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/check.h"
+#endif
+#if STRATA_HAVE_CUDNN_BENCH
 #include "tools/bench_attention_cudnn.h"
 #include "tools/bench_cudnn_loader.h"
 #endif
@@ -297,6 +303,7 @@ struct StrataRun {
   std::string error;
 };
 
+#if STRATA_HAVE_CUDNN_BENCH
 // Times cuDNN on the same inputs and adds its figures to `json`, and when Strata ran (`strata`
 // has times) the differences from Strata's outputs; when cuDNN has no engine for the case, says
 // so on stderr and adds only that.
@@ -360,6 +367,7 @@ void time_cudnn(JsonFields& json, const AttentionShape& shape,
     json.text("cudnn", "failed");
   }
 }
+#endif
 
 template <class T>
 void run_attention(const AttentionShape& shape, int repeats, const std::string& dtype) {
@@ -398,6 +406,7 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
     json.text("strata", "failed").text("strata_error", strata.error);
   }
 
+#if STRATA_HAVE_CUDNN_BENCH
   if constexpr (std::is_same_v<T, float>) {
     std::fprintf(stderr,
                  "bench attention: cuDNN has no fp32 flash attention, comparing nothing "
@@ -406,6 +415,12 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
   } else {
     time_cudnn(json, shape, inputs, strata, repeats, stream.get());
   }
+#else
+  std::fprintf(stderr,
+               "bench attention: the cuDNN comparison was not built in (configured without "
+               "cuDNN's headers, STRATA_CUDNN_BENCH): timing Strata's kernel alone\n");
+  json.text("cudnn", "not built");
+#endif
   std::printf("%s\n", json.str().c_str());
   // The line is out; a failed Strata run still fails the command (gpu_check.sh reports the exit).
   if (!strata.times) fail("bench attention: Strata's attention kernel failed: ", strata.error);
