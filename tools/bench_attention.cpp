@@ -38,6 +38,7 @@
 #include "model/core/error.h"
 #include "tools/bench.h"
 #include "train/cuda_training.h"
+#include "train/metrics.h"
 
 #if STRATA_HAVE_CUDA
 #include <cuda_bf16.h>
@@ -246,19 +247,18 @@ struct PassTimes {
 };
 
 // `<prefix>forward_ms` ... `<prefix>total_tflops` for one implementation.
-void add_pass_figures(JsonFields& json, const std::string& prefix, const PassTimes& times,
+void add_pass_figures(JsonLine& json, const std::string& prefix, const PassTimes& times,
                       double forward_flops) {
   const double backward_flops = 2.5 * forward_flops;
-  json.number((prefix + "forward_ms").c_str(), times.forward_ms, "%.4f")
-      .number((prefix + "backward_ms").c_str(), times.backward_ms, "%.4f")
-      .number((prefix + "forward_tflops").c_str(), forward_flops / times.forward_ms * 1e-9, "%.2f")
-      .number((prefix + "backward_tflops").c_str(), backward_flops / times.backward_ms * 1e-9,
-              "%.2f")
-      .number((prefix + "total_tflops").c_str(),
-              (forward_flops + backward_flops) / times.total_ms() * 1e-9, "%.2f");
+  json.add(prefix + "forward_ms", times.forward_ms, "%.4f")
+      .add(prefix + "backward_ms", times.backward_ms, "%.4f")
+      .add(prefix + "forward_tflops", forward_flops / times.forward_ms * 1e-9, "%.2f")
+      .add(prefix + "backward_tflops", backward_flops / times.backward_ms * 1e-9, "%.2f")
+      .add(prefix + "total_tflops", (forward_flops + backward_flops) / times.total_ms() * 1e-9,
+           "%.2f");
 }
 
-// An exception's message on one line, for a JSON value (JsonFields escapes quotes, not newlines).
+// An exception's message on one line, for the stderr line and the JSON value that quote it.
 std::string one_line(const char* message) {
   std::string line = message;
   for (char& c : line)
@@ -308,14 +308,14 @@ struct StrataRun {
 // has times) the differences from Strata's outputs; when cuDNN has no engine for the case, says
 // so on stderr and adds only that.
 template <class T>
-void time_cudnn(JsonFields& json, const AttentionShape& shape,
+void time_cudnn(JsonLine& json, const AttentionShape& shape,
                 const std::vector<AttentionInputs<T>>& inputs, const StrataRun<T>& strata,
                 int repeats, cudaStream_t stream) {
   std::string why;
   if (!cudnn_available(&why)) {
     std::fprintf(stderr, "bench attention: cuDNN could not be loaded, comparing nothing: %s\n",
                  why.c_str());
-    json.text("cudnn", "not available");
+    json.add("cudnn", "not available");
     return;
   }
   const AttentionIoType io =
@@ -339,32 +339,32 @@ void time_cudnn(JsonFields& json, const AttentionShape& shape,
     const double zero_ms =
         median_ms_per_launch(stream, repeats, [&](int) { cudnn.zero_dq_accumulator(); });
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    json.text("cudnn", strata.times ? "compared" : "timed")
-        .text("cudnn_backward_form", backward_form_name(cudnn.backward_form()));
+    json.add("cudnn", strata.times ? "compared" : "timed")
+        .add("cudnn_backward_form", backward_form_name(cudnn.backward_form()));
     add_pass_figures(json, "cudnn_", times, shape.forward_flops());
-    json.number("cudnn_dq_zero_ms", zero_ms, "%.4f");
+    json.add("cudnn_dq_zero_ms", zero_ms, "%.4f");
     if (strata.times) {
-      json.number("strata_over_cudnn_time", strata.times->total_ms() / times.total_ms(), "%.3f")
-          .number("out_max_abs_diff",
-                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::out),
-                  "%.3g")
-          .number("lse_max_abs_diff",
-                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::lse),
-                  "%.3g")
-          .number("dqkv_max_abs_diff",
-                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::dqkv),
-                  "%.3g");
+      json.add("strata_over_cudnn_time", strata.times->total_ms() / times.total_ms(), "%.3f")
+          .add("out_max_abs_diff",
+               max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::out),
+               "%.3g")
+          .add("lse_max_abs_diff",
+               max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::lse),
+               "%.3g")
+          .add("dqkv_max_abs_diff",
+               max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::dqkv),
+               "%.3g");
     }
   } catch (const CudnnUnsupported& unsupported) {
     std::fprintf(stderr,
                  "bench attention: cuDNN has no engine for this case, comparing nothing: %s\n",
                  unsupported.what());
-    json.text("cudnn", "unsupported");
+    json.add("cudnn", "unsupported");
   } catch (const Error& failed) {
     // The graph has never run: a rejected attribute must not cost Strata's own figures.
     std::fprintf(stderr, "bench attention: the cuDNN comparison failed, comparing nothing: %s\n",
                  failed.what());
-    json.text("cudnn", "failed");
+    json.add("cudnn", "failed");
   }
 }
 #endif
@@ -375,17 +375,17 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
   STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   const std::vector<AttentionInputs<T>> inputs = random_inputs<T>(shape);
   Stream stream;
-  JsonFields json;
-  json.text("bench", "attention")
-      .text("device_name", properties.name)
-      .text("dtype", dtype)
-      .integer("batch", shape.B)
-      .integer("seq_len", shape.T)
-      .integer("heads", shape.NH)
-      .integer("head_size", shape.hs)
-      .integer("repeats", repeats)
-      .integer("launches_per_repeat", kLaunchesPerRepeat)
-      .integer("buffer_sets", kBufferSets);
+  JsonLine json;
+  json.add("bench", "attention")
+      .add("device_name", properties.name)
+      .add("dtype", dtype)
+      .add("batch", shape.B)
+      .add("seq_len", shape.T)
+      .add("heads", shape.NH)
+      .add("head_size", shape.hs)
+      .add("repeats", repeats)
+      .add("launches_per_repeat", kLaunchesPerRepeat)
+      .add("buffer_sets", kBufferSets);
 
   // Strata's failure (a kernel that does not launch, or faults) costs its own figures only:
   // cuDNN is still timed below.
@@ -400,10 +400,10 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
                  strata.error.c_str());
   }
   if (strata.times) {
-    json.text("strata", "timed");
+    json.add("strata", "timed");
     add_pass_figures(json, "", *strata.times, shape.forward_flops());
   } else {
-    json.text("strata", "failed").text("strata_error", strata.error);
+    json.add("strata", "failed").add("strata_error", strata.error);
   }
 
 #if STRATA_HAVE_CUDNN_BENCH
@@ -411,7 +411,7 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
     std::fprintf(stderr,
                  "bench attention: cuDNN has no fp32 flash attention, comparing nothing "
                  "(use --dtype bf16 or fp16)\n");
-    json.text("cudnn", "no fp32 path");
+    json.add("cudnn", "no fp32 path");
   } else {
     time_cudnn(json, shape, inputs, strata, repeats, stream.get());
   }
@@ -419,7 +419,7 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
   std::fprintf(stderr,
                "bench attention: the cuDNN comparison was not built in (configured without "
                "cuDNN's headers, STRATA_CUDNN_BENCH): timing Strata's kernel alone\n");
-  json.text("cudnn", "not built");
+  json.add("cudnn", "not built");
 #endif
   std::printf("%s\n", json.str().c_str());
   // The line is out; a failed Strata run still fails the command (gpu_check.sh reports the exit).
