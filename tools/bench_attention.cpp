@@ -55,6 +55,7 @@
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_buffer.h"
 #endif
 #if STRATA_HAVE_CUDNN_BENCH
 #include "tools/bench_attention_cudnn.h"
@@ -86,50 +87,21 @@ float to_float(T x) {
     return __half2float(x);
 }
 
-// `size` elements of device memory, freed when it goes out of scope.
+using cuda::DeviceBuffer;
+
+// `size` random values in [-1, 1] on the device, drawn from `rng`.
 template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t size) : size_(size) {
-    STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), size * sizeof(T)));
-  }
-  ~DeviceArray() {
-    if (data_ != nullptr) STRATA_CUDA_REPORT(cudaFree(data_));
-  }
-  DeviceArray(DeviceArray&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(other.size_) {}
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return data_; }
-  std::size_t size() const { return size_; }
-  std::vector<T> to_host() const {
-    std::vector<T> host(size_);
-    STRATA_CUDA_CHECK(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-// `size` random values in [-1, 1] (fixed seed) on the device.
-template <class T>
-DeviceArray<T> random_device_array(std::size_t size, std::mt19937& rng) {
+DeviceBuffer<T> random_device_array(std::size_t size, std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<T> host(size);
   for (T& x : host) x = to_dtype<T>(uniform(rng));
-  DeviceArray<T> device(size);
-  STRATA_CUDA_CHECK(
-      cudaMemcpy(device.get(), host.data(), size * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
+  return DeviceBuffer<T>(host);
 }
 
 // Largest |a_i - b_i|, in fp32.
 template <class T>
-double max_abs_difference(const DeviceArray<T>& a, const DeviceArray<T>& b) {
-  const std::vector<T> host_a = a.to_host(), host_b = b.to_host();
+double max_abs_difference(const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
+  const std::vector<T> host_a = a.download(), host_b = b.download();
   double largest = 0;
   for (std::size_t i = 0; i < host_a.size(); ++i)
     largest = std::max(largest, std::fabs(static_cast<double>(to_float(host_a[i])) -
@@ -202,8 +174,8 @@ struct AttentionShape {
 // One set of inputs, shared by both implementations.
 template <class T>
 struct AttentionInputs {
-  DeviceArray<T> qkv;   // (B, T, 3C)
-  DeviceArray<T> dout;  // (B, T, C)
+  DeviceBuffer<T> qkv;   // (B, T, 3C)
+  DeviceBuffer<T> dout;  // (B, T, C)
 };
 
 // kBufferSets sets of random inputs in [-1, 1] (fixed seed), each different.
@@ -213,8 +185,8 @@ std::vector<AttentionInputs<T>> random_inputs(const AttentionShape& shape) {
   std::vector<AttentionInputs<T>> inputs;
   inputs.reserve(kBufferSets);
   for (int set = 0; set < kBufferSets; ++set) {
-    DeviceArray<T> qkv = random_device_array<T>(shape.rows() * 3 * shape.C(), rng);
-    DeviceArray<T> dout = random_device_array<T>(shape.rows() * shape.C(), rng);
+    DeviceBuffer<T> qkv = random_device_array<T>(shape.rows() * 3 * shape.C(), rng);
+    DeviceBuffer<T> dout = random_device_array<T>(shape.rows() * shape.C(), rng);
     inputs.push_back(AttentionInputs<T>{std::move(qkv), std::move(dout)});
   }
   return inputs;
@@ -227,9 +199,9 @@ struct AttentionOutputs {
       : out(shape.rows() * shape.C()),
         dqkv(shape.rows() * 3 * shape.C()),
         lse(shape.rows() * shape.NH) {}
-  DeviceArray<T> out, dqkv;
+  DeviceBuffer<T> out, dqkv;
   // (B, NH, T): Strata's lse, cuDNN's softmax stats (the same quantity).
-  DeviceArray<float> lse;
+  DeviceBuffer<float> lse;
 };
 
 // One implementation's outputs, one per buffer set.

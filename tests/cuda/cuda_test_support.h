@@ -22,47 +22,13 @@
 #include <vector>
 
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_buffer.h"
 
 namespace strata::cuda::testing {
 
-// A device array that copies synchronously to and from host vectors. The copies synchronise the
-// whole device first, so kernels queued on a context's non-blocking stream have finished.
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t count) : count_(count) {
-    if (count_ > 0) STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() {
-    if (data_ != nullptr) STRATA_CUDA_REPORT(cudaFree(data_));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return data_; }
-  std::size_t size() const { return count_; }
-  std::size_t bytes() const { return count_ * sizeof(T); }
-
-  void upload(const std::vector<T>& host) {
-    ASSERT_EQ(host.size(), count_);
-    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-    if (count_ > 0)
-      STRATA_CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
-    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(count_);
-    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-    if (count_ > 0)
-      STRATA_CUDA_CHECK(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t count_ = 0;
-};
+// Device arrays (model/kernels/cuda/device_buffer.h): upload() and download() synchronise the
+// whole device, so kernels queued on a context's non-blocking stream have finished.
+using cuda::DeviceBuffer;
 
 // Host conversions (round to nearest even, as the kernels do).
 template <class T>
