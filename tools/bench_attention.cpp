@@ -56,6 +56,7 @@
 #include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/device_buffer.h"
+#include "model/kernels/cuda/host_dtype.h"
 #endif
 #if STRATA_HAVE_CUDNN_BENCH
 #include "tools/bench_attention_cudnn.h"
@@ -67,34 +68,16 @@ namespace strata::bench {
 #if STRATA_HAVE_CUDA
 namespace {
 
-template <class T>
-T to_dtype(float x) {
-  if constexpr (std::is_same_v<T, float>)
-    return x;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16(x);
-  else
-    return __float2half(x);
-}
-
-template <class T>
-float to_float(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return x;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat162float(x);
-  else
-    return __half2float(x);
-}
-
 using cuda::DeviceBuffer;
+using cuda::dtype_from_float;
+using cuda::dtype_to_float;
 
 // `size` random values in [-1, 1] on the device, drawn from `rng`.
 template <class T>
 DeviceBuffer<T> random_device_array(std::size_t size, std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<T> host(size);
-  for (T& x : host) x = to_dtype<T>(uniform(rng));
+  for (T& x : host) x = dtype_from_float<T>(uniform(rng));
   return DeviceBuffer<T>(host);
 }
 
@@ -104,8 +87,8 @@ double max_abs_difference(const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
   const std::vector<T> host_a = a.download(), host_b = b.download();
   double largest = 0;
   for (std::size_t i = 0; i < host_a.size(); ++i)
-    largest = std::max(largest, std::fabs(static_cast<double>(to_float(host_a[i])) -
-                                          static_cast<double>(to_float(host_b[i]))));
+    largest = std::max(largest, std::fabs(static_cast<double>(dtype_to_float(host_a[i])) -
+                                          static_cast<double>(dtype_to_float(host_b[i]))));
   return largest;
 }
 

@@ -23,6 +23,7 @@
 
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/device_buffer.h"
+#include "model/kernels/cuda/host_dtype.h"
 
 namespace strata::cuda::testing {
 
@@ -30,29 +31,12 @@ namespace strata::cuda::testing {
 // whole device, so kernels queued on a context's non-blocking stream have finished.
 using cuda::DeviceBuffer;
 
-// Host conversions (round to nearest even, as the kernels do).
-template <class T>
-T from_float(float x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
-}
-inline float as_float(float x) { return x; }
-inline float as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-inline float as_float(__half x) { return __half2float(x); }
+// Host conversions (model/kernels/cuda/host_dtype.h).
+using cuda::dtype_from_float;
+using cuda::dtype_to_float;
+using cuda::to_dtype;
+using cuda::to_floats;
 
-template <class T>
-std::vector<T> to_dtype(const std::vector<float>& x) {
-  std::vector<T> y(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) y[i] = from_float<T>(x[i]);
-  return y;
-}
-template <class T>
-std::vector<float> to_floats(const std::vector<T>& x) {
-  std::vector<float> y(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) y[i] = as_float(x[i]);
-  return y;
-}
 // The values a T buffer holds after storing `x`: the CPU reference runs on exactly these.
 template <class T>
 std::vector<float> rounded(const std::vector<float>& x) {
