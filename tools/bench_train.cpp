@@ -68,18 +68,6 @@ constexpr std::pair<const char*, const char*> kShapeFlags[] = {
     {"--d-model", "model.d_model"},  {"--seq-len", "model.seq_len"},
     {"--vocab", "model.vocab_size"}, {"--micro-batch", "train.micro_batch"}};
 
-const char* recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-    case Recompute::none:
-      break;
-  }
-  return "none";
-}
-
 // What one benchmark runs.
 struct TrainSetup {
   std::string config_path;  // empty in the flag form
