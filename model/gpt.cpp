@@ -21,6 +21,18 @@ Recompute recompute_from_name(std::string_view name) {
   fail("unknown recompute mode '", name, "' (expected none, selective or full)");
 }
 
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
+    case Recompute::none:
+      break;
+  }
+  return "none";
+}
+
 template <class T>
 Gpt<T>::Gpt(const GptShape& shape, int max_batch, const GptOptions& options)
     : Gpt(shape, ModelPartition::whole(shape), nullptr, max_batch, 1, options) {}

@@ -282,20 +282,15 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
   if (recompute == Recompute::none)
     per_layer += 4 * d.N * d.Cl * sizeof(T) + d.N * d.NHl * sizeof(float);
   layer_bytes_ = d.L == 0 ? 0 : per_layer * d.slots;
-  // Last: a throw above leaves nothing here for the destructor, which does not run then.
+  staging_ = PinnedBuffer<std::int32_t>(2 * d.N);
+  // Last: the event is the one resource the destructor frees by hand, and the destructor does not
+  // run when a constructor throws.
   STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
-  const cudaError_t pinned =
-      cudaMallocHost(reinterpret_cast<void**>(&staging_), 2 * d.N * sizeof(std::int32_t));
-  if (pinned != cudaSuccess) {
-    STRATA_CUDA_REPORT(cudaEventDestroy(staging_free_));
-    throw_cuda_error(pinned, "cudaMallocHost(staging)", __FILE__, __LINE__);
-  }
 }
 
 template <class T>
 CudaGpt<T>::~CudaGpt() {
   if (staging_free_ != nullptr) STRATA_CUDA_REPORT(cudaEventDestroy(staging_free_));
-  if (staging_ != nullptr) STRATA_CUDA_REPORT(cudaFreeHost(staging_));
 }
 
 template <class T>
@@ -342,14 +337,15 @@ void CudaGpt<T>::upload_tokens(Slot& s, const std::int32_t* tokens, const std::i
   STRATA_CUDA_CHECK(cudaEventSynchronize(staging_free_));
   const long max_rows = static_cast<long>(max_batch_) * shape_.seq_len;
   if (tokens != nullptr) {
-    std::copy_n(tokens, N, staging_);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.tokens, staging_, N * sizeof(std::int32_t),
+    std::copy_n(tokens, N, staging_.data());
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.tokens, staging_.data(), N * sizeof(std::int32_t),
                                       cudaMemcpyHostToDevice, ctx_.stream()));
   }
   if (targets != nullptr) {
-    std::copy_n(targets, N, staging_ + max_rows);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.targets, staging_ + max_rows, N * sizeof(std::int32_t),
-                                      cudaMemcpyHostToDevice, ctx_.stream()));
+    std::copy_n(targets, N, staging_.data() + max_rows);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(s.targets, staging_.data() + max_rows,
+                                      N * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                      ctx_.stream()));
   }
   STRATA_CUDA_CHECK(cudaEventRecord(staging_free_, ctx_.stream()));
 }

@@ -50,6 +50,7 @@
 #include "model/gpt.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/device_buffer.h"
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/staged_collectives.h"
@@ -179,7 +180,7 @@ class CudaGpt {
   DeviceArena scratch_;
   std::vector<Slot> slots_;
   std::unique_ptr<Buffers> buffers_;
-  std::int32_t* staging_ = nullptr;     // page-locked (2, max_batch·seq_len): tokens, targets
+  PinnedBuffer<std::int32_t> staging_;  // (2, max_batch·seq_len): tokens, targets
   cudaEvent_t staging_free_ = nullptr;  // recorded after the copies out of staging_
   std::size_t activation_bytes_ = 0;
   std::size_t layer_bytes_ = 0;

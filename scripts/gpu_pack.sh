@@ -5,8 +5,10 @@
 # packs it as .gpu.tar.gz. scripts/gpu_check.sh runs them there, from the repository root.
 #   usage: bash scripts/gpu_pack.sh
 # The GPU host must have the CUDA runtime, cuBLASLt and NCCL of the toolkit it is built with (and
-# cuDNN 9 for `bench attention`'s comparison); Debian's libraries (Open MPI, HDF5, yaml-cpp,
-# OpenBLAS, SentencePiece) travel separately, as a runtime-library bundle (docs/PERFORMANCE.md).
+# cuDNN 9 for `bench attention`'s comparison, which the pack builds: STRATA_CUDNN_BENCH=ON needs
+# cuDNN 9's headers here; STRATA_CUDNN_BENCH=OFF in the environment packs without it); Debian's
+# libraries (Open MPI, HDF5, yaml-cpp, OpenBLAS, SentencePiece) travel separately, as a
+# runtime-library bundle (docs/PERFORMANCE.md).
 # Built without -march=native (STRATA_NATIVE=OFF): the GPU host's CPU may lack instructions of
 # the build machine's, which would stop the binaries with SIGILL. build-gpu/ and .gpu/ are
 # ignored by git, and build-gpu/ is apart from scripts/build.sh's build/.
@@ -18,7 +20,8 @@ for source in tests/cuda/*_test.cu tests/mpi/cuda_*_test.cpp; do
   tests+=("${name%%.*}")
 done
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_NATIVE=OFF \
-  -DSTRATA_SANITIZE=OFF -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
+  -DSTRATA_SANITIZE=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+  -DSTRATA_CUDNN_BENCH="${STRATA_CUDNN_BENCH:-ON}" >/dev/null
 # Only what .gpu/ holds: the CPU unit and MPI tests are not needed on the GPU host.
 ninja -C build-gpu train bench "${tests[@]}"
 rm -rf .gpu

@@ -13,31 +13,25 @@
 //   bench attention [--batch 8 --seq-len 1024 --heads 12 --head-size 64 --dtype bf16
 //                    --repeats 20]
 //     The CUDA flash-attention kernel's forward and backward, and for bf16/fp16 cuDNN's fused
-//     flash attention on the same inputs (tools/bench_attention.cpp).
+//     flash attention on the same inputs where the build has that comparison (STRATA_CUDNN_BENCH;
+//     tools/bench_attention.cpp).
 //   bench sgemm [--m 2048 --n 768 --k 256 --repeats 20]
 //     OpenBLAS sgemm rate on one shape (default: the model's widest GEMM, (B·T, C) x (C, 3C)).
 //
 // Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS as for the trainer.
 #include "tools/bench.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <random>
 
 #include "model/kernels/cpu/blas.h"
+#include "train/metrics.h"
 
 namespace strata::bench {
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double peak_rss_mib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
 double median(std::vector<double> values) {
@@ -69,38 +63,6 @@ double sgemm_gflops(int m, int n, int k, int repeats) {
   return 2.0 * m * n * k / median(times) * 1e-9;
 }
 
-void JsonFields::key(const char* name) {
-  if (!body_.empty()) body_ += ", ";
-  body_ += "\"";
-  body_ += name;
-  body_ += "\": ";
-}
-
-JsonFields& JsonFields::text(const char* name, const std::string& value) {
-  key(name);
-  body_ += '"';
-  for (const char c : value) {
-    if (c == '"' || c == '\\') body_ += '\\';
-    body_ += c;
-  }
-  body_ += '"';
-  return *this;
-}
-
-JsonFields& JsonFields::integer(const char* name, long long value) {
-  key(name);
-  body_ += std::to_string(value);
-  return *this;
-}
-
-JsonFields& JsonFields::number(const char* name, double value, const char* format) {
-  key(name);
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  body_ += buffer;
-  return *this;
-}
-
 namespace {
 
 constexpr const char* kUsage =
@@ -114,8 +76,13 @@ void bench_sgemm(const ToolArgs& args) {
   const int m = positive(args, "--m", 2048), n = positive(args, "--n", 768);
   const int k = positive(args, "--k", 256), repeats = positive(args, "--repeats", 20);
   const double gflops = sgemm_gflops(m, n, k, repeats);
-  std::printf("{\"bench\": \"sgemm\", \"m\": %d, \"n\": %d, \"k\": %d, \"gflops\": %.2f}\n", m, n,
-              k, gflops);
+  const JsonLine json = JsonLine()
+                            .add("bench", "sgemm")
+                            .add("m", m)
+                            .add("n", n)
+                            .add("k", k)
+                            .add("gflops", gflops, "%.2f");
+  std::printf("%s\n", json.str().c_str());
 }
 
 void run(int argc, char** argv) {

@@ -1,10 +1,10 @@
 // The pieces of the `bench` tool (tools/bench.cpp: entry point, helpers and `bench sgemm`;
-// tools/bench_train.cpp: `bench train`). Every benchmark prints one JSON line on stdout; timings
-// are measured here and reported, never asserted by tests.
+// tools/bench_train.cpp: `bench train`; tools/bench_attention.cpp: `bench attention`). Every
+// benchmark prints one JSON line on stdout (built with train/metrics.h's JsonLine, each figure
+// with the precision it means); timings are measured here and reported, never asserted by tests.
 #pragma once
 
 #include <chrono>
-#include <string>
 #include <vector>
 
 #include "tools/tool_args.h"
@@ -14,8 +14,6 @@ namespace strata::bench {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start);
-// Peak resident memory of this process so far, MiB.
-double peak_rss_mib();
 // Median of per-repeat times: robust to the odd scheduler hiccup on a shared machine.
 double median(std::vector<double> values);
 // The integer value of `flag` (or `fallback`), which must be > 0.
@@ -29,20 +27,5 @@ double sgemm_gflops(int m, int n, int k, int repeats);
 void bench_train(int argc, char** argv, int first);
 // `bench attention ...` (tools/bench_attention.cpp; an error in builds without CUDA).
 void bench_attention(const ToolArgs& args);
-
-// Builds one JSON object with fixed formatting per value (the trainer's JsonLine writes 17
-// significant digits, more than a benchmark figure means).
-class JsonFields {
- public:
-  JsonFields& text(const char* key, const std::string& value);
-  JsonFields& integer(const char* key, long long value);
-  // printf-style `format` for the number ("%.2f", "%.4g").
-  JsonFields& number(const char* key, double value, const char* format);
-  std::string str() const { return "{" + body_ + "}"; }
-
- private:
-  void key(const char* name);
-  std::string body_;
-};
 
 }  // namespace strata::bench

@@ -25,6 +25,10 @@
 // When cuDNN has no engine for the case (and for fp32, which it has no flash path for), cannot be
 // loaded, or fails, one line on stderr says so and only Strata's figures are printed.
 //
+// The comparison is optional in the build (STRATA_CUDNN_BENCH, tools/CMakeLists.txt): a build
+// configured without cuDNN's headers times Strata's kernel alone, says so on stderr, and its line
+// has `"cudnn": "not built"`.
+//
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include <cstdio>
 #include <random>
@@ -34,6 +38,7 @@
 #include "model/core/error.h"
 #include "tools/bench.h"
 #include "train/cuda_training.h"
+#include "train/metrics.h"
 
 #if STRATA_HAVE_CUDA
 #include <cuda_bf16.h>
@@ -50,6 +55,10 @@
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_buffer.h"
+#include "model/kernels/cuda/host_dtype.h"
+#endif
+#if STRATA_HAVE_CUDNN_BENCH
 #include "tools/bench_attention_cudnn.h"
 #include "tools/bench_cudnn_loader.h"
 #endif
@@ -59,74 +68,27 @@ namespace strata::bench {
 #if STRATA_HAVE_CUDA
 namespace {
 
+using cuda::DeviceBuffer;
+using cuda::dtype_from_float;
+using cuda::dtype_to_float;
+
+// `size` random values in [-1, 1] on the device, drawn from `rng`.
 template <class T>
-T to_dtype(float x) {
-  if constexpr (std::is_same_v<T, float>)
-    return x;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16(x);
-  else
-    return __float2half(x);
-}
-
-template <class T>
-float to_float(T x) {
-  if constexpr (std::is_same_v<T, float>)
-    return x;
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat162float(x);
-  else
-    return __half2float(x);
-}
-
-// `size` elements of device memory, freed when it goes out of scope.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(std::size_t size) : size_(size) {
-    STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), size * sizeof(T)));
-  }
-  ~DeviceArray() {
-    if (data_ != nullptr) STRATA_CUDA_REPORT(cudaFree(data_));
-  }
-  DeviceArray(DeviceArray&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(other.size_) {}
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return data_; }
-  std::size_t size() const { return size_; }
-  std::vector<T> to_host() const {
-    std::vector<T> host(size_);
-    STRATA_CUDA_CHECK(cudaMemcpy(host.data(), data_, size_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-// `size` random values in [-1, 1] (fixed seed) on the device.
-template <class T>
-DeviceArray<T> random_device_array(std::size_t size, std::mt19937& rng) {
+DeviceBuffer<T> random_device_array(std::size_t size, std::mt19937& rng) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<T> host(size);
-  for (T& x : host) x = to_dtype<T>(uniform(rng));
-  DeviceArray<T> device(size);
-  STRATA_CUDA_CHECK(
-      cudaMemcpy(device.get(), host.data(), size * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
+  for (T& x : host) x = dtype_from_float<T>(uniform(rng));
+  return DeviceBuffer<T>(host);
 }
 
 // Largest |a_i - b_i|, in fp32.
 template <class T>
-double max_abs_difference(const DeviceArray<T>& a, const DeviceArray<T>& b) {
-  const std::vector<T> host_a = a.to_host(), host_b = b.to_host();
+double max_abs_difference(const DeviceBuffer<T>& a, const DeviceBuffer<T>& b) {
+  const std::vector<T> host_a = a.download(), host_b = b.download();
   double largest = 0;
   for (std::size_t i = 0; i < host_a.size(); ++i)
-    largest = std::max(largest, std::fabs(static_cast<double>(to_float(host_a[i])) -
-                                          static_cast<double>(to_float(host_b[i]))));
+    largest = std::max(largest, std::fabs(static_cast<double>(dtype_to_float(host_a[i])) -
+                                          static_cast<double>(dtype_to_float(host_b[i]))));
   return largest;
 }
 
@@ -195,8 +157,8 @@ struct AttentionShape {
 // One set of inputs, shared by both implementations.
 template <class T>
 struct AttentionInputs {
-  DeviceArray<T> qkv;   // (B, T, 3C)
-  DeviceArray<T> dout;  // (B, T, C)
+  DeviceBuffer<T> qkv;   // (B, T, 3C)
+  DeviceBuffer<T> dout;  // (B, T, C)
 };
 
 // kBufferSets sets of random inputs in [-1, 1] (fixed seed), each different.
@@ -206,8 +168,8 @@ std::vector<AttentionInputs<T>> random_inputs(const AttentionShape& shape) {
   std::vector<AttentionInputs<T>> inputs;
   inputs.reserve(kBufferSets);
   for (int set = 0; set < kBufferSets; ++set) {
-    DeviceArray<T> qkv = random_device_array<T>(shape.rows() * 3 * shape.C(), rng);
-    DeviceArray<T> dout = random_device_array<T>(shape.rows() * shape.C(), rng);
+    DeviceBuffer<T> qkv = random_device_array<T>(shape.rows() * 3 * shape.C(), rng);
+    DeviceBuffer<T> dout = random_device_array<T>(shape.rows() * shape.C(), rng);
     inputs.push_back(AttentionInputs<T>{std::move(qkv), std::move(dout)});
   }
   return inputs;
@@ -220,9 +182,9 @@ struct AttentionOutputs {
       : out(shape.rows() * shape.C()),
         dqkv(shape.rows() * 3 * shape.C()),
         lse(shape.rows() * shape.NH) {}
-  DeviceArray<T> out, dqkv;
+  DeviceBuffer<T> out, dqkv;
   // (B, NH, T): Strata's lse, cuDNN's softmax stats (the same quantity).
-  DeviceArray<float> lse;
+  DeviceBuffer<float> lse;
 };
 
 // One implementation's outputs, one per buffer set.
@@ -240,19 +202,18 @@ struct PassTimes {
 };
 
 // `<prefix>forward_ms` ... `<prefix>total_tflops` for one implementation.
-void add_pass_figures(JsonFields& json, const std::string& prefix, const PassTimes& times,
+void add_pass_figures(JsonLine& json, const std::string& prefix, const PassTimes& times,
                       double forward_flops) {
   const double backward_flops = 2.5 * forward_flops;
-  json.number((prefix + "forward_ms").c_str(), times.forward_ms, "%.4f")
-      .number((prefix + "backward_ms").c_str(), times.backward_ms, "%.4f")
-      .number((prefix + "forward_tflops").c_str(), forward_flops / times.forward_ms * 1e-9, "%.2f")
-      .number((prefix + "backward_tflops").c_str(), backward_flops / times.backward_ms * 1e-9,
-              "%.2f")
-      .number((prefix + "total_tflops").c_str(),
-              (forward_flops + backward_flops) / times.total_ms() * 1e-9, "%.2f");
+  json.add(prefix + "forward_ms", times.forward_ms, "%.4f")
+      .add(prefix + "backward_ms", times.backward_ms, "%.4f")
+      .add(prefix + "forward_tflops", forward_flops / times.forward_ms * 1e-9, "%.2f")
+      .add(prefix + "backward_tflops", backward_flops / times.backward_ms * 1e-9, "%.2f")
+      .add(prefix + "total_tflops", (forward_flops + backward_flops) / times.total_ms() * 1e-9,
+           "%.2f");
 }
 
-// An exception's message on one line, for a JSON value (JsonFields escapes quotes, not newlines).
+// An exception's message on one line, for the stderr line and the JSON value that quote it.
 std::string one_line(const char* message) {
   std::string line = message;
   for (char& c : line)
@@ -297,18 +258,19 @@ struct StrataRun {
   std::string error;
 };
 
+#if STRATA_HAVE_CUDNN_BENCH
 // Times cuDNN on the same inputs and adds its figures to `json`, and when Strata ran (`strata`
 // has times) the differences from Strata's outputs; when cuDNN has no engine for the case, says
 // so on stderr and adds only that.
 template <class T>
-void time_cudnn(JsonFields& json, const AttentionShape& shape,
+void time_cudnn(JsonLine& json, const AttentionShape& shape,
                 const std::vector<AttentionInputs<T>>& inputs, const StrataRun<T>& strata,
                 int repeats, cudaStream_t stream) {
   std::string why;
   if (!cudnn_available(&why)) {
     std::fprintf(stderr, "bench attention: cuDNN could not be loaded, comparing nothing: %s\n",
                  why.c_str());
-    json.text("cudnn", "not available");
+    json.add("cudnn", "not available");
     return;
   }
   const AttentionIoType io =
@@ -332,34 +294,35 @@ void time_cudnn(JsonFields& json, const AttentionShape& shape,
     const double zero_ms =
         median_ms_per_launch(stream, repeats, [&](int) { cudnn.zero_dq_accumulator(); });
     STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    json.text("cudnn", strata.times ? "compared" : "timed")
-        .text("cudnn_backward_form", backward_form_name(cudnn.backward_form()));
+    json.add("cudnn", strata.times ? "compared" : "timed")
+        .add("cudnn_backward_form", backward_form_name(cudnn.backward_form()));
     add_pass_figures(json, "cudnn_", times, shape.forward_flops());
-    json.number("cudnn_dq_zero_ms", zero_ms, "%.4f");
+    json.add("cudnn_dq_zero_ms", zero_ms, "%.4f");
     if (strata.times) {
-      json.number("strata_over_cudnn_time", strata.times->total_ms() / times.total_ms(), "%.3f")
-          .number("out_max_abs_diff",
-                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::out),
-                  "%.3g")
-          .number("lse_max_abs_diff",
-                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::lse),
-                  "%.3g")
-          .number("dqkv_max_abs_diff",
-                  max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::dqkv),
-                  "%.3g");
+      json.add("strata_over_cudnn_time", strata.times->total_ms() / times.total_ms(), "%.3f")
+          .add("out_max_abs_diff",
+               max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::out),
+               "%.3g")
+          .add("lse_max_abs_diff",
+               max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::lse),
+               "%.3g")
+          .add("dqkv_max_abs_diff",
+               max_abs_difference_over_sets(strata.outputs, outputs, &AttentionOutputs<T>::dqkv),
+               "%.3g");
     }
   } catch (const CudnnUnsupported& unsupported) {
     std::fprintf(stderr,
                  "bench attention: cuDNN has no engine for this case, comparing nothing: %s\n",
                  unsupported.what());
-    json.text("cudnn", "unsupported");
+    json.add("cudnn", "unsupported");
   } catch (const Error& failed) {
     // The graph has never run: a rejected attribute must not cost Strata's own figures.
     std::fprintf(stderr, "bench attention: the cuDNN comparison failed, comparing nothing: %s\n",
                  failed.what());
-    json.text("cudnn", "failed");
+    json.add("cudnn", "failed");
   }
 }
+#endif
 
 template <class T>
 void run_attention(const AttentionShape& shape, int repeats, const std::string& dtype) {
@@ -367,17 +330,17 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
   STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
   const std::vector<AttentionInputs<T>> inputs = random_inputs<T>(shape);
   Stream stream;
-  JsonFields json;
-  json.text("bench", "attention")
-      .text("device_name", properties.name)
-      .text("dtype", dtype)
-      .integer("batch", shape.B)
-      .integer("seq_len", shape.T)
-      .integer("heads", shape.NH)
-      .integer("head_size", shape.hs)
-      .integer("repeats", repeats)
-      .integer("launches_per_repeat", kLaunchesPerRepeat)
-      .integer("buffer_sets", kBufferSets);
+  JsonLine json;
+  json.add("bench", "attention")
+      .add("device_name", properties.name)
+      .add("dtype", dtype)
+      .add("batch", shape.B)
+      .add("seq_len", shape.T)
+      .add("heads", shape.NH)
+      .add("head_size", shape.hs)
+      .add("repeats", repeats)
+      .add("launches_per_repeat", kLaunchesPerRepeat)
+      .add("buffer_sets", kBufferSets);
 
   // Strata's failure (a kernel that does not launch, or faults) costs its own figures only:
   // cuDNN is still timed below.
@@ -392,20 +355,27 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
                  strata.error.c_str());
   }
   if (strata.times) {
-    json.text("strata", "timed");
+    json.add("strata", "timed");
     add_pass_figures(json, "", *strata.times, shape.forward_flops());
   } else {
-    json.text("strata", "failed").text("strata_error", strata.error);
+    json.add("strata", "failed").add("strata_error", strata.error);
   }
 
+#if STRATA_HAVE_CUDNN_BENCH
   if constexpr (std::is_same_v<T, float>) {
     std::fprintf(stderr,
                  "bench attention: cuDNN has no fp32 flash attention, comparing nothing "
                  "(use --dtype bf16 or fp16)\n");
-    json.text("cudnn", "no fp32 path");
+    json.add("cudnn", "no fp32 path");
   } else {
     time_cudnn(json, shape, inputs, strata, repeats, stream.get());
   }
+#else
+  std::fprintf(stderr,
+               "bench attention: the cuDNN comparison was not built in (configured without "
+               "cuDNN's headers, STRATA_CUDNN_BENCH): timing Strata's kernel alone\n");
+  json.add("cudnn", "not built");
+#endif
   std::printf("%s\n", json.str().c_str());
   // The line is out; a failed Strata run still fails the command (gpu_check.sh reports the exit).
   if (!strata.times) fail("bench attention: Strata's attention kernel failed: ", strata.error);

@@ -10,7 +10,6 @@
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include "tools/bench_attention_cudnn.h"
 
-#if STRATA_HAVE_CUDA
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -324,4 +323,3 @@ void CudnnAttention::backward(std::size_t binding) {
 }
 
 }  // namespace strata::bench
-#endif

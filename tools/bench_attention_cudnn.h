@@ -22,10 +22,13 @@
 // stream is set once, so forward() and backward() enqueue cuDNN's kernels and nothing else (the
 // backward also zeroes the dQ accumulator first, as cudnn_frontend did before cuDNN 9.6).
 //
+// Optional: built only where the build finds cuDNN's headers (STRATA_CUDNN_BENCH,
+// tools/CMakeLists.txt), like the rest of the comparison (bench_cudnn_graph.h,
+// bench_cudnn_loader.h).
+//
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
 
-#if STRATA_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -108,4 +111,3 @@ class CudnnAttention {
 };
 
 }  // namespace strata::bench
-#endif

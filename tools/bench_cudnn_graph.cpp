@@ -1,7 +1,6 @@
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #include "tools/bench_cudnn_graph.h"
 
-#if STRATA_HAVE_CUDA
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -297,4 +296,3 @@ void execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,
 }
 
 }  // namespace strata::bench
-#endif

@@ -18,7 +18,6 @@
 // Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
 
-#if STRATA_HAVE_CUDA
 #include <cudnn_graph.h>
 
 #include <array>
@@ -181,4 +180,3 @@ void execute_plan(cudnnHandle_t handle, const ExecutionPlan& plan,
                   const BackendDescriptor& variant_pack);
 
 }  // namespace strata::bench
-#endif

@@ -3,7 +3,6 @@
 // declares, so the callers compile against the real headers unchanged.
 #include "tools/bench_cudnn_loader.h"
 
-#if STRATA_HAVE_CUDA
 #include <cudnn_graph.h>
 #include <dlfcn.h>
 
@@ -122,14 +121,3 @@ cudnnStatus_t CUDNNWINAPI cudnnBackendExecute(cudnnHandle_t handle, cudnnBackend
   static const auto real = resolve<decltype(&cudnnBackendExecute)>("cudnnBackendExecute");
   return real != nullptr ? real(handle, plan, variant_pack) : CUDNN_STATUS_NOT_INITIALIZED;
 }
-
-#else
-
-namespace strata::bench {
-bool cudnn_available(std::string* why) {
-  if (why != nullptr) *why = "this build has no CUDA backend";
-  return false;
-}
-}  // namespace strata::bench
-
-#endif

@@ -45,6 +45,8 @@
 #include "train/config.h"
 #include "train/cuda_training.h"
 #include "train/loss_scale.h"
+#include "train/metrics.h"
+#include "train/process_memory.h"
 #include "train/training_step.h"
 
 #if STRATA_HAVE_CUDA
@@ -66,18 +68,6 @@ constexpr std::pair<const char*, const char*> kShapeFlags[] = {
     {"--n-layer", "model.n_layer"},  {"--n-head", "model.n_head"},
     {"--d-model", "model.d_model"},  {"--seq-len", "model.seq_len"},
     {"--vocab", "model.vocab_size"}, {"--micro-batch", "train.micro_batch"}};
-
-const char* recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-    case Recompute::none:
-      break;
-  }
-  return "none";
-}
 
 // What one benchmark runs.
 struct TrainSetup {
@@ -269,41 +259,41 @@ void bench_train(int argc, char** argv, int first) {
       static_cast<double>(setup.config.train.micro_batch) * shape.seq_len;
   const double tokens_per_s = tokens_per_step / timing.step_seconds;
   const double model_tflops = shape.flops_per_token() * tokens_per_s * 1e-12;
-  JsonFields json;
-  json.text("bench", "train");
-  if (!setup.config_path.empty()) json.text("config", setup.config_path);
-  json.text("device", setup.device);
-  if (setup.device == "cuda") json.text("device_name", timing.device_name);
-  json.integer("threads", omp_get_max_threads())
-      .integer("n_layer", shape.n_layer)
-      .integer("n_head", shape.n_head)
-      .integer("d_model", shape.d_model)
-      .integer("seq_len", shape.seq_len)
-      .integer("vocab", shape.vocab_size)
-      .integer("micro_batch", setup.config.train.micro_batch)
-      .integer("tokens_per_step", static_cast<long long>(tokens_per_step))
-      .integer("params", static_cast<long long>(timing.params))
-      .text("compute", cpu::compute_dtype_name(setup.options.compute))
-      .text("recompute", recompute_name(setup.options.recompute))
-      .integer("steps", steps)
-      .integer("warmup", warmup)
-      .number("step_ms", 1e3 * timing.step_seconds, "%.2f")
-      .number("tokens_per_s", tokens_per_s, "%.1f")
-      .number("gflops", model_tflops * 1e3, "%.2f")
-      .number("model_tflops", model_tflops, "%.4g")
-      .number("peak_tflops", peak.tflops, "%.4g")
-      .text("peak_source", peak.source)
-      .number("mfu", model_tflops / peak.tflops, "%.4g")
-      .number("peak_rss_mib", timing.peak_rss_mib, "%.1f");
+  JsonLine json;
+  json.add("bench", "train");
+  if (!setup.config_path.empty()) json.add("config", setup.config_path);
+  json.add("device", setup.device);
+  if (setup.device == "cuda") json.add("device_name", timing.device_name);
+  json.add("threads", omp_get_max_threads())
+      .add("n_layer", shape.n_layer)
+      .add("n_head", shape.n_head)
+      .add("d_model", shape.d_model)
+      .add("seq_len", shape.seq_len)
+      .add("vocab", shape.vocab_size)
+      .add("micro_batch", setup.config.train.micro_batch)
+      .add("tokens_per_step", static_cast<long long>(tokens_per_step))
+      .add("params", timing.params)
+      .add("compute", cpu::compute_dtype_name(setup.options.compute))
+      .add("recompute", recompute_name(setup.options.recompute))
+      .add("steps", steps)
+      .add("warmup", warmup)
+      .add("step_ms", 1e3 * timing.step_seconds, "%.2f")
+      .add("tokens_per_s", tokens_per_s, "%.1f")
+      .add("gflops", model_tflops * 1e3, "%.2f")
+      .add("model_tflops", model_tflops, "%.4g")
+      .add("peak_tflops", peak.tflops, "%.4g")
+      .add("peak_source", peak.source)
+      .add("mfu", model_tflops / peak.tflops, "%.4g")
+      .add("peak_rss_mib", timing.peak_rss_mib, "%.1f");
   if (setup.device == "cuda")
-    json.number("device_mib", timing.device_mib, "%.1f")
-        .number("device_used_mib", timing.device_used_mib, "%.1f")
-        .number("device_total_mib", timing.device_total_mib, "%.1f");
-  json.number("activation_mib", timing.activation_mib, "%.2f")
-      .number("activation_mib_per_layer", timing.activation_mib_per_layer, "%.3f")
-      .number("loss_scale", timing.loss_scale, "%.17g")
-      .integer("skipped_steps", timing.skipped_steps)
-      .number("final_loss", timing.final_loss, "%.4f");
+    json.add("device_mib", timing.device_mib, "%.1f")
+        .add("device_used_mib", timing.device_used_mib, "%.1f")
+        .add("device_total_mib", timing.device_total_mib, "%.1f");
+  json.add("activation_mib", timing.activation_mib, "%.2f")
+      .add("activation_mib_per_layer", timing.activation_mib_per_layer, "%.3f")
+      .add("loss_scale", timing.loss_scale)
+      .add("skipped_steps", timing.skipped_steps)
+      .add("final_loss", timing.final_loss, "%.4f");
   std::printf("%s\n", json.str().c_str());
 }
 

@@ -18,6 +18,7 @@
 #include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/cast.h"
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_buffer.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/grad_norm.h"
 #include "parallel/communicator.h"
@@ -28,24 +29,6 @@
 
 namespace strata {
 namespace {
-
-// Page-locked host memory: device-to-host copies into it are truly asynchronous, so the losses of
-// every micro-batch are collected without waiting for the device in between.
-class PinnedFloats {
- public:
-  explicit PinnedFloats(std::size_t count) : count_(count) {
-    STRATA_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&data_), count * sizeof(float)));
-  }
-  ~PinnedFloats() { STRATA_CUDA_REPORT(cudaFreeHost(data_)); }
-  PinnedFloats(const PinnedFloats&) = delete;
-  PinnedFloats& operator=(const PinnedFloats&) = delete;
-  float* data() const { return data_; }
-  std::size_t size() const { return count_; }
-
- private:
-  float* data_ = nullptr;
-  std::size_t count_;
-};
 
 // One NCCL communicator per parallel axis, made (in this order on every rank) from the MPI groups
 // of the placement; all null when the placement stages through the host.
@@ -305,7 +288,9 @@ class CudaTrainingOf final : public TrainingBackend {
   long scratch_count_;
   cuda::DeviceArena buffers_;
   cuda::DeviceRanges decay_;  // the decayed elements of the owned range, relative to its start
-  PinnedFloats micro_losses_;
+  // Page-locked: device-to-host copies into it are truly asynchronous, so the losses of every
+  // micro-batch are collected without waiting for the device in between.
+  cuda::PinnedBuffer<float> micro_losses_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   T* weights_ = nullptr;            // null in fp32: the masters are the weights
   double* norms_ = nullptr;         // (kMaxNormRanges) one sum of squares per range

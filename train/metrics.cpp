@@ -6,29 +6,34 @@
 #include <vector>
 
 #include "model/core/error.h"
+#include "parallel/communicator.h"
 
 namespace strata {
+
+std::string json_number(double value, const char* format) {
+  if (!std::isfinite(value)) return "null";  // JSON has no NaN/Inf
+  // Measured first: "%.2f" of a large value needs hundreds of characters.
+  const int length = std::snprintf(nullptr, 0, format, value);
+  STRATA_CHECK(length >= 0, "bad number format '", format, "'");
+  std::string text(static_cast<std::size_t>(length), '\0');
+  std::snprintf(text.data(), text.size() + 1, format, value);
+  return text;
+}
 
 void JsonLine::key(const std::string& k) {
   if (!body_.empty()) body_ += ", ";
   body_ += "\"" + k + "\": ";
 }
 
-JsonLine& JsonLine::add(const std::string& k, double value) {
+JsonLine& JsonLine::add(const std::string& k, double value, const char* format) {
   key(k);
-  if (!std::isfinite(value)) {
-    body_ += "null";  // JSON has no NaN/Inf
-    return *this;
-  }
-  char buffer[40];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
-  body_ += buffer;
+  body_ += json_number(value, format);
   return *this;
 }
 
-JsonLine& JsonLine::add(const std::string& k, std::int64_t value) {
+JsonLine& JsonLine::add_integer(const std::string& k, const std::string& digits) {
   key(k);
-  body_ += std::to_string(value);
+  body_ += digits;
   return *this;
 }
 
@@ -55,10 +60,25 @@ JsonLine& JsonLine::add(const std::string& k, bool value) {
   return *this;
 }
 
+JsonLine& JsonLine::add(const std::string& k, const JsonLine& object) {
+  return add_raw(k, object.str());
+}
+
 JsonLine& JsonLine::add_raw(const std::string& k, const std::string& json) {
   key(k);
   body_ += json;
   return *this;
+}
+
+JsonLine comm_bytes_json(const CommStats& stats) {
+  JsonLine kinds;
+  for (const auto& [kind, by_link] : stats.bytes) {
+    JsonLine links;
+    for (const auto& [link, bytes] : by_link)
+      links.add(link == LinkClass::intra_node ? "intra_node" : "inter_node", bytes);
+    kinds.add(kind, links);
+  }
+  return kinds;
 }
 
 namespace {

@@ -1,9 +1,9 @@
 #include "train/step_report.h"
 
-#include <sys/resource.h>
-
 #include <cstdio>
 #include <string>
+
+#include "train/process_memory.h"
 
 namespace strata {
 
@@ -13,23 +13,6 @@ const char* const kAxisNames[3] = {"tp", "pp", "dp"};
 
 const Communicator& axis_group(const ProcessGroups& groups, int axis) {
   return axis == 0 ? groups.tp() : axis == 1 ? groups.pp() : groups.dp();
-}
-
-std::string comm_json(const CommStats& stats) {
-  std::string out = "{";
-  for (const auto& [kind, by_link] : stats.bytes) {
-    if (out.size() > 1) out += ", ";
-    out += "\"" + kind + "\": {";
-    bool first = true;
-    for (const auto& [link, bytes] : by_link) {
-      out += std::string(first ? "" : ", ") + "\"" +
-             (link == LinkClass::intra_node ? "intra_node" : "inter_node") +
-             "\": " + std::to_string(bytes);
-      first = false;
-    }
-    out += "}";
-  }
-  return out + "}";
 }
 
 }  // namespace
@@ -47,20 +30,15 @@ double StepWatch::elapsed_ms() const {
 }
 
 void StepWatch::add_communication(JsonLine& line) const {
-  std::string bytes = "{", seconds = "{";
+  JsonLine bytes, seconds;
   for (int axis = 0; axis < 3; ++axis) {
     const CommStats& now = axis_group(groups_, axis).stats();
-    const std::string sep = axis == 0 ? "\"" : ", \"";
-    bytes += sep + kAxisNames[axis] +
-             "\": " + std::to_string(now.total_bytes() - axis_before_[axis].total_bytes());
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.6f",
-                  now.total_seconds() - axis_before_[axis].total_seconds());
-    seconds += sep + kAxisNames[axis] + "\": " + buffer;
+    bytes.add(kAxisNames[axis], now.total_bytes() - axis_before_[axis].total_bytes());
+    seconds.add(kAxisNames[axis], now.total_seconds() - axis_before_[axis].total_seconds(), "%.6f");
   }
-  line.add_raw("comm_bytes", comm_json(groups_.total_stats() - total_before_))
-      .add_raw("comm_bytes_by_axis", bytes + "}")
-      .add_raw("comm_seconds_by_axis", seconds + "}");
+  line.add("comm_bytes", comm_bytes_json(groups_.total_stats() - total_before_))
+      .add("comm_bytes_by_axis", bytes)
+      .add("comm_seconds_by_axis", seconds);
 }
 
 JsonLine step_metrics(const StepReport& report, const StepWatch& watch,
@@ -92,12 +70,6 @@ void print_step(const StepReport& report, int total_steps) {
               : r.scale_overflow ? " | skipped (fp16 overflow, loss scale halved)"
                                  : " | skipped (non-finite)");
   std::fflush(stdout);
-}
-
-double peak_rss_mib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
 }  // namespace strata

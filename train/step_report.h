@@ -42,7 +42,4 @@ JsonLine step_metrics(const StepReport& report, const StepWatch& watch,
 // The console line of a step.
 void print_step(const StepReport& report, int total_steps);
 
-// This process's peak resident memory, MiB.
-double peak_rss_mib();
-
 }  // namespace strata

@@ -15,6 +15,7 @@
 #include "train/cuda_training.h"
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
+#include "train/process_memory.h"
 #include "train/step_report.h"
 #include "train/stop_signal.h"
 #include "train/training_step.h"
@@ -271,20 +272,14 @@ struct Trainer::State {
     std::vector<float> by_stage(static_cast<std::size_t>(groups.pp().size()));
     groups.pp().all_gather(&activation_mib, by_stage.data(), 1);
     if (!is_logger()) return;
-    std::string list = "[";
-    for (float mib : by_stage) {
-      char cell[32];
-      std::snprintf(cell, sizeof cell, "%s%.3f", list.size() > 1 ? ", " : "", mib);
-      list += cell;
-    }
-    list += "]";
     metrics->write(JsonLine()
                        .add("step", progress.step)
                        .add("peak_rss_mib", peak_rss_mib())
-                       .add_raw("activation_mib_by_stage", list));
+                       .add("activation_mib_by_stage", by_stage, "%.3f"));
     std::printf("done: %lld steps, peak memory %.0f MiB, activations %s MiB%s\n",
                 static_cast<long long>(progress.step), peak_rss_mib(),
-                by_stage.size() == 1 ? list.substr(1, list.size() - 2).c_str() : list.c_str(),
+                by_stage.size() == 1 ? json_number(by_stage[0], "%.3f").c_str()
+                                     : json_array(by_stage, "%.3f").c_str(),
                 by_stage.size() == 1 ? "" : " by pipeline stage");
   }
 };

@@ -57,14 +57,14 @@ void check_round_trip(std::size_t n, std::size_t offset) {
   const std::vector<T> got = out.download();
   const std::vector<float> got_back = back.download();
   for (std::size_t i = 0; i < n; ++i) {
-    const T want = from_float<T>(x[i]);
+    const T want = dtype_from_float<T>(x[i]);
     if (std::isnan(x[i])) {
-      EXPECT_TRUE(std::isnan(as_float(got[offset + i]))) << i;
+      EXPECT_TRUE(std::isnan(dtype_to_float(got[offset + i]))) << i;
       EXPECT_TRUE(std::isnan(got_back[offset + i])) << i;
       continue;
     }
     ASSERT_EQ(bits(got[offset + i]), bits(want)) << "element " << i << " = " << x[i];
-    ASSERT_EQ(got_back[offset + i], as_float(want)) << "element " << i;
+    ASSERT_EQ(got_back[offset + i], dtype_to_float(want)) << "element " << i;
     const float emulated =
         std::is_same_v<T, __half> ? cpu::round_to_fp16(x[i]) : cpu::round_to_bf16(x[i]);
     ASSERT_EQ(got_back[offset + i], emulated) << "element " << i << " = " << x[i];

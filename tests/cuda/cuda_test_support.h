@@ -22,71 +22,21 @@
 #include <vector>
 
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_buffer.h"
+#include "model/kernels/cuda/host_dtype.h"
 
 namespace strata::cuda::testing {
 
-// A device array that copies synchronously to and from host vectors. The copies synchronise the
-// whole device first, so kernels queued on a context's non-blocking stream have finished.
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t count) : count_(count) {
-    if (count_ > 0) STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&data_), bytes()));
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() {
-    if (data_ != nullptr) STRATA_CUDA_REPORT(cudaFree(data_));
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+// Device arrays (model/kernels/cuda/device_buffer.h): upload() and download() synchronise the
+// whole device, so kernels queued on a context's non-blocking stream have finished.
+using cuda::DeviceBuffer;
 
-  T* get() const { return data_; }
-  std::size_t size() const { return count_; }
-  std::size_t bytes() const { return count_ * sizeof(T); }
+// Host conversions (model/kernels/cuda/host_dtype.h).
+using cuda::dtype_from_float;
+using cuda::dtype_to_float;
+using cuda::to_dtype;
+using cuda::to_floats;
 
-  void upload(const std::vector<T>& host) {
-    ASSERT_EQ(host.size(), count_);
-    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-    if (count_ > 0)
-      STRATA_CUDA_CHECK(cudaMemcpy(data_, host.data(), bytes(), cudaMemcpyHostToDevice));
-    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(count_);
-    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-    if (count_ > 0)
-      STRATA_CUDA_CHECK(cudaMemcpy(host.data(), data_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  std::size_t count_ = 0;
-};
-
-// Host conversions (round to nearest even, as the kernels do).
-template <class T>
-T from_float(float x) {
-  if constexpr (std::is_same_v<T, float>) return x;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
-  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
-}
-inline float as_float(float x) { return x; }
-inline float as_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-inline float as_float(__half x) { return __half2float(x); }
-
-template <class T>
-std::vector<T> to_dtype(const std::vector<float>& x) {
-  std::vector<T> y(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) y[i] = from_float<T>(x[i]);
-  return y;
-}
-template <class T>
-std::vector<float> to_floats(const std::vector<T>& x) {
-  std::vector<float> y(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) y[i] = as_float(x[i]);
-  return y;
-}
 // The values a T buffer holds after storing `x`: the CPU reference runs on exactly these.
 template <class T>
 std::vector<float> rounded(const std::vector<float>& x) {

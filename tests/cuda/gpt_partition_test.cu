@@ -21,12 +21,15 @@
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/device_context.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/unit/partition_support.h"
 #include "tests/unit/thread_group.h"
 
 namespace strata::cuda {
 namespace {
 
 using namespace testing;
+using strata::testing::slice_of;
+using strata::testing::stage_partition;
 using strata::testing::ThreadGroup;
 using strata::testing::ThreadRank;
 
@@ -59,17 +62,6 @@ struct Result {
   std::vector<float> grads;                // the whole model's layout
 };
 
-std::vector<float> slice_of(const ParameterLayout& whole, const ParameterLayout& part,
-                            const std::vector<float>& params) {
-  std::vector<float> local(part.total());
-  for (const TensorView& t : part.tensors()) {
-    const TensorView& w = whole.at(t.name);
-    for (std::size_t i = 0; i < t.size; ++i)
-      local[t.offset + i] = params[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
-  }
-  return local;
-}
-
 Result run_cpu(const std::vector<float>& params, const std::vector<Batch>& batches) {
   Gpt<float> model(kShape, kBatch);
   Result result{{}, std::vector<float>(params.size(), 0.0f)};
@@ -97,14 +89,8 @@ Result run_partitioned(const Layout& layout, const std::vector<float>& params,
   for (int s = 0; s < stages; ++s) {
     groups.push_back(std::make_unique<ThreadGroup>(layout.tp));
     for (int r = 0; r < layout.tp; ++r) {
-      ModelPartition p;
-      p.tp_rank = r;
-      p.tp_size = layout.tp;
-      p.layer_begin = layout.stage_layers[s].first;
-      p.layer_end = layout.stage_layers[s].second;
-      p.has_embedding = s == 0;
-      p.has_head = s == stages - 1;
-      p.sequence_parallel = layout.sequence_parallel;
+      const ModelPartition p =
+          stage_partition(layout.stage_layers, s, r, layout.tp, layout.sequence_parallel);
       Rank rank;
       rank.comm = std::make_unique<ThreadRank>(*groups[s], r);
       rank.ctx = std::make_unique<DeviceContext>(0);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -49,13 +50,25 @@ inline std::string train(const TempDir& dir, const Layout& layout, const std::st
   return dir.str() + "/runs/" + run_name;
 }
 
-// A suite's shared start: the synthetic dataset (vocabulary 64) under dir/data, the suite's config
-// (written by `write_config` to dir/config.yaml) and the run every layout is compared with;
-// returns that run's directory.
-inline std::string train_reference(const TempDir& dir, void (*write_config)(const TempDir&),
-                                   const Layout& reference) {
+// The config every layout suite trains, at dir/config.yaml: 4 layers (pipelines of up to 4
+// stages), d_model 32 in `n_head` heads, 20 steps of 16 sequences in micro-batches of 2 (dp up to
+// 8), evaluated at steps 10 and 20, on the synthetic dataset under dir/data.
+inline void write_layout_config(const TempDir& dir, int n_head) {
+  std::ofstream(dir / "config.yaml")
+      << "run: {name: base, dir: " << dir.str() << "/runs, seed: 3}\n"
+      << "model: {n_layer: 4, n_head: " << n_head << ", d_model: 32, seq_len: 16, vocab_size: 64}\n"
+      << "data: {train: " << dir.str() << "/data/train, val: " << dir.str() << "/data/val}\n"
+      << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
+      << "train: {steps: 20, global_batch: 16, micro_batch: 2, eval_every: 10, "
+         "eval_tokens: 1024, log_every: 10}\n"
+      << "checkpoint: {every: 0, keep: 0}\n";
+}
+
+// A suite's shared start: the synthetic dataset (vocabulary 64) under dir/data, the layout config
+// with `n_head` heads, and the run every layout is compared with; returns that run's directory.
+inline std::string train_reference(const TempDir& dir, int n_head, const Layout& reference) {
   write_synthetic_dataset(dir / "data", 64, 40000);
-  write_config(dir);
+  write_layout_config(dir, n_head);
   return train(dir, reference, "reference");
 }
 

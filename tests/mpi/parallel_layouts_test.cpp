@@ -25,22 +25,11 @@ using testing::metric;
 using testing::TempDir;
 using testing::train;
 
-void write_config(const TempDir& dir) {
-  std::ofstream(dir / "config.yaml")
-      << "run: {name: base, dir: " << dir.str() << "/runs, seed: 3}\n"
-      << "model: {n_layer: 4, n_head: 4, d_model: 32, seq_len: 16, vocab_size: 64}\n"
-      << "data: {train: " << dir.str() << "/data/train, val: " << dir.str() << "/data/val}\n"
-      << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
-      << "train: {steps: 20, global_batch: 16, micro_batch: 2, eval_every: 10, "
-         "eval_tokens: 1024, log_every: 10}\n"
-      << "checkpoint: {every: 0, keep: 0}\n";
-}
-
 class ParallelLayouts : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir("layouts");
-    reference_dir_ = testing::train_reference(*dir_, write_config, Layout{});
+    reference_dir_ = testing::train_reference(*dir_, 4, Layout{});
   }
   static void TearDownTestSuite() {
     delete dir_;

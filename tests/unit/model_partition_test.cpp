@@ -9,11 +9,14 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "tests/unit/partition_support.h"
 #include "tests/unit/thread_group.h"
 
 namespace strata {
 namespace {
 
+using testing::slice_of;
+using testing::stage_partition;
 using testing::ThreadGroup;
 using testing::ThreadRank;
 
@@ -45,18 +48,6 @@ std::vector<double> random_params(const ParameterLayout& layout) {
   return params;
 }
 
-// The local buffer of `part` cut from the whole model's parameters.
-std::vector<double> slice_of(const ParameterLayout& whole, const ParameterLayout& part,
-                             const std::vector<double>& params) {
-  std::vector<double> local(part.total());
-  for (const TensorView& t : part.tensors()) {
-    const TensorView& w = whole.at(t.name);
-    for (std::size_t i = 0; i < t.size; ++i)
-      local[t.offset + i] = params[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
-  }
-  return local;
-}
-
 struct Layout {
   int tp = 1, pp = 1;
   bool sequence_parallel = false;
@@ -84,14 +75,8 @@ Result run_partitioned(const Layout& layout, const std::vector<double>& params,
   for (int s = 0; s < layout.pp; ++s) {
     groups.push_back(std::make_unique<ThreadGroup>(layout.tp));
     for (int r = 0; r < layout.tp; ++r) {
-      ModelPartition p;
-      p.tp_rank = r;
-      p.tp_size = layout.tp;
-      p.layer_begin = layout.stage_layers[s].first;
-      p.layer_end = layout.stage_layers[s].second;
-      p.has_embedding = s == 0;
-      p.has_head = s == layout.pp - 1;
-      p.sequence_parallel = layout.sequence_parallel;
+      const ModelPartition p =
+          stage_partition(layout.stage_layers, s, r, layout.tp, layout.sequence_parallel);
       Rank rank;
       rank.comm = std::make_unique<ThreadRank>(*groups[s], r);
       rank.model = std::make_unique<Gpt<double>>(kShape, p, rank.comm.get(), kBatch, slots);

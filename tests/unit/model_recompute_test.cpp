@@ -10,11 +10,13 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "tests/unit/partition_support.h"
 #include "tests/unit/thread_group.h"
 
 namespace strata {
 namespace {
 
+using testing::stage_partition;
 using testing::ThreadGroup;
 using testing::ThreadRank;
 
@@ -52,14 +54,8 @@ Result<T> run(const Layout& layout, const GptOptions& options) {
   for (int s = 0; s < layout.pp(); ++s) {
     groups.push_back(std::make_unique<ThreadGroup>(layout.tp));
     for (int r = 0; r < layout.tp; ++r) {
-      ModelPartition p;
-      p.tp_rank = r;
-      p.tp_size = layout.tp;
-      p.layer_begin = layout.stage_layers[s].first;
-      p.layer_end = layout.stage_layers[s].second;
-      p.has_embedding = s == 0;
-      p.has_head = s == layout.pp() - 1;
-      p.sequence_parallel = layout.sequence_parallel;
+      const ModelPartition p =
+          stage_partition(layout.stage_layers, s, r, layout.tp, layout.sequence_parallel);
       Rank rank;
       rank.comm = std::make_unique<ThreadRank>(*groups[s], r);
       rank.model =

@@ -11,28 +11,13 @@
 
 namespace strata::cuda {
 
-DeviceRanges::DeviceRanges(const std::vector<ElementRange>& ranges)
-    : count_(static_cast<int>(ranges.size())) {
+DeviceRanges::DeviceRanges(const std::vector<ElementRange>& ranges) {
   for (std::size_t i = 0; i < ranges.size(); ++i)
     STRATA_CHECK(
         ranges[i].begin <= ranges[i].end && (i == 0 || ranges[i - 1].end <= ranges[i].begin),
         "decay ranges must be sorted and disjoint");
-  if (count_ == 0) return;
-  const std::size_t bytes = ranges.size() * sizeof(ElementRange);
-  STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ranges_), bytes));
-  try {
-    STRATA_CUDA_CHECK(cudaMemcpy(ranges_, ranges.data(), bytes, cudaMemcpyHostToDevice));
-    // A pageable upload may return before its DMA lands; kernels on non-blocking streams would
-    // not wait for it.
-    STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-  } catch (...) {
-    STRATA_CUDA_REPORT(cudaFree(ranges_));
-    throw;
-  }
-}
-
-DeviceRanges::~DeviceRanges() {
-  if (ranges_ != nullptr) STRATA_CUDA_REPORT(cudaFree(ranges_));
+  // A synchronous upload: kernels on non-blocking streams would not wait for a pageable copy.
+  if (!ranges.empty()) ranges_ = DeviceBuffer<ElementRange>(ranges);
 }
 
 namespace {

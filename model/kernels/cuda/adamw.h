@@ -23,6 +23,7 @@
 
 #include "model/core/element_range.h"
 #include "model/kernels/cpu/adamw.h"
+#include "model/kernels/cuda/device_buffer.h"
 
 namespace strata::cuda {
 
@@ -30,16 +31,12 @@ namespace strata::cuda {
 class DeviceRanges {
  public:
   explicit DeviceRanges(const std::vector<ElementRange>& ranges);
-  ~DeviceRanges();
-  DeviceRanges(const DeviceRanges&) = delete;
-  DeviceRanges& operator=(const DeviceRanges&) = delete;
 
-  const ElementRange* data() const { return ranges_; }
-  int size() const { return count_; }
+  const ElementRange* data() const { return ranges_.get(); }
+  int size() const { return static_cast<int>(ranges_.size()); }
 
  private:
-  ElementRange* ranges_ = nullptr;
-  int count_ = 0;
+  DeviceBuffer<ElementRange> ranges_;
 };
 
 // Updates elements [0, n) of master, m, v from grads; writes weights_copy (n) in T when it is not

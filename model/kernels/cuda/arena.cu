@@ -7,25 +7,17 @@
 
 namespace strata::cuda {
 
-DeviceArena::DeviceArena(std::size_t capacity) : capacity_(capacity) {
-  if (capacity_ > 0) STRATA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&base_), capacity_));
-}
+DeviceArena::DeviceArena(std::size_t capacity) : base_(capacity) {}
 
-DeviceArena::~DeviceArena() {
-  if (base_ != nullptr) STRATA_CUDA_REPORT(cudaFree(base_));
-}
-
+// A moved-from arena is empty: nothing reserved, nothing in use.
 DeviceArena::DeviceArena(DeviceArena&& other) noexcept
-    : base_(std::exchange(other.base_, nullptr)),
-      capacity_(std::exchange(other.capacity_, 0)),
+    : base_(std::move(other.base_)),
       used_(std::exchange(other.used_, 0)),
       peak_(std::exchange(other.peak_, 0)) {}
 
 DeviceArena& DeviceArena::operator=(DeviceArena&& other) noexcept {
   if (this != &other) {
-    if (base_ != nullptr) STRATA_CUDA_REPORT(cudaFree(base_));
-    base_ = std::exchange(other.base_, nullptr);
-    capacity_ = std::exchange(other.capacity_, 0);
+    base_ = std::move(other.base_);
     used_ = std::exchange(other.used_, 0);
     peak_ = std::exchange(other.peak_, 0);
   }
@@ -37,12 +29,12 @@ void* DeviceArena::allocate(std::size_t bytes, std::size_t alignment) {
       alignment > 0 && (alignment & (alignment - 1)) == 0 && alignment <= kDefaultAlignment,
       "arena alignment ", alignment, " is not a power of two up to 256");
   const std::size_t begin = (used_ + alignment - 1) & ~(alignment - 1);
-  if (begin > capacity_ || bytes > capacity_ - begin)
-    fail("device arena full: ", bytes, " bytes requested with ", used_, " of ", capacity_,
+  if (begin > capacity() || bytes > capacity() - begin)
+    fail("device arena full: ", bytes, " bytes requested with ", used_, " of ", capacity(),
          " in use");
   used_ = begin + bytes;
   if (used_ > peak_) peak_ = used_;
-  return base_ + begin;
+  return base_.get() + begin;
 }
 
 void DeviceArena::reset(std::size_t mark) {

@@ -13,15 +13,14 @@
 
 #include <cstddef>
 
+#include "model/kernels/cuda/device_buffer.h"
+
 namespace strata::cuda {
 
 class DeviceArena {
  public:
   // Reserves `capacity` bytes of device memory on the current device.
   explicit DeviceArena(std::size_t capacity);
-  ~DeviceArena();
-  DeviceArena(const DeviceArena&) = delete;
-  DeviceArena& operator=(const DeviceArena&) = delete;
   DeviceArena(DeviceArena&& other) noexcept;
   DeviceArena& operator=(DeviceArena&& other) noexcept;
 
@@ -38,7 +37,7 @@ class DeviceArena {
   void reset(std::size_t mark = 0);
 
   std::size_t used() const { return used_; }
-  std::size_t capacity() const { return capacity_; }
+  std::size_t capacity() const { return base_.size(); }
   // Largest used() since construction or the last reset_peak().
   std::size_t peak() const { return peak_; }
   void reset_peak() { peak_ = used_; }
@@ -48,8 +47,7 @@ class DeviceArena {
   static constexpr std::size_t kDefaultAlignment = 256;
 
  private:
-  char* base_ = nullptr;
-  std::size_t capacity_ = 0;
+  DeviceBuffer<char> base_;
   std::size_t used_ = 0;
   std::size_t peak_ = 0;
 };

@@ -8,15 +8,14 @@
 
 namespace strata::cuda {
 
-DeviceContext::DeviceContext(int device, std::size_t workspace_bytes)
-    : device_(device), workspace_bytes_(workspace_bytes) {
+DeviceContext::DeviceContext(int device, std::size_t workspace_bytes) : device_(device) {
   try {
     STRATA_CUDA_CHECK(cudaSetDevice(device_));
     // Non-blocking: the legacy default stream would otherwise serialise with both streams.
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     STRATA_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     STRATA_CUBLAS_CHECK(cublasLtCreate(&blaslt_));
-    if (workspace_bytes_ > 0) STRATA_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+    workspace_ = DeviceBuffer<std::byte>(workspace_bytes);
     matmul_plans_ = std::make_unique<MatmulPlanCache>();
   } catch (...) {
     release();
@@ -27,8 +26,8 @@ DeviceContext::DeviceContext(int device, std::size_t workspace_bytes)
 DeviceContext::~DeviceContext() { release(); }
 
 void DeviceContext::release() noexcept {
-  matmul_plans_.reset();  // descriptors first, while the handle still exists
-  if (workspace_ != nullptr) STRATA_CUDA_REPORT(cudaFree(workspace_));
+  matmul_plans_.reset();                   // descriptors first, while the handle still exists
+  workspace_ = DeviceBuffer<std::byte>();  // freed before the handle that used it
   if (blaslt_ != nullptr) {
     const cublasStatus_t status = cublasLtDestroy(blaslt_);
     if (status != CUBLAS_STATUS_SUCCESS)
@@ -36,7 +35,6 @@ void DeviceContext::release() noexcept {
   }
   if (copy_stream_ != nullptr) STRATA_CUDA_REPORT(cudaStreamDestroy(copy_stream_));
   if (stream_ != nullptr) STRATA_CUDA_REPORT(cudaStreamDestroy(stream_));
-  workspace_ = nullptr;
   blaslt_ = nullptr;
   copy_stream_ = stream_ = nullptr;
 }

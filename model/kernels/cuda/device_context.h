@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "model/kernels/cuda/device_buffer.h"
+
 namespace strata::cuda {
 
 class MatmulPlanCache;
@@ -32,8 +34,8 @@ class DeviceContext {
   cudaStream_t stream() const { return stream_; }
   cudaStream_t copy_stream() const { return copy_stream_; }
   cublasLtHandle_t blaslt() const { return blaslt_; }
-  void* workspace() const { return workspace_; }
-  std::size_t workspace_bytes() const { return workspace_bytes_; }
+  void* workspace() const { return workspace_.get(); }
+  std::size_t workspace_bytes() const { return workspace_.bytes(); }
   MatmulPlanCache& matmul_plans() { return *matmul_plans_; }
 
   // fp32 GEMMs on TF32 tensor cores (10-bit mantissa inputs). Off by default: the fp32 path is the
@@ -51,8 +53,7 @@ class DeviceContext {
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;
   cublasLtHandle_t blaslt_ = nullptr;
-  void* workspace_ = nullptr;
-  std::size_t workspace_bytes_;
+  DeviceBuffer<std::byte> workspace_;
   bool allow_tf32_ = false;
   std::unique_ptr<MatmulPlanCache> matmul_plans_;
 };

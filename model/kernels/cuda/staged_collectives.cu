@@ -14,12 +14,7 @@ namespace strata::cuda {
 StagedCollectives::StagedCollectives(Collectives& group, std::size_t max_elements)
     : group_(group), staging_(group.size() > 1 ? max_elements : 0) {
   if (group.size() == 1) return;  // copies only: no staging
-  STRATA_CUDA_CHECK(
-      cudaMallocHost(reinterpret_cast<void**>(&host_), 2 * max_elements * sizeof(float)));
-}
-
-StagedCollectives::~StagedCollectives() {
-  if (host_ != nullptr) STRATA_CUDA_REPORT(cudaFreeHost(host_));
+  host_ = PinnedBuffer<float>(2 * max_elements);
 }
 
 template <class T>
@@ -40,9 +35,9 @@ template <class T>
 void StagedCollectives::staged_all_reduce_sum(T* data, std::size_t count, cudaStream_t stream) {
   if (size() == 1 || count == 0) return;
   check_room("all_reduce", count);
-  staging_.to_host(host_, data, count, stream);
-  group_.all_reduce_sum(host_, count);
-  staging_.to_device(data, host_, count, stream);
+  staging_.to_host(host_.data(), data, count, stream);
+  group_.all_reduce_sum(host_.data(), count);
+  staging_.to_device(data, host_.data(), count, stream);
 }
 
 template <class T>
@@ -51,10 +46,10 @@ void StagedCollectives::staged_all_gather(const T* in, T* out, std::size_t count
   const std::size_t n = static_cast<std::size_t>(size());
   if (n == 1) return copy_alone(in, out, count, stream);
   check_room("all_gather", n * count);
-  float* mine = host_ + static_cast<std::size_t>(rank()) * count;  // in place on the host
+  float* mine = host_.data() + static_cast<std::size_t>(rank()) * count;  // in place on the host
   staging_.to_host(mine, in, count, stream);
-  group_.all_gather(mine, host_, count);
-  staging_.to_device(out, host_, n * count, stream);
+  group_.all_gather(mine, host_.data(), count);
+  staging_.to_device(out, host_.data(), n * count, stream);
 }
 
 template <class T>
@@ -63,9 +58,9 @@ void StagedCollectives::staged_reduce_scatter_sum(const T* in, T* out, std::size
   const std::size_t n = static_cast<std::size_t>(size());
   if (n == 1) return copy_alone(in, out, count, stream);
   check_room("reduce_scatter", n * count);
-  staging_.to_host(host_, in, n * count, stream);
-  float* reduced = host_ + staging_.max_elements();  // must not overlap the input
-  group_.reduce_scatter_sum(host_, reduced, count);
+  staging_.to_host(host_.data(), in, n * count, stream);
+  float* reduced = host_.data() + staging_.max_elements();  // must not overlap the input
+  group_.reduce_scatter_sum(host_.data(), reduced, count);
   staging_.to_device(out, reduced, count, stream);
 }
 
@@ -74,10 +69,10 @@ void StagedCollectives::all_reduce_max(float* data, std::size_t count, cudaStrea
   if (n == 1 || count == 0) return;
   check_room("all_reduce_max", n * count);
   // The group has sums and gathers only: gather every rank's values, then take the maxima here.
-  float* mine = host_ + static_cast<std::size_t>(rank()) * count;
+  float* mine = host_.data() + static_cast<std::size_t>(rank()) * count;
   staging_.to_host(mine, data, count, stream);
-  group_.all_gather(mine, host_, count);
-  float* result = host_ + staging_.max_elements();
+  group_.all_gather(mine, host_.data(), count);
+  float* result = host_.data() + staging_.max_elements();
   for (std::size_t i = 0; i < count; ++i) {
     float m = host_[i];
     for (std::size_t r = 1; r < n; ++r) m = std::max(m, host_[r * count + i]);

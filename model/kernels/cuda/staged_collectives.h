@@ -20,6 +20,7 @@
 #include <cstddef>
 
 #include "model/core/collectives.h"
+#include "model/kernels/cuda/device_buffer.h"
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/host_staging.h"
 
@@ -30,7 +31,6 @@ class StagedCollectives final : public DeviceCollectives {
   // `group` is not owned and must outlive this object. Counts are per call; the whole array
   // (size()·count for the chunked collectives) must fit in max_elements.
   StagedCollectives(Collectives& group, std::size_t max_elements);
-  ~StagedCollectives() override;
   StagedCollectives(const StagedCollectives&) = delete;
   StagedCollectives& operator=(const StagedCollectives&) = delete;
 
@@ -58,8 +58,8 @@ class StagedCollectives final : public DeviceCollectives {
   void check_room(const char* collective, std::size_t elements) const;
 
   Collectives& group_;
-  HostStaging staging_;    // device arrays ↔ host fp32
-  float* host_ = nullptr;  // page-locked, 2·max_elements: a chunked collective's input and output
+  HostStaging staging_;       // device arrays ↔ host fp32
+  PinnedBuffer<float> host_;  // 2·max_elements: a chunked collective's input and output
 };
 
 }  // namespace strata::cuda
