@@ -1,7 +1,9 @@
 // Collectives over the groups of the process mesh, run inside mpirun (4 and 8 ranks): on every
-// group of every layout that fits the world, with nodes of 2 and 4 ranks, each operation gives
-// the values of a direct computation on known per-rank data, and counts exactly the bytes of the
-// ring model of parallel/communicator.h, split into intra- and inter-node links by world rank.
+// group of every layout that fits the world, with nodes of 2 and 4 ranks, each operation on every
+// payload type (float, double, int8, uint8, int32, int64) gives the values of a direct
+// computation on known per-rank data, and counts exactly the bytes of the ring model of
+// parallel/communicator.h (elements × element size), split into intra- and inter-node links by
+// world rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -9,7 +11,9 @@
 #include <map>
 #include <memory>
 #include <ostream>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/core/error.h"
@@ -44,8 +48,36 @@ int world_size() {
   return size;
 }
 
-// Element i of world rank r's data: small integers, so float sums are exact.
-double value(int rank, std::size_t i) { return 1000.0 * rank + static_cast<double>(i); }
+// Element i of world rank r's data, of every payload type: small integers for float and double
+// (sums exact); past float's 2^24 for int32 and double's 2^53 for int64, so that a transport
+// staging them through floating point would fail; and for bytes, values over the whole range.
+template <class T>
+T value(int rank, std::size_t i) {
+  const auto index = static_cast<std::int64_t>(i);
+  if constexpr (std::is_floating_point_v<T>)
+    return static_cast<T>(1000 * rank + index);
+  else if constexpr (sizeof(T) >= 4)
+    return static_cast<T>((std::int64_t{rank} << (sizeof(T) == 4 ? 24 : 56)) + index);
+  else
+    return static_cast<T>(97 * rank + 13 * index + 200);
+}
+
+// The sum over `members` of element i (exact for every summable type and group here).
+template <class T>
+T sum_of(const std::vector<int>& members, std::size_t i) {
+  T sum = 0;
+  for (int m : members) sum += value<T>(m, i);
+  return sum;
+}
+
+// Bytes are moved but never summed (model/core/data_type.h): a byte sum does not compile.
+template <class T>
+concept CanSum = requires(Communicator& comm, T* data) {
+  comm.all_reduce_sum(data, 1);
+  comm.reduce_scatter_sum(data, data, 1);
+};
+static_assert(CanSum<float> && CanSum<double> && CanSum<std::int32_t> && CanSum<std::int64_t>);
+static_assert(!CanSum<std::int8_t> && !CanSum<std::uint8_t>);
 
 // The link class written out again from its definition, independently of the communicator.
 LinkClass link(int world_a, int world_b, int gpus_per_node) {
@@ -131,34 +163,31 @@ void check_collectives(const Group& group, int gpus_per_node) {
   const std::size_t un = static_cast<std::size_t>(n);
   comm.reset_stats();
 
-  {  // all_reduce: 2(n−1)/n of the buffer to the ring successor.
-    std::vector<T> data(kCount);
-    for (std::size_t i = 0; i < kCount; ++i) data[i] = static_cast<T>(value(self, i));
-    comm.all_reduce_sum(data.data(), kCount);
-    for (std::size_t i = 0; i < kCount; ++i) {
-      double sum = 0;
-      for (int m : members) sum += value(m, i);
-      EXPECT_EQ(data[i], static_cast<T>(sum)) << "all_reduce element " << i;
+  if constexpr (SummablePayload<T>) {
+    {  // all_reduce: 2(n−1)/n of the buffer to the ring successor.
+      std::vector<T> data(kCount);
+      for (std::size_t i = 0; i < kCount; ++i) data[i] = value<T>(self, i);
+      comm.all_reduce_sum(data.data(), kCount);
+      for (std::size_t i = 0; i < kCount; ++i)
+        EXPECT_EQ(data[i], sum_of<T>(members, i)) << "all_reduce element " << i;
+      expect_stats(comm, {{"all_reduce", {{ring_link, 2 * (un - 1) * chunk / un}}}},
+                   {{"all_reduce", 1}}, "all_reduce");
     }
-    expect_stats(comm, {{"all_reduce", {{ring_link, 2 * (un - 1) * chunk / un}}}},
-                 {{"all_reduce", 1}}, "all_reduce");
-  }
-  {  // reduce_scatter: this rank gets the sum of everyone's chunk `me`; sends n−1 chunks.
-    std::vector<T> in(un * kCount), out(kCount, T(-1));
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<T>(value(self, i));
-    comm.reduce_scatter_sum(in.data(), out.data(), kCount);
-    for (std::size_t i = 0; i < kCount; ++i) {
-      double sum = 0;
-      for (int m : members) sum += value(m, static_cast<std::size_t>(me) * kCount + i);
-      EXPECT_EQ(out[i], static_cast<T>(sum)) << "reduce_scatter element " << i;
+    {  // reduce_scatter: this rank gets the sum of everyone's chunk `me`; sends n−1 chunks.
+      std::vector<T> in(un * kCount), out(kCount, T(-1));
+      for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<T>(self, i);
+      comm.reduce_scatter_sum(in.data(), out.data(), kCount);
+      for (std::size_t i = 0; i < kCount; ++i)
+        EXPECT_EQ(out[i], sum_of<T>(members, static_cast<std::size_t>(me) * kCount + i))
+            << "reduce_scatter element " << i;
+      expect_stats(comm, {{"reduce_scatter", {{ring_link, (un - 1) * chunk}}}},
+                   {{"reduce_scatter", 1}}, "reduce_scatter");
     }
-    expect_stats(comm, {{"reduce_scatter", {{ring_link, (un - 1) * chunk}}}},
-                 {{"reduce_scatter", 1}}, "reduce_scatter");
   }
   {  // all_gather, out of place and in place: chunk r is rank r's input.
     std::vector<T> in(kCount), out(un * kCount, T(-1)), in_place(un * kCount, T(-1));
     for (std::size_t i = 0; i < kCount; ++i) {
-      in[i] = static_cast<T>(value(self, i));
+      in[i] = value<T>(self, i);
       in_place[static_cast<std::size_t>(me) * kCount + i] = in[i];
     }
     comm.all_gather(in.data(), out.data(), kCount);
@@ -166,22 +195,21 @@ void check_collectives(const Group& group, int gpus_per_node) {
                     kCount);
     for (std::size_t r = 0; r < un; ++r)
       for (std::size_t i = 0; i < kCount; ++i) {
-        EXPECT_EQ(out[r * kCount + i], static_cast<T>(value(members[r], i))) << "all_gather";
-        EXPECT_EQ(in_place[r * kCount + i], static_cast<T>(value(members[r], i)))
-            << "all_gather in place";
+        EXPECT_EQ(out[r * kCount + i], value<T>(members[r], i)) << "all_gather";
+        EXPECT_EQ(in_place[r * kCount + i], value<T>(members[r], i)) << "all_gather in place";
       }
     expect_stats(comm, {{"all_gather", {{ring_link, 2 * (un - 1) * chunk}}}}, {{"all_gather", 2}},
                  "all_gather");
   }
   {  // all_to_all: chunk r of the output is rank r's chunk `me`; one chunk to each other member.
     std::vector<T> in(un * kCount), out(un * kCount, T(-1));
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<T>(value(self, i));
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<T>(self, i);
     comm.all_to_all(in.data(), out.data(), kCount);
     Bytes expected;
     for (std::size_t r = 0; r < un; ++r) {
       for (std::size_t i = 0; i < kCount; ++i)
         EXPECT_EQ(out[r * kCount + i],
-                  static_cast<T>(value(members[r], static_cast<std::size_t>(me) * kCount + i)))
+                  value<T>(members[r], static_cast<std::size_t>(me) * kCount + i))
             << "all_to_all from group rank " << r;
       if (static_cast<int>(r) != me)
         expected["all_to_all"][link(self, members[r], gpus_per_node)] += chunk;
@@ -192,10 +220,14 @@ void check_collectives(const Group& group, int gpus_per_node) {
   for (int root = 0; root < n; ++root) {
     std::vector<T> data(kCount, T(-1));
     if (me == root)
-      for (std::size_t i = 0; i < kCount; ++i) data[i] = static_cast<T>(value(self, i));
-    comm.broadcast(data.data(), chunk, root);
+      for (std::size_t i = 0; i < kCount; ++i) data[i] = value<T>(self, i);
+    // Both forms: the typed one counts elements, the raw one bytes; they move and count the same.
+    if (root % 2 == 0)
+      comm.broadcast(std::span<T>(data), root);
+    else
+      comm.broadcast(data.data(), chunk, root);
     for (std::size_t i = 0; i < kCount; ++i)
-      EXPECT_EQ(data[i], static_cast<T>(value(members[static_cast<std::size_t>(root)], i)))
+      EXPECT_EQ(data[i], value<T>(members[static_cast<std::size_t>(root)], i))
           << "broadcast from " << root;
     Bytes expected;
     if (me == root)
@@ -209,7 +241,7 @@ void check_collectives(const Group& group, int gpus_per_node) {
   const int next_world = members[static_cast<std::size_t>(next)];
   const int previous_world = members[static_cast<std::size_t>(previous)];
   std::vector<T> mine(kCount);
-  for (std::size_t i = 0; i < kCount; ++i) mine[i] = static_cast<T>(value(self, i));
+  for (std::size_t i = 0; i < kCount; ++i) mine[i] = value<T>(self, i);
   {  // A ring of blocking send/recv, ordered so that it cannot deadlock: rank 0 starts it.
     std::vector<T> got(kCount, T(-1));
     if (me == 0) {
@@ -220,7 +252,7 @@ void check_collectives(const Group& group, int gpus_per_node) {
       comm.send(mine.data(), kCount, next);
     }
     for (std::size_t i = 0; i < kCount; ++i)
-      EXPECT_EQ(got[i], static_cast<T>(value(previous_world, i))) << "send/recv ring";
+      EXPECT_EQ(got[i], value<T>(previous_world, i)) << "send/recv ring";
     expect_stats(comm, {{"send", {{link(self, next_world, gpus_per_node), chunk}}}}, {{"send", 1}},
                  "send/recv ring");
   }
@@ -229,8 +261,8 @@ void check_collectives(const Group& group, int gpus_per_node) {
     comm.send_recv(mine.data(), kCount, next, from_previous.data(), kCount, previous);
     comm.send_recv(mine.data(), kCount, previous, from_next.data(), kCount, next);
     for (std::size_t i = 0; i < kCount; ++i) {
-      EXPECT_EQ(from_previous[i], static_cast<T>(value(previous_world, i))) << "send_recv ring";
-      EXPECT_EQ(from_next[i], static_cast<T>(value(next_world, i))) << "send_recv ring back";
+      EXPECT_EQ(from_previous[i], value<T>(previous_world, i)) << "send_recv ring";
+      EXPECT_EQ(from_next[i], value<T>(next_world, i)) << "send_recv ring back";
     }
     Bytes expected;
     expected["send"][link(self, next_world, gpus_per_node)] += chunk;
@@ -242,14 +274,14 @@ void check_collectives(const Group& group, int gpus_per_node) {
     const int forward_dest = me + 1 < n ? me + 1 : -1;
     const int forward_source = me > 0 ? me - 1 : -1;
     std::vector<T> send(static_cast<std::size_t>(me) + 1), got(static_cast<std::size_t>(me), T(-1));
-    for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(value(self, i));
+    for (std::size_t i = 0; i < send.size(); ++i) send[i] = value<T>(self, i);
     T untouched = T(-7);
     T* forward_recv = forward_source == -1 ? &untouched : got.data();
     comm.send_recv(send.data(), send.size(), forward_dest, forward_recv, got.size(),
                    forward_source);
     EXPECT_EQ(untouched, T(-7));
     for (std::size_t i = 0; i < got.size(); ++i)  // empty on the first stage
-      EXPECT_EQ(got[i], static_cast<T>(value(previous_world, i))) << "chain forward";
+      EXPECT_EQ(got[i], value<T>(previous_world, i)) << "chain forward";
 
     // Backward: every rank sends kCount elements to the previous stage (gradients).
     std::vector<T> gradient(kCount, T(-1));
@@ -258,7 +290,7 @@ void check_collectives(const Group& group, int gpus_per_node) {
                    backward_source == -1 ? nullptr : gradient.data(), kCount, backward_source);
     if (backward_source != -1) {
       for (std::size_t i = 0; i < kCount; ++i)
-        EXPECT_EQ(gradient[i], static_cast<T>(value(next_world, i))) << "chain backward";
+        EXPECT_EQ(gradient[i], value<T>(next_world, i)) << "chain backward";
     } else {
       for (T g : gradient) EXPECT_EQ(g, T(-1)) << "no source leaves the buffer untouched";
     }
@@ -277,13 +309,17 @@ void check_collectives(const Group& group, int gpus_per_node) {
   }
 }
 
-TEST(GroupCollectives, EveryGroupOfEveryLayoutGivesTheDirectResultAndRingByteCounts) {
+TEST(GroupCollectives, EveryPayloadOnEveryGroupOfEveryLayoutGivesTheDirectResultAndRingBytes) {
   for (const LayoutCase& layout : layouts()) {
     SCOPED_TRACE(describe(layout));
     MeshGroups setup(layout.tp, layout.pp, layout.gpus_per_node);
     for (const Group& group : setup.all()) {
       check_collectives<float>(group, layout.gpus_per_node);
       check_collectives<double>(group, layout.gpus_per_node);
+      check_collectives<std::int8_t>(group, layout.gpus_per_node);
+      check_collectives<std::uint8_t>(group, layout.gpus_per_node);
+      check_collectives<std::int32_t>(group, layout.gpus_per_node);
+      check_collectives<std::int64_t>(group, layout.gpus_per_node);
     }
   }
 }
