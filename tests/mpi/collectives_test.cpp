@@ -1,6 +1,6 @@
 // Collectives over the groups of the process mesh, run inside mpirun (4 and 8 ranks): on every
-// group of every layout that fits the world, with nodes of 2 and 4 ranks, each operation on every
-// payload type (float, double, int8, uint8, int32, int64) gives the values of a direct
+// group of every layout that fits the world, with nodes of 2, 3 and 4 ranks, each operation on
+// every payload type (float, double, int8, uint8, int32, int64) gives the values of a direct
 // computation on known per-rank data, and counts exactly the bytes of the ring model of
 // parallel/communicator.h (elements × element size), split into intra- and inter-node links by
 // world rank.
@@ -20,6 +20,7 @@
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/process_groups.h"
+#include "tests/unit/error_of.h"
 
 namespace strata {
 
@@ -32,6 +33,7 @@ namespace {
 
 using Bytes = std::map<std::string, std::map<LinkClass, std::uint64_t>>;
 using Calls = std::map<std::string, std::uint64_t>;
+using testing::error_of;
 
 // Elements per rank: small, and odd so that chunk boundaries are not accidentally aligned.
 constexpr std::size_t kCount = 3;
@@ -112,7 +114,9 @@ struct MeshGroups {
             {"tp", groups->tp(), mesh.tp_group()},
             {"dp", groups->dp(), mesh.dp_group()},
             {"pp", groups->pp(), mesh.pp_group()},
-            {"node", groups->node(), mesh.node_group()}};
+            {"node", groups->node(), mesh.node_group()},
+            {"dp_intra_node", groups->dp_intra_node(), mesh.dp_intra_node_group()},
+            {"dp_inter_node", groups->dp_inter_node(), mesh.dp_inter_node_group()}};
   }
 };
 
@@ -120,11 +124,12 @@ struct LayoutCase {
   int tp, pp, gpus_per_node;
 };
 
-// Every (tp, pp) dividing the world, with nodes of 2 and 4 ranks, that resolve_mesh_shape accepts.
+// Every (tp, pp) dividing the world, with nodes of 2, 3 (a partial last node, uneven dp node
+// groups) and 4 ranks, that resolve_mesh_shape accepts.
 std::vector<LayoutCase> layouts() {
   std::vector<LayoutCase> cases;
   const int world = world_size();
-  for (int gpus_per_node : {2, 4})
+  for (int gpus_per_node : {2, 3, 4})
     for (int tp = 1; tp <= world; ++tp)
       for (int pp = 1; tp * pp <= world; ++pp) {
         if (world % (tp * pp) != 0) continue;
@@ -355,16 +360,91 @@ TEST(GroupCollectives, TwoByTwoByTwoLinkClassesByHand) {
                   {intra, 2 * static_cast<std::uint64_t>(gpus_per_node - 1) * 16 /
                               static_cast<std::uint64_t>(gpus_per_node)}}));
 
-    // total_stats sums the five groups by kind and link class, and reset clears them all.
+    // dp's two members share a node of 4 (intra-node group {r, r^2}, inter-node group {r}) and
+    // sit on two nodes of 2 (intra-node group {r}, inter-node group {r, r^2}). A group of one
+    // sends nothing.
+    EXPECT_EQ(groups.dp_intra_node().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{{intra, gpus_per_node == 4 ? 16 : 0}}));
+    EXPECT_EQ(groups.dp_inter_node().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{
+                  {gpus_per_node == 4 ? intra : inter, gpus_per_node == 4 ? 0 : 16}}));
+
+    // total_stats sums every group by kind and link class, and reset clears them all.
     const CommStats total = groups.total_stats();
     std::uint64_t sum = 0;
     for (const Group& group : setup.all()) sum += group.comm.stats().total_bytes();
     EXPECT_EQ(total.total_bytes(), sum);
-    EXPECT_EQ(total.calls.at("all_reduce"), 5u);
+    EXPECT_EQ(total.calls.at("all_reduce"), setup.all().size());
     setup.groups->reset_stats();
     EXPECT_EQ(groups.total_stats().total_bytes(), 0u);
     EXPECT_TRUE(groups.tp().stats().calls.empty());
   }
+}
+
+// The members of a group as its communicator sees them: every member's world rank, gathered
+// over the group itself (int32), must be the expected list in group-rank order.
+void expect_members(Communicator& comm, const std::vector<int>& expected, const char* what) {
+  ASSERT_EQ(comm.size(), static_cast<int>(expected.size())) << what;
+  const std::int32_t mine = world_rank();
+  std::vector<std::int32_t> gathered(expected.size());
+  comm.all_gather(&mine, gathered.data(), 1);
+  EXPECT_EQ(std::vector<int>(gathered.begin(), gathered.end()), expected) << what;
+}
+
+// The data-parallel groups within and across nodes, by hand for the layouts of the brief (rank 5
+// of 8 ranks, 4 per node), and from their definition for tp 1 on nodes of 2, 3 and 4 ranks: the
+// members of this node, and the ranks at this rank's offset in every node that has it.
+TEST(GroupCollectives, DataParallelNodeGroupsHaveTheirMembers) {
+  const int world = world_size(), rank = world_rank();
+  for (int gpus_per_node : {2, 3, 4}) {
+    SCOPED_TRACE("tp 1, gpus_per_node " + std::to_string(gpus_per_node));
+    MeshGroups setup(1, 1, gpus_per_node);
+    std::vector<int> intra, inter;
+    for (int r = 0; r < world; ++r) {
+      if (r / gpus_per_node == rank / gpus_per_node) intra.push_back(r);
+      if (r % gpus_per_node == rank % gpus_per_node) inter.push_back(r);
+    }
+    expect_members(setup.groups->dp_intra_node(), intra, "dp_intra_node");
+    expect_members(setup.groups->dp_inter_node(), inter, "dp_inter_node");
+    EXPECT_EQ(setup.mesh.dp_factors_evenly(), world % gpus_per_node == 0);
+  }
+  if (world != 8) return;
+  MeshGroups flat(1, 1, 4), paired(2, 1, 4);
+  if (rank == 5) {
+    expect_members(flat.groups->dp_intra_node(), {4, 5, 6, 7}, "tp 1: dp_intra_node");
+    expect_members(flat.groups->dp_inter_node(), {1, 5}, "tp 1: dp_inter_node");
+    expect_members(paired.groups->dp_intra_node(), {5, 7}, "tp 2: dp_intra_node");
+    expect_members(paired.groups->dp_inter_node(), {1, 5}, "tp 2: dp_inter_node");
+  } else {  // every member of a group takes part in its all_gather
+    expect_members(flat.groups->dp_intra_node(), flat.mesh.dp_intra_node_group(), "tp 1");
+    expect_members(flat.groups->dp_inter_node(), flat.mesh.dp_inter_node_group(), "tp 1");
+    expect_members(paired.groups->dp_intra_node(), paired.mesh.dp_intra_node_group(), "tp 2");
+    expect_members(paired.groups->dp_inter_node(), paired.mesh.dp_inter_node_group(), "tp 2");
+  }
+}
+
+// A group added by name from a key on the mesh: it has its members, is found by its name, and
+// its traffic is in total_stats; names are unique, checked on every rank before any collective.
+TEST(GroupCollectives, NamedGroupsFromAnyPartition) {
+  MeshGroups setup(1, 1, 2);
+  ProcessGroups& groups = *setup.groups;
+  Communicator& parity =
+      groups.add("parity", setup.mesh.members_sharing([](int r) { return r % 2; }));
+  std::vector<int> same_parity;
+  for (int r = world_rank() % 2; r < world_size(); r += 2) same_parity.push_back(r);
+  expect_members(parity, same_parity, "parity");
+  EXPECT_EQ(&groups.group("parity"), &parity);
+  EXPECT_EQ(&groups.group("dp_inter_node"), &groups.dp_inter_node());
+  EXPECT_EQ(&groups.group("world"), &groups.world());
+  EXPECT_EQ(groups.total_stats().calls.at("all_gather"), 1u);
+  groups.reset_stats();
+  EXPECT_TRUE(parity.stats().calls.empty());
+
+  EXPECT_EQ(error_of([&] { groups.add("parity", same_parity); }),
+            "process group 'parity' exists already");
+  EXPECT_EQ(error_of([&] { groups.add("world", same_parity); }),
+            "process group name 'world' is taken");
+  EXPECT_EQ(error_of([&] { groups.group("workers"); }), "no process group 'workers'");
 }
 
 TEST(GroupCollectives, SubgroupsOfSubgroupsKeepWorldRanksForLinkClasses) {
@@ -400,22 +480,14 @@ TEST(GroupCollectives, SubgroupsOfSubgroupsKeepWorldRanksForLinkClasses) {
 TEST(GroupCollectives, BadArgumentsAreErrorsOnEveryRank) {
   // Every rank makes the same mistake, so every rank throws before entering MPI.
   MpiCommunicator world(MPI_COMM_WORLD, 2);
-  auto message = [](auto body) {
-    try {
-      body();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   float x = 0;
-  EXPECT_NE(message([&] { world.subgroup({}); }).find("is not among its members"),
+  EXPECT_NE(error_of([&] { world.subgroup({}); }).find("is not among its members"),
             std::string::npos);
-  EXPECT_NE(message([&] { world.send(&x, 1, world.size()); }).find("send: peer"),
+  EXPECT_NE(error_of([&] { world.send(&x, 1, world.size()); }).find("send: peer"),
             std::string::npos);
-  EXPECT_NE(message([&] { world.send_recv(&x, 1, -2, &x, 1, -1); }).find("send_recv: peer -2"),
+  EXPECT_NE(error_of([&] { world.send_recv(&x, 1, -2, &x, 1, -1); }).find("send_recv: peer -2"),
             std::string::npos);
-  EXPECT_NE(message([&] { world.broadcast(&x, sizeof x, -1); }).find("broadcast: peer -1"),
+  EXPECT_NE(error_of([&] { world.broadcast(&x, sizeof x, -1); }).find("broadcast: peer -1"),
             std::string::npos);
   EXPECT_TRUE(world.stats().calls.empty());
 }
