@@ -3,7 +3,7 @@
 //
 // Accounting model (what CommStats holds). Bytes SENT by this rank, per call kind and link class,
 // as a ring implementation of each collective would send them; n is the group size, B the bytes
-// of the buffer named below:
+// of the buffer named below (its elements × the element size, whatever the element type):
 //   all_reduce      2(n-1)/n · B  B = the buffer (reduce-scatter then all-gather around the ring)
 //   reduce_scatter   (n-1)/n · B  B = the whole input, n·count_per_rank elements
 //   all_gather       (n-1)/n · B  B = the whole output, n·count_per_rank elements
@@ -23,7 +23,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/core/collectives.h"
@@ -62,14 +64,29 @@ std::uint64_t ring_all_reduce_bytes(std::uint64_t bytes, int n);
 std::uint64_t ring_chunk_bytes(std::uint64_t whole_bytes, int n);
 
 // A Collectives, so a tensor-parallel model can run over a group communicator directly.
+//
+// Payloads are those of Collectives (model/core/data_type.h): every operation below takes float,
+// double, int8, uint8, int32 or int64 (sums: all but the bytes) through a typed template, which
+// forwards to the backend's one type-erased virtual of that operation (the *_of functions).
+// Bytes in the accounting are always elements × size_of(type).
 class Communicator : public Collectives {
  public:
   // rank(), size(), all_reduce_sum, all_gather and reduce_scatter_sum: see Collectives.
 
   // In-place maximum (used to agree on flags such as "a signal arrived").
   virtual void all_reduce_max(std::int64_t* data, std::size_t count) = 0;
-  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // Root's `data` to every member: `data.size()` elements, or `bytes` raw bytes of any trivially
+  // copyable object (an id, a struct of flags), which is a broadcast of uint8. The typed form
+  // takes a span so that its element count cannot be mistaken for the byte count of the other.
+  template <CollectivePayload T>
+  void broadcast(std::span<T> data, int root) {
+    broadcast_of(data_type_of<T>(), data.data(), data.size(), root);
+  }
+  void broadcast(void* data, std::size_t bytes, int root) {
+    broadcast_of(DataType::u8, data, bytes, root);
+  }
 
   // Chunked collectives: a buffer of size()·count_per_rank elements is size() chunks, chunk r
   // belonging to group rank r. `in` and `out` must not overlap, except that all_gather may run in
@@ -77,23 +94,32 @@ class Communicator : public Collectives {
   //   reduce_scatter_sum: in (n·count) -> out (count) = sum over members of their chunk rank()
   //   all_gather:         in (count)   -> out (n·count), chunk r = rank r's in
   //   all_to_all:         in (n·count) -> out (n·count), chunk r = rank r's in chunk rank()
-  virtual void all_to_all(const float* in, float* out, std::size_t count_per_rank) = 0;
-  virtual void all_to_all(const double* in, double* out, std::size_t count_per_rank) = 0;
+  template <CollectivePayload T>
+  void all_to_all(const T* in, T* out, std::size_t count_per_rank) {
+    all_to_all_of(data_type_of<T>(), in, out, count_per_rank);
+  }
 
   // Point-to-point with group rank `peer`. Blocking; messages between two ranks arrive in the
-  // order they were sent. Two ranks that both send first may deadlock once messages outgrow the
-  // transport's eager limit: exchanges go through send_recv.
-  virtual void send(const float* data, std::size_t count, int peer) = 0;
-  virtual void send(const double* data, std::size_t count, int peer) = 0;
-  virtual void recv(float* data, std::size_t count, int peer) = 0;
-  virtual void recv(double* data, std::size_t count, int peer) = 0;
+  // order they were sent, and a receive names the type and count that were sent. Two ranks that
+  // both send first may deadlock once messages outgrow the transport's eager limit: exchanges go
+  // through send_recv.
+  template <CollectivePayload T>
+  void send(const T* data, std::size_t count, int peer) {
+    send_of(data_type_of<T>(), data, count, peer);
+  }
+  template <CollectivePayload T>
+  void recv(T* data, std::size_t count, int peer) {
+    recv_of(data_type_of<T>(), data, count, peer);
+  }
   // Sends to `dest` and receives from `source` as one paired operation, so neighbours in a ring
   // or pipeline (1F1B) can exchange without ordering their calls. dest or source -1 means none
-  // (a first or last pipeline stage); recv_buf is then left untouched.
-  virtual void send_recv(const float* send_buf, std::size_t send_count, int dest, float* recv_buf,
-                         std::size_t recv_count, int source) = 0;
-  virtual void send_recv(const double* send_buf, std::size_t send_count, int dest, double* recv_buf,
-                         std::size_t recv_count, int source) = 0;
+  // (a first or last pipeline stage); recv_buf is then left untouched and may be null. The type
+  // is taken from send_buf alone, so a null recv_buf still compiles.
+  template <CollectivePayload T>
+  void send_recv(const T* send_buf, std::size_t send_count, int dest,
+                 std::type_identity_t<T>* recv_buf, std::size_t recv_count, int source) {
+    send_recv_of(data_type_of<T>(), send_buf, send_count, dest, recv_buf, recv_count, source);
+  }
 
   // The world rank of group member `group_rank`, and the class of a link from this rank to it.
   int world_rank_of(int group_rank) const;
@@ -110,6 +136,15 @@ class Communicator : public Collectives {
   void count_device_send(int peer, std::uint64_t sent) { count_send(peer, sent); }
 
  protected:
+  // The type-erased operations behind the templates above (counts are elements of `type`).
+  virtual void broadcast_of(DataType type, void* data, std::size_t count, int root) = 0;
+  virtual void all_to_all_of(DataType type, const void* in, void* out,
+                             std::size_t count_per_rank) = 0;
+  virtual void send_of(DataType type, const void* data, std::size_t count, int peer) = 0;
+  virtual void recv_of(DataType type, void* data, std::size_t count, int peer) = 0;
+  virtual void send_recv_of(DataType type, const void* send_buf, std::size_t send_count, int dest,
+                            void* recv_buf, std::size_t recv_count, int source) = 0;
+
   // A backend calls this once it knows its group: every member's world rank, in group-rank order.
   void set_topology(std::vector<int> member_world_ranks, int ranks_per_node);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <tuple>
 
 #include "model/core/error.h"
 
@@ -64,13 +65,47 @@ Mesh::Mesh(const MeshShape& shape, int world_rank, int gpus_per_node)
   if (world_rank < 0 || world_rank >= shape_.world_size())
     fail("world rank ", world_rank, " is outside the world of ", shape_.world_size(), " ranks");
   coordinates_ = coordinates_of(shape_, world_rank);
-  const auto [tp, dp, pp] = coordinates_;
-  for (int i = 0; i < shape_.tp; ++i) tp_group_.push_back(world_rank_of(i, dp, pp));
-  for (int i = 0; i < shape_.dp; ++i) dp_group_.push_back(world_rank_of(tp, i, pp));
-  for (int i = 0; i < shape_.pp; ++i) pp_group_.push_back(world_rank_of(tp, dp, i));
-  const int node_begin = node_index() * gpus_per_node_;
-  const int node_end = std::min(node_begin + gpus_per_node_, shape_.world_size());
-  for (int r = node_begin; r < node_end; ++r) node_group_.push_back(r);
+  // Each group: the ranks that share the other coordinates (and, below, the node or local index).
+  const auto at = [this](int r) { return coordinates_of(shape_, r); };
+  tp_group_ = members_sharing([&](int r) { return std::pair{at(r).dp, at(r).pp}; });
+  dp_group_ = members_sharing([&](int r) { return std::pair{at(r).tp, at(r).pp}; });
+  pp_group_ = members_sharing([&](int r) { return std::pair{at(r).tp, at(r).dp}; });
+  node_group_ = members_sharing([&](int r) { return node_of(r); });
+  dp_intra_node_group_ = members_sharing([&](int r) {
+    return std::tuple{at(r).tp, at(r).pp, node_of(r)};
+  });
+  dp_inter_node_group_ = members_sharing([&](int r) {
+    return std::tuple{at(r).tp, at(r).pp, dp_local_index_of(r)};
+  });
+}
+
+std::pair<int, int> Mesh::dp_ranks_in_node_of(int world_rank) const {
+  const MeshCoordinates c = coordinates_of(shape_, world_rank);
+  // The group's world ranks are base + d·tp for dp ranks d; 64-bit, as gpus_per_node is any int.
+  const std::int64_t base = world_rank_of(c.tp, 0, c.pp);
+  const auto first_at_or_after = [&](std::int64_t rank) {
+    if (rank <= base) return 0;
+    return static_cast<int>(
+        std::min<std::int64_t>(shape_.dp, (rank - base + shape_.tp - 1) / shape_.tp));
+  };
+  const std::int64_t node_begin = std::int64_t{node_of(world_rank)} * gpus_per_node_;
+  return {first_at_or_after(node_begin), first_at_or_after(node_begin + gpus_per_node_)};
+}
+
+int Mesh::dp_local_index_of(int world_rank) const {
+  return coordinates_of(shape_, world_rank).dp - dp_ranks_in_node_of(world_rank).first;
+}
+
+bool Mesh::dp_factors_evenly() const {
+  // Every rank's intra-node group has the size of rank 0's: then each dp group's nodes hold equal
+  // shares, and so does every dp group.
+  const auto intra_size = [&](int r) {
+    const auto [first, end] = dp_ranks_in_node_of(r);
+    return end - first;
+  };
+  for (int r = 1; r < world_size(); ++r)
+    if (intra_size(r) != intra_size(0)) return false;
+  return true;
 }
 
 std::vector<std::pair<int, int>> stage_layer_ranges(int n_layer, int pp,

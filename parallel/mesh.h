@@ -7,6 +7,14 @@
 //
 // Nodes are blocks of gpus_per_node consecutive world ranks (the last one may be partial), so a
 // multi-node layout can be simulated on one machine by setting parallel.gpus_per_node.
+//
+// Every group is a class of ranks that share a key: members_sharing(key_of) lists the world ranks
+// whose key equals this rank's, ascending, so the groups of one key function partition the world
+// by construction (what MpiCommunicator::subgroup needs), and ascending world rank is each axis's
+// own order (tp_rank, dp_rank, stage). A new kind of group is one key function: a DiLoCo worker
+// group, once MeshCoordinates has a worker coordinate, is
+//   members_sharing([&](int r) { return coordinates_of(shape(), r).worker; })
+// and the outer group that averages across workers keys on (tp, dp, pp) of coordinates_of.
 #pragma once
 
 #include <utility>
@@ -80,7 +88,19 @@ class Mesh {
   const MeshCoordinates& coordinates() const { return coordinates_; }
   bool pp_is_first_stage() const { return coordinates_.pp == 0; }
   bool pp_is_last_stage() const { return coordinates_.pp == shape_.pp - 1; }
-  int node_index() const { return world_rank_ / gpus_per_node_; }
+  int node_index() const { return node_of(world_rank_); }
+  int node_of(int world_rank) const { return world_rank / gpus_per_node_; }
+
+  // The world ranks whose key_of(world rank) equals this rank's, ascending (see the top of this
+  // file). key_of returns any equality-comparable value (an int, a std::tuple of coordinates).
+  template <class KeyOf>
+  std::vector<int> members_sharing(KeyOf key_of) const {
+    const auto mine = key_of(world_rank_);
+    std::vector<int> members;
+    for (int r = 0; r < world_size(); ++r)
+      if (key_of(r) == mine) members.push_back(r);
+    return members;
+  }
 
   // The world ranks of this rank's groups, in group-rank order (a member's index is its rank in
   // the group's communicator):
@@ -89,12 +109,37 @@ class Mesh {
   const std::vector<int>& pp_group() const { return pp_group_; }      // same tp, dp; by stage
   const std::vector<int>& node_group() const { return node_group_; }  // this node, ascending
 
+  // The two factors of the dp group across nodes, for hierarchical data parallelism (ZeRO++ hpZ
+  // keeps a secondary weight copy inside the node; a hierarchical all-reduce sums in the node,
+  // then across nodes). World ranks grow with dp_rank and a node is a block of consecutive world
+  // ranks, so the members of a dp group in one node are consecutive dp ranks; a rank's *local
+  // index* is its position among them (dp_local_index_of).
+  //   dp_intra_node_group: the members of this rank's dp group in its node, by dp_rank;
+  //   dp_inter_node_group: the members of this rank's dp group with its local index, one per node
+  //                        that holds that many, by dp_rank (so by node).
+  // When dp_factors_evenly(), every node holding ranks of a dp group holds the same number k of
+  // them, for every dp group: intra groups have k members, inter groups dp/k, and
+  // dp_rank = inter rank · k + intra rank. Otherwise (a partial last node, or nodes that hold
+  // unequal shares of a dp group: 6 ranks, dp 6, 4 per node give {0,1,2,3} and {4,5}) both are
+  // still well defined and partition the dp group, but their sizes differ from rank to rank and
+  // their product is not the dp group (there, rank 2's inter-node group is {2} alone, rank 5's is
+  // {1,5}). A scheme that needs the factorisation (ZeRO++ hpZ) checks dp_factors_evenly(), which
+  // is a property of the layout and so the same on every rank.
+  const std::vector<int>& dp_intra_node_group() const { return dp_intra_node_group_; }
+  const std::vector<int>& dp_inter_node_group() const { return dp_inter_node_group_; }
+  int dp_local_index_of(int world_rank) const;
+  bool dp_factors_evenly() const;
+
  private:
+  // The dp ranks [first, end) of world_rank's dp group that lie in world_rank's node.
+  std::pair<int, int> dp_ranks_in_node_of(int world_rank) const;
+
   MeshShape shape_;
   int world_rank_ = 0;
   int gpus_per_node_ = 1;
   MeshCoordinates coordinates_;
   std::vector<int> tp_group_, dp_group_, pp_group_, node_group_;
+  std::vector<int> dp_intra_node_group_, dp_inter_node_group_;
 };
 
 // The layers of each pipeline stage as contiguous [begin, end) ranges in stage order. pp_layers

@@ -51,16 +51,33 @@ int checked_count(std::size_t count) {
   return static_cast<int>(count);
 }
 
-template <class T>
-MPI_Datatype mpi_type();
-template <>
-MPI_Datatype mpi_type<float>() {
-  return MPI_FLOAT;
+MPI_Datatype mpi_type(DataType type) {
+  switch (type) {
+    case DataType::f32:
+      return MPI_FLOAT;
+    case DataType::f64:
+      return MPI_DOUBLE;
+    case DataType::i8:
+      return MPI_INT8_T;
+    case DataType::u8:
+      return MPI_UINT8_T;
+    case DataType::i32:
+      return MPI_INT32_T;
+    case DataType::i64:
+      return MPI_INT64_T;
+  }
+  fail("MPI: unknown element type");
 }
-template <>
-MPI_Datatype mpi_type<double>() {
-  return MPI_DOUBLE;
+
+// MPI_SUM's type: Collectives refuses byte sums at compile time (model/core/data_type.h says why);
+// this keeps a type-erased call from reaching MPI with one.
+MPI_Datatype mpi_sum_type(DataType type) {
+  STRATA_CHECK(summable(type), "bytes are never summed");
+  return mpi_type(type);
 }
+
+// The bytes of `count` elements, as the accounting counts them.
+std::uint64_t bytes_of(DataType type, std::size_t count) { return count * size_of(type); }
 
 }  // namespace
 
@@ -130,20 +147,12 @@ void MpiCommunicator::check_peer(int peer, const char* operation) const {
     fail(operation, ": peer ", peer, " is not a rank of a group of ", size_);
 }
 
-void MpiCommunicator::all_reduce_sum(float* data, std::size_t count) {
+void MpiCommunicator::all_reduce_sum_of(DataType type, void* data, std::size_t count) {
   const TimedCall timed(*this, "all_reduce");
   if (size_ > 1)
-    STRATA_MPI_CHECK(
-        MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_FLOAT, MPI_SUM, comm_));
-  count_ring("all_reduce", ring_all_reduce_bytes(count * sizeof(float), size_));
-}
-
-void MpiCommunicator::all_reduce_sum(double* data, std::size_t count) {
-  const TimedCall timed(*this, "all_reduce");
-  if (size_ > 1)
-    STRATA_MPI_CHECK(
-        MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), MPI_DOUBLE, MPI_SUM, comm_));
-  count_ring("all_reduce", ring_all_reduce_bytes(count * sizeof(double), size_));
+    STRATA_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, checked_count(count), mpi_sum_type(type),
+                                   MPI_SUM, comm_));
+  count_ring("all_reduce", ring_all_reduce_bytes(bytes_of(type, count), size_));
 }
 
 void MpiCommunicator::all_reduce_max(std::int64_t* data, std::size_t count) {
@@ -154,14 +163,15 @@ void MpiCommunicator::all_reduce_max(std::int64_t* data, std::size_t count) {
   count_ring("all_reduce", ring_all_reduce_bytes(count * sizeof(std::int64_t), size_));
 }
 
-void MpiCommunicator::broadcast(void* data, std::size_t bytes, int root) {
+void MpiCommunicator::broadcast_of(DataType type, void* data, std::size_t count, int root) {
   const TimedCall timed(*this, "broadcast");
   check_peer(root, "broadcast");
-  if (size_ > 1) STRATA_MPI_CHECK(MPI_Bcast(data, checked_count(bytes), MPI_BYTE, root, comm_));
+  if (size_ > 1)
+    STRATA_MPI_CHECK(MPI_Bcast(data, checked_count(count), mpi_type(type), root, comm_));
   // However the broadcast is routed, the buffer crosses size−1 links in all; charging the root
   // once per other member makes the total exact and the link split that of a flat fan-out.
   if (rank_ == root)
-    count_per_peer("broadcast", bytes);
+    count_per_peer("broadcast", bytes_of(type, count));
   else
     stats_.count_call("broadcast");
 }
@@ -170,116 +180,73 @@ void MpiCommunicator::barrier() {
   if (size_ > 1) STRATA_MPI_CHECK(MPI_Barrier(comm_));
 }
 
-template <class T>
-void MpiCommunicator::reduce_scatter_sum_impl(const T* in, T* out, std::size_t count_per_rank) {
+void MpiCommunicator::reduce_scatter_sum_of(DataType type, const void* in, void* out,
+                                            std::size_t count_per_rank) {
   const TimedCall timed(*this, "reduce_scatter");
-  STRATA_MPI_CHECK(MPI_Reduce_scatter_block(in, out, checked_count(count_per_rank), mpi_type<T>(),
-                                            MPI_SUM, comm_));
-  count_ring("reduce_scatter", ring_chunk_bytes(size_ * count_per_rank * sizeof(T), size_));
+  STRATA_MPI_CHECK(MPI_Reduce_scatter_block(in, out, checked_count(count_per_rank),
+                                            mpi_sum_type(type), MPI_SUM, comm_));
+  count_ring("reduce_scatter", ring_chunk_bytes(bytes_of(type, size_ * count_per_rank), size_));
 }
 
-template <class T>
-void MpiCommunicator::all_gather_impl(const T* in, T* out, std::size_t count_per_rank) {
+void MpiCommunicator::all_gather_of(DataType type, const void* in, void* out,
+                                    std::size_t count_per_rank) {
   const TimedCall timed(*this, "all_gather");
   const int count = checked_count(count_per_rank);
   // In place: this rank's contribution already sits in its chunk of out.
-  const bool in_place = in == out + static_cast<std::size_t>(rank_) * count_per_rank;
-  STRATA_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in, count, mpi_type<T>(), out, count,
-                                 mpi_type<T>(), comm_));
-  count_ring("all_gather", ring_chunk_bytes(size_ * count_per_rank * sizeof(T), size_));
+  const bool in_place = in == static_cast<const char*>(out) +
+                                  bytes_of(type, static_cast<std::size_t>(rank_) * count_per_rank);
+  STRATA_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in, count, mpi_type(type), out, count,
+                                 mpi_type(type), comm_));
+  count_ring("all_gather", ring_chunk_bytes(bytes_of(type, size_ * count_per_rank), size_));
 }
 
-template <class T>
-void MpiCommunicator::all_to_all_impl(const T* in, T* out, std::size_t count_per_rank) {
+void MpiCommunicator::all_to_all_of(DataType type, const void* in, void* out,
+                                    std::size_t count_per_rank) {
   const TimedCall timed(*this, "all_to_all");
   const int count = checked_count(count_per_rank);
-  STRATA_MPI_CHECK(MPI_Alltoall(in, count, mpi_type<T>(), out, count, mpi_type<T>(), comm_));
-  count_per_peer("all_to_all", count_per_rank * sizeof(T));
+  STRATA_MPI_CHECK(MPI_Alltoall(in, count, mpi_type(type), out, count, mpi_type(type), comm_));
+  count_per_peer("all_to_all", bytes_of(type, count_per_rank));
 }
 
-template <class T>
-void MpiCommunicator::send_impl(const T* data, std::size_t count, int peer) {
+void MpiCommunicator::send_of(DataType type, const void* data, std::size_t count, int peer) {
   const TimedCall timed(*this, "send");
   check_peer(peer, "send");
   STRATA_MPI_CHECK(
-      MPI_Send(data, checked_count(count), mpi_type<T>(), peer, kPointToPointTag, comm_));
-  count_send(peer, count * sizeof(T));
+      MPI_Send(data, checked_count(count), mpi_type(type), peer, kPointToPointTag, comm_));
+  count_send(peer, bytes_of(type, count));
 }
 
-template <class T>
-void MpiCommunicator::recv_impl(T* data, std::size_t count, int peer) {
+void MpiCommunicator::recv_of(DataType type, void* data, std::size_t count, int peer) {
   const TimedCall timed(*this, "recv");
   check_peer(peer, "recv");
   MPI_Status status;
   STRATA_MPI_CHECK(
-      MPI_Recv(data, checked_count(count), mpi_type<T>(), peer, kPointToPointTag, comm_, &status));
+      MPI_Recv(data, checked_count(count), mpi_type(type), peer, kPointToPointTag, comm_, &status));
   // A shorter message would leave the tail of `data` stale without any MPI error.
   int received = 0;
-  STRATA_MPI_CHECK(MPI_Get_count(&status, mpi_type<T>(), &received));
+  STRATA_MPI_CHECK(MPI_Get_count(&status, mpi_type(type), &received));
   if (static_cast<std::size_t>(received) != count)
     fail("recv: expected ", count, " elements from rank ", peer, ", got ", received);
 }
 
-template <class T>
-void MpiCommunicator::send_recv_impl(const T* send_buf, std::size_t send_count, int dest,
-                                     T* recv_buf, std::size_t recv_count, int source) {
+void MpiCommunicator::send_recv_of(DataType type, const void* send_buf, std::size_t send_count,
+                                   int dest, void* recv_buf, std::size_t recv_count, int source) {
   const TimedCall timed(*this, "send");
   if (dest != -1) check_peer(dest, "send_recv");
   if (source != -1) check_peer(source, "send_recv");
   MPI_Status status;
-  STRATA_MPI_CHECK(MPI_Sendrecv(send_buf, dest == -1 ? 0 : checked_count(send_count), mpi_type<T>(),
-                                dest == -1 ? MPI_PROC_NULL : dest, kPointToPointTag, recv_buf,
-                                source == -1 ? 0 : checked_count(recv_count), mpi_type<T>(),
-                                source == -1 ? MPI_PROC_NULL : source, kPointToPointTag, comm_,
-                                &status));
+  STRATA_MPI_CHECK(MPI_Sendrecv(send_buf, dest == -1 ? 0 : checked_count(send_count),
+                                mpi_type(type), dest == -1 ? MPI_PROC_NULL : dest, kPointToPointTag,
+                                recv_buf, source == -1 ? 0 : checked_count(recv_count),
+                                mpi_type(type), source == -1 ? MPI_PROC_NULL : source,
+                                kPointToPointTag, comm_, &status));
   if (source != -1) {
     int received = 0;
-    STRATA_MPI_CHECK(MPI_Get_count(&status, mpi_type<T>(), &received));
+    STRATA_MPI_CHECK(MPI_Get_count(&status, mpi_type(type), &received));
     if (static_cast<std::size_t>(received) != recv_count)
       fail("send_recv: expected ", recv_count, " elements from rank ", source, ", got ", received);
   }
-  if (dest != -1) count_send(dest, send_count * sizeof(T));
-}
-
-// The typed entry points of the interface, each forwarding to its one template.
-void MpiCommunicator::reduce_scatter_sum(const float* in, float* out, std::size_t count_per_rank) {
-  reduce_scatter_sum_impl(in, out, count_per_rank);
-}
-void MpiCommunicator::reduce_scatter_sum(const double* in, double* out,
-                                         std::size_t count_per_rank) {
-  reduce_scatter_sum_impl(in, out, count_per_rank);
-}
-void MpiCommunicator::all_gather(const float* in, float* out, std::size_t count_per_rank) {
-  all_gather_impl(in, out, count_per_rank);
-}
-void MpiCommunicator::all_gather(const double* in, double* out, std::size_t count_per_rank) {
-  all_gather_impl(in, out, count_per_rank);
-}
-void MpiCommunicator::all_to_all(const float* in, float* out, std::size_t count_per_rank) {
-  all_to_all_impl(in, out, count_per_rank);
-}
-void MpiCommunicator::all_to_all(const double* in, double* out, std::size_t count_per_rank) {
-  all_to_all_impl(in, out, count_per_rank);
-}
-void MpiCommunicator::send(const float* data, std::size_t count, int peer) {
-  send_impl(data, count, peer);
-}
-void MpiCommunicator::send(const double* data, std::size_t count, int peer) {
-  send_impl(data, count, peer);
-}
-void MpiCommunicator::recv(float* data, std::size_t count, int peer) {
-  recv_impl(data, count, peer);
-}
-void MpiCommunicator::recv(double* data, std::size_t count, int peer) {
-  recv_impl(data, count, peer);
-}
-void MpiCommunicator::send_recv(const float* send_buf, std::size_t send_count, int dest,
-                                float* recv_buf, std::size_t recv_count, int source) {
-  send_recv_impl(send_buf, send_count, dest, recv_buf, recv_count, source);
-}
-void MpiCommunicator::send_recv(const double* send_buf, std::size_t send_count, int dest,
-                                double* recv_buf, std::size_t recv_count, int source) {
-  send_recv_impl(send_buf, send_count, dest, recv_buf, recv_count, source);
+  if (dest != -1) count_send(dest, bytes_of(type, send_count));
 }
 
 }  // namespace strata

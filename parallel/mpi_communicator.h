@@ -45,46 +45,24 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce_sum(float* data, std::size_t count) override;
-  void all_reduce_sum(double* data, std::size_t count) override;
   void all_reduce_max(std::int64_t* data, std::size_t count) override;
-  void broadcast(void* data, std::size_t bytes, int root) override;
   void barrier() override;
 
-  void reduce_scatter_sum(const float* in, float* out, std::size_t count_per_rank) override;
-  void reduce_scatter_sum(const double* in, double* out, std::size_t count_per_rank) override;
-  void all_gather(const float* in, float* out, std::size_t count_per_rank) override;
-  void all_gather(const double* in, double* out, std::size_t count_per_rank) override;
-  void all_to_all(const float* in, float* out, std::size_t count_per_rank) override;
-  void all_to_all(const double* in, double* out, std::size_t count_per_rank) override;
-
-  void send(const float* data, std::size_t count, int peer) override;
-  void send(const double* data, std::size_t count, int peer) override;
-  void recv(float* data, std::size_t count, int peer) override;
-  void recv(double* data, std::size_t count, int peer) override;
-  void send_recv(const float* send_buf, std::size_t send_count, int dest, float* recv_buf,
-                 std::size_t recv_count, int source) override;
-  void send_recv(const double* send_buf, std::size_t send_count, int dest, double* recv_buf,
-                 std::size_t recv_count, int source) override;
-
  private:
+  void all_reduce_sum_of(DataType type, void* data, std::size_t count) override;
+  void reduce_scatter_sum_of(DataType type, const void* in, void* out,
+                             std::size_t count_per_rank) override;
+  void all_gather_of(DataType type, const void* in, void* out, std::size_t count_per_rank) override;
+  void all_to_all_of(DataType type, const void* in, void* out, std::size_t count_per_rank) override;
+  void broadcast_of(DataType type, void* data, std::size_t count, int root) override;
+  void send_of(DataType type, const void* data, std::size_t count, int peer) override;
+  void recv_of(DataType type, void* data, std::size_t count, int peer) override;
+  void send_recv_of(DataType type, const void* send_buf, std::size_t send_count, int dest,
+                    void* recv_buf, std::size_t recv_count, int source) override;
+
   // An owned communicator whose members' world ranks are already known (subgroup).
   MpiCommunicator(MPI_Comm owned_comm, std::vector<int> member_world_ranks, int ranks_per_node);
 
-  // One implementation per operation, for float and double alike.
-  template <class T>
-  void reduce_scatter_sum_impl(const T* in, T* out, std::size_t count_per_rank);
-  template <class T>
-  void all_gather_impl(const T* in, T* out, std::size_t count_per_rank);
-  template <class T>
-  void all_to_all_impl(const T* in, T* out, std::size_t count_per_rank);
-  template <class T>
-  void send_impl(const T* data, std::size_t count, int peer);
-  template <class T>
-  void recv_impl(T* data, std::size_t count, int peer);
-  template <class T>
-  void send_recv_impl(const T* send_buf, std::size_t send_count, int dest, T* recv_buf,
-                      std::size_t recv_count, int source);
   void check_peer(int peer, const char* operation) const;
 
   MPI_Comm comm_;

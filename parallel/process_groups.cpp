@@ -13,23 +13,40 @@ ProcessGroups::ProcessGroups(const Mesh& mesh, MpiCommunicator& world)
                "ProcessGroups needs a communicator ordered like MPI_COMM_WORLD");
   STRATA_CHECK(world.ranks_per_node() == mesh.gpus_per_node(),
                "the world communicator and the mesh disagree on gpus_per_node");
-  // subgroup() is collective over `world`: every rank creates the four groups in this order.
-  tp_ = world.subgroup(mesh.tp_group());
-  dp_ = world.subgroup(mesh.dp_group());
-  pp_ = world.subgroup(mesh.pp_group());
-  node_ = world.subgroup(mesh.node_group());
+  // add() is collective over `world`: every rank creates the groups in this order.
+  tp_ = &add("tp", mesh.tp_group());
+  dp_ = &add("dp", mesh.dp_group());
+  pp_ = &add("pp", mesh.pp_group());
+  node_ = &add("node", mesh.node_group());
+  dp_intra_node_ = &add("dp_intra_node", mesh.dp_intra_node_group());
+  dp_inter_node_ = &add("dp_inter_node", mesh.dp_inter_node_group());
+}
+
+Communicator& ProcessGroups::add(const std::string& name, const std::vector<int>& members) {
+  // Checked before the collective split, identically on every rank that passes the same name.
+  if (name == "world") fail("process group name 'world' is taken");
+  for (const Named& group : groups_)
+    if (group.name == name) fail("process group '", name, "' exists already");
+  groups_.push_back({name, world_.subgroup(members)});
+  return *groups_.back().comm;
+}
+
+Communicator& ProcessGroups::group(const std::string& name) const {
+  if (name == "world") return world_;
+  for (const Named& group : groups_)
+    if (group.name == name) return *group.comm;
+  fail("no process group '", name, "'");
 }
 
 CommStats ProcessGroups::total_stats() const {
   CommStats total = world_.stats();
-  for (const Communicator* group : {tp_.get(), dp_.get(), pp_.get(), node_.get()})
-    total += group->stats();
+  for (const Named& group : groups_) total += group.comm->stats();
   return total;
 }
 
 void ProcessGroups::reset_stats() {
   world_.reset_stats();
-  for (Communicator* group : {tp_.get(), dp_.get(), pp_.get(), node_.get()}) group->reset_stats();
+  for (Named& group : groups_) group.comm->reset_stats();
 }
 
 }  // namespace strata

@@ -1,5 +1,7 @@
 // resolve_device and choose_nccl (train/cuda_training.h): where a run trains, and what carries
 // its device arrays between ranks.
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -45,19 +47,20 @@ bool choose_nccl(const std::string& device_comm, const std::vector<std::string>&
 }
 
 std::vector<std::string> gather_gpu_ids(Communicator& world, const std::string& mine) {
-  // The identities travel as one float per character (exact in fp32), padded to a common length.
+  // The identities travel as bytes, padded with zeros to a common length (an identity is text,
+  // so its first zero byte ends it).
   constexpr std::size_t kLength = 64;
   STRATA_CHECK(mine.size() <= kLength, "GPU identity longer than ", kLength, " characters");
-  std::vector<float> local(kLength, 0.0f);
-  for (std::size_t i = 0; i < mine.size(); ++i)
-    local[i] = static_cast<float>(static_cast<unsigned char>(mine[i]));
+  std::vector<std::uint8_t> local(kLength, 0);
+  std::copy(mine.begin(), mine.end(), local.begin());
   const std::size_t n = static_cast<std::size_t>(world.size());
-  std::vector<float> all(n * kLength);
+  std::vector<std::uint8_t> all(n * kLength);
   world.all_gather(local.data(), all.data(), kLength);
   std::vector<std::string> ids(n);
-  for (std::size_t r = 0; r < n; ++r)
-    for (std::size_t i = 0; i < kLength && all[r * kLength + i] != 0.0f; ++i)
-      ids[r].push_back(static_cast<char>(static_cast<unsigned char>(all[r * kLength + i])));
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::uint8_t* begin = all.data() + r * kLength;
+    ids[r].assign(begin, std::find(begin, begin + kLength, std::uint8_t{0}));
+  }
   return ids;
 }
 

@@ -1,10 +1,20 @@
 // The collectives a tensor-parallel layer needs inside its group. The model depends only on this
 // interface (DESIGN §1: model/ knows nothing of parallel/); parallel::Communicator implements it
-// over MPI or NCCL, and SingleRank below is the group of one process (every call a no-op).
+// over MPI, and SingleRank below is the group of one process (every call a copy or nothing).
+//
+// Payloads: the element types of model/core/data_type.h (float, double, int8, uint8, int32,
+// int64). The typed calls are templates that name the DataType and forward to one type-erased
+// virtual per operation, so a backend implements each operation once, not once per type, and a
+// type outside the set does not compile. Sums take SummablePayload types only (not the bytes:
+// data_type.h says why), so a byte sum is a compile error. Integer sums are exact while the
+// result fits; the caller keeps it so (an overflow wraps on every known transport, but none
+// promises it).
 #pragma once
 
 #include <cstddef>
 #include <cstring>
+
+#include "model/core/data_type.h"
 
 namespace strata {
 
@@ -15,14 +25,27 @@ class Collectives {
   virtual int size() const = 0;
 
   // In-place sum over the group.
-  virtual void all_reduce_sum(float* data, std::size_t count) = 0;
-  virtual void all_reduce_sum(double* data, std::size_t count) = 0;
+  template <SummablePayload T>
+  void all_reduce_sum(T* data, std::size_t count) {
+    all_reduce_sum_of(data_type_of<T>(), data, count);
+  }
   // out (size·count) = the `in` (count) of every rank, in rank order.
-  virtual void all_gather(const float* in, float* out, std::size_t count) = 0;
-  virtual void all_gather(const double* in, double* out, std::size_t count) = 0;
+  template <CollectivePayload T>
+  void all_gather(const T* in, T* out, std::size_t count) {
+    all_gather_of(data_type_of<T>(), in, out, count);
+  }
   // out (count) = this rank's chunk of the element-wise sum of every rank's `in` (size·count).
-  virtual void reduce_scatter_sum(const float* in, float* out, std::size_t count) = 0;
-  virtual void reduce_scatter_sum(const double* in, double* out, std::size_t count) = 0;
+  template <SummablePayload T>
+  void reduce_scatter_sum(const T* in, T* out, std::size_t count) {
+    reduce_scatter_sum_of(data_type_of<T>(), in, out, count);
+  }
+
+ protected:
+  // The typed calls above with the element type as a value; counts are elements of `type`.
+  virtual void all_reduce_sum_of(DataType type, void* data, std::size_t count) = 0;
+  virtual void all_gather_of(DataType type, const void* in, void* out, std::size_t count) = 0;
+  virtual void reduce_scatter_sum_of(DataType type, const void* in, void* out,
+                                     std::size_t count) = 0;
 };
 
 // The group of one rank: sums and gathers are copies.
@@ -30,23 +53,17 @@ class SingleRank final : public Collectives {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void all_reduce_sum(float*, std::size_t) override {}
-  void all_reduce_sum(double*, std::size_t) override {}
-  void all_gather(const float* in, float* out, std::size_t count) override { copy(in, out, count); }
-  void all_gather(const double* in, double* out, std::size_t count) override {
-    copy(in, out, count);
-  }
-  void reduce_scatter_sum(const float* in, float* out, std::size_t count) override {
-    copy(in, out, count);
-  }
-  void reduce_scatter_sum(const double* in, double* out, std::size_t count) override {
-    copy(in, out, count);
-  }
 
  private:
-  template <class T>
-  static void copy(const T* in, T* out, std::size_t count) {
-    if (in != out) std::memcpy(out, in, count * sizeof(T));
+  void all_reduce_sum_of(DataType, void*, std::size_t) override {}
+  void all_gather_of(DataType type, const void* in, void* out, std::size_t count) override {
+    copy(type, in, out, count);
+  }
+  void reduce_scatter_sum_of(DataType type, const void* in, void* out, std::size_t count) override {
+    copy(type, in, out, count);
+  }
+  static void copy(DataType type, const void* in, void* out, std::size_t count) {
+    if (in != out) std::memcpy(out, in, count * size_of(type));
   }
 };
 

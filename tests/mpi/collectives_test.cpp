@@ -1,7 +1,9 @@
 // Collectives over the groups of the process mesh, run inside mpirun (4 and 8 ranks): on every
-// group of every layout that fits the world, with nodes of 2 and 4 ranks, each operation gives
-// the values of a direct computation on known per-rank data, and counts exactly the bytes of the
-// ring model of parallel/communicator.h, split into intra- and inter-node links by world rank.
+// group of every layout that fits the world, with nodes of 2, 3 and 4 ranks, each operation on
+// every payload type (float, double, int8, uint8, int32, int64) gives the values of a direct
+// computation on known per-rank data, and counts exactly the bytes of the ring model of
+// parallel/communicator.h (elements × element size), split into intra- and inter-node links by
+// world rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -9,13 +11,16 @@
 #include <map>
 #include <memory>
 #include <ostream>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/core/error.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/process_groups.h"
+#include "tests/unit/error_of.h"
 
 namespace strata {
 
@@ -28,6 +33,7 @@ namespace {
 
 using Bytes = std::map<std::string, std::map<LinkClass, std::uint64_t>>;
 using Calls = std::map<std::string, std::uint64_t>;
+using testing::error_of;
 
 // Elements per rank: small, and odd so that chunk boundaries are not accidentally aligned.
 constexpr std::size_t kCount = 3;
@@ -44,8 +50,36 @@ int world_size() {
   return size;
 }
 
-// Element i of world rank r's data: small integers, so float sums are exact.
-double value(int rank, std::size_t i) { return 1000.0 * rank + static_cast<double>(i); }
+// Element i of world rank r's data, of every payload type: small integers for float and double
+// (sums exact); past float's 2^24 for int32 and double's 2^53 for int64, so that a transport
+// staging them through floating point would fail; and for bytes, values over the whole range.
+template <class T>
+T value(int rank, std::size_t i) {
+  const auto index = static_cast<std::int64_t>(i);
+  if constexpr (std::is_floating_point_v<T>)
+    return static_cast<T>(1000 * rank + index);
+  else if constexpr (sizeof(T) >= 4)
+    return static_cast<T>((std::int64_t{rank} << (sizeof(T) == 4 ? 24 : 56)) + index);
+  else
+    return static_cast<T>(97 * rank + 13 * index + 200);
+}
+
+// The sum over `members` of element i (exact for every summable type and group here).
+template <class T>
+T sum_of(const std::vector<int>& members, std::size_t i) {
+  T sum = 0;
+  for (int m : members) sum += value<T>(m, i);
+  return sum;
+}
+
+// Bytes are moved but never summed (model/core/data_type.h): a byte sum does not compile.
+template <class T>
+concept CanSum = requires(Communicator& comm, T* data) {
+  comm.all_reduce_sum(data, 1);
+  comm.reduce_scatter_sum(data, data, 1);
+};
+static_assert(CanSum<float> && CanSum<double> && CanSum<std::int32_t> && CanSum<std::int64_t>);
+static_assert(!CanSum<std::int8_t> && !CanSum<std::uint8_t>);
 
 // The link class written out again from its definition, independently of the communicator.
 LinkClass link(int world_a, int world_b, int gpus_per_node) {
@@ -80,7 +114,9 @@ struct MeshGroups {
             {"tp", groups->tp(), mesh.tp_group()},
             {"dp", groups->dp(), mesh.dp_group()},
             {"pp", groups->pp(), mesh.pp_group()},
-            {"node", groups->node(), mesh.node_group()}};
+            {"node", groups->node(), mesh.node_group()},
+            {"dp_intra_node", groups->dp_intra_node(), mesh.dp_intra_node_group()},
+            {"dp_inter_node", groups->dp_inter_node(), mesh.dp_inter_node_group()}};
   }
 };
 
@@ -88,11 +124,12 @@ struct LayoutCase {
   int tp, pp, gpus_per_node;
 };
 
-// Every (tp, pp) dividing the world, with nodes of 2 and 4 ranks, that resolve_mesh_shape accepts.
+// Every (tp, pp) dividing the world, with nodes of 2, 3 (a partial last node, uneven dp node
+// groups) and 4 ranks, that resolve_mesh_shape accepts.
 std::vector<LayoutCase> layouts() {
   std::vector<LayoutCase> cases;
   const int world = world_size();
-  for (int gpus_per_node : {2, 4})
+  for (int gpus_per_node : {2, 3, 4})
     for (int tp = 1; tp <= world; ++tp)
       for (int pp = 1; tp * pp <= world; ++pp) {
         if (world % (tp * pp) != 0) continue;
@@ -131,34 +168,31 @@ void check_collectives(const Group& group, int gpus_per_node) {
   const std::size_t un = static_cast<std::size_t>(n);
   comm.reset_stats();
 
-  {  // all_reduce: 2(n−1)/n of the buffer to the ring successor.
-    std::vector<T> data(kCount);
-    for (std::size_t i = 0; i < kCount; ++i) data[i] = static_cast<T>(value(self, i));
-    comm.all_reduce_sum(data.data(), kCount);
-    for (std::size_t i = 0; i < kCount; ++i) {
-      double sum = 0;
-      for (int m : members) sum += value(m, i);
-      EXPECT_EQ(data[i], static_cast<T>(sum)) << "all_reduce element " << i;
+  if constexpr (SummablePayload<T>) {
+    {  // all_reduce: 2(n−1)/n of the buffer to the ring successor.
+      std::vector<T> data(kCount);
+      for (std::size_t i = 0; i < kCount; ++i) data[i] = value<T>(self, i);
+      comm.all_reduce_sum(data.data(), kCount);
+      for (std::size_t i = 0; i < kCount; ++i)
+        EXPECT_EQ(data[i], sum_of<T>(members, i)) << "all_reduce element " << i;
+      expect_stats(comm, {{"all_reduce", {{ring_link, 2 * (un - 1) * chunk / un}}}},
+                   {{"all_reduce", 1}}, "all_reduce");
     }
-    expect_stats(comm, {{"all_reduce", {{ring_link, 2 * (un - 1) * chunk / un}}}},
-                 {{"all_reduce", 1}}, "all_reduce");
-  }
-  {  // reduce_scatter: this rank gets the sum of everyone's chunk `me`; sends n−1 chunks.
-    std::vector<T> in(un * kCount), out(kCount, T(-1));
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<T>(value(self, i));
-    comm.reduce_scatter_sum(in.data(), out.data(), kCount);
-    for (std::size_t i = 0; i < kCount; ++i) {
-      double sum = 0;
-      for (int m : members) sum += value(m, static_cast<std::size_t>(me) * kCount + i);
-      EXPECT_EQ(out[i], static_cast<T>(sum)) << "reduce_scatter element " << i;
+    {  // reduce_scatter: this rank gets the sum of everyone's chunk `me`; sends n−1 chunks.
+      std::vector<T> in(un * kCount), out(kCount, T(-1));
+      for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<T>(self, i);
+      comm.reduce_scatter_sum(in.data(), out.data(), kCount);
+      for (std::size_t i = 0; i < kCount; ++i)
+        EXPECT_EQ(out[i], sum_of<T>(members, static_cast<std::size_t>(me) * kCount + i))
+            << "reduce_scatter element " << i;
+      expect_stats(comm, {{"reduce_scatter", {{ring_link, (un - 1) * chunk}}}},
+                   {{"reduce_scatter", 1}}, "reduce_scatter");
     }
-    expect_stats(comm, {{"reduce_scatter", {{ring_link, (un - 1) * chunk}}}},
-                 {{"reduce_scatter", 1}}, "reduce_scatter");
   }
   {  // all_gather, out of place and in place: chunk r is rank r's input.
     std::vector<T> in(kCount), out(un * kCount, T(-1)), in_place(un * kCount, T(-1));
     for (std::size_t i = 0; i < kCount; ++i) {
-      in[i] = static_cast<T>(value(self, i));
+      in[i] = value<T>(self, i);
       in_place[static_cast<std::size_t>(me) * kCount + i] = in[i];
     }
     comm.all_gather(in.data(), out.data(), kCount);
@@ -166,22 +200,21 @@ void check_collectives(const Group& group, int gpus_per_node) {
                     kCount);
     for (std::size_t r = 0; r < un; ++r)
       for (std::size_t i = 0; i < kCount; ++i) {
-        EXPECT_EQ(out[r * kCount + i], static_cast<T>(value(members[r], i))) << "all_gather";
-        EXPECT_EQ(in_place[r * kCount + i], static_cast<T>(value(members[r], i)))
-            << "all_gather in place";
+        EXPECT_EQ(out[r * kCount + i], value<T>(members[r], i)) << "all_gather";
+        EXPECT_EQ(in_place[r * kCount + i], value<T>(members[r], i)) << "all_gather in place";
       }
     expect_stats(comm, {{"all_gather", {{ring_link, 2 * (un - 1) * chunk}}}}, {{"all_gather", 2}},
                  "all_gather");
   }
   {  // all_to_all: chunk r of the output is rank r's chunk `me`; one chunk to each other member.
     std::vector<T> in(un * kCount), out(un * kCount, T(-1));
-    for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<T>(value(self, i));
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<T>(self, i);
     comm.all_to_all(in.data(), out.data(), kCount);
     Bytes expected;
     for (std::size_t r = 0; r < un; ++r) {
       for (std::size_t i = 0; i < kCount; ++i)
         EXPECT_EQ(out[r * kCount + i],
-                  static_cast<T>(value(members[r], static_cast<std::size_t>(me) * kCount + i)))
+                  value<T>(members[r], static_cast<std::size_t>(me) * kCount + i))
             << "all_to_all from group rank " << r;
       if (static_cast<int>(r) != me)
         expected["all_to_all"][link(self, members[r], gpus_per_node)] += chunk;
@@ -192,10 +225,14 @@ void check_collectives(const Group& group, int gpus_per_node) {
   for (int root = 0; root < n; ++root) {
     std::vector<T> data(kCount, T(-1));
     if (me == root)
-      for (std::size_t i = 0; i < kCount; ++i) data[i] = static_cast<T>(value(self, i));
-    comm.broadcast(data.data(), chunk, root);
+      for (std::size_t i = 0; i < kCount; ++i) data[i] = value<T>(self, i);
+    // Both forms: the typed one counts elements, the raw one bytes; they move and count the same.
+    if (root % 2 == 0)
+      comm.broadcast(std::span<T>(data), root);
+    else
+      comm.broadcast(data.data(), chunk, root);
     for (std::size_t i = 0; i < kCount; ++i)
-      EXPECT_EQ(data[i], static_cast<T>(value(members[static_cast<std::size_t>(root)], i)))
+      EXPECT_EQ(data[i], value<T>(members[static_cast<std::size_t>(root)], i))
           << "broadcast from " << root;
     Bytes expected;
     if (me == root)
@@ -209,7 +246,7 @@ void check_collectives(const Group& group, int gpus_per_node) {
   const int next_world = members[static_cast<std::size_t>(next)];
   const int previous_world = members[static_cast<std::size_t>(previous)];
   std::vector<T> mine(kCount);
-  for (std::size_t i = 0; i < kCount; ++i) mine[i] = static_cast<T>(value(self, i));
+  for (std::size_t i = 0; i < kCount; ++i) mine[i] = value<T>(self, i);
   {  // A ring of blocking send/recv, ordered so that it cannot deadlock: rank 0 starts it.
     std::vector<T> got(kCount, T(-1));
     if (me == 0) {
@@ -220,7 +257,7 @@ void check_collectives(const Group& group, int gpus_per_node) {
       comm.send(mine.data(), kCount, next);
     }
     for (std::size_t i = 0; i < kCount; ++i)
-      EXPECT_EQ(got[i], static_cast<T>(value(previous_world, i))) << "send/recv ring";
+      EXPECT_EQ(got[i], value<T>(previous_world, i)) << "send/recv ring";
     expect_stats(comm, {{"send", {{link(self, next_world, gpus_per_node), chunk}}}}, {{"send", 1}},
                  "send/recv ring");
   }
@@ -229,8 +266,8 @@ void check_collectives(const Group& group, int gpus_per_node) {
     comm.send_recv(mine.data(), kCount, next, from_previous.data(), kCount, previous);
     comm.send_recv(mine.data(), kCount, previous, from_next.data(), kCount, next);
     for (std::size_t i = 0; i < kCount; ++i) {
-      EXPECT_EQ(from_previous[i], static_cast<T>(value(previous_world, i))) << "send_recv ring";
-      EXPECT_EQ(from_next[i], static_cast<T>(value(next_world, i))) << "send_recv ring back";
+      EXPECT_EQ(from_previous[i], value<T>(previous_world, i)) << "send_recv ring";
+      EXPECT_EQ(from_next[i], value<T>(next_world, i)) << "send_recv ring back";
     }
     Bytes expected;
     expected["send"][link(self, next_world, gpus_per_node)] += chunk;
@@ -242,14 +279,14 @@ void check_collectives(const Group& group, int gpus_per_node) {
     const int forward_dest = me + 1 < n ? me + 1 : -1;
     const int forward_source = me > 0 ? me - 1 : -1;
     std::vector<T> send(static_cast<std::size_t>(me) + 1), got(static_cast<std::size_t>(me), T(-1));
-    for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(value(self, i));
+    for (std::size_t i = 0; i < send.size(); ++i) send[i] = value<T>(self, i);
     T untouched = T(-7);
     T* forward_recv = forward_source == -1 ? &untouched : got.data();
     comm.send_recv(send.data(), send.size(), forward_dest, forward_recv, got.size(),
                    forward_source);
     EXPECT_EQ(untouched, T(-7));
     for (std::size_t i = 0; i < got.size(); ++i)  // empty on the first stage
-      EXPECT_EQ(got[i], static_cast<T>(value(previous_world, i))) << "chain forward";
+      EXPECT_EQ(got[i], value<T>(previous_world, i)) << "chain forward";
 
     // Backward: every rank sends kCount elements to the previous stage (gradients).
     std::vector<T> gradient(kCount, T(-1));
@@ -258,7 +295,7 @@ void check_collectives(const Group& group, int gpus_per_node) {
                    backward_source == -1 ? nullptr : gradient.data(), kCount, backward_source);
     if (backward_source != -1) {
       for (std::size_t i = 0; i < kCount; ++i)
-        EXPECT_EQ(gradient[i], static_cast<T>(value(next_world, i))) << "chain backward";
+        EXPECT_EQ(gradient[i], value<T>(next_world, i)) << "chain backward";
     } else {
       for (T g : gradient) EXPECT_EQ(g, T(-1)) << "no source leaves the buffer untouched";
     }
@@ -277,13 +314,17 @@ void check_collectives(const Group& group, int gpus_per_node) {
   }
 }
 
-TEST(GroupCollectives, EveryGroupOfEveryLayoutGivesTheDirectResultAndRingByteCounts) {
+TEST(GroupCollectives, EveryPayloadOnEveryGroupOfEveryLayoutGivesTheDirectResultAndRingBytes) {
   for (const LayoutCase& layout : layouts()) {
     SCOPED_TRACE(describe(layout));
     MeshGroups setup(layout.tp, layout.pp, layout.gpus_per_node);
     for (const Group& group : setup.all()) {
       check_collectives<float>(group, layout.gpus_per_node);
       check_collectives<double>(group, layout.gpus_per_node);
+      check_collectives<std::int8_t>(group, layout.gpus_per_node);
+      check_collectives<std::uint8_t>(group, layout.gpus_per_node);
+      check_collectives<std::int32_t>(group, layout.gpus_per_node);
+      check_collectives<std::int64_t>(group, layout.gpus_per_node);
     }
   }
 }
@@ -319,16 +360,91 @@ TEST(GroupCollectives, TwoByTwoByTwoLinkClassesByHand) {
                   {intra, 2 * static_cast<std::uint64_t>(gpus_per_node - 1) * 16 /
                               static_cast<std::uint64_t>(gpus_per_node)}}));
 
-    // total_stats sums the five groups by kind and link class, and reset clears them all.
+    // dp's two members share a node of 4 (intra-node group {r, r^2}, inter-node group {r}) and
+    // sit on two nodes of 2 (intra-node group {r}, inter-node group {r, r^2}). A group of one
+    // sends nothing.
+    EXPECT_EQ(groups.dp_intra_node().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{{intra, gpus_per_node == 4 ? 16 : 0}}));
+    EXPECT_EQ(groups.dp_inter_node().stats().bytes.at("all_reduce"),
+              (std::map<LinkClass, std::uint64_t>{
+                  {gpus_per_node == 4 ? intra : inter, gpus_per_node == 4 ? 0 : 16}}));
+
+    // total_stats sums every group by kind and link class, and reset clears them all.
     const CommStats total = groups.total_stats();
     std::uint64_t sum = 0;
     for (const Group& group : setup.all()) sum += group.comm.stats().total_bytes();
     EXPECT_EQ(total.total_bytes(), sum);
-    EXPECT_EQ(total.calls.at("all_reduce"), 5u);
+    EXPECT_EQ(total.calls.at("all_reduce"), setup.all().size());
     setup.groups->reset_stats();
     EXPECT_EQ(groups.total_stats().total_bytes(), 0u);
     EXPECT_TRUE(groups.tp().stats().calls.empty());
   }
+}
+
+// The members of a group as its communicator sees them: every member's world rank, gathered
+// over the group itself (int32), must be the expected list in group-rank order.
+void expect_members(Communicator& comm, const std::vector<int>& expected, const char* what) {
+  ASSERT_EQ(comm.size(), static_cast<int>(expected.size())) << what;
+  const std::int32_t mine = world_rank();
+  std::vector<std::int32_t> gathered(expected.size());
+  comm.all_gather(&mine, gathered.data(), 1);
+  EXPECT_EQ(std::vector<int>(gathered.begin(), gathered.end()), expected) << what;
+}
+
+// The data-parallel groups within and across nodes, by hand for the layouts of the brief (rank 5
+// of 8 ranks, 4 per node), and from their definition for tp 1 on nodes of 2, 3 and 4 ranks: the
+// members of this node, and the ranks at this rank's offset in every node that has it.
+TEST(GroupCollectives, DataParallelNodeGroupsHaveTheirMembers) {
+  const int world = world_size(), rank = world_rank();
+  for (int gpus_per_node : {2, 3, 4}) {
+    SCOPED_TRACE("tp 1, gpus_per_node " + std::to_string(gpus_per_node));
+    MeshGroups setup(1, 1, gpus_per_node);
+    std::vector<int> intra, inter;
+    for (int r = 0; r < world; ++r) {
+      if (r / gpus_per_node == rank / gpus_per_node) intra.push_back(r);
+      if (r % gpus_per_node == rank % gpus_per_node) inter.push_back(r);
+    }
+    expect_members(setup.groups->dp_intra_node(), intra, "dp_intra_node");
+    expect_members(setup.groups->dp_inter_node(), inter, "dp_inter_node");
+    EXPECT_EQ(setup.mesh.dp_factors_evenly(), world % gpus_per_node == 0);
+  }
+  if (world != 8) return;
+  MeshGroups flat(1, 1, 4), paired(2, 1, 4);
+  if (rank == 5) {
+    expect_members(flat.groups->dp_intra_node(), {4, 5, 6, 7}, "tp 1: dp_intra_node");
+    expect_members(flat.groups->dp_inter_node(), {1, 5}, "tp 1: dp_inter_node");
+    expect_members(paired.groups->dp_intra_node(), {5, 7}, "tp 2: dp_intra_node");
+    expect_members(paired.groups->dp_inter_node(), {1, 5}, "tp 2: dp_inter_node");
+  } else {  // every member of a group takes part in its all_gather
+    expect_members(flat.groups->dp_intra_node(), flat.mesh.dp_intra_node_group(), "tp 1");
+    expect_members(flat.groups->dp_inter_node(), flat.mesh.dp_inter_node_group(), "tp 1");
+    expect_members(paired.groups->dp_intra_node(), paired.mesh.dp_intra_node_group(), "tp 2");
+    expect_members(paired.groups->dp_inter_node(), paired.mesh.dp_inter_node_group(), "tp 2");
+  }
+}
+
+// A group added by name from a key on the mesh: it has its members, is found by its name, and
+// its traffic is in total_stats; names are unique, checked on every rank before any collective.
+TEST(GroupCollectives, NamedGroupsFromAnyPartition) {
+  MeshGroups setup(1, 1, 2);
+  ProcessGroups& groups = *setup.groups;
+  Communicator& parity =
+      groups.add("parity", setup.mesh.members_sharing([](int r) { return r % 2; }));
+  std::vector<int> same_parity;
+  for (int r = world_rank() % 2; r < world_size(); r += 2) same_parity.push_back(r);
+  expect_members(parity, same_parity, "parity");
+  EXPECT_EQ(&groups.group("parity"), &parity);
+  EXPECT_EQ(&groups.group("dp_inter_node"), &groups.dp_inter_node());
+  EXPECT_EQ(&groups.group("world"), &groups.world());
+  EXPECT_EQ(groups.total_stats().calls.at("all_gather"), 1u);
+  groups.reset_stats();
+  EXPECT_TRUE(parity.stats().calls.empty());
+
+  EXPECT_EQ(error_of([&] { groups.add("parity", same_parity); }),
+            "process group 'parity' exists already");
+  EXPECT_EQ(error_of([&] { groups.add("world", same_parity); }),
+            "process group name 'world' is taken");
+  EXPECT_EQ(error_of([&] { groups.group("workers"); }), "no process group 'workers'");
 }
 
 TEST(GroupCollectives, SubgroupsOfSubgroupsKeepWorldRanksForLinkClasses) {
@@ -364,22 +480,14 @@ TEST(GroupCollectives, SubgroupsOfSubgroupsKeepWorldRanksForLinkClasses) {
 TEST(GroupCollectives, BadArgumentsAreErrorsOnEveryRank) {
   // Every rank makes the same mistake, so every rank throws before entering MPI.
   MpiCommunicator world(MPI_COMM_WORLD, 2);
-  auto message = [](auto body) {
-    try {
-      body();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   float x = 0;
-  EXPECT_NE(message([&] { world.subgroup({}); }).find("is not among its members"),
+  EXPECT_NE(error_of([&] { world.subgroup({}); }).find("is not among its members"),
             std::string::npos);
-  EXPECT_NE(message([&] { world.send(&x, 1, world.size()); }).find("send: peer"),
+  EXPECT_NE(error_of([&] { world.send(&x, 1, world.size()); }).find("send: peer"),
             std::string::npos);
-  EXPECT_NE(message([&] { world.send_recv(&x, 1, -2, &x, 1, -1); }).find("send_recv: peer -2"),
+  EXPECT_NE(error_of([&] { world.send_recv(&x, 1, -2, &x, 1, -1); }).find("send_recv: peer -2"),
             std::string::npos);
-  EXPECT_NE(message([&] { world.broadcast(&x, sizeof x, -1); }).find("broadcast: peer -1"),
+  EXPECT_NE(error_of([&] { world.broadcast(&x, sizeof x, -1); }).find("broadcast: peer -1"),
             std::string::npos);
   EXPECT_TRUE(world.stats().calls.empty());
 }

@@ -1,6 +1,7 @@
 // The process mesh (DESIGN §2): the rank order TP fastest, then DP, then PP; groups that partition
-// the world with TP groups inside a node; every layout that cannot run rejected before any work
-// with its reason; and the split of layers into pipeline stages.
+// the world with TP groups inside a node; the node-wise factors of the dp group, even and uneven;
+// every layout that cannot run rejected before any work with its reason; and the split of layers
+// into pipeline stages.
 #include "parallel/mesh.h"
 
 #include <gtest/gtest.h>
@@ -52,9 +53,71 @@ TEST(Mesh, CoordinatesAndGroupsOfTwoByTwoByTwo) {
   EXPECT_EQ(two.world_rank_of(1, 0, 1), 5);
 }
 
+TEST(Mesh, MembersSharingAKeyFormAGroupInWorldRankOrder) {
+  const Mesh mesh(8, 5, 1, 1, 0, 8);
+  EXPECT_EQ(mesh.members_sharing([](int r) { return r % 2; }), (Group{1, 3, 5, 7}));
+  EXPECT_EQ(mesh.members_sharing([](int r) { return r / 4; }), (Group{4, 5, 6, 7}));
+  EXPECT_EQ(mesh.members_sharing([](int) { return 0; }), (Group{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(mesh.members_sharing([](int r) { return r; }), (Group{5}));
+}
+
+// The data-parallel groups of one node and across nodes, written out by hand.
+TEST(Mesh, DataParallelNodeGroupsByHand) {
+  struct Case {
+    int world, tp, pp, gpus_per_node, rank;
+    Group dp, intra, inter;
+    bool even;
+  };
+  for (const Case& c : std::vector<Case>{
+           // One dp group of 8 over two nodes of 4: local index 1 of node 1 meets node 0's.
+           {8, 1, 1, 4, 5, {0, 1, 2, 3, 4, 5, 6, 7}, {4, 5, 6, 7}, {1, 5}, true},
+           {8, 1, 1, 4, 0, {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 2, 3}, {0, 4}, true},
+           // tp 2: a dp group is every other rank, two of them per node.
+           {8, 2, 1, 4, 5, {1, 3, 5, 7}, {5, 7}, {1, 5}, true},
+           {8, 2, 1, 4, 2, {0, 2, 4, 6}, {0, 2}, {2, 6}, true},
+           // pp 2: each stage's dp group, within its stage's nodes.
+           {8, 1, 2, 2, 6, {4, 5, 6, 7}, {6, 7}, {4, 6}, true},
+           {8, 2, 2, 2, 5, {5, 7}, {5}, {5, 7}, true},  // one dp rank per node
+           {8, 2, 2, 4, 5, {5, 7}, {5, 7}, {5}, true},  // the whole dp group in one node
+           {1, 1, 1, 8, 0, {0}, {0}, {0}, true},
+           // Uneven: nodes {0,1,2,3} and {4,5} hold 4 and 2 ranks of the dp group.
+           {6, 1, 1, 4, 2, {0, 1, 2, 3, 4, 5}, {0, 1, 2, 3}, {2}, false},
+           {6, 1, 1, 4, 5, {0, 1, 2, 3, 4, 5}, {4, 5}, {1, 5}, false},
+           // Uneven across stages: node 1 holds ranks 4,5 of stage 0 and 6,7 of stage 1.
+           {12, 1, 2, 4, 6, {6, 7, 8, 9, 10, 11}, {6, 7}, {6, 8}, false},
+           {12, 1, 2, 4, 9, {6, 7, 8, 9, 10, 11}, {8, 9, 10, 11}, {7, 9}, false},
+       }) {
+    SCOPED_TRACE("world " + std::to_string(c.world) + " tp " + std::to_string(c.tp) + " pp " +
+                 std::to_string(c.pp) + " gpus_per_node " + std::to_string(c.gpus_per_node) +
+                 " rank " + std::to_string(c.rank));
+    const Mesh mesh(c.world, c.rank, c.tp, c.pp, 0, c.gpus_per_node);
+    EXPECT_EQ(mesh.dp_group(), c.dp);
+    EXPECT_EQ(mesh.dp_intra_node_group(), c.intra);
+    EXPECT_EQ(mesh.dp_inter_node_group(), c.inter);
+    EXPECT_EQ(mesh.dp_factors_evenly(), c.even);
+  }
+}
+
 struct Layout {
   int world, tp, pp, dp, gpus_per_node;
 };
+
+// The node-wise dp groups of `rank` from their definition, by counting: the dp group's members in
+// the rank's node, and those whose position among their own node's members is the rank's.
+std::pair<Group, Group> dp_node_groups_by_definition(const Layout& layout, int rank) {
+  const Mesh mesh(layout.world, rank, layout.tp, layout.pp, layout.dp, layout.gpus_per_node);
+  const auto node_of = [&](int r) { return r / layout.gpus_per_node; };
+  const auto position_in_node = [&](int r) {
+    return std::count_if(mesh.dp_group().begin(), mesh.dp_group().end(),
+                         [&](int m) { return node_of(m) == node_of(r) && m < r; });
+  };
+  Group intra, inter;
+  for (int m : mesh.dp_group()) {
+    if (node_of(m) == node_of(rank)) intra.push_back(m);
+    if (position_in_node(m) == position_in_node(rank)) inter.push_back(m);
+  }
+  return {intra, inter};
+}
 
 // For every rank of a layout: coordinates round-trip, each group holds exactly the ranks that
 // share the other coordinates, ordered by its own coordinate, and each kind of group partitions
@@ -63,7 +126,8 @@ void check_layout(const Layout& layout) {
   SCOPED_TRACE("world " + std::to_string(layout.world) + " tp " + std::to_string(layout.tp) +
                " pp " + std::to_string(layout.pp) + " dp " + std::to_string(layout.dp) +
                " gpus_per_node " + std::to_string(layout.gpus_per_node));
-  std::set<Group> tp_groups, dp_groups, pp_groups, node_groups;
+  std::set<Group> tp_groups, dp_groups, pp_groups, node_groups, intra_groups, inter_groups;
+  std::set<std::size_t> intra_sizes;
   for (int rank = 0; rank < layout.world; ++rank) {
     const Mesh mesh(layout.world, rank, layout.tp, layout.pp, layout.dp, layout.gpus_per_node);
     ASSERT_EQ(mesh.world_size(), layout.world);
@@ -92,12 +156,34 @@ void check_layout(const Layout& layout) {
     EXPECT_NE(std::find(node.begin(), node.end(), rank), node.end());
     for (int member : node) EXPECT_EQ(member / layout.gpus_per_node, mesh.node_index());
 
+    const auto [intra, inter] = dp_node_groups_by_definition(layout, rank);
+    EXPECT_EQ(mesh.dp_intra_node_group(), intra);
+    EXPECT_EQ(mesh.dp_inter_node_group(), inter);
+    intra_sizes.insert(intra.size());
+
     tp_groups.insert(mesh.tp_group());
     dp_groups.insert(mesh.dp_group());
     pp_groups.insert(mesh.pp_group());
     node_groups.insert(node);
+    intra_groups.insert(intra);
+    inter_groups.insert(inter);
   }
-  for (const auto* groups : {&tp_groups, &dp_groups, &pp_groups, &node_groups}) {
+  // Even: every intra-node group has k members, and dp rank = inter rank · k + intra rank.
+  const bool even = intra_sizes.size() == 1;
+  for (int rank = 0; rank < layout.world; ++rank) {
+    const Mesh mesh(layout.world, rank, layout.tp, layout.pp, layout.dp, layout.gpus_per_node);
+    EXPECT_EQ(mesh.dp_factors_evenly(), even);
+    if (!even) continue;
+    const Group& intra = mesh.dp_intra_node_group();
+    const Group& inter = mesh.dp_inter_node_group();
+    const auto index_in = [rank](const Group& g) {
+      return static_cast<int>(std::find(g.begin(), g.end(), rank) - g.begin());
+    };
+    EXPECT_EQ(intra.size() * inter.size(), mesh.dp_group().size());
+    EXPECT_EQ(mesh.dp_rank(), index_in(inter) * static_cast<int>(intra.size()) + index_in(intra));
+  }
+  for (const auto* groups :
+       {&tp_groups, &dp_groups, &pp_groups, &node_groups, &intra_groups, &inter_groups}) {
     std::vector<int> seen;
     for (const Group& group : *groups) seen.insert(seen.end(), group.begin(), group.end());
     std::sort(seen.begin(), seen.end());
@@ -118,7 +204,11 @@ TEST(Mesh, GroupsPartitionTheWorldForManyLayouts) {
                                                   {16, 4, 2, 2, 8},
                                                   {24, 2, 3, 4, 6},
                                                   {6, 3, 1, 0, 8},
-                                                  {10, 2, 1, 5, 4}})
+                                                  {10, 2, 1, 5, 4},
+                                                  {6, 1, 1, 0, 4},
+                                                  {12, 1, 2, 0, 4},
+                                                  {8, 1, 1, 0, 3},
+                                                  {16, 2, 1, 0, 4}})
     check_layout(layout);
 }
 

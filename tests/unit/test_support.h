@@ -16,6 +16,7 @@
 
 #include "data/token_shards.h"
 #include "model/core/error.h"
+#include "tests/unit/error_of.h"
 
 namespace strata::testing {
 
@@ -128,17 +129,6 @@ inline std::string mpirun(int ranks) {
          "OMPI_MCA_rmaps_base_oversubscribe=1 "
          "mpirun --oversubscribe -np " +
          std::to_string(ranks) + " ";
-}
-
-// The message of the strata::Error that `body` throws ("" if none).
-template <class Body>
-std::string error_of(Body body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace strata::testing

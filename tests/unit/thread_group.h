@@ -37,22 +37,26 @@ class ThreadRank final : public Collectives {
   ThreadRank(ThreadGroup& group, int rank) : group_(group), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return group_.size(); }
-  void all_reduce_sum(float* d, std::size_t n) override { reduce(d, d, n, n, 0); }
-  void all_reduce_sum(double* d, std::size_t n) override { reduce(d, d, n, n, 0); }
-  void all_gather(const float* in, float* out, std::size_t n) override { gather(in, out, n); }
-  void all_gather(const double* in, double* out, std::size_t n) override { gather(in, out, n); }
-  void reduce_scatter_sum(const float* in, float* out, std::size_t n) override {
-    reduce(in, out, n * size(), n, n * rank_);
-  }
-  void reduce_scatter_sum(const double* in, double* out, std::size_t n) override {
-    reduce(in, out, n * size(), n, n * rank_);
-  }
 
  private:
-  // out (count) = Σ_r in_r[first .. first+count), summed in rank order; in has `total` elements.
+  void all_reduce_sum_of(DataType type, void* d, std::size_t n) override {
+    visit_data_type(type, [&](auto zero) {
+      using T = decltype(zero);
+      reduce(static_cast<const T*>(d), static_cast<T*>(d), n, 0);
+    });
+  }
+  void all_gather_of(DataType type, const void* in, void* out, std::size_t n) override {
+    gather(in, out, n * size_of(type));
+  }
+  void reduce_scatter_sum_of(DataType type, const void* in, void* out, std::size_t n) override {
+    visit_data_type(type, [&](auto zero) {
+      using T = decltype(zero);
+      reduce(static_cast<const T*>(in), static_cast<T*>(out), n, n * rank_);
+    });
+  }
+  // out (count) = Σ_r in_r[first .. first+count), summed in rank order.
   template <class T>
-  void reduce(const T* in, T* out, std::size_t total, std::size_t count, std::size_t first) {
-    (void)total;
+  void reduce(const T* in, T* out, std::size_t count, std::size_t first) {
     group_.published_[rank_] = in;
     group_.sync_.arrive_and_wait();
     std::vector<T> sum(count, T(0));
@@ -64,12 +68,12 @@ class ThreadRank final : public Collectives {
     std::memcpy(out, sum.data(), count * sizeof(T));
     group_.sync_.arrive_and_wait();
   }
-  template <class T>
-  void gather(const T* in, T* out, std::size_t count) {
+  // out (size·bytes) = every rank's `in` (bytes), in rank order.
+  void gather(const void* in, void* out, std::size_t bytes) {
     group_.published_[rank_] = in;
     group_.sync_.arrive_and_wait();
     for (int r = 0; r < size(); ++r)
-      std::memcpy(out + r * count, group_.published_[r], count * sizeof(T));
+      std::memcpy(static_cast<char*>(out) + r * bytes, group_.published_[r], bytes);
     group_.sync_.arrive_and_wait();
   }
 
