@@ -72,11 +72,12 @@ int main(int argc, char** argv) {
     const strata::ThreadBudget threads = strata::set_thread_budget(
         mpi.ranks_on_host(),
         config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);
-    if (rank == 0) std::cout << strata::describe(threads) << std::endl;
     world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
     trainer =
         std::make_unique<strata::Trainer>(config, *world, strata::TrainerOptions{args.resume_from});
     set_up = true;
+    // Said once set-up has succeeded: a set-up error stays the run's one line of output.
+    if (rank == 0) std::cout << strata::describe(threads) << std::endl;
     return trainer->run();
   } catch (const std::exception& e) {
     // Set-up errors (config, data, checkpoint) are identical on every rank: rank 0 speaks for all.
