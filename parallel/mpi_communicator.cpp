@@ -39,6 +39,16 @@ int MpiRuntime::world_size() const {
   return size;
 }
 
+int MpiRuntime::ranks_on_host() const {
+  MPI_Comm host = MPI_COMM_NULL;
+  STRATA_MPI_CHECK(
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+  int size = 1;
+  MPI_Comm_size(host, &size);
+  MPI_Comm_free(&host);
+  return size;
+}
+
 namespace {
 
 // Point-to-point messages of one communicator share a tag: each group has its own MPI_Comm, and

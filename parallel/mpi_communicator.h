@@ -19,6 +19,10 @@ class MpiRuntime {
   MpiRuntime& operator=(const MpiRuntime&) = delete;
   int world_rank() const;
   int world_size() const;
+  // The ranks of MPI_COMM_WORLD on this rank's host, itself included: the real machine (ranks
+  // that can share memory, MPI_COMM_TYPE_SHARED), not the nodes parallel.gpus_per_node simulates.
+  // Collective over MPI_COMM_WORLD.
+  int ranks_on_host() const;
 };
 
 class MpiCommunicator : public Communicator {

@@ -10,7 +10,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bash scripts/prepare_fortunes.sh
 
 rm -rf runs/fortunes  # the demo starts its run afresh
-mpirun --oversubscribe -np 2 -x OMP_NUM_THREADS=1 build/bin/train configs/fortunes.yaml "$@"
+mpirun --oversubscribe -np 2 build/bin/train configs/fortunes.yaml "$@"
 
 checkpoint=$(ls runs/fortunes/checkpoints/step_*.h5 | tail -n 1)
 echo

@@ -289,7 +289,7 @@ class FieldReader {
     }
     choice.value = text;
   }
-  void operator()(std::string_view path, DataParallelSize dp) const {
+  void operator()(std::string_view path, AutoCount count) const {
     const auto node = find_node(root_, path);
     if (!node) return;
     const auto& text = scalar(path, *node, "'auto' or a positive integer");
@@ -297,7 +297,7 @@ class FieldReader {
     const auto value = parse_integer<int>(text, error);
     if (text != "auto" && (!value || *value < 1))
       source_.fail_key(path, "must be 'auto' or a positive integer, got '", text, "'");
-    dp.value = text == "auto" ? 0 : *value;
+    count.value = text == "auto" ? 0 : *value;
   }
   void operator()(std::string_view path, LossScale scale) const {
     const auto node = find_node(root_, path);
@@ -358,11 +358,11 @@ class FieldWriter {
     out_ << YAML::EndSeq;
   }
   void operator()(std::string_view path, const Choice& choice) { key(path) << choice.value; }
-  void operator()(std::string_view path, const DataParallelSize& dp) {
-    if (dp.value == 0) {
-      key(path) << "auto" << YAML::Comment("world / (tp*pp)");
+  void operator()(std::string_view path, const AutoCount& count) {
+    if (count.value == 0) {
+      key(path) << "auto" << YAML::Comment(count.auto_means);
     } else {
-      key(path) << dp.value;
+      key(path) << count.value;
     }
   }
   void operator()(std::string_view path, const LossScale& scale) { key(path) << scale.value; }

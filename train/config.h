@@ -129,6 +129,9 @@ struct Config {
   ParallelConfig parallel;
   std::string recompute = "none";  // none | selective | full
   std::string device = "auto";     // cpu | cuda | auto
+  // OpenMP/OpenBLAS threads per rank; 0 means auto: OMP_NUM_THREADS if set, else this host's
+  // cores shared by its ranks (train/thread_budget.h).
+  int threads = 0;
   DilocoConfig diloco;
 
   // <run.dir>/<run.name>

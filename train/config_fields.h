@@ -20,9 +20,11 @@ struct Choice {
   std::string& value;
   std::span<const std::string_view> words;
 };
-// parallel.dp: `auto` (stored as 0) or a positive integer.
-struct DataParallelSize {
+// parallel.dp and threads: `auto` (stored as 0) or a positive integer. The effective config
+// writes `auto_means` as a comment beside `auto`.
+struct AutoCount {
   int& value;
+  const char* auto_means;
 };
 // precision.loss_scale: `dynamic` or a positive number, kept as written.
 struct LossScale {
@@ -84,7 +86,7 @@ void visit_fields(Config& c, Visitor&& visit) {
 
   visit("parallel.tp", c.parallel.tp);
   visit("parallel.pp", c.parallel.pp);
-  visit("parallel.dp", DataParallelSize{c.parallel.dp});
+  visit("parallel.dp", AutoCount{c.parallel.dp, "world / (tp*pp)"});
   visit("parallel.gpus_per_node", c.parallel.gpus_per_node);
   visit("parallel.pipeline_schedule", Choice{c.parallel.pipeline_schedule, kPipelineSchedules});
   visit("parallel.sequence_parallel", c.parallel.sequence_parallel);
@@ -97,6 +99,7 @@ void visit_fields(Config& c, Visitor&& visit) {
 
   visit("recompute", Choice{c.recompute, kRecomputeModes});
   visit("device", Choice{c.device, kDevices});
+  visit("threads", AutoCount{c.threads, "OMP_NUM_THREADS, else this host's cores / its ranks"});
 
   visit("diloco.enabled", c.diloco.enabled);
   visit("diloco.workers", c.diloco.workers);

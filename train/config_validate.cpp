@@ -105,6 +105,7 @@ void validate_parallel(const Config& c, const Rules& rules) {
   rules.at_least("parallel.pp", p.pp, 1);
   rules.at_least("parallel.dp", p.dp, 0);
   rules.at_least("parallel.gpus_per_node", p.gpus_per_node, 1);
+  rules.at_least("threads", c.threads, 0);  // 0 is auto
   if (p.zero.stage < 0 || p.zero.stage > 3)
     rules.fail("parallel.zero.stage", "must be 0, 1, 2 or 3, got ", p.zero.stage);
 

@@ -10,6 +10,7 @@
 #include "model/core/error.h"
 #include "parallel/mpi_communicator.h"
 #include "train/config.h"
+#include "train/thread_budget.h"
 #include "train/trainer.h"
 
 namespace {
@@ -66,10 +67,17 @@ int main(int argc, char** argv) {
   try {
     const Arguments args = parse_arguments(argc, argv);
     const strata::Config config = strata::load_config(args.config_path, args.overrides);
+    // Before any kernel runs: OpenMP and OpenBLAS would otherwise start a thread per core in
+    // every rank, and ranks sharing a host would preempt each other (train/thread_budget.h).
+    const strata::ThreadBudget threads = strata::set_thread_budget(
+        mpi.ranks_on_host(),
+        config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);
     world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
     trainer =
         std::make_unique<strata::Trainer>(config, *world, strata::TrainerOptions{args.resume_from});
     set_up = true;
+    // Said once set-up has succeeded: a set-up error stays the run's one line of output.
+    if (rank == 0) std::cout << strata::describe(threads) << std::endl;
     return trainer->run();
   } catch (const std::exception& e) {
     // Set-up errors (config, data, checkpoint) are identical on every rank: rank 0 speaks for all.

@@ -29,8 +29,8 @@ std::string write_config(const TempDir& dir, const std::string& name) {
 
 std::vector<double> train_losses(const TempDir& dir, int ranks, const std::string& key = "loss") {
   const std::string name = "dp" + std::to_string(ranks);
-  const std::string command = testing::mpirun(ranks) + "-x OMP_NUM_THREADS=1 " +
-                              testing::bin("train") + " " + write_config(dir, name);
+  const std::string command =
+      testing::mpirun(ranks) + testing::bin("train") + " " + write_config(dir, name);
   const auto result = testing::run_command(command);
   EXPECT_EQ(result.status, 0) << result.output;
   return testing::metric_values(dir.str() + "/runs/" + name + "/metrics.jsonl", key);

@@ -33,8 +33,8 @@ std::string write_config(const TempDir& dir) {
 // `train` on `ranks` ranks. mpirun's own report of a rank's non-zero exit is silenced (Open MPI's
 // --quiet), so the output is train's alone.
 testing::CommandResult train(int ranks, const std::string& config, const std::string& args) {
-  return testing::run_command(testing::mpirun(ranks) + "--quiet -x OMP_NUM_THREADS=1 " +
-                              testing::bin("train") + " " + config + " " + args);
+  return testing::run_command(testing::mpirun(ranks) + "--quiet " + testing::bin("train") + " " +
+                              config + " " + args);
 }
 
 // Every file under `dir` with its bytes.

@@ -42,9 +42,9 @@ struct Layout {
 // Runs `train` on dir/config.yaml under the layout; returns the run directory.
 inline std::string train(const TempDir& dir, const Layout& layout, const std::string& run_name,
                          const std::string& extra = "") {
-  const std::string command = mpirun(layout.ranks()) + "-x OMP_NUM_THREADS=1 " + bin("train") +
-                              " " + dir.str() + "/config.yaml" + layout.overrides() +
-                              " --set run.name=" + run_name + extra;
+  const std::string command = mpirun(layout.ranks()) + bin("train") + " " + dir.str() +
+                              "/config.yaml" + layout.overrides() + " --set run.name=" + run_name +
+                              extra;
   const auto result = run_command(command);
   EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
   return dir.str() + "/runs/" + run_name;

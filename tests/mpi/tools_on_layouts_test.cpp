@@ -53,10 +53,10 @@ std::string write_config(const TempDir& dir) {
 
 // Trains the run on tp·pp ranks; returns its run directory.
 std::string train(const TempDir& dir, int tp, int pp, const std::string& name) {
-  const std::string command =
-      testing::mpirun(tp * pp) + "-x OMP_NUM_THREADS=1 " + testing::bin("train") + " " + dir.str() +
-      "/config.yaml" + " --set parallel.tp=" + std::to_string(tp) +
-      " --set parallel.pp=" + std::to_string(pp) + " --set run.name=" + name;
+  const std::string command = testing::mpirun(tp * pp) + testing::bin("train") + " " + dir.str() +
+                              "/config.yaml" + " --set parallel.tp=" + std::to_string(tp) +
+                              " --set parallel.pp=" + std::to_string(pp) +
+                              " --set run.name=" + name;
   const auto result = testing::run_command(command);
   EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
   return dir.str() + "/runs/" + name;

@@ -70,6 +70,7 @@ TEST(Config, MissingKeysKeepTheDefaults) {
   EXPECT_EQ(config.checkpoint_directory(), "runs/demo/checkpoints");
   EXPECT_EQ(config.parallel.dp, 0);
   EXPECT_TRUE(config.parallel.pp_layers.empty());
+  EXPECT_EQ(config.threads, 0);  // auto
 }
 
 TEST(Config, EmptySectionsKeepTheDefaults) {
@@ -119,6 +120,7 @@ parallel:
   zero: {stage: 3, quantized_weights: true, hierarchical_partition: true, quantized_gradients: true}
 recompute: selective
 device: cuda
+threads: 3
 diloco: {enabled: true, workers: 2, inner_steps: 10, outer_lr: 1, outer_momentum: 0,
          nesterov: false, compression: int8}
 )",
@@ -132,6 +134,7 @@ diloco: {enabled: true, workers: 2, inner_steps: 10, outer_lr: 1, outer_momentum
   EXPECT_EQ(c.parallel.zero.stage, 3);
   EXPECT_TRUE(c.parallel.zero.hierarchical_partition);
   EXPECT_EQ(c.recompute, "selective");
+  EXPECT_EQ(c.threads, 3);
   EXPECT_EQ(c.diloco.compression, "int8");
   EXPECT_FALSE(c.diloco.nesterov);
 }
@@ -156,6 +159,7 @@ TEST(ConfigErrors, UnknownSectionSuggestsTheClosestSection) {
   EXPECT_EQ(error_of("data: {train: t}\noptimiser: {lr: 1}"),
             "config.yaml: unknown key 'optimiser' (did you mean 'optimizer'?)");
   EXPECT_CONTAINS(error_of("data: {train: t}\nrecomput: full"), "(did you mean 'recompute'?)");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nthread: 2"), "(did you mean 'threads'?)");
   EXPECT_CONTAINS(error_of("data: {train: t}\nlr: 1"),
                   "unknown key 'lr' (did you mean 'optimizer.lr'?)");
 }
@@ -203,6 +207,17 @@ TEST(ConfigErrors, SpecialScalars) {
                   "'parallel.dp' must be 'auto' or a positive integer, got '0'");
   EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {dp: many}"),
                   "'parallel.dp' must be 'auto' or a positive integer, got 'many'");
+  EXPECT_EQ(error_of("data: {train: t}\nthreads: 0"),
+            "config.yaml: 'threads' must be 'auto' or a positive integer, got '0'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nthreads: all"),
+                  "'threads' must be 'auto' or a positive integer, got 'all'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nthreads: 1.5"),
+                  "'threads' must be 'auto' or a positive integer, got '1.5'");
+  EXPECT_EQ(error_of_set("threads=-2"),
+            "config.yaml: 'threads' must be 'auto' or a positive integer, got '-2' "
+            "(from --set 'threads=-2')");
+  EXPECT_EQ(parse_config("data: {train: t}\nthreads: auto", "c").threads, 0);
+  EXPECT_EQ(parse_config(kMinimal, "c", {"threads=12"}).threads, 12);
   EXPECT_CONTAINS(error_of("data: {train: t}\nprecision: {loss_scale: -8}"),
                   "'precision.loss_scale' must be 'dynamic' or a positive number, got '-8'");
   EXPECT_CONTAINS(error_of("data: {train: t}\nprecision: {loss_scale: static}"),
@@ -448,6 +463,7 @@ TEST(ConfigYaml, WritesEveryKey) {
         "eval_tokens: 65536", "dir: \"\"  # empty: runs/demo/checkpoints", "loss_scale: dynamic",
         "loss_scale_window: 1000", "dp: auto", "pp_layers: []", "zero:\n    stage: 0",
         "quantized_gradients: false", "device_comm: auto", "recompute: none", "device: auto",
+        "threads: auto  # OMP_NUM_THREADS, else this host's cores / its ranks",
         "compression: none"})
     EXPECT_CONTAINS(yaml, key);
 }
@@ -473,6 +489,7 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.parallel.zero = {2, true, false, true};
   c.recompute = "full";
   c.device = "cpu";
+  c.threads = 6;
   c.diloco = {true, 8, 100, 0.35, 0.0, false, "fp16"};
   const std::string yaml = config_to_yaml(c);
   EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;

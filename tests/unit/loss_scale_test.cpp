@@ -108,8 +108,8 @@ class LossScaleTraining : public ::testing::Test {
   // Runs `train` on a config named `name` with `extra` config lines; returns the run directory.
   std::string train(const std::string& name, const std::string& extra,
                     const std::string& args = "") {
-    const std::string command = "OMP_NUM_THREADS=2 " + testing::bin("train") + " " +
-                                write_config(dir_, name, extra) + " " + args;
+    const std::string command =
+        testing::bin("train") + " " + write_config(dir_, name, extra) + " " + args;
     const auto result = testing::run_command(command);
     EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
     return dir_.str() + "/runs/" + name;

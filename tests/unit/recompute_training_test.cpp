@@ -29,8 +29,8 @@ class RecomputeTraining : public ::testing::Test {
         << "device: cpu\n";  // the CPU model, also where a GPU is present
   }
   std::string train(const std::string& name, const std::string& sets) {
-    const std::string command = "OMP_NUM_THREADS=2 " + testing::bin("train") + " " +
-                                (dir_ / "config.yaml") + " --set run.name=" + name + " " + sets;
+    const std::string command = testing::bin("train") + " " + (dir_ / "config.yaml") +
+                                " --set run.name=" + name + " " + sets;
     const auto result = testing::run_command(command);
     EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
     return dir_.str() + "/runs/" + name;

@@ -33,7 +33,7 @@ std::string write_config(const TempDir& dir, const std::string& name,
 }
 
 std::string train_command(const std::string& config, const std::string& args = "") {
-  return "OMP_NUM_THREADS=2 " + testing::bin("train") + " " + config + " " + args;
+  return testing::bin("train") + " " + config + " " + args;
 }
 
 std::vector<float> weights_of(const std::string& checkpoint) {
