@@ -35,7 +35,9 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
   }
   for (const TensorView& t : layout.tensors()) {
     if (is_tied_copy(p, t) || (replicated_over_tp(p, t) && p.tp_rank != 0)) continue;
-    append_merged(plan.norm_ranges, {t.offset, t.offset + t.size});
+    // One range per tensor, not merged: Σ g² adds per range, and this order is the one the
+    // runs so far were made with (their grad_norm, and so their clipping, bit for bit).
+    plan.norm_ranges.push_back({t.offset, t.offset + t.size});
   }
   plan.norm_axes = {ParallelAxis::tp, ParallelAxis::pp};
   return plan;

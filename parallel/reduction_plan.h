@@ -55,7 +55,7 @@ struct ReductionPlan {
   std::vector<RangeReduction> gradients;   // after the backward passes, before the norm
   std::vector<RangeReduction> parameters;  // after the optimizer (gathers updated shards)
   ElementRange owned;                      // the elements this rank's optimizer updates
-  std::vector<ElementRange> norm_ranges;   // Σ g² over these (sorted, disjoint) ...
+  std::vector<ElementRange> norm_ranges;   // Σ g² over these (sorted, disjoint, by tensor) ...
   std::vector<ParallelAxis> norm_axes;     // ... then summed over these groups
   // The flat buffers' length on this rank: the layout padded for its shards.
   std::size_t buffer_size = 0;

@@ -159,7 +159,9 @@ class CudaTrainingOf final : public TrainingBackend {
   void reduce_gradients() override { run_on_device(plan_.gradients, grads_); }
 
   double gradient_sum_of_squares() override {
-    const std::vector<ElementRange>& ranges = plan_.norm_ranges;
+    // Adjacent ranges merge into one reduction; each reduction writes its own device double.
+    std::vector<ElementRange> ranges;
+    for (const ElementRange& r : plan_.norm_ranges) append_merged(ranges, r);
     STRATA_CHECK(ranges.size() <= kMaxNormRanges, "more than ", kMaxNormRanges,
                  " separate gradient ranges in the norm");
     if (ranges.empty()) return 0;
