@@ -98,15 +98,15 @@ bool ParameterLayout::has(const std::string& name) const {
   return false;
 }
 
-std::size_t ParameterLayout::padded_total(int shards) const {
+std::size_t ParameterLayout::padded_size(std::size_t total, int shards) {
   STRATA_CHECK(shards >= 1);
   const std::size_t unit = kShardAlignment * static_cast<std::size_t>(shards);
-  return std::max<std::size_t>(1, (total_ + unit - 1) / unit) * unit;
+  return std::max<std::size_t>(1, (total + unit - 1) / unit) * unit;
 }
 
-ElementRange ParameterLayout::shard(int rank, int shards) const {
+ElementRange ParameterLayout::shard_of(std::size_t total, int rank, int shards) {
   STRATA_CHECK(0 <= rank && rank < shards);
-  const std::size_t size = padded_total(shards) / static_cast<std::size_t>(shards);
+  const std::size_t size = padded_size(total, shards) / static_cast<std::size_t>(shards);
   return {static_cast<std::size_t>(rank) * size, static_cast<std::size_t>(rank + 1) * size};
 }
 

@@ -77,8 +77,11 @@ class ParameterLayout {
   // contiguous shard(r, shards) = [r·S, (r+1)·S), S = padded_total / shards. Shards past total()
   // hold padding only (zeros that no tensor reads); with one shard, the padding is the alignment.
   static constexpr std::size_t kShardAlignment = 64;  // elements: 256 B of fp32, any vector width
-  std::size_t padded_total(int shards) const;
-  ElementRange shard(int rank, int shards) const;
+  std::size_t padded_total(int shards) const { return padded_size(total_, shards); }
+  ElementRange shard(int rank, int shards) const { return shard_of(total_, rank, shards); }
+  // The same for a buffer of `total` elements (buffers padded beyond their own layout).
+  static std::size_t padded_size(std::size_t total, int shards);
+  static ElementRange shard_of(std::size_t total, int rank, int shards);
 
   // The elements AdamW decays (the `decay` tensors: 2-D weights) as sorted, disjoint ranges,
   // adjacent tensors merged.

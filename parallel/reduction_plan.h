@@ -17,6 +17,16 @@
 //    their dp sums differently, but after it each end adds the same two values.
 // The gradient norm then sums Σ g² over norm_ranges (each logical element counted once over all
 // ranks: replicas over tp and the last stage's wte copy are left out) and over norm_axes.
+//
+// ZeRO stage 1 (dp > 1): the buffers are padded to dp equal shards (ParameterLayout::shard) and
+// data-parallel rank r owns shard r: the optimizer state is its shard only. Step 2 becomes a
+// reduce-scatter of the whole buffer over the data-parallel group (each owner receives the sum of
+// its shard: the same bytes as half the all-reduce). The two pipeline ends pad their buffers to
+// the larger of their two totals, so that, wte leading both layouts, data-parallel rank r owns the
+// same wte elements on both ends: step 3 exchanges just the owned part, already summed over data
+// parallelism, and the argument above holds shard by shard. Each owner counts its shard in the
+// norm (summed over dp too), updates it, and `parameters` all-gathers the updated shards (the
+// all-reduce's other half).
 #pragma once
 
 #include <vector>
@@ -49,12 +59,15 @@ struct ReductionPlacement {
   int dp_rank = 0, dp_size = 1;
   int pp_rank = 0, pp_size = 1;
   int zero_stage = 0;
+  // On a pipeline end holding the tied wte: the other end's layout total (tied_peer_total).
+  std::size_t tied_peer_total = 0;
 };
 
 struct ReductionPlan {
   std::vector<RangeReduction> gradients;   // after the backward passes, before the norm
   std::vector<RangeReduction> parameters;  // after the optimizer (gathers updated shards)
   ElementRange owned;                      // the elements this rank's optimizer updates
+  bool sharded = false;                    // owned is this rank's ZeRO shard (dp > 1)
   std::vector<ElementRange> norm_ranges;   // Σ g² over these (sorted, disjoint, by tensor) ...
   std::vector<ParallelAxis> norm_axes;     // ... then summed over these groups
   // The flat buffers' length on this rank: the layout padded for its shards.
@@ -62,7 +75,7 @@ struct ReductionPlan {
 };
 
 // The plan of `placement` for `layout` (= ParameterLayout::for_partition of its partition).
-// ZeRO stages above 0 are not implemented yet (an error).
+// ZeRO stages above 1 are not implemented yet (an error).
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,
                                   const ReductionPlacement& placement);
 

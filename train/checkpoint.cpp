@@ -54,9 +54,8 @@ std::uint64_t checksum_slice(const float* values, const TensorSlice& slice, std:
 }
 
 std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
-                                                  const ModelPartition& partition, int writer,
-                                                  int writers) {
-  const ElementRange share = layout.shard(writer, writers);
+                                                  const ModelPartition& partition,
+                                                  const ElementRange& share) {
   std::vector<ElementRange> writes;
   for (const TensorView& t : layout.tensors()) {
     if (is_tied_copy(partition, t) || (replicated_over_tp(partition, t) && partition.tp_rank != 0))

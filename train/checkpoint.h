@@ -75,14 +75,14 @@ struct Checkpoint {
 
 std::string checkpoint_file_name(std::int64_t step);  // "step_00000010.h5"
 
-// The elements of `layout` (partition `partition`) that writer `writer` of `writers` writes: its
-// share, layout.shard(writer, writers), of every tensor this partition writes, i.e. every tensor
-// but the last pipeline stage's copy of the tied wte and, on tensor-parallel ranks other than 0,
-// the tensors replicated over the tensor-parallel group. The data-parallel ranks of a replica are
-// its writers: every logical element is then written once by the job.
+// The elements of `layout` (partition `partition`) this rank writes: `share` of every tensor this
+// partition writes, i.e. every tensor but the last pipeline stage's copy of the tied wte and, on
+// tensor-parallel ranks other than 0, the tensors replicated over the tensor-parallel group. The
+// data-parallel ranks of a replica are its writers, each with its own share (layout.shard of the
+// rank, or the ZeRO shard it owns): every logical element is then written once by the job.
 std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
-                                                  const ModelPartition& partition, int writer,
-                                                  int writers);
+                                                  const ModelPartition& partition,
+                                                  const ElementRange& share);
 
 // This rank's part in writing a checkpoint: its tensors (`layout`, slices of the logical model
 // `shape`) and the element ranges of them it writes. `world` spans every rank of the job; null

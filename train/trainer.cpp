@@ -32,19 +32,20 @@ GptShape shape_of(const ModelConfig& m) {
 // Features whose contract exists but whose implementation has not landed yet: refuse clearly
 // rather than silently train something else.
 void reject_unimplemented(const Config& c) {
-  if (c.parallel.zero.stage != 0) fail("parallel.zero.stage > 0 is not implemented yet");
+  if (c.parallel.zero.stage > 1) fail("parallel.zero.stage > 1 is not implemented yet");
   if (c.diloco.enabled) fail("diloco.enabled: DiLoCo is not implemented yet");
 }
 
-ModelPartition partition_of(const Config& c, const Mesh& mesh) {
+// The part of the model pipeline stage `stage` of this rank's tp coordinate holds.
+ModelPartition partition_of(const Config& c, const Mesh& mesh, int stage) {
   const auto stages = stage_layer_ranges(c.model.n_layer, mesh.pp_size(), c.parallel.pp_layers);
   ModelPartition p;
   p.tp_rank = mesh.tp_rank();
   p.tp_size = mesh.tp_size();
-  p.layer_begin = stages[mesh.pp_rank()].first;
-  p.layer_end = stages[mesh.pp_rank()].second;
-  p.has_embedding = mesh.pp_is_first_stage();
-  p.has_head = mesh.pp_is_last_stage();
+  p.layer_begin = stages[stage].first;
+  p.layer_end = stages[stage].second;
+  p.has_embedding = stage == 0;
+  p.has_head = stage == mesh.pp_size() - 1;
   p.sequence_parallel = c.parallel.sequence_parallel;
   return p;
 }
@@ -129,14 +130,20 @@ struct Trainer::State {
 
   void make_backend() {
     BackendPlacement placement;
-    placement.partition = partition_of(config, mesh);
+    placement.partition = partition_of(config, mesh, mesh.pp_rank());
     placement.groups = &groups;
     placement.program = &step_program.program;
     placement.slots = step_program.slots;
-    placement.plan =
-        make_reduction_plan(ParameterLayout::for_partition(shape, placement.partition),
-                            {placement.partition, mesh.dp_rank(), mesh.dp_size(), mesh.pp_rank(),
-                             mesh.pp_size(), config.parallel.zero.stage});
+    ReductionPlacement reduction{placement.partition, mesh.dp_rank(), mesh.dp_size(),
+                                 mesh.pp_rank(),      mesh.pp_size(), config.parallel.zero.stage};
+    const bool first = mesh.pp_is_first_stage(), last = mesh.pp_is_last_stage();
+    if (first != last) {  // a pipeline end: the other end holds the tied wte too
+      const int peer = first ? mesh.pp_size() - 1 : 0;
+      reduction.tied_peer_total =
+          ParameterLayout::for_partition(shape, partition_of(config, mesh, peer)).total();
+    }
+    const ParameterLayout layout = ParameterLayout::for_partition(shape, placement.partition);
+    placement.plan = make_reduction_plan(layout, reduction);
     int gpu = 0;
     if (device == "cuda") {
       // One GPU per rank: the ranks of a node take its devices in turn.
@@ -148,11 +155,13 @@ struct Trainer::State {
       if (mesh.pp_size() == 1) placement.slots = 1;
     }
     backend = make_training_backend(device, config, shape, placement, gpu);
-    checkpoint_writer =
-        CheckpointWriter{&backend->layout(), shape,
-                         checkpoint_write_ranges(backend->layout(), placement.partition,
-                                                 mesh.dp_rank(), mesh.dp_size()),
-                         &world};
+    // The data-parallel ranks share the writing: each its ZeRO shard, or its share of the layout.
+    const ElementRange share = placement.plan.sharded
+                                   ? placement.plan.owned
+                                   : layout.shard(mesh.dp_rank(), mesh.dp_size());
+    checkpoint_writer = CheckpointWriter{
+        &backend->layout(), shape,
+        checkpoint_write_ranges(backend->layout(), placement.partition, share), &world};
   }
 
   // Fresh parameters, or the state of a checkpoint.

@@ -1,9 +1,11 @@
-// Reduction plans (parallel/reduction_plan.h) checked without MPI: for every rank of a layout the
+// Reduction plans (parallel/reduction_plan.h) checked without MPI, under ZeRO stages 0 and 1: for
+// every rank of a layout the
 // plan is built as the trainer builds it and executed by a simulation of the whole mesh, whose
 // sums add in an order that depends on the group and the element (as a ring all-reduce does), so
 // rounding differs between groups. Checked: every gradient element is summed over the
 // data-parallel group exactly once, the owners cover the buffer, the norm counts every logical
-// element exactly once per replica, and the two pipeline ends' tied wte copies end bitwise equal.
+// element exactly once (per replica at stage 0, over the job when sharded), and the two pipeline
+// ends' tied wte copies end bitwise equal.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -25,11 +27,13 @@ const GptShape kShape{4, 4, 32, 16, 200};
 struct Layout {
   int tp, dp, pp;
   bool sequence_parallel;
+  int zero_stage = 0;
 };
 
 std::string describe(const Layout& l) {
   return "tp " + std::to_string(l.tp) + " dp " + std::to_string(l.dp) + " pp " +
-         std::to_string(l.pp) + (l.sequence_parallel ? " sp" : "");
+         std::to_string(l.pp) + (l.sequence_parallel ? " sp" : "") + " zero " +
+         std::to_string(l.zero_stage);
 }
 
 struct RankPlan {
@@ -39,22 +43,35 @@ struct RankPlan {
   ReductionPlan plan;
 };
 
+ModelPartition partition_at(const Layout& l, const MeshCoordinates& at) {
+  const auto stages = stage_layer_ranges(kShape.n_layer, l.pp);
+  ModelPartition p;
+  p.tp_rank = at.tp;
+  p.tp_size = l.tp;
+  p.layer_begin = stages[at.pp].first;
+  p.layer_end = stages[at.pp].second;
+  p.has_embedding = at.pp == 0;
+  p.has_head = at.pp == l.pp - 1;
+  p.sequence_parallel = l.sequence_parallel;
+  return p;
+}
+
+// Every rank's plan, built as the trainer builds it.
 std::vector<RankPlan> plans_of(const Layout& l) {
   const MeshShape shape{l.tp, l.pp, l.dp};
-  const auto stages = stage_layer_ranges(kShape.n_layer, l.pp);
   std::vector<RankPlan> ranks;
   for (int rank = 0; rank < shape.world_size(); ++rank) {
     const MeshCoordinates at = Mesh::coordinates_of(shape, rank);
-    ModelPartition p;
-    p.tp_rank = at.tp;
-    p.tp_size = l.tp;
-    p.layer_begin = stages[at.pp].first;
-    p.layer_end = stages[at.pp].second;
-    p.has_embedding = at.pp == 0;
-    p.has_head = at.pp == l.pp - 1;
-    p.sequence_parallel = l.sequence_parallel;
+    const ModelPartition p = partition_at(l, at);
     ParameterLayout layout = ParameterLayout::for_partition(kShape, p);
-    ReductionPlan plan = make_reduction_plan(layout, {p, at.dp, l.dp, at.pp, l.pp, 0});
+    ReductionPlacement placement{p, at.dp, l.dp, at.pp, l.pp, l.zero_stage};
+    if (p.has_embedding != p.has_head) {
+      MeshCoordinates peer = at;
+      peer.pp = p.has_embedding ? l.pp - 1 : 0;
+      placement.tied_peer_total =
+          ParameterLayout::for_partition(kShape, partition_at(l, peer)).total();
+    }
+    ReductionPlan plan = make_reduction_plan(layout, placement);
     ranks.push_back({at, p, std::move(layout), std::move(plan)});
   }
   return ranks;
@@ -91,35 +108,48 @@ void simulate(const Layout& l, const std::vector<RankPlan>& ranks,
         ready = ready && next[m] < ops.size() && ops[next[m]].kind == op.kind &&
                 ops[next[m]].axis == op.axis && ops[next[m]].range.size() == op.range.size();
       }
-      ASSERT_TRUE(ready || op.kind == Kind::all_reduce || op.kind == Kind::tied_exchange)
-          << describe(l);
+      ASSERT_TRUE(ready || op.kind != Kind::tied_exchange || members.size() == 2) << describe(l);
       if (!ready) continue;
       const std::size_t count = op.range.size();
-      std::vector<float> result(count);
       const int n = static_cast<int>(members.size());
+      auto at = [&](int m) { return ranks[m].plan.gradients[next[m]].range.begin; };
+      if (op.kind == Kind::all_gather) {  // member k's chunk k to every member
+        const std::size_t chunk = count / n;
+        std::vector<float> gathered(count);
+        for (int k = 0; k < n; ++k)
+          std::copy_n(buffers[members[k]].begin() + at(members[k]) + k * chunk, chunk,
+                      gathered.begin() + k * chunk);
+        for (int m : members)
+          std::copy(gathered.begin(), gathered.end(), buffers[m].begin() + at(m));
+        for (int m : members) ++next[m];
+        progress = true;
+        continue;
+      }
+      std::vector<float> result(count);
       for (std::size_t e = 0; e < count; ++e) {
         // A ring sums chunk c starting from member c + 1: the order depends on the element.
         const int first = static_cast<int>((e * n / count + 1 + op.range.begin) % n);
         float sum = 0;
         for (int k = 0; k < n; ++k) {
           const int m = members[(first + k) % n];
-          sum += buffers[m][ranks[m].plan.gradients[next[m]].range.begin + e];
+          sum += buffers[m][at(m) + e];
         }
         result[e] = sum;
       }
       if (op.kind == Kind::tied_exchange) {  // each end adds the other's values to its own
         const int a = members[0], b = members[1];
-        const std::size_t at_a = ranks[a].plan.gradients[next[a]].range.begin;
-        const std::size_t at_b = ranks[b].plan.gradients[next[b]].range.begin;
         for (std::size_t e = 0; e < count; ++e) {
-          const float va = buffers[a][at_a + e], vb = buffers[b][at_b + e];
-          buffers[a][at_a + e] = va + vb;
-          buffers[b][at_b + e] = vb + va;
+          const float va = buffers[a][at(a) + e], vb = buffers[b][at(b) + e];
+          buffers[a][at(a) + e] = va + vb;
+          buffers[b][at(b) + e] = vb + va;
         }
+      } else if (op.kind == Kind::reduce_scatter) {  // member k keeps the sum of its chunk
+        const std::size_t chunk = count / n;
+        for (int k = 0; k < n; ++k)
+          std::copy_n(result.begin() + k * chunk, chunk,
+                      buffers[members[k]].begin() + at(members[k]) + k * chunk);
       } else {
-        for (int m : members)
-          std::copy(result.begin(), result.end(),
-                    buffers[m].begin() + ranks[m].plan.gradients[next[m]].range.begin);
+        for (int m : members) std::copy(result.begin(), result.end(), buffers[m].begin() + at(m));
       }
       for (int m : members) ++next[m];
       progress = true;
@@ -129,34 +159,67 @@ void simulate(const Layout& l, const std::vector<RankPlan>& ranks,
     ASSERT_EQ(next[r], ranks[r].plan.gradients.size()) << "deadlock at rank " << r;
 }
 
-const Layout kLayouts[] = {{1, 1, 1, false}, {1, 4, 1, false}, {2, 1, 1, true}, {1, 3, 2, false},
-                           {2, 3, 2, true},  {2, 2, 4, false}, {4, 2, 2, true}, {1, 4, 4, false}};
-
-TEST(ReductionPlan, EveryGradientIsSummedOverDataParallelismOnce) {
-  for (const Layout& l : kLayouts)
-    for (const RankPlan& r : plans_of(l)) {
-      std::vector<int> summed(r.layout.total(), 0);
-      for (const RangeReduction& op : r.plan.gradients)
-        if (op.axis == ParallelAxis::dp)
-          for (std::size_t i = op.range.begin; i < op.range.end; ++i) ++summed[i];
-      for (std::size_t i = 0; i < summed.size(); ++i)
-        ASSERT_EQ(summed[i], l.dp > 1 ? 1 : 0) << describe(l) << " element " << i;
-      // Stage 0: every rank owns (updates) its whole buffer.
-      EXPECT_EQ(r.plan.owned, (ElementRange{0, r.plan.buffer_size})) << describe(l);
-      EXPECT_GE(r.plan.buffer_size, r.layout.total());
+// Every layout under ZeRO stages 0 and 1.
+std::vector<Layout> layouts() {
+  std::vector<Layout> all;
+  for (Layout l : {Layout{1, 1, 1, false}, Layout{1, 4, 1, false}, Layout{2, 1, 1, true},
+                   Layout{1, 3, 2, false}, Layout{2, 3, 2, true}, Layout{2, 2, 4, false},
+                   Layout{4, 2, 2, true}, Layout{1, 4, 4, false}})
+    for (int stage : {0, 1}) {
+      l.zero_stage = stage;
+      all.push_back(l);
     }
+  return all;
 }
 
-TEST(ReductionPlan, TheNormCountsEveryLogicalElementOncePerReplica) {
-  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
-  for (const Layout& l : kLayouts) {
+TEST(ReductionPlan, EveryGradientIsSummedOverDataParallelismOnceAndOwnersTileTheBuffer) {
+  for (const Layout& l : layouts()) {
     const std::vector<RankPlan> ranks = plans_of(l);
-    for (int dp = 0; dp < l.dp; ++dp) {
+    const bool sharded = l.zero_stage >= 1 && l.dp > 1;
+    for (const RankPlan& r : ranks) {
+      std::vector<int> summed(r.plan.buffer_size, 0);
+      for (const RangeReduction& op : r.plan.gradients)
+        if (op.axis == ParallelAxis::dp && op.kind != RangeReduction::Kind::all_gather)
+          for (std::size_t i = op.range.begin; i < op.range.end; ++i) ++summed[i];
+      for (std::size_t i = 0; i < r.layout.total(); ++i)
+        ASSERT_EQ(summed[i], l.dp > 1 ? 1 : 0) << describe(l) << " element " << i;
+      EXPECT_GE(r.plan.buffer_size, r.layout.total());
+      if (!sharded) {
+        EXPECT_EQ(r.plan.owned, (ElementRange{0, r.plan.buffer_size})) << describe(l);
+      }
+      EXPECT_EQ(r.plan.parameters.empty(), !sharded) << describe(l);
+    }
+    // The data-parallel ranks of a replica own disjoint shards that tile the buffer.
+    for (const RankPlan& r : ranks) {
+      if (r.at.dp != 0) continue;
+      std::size_t next = 0;
+      for (int dp = 0; dp < l.dp; ++dp) {
+        const RankPlan& owner = ranks[static_cast<std::size_t>(
+            Mesh::world_rank_of(MeshShape{l.tp, l.pp, l.dp}, r.at.tp, dp, r.at.pp))];
+        EXPECT_EQ(owner.plan.buffer_size, r.plan.buffer_size) << describe(l);
+        if (!sharded) continue;
+        EXPECT_EQ(owner.plan.owned.begin, next) << describe(l);
+        next = owner.plan.owned.end;
+      }
+      if (sharded) {
+        EXPECT_EQ(next, r.plan.buffer_size) << describe(l);
+      }
+    }
+  }
+}
+
+TEST(ReductionPlan, TheNormCountsEveryLogicalElementOnce) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+  for (const Layout& l : layouts()) {
+    const std::vector<RankPlan> ranks = plans_of(l);
+    // Summed over tp and pp: once per replica; sharded, over dp too: once in the job.
+    const bool sharded = l.zero_stage >= 1 && l.dp > 1;
+    for (int dp = 0; dp < (sharded ? 1 : l.dp); ++dp) {
       std::map<std::string, std::vector<int>> counted;
       for (const TensorView& t : whole.tensors())
         counted[t.name].assign(static_cast<std::size_t>(t.size), 0);
       for (const RankPlan& r : ranks) {
-        if (r.at.dp != dp) continue;
+        if (!sharded && r.at.dp != dp) continue;
         for (const TensorView& t : r.layout.tensors())
           for (const ElementRange& range : r.plan.norm_ranges) {
             const ElementRange part = intersect(range, {t.offset, t.offset + t.size});
@@ -173,7 +236,7 @@ TEST(ReductionPlan, TheNormCountsEveryLogicalElementOncePerReplica) {
 }
 
 TEST(ReductionPlan, TiedEmbeddingCopiesStayBitwiseEqualAndSumEveryContribution) {
-  for (const Layout& l : kLayouts) {
+  for (const Layout& l : layouts()) {
     const std::vector<RankPlan> ranks = plans_of(l);
     std::vector<std::vector<float>> buffers;
     std::mt19937 rng(11);
@@ -185,31 +248,43 @@ TEST(ReductionPlan, TiedEmbeddingCopiesStayBitwiseEqualAndSumEveryContribution) 
     const std::vector<std::vector<float>> before = buffers;
     simulate(l, ranks, buffers);
     if (l.pp == 1) continue;
+    std::size_t checked = 0;
     for (std::size_t a = 0; a < ranks.size(); ++a) {
       if (!ranks[a].partition.has_embedding) continue;
       // The last stage with the same tp and dp coordinates.
       const std::size_t b = static_cast<std::size_t>(Mesh::world_rank_of(
           MeshShape{l.tp, l.pp, l.dp}, ranks[a].at.tp, ranks[a].at.dp, l.pp - 1));
-      const TensorView& wa = ranks[a].layout.at("wte");
-      const TensorView& wb = ranks[b].layout.at("wte");
-      for (std::size_t e = 0; e < wa.size; ++e) {
-        ASSERT_EQ(buffers[a][wa.offset + e], buffers[b][wb.offset + e])
+      // The wte elements the two exchange (sharded: the ones this dp rank owns on both ends).
+      ElementRange exchanged;
+      for (const RangeReduction& op : ranks[a].plan.gradients)
+        if (op.kind == RangeReduction::Kind::tied_exchange) exchanged = op.range;
+      for (const RangeReduction& op : ranks[b].plan.gradients)
+        if (op.kind == RangeReduction::Kind::tied_exchange) {
+          EXPECT_EQ(op.range, exchanged) << describe(l);
+        }
+      for (std::size_t e = exchanged.begin; e < exchanged.end; ++e, ++checked) {
+        ASSERT_EQ(buffers[a][e], buffers[b][e])
             << describe(l) << " rank " << a << " wte[" << e << "]";
         // The sum of both ends' contributions over every replica.
         double expected = 0;
         for (std::size_t r = 0; r < ranks.size(); ++r)
           if (ranks[r].at.tp == ranks[a].at.tp &&
               (ranks[r].partition.has_embedding || ranks[r].partition.has_head))
-            expected += before[r][ranks[r].layout.at("wte").offset + e];
-        ASSERT_NEAR(buffers[a][wa.offset + e], expected, 1e-4) << describe(l);
+            expected += before[r][e];  // wte leads every layout that holds it
+        ASSERT_NEAR(buffers[a][e], expected, 1e-4) << describe(l);
       }
     }
+    // Every wte element of each tp slice is exchanged once per replica, or once in the job when
+    // sharded.
+    const bool sharded = l.zero_stage >= 1 && l.dp > 1;
+    const std::size_t wte_size = ranks[0].layout.at("wte").size;
+    EXPECT_EQ(checked, wte_size * l.tp * (sharded ? 1 : l.dp)) << describe(l);
   }
 }
 
-TEST(ReductionPlan, ZeroStagesAboveZeroAreRefusedUntilImplemented) {
+TEST(ReductionPlan, ZeroStagesAboveOneAreRefusedUntilImplemented) {
   const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
-  EXPECT_THROW(make_reduction_plan(layout, {ModelPartition::whole(kShape), 0, 2, 0, 1, 1}), Error);
+  EXPECT_THROW(make_reduction_plan(layout, {ModelPartition::whole(kShape), 0, 2, 0, 1, 2}), Error);
 }
 
 }  // namespace
