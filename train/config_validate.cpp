@@ -6,6 +6,8 @@
 #include "model/core/error.h"
 #include "model/gpt_shape.h"
 #include "train/config.h"
+
+#include "parallel/mesh.h"
 #include "train/config_fields.h"
 
 namespace strata {
@@ -108,6 +110,16 @@ void validate_parallel(const Config& c, const Rules& rules) {
   rules.at_least("threads", c.threads, 0);  // 0 is auto
   if (p.zero.stage < 0 || p.zero.stage > 3)
     rules.fail("parallel.zero.stage", "must be 0, 1, 2 or 3, got ", p.zero.stage);
+  // ZeRO++ acts on the gathers and reduce-scatters of sharded weights: stage 3's.
+  const std::pair<const char*, bool> zero_plus_plus[] = {
+      {"parallel.zero.quantized_weights", p.zero.quantized_weights},
+      {"parallel.zero.hierarchical_partition", p.zero.hierarchical_partition},
+      {"parallel.zero.quantized_gradients", p.zero.quantized_gradients}};
+  for (const auto& [key, on] : zero_plus_plus)
+    if (on && p.zero.stage != 3)
+      rules.fail(key,
+                 "is a ZeRO++ switch and needs parallel.zero.stage 3 (the stage whose weights ",
+                 "are sharded and gathered), got stage ", p.zero.stage);
 
   // Tensor parallelism splits attention by heads; with d_model % n_head == 0 this also splits
   // d_model and the MLP width 4*d_model evenly.
@@ -182,6 +194,21 @@ MeshShape resolve_mesh(const Config& config, int world_size) {
   if (t.global_batch % sequences_per_pass != 0)
     fail("'train.global_batch' (", t.global_batch, ") must be divisible by micro_batch*dp (",
          t.micro_batch, "*", shape.dp, "=", sequences_per_pass, ")");
+  // ZeRO shards over the data-parallel group: with one data-parallel rank there is nothing to
+  // shard, and asking for it is a mistake about the layout rather than a no-op to ignore.
+  if (p.zero.stage > 0 && shape.dp == 1)
+    fail("'parallel.zero.stage' (", p.zero.stage,
+         ") shards the training state over the data-parallel ranks, but this layout has dp 1 "
+         "(world ",
+         world_size, " = tp ", shape.tp, " * pp ", shape.pp, "): use stage 0 or more ranks");
+  // hpZ keeps a secondary weight partition over the data-parallel ranks of a node: every node
+  // must hold the same number of each data-parallel group's ranks.
+  if (p.zero.hierarchical_partition && !Mesh(shape, 0, p.gpus_per_node).dp_factors_evenly())
+    fail(
+        "'parallel.zero.hierarchical_partition' needs the data-parallel ranks of every node to "
+        "divide the data-parallel group evenly, but dp ",
+        shape.dp, " (tp ", shape.tp, ", pp ", shape.pp, ") over nodes of ", p.gpus_per_node,
+        " ranks (parallel.gpus_per_node) does not");
   return shape;
 }
 

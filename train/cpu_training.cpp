@@ -13,6 +13,8 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
                          const BackendPlacement& placement)
     : plan_(placement.plan),
       groups_{&placement.groups->tp(), &placement.groups->dp(), &placement.groups->pp()},
+      scratch_floats_(std::max(reduction_scratch_floats(plan_.gradients, *placement.groups),
+                               reduction_scratch_floats(plan_.parameters, *placement.groups))),
       model_(shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
              placement.slots, gpt_options_of(config)),
       params_(plan_.buffer_size, 0.0f),
@@ -78,6 +80,17 @@ void CpuTraining::apply_optimizer(const OptimizerStep& step) {
   optimizer_.update(params_.data() + owned.begin, grads_.data() + owned.begin, step);
   run_reductions(plan_.parameters, params_.data(), groups_);
   refresh_compute_weights();
+}
+
+MemoryAccount CpuTraining::memory() const {
+  MemoryAccount m;
+  m.master_weights = params_.size() * sizeof(float);
+  m.compute_weights = weights_.size() * sizeof(float);  // bf16/fp16 emulated in fp32 storage
+  m.gradients = grads_.size() * sizeof(float);
+  m.optimizer_state = optimizer_.state_bytes();
+  m.activations = model_.activation_bytes();
+  m.communication = scratch_floats_ * sizeof(float);
+  return m;
 }
 
 PipelineExecutor& CpuTraining::evaluator() {

@@ -38,6 +38,7 @@ class CpuTraining final : public TrainingBackend {
   std::size_t activation_bytes_per_layer() const override {
     return model_.activation_bytes_per_layer();
   }
+  MemoryAccount memory() const override;
 
  private:
   // The weights the model reads: the masters in fp32, else their rounded copy.
@@ -46,6 +47,7 @@ class CpuTraining final : public TrainingBackend {
 
   ReductionPlan plan_;
   ReductionGroups groups_;
+  std::size_t scratch_floats_;  // the largest reduction scratch (memory accounting)
   Gpt<float> model_;
   std::vector<float> params_, grads_, weights_;  // weights_: empty in fp32
   AdamW optimizer_;

@@ -46,23 +46,6 @@ struct NcclGroups {
   }
 };
 
-// Device scratch one plan needs: the largest chunk a reduce-scatter receives, the largest range a
-// tied exchange receives.
-std::size_t plan_scratch_floats(const ReductionPlan& plan, const ProcessGroups& groups) {
-  std::size_t most = 0;
-  for (const auto* ops : {&plan.gradients, &plan.parameters})
-    for (const RangeReduction& op : *ops) {
-      if (op.kind == RangeReduction::Kind::tied_exchange) most = std::max(most, op.range.size());
-      if (op.kind == RangeReduction::Kind::reduce_scatter) {
-        const Communicator& group = op.axis == ParallelAxis::tp   ? groups.tp()
-                                    : op.axis == ParallelAxis::pp ? groups.pp()
-                                                                  : groups.dp();
-        most = std::max(most, op.range.size() / static_cast<std::size_t>(group.size()));
-      }
-    }
-  return most;
-}
-
 template <class T>
 class CudaTrainingOf final : public TrainingBackend {
  public:
@@ -77,7 +60,9 @@ class CudaTrainingOf final : public TrainingBackend {
                placement.slots, recompute_from_name(config.recompute), nccl_.tp.get()),
         n_(static_cast<long>(plan_.buffer_size)),
         owned_(plan_.owned),
-        scratch_count_(static_cast<long>(plan_scratch_floats(plan_, *placement.groups))),
+        scratch_count_(static_cast<long>(
+            std::max(reduction_scratch_floats(plan_.gradients, *placement.groups),
+                     reduction_scratch_floats(plan_.parameters, *placement.groups)))),
         buffers_(buffer_bytes(n_, static_cast<long>(owned_.size()), scratch_count_)),
         decay_(restrict_to(model_.layout().decayed_ranges(), owned_)),
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
@@ -202,6 +187,17 @@ class CudaTrainingOf final : public TrainingBackend {
   std::size_t activation_bytes() const override { return model_.activation_bytes(); }
   std::size_t activation_bytes_per_layer() const override {
     return model_.activation_bytes_per_layer();
+  }
+  MemoryAccount memory() const override {
+    MemoryAccount m;
+    m.master_weights = static_cast<std::size_t>(n_) * sizeof(float);
+    if constexpr (!std::is_same_v<T, float>)
+      m.compute_weights = static_cast<std::size_t>(n_) * sizeof(T);
+    m.gradients = static_cast<std::size_t>(n_) * sizeof(float);
+    m.optimizer_state = 2 * owned_.size() * sizeof(float);
+    m.activations = model_.activation_bytes();
+    m.communication = static_cast<std::size_t>(scratch_count_) * sizeof(float);
+    return m;
   }
   std::size_t device_bytes() const override {
     return model_.device_bytes() + buffers_.capacity() + ctx_.workspace_bytes();

@@ -43,6 +43,7 @@ class Optimizer {
   virtual void update(float* params, const float* grads, const OptimizerStep& step) = 0;
   // Its state buffers, for checkpoints and for a device backend that keeps its own copy.
   virtual std::vector<OptimizerState> state() = 0;
+  virtual std::size_t state_bytes() const = 0;
 };
 
 class AdamW final : public Optimizer {
@@ -53,6 +54,7 @@ class AdamW final : public Optimizer {
   ElementRange range() const override { return range_; }
   void update(float* params, const float* grads, const OptimizerStep& step) override;
   std::vector<OptimizerState> state() override { return {{"m", &m_}, {"v", &v_}}; }
+  std::size_t state_bytes() const override { return (m_.size() + v_.size()) * sizeof(float); }
 
   // The decayed elements of the range, relative to range().begin; and the weight decay itself.
   const std::vector<ElementRange>& decayed() const { return decayed_; }

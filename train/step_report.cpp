@@ -17,6 +17,17 @@ const Communicator& axis_group(const ProcessGroups& groups, int axis) {
 
 }  // namespace
 
+JsonLine memory_json(const MemoryAccount& m) {
+  return JsonLine()
+      .add("master_weights", m.master_weights)
+      .add("compute_weights", m.compute_weights)
+      .add("gradients", m.gradients)
+      .add("optimizer_state", m.optimizer_state)
+      .add("secondary_weights", m.secondary_weights)
+      .add("activations", m.activations)
+      .add("communication", m.communication);
+}
+
 StepWatch::StepWatch(const ProcessGroups& groups)
     : groups_(groups),
       start_(std::chrono::steady_clock::now()),
@@ -56,6 +67,7 @@ JsonLine step_metrics(const StepReport& report, const StepWatch& watch,
       .add("activation_mib", backend.activation_bytes() / 1048576.0)
       .add("activation_mib_per_layer", backend.activation_bytes_per_layer() / 1048576.0);
   watch.add_communication(line);
+  line.add("memory_bytes", memory_json(backend.memory()));
   if (fp16) line.add("loss_scale", r.loss_scale);  // the scale this step used
   if (backend.device_bytes() > 0) line.add("device_mib", backend.device_bytes() / 1048576.0);
   return line;

@@ -36,6 +36,9 @@ struct StepReport {
   double tokens_per_step;
 };
 
+// The memory account as a JSON object of byte counts.
+JsonLine memory_json(const MemoryAccount& memory);
+
 // The metrics line of a step (rank 0 writes it).
 JsonLine step_metrics(const StepReport& report, const StepWatch& watch,
                       const TrainingBackend& backend, bool fp16);

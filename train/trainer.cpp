@@ -272,6 +272,21 @@ struct Trainer::State {
               << settings.accumulation << " accumulation steps | "
               << static_cast<std::int64_t>(c.train.global_batch) * c.model.seq_len
               << " tokens/step\n";
+    // Rank 0's memory; what ZeRO saves is the optimizer state of the layout at stage 0.
+    const MemoryAccount m = backend->memory();
+    const auto mib = [](std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; };
+    std::printf(
+        "memory (rank 0): model state %.2f MiB (master weights %.2f, compute weights %.2f, "
+        "gradients %.2f, optimizer state %.2f)",
+        mib(m.model_state()), mib(m.master_weights), mib(m.compute_weights), mib(m.gradients),
+        mib(m.optimizer_state));
+    if (backend->plan().sharded) {
+      const std::size_t stage0 = 2 * sizeof(float) * backend->layout().padded_total(1);
+      std::printf("; ZeRO stage %d saves %.2f MiB of optimizer state against stage 0 (%.2f MiB)",
+                  c.parallel.zero.stage, mib(stage0 - m.optimizer_state), mib(stage0));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
   }
 
   // Activation memory differs by pipeline stage (1F1B holds more micro-batches on early

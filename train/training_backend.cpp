@@ -1,7 +1,10 @@
 #include "train/training_backend.h"
 
+#include <algorithm>
+
 #include "model/core/error.h"
 #include "model/kernels/cpu/precision.h"
+#include "parallel/host_reduction.h"
 #include "train/cpu_training.h"
 #include "train/cuda_training.h"
 
@@ -10,6 +13,19 @@ namespace strata {
 GptOptions gpt_options_of(const Config& config) {
   return GptOptions{cpu::compute_dtype_from_name(config.precision.compute),
                     recompute_from_name(config.recompute)};
+}
+
+std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
+                                     const ProcessGroups& groups) {
+  const ReductionGroups by_axis{&groups.tp(), &groups.dp(), &groups.pp()};
+  std::size_t most = 0;
+  for (const RangeReduction& op : ops) {
+    if (op.kind == RangeReduction::Kind::tied_exchange) most = std::max(most, op.range.size());
+    if (op.kind == RangeReduction::Kind::reduce_scatter)
+      most =
+          std::max(most, op.range.size() / static_cast<std::size_t>(by_axis.of(op.axis)->size()));
+  }
+  return most;
 }
 
 std::unique_ptr<TrainingBackend> make_training_backend(const std::string& device,

@@ -38,6 +38,21 @@ struct BackendPlacement {
   bool nccl = false;
 };
 
+// Bytes this rank holds for training, by purpose (metrics.jsonl `memory_bytes`, the startup line).
+struct MemoryAccount {
+  std::size_t master_weights = 0;     // fp32 master weights (in fp32 the weights the model reads)
+  std::size_t compute_weights = 0;    // the bf16/fp16 copy the model reads (0 in fp32)
+  std::size_t gradients = 0;          // fp32 gradients
+  std::size_t optimizer_state = 0;    // the optimizer's state over its owned range
+  std::size_t secondary_weights = 0;  // a secondary weight partition (ZeRO++ hpZ; none yet)
+  std::size_t activations = 0;        // saved activations, all slots
+  std::size_t communication = 0;      // the largest scratch one reduction of the plan needs
+
+  std::size_t model_state() const {
+    return master_weights + compute_weights + gradients + optimizer_state + secondary_weights;
+  }
+};
+
 class TrainingBackend {
  public:
   virtual ~TrainingBackend() = default;
@@ -71,6 +86,7 @@ class TrainingBackend {
 
   virtual std::size_t activation_bytes() const = 0;
   virtual std::size_t activation_bytes_per_layer() const = 0;
+  virtual MemoryAccount memory() const = 0;
   // Device memory reserved (0 on the CPU).
   virtual std::size_t device_bytes() const { return 0; }
   // Waits for queued device work (timing); nothing on the CPU.
@@ -82,6 +98,11 @@ class TrainingBackend {
 std::unique_ptr<TrainingBackend> make_training_backend(const std::string& device,
                                                        const Config& config, const GptShape& shape,
                                                        const BackendPlacement& placement, int gpu);
+
+// Floats of scratch the largest single operation of `ops` needs on this rank: a reduce-scatter's
+// chunk, a tied exchange's received range.
+std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
+                                     const ProcessGroups& groups);
 
 // The model options precision.compute and recompute ask for.
 GptOptions gpt_options_of(const Config& config);

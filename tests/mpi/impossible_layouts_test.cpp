@@ -69,6 +69,9 @@ TEST(ImpossibleLayouts, StopWithOneErrorLineAndTouchNothing) {
        "world size 6 is not divisible by parallel.tp*parallel.pp (2*2=4)"},
       {4, "--set parallel.tp=4", "'parallel.tp' (4) must divide model.n_head (2)"},
       {3, "--set parallel.pp=3", "'parallel.pp' (3) must be <= model.n_layer (2)"},
+      {2, "--set parallel.tp=2 --set parallel.zero.stage=1",
+       "'parallel.zero.stage' (1) shards the training state over the data-parallel ranks, but "
+       "this layout has dp 1"},
   };
   for (const ImpossibleLayout& layout : layouts) {
     SCOPED_TRACE(std::to_string(layout.ranks) + " ranks, " + layout.overrides);

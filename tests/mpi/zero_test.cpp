@@ -157,6 +157,28 @@ TEST_F(Zero, Stage1CommunicationMatchesTheAnalyticCount) {
     EXPECT_EQ(after("\"comm_bytes_by_axis\": {\"tp\": "), tp);
     EXPECT_EQ(after("\"pp\": "), pp);
     EXPECT_EQ(after("\"dp\": "), dp);
+    // Memory: whole fp32 weights and gradients over the padded buffer, AdamW's two moments over
+    // the owned half, the reduce-scatter's chunk as scratch.
+    EXPECT_EQ(after("\"master_weights\": "), buffer * 4);
+    EXPECT_EQ(after("\"compute_weights\": "), 0.0);  // fp32: the masters are the weights
+    EXPECT_EQ(after("\"gradients\": "), buffer * 4);
+    EXPECT_EQ(after("\"optimizer_state\": "), 2 * 4 * buffer / 2);
+    EXPECT_EQ(after("\"communication\": "), buffer * 4 / 2);
+  }
+}
+
+TEST_F(Zero, MemoryAccountFollowsTheStage) {
+  // One process at stage 0 holds the whole optimizer state; dp 4 at stage 1 a quarter of it.
+  const GptShape shape{4, 4, 32, 16, 64};
+  const std::size_t total = ParameterLayout::for_gpt(shape).total();
+  const std::pair<std::string, double> runs[] = {
+      {reference_dir_, 2.0 * 4 * static_cast<double>(ParameterLayout::padded_size(total, 1))},
+      {train(*dir_, Layout{4, 1, 1}, "zero1_memory", kStage1),
+       2.0 * 4 * static_cast<double>(ParameterLayout::padded_size(total, 4)) / 4}};
+  for (const auto& [run, optimizer_bytes] : runs) {
+    const auto optimizer = metric(run, "optimizer_state");
+    ASSERT_EQ(optimizer.size(), 20u) << run;
+    EXPECT_EQ(optimizer.front(), optimizer_bytes) << run;
   }
 }
 

@@ -282,6 +282,12 @@ TEST(ConfigErrors, OutOfRangeNamesTheKey) {
       {"parallel.pp=0", "'parallel.pp' must be >= 1"},
       {"parallel.gpus_per_node=0", "'parallel.gpus_per_node' must be >= 1"},
       {"parallel.zero.stage=4", "'parallel.zero.stage' must be 0, 1, 2 or 3, got 4"},
+      {"parallel.zero.quantized_weights=true",
+       "'parallel.zero.quantized_weights' is a ZeRO++ switch and needs parallel.zero.stage 3"},
+      {"parallel.zero.hierarchical_partition=true",
+       "'parallel.zero.hierarchical_partition' is a ZeRO++ switch and needs parallel.zero.stage 3"},
+      {"parallel.zero.quantized_gradients=true",
+       "'parallel.zero.quantized_gradients' is a ZeRO++ switch and needs parallel.zero.stage 3"},
       {"parallel.tp=3", "'parallel.tp' (3) must divide model.n_head (4)"},
       {"parallel.pp=5", "'parallel.pp' (5) must be <= model.n_layer (4)"},
       {"parallel.pp_layers=[2,2]", "'parallel.pp_layers' must have one entry per pipeline stage"},
@@ -382,9 +388,9 @@ TEST(ConfigOverrides, ScalarListAndNestedValues) {
 
 TEST(ConfigOverrides, CreateMissingSectionsAndAcceptMaps) {
   const Config c = parse_config(kMinimal, "c",
-                                {"parallel.zero={stage: 1, quantized_weights: true}",
+                                {"parallel.zero={stage: 3, quantized_weights: true}",
                                  "diloco.enabled=true", "recompute=full"});
-  EXPECT_EQ(c.parallel.zero.stage, 1);
+  EXPECT_EQ(c.parallel.zero.stage, 3);
   EXPECT_TRUE(c.parallel.zero.quantized_weights);
   EXPECT_TRUE(c.diloco.enabled);
   EXPECT_EQ(c.recompute, "full");
@@ -455,6 +461,29 @@ TEST(ResolveDataParallel, Errors) {
             "'train.global_batch' (64) must be divisible by micro_batch*dp (8*3=24)");
 }
 
+TEST(ResolveDataParallel, ZeroNeedsALayoutItCanShard) {
+  Config c = layout(2, 2, 0, 64, 8);
+  c.parallel.zero.stage = 1;
+  EXPECT_CONTAINS(resolve_error(c, 4),
+                  "'parallel.zero.stage' (1) shards the training state over the data-parallel "
+                  "ranks, but this layout has dp 1 (world 4 = tp 2 * pp 2)");
+  EXPECT_EQ(resolve_data_parallel(c, 8), 2);
+  // hpZ: 6 data-parallel ranks over nodes of 4 are 4 + 2, not an even split; over nodes of 3 or
+  // 2 they are.
+  c = layout(1, 1, 0, 48, 8);
+  c.parallel.zero.stage = 3;
+  c.parallel.zero.hierarchical_partition = true;
+  c.parallel.gpus_per_node = 4;
+  EXPECT_CONTAINS(resolve_error(c, 6),
+                  "'parallel.zero.hierarchical_partition' needs the data-parallel ranks of every "
+                  "node to divide the data-parallel group evenly, but dp 6 (tp 1, pp 1) over "
+                  "nodes of 4 ranks");
+  for (int per_node : {2, 3, 6}) {
+    c.parallel.gpus_per_node = per_node;
+    EXPECT_EQ(resolve_data_parallel(c, 6), 6) << per_node;
+  }
+}
+
 TEST(ConfigYaml, WritesEveryKey) {
   Config c = parse_config(kMinimal, "c");
   const std::string yaml = config_to_yaml(c);
@@ -486,7 +515,7 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.parallel.pp_layers = {3, 1};
   c.parallel.sequence_parallel = true;
   c.parallel.device_comm = "host";
-  c.parallel.zero = {2, true, false, true};
+  c.parallel.zero = {3, true, false, true};
   c.recompute = "full";
   c.device = "cpu";
   c.threads = 6;
