@@ -1,6 +1,7 @@
 // The block quantisers of ZeRO++ (model/kernels/quantize_block.h, model/kernels/cpu/quantize.h):
 // the stated error bound on random and adversarial inputs, the int4 packing, the packed shard
-// layout (blocks never straddle a shard, zero-sized shards).
+// layout (blocks never straddle a shard, zero-sized shards), and qgZ's two-hop reduce-scatter
+// (parallel/qgz_order.h) simulated with n ranks in one process against the exact mean.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,10 +10,12 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "model/kernels/cpu/quantize.h"
 #include "model/kernels/quantize_block.h"
+#include "parallel/qgz_order.h"
 
 namespace strata::cpu {
 namespace {
@@ -347,6 +350,113 @@ TEST(OpsQuantize, DequantiseAddSumsSourcesInOrder) {
   std::vector<float> from_zero(shards * layout.elements, 0.0f);
   dequantize_add_shards(packed.data(), layout, shards, 1, from_zero.data());
   EXPECT_EQ(from_zero, dequantized(packed, layout, shards));  // fma(q, s, 0) = q·s
+}
+
+constexpr std::pair<int, int> kGroups[] = {{1, 1}, {1, 4}, {4, 1}, {2, 2}, {2, 3},
+                                           {3, 2}, {4, 2}, {8, 2}, {2, 8}, {3, 5}};
+
+TEST(OpsQuantize, QgzSendOrderIsAPermutationWithItsInverse) {
+  EXPECT_EQ(qgz_send_order(2, 2), (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(qgz_send_order(2, 3), (std::vector<int>{0, 2, 4, 1, 3, 5}));
+  EXPECT_EQ(qgz_send_positions(2, 3), (std::vector<int>{0, 3, 1, 4, 2, 5}));
+  for (const auto& [intra, inter] : kGroups) {
+    const std::vector<int> order = qgz_send_order(intra, inter);
+    const std::vector<int> positions = qgz_send_positions(intra, inter);
+    const int n = intra * inter;
+    ASSERT_EQ(order.size(), static_cast<std::size_t>(n));
+    EXPECT_EQ(std::set<int>(order.begin(), order.end()).size(), order.size());
+    for (int i = 0; i < n; ++i) {
+      EXPECT_TRUE(0 <= order[i] && order[i] < n);
+      EXPECT_EQ(order[positions[i]], i);
+      EXPECT_EQ(positions[order[i]], i);
+    }
+    // Peer `local`'s part is contiguous: the chunks with that local index, in node order.
+    for (int local = 0; local < intra; ++local)
+      for (int node = 0; node < inter; ++node)
+        EXPECT_EQ(order[local * inter + node], node * intra + local);
+  }
+  EXPECT_EQ(qgz_average_factor(4), 0.25f);
+}
+
+// qgZ's reduce-scatter simulated with n ranks in one process, int4 at both hops, against the
+// exact mean; the bound is parallel/qgz_order.h's, from the scales the hops actually used.
+TEST(OpsQuantize, QgzTwoHopMeanMatchesTheExactMeanWithinTheBound) {
+  std::mt19937_64 rng(5);
+  const QuantFormat format = QuantFormat::int4;
+  for (const auto& [intra, inter] : kGroups) {
+    const int n = intra * inter;
+    const QuantizedShardLayout layout = quantized_shard_layout(777, 256, format);
+    const std::size_t c = layout.elements, bytes = layout.bytes, un = static_cast<std::size_t>(n);
+    std::vector<std::vector<float>> gradients(un);
+    for (auto& g : gradients) g = random_gradient(un * c, rng);
+
+    // Hop 1 send buffers: chunks in send order, each quantised as one shard.
+    const std::vector<int> order = qgz_send_order(intra, inter);
+    std::vector<Bytes> send1(un);
+    for (std::size_t r = 0; r < un; ++r) {
+      std::vector<float> reordered(un * c);
+      for (std::size_t p = 0; p < un; ++p)
+        std::copy_n(gradients[r].begin() + static_cast<long>(order[p] * c), c,
+                    reordered.begin() + static_cast<long>(p * c));
+      send1[r] = quantized(reordered, layout, un);
+    }
+    // Hop 1 (intra-node all-to-all), sums, re-quantisation of the partials.
+    std::vector<Bytes> send2(un);
+    std::vector<std::vector<float>> partials(un);
+    for (int node = 0; node < inter; ++node)
+      for (int local = 0; local < intra; ++local) {
+        Bytes received;
+        for (int peer = 0; peer < intra; ++peer) {
+          const Bytes& from = send1[static_cast<std::size_t>(node * intra + peer)];
+          const auto first = from.begin() + static_cast<long>(local * inter * bytes);
+          received.insert(received.end(), first, first + static_cast<long>(inter * bytes));
+        }
+        std::vector<float>& partial = partials[static_cast<std::size_t>(node * intra + local)];
+        partial.assign(static_cast<std::size_t>(inter) * c, 0.0f);
+        dequantize_add_shards(received.data(), layout, inter, intra, partial.data());
+        send2[static_cast<std::size_t>(node * intra + local)] = quantized(partial, layout, inter);
+      }
+    // Hop 2 (inter-node all-to-all among equal local indices), sums, the mean.
+    for (int node = 0; node < inter; ++node)
+      for (int local = 0; local < intra; ++local) {
+        const int rank = node * intra + local;
+        Bytes received;
+        for (int peer = 0; peer < inter; ++peer) {
+          const Bytes& from = send2[static_cast<std::size_t>(peer * intra + local)];
+          const auto first = from.begin() + static_cast<long>(node * bytes);
+          received.insert(received.end(), first, first + static_cast<long>(bytes));
+        }
+        std::vector<float> mean(c, 0.0f);
+        dequantize_add_shards(received.data(), layout, 1, inter, mean.data());
+        for (float& v : mean) v *= qgz_average_factor(n);
+
+        // The bound: hop-1 steps of every source's block, hop-2 steps of every partial's block,
+        // over n, plus fp32 sums (a generous n+2 ulps of the sum of magnitudes).
+        const auto chunk = static_cast<std::size_t>(rank) * c;
+        double worst = 0;
+        for (std::size_t i = 0; i < c; ++i) {
+          const std::size_t b = i / layout.block;
+          double exact = 0, magnitude = 0, quantisation = 0;
+          for (std::size_t r = 0; r < un; ++r) {
+            exact += gradients[r][chunk + i];
+            magnitude += std::fabs(gradients[r][chunk + i]);
+            const auto shard = static_cast<std::size_t>(qgz_send_position(rank, intra, inter));
+            quantisation +=
+                element_bound(packed_scale(send1[r].data() + shard * bytes, layout, b), format);
+          }
+          for (int peer = 0; peer < inter; ++peer) {
+            const Bytes& from = send2[static_cast<std::size_t>(peer * intra + local)];
+            quantisation +=
+                element_bound(packed_scale(from.data() + node * bytes, layout, b), format);
+          }
+          const double slack = (n + 2) * std::ldexp(1.0, -23) * (magnitude + quantisation);
+          const double error = std::fabs(mean[i] - exact / n);
+          EXPECT_LE(error, (quantisation + slack) / n) << intra << "x" << inter << " rank " << rank;
+          worst = std::max(worst, error * n / quantisation);
+        }
+        EXPECT_GT(worst, 0.05) << "int4 error is visible, the check is not vacuous";
+      }
+  }
 }
 
 }  // namespace
