@@ -16,11 +16,14 @@
 #include "model/kernels/cpu/quantize.h"
 #include "model/kernels/quantize_block.h"
 #include "parallel/qgz_order.h"
+#include "tests/unit/quantize_inputs.h"
 
 namespace strata::cpu {
 namespace {
 
 using Bytes = std::vector<std::uint8_t>;
+using strata::testing::quantizer_inputs;
+using strata::testing::varied_magnitudes;
 constexpr QuantFormat kFormats[] = {QuantFormat::int8, QuantFormat::int4};
 
 // The per-element bound of quantize_block.h: scale/2 + qmax·2^-22·scale.
@@ -72,26 +75,12 @@ double expect_round_trip_within_bound(const std::vector<float>& x, std::size_t b
   return worst;
 }
 
-// Normal values whose magnitude changes by blocks of 100 (so blocks see different scales),
-// with some exact zeros.
-std::vector<float> random_gradient(std::size_t n, std::mt19937_64& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-20, 20);
-  std::vector<float> x(n);
-  float magnitude = 1.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i % 100 == 0) magnitude = std::ldexp(1.0f, exponent(rng));
-    x[i] = rng() % 17 == 0 ? 0.0f : magnitude * normal(rng);
-  }
-  return x;
-}
-
 TEST(OpsQuantize, RandomValuesWithinHalfAStepPlusTheStatedFp32Term) {
   std::mt19937_64 rng(1);
   for (QuantFormat format : kFormats)
     for (std::size_t block : {1, 2, 7, 256, 2048}) {
       const double worst =
-          expect_round_trip_within_bound(random_gradient(5000, rng), block, format);
+          expect_round_trip_within_bound(quantizer_inputs(5000, rng), block, format);
       if (block >= 256) {
         EXPECT_GT(worst, 0.45) << "the bound is nearly reached, not vacuous";
       }
@@ -301,7 +290,7 @@ TEST(OpsQuantize, ShardsQuantisedTogetherAreIndependent) {
     for (std::size_t elements : {1, 5, 300, 1027}) {
       const QuantizedShardLayout layout = quantized_shard_layout(elements, 256, format);
       const std::size_t shards = 5;
-      std::vector<float> x = random_gradient(shards * elements, rng);
+      std::vector<float> x = varied_magnitudes(shards * elements, rng);
       const Bytes together = quantized(x, layout, shards);
       for (std::size_t k = 0; k < shards; ++k) {
         const std::vector<float> alone(x.begin() + k * elements, x.begin() + (k + 1) * elements);
@@ -339,9 +328,9 @@ TEST(OpsQuantize, DequantiseAddSumsSourcesInOrder) {
   std::mt19937_64 rng(4);
   const QuantizedShardLayout layout = quantized_shard_layout(1000, 128, QuantFormat::int4);
   const std::size_t shards = 3, sources = 4;
-  const std::vector<float> x = random_gradient(sources * shards * layout.elements, rng);
+  const std::vector<float> x = varied_magnitudes(sources * shards * layout.elements, rng);
   const Bytes packed = quantized(x, layout, sources * shards);
-  std::vector<float> fused = random_gradient(shards * layout.elements, rng), one_by_one = fused;
+  std::vector<float> fused = varied_magnitudes(shards * layout.elements, rng), one_by_one = fused;
   dequantize_add_shards(packed.data(), layout, shards, sources, fused.data());
   for (std::size_t s = 0; s < sources; ++s)
     dequantize_add_shards(packed.data() + s * shards * layout.bytes, layout, shards, 1,
@@ -388,7 +377,7 @@ TEST(OpsQuantize, QgzTwoHopMeanMatchesTheExactMeanWithinTheBound) {
     const QuantizedShardLayout layout = quantized_shard_layout(777, 256, format);
     const std::size_t c = layout.elements, bytes = layout.bytes, un = static_cast<std::size_t>(n);
     std::vector<std::vector<float>> gradients(un);
-    for (auto& g : gradients) g = random_gradient(un * c, rng);
+    for (auto& g : gradients) g = varied_magnitudes(un * c, rng);
 
     // Hop 1 send buffers: chunks in send order, each quantised as one shard.
     const std::vector<int> order = qgz_send_order(intra, inter);
