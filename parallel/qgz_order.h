@@ -32,12 +32,15 @@
 // Averaging: the sums stay sums through both hops (fp32, dequantise-add), and the mean is taken
 // once at the end, sum · qgz_average_factor(n) with the factor fl(1/n): one rounding rather than
 // one per hop, and nothing is gained by scaling earlier since block quantisation is relative to
-// each block's absmax (scaling a block by a power of two changes no q at all).
+// each block's absmax (scaling a block by a power of two changes no q at all, away from the ends
+// of the float range).
 //
 // Error of the mean (int4, qmax = 7, per element, bound b(s) = s/2 + 7·2^-22·s of
-// quantize_block.h): |mean − exact mean| ≤ (Σ over the n sources of b(hop-1 scale of the source's
-// block) + Σ over the inter_size partials of b(hop-2 scale of the partial's block)) / n, plus the
-// fp32 rounding of the sums and of the final product (a few ulps of the largest term).
+// quantize_block.h): |mean − exact mean| ≤ (Q + R) / n, where
+//   Q = Σ over the n sources of b(hop-1 scale of the source's block)
+//     + Σ over the inter_size partials of b(hop-2 scale of the partial's block),
+//   R = (n + 2)·2^-23·(Σ_r |g_r| + Q), the fp32 rounding of the sums and of the final product.
+// tests/unit/ops_quantize_test.cpp simulates both hops and checks this bound.
 #pragma once
 
 #include <cstddef>
