@@ -27,24 +27,17 @@ using testing::metric;
 using testing::TempDir;
 using testing::train;
 
-class CudaLayouts : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("cuda_layouts");
+class CudaLayouts : public testing::LayoutSuite<CudaLayouts> {
+ public:
+  static constexpr const char* kTag = "cuda_layouts";
+  static constexpr int kHeads = 2;
+  // 2 heads of 16, the smallest head size the CUDA attention kernel takes, on the CPU.
+  static Layout reference() {
     Layout cpu;
     cpu.device = "cpu";
-    // 2 heads of 16, the smallest head size the CUDA attention kernel takes.
-    reference_dir_ = testing::train_reference(*dir_, 2, cpu);
+    return cpu;
   }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static TempDir* dir_;
-  static std::string reference_dir_;
 };
-TempDir* CudaLayouts::dir_ = nullptr;
-std::string CudaLayouts::reference_dir_;
 
 TEST_F(CudaLayouts, EveryLayoutTrainsTheRunOfOneCpuProcess) {
   const auto reference = metric(reference_dir_, "loss");

@@ -72,6 +72,24 @@ inline std::string train_reference(const TempDir& dir, int n_head, const Layout&
   return train(dir, reference, "reference");
 }
 
+// A GoogleTest suite of layout runs that share one directory and one reference run, made once
+// for the suite (train_reference). `Suite` (CRTP) names them: Suite::kTag (the directory's tag),
+// Suite::kHeads (the config's n_head) and Suite::reference() (the layout of the reference run).
+template <class Suite>
+class LayoutSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir(Suite::kTag);
+    reference_dir_ = train_reference(*dir_, Suite::kHeads, Suite::reference());
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string reference_dir_;
+};
+
 inline std::vector<double> metric(const std::string& run_dir, const std::string& key) {
   return metric_values(run_dir + "/metrics.jsonl", key);
 }

@@ -25,21 +25,12 @@ using testing::metric;
 using testing::TempDir;
 using testing::train;
 
-class ParallelLayouts : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("layouts");
-    reference_dir_ = testing::train_reference(*dir_, 4, Layout{});
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static TempDir* dir_;
-  static std::string reference_dir_;
+class ParallelLayouts : public testing::LayoutSuite<ParallelLayouts> {
+ public:
+  static constexpr const char* kTag = "layouts";
+  static constexpr int kHeads = 4;
+  static Layout reference() { return Layout{}; }
 };
-TempDir* ParallelLayouts::dir_ = nullptr;
-std::string ParallelLayouts::reference_dir_;
 
 TEST_F(ParallelLayouts, EveryLayoutTrainsTheRunOfOneProcess) {
   const auto reference = metric(reference_dir_, "loss");

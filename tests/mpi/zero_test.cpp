@@ -23,21 +23,12 @@ using testing::train;
 
 const std::string kStage1 = " --set parallel.zero.stage=1";
 
-class Zero : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("zero");
-    reference_dir_ = testing::train_reference(*dir_, 4, Layout{});
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static TempDir* dir_;
-  static std::string reference_dir_;
+class Zero : public testing::LayoutSuite<Zero> {
+ public:
+  static constexpr const char* kTag = "zero";
+  static constexpr int kHeads = 4;
+  static Layout reference() { return Layout{}; }
 };
-TempDir* Zero::dir_ = nullptr;
-std::string Zero::reference_dir_;
 
 TEST_F(Zero, Stage1TrainsTheRunOfStage0) {
   const auto reference = metric(reference_dir_, "loss");
