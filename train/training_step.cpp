@@ -14,9 +14,9 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
   // The backward pass starts from scale · mean loss; the gradients are unscaled (below) before
   // clipping and the update. Without fp16 loss scaling the scale is 1.
   result.loss_scale = scaler.scale();
-  const int replicas_batches = settings.accumulation * settings.dp;
+  const int batches_in_step = settings.accumulation * settings.dp;
   const float loss_scale =
-      static_cast<float>(result.loss_scale) / static_cast<float>(replicas_batches);
+      static_cast<float>(result.loss_scale) / static_cast<float>(batches_in_step);
 
   const double local_loss = backend.accumulate_gradients(settings.accumulation, loss_scale, source);
   backend.reduce_gradients();
@@ -26,7 +26,7 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
   // The loss lives on the last stage of every replica.
   const double loss_sum = sum_over_axes(local_loss, {ParallelAxis::pp, ParallelAxis::dp}, groups);
 
-  result.loss = loss_sum / replicas_batches;
+  result.loss = loss_sum / batches_in_step;
   result.grad_norm = std::sqrt(sum_of_squares) / result.loss_scale;
   const bool finite = std::isfinite(result.loss) && std::isfinite(result.grad_norm);
   result.scale_overflow = std::isfinite(result.loss) && !finite && scaler.can_back_off();

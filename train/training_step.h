@@ -44,7 +44,7 @@ struct StepResult {
   bool scale_overflow = false;  // skipped as an fp16 overflow (the scale was halved)
 };
 
-// One step. `replicas`: the groups over which the loss is summed (pp, then dp) and the plan's
+// One step. `groups`: the tp, dp and pp groups; the loss is summed over pp then dp, Σ g² over the
 // norm groups. Throws when the stop policy ends the run.
 StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups,
                          const StepSettings& settings, const MicroBatchSource& source,
