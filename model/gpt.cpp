@@ -12,7 +12,6 @@
 namespace strata {
 
 using namespace cpu;
-using gpt_detail::view;
 
 Recompute recompute_from_name(std::string_view name) {
   if (name == "none") return Recompute::none;
@@ -43,10 +42,18 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
     : shape_(shape),
       partition_(partition),
       layout_(ParameterLayout::for_partition(shape, partition)),
+      segments_(layout_.segments()),
       tp_(tp),
       max_batch_(max_batch),
       options_(options) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
+  for (int i = static_cast<int>(segments_.size()) - 1; i >= 0; --i) {
+    const std::string& name = segments_[static_cast<std::size_t>(i)].name;
+    if (name == "wte") wte_segment_ = i;
+    if (name == "wpe") wpe_segment_ = i;
+    if (name == "lnf") lnf_segment_ = i;
+    if (name.starts_with("h.")) first_block_segment_ = i;
+  }
   if (tp_ == nullptr) {
     STRATA_CHECK(partition.tp_size == 1, "a tensor-parallel partition needs its group");
     single_rank_ = std::make_unique<SingleRank>();
@@ -174,8 +181,8 @@ const T* Gpt<T>::gather_rows(const T* local, T* full, long N, int C) {
 }
 
 template <class T>
-T Gpt<T>::forward(int slot, const T* params, const std::int32_t* tokens, const T* input,
-                  const std::int32_t* targets, int B, int T_) {
+T Gpt<T>::forward(int slot, ParameterAccess<T>& parameters, const std::int32_t* tokens,
+                  const T* input, const std::int32_t* targets, int B, int T_) {
   Slot& s = slot_for(slot, B, T_);
   const long N = static_cast<long>(B) * T_;
   const int C = shape_.d_model;
@@ -187,47 +194,57 @@ T Gpt<T>::forward(int slot, const T* params, const std::int32_t* tokens, const T
   }
   if (s.has_targets) s.targets.assign(targets, targets + N);
   if (partition_.has_embedding) {
-    embed(s, params);
+    embed(s, parameters);
   } else {
     STRATA_CHECK(input != nullptr, "a stage after the first needs its input activation");
     std::copy_n(input, static_cast<long>(activation_rows(B, T_)) * C, s.residual.data());
   }
-  for (int l = 0; l < partition_.layers(); ++l)
-    block_forward(block_activations(s, l, false), B, T_, params, l);
+  for (int l = 0; l < partition_.layers(); ++l) {
+    const T* weights = parameters.acquire_weights(block_segment(l));
+    block_forward(block_activations(s, l, false), B, T_,
+                  block_params(weights, partition_.layer_begin + l));
+    parameters.release_weights(block_segment(l));
+  }
   s.forwarded = true;
-  return partition_.has_head ? head_forward(s, params) : T(0);
+  return partition_.has_head ? head_forward(s, parameters) : T(0);
 }
 
 template <class T>
-void Gpt<T>::embed(Slot& s, const T* params) {
+void Gpt<T>::embed(Slot& s, ParameterAccess<T>& parameters) {
   const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   T* partial = scratch_->partial.data();
-  embedding_shard_forward(partial, s.tokens.data(), params + wte.offset,
+  embedding_shard_forward(partial, s.tokens.data(), parameters.acquire_weights(wte_segment_),
                           static_cast<int>(wte.slice.mid_begin),
                           static_cast<int>(wte.slice.mid_count), N, C);  // (N, C) partial
-  const T* x = sum_rows(partial, s.residual.data(), N, C);               // (Nl, C)
+  parameters.release_weights(wte_segment_);
+  const T* x = sum_rows(partial, s.residual.data(), N, C);  // (Nl, C)
   if (x != s.residual.data()) std::copy_n(x, static_cast<long>(Nl) * C, s.residual.data());
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
-  position_embedding_forward(s.residual.data(), view(params, layout_, "wpe"), row_begin, Nl, s.time,
-                             C);
+  position_embedding_forward(s.residual.data(), parameters.acquire_weights(wpe_segment_), row_begin,
+                             Nl, s.time, C);
+  parameters.release_weights(wpe_segment_);
   round_to_compute(s.residual.data(), static_cast<long>(Nl) * C);
 }
 
 template <class T>
-T Gpt<T>::head_forward(Slot& s, const T* params) {
+T Gpt<T>::head_forward(Slot& s, ParameterAccess<T>& parameters) {
   const int C = shape_.d_model, V = shape_.vocab_size, N = s.batch * s.time;
   const int Nl = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
   const int Vl = static_cast<int>(wte.slice.mid_count);
   const T* x = s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C;
+  const T* lnf = parameters.acquire_weights(lnf_segment_);
   layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
-                    view(params, layout_, "lnf.weight"), view(params, layout_, "lnf.bias"), Nl, C);
+                    in_segment(lnf, lnf_segment_, "lnf.weight"),
+                    in_segment(lnf, lnf_segment_, "lnf.bias"), Nl, C);
+  parameters.release_weights(lnf_segment_);
   round_to_compute(s.lnf.data(), static_cast<long>(Nl) * C);
   const T* lnf_full = gather_rows(s.lnf.data(), s.lnf_full.data(), N, C);
-  matmul_forward(s.logits.data(), lnf_full, params + wte.offset, static_cast<const T*>(nullptr), N,
-                 C, Vl);  // (N, Vl), head tied to wte
+  matmul_forward(s.logits.data(), lnf_full, parameters.acquire_weights(wte_segment_),
+                 static_cast<const T*>(nullptr), N, C, Vl);  // (N, Vl), head tied to wte
+  parameters.release_weights(wte_segment_);
   // The loss itself is computed in T from the rounded logits (as fused classifier kernels do).
   round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
   if (!s.has_targets) return T(0);
@@ -254,28 +271,34 @@ T Gpt<T>::head_forward(Slot& s, const T* params) {
 }
 
 template <class T>
-void Gpt<T>::backward(int slot, const T* params, T* grads, const T* output_grad, T loss_scale) {
+void Gpt<T>::backward(int slot, ParameterAccess<T>& parameters, const T* output_grad,
+                      T loss_scale) {
   STRATA_CHECK(slot >= 0 && slot < slots() && slots_[slot]->forwarded, "backward of slot ", slot,
                " without its forward");
   Slot& s = *slots_[slot];
   const int C = shape_.d_model, Nl = activation_rows(s.batch, s.time);
+  // The tied wte takes gradients from the head and from the embedding: one acquisition spans both.
+  T* wte_grads = wte_segment_ >= 0 ? parameters.acquire_gradients(wte_segment_) : nullptr;
   if (partition_.has_head) {
     STRATA_CHECK(s.has_targets, "backward needs a forward with targets");
-    head_backward(s, params, grads, loss_scale);
+    head_backward(s, parameters, wte_grads, loss_scale);
+    if (!partition_.has_embedding) parameters.release_gradients(wte_segment_);
   } else {
     STRATA_CHECK(output_grad != nullptr, "a stage before the last needs its output gradient");
     std::copy_n(output_grad, static_cast<long>(Nl) * C, scratch_->dresidual.data());
   }
-  for (int l = partition_.layers() - 1; l >= 0; --l) block_backward(s, params, grads, l);
-  if (partition_.has_embedding)
-    embed_backward(s, grads);
-  else
+  for (int l = partition_.layers() - 1; l >= 0; --l) block_backward(s, parameters, l);
+  if (partition_.has_embedding) {
+    embed_backward(s, parameters, wte_grads);
+    parameters.release_gradients(wte_segment_);
+  } else {
     std::copy_n(scratch_->dresidual.data(), static_cast<long>(Nl) * C, s.input_grad.data());
+  }
   s.forwarded = false;  // the probabilities were overwritten by their gradient
 }
 
 template <class T>
-void Gpt<T>::head_backward(Slot& s, const T* params, T* grads, T loss_scale) {
+void Gpt<T>::head_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads, T loss_scale) {
   const int C = shape_.d_model, V = shape_.vocab_size, N = s.batch * s.time;
   const int Nl = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
@@ -289,28 +312,35 @@ void Gpt<T>::head_backward(Slot& s, const T* params, T* grads, T loss_scale) {
   // With fp16 this is where a too large loss scale first overflows to inf.
   round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
   const T* lnf_full = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
-  matmul_backward(x.dfull.data(), grads + wte.offset, static_cast<T*>(nullptr), s.logits.data(),
-                  lnf_full, params + wte.offset, N, C, Vl);
+  matmul_backward(x.dfull.data(), wte_grads, static_cast<T*>(nullptr), s.logits.data(), lnf_full,
+                  parameters.acquire_weights(wte_segment_), N, C, Vl);
+  parameters.release_weights(wte_segment_);
   round_to_compute(x.dfull.data(), static_cast<long>(N) * C);
   const T* dlnf = sum_rows(x.dfull.data(), x.dlocal.data(), N, C);  // (Nl, C)
   std::fill(x.dresidual.begin(), x.dresidual.begin() + static_cast<long>(Nl) * C, T(0));
-  layernorm_backward(
-      x.dresidual.data(), view(grads, layout_, "lnf.weight"), view(grads, layout_, "lnf.bias"),
-      dlnf, s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
-      view(params, layout_, "lnf.weight"), s.lnf_mean.data(), s.lnf_rstd.data(), Nl, C);
+  const T* lnf = parameters.acquire_weights(lnf_segment_);
+  T* lnf_grads = parameters.acquire_gradients(lnf_segment_);
+  layernorm_backward(x.dresidual.data(), in_segment(lnf_grads, lnf_segment_, "lnf.weight"),
+                     in_segment(lnf_grads, lnf_segment_, "lnf.bias"), dlnf,
+                     s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
+                     in_segment(lnf, lnf_segment_, "lnf.weight"), s.lnf_mean.data(),
+                     s.lnf_rstd.data(), Nl, C);
+  parameters.release_weights(lnf_segment_);
+  parameters.release_gradients(lnf_segment_);
   round_to_compute(x.dresidual.data(), static_cast<long>(Nl) * C);
 }
 
 template <class T>
-void Gpt<T>::embed_backward(Slot& s, T* grads) {
+void Gpt<T>::embed_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads) {
   const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
   const T* dres = scratch_->dresidual.data();
-  position_embedding_backward(view(grads, layout_, "wpe"), dres, row_begin, Nl, s.time, C);
+  position_embedding_backward(parameters.acquire_gradients(wpe_segment_), dres, row_begin, Nl,
+                              s.time, C);
+  parameters.release_gradients(wpe_segment_);
   const T* dfull = gather_rows(dres, scratch_->dfull.data(), N, C);
-  embedding_shard_backward(grads + wte.offset, dfull, s.tokens.data(),
-                           static_cast<int>(wte.slice.mid_begin),
+  embedding_shard_backward(wte_grads, dfull, s.tokens.data(), static_cast<int>(wte.slice.mid_begin),
                            static_cast<int>(wte.slice.mid_count), N, C);
 }
 

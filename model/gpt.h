@@ -43,6 +43,7 @@
 #include "model/core/collectives.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
+#include "model/parameter_access.h"
 #include "model/parameter_layout.h"
 
 namespace strata {
@@ -74,6 +75,8 @@ class Gpt {
   const GptShape& shape() const { return shape_; }
   const ModelPartition& partition() const { return partition_; }
   const ParameterLayout& layout() const { return layout_; }
+  // The layout's segments: what a ParameterAccess is asked for, by index.
+  const std::vector<ParameterSegment>& segments() const { return segments_; }
   const GptOptions& options() const { return options_; }
   int slots() const;
 
@@ -93,12 +96,22 @@ class Gpt {
   // `targets` (null: logits only) and returns the mean loss; other stages return 0 and leave
   // their output in output(slot).
   T forward(int slot, const T* params, const std::int32_t* tokens, const T* input,
+            const std::int32_t* targets, int B, int T_) {
+    FlatParameters<T> flat(segments_, params, nullptr);
+    return forward(slot, flat, tokens, input, targets, B, T_);
+  }
+  // The same, reaching the weights segment by segment through `parameters`.
+  T forward(int slot, ParameterAccess<T>& parameters, const std::int32_t* tokens, const T* input,
             const std::int32_t* targets, int B, int T_);
   // Backward of the micro-batch in `slot`; grads += this stage's parameter gradients.
   // `output_grad` (activation_rows, C) is the gradient of this stage's output (ignored on the
   // last stage, where the loss starts the pass as loss_scale · mean). Afterwards, on a stage
   // other than the first, input_grad(slot) is the gradient to send to the previous stage.
-  void backward(int slot, const T* params, T* grads, const T* output_grad, T loss_scale);
+  void backward(int slot, const T* params, T* grads, const T* output_grad, T loss_scale) {
+    FlatParameters<T> flat(segments_, params, grads);
+    backward(slot, flat, output_grad, loss_scale);
+  }
+  void backward(int slot, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale);
 
   // Rows of the residual stream on this rank: B·T_, or B·T_/tp with sequence parallelism.
   int activation_rows(int B, int T_) const;
@@ -122,7 +135,11 @@ class Gpt {
   struct Scratch;
   struct Block;
   struct BlockActivations;
+  // Layer `layer`'s tensors in its segment's weights (or gradients) starting at `base`.
+  template <class P>
+  P* in_segment(P* base, int segment, const std::string& name) const;
   Block block_params(const T* base, int layer) const;
+  int block_segment(int local_layer) const { return first_block_segment_ + local_layer; }
   Slot& slot_for(int slot, int B, int T_);
   void allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers) const;
   // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output
@@ -132,14 +149,15 @@ class Gpt {
   // would store it; nothing in fp32.
   void round_to_compute(T* data, long n) const;
 
-  void embed(Slot& s, const T* params);
-  void block_forward(const BlockActivations& a, int B, int T_, const T* params, int local_layer);
+  void embed(Slot& s, ParameterAccess<T>& parameters);
+  void block_forward(const BlockActivations& a, int B, int T_, const Block& p);
   void attention_core_forward(const BlockActivations& a, int B, int T_, const Block& p,
                               const T* ln1_full);
-  T head_forward(Slot& s, const T* params);
-  void head_backward(Slot& s, const T* params, T* grads, T loss_scale);
-  void block_backward(Slot& s, const T* params, T* grads, int local_layer);
-  void embed_backward(Slot& s, T* grads);
+  T head_forward(Slot& s, ParameterAccess<T>& parameters);
+  // wte_grads: the gradients of the wte segment (tied: both the head and the embedding add to it).
+  void head_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads, T loss_scale);
+  void block_backward(Slot& s, ParameterAccess<T>& parameters, int local_layer);
+  void embed_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads);
 
   // Tensor-parallel communication on (N, C) activations, N = B·T rows:
   // sum of partial results into this rank's rows (all-reduce in place, or reduce-scatter),
@@ -150,6 +168,8 @@ class Gpt {
   GptShape shape_;
   ModelPartition partition_;
   ParameterLayout layout_;
+  std::vector<ParameterSegment> segments_;
+  int wte_segment_ = -1, wpe_segment_ = -1, lnf_segment_ = -1, first_block_segment_ = 0;
   Collectives* tp_;
   std::unique_ptr<Collectives> single_rank_;  // used when no group is given
   int max_batch_;

@@ -13,18 +13,16 @@
 namespace strata {
 
 using namespace cpu;
-using gpt_detail::view;
 
 template <class T>
 typename Gpt<T>::Block Gpt<T>::block_params(const T* base, int layer) const {
   const std::string h = "h." + std::to_string(layer) + ".";
-  return Block{
-      view(base, layout_, h + "ln1.weight"),       view(base, layout_, h + "ln1.bias"),
-      view(base, layout_, h + "attn.qkv.weight"),  view(base, layout_, h + "attn.qkv.bias"),
-      view(base, layout_, h + "attn.proj.weight"), view(base, layout_, h + "attn.proj.bias"),
-      view(base, layout_, h + "ln2.weight"),       view(base, layout_, h + "ln2.bias"),
-      view(base, layout_, h + "mlp.fc.weight"),    view(base, layout_, h + "mlp.fc.bias"),
-      view(base, layout_, h + "mlp.proj.weight"),  view(base, layout_, h + "mlp.proj.bias")};
+  const int seg = block_segment(layer - partition_.layer_begin);
+  auto at = [&](const char* name) { return in_segment(base, seg, h + name); };
+  return Block{at("ln1.weight"),    at("ln1.bias"),         at("attn.qkv.weight"),
+               at("attn.qkv.bias"), at("attn.proj.weight"), at("attn.proj.bias"),
+               at("ln2.weight"),    at("ln2.bias"),         at("mlp.fc.weight"),
+               at("mlp.fc.bias"),   at("mlp.proj.weight"),  at("mlp.proj.bias")};
 }
 
 template <class T>
@@ -74,12 +72,11 @@ typename Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot& s, int l, bool
 // Every op output below is rounded to the compute dtype before the next op reads it; GEMMs and
 // reductions (including the tensor-parallel sums of partial outputs) accumulate in T.
 template <class T>
-void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const T* params, int l) {
+void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const Block& p) {
   const int C = shape_.d_model, tp = partition_.tp_size;
   const int Hl = 4 * C / tp;
   const int N = B * T_, Nl = activation_rows(B, T_);
   const long rows = static_cast<long>(Nl) * C, full = static_cast<long>(N) * C;
-  const Block p = block_params(params, partition_.layer_begin + l);
   T* partial = scratch_->partial.data();
 
   // Attention: x2 = x + proj(attn(qkv(ln1(x))))
@@ -124,19 +121,22 @@ void Gpt<T>::attention_core_forward(const BlockActivations& a, int B, int T_, co
 // Activation gradients are rounded to the compute dtype like the forward's outputs; parameter
 // gradients accumulate in T.
 template <class T>
-void Gpt<T>::block_backward(Slot& s, const T* params, T* grads, int l) {
+void Gpt<T>::block_backward(Slot& s, ParameterAccess<T>& parameters, int l) {
   const int B = s.batch, T_ = s.time, C = shape_.d_model, tp = partition_.tp_size;
   const int Cl = C / tp, Hl = 4 * C / tp, NHl = shape_.n_head / tp;
   const int N = B * T_, Nl = activation_rows(B, T_);
   const long rows = static_cast<long>(Nl) * C, full = static_cast<long>(N) * C;
   const int layer = partition_.layer_begin + l;
-  const Block p = block_params(params, layer);
+  const int segment = block_segment(l);
+  // One acquisition of the weights serves the recomputation and the backward pass.
+  const Block p = block_params(parameters.acquire_weights(segment), layer);
+  T* grads = parameters.acquire_gradients(segment);
   const std::string h = "h." + std::to_string(layer) + ".";
-  auto g = [&](const char* name) { return view(grads, layout_, h + name); };
+  auto g = [&](const char* name) { return in_segment(grads, segment, h + name); };
   const BlockActivations a = block_activations(s, l, true);
   // Bring back what the forward dropped, by the forward's own code on the same inputs.
   if (options_.recompute == Recompute::full)
-    block_forward(a, B, T_, params, l);
+    block_forward(a, B, T_, p);
   else if (options_.recompute == Recompute::selective)
     attention_core_forward(a, B, T_, p, sequence_parallel_ ? a.ln1_full : a.ln1);
   const T* ln1_full = sequence_parallel_ ? a.ln1_full : a.ln1;
@@ -175,16 +175,18 @@ void Gpt<T>::block_backward(Slot& s, const T* params, T* grads, int l) {
   const T* dln1 = sum_rows(x_.dfull.data(), x_.dlocal.data(), N, C);
   layernorm_backward(dres, g("ln1.weight"), g("ln1.bias"), dln1, a.x, p.ln1_weight, a.ln1_mean,
                      a.ln1_rstd, Nl, C);
+  parameters.release_weights(segment);
+  parameters.release_gradients(segment);
   round_to_compute(dres, rows);
 }
 
 #define STRATA_INSTANTIATE_GPT_BLOCK(T)                                                         \
   template Gpt<T>::Block Gpt<T>::block_params(const T*, int) const;                             \
   template Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot&, int, bool);                \
-  template void Gpt<T>::block_forward(const BlockActivations&, int, int, const T*, int);        \
+  template void Gpt<T>::block_forward(const BlockActivations&, int, int, const Block&);         \
   template void Gpt<T>::attention_core_forward(const BlockActivations&, int, int, const Block&, \
                                                const T*);                                       \
-  template void Gpt<T>::block_backward(Slot&, const T*, T*, int);
+  template void Gpt<T>::block_backward(Slot&, ParameterAccess<T>&, int);
 STRATA_INSTANTIATE_GPT_BLOCK(float)
 STRATA_INSTANTIATE_GPT_BLOCK(double)
 #undef STRATA_INSTANTIATE_GPT_BLOCK

@@ -96,12 +96,12 @@ struct Gpt<T>::BlockActivations {
   T *qkv, *atty, *att, *fch, *fch_gelu;
 };
 
-namespace gpt_detail {
-// Pointer to a named tensor inside a flat buffer laid out by `layout` (const or mutable).
+// A named tensor inside a segment's weights (or gradients) that start at `base`.
+template <class T>
 template <class P>
-P* view(P* base, const ParameterLayout& layout, const std::string& name) {
-  return base + layout.at(name).offset;
+P* Gpt<T>::in_segment(P* base, int segment, const std::string& name) const {
+  return base +
+         (layout_.at(name).offset - segments_[static_cast<std::size_t>(segment)].range.begin);
 }
-}  // namespace gpt_detail
 
 }  // namespace strata

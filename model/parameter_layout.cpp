@@ -92,6 +92,24 @@ const TensorView& ParameterLayout::at(const std::string& name) const {
   fail("no parameter named '", name, "'");
 }
 
+std::vector<ParameterSegment> ParameterLayout::segments() const {
+  std::vector<ParameterSegment> result;
+  for (const TensorView& t : tensors_) {
+    // "h.3.attn.qkv.weight" -> "h.3"; "lnf.weight" -> "lnf"; "wte" -> "wte".
+    std::string name = t.name.substr(0, t.name.find('.'));
+    if (name == "h") name = t.name.substr(0, t.name.find('.', 2));
+    const ElementRange range{t.offset, t.offset + t.size};
+    if (!result.empty() && result.back().name == name) {
+      STRATA_CHECK(result.back().range.end == range.begin, "segment '", name,
+                   "' is not contiguous");
+      result.back().range.end = range.end;
+    } else {
+      result.push_back({std::move(name), range});
+    }
+  }
+  return result;
+}
+
 bool ParameterLayout::has(const std::string& name) const {
   for (const TensorView& t : tensors_)
     if (t.name == name) return true;

@@ -60,6 +60,15 @@ struct TensorView {
   TensorSlice slice;                // where it sits in the logical tensor
 };
 
+// The unit in which a sharded run (ZeRO stages 2 and 3) gathers weights and reduces gradients:
+// "wte", "wpe", one transformer block "h.<i>", or the final LayerNorm "lnf". Segments are
+// contiguous in the layout and listed in layout order (wte first, so both pipeline ends shard it
+// alike).
+struct ParameterSegment {
+  std::string name;
+  ElementRange range;
+};
+
 class ParameterLayout {
  public:
   // The whole model (one process).
@@ -71,6 +80,7 @@ class ParameterLayout {
   const TensorView& at(const std::string& name) const;  // Error if absent
   bool has(const std::string& name) const;
   std::size_t total() const { return total_; }
+  std::vector<ParameterSegment> segments() const;
 
   // Sharding over `shards` ranks (ZeRO, checkpoint writers): the buffer is padded to
   // padded_total(shards) elements, a multiple of shards · kShardAlignment, and rank r owns the

@@ -71,6 +71,27 @@ std::uint64_t ring_chunk_bytes(std::uint64_t whole_bytes, int n) {
                 : whole_bytes / static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(n - 1);
 }
 
+namespace {
+std::uint64_t all_but(std::span<const std::size_t> counts, int excluded,
+                      std::size_t element_bytes) {
+  if (counts.size() <= 1) return 0;
+  std::uint64_t total = 0;
+  for (std::size_t c : counts) total += c;
+  return (total - counts[static_cast<std::size_t>(excluded)]) * element_bytes;
+}
+}  // namespace
+
+std::uint64_t ring_reduce_scatter_v_bytes(std::span<const std::size_t> counts, int rank,
+                                          std::size_t element_bytes) {
+  return all_but(counts, rank, element_bytes);
+}
+
+std::uint64_t ring_all_gather_v_bytes(std::span<const std::size_t> counts, int rank,
+                                      std::size_t element_bytes) {
+  const int n = static_cast<int>(counts.size());
+  return n <= 1 ? 0 : all_but(counts, (rank + 1) % n, element_bytes);
+}
+
 void Communicator::set_topology(std::vector<int> member_world_ranks, int ranks_per_node) {
   STRATA_CHECK(ranks_per_node >= 1, "ranks_per_node must be >= 1");
   member_world_ranks_ = std::move(member_world_ranks);

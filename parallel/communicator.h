@@ -7,6 +7,8 @@
 //   all_reduce      2(n-1)/n · B  B = the buffer (reduce-scatter then all-gather around the ring)
 //   reduce_scatter   (n-1)/n · B  B = the whole input, n·count_per_rank elements
 //   all_gather       (n-1)/n · B  B = the whole output, n·count_per_rank elements
+//   reduce_scatter (uneven)  B − (chunk of this rank)       the ring never sends a member's own
+//   all_gather (uneven)      B − (chunk of the successor)   chunk onward (even chunks: as above)
 //   all_to_all       (n-1)/n · B  B = the whole input: one chunk to each other member
 //   broadcast        (n-1)   · B  B = the buffer, charged to the root (others send nothing)
 //   send                       B  also the send half of send_recv; receiving sends nothing
@@ -62,6 +64,12 @@ CommStats operator-(const CommStats& later, const CommStats& earlier);
 // all-gather), and in a ring reduce-scatter or all-gather whose whole buffer is `whole_bytes`.
 std::uint64_t ring_all_reduce_bytes(std::uint64_t bytes, int n);
 std::uint64_t ring_chunk_bytes(std::uint64_t whole_bytes, int n);
+// Bytes member `rank` sends in a ring over uneven chunks of `counts` elements of `element_bytes`:
+// reduce-scatter (everything but its own chunk) and all-gather (everything but its successor's).
+std::uint64_t ring_reduce_scatter_v_bytes(std::span<const std::size_t> counts, int rank,
+                                          std::size_t element_bytes);
+std::uint64_t ring_all_gather_v_bytes(std::span<const std::size_t> counts, int rank,
+                                      std::size_t element_bytes);
 
 // A Collectives, so a tensor-parallel model can run over a group communicator directly.
 //
@@ -94,6 +102,19 @@ class Communicator : public Collectives {
   //   reduce_scatter_sum: in (n·count) -> out (count) = sum over members of their chunk rank()
   //   all_gather:         in (count)   -> out (n·count), chunk r = rank r's in
   //   all_to_all:         in (n·count) -> out (n·count), chunk r = rank r's in chunk rank()
+  // Uneven chunks: member r's chunk is counts[r] elements (possibly 0), the chunks laid out in rank
+  // order, B = Σ counts. Counted as the even kinds ("reduce_scatter", "all_gather").
+  //   reduce_scatter_sum_v: in (Σ counts) -> out (counts[rank()]) = sum of every member's chunk
+  //   all_gather_v:         in (counts[rank()]) -> out (Σ counts), chunk r = rank r's in
+  template <SummablePayload T>
+  void reduce_scatter_sum_v(const T* in, T* out, std::span<const std::size_t> counts) {
+    reduce_scatter_sum_v_of(data_type_of<T>(), in, out, counts);
+  }
+  template <CollectivePayload T>
+  void all_gather_v(const T* in, T* out, std::span<const std::size_t> counts) {
+    all_gather_v_of(data_type_of<T>(), in, out, counts);
+  }
+
   template <CollectivePayload T>
   void all_to_all(const T* in, T* out, std::size_t count_per_rank) {
     all_to_all_of(data_type_of<T>(), in, out, count_per_rank);
@@ -140,6 +161,10 @@ class Communicator : public Collectives {
   virtual void broadcast_of(DataType type, void* data, std::size_t count, int root) = 0;
   virtual void all_to_all_of(DataType type, const void* in, void* out,
                              std::size_t count_per_rank) = 0;
+  virtual void reduce_scatter_sum_v_of(DataType type, const void* in, void* out,
+                                       std::span<const std::size_t> counts) = 0;
+  virtual void all_gather_v_of(DataType type, const void* in, void* out,
+                               std::span<const std::size_t> counts) = 0;
   virtual void send_of(DataType type, const void* data, std::size_t count, int peer) = 0;
   virtual void recv_of(DataType type, void* data, std::size_t count, int peer) = 0;
   virtual void send_recv_of(DataType type, const void* send_buf, std::size_t send_count, int dest,

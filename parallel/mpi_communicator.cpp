@@ -210,6 +210,38 @@ void MpiCommunicator::all_gather_of(DataType type, const void* in, void* out,
   count_ring("all_gather", ring_chunk_bytes(bytes_of(type, size_ * count_per_rank), size_));
 }
 
+namespace {
+// MPI's int counts (and displacements) of uneven chunks; the group's size must match.
+std::vector<int> checked_counts(std::span<const std::size_t> counts, int size) {
+  STRATA_CHECK(static_cast<int>(counts.size()) == size, "uneven collective: ", counts.size(),
+               " counts for a group of ", size);
+  std::vector<int> result;
+  for (std::size_t c : counts) result.push_back(checked_count(c));
+  return result;
+}
+}  // namespace
+
+void MpiCommunicator::reduce_scatter_sum_v_of(DataType type, const void* in, void* out,
+                                              std::span<const std::size_t> counts) {
+  const TimedCall timed(*this, "reduce_scatter");
+  const std::vector<int> ints = checked_counts(counts, size_);
+  STRATA_MPI_CHECK(MPI_Reduce_scatter(in, out, ints.data(), mpi_sum_type(type), MPI_SUM, comm_));
+  count_ring("reduce_scatter", ring_reduce_scatter_v_bytes(counts, rank_, size_of(type)));
+}
+
+void MpiCommunicator::all_gather_v_of(DataType type, const void* in, void* out,
+                                      std::span<const std::size_t> counts) {
+  const TimedCall timed(*this, "all_gather");
+  const std::vector<int> ints = checked_counts(counts, size_);
+  std::vector<int> displacements(ints.size(), 0);
+  for (std::size_t r = 1; r < ints.size(); ++r)
+    displacements[r] = checked_count(static_cast<std::size_t>(displacements[r - 1]) +
+                                     static_cast<std::size_t>(ints[r - 1]));
+  STRATA_MPI_CHECK(MPI_Allgatherv(in, ints[static_cast<std::size_t>(rank_)], mpi_type(type), out,
+                                  ints.data(), displacements.data(), mpi_type(type), comm_));
+  count_ring("all_gather", ring_all_gather_v_bytes(counts, rank_, size_of(type)));
+}
+
 void MpiCommunicator::all_to_all_of(DataType type, const void* in, void* out,
                                     std::size_t count_per_rank) {
   const TimedCall timed(*this, "all_to_all");

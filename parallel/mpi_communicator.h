@@ -58,6 +58,10 @@ class MpiCommunicator : public Communicator {
                              std::size_t count_per_rank) override;
   void all_gather_of(DataType type, const void* in, void* out, std::size_t count_per_rank) override;
   void all_to_all_of(DataType type, const void* in, void* out, std::size_t count_per_rank) override;
+  void reduce_scatter_sum_v_of(DataType type, const void* in, void* out,
+                               std::span<const std::size_t> counts) override;
+  void all_gather_v_of(DataType type, const void* in, void* out,
+                       std::span<const std::size_t> counts) override;
   void broadcast_of(DataType type, void* data, std::size_t count, int root) override;
   void send_of(DataType type, const void* data, std::size_t count, int peer) override;
   void recv_of(DataType type, void* data, std::size_t count, int peer) override;

@@ -206,6 +206,40 @@ void check_collectives(const Group& group, int gpus_per_node) {
     expect_stats(comm, {{"all_gather", {{ring_link, 2 * (un - 1) * chunk}}}}, {{"all_gather", 2}},
                  "all_gather");
   }
+  {  // Uneven chunks (member r holds r % 3 elements, so some hold none): the ring sends everything
+     // but this rank's chunk (reduce-scatter) or its successor's (all-gather).
+    std::vector<std::size_t> counts, starts;
+    std::size_t total = 0;
+    for (std::size_t r = 0; r < un; ++r) {
+      counts.push_back(r % 3);
+      starts.push_back(total);
+      total += r % 3;
+    }
+    const std::size_t mine = counts[static_cast<std::size_t>(me)];
+    const std::size_t next = counts[static_cast<std::size_t>((me + 1) % n)];
+    const std::uint64_t size = sizeof(T);
+    const std::uint64_t rs_bytes = un > 1 ? (total - mine) * size : 0;
+    const std::uint64_t ag_bytes = un > 1 ? (total - next) * size : 0;
+    if constexpr (SummablePayload<T>) {
+      std::vector<T> in(total), out(mine + 1, T(-1));
+      for (std::size_t i = 0; i < total; ++i) in[i] = value<T>(self, i);
+      comm.reduce_scatter_sum_v(in.data(), out.data(), std::span<const std::size_t>(counts));
+      for (std::size_t i = 0; i < mine; ++i)
+        EXPECT_EQ(out[i], sum_of<T>(members, starts[static_cast<std::size_t>(me)] + i))
+            << "reduce_scatter_v element " << i;
+      EXPECT_EQ(out[mine], T(-1)) << "reduce_scatter_v wrote past its chunk";
+      expect_stats(comm, {{"reduce_scatter", {{ring_link, rs_bytes}}}}, {{"reduce_scatter", 1}},
+                   "reduce_scatter_v");
+    }
+    std::vector<T> in(mine), out(total, T(-1));
+    for (std::size_t i = 0; i < mine; ++i) in[i] = value<T>(self, i);
+    comm.all_gather_v(in.data(), out.data(), std::span<const std::size_t>(counts));
+    for (std::size_t r = 0; r < un; ++r)
+      for (std::size_t i = 0; i < counts[r]; ++i)
+        EXPECT_EQ(out[starts[r] + i], value<T>(members[r], i)) << "all_gather_v";
+    expect_stats(comm, {{"all_gather", {{ring_link, ag_bytes}}}}, {{"all_gather", 1}},
+                 "all_gather_v");
+  }
   {  // all_to_all: chunk r of the output is rank r's chunk `me`; one chunk to each other member.
     std::vector<T> in(un * kCount), out(un * kCount, T(-1));
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<T>(self, i);
