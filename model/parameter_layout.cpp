@@ -143,13 +143,25 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 
 void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& shape,
                                std::uint64_t seed, float* params) {
+  initialize_gpt_parameters(layout, shape, seed, params, {0, layout.total()});
+}
+
+void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& shape,
+                               std::uint64_t seed, float* params, const ElementRange& range) {
   const double residual_std = 0.02 / std::sqrt(2.0 * shape.n_layer);
+  if (range.end > layout.total())
+    std::fill(params + (std::max(range.begin, layout.total()) - range.begin), params + range.size(),
+              0.0f);
   for (const TensorView& t : layout.tensors()) {
-    float* p = params + t.offset;
+    const ElementRange part = intersect({t.offset, t.offset + t.size}, range);
+    if (part.empty()) continue;
+    // Element i of the tensor, for i in [first, last), lands at out[i - first].
+    float* out = params + (part.begin - range.begin);
+    const std::size_t first = part.begin - t.offset, last = part.end - t.offset;
     const bool is_weight_matrix = t.slice.logical_shape.size() == 2;
     if (!is_weight_matrix) {
       const float value = ends_with(t.name, ".weight") ? 1.0f : 0.0f;  // LN gain 1, biases 0
-      for (std::size_t i = 0; i < t.size; ++i) p[i] = value;
+      for (std::size_t i = first; i < last; ++i) out[i - first] = value;
       continue;
     }
     const bool residual =
@@ -161,11 +173,11 @@ void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& sh
                                   ? static_cast<std::int64_t>(shape.vocab_size) * shape.d_model
                                   : t.slice.logical_size();
 #pragma omp parallel for schedule(static)
-    for (std::size_t i = 0; i < t.size; ++i) {
+    for (std::size_t i = first; i < last; ++i) {
       const std::int64_t g = t.slice.logical_index(static_cast<std::int64_t>(i));
-      p[i] = g < live
-                 ? static_cast<float>(stddev * counter_normal(key, static_cast<std::uint64_t>(g)))
-                 : 0.0f;
+      out[i - first] =
+          g < live ? static_cast<float>(stddev * counter_normal(key, static_cast<std::uint64_t>(g)))
+                   : 0.0f;
     }
   }
 }

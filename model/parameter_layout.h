@@ -112,5 +112,9 @@ class ParameterLayout {
 // 0.
 void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& shape,
                                std::uint64_t seed, float* params);
+// The same for the elements `range` of the layout only (params[i] is element range.begin + i;
+// elements past layout.total() are padding, set to 0): a ZeRO-3 shard.
+void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& shape,
+                               std::uint64_t seed, float* params, const ElementRange& range);
 
 }  // namespace strata

@@ -30,12 +30,13 @@ std::size_t chunk_of(const RangeReduction& op, int n) {
 }  // namespace
 
 void run_reductions(const std::vector<RangeReduction>& ops, float* buffer,
-                    const ReductionGroups& groups) {
+                    const ReductionGroups& groups, std::size_t buffer_begin) {
   using Kind = RangeReduction::Kind;
   std::vector<float> scratch;
   for (const RangeReduction& op : ops) {
     Communicator* group = groups.of(op.axis);
-    float* data = buffer + op.range.begin;
+    STRATA_CHECK(op.range.begin >= buffer_begin, "a reduction before the buffer's first element");
+    float* data = buffer + (op.range.begin - buffer_begin);
     const std::size_t count = op.range.size();
     if (group == nullptr) {
       STRATA_CHECK(op.kind != Kind::tied_exchange, "a tied exchange needs its pipeline group");

@@ -18,11 +18,11 @@ struct ReductionGroups {
   Communicator* of(ParallelAxis axis) const;
 };
 
-// Applies `ops` in order to `buffer` (the flat fp32 buffer of the plan's layout), collective over
-// the groups they name: every member of a group must run the same operations on it in the same
-// order.
+// Applies `ops` in order to `buffer` (the flat fp32 buffer of the plan's layout, holding its
+// elements from `buffer_begin` on: a ZeRO shard holds only its owned range), collective over the
+// groups they name: every member of a group must run the same operations on it in the same order.
 void run_reductions(const std::vector<RangeReduction>& ops, float* buffer,
-                    const ReductionGroups& groups);
+                    const ReductionGroups& groups, std::size_t buffer_begin = 0);
 
 // `local` summed over the groups of `axes`, in double; the same value on every member.
 double sum_over_axes(double local, const std::vector<ParallelAxis>& axes,

@@ -17,7 +17,8 @@ bool is_tied_copy(const ModelPartition& partition, const TensorView& t) {
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,
                                   const ReductionPlacement& placement) {
   const ModelPartition& p = placement.partition;
-  if (placement.zero_stage > 1) fail("parallel.zero.stage > 1 is not implemented yet");
+  STRATA_CHECK(placement.zero_stage >= 0 && placement.zero_stage <= 3, "ZeRO stage ",
+               placement.zero_stage, " does not exist");
   using Kind = RangeReduction::Kind;
   const int dp = placement.dp_size;
   const bool sharded = placement.zero_stage >= 1 && dp > 1;
@@ -29,18 +30,32 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
   plan.buffer_size = ParameterLayout::padded_size(total, sharded ? dp : 1);
   plan.owned = sharded ? ParameterLayout::shard_of(total, placement.dp_rank, dp)
                        : ElementRange{0, plan.buffer_size};
-  if (p.sequence_parallel && p.tp_size > 1)
-    for (const TensorView& t : layout.tensors())
-      if (replicated_over_tp(p, t))
-        plan.gradients.push_back(
-            {Kind::all_reduce, ParallelAxis::tp, {t.offset, t.offset + t.size}, -1});
   const ElementRange whole{0, plan.buffer_size};
-  if (sharded) {
-    plan.gradients.push_back({Kind::reduce_scatter, ParallelAxis::dp, whole, -1});
-    plan.parameters.push_back({Kind::all_gather, ParallelAxis::dp, whole, -1});
-  } else if (dp > 1) {
-    plan.gradients.push_back({Kind::all_reduce, ParallelAxis::dp, {0, layout.total()}, -1});
+  plan.zero_stage = placement.zero_stage;
+  plan.gradients_by_segment = sharded && placement.zero_stage >= 2;
+  plan.parameters_by_segment = sharded && placement.zero_stage >= 3;
+  plan.gradient_range = plan.gradients_by_segment ? plan.owned : whole;
+  plan.parameter_range = plan.parameters_by_segment ? plan.owned : whole;
+  // Sequence parallelism: the replicated tensors' partial sums over tp (see the header for where).
+  auto sum_replicated_over_tp = [&](const ElementRange& within) {
+    if (!p.sequence_parallel || p.tp_size == 1) return;
+    for (const TensorView& t : layout.tensors()) {
+      const ElementRange part = intersect({t.offset, t.offset + t.size}, within);
+      if (replicated_over_tp(p, t) && !part.empty())
+        plan.gradients.push_back({Kind::all_reduce, ParallelAxis::tp, part, -1});
+    }
+  };
+  if (plan.gradients_by_segment) {
+    sum_replicated_over_tp(plan.owned);
+  } else {
+    sum_replicated_over_tp(whole);
+    if (sharded)
+      plan.gradients.push_back({Kind::reduce_scatter, ParallelAxis::dp, whole, -1});
+    else if (dp > 1)
+      plan.gradients.push_back({Kind::all_reduce, ParallelAxis::dp, {0, layout.total()}, -1});
   }
+  if (sharded && !plan.parameters_by_segment)
+    plan.parameters.push_back({Kind::all_gather, ParallelAxis::dp, whole, -1});
   if (tied) {
     const TensorView& wte = layout.at("wte");
     STRATA_CHECK(wte.offset == 0, "the tied exchange needs wte to lead the layout");
@@ -60,6 +75,17 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
   plan.norm_axes = {ParallelAxis::tp, ParallelAxis::pp};
   if (sharded) plan.norm_axes.push_back(ParallelAxis::dp);
   return plan;
+}
+
+std::vector<std::size_t> shard_counts(const ReductionPlan& plan, const ElementRange& range,
+                                      int dp_size) {
+  std::vector<std::size_t> counts;
+  const std::size_t shard = plan.buffer_size / static_cast<std::size_t>(dp_size);
+  for (int r = 0; r < dp_size; ++r) {
+    const std::size_t begin = static_cast<std::size_t>(r) * shard;
+    counts.push_back(intersect(range, {begin, begin + shard}).size());
+  }
+  return counts;
 }
 
 }  // namespace strata

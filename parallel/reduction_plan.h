@@ -27,6 +27,16 @@
 // parallelism, and the argument above holds shard by shard. Each owner counts its shard in the
 // norm (summed over dp too), updates it, and `parameters` all-gathers the updated shards (the
 // all-reduce's other half).
+//
+// ZeRO stage 2 shards the gradients too: the same shards, but the data-parallel reduce-scatter is
+// not in `gradients`; it runs segment by segment (ParameterSegment: wte, wpe, each block, lnf)
+// while the backward passes produce them (parallel/sharded_parameters.h), each owner receiving
+// its part of the segment (uneven: shard_counts), so the rank's gradient buffer is its owned
+// range only. What is left for `gradients` are the operations on owned ranges: the
+// sequence-parallel sum over tp of the replicated tensors (after the dp sum rather than before:
+// the sums commute, and the owned part is 1/dp of the work) and the tied exchange. Stage 3 keeps
+// the parameters sharded as well: no `parameters` gather; the weights are gathered per segment
+// when the model uses them.
 #pragma once
 
 #include <vector>
@@ -72,10 +82,19 @@ struct ReductionPlan {
   std::vector<ParallelAxis> norm_axes;     // ... then summed over these groups
   // The flat buffers' length on this rank: the layout padded for its shards.
   std::size_t buffer_size = 0;
+  int zero_stage = 0;                 // as configured (0 or 1 leaves everything replicated at dp 1)
+  ElementRange gradient_range;        // what the gradient buffer holds: all, or owned (stage >= 2)
+  ElementRange parameter_range;       // what the master weights hold: all, or owned (stage 3)
+  bool gradients_by_segment = false;  // stage >= 2: the dp reduce-scatter runs per segment
+  bool parameters_by_segment = false;  // stage 3: weights are gathered per segment when used
 };
 
+// How a range of the flat buffer falls on the data-parallel shards of `plan`: counts[r] is the
+// size of its intersection with shard r (the chunks of an uneven reduce-scatter or all-gather).
+std::vector<std::size_t> shard_counts(const ReductionPlan& plan, const ElementRange& range,
+                                      int dp_size);
+
 // The plan of `placement` for `layout` (= ParameterLayout::for_partition of its partition).
-// ZeRO stages above 1 are not implemented yet (an error).
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,
                                   const ReductionPlacement& placement);
 

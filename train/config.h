@@ -86,6 +86,8 @@ struct ZeroConfig {
   bool quantized_weights = false;
   bool hierarchical_partition = false;
   bool quantized_gradients = false;
+  // Stage 2 and 3: when a segment's gradients are reduce-scattered (parallel/sharded_parameters.h).
+  std::string gradient_reduction = "step";  // step | micro_batch
 
   bool operator==(const ZeroConfig&) const = default;
 };

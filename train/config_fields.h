@@ -37,6 +37,7 @@ inline constexpr std::array<std::string_view, 2> kPipelineSchedules{"1f1b", "gpi
 inline constexpr std::array<std::string_view, 3> kRecomputeModes{"none", "selective", "full"};
 inline constexpr std::array<std::string_view, 3> kDevices{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 3> kDeviceComms{"auto", "nccl", "host"};
+inline constexpr std::array<std::string_view, 2> kGradientReductions{"step", "micro_batch"};
 inline constexpr std::array<std::string_view, 3> kCompressions{"none", "fp16", "int8"};
 
 // Calls visit(path, field) for every key in YAML order. Sections must stay contiguous: the writer
@@ -93,6 +94,8 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("parallel.pp_layers", c.parallel.pp_layers);
   visit("parallel.device_comm", Choice{c.parallel.device_comm, kDeviceComms});
   visit("parallel.zero.stage", c.parallel.zero.stage);
+  visit("parallel.zero.gradient_reduction",
+        Choice{c.parallel.zero.gradient_reduction, kGradientReductions});
   visit("parallel.zero.quantized_weights", c.parallel.zero.quantized_weights);
   visit("parallel.zero.hierarchical_partition", c.parallel.zero.hierarchical_partition);
   visit("parallel.zero.quantized_gradients", c.parallel.zero.quantized_gradients);

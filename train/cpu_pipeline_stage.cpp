@@ -11,10 +11,7 @@ CpuPipelineStage::CpuPipelineStage(Gpt<float>& model)
       T_(model.shape().seq_len),
       batch_of_slot_(static_cast<std::size_t>(model.slots()), 0) {}
 
-void CpuPipelineStage::bind(const float* params, float* grads) {
-  params_ = params;
-  grads_ = grads;
-}
+void CpuPipelineStage::bind(ParameterAccess<float>* parameters) { parameters_ = parameters; }
 
 int CpuPipelineStage::slots() const { return model_.slots(); }
 
@@ -24,8 +21,8 @@ std::size_t CpuPipelineStage::boundary_size(int batch) const {
 
 double CpuPipelineStage::forward(int slot, const std::int32_t* tokens, const float* input,
                                  const std::int32_t* targets, int batch) {
-  STRATA_CHECK(params_ != nullptr, "pipeline stage: forward before bind() gave it weights");
-  const double loss = model_.forward(slot, params_, tokens, input, targets, batch, T_);
+  STRATA_CHECK(parameters_ != nullptr, "pipeline stage: forward before bind() gave it weights");
+  const double loss = model_.forward(slot, *parameters_, tokens, input, targets, batch, T_);
   batch_of_slot_.at(static_cast<std::size_t>(slot)) = batch;
   return loss;
 }
@@ -36,9 +33,8 @@ void CpuPipelineStage::copy_output(int slot, float* out) {
 }
 
 void CpuPipelineStage::backward(int slot, const float* output_grad, float loss_scale) {
-  STRATA_CHECK(params_ != nullptr && grads_ != nullptr,
-               "pipeline stage: backward without weights and a gradient buffer from bind()");
-  model_.backward(slot, params_, grads_, output_grad, loss_scale);
+  STRATA_CHECK(parameters_ != nullptr, "pipeline stage: backward before bind() gave it weights");
+  model_.backward(slot, *parameters_, output_grad, loss_scale);
 }
 
 void CpuPipelineStage::copy_input_grad(int slot, float* input_grad) {

@@ -17,9 +17,9 @@ class CpuPipelineStage final : public PipelineStage {
   // `model` is this stage's part (not owned; must outlive the stage).
   explicit CpuPipelineStage(Gpt<float>& model);
 
-  // The weights (model.layout(), already rounded to the compute dtype) and the gradient buffer
-  // the following calls use; grads may be null when only forwards run. Not owned.
-  void bind(const float* params, float* grads);
+  // Where the following calls reach the weights (already rounded to the compute dtype) and add
+  // the gradients (none needed when only forwards run). Not owned.
+  void bind(ParameterAccess<float>* parameters);
 
   int slots() const override;
   std::size_t boundary_size(int batch) const override;
@@ -33,8 +33,7 @@ class CpuPipelineStage final : public PipelineStage {
  private:
   Gpt<float>& model_;
   int T_;
-  const float* params_ = nullptr;
-  float* grads_ = nullptr;
+  ParameterAccess<float>* parameters_ = nullptr;
   std::vector<int> batch_of_slot_;  // sequences of the micro-batch each slot holds
 };
 

@@ -17,9 +17,11 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
                                reduction_scratch_floats(plan_.parameters, *placement.groups))),
       model_(shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
              placement.slots, gpt_options_of(config)),
-      params_(plan_.buffer_size, 0.0f),
-      grads_(plan_.buffer_size, 0.0f),
+      params_(plan_.parameter_range.size(), 0.0f),
+      grads_(plan_.gradient_range.size(), 0.0f),
       optimizer_(model_.layout(), plan_.owned, config.optimizer),
+      parameters_(model_.segments(), plan_, &placement.groups->dp(),
+                  gradient_reduction_from_name(config.parallel.zero.gradient_reduction)),
       stage_(model_),
       executor_(stage_, placement.groups->pp(), *placement.program, config.train.micro_batch,
                 shape.seq_len) {
@@ -28,7 +30,7 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
 }
 
 std::vector<StateBuffer> CpuTraining::state() {
-  std::vector<StateBuffer> buffers{{"model", {0, params_.size()}, params_}};
+  std::vector<StateBuffer> buffers{{"model", plan_.parameter_range, params_}};
   for (const OptimizerState& s : optimizer_.state())
     buffers.push_back({"optimizer/" + s.name, optimizer_.range(), *s.values});
   return buffers;
@@ -59,26 +61,35 @@ void CpuTraining::refresh_compute_weights() {
   cpu::round_to_dtype(weights_.data(), static_cast<long>(weights_.size()), dtype);
 }
 
-double CpuTraining::accumulate_gradients(int /*micro_batches: the program's*/, float loss_scale,
+double CpuTraining::accumulate_gradients(int micro_batches, float loss_scale,
                                          const MicroBatchSource& source) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
-  stage_.bind(compute_weights(), grads_.data());
-  return executor_.train_step(loss_scale, source);
+  parameters_.bind(compute_weights(), grads_.data(), micro_batches);
+  stage_.bind(&parameters_);
+  const double loss = executor_.train_step(loss_scale, source);
+  STRATA_CHECK(!parameters_.has_pending_gradients(),
+               "a gradient bucket was not reduced: the schedule ran fewer backward passes than ",
+               micro_batches);
+  return loss;
 }
 
-void CpuTraining::reduce_gradients() { run_reductions(plan_.gradients, grads_.data(), groups_); }
+void CpuTraining::reduce_gradients() {
+  run_reductions(plan_.gradients, grads_.data(), groups_, plan_.gradient_range.begin);
+}
 
 double CpuTraining::gradient_sum_of_squares() {
   double sum = 0;
   for (const ElementRange& r : plan_.norm_ranges)
-    sum += cpu::sum_of_squares(grads_.data() + r.begin, static_cast<long>(r.size()));
+    sum += cpu::sum_of_squares(grads_.data() + (r.begin - plan_.gradient_range.begin),
+                               static_cast<long>(r.size()));
   return sum;
 }
 
 void CpuTraining::apply_optimizer(const OptimizerStep& step) {
   const ElementRange owned = optimizer_.range();
-  optimizer_.update(params_.data() + owned.begin, grads_.data() + owned.begin, step);
-  run_reductions(plan_.parameters, params_.data(), groups_);
+  optimizer_.update(params_.data() + (owned.begin - plan_.parameter_range.begin),
+                    grads_.data() + (owned.begin - plan_.gradient_range.begin), step);
+  run_reductions(plan_.parameters, params_.data(), groups_, plan_.parameter_range.begin);
   refresh_compute_weights();
 }
 
@@ -89,12 +100,15 @@ MemoryAccount CpuTraining::memory() const {
   m.gradients = grads_.size() * sizeof(float);
   m.optimizer_state = optimizer_.state_bytes();
   m.activations = model_.activation_bytes();
+  m.gathered_weights = parameters_.peak_gathered_bytes();
+  m.gradient_buckets = parameters_.peak_bucket_bytes();
   m.communication = scratch_floats_ * sizeof(float);
   return m;
 }
 
 PipelineExecutor& CpuTraining::evaluator() {
-  stage_.bind(compute_weights(), nullptr);
+  parameters_.bind(compute_weights(), nullptr, 0);
+  stage_.bind(&parameters_);
   return executor_;
 }
 

@@ -1,8 +1,10 @@
 // The training backend on the CPU (train/training_backend.h): this rank's part of the model
 // (Gpt<float>, its ModelPartition) with the fp32 master weights, the gradients and a
-// compute-dtype copy of the weights (bf16/fp16 emulated by rounding, DESIGN §6) in flat buffers of
-// the reduction plan's size, AdamW on the plan's owned range, and the pipeline executor that runs
-// every step's micro-batches through this stage.
+// compute-dtype copy of the weights (bf16/fp16 emulated by rounding, DESIGN §6) in flat buffers
+// over the reduction plan's ranges (the whole padded layout, or under ZeRO 2/3 the owned shard of
+// the gradients, and under ZeRO 3 of the weights), the model reaching them through
+// ShardedParameters, AdamW on the plan's owned range, and the pipeline executor that runs every
+// step's micro-batches through this stage.
 #pragma once
 
 #include <memory>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "parallel/host_reduction.h"
+#include "parallel/sharded_parameters.h"
 #include "train/cpu_pipeline_stage.h"
 #include "train/training_backend.h"
 
@@ -49,8 +52,10 @@ class CpuTraining final : public TrainingBackend {
   ReductionGroups groups_;
   std::size_t scratch_floats_;  // the largest reduction scratch (memory accounting)
   Gpt<float> model_;
-  std::vector<float> params_, grads_, weights_;  // weights_: empty in fp32
+  // Over plan_.parameter_range, plan_.gradient_range and parameter_range (weights_: empty in fp32).
+  std::vector<float> params_, grads_, weights_;
   AdamW optimizer_;
+  ShardedParameters parameters_;
   CpuPipelineStage stage_;
   PipelineExecutor executor_;
 };

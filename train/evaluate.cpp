@@ -47,7 +47,14 @@ LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource&
 
 LossSum evaluate_loss(PipelineExecutor& executor, const TokenSource& split, std::int64_t n_tokens,
                       int seq_len, int micro_batch, int shard_rank, int shard_count) {
-  const auto batches = eval_batches(split, n_tokens, seq_len, micro_batch, shard_rank, shard_count);
+  auto batches = eval_batches(split, n_tokens, seq_len, micro_batch, shard_rank, shard_count);
+  // Every shard runs as many forward passes as shard 0 (which has the most): under ZeRO stage 3
+  // each pass gathers weights over the shards, so they must all take part. The extra passes
+  // (one window each) are not counted.
+  const std::size_t counted = batches.size();
+  const std::size_t passes =
+      eval_batches(split, n_tokens, seq_len, micro_batch, 0, shard_count).size();
+  while (batches.size() < passes) batches.push_back({0});
   std::vector<int> sizes;
   for (const auto& windows : batches) sizes.push_back(static_cast<int>(windows.size()));
   LossSum total;
@@ -56,7 +63,8 @@ LossSum evaluate_loss(PipelineExecutor& executor, const TokenSource& split, std:
       [&](int mb, std::int32_t* inputs, std::int32_t* targets) {
         fill_windows(split, batches[mb], seq_len, inputs, targets);
       },
-      [&](int, const float* losses, int count) {
+      [&](int mb, const float* losses, int count) {
+        if (static_cast<std::size_t>(mb) >= counted) return;
         for (int i = 0; i < count; ++i) total.sum += losses[i];
         total.count += count;
       });

@@ -24,6 +24,8 @@ JsonLine memory_json(const MemoryAccount& m) {
       .add("gradients", m.gradients)
       .add("optimizer_state", m.optimizer_state)
       .add("secondary_weights", m.secondary_weights)
+      .add("gathered_weights", m.gathered_weights)
+      .add("gradient_buckets", m.gradient_buckets)
       .add("activations", m.activations)
       .add("communication", m.communication);
 }

@@ -31,8 +31,15 @@ GptShape shape_of(const ModelConfig& m) {
 
 // Features whose contract exists but whose implementation has not landed yet: refuse clearly
 // rather than silently train something else.
-void reject_unimplemented(const Config& c) {
-  if (c.parallel.zero.stage > 1) fail("parallel.zero.stage > 1 is not implemented yet");
+void reject_unimplemented(const Config& c, const std::string& device) {
+  const auto& zero = c.parallel.zero;
+  if (zero.quantized_weights || zero.hierarchical_partition || zero.quantized_gradients)
+    fail(
+        "parallel.zero: the ZeRO++ switches (quantized_weights, hierarchical_partition, "
+        "quantized_gradients) are not implemented yet");
+  if (zero.stage > 1 && device == "cuda")
+    fail("parallel.zero.stage ", zero.stage,
+         " is not implemented on the cuda device yet (stages 0 and 1 are; the cpu device has all)");
   if (c.diloco.enabled) fail("diloco.enabled: DiLoCo is not implemented yet");
 }
 
@@ -173,7 +180,8 @@ struct Trainer::State {
         fail("run '", config.run.name, "' already has checkpoints in '", ckpt_dir,
              "'; use --resume to continue it, or choose another run.name");
       StateBuffer& params = buffers.at(0);
-      initialize_gpt_parameters(backend->layout(), shape, config.run.seed, params.values.data());
+      initialize_gpt_parameters(backend->layout(), shape, config.run.seed, params.values.data(),
+                                params.range);
       backend->set_state(buffers);
       return;
     }
@@ -309,10 +317,10 @@ struct Trainer::State {
 };
 
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
-  reject_unimplemented(config);
   // Before any work: a layout that does not fit the world, a device it cannot use.
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
   const std::string device = resolve_device(config, shape_of(config.model));
+  reject_unimplemented(config, device);
   state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;
   s.device = device;

@@ -45,8 +45,12 @@ struct MemoryAccount {
   std::size_t gradients = 0;          // fp32 gradients
   std::size_t optimizer_state = 0;    // the optimizer's state over its owned range
   std::size_t secondary_weights = 0;  // a secondary weight partition (ZeRO++ hpZ; none yet)
-  std::size_t activations = 0;        // saved activations, all slots
-  std::size_t communication = 0;      // the largest scratch one reduction of the plan needs
+  // Transient, at their peak so far: weights gathered for use (ZeRO 3) and gradient buckets
+  // awaiting their reduce-scatter (ZeRO 2 and 3). Not part of model_state().
+  std::size_t gathered_weights = 0;
+  std::size_t gradient_buckets = 0;
+  std::size_t activations = 0;    // saved activations, all slots
+  std::size_t communication = 0;  // the largest scratch one reduction of the plan needs
 
   std::size_t model_state() const {
     return master_weights + compute_weights + gradients + optimizer_state + secondary_weights;

@@ -515,7 +515,7 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.parallel.pp_layers = {3, 1};
   c.parallel.sequence_parallel = true;
   c.parallel.device_comm = "host";
-  c.parallel.zero = {3, true, false, true};
+  c.parallel.zero = {3, true, false, true, "micro_batch"};
   c.recompute = "full";
   c.device = "cpu";
   c.threads = 6;

@@ -1,11 +1,10 @@
-// Reduction plans (parallel/reduction_plan.h) checked without MPI, under ZeRO stages 0 and 1: for
-// every rank of a layout the
-// plan is built as the trainer builds it and executed by a simulation of the whole mesh, whose
-// sums add in an order that depends on the group and the element (as a ring all-reduce does), so
-// rounding differs between groups. Checked: every gradient element is summed over the
-// data-parallel group exactly once, the owners cover the buffer, the norm counts every logical
-// element exactly once (per replica at stage 0, over the job when sharded), and the two pipeline
-// ends' tied wte copies end bitwise equal.
+// Reduction plans (parallel/reduction_plan.h) checked without MPI, under ZeRO stages 0 to 3: for
+// every rank of a layout the plan is built as the trainer builds it and executed by a simulation of
+// the whole mesh, whose sums add in an order that depends on the group and the element (as a ring
+// all-reduce does), so rounding differs between groups. Checked: every gradient element is summed
+// over the data-parallel group exactly once, the owners cover the buffer, the norm counts every
+// logical element exactly once (per replica at stage 0, over the job when sharded), and the two
+// pipeline ends' tied wte copies end bitwise equal.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -94,6 +93,22 @@ std::vector<int> group_of(const Layout& l, const MeshCoordinates& at, ParallelAx
 void simulate(const Layout& l, const std::vector<RankPlan>& ranks,
               std::vector<std::vector<float>>& buffers) {
   using Kind = RangeReduction::Kind;
+  // Stages 2 and 3: the backward passes first reduce-scatter each segment over dp to its owners.
+  for (const RankPlan& r : ranks) {
+    if (!r.plan.gradients_by_segment || r.at.dp != 0) continue;
+    const std::vector<int> members = group_of(l, r.at, ParallelAxis::dp);
+    for (const ParameterSegment& segment : r.layout.segments()) {
+      const std::vector<std::size_t> counts = shard_counts(r.plan, segment.range, l.dp);
+      std::size_t e = segment.range.begin;
+      for (int owner = 0; owner < l.dp; ++owner)
+        for (std::size_t i = 0; i < counts[static_cast<std::size_t>(owner)]; ++i, ++e) {
+          float sum = 0;
+          for (int k = 0; k < l.dp; ++k) sum += buffers[members[(owner + 1 + k) % l.dp]][e];
+          buffers[members[owner]][e] = sum;
+        }
+      ASSERT_EQ(e, segment.range.end) << describe(l) << " " << segment.name;
+    }
+  }
   std::vector<std::size_t> next(ranks.size(), 0);
   for (bool progress = true; progress;) {
     progress = false;
@@ -159,13 +174,13 @@ void simulate(const Layout& l, const std::vector<RankPlan>& ranks,
     ASSERT_EQ(next[r], ranks[r].plan.gradients.size()) << "deadlock at rank " << r;
 }
 
-// Every layout under ZeRO stages 0 and 1.
+// Every layout under every ZeRO stage.
 std::vector<Layout> layouts() {
   std::vector<Layout> all;
   for (Layout l : {Layout{1, 1, 1, false}, Layout{1, 4, 1, false}, Layout{2, 1, 1, true},
                    Layout{1, 3, 2, false}, Layout{2, 3, 2, true}, Layout{2, 2, 4, false},
                    Layout{4, 2, 2, true}, Layout{1, 4, 4, false}})
-    for (int stage : {0, 1}) {
+    for (int stage : {0, 1, 2, 3}) {
       l.zero_stage = stage;
       all.push_back(l);
     }
@@ -181,13 +196,31 @@ TEST(ReductionPlan, EveryGradientIsSummedOverDataParallelismOnceAndOwnersTileThe
       for (const RangeReduction& op : r.plan.gradients)
         if (op.axis == ParallelAxis::dp && op.kind != RangeReduction::Kind::all_gather)
           for (std::size_t i = op.range.begin; i < op.range.end; ++i) ++summed[i];
+      EXPECT_EQ(r.plan.gradients_by_segment, sharded && l.zero_stage >= 2) << describe(l);
+      EXPECT_EQ(r.plan.parameters_by_segment, sharded && l.zero_stage == 3) << describe(l);
+      const ElementRange whole{0, r.plan.buffer_size};
+      EXPECT_EQ(r.plan.gradient_range, r.plan.gradients_by_segment ? r.plan.owned : whole);
+      EXPECT_EQ(r.plan.parameter_range, r.plan.parameters_by_segment ? r.plan.owned : whole);
+      if (r.plan.gradients_by_segment) {
+        // The segments tile the layout, and each is summed over dp by its own reduce-scatter.
+        std::size_t next = 0;
+        for (const ParameterSegment& segment : r.layout.segments()) {
+          EXPECT_EQ(segment.range.begin, next) << describe(l) << " " << segment.name;
+          next = segment.range.end;
+          for (std::size_t i = segment.range.begin; i < segment.range.end; ++i) ++summed[i];
+        }
+        EXPECT_EQ(next, r.layout.total()) << describe(l);
+        // Everything else the plan does stays inside the owned range.
+        for (const RangeReduction& op : r.plan.gradients)
+          EXPECT_EQ(intersect(op.range, r.plan.owned), op.range) << describe(l);
+      }
       for (std::size_t i = 0; i < r.layout.total(); ++i)
         ASSERT_EQ(summed[i], l.dp > 1 ? 1 : 0) << describe(l) << " element " << i;
       EXPECT_GE(r.plan.buffer_size, r.layout.total());
       if (!sharded) {
         EXPECT_EQ(r.plan.owned, (ElementRange{0, r.plan.buffer_size})) << describe(l);
       }
-      EXPECT_EQ(r.plan.parameters.empty(), !sharded) << describe(l);
+      EXPECT_EQ(r.plan.parameters.empty(), !sharded || l.zero_stage == 3) << describe(l);
     }
     // The data-parallel ranks of a replica own disjoint shards that tile the buffer.
     for (const RankPlan& r : ranks) {
@@ -282,9 +315,19 @@ TEST(ReductionPlan, TiedEmbeddingCopiesStayBitwiseEqualAndSumEveryContribution) 
   }
 }
 
-TEST(ReductionPlan, ZeroStagesAboveOneAreRefusedUntilImplemented) {
+TEST(ReductionPlan, NoStageFour) {
   const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
-  EXPECT_THROW(make_reduction_plan(layout, {ModelPartition::whole(kShape), 0, 2, 0, 1, 2}), Error);
+  EXPECT_THROW(make_reduction_plan(layout, {ModelPartition::whole(kShape), 0, 2, 0, 1, 4}), Error);
+}
+
+// A range's pieces on the shards: the sizes of its intersections, in rank order, zeros included.
+TEST(ReductionPlan, ShardCountsSplitARangeAtShardBoundaries) {
+  ReductionPlan plan;
+  plan.buffer_size = 4 * 64;  // shards [0, 64), [64, 128), [128, 192), [192, 256)
+  EXPECT_EQ(shard_counts(plan, {10, 20}, 4), (std::vector<std::size_t>{10, 0, 0, 0}));
+  EXPECT_EQ(shard_counts(plan, {60, 140}, 4), (std::vector<std::size_t>{4, 64, 12, 0}));
+  EXPECT_EQ(shard_counts(plan, {192, 256}, 4), (std::vector<std::size_t>{0, 0, 0, 64}));
+  EXPECT_EQ(shard_counts(plan, {5, 5}, 4), (std::vector<std::size_t>{0, 0, 0, 0}));
 }
 
 }  // namespace
