@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO stages side by side, for docs/PERFORMANCE.md.
 #
-#   scripts/bench_zero.sh          # BUILD_DIR=build STEPS=2 DP=4 PER_NODE=2
+#   scripts/bench_zero.sh          # BUILD_DIR=build STEPS=2 DP=4 PER_NODE=2 STAGES="0 1 2 3"
 #
 # Trains a GPT-2 124M-shaped model (12 layers, d_model 768, 12 heads, vocab 50304; seq_len 128 so
 # it runs on a CPU) on data/fortunes with DP data-parallel ranks, nodes simulated as blocks of
@@ -15,7 +15,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 STEPS=${STEPS:-2}
 DP=${DP:-4}
 PER_NODE=${PER_NODE:-2}
-STAGES=${STAGES:-"0 1"}
+REDUCTION=${REDUCTION:-step}  # parallel.zero.gradient_reduction (stages 2 and 3)
+STAGES=${STAGES:-"0 1 2 3"}
 PYTHON=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -38,7 +39,8 @@ for stage in $STAGES; do
     --set train.steps="$STEPS" --set train.micro_batch=2 --set train.global_batch=$((DP * 2)) \
     --set train.eval_every=0 --set train.eval_tokens=257 --set train.log_every=1 \
     --set checkpoint.every=0 --set parallel.dp="$DP" --set parallel.gpus_per_node="$PER_NODE" \
-    --set parallel.zero.stage="$stage" >"$work/$name.log" 2>&1 ||
+    --set parallel.zero.stage="$stage" --set parallel.zero.gradient_reduction="$REDUCTION" \
+    >"$work/$name.log" 2>&1 ||
     { cat "$work/$name.log" >&2; exit 1; }
   runs+=("$stage $work/$name/metrics.jsonl")
 done
@@ -55,10 +57,19 @@ align = 64
 def padded(n, shards):
     unit = align * shards
     return max(1, -(-n // unit)) * unit
+# The layout's segments (ParameterLayout::segments), as element ranges.
+segments, at = [], 0
+for name, size in [("wte", V * C), ("wpe", T * C)] + [(f"h.{i}", 12 * C * C + 13 * C)
+                                                        for i in range(L)] + [("lnf", 2 * C)]:
+    segments.append((name, at, at + size))
+    at += size
+assert at == total
 
 print(f"\nper-rank memory (rank 0), MiB; parameters {total}")
 print(f"{'stage':>5} {'master':>9} {'grads':>9} {'optimizer':>10} {'formula':>9} {'model state':>12}"
-      f" {'activations':>12} {'peak RSS':>9} {'step ms':>9}")
+      f" {'x stage 0':>9} {'gathered':>9} {'buckets':>9} {'activations':>12} {'peak RSS':>9}"
+      f" {'step ms':>9}")
+state0 = 16 * padded(total, 1)
 lines = {}
 for stage, path in runs:
     rows = [json.loads(l) for l in open(path)]
@@ -67,15 +78,20 @@ for stage, path in runs:
     m = train[-1]["memory_bytes"]
     sharded = stage >= 1 and dp > 1
     owned = padded(total, dp) // dp if sharded else padded(total, 1)
+    whole = padded(total, dp if sharded else 1)
     formula = 8 * owned
     state = sum(m[k] for k in ("master_weights", "compute_weights", "gradients",
                                "optimizer_state", "secondary_weights"))
     mib = lambda b: b / 2**20
     print(f"{stage:>5} {mib(m['master_weights']):9.1f} {mib(m['gradients']):9.1f}"
           f" {mib(m['optimizer_state']):10.1f} {mib(formula):9.1f} {mib(state):12.1f}"
-          f" {mib(m['activations']):12.1f} {rows[-1]['peak_rss_mib']:9.0f}"
+          f" {state / state0:9.3f} {mib(m['gathered_weights']):9.1f}"
+          f" {mib(m['gradient_buckets']):9.1f} {mib(m['activations']):12.1f}"
+          f" {rows[-1]['peak_rss_mib']:9.0f}"
           f" {statistics.median(r['step_ms'] for r in train[1:] or train):9.0f}")
     assert m["optimizer_state"] == formula, (stage, m["optimizer_state"], formula)
+    assert m["master_weights"] == 4 * (owned if stage == 3 and sharded else whole), stage
+    assert m["gradients"] == 4 * (owned if stage >= 2 and sharded else whole), stage
 
 def chunk(whole, n):  # bytes one rank sends in a ring reduce-scatter or all-gather
     return whole // n * (n - 1) if n > 1 else 0
@@ -87,7 +103,23 @@ scalar = all_reduce(8, dp)  # the loss, summed over dp in double
 for stage, _ in runs:
     comm = lines[stage]["comm_bytes"]
     sharded = stage >= 1 and dp > 1
-    if sharded:  # reduce-scatter of the padded buffer, all-gather of it; loss and norm over dp
+    shard = padded(total, dp) // dp
+    def piece(segment, r):  # the segment's elements in shard r
+        return max(0, min(segment[2], (r + 1) * shard) - max(segment[1], r * shard))
+    # Uneven rings: rank 0 sends all of a segment but its own piece (reduce-scatter), all but its
+    # successor's (all-gather).
+    segment_rs = sum(4 * (s[2] - s[1] - piece(s, 0)) for s in segments)
+    def gathers(names):
+        return sum(4 * (s[2] - s[1] - piece(s, 1)) for n in names for s in segments if s[0] == n)
+    blocks = [f"h.{i}" for i in range(L)]
+    # Stage 3, per micro-batch (1 here): forward wte (embedding), wpe, the blocks, lnf, wte (head);
+    # backward wte and lnf (head), the blocks.
+    stage3_gathers = gathers(["wte", "wpe"] + blocks + ["lnf", "wte", "wte", "lnf"] + blocks)
+    if sharded and stage >= 2:
+        expected = {"reduce_scatter": segment_rs,
+                    "all_gather": chunk(padded(total, dp) * 4, dp) if stage == 2 else stage3_gathers,
+                    "all_reduce": 2 * scalar}
+    elif sharded:  # reduce-scatter of the padded buffer, all-gather of it; loss and norm over dp
         buffer = padded(total, dp) * 4
         expected = {"reduce_scatter": chunk(buffer, dp), "all_gather": chunk(buffer, dp),
                     "all_reduce": 2 * scalar}

@@ -117,5 +117,95 @@ TEST_F(ZeroSharded, AStage3CheckpointResumesUnderOtherStagesAndLayouts) {
   }
 }
 
+// The value after `key` in the metrics line of `step`.
+double logged(const std::string& run, int step, const std::string& key) {
+  const std::string lines = testing::read_file(run + "/metrics.jsonl");
+  const std::size_t at = lines.find("{\"step\": " + std::to_string(step) + ",");
+  EXPECT_NE(at, std::string::npos) << "step " << step;
+  if (at == std::string::npos) return -1;
+  const std::string line = lines.substr(at, lines.find('\n', at) - at);
+  const std::size_t k = line.find(key);
+  EXPECT_NE(k, std::string::npos) << key << " in " << line;
+  return k == std::string::npos ? -1.0 : std::strtod(line.c_str() + k + key.size(), nullptr);
+}
+
+TEST_F(ZeroSharded, CommunicationAndMemoryMatchTheAnalyticCount) {
+  // (dp 2, tp 2, pp 2), 1F1B: rank 0 holds the embedding and layers 0-1 of tp shard 0 (segments
+  // wte, wpe, h.0, h.1) and owns the first of 2 shards of the buffer both pipeline ends pad to
+  // the larger total; per step m = 4 micro-batches of 2·16 rows of 32 floats.
+  const GptShape shape{4, 4, 32, 16, 64};
+  ModelPartition first;
+  first.tp_size = 2;
+  first.layer_end = 2;
+  first.has_head = false;
+  ModelPartition last = first;
+  last.layer_begin = 2;
+  last.layer_end = 4;
+  last.has_embedding = false;
+  last.has_head = true;
+  const ParameterLayout layout = ParameterLayout::for_partition(shape, first);
+  const std::size_t buffer = ParameterLayout::padded_size(
+      std::max(layout.total(), ParameterLayout::for_partition(shape, last).total()), 2);
+  const std::size_t shard = buffer / 2;
+  const double micro_batches = 4, scalar = 8, activation = 2 * 16 * 32 * 4.0;
+  // A segment's elements in shard r.
+  auto piece = [&](const ParameterSegment& s, std::size_t r) {
+    return static_cast<double>(intersect(s.range, {r * shard, (r + 1) * shard}).size());
+  };
+  double reduce_scatter = 0, gather_forward = 0, gather_backward = 0, largest = 0, wte = 0;
+  double block_or_wpe = 0;
+  for (const ParameterSegment& s : layout.segments()) {
+    const double size = static_cast<double>(s.range.size());
+    // Ring, uneven chunks: rank 0 sends all but its own chunk (reduce-scatter), all but its
+    // successor's (all-gather).
+    reduce_scatter += 4 * (size - piece(s, 0));
+    gather_forward += 4 * (size - piece(s, 1));
+    if (s.name.starts_with("h.")) gather_backward += 4 * (size - piece(s, 1));
+    largest = std::max(largest, size);
+    if (s.name == "wte")
+      wte = size;
+    else
+      block_or_wpe = std::max(block_or_wpe, size);
+  }
+  ASSERT_LE(layout.at("wte").size, shard);  // rank 0 owns (and exchanges) all of its wte
+  const double tp = micro_batches * (1 + 2 * 2 + 2 * 2) * activation + scalar;
+  const double send = micro_batches * activation + 4 * wte;
+  struct Case {
+    int stage;
+    std::string settings;
+    double all_gather, gradient_buckets, gathered_weights, master_weights;
+  };
+  const Case cases[] = {
+      // Stage 2, reduced once per step: the buckets of all segments live until the last pass.
+      {2, stage(2), 4.0 * buffer / 2, 4.0 * static_cast<double>(layout.total()), 0, 4.0 * buffer},
+      // Stage 3, reduced every micro-batch: the wte bucket spans the pass (the embedding adds to
+      // it last), the others one at a time; weights gathered one segment at a time.
+      {3, stage(3) + kPerMicroBatch, micro_batches * (gather_forward + gather_backward),
+       4 * (wte + block_or_wpe), 4 * largest, 4.0 * shard},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.settings);
+    const std::string run =
+        train(*dir_, Layout{2, 2, 2}, "sharded_comm_" + std::to_string(c.stage), c.settings);
+    const double rs = (c.stage == 3 ? micro_batches : 1) * reduce_scatter;
+    for (int step : {2, 20}) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      auto at = [&](const std::string& key) { return logged(run, step, key); };
+      EXPECT_EQ(at("\"reduce_scatter\": {\"intra_node\": "), rs);
+      EXPECT_EQ(at("\"all_gather\": {\"intra_node\": "), c.all_gather);
+      EXPECT_EQ(at("\"send\": {\"intra_node\": "), send);
+      EXPECT_EQ(at("\"all_reduce\": {\"intra_node\": "), tp + 2 * scalar + 2 * scalar);
+      EXPECT_EQ(at("\"dp\": "), rs + c.all_gather + 2 * scalar);
+      // Memory: what is held sharded, and the transient peaks.
+      EXPECT_EQ(at("\"master_weights\": "), c.master_weights);
+      EXPECT_EQ(at("\"compute_weights\": "), 0.0);  // fp32
+      EXPECT_EQ(at("\"gradients\": "), 4.0 * shard);
+      EXPECT_EQ(at("\"optimizer_state\": "), 2 * 4.0 * shard);
+      EXPECT_EQ(at("\"gathered_weights\": "), c.gathered_weights);
+      EXPECT_EQ(at("\"gradient_buckets\": "), c.gradient_buckets);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata
