@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -35,6 +36,14 @@
 namespace strata {
 
 enum class LinkClass { intra_node, inter_node };
+
+// A collective started and not yet complete (Communicator::start_all_gather_v). wait() completes
+// it; the buffers it was given must stay alive and untouched until then. Destroying it waits.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
 
 struct CommStats {
   // kind ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send")
@@ -115,6 +124,15 @@ class Communicator : public Collectives {
     all_gather_v_of(data_type_of<T>(), in, out, counts);
   }
 
+  // all_gather_v started now and completed by the result's wait(), so that it overlaps the
+  // caller's work (a ZeRO-3 prefetch). Counted when started. Every member starts it at the same
+  // point in its sequence of collectives on this group, as for a blocking one.
+  template <CollectivePayload T>
+  std::unique_ptr<PendingCollective> start_all_gather_v(const T* in, T* out,
+                                                        std::span<const std::size_t> counts) {
+    return start_all_gather_v_of(data_type_of<T>(), in, out, counts);
+  }
+
   template <CollectivePayload T>
   void all_to_all(const T* in, T* out, std::size_t count_per_rank) {
     all_to_all_of(data_type_of<T>(), in, out, count_per_rank);
@@ -165,6 +183,8 @@ class Communicator : public Collectives {
                                        std::span<const std::size_t> counts) = 0;
   virtual void all_gather_v_of(DataType type, const void* in, void* out,
                                std::span<const std::size_t> counts) = 0;
+  virtual std::unique_ptr<PendingCollective> start_all_gather_v_of(
+      DataType type, const void* in, void* out, std::span<const std::size_t> counts) = 0;
   virtual void send_of(DataType type, const void* data, std::size_t count, int peer) = 0;
   virtual void recv_of(DataType type, void* data, std::size_t count, int peer) = 0;
   virtual void send_recv_of(DataType type, const void* send_buf, std::size_t send_count, int dest,

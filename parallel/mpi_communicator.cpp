@@ -229,17 +229,52 @@ void MpiCommunicator::reduce_scatter_sum_v_of(DataType type, const void* in, voi
   count_ring("reduce_scatter", ring_reduce_scatter_v_bytes(counts, rank_, size_of(type)));
 }
 
+namespace {
+// Displacements of uneven chunks laid out in rank order.
+std::vector<int> displacements_of(const std::vector<int>& counts) {
+  std::vector<int> displacements(counts.size(), 0);
+  for (std::size_t r = 1; r < counts.size(); ++r)
+    displacements[r] = checked_count(static_cast<std::size_t>(displacements[r - 1]) +
+                                     static_cast<std::size_t>(counts[r - 1]));
+  return displacements;
+}
+
+// An MPI_Iallgatherv in flight, with the count arrays MPI reads until it completes.
+class MpiPendingGather final : public PendingCollective {
+ public:
+  std::vector<int> counts, displacements;
+  MPI_Request request = MPI_REQUEST_NULL;
+  void wait() override {
+    if (request != MPI_REQUEST_NULL) STRATA_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+  }
+  ~MpiPendingGather() override {
+    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+};
+}  // namespace
+
 void MpiCommunicator::all_gather_v_of(DataType type, const void* in, void* out,
                                       std::span<const std::size_t> counts) {
   const TimedCall timed(*this, "all_gather");
   const std::vector<int> ints = checked_counts(counts, size_);
-  std::vector<int> displacements(ints.size(), 0);
-  for (std::size_t r = 1; r < ints.size(); ++r)
-    displacements[r] = checked_count(static_cast<std::size_t>(displacements[r - 1]) +
-                                     static_cast<std::size_t>(ints[r - 1]));
+  const std::vector<int> displacements = displacements_of(ints);
   STRATA_MPI_CHECK(MPI_Allgatherv(in, ints[static_cast<std::size_t>(rank_)], mpi_type(type), out,
                                   ints.data(), displacements.data(), mpi_type(type), comm_));
   count_ring("all_gather", ring_all_gather_v_bytes(counts, rank_, size_of(type)));
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_v_of(
+    DataType type, const void* in, void* out, std::span<const std::size_t> counts) {
+  const TimedCall timed(*this, "all_gather");
+  auto pending = std::make_unique<MpiPendingGather>();
+  pending->counts = checked_counts(counts, size_);
+  pending->displacements = displacements_of(pending->counts);
+  STRATA_MPI_CHECK(MPI_Iallgatherv(in, pending->counts[static_cast<std::size_t>(rank_)],
+                                   mpi_type(type), out, pending->counts.data(),
+                                   pending->displacements.data(), mpi_type(type), comm_,
+                                   &pending->request));
+  count_ring("all_gather", ring_all_gather_v_bytes(counts, rank_, size_of(type)));
+  return pending;
 }
 
 void MpiCommunicator::all_to_all_of(DataType type, const void* in, void* out,

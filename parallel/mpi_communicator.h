@@ -62,6 +62,8 @@ class MpiCommunicator : public Communicator {
                                std::span<const std::size_t> counts) override;
   void all_gather_v_of(DataType type, const void* in, void* out,
                        std::span<const std::size_t> counts) override;
+  std::unique_ptr<PendingCollective> start_all_gather_v_of(
+      DataType type, const void* in, void* out, std::span<const std::size_t> counts) override;
   void broadcast_of(DataType type, void* data, std::size_t count, int root) override;
   void send_of(DataType type, const void* data, std::size_t count, int peer) override;
   void recv_of(DataType type, void* data, std::size_t count, int peer) override;

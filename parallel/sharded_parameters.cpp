@@ -23,6 +23,14 @@ float* ShardedParameters::Pool::take(std::size_t index, std::size_t size) {
   return h.values.data();
 }
 
+float* ShardedParameters::Pool::reserve(std::size_t index, std::size_t size) {
+  Held& h = held.at(index);
+  h.values.assign(size, 0.0f);
+  live += size * sizeof(float);
+  peak = std::max(peak, live);
+  return h.values.data();
+}
+
 void ShardedParameters::Pool::free(std::size_t index) {
   Held& h = held.at(index);
   live -= h.values.size() * sizeof(float);
@@ -40,6 +48,10 @@ ShardedParameters::ShardedParameters(std::vector<ParameterSegment> segments,
 }
 
 void ShardedParameters::bind(const float* weights, float* gradients, int backward_passes) {
+  drain_prefetch();
+  if (!order_.empty()) previous_order_[order_kind_] = std::move(order_);
+  order_.clear();
+  order_kind_ = gradients != nullptr ? 1 : 0;
   weights_ = weights;
   gradients_ = gradients;
   backward_passes_ = backward_passes;
@@ -49,20 +61,51 @@ const ParameterSegment& ShardedParameters::segment(int index) const {
   return segments_.at(static_cast<std::size_t>(index));
 }
 
+std::unique_ptr<PendingCollective> ShardedParameters::gather(int index, float* out, bool start) {
+  const ElementRange range = segment(index).range;
+  const ElementRange mine = intersect(range, plan_.owned);
+  const float* in = mine.empty() ? weights_ : weights_ + (mine.begin - plan_.owned.begin);
+  const std::vector<std::size_t> counts = shard_counts(plan_, range, dp_->size());
+  if (start) return dp_->start_all_gather_v(in, out, std::span<const std::size_t>(counts));
+  dp_->all_gather_v(in, out, std::span<const std::size_t>(counts));
+  return nullptr;
+}
+
 const float* ShardedParameters::acquire_weights(int index) {
   STRATA_CHECK(weights_ != nullptr, "a forward pass before bind() gave it weights");
   const ElementRange range = segment(index).range;
   if (!plan_.parameters_by_segment) return weights_ + range.begin;
-  Held& h = gathered_.held[static_cast<std::size_t>(index)];
-  const bool first_user = h.users == 0;
-  float* gathered = gathered_.take(static_cast<std::size_t>(index), range.size());
-  if (first_user) {
-    const ElementRange mine = intersect(range, plan_.owned);
-    const float* in = mine.empty() ? weights_ : weights_ + (mine.begin - plan_.owned.begin);
-    const std::vector<std::size_t> counts = shard_counts(plan_, range, dp_->size());
-    dp_->all_gather_v(in, gathered, std::span<const std::size_t>(counts));
+  const std::size_t i = static_cast<std::size_t>(index);
+  if (gathered_.held[i].users > 0) return gathered_.take(i, range.size());  // in use already
+  if (in_flight_segment_ == index) {  // prefetched: its buffer is reserved, wait for the data
+    in_flight_->wait();
+    in_flight_.reset();
+    in_flight_segment_ = -1;
+    ++prefetch_hits_;
+  } else {
+    gather(index, gathered_.reserve(i, range.size()), false);
   }
-  return gathered;
+  order_.push_back(index);
+  prefetch_after_gather();
+  return gathered_.take(i, range.size());
+}
+
+void ShardedParameters::prefetch_after_gather() {
+  const std::vector<int>& previous = previous_order_[order_kind_];
+  if (in_flight_ || order_.size() >= previous.size()) return;
+  const int next = previous[order_.size()];
+  const std::size_t i = static_cast<std::size_t>(next);
+  if (!gathered_.held.at(i).values.empty()) return;  // held (in use): nothing to fetch
+  in_flight_ = gather(next, gathered_.reserve(i, segment(next).range.size()), true);
+  in_flight_segment_ = next;
+}
+
+void ShardedParameters::drain_prefetch() {
+  if (!in_flight_) return;
+  in_flight_->wait();
+  in_flight_.reset();
+  gathered_.free(static_cast<std::size_t>(in_flight_segment_));
+  in_flight_segment_ = -1;
 }
 
 void ShardedParameters::release_weights(int index) {

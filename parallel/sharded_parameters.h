@@ -17,13 +17,19 @@
 //   compute-dtype copy: that is what moves); acquire_weights all-gathers the segment over dp into
 //   a buffer of its own, freed when the last user releases it. Every use gathers again: the
 //   forward pass, the backward pass (which its recomputation shares), the tied wte for the
-//   embedding and again for the head.
+//   embedding and again for the head. Prefetch: the gathers of a step come in the order of the
+//   step before (the schedule is the same every step), so after gathering the k-th segment of a
+//   step the k+1-th of the previous step's order is started (non-blocking) unless it is held, and
+//   its acquire waits for it: one gather in flight overlaps the segment in use. A wrong guess
+//   (the first step, an evaluation after training steps) costs only the early buffer; an unused
+//   prefetch is completed and freed at the next bind(). Training and evaluation keep an order each.
 //
 // All members of the data-parallel group run the same model code on the same schedule, so their
 // acquire and release calls, and the collectives behind them, come in the same order.
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "model/parameter_access.h"
@@ -53,6 +59,9 @@ class ShardedParameters final : public ParameterAccess<float> {
   float* acquire_gradients(int index) override;
   void release_gradients(int index) override;
 
+  // Gathers that a prefetch had already started when they were acquired, so far.
+  long prefetch_hits() const { return prefetch_hits_; }
+
   // Whether a bucket still holds unreduced gradients (after a step: a schedule that did not run
   // every backward pass it announced).
   bool has_pending_gradients() const;
@@ -69,11 +78,16 @@ class ShardedParameters final : public ParameterAccess<float> {
   struct Pool {
     std::vector<Held> held;
     std::size_t live = 0, peak = 0;
-    float* take(std::size_t index, std::size_t size);  // zeroed the first time
+    float* take(std::size_t index, std::size_t size);     // zeroed the first time
+    float* reserve(std::size_t index, std::size_t size);  // allocated, no user yet
     void free(std::size_t index);
   };
   const ParameterSegment& segment(int index) const;
   void reduce_bucket(std::size_t index);
+  // Gathers segment `index` into `out` (start: non-blocking, returned).
+  std::unique_ptr<PendingCollective> gather(int index, float* out, bool start);
+  void prefetch_after_gather();
+  void drain_prefetch();
 
   std::vector<ParameterSegment> segments_;
   const ReductionPlan& plan_;
@@ -84,6 +98,13 @@ class ShardedParameters final : public ParameterAccess<float> {
   int backward_passes_ = 1;
   Pool gathered_, buckets_;
   std::vector<float> received_;  // one reduce-scatter's part of this rank
+  // Gather orders (segment indices) of the last step, by kind of pass (0 forward only, 1
+  // training), and of the current one; the gather in flight and its segment (-1: none).
+  std::vector<int> previous_order_[2], order_;
+  int order_kind_ = 1;
+  std::unique_ptr<PendingCollective> in_flight_;
+  int in_flight_segment_ = -1;
+  long prefetch_hits_ = 0;
 };
 
 }  // namespace strata

@@ -289,9 +289,16 @@ struct Trainer::State {
         mib(m.model_state()), mib(m.master_weights), mib(m.compute_weights), mib(m.gradients),
         mib(m.optimizer_state));
     if (backend->plan().sharded) {
-      const std::size_t stage0 = 2 * sizeof(float) * backend->layout().padded_total(1);
-      std::printf("; ZeRO stage %d saves %.2f MiB of optimizer state against stage 0 (%.2f MiB)",
-                  c.parallel.zero.stage, mib(stage0 - m.optimizer_state), mib(stage0));
+      // Stage 0 holds every element of the layout in each buffer: fp32 weights, gradients and
+      // two moments, and the compute copy at the size per element this backend stores it in.
+      const ReductionPlan& plan = backend->plan();
+      const double elements = static_cast<double>(backend->layout().padded_total(1));
+      const double compute_per_element =
+          static_cast<double>(m.compute_weights) / static_cast<double>(plan.parameter_range.size());
+      const double stage0 = elements * (4 * sizeof(float) + compute_per_element);
+      std::printf("; ZeRO stage %d saves %.2f MiB of it against stage 0 (%.2f MiB)",
+                  c.parallel.zero.stage,
+                  (stage0 - static_cast<double>(m.model_state())) / 1048576.0, stage0 / 1048576.0);
     }
     std::printf("\n");
     std::fflush(stdout);
