@@ -200,7 +200,7 @@ T Gpt<T>::forward(int slot, ParameterAccess<T>& parameters, const std::int32_t* 
     std::copy_n(input, static_cast<long>(activation_rows(B, T_)) * C, s.residual.data());
   }
   for (int l = 0; l < partition_.layers(); ++l) {
-    const T* weights = parameters.acquire_weights(block_segment(l));
+    const T* weights = parameters.acquire_weights(block_segment(l), WeightUse::forward);
     block_forward(block_activations(s, l, false), B, T_,
                   block_params(weights, partition_.layer_begin + l));
     parameters.release_weights(block_segment(l));
@@ -214,15 +214,17 @@ void Gpt<T>::embed(Slot& s, ParameterAccess<T>& parameters) {
   const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   T* partial = scratch_->partial.data();
-  embedding_shard_forward(partial, s.tokens.data(), parameters.acquire_weights(wte_segment_),
+  embedding_shard_forward(partial, s.tokens.data(),
+                          parameters.acquire_weights(wte_segment_, WeightUse::forward),
                           static_cast<int>(wte.slice.mid_begin),
                           static_cast<int>(wte.slice.mid_count), N, C);  // (N, C) partial
   parameters.release_weights(wte_segment_);
   const T* x = sum_rows(partial, s.residual.data(), N, C);  // (Nl, C)
   if (x != s.residual.data()) std::copy_n(x, static_cast<long>(Nl) * C, s.residual.data());
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
-  position_embedding_forward(s.residual.data(), parameters.acquire_weights(wpe_segment_), row_begin,
-                             Nl, s.time, C);
+  position_embedding_forward(s.residual.data(),
+                             parameters.acquire_weights(wpe_segment_, WeightUse::forward),
+                             row_begin, Nl, s.time, C);
   parameters.release_weights(wpe_segment_);
   round_to_compute(s.residual.data(), static_cast<long>(Nl) * C);
 }
@@ -235,14 +237,15 @@ T Gpt<T>::head_forward(Slot& s, ParameterAccess<T>& parameters) {
   const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
   const int Vl = static_cast<int>(wte.slice.mid_count);
   const T* x = s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C;
-  const T* lnf = parameters.acquire_weights(lnf_segment_);
+  const T* lnf = parameters.acquire_weights(lnf_segment_, WeightUse::forward);
   layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
                     in_segment(lnf, lnf_segment_, "lnf.weight"),
                     in_segment(lnf, lnf_segment_, "lnf.bias"), Nl, C);
   parameters.release_weights(lnf_segment_);
   round_to_compute(s.lnf.data(), static_cast<long>(Nl) * C);
   const T* lnf_full = gather_rows(s.lnf.data(), s.lnf_full.data(), N, C);
-  matmul_forward(s.logits.data(), lnf_full, parameters.acquire_weights(wte_segment_),
+  matmul_forward(s.logits.data(), lnf_full,
+                 parameters.acquire_weights(wte_segment_, WeightUse::forward),
                  static_cast<const T*>(nullptr), N, C, Vl);  // (N, Vl), head tied to wte
   parameters.release_weights(wte_segment_);
   // The loss itself is computed in T from the rounded logits (as fused classifier kernels do).
@@ -313,12 +316,12 @@ void Gpt<T>::head_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads
   round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
   const T* lnf_full = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
   matmul_backward(x.dfull.data(), wte_grads, static_cast<T*>(nullptr), s.logits.data(), lnf_full,
-                  parameters.acquire_weights(wte_segment_), N, C, Vl);
+                  parameters.acquire_weights(wte_segment_, WeightUse::backward), N, C, Vl);
   parameters.release_weights(wte_segment_);
   round_to_compute(x.dfull.data(), static_cast<long>(N) * C);
   const T* dlnf = sum_rows(x.dfull.data(), x.dlocal.data(), N, C);  // (Nl, C)
   std::fill(x.dresidual.begin(), x.dresidual.begin() + static_cast<long>(Nl) * C, T(0));
-  const T* lnf = parameters.acquire_weights(lnf_segment_);
+  const T* lnf = parameters.acquire_weights(lnf_segment_, WeightUse::backward);
   T* lnf_grads = parameters.acquire_gradients(lnf_segment_);
   layernorm_backward(x.dresidual.data(), in_segment(lnf_grads, lnf_segment_, "lnf.weight"),
                      in_segment(lnf_grads, lnf_segment_, "lnf.bias"), dlnf,

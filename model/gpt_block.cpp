@@ -129,7 +129,7 @@ void Gpt<T>::block_backward(Slot& s, ParameterAccess<T>& parameters, int l) {
   const int layer = partition_.layer_begin + l;
   const int segment = block_segment(l);
   // One acquisition of the weights serves the recomputation and the backward pass.
-  const Block p = block_params(parameters.acquire_weights(segment), layer);
+  const Block p = block_params(parameters.acquire_weights(segment, WeightUse::backward), layer);
   T* grads = parameters.acquire_gradients(segment);
   const std::string h = "h." + std::to_string(layer) + ".";
   auto g = [&](const char* name) { return in_segment(grads, segment, h + name); };

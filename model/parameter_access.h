@@ -17,12 +17,16 @@
 
 namespace strata {
 
+// Which pass reads the weights: ZeRO++ gathers them differently for each (quantised for the
+// forward, from the node's secondary copy for the backward and its recomputation).
+enum class WeightUse { forward, backward };
+
 template <class T>
 class ParameterAccess {
  public:
   virtual ~ParameterAccess() = default;
   // Segment `index` (of layout.segments()) from its first element, valid until its release.
-  virtual const T* acquire_weights(int index) = 0;
+  virtual const T* acquire_weights(int index, WeightUse use) = 0;
   virtual void release_weights(int index) = 0;
   // Where the backward pass adds segment `index`'s gradients (+=), from its first element.
   virtual T* acquire_gradients(int index) = 0;
@@ -37,7 +41,7 @@ class FlatParameters final : public ParameterAccess<T> {
   FlatParameters(const std::vector<ParameterSegment>& segments, const T* weights, T* gradients)
       : segments_(segments), weights_(weights), gradients_(gradients) {}
 
-  const T* acquire_weights(int index) override { return weights_ + begin(index); }
+  const T* acquire_weights(int index, WeightUse) override { return weights_ + begin(index); }
   void release_weights(int) override {}
   T* acquire_gradients(int index) override {
     STRATA_CHECK(gradients_ != nullptr, "a backward pass without a gradient buffer");

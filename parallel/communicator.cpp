@@ -120,6 +120,14 @@ void Communicator::count_per_peer(const std::string& kind, std::uint64_t bytes_p
   stats_.count_call(kind);
 }
 
+void Communicator::count_to_each_peer(const std::string& kind,
+                                      const std::vector<std::uint64_t>& bytes) {
+  for (int peer = 0; peer < size(); ++peer)
+    if (peer != rank())
+      stats_.add_bytes(kind, link_to(peer), bytes.at(static_cast<std::size_t>(peer)));
+  stats_.count_call(kind);
+}
+
 void Communicator::count_send(int peer, std::uint64_t sent) {
   stats_.add("send", link_to(peer), sent);
 }

@@ -10,6 +10,7 @@
 //   reduce_scatter (uneven)  B − (chunk of this rank)       the ring never sends a member's own
 //   all_gather (uneven)      B − (chunk of the successor)   chunk onward (even chunks: as above)
 //   all_to_all       (n-1)/n · B  B = the whole input: one chunk to each other member
+//   all_to_all (uneven)  the chunks sent to the other members, each on its own link
 //   broadcast        (n-1)   · B  B = the buffer, charged to the root (others send nothing)
 //   send                       B  also the send half of send_recv; receiving sends nothing
 // Link class: a ring collective sends everything to its ring successor (group rank + 1, wrapping),
@@ -137,6 +138,14 @@ class Communicator : public Collectives {
   void all_to_all(const T* in, T* out, std::size_t count_per_rank) {
     all_to_all_of(data_type_of<T>(), in, out, count_per_rank);
   }
+  // Uneven all_to_all: `in` is the chunks for members 0, 1, … (send_counts[r] elements for r),
+  // `out` receives the chunks from members 0, 1, … (recv_counts[r] from r), each laid out in rank
+  // order. Counted as "all_to_all".
+  template <CollectivePayload T>
+  void all_to_all_v(const T* in, std::span<const std::size_t> send_counts, T* out,
+                    std::span<const std::size_t> recv_counts) {
+    all_to_all_v_of(data_type_of<T>(), in, send_counts, out, recv_counts);
+  }
 
   // Point-to-point with group rank `peer`. Blocking; messages between two ranks arrive in the
   // order they were sent, and a receive names the type and count that were sent. Two ranks that
@@ -183,6 +192,9 @@ class Communicator : public Collectives {
                                        std::span<const std::size_t> counts) = 0;
   virtual void all_gather_v_of(DataType type, const void* in, void* out,
                                std::span<const std::size_t> counts) = 0;
+  virtual void all_to_all_v_of(DataType type, const void* in,
+                               std::span<const std::size_t> send_counts, void* out,
+                               std::span<const std::size_t> recv_counts) = 0;
   virtual std::unique_ptr<PendingCollective> start_all_gather_v_of(
       DataType type, const void* in, void* out, std::span<const std::size_t> counts) = 0;
   virtual void send_of(DataType type, const void* data, std::size_t count, int peer) = 0;
@@ -198,6 +210,8 @@ class Communicator : public Collectives {
   void count_ring(const std::string& kind, std::uint64_t sent);
   // `bytes_per_peer` to every other member (all_to_all; broadcast at its root).
   void count_per_peer(const std::string& kind, std::uint64_t bytes_per_peer);
+  // bytes[p] to each other member p (uneven all_to_all).
+  void count_to_each_peer(const std::string& kind, const std::vector<std::uint64_t>& bytes);
   // `sent` bytes to `peer`, as kind "send".
   void count_send(int peer, std::uint64_t sent);
 

@@ -285,6 +285,20 @@ void MpiCommunicator::all_to_all_of(DataType type, const void* in, void* out,
   count_per_peer("all_to_all", bytes_of(type, count_per_rank));
 }
 
+void MpiCommunicator::all_to_all_v_of(DataType type, const void* in,
+                                      std::span<const std::size_t> send_counts, void* out,
+                                      std::span<const std::size_t> recv_counts) {
+  const TimedCall timed(*this, "all_to_all");
+  const std::vector<int> sends = checked_counts(send_counts, size_);
+  const std::vector<int> receives = checked_counts(recv_counts, size_);
+  const std::vector<int> send_at = displacements_of(sends), recv_at = displacements_of(receives);
+  STRATA_MPI_CHECK(MPI_Alltoallv(in, sends.data(), send_at.data(), mpi_type(type), out,
+                                 receives.data(), recv_at.data(), mpi_type(type), comm_));
+  std::vector<std::uint64_t> bytes;
+  for (std::size_t c : send_counts) bytes.push_back(bytes_of(type, c));
+  count_to_each_peer("all_to_all", bytes);
+}
+
 void MpiCommunicator::send_of(DataType type, const void* data, std::size_t count, int peer) {
   const TimedCall timed(*this, "send");
   check_peer(peer, "send");

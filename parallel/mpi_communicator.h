@@ -62,6 +62,8 @@ class MpiCommunicator : public Communicator {
                                std::span<const std::size_t> counts) override;
   void all_gather_v_of(DataType type, const void* in, void* out,
                        std::span<const std::size_t> counts) override;
+  void all_to_all_v_of(DataType type, const void* in, std::span<const std::size_t> send_counts,
+                       void* out, std::span<const std::size_t> recv_counts) override;
   std::unique_ptr<PendingCollective> start_all_gather_v_of(
       DataType type, const void* in, void* out, std::span<const std::size_t> counts) override;
   void broadcast_of(DataType type, void* data, std::size_t count, int root) override;

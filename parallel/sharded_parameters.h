@@ -22,7 +22,16 @@
 //   step the k+1-th of the previous step's order is started (non-blocking) unless it is held, and
 //   its acquire waits for it: one gather in flight overlaps the segment in use. A wrong guess
 //   (the first step, an evaluation after training steps) costs only the early buffer; an unused
-//   prefetch is completed and freed at the next bind(). Training and evaluation keep an order each.
+//   prefetch is completed and freed at the next bind(). Training and evaluation keep an order
+//   each.
+// ZeRO++ on stage 3 (parallel/segment_collectives.h for the quantised collectives):
+//   quantized_weights (qwZ): forward gathers move int8 blocks.
+//   hierarchical_partition (hpZ): each forward gather also refreshes this rank's secondary copy
+//     of the segment: its 1/G (G = the dp ranks of its node, rank `local` keeping piece `local`);
+//     backward gathers all-gather those copies inside the node only. The weights change only at
+//     the optimizer step, and a step's forward of a segment always precedes its backward, so the
+//     copy is always the step's weights (as the forward saw them: dequantised under qwZ).
+//   quantized_gradients (qgZ): the buckets' reduce-scatters take the two int4 hops.
 //
 // All members of the data-parallel group run the same model code on the same schedule, so their
 // acquire and release calls, and the collectives behind them, come in the same order.
@@ -30,11 +39,14 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/parameter_access.h"
 #include "parallel/communicator.h"
 #include "parallel/reduction_plan.h"
+#include "parallel/segment_collectives.h"
 
 namespace strata {
 
@@ -42,11 +54,24 @@ enum class GradientReduction { step, micro_batch };
 // "step" | "micro_batch" (the words of parallel.zero.gradient_reduction); else an Error.
 GradientReduction gradient_reduction_from_name(const std::string& name);
 
+// How the sharded collectives run: the stage-2 policy and the ZeRO++ switches (stage 3).
+struct ShardingOptions {
+  GradientReduction when = GradientReduction::step;
+  bool quantized_weights = false;
+  bool hierarchical_partition = false;
+  bool quantized_gradients = false;
+};
+
+// The groups they run over (not owned): dp, and for hpZ and qgZ its node split.
+struct ShardingGroups {
+  Communicator* dp = nullptr;
+  NodeGroups nodes;
+};
+
 class ShardedParameters final : public ParameterAccess<float> {
  public:
-  // `dp`: the data-parallel group (not owned; may be null at dp 1).
   ShardedParameters(std::vector<ParameterSegment> segments, const ReductionPlan& plan,
-                    Communicator* dp, GradientReduction when);
+                    const ShardingGroups& groups, const ShardingOptions& options);
 
   // What the following passes read and write: the compute-dtype weights over
   // plan.parameter_range and the gradients over plan.gradient_range (null: forward passes only;
@@ -54,20 +79,20 @@ class ShardedParameters final : public ParameterAccess<float> {
   // the step runs through this model (its micro-batches).
   void bind(const float* weights, float* gradients, int backward_passes);
 
-  const float* acquire_weights(int index) override;
+  const float* acquire_weights(int index, WeightUse use) override;
   void release_weights(int index) override;
   float* acquire_gradients(int index) override;
   void release_gradients(int index) override;
 
-  // Gathers that a prefetch had already started when they were acquired, so far.
-  long prefetch_hits() const { return prefetch_hits_; }
-
   // Whether a bucket still holds unreduced gradients (after a step: a schedule that did not run
   // every backward pass it announced).
   bool has_pending_gradients() const;
-  // The most bytes held at once in gathered weights and in gradient buckets, so far.
+  // The most bytes held at once in gathered weights and in gradient buckets, so far; the bytes
+  // of the hpZ secondary copies; gathers a prefetch had already started when acquired.
   std::size_t peak_gathered_bytes() const { return gathered_.peak; }
   std::size_t peak_bucket_bytes() const { return buckets_.peak; }
+  std::size_t secondary_bytes() const;
+  long prefetch_hits() const { return prefetch_hits_; }
 
  private:
   struct Held {
@@ -82,28 +107,32 @@ class ShardedParameters final : public ParameterAccess<float> {
     float* reserve(std::size_t index, std::size_t size);  // allocated, no user yet
     void free(std::size_t index);
   };
+  using Gather = std::pair<int, WeightUse>;  // a segment and the pass it is gathered for
+
   const ParameterSegment& segment(int index) const;
   void reduce_bucket(std::size_t index);
-  // Gathers segment `index` into `out` (start: non-blocking, returned).
-  std::unique_ptr<PendingCollective> gather(int index, float* out, bool start);
+  // Starts gathering `gather` into a reserved buffer (primary shards, or hpZ's node copies).
+  std::unique_ptr<SegmentGather> start_gather(const Gather& gather);
+  void keep_secondary(int index);  // hpZ: this rank's piece of a forward-gathered segment
   void prefetch_after_gather();
   void drain_prefetch();
 
   std::vector<ParameterSegment> segments_;
   const ReductionPlan& plan_;
-  Communicator* dp_;
-  GradientReduction when_;
+  ShardingGroups groups_;
+  ShardingOptions options_;
   const float* weights_ = nullptr;
   float* gradients_ = nullptr;
   int backward_passes_ = 1;
   Pool gathered_, buckets_;
-  std::vector<float> received_;  // one reduce-scatter's part of this rank
-  // Gather orders (segment indices) of the last step, by kind of pass (0 forward only, 1
-  // training), and of the current one; the gather in flight and its segment (-1: none).
-  std::vector<int> previous_order_[2], order_;
+  std::vector<std::vector<float>> secondary_;  // hpZ, per segment
+  std::vector<float> received_;                // one reduce-scatter's part of this rank
+  // Gather orders of the last step, by kind of pass (0 forward only, 1 training), and of the
+  // current one; the gather in flight (segment -1: none).
+  std::vector<Gather> previous_order_[2], order_;
   int order_kind_ = 1;
-  std::unique_ptr<PendingCollective> in_flight_;
-  int in_flight_segment_ = -1;
+  std::unique_ptr<SegmentGather> in_flight_;
+  Gather in_flight_gather_{-1, WeightUse::forward};
   long prefetch_hits_ = 0;
 };
 

@@ -203,12 +203,16 @@ MeshShape resolve_mesh(const Config& config, int world_size) {
          world_size, " = tp ", shape.tp, " * pp ", shape.pp, "): use stage 0 or more ranks");
   // hpZ keeps a secondary weight partition over the data-parallel ranks of a node: every node
   // must hold the same number of each data-parallel group's ranks.
-  if (p.zero.hierarchical_partition && !Mesh(shape, 0, p.gpus_per_node).dp_factors_evenly())
-    fail(
-        "'parallel.zero.hierarchical_partition' needs the data-parallel ranks of every node to "
-        "divide the data-parallel group evenly, but dp ",
-        shape.dp, " (tp ", shape.tp, ", pp ", shape.pp, ") over nodes of ", p.gpus_per_node,
-        " ranks (parallel.gpus_per_node) does not");
+  // hpZ's secondary groups and qgZ's two hops split the dp group into nodes × ranks per node.
+  for (const auto& [key, on] :
+       {std::pair<const char*, bool>{"hierarchical_partition", p.zero.hierarchical_partition},
+        std::pair<const char*, bool>{"quantized_gradients", p.zero.quantized_gradients}})
+    if (on && !Mesh(shape, 0, p.gpus_per_node).dp_factors_evenly())
+      fail("'parallel.zero.", key,
+           "' needs the data-parallel ranks of every node to divide the data-parallel group "
+           "evenly, but dp ",
+           shape.dp, " (tp ", shape.tp, ", pp ", shape.pp, ") over nodes of ", p.gpus_per_node,
+           " ranks (parallel.gpus_per_node) does not");
   return shape;
 }
 

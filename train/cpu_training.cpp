@@ -20,8 +20,8 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
       params_(plan_.parameter_range.size(), 0.0f),
       grads_(plan_.gradient_range.size(), 0.0f),
       optimizer_(model_.layout(), plan_.owned, config.optimizer),
-      parameters_(model_.segments(), plan_, &placement.groups->dp(),
-                  gradient_reduction_from_name(config.parallel.zero.gradient_reduction)),
+      parameters_(model_.segments(), plan_, sharding_groups(*placement.groups),
+                  sharding_options(config.parallel.zero)),
       stage_(model_),
       executor_(stage_, placement.groups->pp(), *placement.program, config.train.micro_batch,
                 shape.seq_len) {
@@ -100,6 +100,7 @@ MemoryAccount CpuTraining::memory() const {
   m.gradients = grads_.size() * sizeof(float);
   m.optimizer_state = optimizer_.state_bytes();
   m.activations = model_.activation_bytes();
+  m.secondary_weights = parameters_.secondary_bytes();
   m.gathered_weights = parameters_.peak_gathered_bytes();
   m.gradient_buckets = parameters_.peak_bucket_bytes();
   m.communication = scratch_floats_ * sizeof(float);

@@ -33,10 +33,6 @@ GptShape shape_of(const ModelConfig& m) {
 // rather than silently train something else.
 void reject_unimplemented(const Config& c, const std::string& device) {
   const auto& zero = c.parallel.zero;
-  if (zero.quantized_weights || zero.hierarchical_partition || zero.quantized_gradients)
-    fail(
-        "parallel.zero: the ZeRO++ switches (quantized_weights, hierarchical_partition, "
-        "quantized_gradients) are not implemented yet");
   if (zero.stage > 1 && device == "cuda")
     fail("parallel.zero.stage ", zero.stage,
          " is not implemented on the cuda device yet (stages 0 and 1 are; the cpu device has all)");

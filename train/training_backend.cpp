@@ -15,6 +15,16 @@ GptOptions gpt_options_of(const Config& config) {
                     recompute_from_name(config.recompute)};
 }
 
+ShardingOptions sharding_options(const ZeroConfig& zero) {
+  return ShardingOptions{gradient_reduction_from_name(zero.gradient_reduction),
+                         zero.quantized_weights, zero.hierarchical_partition,
+                         zero.quantized_gradients};
+}
+
+ShardingGroups sharding_groups(const ProcessGroups& groups) {
+  return ShardingGroups{&groups.dp(), NodeGroups{&groups.dp_intra_node(), &groups.dp_inter_node()}};
+}
+
 std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
                                      const ProcessGroups& groups) {
   const ReductionGroups by_axis{&groups.tp(), &groups.dp(), &groups.pp()};

@@ -20,6 +20,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_groups.h"
 #include "parallel/reduction_plan.h"
+#include "parallel/sharded_parameters.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/optimizer.h"
@@ -44,7 +45,7 @@ struct MemoryAccount {
   std::size_t compute_weights = 0;    // the bf16/fp16 copy the model reads (0 in fp32)
   std::size_t gradients = 0;          // fp32 gradients
   std::size_t optimizer_state = 0;    // the optimizer's state over its owned range
-  std::size_t secondary_weights = 0;  // a secondary weight partition (ZeRO++ hpZ; none yet)
+  std::size_t secondary_weights = 0;  // the node's secondary weight copies (ZeRO++ hpZ)
   // Transient, at their peak so far: weights gathered for use (ZeRO 3) and gradient buckets
   // awaiting their reduce-scatter (ZeRO 2 and 3). Not part of model_state().
   std::size_t gathered_weights = 0;
@@ -110,5 +111,10 @@ std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
 
 // The model options precision.compute and recompute ask for.
 GptOptions gpt_options_of(const Config& config);
+
+// How sharded weights and gradients move (parallel/sharded_parameters.h): parallel.zero's
+// gradient_reduction and ZeRO++ switches, over the data-parallel group and its node split.
+ShardingOptions sharding_options(const ZeroConfig& zero);
+ShardingGroups sharding_groups(const ProcessGroups& groups);
 
 }  // namespace strata

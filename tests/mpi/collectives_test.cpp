@@ -239,6 +239,38 @@ void check_collectives(const Group& group, int gpus_per_node) {
         EXPECT_EQ(out[starts[r] + i], value<T>(members[r], i)) << "all_gather_v";
     expect_stats(comm, {{"all_gather", {{ring_link, ag_bytes}}}}, {{"all_gather", 1}},
                  "all_gather_v");
+    // The same gather started and completed later: the same result and bytes.
+    std::vector<T> started(total, T(-1));
+    comm.start_all_gather_v(in.data(), started.data(), std::span<const std::size_t>(counts))
+        ->wait();
+    EXPECT_EQ(started, out) << "start_all_gather_v";
+    expect_stats(comm, {{"all_gather", {{ring_link, ag_bytes}}}}, {{"all_gather", 1}},
+                 "start_all_gather_v");
+  }
+  {  // Uneven all_to_all: member r sends (r + p) % 3 elements to member p.
+    std::vector<std::size_t> sends, receives;
+    std::vector<T> in;
+    Bytes expected;
+    for (int p = 0; p < n; ++p) {
+      sends.push_back(static_cast<std::size_t>((me + p) % 3));
+      receives.push_back(static_cast<std::size_t>((p + me) % 3));
+      for (std::size_t i = 0; i < sends.back(); ++i)
+        in.push_back(value<T>(self, 1000 * static_cast<std::size_t>(p) + i));
+      if (p != me)
+        expected["all_to_all"][link(self, members[static_cast<std::size_t>(p)], gpus_per_node)] +=
+            sends.back() * sizeof(T);
+    }
+    std::size_t received = 0;
+    for (std::size_t c : receives) received += c;
+    std::vector<T> out(received, T(-1));
+    comm.all_to_all_v(in.data(), std::span<const std::size_t>(sends), out.data(),
+                      std::span<const std::size_t>(receives));
+    std::size_t at = 0;
+    for (std::size_t q = 0; q < un; ++q)
+      for (std::size_t i = 0; i < receives[q]; ++i, ++at)
+        EXPECT_EQ(out[at], value<T>(members[q], 1000 * static_cast<std::size_t>(me) + i))
+            << "all_to_all_v from group rank " << q;
+    expect_stats(comm, expected, {{"all_to_all", 1}}, "all_to_all_v");
   }
   {  // all_to_all: chunk r of the output is rank r's chunk `me`; one chunk to each other member.
     std::vector<T> in(un * kCount), out(un * kCount, T(-1));
