@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include "model/core/error.h"
+#include "parallel/mpi_communicator.h"
 #include "train/process_memory.h"
 
 namespace strata {
@@ -52,6 +54,16 @@ void StepWatch::add_communication(JsonLine& line) const {
   line.add("comm_bytes", comm_bytes_json(groups_.total_stats() - total_before_))
       .add("comm_bytes_by_axis", bytes)
       .add("comm_seconds_by_axis", seconds);
+}
+
+JsonLine StepWatch::job_link_bytes(MpiCommunicator& world) const {
+  const CommStats step = groups_.total_stats() - total_before_;
+  std::uint64_t by_link[2] = {0, 0};  // intra_node, inter_node
+  for (const auto& [kind, links] : step.bytes)
+    for (const auto& [link, bytes] : links) by_link[link == LinkClass::intra_node ? 0 : 1] += bytes;
+  if (MPI_Allreduce(MPI_IN_PLACE, by_link, 2, MPI_UINT64_T, MPI_SUM, world.comm()) != MPI_SUCCESS)
+    fail("MPI_Allreduce of the job's bytes failed");
+  return JsonLine().add("intra_node", by_link[0]).add("inter_node", by_link[1]);
 }
 
 JsonLine step_metrics(const StepReport& report, const StepWatch& watch,

@@ -14,12 +14,18 @@
 
 namespace strata {
 
+class MpiCommunicator;
+
 class StepWatch {
  public:
   explicit StepWatch(const ProcessGroups& groups);
   double elapsed_ms() const;
   // The step's comm_bytes (by kind and link class) and bytes and seconds by parallel axis.
   void add_communication(JsonLine& line) const;
+  // The step's comm_bytes_job: what every rank of the job sent, by link class. Collective over
+  // `world` (every rank calls it after the step); the sum runs on raw MPI, outside the counted
+  // communicators, so it never enters a step's figures.
+  JsonLine job_link_bytes(MpiCommunicator& world) const;
 
  private:
   const ProcessGroups& groups_;

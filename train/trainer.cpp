@@ -357,9 +357,12 @@ int Trainer::run() {
     const StepResult result = training_step(*s.backend, s.reduction_groups, s.settings, train_batch,
                                             s.scaler, s.progress);
     const std::int64_t step = s.progress.step;
+    const double step_ms = watch.elapsed_ms();
+    const JsonLine job_bytes = watch.job_link_bytes(s.world);
     if (s.is_logger()) {
-      const StepReport report{result, step, s.settings.lr, watch.elapsed_ms(), tokens_per_step};
-      s.metrics->write(step_metrics(report, watch, *s.backend, s.reports_loss_scale));
+      const StepReport report{result, step, s.settings.lr, step_ms, tokens_per_step};
+      s.metrics->write(step_metrics(report, watch, *s.backend, s.reports_loss_scale)
+                           .add("comm_bytes_job", job_bytes));
       if (step % c.train.log_every == 0 || step == c.train.steps || step == 1)
         print_step(report, c.train.steps);
     }
