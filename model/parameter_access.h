@@ -21,29 +21,31 @@ namespace strata {
 // forward, from the node's secondary copy for the backward and its recomputation).
 enum class WeightUse { forward, backward };
 
-template <class T>
+// W: the weights' element type (the compute dtype), G: the gradients' (the CPU model uses one T
+// for both; the CUDA model reads bf16/fp16 weights and adds fp32 gradients).
+template <class W, class G = W>
 class ParameterAccess {
  public:
   virtual ~ParameterAccess() = default;
   // Segment `index` (of layout.segments()) from its first element, valid until its release.
-  virtual const T* acquire_weights(int index, WeightUse use) = 0;
+  virtual const W* acquire_weights(int index, WeightUse use) = 0;
   virtual void release_weights(int index) = 0;
   // Where the backward pass adds segment `index`'s gradients (+=), from its first element.
-  virtual T* acquire_gradients(int index) = 0;
+  virtual G* acquire_gradients(int index) = 0;
   virtual void release_gradients(int index) = 0;
 };
 
 // Flat buffers laid out by the layout whose segments these are; gradients may be null (forward
 // only).
-template <class T>
-class FlatParameters final : public ParameterAccess<T> {
+template <class W, class G = W>
+class FlatParameters final : public ParameterAccess<W, G> {
  public:
-  FlatParameters(const std::vector<ParameterSegment>& segments, const T* weights, T* gradients)
+  FlatParameters(const std::vector<ParameterSegment>& segments, const W* weights, G* gradients)
       : segments_(segments), weights_(weights), gradients_(gradients) {}
 
-  const T* acquire_weights(int index, WeightUse) override { return weights_ + begin(index); }
+  const W* acquire_weights(int index, WeightUse) override { return weights_ + begin(index); }
   void release_weights(int) override {}
-  T* acquire_gradients(int index) override {
+  G* acquire_gradients(int index) override {
     STRATA_CHECK(gradients_ != nullptr, "a backward pass without a gradient buffer");
     return gradients_ + begin(index);
   }
@@ -54,8 +56,8 @@ class FlatParameters final : public ParameterAccess<T> {
     return segments_.at(static_cast<std::size_t>(index)).range.begin;
   }
   const std::vector<ParameterSegment>& segments_;
-  const T* weights_;
-  T* gradients_;
+  const W* weights_;
+  G* gradients_;
 };
 
 }  // namespace strata
