@@ -250,6 +250,7 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       shape_(shape),
       partition_(checked_partition(shape, partition, max_batch, slots)),
       layout_(ParameterLayout::for_partition(shape, partition)),
+      segments_(layout_.segments()),
       max_batch_(max_batch),
       recompute_(recompute),
       sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
@@ -258,6 +259,13 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
   const Dims d = dims();
+  for (int i = static_cast<int>(segments_.size()) - 1; i >= 0; --i) {
+    const std::string& name = segments_[static_cast<std::size_t>(i)].name;
+    if (name == "wte") wte_segment_ = i;
+    if (name == "wpe") wpe_segment_ = i;
+    if (name == "lnf") lnf_segment_ = i;
+    if (name.starts_with("h.")) first_block_segment_ = i;
+  }
   if (device_tp != nullptr) {
     tp_ = device_tp;
   } else if (partition.tp_size > 1) {
@@ -403,18 +411,29 @@ const T* CudaGpt<T>::gather_rows(const T* local, T* full, int N) {
   return full;
 }
 
-// Parameter views, by name, into a flat buffer (weights in T or gradients in fp32).
+// Parameter views, by name, into a segment of weights (T) or gradients (fp32) that starts at
+// `base`, the segment's first element (what ParameterAccess hands out).
+template <class T>
 template <class P>
-static P* param(P* base, const ParameterLayout& layout, const std::string& name) {
-  return base + layout.at(name).offset;
-}
-template <class P>
-static P* block_param(P* base, const ParameterLayout& layout, int layer, const char* tensor) {
-  return param(base, layout, "h." + std::to_string(layer) + "." + tensor);
+P* CudaGpt<T>::in_segment(P* base, int segment, const std::string& name) const {
+  return base +
+         (layout_.at(name).offset - segments_[static_cast<std::size_t>(segment)].range.begin);
 }
 
 template <class T>
-void CudaGpt<T>::embed(Slot& s, const T* w) {
+template <class P>
+P* CudaGpt<T>::in_block(P* base, int l, const char* tensor) const {
+  return in_segment(base, block_segment(l),
+                    "h." + std::to_string(partition_.layer_begin + l) + "." + tensor);
+}
+
+// The passes below only queue kernels: each release comes once the kernels that read a segment's
+// weights (or add to its gradients) are queued on the compute stream, not once they have run. A
+// ParameterAccess that frees, reuses or reduces a segment's memory on release must order that
+// after them (work on the compute stream, or wait for an event recorded there); FlatParameters
+// does nothing on release.
+template <class T>
+void CudaGpt<T>::embed(Slot& s, Parameters& parameters) {
   const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
@@ -422,12 +441,17 @@ void CudaGpt<T>::embed(Slot& s, const T* w) {
   // Each rank looks up the tokens of its vocabulary rows (zeros elsewhere); the sum over the
   // group is the embedding. Without sequence parallelism straight into the residual stream.
   T* lookup = sequence_parallel_ ? buffers_->partial : s.residual;
-  embedding_shard_forward(lookup, s.tokens, w + wte.offset, vocab_begin, Vl, N, C, ctx_.stream());
+  const T* wte_weights = parameters.acquire_weights(wte_segment_, WeightUse::forward);
+  embedding_shard_forward(lookup, s.tokens, in_segment(wte_weights, wte_segment_, "wte"),
+                          vocab_begin, Vl, N, C, ctx_.stream());
+  parameters.release_weights(wte_segment_);
   const T* x = sum_rows(lookup, s.residual, N);
   STRATA_CHECK(x == s.residual);
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nr : 0;
-  position_embedding_forward(s.residual, param(w, layout_, "wpe"), row_begin, Nr, s.time, C,
-                             ctx_.stream());
+  const T* wpe_weights = parameters.acquire_weights(wpe_segment_, WeightUse::forward);
+  position_embedding_forward(s.residual, in_segment(wpe_weights, wpe_segment_, "wpe"), row_begin,
+                             Nr, s.time, C, ctx_.stream());
+  parameters.release_weights(wpe_segment_);
 }
 
 // ln1 (all N rows) → qkv (N, 3Cl) → attention output (N, Cl) and logsumexp: what selective
@@ -436,10 +460,9 @@ template <class T>
 void CudaGpt<T>::attention_core_forward(const Layer& a, const T* w, int l, int B, int T_,
                                         const T* ln1_full) {
   const int C = shape_.d_model, tp = partition_.tp_size, N = B * T_;
-  const int Cl = C / tp, index = partition_.layer_begin + l;
-  matmul_forward(ctx_, a.qkv, static_cast<T*>(nullptr), ln1_full,
-                 block_param(w, layout_, index, "attn.qkv.weight"),
-                 block_param(w, layout_, index, "attn.qkv.bias"), N, C, 3 * Cl);
+  const int Cl = C / tp;
+  matmul_forward(ctx_, a.qkv, static_cast<T*>(nullptr), ln1_full, in_block(w, l, "attn.qkv.weight"),
+                 in_block(w, l, "attn.qkv.bias"), N, C, 3 * Cl);
   attention_forward(a.atty, a.lse, a.qkv, B, T_, Cl, shape_.n_head / tp, ctx_.stream());
 }
 
@@ -447,8 +470,7 @@ template <class T>
 void CudaGpt<T>::block_forward(const Layer& a, const T* w, int l, int B, int T_) {
   const int C = shape_.d_model, tp = partition_.tp_size, N = B * T_;
   const int Nr = activation_rows(B, T_), Cl = C / tp, Hl = 4 * C / tp;
-  const int index = partition_.layer_begin + l;
-  auto p = [&](const char* name) { return block_param(w, layout_, index, name); };
+  auto p = [&](const char* name) { return in_block(w, l, name); };
   cudaStream_t stream = ctx_.stream();
   T* partial = buffers_->partial;
   // Attention: x2 = x + [sum](proj(attn(qkv(ln1(x))))) + b, then ln2 = LN(x2) in the same kernel.
@@ -470,16 +492,21 @@ void CudaGpt<T>::block_forward(const Layer& a, const T* w, int l, int B, int T_)
 }
 
 template <class T>
-void CudaGpt<T>::head_forward(Slot& s, const T* w) {
+void CudaGpt<T>::head_forward(Slot& s, Parameters& parameters) {
   const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   const T* x = stage_residual_output(s);
-  layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, param(w, layout_, "lnf.weight"),
-                    param(w, layout_, "lnf.bias"), Nr, C, ctx_.stream());
+  const T* lnf = parameters.acquire_weights(lnf_segment_, WeightUse::forward);
+  layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, in_segment(lnf, lnf_segment_, "lnf.weight"),
+                    in_segment(lnf, lnf_segment_, "lnf.bias"), Nr, C, ctx_.stream());
+  parameters.release_weights(lnf_segment_);
+  const T* lnf_full = gather_rows(s.lnf, s.lnf_full, N);  // (N, C)
   // The head is tied to wte: logits (N, Vl) = lnf · wte_shardᵀ.
-  matmul_forward(ctx_, s.logits, static_cast<T*>(nullptr), gather_rows(s.lnf, s.lnf_full, N),
-                 w + wte.offset, static_cast<const T*>(nullptr), N, C,
+  const T* wte_weights = parameters.acquire_weights(wte_segment_, WeightUse::forward);
+  matmul_forward(ctx_, s.logits, static_cast<T*>(nullptr), lnf_full,
+                 in_segment(wte_weights, wte_segment_, "wte"), static_cast<const T*>(nullptr), N, C,
                  static_cast<int>(wte.slice.mid_count));
+  parameters.release_weights(wte_segment_);
 }
 
 template <class T>
@@ -516,24 +543,34 @@ void CudaGpt<T>::cross_entropy(Slot& s, float fused_scale) {
     crossentropy_losses(s.losses, row_max, sum_exp, target_logit, N, stream);
 }
 
+// The blocks of a forward pass, each segment's weights acquired around its kernels.
 template <class T>
-void CudaGpt<T>::forward(int slot, const T* w, const std::int32_t* tokens,
+void CudaGpt<T>::blocks_forward(Slot& s, Parameters& parameters) {
+  for (int l = 0; l < partition_.layers(); ++l) {
+    const T* weights = parameters.acquire_weights(block_segment(l), WeightUse::forward);
+    block_forward(layer(s, l, false), weights, l, s.batch, s.time);
+    parameters.release_weights(block_segment(l));
+  }
+}
+
+template <class T>
+void CudaGpt<T>::forward(int slot, Parameters& parameters, const std::int32_t* tokens,
                          const std::int32_t* targets, int B, int T_) {
   Slot& s = slot_for(slot, B, T_);
   const bool has_head = partition_.has_head;
   if (partition_.has_embedding) STRATA_CHECK(tokens != nullptr, "the first stage needs tokens");
   upload_tokens(s, partition_.has_embedding ? tokens : nullptr, has_head ? targets : nullptr,
                 static_cast<long>(B) * T_);
-  if (partition_.has_embedding) embed(s, w);
-  for (int l = 0; l < partition_.layers(); ++l) block_forward(layer(s, l, false), w, l, B, T_);
-  if (has_head) head_forward(s, w);
+  if (partition_.has_embedding) embed(s, parameters);
+  blocks_forward(s, parameters);
+  if (has_head) head_forward(s, parameters);
   s.forwarded = true;
   s.has_targets = has_head && targets != nullptr;
   if (s.has_targets) cross_entropy(s, 0);  // losses and row statistics; the logits stay
 }
 
 template <class T>
-void CudaGpt<T>::forward_backward(const T* w, float* grads, const std::int32_t* tokens,
+void CudaGpt<T>::forward_backward(Parameters& parameters, const std::int32_t* tokens,
                                   const std::int32_t* targets, int B, int T_, float loss_scale) {
   STRATA_CHECK(partition_.has_embedding && partition_.has_head,
                "forward_backward runs a whole pipeline; stages use forward and backward");
@@ -541,36 +578,45 @@ void CudaGpt<T>::forward_backward(const T* w, float* grads, const std::int32_t* 
   STRATA_CHECK(loss_scale > 0, "the loss scale must be positive");
   Slot& s = slot_for(0, B, T_);
   upload_tokens(s, tokens, targets, static_cast<long>(B) * T_);
-  embed(s, w);
-  for (int l = 0; l < partition_.layers(); ++l) block_forward(layer(s, l, false), w, l, B, T_);
-  head_forward(s, w);
+  embed(s, parameters);
+  blocks_forward(s, parameters);
+  head_forward(s, parameters);
   // The loss and its logit gradient in one pass, the gradient overwriting the logits.
   cross_entropy(s, loss_scale);
   s.forwarded = true;
   s.has_targets = true;
-  backward_pass(s, w, grads, loss_scale, true);
+  backward_pass(s, parameters, loss_scale, true);
 }
 
 template <class T>
-void CudaGpt<T>::backward(int slot, const T* w, float* grads, float loss_scale) {
+void CudaGpt<T>::backward(int slot, Parameters& parameters, float loss_scale) {
   STRATA_CHECK(slot >= 0 && slot < slots() && slots_[static_cast<std::size_t>(slot)].forwarded,
                "backward of slot ", slot, " without its forward");
   Slot& s = slots_[static_cast<std::size_t>(slot)];
   if (partition_.has_head) STRATA_CHECK(s.has_targets, "backward needs a forward with targets");
-  backward_pass(s, w, grads, loss_scale, false);
+  backward_pass(s, parameters, loss_scale, false);
 }
 
 template <class T>
-void CudaGpt<T>::backward_pass(Slot& s, const T* w, float* grads, float loss_scale, bool fused) {
+void CudaGpt<T>::backward_pass(Slot& s, Parameters& parameters, float loss_scale, bool fused) {
+  // The tied wte takes gradients from the head and from the embedding: one acquisition spans both.
+  float* wte_grads = wte_segment_ >= 0 ? parameters.acquire_gradients(wte_segment_) : nullptr;
   // A stage before the last starts from the output gradient its caller wrote into dres.
-  if (partition_.has_head) head_backward(s, w, grads, loss_scale, fused);
-  for (int l = partition_.layers() - 1; l >= 0; --l) block_backward(s, w, grads, l);
-  if (partition_.has_embedding) embed_backward(s, grads);
+  if (partition_.has_head) {
+    head_backward(s, parameters, wte_grads, loss_scale, fused);
+    if (!partition_.has_embedding) parameters.release_gradients(wte_segment_);
+  }
+  for (int l = partition_.layers() - 1; l >= 0; --l) block_backward(s, parameters, l);
+  if (partition_.has_embedding) {
+    embed_backward(s, parameters, wte_grads);
+    parameters.release_gradients(wte_segment_);
+  }
   s.forwarded = false;
 }
 
 template <class T>
-void CudaGpt<T>::head_backward(Slot& s, const T* w, float* grads, float loss_scale, bool fused) {
+void CudaGpt<T>::head_backward(Slot& s, Parameters& parameters, float* wte_grads, float loss_scale,
+                               bool fused) {
   const int C = shape_.d_model, V = shape_.vocab_size;
   const int N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
@@ -586,25 +632,36 @@ void CudaGpt<T>::head_backward(Slot& s, const T* w, float* grads, float loss_sca
                                        V, N, Vl, stream);
   }
   const T* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
-  matmul_backward_weight(ctx_, grads + wte.offset, nullptr, s.logits, lnf_full, N, C, Vl, scratch_);
-  matmul_backward_input(ctx_, b.dln, s.logits, w + wte.offset, static_cast<const T*>(nullptr), N, C,
-                        Vl);
+  matmul_backward_weight(ctx_, in_segment(wte_grads, wte_segment_, "wte"), nullptr, s.logits,
+                         lnf_full, N, C, Vl, scratch_);
+  const T* wte_weights = parameters.acquire_weights(wte_segment_, WeightUse::backward);
+  matmul_backward_input(ctx_, b.dln, s.logits, in_segment(wte_weights, wte_segment_, "wte"),
+                        static_cast<const T*>(nullptr), N, C, Vl);
+  parameters.release_weights(wte_segment_);
   const T* dlnf = sum_rows(b.dln, b.dln_local, N);  // (Nr, C)
   STRATA_CUDA_CHECK(
       cudaMemsetAsync(b.dres, 0, static_cast<std::size_t>(Nr) * C * sizeof(T), stream));
   const T* x = stage_residual_output(s);
-  layernorm_backward(b.dres, param(grads, layout_, "lnf.weight"), param(grads, layout_, "lnf.bias"),
-                     dlnf, x, param(w, layout_, "lnf.weight"), s.lnf_mean, s.lnf_rstd, Nr, C,
+  const T* lnf = parameters.acquire_weights(lnf_segment_, WeightUse::backward);
+  float* lnf_grads = parameters.acquire_gradients(lnf_segment_);
+  layernorm_backward(b.dres, in_segment(lnf_grads, lnf_segment_, "lnf.weight"),
+                     in_segment(lnf_grads, lnf_segment_, "lnf.bias"), dlnf, x,
+                     in_segment(lnf, lnf_segment_, "lnf.weight"), s.lnf_mean, s.lnf_rstd, Nr, C,
                      scratch_, stream);
+  parameters.release_weights(lnf_segment_);
+  parameters.release_gradients(lnf_segment_);
 }
 
 template <class T>
-void CudaGpt<T>::block_backward(Slot& s, const T* w, float* grads, int l) {
+void CudaGpt<T>::block_backward(Slot& s, Parameters& parameters, int l) {
   const int B = s.batch, T_ = s.time, C = shape_.d_model, tp = partition_.tp_size;
   const int N = B * T_, Nr = activation_rows(B, T_), Cl = C / tp, Hl = 4 * C / tp;
-  const int index = partition_.layer_begin + l;
-  auto p = [&](const char* name) { return block_param(w, layout_, index, name); };
-  auto g = [&](const char* name) { return block_param(grads, layout_, index, name); };
+  const int segment = block_segment(l);
+  // One acquisition of the weights serves the recomputation and the backward pass.
+  const T* w = parameters.acquire_weights(segment, WeightUse::backward);
+  float* grads = parameters.acquire_gradients(segment);
+  auto p = [&](const char* name) { return in_block(w, l, name); };
+  auto g = [&](const char* name) { return in_block(grads, l, name); };
   cudaStream_t stream = ctx_.stream();
   Buffers& b = *buffers_;
   const Layer a = layer(s, l, true);
@@ -654,17 +711,22 @@ void CudaGpt<T>::block_backward(Slot& s, const T* w, float* grads, int l) {
   const T* dln1 = sum_rows(b.dln, b.dln_local, N);
   layernorm_backward(b.dres, g("ln1.weight"), g("ln1.bias"), dln1, a.x, p("ln1.weight"), a.ln1_mean,
                      a.ln1_rstd, Nr, C, scratch_, stream);
+  parameters.release_weights(segment);
+  parameters.release_gradients(segment);
 }
 
 template <class T>
-void CudaGpt<T>::embed_backward(Slot& s, float* grads) {
+void CudaGpt<T>::embed_backward(Slot& s, Parameters& parameters, float* wte_grads) {
   const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   Buffers& b = *buffers_;
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nr : 0;
-  position_embedding_backward(param(grads, layout_, "wpe"), b.dres, row_begin, Nr, s.time, C,
-                              ctx_.stream());
-  embedding_shard_backward(grads + wte.offset, gather_rows(b.dres, b.dfull, N), s.tokens,
+  float* wpe_grads = parameters.acquire_gradients(wpe_segment_);
+  position_embedding_backward(in_segment(wpe_grads, wpe_segment_, "wpe"), b.dres, row_begin, Nr,
+                              s.time, C, ctx_.stream());
+  parameters.release_gradients(wpe_segment_);
+  const T* dfull = gather_rows(b.dres, b.dfull, N);  // (N, C)
+  embedding_shard_backward(in_segment(wte_grads, wte_segment_, "wte"), dfull, s.tokens,
                            static_cast<int>(wte.slice.mid_begin),
                            static_cast<int>(wte.slice.mid_count), N, C, scratch_, ctx_.stream());
 }

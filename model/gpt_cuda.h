@@ -20,6 +20,18 @@
 // T array (staged: the fp32 sum rounded once; NCCL: summed in T), where the CPU model adds its
 // fp32 sum to the residual directly. Within the bf16/fp16 bounds; fp32 is unaffected.
 //
+// Parameters are reached segment by segment (model/parameter_access.h), as in the CPU model: the
+// passes take a ParameterAccess<T, float> of device pointers and acquire a segment's weights
+// around the kernels that read them (WeightUse::forward in the forward pass, WeightUse::backward
+// in the backward pass and its recomputation) and its gradients around the kernels that add to
+// them, in the CPU model's order (the tied wte's gradients held from the head's backward to the
+// embedding's). The flat-pointer overloads wrap their buffers in FlatParameters. Kernels are
+// asynchronous: what an acquire returns is read by kernels queued on the compute stream after it
+// (a gather on another stream must make that stream wait), and a release comes once those kernels
+// are queued, not run: an implementation that frees, reuses or reduces a segment's memory on
+// release orders that after them (on the compute stream, or behind an event recorded there).
+// FlatParameters does nothing on release.
+//
 // Memory: activations live in slots (one micro-batch each, from its forward to its backward, so a
 // pipeline schedule can keep several in flight), all in one device arena sized at construction
 // for `slots` micro-batches of max_batch sequences of seq_len (no allocation during a step);
@@ -44,6 +56,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/core/collectives.h"
@@ -54,6 +67,7 @@
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/staged_collectives.h"
+#include "model/parameter_access.h"
 #include "model/parameter_layout.h"
 
 namespace strata::cuda {
@@ -80,6 +94,8 @@ class CudaGpt {
   const GptShape& shape() const { return shape_; }
   const ModelPartition& partition() const { return partition_; }
   const ParameterLayout& layout() const { return layout_; }
+  // The layout's segments: what a ParameterAccess is asked for, by index.
+  const std::vector<ParameterSegment>& segments() const { return segments_; }
   Recompute recompute() const { return recompute_; }
   DeviceContext& context() const { return ctx_; }
   int slots() const;
@@ -93,6 +109,12 @@ class CudaGpt {
   // d(loss_scale · mean loss)/d(params). tokens, targets (B, T_) on the host, ids < vocab_size
   // (checked). The B·T_ per-position losses stay on the device: losses().
   void forward_backward(const T* weights, float* grads, const std::int32_t* tokens,
+                        const std::int32_t* targets, int B, int T_, float loss_scale) {
+    FlatParameters<T, float> flat(segments_, weights, grads);
+    forward_backward(flat, tokens, targets, B, T_, loss_scale);
+  }
+  // The same, reaching the weights and gradients segment by segment through `parameters`.
+  void forward_backward(ParameterAccess<T, float>& parameters, const std::int32_t* tokens,
                         const std::int32_t* targets, int B, int T_, float loss_scale);
 
   // Evaluation through a whole pipeline, slot 0: forward only, per-position losses into
@@ -110,8 +132,18 @@ class CudaGpt {
   // written to stage_output_grad() beforehand; afterwards, on a stage after the first,
   // stage_input_grad() holds the gradient to send to the previous stage (until the next backward).
   void forward(int slot, const T* weights, const std::int32_t* tokens, const std::int32_t* targets,
-               int B, int T_);
-  void backward(int slot, const T* weights, float* grads, float loss_scale);
+               int B, int T_) {
+    FlatParameters<T, float> flat(segments_, weights, nullptr);
+    forward(slot, flat, tokens, targets, B, T_);
+  }
+  void backward(int slot, const T* weights, float* grads, float loss_scale) {
+    FlatParameters<T, float> flat(segments_, weights, grads);
+    backward(slot, flat, loss_scale);
+  }
+  // The same, reaching the weights (and gradients) segment by segment through `parameters`.
+  void forward(int slot, ParameterAccess<T, float>& parameters, const std::int32_t* tokens,
+               const std::int32_t* targets, int B, int T_);
+  void backward(int slot, ParameterAccess<T, float>& parameters, float loss_scale);
   // (activation_rows, C) device arrays in T.
   T* stage_input(int slot);
   const T* stage_output(int slot) const;
@@ -149,28 +181,42 @@ class CudaGpt {
   Slot& slot_for(int slot, int B, int T_);
   Layer layer(const Slot& s, int local_layer, bool recomputing) const;
   T* stage_residual_output(const Slot& s) const;
+  // Tensor `name` in its segment's weights (or gradients) starting at `base`; a block's tensor
+  // `tensor` of local layer `local_layer`.
+  template <class P>
+  P* in_segment(P* base, int segment, const std::string& name) const;
+  template <class P>
+  P* in_block(P* base, int local_layer, const char* tensor) const;
+  int block_segment(int local_layer) const { return first_block_segment_ + local_layer; }
   // The tensor-parallel collectives on (N, C) rows (gpt.h): partial sums to this rank's rows, and
   // this rank's rows to all rows; each returns where its result is (possibly its input).
   const T* sum_rows(T* partial, T* local_out, int N);
   const T* gather_rows(const T* local, T* full, int N);
-  void embed(Slot& s, const T* weights);
-  void block_forward(const Layer& a, const T* weights, int local_layer, int B, int T_);
-  void attention_core_forward(const Layer& a, const T* weights, int local_layer, int B, int T_,
-                              const T* ln1_full);
-  void head_forward(Slot& s, const T* weights);
+  using Parameters = ParameterAccess<T, float>;
+  void embed(Slot& s, Parameters& parameters);
+  // `block_weights`: the block's segment of weights, from its first element.
+  void block_forward(const Layer& a, const T* block_weights, int local_layer, int B, int T_);
+  void attention_core_forward(const Layer& a, const T* block_weights, int local_layer, int B,
+                              int T_, const T* ln1_full);
+  void blocks_forward(Slot& s, Parameters& parameters);
+  void head_forward(Slot& s, Parameters& parameters);
   // Loss from the logits; fused_scale > 0: the logit gradient of fused_scale · mean loss
   // overwrites the logits (training in one pass), else the logits stay and the slot keeps the
   // row statistics head_backward derives their gradient from.
   void cross_entropy(Slot& s, float fused_scale);
-  void head_backward(Slot& s, const T* weights, float* grads, float loss_scale, bool fused);
-  void block_backward(Slot& s, const T* weights, float* grads, int local_layer);
-  void embed_backward(Slot& s, float* grads);
-  void backward_pass(Slot& s, const T* weights, float* grads, float loss_scale, bool fused);
+  // wte_grads: the gradients of the wte segment (tied: both the head and the embedding add to it).
+  void head_backward(Slot& s, Parameters& parameters, float* wte_grads, float loss_scale,
+                     bool fused);
+  void block_backward(Slot& s, Parameters& parameters, int local_layer);
+  void embed_backward(Slot& s, Parameters& parameters, float* wte_grads);
+  void backward_pass(Slot& s, Parameters& parameters, float loss_scale, bool fused);
 
   DeviceContext& ctx_;
   GptShape shape_;
   ModelPartition partition_;
   ParameterLayout layout_;
+  std::vector<ParameterSegment> segments_;
+  int wte_segment_ = -1, wpe_segment_ = -1, lnf_segment_ = -1, first_block_segment_ = 0;
   int max_batch_;
   Recompute recompute_;
   bool sequence_parallel_;
