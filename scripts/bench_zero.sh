@@ -2,6 +2,7 @@
 # ZeRO stages side by side, for docs/PERFORMANCE.md.
 #
 #   scripts/bench_zero.sh          # BUILD_DIR=build STEPS=2 DP=4 PER_NODE=2 STAGES="0 1 2 3"
+#                                  # REDUCTION=step ACCUM=1
 #
 # Trains a GPT-2 124M-shaped model (12 layers, d_model 768, 12 heads, vocab 50304; seq_len 128 so
 # it runs on a CPU) on data/fortunes with DP data-parallel ranks, nodes simulated as blocks of
@@ -16,6 +17,7 @@ STEPS=${STEPS:-2}
 DP=${DP:-4}
 PER_NODE=${PER_NODE:-2}
 REDUCTION=${REDUCTION:-step}  # parallel.zero.gradient_reduction (stages 2 and 3)
+ACCUM=${ACCUM:-1}             # micro-batches per rank and step
 STAGES=${STAGES:-"0 1 2 3"}
 PYTHON=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -36,7 +38,7 @@ for stage in $STAGES; do
     --set run.name="$name" --set run.dir="$work" \
     --set model.n_layer=12 --set model.d_model=768 --set model.n_head=12 \
     --set model.seq_len=128 --set model.vocab_size=50304 \
-    --set train.steps="$STEPS" --set train.micro_batch=2 --set train.global_batch=$((DP * 2)) \
+    --set train.steps="$STEPS" --set train.micro_batch=2 --set train.global_batch=$((DP * 2 * ACCUM)) \
     --set train.eval_every=0 --set train.eval_tokens=257 --set train.log_every=1 \
     --set checkpoint.every=0 --set parallel.dp="$DP" --set parallel.gpus_per_node="$PER_NODE" \
     --set parallel.zero.stage="$stage" --set parallel.zero.gradient_reduction="$REDUCTION" \
@@ -45,11 +47,11 @@ for stage in $STAGES; do
   runs+=("$stage $work/$name/metrics.jsonl")
 done
 
-"$PYTHON" - "$DP" "$PER_NODE" "${runs[@]}" <<'PY'
+"$PYTHON" - "$DP" "$PER_NODE" "$REDUCTION" "$ACCUM" "${runs[@]}" <<'PY'
 import json, statistics, sys
 
-dp, per_node = int(sys.argv[1]), int(sys.argv[2])
-runs = [(int(arg.split()[0]), arg.split()[1]) for arg in sys.argv[3:]]
+dp, per_node, reduction, accum = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+runs = [(int(arg.split()[0]), arg.split()[1]) for arg in sys.argv[5:]]
 # The layout's parameter count (ParameterLayout: wte padded to 50304, wpe, 12 blocks, lnf).
 C, L, V, T = 768, 12, 50304, 128
 total = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
@@ -112,11 +114,13 @@ for stage, _ in runs:
     def gathers(names):
         return sum(4 * (s[2] - s[1] - piece(s, 1)) for n in names for s in segments if s[0] == n)
     blocks = [f"h.{i}" for i in range(L)]
-    # Stage 3, per micro-batch (1 here): forward wte (embedding), wpe, the blocks, lnf, wte (head);
+    # Stage 3, per micro-batch: forward wte (embedding), wpe, the blocks, lnf, wte (head);
     # backward wte and lnf (head), the blocks.
-    stage3_gathers = gathers(["wte", "wpe"] + blocks + ["lnf", "wte", "wte", "lnf"] + blocks)
+    stage3_gathers = accum * gathers(["wte", "wpe"] + blocks + ["lnf", "wte", "wte", "lnf"] + blocks)
+    # Segment reduce-scatters: once per step, or once per micro-batch.
+    rs_times = accum if reduction == "micro_batch" else 1
     if sharded and stage >= 2:
-        expected = {"reduce_scatter": segment_rs,
+        expected = {"reduce_scatter": rs_times * segment_rs,
                     "all_gather": chunk(padded(total, dp) * 4, dp) if stage == 2 else stage3_gathers,
                     "all_reduce": 2 * scalar}
     elif sharded:  # reduce-scatter of the padded buffer, all-gather of it; loss and norm over dp

@@ -15,10 +15,10 @@ std::size_t boundary_floats(const GptShape& shape, int rows) {
 }  // namespace
 
 template <class T>
-CudaPipelineStage<T>::CudaPipelineStage(cuda::CudaGpt<T>& model, const T* weights, float* grads)
+CudaPipelineStage<T>::CudaPipelineStage(cuda::CudaGpt<T>& model,
+                                        ParameterAccess<T, float>& parameters)
     : model_(model),
-      weights_(weights),
-      grads_(grads),
+      parameters_(parameters),
       T_(model.shape().seq_len),
       staging_(boundary_floats(model.shape(), model.activation_rows(model.max_batch(), T_))),
       batch_of_slot_(static_cast<std::size_t>(model.slots()), 0) {}
@@ -40,7 +40,7 @@ double CudaPipelineStage<T>::forward(int slot, const std::int32_t* tokens, const
     staging_.to_device(model_.stage_input(slot), input, boundary_size(batch),
                        model_.context().stream());
   }
-  model_.forward(slot, weights_, tokens, targets, batch, T_);
+  model_.forward(slot, parameters_, tokens, targets, batch, T_);
   if (!p.has_head || targets == nullptr) return 0;
   return model_.loss_sum(slot) / (static_cast<double>(batch) * T_);
 }
@@ -61,7 +61,7 @@ void CudaPipelineStage<T>::backward(int slot, const float* output_grad, float lo
                        boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]),
                        model_.context().stream());
   }
-  model_.backward(slot, weights_, grads_, loss_scale);
+  model_.backward(slot, parameters_, loss_scale);
 }
 
 template <class T>

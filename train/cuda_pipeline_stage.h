@@ -2,7 +2,8 @@
 // executor's host fp32 boundary arrays are converted to and from the model's compute dtype on
 // the device (exact from bf16/fp16 to fp32; rounded once the other way, where the CPU backend
 // rounds the same activation). Each transfer waits for the device: the pipeline's messages leave
-// from the host. The weights and the gradient buffer live on the device and are bound once.
+// from the host. The model reaches its device weights and gradients through a ParameterAccess
+// bound once (flat buffers, or ZeRO's segments).
 //
 // Built only with the CUDA backend. Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
@@ -20,9 +21,9 @@ namespace strata {
 template <class T>
 class CudaPipelineStage final : public PipelineStage {
  public:
-  // `model` is this stage's part; weights (T) and grads (fp32) are device buffers of its layout.
-  // None owned; all must outlive the stage.
-  CudaPipelineStage(cuda::CudaGpt<T>& model, const T* weights, float* grads);
+  // `model` is this stage's part; `parameters` hands it its device weights (T) and gradients
+  // (fp32). Neither owned; both must outlive the stage.
+  CudaPipelineStage(cuda::CudaGpt<T>& model, ParameterAccess<T, float>& parameters);
 
   int slots() const override { return model_.slots(); }
   std::size_t boundary_size(int batch) const override;
@@ -35,8 +36,7 @@ class CudaPipelineStage final : public PipelineStage {
 
  private:
   cuda::CudaGpt<T>& model_;
-  const T* weights_;
-  float* grads_;
+  ParameterAccess<T, float>& parameters_;
   int T_;
   cuda::HostStaging staging_;  // boundary arrays ↔ the executor's host fp32 arrays
   std::vector<int> batch_of_slot_;

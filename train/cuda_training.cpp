@@ -26,6 +26,7 @@
 #include "parallel/nccl_communicator.h"
 #include "parallel/process_groups.h"
 #include "train/cuda_pipeline_stage.h"
+#include "train/cuda_staged_sharding.h"
 
 namespace strata {
 namespace {
@@ -58,21 +59,26 @@ class CudaTrainingOf final : public TrainingBackend {
         nccl_(placement),
         model_(ctx_, shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
                placement.slots, recompute_from_name(config.recompute), nccl_.tp.get()),
-        n_(static_cast<long>(plan_.buffer_size)),
+        n_params_(static_cast<long>(plan_.parameter_range.size())),
+        n_grads_(static_cast<long>(plan_.gradient_range.size())),
         owned_(plan_.owned),
         scratch_count_(static_cast<long>(
             std::max(reduction_scratch_floats(plan_.gradients, *placement.groups),
                      reduction_scratch_floats(plan_.parameters, *placement.groups)))),
-        buffers_(buffer_bytes(n_, static_cast<long>(owned_.size()), scratch_count_)),
+        buffers_(
+            buffer_bytes(n_params_, n_grads_, static_cast<long>(owned_.size()), scratch_count_)),
         decay_(restrict_to(model_.layout().decayed_ranges(), owned_)),
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
     STRATA_CHECK(plan_.buffer_size >= model_.layout().total() && owned_.end <= plan_.buffer_size,
                  "the reduction plan does not fit this partition's layout");
-    master_ = buffers_.allocate<float>(n_);
-    grads_ = buffers_.allocate<float>(n_);
+    // ZeRO 2 and 3 stage their data-parallel traffic through the host (cuda_staged_sharding.h).
+    STRATA_CHECK(!plan_.gradients_by_segment || !nccl_.dp, "ZeRO stage ", plan_.zero_stage,
+                 " on CUDA stages through the host, not NCCL");
+    master_ = buffers_.allocate<float>(n_params_);
+    grads_ = buffers_.allocate<float>(n_grads_);
     m_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
     v_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
-    if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_);
+    if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_params_);
     norms_ = buffers_.allocate<double>(kMaxNormRanges);
     if (scratch_count_ > 0) scratch_ = buffers_.allocate<float>(scratch_count_);
     tokens_.resize(static_cast<std::size_t>(config.train.micro_batch) * shape.seq_len);
@@ -80,7 +86,10 @@ class CudaTrainingOf final : public TrainingBackend {
     // Evaluation, and the step of a pipeline stage, run through the executor; a lone stage trains
     // in the model's fused forward-backward pass instead.
     pp_ = &placement.groups->pp();
-    stage_ = std::make_unique<CudaPipelineStage<T>>(model_, weights(), grads_);
+    parameters_ = std::make_unique<StagedShardedParameters<T>>(
+        model_.layout().segments(), plan_, sharding_groups(*placement.groups),
+        sharding_options(config.parallel.zero), ctx_);
+    stage_ = std::make_unique<CudaPipelineStage<T>>(model_, *parameters_);
     executor_ = std::make_unique<PipelineExecutor>(*stage_, *pp_, *placement.program,
                                                    config.train.micro_batch, shape.seq_len);
   }
@@ -90,7 +99,7 @@ class CudaTrainingOf final : public TrainingBackend {
   const ReductionPlan& plan() const override { return plan_; }
 
   std::vector<StateBuffer> state() override {
-    std::vector<StateBuffer> buffers{{"model", {0, plan_.buffer_size}, {}},
+    std::vector<StateBuffer> buffers{{"model", plan_.parameter_range, {}},
                                      {"optimizer/m", owned_, {}},
                                      {"optimizer/v", owned_, {}}};
     download(buffers[0].values, master_);
@@ -106,31 +115,37 @@ class CudaTrainingOf final : public TrainingBackend {
                       : b.name == "optimizer/m" ? m_
                       : b.name == "optimizer/v" ? v_
                                                 : nullptr;
-      const ElementRange expected = b.name == "model" ? ElementRange{0, plan_.buffer_size} : owned_;
+      const ElementRange expected = b.name == "model" ? plan_.parameter_range : owned_;
       STRATA_CHECK(target != nullptr && b.range == expected && b.values.size() == b.range.size(),
                    "state buffer '", b.name, "' does not fit the CUDA backend");
       upload(target, b.values);
     }
-    if constexpr (!std::is_same_v<T, float>) cuda::cast(weights_, master_, n_, ctx_.stream());
+    if constexpr (!std::is_same_v<T, float>)
+      cuda::cast(weights_, master_, n_params_, ctx_.stream());
     ctx_.synchronize();  // the host vectors may change once this returns
   }
 
   double accumulate_gradients(int micro_batches, float loss_scale,
                               const MicroBatchSource& source) override {
-    STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_ * sizeof(float), ctx_.stream()));
-    if (pp_->size() > 1) return executor_->train_step(loss_scale, source);
+    STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_grads_ * sizeof(float), ctx_.stream()));
+    parameters_->bind(weights(), grads_, micro_batches);
+    if (pp_->size() > 1) {
+      const double loss = executor_->train_step(loss_scale, source);
+      parameters_->finish_step();
+      return loss;
+    }
     const int B = config_.train.micro_batch, T_ = model_.shape().seq_len;
     const std::size_t rows = static_cast<std::size_t>(B) * T_;
     STRATA_CHECK(static_cast<std::size_t>(micro_batches) * rows <= micro_losses_.size());
     for (int mb = 0; mb < micro_batches; ++mb) {
       source(mb, tokens_.data(), targets_.data());
-      model_.forward_backward(weights(), grads_, tokens_.data(), targets_.data(), B, T_,
-                              loss_scale);
+      model_.forward_backward(*parameters_, tokens_.data(), targets_.data(), B, T_, loss_scale);
       STRATA_CUDA_CHECK(cudaMemcpyAsync(micro_losses_.data() + mb * rows, model_.losses(),
                                         rows * sizeof(float), cudaMemcpyDeviceToHost,
                                         ctx_.stream()));
     }
     ctx_.synchronize();
+    parameters_->finish_step();
     // Each micro-batch's mean loss, summed: as the CPU executor reports it.
     double loss_sum = 0;
     for (int mb = 0; mb < micro_batches; ++mb) {
@@ -141,7 +156,7 @@ class CudaTrainingOf final : public TrainingBackend {
     return loss_sum;
   }
 
-  void reduce_gradients() override { run_on_device(plan_.gradients, grads_); }
+  void reduce_gradients() override { run_on_device(plan_.gradients, grads_, plan_.gradient_range); }
 
   double gradient_sum_of_squares() override {
     // Adjacent ranges merge into one reduction; each reduction writes its own device double.
@@ -152,7 +167,7 @@ class CudaTrainingOf final : public TrainingBackend {
     if (ranges.empty()) return 0;
     for (std::size_t i = 0; i < ranges.size(); ++i) {
       cuda::ArenaScope scope(buffers_);
-      cuda::sum_of_squares(norms_ + i, grads_ + ranges[i].begin,
+      cuda::sum_of_squares(norms_ + i, grads_ + (ranges[i].begin - plan_.gradient_range.begin),
                            static_cast<long>(ranges[i].size()), buffers_, ctx_.stream());
     }
     std::vector<double> sums(ranges.size());
@@ -170,17 +185,22 @@ class CudaTrainingOf final : public TrainingBackend {
                                 static_cast<float>(o.beta2),        static_cast<float>(o.eps),
                                 static_cast<float>(o.weight_decay), step.count,
                                 static_cast<float>(step.grad_scale)};
+    const std::size_t at = owned_.begin - plan_.parameter_range.begin;
     T* copy = nullptr;
-    if constexpr (!std::is_same_v<T, float>) copy = weights_ + owned_.begin;
-    cuda::adamw_update<T>(master_ + owned_.begin, copy, grads_ + owned_.begin, m_, v_,
-                          static_cast<long>(owned_.size()), 0, decay_, hyper, nullptr,
+    if constexpr (!std::is_same_v<T, float>) copy = weights_ + at;
+    cuda::adamw_update<T>(master_ + at, copy, grads_ + (owned_.begin - plan_.gradient_range.begin),
+                          m_, v_, static_cast<long>(owned_.size()), 0, decay_, hyper, nullptr,
                           ctx_.stream());
     if (plan_.parameters.empty()) return;
-    run_on_device(plan_.parameters, master_);
-    if constexpr (!std::is_same_v<T, float>) cuda::cast(weights_, master_, n_, ctx_.stream());
+    run_on_device(plan_.parameters, master_, plan_.parameter_range);
+    if constexpr (!std::is_same_v<T, float>)
+      cuda::cast(weights_, master_, n_params_, ctx_.stream());
   }
 
-  PipelineExecutor& evaluator() override { return *executor_; }
+  PipelineExecutor& evaluator() override {
+    parameters_->bind(weights(), nullptr, 0);
+    return *executor_;
+  }
 
   void synchronize() override { ctx_.synchronize(); }
 
@@ -190,10 +210,13 @@ class CudaTrainingOf final : public TrainingBackend {
   }
   MemoryAccount memory() const override {
     MemoryAccount m;
-    m.master_weights = static_cast<std::size_t>(n_) * sizeof(float);
+    m.master_weights = static_cast<std::size_t>(n_params_) * sizeof(float);
     if constexpr (!std::is_same_v<T, float>)
-      m.compute_weights = static_cast<std::size_t>(n_) * sizeof(T);
-    m.gradients = static_cast<std::size_t>(n_) * sizeof(float);
+      m.compute_weights = static_cast<std::size_t>(n_params_) * sizeof(T);
+    m.gradients = static_cast<std::size_t>(n_grads_) * sizeof(float);
+    m.secondary_weights = parameters_->secondary_bytes();  // on the host: hpZ stages through it
+    m.gathered_weights = parameters_->peak_gathered_bytes();
+    m.gradient_buckets = parameters_->peak_bucket_bytes();
     m.optimizer_state = 2 * owned_.size() * sizeof(float);
     m.activations = model_.activation_bytes();
     m.communication = static_cast<std::size_t>(scratch_count_) * sizeof(float);
@@ -207,14 +230,15 @@ class CudaTrainingOf final : public TrainingBackend {
   // Separate ranges one gradient norm may sum (tensor parallelism splits the counted tensors).
   static constexpr std::size_t kMaxNormRanges = 4096;
 
-  // Master weights and gradients (n), both moments (owned), the compute copy, the norm results,
-  // the norm scratch (up to 1024 doubles), and the reductions' scratch: each rounded up to the
-  // arena's alignment.
-  static std::size_t buffer_bytes(long n, long owned, long scratch) {
+  // Master weights (params) and gradients (grads), both moments (owned), the compute copy, the
+  // norm results, the norm scratch (up to 1024 doubles), and the reductions' scratch: each
+  // rounded up to the arena's alignment.
+  static std::size_t buffer_bytes(long params, long grads, long owned, long scratch) {
     const std::size_t align = cuda::DeviceArena::kDefaultAlignment;
     auto rounded = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
-    const std::size_t weights_copy = std::is_same_v<T, float> ? 0 : rounded(n * sizeof(T));
-    return 2 * rounded(n * sizeof(float)) + 2 * rounded(owned * sizeof(float)) + weights_copy +
+    const std::size_t weights_copy = std::is_same_v<T, float> ? 0 : rounded(params * sizeof(T));
+    return rounded(params * sizeof(float)) + rounded(grads * sizeof(float)) +
+           2 * rounded(owned * sizeof(float)) + weights_copy +
            rounded(kMaxNormRanges * sizeof(double)) + rounded(1024 * sizeof(double)) +
            rounded(scratch * sizeof(float)) + align;
   }
@@ -234,15 +258,16 @@ class CudaTrainingOf final : public TrainingBackend {
                                       cudaMemcpyDeviceToHost, ctx_.stream()));
   }
 
-  // Runs plan operations on a device buffer of n_ floats: queued on the compute stream over NCCL,
-  // or through host memory by the CPU backend's code (parallel/host_reduction.h).
-  void run_on_device(const std::vector<RangeReduction>& ops, float* buffer) {
+  // Runs plan operations on a device buffer holding the elements `held` of the plan's buffer:
+  // queued on the compute stream over NCCL, or through host memory by the CPU backend's code
+  // (parallel/host_reduction.h).
+  void run_on_device(const std::vector<RangeReduction>& ops, float* buffer, ElementRange held) {
     if (ops.empty()) return;
     if (!nccl_.dp) {
-      host_buffer_.resize(static_cast<std::size_t>(n_));
+      host_buffer_.resize(held.size());
       download(host_buffer_, buffer);
       ctx_.synchronize();
-      run_reductions(ops, host_buffer_.data(), groups_);
+      run_reductions(ops, host_buffer_.data(), groups_, held.begin);
       upload(buffer, host_buffer_);
       ctx_.synchronize();  // the host vector may change once this returns
       return;
@@ -251,7 +276,7 @@ class CudaTrainingOf final : public TrainingBackend {
     using Kind = RangeReduction::Kind;
     for (const RangeReduction& op : ops) {
       NcclCommunicator& group = *nccl_.of(op.axis);
-      float* data = buffer + op.range.begin;
+      float* data = buffer + (op.range.begin - held.begin);
       const std::size_t count = op.range.size();
       const std::size_t chunk = count / static_cast<std::size_t>(group.size());
       switch (op.kind) {
@@ -281,7 +306,8 @@ class CudaTrainingOf final : public TrainingBackend {
   cuda::DeviceContext ctx_;  // before NCCL and the model: makes the device current
   NcclGroups nccl_;
   cuda::CudaGpt<T> model_;
-  long n_;
+  long n_params_;  // the master weights held: the buffer, or the owned shard (ZeRO 3)
+  long n_grads_;   // the gradients held: the buffer, or the owned shard (ZeRO 2, 3)
   ElementRange owned_;
   long scratch_count_;
   cuda::DeviceArena buffers_;
@@ -295,6 +321,7 @@ class CudaTrainingOf final : public TrainingBackend {
   float* scratch_ = nullptr;        // (scratch_count_) what a reduction receives
   std::vector<float> host_buffer_;  // a buffer on the host, when reductions stage through it
   std::vector<std::int32_t> tokens_, targets_;
+  std::unique_ptr<StagedShardedParameters<T>> parameters_;
   std::unique_ptr<CudaPipelineStage<T>> stage_;
   Communicator* pp_ = nullptr;
   std::unique_ptr<PipelineExecutor> executor_;

@@ -31,11 +31,7 @@ GptShape shape_of(const ModelConfig& m) {
 
 // Features whose contract exists but whose implementation has not landed yet: refuse clearly
 // rather than silently train something else.
-void reject_unimplemented(const Config& c, const std::string& device) {
-  const auto& zero = c.parallel.zero;
-  if (zero.stage > 1 && device == "cuda")
-    fail("parallel.zero.stage ", zero.stage,
-         " is not implemented on the cuda device yet (stages 0 and 1 are; the cpu device has all)");
+void reject_unimplemented(const Config& c) {
   if (c.diloco.enabled) fail("diloco.enabled: DiLoCo is not implemented yet");
 }
 
@@ -154,6 +150,13 @@ struct Trainer::State {
       // Collective: every rank learns which GPU each rank computes on.
       placement.nccl = choose_nccl(config.parallel.device_comm,
                                    gather_gpu_ids(world, cuda_device_identity(gpu)));
+      // ZeRO 2 and 3 stage their data-parallel traffic through the host (cuda_staged_sharding.h).
+      if (placement.plan.gradients_by_segment) {
+        if (config.parallel.device_comm == "nccl")
+          fail("parallel.device_comm: nccl cannot carry ZeRO stage ", config.parallel.zero.stage,
+               " yet (its segments move through the host); use auto or host");
+        placement.nccl = false;
+      }
       // A lone stage trains one micro-batch at a time (the fused pass), whatever the schedule.
       if (mesh.pp_size() == 1) placement.slots = 1;
     }
@@ -323,7 +326,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   // Before any work: a layout that does not fit the world, a device it cannot use.
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
   const std::string device = resolve_device(config, shape_of(config.model));
-  reject_unimplemented(config, device);
+  reject_unimplemented(config);
   state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;
   s.device = device;

@@ -1,0 +1,178 @@
+// The ParameterAccess (model/parameter_access.h) of a CUDA rank under ZeRO stages 2 and 3, with
+// the data-parallel traffic staged through the host: the host's ShardedParameters
+// (parallel/sharded_parameters.h) does all the sharding (uneven pieces, the stage-2 policy,
+// ZeRO++, prefetch) over MPI, exactly as on the CPU backend, and this class mirrors its segments
+// on the device:
+//   weights (stage 3): the host gathers the segment from the compute-dtype shards (held on the
+//     host as floats, exact for bf16/fp16), and it is uploaded in the compute dtype into a device
+//     buffer of its own (stream-ordered allocation), freed when released: cudaFreeAsync runs after
+//     the kernels queued on the stream that read it. Stages 0-2: the flat device buffer.
+//   gradients (stages 2, 3): a device bucket of the segment, zeroed, which the backward pass adds
+//     into; on release it is downloaded into the host's bucket (after the stream's kernels), the
+//     host reduces it when due, and the device bucket is freed. finish_step() uploads the host's
+//     reduced owned gradients.
+// Every transfer waits for the device: this trades overlap for one shared, tested code path.
+// Built only with the CUDA backend. Status: compiled for sm_90a, never run on a GPU (untested).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "model/core/error.h"
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_context.h"
+#include "model/kernels/cuda/host_dtype.h"
+#include "model/parameter_access.h"
+#include "parallel/sharded_parameters.h"
+
+namespace strata {
+
+template <class T>
+class StagedShardedParameters final : public ParameterAccess<T, float> {
+ public:
+  StagedShardedParameters(std::vector<ParameterSegment> segments, const ReductionPlan& plan,
+                          const ShardingGroups& groups, const ShardingOptions& options,
+                          cuda::DeviceContext& ctx)
+      : segments_(segments),
+        plan_(plan),
+        ctx_(ctx),
+        host_(std::move(segments), plan, groups, options),
+        weights_held_(segments_.size()),
+        buckets_(segments_.size()) {}
+  ~StagedShardedParameters() override {
+    for (Held& h : weights_held_)
+      if (h.data) cudaFreeAsync(h.data, ctx_.stream());
+    for (Held& h : buckets_)
+      if (h.data) cudaFreeAsync(h.data, ctx_.stream());
+  }
+  StagedShardedParameters(const StagedShardedParameters&) = delete;
+  StagedShardedParameters& operator=(const StagedShardedParameters&) = delete;
+
+  // The device weights (compute dtype, over plan.parameter_range) and gradients (over
+  // plan.gradient_range; null: forward passes only; zeroed by the caller) of the next passes.
+  void bind(const T* weights, float* gradients, int backward_passes) {
+    weights_ = weights;
+    gradients_ = gradients;
+    if (plan_.parameters_by_segment) {  // the host gathers from a float copy of the shard
+      std::vector<T> shard(plan_.parameter_range.size());
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(shard.data(), weights, shard.size() * sizeof(T),
+                                        cudaMemcpyDeviceToHost, ctx_.stream()));
+      ctx_.synchronize();
+      host_weights_.resize(shard.size());
+      for (std::size_t i = 0; i < shard.size(); ++i)
+        host_weights_[i] = cuda::dtype_to_float(shard[i]);
+    }
+    if (plan_.gradients_by_segment && gradients != nullptr)
+      host_gradients_.assign(plan_.gradient_range.size(), 0.0f);
+    host_.bind(host_weights_.data(), gradients != nullptr ? host_gradients_.data() : nullptr,
+               backward_passes);
+  }
+
+  // After the step's backward passes: the reduced owned gradients onto the device.
+  void finish_step() {
+    if (!plan_.gradients_by_segment) return;
+    STRATA_CHECK(!host_.has_pending_gradients(), "a gradient bucket was not reduced");
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(gradients_, host_gradients_.data(),
+                                      host_gradients_.size() * sizeof(float),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
+    ctx_.synchronize();  // the host vector may change once this returns
+  }
+
+  const T* acquire_weights(int index, WeightUse use) override {
+    const ElementRange range = segment(index).range;
+    if (!plan_.parameters_by_segment) return weights_ + range.begin;
+    Held& h = weights_held_.at(static_cast<std::size_t>(index));
+    if (h.users++ > 0) return static_cast<const T*>(h.data);
+    const float* gathered = host_.acquire_weights(index, use);
+    staging_weights_.resize(range.size());
+    for (std::size_t i = 0; i < range.size(); ++i)
+      staging_weights_[i] = cuda::dtype_from_float<T>(gathered[i]);
+    host_.release_weights(index);
+    h.data = allocate(range.size() * sizeof(T), gathered_);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(h.data, staging_weights_.data(), range.size() * sizeof(T),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
+    ctx_.synchronize();  // the staging vector is reused by the next gather
+    return static_cast<const T*>(h.data);
+  }
+
+  void release_weights(int index) override {
+    if (!plan_.parameters_by_segment) return;
+    Held& h = weights_held_.at(static_cast<std::size_t>(index));
+    STRATA_CHECK(h.users > 0, "weights of segment '", segment(index).name, "' released twice");
+    if (--h.users == 0) free(h, segment(index).range.size() * sizeof(T), gathered_);
+  }
+
+  float* acquire_gradients(int index) override {
+    STRATA_CHECK(gradients_ != nullptr, "a backward pass without a gradient buffer");
+    const ElementRange range = segment(index).range;
+    if (!plan_.gradients_by_segment) return gradients_ + range.begin;
+    Held& h = buckets_.at(static_cast<std::size_t>(index));
+    if (h.users++ == 0) {
+      h.data = allocate(range.size() * sizeof(float), buckets_bytes_);
+      STRATA_CUDA_CHECK(cudaMemsetAsync(h.data, 0, range.size() * sizeof(float), ctx_.stream()));
+    }
+    return static_cast<float*>(h.data);
+  }
+
+  void release_gradients(int index) override {
+    if (!plan_.gradients_by_segment) return;
+    Held& h = buckets_.at(static_cast<std::size_t>(index));
+    STRATA_CHECK(h.users > 0, "gradients of segment '", segment(index).name, "' released twice");
+    if (--h.users > 0) return;
+    const std::size_t size = segment(index).range.size();
+    staging_gradients_.resize(size);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(staging_gradients_.data(), h.data, size * sizeof(float),
+                                      cudaMemcpyDeviceToHost, ctx_.stream()));
+    ctx_.synchronize();
+    float* bucket = host_.acquire_gradients(index);
+    for (std::size_t i = 0; i < size; ++i) bucket[i] += staging_gradients_[i];
+    host_.release_gradients(index);  // reduces the host bucket when it is due
+    free(h, size * sizeof(float), buckets_bytes_);
+  }
+
+  // Peaks so far, device (gathered weights, gradient buckets) and host (hpZ node copies).
+  std::size_t peak_gathered_bytes() const { return gathered_.peak; }
+  std::size_t peak_bucket_bytes() const { return buckets_bytes_.peak; }
+  std::size_t secondary_bytes() const { return host_.secondary_bytes(); }
+
+ private:
+  struct Held {
+    void* data = nullptr;
+    int users = 0;
+  };
+  struct Bytes {
+    std::size_t live = 0, peak = 0;
+  };
+  const ParameterSegment& segment(int index) const {
+    return segments_.at(static_cast<std::size_t>(index));
+  }
+  void* allocate(std::size_t bytes, Bytes& account) {
+    void* data = nullptr;
+    STRATA_CUDA_CHECK(cudaMallocAsync(&data, std::max<std::size_t>(bytes, 1), ctx_.stream()));
+    account.live += bytes;
+    account.peak = std::max(account.peak, account.live);
+    return data;
+  }
+  void free(Held& h, std::size_t bytes, Bytes& account) {
+    STRATA_CUDA_CHECK(cudaFreeAsync(h.data, ctx_.stream()));  // after the queued readers
+    h.data = nullptr;
+    account.live -= bytes;
+  }
+
+  std::vector<ParameterSegment> segments_;
+  const ReductionPlan& plan_;
+  cuda::DeviceContext& ctx_;
+  ShardedParameters host_;
+  const T* weights_ = nullptr;
+  float* gradients_ = nullptr;
+  std::vector<float> host_weights_, host_gradients_, staging_gradients_;
+  std::vector<T> staging_weights_;
+  std::vector<Held> weights_held_, buckets_;
+  Bytes gathered_, buckets_bytes_;
+};
+
+}  // namespace strata
