@@ -43,17 +43,11 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
       partition_(partition),
       layout_(ParameterLayout::for_partition(shape, partition)),
       segments_(layout_.segments()),
+      segment_(segment_index(segments_)),
       tp_(tp),
       max_batch_(max_batch),
       options_(options) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
-  for (int i = static_cast<int>(segments_.size()) - 1; i >= 0; --i) {
-    const std::string& name = segments_[static_cast<std::size_t>(i)].name;
-    if (name == "wte") wte_segment_ = i;
-    if (name == "wpe") wpe_segment_ = i;
-    if (name == "lnf") lnf_segment_ = i;
-    if (name.starts_with("h.")) first_block_segment_ = i;
-  }
   if (tp_ == nullptr) {
     STRATA_CHECK(partition.tp_size == 1, "a tensor-parallel partition needs its group");
     single_rank_ = std::make_unique<SingleRank>();
@@ -215,17 +209,17 @@ void Gpt<T>::embed(Slot& s, ParameterAccess<T>& parameters) {
   const TensorView& wte = layout_.at("wte");
   T* partial = scratch_->partial.data();
   embedding_shard_forward(partial, s.tokens.data(),
-                          parameters.acquire_weights(wte_segment_, WeightUse::forward),
+                          parameters.acquire_weights(segment_.wte, WeightUse::forward),
                           static_cast<int>(wte.slice.mid_begin),
                           static_cast<int>(wte.slice.mid_count), N, C);  // (N, C) partial
-  parameters.release_weights(wte_segment_);
+  parameters.release_weights(segment_.wte);
   const T* x = sum_rows(partial, s.residual.data(), N, C);  // (Nl, C)
   if (x != s.residual.data()) std::copy_n(x, static_cast<long>(Nl) * C, s.residual.data());
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
   position_embedding_forward(s.residual.data(),
-                             parameters.acquire_weights(wpe_segment_, WeightUse::forward),
+                             parameters.acquire_weights(segment_.wpe, WeightUse::forward),
                              row_begin, Nl, s.time, C);
-  parameters.release_weights(wpe_segment_);
+  parameters.release_weights(segment_.wpe);
   round_to_compute(s.residual.data(), static_cast<long>(Nl) * C);
 }
 
@@ -237,17 +231,17 @@ T Gpt<T>::head_forward(Slot& s, ParameterAccess<T>& parameters) {
   const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
   const int Vl = static_cast<int>(wte.slice.mid_count);
   const T* x = s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C;
-  const T* lnf = parameters.acquire_weights(lnf_segment_, WeightUse::forward);
+  const T* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::forward);
   layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
-                    in_segment(lnf, lnf_segment_, "lnf.weight"),
-                    in_segment(lnf, lnf_segment_, "lnf.bias"), Nl, C);
-  parameters.release_weights(lnf_segment_);
+                    in_segment(lnf, segment_.lnf, "lnf.weight"),
+                    in_segment(lnf, segment_.lnf, "lnf.bias"), Nl, C);
+  parameters.release_weights(segment_.lnf);
   round_to_compute(s.lnf.data(), static_cast<long>(Nl) * C);
   const T* lnf_full = gather_rows(s.lnf.data(), s.lnf_full.data(), N, C);
   matmul_forward(s.logits.data(), lnf_full,
-                 parameters.acquire_weights(wte_segment_, WeightUse::forward),
+                 parameters.acquire_weights(segment_.wte, WeightUse::forward),
                  static_cast<const T*>(nullptr), N, C, Vl);  // (N, Vl), head tied to wte
-  parameters.release_weights(wte_segment_);
+  parameters.release_weights(segment_.wte);
   // The loss itself is computed in T from the rounded logits (as fused classifier kernels do).
   round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
   if (!s.has_targets) return T(0);
@@ -281,11 +275,11 @@ void Gpt<T>::backward(int slot, ParameterAccess<T>& parameters, const T* output_
   Slot& s = *slots_[slot];
   const int C = shape_.d_model, Nl = activation_rows(s.batch, s.time);
   // The tied wte takes gradients from the head and from the embedding: one acquisition spans both.
-  T* wte_grads = wte_segment_ >= 0 ? parameters.acquire_gradients(wte_segment_) : nullptr;
+  T* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
   if (partition_.has_head) {
     STRATA_CHECK(s.has_targets, "backward needs a forward with targets");
     head_backward(s, parameters, wte_grads, loss_scale);
-    if (!partition_.has_embedding) parameters.release_gradients(wte_segment_);
+    if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
   } else {
     STRATA_CHECK(output_grad != nullptr, "a stage before the last needs its output gradient");
     std::copy_n(output_grad, static_cast<long>(Nl) * C, scratch_->dresidual.data());
@@ -293,7 +287,7 @@ void Gpt<T>::backward(int slot, ParameterAccess<T>& parameters, const T* output_
   for (int l = partition_.layers() - 1; l >= 0; --l) block_backward(s, parameters, l);
   if (partition_.has_embedding) {
     embed_backward(s, parameters, wte_grads);
-    parameters.release_gradients(wte_segment_);
+    parameters.release_gradients(segment_.wte);
   } else {
     std::copy_n(scratch_->dresidual.data(), static_cast<long>(Nl) * C, s.input_grad.data());
   }
@@ -316,20 +310,20 @@ void Gpt<T>::head_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads
   round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
   const T* lnf_full = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
   matmul_backward(x.dfull.data(), wte_grads, static_cast<T*>(nullptr), s.logits.data(), lnf_full,
-                  parameters.acquire_weights(wte_segment_, WeightUse::backward), N, C, Vl);
-  parameters.release_weights(wte_segment_);
+                  parameters.acquire_weights(segment_.wte, WeightUse::backward), N, C, Vl);
+  parameters.release_weights(segment_.wte);
   round_to_compute(x.dfull.data(), static_cast<long>(N) * C);
   const T* dlnf = sum_rows(x.dfull.data(), x.dlocal.data(), N, C);  // (Nl, C)
   std::fill(x.dresidual.begin(), x.dresidual.begin() + static_cast<long>(Nl) * C, T(0));
-  const T* lnf = parameters.acquire_weights(lnf_segment_, WeightUse::backward);
-  T* lnf_grads = parameters.acquire_gradients(lnf_segment_);
-  layernorm_backward(x.dresidual.data(), in_segment(lnf_grads, lnf_segment_, "lnf.weight"),
-                     in_segment(lnf_grads, lnf_segment_, "lnf.bias"), dlnf,
+  const T* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::backward);
+  T* lnf_grads = parameters.acquire_gradients(segment_.lnf);
+  layernorm_backward(x.dresidual.data(), in_segment(lnf_grads, segment_.lnf, "lnf.weight"),
+                     in_segment(lnf_grads, segment_.lnf, "lnf.bias"), dlnf,
                      s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
-                     in_segment(lnf, lnf_segment_, "lnf.weight"), s.lnf_mean.data(),
+                     in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean.data(),
                      s.lnf_rstd.data(), Nl, C);
-  parameters.release_weights(lnf_segment_);
-  parameters.release_gradients(lnf_segment_);
+  parameters.release_weights(segment_.lnf);
+  parameters.release_gradients(segment_.lnf);
   round_to_compute(x.dresidual.data(), static_cast<long>(Nl) * C);
 }
 
@@ -339,9 +333,9 @@ void Gpt<T>::embed_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grad
   const TensorView& wte = layout_.at("wte");
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
   const T* dres = scratch_->dresidual.data();
-  position_embedding_backward(parameters.acquire_gradients(wpe_segment_), dres, row_begin, Nl,
+  position_embedding_backward(parameters.acquire_gradients(segment_.wpe), dres, row_begin, Nl,
                               s.time, C);
-  parameters.release_gradients(wpe_segment_);
+  parameters.release_gradients(segment_.wpe);
   const T* dfull = gather_rows(dres, scratch_->dfull.data(), N, C);
   embedding_shard_backward(wte_grads, dfull, s.tokens.data(), static_cast<int>(wte.slice.mid_begin),
                            static_cast<int>(wte.slice.mid_count), N, C);

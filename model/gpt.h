@@ -139,7 +139,7 @@ class Gpt {
   template <class P>
   P* in_segment(P* base, int segment, const std::string& name) const;
   Block block_params(const T* base, int layer) const;
-  int block_segment(int local_layer) const { return first_block_segment_ + local_layer; }
+  int block_segment(int local_layer) const { return segment_.block(local_layer); }
   Slot& slot_for(int slot, int B, int T_);
   void allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers) const;
   // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output
@@ -169,7 +169,7 @@ class Gpt {
   ModelPartition partition_;
   ParameterLayout layout_;
   std::vector<ParameterSegment> segments_;
-  int wte_segment_ = -1, wpe_segment_ = -1, lnf_segment_ = -1, first_block_segment_ = 0;
+  SegmentIndex segment_;  // of segments_
   Collectives* tp_;
   std::unique_ptr<Collectives> single_rank_;  // used when no group is given
   int max_batch_;

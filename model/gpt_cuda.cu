@@ -251,6 +251,7 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       partition_(checked_partition(shape, partition, max_batch, slots)),
       layout_(ParameterLayout::for_partition(shape, partition)),
       segments_(layout_.segments()),
+      segment_(segment_index(segments_)),
       max_batch_(max_batch),
       recompute_(recompute),
       sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
@@ -259,13 +260,6 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
   const Dims d = dims();
-  for (int i = static_cast<int>(segments_.size()) - 1; i >= 0; --i) {
-    const std::string& name = segments_[static_cast<std::size_t>(i)].name;
-    if (name == "wte") wte_segment_ = i;
-    if (name == "wpe") wpe_segment_ = i;
-    if (name == "lnf") lnf_segment_ = i;
-    if (name.starts_with("h.")) first_block_segment_ = i;
-  }
   if (device_tp != nullptr) {
     tp_ = device_tp;
   } else if (partition.tp_size > 1) {
@@ -441,17 +435,17 @@ void CudaGpt<T>::embed(Slot& s, Parameters& parameters) {
   // Each rank looks up the tokens of its vocabulary rows (zeros elsewhere); the sum over the
   // group is the embedding. Without sequence parallelism straight into the residual stream.
   T* lookup = sequence_parallel_ ? buffers_->partial : s.residual;
-  const T* wte_weights = parameters.acquire_weights(wte_segment_, WeightUse::forward);
-  embedding_shard_forward(lookup, s.tokens, in_segment(wte_weights, wte_segment_, "wte"),
+  const T* wte_weights = parameters.acquire_weights(segment_.wte, WeightUse::forward);
+  embedding_shard_forward(lookup, s.tokens, in_segment(wte_weights, segment_.wte, "wte"),
                           vocab_begin, Vl, N, C, ctx_.stream());
-  parameters.release_weights(wte_segment_);
+  parameters.release_weights(segment_.wte);
   const T* x = sum_rows(lookup, s.residual, N);
   STRATA_CHECK(x == s.residual);
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nr : 0;
-  const T* wpe_weights = parameters.acquire_weights(wpe_segment_, WeightUse::forward);
-  position_embedding_forward(s.residual, in_segment(wpe_weights, wpe_segment_, "wpe"), row_begin,
+  const T* wpe_weights = parameters.acquire_weights(segment_.wpe, WeightUse::forward);
+  position_embedding_forward(s.residual, in_segment(wpe_weights, segment_.wpe, "wpe"), row_begin,
                              Nr, s.time, C, ctx_.stream());
-  parameters.release_weights(wpe_segment_);
+  parameters.release_weights(segment_.wpe);
 }
 
 // ln1 (all N rows) → qkv (N, 3Cl) → attention output (N, Cl) and logsumexp: what selective
@@ -496,17 +490,17 @@ void CudaGpt<T>::head_forward(Slot& s, Parameters& parameters) {
   const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   const T* x = stage_residual_output(s);
-  const T* lnf = parameters.acquire_weights(lnf_segment_, WeightUse::forward);
-  layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, in_segment(lnf, lnf_segment_, "lnf.weight"),
-                    in_segment(lnf, lnf_segment_, "lnf.bias"), Nr, C, ctx_.stream());
-  parameters.release_weights(lnf_segment_);
+  const T* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::forward);
+  layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, x, in_segment(lnf, segment_.lnf, "lnf.weight"),
+                    in_segment(lnf, segment_.lnf, "lnf.bias"), Nr, C, ctx_.stream());
+  parameters.release_weights(segment_.lnf);
   const T* lnf_full = gather_rows(s.lnf, s.lnf_full, N);  // (N, C)
   // The head is tied to wte: logits (N, Vl) = lnf · wte_shardᵀ.
-  const T* wte_weights = parameters.acquire_weights(wte_segment_, WeightUse::forward);
+  const T* wte_weights = parameters.acquire_weights(segment_.wte, WeightUse::forward);
   matmul_forward(ctx_, s.logits, static_cast<T*>(nullptr), lnf_full,
-                 in_segment(wte_weights, wte_segment_, "wte"), static_cast<const T*>(nullptr), N, C,
+                 in_segment(wte_weights, segment_.wte, "wte"), static_cast<const T*>(nullptr), N, C,
                  static_cast<int>(wte.slice.mid_count));
-  parameters.release_weights(wte_segment_);
+  parameters.release_weights(segment_.wte);
 }
 
 template <class T>
@@ -600,16 +594,16 @@ void CudaGpt<T>::backward(int slot, Parameters& parameters, float loss_scale) {
 template <class T>
 void CudaGpt<T>::backward_pass(Slot& s, Parameters& parameters, float loss_scale, bool fused) {
   // The tied wte takes gradients from the head and from the embedding: one acquisition spans both.
-  float* wte_grads = wte_segment_ >= 0 ? parameters.acquire_gradients(wte_segment_) : nullptr;
+  float* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
   // A stage before the last starts from the output gradient its caller wrote into dres.
   if (partition_.has_head) {
     head_backward(s, parameters, wte_grads, loss_scale, fused);
-    if (!partition_.has_embedding) parameters.release_gradients(wte_segment_);
+    if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
   }
   for (int l = partition_.layers() - 1; l >= 0; --l) block_backward(s, parameters, l);
   if (partition_.has_embedding) {
     embed_backward(s, parameters, wte_grads);
-    parameters.release_gradients(wte_segment_);
+    parameters.release_gradients(segment_.wte);
   }
   s.forwarded = false;
 }
@@ -632,24 +626,24 @@ void CudaGpt<T>::head_backward(Slot& s, Parameters& parameters, float* wte_grads
                                        V, N, Vl, stream);
   }
   const T* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
-  matmul_backward_weight(ctx_, in_segment(wte_grads, wte_segment_, "wte"), nullptr, s.logits,
+  matmul_backward_weight(ctx_, in_segment(wte_grads, segment_.wte, "wte"), nullptr, s.logits,
                          lnf_full, N, C, Vl, scratch_);
-  const T* wte_weights = parameters.acquire_weights(wte_segment_, WeightUse::backward);
-  matmul_backward_input(ctx_, b.dln, s.logits, in_segment(wte_weights, wte_segment_, "wte"),
+  const T* wte_weights = parameters.acquire_weights(segment_.wte, WeightUse::backward);
+  matmul_backward_input(ctx_, b.dln, s.logits, in_segment(wte_weights, segment_.wte, "wte"),
                         static_cast<const T*>(nullptr), N, C, Vl);
-  parameters.release_weights(wte_segment_);
+  parameters.release_weights(segment_.wte);
   const T* dlnf = sum_rows(b.dln, b.dln_local, N);  // (Nr, C)
   STRATA_CUDA_CHECK(
       cudaMemsetAsync(b.dres, 0, static_cast<std::size_t>(Nr) * C * sizeof(T), stream));
   const T* x = stage_residual_output(s);
-  const T* lnf = parameters.acquire_weights(lnf_segment_, WeightUse::backward);
-  float* lnf_grads = parameters.acquire_gradients(lnf_segment_);
-  layernorm_backward(b.dres, in_segment(lnf_grads, lnf_segment_, "lnf.weight"),
-                     in_segment(lnf_grads, lnf_segment_, "lnf.bias"), dlnf, x,
-                     in_segment(lnf, lnf_segment_, "lnf.weight"), s.lnf_mean, s.lnf_rstd, Nr, C,
+  const T* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::backward);
+  float* lnf_grads = parameters.acquire_gradients(segment_.lnf);
+  layernorm_backward(b.dres, in_segment(lnf_grads, segment_.lnf, "lnf.weight"),
+                     in_segment(lnf_grads, segment_.lnf, "lnf.bias"), dlnf, x,
+                     in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean, s.lnf_rstd, Nr, C,
                      scratch_, stream);
-  parameters.release_weights(lnf_segment_);
-  parameters.release_gradients(lnf_segment_);
+  parameters.release_weights(segment_.lnf);
+  parameters.release_gradients(segment_.lnf);
 }
 
 template <class T>
@@ -721,12 +715,12 @@ void CudaGpt<T>::embed_backward(Slot& s, Parameters& parameters, float* wte_grad
   const TensorView& wte = layout_.at("wte");
   Buffers& b = *buffers_;
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nr : 0;
-  float* wpe_grads = parameters.acquire_gradients(wpe_segment_);
-  position_embedding_backward(in_segment(wpe_grads, wpe_segment_, "wpe"), b.dres, row_begin, Nr,
+  float* wpe_grads = parameters.acquire_gradients(segment_.wpe);
+  position_embedding_backward(in_segment(wpe_grads, segment_.wpe, "wpe"), b.dres, row_begin, Nr,
                               s.time, C, ctx_.stream());
-  parameters.release_gradients(wpe_segment_);
+  parameters.release_gradients(segment_.wpe);
   const T* dfull = gather_rows(b.dres, b.dfull, N);  // (N, C)
-  embedding_shard_backward(in_segment(wte_grads, wte_segment_, "wte"), dfull, s.tokens,
+  embedding_shard_backward(in_segment(wte_grads, segment_.wte, "wte"), dfull, s.tokens,
                            static_cast<int>(wte.slice.mid_begin),
                            static_cast<int>(wte.slice.mid_count), N, C, scratch_, ctx_.stream());
 }

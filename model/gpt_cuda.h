@@ -187,7 +187,7 @@ class CudaGpt {
   P* in_segment(P* base, int segment, const std::string& name) const;
   template <class P>
   P* in_block(P* base, int local_layer, const char* tensor) const;
-  int block_segment(int local_layer) const { return first_block_segment_ + local_layer; }
+  int block_segment(int local_layer) const { return segment_.block(local_layer); }
   // The tensor-parallel collectives on (N, C) rows (gpt.h): partial sums to this rank's rows, and
   // this rank's rows to all rows; each returns where its result is (possibly its input).
   const T* sum_rows(T* partial, T* local_out, int N);
@@ -216,7 +216,7 @@ class CudaGpt {
   ModelPartition partition_;
   ParameterLayout layout_;
   std::vector<ParameterSegment> segments_;
-  int wte_segment_ = -1, wpe_segment_ = -1, lnf_segment_ = -1, first_block_segment_ = 0;
+  SegmentIndex segment_;  // of segments_
   int max_batch_;
   Recompute recompute_;
   bool sequence_parallel_;

@@ -110,6 +110,18 @@ std::vector<ParameterSegment> ParameterLayout::segments() const {
   return result;
 }
 
+SegmentIndex segment_index(const std::vector<ParameterSegment>& segments) {
+  SegmentIndex index;
+  for (int i = static_cast<int>(segments.size()) - 1; i >= 0; --i) {
+    const std::string& name = segments[static_cast<std::size_t>(i)].name;
+    if (name == "wte") index.wte = i;
+    if (name == "wpe") index.wpe = i;
+    if (name == "lnf") index.lnf = i;
+    if (name.starts_with("h.")) index.first_block = i;
+  }
+  return index;
+}
+
 bool ParameterLayout::has(const std::string& name) const {
   for (const TensorView& t : tensors_)
     if (t.name == name) return true;

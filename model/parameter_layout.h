@@ -69,6 +69,14 @@ struct ParameterSegment {
   ElementRange range;
 };
 
+// Where the named segments stand in a layout's segments(): -1 for those the partition lacks;
+// blocks are consecutive from first_block.
+struct SegmentIndex {
+  int wte = -1, wpe = -1, lnf = -1, first_block = 0;
+  int block(int local_layer) const { return first_block + local_layer; }
+};
+SegmentIndex segment_index(const std::vector<ParameterSegment>& segments);
+
 class ParameterLayout {
  public:
   // The whole model (one process).

@@ -2,7 +2,8 @@
 // with both schedules, sequence parallelism and recomputation, train the fp32 run of one CPU
 // process (loss and val_loss per step within 1e-4 relative, the bound between CPU layouts); a
 // bf16 layout trains the bf16 run of one CUDA process; and a checkpoint written by a CUDA layout
-// resumes on the CPU at another layout and continues the same run. On a machine with one GPU all
+// resumes on the CPU at another layout and continues the same run. ZeRO stages 1-3 and ZeRO++ on
+// the device follow the CPU process too. On a machine with one GPU all
 // ranks share it through host-staged collectives (NCCL needs a GPU per rank) and NCCL itself runs
 // over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
 //
@@ -63,6 +64,36 @@ TEST_F(CudaLayouts, EveryLayoutTrainsTheRunOfOneCpuProcess) {
     expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss", 1e-4);
     EXPECT_FALSE(metric(run, "device_mib").empty()) << "the run did not train on the GPU";
   }
+}
+
+// ZeRO on the device: stages 1-3 (2 and 3 stage their segments through the host) and ZeRO-3 with
+// hpZ (exact) follow the CPU process; the quantised switches stay within 1e-2.
+TEST_F(CudaLayouts, ZeroStagesTrainTheRunOfOneCpuProcess) {
+  const auto reference = metric(reference_dir_, "loss");
+  const std::string stage = " --set parallel.gpus_per_node=2 --set parallel.zero.stage=";
+  const std::pair<Layout, std::string> runs[] = {
+      {Layout{2, 1, 1}, stage + "1"},
+      {Layout{2, 1, 1}, stage + "2"},
+      {Layout{2, 2, 1, "1f1b", true}, stage + "3"},
+      {Layout{2, 1, 2}, stage + "3 --set parallel.zero.gradient_reduction=micro_batch"},
+      {Layout{4, 1, 1}, stage + "3 --set parallel.zero.hierarchical_partition=true"},
+  };
+  int index = 0;
+  for (auto [layout, settings] : runs) {
+    layout.device = "cuda";
+    SCOPED_TRACE(layout.name() + settings);
+    const std::string run =
+        train(*dir_, layout, "zero_" + std::to_string(index++) + "_" + layout.name(), settings);
+    expect_close(metric(run, "loss"), reference, 0, "loss", 1e-4);
+  }
+  Layout quantised{4, 1, 1};
+  quantised.device = "cuda";
+  const std::string run = train(*dir_, quantised, "zero_plus_plus",
+                                stage +
+                                    "3 --set parallel.zero.quantized_weights=true"
+                                    " --set parallel.zero.hierarchical_partition=true"
+                                    " --set parallel.zero.quantized_gradients=true");
+  expect_close(metric(run, "loss"), reference, 0, "loss", 1e-2);
 }
 
 TEST_F(CudaLayouts, Bf16LayoutTrainsTheBf16RunOfOneProcess) {

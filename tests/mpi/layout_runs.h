@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -92,6 +93,19 @@ class LayoutSuite : public ::testing::Test {
 
 inline std::vector<double> metric(const std::string& run_dir, const std::string& key) {
   return metric_values(run_dir + "/metrics.jsonl", key);
+}
+
+// The number after `key` (e.g. "\"all_gather\": {\"intra_node\": ") in the training line of
+// `step` of the run's metrics.jsonl; -1 (and a failure) when there is none.
+inline double logged(const std::string& run_dir, int step, const std::string& key) {
+  const std::string lines = read_file(run_dir + "/metrics.jsonl");
+  const std::size_t at = lines.find("{\"step\": " + std::to_string(step) + ",");
+  EXPECT_NE(at, std::string::npos) << "step " << step;
+  if (at == std::string::npos) return -1;
+  const std::string line = lines.substr(at, lines.find('\n', at) - at);
+  const std::size_t k = line.find(key);
+  EXPECT_NE(k, std::string::npos) << key << " in " << line;
+  return k == std::string::npos ? -1.0 : std::strtod(line.c_str() + k + key.size(), nullptr);
 }
 
 // actual[i] against expected[first + i], within `relative` of the expected value.

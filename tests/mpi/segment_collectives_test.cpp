@@ -46,14 +46,17 @@ float value(int rank, std::size_t i) {
   return static_cast<float>(x * (1 + static_cast<double>(i % 700) / 50.0));
 }
 
-// Uneven pieces: rank r owns 1500·(r % 3) + 700 elements, except rank 1, which owns none.
-std::vector<std::size_t> uneven_counts(int n) {
-  std::vector<std::size_t> counts;
-  for (int r = 0; r < n; ++r)
-    counts.push_back(r == 1 ? 0 : 1500 * static_cast<std::size_t>(r % 3) + 700);
-  return counts;
-}
-
+// Uneven pieces: rank r owns 1500·(r % 3) + 700 elements, except rank 1, which owns none;
+// starts[r] is where piece r begins, starts[n] the total.
+struct UnevenPieces {
+  std::vector<std::size_t> counts, starts{0};
+  explicit UnevenPieces(int n) {
+    for (int r = 0; r < n; ++r) {
+      counts.push_back(r == 1 ? 0 : 1500 * static_cast<std::size_t>(r % 3) + 700);
+      starts.push_back(starts.back() + counts.back());
+    }
+  }
+};
 // Block scale of values[0..len) (one quantisation block).
 float block_scale(const std::vector<double>& values, std::size_t begin, std::size_t len,
                   QuantFormat format, double extra_absmax = 0) {
@@ -66,9 +69,9 @@ TEST(SegmentCollectives, QgzReduceScatterIsTheSumWithinItsBoundAndThePlainPathIs
   DataParallelWorld s;
   Communicator& dp = s.groups.dp();
   const int n = dp.size(), me = dp.rank();
-  const std::vector<std::size_t> counts = uneven_counts(n);
-  std::vector<std::size_t> starts{0};
-  for (std::size_t c : counts) starts.push_back(starts.back() + c);
+  const UnevenPieces pieces(n);
+  const std::vector<std::size_t>& counts = pieces.counts;
+  const std::vector<std::size_t>& starts = pieces.starts;
   const std::size_t total = starts.back(), own = counts[static_cast<std::size_t>(me)];
   ASSERT_GE(total, kGradientQuantBlock * static_cast<std::size_t>(n));  // qgZ is taken
   std::vector<float> segment(total);
@@ -140,9 +143,9 @@ TEST(SegmentCollectives, QwzGatherIsWithinHalfAScaleAndTheSameOnEveryRank) {
   DataParallelWorld s;
   Communicator& dp = s.groups.dp();
   const int n = dp.size(), me = dp.rank();
-  const std::vector<std::size_t> counts = uneven_counts(n);
-  std::vector<std::size_t> starts{0};
-  for (std::size_t c : counts) starts.push_back(starts.back() + c);
+  const UnevenPieces pieces(n);
+  const std::vector<std::size_t>& counts = pieces.counts;
+  const std::vector<std::size_t>& starts = pieces.starts;
   const std::size_t total = starts.back();
   std::vector<float> mine(counts[static_cast<std::size_t>(me)]);
   for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = value(me, i);

@@ -19,6 +19,7 @@ namespace {
 
 using testing::expect_close;
 using testing::Layout;
+using testing::logged;
 using testing::metric;
 using testing::TempDir;
 using testing::train;
@@ -116,18 +117,6 @@ TEST_F(ZeroSharded, AStage3CheckpointResumesUnderOtherStagesAndLayouts) {
     const std::string run = train(*dir_, layout, name, stage(s) + " --resume " + checkpoint);
     expect_close(metric(run, "loss"), reference, 10, "loss after resume");
   }
-}
-
-// The value after `key` in the metrics line of `step`.
-double logged(const std::string& run, int step, const std::string& key) {
-  const std::string lines = testing::read_file(run + "/metrics.jsonl");
-  const std::size_t at = lines.find("{\"step\": " + std::to_string(step) + ",");
-  EXPECT_NE(at, std::string::npos) << "step " << step;
-  if (at == std::string::npos) return -1;
-  const std::string line = lines.substr(at, lines.find('\n', at) - at);
-  const std::size_t k = line.find(key);
-  EXPECT_NE(k, std::string::npos) << key << " in " << line;
-  return k == std::string::npos ? -1.0 : std::strtod(line.c_str() + k + key.size(), nullptr);
 }
 
 TEST_F(ZeroSharded, CommunicationAndMemoryMatchTheAnalyticCount) {

@@ -132,15 +132,7 @@ TEST_F(Zero, Stage1CommunicationMatchesTheAnalyticCount) {
   const double dp = reduce_scatter + all_gather + 2 * scalar;
   for (int step : {2, 20}) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const std::string lines = testing::read_file(run + "/metrics.jsonl");
-    const std::size_t at = lines.find("{\"step\": " + std::to_string(step) + ",");
-    ASSERT_NE(at, std::string::npos);
-    const std::string line = lines.substr(at, lines.find('\n', at) - at);
-    auto after = [&](const std::string& key) {
-      const std::size_t k = line.find(key);
-      EXPECT_NE(k, std::string::npos) << key << " in " << line;
-      return k == std::string::npos ? -1.0 : std::strtod(line.c_str() + k + key.size(), nullptr);
-    };
+    auto after = [&](const std::string& key) { return testing::logged(run, step, key); };
     EXPECT_EQ(after("\"reduce_scatter\": {\"intra_node\": "), reduce_scatter);
     EXPECT_EQ(after("\"all_gather\": {\"intra_node\": "), all_gather);
     EXPECT_EQ(after("\"send\": {\"intra_node\": "), send);
