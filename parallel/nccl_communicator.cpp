@@ -118,6 +118,53 @@ void NcclCommunicator::reduce_scatter_sum_of(cuda::Element element, const void* 
                            ring_chunk_bytes(whole * cuda::element_bytes(element), size()));
 }
 
+namespace {
+// Runs `one(r, offset)` for every member r inside one NCCL group (the calls are queued together,
+// so no member waits for another's turn); the group is closed whatever failed, then the first
+// failure is reported.
+template <class Call>
+void grouped_over_members(std::span<const std::size_t> counts, int size, const char* what,
+                          Call one) {
+  STRATA_CHECK(static_cast<int>(counts.size()) == size, what, ": ", counts.size(),
+               " counts for a group of ", size);
+  STRATA_NCCL_CHECK(ncclGroupStart());
+  ncclResult_t first = ncclSuccess;
+  std::size_t offset = 0;
+  for (int r = 0; r < size; ++r) {
+    const ncclResult_t result = one(r, offset);
+    if (first == ncclSuccess) first = result;
+    offset += counts[static_cast<std::size_t>(r)];
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  if (first != ncclSuccess) throw_nccl_error(first, what, __FILE__, __LINE__);
+  if (ended != ncclSuccess) throw_nccl_error(ended, "ncclGroupEnd", __FILE__, __LINE__);
+}
+}  // namespace
+
+void NcclCommunicator::all_gather_v(cuda::Element element, const void* in, void* out,
+                                    std::span<const std::size_t> counts, cudaStream_t stream) {
+  const std::size_t bytes = cuda::element_bytes(element);
+  grouped_over_members(counts, size(), "ncclBroadcast", [&](int r, std::size_t offset) {
+    char* chunk = static_cast<char*>(out) + offset * bytes;
+    const void* send = r == rank() ? in : chunk;  // read at the root only
+    return ncclBroadcast(send, chunk, counts[static_cast<std::size_t>(r)], nccl_type(element), r,
+                         comm_, stream);
+  });
+  group_.count_device_ring("all_gather", ring_all_gather_v_bytes(counts, rank(), bytes));
+}
+
+void NcclCommunicator::reduce_scatter_sum_v(const float* in, float* out,
+                                            std::span<const std::size_t> counts,
+                                            cudaStream_t stream) {
+  grouped_over_members(counts, size(), "ncclReduce", [&](int r, std::size_t offset) {
+    // The result lands at the root only; the others' out is not written.
+    return ncclReduce(in + offset, out, counts[static_cast<std::size_t>(r)], ncclFloat32, ncclSum,
+                      r, comm_, stream);
+  });
+  group_.count_device_ring("reduce_scatter",
+                           ring_reduce_scatter_v_bytes(counts, rank(), sizeof(float)));
+}
+
 void NcclCommunicator::all_reduce_max(float* data, std::size_t count, cudaStream_t stream) {
   if (count > 0)
     STRATA_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, ncclMax, comm_, stream));

@@ -19,6 +19,7 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <span>
 
 #include "model/kernels/cuda/device_collectives.h"
 #include "parallel/communicator.h"
@@ -37,6 +38,15 @@ class NcclCommunicator final : public cuda::DeviceCollectives {
   int rank() const override { return group_.rank(); }
   int size() const override { return group_.size(); }
   void all_reduce_max(float* data, std::size_t count, cudaStream_t stream) override;
+
+  // Uneven chunks (counts[r] elements for member r, laid out in member order; ZeRO 2/3's segment
+  // pieces): every member's chunk to every member, as grouped broadcasts; and the sum of every
+  // member's chunk r to member r, as grouped reductions (fp32). Counted as the ring of
+  // communicator.h over uneven chunks.
+  void all_gather_v(cuda::Element element, const void* in, void* out,
+                    std::span<const std::size_t> counts, cudaStream_t stream);
+  void reduce_scatter_sum_v(const float* in, float* out, std::span<const std::size_t> counts,
+                            cudaStream_t stream);
 
   // Sends `count` floats of `send` to group rank `peer` and receives as many from it into `recv`
   // (device arrays, not overlapping), as one paired operation: both ends call it.

@@ -28,11 +28,12 @@
 #include "model/kernels/cuda/host_dtype.h"
 #include "model/parameter_access.h"
 #include "parallel/sharded_parameters.h"
+#include "train/cuda_segment_buffers.h"
 
 namespace strata {
 
 template <class T>
-class StagedShardedParameters final : public ParameterAccess<T, float> {
+class StagedShardedParameters final : public DeviceParameterAccess<T> {
  public:
   StagedShardedParameters(std::vector<ParameterSegment> segments, const ReductionPlan& plan,
                           const ShardingGroups& groups, const ShardingOptions& options,
@@ -41,20 +42,12 @@ class StagedShardedParameters final : public ParameterAccess<T, float> {
         plan_(plan),
         ctx_(ctx),
         host_(std::move(segments), plan, groups, options),
-        weights_held_(segments_.size()),
-        buckets_(segments_.size()) {}
-  ~StagedShardedParameters() override {
-    for (Held& h : weights_held_)
-      if (h.data) cudaFreeAsync(h.data, ctx_.stream());
-    for (Held& h : buckets_)
-      if (h.data) cudaFreeAsync(h.data, ctx_.stream());
-  }
-  StagedShardedParameters(const StagedShardedParameters&) = delete;
-  StagedShardedParameters& operator=(const StagedShardedParameters&) = delete;
+        gathered_(segments_.size(), ctx.stream()),
+        buckets_(segments_.size(), ctx.stream()) {}
 
   // The device weights (compute dtype, over plan.parameter_range) and gradients (over
   // plan.gradient_range; null: forward passes only; zeroed by the caller) of the next passes.
-  void bind(const T* weights, float* gradients, int backward_passes) {
+  void bind(const T* weights, float* gradients, int backward_passes) override {
     weights_ = weights;
     gradients_ = gradients;
     if (plan_.parameters_by_segment) {  // the host gathers from a float copy of the shard
@@ -73,7 +66,7 @@ class StagedShardedParameters final : public ParameterAccess<T, float> {
   }
 
   // After the step's backward passes: the reduced owned gradients onto the device.
-  void finish_step() {
+  void finish_step() override {
     if (!plan_.gradients_by_segment) return;
     STRATA_CHECK(!host_.has_pending_gradients(), "a gradient bucket was not reduced");
     STRATA_CUDA_CHECK(cudaMemcpyAsync(gradients_, host_gradients_.data(),
@@ -85,82 +78,59 @@ class StagedShardedParameters final : public ParameterAccess<T, float> {
   const T* acquire_weights(int index, WeightUse use) override {
     const ElementRange range = segment(index).range;
     if (!plan_.parameters_by_segment) return weights_ + range.begin;
-    Held& h = weights_held_.at(static_cast<std::size_t>(index));
-    if (h.users++ > 0) return static_cast<const T*>(h.data);
+    bool first = false;
+    T* device = static_cast<T*>(
+        gathered_.take(static_cast<std::size_t>(index), range.size() * sizeof(T), false, first));
+    if (!first) return device;
     const float* gathered = host_.acquire_weights(index, use);
     staging_weights_.resize(range.size());
     for (std::size_t i = 0; i < range.size(); ++i)
       staging_weights_[i] = cuda::dtype_from_float<T>(gathered[i]);
     host_.release_weights(index);
-    h.data = allocate(range.size() * sizeof(T), gathered_);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(h.data, staging_weights_.data(), range.size() * sizeof(T),
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(device, staging_weights_.data(), range.size() * sizeof(T),
                                       cudaMemcpyHostToDevice, ctx_.stream()));
     ctx_.synchronize();  // the staging vector is reused by the next gather
-    return static_cast<const T*>(h.data);
+    return device;
   }
 
   void release_weights(int index) override {
     if (!plan_.parameters_by_segment) return;
-    Held& h = weights_held_.at(static_cast<std::size_t>(index));
-    STRATA_CHECK(h.users > 0, "weights of segment '", segment(index).name, "' released twice");
-    if (--h.users == 0) free(h, segment(index).range.size() * sizeof(T), gathered_);
+    if (gathered_.leave(static_cast<std::size_t>(index)))
+      gathered_.free(static_cast<std::size_t>(index));
   }
 
   float* acquire_gradients(int index) override {
     STRATA_CHECK(gradients_ != nullptr, "a backward pass without a gradient buffer");
     const ElementRange range = segment(index).range;
     if (!plan_.gradients_by_segment) return gradients_ + range.begin;
-    Held& h = buckets_.at(static_cast<std::size_t>(index));
-    if (h.users++ == 0) {
-      h.data = allocate(range.size() * sizeof(float), buckets_bytes_);
-      STRATA_CUDA_CHECK(cudaMemsetAsync(h.data, 0, range.size() * sizeof(float), ctx_.stream()));
-    }
-    return static_cast<float*>(h.data);
+    bool first = false;
+    return static_cast<float*>(
+        buckets_.take(static_cast<std::size_t>(index), range.size() * sizeof(float), true, first));
   }
 
   void release_gradients(int index) override {
     if (!plan_.gradients_by_segment) return;
-    Held& h = buckets_.at(static_cast<std::size_t>(index));
-    STRATA_CHECK(h.users > 0, "gradients of segment '", segment(index).name, "' released twice");
-    if (--h.users > 0) return;
+    const std::size_t i = static_cast<std::size_t>(index);
+    if (!buckets_.leave(i)) return;
     const std::size_t size = segment(index).range.size();
     staging_gradients_.resize(size);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(staging_gradients_.data(), h.data, size * sizeof(float),
-                                      cudaMemcpyDeviceToHost, ctx_.stream()));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(staging_gradients_.data(), buckets_.data(i),
+                                      size * sizeof(float), cudaMemcpyDeviceToHost, ctx_.stream()));
     ctx_.synchronize();
     float* bucket = host_.acquire_gradients(index);
-    for (std::size_t i = 0; i < size; ++i) bucket[i] += staging_gradients_[i];
+    for (std::size_t k = 0; k < size; ++k) bucket[k] += staging_gradients_[k];
     host_.release_gradients(index);  // reduces the host bucket when it is due
-    free(h, size * sizeof(float), buckets_bytes_);
+    buckets_.free(i);
   }
 
   // Peaks so far, device (gathered weights, gradient buckets) and host (hpZ node copies).
-  std::size_t peak_gathered_bytes() const { return gathered_.peak; }
-  std::size_t peak_bucket_bytes() const { return buckets_bytes_.peak; }
-  std::size_t secondary_bytes() const { return host_.secondary_bytes(); }
+  std::size_t peak_gathered_bytes() const override { return gathered_.peak_bytes(); }
+  std::size_t peak_bucket_bytes() const override { return buckets_.peak_bytes(); }
+  std::size_t secondary_bytes() const override { return host_.secondary_bytes(); }
 
  private:
-  struct Held {
-    void* data = nullptr;
-    int users = 0;
-  };
-  struct Bytes {
-    std::size_t live = 0, peak = 0;
-  };
   const ParameterSegment& segment(int index) const {
     return segments_.at(static_cast<std::size_t>(index));
-  }
-  void* allocate(std::size_t bytes, Bytes& account) {
-    void* data = nullptr;
-    STRATA_CUDA_CHECK(cudaMallocAsync(&data, std::max<std::size_t>(bytes, 1), ctx_.stream()));
-    account.live += bytes;
-    account.peak = std::max(account.peak, account.live);
-    return data;
-  }
-  void free(Held& h, std::size_t bytes, Bytes& account) {
-    STRATA_CUDA_CHECK(cudaFreeAsync(h.data, ctx_.stream()));  // after the queued readers
-    h.data = nullptr;
-    account.live -= bytes;
   }
 
   std::vector<ParameterSegment> segments_;
@@ -171,8 +141,7 @@ class StagedShardedParameters final : public ParameterAccess<T, float> {
   float* gradients_ = nullptr;
   std::vector<float> host_weights_, host_gradients_, staging_gradients_;
   std::vector<T> staging_weights_;
-  std::vector<Held> weights_held_, buckets_;
-  Bytes gathered_, buckets_bytes_;
+  DeviceSegmentBuffers gathered_, buckets_;  // on the device: gathered weights, gradient buckets
 };
 
 }  // namespace strata

@@ -25,6 +25,7 @@
 #include "parallel/host_reduction.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/process_groups.h"
+#include "train/cuda_nccl_sharding.h"
 #include "train/cuda_pipeline_stage.h"
 #include "train/cuda_staged_sharding.h"
 
@@ -71,9 +72,6 @@ class CudaTrainingOf final : public TrainingBackend {
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
     STRATA_CHECK(plan_.buffer_size >= model_.layout().total() && owned_.end <= plan_.buffer_size,
                  "the reduction plan does not fit this partition's layout");
-    // ZeRO 2 and 3 stage their data-parallel traffic through the host (cuda_staged_sharding.h).
-    STRATA_CHECK(!plan_.gradients_by_segment || !nccl_.dp, "ZeRO stage ", plan_.zero_stage,
-                 " on CUDA stages through the host, not NCCL");
     master_ = buffers_.allocate<float>(n_params_);
     grads_ = buffers_.allocate<float>(n_grads_);
     m_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
@@ -86,9 +84,7 @@ class CudaTrainingOf final : public TrainingBackend {
     // Evaluation, and the step of a pipeline stage, run through the executor; a lone stage trains
     // in the model's fused forward-backward pass instead.
     pp_ = &placement.groups->pp();
-    parameters_ = std::make_unique<StagedShardedParameters<T>>(
-        model_.layout().segments(), plan_, sharding_groups(*placement.groups),
-        sharding_options(config.parallel.zero), ctx_);
+    parameters_ = make_parameter_access(config.parallel.zero, *placement.groups);
     stage_ = std::make_unique<CudaPipelineStage<T>>(model_, *parameters_);
     executor_ = std::make_unique<PipelineExecutor>(*stage_, *pp_, *placement.program,
                                                    config.train.micro_batch, shape.seq_len);
@@ -242,6 +238,21 @@ class CudaTrainingOf final : public TrainingBackend {
            rounded(kMaxNormRanges * sizeof(double)) + rounded(1024 * sizeof(double)) +
            rounded(scratch * sizeof(float)) + align;
   }
+  // How the model reaches its weights and gradients: segments moved over NCCL when the run has
+  // it and no ZeRO++ switch (those run through the host), else through the host.
+  std::unique_ptr<DeviceParameterAccess<T>> make_parameter_access(const ZeroConfig& zero,
+                                                                  const ProcessGroups& groups) {
+    const ShardingOptions options = sharding_options(zero);
+    const bool zero_plus_plus =
+        options.quantized_weights || options.hierarchical_partition || options.quantized_gradients;
+    STRATA_CHECK(!zero_plus_plus || !plan_.gradients_by_segment || !nccl_.dp,
+                 "ZeRO++ on CUDA runs through the host, not NCCL");
+    if (nccl_.dp)
+      return std::make_unique<NcclShardedParameters<T>>(model_.layout().segments(), plan_,
+                                                        *nccl_.dp, options.when, ctx_);
+    return std::make_unique<StagedShardedParameters<T>>(model_.layout().segments(), plan_,
+                                                        sharding_groups(groups), options, ctx_);
+  }
   // The weights the model reads: the masters in fp32, else their compute-dtype copy.
   const T* weights() const {
     if constexpr (std::is_same_v<T, float>)
@@ -321,7 +332,7 @@ class CudaTrainingOf final : public TrainingBackend {
   float* scratch_ = nullptr;        // (scratch_count_) what a reduction receives
   std::vector<float> host_buffer_;  // a buffer on the host, when reductions stage through it
   std::vector<std::int32_t> tokens_, targets_;
-  std::unique_ptr<StagedShardedParameters<T>> parameters_;
+  std::unique_ptr<DeviceParameterAccess<T>> parameters_;
   std::unique_ptr<CudaPipelineStage<T>> stage_;
   Communicator* pp_ = nullptr;
   std::unique_ptr<PipelineExecutor> executor_;

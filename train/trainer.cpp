@@ -150,11 +150,14 @@ struct Trainer::State {
       // Collective: every rank learns which GPU each rank computes on.
       placement.nccl = choose_nccl(config.parallel.device_comm,
                                    gather_gpu_ids(world, cuda_device_identity(gpu)));
-      // ZeRO 2 and 3 stage their data-parallel traffic through the host (cuda_staged_sharding.h).
-      if (placement.plan.gradients_by_segment) {
+      // ZeRO++ on CUDA runs through the host (train/cuda_staged_sharding.h).
+      const auto& zero = config.parallel.zero;
+      if (placement.plan.gradients_by_segment &&
+          (zero.quantized_weights || zero.hierarchical_partition || zero.quantized_gradients)) {
         if (config.parallel.device_comm == "nccl")
-          fail("parallel.device_comm: nccl cannot carry ZeRO stage ", config.parallel.zero.stage,
-               " yet (its segments move through the host); use auto or host");
+          fail(
+              "parallel.device_comm: nccl does not carry the ZeRO++ switches yet (they run "
+              "through the host); use auto or host");
         placement.nccl = false;
       }
       // A lone stage trains one micro-batch at a time (the fused pass), whatever the schedule.
