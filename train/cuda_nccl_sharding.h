@@ -4,8 +4,12 @@
 // kernels, so nothing waits for the host:
 //   weights (stage 3): the segment is all-gathered from every rank's compute-dtype shard
 //     (NcclCommunicator::all_gather_v) into a buffer of its own, freed after its last user
-//     (stream-ordered: after the kernels that read it). No prefetch: the gather is queued just
-//     before its kernels on the same stream.
+//     (stream-ordered: after the kernels that read it). Prefetch, as on the host
+//     (parallel/sharded_parameters.h): after the k-th gather of a step, the k+1-th of the previous
+//     step's order is started on the context's copy stream over a second NCCL communicator of the
+//     dp group (so it may run beside the compute stream's collectives), once the compute stream
+//     has reached that point (an event); its acquire makes the compute stream wait for it (another
+//     event). An unused prefetch is waited for and freed at the step's end.
 //   gradients (stages 2, 3): a zeroed bucket per segment; when due it is reduce-scattered
 //     (NcclCommunicator::reduce_scatter_sum_v) and this rank's piece is added into its gradient
 //     shard.
@@ -36,40 +40,63 @@ namespace strata {
 template <class T>
 class NcclShardedParameters final : public DeviceParameterAccess<T> {
  public:
+  // `prefetch`: a second communicator of the dp group for the prefetched gathers (null: none).
   NcclShardedParameters(std::vector<ParameterSegment> segments, const ReductionPlan& plan,
-                        NcclCommunicator& dp, GradientReduction when, cuda::DeviceContext& ctx)
+                        NcclCommunicator& dp, NcclCommunicator* prefetch, GradientReduction when,
+                        cuda::DeviceContext& ctx)
       : segments_(std::move(segments)),
         plan_(plan),
         dp_(dp),
+        prefetch_(prefetch),
         when_(when),
         ctx_(ctx),
         gathered_(segments_.size(), ctx.stream()),
         buckets_(segments_.size(), ctx.stream()),
-        passes_(segments_.size(), 0) {}
+        passes_(segments_.size(), 0) {
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fetched_, cudaEventDisableTiming));
+  }
+  ~NcclShardedParameters() override {
+    if (in_flight_ >= 0) cudaStreamSynchronize(ctx_.copy_stream());
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(fetched_);
+  }
+  NcclShardedParameters(const NcclShardedParameters&) = delete;
+  NcclShardedParameters& operator=(const NcclShardedParameters&) = delete;
 
   // As StagedShardedParameters::bind: device weights over plan.parameter_range, gradients over
   // plan.gradient_range (zeroed by the caller; null: forward passes only).
   void bind(const T* weights, float* gradients, int backward_passes) override {
+    drain_prefetch();
+    if (!order_.empty()) previous_order_[order_kind_] = std::move(order_);
+    order_.clear();
+    order_kind_ = gradients != nullptr ? 1 : 0;
     weights_ = weights;
     gradients_ = gradients;
     backward_passes_ = backward_passes;
   }
   void finish_step() override {
+    drain_prefetch();  // before the optimizer writes the shards it reads
     STRATA_CHECK(!buckets_.holds_any(), "a gradient bucket was not reduced");
   }
 
   const T* acquire_weights(int index, WeightUse) override {
     const ElementRange range = segment(index).range;
     if (!plan_.parameters_by_segment) return weights_ + range.begin;
-    bool first = false;
-    T* out = static_cast<T*>(
-        gathered_.take(static_cast<std::size_t>(index), range.size() * sizeof(T), false, first));
-    if (first) {
-      const ElementRange mine = intersect(range, plan_.owned);
-      const T* in = mine.empty() ? weights_ : weights_ + (mine.begin - plan_.owned.begin);
-      const std::vector<std::size_t> counts = shard_counts(plan_, range, dp_.size());
-      dp_.all_gather_v(cuda::element_of<T>(), in, out, counts, ctx_.stream());
+    const std::size_t i = static_cast<std::size_t>(index);
+    T* out = nullptr;
+    if (in_flight_ == index) {  // prefetched: its reservation becomes this use
+      STRATA_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream(), fetched_, 0));
+      in_flight_ = -1;
+      out = static_cast<T*>(gathered_.data(i));
+    } else {
+      bool first = false;
+      out = static_cast<T*>(gathered_.take(i, range.size() * sizeof(T), false, first));
+      if (!first) return out;  // in use already
+      gather(index, out, dp_, ctx_.stream());
     }
+    order_.push_back(index);
+    prefetch_next();
     return out;
   }
 
@@ -119,10 +146,43 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
   const ParameterSegment& segment(int index) const {
     return segments_.at(static_cast<std::size_t>(index));
   }
+  // Queues the gather of segment `index` from every rank's shard into `out` on `stream`.
+  void gather(int index, T* out, NcclCommunicator& over, cudaStream_t stream) {
+    const ElementRange range = segment(index).range;
+    const ElementRange mine = intersect(range, plan_.owned);
+    const T* in = mine.empty() ? weights_ : weights_ + (mine.begin - plan_.owned.begin);
+    const std::vector<std::size_t> counts = shard_counts(plan_, range, dp_.size());
+    over.all_gather_v(cuda::element_of<T>(), in, out, counts, stream);
+  }
+  void prefetch_next() {
+    const std::vector<int>& previous = previous_order_[order_kind_];
+    if (prefetch_ == nullptr || in_flight_ >= 0 || order_.size() >= previous.size()) return;
+    const int next = previous[order_.size()];
+    const std::size_t i = static_cast<std::size_t>(next);
+    if (gathered_.data(i) != nullptr) return;  // held
+    bool first = false;
+    T* out =
+        static_cast<T*>(gathered_.take(i, segment(next).range.size() * sizeof(T), false, first));
+    // The copy stream starts once the compute stream has allocated the buffer (and written the
+    // shards: the optimizer runs before any step's gathers).
+    STRATA_CUDA_CHECK(cudaEventRecord(ready_, ctx_.stream()));
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(ctx_.copy_stream(), ready_, 0));
+    gather(next, out, *prefetch_, ctx_.copy_stream());
+    STRATA_CUDA_CHECK(cudaEventRecord(fetched_, ctx_.copy_stream()));
+    in_flight_ = next;
+  }
+  void drain_prefetch() {
+    if (in_flight_ < 0) return;
+    STRATA_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream(), fetched_, 0));
+    const std::size_t i = static_cast<std::size_t>(in_flight_);
+    if (gathered_.leave(i)) gathered_.free(i);  // on the compute stream, after the wait
+    in_flight_ = -1;
+  }
 
   std::vector<ParameterSegment> segments_;
   const ReductionPlan& plan_;
   NcclCommunicator& dp_;
+  NcclCommunicator* prefetch_;
   GradientReduction when_;
   cuda::DeviceContext& ctx_;
   const T* weights_ = nullptr;
@@ -130,6 +190,12 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
   int backward_passes_ = 1;
   DeviceSegmentBuffers gathered_, buckets_;
   std::vector<int> passes_;  // backward passes added into a bucket since its last reduction
+  // Gather orders of the last step by kind of pass (0 forward only, 1 training) and of this one;
+  // the segment being prefetched (-1: none) and the events around it.
+  std::vector<int> previous_order_[2], order_;
+  int order_kind_ = 1;
+  int in_flight_ = -1;
+  cudaEvent_t ready_ = nullptr, fetched_ = nullptr;
 };
 
 }  // namespace strata

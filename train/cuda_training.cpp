@@ -35,13 +35,16 @@ namespace {
 // One NCCL communicator per parallel axis, made (in this order on every rank) from the MPI groups
 // of the placement; all null when the placement stages through the host.
 struct NcclGroups {
-  std::unique_ptr<NcclCommunicator> tp, pp, dp;
+  // dp_prefetch: a second one over the dp group for ZeRO 3's prefetched gathers.
+  std::unique_ptr<NcclCommunicator> tp, pp, dp, dp_prefetch;
 
   explicit NcclGroups(const BackendPlacement& placement) {
     if (!placement.nccl) return;
     tp = std::make_unique<NcclCommunicator>(placement.groups->tp());
     pp = std::make_unique<NcclCommunicator>(placement.groups->pp());
     dp = std::make_unique<NcclCommunicator>(placement.groups->dp());
+    if (placement.plan.parameters_by_segment)
+      dp_prefetch = std::make_unique<NcclCommunicator>(placement.groups->dp());
   }
   NcclCommunicator* of(ParallelAxis axis) const {
     return axis == ParallelAxis::tp ? tp.get() : axis == ParallelAxis::pp ? pp.get() : dp.get();
@@ -249,7 +252,8 @@ class CudaTrainingOf final : public TrainingBackend {
                  "ZeRO++ on CUDA runs through the host, not NCCL");
     if (nccl_.dp)
       return std::make_unique<NcclShardedParameters<T>>(model_.layout().segments(), plan_,
-                                                        *nccl_.dp, options.when, ctx_);
+                                                        *nccl_.dp, nccl_.dp_prefetch.get(),
+                                                        options.when, ctx_);
     return std::make_unique<StagedShardedParameters<T>>(model_.layout().segments(), plan_,
                                                         sharding_groups(groups), options, ctx_);
   }
