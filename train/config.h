@@ -115,7 +115,12 @@ struct DilocoConfig {
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   bool nesterov = true;
-  std::string compression = "none";  // none | fp16 | int8
+  std::string compression = "none";      // none | fp16 | bf16 | int8 | int4
+  bool error_feedback = false;           // compression's residual added to the next outer gradient
+  int fragments = 1;                     // streaming: fragments of whole layers synced in turn
+  bool overlap = false;                  // the outer reduction in flight during the next inner step
+  std::string averaging = "all_reduce";  // all_reduce | butterfly | gossip | moshpit
+  double drop_probability = 0.0;         // simulated failures: [0, 1)
 
   bool operator==(const DilocoConfig&) const = default;
 };

@@ -38,7 +38,10 @@ inline constexpr std::array<std::string_view, 3> kRecomputeModes{"none", "select
 inline constexpr std::array<std::string_view, 3> kDevices{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 3> kDeviceComms{"auto", "nccl", "host"};
 inline constexpr std::array<std::string_view, 2> kGradientReductions{"step", "micro_batch"};
-inline constexpr std::array<std::string_view, 3> kCompressions{"none", "fp16", "int8"};
+inline constexpr std::array<std::string_view, 5> kCompressions{"none", "fp16", "bf16", "int8",
+                                                               "int4"};
+inline constexpr std::array<std::string_view, 4> kAveragings{"all_reduce", "butterfly", "gossip",
+                                                             "moshpit"};
 
 // Calls visit(path, field) for every key in YAML order. Sections must stay contiguous: the writer
 // opens and closes maps as the path prefix changes.
@@ -111,6 +114,11 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("diloco.outer_momentum", c.diloco.outer_momentum);
   visit("diloco.nesterov", c.diloco.nesterov);
   visit("diloco.compression", Choice{c.diloco.compression, kCompressions});
+  visit("diloco.error_feedback", c.diloco.error_feedback);
+  visit("diloco.fragments", c.diloco.fragments);
+  visit("diloco.overlap", c.diloco.overlap);
+  visit("diloco.averaging", Choice{c.diloco.averaging, kAveragings});
+  visit("diloco.drop_probability", c.diloco.drop_probability);
 }
 
 // The config's source name plus which keys a `--set` wrote, so that every message can say both

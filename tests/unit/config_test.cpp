@@ -40,7 +40,10 @@ parallel:
 recompute: none                                             # none | selective | full
 device: auto                                                # cpu | cuda | auto
 diloco:     {enabled: false, workers: 4, inner_steps: 500, outer_lr: 0.7, outer_momentum: 0.9,
-             nesterov: true, compression: none}             # none | fp16 | int8
+             nesterov: true, compression: none,             # none | fp16 | bf16 | int8 | int4
+             error_feedback: false, fragments: 1, overlap: false,
+             averaging: all_reduce,                         # all_reduce | butterfly | gossip | moshpit
+             drop_probability: 0.0}
 )";
 
 // The message of the Error that parsing throws; fails the test when nothing is thrown.
@@ -239,8 +242,11 @@ TEST(ConfigErrors, EnumsListTheChoices) {
                   "'device' must be cpu, cuda or auto, got 'gpu'");
   EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {device_comm: mpi}"),
                   "'parallel.device_comm' must be auto, nccl or host, got 'mpi'");
-  EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {compression: int4}"),
-                  "'diloco.compression' must be none, fp16 or int8, got 'int4'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {compression: int2}"),
+                  "'diloco.compression' must be none, fp16, bf16, int8 or int4, got 'int2'");
+  EXPECT_CONTAINS(
+      error_of("data: {train: t}\ndiloco: {averaging: ring}"),
+      "'diloco.averaging' must be all_reduce, butterfly, gossip or moshpit, got 'ring'");
 }
 
 TEST(ConfigErrors, OutOfRangeNamesTheKey) {
@@ -250,6 +256,10 @@ TEST(ConfigErrors, OutOfRangeNamesTheKey) {
   };
   const std::vector<Case> cases = {
       {"train.steps=0", "'train.steps' must be >= 1, got 0"},
+      {"diloco.drop_probability=1", "'diloco.drop_probability' must be in [0, 1), got 1"},
+      {"diloco.fragments=0", "'diloco.fragments' must be >= 1, got 0"},
+      {"diloco.fragments=64", "'diloco.fragments' (64) must not exceed model.n_layer"},
+      {"diloco.fragments=3", "'diloco.fragments' (3) must divide diloco.inner_steps (500)"},
       {"model.n_layer=0", "'model.n_layer' must be >= 1"},
       {"model.n_head=0", "'model.n_head' must be >= 1"},
       {"model.d_model=-4", "'model.d_model' must be >= 1"},
@@ -519,7 +529,7 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.recompute = "full";
   c.device = "cpu";
   c.threads = 6;
-  c.diloco = {true, 8, 100, 0.35, 0.0, false, "fp16"};
+  c.diloco = {true, 8, 100, 0.35, 0.0, false, "int4", true, 4, true, "moshpit", 0.25};
   const std::string yaml = config_to_yaml(c);
   EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;
 }
