@@ -62,9 +62,7 @@ ShardedParameters::ShardedParameters(std::vector<ParameterSegment> segments,
 
 void ShardedParameters::bind(const float* weights, float* gradients, int backward_passes) {
   drain_prefetch();
-  if (!order_.empty()) previous_order_[order_kind_] = std::move(order_);
-  order_.clear();
-  order_kind_ = gradients != nullptr ? 1 : 0;
+  order_.begin(gradients != nullptr);
   weights_ = weights;
   gradients_ = gradients;
   backward_passes_ = backward_passes;
@@ -87,8 +85,7 @@ std::unique_ptr<SegmentGather> ShardedParameters::start_gather(const Gather& gat
                  "' before its forward");
     return start_segment_gather(node, counts, copy.data(), out, false);
   }
-  const ElementRange mine = intersect(range, plan_.owned);
-  const float* in = mine.empty() ? weights_ : weights_ + (mine.begin - plan_.owned.begin);
+  const float* in = owned_piece(weights_, plan_.owned, range);
   const std::vector<std::size_t> counts = shard_counts(plan_, range, groups_.dp->size());
   const bool quantized = use == WeightUse::forward && options_.quantized_weights;
   return start_segment_gather(*groups_.dp, counts, in, out, quantized);
@@ -122,20 +119,19 @@ const float* ShardedParameters::acquire_weights(int index, WeightUse use) {
     start_gather(gather)->finish();
   }
   if (use == WeightUse::forward && options_.hierarchical_partition) keep_secondary(index);
-  order_.push_back(gather);
+  order_.record(gather);
   prefetch_after_gather();
   return gathered_.take(i, range.size());
 }
 
 void ShardedParameters::prefetch_after_gather() {
-  const std::vector<Gather>& previous = previous_order_[order_kind_];
-  if (in_flight_ || order_.size() >= previous.size()) return;
-  const Gather next = previous[order_.size()];
+  const std::optional<Gather> predicted = order_.predicted_next();
+  if (in_flight_ || !predicted) return;
+  const Gather next = *predicted;
   if (!gathered_.held.at(static_cast<std::size_t>(next.first)).values.empty()) return;  // held
   // A backward gather from the node copy needs the copy of this step's forward first.
   if (next.second == WeightUse::backward && options_.hierarchical_partition &&
-      std::find(order_.begin(), order_.end(), Gather{next.first, WeightUse::forward}) ==
-          order_.end())
+      !order_.recorded(Gather{next.first, WeightUse::forward}))
     return;
   in_flight_ = start_gather(next);
   in_flight_gather_ = next;

@@ -45,6 +45,7 @@
 
 #include "model/parameter_access.h"
 #include "parallel/communicator.h"
+#include "parallel/gather_order.h"
 #include "parallel/reduction_plan.h"
 #include "parallel/segment_collectives.h"
 
@@ -127,10 +128,7 @@ class ShardedParameters final : public ParameterAccess<float> {
   Pool gathered_, buckets_;
   std::vector<std::vector<float>> secondary_;  // hpZ, per segment
   std::vector<float> received_;                // one reduce-scatter's part of this rank
-  // Gather orders of the last step, by kind of pass (0 forward only, 1 training), and of the
-  // current one; the gather in flight (segment -1: none).
-  std::vector<Gather> previous_order_[2], order_;
-  int order_kind_ = 1;
+  GatherOrder<Gather> order_;  // predicts the next gather; the one in flight (segment -1: none)
   std::unique_ptr<SegmentGather> in_flight_;
   Gather in_flight_gather_{-1, WeightUse::forward};
   long prefetch_hits_ = 0;

@@ -30,6 +30,7 @@
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/parameter_access.h"
+#include "parallel/gather_order.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/reduction_plan.h"
 #include "parallel/sharded_parameters.h"
@@ -39,20 +40,20 @@ namespace strata {
 
 template <class T>
 class NcclShardedParameters final : public DeviceParameterAccess<T> {
+  using Base = DeviceParameterAccess<T>;
+  using Base::buckets_, Base::ctx_, Base::gathered_, Base::gradients_, Base::plan_, Base::segment,
+      Base::segments_, Base::weights_;
+
  public:
   // `prefetch`: a second communicator of the dp group for the prefetched gathers (null: none).
   NcclShardedParameters(std::vector<ParameterSegment> segments, const ReductionPlan& plan,
                         NcclCommunicator& dp, NcclCommunicator* prefetch, GradientReduction when,
                         cuda::DeviceContext& ctx)
-      : segments_(std::move(segments)),
-        plan_(plan),
+      : DeviceParameterAccess<T>(std::move(segments), plan, ctx),
         dp_(dp),
         prefetch_(prefetch),
         when_(when),
-        ctx_(ctx),
-        gathered_(segments_.size(), ctx.stream()),
-        buckets_(segments_.size(), ctx.stream()),
-        passes_(segments_.size(), 0) {
+        passes_(this->segments_.size(), 0) {
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fetched_, cudaEventDisableTiming));
   }
@@ -68,9 +69,7 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
   // plan.gradient_range (zeroed by the caller; null: forward passes only).
   void bind(const T* weights, float* gradients, int backward_passes) override {
     drain_prefetch();
-    if (!order_.empty()) previous_order_[order_kind_] = std::move(order_);
-    order_.clear();
-    order_kind_ = gradients != nullptr ? 1 : 0;
+    order_.begin(gradients != nullptr);
     weights_ = weights;
     gradients_ = gradients;
     backward_passes_ = backward_passes;
@@ -95,24 +94,9 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
       if (!first) return out;  // in use already
       gather(index, out, dp_, ctx_.stream());
     }
-    order_.push_back(index);
+    order_.record(index);
     prefetch_next();
     return out;
-  }
-
-  void release_weights(int index) override {
-    if (!plan_.parameters_by_segment) return;
-    if (gathered_.leave(static_cast<std::size_t>(index)))
-      gathered_.free(static_cast<std::size_t>(index));
-  }
-
-  float* acquire_gradients(int index) override {
-    STRATA_CHECK(gradients_ != nullptr, "a backward pass without a gradient buffer");
-    const ElementRange range = segment(index).range;
-    if (!plan_.gradients_by_segment) return gradients_ + range.begin;
-    bool first = false;
-    return static_cast<float*>(
-        buckets_.take(static_cast<std::size_t>(index), range.size() * sizeof(float), true, first));
   }
 
   void release_gradients(int index) override {
@@ -138,26 +122,20 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
     buckets_.free(i);
   }
 
-  std::size_t peak_gathered_bytes() const override { return gathered_.peak_bytes(); }
-  std::size_t peak_bucket_bytes() const override { return buckets_.peak_bytes(); }
   std::size_t secondary_bytes() const override { return 0; }
 
  private:
-  const ParameterSegment& segment(int index) const {
-    return segments_.at(static_cast<std::size_t>(index));
-  }
   // Queues the gather of segment `index` from every rank's shard into `out` on `stream`.
   void gather(int index, T* out, NcclCommunicator& over, cudaStream_t stream) {
     const ElementRange range = segment(index).range;
-    const ElementRange mine = intersect(range, plan_.owned);
-    const T* in = mine.empty() ? weights_ : weights_ + (mine.begin - plan_.owned.begin);
+    const T* in = owned_piece(weights_, plan_.owned, range);
     const std::vector<std::size_t> counts = shard_counts(plan_, range, dp_.size());
     over.all_gather_v(cuda::element_of<T>(), in, out, counts, stream);
   }
   void prefetch_next() {
-    const std::vector<int>& previous = previous_order_[order_kind_];
-    if (prefetch_ == nullptr || in_flight_ >= 0 || order_.size() >= previous.size()) return;
-    const int next = previous[order_.size()];
+    const std::optional<int> predicted = order_.predicted_next();
+    if (prefetch_ == nullptr || in_flight_ >= 0 || !predicted) return;
+    const int next = *predicted;
     const std::size_t i = static_cast<std::size_t>(next);
     if (gathered_.data(i) != nullptr) return;  // held
     bool first = false;
@@ -179,21 +157,13 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
     in_flight_ = -1;
   }
 
-  std::vector<ParameterSegment> segments_;
-  const ReductionPlan& plan_;
   NcclCommunicator& dp_;
   NcclCommunicator* prefetch_;
   GradientReduction when_;
-  cuda::DeviceContext& ctx_;
-  const T* weights_ = nullptr;
-  float* gradients_ = nullptr;
   int backward_passes_ = 1;
-  DeviceSegmentBuffers gathered_, buckets_;
   std::vector<int> passes_;  // backward passes added into a bucket since its last reduction
-  // Gather orders of the last step by kind of pass (0 forward only, 1 training) and of this one;
-  // the segment being prefetched (-1: none) and the events around it.
-  std::vector<int> previous_order_[2], order_;
-  int order_kind_ = 1;
+  // Predicts the next gather; the segment being prefetched (-1: none) and the events around it.
+  GatherOrder<int> order_;
   int in_flight_ = -1;
   cudaEvent_t ready_ = nullptr, fetched_ = nullptr;
 };

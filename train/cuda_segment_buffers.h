@@ -1,41 +1,26 @@
 // What the CUDA ZeRO paths (cuda_staged_sharding.h: through the host; cuda_nccl_sharding.h: over
-// NCCL) share: the interface the backend drives them by (DeviceParameterAccess), and the device
-// buffers of parameter segments (DeviceSegmentBuffers): one buffer per segment (gathered weights,
-// or a gradient bucket), allocated by its first user and freed after its last, both stream-ordered
-// on the compute stream (cudaMallocAsync / cudaFreeAsync), so a buffer is freed only after the
-// kernels queued before the free have read it. Counts the bytes held and their peak. Built only
-// with the CUDA backend. Status: compiled for sm_90a, never run on a GPU (untested).
+// NCCL) share: the device buffers of parameter segments (DeviceSegmentBuffers) and the base the
+// backend drives them by (DeviceParameterAccess). DeviceSegmentBuffers: one buffer per segment
+// (gathered weights, or a gradient bucket), allocated by its first user and freed after its last,
+// both stream-ordered on the compute stream (cudaMallocAsync / cudaFreeAsync), so a buffer is freed
+// only after the kernels queued before the free have read it. Counts the bytes held and their peak.
+// Built only with the CUDA backend. Status: compiled for sm_90a, never run on a GPU (untested).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 #include "model/core/error.h"
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_context.h"
 #include "model/parameter_access.h"
+#include "parallel/reduction_plan.h"
 
 namespace strata {
-
-// A ParameterAccess over device weights (compute dtype T) and fp32 gradients, bound for each
-// step's (or evaluation's) passes.
-template <class T>
-class DeviceParameterAccess : public ParameterAccess<T, float> {
- public:
-  // The device weights over plan.parameter_range and gradients over plan.gradient_range (zeroed
-  // by the caller; null: forward passes only) of the next passes; `backward_passes`: how many
-  // backward passes the step runs (its micro-batches).
-  virtual void bind(const T* weights, float* gradients, int backward_passes) = 0;
-  // After the step's backward passes: every segment's gradients reduced into the bound buffer.
-  virtual void finish_step() = 0;
-  // Peaks so far of the gathered weights and the gradient buckets (device), and the bytes of the
-  // hpZ node copies.
-  virtual std::size_t peak_gathered_bytes() const = 0;
-  virtual std::size_t peak_bucket_bytes() const = 0;
-  virtual std::size_t secondary_bytes() const = 0;
-};
 
 class DeviceSegmentBuffers {
  public:
@@ -92,6 +77,61 @@ class DeviceSegmentBuffers {
   std::vector<Held> held_;
   cudaStream_t stream_;
   std::size_t live_ = 0, peak_ = 0;
+};
+
+// A ParameterAccess over device weights (compute dtype T) and fp32 gradients, bound for each
+// step's (or evaluation's) passes, with what both CUDA paths share: the segments and the plan,
+// the bound buffers, the device buffers of gathered weights and gradient buckets, and the calls
+// that do not depend on how segments travel (releasing weights, handing out a bucket).
+template <class T>
+class DeviceParameterAccess : public ParameterAccess<T, float> {
+ public:
+  DeviceParameterAccess(std::vector<ParameterSegment> segments, const ReductionPlan& plan,
+                        cuda::DeviceContext& ctx)
+      : segments_(std::move(segments)),
+        plan_(plan),
+        ctx_(ctx),
+        gathered_(segments_.size(), ctx.stream()),
+        buckets_(segments_.size(), ctx.stream()) {}
+
+  // The device weights over plan.parameter_range and gradients over plan.gradient_range (zeroed
+  // by the caller; null: forward passes only) of the next passes; `backward_passes`: how many
+  // backward passes the step runs (its micro-batches).
+  virtual void bind(const T* weights, float* gradients, int backward_passes) = 0;
+  // After the step's backward passes: every segment's gradients reduced into the bound buffer.
+  virtual void finish_step() = 0;
+  // The bytes of the hpZ node copies.
+  virtual std::size_t secondary_bytes() const = 0;
+  // Peaks so far of the gathered weights and the gradient buckets on the device.
+  std::size_t peak_gathered_bytes() const { return gathered_.peak_bytes(); }
+  std::size_t peak_bucket_bytes() const { return buckets_.peak_bytes(); }
+
+  void release_weights(int index) final {
+    if (!plan_.parameters_by_segment) return;
+    if (gathered_.leave(static_cast<std::size_t>(index)))
+      gathered_.free(static_cast<std::size_t>(index));
+  }
+  // The bound buffer's segment, or (ZeRO 2, 3) the segment's zeroed bucket.
+  float* acquire_gradients(int index) final {
+    STRATA_CHECK(gradients_ != nullptr, "a backward pass without a gradient buffer");
+    const ElementRange range = segment(index).range;
+    if (!plan_.gradients_by_segment) return gradients_ + range.begin;
+    bool first = false;
+    return static_cast<float*>(
+        buckets_.take(static_cast<std::size_t>(index), range.size() * sizeof(float), true, first));
+  }
+
+ protected:
+  const ParameterSegment& segment(int index) const {
+    return segments_.at(static_cast<std::size_t>(index));
+  }
+
+  std::vector<ParameterSegment> segments_;
+  const ReductionPlan& plan_;
+  cuda::DeviceContext& ctx_;
+  const T* weights_ = nullptr;
+  float* gradients_ = nullptr;
+  DeviceSegmentBuffers gathered_, buckets_;  // on the device: gathered weights, gradient buckets
 };
 
 }  // namespace strata

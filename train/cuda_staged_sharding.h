@@ -34,16 +34,16 @@ namespace strata {
 
 template <class T>
 class StagedShardedParameters final : public DeviceParameterAccess<T> {
+  using Base = DeviceParameterAccess<T>;
+  using Base::buckets_, Base::ctx_, Base::gathered_, Base::gradients_, Base::plan_, Base::segment,
+      Base::segments_, Base::weights_;
+
  public:
   StagedShardedParameters(std::vector<ParameterSegment> segments, const ReductionPlan& plan,
                           const ShardingGroups& groups, const ShardingOptions& options,
                           cuda::DeviceContext& ctx)
-      : segments_(segments),
-        plan_(plan),
-        ctx_(ctx),
-        host_(std::move(segments), plan, groups, options),
-        gathered_(segments_.size(), ctx.stream()),
-        buckets_(segments_.size(), ctx.stream()) {}
+      : DeviceParameterAccess<T>(segments, plan, ctx),
+        host_(std::move(segments), plan, groups, options) {}
 
   // The device weights (compute dtype, over plan.parameter_range) and gradients (over
   // plan.gradient_range; null: forward passes only; zeroed by the caller) of the next passes.
@@ -93,21 +93,6 @@ class StagedShardedParameters final : public DeviceParameterAccess<T> {
     return device;
   }
 
-  void release_weights(int index) override {
-    if (!plan_.parameters_by_segment) return;
-    if (gathered_.leave(static_cast<std::size_t>(index)))
-      gathered_.free(static_cast<std::size_t>(index));
-  }
-
-  float* acquire_gradients(int index) override {
-    STRATA_CHECK(gradients_ != nullptr, "a backward pass without a gradient buffer");
-    const ElementRange range = segment(index).range;
-    if (!plan_.gradients_by_segment) return gradients_ + range.begin;
-    bool first = false;
-    return static_cast<float*>(
-        buckets_.take(static_cast<std::size_t>(index), range.size() * sizeof(float), true, first));
-  }
-
   void release_gradients(int index) override {
     if (!plan_.gradients_by_segment) return;
     const std::size_t i = static_cast<std::size_t>(index);
@@ -123,25 +108,12 @@ class StagedShardedParameters final : public DeviceParameterAccess<T> {
     buckets_.free(i);
   }
 
-  // Peaks so far, device (gathered weights, gradient buckets) and host (hpZ node copies).
-  std::size_t peak_gathered_bytes() const override { return gathered_.peak_bytes(); }
-  std::size_t peak_bucket_bytes() const override { return buckets_.peak_bytes(); }
-  std::size_t secondary_bytes() const override { return host_.secondary_bytes(); }
+  std::size_t secondary_bytes() const override { return host_.secondary_bytes(); }  // host
 
  private:
-  const ParameterSegment& segment(int index) const {
-    return segments_.at(static_cast<std::size_t>(index));
-  }
-
-  std::vector<ParameterSegment> segments_;
-  const ReductionPlan& plan_;
-  cuda::DeviceContext& ctx_;
   ShardedParameters host_;
-  const T* weights_ = nullptr;
-  float* gradients_ = nullptr;
   std::vector<float> host_weights_, host_gradients_, staging_gradients_;
   std::vector<T> staging_weights_;
-  DeviceSegmentBuffers gathered_, buckets_;  // on the device: gathered weights, gradient buckets
 };
 
 }  // namespace strata
