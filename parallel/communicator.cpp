@@ -104,7 +104,27 @@ int Communicator::world_rank_of(int group_rank) const {
   return member_world_ranks_[static_cast<std::size_t>(group_rank)];
 }
 
+void Communicator::set_ranks_per_worker(int ranks_per_worker) {
+  STRATA_CHECK(ranks_per_worker >= 0, "ranks_per_worker must be >= 0");
+  ranks_per_worker_ = ranks_per_worker;
+}
+
+const char* link_class_name(LinkClass link) {
+  switch (link) {
+    case LinkClass::intra_node:
+      return "intra_node";
+    case LinkClass::inter_node:
+      return "inter_node";
+    case LinkClass::inter_worker:
+      return "inter_worker";
+  }
+  return "?";
+}
+
 LinkClass Communicator::link_to(int peer) const {
+  if (ranks_per_worker_ > 0 &&
+      world_rank_of(rank()) / ranks_per_worker_ != world_rank_of(peer) / ranks_per_worker_)
+    return LinkClass::inter_worker;
   const bool same_node =
       world_rank_of(rank()) / ranks_per_node_ == world_rank_of(peer) / ranks_per_node_;
   return same_node ? LinkClass::intra_node : LinkClass::inter_node;

@@ -17,9 +17,11 @@
 // so its bytes take the class of that link; a send takes the class of (this rank, peer);
 // all_to_all and broadcast are split exactly per peer. A link is intra-node when both ends' world
 // ranks fall in the same block of ranks_per_node consecutive world ranks, which is how nodes are
-// simulated on one machine (parallel.gpus_per_node). Every call of a counted kind increments
-// calls[kind] once on every member, even when it sends nothing (a 1-rank group, a broadcast's
-// non-root); recv, a send_recv without a destination and barrier are not counted.
+// simulated on one machine (parallel.gpus_per_node); it is inter-worker when the two world ranks
+// fall in different blocks of ranks_per_worker (DiLoCo workers; 0: no workers). Every call of a
+// counted kind increments calls[kind] once on every member, even when it sends nothing (a 1-rank
+// group, a broadcast's non-root); recv, a send_recv without a destination and barrier are not
+// counted.
 #pragma once
 
 #include <chrono>
@@ -36,7 +38,11 @@
 
 namespace strata {
 
-enum class LinkClass { intra_node, inter_node };
+// inter_worker: between two DiLoCo workers (parallel.diloco.workers blocks of consecutive world
+// ranks), whatever the nodes; the slow link DiLoCo is for.
+enum class LinkClass { intra_node, inter_node, inter_worker };
+// "intra_node" | "inter_node" | "inter_worker" (metrics keys).
+const char* link_class_name(LinkClass link);
 
 // A collective started and not yet complete (Communicator::start_all_gather_v). wait() completes
 // it; the buffers it was given must stay alive and untouched until then. Destroying it waits.
@@ -173,6 +179,10 @@ class Communicator : public Collectives {
   int world_rank_of(int group_rank) const;
   LinkClass link_to(int peer) const;
   int ranks_per_node() const { return ranks_per_node_; }
+  int ranks_per_worker() const { return ranks_per_worker_; }
+  // DiLoCo: world ranks in different blocks of `ranks_per_worker` are joined by inter-worker
+  // links. Set on the world communicator before its subgroups are made (they inherit it).
+  void set_ranks_per_worker(int ranks_per_worker);
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
@@ -234,6 +244,7 @@ class Communicator : public Collectives {
  private:
   std::vector<int> member_world_ranks_;
   int ranks_per_node_ = 1;
+  int ranks_per_worker_ = 0;
 };
 
 }  // namespace strata

@@ -137,6 +137,7 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::subgroup(const std::vector<int
   STRATA_MPI_CHECK(MPI_Comm_split(comm_, color, key, &group_comm));
   auto group = std::unique_ptr<MpiCommunicator>(
       new MpiCommunicator(group_comm, std::move(world_ranks), ranks_per_node()));
+  group->set_ranks_per_worker(ranks_per_worker());
 
   // The split only sees colours and keys: check that the ranks that met are exactly the list each
   // of them passed (in order), and let the whole group agree, so no member goes on alone.

@@ -9,8 +9,13 @@ ProcessGroups::ProcessGroups(const Mesh& mesh, MpiCommunicator& world)
   // Mesh groups are lists of world ranks, used below as ranks of `world`: the two must agree.
   STRATA_CHECK(world.size() == mesh.world_size() && world.rank() == mesh.world_rank(),
                "the mesh was built for another world");
-  STRATA_CHECK(world.world_rank_of(world.rank()) == world.rank(),
-               "ProcessGroups needs a communicator ordered like MPI_COMM_WORLD");
+  // The mesh's nodes (blocks of gpus_per_node of its ranks) must be real nodes: `world` is
+  // MPI_COMM_WORLD, or a block of it (a DiLoCo worker) that fills whole nodes or sits in one.
+  for (int r = 0; r < world.size(); ++r)
+    STRATA_CHECK(
+        world.world_rank_of(r) / mesh.gpus_per_node() - r / mesh.gpus_per_node() ==
+            world.world_rank_of(0) / mesh.gpus_per_node(),
+        "ProcessGroups needs a communicator whose nodes are blocks of gpus_per_node ranks");
   STRATA_CHECK(world.ranks_per_node() == mesh.gpus_per_node(),
                "the world communicator and the mesh disagree on gpus_per_node");
   // add() is collective over `world`: every rank creates the groups in this order.

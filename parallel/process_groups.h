@@ -28,9 +28,10 @@ namespace strata {
 
 class ProcessGroups {
  public:
-  // Collective over `world` (which must be MPI_COMM_WORLD-ordered: its rank i is world rank i,
-  // with ranks_per_node == mesh.gpus_per_node()): every rank builds its ProcessGroups at the same
-  // point. `world` is not owned and must outlive this object.
+  // Collective over `world` (MPI_COMM_WORLD, or one DiLoCo worker's contiguous block of it whose
+  // nodes are whole or shared, with ranks_per_node == mesh.gpus_per_node()): every rank builds
+  // its ProcessGroups at the same point. The mesh's ranks are ranks of `world`. `world` is not
+  // owned and must outlive this object.
   ProcessGroups(const Mesh& mesh, MpiCommunicator& world);
 
   const Mesh& mesh() const { return mesh_; }

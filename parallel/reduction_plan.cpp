@@ -14,6 +14,20 @@ bool is_tied_copy(const ModelPartition& partition, const TensorView& t) {
   return t.name == "wte" && !partition.has_embedding;
 }
 
+namespace {
+bool holds_tied_wte(const ReductionPlacement& placement) {
+  return placement.pp_size > 1 &&
+         (placement.partition.has_embedding || placement.partition.has_head);
+}
+}  // namespace
+
+ElementRange replica_share(const ParameterLayout& layout, const ReductionPlacement& placement) {
+  const std::size_t total = holds_tied_wte(placement)
+                                ? std::max(layout.total(), placement.tied_peer_total)
+                                : layout.total();
+  return ParameterLayout::shard_of(total, placement.dp_rank, placement.dp_size);
+}
+
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,
                                   const ReductionPlacement& placement) {
   const ModelPartition& p = placement.partition;
@@ -22,7 +36,7 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
   using Kind = RangeReduction::Kind;
   const int dp = placement.dp_size;
   const bool sharded = placement.zero_stage >= 1 && dp > 1;
-  const bool tied = placement.pp_size > 1 && (p.has_embedding || p.has_head);
+  const bool tied = holds_tied_wte(placement);
   ReductionPlan plan;
   const std::size_t total =
       sharded && tied ? std::max(layout.total(), placement.tied_peer_total) : layout.total();

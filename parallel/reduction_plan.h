@@ -94,6 +94,13 @@ struct ReductionPlan {
 std::vector<std::size_t> shard_counts(const ReductionPlan& plan, const ElementRange& range,
                                       int dp_size);
 
+// This data-parallel rank's share of the replica's elements: its ZeRO shard when the plan is
+// sharded, else the same shard arithmetic on the layout (padded, on a pipeline end holding the
+// tied wte, to the larger of the two ends' totals, so both ends cut wte alike). The shares of a
+// replica's dp ranks tile it: the elements each writes in checkpoints and, under DiLoCo, whose
+// outer state it holds and averages across workers.
+ElementRange replica_share(const ParameterLayout& layout, const ReductionPlacement& placement);
+
 // The plan of `placement` for `layout` (= ParameterLayout::for_partition of its partition).
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,
                                   const ReductionPlacement& placement);

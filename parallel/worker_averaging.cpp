@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 #include "model/core/counter_rng.h"
 #include "model/core/error.h"
@@ -33,6 +34,16 @@ bool is_dropped(const AveragingRound& round, int worker) {
   return !round.dropped.empty() && round.dropped.at(static_cast<std::size_t>(worker));
 }
 
+int live_workers(const AveragingRound& round, int workers) {
+  int live = 0;
+  for (int w = 0; w < workers; ++w) live += !is_dropped(round, w);
+  return live;
+}
+
+std::uint64_t sum_of(std::span<const std::size_t> sizes) {
+  return std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0});
+}
+
 // Chunk o of a vector of `count` cut into k: [o·c, min(count, (o+1)·c)), c = ⌈count / k⌉.
 std::vector<std::size_t> chunk_counts(std::size_t count, int k) {
   const std::size_t c = (count + static_cast<std::size_t>(k) - 1) / static_cast<std::size_t>(k);
@@ -44,113 +55,216 @@ std::vector<std::size_t> chunk_counts(std::size_t count, int k) {
   return counts;
 }
 
-void all_reduce_mean(Communicator& group, float* values, std::size_t count,
-                     const AveragingRound& round) {
-  const bool live = !is_dropped(round, group.rank());
-  std::vector<float> sum(values, values + count);
-  if (!live) std::fill(sum.begin(), sum.end(), 0.0f);
-  sum.push_back(live ? 1.0f : 0.0f);  // the live count travels with the sums
-  group.all_reduce_sum(sum.data(), sum.size());
-  if (!live || sum.back() == 0) return;
-  for (std::size_t i = 0; i < count; ++i) values[i] = sum[i] / sum.back();
+// compress(x + residual) into out (compressed_bytes(count, format)); residual, when given, keeps
+// what the round trip lost: (x + residual) − decompress(out).
+void compress_contribution(const float* x, float* residual, std::size_t count,
+                           OuterCompression format, std::uint8_t* out) {
+  if (residual == nullptr) {
+    compress(x, count, format, out);
+    return;
+  }
+  std::vector<float> corrected(count), round_trip(count, 0.0f);
+  for (std::size_t i = 0; i < count; ++i) corrected[i] = x[i] + residual[i];
+  compress(corrected.data(), count, format, out);
+  decompress_add(out, count, format, round_trip.data());
+  for (std::size_t i = 0; i < count; ++i) residual[i] = corrected[i] - round_trip[i];
 }
 
-void butterfly(Communicator& group, float* values, std::size_t count, const AveragingRound& round) {
-  const int k = group.size(), me = group.rank();
-  const std::vector<std::size_t> chunks = chunk_counts(count, k);
-  const std::size_t width = chunks.front();  // every chunk padded to the first's size
-  // To each owner its chunk, with a last slot saying whether this peer delivered.
-  std::vector<float> send(static_cast<std::size_t>(k) * (width + 1), 0.0f);
-  std::vector<float> received(send.size());
+// The scatter–gather of all_reduce (compressed) and butterfly, as the byte sizes of its payloads,
+// a pure function of the round that every worker computes alike: no sizes travel.
+struct ScatterGather {
+  std::vector<std::size_t> chunks;    // values per chunk, chunk o owned by worker o
+  std::vector<std::size_t> offsets;   // first value of each chunk
+  std::vector<std::size_t> sends;     // bytes to each owner (this worker's chunk o)
+  std::vector<std::size_t> receives;  // bytes from each peer (its copy of this owner's chunk)
+  std::vector<std::size_t> averages;  // bytes of each owner's compressed average (all-gather)
+  int live = 0;                       // the workers whose chunks every acting owner sums
+};
+
+// dropped_owners_average: all_reduce (an owner averages whether or not it dropped) rather than
+// butterfly (a dropped owner is left out).
+ScatterGather scatter_gather_plan(std::size_t count, int k, int me, const AveragingRound& round,
+                                  OuterCompression format, bool dropped_owners_average) {
+  ScatterGather plan;
+  plan.chunks = chunk_counts(count, k);
+  plan.live = live_workers(round, k);
+  auto acts = [&](int o) { return dropped_owners_average || !is_dropped(round, o); };
   const bool live = !is_dropped(round, me);
   std::size_t at = 0;
   for (int o = 0; o < k; ++o) {
-    float* slot = send.data() + static_cast<std::size_t>(o) * (width + 1);
-    if (live) std::copy_n(values + at, chunks[static_cast<std::size_t>(o)], slot);
-    slot[width] = live ? 1.0f : 0.0f;
-    at += chunks[static_cast<std::size_t>(o)];
+    const std::size_t bytes = compressed_bytes(plan.chunks[static_cast<std::size_t>(o)], format);
+    plan.offsets.push_back(at);
+    at += plan.chunks[static_cast<std::size_t>(o)];
+    plan.sends.push_back(live && acts(o) ? bytes : 0);
+    plan.averages.push_back(acts(o) ? bytes : 0);
   }
-  group.all_to_all(send.data(), received.data(), width + 1);
-  // The owner's average of its chunk over the peers that delivered (in peer order).
-  std::vector<float> average(width + 1, 0.0f);
-  for (int q = 0; q < k; ++q) {
-    const float* slot = received.data() + static_cast<std::size_t>(q) * (width + 1);
-    for (std::size_t i = 0; i <= width; ++i) average[i] += slot[i];
-  }
-  const bool owner_live = live && average[width] > 0;
-  for (std::size_t i = 0; i < width; ++i) average[i] = owner_live ? average[i] / average[width] : 0;
-  average[width] = owner_live ? 1.0f : 0.0f;
-  std::vector<float> averages(static_cast<std::size_t>(k) * (width + 1));
-  group.all_gather(average.data(), averages.data(), width + 1);
-  if (!live) return;  // a dropped worker keeps its own vector
-  at = 0;
-  for (int o = 0; o < k; ++o) {
-    const float* slot = averages.data() + static_cast<std::size_t>(o) * (width + 1);
-    if (slot[width] > 0)  // a dropped owner's chunk stays local
-      std::copy_n(slot, chunks[static_cast<std::size_t>(o)], values + at);
-    at += chunks[static_cast<std::size_t>(o)];
-  }
+  const std::size_t mine = compressed_bytes(plan.chunks[static_cast<std::size_t>(me)], format);
+  for (int q = 0; q < k; ++q) plan.receives.push_back(acts(me) && !is_dropped(round, q) ? mine : 0);
+  return plan;
 }
 
-void gossip(Communicator& group, float* values, std::size_t count, const AveragingRound& round) {
-  const int me = group.rank();
-  const int partner =
-      gossip_partners(round.seed, round.round, group.size())[static_cast<std::size_t>(me)];
-  if (partner == me) return;
-  // Both send their vector and a flag saying whether they are live.
-  std::vector<float> mine(values, values + count), theirs(count + 1);
-  mine.push_back(is_dropped(round, me) ? 0.0f : 1.0f);
-  group.send_recv(mine.data(), mine.size(), partner, theirs.data(), theirs.size(), partner);
-  if (is_dropped(round, me) || theirs.back() == 0) return;
-  // a + b on one side, b + a on the other: the pair ends bitwise equal.
-  for (std::size_t i = 0; i < count; ++i) values[i] = (values[i] + theirs[i]) * 0.5f;
+void all_reduce_mean(Communicator& group, float* values, std::size_t count,
+                     const AveragingRound& round, float* residual) {
+  const bool live = !is_dropped(round, group.rank());
+  std::vector<float> sum(count, 0.0f);
+  if (live) {
+    std::copy_n(values, count, sum.data());
+    if (residual != nullptr) {  // fp32 travels exactly: the residual is sent whole
+      for (std::size_t i = 0; i < count; ++i) sum[i] += residual[i];
+      std::fill_n(residual, count, 0.0f);
+    }
+  }
+  group.all_reduce_sum(sum.data(), sum.size());
+  if (!live) return;
+  const auto live_count = static_cast<float>(live_workers(round, group.size()));
+  for (std::size_t i = 0; i < count; ++i) values[i] = sum[i] / live_count;
 }
 
-void moshpit(Communicator& group, float* values, std::size_t count, const AveragingRound& round) {
+void scatter_gather(Communicator& group, float* values, std::size_t count,
+                    const AveragingRound& round, OuterCompression format, float* residual,
+                    bool dropped_owners_average) {
   const int k = group.size(), me = group.rank();
-  const std::vector<int> members = moshpit_group(me, k, round.moshpit_group_size, round.round);
-  // Every member's vector and live flag reaches every member by a ring inside the group, then
-  // each averages the live ones in member order (the same sum on every member).
+  const auto mine = static_cast<std::size_t>(me);
+  const ScatterGather plan =
+      scatter_gather_plan(count, k, me, round, format, dropped_owners_average);
+  // Scatter: to each acting owner its chunk of this worker's contribution, compressed.
+  std::vector<std::uint8_t> sent(sum_of(plan.sends)), received(sum_of(plan.receives));
+  std::size_t at = 0;
+  for (std::size_t o = 0; o < plan.chunks.size(); ++o) {
+    if (plan.sends[o] == 0) continue;
+    compress_contribution(values + plan.offsets[o],
+                          residual == nullptr ? nullptr : residual + plan.offsets[o],
+                          plan.chunks[o], format, sent.data() + at);
+    at += plan.sends[o];
+  }
+  group.all_to_all_v(sent.data(), plan.sends, received.data(), plan.receives);
+  // The owner's average over the live workers' chunks, in worker order; then compressed.
+  std::vector<float> average(plan.chunks[mine], 0.0f);
+  at = 0;
+  for (std::size_t bytes : plan.receives) {
+    if (bytes == 0) continue;
+    decompress_add(received.data() + at, average.size(), format, average.data());
+    at += bytes;
+  }
+  for (float& a : average) a /= static_cast<float>(plan.live);
+  std::vector<std::uint8_t> own_average(plan.averages[mine]), averages(sum_of(plan.averages));
+  if (!own_average.empty()) compress(average.data(), average.size(), format, own_average.data());
+  group.all_gather_v(own_average.data(), averages.data(), plan.averages);
+  if (is_dropped(round, me)) return;  // a dropped worker keeps its own vector
+  at = 0;
+  for (std::size_t o = 0; o < plan.chunks.size(); ++o) {
+    if (plan.averages[o] == 0) continue;  // a dropped owner's chunk stays local
+    float* chunk = values + plan.offsets[o];
+    std::fill_n(chunk, plan.chunks[o], 0.0f);
+    decompress_add(averages.data() + at, plan.chunks[o], format, chunk);
+    at += plan.averages[o];
+  }
+}
+
+int gossip_partner(const AveragingRound& round, int workers, int worker) {
+  return gossip_partners(round.seed, round.round, workers)[static_cast<std::size_t>(worker)];
+}
+
+void gossip(Communicator& group, float* values, std::size_t count, const AveragingRound& round,
+            OuterCompression format, float* residual) {
+  const int me = group.rank(), partner = gossip_partner(round, group.size(), me);
+  if (partner == me || is_dropped(round, me) || is_dropped(round, partner)) return;
+  const std::size_t bytes = compressed_bytes(count, format);
+  std::vector<std::uint8_t> mine(bytes), theirs(bytes);
+  compress_contribution(values, residual, count, format, mine.data());
+  group.send_recv(mine.data(), bytes, partner, theirs.data(), bytes, partner);
+  // The lower worker's round trip first, at both ends: the pair ends bitwise equal.
+  std::fill_n(values, count, 0.0f);
+  decompress_add((me < partner ? mine : theirs).data(), count, format, values);
+  decompress_add((me < partner ? theirs : mine).data(), count, format, values);
+  for (std::size_t i = 0; i < count; ++i) values[i] *= 0.5f;
+}
+
+// The live members of w's moshpit group in `round`, ascending.
+std::vector<int> live_moshpit_members(int worker, int workers, const AveragingRound& round) {
+  std::vector<int> members = moshpit_group(worker, workers, round.moshpit_group_size, round.round);
+  std::erase_if(members, [&](int m) { return is_dropped(round, m); });
+  return members;
+}
+
+void moshpit(Communicator& group, float* values, std::size_t count, const AveragingRound& round,
+             OuterCompression format, float* residual) {
+  const int me = group.rank();
+  if (is_dropped(round, me)) return;
+  const std::vector<int> members = live_moshpit_members(me, group.size(), round);
   const std::size_t n = members.size();
+  if (n < 2) return;  // alone in its group: nothing to average with
+  // Every live member's payload reaches every live member by a ring inside the group, then each
+  // averages them in member order (the same sum on every member).
   const std::size_t position =
       static_cast<std::size_t>(std::find(members.begin(), members.end(), me) - members.begin());
-  std::vector<float> all(n * (count + 1), 0.0f);
-  float* own = all.data() + position * (count + 1);
-  std::copy_n(values, count, own);
-  own[count] = is_dropped(round, me) ? 0.0f : 1.0f;
+  const std::size_t bytes = compressed_bytes(count, format);
+  std::vector<std::uint8_t> all(n * bytes);
+  compress_contribution(values, residual, count, format, all.data() + position * bytes);
   const int next = members[(position + 1) % n], previous = members[(position + n - 1) % n];
   for (std::size_t hop = 1; hop < n; ++hop) {  // pass on what arrived in the previous hop
     const std::size_t out = (position + n - hop + 1) % n, in = (position + n - hop) % n;
-    group.send_recv(all.data() + out * (count + 1), count + 1, next, all.data() + in * (count + 1),
-                    count + 1, previous);
+    group.send_recv(all.data() + out * bytes, bytes, next, all.data() + in * bytes, bytes,
+                    previous);
   }
-  if (is_dropped(round, me)) return;
-  std::vector<float> sum(count + 1, 0.0f);
-  for (std::size_t m = 0; m < n; ++m) {
-    const float* v = all.data() + m * (count + 1);
-    if (v[count] == 0) continue;
-    for (std::size_t i = 0; i <= count; ++i) sum[i] += v[i];
-  }
-  for (std::size_t i = 0; i < count; ++i) values[i] = sum[i] / sum[count];
+  std::fill_n(values, count, 0.0f);
+  for (std::size_t m = 0; m < n; ++m) decompress_add(all.data() + m * bytes, count, format, values);
+  for (std::size_t i = 0; i < count; ++i) values[i] /= static_cast<float>(n);
+}
+
+void check_drop_flags(const AveragingRound& round, int workers) {
+  STRATA_CHECK(round.dropped.empty() || static_cast<int>(round.dropped.size()) == workers,
+               "averaging: ", round.dropped.size(), " drop flags for ", workers, " workers");
 }
 
 }  // namespace
 
 void average_across_workers(Communicator& group, Averaging algorithm, float* values,
-                            std::size_t count, const AveragingRound& round) {
-  STRATA_CHECK(round.dropped.empty() || static_cast<int>(round.dropped.size()) == group.size(),
-               "averaging: ", round.dropped.size(), " drop flags for ", group.size(), " workers");
-  if (group.size() == 1) return;
+                            std::size_t count, const AveragingRound& round, OuterCompression format,
+                            float* residual) {
+  check_drop_flags(round, group.size());
+  if (group.size() == 1 || live_workers(round, group.size()) == 0) return;
   switch (algorithm) {
     case Averaging::all_reduce:
-      return all_reduce_mean(group, values, count, round);
+      if (format == OuterCompression::none)
+        return all_reduce_mean(group, values, count, round, residual);
+      return scatter_gather(group, values, count, round, format, residual, true);
     case Averaging::butterfly:
-      return butterfly(group, values, count, round);
+      return scatter_gather(group, values, count, round, format, residual, false);
     case Averaging::gossip:
-      return gossip(group, values, count, round);
+      return gossip(group, values, count, round, format, residual);
     case Averaging::moshpit:
-      return moshpit(group, values, count, round);
+      return moshpit(group, values, count, round, format, residual);
   }
+}
+
+std::uint64_t averaging_bytes_sent(Averaging algorithm, OuterCompression format, std::size_t count,
+                                   int workers, int worker, const AveragingRound& round) {
+  check_drop_flags(round, workers);
+  if (workers == 1 || live_workers(round, workers) == 0) return 0;
+  const bool live = !is_dropped(round, worker);
+  switch (algorithm) {
+    case Averaging::all_reduce:
+    case Averaging::butterfly: {
+      if (algorithm == Averaging::all_reduce && format == OuterCompression::none)
+        return ring_all_reduce_bytes(4 * static_cast<std::uint64_t>(count), workers);
+      const ScatterGather plan = scatter_gather_plan(count, workers, worker, round, format,
+                                                     algorithm == Averaging::all_reduce);
+      return sum_of(plan.sends) - plan.sends[static_cast<std::size_t>(worker)] +
+             ring_all_gather_v_bytes(plan.averages, worker, 1);
+    }
+    case Averaging::gossip: {
+      const int partner = gossip_partner(round, workers, worker);
+      return partner != worker && live && !is_dropped(round, partner)
+                 ? compressed_bytes(count, format)
+                 : 0;
+    }
+    case Averaging::moshpit: {
+      const std::size_t members = live_moshpit_members(worker, workers, round).size();
+      return live && members >= 2 ? (members - 1) * compressed_bytes(count, format) : 0;
+    }
+  }
+  return 0;
 }
 
 std::vector<int> gossip_partners(std::uint64_t seed, std::int64_t round, int workers) {

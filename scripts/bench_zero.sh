@@ -19,18 +19,9 @@ PER_NODE=${PER_NODE:-2}
 REDUCTION=${REDUCTION:-step}  # parallel.zero.gradient_reduction (stages 2 and 3)
 ACCUM=${ACCUM:-1}             # micro-batches per rank and step
 STAGES=${STAGES:-"0 1 2 3"}
-PYTHON=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source scripts/bench_setup.sh
 
-ninja -C "$BUILD_DIR" train tokenize >/dev/null
-bash scripts/prepare_fortunes.sh
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) commit $(git rev-parse --short HEAD)" \
-  "cpu '$(lscpu | sed -n 's/^Model name: *//p')' nproc $(nproc --all) steps $STEPS dp $DP" \
-  "gpus_per_node $PER_NODE"
+bench_header "steps $STEPS dp $DP gpus_per_node $PER_NODE"
 runs=()
 for stage in $STAGES; do
   name="zero$stage"

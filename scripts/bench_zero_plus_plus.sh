@@ -16,18 +16,9 @@ BUILD_DIR=${BUILD_DIR:-build}
 STEPS=${STEPS:-2}
 DP=${DP:-8}
 PER_NODE=${PER_NODE:-4}
-PYTHON=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source scripts/bench_setup.sh
 
-ninja -C "$BUILD_DIR" train tokenize >/dev/null
-bash scripts/prepare_fortunes.sh
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) commit $(git rev-parse --short HEAD)" \
-  "cpu '$(lscpu | sed -n 's/^Model name: *//p')' nproc $(nproc --all) steps $STEPS dp $DP" \
-  "gpus_per_node $PER_NODE"
+bench_header "steps $STEPS dp $DP gpus_per_node $PER_NODE"
 runs=()
 for variant in zero3 qwz hpz qgz all; do
   switches=()

@@ -153,21 +153,42 @@ void agree_or_fail(Communicator* world, const std::string& local_error) {
 
 }  // namespace
 
+namespace {
+void write_state_attributes(hid_t group, const CheckpointState& state) {
+  write_attribute_i64(group, "step", state.step);
+  write_attribute_i64(group, "data_position", state.data_position);
+  write_attribute_i64(group, "seed", static_cast<std::int64_t>(state.seed));
+  write_attribute_f64(group, "loss_scale", state.loss_scale);
+  write_attribute_i64(group, "adam_steps", state.adam_steps);
+  write_attribute_i64(group, "loss_scale_clean_steps", state.loss_scale_clean_steps);
+}
+
+CheckpointState read_state_attributes(hid_t group) {
+  CheckpointState state;
+  state.step = read_attribute_i64(group, "step");
+  state.data_position = read_attribute_i64(group, "data_position");
+  state.seed = static_cast<std::uint64_t>(read_attribute_i64(group, "seed"));
+  state.loss_scale = read_attribute_f64(group, "loss_scale");
+  state.adam_steps = read_attribute_i64(group, "adam_steps");
+  if (has_attribute(group, "loss_scale_clean_steps"))
+    state.loss_scale_clean_steps = read_attribute_i64(group, "loss_scale_clean_steps");
+  return state;
+}
+}  // namespace
+
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
-                            const CheckpointMeta& ckpt, const std::vector<StateBuffer>& buffers) {
+                            const CheckpointMeta& ckpt, const std::vector<std::string>& names) {
   const ParameterLayout logical = ParameterLayout::for_gpt(shape);
   H5File file = H5File::create(path);
   write_attribute_string(file.id(), "format", kCheckpointFormat);
   write_attribute_string(file.id(), "config", ckpt.config_yaml);
-  for (const StateBuffer& buffer : buffers)
-    create_tensors(file.id(), dataset_group(buffer.name), logical);
+  for (const std::string& name : names) create_tensors(file.id(), dataset_group(name), logical);
   H5Id state = create_group(file.id(), "/state");
-  write_attribute_i64(state.get(), "step", ckpt.state.step);
-  write_attribute_i64(state.get(), "data_position", ckpt.state.data_position);
-  write_attribute_i64(state.get(), "seed", static_cast<std::int64_t>(ckpt.state.seed));
-  write_attribute_f64(state.get(), "loss_scale", ckpt.state.loss_scale);
-  write_attribute_i64(state.get(), "adam_steps", ckpt.state.adam_steps);
-  write_attribute_i64(state.get(), "loss_scale_clean_steps", ckpt.state.loss_scale_clean_steps);
+  write_state_attributes(state.get(), ckpt.state);
+  for (std::size_t w = 0; w < ckpt.worker_states.size(); ++w) {
+    H5Id worker = create_group(file.id(), "/state/worker_" + std::to_string(w + 1));
+    write_state_attributes(worker.get(), ckpt.worker_states[w]);
+  }
   if (!ckpt.tokenizer_model.empty()) {
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(ckpt.tokenizer_model.data());
     const std::uint64_t n = ckpt.tokenizer_model.size();
@@ -202,6 +223,14 @@ void write_checkpoint_elements(const std::string& path, const CheckpointWriter& 
   file.close();
 }
 
+std::vector<std::string> dataset_names(const CheckpointWriter& writer,
+                                       const std::vector<StateBuffer>& buffers) {
+  if (!writer.dataset_names.empty()) return writer.dataset_names;
+  std::vector<std::string> names;
+  for (const StateBuffer& b : buffers) names.push_back(b.name);
+  return names;
+}
+
 std::string write_checkpoint(const std::string& directory, const CheckpointWriter& writer,
                              const CheckpointMeta& ckpt, const std::vector<StateBuffer>& buffers) {
   STRATA_CHECK(writer.layout != nullptr);
@@ -224,7 +253,7 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
   if (rank == 0) {
     try {
       fs::create_directories(directory);
-      create_checkpoint_file(temp_path, writer.shape, ckpt, buffers);
+      create_checkpoint_file(temp_path, writer.shape, ckpt, dataset_names(writer, buffers));
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -268,9 +297,9 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
     buffers.push_back({"optimizer/m", all, ckpt.adam_m});
     buffers.push_back({"optimizer/v", all, ckpt.adam_v});
   }
-  const CheckpointWriter writer{&layout, shape, {all}, nullptr};
-  return write_checkpoint(directory, writer, {ckpt.config_yaml, ckpt.state, ckpt.tokenizer_model},
-                          buffers);
+  const CheckpointWriter writer{&layout, shape, {all}, nullptr, {}};
+  return write_checkpoint(directory, writer,
+                          {ckpt.config_yaml, ckpt.state, ckpt.tokenizer_model, {}}, buffers);
 }
 
 std::string read_checkpoint_config(const std::string& path) {
@@ -278,6 +307,15 @@ std::string read_checkpoint_config(const std::string& path) {
   H5File file = H5File::open_read(path);
   check_format(file.id(), path);
   return read_attribute_string(file.id(), "config");
+}
+
+int read_checkpoint_workers(const std::string& path) {
+  if (!fs::is_regular_file(path)) fail("checkpoint '", path, "' does not exist");
+  H5File file = H5File::open_read(path);
+  check_format(file.id(), path);
+  int workers = 1;
+  while (has_object(file.id(), "/state/worker_" + std::to_string(workers))) ++workers;
+  return workers;
 }
 
 CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& layout,
@@ -305,13 +343,10 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
   }
   if (!has_object(file.id(), "/state")) fail("checkpoint '", path, "' has no /state group");
   H5Id state = open_group(file.id(), "/state");
-  ckpt.state.step = read_attribute_i64(state.get(), "step");
-  ckpt.state.data_position = read_attribute_i64(state.get(), "data_position");
-  ckpt.state.seed = static_cast<std::uint64_t>(read_attribute_i64(state.get(), "seed"));
-  ckpt.state.loss_scale = read_attribute_f64(state.get(), "loss_scale");
-  ckpt.state.adam_steps = read_attribute_i64(state.get(), "adam_steps");
-  if (has_attribute(state.get(), "loss_scale_clean_steps"))
-    ckpt.state.loss_scale_clean_steps = read_attribute_i64(state.get(), "loss_scale_clean_steps");
+  ckpt.state = read_state_attributes(state.get());
+  for (int w = 1; has_object(file.id(), "/state/worker_" + std::to_string(w)); ++w)
+    ckpt.worker_states.push_back(
+        read_state_attributes(open_group(file.id(), "/state/worker_" + std::to_string(w)).get()));
   if (has_object(file.id(), "/tokenizer/model")) {
     const std::vector<std::uint8_t> bytes =
         read_dataset<std::uint8_t>(file.id(), "/tokenizer/model");

@@ -60,6 +60,9 @@ struct CheckpointMeta {
   std::string config_yaml;
   CheckpointState state;
   std::string tokenizer_model;  // empty when the run had none
+  // DiLoCo workers 1 … k−1 (worker 0's is `state`), stored as /state/worker_<w>: their AdamW
+  // step counts and loss scales differ when steps are skipped. Empty without DiLoCo.
+  std::vector<CheckpointState> worker_states;
 };
 
 // A whole checkpoint as one process holds it (tools, tests): the parameters and, when loaded,
@@ -92,6 +95,9 @@ struct CheckpointWriter {
   GptShape shape;
   std::vector<ElementRange> writes;
   Communicator* world = nullptr;
+  // Every buffer name of the job, when ranks hold buffers of different names (DiLoCo workers);
+  // empty: the names of rank 0's buffers.
+  std::vector<std::string> dataset_names;
 };
 
 // Writes atomically (temporary name + rename) into `directory` (created if missing); returns the
@@ -107,10 +113,16 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
 // The two halves of write_checkpoint, for a caller that orders the writers itself: the file
 // (rank 0: every dataset of the buffers' names with a zero checksum, the state, config and
 // tokenizer), then, one writer at a time, each writer's elements of its buffers.
+// The datasets a job's checkpoint holds: writer.dataset_names, or the names of `buffers`.
+std::vector<std::string> dataset_names(const CheckpointWriter& writer,
+                                       const std::vector<StateBuffer>& buffers);
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
-                            const CheckpointMeta& meta, const std::vector<StateBuffer>& buffers);
+                            const CheckpointMeta& meta, const std::vector<std::string>& names);
 void write_checkpoint_elements(const std::string& path, const CheckpointWriter& writer,
                                const std::vector<StateBuffer>& buffers);
+
+// How many DiLoCo workers' states the checkpoint holds (1 without DiLoCo).
+int read_checkpoint_workers(const std::string& path);
 
 // Reads the config text only (to build the model before reading tensors).
 std::string read_checkpoint_config(const std::string& path);

@@ -160,6 +160,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // stay inside a node) and global_batch divisible by micro_batch*dp. Together with the checks of
 // load_config against the model (n_head, padded vocabulary, seq_len under sequence parallelism,
 // n_layer and pp_layers) this rejects every layout that cannot run, with a strata::Error.
+// Under DiLoCo the mesh is one worker's: world_size / diloco.workers ranks (which must divide).
 MeshShape resolve_mesh(const Config& config, int world_size);
 // resolve_mesh(config, world_size).dp.
 int resolve_data_parallel(const Config& config, int world_size);

@@ -194,8 +194,25 @@ void validate_config(const Config& config, const ConfigSource& source) {
 
 }  // namespace config_detail
 
+// DiLoCo: every worker is a contiguous block of world/k ranks; the mesh is one worker's.
+int worker_world_size(const Config& config, int world_size) {
+  const auto& d = config.diloco;
+  if (!d.enabled) return world_size;
+  if (world_size % d.workers != 0)
+    fail("'diloco.workers' (", d.workers, ") must divide the world (", world_size,
+         " ranks): each worker is world/workers ranks");
+  const int size = world_size / d.workers, node = config.parallel.gpus_per_node;
+  // A worker's simulated nodes must be nodes of the job: whole nodes, or a part of one.
+  if (size % node != 0 && node % size != 0)
+    fail("'diloco.workers' (", d.workers, ") gives workers of ", size,
+         " ranks, which neither fill whole nodes nor share one (parallel.gpus_per_node = ", node,
+         ")");
+  return size;
+}
+
 MeshShape resolve_mesh(const Config& config, int world_size) {
   const auto& p = config.parallel;
+  world_size = worker_world_size(config, world_size);
   const MeshShape shape =
       resolve_mesh_shape(MeshRequest{p.tp, p.pp, p.dp, p.gpus_per_node}, world_size);
   const auto& t = config.train;

@@ -50,6 +50,22 @@ void CpuTraining::set_state(const std::vector<StateBuffer>& buffers) {
   refresh_compute_weights();
 }
 
+void CpuTraining::read_master_weights(ElementRange range, float* out) {
+  std::fill_n(out, range.size(), 0.0f);
+  const ElementRange held = intersect(range, plan_.parameter_range);
+  if (held.empty()) return;
+  std::copy_n(params_.data() + (held.begin - plan_.parameter_range.begin), held.size(),
+              out + (held.begin - range.begin));
+}
+
+void CpuTraining::write_master_weights(ElementRange range, const float* in) {
+  const ElementRange held = intersect(range, plan_.parameter_range);
+  if (held.empty()) return;
+  std::copy_n(in + (held.begin - range.begin), held.size(),
+              params_.data() + (held.begin - plan_.parameter_range.begin));
+  refresh_compute_weights();
+}
+
 const float* CpuTraining::compute_weights() const {
   return weights_.empty() ? params_.data() : weights_.data();
 }

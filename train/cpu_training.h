@@ -29,6 +29,8 @@ class CpuTraining final : public TrainingBackend {
 
   std::vector<StateBuffer> state() override;
   void set_state(const std::vector<StateBuffer>& buffers) override;
+  void read_master_weights(ElementRange range, float* out) override;
+  void write_master_weights(ElementRange range, const float* in) override;
 
   double accumulate_gradients(int micro_batches, float loss_scale,
                               const MicroBatchSource& source) override;

@@ -124,6 +124,28 @@ class CudaTrainingOf final : public TrainingBackend {
     ctx_.synchronize();  // the host vectors may change once this returns
   }
 
+  void read_master_weights(ElementRange range, float* out) override {
+    std::fill_n(out, range.size(), 0.0f);
+    const ElementRange held = intersect(range, plan_.parameter_range);
+    if (held.empty()) return;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(
+        out + (held.begin - range.begin), master_ + (held.begin - plan_.parameter_range.begin),
+        held.size() * sizeof(float), cudaMemcpyDeviceToHost, ctx_.stream()));
+    ctx_.synchronize();
+  }
+
+  void write_master_weights(ElementRange range, const float* in) override {
+    const ElementRange held = intersect(range, plan_.parameter_range);
+    if (held.empty()) return;
+    const std::size_t at = held.begin - plan_.parameter_range.begin;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(master_ + at, in + (held.begin - range.begin),
+                                      held.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                      ctx_.stream()));
+    if constexpr (!std::is_same_v<T, float>)
+      cuda::cast(weights_ + at, master_ + at, static_cast<long>(held.size()), ctx_.stream());
+    ctx_.synchronize();  // `in` may change once this returns
+  }
+
   double accumulate_gradients(int micro_batches, float loss_scale,
                               const MicroBatchSource& source) override {
     STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_grads_ * sizeof(float), ctx_.stream()));

@@ -74,8 +74,7 @@ JsonLine comm_bytes_json(const CommStats& stats) {
   JsonLine kinds;
   for (const auto& [kind, by_link] : stats.bytes) {
     JsonLine links;
-    for (const auto& [link, bytes] : by_link)
-      links.add(link == LinkClass::intra_node ? "intra_node" : "inter_node", bytes);
+    for (const auto& [link, bytes] : by_link) links.add(link_class_name(link), bytes);
     kinds.add(kind, links);
   }
   return kinds;

@@ -33,12 +33,17 @@ class OuterOptimizer {
 
   ElementRange range() const { return range_; }
   // The anchor := params (the range's values): the start of training or of a resumed period.
-  void set_anchor(const float* params);
+  void set_anchor(const float* params) { set_anchor(range_, params); }
   // One outer step from `mean` (θ̄ over the range); the new anchor is written to `params` too.
-  void step(const float* mean, float* params);
+  void step(const float* mean, float* params) { step(range_, mean, params); }
+  // The same on `part` of the range (a streaming fragment): params and mean hold part's values.
+  void set_anchor(ElementRange part, const float* params);
+  void step(ElementRange part, const float* mean, float* params);
 
   std::vector<float>& anchor() { return anchor_; }      // checkpoints
   std::vector<float>& momentum() { return momentum_; }  // checkpoints
+  const std::vector<float>& anchor() const { return anchor_; }
+  const std::vector<float>& momentum() const { return momentum_; }
 
  private:
   ElementRange range_;

@@ -32,11 +32,18 @@ JsonLine memory_json(const MemoryAccount& m) {
       .add("communication", m.communication);
 }
 
-StepWatch::StepWatch(const ProcessGroups& groups)
+StepWatch::StepWatch(const ProcessGroups& groups, const Communicator* outer)
     : groups_(groups),
+      outer_(outer),
       start_(std::chrono::steady_clock::now()),
-      total_before_(groups.total_stats()) {
+      total_before_(total()) {
   for (int axis = 0; axis < 3; ++axis) axis_before_[axis] = axis_group(groups, axis).stats();
+}
+
+CommStats StepWatch::total() const {
+  CommStats stats = groups_.total_stats();
+  if (outer_ != nullptr) stats += outer_->stats();
+  return stats;
 }
 
 double StepWatch::elapsed_ms() const {
@@ -51,19 +58,27 @@ void StepWatch::add_communication(JsonLine& line) const {
     bytes.add(kAxisNames[axis], now.total_bytes() - axis_before_[axis].total_bytes());
     seconds.add(kAxisNames[axis], now.total_seconds() - axis_before_[axis].total_seconds(), "%.6f");
   }
-  line.add("comm_bytes", comm_bytes_json(groups_.total_stats() - total_before_))
+  line.add("comm_bytes", comm_bytes_json(total() - total_before_))
       .add("comm_bytes_by_axis", bytes)
       .add("comm_seconds_by_axis", seconds);
 }
 
 JsonLine StepWatch::job_link_bytes(MpiCommunicator& world) const {
-  const CommStats step = groups_.total_stats() - total_before_;
-  std::uint64_t by_link[2] = {0, 0};  // intra_node, inter_node
-  for (const auto& [kind, links] : step.bytes)
-    for (const auto& [link, bytes] : links) by_link[link == LinkClass::intra_node ? 0 : 1] += bytes;
-  if (MPI_Allreduce(MPI_IN_PLACE, by_link, 2, MPI_UINT64_T, MPI_SUM, world.comm()) != MPI_SUCCESS)
+  return job_link_bytes_of(total() - total_before_, world);
+}
+
+JsonLine job_link_bytes_of(const CommStats& stats, MpiCommunicator& world) {
+  constexpr LinkClass kLinks[] = {LinkClass::intra_node, LinkClass::inter_node,
+                                  LinkClass::inter_worker};
+  std::uint64_t by_link[3] = {0, 0, 0};
+  for (const auto& [kind, links] : stats.bytes)
+    for (const auto& [link, bytes] : links) by_link[static_cast<int>(link)] += bytes;
+  if (MPI_Allreduce(MPI_IN_PLACE, by_link, 3, MPI_UINT64_T, MPI_SUM, world.comm()) != MPI_SUCCESS)
     fail("MPI_Allreduce of the job's bytes failed");
-  return JsonLine().add("intra_node", by_link[0]).add("inter_node", by_link[1]);
+  JsonLine line;
+  for (int i = 0; i < 3; ++i)
+    if (i < 2 || by_link[i] > 0) line.add(link_class_name(kLinks[i]), by_link[i]);
+  return line;
 }
 
 JsonLine step_metrics(const StepReport& report, const StepWatch& watch,

@@ -18,7 +18,8 @@ class MpiCommunicator;
 
 class StepWatch {
  public:
-  explicit StepWatch(const ProcessGroups& groups);
+  // `outer`: DiLoCo's group across workers, whose traffic the step's figures include too.
+  explicit StepWatch(const ProcessGroups& groups, const Communicator* outer = nullptr);
   double elapsed_ms() const;
   // The step's comm_bytes (by kind and link class) and bytes and seconds by parallel axis.
   void add_communication(JsonLine& line) const;
@@ -28,11 +29,18 @@ class StepWatch {
   JsonLine job_link_bytes(MpiCommunicator& world) const;
 
  private:
+  CommStats total() const;
+
   const ProcessGroups& groups_;
+  const Communicator* outer_;
   std::chrono::steady_clock::time_point start_;
   CommStats total_before_;
   CommStats axis_before_[3];  // tp, pp, dp
 };
+
+// What every rank of the job sent in `stats` (each rank passes its own), by link class
+// (inter_worker only when non-zero). Collective over `world`, on raw MPI (uncounted).
+JsonLine job_link_bytes_of(const CommStats& stats, MpiCommunicator& world);
 
 struct StepReport {
   const StepResult& result;

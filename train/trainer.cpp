@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <vector>
 
 #include "data/loader.h"
@@ -13,6 +14,7 @@
 #include "parallel/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/cuda_training.h"
+#include "train/diloco.h"
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/process_memory.h"
@@ -32,7 +34,33 @@ GptShape shape_of(const ModelConfig& m) {
 // Features whose contract exists but whose implementation has not landed yet: refuse clearly
 // rather than silently train something else.
 void reject_unimplemented(const Config& c) {
-  if (c.diloco.enabled) fail("diloco.enabled: DiLoCo is not implemented yet");
+  if (c.diloco.enabled && c.diloco.overlap)
+    fail("diloco.overlap: the overlapped outer reduction is not implemented yet");
+}
+
+// DiLoCo's communicators: this rank's worker (a contiguous block of world/k ranks, the world of
+// its mesh), its counterparts in every worker (the outer group, ranked by worker), and duplicates
+// of both for metric sums, whose traffic no figure reports. Without DiLoCo: the world alone.
+struct WorkerGroups {
+  int worker = 0, workers = 1;
+  std::unique_ptr<MpiCommunicator> worker_comm, worker_metrics, outer, outer_metrics;
+};
+
+WorkerGroups make_worker_groups(const Config& c, MpiCommunicator& world) {
+  WorkerGroups g;
+  if (!c.diloco.enabled) return g;
+  g.workers = c.diloco.workers;
+  const int size = world.size() / g.workers, local = world.rank() % size;
+  g.worker = world.rank() / size;
+  world.set_ranks_per_worker(size);
+  std::vector<int> block(static_cast<std::size_t>(size)), counterparts;
+  std::iota(block.begin(), block.end(), g.worker * size);
+  for (int w = 0; w < g.workers; ++w) counterparts.push_back(w * size + local);
+  g.worker_comm = world.subgroup(block);  // collective over the world, in this order
+  g.worker_metrics = world.subgroup(block);
+  g.outer = world.subgroup(counterparts);
+  g.outer_metrics = world.subgroup(counterparts);
+  return g;
 }
 
 // The part of the model pipeline stage `stage` of this rank's tp coordinate holds.
@@ -86,7 +114,9 @@ std::string check_data(const Config& config, const TokenSource& train,
 
 struct Trainer::State {
   Config config;
-  MpiCommunicator& world;
+  MpiCommunicator& world;  // the job
+  WorkerGroups workers;
+  MpiCommunicator& team;  // the ranks that train one model: the world, or this DiLoCo worker
   ProcessGroups groups;
   const Mesh& mesh;
   ReductionGroups reduction_groups;
@@ -105,11 +135,15 @@ struct Trainer::State {
   std::int64_t last_checkpoint_step = -1;
   std::unique_ptr<MetricsWriter> metrics;
   bool reports_loss_scale = false;  // fp16: metrics carry the loss scale each step used
+  std::unique_ptr<Diloco> diloco;
+  std::string state_prefix;  // this worker's checkpoint names (diloco_state_prefix)
 
   State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape)
       : config(c),
         world(w),
-        groups(Mesh(mesh_shape, w.rank(), c.parallel.gpus_per_node), w),
+        workers(make_worker_groups(c, w)),
+        team(workers.worker_comm ? *workers.worker_comm : w),
+        groups(Mesh(mesh_shape, team.rank(), c.parallel.gpus_per_node), team),
         mesh(groups.mesh()),
         reduction_groups{&groups.tp(), &groups.dp(), &groups.pp()},
         shape(shape_of(c.model)),
@@ -123,6 +157,7 @@ struct Trainer::State {
     step_program = make_step_program(c, mesh, settings.accumulation);
     if (!c.data.val.empty()) val_split = TokenSource::open(c.data.val);
     reports_loss_scale = c.precision.compute == "fp16";
+    state_prefix = diloco_state_prefix(workers.worker);
   }
 
   bool is_logger() const { return world.rank() == 0; }
@@ -148,8 +183,8 @@ struct Trainer::State {
       // One GPU per rank: the ranks of a node take its devices in turn.
       gpu = world.rank() % config.parallel.gpus_per_node % cuda_device_count();
       // Collective: every rank learns which GPU each rank computes on.
-      placement.nccl = choose_nccl(config.parallel.device_comm,
-                                   gather_gpu_ids(world, cuda_device_identity(gpu)));
+      placement.nccl =
+          choose_nccl(config.parallel.device_comm, gather_gpu_ids(team, cuda_device_identity(gpu)));
       // ZeRO++ on CUDA runs through the host (train/cuda_staged_sharding.h).
       const auto& zero = config.parallel.zero;
       if (placement.plan.gradients_by_segment &&
@@ -165,40 +200,100 @@ struct Trainer::State {
     }
     backend = make_training_backend(device, config, shape, placement, gpu);
     // The data-parallel ranks share the writing: each its ZeRO shard, or its share of the layout.
-    const ElementRange share = placement.plan.sharded
-                                   ? placement.plan.owned
-                                   : layout.shard(mesh.dp_rank(), mesh.dp_size());
-    checkpoint_writer = CheckpointWriter{
-        &backend->layout(), shape,
-        checkpoint_write_ranges(backend->layout(), placement.partition, share), &world};
+    const ElementRange share = replica_share(layout, reduction);
+    checkpoint_writer =
+        CheckpointWriter{&backend->layout(),
+                         shape,
+                         checkpoint_write_ranges(backend->layout(), placement.partition, share),
+                         &world,
+                         {}};
+    if (config.diloco.enabled) make_diloco(placement, share);
+  }
+
+  void make_diloco(const BackendPlacement& placement, ElementRange share) {
+    DilocoPlacement d;
+    d.worker = workers.worker;
+    d.workers = workers.workers;
+    d.outer = workers.outer.get();
+    d.metrics = workers.outer_metrics.get();
+    d.worker_group = workers.worker_metrics.get();
+    d.dp = &groups.dp();
+    d.share = share;
+    d.gather_over_dp = mesh.dp_size() > 1 && !placement.plan.parameters_by_segment;
+    for (const TensorView& t : backend->layout().tensors())
+      if (!is_tied_copy(placement.partition, t) &&
+          !(replicated_over_tp(placement.partition, t) && placement.partition.tp_rank != 0))
+        d.counted.push_back({t.offset, t.offset + t.size});
+    diloco = std::make_unique<Diloco>(config.diloco, config.run.seed, backend->layout(),
+                                      config.model.n_layer, d);
+    // Every worker's buffers are datasets of the checkpoint.
+    std::vector<StateBuffer> names = named_state();
+    for (int w = 0; w < workers.workers; ++w)
+      for (const StateBuffer& b : names)
+        checkpoint_writer.dataset_names.push_back(diloco_state_prefix(w) +
+                                                  b.name.substr(state_prefix.size()));
+  }
+
+  // The training state this rank holds under the names it takes in checkpoints: the backend's,
+  // and DiLoCo's outer state, with this worker's prefix.
+  std::vector<StateBuffer> named_state() {
+    std::vector<StateBuffer> buffers = backend->state();
+    for (StateBuffer& b : buffers) b.name = state_prefix + b.name;
+    if (diloco)
+      for (StateBuffer& b : diloco->state(state_prefix)) buffers.push_back(std::move(b));
+    return buffers;
+  }
+
+  // Hands buffers read under named_state()'s names back to the backend and to DiLoCo.
+  void set_named_state(std::vector<StateBuffer> buffers) {
+    if (diloco) diloco->set_state(buffers, state_prefix);
+    std::vector<StateBuffer> backend_buffers;
+    for (StateBuffer& b : buffers)
+      if (!b.name.starts_with(state_prefix + "outer/")) {
+        b.name = b.name.substr(state_prefix.size());
+        backend_buffers.push_back(std::move(b));
+      }
+    backend->set_state(backend_buffers);
   }
 
   // Fresh parameters, or the state of a checkpoint.
   void load_state(const std::optional<std::string>& resume_from) {
-    std::vector<StateBuffer> buffers = backend->state();
     const std::string ckpt_dir = config.checkpoint_directory();
     if (!resume_from) {
       if (latest_checkpoint(ckpt_dir))
         fail("run '", config.run.name, "' already has checkpoints in '", ckpt_dir,
              "'; use --resume to continue it, or choose another run.name");
+      // Every DiLoCo worker starts from the same parameters (those of the run's seed).
+      std::vector<StateBuffer> buffers = backend->state();
       StateBuffer& params = buffers.at(0);
       initialize_gpt_parameters(backend->layout(), shape, config.run.seed, params.values.data(),
                                 params.range);
       backend->set_state(buffers);
+      if (diloco) diloco->start(*backend);
       return;
     }
+    std::vector<StateBuffer> buffers = named_state();
     std::string path = *resume_from;
     if (path.empty()) {
       const auto latest = latest_checkpoint(ckpt_dir);
       if (!latest) fail("--resume: no checkpoint to resume in '", ckpt_dir, "'");
       path = *latest;
     }
+    // A checkpoint of another number of DiLoCo workers lacks (or has more of) their state.
+    const int checkpoint_workers = read_checkpoint_workers(path);
+    if (checkpoint_workers != workers.workers)
+      fail("--resume: checkpoint '", path, "' holds ", checkpoint_workers,
+           " DiLoCo worker(s) but this run has ", workers.workers,
+           " (diloco.workers; resume with the same number)");
     const CheckpointMeta meta = read_checkpoint(path, backend->layout(), buffers);
-    backend->set_state(buffers);
+    set_named_state(std::move(buffers));
+    const CheckpointState& mine =
+        workers.worker == 0 ? meta.state
+                            : meta.worker_states.at(static_cast<std::size_t>(workers.worker - 1));
     progress.step = meta.state.step;
     progress.data_position = meta.state.data_position;
-    progress.optimizer_steps = meta.state.adam_steps;
-    scaler.restore(meta.state.loss_scale, meta.state.loss_scale_clean_steps);
+    progress.optimizer_steps = mine.adam_steps;
+    scaler.restore(mine.loss_scale, mine.loss_scale_clean_steps);
     last_checkpoint_step = progress.step;
     if (progress.step > config.train.steps)
       fail("--resume: checkpoint '", path, "' is at step ", progress.step, ", past train.steps (",
@@ -210,15 +305,18 @@ struct Trainer::State {
   }
 
   // Micro-batch a of this step on this replica: samples data_position + (a·dp + dp_rank)·micro +
-  // b. The global batch is split the same way under any layout, so every layout trains on
-  // exactly the same sequences.
+  // b of this worker's stream. The global batch is split the same way under any layout, so every
+  // layout trains on exactly the same sequences. DiLoCo worker w of k reads every k-th sample of
+  // the corpus order from w (position p is sample p·k + w): k workers together read what one run
+  // with a k times larger batch would, and one worker reads what plain training reads.
   void sample_micro_batch(int a, std::int32_t* inputs, std::int32_t* targets) {
     const int T = config.model.seq_len, micro = config.train.micro_batch;
     const std::int64_t first =
         progress.data_position +
         (static_cast<std::int64_t>(a) * settings.dp + mesh.dp_rank()) * micro;
     for (int b = 0; b < micro; ++b)
-      sampler.sample(static_cast<std::uint64_t>(first + b), inputs + b * T, targets + b * T);
+      sampler.sample(static_cast<std::uint64_t>((first + b) * workers.workers + workers.worker),
+                     inputs + b * T, targets + b * T);
   }
 
   void evaluate() {
@@ -242,19 +340,28 @@ struct Trainer::State {
 
   void save_checkpoint() {
     if (last_checkpoint_step == progress.step) return;
-    const CheckpointMeta meta{
-        config_to_yaml(config),
-        CheckpointState{progress.step, progress.data_position, config.run.seed, scaler.scale(),
-                        progress.optimizer_steps, scaler.dynamic() ? scaler.clean_steps() : -1},
-        tokenizer_model};
+    CheckpointMeta meta{config_to_yaml(config), checkpoint_state(), tokenizer_model, {}};
+    if (diloco) {  // every worker's counters reach the first (uncounted: metrics' duplicate)
+      std::vector<CheckpointState> all(static_cast<std::size_t>(workers.workers));
+      workers.outer_metrics->all_gather(reinterpret_cast<const std::uint8_t*>(&meta.state),
+                                        reinterpret_cast<std::uint8_t*>(all.data()),
+                                        sizeof(CheckpointState));
+      meta.worker_states.assign(all.begin() + 1, all.end());
+    }
     const std::string path =
-        write_checkpoint(config.checkpoint_directory(), checkpoint_writer, meta, backend->state());
+        write_checkpoint(config.checkpoint_directory(), checkpoint_writer, meta, named_state());
     if (is_logger()) {
       prune_checkpoints(config.checkpoint_directory(), config.checkpoint.keep);
       std::cout << "checkpoint " << path << "\n";
     }
     world.barrier();
     last_checkpoint_step = progress.step;
+  }
+
+  CheckpointState checkpoint_state() const {
+    return CheckpointState{
+        progress.step,  progress.data_position,   config.run.seed,
+        scaler.scale(), progress.optimizer_steps, scaler.dynamic() ? scaler.clean_steps() : -1};
   }
 
   // Why the run stops after this step (a signal on any rank, or train.stop_after), or "" to go
@@ -282,6 +389,17 @@ struct Trainer::State {
               << settings.accumulation << " accumulation steps | "
               << static_cast<std::int64_t>(c.train.global_batch) * c.model.seq_len
               << " tokens/step\n";
+    if (c.diloco.enabled) {
+      const DilocoConfig& d = c.diloco;
+      std::cout << "diloco: " << d.workers << " workers of " << team.size()
+                << " ranks, outer step every " << d.inner_steps << " inner steps (lr " << d.outer_lr
+                << ", momentum " << d.outer_momentum << (d.nesterov ? ", Nesterov" : "")
+                << "), averaging " << d.averaging << ", compression " << d.compression
+                << (d.error_feedback ? " with error feedback" : "") << ", " << d.fragments
+                << " fragment(s)";
+      if (d.drop_probability > 0) std::cout << ", drop probability " << d.drop_probability;
+      std::cout << " | global_batch is per worker\n";
+    }
     // Rank 0's memory; what ZeRO saves is the optimizer state of the layout at stage 0.
     const MemoryAccount m = backend->memory();
     const auto mib = [](std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; };
@@ -303,6 +421,43 @@ struct Trainer::State {
                   (stage0 - static_cast<double>(m.model_state())) / 1048576.0, stage0 / 1048576.0);
     }
     std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  // The `outer` metrics line of the syncs after a step: the outer gradient norm, every worker's
+  // loss of that step, the bytes the job sent across the worker boundary, the sync's seconds.
+  // Collective over the world (the sums run on uncounted communicators).
+  void report_outer(const std::vector<OuterSyncReport>& syncs, double loss,
+                    const CommStats& outer_stats) {
+    std::vector<double> losses(static_cast<std::size_t>(workers.workers));
+    workers.outer_metrics->all_gather(&loss, losses.data(), 1);
+    const JsonLine bytes = job_link_bytes_of(outer_stats, world);
+    double seconds = 0;
+    for (const OuterSyncReport& r : syncs) seconds += r.seconds;
+    double slowest = seconds;  // the sync ends when its slowest rank is done
+    if (MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, world.comm()) != MPI_SUCCESS)
+      fail("MPI_Allreduce of the outer sync's seconds failed");
+    if (!is_logger()) return;
+    for (const OuterSyncReport& r : syncs) {
+      std::vector<double> dropped;  // worker indices
+      for (std::size_t w = 0; w < r.dropped.size(); ++w)
+        if (r.dropped[w]) dropped.push_back(static_cast<double>(w));
+      JsonLine line;
+      line.add("step", r.step)
+          .add("outer_step", r.round + 1)
+          .add("fragment", r.fragment)
+          .add("outer_grad_norm", r.outer_gradient_norm)
+          .add("worker_loss", losses, "%.6f")
+          .add("dropped_workers", dropped)
+          .add("outer_sync_s", slowest, "%.6f")
+          .add("outer_hidden_s", 0.0, "%.6f")
+          .add("outer_comm_bytes_job", bytes);
+      if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
+      metrics->write(line);
+    }
+    std::printf("outer step after step %lld | fragments %zu | outer grad norm %.4f | %s\n",
+                static_cast<long long>(syncs.front().step), syncs.size(),
+                syncs.front().outer_gradient_norm, bytes.str().c_str());
     std::fflush(stdout);
   }
 
@@ -358,11 +513,14 @@ int Trainer::run() {
   if (s.is_logger()) s.print_startup();
 
   while (s.progress.step < c.train.steps) {
-    const StepWatch watch(s.groups);
+    const StepWatch watch(s.groups, s.workers.outer.get());
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
     const StepResult result = training_step(*s.backend, s.reduction_groups, s.settings, train_batch,
                                             s.scaler, s.progress);
     const std::int64_t step = s.progress.step;
+    const CommStats outer_before = s.diloco ? s.workers.outer->stats() : CommStats{};
+    const std::vector<OuterSyncReport> syncs =
+        s.diloco ? s.diloco->after_inner_step(*s.backend, step) : std::vector<OuterSyncReport>{};
     const double step_ms = watch.elapsed_ms();
     const JsonLine job_bytes = watch.job_link_bytes(s.world);
     if (s.is_logger()) {
@@ -372,6 +530,7 @@ int Trainer::run() {
       if (step % c.train.log_every == 0 || step == c.train.steps || step == 1)
         print_step(report, c.train.steps);
     }
+    if (!syncs.empty()) s.report_outer(syncs, result.loss, s.workers.outer->stats() - outer_before);
     if (c.train.eval_every > 0 && step % c.train.eval_every == 0 && step != c.train.steps)
       s.evaluate();
     if (c.checkpoint.every > 0 && step % c.checkpoint.every == 0) s.save_checkpoint();

@@ -74,6 +74,12 @@ class TrainingBackend {
   virtual std::vector<StateBuffer> state() = 0;
   virtual void set_state(const std::vector<StateBuffer>& buffers) = 0;
 
+  // DiLoCo's outer step (train/diloco.h) on the fp32 master weights of `range` (layout
+  // elements): read copies them out, elements this rank does not hold (padding past the layout)
+  // as 0; write replaces those it holds and refreshes their compute-dtype copy.
+  virtual void read_master_weights(ElementRange range, float* out) = 0;
+  virtual void write_master_weights(ElementRange range, const float* in) = 0;
+
   // Zeroes the gradients and runs micro-batches 0 … micro_batches−1 of `source` through the
   // pipeline schedule (gradients of loss_scale · mean loss each, accumulated). Returns the sum of
   // the micro-batch mean losses on the last stage, 0 on the others.

@@ -47,20 +47,22 @@ ModelPartition tp_partition(int tp_rank, int tp_size) {
 
 // Writes one checkpoint from tp_size partitions with `owners` writers each.
 std::string write_from(const std::string& path, int tp_size, int owners) {
-  const CheckpointMeta meta{"config: test", CheckpointState{3, 96, 9, 1.0, 3, -1}, ""};
+  const CheckpointMeta meta{"config: test", CheckpointState{3, 96, 9, 1.0, 3, -1}, "", {}};
   bool created = false;
   for (int tp = 0; tp < tp_size; ++tp) {
     const ModelPartition p = tp_partition(tp, tp_size);
     const ParameterLayout layout = ParameterLayout::for_partition(kShape, p);
     const std::vector<StateBuffer> buffers = state_of(layout, layout.padded_total(owners));
-    if (!created) create_checkpoint_file(path, kShape, meta, buffers);
+    if (!created) create_checkpoint_file(path, kShape, meta, dataset_names({}, buffers));
     created = true;
     for (int owner = 0; owner < owners; ++owner)
-      write_checkpoint_elements(
-          path,
-          {&layout, kShape, checkpoint_write_ranges(layout, p, layout.shard(owner, owners)),
-           nullptr},
-          buffers);
+      write_checkpoint_elements(path,
+                                {&layout,
+                                 kShape,
+                                 checkpoint_write_ranges(layout, p, layout.shard(owner, owners)),
+                                 nullptr,
+                                 {}},
+                                buffers);
   }
   return path;
 }

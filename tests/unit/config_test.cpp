@@ -548,7 +548,8 @@ TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
     EXPECT_NO_THROW({
       const Config config = load_config(entry.path().string());
       const MeshShape mesh = resolve_mesh(config, world);
-      EXPECT_EQ(mesh.tp * mesh.pp * mesh.dp, world);
+      const int workers = config.diloco.enabled ? config.diloco.workers : 1;  // mesh: one worker's
+      EXPECT_EQ(mesh.tp * mesh.pp * mesh.dp * workers, world);
     });
     ++checked;
   }
