@@ -18,7 +18,16 @@ namespace strata {
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) STRATA_MPI_CHECK(MPI_Init(argc, argv));
+  // Threads: DiLoCo's overlapped outer reduction runs on a thread of its own, on its own
+  // communicator, while the main thread computes; the library says whether it can.
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) STRATA_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+}
+
+bool mpi_thread_multiple() {
+  int provided = MPI_THREAD_SINGLE;
+  STRATA_MPI_CHECK(MPI_Query_thread(&provided));
+  return provided >= MPI_THREAD_MULTIPLE;
 }
 
 MpiRuntime::~MpiRuntime() {

@@ -25,6 +25,10 @@ class MpiRuntime {
   int ranks_on_host() const;
 };
 
+// Whether MPI calls may come from several threads at once (MPI_THREAD_MULTIPLE), which
+// MpiRuntime asks for.
+bool mpi_thread_multiple();
+
 class MpiCommunicator : public Communicator {
  public:
   // Wraps `comm` (not owned); collective over it (members exchange their world ranks).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include "model/core/counter_rng.h"
 #include "model/core/error.h"
@@ -93,58 +95,154 @@ void Diloco::start(TrainingBackend& backend) {
   std::fill(residual_.begin(), residual_.end(), 0.0f);
 }
 
+// One sync of a fragment: the pieces' parameters when it was prepared (θ_s), the vectors averaged
+// in place (θ uncompressed, the outer gradient anchor − θ compressed), and, with overlap, the
+// thread that averages them.
+struct Diloco::Sync {
+  OuterSyncReport report;
+  AveragingRound round;
+  bool dropped = false;
+  std::vector<std::vector<float>> start, values;
+  std::thread thread;
+  std::exception_ptr error;
+  bool started = false;
+  double wait_seconds = 0;
+};
+
+Diloco::~Diloco() {
+  if (pending_ && pending_->thread.joinable()) pending_->thread.join();
+}
+
 std::vector<OuterSyncReport> Diloco::after_inner_step(TrainingBackend& backend, std::int64_t step) {
   std::vector<OuterSyncReport> reports;
-  for (int f : fragments_due(step)) reports.push_back(sync_fragment(backend, f, step));
+  if (pending_ && pending_->started) {
+    join(*pending_);
+    reports.push_back(apply(backend, *pending_));
+    pending_.reset();
+  }
+  for (int f : fragments_due(step)) {
+    std::unique_ptr<Sync> sync = prepare(backend, f, step);
+    if (config_.overlap) {
+      STRATA_CHECK(!pending_, "DiLoCo: two syncs in flight");
+      pending_ = std::move(sync);
+      continue;
+    }
+    average(*sync);
+    reports.push_back(apply(backend, *sync));
+  }
   return reports;
 }
 
-OuterSyncReport Diloco::sync_fragment(TrainingBackend& backend, int fragment, std::int64_t step) {
+void Diloco::begin_inner_step() {
+  if (!pending_ || pending_->started) return;
+  Sync* sync = pending_.get();
+  sync->started = true;
+  sync->thread = std::thread([this, sync] {
+    try {
+      average(*sync);
+    } catch (...) {
+      sync->error = std::current_exception();
+    }
+  });
+}
+
+void Diloco::resume(TrainingBackend& backend, std::int64_t step) {
+  if (!config_.overlap) return;
+  for (int f : fragments_due(step)) {
+    STRATA_CHECK(!pending_, "DiLoCo: two syncs in flight");
+    pending_ = prepare(backend, f, step);
+  }
+}
+
+std::vector<OuterSyncReport> Diloco::finish(TrainingBackend& backend) {
+  if (!pending_) return {};
+  if (pending_->started)
+    join(*pending_);
+  else
+    average(*pending_);
+  std::vector<OuterSyncReport> reports{apply(backend, *pending_)};
+  pending_.reset();
+  return reports;
+}
+
+void Diloco::join(Sync& sync) {
   const auto start = std::chrono::steady_clock::now();
-  OuterSyncReport report;
+  sync.thread.join();
+  sync.wait_seconds = seconds_since(start);
+  if (sync.error) std::rethrow_exception(sync.error);
+}
+
+std::unique_ptr<Diloco::Sync> Diloco::prepare(TrainingBackend& backend, int fragment,
+                                              std::int64_t step) {
+  auto sync = std::make_unique<Sync>();
+  OuterSyncReport& report = sync->report;
   report.step = step;
   report.fragment = fragment;
   report.round = round_of(fragment, step);
-  const int k = placement_.workers, me = placement_.worker;
   // Fragments fail independently: the key of a sync is (seed, fragment, round).
   const std::uint64_t key = hash_combine(seed_, static_cast<std::uint64_t>(fragment));
-  report.dropped = dropped_workers(key, report.round, k, config_.drop_probability);
-  const AveragingRound round{report.round, key, report.dropped, 2};
-  const bool dropped = report.dropped[static_cast<std::size_t>(me)];
-
-  const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(fragment)];
-  std::vector<std::vector<float>> deltas, updated;
-  for (const ElementRange& piece : pieces) {
-    const std::size_t n = piece.size(), at = piece.begin - placement_.share.begin;
-    std::vector<float> theta(n), mean(n), delta(n, 0.0f), next(n);
+  report.dropped = dropped_workers(key, report.round, placement_.workers, config_.drop_probability);
+  sync->round = AveragingRound{report.round, key, report.dropped, 2};
+  sync->dropped = report.dropped[static_cast<std::size_t>(placement_.worker)];
+  for (const ElementRange& piece : pieces_[static_cast<std::size_t>(fragment)]) {
+    std::vector<float> theta(piece.size());
     backend.read_master_weights(piece, theta.data());
-    const float* anchor = optimizer_.anchor().data() + at;
-    if (compression_ == OuterCompression::none) {
-      mean = theta;
-      average_across_workers(*placement_.outer, averaging_, mean.data(), n, round);
-    } else {
-      std::vector<float> outer_gradient(n);
-      for (std::size_t i = 0; i < n; ++i) outer_gradient[i] = anchor[i] - theta[i];
-      average_across_workers(*placement_.outer, averaging_, outer_gradient.data(), n, round,
-                             compression_, residual_.empty() ? nullptr : residual_.data() + at);
-      for (std::size_t i = 0; i < n; ++i) mean[i] = anchor[i] - outer_gradient[i];
+    std::vector<float> values = theta;
+    if (compression_ != OuterCompression::none) {
+      const float* anchor = optimizer_.anchor().data() + (piece.begin - placement_.share.begin);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = anchor[i] - theta[i];
     }
-    if (dropped) {
-      optimizer_.set_anchor(piece, theta.data());
-      next = theta;
+    sync->start.push_back(std::move(theta));
+    sync->values.push_back(std::move(values));
+  }
+  return sync;
+}
+
+void Diloco::average(Sync& sync) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(sync.report.fragment)];
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    float* residual =
+        residual_.empty() ? nullptr : residual_.data() + (pieces[p].begin - placement_.share.begin);
+    average_across_workers(*placement_.outer, averaging_, sync.values[p].data(), pieces[p].size(),
+                           sync.round, compression_, residual);
+  }
+  sync.report.seconds = seconds_since(start);
+}
+
+OuterSyncReport Diloco::apply(TrainingBackend& backend, Sync& sync) {
+  OuterSyncReport report = sync.report;
+  report.hidden_seconds = sync.started ? std::max(0.0, report.seconds - sync.wait_seconds) : 0;
+  const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(report.fragment)];
+  std::vector<std::vector<float>> deltas, updated;
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    const ElementRange piece = pieces[p];
+    const std::size_t n = piece.size();
+    const std::vector<float>& start = sync.start[p];
+    // θ now: θ_s, or θ_{s+1} when the sync overlapped a step.
+    std::vector<float> now = start;
+    if (sync.started) backend.read_master_weights(piece, now.data());
+    const float* anchor = optimizer_.anchor().data() + (piece.begin - placement_.share.begin);
+    std::vector<float> mean = sync.values[p], delta(n, 0.0f), next(n);
+    if (compression_ != OuterCompression::none)
+      for (std::size_t i = 0; i < n; ++i) mean[i] = anchor[i] - sync.values[p][i];
+    if (sync.dropped) {  // keeps its own θ, its period restarting from θ_s
+      optimizer_.set_anchor(piece, start.data());
+      next = now;
     } else {
       for (std::size_t i = 0; i < n; ++i) delta[i] = anchor[i] - mean[i];
       optimizer_.step(piece, mean.data(), next.data());
+      if (sync.started)  // the overlapped step's own progress, kept
+        for (std::size_t i = 0; i < n; ++i) next[i] += now[i] - start[i];
     }
     deltas.push_back(std::move(delta));
     updated.push_back(std::move(next));
   }
   std::vector<float> joined;  // the pieces are consecutive: the share's part of the fragment
   for (const std::vector<float>& u : updated) joined.insert(joined.end(), u.begin(), u.end());
-  distribute(backend, fragment, joined);
-  report.seconds = seconds_since(start);
+  distribute(backend, report.fragment, joined);
   report.outer_gradient_norm = outer_gradient_norm(pieces, deltas);
-  if (k > 1 && (averaging_ == Averaging::gossip || config_.drop_probability > 0))
+  if (placement_.workers > 1 && (averaging_ == Averaging::gossip || config_.drop_probability > 0))
     report.consensus_distance = consensus_distance(pieces, updated);
   return report;
 }

@@ -22,6 +22,13 @@
 // wpe with the first, lnf with the last); fragment f meets after inner steps s ≡ f·H/F (mod H),
 // its first time at s = f·H/F (f > 0) or H (f = 0), so each sync moves about 1/F of the model.
 //
+// Overlap (diloco.overlap): a sync due after step s is prepared then (θ_s read), its reduction
+// runs on a thread of its own while inner step s+1 computes (begin_inner_step starts it), and is
+// applied after step s+1: θ ← new anchor + (θ_{s+1} − θ_s), the outer update one step late with
+// the step's own progress kept. A run stopped after step s has not started that reduction: a
+// resume prepares it again from the checkpoint's θ_s (resume), so stopping changes nothing;
+// finish applies a sync still pending when training ends.
+//
 // Simulated failures (diloco.drop_probability p): for each sync, dropped_workers(seed, round, …)
 // decides who fails, the same on every rank; a dropped worker's values are left out of the
 // others' averages and it keeps its own θ_i, restarting its period from there (its anchor := θ_i,
@@ -66,7 +73,8 @@ struct OuterSyncReport {
   int fragment = 0;
   std::int64_t round = 0;          // the fragment's sync count before this one
   double outer_gradient_norm = 0;  // ‖anchor − θ̄‖ over the model (this worker's)
-  double seconds = 0;              // wall time of the sync on this rank
+  double seconds = 0;              // wall time of the averaging on this rank
+  double hidden_seconds = 0;       // of which an inner step overlapped (diloco.overlap)
   std::vector<bool> dropped;       // per worker
   double consensus_distance = -1;  // gossip and drops: mean ‖θ_i − θ̄‖/‖θ̄‖ after it; else −1
 };
@@ -81,8 +89,19 @@ class Diloco {
   std::vector<int> fragments_due(std::int64_t step) const;
   // A fresh run: every anchor := the backend's parameters.
   void start(TrainingBackend& backend);
-  // Runs the syncs due after inner step `step`; one report per fragment synchronised.
+  ~Diloco();
+  Diloco(const Diloco&) = delete;
+  Diloco& operator=(const Diloco&) = delete;
+
+  // Runs the syncs due after inner step `step` (with overlap: applies the one in flight, prepares
+  // the next); one report per fragment synchronised.
   std::vector<OuterSyncReport> after_inner_step(TrainingBackend& backend, std::int64_t step);
+  // Overlap: starts the prepared reduction; call as inner step s+1 begins.
+  void begin_inner_step();
+  // Overlap, after a resume at `step`: prepares the sync due then, as the stopped run had.
+  void resume(TrainingBackend& backend, std::int64_t step);
+  // Overlap: applies a sync still pending at the end of training (none: no report).
+  std::vector<OuterSyncReport> finish(TrainingBackend& backend);
 
   // The outer state as checkpoint buffers named `prefix` + "outer/anchor", "outer/momentum" (and
   // "outer/residual" with error feedback) over the share.
@@ -93,7 +112,11 @@ class Diloco {
   std::int64_t round_of(int fragment, std::int64_t step) const;
 
  private:
-  OuterSyncReport sync_fragment(TrainingBackend& backend, int fragment, std::int64_t step);
+  struct Sync;
+  std::unique_ptr<Sync> prepare(TrainingBackend& backend, int fragment, std::int64_t step);
+  void average(Sync& sync);
+  OuterSyncReport apply(TrainingBackend& backend, Sync& sync);
+  void join(Sync& sync);
   void distribute(TrainingBackend& backend, int fragment, const std::vector<float>& updated);
   double outer_gradient_norm(const std::vector<ElementRange>& pieces,
                              const std::vector<std::vector<float>>& deltas) const;
@@ -111,6 +134,7 @@ class Diloco {
   // averages (split at the end of wte).
   std::vector<ElementRange> fragment_ranges_;
   std::vector<std::vector<ElementRange>> pieces_;
+  std::unique_ptr<Sync> pending_;  // overlap: the sync in flight or about to start
 };
 
 // The DiLoCo state names of worker w in a checkpoint: "" for worker 0 (so /model, /optimizer

@@ -31,11 +31,10 @@ GptShape shape_of(const ModelConfig& m) {
   return GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
 }
 
-// Features whose contract exists but whose implementation has not landed yet: refuse clearly
-// rather than silently train something else.
-void reject_unimplemented(const Config& c) {
-  if (c.diloco.enabled && c.diloco.overlap)
-    fail("diloco.overlap: the overlapped outer reduction is not implemented yet");
+// What this MPI library cannot do for the config: refuse before any work.
+void check_mpi_support(const Config& c) {
+  if (c.diloco.enabled && c.diloco.overlap && !mpi_thread_multiple())
+    fail("diloco.overlap needs an MPI library that supports MPI_THREAD_MULTIPLE");
 }
 
 // DiLoCo's communicators: this rank's worker (a contiguous block of world/k ranks, the world of
@@ -287,6 +286,7 @@ struct Trainer::State {
            " (diloco.workers; resume with the same number)");
     const CheckpointMeta meta = read_checkpoint(path, backend->layout(), buffers);
     set_named_state(std::move(buffers));
+    if (diloco) diloco->resume(*backend, meta.state.step);
     const CheckpointState& mine =
         workers.worker == 0 ? meta.state
                             : meta.worker_states.at(static_cast<std::size_t>(workers.worker - 1));
@@ -432,10 +432,14 @@ struct Trainer::State {
     std::vector<double> losses(static_cast<std::size_t>(workers.workers));
     workers.outer_metrics->all_gather(&loss, losses.data(), 1);
     const JsonLine bytes = job_link_bytes_of(outer_stats, world);
-    double seconds = 0;
-    for (const OuterSyncReport& r : syncs) seconds += r.seconds;
-    double slowest = seconds;  // the sync ends when its slowest rank is done
-    if (MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, world.comm()) != MPI_SUCCESS)
+    // The sync ends when its slowest rank is done; of it, what every rank hid behind compute.
+    double seconds = 0, exposed = 0;
+    for (const OuterSyncReport& r : syncs) {
+      seconds += r.seconds;
+      exposed += r.seconds - r.hidden_seconds;
+    }
+    double slowest[2] = {seconds, exposed};
+    if (MPI_Allreduce(MPI_IN_PLACE, slowest, 2, MPI_DOUBLE, MPI_MAX, world.comm()) != MPI_SUCCESS)
       fail("MPI_Allreduce of the outer sync's seconds failed");
     if (!is_logger()) return;
     for (const OuterSyncReport& r : syncs) {
@@ -449,8 +453,8 @@ struct Trainer::State {
           .add("outer_grad_norm", r.outer_gradient_norm)
           .add("worker_loss", losses, "%.6f")
           .add("dropped_workers", dropped)
-          .add("outer_sync_s", slowest, "%.6f")
-          .add("outer_hidden_s", 0.0, "%.6f")
+          .add("outer_sync_s", slowest[0], "%.6f")
+          .add("outer_hidden_s", std::max(0.0, slowest[0] - slowest[1]), "%.6f")
           .add("outer_comm_bytes_job", bytes);
       if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
       metrics->write(line);
@@ -484,7 +488,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   // Before any work: a layout that does not fit the world, a device it cannot use.
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
   const std::string device = resolve_device(config, shape_of(config.model));
-  reject_unimplemented(config);
+  check_mpi_support(config);
   state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;
   s.device = device;
@@ -511,9 +515,11 @@ int Trainer::run() {
   };
   install_stop_signal_handlers();
   if (s.is_logger()) s.print_startup();
+  double last_loss = 0;  // the last step's, for a sync that finish() applies
 
   while (s.progress.step < c.train.steps) {
     const StepWatch watch(s.groups, s.workers.outer.get());
+    if (s.diloco) s.diloco->begin_inner_step();  // overlap: the reduction in flight from here
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
     const StepResult result = training_step(*s.backend, s.reduction_groups, s.settings, train_batch,
                                             s.scaler, s.progress);
@@ -531,6 +537,7 @@ int Trainer::run() {
         print_step(report, c.train.steps);
     }
     if (!syncs.empty()) s.report_outer(syncs, result.loss, s.workers.outer->stats() - outer_before);
+    last_loss = result.loss;
     if (c.train.eval_every > 0 && step % c.train.eval_every == 0 && step != c.train.steps)
       s.evaluate();
     if (c.checkpoint.every > 0 && step % c.checkpoint.every == 0) s.save_checkpoint();
@@ -539,6 +546,11 @@ int Trainer::run() {
       if (s.is_logger()) std::cout << why << "\n";
       return 0;
     }
+  }
+  if (s.diloco) {  // overlap: the last sync, applied before the final evaluation
+    const CommStats outer_before = s.workers.outer->stats();
+    const std::vector<OuterSyncReport> syncs = s.diloco->finish(*s.backend);
+    if (!syncs.empty()) s.report_outer(syncs, last_loss, s.workers.outer->stats() - outer_before);
   }
   s.evaluate();
   s.save_checkpoint();

@@ -121,10 +121,15 @@ TEST_F(DilocoRuns, ResumesBitExactlyInTheMiddleOfAPeriod) {
               " --set diloco.compression=int4 --set diloco.error_feedback=true "
               "--set diloco.drop_probability=0.3")},
       {"streaming", diloco(2, 4, " --set diloco.fragments=2 --set diloco.compression=bf16")},
+      // Step 10 is a sync of its own: its reduction, to overlap step 11, is still to start.
+      {"overlap", diloco(2, 5, " --set diloco.overlap=true --set diloco.averaging=butterfly")},
+      {"overlap_streaming", diloco(2, 4,
+                                   " --set diloco.overlap=true --set diloco.fragments=4 --set "
+                                   "diloco.compression=int8 --set diloco.error_feedback=true")},
   };
   for (const auto& [name, settings] : variants) {
     SCOPED_TRACE(name);
-    const int workers = name == "streaming" ? 2 : 4;
+    const int workers = settings.find("workers=2") != std::string::npos ? 2 : 4;
     const std::string straight = train(workers, Layout{}, "resume_" + name + "_straight", settings);
     // Stopped after step 10: 2 steps into the third period.
     const std::string split = "resume_" + name + "_split";
@@ -136,6 +141,20 @@ TEST_F(DilocoRuns, ResumesBitExactlyInTheMiddleOfAPeriod) {
     EXPECT_EQ(metric(second, "val_loss"), metric(straight, "val_loss"));
     EXPECT_EQ(metric(second, "outer_grad_norm"), metric(straight, "outer_grad_norm"));
   }
+}
+
+TEST_F(DilocoRuns, ACheckpointResumesUnderAnotherInnerLayout) {
+  // Every worker's parameters, AdamW moments, anchor, momentum and error-feedback residual are
+  // logical tensors: stopped with one rank per worker, resumed with (dp 2, ZeRO-1) per worker.
+  const std::string settings =
+      diloco(2, 4, " --set diloco.compression=int8 --set diloco.error_feedback=true");
+  const std::string straight = train(2, Layout{}, "reshard_straight", settings);
+  train(2, Layout{}, "reshard", settings + " --set train.stop_after=10");
+  const std::string resumed =
+      train(2, Layout{2}, "reshard", settings + " --set parallel.zero.stage=1 --resume");
+  const std::vector<double> loss = metric(straight, "loss");
+  expect_close(metric(resumed, "loss"), loss, 0, "loss, resumed after step 10");
+  expect_close(metric(resumed, "val_loss"), metric(straight, "val_loss"), 0, "val_loss");
 }
 
 TEST_F(DilocoRuns, BytesAcrossTheWorkerBoundaryAreTheAnalyticCount) {
@@ -195,6 +214,32 @@ TEST_F(DilocoRuns, StreamingSyncsEachFragmentOncePerPeriodAtItsOffset) {
       if ((s - f * H / F) % H == 0 && s >= f * H / F) expected.push_back(s);
     EXPECT_EQ(steps_of[f], expected) << "fragment " << f;
   }
+}
+
+TEST_F(DilocoRuns, OverlapAppliesEachSyncOneStepLate) {
+  // One worker, outer lr 1, momentum 0: the sync after step s leaves θ_s, and applied after step
+  // s+1 as new anchor + (θ_{s+1} − θ_s) it gives θ_{s+1} up to rounding: plain training's run.
+  const std::string settings =
+      diloco(1, 5,
+             " --set diloco.outer_lr=1 --set diloco.outer_momentum=0 --set "
+             "diloco.overlap=true");
+  const std::string run = train(1, Layout{}, "overlap_one", settings);
+  expect_close(metric(run, "loss"), metric(reference_dir_, "loss"), 0, "loss");
+  // Every sync but the last overlaps the next step (the last is applied when training ends);
+  // its hidden part is at most its time.
+  const std::vector<std::string> syncs = lines_with(run, "outer_step");
+  ASSERT_EQ(syncs.size(), 4u);  // after steps 5, 10, 15, 20
+  for (const std::string& line : syncs)
+    EXPECT_LE(number_after(line, "outer_hidden_s"), number_after(line, "outer_sync_s")) << line;
+  EXPECT_EQ(number_after(syncs.back(), "outer_hidden_s"), 0.0);
+  // With k workers the late application is not the synchronous run, but close to it.
+  const std::string sync4 = train(4, Layout{}, "overlap_off", diloco(4, 5));
+  const std::string late4 =
+      train(4, Layout{}, "overlap_on", diloco(4, 5, " --set diloco.overlap=true"));
+  const std::vector<double> a = metric(sync4, "val_loss"), b = metric(late4, "val_loss");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_NE(a, b);
+  EXPECT_NEAR(b.back(), a.back(), 0.05 * a.back());
 }
 
 TEST_F(DilocoRuns, BadCombinationsStopWithOneErrorLine) {
