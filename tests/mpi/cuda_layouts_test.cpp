@@ -96,6 +96,33 @@ TEST_F(CudaLayouts, ZeroStagesTrainTheRunOfOneCpuProcess) {
   expect_close(metric(run, "loss"), reference, 0, "loss", 1e-2);
 }
 
+// DiLoCo on the device: the outer step reads and writes the master weights through the backend.
+// 2 workers of (tp 2) on GPUs, and of (dp 2, ZeRO-3), train the run of 2 one-rank CPU workers.
+TEST_F(CudaLayouts, DilocoWorkersTrainTheRunOfCpuWorkers) {
+  const std::string settings =
+      " --set diloco.enabled=true --set diloco.workers=2 --set diloco.inner_steps=4"
+      " --set diloco.compression=int8 --set diloco.error_feedback=true";
+  auto run_workers = [&](const Layout& layout, const std::string& name, const std::string& extra) {
+    const std::string command = testing::mpirun(2 * layout.ranks()) + testing::bin("train") + " " +
+                                dir_->str() + "/config.yaml" + layout.overrides() +
+                                " --set run.name=" + name + settings + extra;
+    const auto result = testing::run_command(command);
+    EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
+    return dir_->str() + "/runs/" + name;
+  };
+  Layout cpu;
+  cpu.device = "cpu";
+  const auto reference = metric(run_workers(cpu, "diloco_cpu", ""), "loss");
+  ASSERT_EQ(reference.size(), 20u);
+  Layout tp{1, 2, 1};
+  tp.device = "cuda";
+  expect_close(metric(run_workers(tp, "diloco_cuda_tp2", ""), "loss"), reference, 0, "tp 2");
+  Layout dp{2, 1, 1};
+  dp.device = "cuda";
+  expect_close(metric(run_workers(dp, "diloco_cuda_zero3", " --set parallel.zero.stage=3"), "loss"),
+               reference, 0, "dp 2, ZeRO-3");
+}
+
 TEST_F(CudaLayouts, Bf16LayoutTrainsTheBf16RunOfOneProcess) {
   Layout single;
   single.device = "cuda";

@@ -121,6 +121,8 @@ TEST_F(DilocoRuns, ResumesBitExactlyInTheMiddleOfAPeriod) {
               " --set diloco.compression=int4 --set diloco.error_feedback=true "
               "--set diloco.drop_probability=0.3")},
       {"streaming", diloco(2, 4, " --set diloco.fragments=2 --set diloco.compression=bf16")},
+      // fp16: every worker's own dynamic loss scale and AdamW step count are checkpointed.
+      {"fp16", diloco(2, 4, " --set precision.compute=fp16")},
       // Step 10 is a sync of its own: its reduction, to overlap step 11, is still to start.
       {"overlap", diloco(2, 5, " --set diloco.overlap=true --set diloco.averaging=butterfly")},
       {"overlap_streaming", diloco(2, 4,
