@@ -6,8 +6,8 @@
 //
 // Formats and their bound per value (x̂ = the value after a round trip):
 //   none  4 bytes, exact.
-//   bf16  2 bytes, round to nearest even: |x − x̂| ≤ 2^-9·|x| (normal range).
-//   fp16  2 bytes, round to nearest even: |x − x̂| ≤ 2^-12·|x| in fp16's normal range, ≤ 2^-25
+//   bf16  2 bytes, round to nearest even: |x − x̂| ≤ 2^-8·|x| (normal range; 8 significant bits).
+//   fp16  2 bytes, round to nearest even: |x − x̂| ≤ 2^-11·|x| in fp16's normal range, ≤ 2^-25
 //         below it; beyond 65504 it overflows to ±inf (outer gradients are differences of
 //         weights, far below that).
 //   int8, int4  symmetric blocks (model/kernels/quantize_block.h, ZeRO++'s quantiser: int8 in
