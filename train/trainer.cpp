@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <numeric>
 #include <vector>
 
 #include "data/loader.h"
@@ -15,6 +14,7 @@
 #include "train/checkpoint.h"
 #include "train/cuda_training.h"
 #include "train/diloco.h"
+#include "train/diloco_run.h"
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/process_memory.h"
@@ -35,31 +35,6 @@ GptShape shape_of(const ModelConfig& m) {
 void check_mpi_support(const Config& c) {
   if (c.diloco.enabled && c.diloco.overlap && !mpi_thread_multiple())
     fail("diloco.overlap needs an MPI library that supports MPI_THREAD_MULTIPLE");
-}
-
-// DiLoCo's communicators: this rank's worker (a contiguous block of world/k ranks, the world of
-// its mesh), its counterparts in every worker (the outer group, ranked by worker), and duplicates
-// of both for metric sums, whose traffic no figure reports. Without DiLoCo: the world alone.
-struct WorkerGroups {
-  int worker = 0, workers = 1;
-  std::unique_ptr<MpiCommunicator> worker_comm, worker_metrics, outer, outer_metrics;
-};
-
-WorkerGroups make_worker_groups(const Config& c, MpiCommunicator& world) {
-  WorkerGroups g;
-  if (!c.diloco.enabled) return g;
-  g.workers = c.diloco.workers;
-  const int size = world.size() / g.workers, local = world.rank() % size;
-  g.worker = world.rank() / size;
-  world.set_ranks_per_worker(size);
-  std::vector<int> block(static_cast<std::size_t>(size)), counterparts;
-  std::iota(block.begin(), block.end(), g.worker * size);
-  for (int w = 0; w < g.workers; ++w) counterparts.push_back(w * size + local);
-  g.worker_comm = world.subgroup(block);  // collective over the world, in this order
-  g.worker_metrics = world.subgroup(block);
-  g.outer = world.subgroup(counterparts);
-  g.outer_metrics = world.subgroup(counterparts);
-  return g;
 }
 
 // The part of the model pipeline stage `stage` of this rank's tp coordinate holds.
@@ -210,27 +185,13 @@ struct Trainer::State {
   }
 
   void make_diloco(const BackendPlacement& placement, ElementRange share) {
-    DilocoPlacement d;
-    d.worker = workers.worker;
-    d.workers = workers.workers;
-    d.outer = workers.outer.get();
-    d.metrics = workers.outer_metrics.get();
-    d.worker_group = workers.worker_metrics.get();
-    d.dp = &groups.dp();
-    d.share = share;
-    d.gather_over_dp = mesh.dp_size() > 1 && !placement.plan.parameters_by_segment;
-    for (const TensorView& t : backend->layout().tensors())
-      if (!is_tied_copy(placement.partition, t) &&
-          !(replicated_over_tp(placement.partition, t) && placement.partition.tp_rank != 0))
-        d.counted.push_back({t.offset, t.offset + t.size});
-    diloco = std::make_unique<Diloco>(config.diloco, config.run.seed, backend->layout(),
-                                      config.model.n_layer, d);
+    diloco = std::make_unique<Diloco>(
+        config.diloco, config.run.seed, backend->layout(), config.model.n_layer,
+        diloco_placement(workers, groups, placement, backend->layout(), share));
     // Every worker's buffers are datasets of the checkpoint.
-    std::vector<StateBuffer> names = named_state();
-    for (int w = 0; w < workers.workers; ++w)
-      for (const StateBuffer& b : names)
-        checkpoint_writer.dataset_names.push_back(diloco_state_prefix(w) +
-                                                  b.name.substr(state_prefix.size()));
+    std::vector<std::string> names;
+    for (const StateBuffer& b : named_state()) names.push_back(b.name.substr(state_prefix.size()));
+    checkpoint_writer.dataset_names = every_workers_names(names, workers.workers);
   }
 
   // The training state this rank holds under the names it takes in checkpoints: the backend's,
@@ -424,45 +385,10 @@ struct Trainer::State {
     std::fflush(stdout);
   }
 
-  // The `outer` metrics line of the syncs after a step: the outer gradient norm, every worker's
-  // loss of that step, the bytes the job sent across the worker boundary, the sync's seconds.
-  // Collective over the world (the sums run on uncounted communicators).
   void report_outer(const std::vector<OuterSyncReport>& syncs, double loss,
                     const CommStats& outer_stats) {
-    std::vector<double> losses(static_cast<std::size_t>(workers.workers));
-    workers.outer_metrics->all_gather(&loss, losses.data(), 1);
-    const JsonLine bytes = job_link_bytes_of(outer_stats, world);
-    // The sync ends when its slowest rank is done; of it, what every rank hid behind compute.
-    double seconds = 0, exposed = 0;
-    for (const OuterSyncReport& r : syncs) {
-      seconds += r.seconds;
-      exposed += r.seconds - r.hidden_seconds;
-    }
-    double slowest[2] = {seconds, exposed};
-    if (MPI_Allreduce(MPI_IN_PLACE, slowest, 2, MPI_DOUBLE, MPI_MAX, world.comm()) != MPI_SUCCESS)
-      fail("MPI_Allreduce of the outer sync's seconds failed");
-    if (!is_logger()) return;
-    for (const OuterSyncReport& r : syncs) {
-      std::vector<double> dropped;  // worker indices
-      for (std::size_t w = 0; w < r.dropped.size(); ++w)
-        if (r.dropped[w]) dropped.push_back(static_cast<double>(w));
-      JsonLine line;
-      line.add("step", r.step)
-          .add("outer_step", r.round + 1)
-          .add("fragment", r.fragment)
-          .add("outer_grad_norm", r.outer_gradient_norm)
-          .add("worker_loss", losses, "%.6f")
-          .add("dropped_workers", dropped)
-          .add("outer_sync_s", slowest[0], "%.6f")
-          .add("outer_hidden_s", std::max(0.0, slowest[0] - slowest[1]), "%.6f")
-          .add("outer_comm_bytes_job", bytes);
-      if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
-      metrics->write(line);
-    }
-    std::printf("outer step after step %lld | fragments %zu | outer grad norm %.4f | %s\n",
-                static_cast<long long>(syncs.front().step), syncs.size(),
-                syncs.front().outer_gradient_norm, bytes.str().c_str());
-    std::fflush(stdout);
+    report_outer_syncs(syncs, loss, outer_stats, workers, world,
+                       is_logger() ? metrics.get() : nullptr);
   }
 
   // Activation memory differs by pipeline stage (1F1B holds more micro-batches on early

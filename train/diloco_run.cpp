@@ -1,0 +1,97 @@
+#include "train/diloco_run.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "model/core/error.h"
+#include "parallel/reduction_plan.h"
+#include "train/step_report.h"
+
+namespace strata {
+
+WorkerGroups make_worker_groups(const Config& config, MpiCommunicator& world) {
+  WorkerGroups g;
+  if (!config.diloco.enabled) return g;
+  g.workers = config.diloco.workers;
+  const int size = world.size() / g.workers, local = world.rank() % size;
+  g.worker = world.rank() / size;
+  world.set_ranks_per_worker(size);
+  std::vector<int> block(static_cast<std::size_t>(size)), counterparts;
+  std::iota(block.begin(), block.end(), g.worker * size);
+  for (int w = 0; w < g.workers; ++w) counterparts.push_back(w * size + local);
+  g.worker_comm = world.subgroup(block);  // collective over the world, in this order
+  g.worker_metrics = world.subgroup(block);
+  g.outer = world.subgroup(counterparts);
+  g.outer_metrics = world.subgroup(counterparts);
+  return g;
+}
+
+DilocoPlacement diloco_placement(const WorkerGroups& workers, const ProcessGroups& groups,
+                                 const BackendPlacement& placement, const ParameterLayout& layout,
+                                 ElementRange share) {
+  DilocoPlacement d;
+  d.worker = workers.worker;
+  d.workers = workers.workers;
+  d.outer = workers.outer.get();
+  d.metrics = workers.outer_metrics.get();
+  d.worker_group = workers.worker_metrics.get();
+  d.dp = &groups.dp();
+  d.share = share;
+  d.gather_over_dp = groups.dp().size() > 1 && !placement.plan.parameters_by_segment;
+  const ModelPartition& p = placement.partition;
+  for (const TensorView& t : layout.tensors())
+    if (!is_tied_copy(p, t) && !(replicated_over_tp(p, t) && p.tp_rank != 0))
+      d.counted.push_back({t.offset, t.offset + t.size});
+  return d;
+}
+
+std::vector<std::string> every_workers_names(const std::vector<std::string>& names, int workers) {
+  std::vector<std::string> all;
+  for (int w = 0; w < workers; ++w)
+    for (const std::string& name : names) all.push_back(diloco_state_prefix(w) + name);
+  return all;
+}
+
+void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
+                        const CommStats& outer_stats, const WorkerGroups& workers,
+                        MpiCommunicator& world, MetricsWriter* metrics) {
+  std::vector<double> losses(static_cast<std::size_t>(workers.workers));
+  workers.outer_metrics->all_gather(&loss, losses.data(), 1);
+  const JsonLine bytes = job_link_bytes_of(outer_stats, world);
+  // The sync ends when its slowest rank is done; of it, what every rank hid behind compute.
+  double seconds = 0, exposed = 0;
+  for (const OuterSyncReport& r : syncs) {
+    seconds += r.seconds;
+    exposed += r.seconds - r.hidden_seconds;
+  }
+  double slowest[2] = {seconds, exposed};
+  if (MPI_Allreduce(MPI_IN_PLACE, slowest, 2, MPI_DOUBLE, MPI_MAX, world.comm()) != MPI_SUCCESS)
+    fail("MPI_Allreduce of the outer sync's seconds failed");
+  if (metrics == nullptr) return;
+  for (const OuterSyncReport& r : syncs) {
+    std::vector<double> dropped;  // worker indices
+    for (std::size_t w = 0; w < r.dropped.size(); ++w)
+      if (r.dropped[w]) dropped.push_back(static_cast<double>(w));
+    JsonLine line;
+    line.add("step", r.step)
+        .add("outer_step", r.round + 1)
+        .add("fragment", r.fragment)
+        .add("outer_grad_norm", r.outer_gradient_norm)
+        .add("worker_loss", losses, "%.6f")
+        .add("dropped_workers", dropped)
+        .add("outer_sync_s", slowest[0], "%.6f")
+        .add("outer_hidden_s", std::max(0.0, slowest[0] - slowest[1]), "%.6f")
+        .add("outer_comm_bytes_job", bytes);
+    if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
+    metrics->write(line);
+  }
+  std::printf("outer step after step %lld | fragments %zu | outer grad norm %.4f | %s\n",
+              static_cast<long long>(syncs.front().step), syncs.size(),
+              syncs.front().outer_gradient_norm, bytes.str().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace strata
