@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs Strata's dependencies (Debian 12 packages) when any is missing; a no-op otherwise.
 # Used by both README commands and by CI. Extra package names may be passed as arguments.
+# python3-venv lets scripts/setup_python.sh make the Python test environment (opt-in: test.sh).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev libhdf5-dev
           libsentencepiece-dev libopenmpi-dev openmpi-bin libopenblas-openmp-dev libgtest-dev
-          fortunes "$@")
+          fortunes python3-venv "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -32,6 +32,7 @@
 #include "data/split.h"
 #include "data/tokenizer.h"
 #include "model/core/error.h"
+#include "train/progress_bar.h"
 
 namespace strata {
 namespace {
@@ -155,21 +156,22 @@ class ProgressLine {
                                ? 100.0
                                : 100.0 * static_cast<double>(progress.bytes_done) /
                                      static_cast<double>(progress.bytes_total);
-    std::fprintf(stderr, "%sencoding: %zu/%zu documents, %.1f/%.1f MB (%.0f%%), %.1f MB/s%s",
-                 terminal_ ? "\r" : "", progress.documents_done, progress.documents_total,
-                 megabytes(progress.bytes_done), megabytes(progress.bytes_total), percent,
-                 seconds > 0 ? megabytes(progress.bytes_done) / seconds : 0.0,
-                 terminal_ ? "\x1b[K" : "\n");
-    drawn_ = terminal_;
+    char text[160];
+    std::snprintf(text, sizeof(text),
+                  "encoding: %zu/%zu documents, %.1f/%.1f MB (%.0f%%), %.1f MB/s",
+                  progress.documents_done, progress.documents_total, megabytes(progress.bytes_done),
+                  megabytes(progress.bytes_total), percent,
+                  seconds > 0 ? megabytes(progress.bytes_done) / seconds : 0.0);
+    if (terminal_)
+      line_.draw(text);
+    else
+      std::fprintf(stderr, "%s\n", text);
   }
-  void finish() {
-    if (drawn_) std::fputc('\n', stderr);
-    drawn_ = false;
-  }
+  void finish() { line_.finish(); }
 
  private:
   bool terminal_;
-  bool drawn_ = false;
+  LiveLine line_{stderr};
   Clock::time_point start_;
   Clock::time_point last_;
 };

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
@@ -89,7 +90,9 @@ std::int64_t step_of(const std::string& line) {
 }
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_step) {
+MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_step)
+    : events_((std::filesystem::path(path).parent_path() / "tensorboard").string(),
+              keep_through_step) {
   std::vector<std::string> kept;
   if (keep_through_step >= 0) {
     std::ifstream in(path);
@@ -103,8 +106,10 @@ MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_
 }
 
 void MetricsWriter::write(const JsonLine& line) {
-  out_ << line.str() << '\n';
+  const std::string text = line.str();
+  out_ << text << '\n';
   out_.flush();
+  events_.write_metrics_line(text);
 }
 
 }  // namespace strata

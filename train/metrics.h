@@ -1,7 +1,8 @@
 // <run>/metrics.jsonl: one JSON object per line (DESIGN §5). Training lines carry step, loss, lr,
 // grad_norm, tokens_per_s, step_ms (and memory, communication); evaluation lines step, val_loss.
 // Only one rank writes. On resume, lines of steps after the resumed checkpoint are dropped first,
-// so the file always describes one consistent run.
+// so the file always describes one consistent run. Every line also goes, as scalars at its step,
+// to TensorBoard's event files in tensorboard/ beside the file (train/tensorboard.h).
 //
 // JsonLine is the one JSON builder of the project: the metrics lines, and every tool that prints
 // JSON (bench), build their objects with it rather than by hand.
@@ -13,6 +14,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "train/tensorboard.h"
 
 namespace strata {
 
@@ -85,12 +88,15 @@ JsonLine comm_bytes_json(const CommStats& stats);
 class MetricsWriter {
  public:
   // Opens <path> for appending after dropping lines whose "step" exceeds keep_through_step
-  // (pass -1 to start a new file).
+  // (pass -1 to start a new file), and starts a new TensorBoard event file in tensorboard/ beside
+  // <path> (EventFileWriter: with -1, after removing the event files of an earlier run there).
   MetricsWriter(const std::string& path, std::int64_t keep_through_step);
+  // One line of <path> and one event of its scalars, both flushed.
   void write(const JsonLine& line);
 
  private:
   std::ofstream out_;
+  EventFileWriter events_;
 };
 
 }  // namespace strata

@@ -18,6 +18,7 @@
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
 #include "train/process_memory.h"
+#include "train/progress_bar.h"
 #include "train/step_report.h"
 #include "train/stop_signal.h"
 #include "train/training_step.h"
@@ -442,13 +443,16 @@ int Trainer::run() {
   install_stop_signal_handlers();
   if (s.is_logger()) s.print_startup();
   double last_loss = 0;  // the last step's, for a sync that finish() applies
+  ProgressBar bar(s.is_logger(), s.progress.step, c.train.steps);  // on a terminal only
 
   while (s.progress.step < c.train.steps) {
+    bar.draw(s.progress.step);
     const StepWatch watch(s.groups, s.workers.outer.get());
     if (s.diloco) s.diloco->begin_inner_step();  // overlap: the reduction in flight from here
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
     const StepResult result = training_step(*s.backend, s.reduction_groups, s.settings, train_batch,
                                             s.scaler, s.progress);
+    bar.erase();  // the step's log lines take its row
     const std::int64_t step = s.progress.step;
     const CommStats outer_before = s.diloco ? s.workers.outer->stats() : CommStats{};
     const std::vector<OuterSyncReport> syncs =
