@@ -80,9 +80,12 @@ def summary(run):
         if "outer_sync_s" in m and run == name:
             sync += m["outer_sync_s"]
             hidden += m["outer_hidden_s"]
-        if "comm_bytes_job" in m:  # every step line, outer syncs included
-            job = m["comm_bytes_job"]
-            cross += job.get("inter_worker", 0) + job.get("inter_node", 0)
+        # Across nodes: the step lines; across workers: every sync's own line (a sync applied
+        # after the last step, with overlap, is in no step line).
+        if "comm_bytes_job" in m:
+            cross += m["comm_bytes_job"].get("inter_node", 0)
+        if "outer_comm_bytes_job" in m:
+            cross += m["outer_comm_bytes_job"].get("inter_worker", 0)
     return val, cross
 
 val, cross = summary(name)
