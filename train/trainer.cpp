@@ -448,13 +448,15 @@ int Trainer::run() {
   while (s.progress.step < c.train.steps) {
     bar.draw(s.progress.step);
     const StepWatch watch(s.groups, s.workers.outer.get());
+    // The syncs' bytes: from here, so that an overlapped reduction (in flight during the step) is
+    // counted with the sync it belongs to.
+    const CommStats outer_before = s.diloco ? s.workers.outer->stats() : CommStats{};
     if (s.diloco) s.diloco->begin_inner_step();  // overlap: the reduction in flight from here
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
     const StepResult result = training_step(*s.backend, s.reduction_groups, s.settings, train_batch,
                                             s.scaler, s.progress);
     bar.erase();  // the step's log lines take its row
     const std::int64_t step = s.progress.step;
-    const CommStats outer_before = s.diloco ? s.workers.outer->stats() : CommStats{};
     const std::vector<OuterSyncReport> syncs =
         s.diloco ? s.diloco->after_inner_step(*s.backend, step) : std::vector<OuterSyncReport>{};
     const double step_ms = watch.elapsed_ms();

@@ -238,6 +238,14 @@ TEST_F(DilocoRuns, OverlapAppliesEachSyncOneStepLate) {
   const std::string sync4 = train(4, Layout{}, "overlap_off", diloco(4, 5));
   const std::string late4 =
       train(4, Layout{}, "overlap_on", diloco(4, 5, " --set diloco.overlap=true"));
+  // Each sync moves the same bytes, in flight or not, and its line counts them.
+  const std::vector<std::string> on = lines_with(late4, "outer_step"),
+                                 off = lines_with(sync4, "outer_step");
+  ASSERT_EQ(on.size(), off.size());
+  for (std::size_t i = 0; i < on.size(); ++i) {
+    EXPECT_GT(number_after(off[i], "inter_worker"), 0) << off[i];
+    EXPECT_EQ(number_after(on[i], "inter_worker"), number_after(off[i], "inter_worker")) << on[i];
+  }
   const std::vector<double> a = metric(sync4, "val_loss"), b = metric(late4, "val_loss");
   ASSERT_EQ(a.size(), b.size());
   EXPECT_NE(a, b);
