@@ -162,6 +162,15 @@ std::string describe_id(hid_t object) {
   return description.append("'");
 }
 
+namespace {
+// HDF5 closes every file still open when the process exits (H5_term_library, an atexit hook).
+// A file whose write failed (a full disk) cannot be flushed, stays open inside HDF5, and that
+// exit-time close then crashes in HDF5 1.10; every file of ours is closed by its owner, so the
+// hook is turned off. It must be, before the library's first call: this runs at static
+// initialisation of every program that links the HDF5 helpers.
+const bool hdf5_exit_hook_disabled = H5dont_atexit() >= 0;
+}  // namespace
+
 void quiet_hdf5_errors() {
   thread_local bool quiet = false;
   if (quiet) return;

@@ -144,11 +144,16 @@ void check_format(hid_t file, const std::string& path) {
 }
 
 // The same decision on every rank: an error anywhere fails the write everywhere.
-void agree_or_fail(Communicator* world, const std::string& local_error) {
+void agree_or_fail(Communicator* world, const std::string& local_error,
+                   const std::string& final_path) {
   std::int64_t failed = local_error.empty() ? 0 : 1;
   if (world) world->all_reduce_max(&failed, 1);
-  if (!local_error.empty()) fail(local_error);
-  if (failed) fail("writing the checkpoint failed on another rank");
+  if (!local_error.empty())
+    fail("cannot write checkpoint '", final_path, "': ", local_error,
+         " (earlier checkpoints are untouched)");
+  if (failed)
+    fail("writing checkpoint '", final_path,
+         "' failed on another rank (earlier checkpoints are untouched)");
 }
 
 }  // namespace
@@ -259,7 +264,7 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
     }
   }
   try {
-    agree_or_fail(world, error);
+    agree_or_fail(world, error, final_path);
     for (int turn = 0; turn < ranks; ++turn) {  // HDF5 files take one writer at a time
       if (turn == rank) {
         try {
@@ -270,7 +275,7 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
       }
       if (world) world->barrier();
     }
-    agree_or_fail(world, error);
+    agree_or_fail(world, error, final_path);
   } catch (...) {
     remove_temp();
     throw;
@@ -278,10 +283,10 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
   if (rank == 0) {
     std::error_code ec;
     fs::rename(temp_path, final_path, ec);
-    if (ec) error = "cannot rename '" + temp_path + "' to '" + final_path + "': " + ec.message();
+    if (ec) error = "cannot rename '" + temp_path + "' to it: " + ec.message();
   }
   try {
-    agree_or_fail(world, error);
+    agree_or_fail(world, error, final_path);
   } catch (...) {
     remove_temp();
     throw;
@@ -389,6 +394,7 @@ std::int64_t checkpoint_step(const std::string& name) {
     return -1;
   return std::stoll(digits);
 }
+}  // namespace
 
 std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& directory) {
   std::vector<std::pair<std::int64_t, std::string>> found;
@@ -401,7 +407,6 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
   std::sort(found.begin(), found.end());
   return found;
 }
-}  // namespace
 
 std::optional<std::string> latest_checkpoint(const std::string& directory) {
   const auto found = list_checkpoints(directory);

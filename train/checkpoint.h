@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/core/element_range.h"
@@ -135,6 +136,9 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
 // The whole of `layout` (its parameters; with_optimizer: also the AdamW moments).
 Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout,
                            bool with_optimizer);
+
+// The checkpoint files (step_<digits>.h5) of `directory` with their steps, oldest first.
+std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& directory);
 
 // Newest complete checkpoint (highest step) in `directory`, if any.
 std::optional<std::string> latest_checkpoint(const std::string& directory);

@@ -60,6 +60,11 @@ struct TrainConfig {
   std::int64_t eval_tokens = 65536;
   int log_every = 10;
   int stop_after = 0;  // stop (with a checkpoint) once this many steps are done; 0: run to `steps`
+  // A step whose loss or gradients are non-finite (not an fp16 overflow, which the loss scale
+  // handles) is never applied. skip: the run goes on, and stops once `nonfinite_limit` such steps
+  // come in a row; stop: the first one stops the run. Either way the last checkpoint is intact.
+  std::string nonfinite = "skip";  // skip | stop
+  int nonfinite_limit = 3;
 
   bool operator==(const TrainConfig&) const = default;
 };

@@ -34,6 +34,7 @@ struct LossScale {
 inline constexpr std::array<std::string_view, 3> kSchedules{"cosine", "linear", "constant"};
 inline constexpr std::array<std::string_view, 3> kComputeTypes{"fp32", "bf16", "fp16"};
 inline constexpr std::array<std::string_view, 2> kPipelineSchedules{"1f1b", "gpipe"};
+inline constexpr std::array<std::string_view, 2> kNonfinitePolicies{"skip", "stop"};
 inline constexpr std::array<std::string_view, 3> kRecomputeModes{"none", "selective", "full"};
 inline constexpr std::array<std::string_view, 3> kDevices{"cpu", "cuda", "auto"};
 inline constexpr std::array<std::string_view, 3> kDeviceComms{"auto", "nccl", "host"};
@@ -78,6 +79,8 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("train.eval_tokens", c.train.eval_tokens);
   visit("train.log_every", c.train.log_every);
   visit("train.stop_after", c.train.stop_after);
+  visit("train.nonfinite", Choice{c.train.nonfinite, kNonfinitePolicies});
+  visit("train.nonfinite_limit", c.train.nonfinite_limit);
 
   visit("checkpoint.every", c.checkpoint.every);
   visit("checkpoint.keep", c.checkpoint.keep);

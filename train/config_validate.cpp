@@ -89,6 +89,7 @@ void validate_train(const Config& c, const Rules& rules) {
                c.model.seq_len, ") to evaluate at least one sequence");
   rules.at_least("train.log_every", t.log_every, 1);
   rules.at_least("train.stop_after", t.stop_after, 0);
+  rules.at_least("train.nonfinite_limit", t.nonfinite_limit, 1);
 
   rules.at_least("checkpoint.every", c.checkpoint.every, 0);
   rules.at_least("checkpoint.keep", c.checkpoint.keep, 0);

@@ -12,6 +12,7 @@
 #include "train/config.h"
 #include "train/thread_budget.h"
 #include "train/trainer.h"
+#include "train/training_step.h"
 
 namespace {
 
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
     // Said once set-up has succeeded: a set-up error stays the run's one line of output.
     if (rank == 0) std::cout << strata::describe(threads) << std::endl;
     return trainer->run();
+  } catch (const strata::NonfiniteStop& e) {
+    // Every rank stops at the same step: no peer waits, so no abort.
+    if (rank == 0) std::cerr << "error: " << e.what() << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     // Set-up errors (config, data, checkpoint) are identical on every rank: rank 0 speaks for all.
     // Later errors may hit one rank only: it speaks and aborts the job so no peer waits forever.

@@ -96,8 +96,12 @@ MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_
   std::vector<std::string> kept;
   if (keep_through_step >= 0) {
     std::ifstream in(path);
-    for (std::string line; std::getline(in, line);)
-      if (step_of(line) <= keep_through_step) kept.push_back(line);
+    // Every line has a step; one that does not, or does not end its object, is the torn last
+    // line of a job killed while writing it.
+    for (std::string line; std::getline(in, line);) {
+      const std::int64_t step = step_of(line);
+      if (step >= 0 && step <= keep_through_step && line.ends_with('}')) kept.push_back(line);
+    }
   }
   out_.open(path, std::ios::trunc);
   if (!out_) fail("cannot write metrics file '", path, "'");

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <vector>
 
 #include "data/loader.h"
@@ -12,6 +13,7 @@
 #include "model/core/error.h"
 #include "parallel/process_groups.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_verify.h"
 #include "train/cuda_training.h"
 #include "train/diloco.h"
 #include "train/diloco_run.h"
@@ -96,6 +98,7 @@ struct Trainer::State {
   const Mesh& mesh;
   ReductionGroups reduction_groups;
   StepSettings settings;
+  std::set<std::int64_t> nonfinite_test_steps;  // test hook (training_step.h)
   GptShape shape;
   StepProgram step_program;
   std::string device;
@@ -129,6 +132,8 @@ struct Trainer::State {
     settings.accumulation = c.train.global_batch / (c.train.micro_batch * settings.dp);
     settings.global_batch = c.train.global_batch;
     settings.grad_clip = c.optimizer.grad_clip;
+    settings.max_nonfinite_in_a_row = max_nonfinite_in_a_row(c.train);
+    nonfinite_test_steps = test_nonfinite_steps();
     step_program = make_step_program(c, mesh, settings.accumulation);
     if (!c.data.val.empty()) val_split = TokenSource::open(c.data.val);
     reports_loss_scale = c.precision.compute == "fp16";
@@ -234,12 +239,7 @@ struct Trainer::State {
       return;
     }
     std::vector<StateBuffer> buffers = named_state();
-    std::string path = *resume_from;
-    if (path.empty()) {
-      const auto latest = latest_checkpoint(ckpt_dir);
-      if (!latest) fail("--resume: no checkpoint to resume in '", ckpt_dir, "'");
-      path = *latest;
-    }
+    const std::string path = choose_resume_checkpoint(*resume_from, ckpt_dir, world);
     // A checkpoint of another number of DiLoCo workers lacks (or has more of) their state.
     const int checkpoint_workers = read_checkpoint_workers(path);
     if (checkpoint_workers != workers.workers)
@@ -453,6 +453,7 @@ int Trainer::run() {
     const CommStats outer_before = s.diloco ? s.workers.outer->stats() : CommStats{};
     if (s.diloco) s.diloco->begin_inner_step();  // overlap: the reduction in flight from here
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
+    s.settings.inject_nonfinite_gradients = s.nonfinite_test_steps.contains(s.progress.step + 1);
     const StepResult result = training_step(*s.backend, s.reduction_groups, s.settings, train_batch,
                                             s.scaler, s.progress);
     bar.erase();  // the step's log lines take its row

@@ -1,11 +1,23 @@
 #include "train/training_step.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+#include <string>
 
 #include "model/core/error.h"
 #include "train/optimizer.h"
 
 namespace strata {
+namespace {
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream text;
+  (text << ... << parts);
+  return text.str();
+}
+}  // namespace
 
 StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups,
                          const StepSettings& settings, const MicroBatchSource& source,
@@ -21,8 +33,11 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
   const double local_loss = backend.accumulate_gradients(settings.accumulation, loss_scale, source);
   backend.reduce_gradients();
   // Summed over every rank, so all ranks agree on overflow and skip together.
+  const double local_sum_of_squares = settings.inject_nonfinite_gradients
+                                          ? std::numeric_limits<double>::quiet_NaN()
+                                          : backend.gradient_sum_of_squares();
   const double sum_of_squares =
-      sum_over_axes(backend.gradient_sum_of_squares(), backend.plan().norm_axes, groups);
+      sum_over_axes(local_sum_of_squares, backend.plan().norm_axes, groups);
   // The loss lives on the last stage of every replica.
   const double loss_sum = sum_over_axes(local_loss, {ParallelAxis::pp, ParallelAxis::dp}, groups);
 
@@ -37,13 +52,34 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
     backend.apply_optimizer(OptimizerStep{settings.lr, grad_scale, progress.optimizer_steps});
     result.applied = true;
     progress.consecutive_nonfinite = 0;
-  } else if (!result.scale_overflow && ++progress.consecutive_nonfinite >= 3) {
-    fail("loss or gradients non-finite for 3 consecutive steps at step ", progress.step + 1,
-         "; stopping (the last checkpoint is intact)");
+  } else if (!result.scale_overflow &&
+             ++progress.consecutive_nonfinite >= settings.max_nonfinite_in_a_row) {
+    if (settings.max_nonfinite_in_a_row == 1)
+      throw NonfiniteStop(
+          concat("loss or gradients non-finite at step ", progress.step + 1,
+                 " (train.nonfinite: stop); stopping, the last checkpoint is intact"));
+    throw NonfiniteStop(
+        concat("loss or gradients non-finite for ", progress.consecutive_nonfinite,
+               " steps in a row at step ", progress.step + 1,
+               " (train.nonfinite_limit); stopping, the last checkpoint is intact"));
   }
   progress.step += 1;
   progress.data_position += settings.global_batch;
   return result;
+}
+
+std::set<std::int64_t> test_nonfinite_steps() {
+  std::set<std::int64_t> steps;
+  const char* list = std::getenv("STRATA_TEST_NONFINITE_STEPS");
+  if (!list) return steps;
+  std::istringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) steps.insert(std::stoll(item));
+  return steps;
+}
+
+int max_nonfinite_in_a_row(const TrainConfig& train) {
+  return train.nonfinite == "stop" ? 1 : train.nonfinite_limit;
 }
 
 }  // namespace strata

@@ -5,12 +5,15 @@
 // pipeline program), reduced by the plan, their global norm taken (Σ g² over the plan's norm
 // ranges, summed over its norm groups, unscaled), then, when loss and norm are finite, clipped
 // and applied by the optimizer on the owned range. An fp16 overflow under a dynamic loss scale is
-// routine: the step is skipped and the scale halved; any other non-finite step counts towards
-// the stop policy (3 in a row end the run, the last checkpoint intact).
+// routine: the step is skipped and the scale halved; any other non-finite step is skipped too and
+// counts towards the stop policy (train.nonfinite: `max_nonfinite_in_a_row` such steps in a row
+// end the run, the last checkpoint intact).
 #pragma once
 
 #include <cstdint>
+#include <set>
 
+#include "model/core/error.h"
 #include "parallel/host_reduction.h"
 #include "parallel/pipeline_executor.h"
 #include "train/config.h"
@@ -34,6 +37,24 @@ struct StepSettings {
   int global_batch = 1;  // sequences per step (data_position advances by it)
   double lr = 0;
   double grad_clip = 0;
+  int max_nonfinite_in_a_row = 3;  // non-finite steps in a row that stop the run (1: the first)
+  // Test-only (the trainer sets it from STRATA_TEST_NONFINITE_STEPS, never from the config): this
+  // step's gradients count as non-finite, as a NaN in any rank's gradients would make them.
+  bool inject_nonfinite_gradients = false;
+};
+
+// settings.max_nonfinite_in_a_row for the config's train.nonfinite policy.
+int max_nonfinite_in_a_row(const TrainConfig& train);
+
+// The steps (1-based) whose gradients a test makes non-finite: STRATA_TEST_NONFINITE_STEPS, a
+// comma-separated list, read once at start-up. A test hook, deliberately not a config key.
+std::set<std::int64_t> test_nonfinite_steps();
+
+// The stop policy ended the run. Every rank decides it alike from the same global sums, so the
+// ranks stop together (no job abort is needed) and rank 0 alone reports it.
+class NonfiniteStop : public Error {
+ public:
+  using Error::Error;
 };
 
 struct StepResult {

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Kill -9 at any moment: a multi-rank training job loses one rank to SIGKILL at a seeded random
+moment (or just as a checkpoint is being written), dies, is resumed with `--resume`, and so on
+until it completes; its final checkpoint and its whole loss trace must then be bitwise those of an
+uninterrupted run (fp32 on the CPU).
+
+For each variant (4 ranks: tp 2 x dp 2; ZeRO-3 over dp 4; two DiLoCo workers of tp 2), one
+uninterrupted reference run, then chaos trials until the variant has taken its kills. A kill's
+moment is one of
+  random      a uniform time into the attempt (start-up, steps, evaluation, checkpoints alike),
+  checkpoint  the moment a checkpoint's temporary file appears (the write in progress),
+and its phase is classified from what the job had done when the signal was sent: start-up (no
+step finished since launch), checkpoint write (a temporary checkpoint file exists), or step.
+Prints one line per kill and a summary table (markdown); exits 1 if any trial fails to complete
+or to match. Standard library only; run by scripts/chaos.sh.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VARIANTS = {
+    "tp2_dp2": "parallel: {tp: 2, gpus_per_node: 4}\n",
+    "zero3": "parallel: {tp: 1, gpus_per_node: 4, zero: {stage: 3}}\n",
+    "diloco": (
+        "parallel: {tp: 2, gpus_per_node: 2}\n"
+        "diloco: {enabled: true, workers: 2, inner_steps: 4, outer_lr: 0.7,"
+        " outer_momentum: 0.9}\n"
+    ),
+}
+
+
+def write_config(path, name, run_dir, data, steps, vocab, extra):
+    path.write_text(
+        f"run: {{name: {name}, dir: {run_dir}, seed: 11}}\n"
+        f"model: {{n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: {vocab}}}\n"
+        f"data: {{train: {data}/train, val: {data}/val}}\n"
+        "optimizer: {lr: 3.0e-3, warmup_steps: 2}\n"
+        f"train: {{steps: {steps}, global_batch: 8, micro_batch: 2, eval_every: 6,"
+        " eval_tokens: 1024, log_every: 1}\n"
+        "checkpoint: {every: 2, keep: 2}\n"
+        "device: cpu\n"
+        "threads: 1\n" + extra
+    )
+
+
+def mpirun_command(build, ranks, config, resume):
+    command = ["mpirun", "--oversubscribe", "-np", str(ranks), str(build / "bin" / "train"),
+               str(config)]
+    return command + (["--resume"] if resume else [])
+
+
+def environment():
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", OMP_NUM_THREADS="1")
+    return env
+
+
+def rank_processes(mpirun_pid):
+    """{rank: pid} of the `train` processes mpirun started (read from their environment)."""
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            if parent != mpirun_pid:
+                continue
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        for item in env:
+            if item.startswith(b"OMPI_COMM_WORLD_RANK="):
+                ranks[int(item.split(b"=", 1)[1])] = int(entry.name)
+    return ranks
+
+
+def writing_checkpoint(checkpoints):
+    return checkpoints.is_dir() and any(
+        p.name.startswith(".step_") and ".h5.tmp" in p.name for p in checkpoints.iterdir())
+
+
+def steps_done(log_path):
+    """Step lines printed since this attempt began (the log is per attempt)."""
+    try:
+        return len(re.findall(r"^step *\d+/", log_path.read_text(), re.MULTILINE))
+    except OSError:
+        return 0
+
+
+def trace(metrics):
+    """Every training and evaluation line's numbers that must repeat exactly, by step."""
+    lines = {}
+    for text in metrics.read_text().splitlines():
+        record = json.loads(text)
+        if "loss" in record:
+            lines[("train", record["step"])] = (record["loss"], record["grad_norm"], record["lr"])
+        elif "val_loss" in record:
+            lines[("eval", record["step"])] = record["val_loss"]
+        elif "outer_grad_norm" in record:
+            lines[("outer", record["step"])] = (record["outer_grad_norm"], record["worker_loss"])
+    return lines
+
+
+class Attempt:
+    """One launch of the job, optionally killed."""
+
+    def __init__(self, args, config, log_path, resume):
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(
+            mpirun_command(args.build, 4, config, resume), stdout=self.log,
+            stderr=subprocess.STDOUT, env=environment(), start_new_session=True)
+
+    def alive(self):
+        return self.process.poll() is None
+
+    def wait(self, timeout):
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            return self.process.wait()
+        finally:
+            self.log.close()
+
+
+def kill_one_rank(attempt, rng, mode, checkpoints, duration):
+    """Waits for the kill moment, SIGKILLs one rank; returns its phase, or None (job ended)."""
+    deadline = attempt.started + (rng.uniform(0.2, duration) if mode == "random" else 600)
+    while attempt.alive():
+        if mode == "checkpoint" and writing_checkpoint(checkpoints):
+            break
+        if mode == "random" and time.monotonic() >= deadline:
+            break
+        time.sleep(0.002)
+    ranks = rank_processes(attempt.process.pid)
+    if not attempt.alive() or not ranks:
+        return None
+    if writing_checkpoint(checkpoints):
+        phase = "checkpoint write"
+    elif steps_done(attempt.log_path) == 0:
+        phase = "start-up"
+    else:
+        phase = "step"
+    victim = rng.choice(sorted(ranks))
+    try:
+        os.kill(ranks[victim], signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    return phase, victim
+
+
+def run_variant(args, variant, kills_wanted, rng, data):
+    work = args.work / variant
+    work.mkdir(parents=True, exist_ok=True)
+    run_dir = work / "runs"
+    reference = work / "reference.yaml"
+    write_config(reference, "reference", run_dir, data, args.steps, args.vocab, VARIANTS[variant])
+    started = time.monotonic()
+    first = Attempt(args, reference, work / "reference.log", False)
+    if first.wait(600) != 0:
+        sys.exit(f"error: the uninterrupted {variant} run failed (see {work / 'reference.log'})")
+    duration = time.monotonic() - started
+    reference_final = run_dir / "reference" / "checkpoints" / f"step_{args.steps:08d}.h5"
+    reference_trace = trace(run_dir / "reference" / "metrics.jsonl")
+
+    results, kills, trial = [], [], 0
+    while len(kills) < kills_wanted:
+        trial += 1
+        name = f"chaos_{trial}"
+        config = work / f"{name}.yaml"
+        write_config(config, name, run_dir, data, args.steps, args.vocab, VARIANTS[variant])
+        checkpoints = run_dir / name / "checkpoints"
+        attempts, outcome, resumes = 0, None, []
+        while outcome is None:
+            attempts += 1
+            resume = checkpoints.is_dir() and any(checkpoints.glob("step_*.h5"))
+            attempt = Attempt(args, config, work / f"{name}.{attempts}.log", resume)
+            killed = None
+            if len(kills) < kills_wanted:
+                mode = "checkpoint" if rng.random() < args.checkpoint_share else "random"
+                killed = kill_one_rank(attempt, rng, mode, checkpoints, duration)
+            status = attempt.wait(600)
+            resumed = re.search(r"^resumed from \S+ at step (\d+)", attempt.log_path.read_text(),
+                                re.MULTILINE)
+            if resumed:
+                resumes.append(int(resumed.group(1)))
+            if killed:
+                phase, victim = killed
+                kills.append(phase)
+                print(f"{variant} trial {trial} attempt {attempts}: killed rank {victim} during "
+                      f"{phase}; job exited {status}", flush=True)
+                continue
+            if status != 0:
+                outcome = f"attempt {attempts} failed with status {status}"
+                break
+            final = checkpoints / f"step_{args.steps:08d}.h5"
+            diff = subprocess.run([str(args.build / "bin" / "ckpt"), "diff", str(reference_final),
+                                   str(final)], capture_output=True, text=True)
+            same_trace = trace(run_dir / name / "metrics.jsonl") == reference_trace
+            if diff.returncode == 0 and same_trace:
+                outcome = "bitwise equal"
+            else:
+                outcome = ("final checkpoint differs: " + diff.stdout.strip()[-300:]
+                           if diff.returncode != 0 else "loss trace differs")
+        results.append((trial, attempts, outcome, len(resumes)))
+        print(f"{variant} trial {trial}: completed after {attempts} attempt(s), resumed at steps "
+              f"{resumes}: {outcome}", flush=True)
+    return results, kills
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", type=Path, default=Path("build"))
+    parser.add_argument("--work", type=Path, default=Path("runs/chaos"))
+    parser.add_argument("--data", type=Path, required=True,
+                        help="token shards (a directory with train/ and val/)")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--kills", type=int, default=2, help="kills per variant")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--vocab", type=int, default=64, help="model.vocab_size (>= the data's)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--checkpoint-share", type=float, default=0.4,
+                        help="share of kills aimed at a checkpoint write")
+    args = parser.parse_args()
+    args.build = args.build.resolve()
+    args.work = args.work.resolve()
+    rng = random.Random(args.seed)
+    failures, table = 0, []
+    for variant in args.variants.split(","):
+        if variant not in VARIANTS:
+            sys.exit(f"error: unknown variant '{variant}' (known: {', '.join(VARIANTS)})")
+        results, kills = run_variant(args, variant, args.kills, rng, args.data.resolve())
+        bad = [r for r in results if r[2] != "bitwise equal"]
+        failures += len(bad)
+        phases = {p: kills.count(p) for p in ("start-up", "step", "checkpoint write")}
+        resumes = sum(r[3] for r in results)
+        table.append((variant, len(results), len(kills), phases, resumes, len(results) - len(bad)))
+    print("\n| variant | trials | kills | start-up | step | checkpoint write | resumes |"
+          " bitwise equal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for variant, trials, kills, phases, resumes, good in table:
+        print(f"| {variant} | {trials} | {kills} | {phases['start-up']} | {phases['step']} | "
+              f"{phases['checkpoint write']} | {resumes} | {good}/{trials} |")
+    total = sum(row[2] for row in table)
+    print(f"\nchaos: {total} kills, {sum(row[1] for row in table)} trials, "
+          f"{sum(row[4] for row in table)} resumes, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

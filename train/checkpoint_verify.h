@@ -1,0 +1,56 @@
+// Checking checkpoint files without a model: `ckpt verify`, `ckpt diff`, and `train --resume`'s
+// choice of the newest intact checkpoint.
+//
+// A checkpoint is intact when it opens as an HDF5 file of the current format (a truncated file
+// fails here: HDF5 compares the end of file its superblock records with the file's size), every
+// dataset in it carries a `checksum` attribute that its whole contents match (fp32 tensors: the
+// index-and-value checksum of train/checkpoint.h; the tokenizer bytes: checksum_bytes), and its
+// /state group holds the training state. A flipped bit anywhere in a tensor's data changes its
+// checksum; one in HDF5's own structures makes the file fail to open or a dataset fail to read.
+// Every failure is a strata::Error naming the file and, where there is one, the tensor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+
+namespace strata {
+
+struct CheckpointSummary {
+  std::int64_t step = 0;
+  int tensors = 0;          // fp32 datasets (model, optimizer, DiLoCo state)
+  std::int64_t values = 0;  // their elements
+  int workers = 1;          // DiLoCo workers whose state it holds
+};
+
+// Reads the whole file and checks it as above; throws on the first problem.
+CheckpointSummary verify_checkpoint(const std::string& path);
+
+// Calls `visit(name, values)` for every fp32 dataset of the file (absolute names such as
+// "/model/wte"), in name order, after checking that it matches its checksum.
+void for_each_checkpoint_tensor(
+    const std::string& path,
+    const std::function<void(const std::string& name, const std::vector<float>& values)>& visit);
+
+// The newest checkpoint of `directory` that verify_checkpoint accepts. Each newer one it rejects
+// is reported through `skipped(path, reason)`. nullopt when there is none.
+std::optional<std::string> latest_intact_checkpoint(
+    const std::string& directory,
+    const std::function<void(const std::string& path, const std::string& reason)>& skipped);
+
+// Hidden temporary files (".step_*.h5.tmp<pid>") that a job killed while writing a checkpoint
+// left in `directory`: removed, their names returned.
+std::vector<std::string> remove_abandoned_checkpoint_writes(const std::string& directory);
+
+// The checkpoint a resume reads: `requested`, or when it is empty the newest intact one of
+// `directory` (a warning line on stderr for each newer one skipped, and why). Rank 0 of `world`
+// decides, removing abandoned temporary writes first, and every rank gets the same answer or the
+// same error.
+std::string choose_resume_checkpoint(const std::string& requested, const std::string& directory,
+                                     Communicator& world);
+
+}  // namespace strata
