@@ -46,13 +46,14 @@ except ImportError:
     fail("yaml is not installed for /usr/bin/python3: run scripts/setup.sh (it installs "
          "python3-yaml and python3-matplotlib)")
 
-plt = EngFormatter = FuncFormatter = None  # matplotlib's, imported once the inputs are read
+# matplotlib's, imported once the inputs are read.
+plt = EngFormatter = FuncFormatter = MaxNLocator = NullLocator = None
 
 
 def import_matplotlib():
     """Imports matplotlib (about a second) only once the inputs have been read, so that a bad
     input fails at once."""
-    global plt, EngFormatter, FuncFormatter
+    global plt, EngFormatter, FuncFormatter, MaxNLocator, NullLocator
     try:
         import matplotlib
 
@@ -62,7 +63,9 @@ def import_matplotlib():
     except ImportError:
         fail("matplotlib is not installed for /usr/bin/python3: run scripts/setup.sh (it "
              "installs python3-matplotlib)")
-    plt, EngFormatter, FuncFormatter = pyplot, ticker.EngFormatter, ticker.FuncFormatter
+    plt = pyplot
+    EngFormatter, FuncFormatter = ticker.EngFormatter, ticker.FuncFormatter
+    MaxNLocator, NullLocator = ticker.MaxNLocator, ticker.NullLocator
 
 
 # The keys drawn, by kind of line; each must be a number or null (a non-finite value).
@@ -208,30 +211,40 @@ def color(index):
     return f"C{index % 10}"
 
 
-def log_tick_label(ax, value):
-    """A log axis's tick as a plain number (6, 7, 8 rather than 8×10⁰): every tick while the axis
-    spans under a decade (a loss curve often does), 1, 2 and 5 × 10ⁿ under three, else 10ⁿ only."""
-    low, high = ax.get_ylim()
-    if value <= 0 or low <= 0:
-        return ""
-    decades = math.log10(high / low)
-    mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9), 6)
-    if (decades >= 3 and mantissa != 1) or (decades >= 1 and mantissa not in (1, 2, 5)):
-        return ""
-    return f"{value:.3g}"
+def log_scale(ax):
+    """A log y axis with plain-number ticks (6, 7, 8 rather than 8×10⁰). Under a decade (a loss
+    curve's usual span) log ticks would be too few, so ticks are evenly spaced round numbers;
+    wider, 1, 2 and 5 × 10ⁿ are labelled under three decades, else 10ⁿ only."""
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()  # the data's range, autoscaled once the curves are drawn
+    decades = math.log10(high / low) if 0 < low < high else 0
+    plain = FuncFormatter(lambda value, _: f"{value:.3g}")
+    if decades < 1:
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.yaxis.set_major_formatter(plain)
+        return
+    shown = (1,) if decades >= 3 else (1, 2, 5)
+
+    def label(value, _):
+        if value <= 0:
+            return ""
+        mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9), 6)
+        return f"{value:.3g}" if mantissa in shown else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(label))
+    ax.yaxis.set_minor_formatter(FuncFormatter(label))
 
 
-def style(ax, title, xlabel, ylabel, log=False, legend=True):
+def style(ax, title, xlabel, ylabel, log=False):
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if log:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: log_tick_label(ax, value)))
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: log_tick_label(ax, value)))
+        log_scale(ax)
     ax.grid(True, which="major", alpha=0.3)
     ax.grid(True, which="minor", alpha=0.1)
-    if legend and ax.get_legend_handles_labels()[0]:
+    if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=9)
 
 
@@ -326,7 +339,7 @@ def draw_sync_seconds(chart, ax):
         steps, total = run.series(run.outer, "outer_sync_s")
         hidden_steps, hidden = run.series(run.outer, "outer_hidden_s")
         ax.plot(steps, total, color=color(i), marker="o", markersize=3,
-                label=chart.label(run, "sync"))
+                label=chart.label(run, "sync (slowest rank)"))
         chart.count(run, "outer_sync_s", total)
         if any(h > 0 for h in hidden):
             ax.plot(hidden_steps, hidden, color=color(i), linestyle=":", marker="x", markersize=4,
@@ -349,7 +362,8 @@ def draw_consensus(chart, ax):
                 va="center", transform=ax.transAxes, fontsize=9, color="0.4")
         ax.set_xticks([])
         ax.set_yticks([])
-    style(ax, "consensus distance", "step", "mean ‖θᵢ − θ̄‖ / ‖θ̄‖")
+    style(ax, "consensus distance", "step",
+          r"mean $\Vert\theta_i - \bar\theta\Vert \,/\, \Vert\bar\theta\Vert$")
 
 
 def write_charts(runs, out):
