@@ -138,7 +138,7 @@ def read_metrics(run):
             line = json.loads(text)
         except json.JSONDecodeError:
             line = None
-        if not isinstance(line, dict) or not isinstance(line.get("step"), int):
+        if not isinstance(line, dict) or type(line.get("step")) is not int:
             if number == len(lines) + 1:
                 continue  # unterminated last line: train is writing it
             shown = text if len(text) <= 60 else text[:57] + "..."
@@ -185,8 +185,8 @@ class Chart:
             unused.set_visible(False)
         self.points = {run.name: {} for run in runs}
 
-    def count(self, run, key, values):
-        self.points[run.name][key] = len(values)
+    def count(self, run, key, points):
+        self.points[run.name][key] = points  # for the report
 
     def label(self, run, what):
         return f"{run.name} {what}" if len(self.runs) > 1 else what
@@ -261,8 +261,8 @@ def draw_loss(chart, ax, against_tokens):
         ax.plot(x, loss, color=color(i), linewidth=1, alpha=0.75, label=chart.label(run, "train"))
         ax.plot(val_x, val_loss, color=color(i), linestyle="--", marker="o", markersize=4,
                 label=chart.label(run, "val"))
-        chart.count(run, "loss", loss)
-        chart.count(run, "val_loss", val_loss)
+        chart.count(run, "loss", len(loss))
+        chart.count(run, "val_loss", len(val_loss))
         if not against_tokens:
             # Each DiLoCo sync as a faint line: the loss often moves there.
             syncs = sorted({step for step, _ in run.outer})
@@ -280,7 +280,7 @@ def draw_lr(chart, ax):
         steps, lr = run.series(run.train, "lr")
         ax.plot(steps, lr, color=color(i), label=chart.label(run, "lr") if len(chart.runs) > 1
                 else None)
-        chart.count(run, "lr", lr)
+        chart.count(run, "lr", len(lr))
     style(ax, "learning rate", "step", "lr")
 
 
@@ -289,7 +289,7 @@ def draw_throughput(chart, ax):
         steps, rate = run.series(run.train, "tokens_per_s", scale=run.workers)
         ax.plot(steps, rate, color=color(i), linewidth=1,
                 label=run.name if len(chart.runs) > 1 else None)
-        chart.count(run, "tokens_per_s", rate)
+        chart.count(run, "tokens_per_s", len(rate))
     ax.yaxis.set_major_formatter(EngFormatter())
     ax.set_ylim(bottom=0)
     diloco = any(r.workers > 1 for r in chart.runs)
@@ -301,7 +301,7 @@ def draw_grad_norm(chart, ax):
         steps, norm = run.series(run.train, "grad_norm")
         ax.plot(steps, norm, color=color(i), linewidth=1,
                 label=run.name if len(chart.runs) > 1 else None)
-        chart.count(run, "grad_norm", norm)
+        chart.count(run, "grad_norm", len(norm))
     style(ax, "gradient norm (before clipping)", "step", "‖g‖", log=True)
 
 
@@ -309,10 +309,18 @@ def draw_outer_grad_norm(chart, ax):
     for i, run in enumerate(chart.runs):
         if not run.outer:
             continue  # a plain run beside a DiLoCo one (the overview)
-        steps, norm = run.series(run.outer, "outer_grad_norm")
-        ax.plot(steps, norm, color=color(i), marker="o", markersize=3,
-                label=run.name if len(chart.runs) > 1 else None)
-        chart.count(run, "outer_grad_norm", norm)
+        # Streaming DiLoCo: each fragment (a range of layers) has its own norm and curve.
+        fragments = sorted({fragment for _, fragment in run.outer})
+        points = 0
+        for f, fragment in enumerate(fragments):
+            lines = {at: line for at, line in run.outer.items() if at[1] == fragment}
+            steps, norm = run.series(lines, "outer_grad_norm")
+            what = f"fragment {fragment}" if len(fragments) > 1 else ""
+            name = run.name if len(chart.runs) > 1 else ""
+            ax.plot(steps, norm, color=color(i), marker="os^vDx*+"[f % 8], markersize=3,
+                    alpha=1 - 0.5 * f / len(fragments), label=f"{name} {what}".strip() or None)
+            points += len(norm)
+        chart.count(run, "outer_grad_norm", points)
     style(ax, "DiLoCo outer gradient norm", "step", "‖anchor − mean θ‖", log=True)
 
 
@@ -330,7 +338,7 @@ def draw_worker_loss(chart, ax):
                         label=chart.label(run, "min–max over workers"))
         ax.plot(steps, mean, color=color(i), marker="o", markersize=3,
                 label=chart.label(run, "mean of workers"))
-        chart.count(run, "worker_loss", mean)
+        chart.count(run, "worker_loss", len(mean))
     style(ax, "workers' loss at each sync", "step", "cross-entropy (nats)")
 
 
@@ -340,11 +348,11 @@ def draw_sync_seconds(chart, ax):
         hidden_steps, hidden = run.series(run.outer, "outer_hidden_s")
         ax.plot(steps, total, color=color(i), marker="o", markersize=3,
                 label=chart.label(run, "sync (slowest rank)"))
-        chart.count(run, "outer_sync_s", total)
+        chart.count(run, "outer_sync_s", len(total))
         if any(h > 0 for h in hidden):
             ax.plot(hidden_steps, hidden, color=color(i), linestyle=":", marker="x", markersize=4,
                     label=chart.label(run, "hidden behind compute"))
-            chart.count(run, "outer_hidden_s", hidden)
+            chart.count(run, "outer_hidden_s", len(hidden))
     ax.set_ylim(bottom=0)
     style(ax, "outer sync wall time", "step", "seconds")
 
@@ -355,7 +363,7 @@ def draw_consensus(chart, ax):
         if distance:
             ax.plot(steps, distance, color=color(i), marker="o", markersize=3,
                     label=run.name if len(chart.runs) > 1 else None)
-            chart.count(run, "consensus_distance", distance)
+            chart.count(run, "consensus_distance", len(distance))
     if not ax.lines:
         ax.text(0.5, 0.5, "exact averaging: the workers agree after each sync\n"
                 "(reported with gossip averaging or dropped workers)", ha="center",
@@ -368,12 +376,9 @@ def draw_consensus(chart, ax):
 
 def write_charts(runs, out):
     os.makedirs(out, exist_ok=True)
-    written = []
 
     def save(chart, name, title):
-        path = os.path.join(out, name)
-        chart.save(path, title)
-        written.append(path)
+        chart.save(os.path.join(out, name), title)
 
     chart = Chart(runs, 2, 2)
     draw_loss(chart, chart.axes[0], against_tokens=False)
@@ -401,7 +406,6 @@ def write_charts(runs, out):
     if diloco:
         draw_outer_grad_norm(chart, chart.axes[5])
     save(chart, "overview.png", "overview")
-    return written
 
 
 class Arguments(argparse.ArgumentParser):

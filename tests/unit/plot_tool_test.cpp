@@ -123,9 +123,9 @@ TEST(PlotTool, DrawsEveryChartOfARealTrainingRun) {
   expect_readable_png(dir / "charts/loss.png");
 }
 
-// A DiLoCo-shaped run, written by hand: 2 workers, a sync every 2 steps, one step written twice
-// (its last line counts), a null loss (left out), and an unterminated last line still being
-// written (skipped).
+// A DiLoCo-shaped run, written by hand: 2 workers, a sync every 2 steps and one of a second
+// fragment at step 5, one step written twice (its last line counts), a null loss (left out), and
+// an unterminated last line still being written (skipped).
 void write_diloco_run(const std::string& run) {
   fs::create_directories(run);
   std::ofstream(run + "/config.yaml")
@@ -137,10 +137,10 @@ void write_diloco_run(const std::string& run) {
     metrics << "{\"step\": " << step
             << ", \"loss\": " << (step == 3 ? "null" : std::to_string(loss))
             << ", \"lr\": 0.001, \"grad_norm\": 0.5, \"tokens_per_s\": 1000, \"step_ms\": 64}\n";
-    if (step % 2 == 0)
+    if (step % 2 == 0 || step == 5)
       metrics << "{\"step\": " << step << ", \"outer_step\": " << step / 2
-              << ", \"fragment\": 0, \"outer_grad_norm\": 0.2, \"worker_loss\": [" << loss << ", "
-              << loss + 0.1 << "], \"dropped_workers\": [], \"outer_sync_s\": 0.01"
+              << ", \"fragment\": " << step % 2 << ", \"outer_grad_norm\": 0.2, \"worker_loss\": ["
+              << loss << ", " << loss + 0.1 << "], \"dropped_workers\": [], \"outer_sync_s\": 0.01"
               << ", \"outer_hidden_s\": 0, \"outer_comm_bytes_job\": {\"inter_worker\": 100}}\n";
   }
   metrics << "{\"step\": 6, \"val_loss\": 3.5}\n";
@@ -171,9 +171,9 @@ TEST(PlotTool, DrawsDiLoCoOuterStepsAndComparesTwoRuns) {
   expect_readable_png(diloco + "/plots/outer.png");
   const Report single = parse_report(alone.output);
   EXPECT_EQ(single.at("loss.png").at("diloco").at("loss"), 5) << alone.output;  // 6 steps, 1 null
-  EXPECT_EQ(single.at("outer.png").at("diloco").at("outer_grad_norm"), 3) << alone.output;
-  EXPECT_EQ(single.at("outer.png").at("diloco").at("worker_loss"), 3) << alone.output;
-  EXPECT_EQ(single.at("outer.png").at("diloco").at("outer_sync_s"), 3) << alone.output;
+  EXPECT_EQ(single.at("outer.png").at("diloco").at("outer_grad_norm"), 4) << alone.output;
+  EXPECT_EQ(single.at("outer.png").at("diloco").at("worker_loss"), 4) << alone.output;
+  EXPECT_EQ(single.at("outer.png").at("diloco").at("outer_sync_s"), 4) << alone.output;
   EXPECT_EQ(single.at("outer.png").at("diloco").count("consensus_distance"), 0u) << alone.output;
 
   const auto compared = testing::run_command(plot(diloco + " " + plain + " --out " + dir / "cmp"));
@@ -186,7 +186,7 @@ TEST(PlotTool, DrawsDiLoCoOuterStepsAndComparesTwoRuns) {
   EXPECT_EQ(both.at("loss.png").at("plain").at("loss"), 4) << compared.output;
   EXPECT_EQ(both.at("loss.png").at("plain").at("val_loss"), 1) << compared.output;
   EXPECT_EQ(both.at("outer.png").count("plain"), 0u) << "only DiLoCo runs on the outer chart";
-  EXPECT_EQ(both.at("overview.png").at("diloco").at("outer_grad_norm"), 3) << compared.output;
+  EXPECT_EQ(both.at("overview.png").at("diloco").at("outer_grad_norm"), 4) << compared.output;
 }
 
 // One `error:` line naming the problem, non-zero exit, and no chart written.
