@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install what is missing, build, tokenize the fortunes
-# corpus, train a small GPT on CPU with 2 data-parallel ranks, report val loss and a sample.
+# corpus, train a small GPT on CPU with 2 data-parallel ranks, report val loss and a sample, and
+# chart the run (the path of its overview chart is the last line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -18,3 +19,7 @@ build/bin/eval --checkpoint "$checkpoint" --data data/fortunes/val
 echo
 build/bin/generate --checkpoint "$checkpoint" --prompt "The meaning of life is" --tokens 120 \
   --temperature 0.8 --top-k 40 --seed 7
+echo
+build/bin/plot runs/fortunes
+echo "charts of the run: runs/fortunes/plots/overview.png" \
+  "(one chart per file beside it: loss.png, lr.png, throughput.png, grad_norm.png)"
