@@ -8,7 +8,8 @@ For each variant (4 ranks: tp 2 x dp 2; ZeRO-3 over dp 4; two DiLoCo workers of 
 uninterrupted reference run, then chaos trials until the variant has taken its kills. A kill's
 moment is one of
   random      a uniform time into the attempt (start-up, steps, evaluation, checkpoints alike),
-  checkpoint  the moment a checkpoint's temporary file appears (the write in progress),
+  checkpoint  the moment the temporary file of the attempt's 1st, 2nd or 3rd checkpoint
+              appears (the write in progress),
 and its phase is classified from what the job had done when the signal was sent: start-up (no
 step finished since launch), checkpoint write (a temporary checkpoint file exists), or step.
 Prints one line per kill and a summary table (markdown); exits 1 if any trial fails to complete
@@ -83,9 +84,17 @@ def rank_processes(mpirun_pid):
     return ranks
 
 
+def checkpoint_writes(checkpoints):
+    """Names of the temporary files of checkpoints being written now."""
+    try:
+        return {p.name for p in checkpoints.iterdir()
+                if p.name.startswith(".step_") and ".h5.tmp" in p.name}
+    except OSError:
+        return set()
+
+
 def writing_checkpoint(checkpoints):
-    return checkpoints.is_dir() and any(
-        p.name.startswith(".step_") and ".h5.tmp" in p.name for p in checkpoints.iterdir())
+    return bool(checkpoint_writes(checkpoints))
 
 
 def steps_done(log_path):
@@ -137,9 +146,14 @@ class Attempt:
 def kill_one_rank(attempt, rng, mode, checkpoints, duration):
     """Waits for the kill moment, SIGKILLs one rank; returns its phase, or None (job ended)."""
     deadline = attempt.started + (rng.uniform(0.2, duration) if mode == "random" else 600)
+    # A checkpoint kill hits the 1st, 2nd or 3rd write of the attempt (the first of a fresh run
+    # leaves nothing to resume from).
+    target, seen = rng.randint(1, 3), set()
     while attempt.alive():
-        if mode == "checkpoint" and writing_checkpoint(checkpoints):
-            break
+        if mode == "checkpoint":
+            seen |= checkpoint_writes(checkpoints)
+            if len(seen) >= target and writing_checkpoint(checkpoints):
+                break
         if mode == "random" and time.monotonic() >= deadline:
             break
         time.sleep(0.002)
@@ -160,7 +174,7 @@ def kill_one_rank(attempt, rng, mode, checkpoints, duration):
     return phase, victim
 
 
-def run_variant(args, variant, kills_wanted, rng, data):
+def run_variant(args, variant, kills_wanted, rng, data, counts):
     work = args.work / variant
     work.mkdir(parents=True, exist_ok=True)
     run_dir = work / "runs"
@@ -191,10 +205,12 @@ def run_variant(args, variant, kills_wanted, rng, data):
                 mode = "checkpoint" if rng.random() < args.checkpoint_share else "random"
                 killed = kill_one_rank(attempt, rng, mode, checkpoints, duration)
             status = attempt.wait(600)
-            resumed = re.search(r"^resumed from \S+ at step (\d+)", attempt.log_path.read_text(),
-                                re.MULTILINE)
+            log = attempt.log_path.read_text()
+            resumed = re.search(r"^resumed from \S+ at step (\d+)", log, re.MULTILINE)
             if resumed:
                 resumes.append(int(resumed.group(1)))
+            counts["removed"] += log.count("warning: removed '")
+            counts["skipped"] += log.count("warning: skipping checkpoint")
             if killed:
                 phase, victim = killed
                 kills.append(phase)
@@ -237,10 +253,12 @@ def main():
     args.work = args.work.resolve()
     rng = random.Random(args.seed)
     failures, table = 0, []
+    counts = {"removed": 0, "skipped": 0}  # resume's warnings: leftover writes, damaged files
+    started = time.monotonic()
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             sys.exit(f"error: unknown variant '{variant}' (known: {', '.join(VARIANTS)})")
-        results, kills = run_variant(args, variant, args.kills, rng, args.data.resolve())
+        results, kills = run_variant(args, variant, args.kills, rng, args.data.resolve(), counts)
         bad = [r for r in results if r[2] != "bitwise equal"]
         failures += len(bad)
         phases = {p: kills.count(p) for p in ("start-up", "step", "checkpoint write")}
@@ -255,6 +273,8 @@ def main():
     total = sum(row[2] for row in table)
     print(f"\nchaos: {total} kills, {sum(row[1] for row in table)} trials, "
           f"{sum(row[4] for row in table)} resumes, {failures} failed")
+    print(f"resumes removed {counts['removed']} unfinished checkpoint write(s) and skipped "
+          f"{counts['skipped']} damaged checkpoint(s); {time.monotonic() - started:.0f} s")
     return 1 if failures else 0
 
 

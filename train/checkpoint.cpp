@@ -143,17 +143,24 @@ void check_format(hid_t file, const std::string& path) {
          " (missing or other 'format' attribute)");
 }
 
-// The same decision on every rank: an error anywhere fails the write everywhere.
+// The same decision on every rank: an error anywhere fails the write everywhere, with the reason
+// of the lowest failing rank.
 void agree_or_fail(Communicator* world, const std::string& local_error,
                    const std::string& final_path) {
-  std::int64_t failed = local_error.empty() ? 0 : 1;
-  if (world) world->all_reduce_max(&failed, 1);
-  if (!local_error.empty())
-    fail("cannot write checkpoint '", final_path, "': ", local_error,
-         " (earlier checkpoints are untouched)");
-  if (failed)
-    fail("writing checkpoint '", final_path,
-         "' failed on another rank (earlier checkpoints are untouched)");
+  std::string error = local_error;
+  if (world) {
+    std::int64_t lowest = local_error.empty() ? 0 : world->size() - world->rank();
+    world->all_reduce_max(&lowest, 1);
+    if (lowest == 0) return;
+    const int root = world->size() - static_cast<int>(lowest);
+    std::int64_t size = static_cast<std::int64_t>(error.size());
+    world->broadcast(&size, sizeof(size), root);
+    error.resize(static_cast<std::size_t>(size));
+    world->broadcast(error.data(), error.size(), root);
+  }
+  if (error.empty()) return;
+  fail_together("cannot write checkpoint '", final_path, "': ", error,
+                " (earlier checkpoints are untouched)");
 }
 
 }  // namespace

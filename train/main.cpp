@@ -10,9 +10,9 @@
 #include "model/core/error.h"
 #include "parallel/mpi_communicator.h"
 #include "train/config.h"
+#include "train/stop_signal.h"
 #include "train/thread_budget.h"
 #include "train/trainer.h"
-#include "train/training_step.h"
 
 namespace {
 
@@ -57,6 +57,7 @@ Arguments parse_arguments(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  strata::ignore_file_size_signal();
   strata::MpiRuntime mpi(&argc, &argv);
   const int rank = mpi.world_rank();
   // Declared outside the try: when a step fails on one rank, the job is aborted while the trainer
@@ -80,8 +81,8 @@ int main(int argc, char** argv) {
     // Said once set-up has succeeded: a set-up error stays the run's one line of output.
     if (rank == 0) std::cout << strata::describe(threads) << std::endl;
     return trainer->run();
-  } catch (const strata::NonfiniteStop& e) {
-    // Every rank stops at the same step: no peer waits, so no abort.
+  } catch (const strata::CollectiveError& e) {
+    // Every rank fails here alike: no peer waits, so no abort.
     if (rank == 0) std::cerr << "error: " << e.what() << std::endl;
     return 1;
   } catch (const std::exception& e) {

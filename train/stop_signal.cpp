@@ -16,6 +16,8 @@ void install_stop_signal_handlers() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+void ignore_file_size_signal() { signal(SIGXFSZ, SIG_IGN); }
+
 bool stop_requested() { return g_stop_requested != 0; }
 
 }  // namespace strata

@@ -3,21 +3,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <sstream>
 #include <string>
 
 #include "model/core/error.h"
 #include "train/optimizer.h"
 
 namespace strata {
-namespace {
-template <class... Parts>
-std::string concat(const Parts&... parts) {
-  std::ostringstream text;
-  (text << ... << parts);
-  return text.str();
-}
-}  // namespace
 
 StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups,
                          const StepSettings& settings, const MicroBatchSource& source,
@@ -55,13 +46,11 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
   } else if (!result.scale_overflow &&
              ++progress.consecutive_nonfinite >= settings.max_nonfinite_in_a_row) {
     if (settings.max_nonfinite_in_a_row == 1)
-      throw NonfiniteStop(
-          concat("loss or gradients non-finite at step ", progress.step + 1,
-                 " (train.nonfinite: stop); stopping, the last checkpoint is intact"));
-    throw NonfiniteStop(
-        concat("loss or gradients non-finite for ", progress.consecutive_nonfinite,
-               " steps in a row at step ", progress.step + 1,
-               " (train.nonfinite_limit); stopping, the last checkpoint is intact"));
+      fail_together("loss or gradients non-finite at step ", progress.step + 1,
+                    " (train.nonfinite: stop); stopping, the last checkpoint is intact");
+    fail_together("loss or gradients non-finite for ", progress.consecutive_nonfinite,
+                  " steps in a row at step ", progress.step + 1,
+                  " (train.nonfinite_limit); stopping, the last checkpoint is intact");
   }
   progress.step += 1;
   progress.data_position += settings.global_batch;

@@ -12,8 +12,6 @@
 
 #include <cstdint>
 #include <set>
-
-#include "model/core/error.h"
 #include "parallel/host_reduction.h"
 #include "parallel/pipeline_executor.h"
 #include "train/config.h"
@@ -50,13 +48,6 @@ int max_nonfinite_in_a_row(const TrainConfig& train);
 // comma-separated list, read once at start-up. A test hook, deliberately not a config key.
 std::set<std::int64_t> test_nonfinite_steps();
 
-// The stop policy ended the run. Every rank decides it alike from the same global sums, so the
-// ranks stop together (no job abort is needed) and rank 0 alone reports it.
-class NonfiniteStop : public Error {
- public:
-  using Error::Error;
-};
-
 struct StepResult {
   double loss = 0;              // mean over the global batch, on every rank
   double grad_norm = 0;         // of the unscaled gradients, on every rank
@@ -66,7 +57,8 @@ struct StepResult {
 };
 
 // One step. `groups`: the tp, dp and pp groups; the loss is summed over pp then dp, Σ g² over the
-// norm groups. Throws when the stop policy ends the run.
+// norm groups. Throws CollectiveError (on every rank alike: they share the sums) when the stop
+// policy ends the run.
 StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups,
                          const StepSettings& settings, const MicroBatchSource& source,
                          LossScaler& scaler, TrainingProgress& progress);

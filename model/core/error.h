@@ -21,6 +21,21 @@ template <class... Parts>
   throw Error(message.str());
 }
 
+// An error that every rank of a job raises at once with the same message, because it follows
+// from values all ranks share (a global gradient norm, a collective write's outcome): `main` lets
+// rank 0 report it and every rank exit, with no job abort, since no rank is left waiting.
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <class... Parts>
+[[noreturn]] void fail_together(const Parts&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw CollectiveError(message.str());
+}
+
 }  // namespace strata
 
 // Internal invariants (not user input): names the condition, file and line.

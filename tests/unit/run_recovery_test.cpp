@@ -212,20 +212,20 @@ TEST_F(RunRecoveryTest, AFailedWriteLeavesEveryEarlierCheckpointIntact) {
   const std::string two = testing::read_file(checkpoint("full_disk", 2));
   const std::string four = testing::read_file(checkpoint("full_disk", 4));
   // A file size limit below one checkpoint: the step-6 write fails as on a full disk (EFBIG;
-  // SIGXFSZ ignored as a full disk sends none). PMIx keeps its start-up data in a hash rather
-  // than in shared-memory files, which the limit would refuse before training begins.
+  // `train` ignores the SIGXFSZ that would otherwise kill it). PMIx keeps its start-up data in a
+  // hash rather than in shared-memory files, which the limit would refuse before training begins.
   const std::size_t limit_kib = four.size() / 2 / 1024;
   const auto r = testing::run_command(
-      "PMIX_MCA_gds=hash bash -c \"trap '' XFSZ; ulimit -f " + std::to_string(limit_kib) +
-      "; exec " + testing::bin("train") + " " + cfg + " --resume --set train.stop_after=0\"");
+      "PMIX_MCA_gds=hash bash -c \"ulimit -f " + std::to_string(limit_kib) + "; exec " +
+      testing::bin("train") + " " + cfg + " --resume --set train.stop_after=0\"");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
   EXPECT_NE(r.output.find("error: cannot write checkpoint '" + checkpoint("full_disk", 6)),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("earlier checkpoints are untouched"), std::string::npos) << r.output;
-  EXPECT_EQ(testing::read_file(checkpoint("full_disk", 2)), two);
-  EXPECT_EQ(testing::read_file(checkpoint("full_disk", 4)), four);
+  EXPECT_TRUE(testing::read_file(checkpoint("full_disk", 2)) == two);
+  EXPECT_TRUE(testing::read_file(checkpoint("full_disk", 4)) == four);
   EXPECT_FALSE(fs::exists(checkpoint("full_disk", 6)));
   for (const auto& entry : fs::directory_iterator(checkpoints("full_disk")))
     EXPECT_FALSE(entry.path().filename().string().starts_with(".")) << entry.path();
@@ -233,6 +233,27 @@ TEST_F(RunRecoveryTest, AFailedWriteLeavesEveryEarlierCheckpointIntact) {
   const auto resumed = train(cfg, "--resume --set train.stop_after=0");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   expect_same_final_state("full_disk");
+}
+
+TEST_F(RunRecoveryTest, AFailedWriteOnSeveralRanksStopsThemAllWithOneErrorLine) {
+  const std::string cfg = config("full_disk_dp");
+  const std::string mpirun = "OMP_NUM_THREADS=1 " + testing::mpirun(2) + testing::bin("train") +
+                             " " + cfg + " --set parallel.zero.stage=1";
+  ASSERT_EQ(testing::run_command(mpirun + " --set train.stop_after=4").status, 0);
+  const std::string four = testing::read_file(checkpoint("full_disk_dp", 4));
+  const std::size_t limit_kib = four.size() / 2 / 1024;
+  // Open MPI's shared-memory files would exceed the limit too: its ranks talk over TCP here.
+  const auto r =
+      testing::run_command("PMIX_MCA_gds=hash OMPI_MCA_btl=self,tcp bash -c \"ulimit -f " +
+                           std::to_string(limit_kib) + "; " + mpirun + " --resume\"");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
+  EXPECT_NE(r.output.find("error: cannot write checkpoint '" + checkpoint("full_disk_dp", 6)),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;
+  EXPECT_TRUE(testing::read_file(checkpoint("full_disk_dp", 4)) == four);
+  EXPECT_FALSE(fs::exists(checkpoint("full_disk_dp", 6)));
 }
 
 TEST_F(RunRecoveryTest, VerifyAndDiffReportOnWholeFiles) {
