@@ -190,6 +190,8 @@ TEST_F(RunRecoveryTest, ATruncatedCheckpointIsNamedAndSkipped) {
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("warning: skipping checkpoint '" + newest), std::string::npos)
       << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + checkpoint("truncated", 4)), std::string::npos)
+      << resumed.output;
   EXPECT_NE(resumed.output.find("warning: removed '.step_00000008.h5.tmp12345'"), std::string::npos)
       << resumed.output;
   EXPECT_FALSE(fs::exists(abandoned));
