@@ -358,7 +358,12 @@ TEST(HfConvert, TrainResumesFromAnImportedCheckpoint) {
   const auto other = testing::run_command(testing::bin("train") + " " + config("other") +
                                           " --set model.d_model=64 --resume " + imported);
   EXPECT_NE(other.status, 0);
-  EXPECT_NE(other.output.find("error: "), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("error: --resume: checkpoint '" + imported +
+                              "' holds a model of n_layer 2, n_head 2, d_model 32, seq_len 16, "
+                              "vocab_size 64 but this run's model is n_layer 2, n_head 2, "
+                              "d_model 64, seq_len 16, vocab_size 64"),
+            std::string::npos)
+      << other.output;
 }
 
 }  // namespace
