@@ -27,10 +27,13 @@ start=$(date +%s)
 rm -rf "$venv"
 python3 -m venv "$venv"
 mkdir -p "$wheelhouse"
-pip_quiet=(--quiet --disable-pip-version-check --no-input)
-# `pip download` skips the wheels already in the wheelhouse and fetches the rest.
-"$venv/bin/python" -m pip download "${pip_quiet[@]}" -d "$wheelhouse" "${packages[@]}" \
-  >/tmp/strata-pip.log 2>&1 || { tail -20 /tmp/strata-pip.log; exit 1; }
-"$venv/bin/python" -m pip install "${pip_quiet[@]}" --no-index --find-links "$wheelhouse" \
-  "${packages[@]}" >>/tmp/strata-pip.log 2>&1 || { tail -20 /tmp/strata-pip.log; exit 1; }
+pip=("$venv/bin/python" -m pip --quiet --disable-pip-version-check --no-input)
+install=("${pip[@]}" install --no-index --find-links "$wheelhouse" "${packages[@]}")
+# From the wheelhouse alone when it holds everything; else `pip download` fetches what it lacks
+# (skipping the wheels already there) and the install runs again.
+if ! "${install[@]}" >/tmp/strata-pip.log 2>&1; then
+  "${pip[@]}" download -d "$wheelhouse" "${packages[@]}" >>/tmp/strata-pip.log 2>&1 ||
+    { tail -20 /tmp/strata-pip.log; exit 1; }
+  "${install[@]}" >>/tmp/strata-pip.log 2>&1 || { tail -20 /tmp/strata-pip.log; exit 1; }
+fi
 echo "setup_python: done in $(($(date +%s) - start)) s"

@@ -99,7 +99,7 @@ Entry parse_entry(const std::string& name, const JsonValue& value, std::uint64_t
 std::vector<float> widen(const std::vector<char>& bytes, const std::string& dtype) {
   if (dtype == "F32") {
     std::vector<float> values(bytes.size() / 4);
-    std::memcpy(values.data(), bytes.data(), bytes.size());
+    if (!bytes.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
     return values;
   }
   std::vector<float> values(bytes.size() / 2);
