@@ -3,8 +3,8 @@
 #include <fstream>
 #include <vector>
 
-#include "model/core/error.h"
 #include "data/loader.h"
+#include "model/core/error.h"
 #include "train/evaluate.h"
 
 namespace strata {
