@@ -1,9 +1,7 @@
-// A minimal JSON reader for JSON Lines documents: one object per line, whose "text" member (a
-// string) is the document.
+// JSON Lines documents: one object per line, whose "text" member (a string) is the document.
 //
-// It accepts exactly RFC 8259 JSON: strings with every escape (\uXXXX, surrogate pairs joined into
-// one code point, lone surrogates rejected), numbers, true/false/null, nested arrays and objects.
-// Members other than "text" are validated and skipped. The input must already be valid UTF-8
+// The line must be exactly one RFC 8259 JSON object (data/json_value.h parses it); members other
+// than "text" are validated and ignored. The input must already be valid UTF-8
 // (documents.cpp checks the whole file first), so raw string bytes are copied through unchanged.
 #pragma once
 

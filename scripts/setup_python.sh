@@ -1,15 +1,39 @@
 #!/usr/bin/env bash
 # Makes the project's Python test environment, .venv-test/, with what the `python` tests need from
-# PyPI (TensorBoard, whose own reader checks `train`'s event files); a no-op when it is already
-# there. Run by scripts/test.sh; needs Debian's python3-venv (scripts/setup.sh installs it).
+# PyPI: TensorBoard (whose own reader checks `train`'s event files) and Hugging Face's
+# transformers with PyTorch and safetensors (which load `ckpt export-hf`'s folders and write the
+# GPT-2 checkpoints `ckpt import-hf` reads); a no-op when they are already importable. Run by
+# scripts/test.sh; needs Debian's python3-venv (scripts/setup.sh installs it).
+#
+# PyPI's torch for Linux is a CUDA build whose libraries link against NVIDIA's (cuBLAS, cuDNN,
+# NCCL, ...) even for CPU use: `import torch` fails without them (with --no-deps it stops at
+# libcufile.so.0; the CUDA toolkit under /usr/local is older than torch's and lacks NCCL symbols
+# it links). So torch comes with its dependencies, about 3 GB of wheels. PyPI's answers here are
+# not kept by pip's own cache, so the wheels are downloaded once into a wheelhouse that outlives
+# the clone ($STRATA_WHEELHOUSE, default ~/.cache/strata-wheels) and installed from there: a
+# fresh clone's setup then downloads nothing. Versions are pinned so that the wheelhouse keeps
+# serving them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv-test
-packages=(tensorboard)
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tensorboard" 2>/dev/null; then
+packages=(tensorboard torch==2.15.0 transformers==5.24.0 safetensors==0.8.0 numpy)
+wheelhouse="${STRATA_WHEELHOUSE:-$HOME/.cache/strata-wheels}"
+if [ -x "$venv/bin/python" ] &&
+  "$venv/bin/python" -c "import tensorboard, torch, transformers, safetensors, numpy" 2>/dev/null; then
   exit 0
 fi
-echo "setup_python: installing ${packages[*]} into $venv"
+echo "setup_python: installing ${packages[*]} into $venv (wheels kept in $wheelhouse)"
+start=$(date +%s)
+rm -rf "$venv"
 python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "${packages[@]}" \
-  >/tmp/strata-pip.log 2>&1 || { tail -20 /tmp/strata-pip.log; exit 1; }
+mkdir -p "$wheelhouse"
+pip=("$venv/bin/python" -m pip --quiet --disable-pip-version-check --no-input)
+install=("${pip[@]}" install --no-index --find-links "$wheelhouse" "${packages[@]}")
+# From the wheelhouse alone when it holds everything; else `pip download` fetches what it lacks
+# (skipping the wheels already there) and the install runs again.
+if ! "${install[@]}" >/tmp/strata-pip.log 2>&1; then
+  "${pip[@]}" download -d "$wheelhouse" "${packages[@]}" >>/tmp/strata-pip.log 2>&1 ||
+    { tail -20 /tmp/strata-pip.log; exit 1; }
+  "${install[@]}" >>/tmp/strata-pip.log 2>&1 || { tail -20 /tmp/strata-pip.log; exit 1; }
+fi
+echo "setup_python: done in $(($(date +%s) - start)) s"

@@ -4,7 +4,13 @@
 //                          file, `ok ...` or `error: ...`; exit 1 when any is damaged
 // ckpt diff A B            compares every tensor bitwise: a line per differing tensor; exit 0
 //                          when identical, 1 when they differ, 2 on an error
-// ckpt export-hf | convert  (not implemented yet: reported as an error)
+// ckpt export-hf CKPT OUT_DIR
+//                          a Hugging Face GPT-2 folder: config.json, model.safetensors and the
+//                          SentencePiece tokenizer.model (train/hf_convert.h)
+// ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]
+//                          a Strata checkpoint (step 0) from a GPT-2 folder's config.json and
+//                          model.safetensors; the tokenizer is MODEL, else DIR/tokenizer.model
+// ckpt convert             (not implemented yet: reported as an error)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,13 +20,50 @@
 #include <vector>
 
 #include "model/core/error.h"
+#include "tools/tool_args.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_verify.h"
+#include "train/hf_convert.h"
 #include "train/saved_model.h"
 
 namespace {
 
-constexpr const char* kUsage = "usage: ckpt inspect CKPT | verify CKPT... | diff A B";
+constexpr const char* kUsage =
+    "usage: ckpt inspect CKPT | ckpt verify CKPT... | ckpt diff A B | "
+    "ckpt export-hf CKPT OUT_DIR | ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]";
+
+std::string shape_line(const strata::GptShape& s) {
+  return "n_layer " + std::to_string(s.n_layer) + ", n_head " + std::to_string(s.n_head) +
+         ", n_embd " + std::to_string(s.d_model) + ", n_positions " + std::to_string(s.seq_len) +
+         ", vocab_size " + std::to_string(s.vocab_size);
+}
+
+int export_hf(const std::string& checkpoint, const std::string& out_dir) {
+  const strata::HfExport done = strata::export_hf_gpt2(checkpoint, out_dir);
+  std::printf("exported %s to %s (GPT-2: %s)\n", checkpoint.c_str(), out_dir.c_str(),
+              shape_line(done.shape).c_str());
+  std::printf("wrote %s/config.json, %s/model.safetensors%s\n", out_dir.c_str(), out_dir.c_str(),
+              done.tokenizer ? (", " + out_dir + "/tokenizer.model").c_str() : "");
+  if (!done.tokenizer)
+    std::fprintf(stderr, "note: the checkpoint holds no tokenizer; no tokenizer.model written\n");
+  return 0;
+}
+
+int import_hf(int argc, char** argv) {
+  if (argc < 4) strata::fail("import-hf takes DIR and OUT_CKPT (", kUsage, ")");
+  const strata::ToolArgs args(argc, argv, 4, {"--tokenizer"}, kUsage);
+  const strata::HfImport done = strata::import_hf_gpt2(argv[2], argv[3], args.get("--tokenizer"));
+  std::printf("imported %s (%s weights; %s) to %s\n", argv[2], done.weights_dtype.c_str(),
+              shape_line(done.shape).c_str(), argv[3]);
+  if (done.tokenizer_path.empty())
+    std::fprintf(stderr,
+                 "warning: no tokenizer (no --tokenizer and no %s/tokenizer.model): eval reads "
+                 "token shards without one, generate needs one\n",
+                 argv[2]);
+  else
+    std::printf("tokenizer %s\n", done.tokenizer_path.c_str());
+  return 0;
+}
 
 int inspect(const std::string& path) {
   const strata::SavedModel saved = strata::load_saved_model(path, 1);
@@ -144,8 +187,12 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
-    if (command == "export-hf" || command == "convert")
-      strata::fail("'ckpt ", command, "' is not implemented yet");
+    if (command == "export-hf") {
+      if (argc != 4) strata::fail("export-hf takes CKPT and OUT_DIR (", kUsage, ")");
+      return export_hf(argv[2], argv[3]);
+    }
+    if (command == "import-hf") return import_hf(argc, argv);
+    if (command == "convert") strata::fail("'ckpt ", command, "' is not implemented yet");
     strata::fail("unknown command '", command, "' (", kUsage, ")");
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;

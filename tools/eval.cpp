@@ -1,18 +1,22 @@
-// eval --checkpoint CKPT --data PATH [--tokens N]
+// eval --checkpoint CKPT --data PATH [--tokens N] [--logits FILE.npy]
 // Prints one line `val_loss <float>`: the mean cross-entropy over the first N tokens of PATH
-// (DESIGN §5 windows; N defaults to the run's train.eval_tokens).
+// (DESIGN §5 windows; N defaults to the run's train.eval_tokens). --logits also writes the
+// logits of those windows (tools/eval_logits.h).
 #include <cstdio>
 #include <iostream>
 
 #include "data/token_shards.h"
+#include "tools/eval_logits.h"
 #include "tools/tool_args.h"
 #include "train/evaluate.h"
 #include "train/saved_model.h"
 
 int main(int argc, char** argv) {
-  constexpr const char* kUsage = "usage: eval --checkpoint CKPT --data PATH [--tokens N]";
+  constexpr const char* kUsage =
+      "usage: eval --checkpoint CKPT --data PATH [--tokens N] [--logits FILE.npy]";
   try {
-    const strata::ToolArgs args(argc, argv, 1, {"--checkpoint", "--data", "--tokens"}, kUsage);
+    const strata::ToolArgs args(argc, argv, 1, {"--checkpoint", "--data", "--tokens", "--logits"},
+                                kUsage);
     const std::string checkpoint = args.required("--checkpoint", kUsage);
     const std::string data = args.required("--data", kUsage);
     strata::SavedModel saved = strata::load_saved_model(checkpoint, 0);
@@ -29,6 +33,9 @@ int main(int argc, char** argv) {
       strata::fail("--data '", data,
                    "' has fewer than seq_len+1 = ", saved.config.model.seq_len + 1,
                    " tokens in the first ", tokens);
+    if (args.has("--logits"))
+      strata::write_eval_logits(args.get("--logits"), *saved.model, saved.params.data(), split,
+                                tokens, micro_batch);
     std::printf("val_loss %.6f\n", loss.sum / static_cast<double>(loss.count));
     return 0;
   } catch (const std::exception& e) {

@@ -70,6 +70,14 @@ class JsonLine {
                 const char* format = kJsonRoundTrip) {
     return add_raw(key, json_array(values, format));
   }
+  // An array of integers, written exactly.
+  template <JsonInteger I>
+  JsonLine& add(const std::string& key, const std::vector<I>& values) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < values.size(); ++i)
+      out.append(i > 0 ? ", " : "").append(std::to_string(values[i]));
+    return add_raw(key, out + "]");
+  }
   std::string str() const { return "{" + body_ + "}"; }
 
  private:

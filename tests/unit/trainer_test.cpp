@@ -137,7 +137,7 @@ TEST_F(TrainerTest, BadInputGetsOneClearErrorAndLeavesCheckpointsUntouched) {
                          train_command(config, "--resume --set data.train=" + (dir_ / "nowhere"))),
                      "nowhere");
   expect_clean_error(testing::run_command(train_command(config, "--resume --set model.d_model=64")),
-                     "shape");
+                     "d_model 32, seq_len 16, vocab_size 64 but this run's model is");
   expect_clean_error(testing::run_command(train_command(config, "--resume " + (dir_ / "none.h5"))),
                      "none.h5");
   // A damaged copy of the checkpoint is refused (checksums), the original stays intact.

@@ -1,0 +1,51 @@
+// A JSON document parsed into a tree: the one JSON reader of the project (JSON Lines documents,
+// Hugging Face's config.json, a safetensors header).
+//
+// It accepts exactly RFC 8259 JSON: strings with every escape (\uXXXX, surrogate pairs joined into
+// one code point, lone surrogates rejected), numbers, true/false/null, nested arrays and objects,
+// nesting at most 256 deep (so hostile input cannot overflow the stack). Raw string bytes are
+// copied through unchanged (the caller checks UTF-8 where it matters). Every value keeps the byte
+// offset where it starts, so a caller can point at the value it rejects.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+struct JsonValue {
+  enum class Kind { null, boolean, number, string, array, object };
+  Kind kind = Kind::null;
+  bool boolean = false;
+  double number = 0;
+  std::string text;  // a string's decoded value, or a number as written
+  std::vector<JsonValue> items;
+  std::vector<std::pair<std::string, JsonValue>> members;  // in document order, duplicates kept
+  std::size_t position = 0;                                // byte offset of the value's start
+
+  bool is(Kind k) const { return kind == k; }
+  // The last member named `key` (JSON leaves duplicates to the reader; the last wins, as in
+  // Python's json), or null when absent or when this is not an object.
+  const JsonValue* find(std::string_view key) const;
+  // A number written as an integer (no fraction or exponent) that fits in int64: true and the
+  // value in `out`; anything else: false, `out` untouched.
+  bool integer(std::int64_t& out) const;
+};
+
+// The word for a kind in messages: "null", "a boolean", "a number", "a string", "an array",
+// "an object".
+const char* json_kind_name(JsonValue::Kind kind);
+
+// Parses one JSON value filling all of `text` (white space around it allowed). Throws
+// strata::Error "column C: reason" (C counts bytes from 1), or "line L, column C: reason" when
+// `text` spans several lines.
+JsonValue parse_json(std::string_view text);
+
+// "column C" or "line L, column C" for byte offset `position` of `text`, as parse_json's errors.
+std::string json_location(std::string_view text, std::size_t position);
+
+}  // namespace strata

@@ -1,0 +1,370 @@
+// Hugging Face GPT-2 export and import (train/hf_convert.h): export then import gives back the
+// parameters bitwise, the exported tensors have GPT-2's names and Conv1D orientation, F16 and
+// BF16 files widen exactly, every malformed file or model is a one-line error naming it, and an
+// imported checkpoint is one that `train --resume` fine-tunes from.
+// (transformers' own reading of the exported folder is tests/python/hf_gpt2_test.cpp.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "data/tokenizer.h"
+#include "model/parameter_layout.h"
+#include "tests/unit/test_support.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/hf_convert.h"
+#include "train/hf_gpt2.h"
+#include "train/safetensors.h"
+
+namespace strata {
+namespace {
+
+using testing::error_of;
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+// 300 real tokens, padded to 384 rows: export must drop 84 rows and import restore them as zeros.
+const GptShape kShape{2, 2, 16, 8, 300};
+
+// Parameters where every element differs (random, LayerNorms and biases included), padded vocab
+// rows zero as in a trained checkpoint.
+std::vector<float> random_params(const GptShape& shape, std::uint64_t seed) {
+  const ParameterLayout layout = ParameterLayout::for_gpt(shape);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> params(layout.total());
+  for (float& p : params) p = normal(rng);
+  const TensorView& wte = layout.at("wte");
+  std::fill(params.begin() + wte.offset + std::size_t(shape.vocab_size) * shape.d_model,
+            params.begin() + wte.offset + wte.size, 0.0f);
+  return params;
+}
+
+std::string write_strata_checkpoint(const std::string& dir, const GptShape& shape,
+                                    const std::vector<float>& params,
+                                    const std::string& tokenizer = "") {
+  Config config;
+  config.model = {shape.n_layer, shape.n_head, shape.d_model, shape.seq_len, shape.vocab_size};
+  config.data.train = "unused";
+  Checkpoint ckpt;
+  ckpt.config_yaml = config_to_yaml(config);
+  ckpt.state.step = 7;
+  ckpt.params = params;
+  ckpt.tokenizer_model = tokenizer;
+  return write_checkpoint(dir, shape, ParameterLayout::for_gpt(shape), ckpt);
+}
+
+// A SentencePiece model of `vocab` pieces, trained on a few repetitive documents.
+Tokenizer small_tokenizer(int vocab) {
+  std::vector<std::string> documents;
+  const char* words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"};
+  std::mt19937_64 rng(3);
+  for (int d = 0; d < 20; ++d) {
+    std::string text;
+    for (int w = 0; w < 200; ++w) text += std::string(words[rng() % 8]) + " ";
+    documents.push_back(text);
+  }
+  return train_tokenizer(documents, vocab, 1);
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A GPT-2 folder holding `tensors` (F32) and config.json for kShape (or `config_json`).
+void write_hf_folder(const std::string& dir, const std::vector<SafetensorsTensor>& tensors,
+                     const std::string& config_json = hf_gpt2_config_json(kShape, -1)) {
+  fs::create_directories(dir);
+  write_file(dir + "/config.json", config_json);
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+}
+
+const SafetensorsTensor& named(const std::vector<SafetensorsTensor>& tensors,
+                               const std::string& name) {
+  for (const SafetensorsTensor& t : tensors)
+    if (t.name == name) return t;
+  throw std::runtime_error("no tensor " + name);
+}
+
+TEST(HfConvert, ExportThenImportGivesBackTheParametersBitwise) {
+  TempDir dir("hf_roundtrip");
+  const std::vector<float> params = random_params(kShape, 1);
+  const Tokenizer tokenizer = small_tokenizer(kShape.vocab_size);
+  const std::string original =
+      write_strata_checkpoint(dir / "ckpt", kShape, params, tokenizer.serialized());
+
+  const HfExport exported = export_hf_gpt2(original, dir / "hf");
+  EXPECT_TRUE(exported.tokenizer);
+  EXPECT_EQ(testing::read_file(dir / "hf/tokenizer.model"), tokenizer.serialized());
+  const HfImport imported = import_hf_gpt2(dir / "hf", dir / "imported.h5", "");
+  EXPECT_EQ(imported.weights_dtype, "F32");
+  EXPECT_EQ(imported.tokenizer_path, dir / "hf/tokenizer.model");
+
+  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
+  const Checkpoint back = read_checkpoint(dir / "imported.h5", layout, true);
+  ASSERT_EQ(back.params.size(), params.size());
+  EXPECT_EQ(std::memcmp(back.params.data(), params.data(), params.size() * sizeof(float)), 0);
+  // A fresh start for fine-tuning: step 0, no data consumed, zero moments; the tokenizer kept.
+  EXPECT_EQ(back.state.step, 0);
+  EXPECT_EQ(back.state.data_position, 0);
+  EXPECT_EQ(back.adam_m, std::vector<float>(layout.total(), 0.0f));
+  EXPECT_EQ(back.adam_v, std::vector<float>(layout.total(), 0.0f));
+  EXPECT_EQ(back.tokenizer_model, tokenizer.serialized());
+  const Config config = parse_config(back.config_yaml, "imported");
+  EXPECT_EQ(config.model.vocab_size, 300);
+  EXPECT_EQ(config.model.seq_len, 8);  // n_positions
+}
+
+TEST(HfConvert, ExportWritesGpt2NamesConv1dOrientationAndTheUnpaddedVocabulary) {
+  TempDir dir("hf_layout");
+  const std::vector<float> params = random_params(kShape, 2);
+  export_hf_gpt2(write_strata_checkpoint(dir / "ckpt", kShape, params), dir / "hf");
+  EXPECT_FALSE(fs::exists(dir / "hf/tokenizer.model"));
+  const SafetensorsFile file = read_safetensors(dir / "hf/model.safetensors");
+  EXPECT_EQ(file.metadata, (std::vector<std::pair<std::string, std::string>>{{"format", "pt"}}));
+  EXPECT_EQ(file.tensors.size(), 2u + 12u * 2 + 2);
+  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
+  const int C = kShape.d_model;
+
+  const SafetensorsTensor& wte = named(file.tensors, "transformer.wte.weight");
+  EXPECT_EQ(wte.shape, (std::vector<std::int64_t>{300, C}));
+  // c_attn.weight [C, 3C] holds qkv.weight [3C, C] transposed: element [in j][out i] = [i][j].
+  const SafetensorsTensor& c_attn = named(file.tensors, "transformer.h.1.attn.c_attn.weight");
+  ASSERT_EQ(c_attn.shape, (std::vector<std::int64_t>{C, 3 * C}));
+  const TensorView& qkv = layout.at("h.1.attn.qkv.weight");
+  for (int i : {0, 5, C + 3, 3 * C - 1})
+    for (int j : {0, 7, C - 1})
+      EXPECT_EQ(c_attn.values[std::size_t(j) * 3 * C + i], params[qkv.offset + i * C + j]);
+  EXPECT_EQ(named(file.tensors, "transformer.h.0.mlp.c_fc.weight").shape,
+            (std::vector<std::int64_t>{C, 4 * C}));
+  EXPECT_EQ(named(file.tensors, "transformer.h.0.mlp.c_proj.weight").shape,
+            (std::vector<std::int64_t>{4 * C, C}));
+  const SafetensorsTensor& ln_f = named(file.tensors, "transformer.ln_f.bias");
+  EXPECT_EQ(ln_f.values.front(), params[layout.at("lnf.bias").offset]);
+  const std::string config = testing::read_file(dir / "hf/config.json");
+  for (const char* field :
+       {"\"n_layer\": 2", "\"n_head\": 2", "\"n_embd\": 16", "\"n_positions\": 8",
+        "\"vocab_size\": 300", "\"layer_norm_epsilon\": 1e-05",
+        "\"activation_function\": \"gelu_new\""})
+    EXPECT_NE(config.find(field), std::string::npos) << field << " in " << config;
+}
+
+TEST(HfConvert, ImportTakesNamesWithoutPrefixIgnoresMaskBuffersAndATiedHead) {
+  TempDir dir("hf_names");
+  const std::vector<float> params = random_params(kShape, 3);
+  std::vector<SafetensorsTensor> tensors = hf_gpt2_tensors(kShape, params);
+  for (SafetensorsTensor& t : tensors) t.name = t.name.substr(std::strlen("transformer."));
+  tensors.push_back(
+      {"lm_head.weight", named(tensors, "wte.weight").shape, named(tensors, "wte.weight").values});
+  tensors.push_back({"h.0.attn.bias", {1, 1, 8, 8}, std::vector<float>(64, 1.0f)});
+  tensors.push_back({"h.1.attn.masked_bias", {}, {-1e4f}});
+  write_hf_folder(dir / "hf", tensors);
+  import_hf_gpt2(dir / "hf", dir / "imported.h5", "");
+  const Checkpoint back =
+      read_checkpoint(dir / "imported.h5", ParameterLayout::for_gpt(kShape), false);
+  EXPECT_EQ(back.params, params);
+  EXPECT_TRUE(back.tokenizer_model.empty());
+}
+
+// Bit patterns of F16 / BF16 values and what they widen to.
+TEST(HfConvert, HalfPrecisionTensorsWidenExactly) {
+  EXPECT_EQ(float_from_f16(0x3C00), 1.0f);
+  EXPECT_EQ(float_from_f16(0xC000), -2.0f);
+  EXPECT_EQ(float_from_f16(0x7BFF), 65504.0f);
+  EXPECT_EQ(float_from_f16(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(float_from_f16(0x03FF), std::ldexp(1023.0f, -24));
+  EXPECT_TRUE(std::isinf(float_from_f16(0xFC00)) && float_from_f16(0xFC00) < 0);
+  EXPECT_TRUE(std::isnan(float_from_f16(0x7E00)));
+  EXPECT_EQ(float_from_bf16(0x3F80), 1.0f);
+  EXPECT_EQ(float_from_bf16(0xC0A0), -5.0f);
+
+  TempDir dir("hf_half");
+  // One F16 tensor [2] and one BF16 tensor [1, 2], written byte by byte.
+  const std::string header = R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},)"
+                             R"("b":{"dtype":"BF16","shape":[1,2],"data_offsets":[4,8]}})";
+  std::string bytes(8, '\0');
+  const std::uint64_t length = header.size();
+  std::memcpy(bytes.data(), &length, 8);
+  bytes += header;
+  for (const std::uint16_t bits : {0x3C00, 0x3555, 0x3F80, 0x4049}) {
+    bytes.push_back(static_cast<char>(bits & 0xff));
+    bytes.push_back(static_cast<char>(bits >> 8));
+  }
+  write_file(dir / "half.safetensors", bytes);
+  const SafetensorsFile file = read_safetensors(dir / "half.safetensors");
+  ASSERT_EQ(file.tensors.size(), 2u);
+  EXPECT_EQ(file.tensors[0].dtype, "F16");
+  EXPECT_EQ(file.tensors[0].values, (std::vector<float>{1.0f, 0x1.554p-2f}));
+  EXPECT_EQ(file.tensors[1].dtype, "BF16");
+  EXPECT_EQ(file.tensors[1].shape, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(file.tensors[1].values, (std::vector<float>{1.0f, 0x1.92p1f}));
+}
+
+// A safetensors file of one F32 tensor with this header text and `data_bytes` bytes of data.
+std::string safetensors_bytes(const std::string& header, std::size_t data_bytes) {
+  std::string bytes(8, '\0');
+  const std::uint64_t length = header.size();
+  std::memcpy(bytes.data(), &length, 8);
+  return bytes + header + std::string(data_bytes, '\0');
+}
+
+TEST(HfConvert, MalformedSafetensorsFilesAreErrorsNamingFileAndTensor) {
+  TempDir dir("hf_bad_file");
+  const std::string path = dir / "bad.safetensors";
+  auto error = [&](const std::string& bytes) {
+    write_file(path, bytes);
+    return error_of([&] { read_safetensors(path); });
+  };
+  const std::string entry = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  EXPECT_EQ(error(safetensors_bytes(entry, 16)), "");
+  EXPECT_EQ(error("abc"),
+            path + ": is 3 bytes, too short for a safetensors file (8-byte header length)");
+  std::string huge = safetensors_bytes(entry, 16);
+  huge[5] = 1;  // header length ~2^40
+  EXPECT_TRUE(error(huge).starts_with(path + ": header length 1099511627"));
+  EXPECT_TRUE(
+      error(huge).ends_with(" is more than the 73 bytes that follow it (not a "
+                            "safetensors file, or truncated)"));
+  EXPECT_NE(error(safetensors_bytes("{\"w\": [1,", 0)).find(path + ": header is not valid JSON"),
+            std::string::npos);
+  EXPECT_EQ(error(safetensors_bytes(entry, 12)),
+            path +
+                ": tensor 'w': data_offsets [0, 16] run past the data (12 bytes after the "
+                "header; is the file truncated?)");
+  EXPECT_EQ(error(safetensors_bytes(entry, 20)),
+            path + ": the tensors hold 16 bytes of data but the file has 20 after the header");
+  EXPECT_EQ(
+      error(safetensors_bytes(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16)),
+      path + ": tensor 'w': dtype I64 is not supported (F32, F16 or BF16)");
+  EXPECT_EQ(
+      error(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", 16)),
+      path + ": tensor 'w': data_offsets [0, 16] hold 16 bytes but F32 shape needs 12");
+  EXPECT_EQ(error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                    R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                    12)),
+            path +
+                ": tensor 'b' starts at data byte 4 but the tensors before overlap it (they "
+                "end at 8)");
+  EXPECT_EQ(error(safetensors_bytes(R"({"w":{"dtype":"F32","shape":[2]}})", 8)),
+            path + ": tensor 'w': header entry has no \"data_offsets\"");
+}
+
+TEST(HfConvert, ImportRejectsModelsItCannotHoldWithOneLineErrors) {
+  TempDir dir("hf_bad_model");
+  const std::vector<SafetensorsTensor> good = hf_gpt2_tensors(kShape, random_params(kShape, 4));
+  int attempt = 0;
+  auto import_error = [&](const std::vector<SafetensorsTensor>& tensors,
+                          const std::string& config_json = hf_gpt2_config_json(kShape, -1),
+                          const std::string& tokenizer = "") {
+    const std::string folder = dir / ("hf" + std::to_string(++attempt));
+    write_hf_folder(folder, tensors, config_json);
+    return error_of([&] { import_hf_gpt2(folder, folder + ".h5", tokenizer); });
+  };
+  EXPECT_EQ(import_error(good), "");
+  EXPECT_FALSE(fs::exists(dir / ".import_hf_" + std::to_string(::getpid()) + ".tmp"));
+
+  std::vector<SafetensorsTensor> missing = good;
+  missing.erase(missing.begin() + 5);
+  EXPECT_EQ(import_error(missing),
+            dir / "hf2/model.safetensors: missing tensor '" + good[5].name + "'");
+  std::vector<SafetensorsTensor> extra = good;
+  extra.push_back({"transformer.h.2.ln_1.weight", {16}, std::vector<float>(16)});
+  EXPECT_EQ(import_error(extra), dir /
+                                     "hf3/model.safetensors: unknown tensor "
+                                     "'transformer.h.2.ln_1.weight' (not part of a GPT-2 model "
+                                     "with 2 layers)");
+  std::vector<SafetensorsTensor> transposed = good;
+  for (SafetensorsTensor& t : transposed)
+    if (t.name == "transformer.h.0.mlp.c_fc.weight") t.shape = {64, 16};
+  EXPECT_EQ(import_error(transposed), dir /
+                                          "hf4/model.safetensors: tensor "
+                                          "'transformer.h.0.mlp.c_fc.weight' has shape [64, "
+                                          "16], expected [16, 64]");
+  std::vector<SafetensorsTensor> untied = good;
+  untied.push_back(named(good, "transformer.wte.weight"));
+  untied.back().name = "lm_head.weight";
+  untied.back().values[3] += 1.0f;
+  EXPECT_NE(import_error(untied).find("lm_head.weight differs from the token embedding"),
+            std::string::npos);
+
+  std::string relu = hf_gpt2_config_json(kShape, -1);
+  relu.replace(relu.find("gelu_new"), 8, "relu");
+  const std::string activation = import_error(good, relu);
+  EXPECT_TRUE(activation.starts_with(dir / "hf6/config.json: line 1, column ")) << activation;
+  EXPECT_TRUE(
+      activation.ends_with(": \"activation_function\" must be the tanh GELU "
+                           "(\"gelu_new\" or \"gelu_pytorch_tanh\"), as Strata's"))
+      << activation;
+  EXPECT_EQ(import_error(good, R"({"n_layer": 2, "n_head": 2, "n_embd": 16, "vocab_size": 300})"),
+            dir / "hf7/config.json: no \"n_positions\" (a GPT-2 config.json has it)");
+
+  // The tokenizer must have config.json's vocabulary: the message names both sizes.
+  const std::string tokenizer = dir / "tokenizer.model";
+  write_file(tokenizer, small_tokenizer(320).serialized());
+  EXPECT_EQ(import_error(good, hf_gpt2_config_json(kShape, -1), tokenizer),
+            "tokenizer '" + tokenizer + "' has a vocabulary of 320 tokens but " +
+                (dir / "hf8/config.json") + " has vocab_size 300");
+  EXPECT_FALSE(fs::exists(dir / "hf8.h5"));
+}
+
+// The tools end to end: a run trained 30 steps, exported and imported with `ckpt`, is resumed
+// by `train --resume` (another run, the same model) from the imported weights, and a run of
+// another model shape is refused.
+TEST(HfConvert, TrainResumesFromAnImportedCheckpoint) {
+  TempDir dir("hf_resume");
+  testing::write_synthetic_dataset(dir / "data", 64, 60000);
+  auto config = [&](const std::string& name) {
+    const std::string path = dir / (name + ".yaml");
+    std::ofstream(path) << "run: {name: " << name << ", dir: " << dir.str() << "/runs, seed: 5}\n"
+                        << "model: {n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, "
+                           "vocab_size: 64}\n"
+                        << "data: {train: " << dir.str() << "/data/train}\n"
+                        << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
+                        << "train: {steps: 30, global_batch: 8, micro_batch: 4, eval_every: 0, "
+                           "log_every: 1}\n"
+                        << "checkpoint: {every: 0, keep: 0}\n"
+                        << "device: cpu\n";
+    return path;
+  };
+  const auto trained = testing::run_command(testing::bin("train") + " " + config("base"));
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  const std::string base = dir / "runs/base/checkpoints/step_00000030.h5";
+  const std::string ckpt = testing::bin("ckpt");
+  const auto exported = testing::run_command(ckpt + " export-hf " + base + " " + (dir / "hf"));
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  const std::string imported = dir / "imported.h5";
+  const auto import = testing::run_command(ckpt + " import-hf " + (dir / "hf") + " " + imported);
+  ASSERT_EQ(import.status, 0) << import.output;
+  EXPECT_NE(import.output.find("warning: no tokenizer"), std::string::npos) << import.output;
+  const ParameterLayout layout = ParameterLayout::for_gpt(GptShape{2, 2, 32, 16, 64});
+  EXPECT_EQ(read_checkpoint(imported, layout, false).params,
+            read_checkpoint(base, layout, false).params);
+
+  const auto tuned = testing::run_command(testing::bin("train") + " " + config("tuned") +
+                                          " --set train.steps=2 --resume " + imported);
+  ASSERT_EQ(tuned.status, 0) << tuned.output;
+  EXPECT_NE(tuned.output.find("resumed from " + imported + " at step 0"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "runs/tuned/checkpoints/step_00000002.h5"));
+  // Its first loss is the trained model's, not a fresh initialisation's (ln 64 ≈ 4.16).
+  const std::vector<double> base_loss =
+      testing::metric_values(dir / "runs/base/metrics.jsonl", "loss");
+  const std::vector<double> tuned_loss =
+      testing::metric_values(dir / "runs/tuned/metrics.jsonl", "loss");
+  ASSERT_EQ(tuned_loss.size(), 2u);
+  EXPECT_LT(tuned_loss[0], base_loss.front() - 0.5);
+  EXPECT_NEAR(tuned_loss[0], base_loss.back(), 0.3);
+
+  const auto other = testing::run_command(testing::bin("train") + " " + config("other") +
+                                          " --set model.d_model=64 --resume " + imported);
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.output.find("error: --resume: checkpoint '" + imported +
+                              "' holds a model of n_layer 2, n_head 2, d_model 32, seq_len 16, "
+                              "vocab_size 64 but this run's model is n_layer 2, n_head 2, "
+                              "d_model 64, seq_len 16, vocab_size 64"),
+            std::string::npos)
+      << other.output;
+}
+
+}  // namespace
+}  // namespace strata
