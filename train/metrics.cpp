@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -103,10 +104,20 @@ MetricsWriter::MetricsWriter(const std::string& path, std::int64_t keep_through_
       if (step >= 0 && step <= keep_through_step && line.ends_with('}')) kept.push_back(line);
     }
   }
-  out_.open(path, std::ios::trunc);
+  // The kept lines go to a new file that replaces the old one by rename: a job killed at this
+  // moment leaves either file whole, never an emptied one.
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream rewritten(temporary, std::ios::trunc);
+    for (const std::string& line : kept) rewritten << line << '\n';
+    rewritten.close();
+    if (!rewritten) fail("cannot write metrics file '", temporary, "'");
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) fail("cannot replace metrics file '", path, "': ", error.message());
+  out_.open(path, std::ios::app);
   if (!out_) fail("cannot write metrics file '", path, "'");
-  for (const std::string& line : kept) out_ << line << '\n';
-  out_.flush();
 }
 
 void MetricsWriter::write(const JsonLine& line) {
