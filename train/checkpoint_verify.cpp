@@ -169,4 +169,29 @@ std::string choose_resume_checkpoint(const std::string& requested, const std::st
   return broadcast_text(world, chosen);
 }
 
+namespace {
+std::string model_text(const ModelConfig& m) {
+  return "n_layer " + std::to_string(m.n_layer) + ", n_head " + std::to_string(m.n_head) +
+         ", d_model " + std::to_string(m.d_model) + ", seq_len " + std::to_string(m.seq_len) +
+         ", vocab_size " + std::to_string(m.vocab_size);
+}
+}  // namespace
+
+void check_resumable(const std::string& path, const ModelConfig& model, int workers) {
+  const int checkpoint_workers = read_checkpoint_workers(path);
+  if (checkpoint_workers != workers)
+    fail("--resume: checkpoint '", path, "' holds ", checkpoint_workers,
+         " DiLoCo worker(s) but this run has ", workers,
+         " (diloco.workers; resume with the same number)");
+  ModelConfig saved;
+  try {
+    saved = parse_config(read_checkpoint_config(path), path + " (config attribute)").model;
+  } catch (const Error&) {
+    return;  // a config this version cannot read: the tensors' shape checks still apply
+  }
+  if (saved != model)
+    fail("--resume: checkpoint '", path, "' holds a model of ", model_text(saved),
+         " but this run's model is ", model_text(model), " (set model: in the config to match)");
+}
+
 }  // namespace strata

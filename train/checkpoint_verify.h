@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "train/config.h"
 
 namespace strata {
 
@@ -52,5 +53,10 @@ std::vector<std::string> remove_abandoned_checkpoint_writes(const std::string& d
 // same error.
 std::string choose_resume_checkpoint(const std::string& requested, const std::string& directory,
                                      Communicator& world);
+
+// Refuses, naming why, a checkpoint that this run cannot continue: one of another number of DiLoCo
+// workers (it lacks, or has more of, their state), or of another model (an imported GPT-2 of
+// another size, say: n_head changes no tensor's shape, so the tensors' checks alone would miss it).
+void check_resumable(const std::string& path, const ModelConfig& model, int workers);
 
 }  // namespace strata

@@ -87,25 +87,6 @@ std::string check_data(const Config& config, const TokenSource& train,
   return tokenizer.serialized();
 }
 
-std::string model_text(const ModelConfig& m) {
-  return "n_layer " + std::to_string(m.n_layer) + ", n_head " + std::to_string(m.n_head) +
-         ", d_model " + std::to_string(m.d_model) + ", seq_len " + std::to_string(m.seq_len) +
-         ", vocab_size " + std::to_string(m.vocab_size);
-}
-
-// A checkpoint of another model (an imported GPT-2 of another size, say) is refused by naming both
-// models, rather than by its first tensor of another shape (n_head changes none).
-void check_same_model(const std::string& path, const ModelConfig& run) {
-  ModelConfig saved;
-  try {
-    saved = parse_config(read_checkpoint_config(path), path + " (config attribute)").model;
-  } catch (const Error&) {
-    return;  // a config this version cannot read: the tensors' shape checks still apply
-  }
-  if (saved != run)
-    fail("--resume: checkpoint '", path, "' holds a model of ", model_text(saved),
-         " but this run's model is ", model_text(run), " (set model: in the config to match)");
-}
 }  // namespace
 
 struct Trainer::State {
@@ -259,13 +240,7 @@ struct Trainer::State {
     }
     std::vector<StateBuffer> buffers = named_state();
     const std::string path = choose_resume_checkpoint(*resume_from, ckpt_dir, world);
-    // A checkpoint of another number of DiLoCo workers lacks (or has more of) their state.
-    const int checkpoint_workers = read_checkpoint_workers(path);
-    if (checkpoint_workers != workers.workers)
-      fail("--resume: checkpoint '", path, "' holds ", checkpoint_workers,
-           " DiLoCo worker(s) but this run has ", workers.workers,
-           " (diloco.workers; resume with the same number)");
-    check_same_model(path, config.model);
+    check_resumable(path, config.model, workers.workers);
     const CheckpointMeta meta = read_checkpoint(path, backend->layout(), buffers);
     set_named_state(std::move(buffers));
     if (diloco) diloco->resume(*backend, meta.state.step);
