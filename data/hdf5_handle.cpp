@@ -121,8 +121,14 @@ std::vector<hsize_t> to_hsize(std::span<const std::uint64_t> values) {
   return {values.begin(), values.end()};
 }
 
+// The product of `dims`; an Error when it does not fit in 64 bits (only a damaged or hostile file
+// claims such an extent).
 std::uint64_t element_count(std::span<const std::uint64_t> dims) {
-  return std::accumulate(dims.begin(), dims.end(), std::uint64_t{1}, std::multiplies<>());
+  std::uint64_t count = 1;
+  for (const std::uint64_t dim : dims)
+    if (__builtin_mul_overflow(count, dim, &count))
+      fail("a dataset extent of more than 2^64 elements");
+  return count;
 }
 
 H5Id link_creation_properties() {
@@ -193,11 +199,14 @@ void H5Id::reset() {
   id_ = -1;
 }
 
-H5File H5File::create(const std::string& path) {
+H5File H5File::create(const std::string& path, std::uint64_t user_block_bytes) {
   quiet_hdf5_errors();
   H5Id access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_LATEST);
-  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
+  H5Id creation(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  if (user_block_bytes > 0 && H5Pset_userblock(creation.get(), user_block_bytes) < 0)
+    fail("cannot create HDF5 file '", path, "': ", hdf5_error_reason());
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, creation.get(), access.get());
   if (id < 0) fail("cannot create HDF5 file '", path, "': ", hdf5_error_reason());
   return H5File(H5Id(id, H5Fclose), path);
 }
@@ -443,8 +452,19 @@ void read_dataset_into(hid_t loc, const std::string& name, std::span<T> out) {
   read_dataset_slab<T>(dataset.get(), origin, dims, out.data());
 }
 
+void check_dataset_stored(hid_t dataset) {
+  const std::uint64_t elements = element_count(dataset_dims(dataset));
+  const H5Id type(H5Dget_type(dataset), H5Tclose);
+  const std::uint64_t element_bytes = std::max<std::size_t>(H5Tget_size(type.get()), 1);
+  const std::uint64_t stored = H5Dget_storage_size(dataset);
+  if (elements > stored / element_bytes)
+    fail("dataset ", describe_id(dataset), " claims ", elements, " elements of ", element_bytes,
+         " bytes but the file stores ", stored, " bytes of it (the file is damaged)");
+}
+
 template <class T>
 std::vector<T> read_dataset(hid_t loc, const std::string& name) {
+  check_dataset_stored(open_dataset(loc, name).get());
   std::vector<T> out(element_count(dataset_dims(loc, name)));
   read_dataset_into<T>(loc, name, std::span<T>(out));
   return out;

@@ -57,7 +57,9 @@ class H5Id {
 
 class H5File {
  public:
-  static H5File create(const std::string& path);      // truncates an existing file
+  // Truncates an existing file. `user_block_bytes` (0, or a power of two >= 512) reserves that
+  // many bytes at the start of the file for the application: HDF5 neither reads nor writes them.
+  static H5File create(const std::string& path, std::uint64_t user_block_bytes = 0);
   static H5File open_read(const std::string& path);   // read-only
   static H5File open_write(const std::string& path);  // read-write, must exist
 
@@ -92,6 +94,11 @@ H5Id create_dataset(hid_t loc, const std::string& name, hid_t file_type,
                     bool extendible = false);
 void set_dataset_extent(hid_t dataset, std::span<const std::uint64_t> dims);
 std::vector<std::uint64_t> dataset_dims(hid_t dataset);
+// An Error unless the file stores every element of the dataset's extent: a chunked dataset can
+// claim any extent and read the chunks it never wrote as zeros, so a damaged or hostile file could
+// otherwise make a reader allocate, or silently read, what it never held. (Strata writes no
+// compressed datasets, whose storage would be smaller.)
+void check_dataset_stored(hid_t dataset);
 std::vector<std::uint64_t> dataset_dims(hid_t loc, const std::string& name);
 // HDF5's type class of the stored elements (H5T_INTEGER, H5T_FLOAT, ...).
 H5T_class_t dataset_type_class(hid_t dataset);

@@ -93,7 +93,7 @@ class Parser {
       skip_space();
       expect(':');
       skip_space();
-      object.members.emplace_back(std::move(key), parse_value(depth + 1));
+      object.members.push_back({std::move(key), parse_value(depth + 1)});
       skip_space();
       if (peek() == ',') {
         ++pos_;

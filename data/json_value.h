@@ -12,10 +12,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace strata {
+
+struct JsonMember;
 
 struct JsonValue {
   enum class Kind { null, boolean, number, string, array, object };
@@ -24,8 +25,8 @@ struct JsonValue {
   double number = 0;
   std::string text;  // a string's decoded value, or a number as written
   std::vector<JsonValue> items;
-  std::vector<std::pair<std::string, JsonValue>> members;  // in document order, duplicates kept
-  std::size_t position = 0;                                // byte offset of the value's start
+  std::vector<JsonMember> members;  // in document order, duplicates kept
+  std::size_t position = 0;         // byte offset of the value's start
 
   bool is(Kind k) const { return kind == k; }
   // The last member named `key` (JSON leaves duplicates to the reader; the last wins, as in
@@ -34,6 +35,13 @@ struct JsonValue {
   // A number written as an integer (no fraction or exponent) that fits in int64: true and the
   // value in `out`; anything else: false, `out` untouched.
   bool integer(std::int64_t& out) const;
+};
+
+// A member of an object. (Not a std::pair: a pair needs JsonValue complete where JsonValue
+// declares its members, which only GCC's library lets pass.)
+struct JsonMember {
+  std::string name;
+  JsonValue value;
 };
 
 // The word for a kind in messages: "null", "a boolean", "a number", "a string", "an array",

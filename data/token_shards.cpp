@@ -160,6 +160,7 @@ TokenSource TokenSource::open(const std::string& spec) {
       const std::vector<std::uint64_t> dims = dataset_dims(tokens.get());
       if (dims.size() != 1) fail("/tokens has ", dims.size(), " dimensions, expected 1");
       if (dataset_type_class(tokens.get()) != H5T_INTEGER) fail("/tokens is not integer-typed");
+      check_dataset_stored(tokens.get());
       count = dims[0];
       info = read_shard_info(file.id());
     } catch (const Error& e) {

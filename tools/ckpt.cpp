@@ -1,7 +1,8 @@
 // ckpt inspect CKPT        step, data position, loss scale, the run's config, every tensor with
 //                          shape and norm
-// ckpt verify CKPT...      checks each file whole (every checksum, no model built): a line per
-//                          file, `ok ...` or `error: ...`; exit 1 when any is damaged
+// ckpt verify CKPT...      checks each file whole (its seal, every checksum, no model built): a
+//                          line per file, `ok ...` or `error: ...` (for a file that fails its
+//                          seal, also the damaged tensor where one is); exit 1 when any is damaged
 // ckpt diff A B            compares every tensor bitwise: a line per differing tensor; exit 0
 //                          when identical, 1 when they differ, 2 on an error
 // ckpt export-hf CKPT OUT_DIR
@@ -110,7 +111,12 @@ int verify(const std::vector<std::string>& paths) {
                   static_cast<long long>(summary.values), summary.workers);
     } catch (const std::exception& e) {
       std::fflush(stdout);
-      std::cerr << "error: " << e.what() << std::endl;
+      std::string reason = e.what();
+      if (reason.find("do not match its seal") != std::string::npos) {
+        const std::string where = strata::locate_checkpoint_damage(path);
+        if (!where.empty()) reason += "; " + where;
+      }
+      std::cerr << "error: " << reason << std::endl;
       ++damaged;
     }
   }

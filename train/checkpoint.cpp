@@ -13,6 +13,7 @@
 #include "model/core/counter_rng.h"
 #include "model/core/error.h"
 #include "parallel/reduction_plan.h"
+#include "train/checkpoint_seal.h"
 
 namespace strata {
 namespace fs = std::filesystem;
@@ -27,7 +28,7 @@ std::uint64_t checksum_bytes(const void* data, std::size_t bytes) {
     h = mix64(h ^ word) + i;
   }
   std::uint64_t tail = 0;
-  std::memcpy(&tail, p + i, bytes - i);
+  if (bytes > i) std::memcpy(&tail, p + i, bytes - i);  // p may be null when bytes is 0
   return mix64(h ^ tail);
 }
 
@@ -118,14 +119,19 @@ void write_elements(hid_t file, const std::string& path, const float* values, co
 
 std::string dataset_group(const std::string& buffer_name) { return "/" + buffer_name + "/"; }
 
-// Reads the whole logical tensor `path` (to verify its checksum) into `whole`.
-void read_logical_tensor(hid_t file, const std::string& file_path, const std::string& path,
-                         const TensorView& t, std::vector<float>& whole) {
+void check_logical_tensor_shape(hid_t file, const std::string& file_path, const std::string& path,
+                                const TensorView& t) {
   if (!has_object(file, path)) fail("checkpoint '", file_path, "' has no tensor '", path, "'");
   const std::vector<std::uint64_t> dims = dataset_dims(file, path);
   if (dims != logical_dims(t))
     fail("checkpoint '", file_path, "': tensor '", path, "' has shape [", shape_text(dims),
          "], the model needs [", shape_text(logical_dims(t)), "]");
+}
+
+// Reads the whole logical tensor `path` (to verify its checksum) into `whole`.
+void read_logical_tensor(hid_t file, const std::string& file_path, const std::string& path,
+                         const TensorView& t, std::vector<float>& whole) {
+  check_logical_tensor_shape(file, file_path, path, t);
   whole.resize(static_cast<std::size_t>(t.slice.logical_size()));
   read_dataset_f32(file, path, std::span<float>(whole));
   H5Id dataset = open_dataset(file, path);
@@ -191,7 +197,7 @@ CheckpointState read_state_attributes(hid_t group) {
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
                             const CheckpointMeta& ckpt, const std::vector<std::string>& names) {
   const ParameterLayout logical = ParameterLayout::for_gpt(shape);
-  H5File file = H5File::create(path);
+  H5File file = H5File::create(path, kSealBytes);
   write_attribute_string(file.id(), "format", kCheckpointFormat);
   write_attribute_string(file.id(), "config", ckpt.config_yaml);
   for (const std::string& name : names) create_tensors(file.id(), dataset_group(name), logical);
@@ -288,8 +294,13 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
     throw;
   }
   if (rank == 0) {
+    try {
+      seal_checkpoint_file(temp_path);  // the last write: a file that has its seal is complete
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
     std::error_code ec;
-    fs::rename(temp_path, final_path, ec);
+    if (error.empty()) fs::rename(temp_path, final_path, ec);
     if (ec) error = "cannot rename '" + temp_path + "' to it: " + ec.message();
   }
   try {
@@ -314,17 +325,21 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
                           {ckpt.config_yaml, ckpt.state, ckpt.tokenizer_model, {}}, buffers);
 }
 
-std::string read_checkpoint_config(const std::string& path) {
+H5File open_checkpoint(const std::string& path, bool check_seal) {
   if (!fs::is_regular_file(path)) fail("checkpoint '", path, "' does not exist");
+  if (check_seal) check_checkpoint_seal(path);
   H5File file = H5File::open_read(path);
   check_format(file.id(), path);
+  return file;
+}
+
+std::string read_checkpoint_config(const std::string& path) {
+  H5File file = open_checkpoint(path);
   return read_attribute_string(file.id(), "config");
 }
 
 int read_checkpoint_workers(const std::string& path) {
-  if (!fs::is_regular_file(path)) fail("checkpoint '", path, "' does not exist");
-  H5File file = H5File::open_read(path);
-  check_format(file.id(), path);
+  H5File file = open_checkpoint(path);
   int workers = 1;
   while (has_object(file.id(), "/state/worker_" + std::to_string(workers))) ++workers;
   return workers;
@@ -332,11 +347,15 @@ int read_checkpoint_workers(const std::string& path) {
 
 CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& layout,
                                std::vector<StateBuffer>& buffers) {
-  if (!fs::is_regular_file(path)) fail("checkpoint '", path, "' does not exist");
-  H5File file = H5File::open_read(path);
-  check_format(file.id(), path);
+  H5File file = open_checkpoint(path);
   CheckpointMeta ckpt;
   ckpt.config_yaml = read_attribute_string(file.id(), "config");
+  // Every shape before any buffer is allocated: a layout that is not the file's (a config that
+  // claims a larger model, say) is an error, not an allocation of the size it claims.
+  for (const TensorView& t : layout.tensors())
+    for (const StateBuffer& buffer : buffers)
+      if (!intersect({t.offset, t.offset + t.size}, buffer.range).empty())
+        check_logical_tensor_shape(file.id(), path, dataset_group(buffer.name) + t.name, t);
   for (StateBuffer& buffer : buffers) buffer.values.assign(buffer.range.size(), 0.0f);
   std::vector<float> whole;  // one logical tensor at a time
   for (const TensorView& t : layout.tensors()) {

@@ -9,8 +9,10 @@
 // Every tensor carries a `checksum` attribute, the wrapping sum over its elements of a hash of
 // (logical index, value): independent of how the tensor was sliced, so each rank adds the share of
 // the slices it wrote, and verified on load over the whole tensor, so a damaged file is an error,
-// never silently wrong weights. Files are written to a hidden temporary name in the same directory
-// and renamed when complete, so a crash never leaves a partial step_*.h5.
+// never silently wrong weights. The file's first bytes seal the whole of it (checkpoint_seal.h), so
+// damage to HDF5's own structures is caught as well, before HDF5 reads them. Files are written to a
+// hidden temporary name in the same directory and renamed when complete, so a crash never leaves a
+// partial step_*.h5.
 //
 // Slabs (DESIGN §2: checkpoints are written as slabs of ranges). A rank's training state is a
 // set of named flat buffers (StateBuffer: "model", "optimizer/m", "optimizer/v", later DiLoCo's
@@ -28,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/hdf5_handle.h"
 #include "model/core/element_range.h"
 #include "model/gpt_shape.h"
 #include "model/parameter_layout.h"
@@ -35,7 +38,7 @@
 
 namespace strata {
 
-inline constexpr const char* kCheckpointFormat = "strata-checkpoint-2";
+inline constexpr const char* kCheckpointFormat = "strata-checkpoint-3";
 
 struct CheckpointState {
   std::int64_t step = 0;           // optimizer steps completed
@@ -111,9 +114,10 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
 std::string write_checkpoint(const std::string& directory, const GptShape& shape,
                              const ParameterLayout& layout, const Checkpoint& checkpoint);
 
-// The two halves of write_checkpoint, for a caller that orders the writers itself: the file
-// (rank 0: every dataset of the buffers' names with a zero checksum, the state, config and
-// tokenizer), then, one writer at a time, each writer's elements of its buffers.
+// The parts of write_checkpoint, for a caller that orders the writers itself: the file (rank 0:
+// every dataset of the buffers' names with a zero checksum, the state, config and tokenizer),
+// then, one writer at a time, each writer's elements of its buffers, then (rank 0)
+// seal_checkpoint_file (checkpoint_seal.h).
 // The datasets a job's checkpoint holds: writer.dataset_names, or the names of `buffers`.
 std::vector<std::string> dataset_names(const CheckpointWriter& writer,
                                        const std::vector<StateBuffer>& buffers);
@@ -124,6 +128,10 @@ void write_checkpoint_elements(const std::string& path, const CheckpointWriter& 
 
 // How many DiLoCo workers' states the checkpoint holds (1 without DiLoCo).
 int read_checkpoint_workers(const std::string& path);
+
+// Opens a checkpoint for reading once its seal (train/checkpoint_seal.h) and format check out.
+// `check_seal` false is for locate_checkpoint_damage alone (checkpoint_verify.h).
+H5File open_checkpoint(const std::string& path, bool check_seal = true);
 
 // Reads the config text only (to build the model before reading tensors).
 std::string read_checkpoint_config(const std::string& path);

@@ -1,6 +1,10 @@
 #include "train/checkpoint_verify.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 
@@ -66,9 +70,9 @@ void check_dataset(
 
 CheckpointSummary walk_checkpoint(
     const std::string& path,
-    const std::function<void(const std::string&, const std::vector<float>&)>& visit) {
-  read_checkpoint_config(path);  // exists, opens as HDF5, is of this format
-  H5File file = H5File::open_read(path);
+    const std::function<void(const std::string&, const std::vector<float>&)>& visit,
+    bool check_seal = true) {
+  H5File file = open_checkpoint(path, check_seal);  // exists, matches its seal, of this format
   CheckpointSummary summary;
   if (!has_object(file.id(), "/state")) fail("checkpoint '", path, "' has no /state group");
   {
@@ -77,7 +81,8 @@ CheckpointSummary walk_checkpoint(
       fail("checkpoint '", path, "': /state has no step attribute");
     summary.step = read_attribute_i64(state.get(), "step");
   }
-  summary.workers = read_checkpoint_workers(path);
+  while (has_object(file.id(), "/state/worker_" + std::to_string(summary.workers)))
+    ++summary.workers;
   const std::vector<std::string> names = dataset_names_in(file.id(), path);
   if (!has_object(file.id(), "/model/wte"))
     fail("checkpoint '", path, "' has no tensor '/model/wte'");
@@ -88,6 +93,42 @@ CheckpointSummary walk_checkpoint(
 }  // namespace
 
 CheckpointSummary verify_checkpoint(const std::string& path) { return walk_checkpoint(path, {}); }
+
+std::string locate_checkpoint_damage(const std::string& path) {
+  int channel[2];
+  if (::pipe(channel) != 0) return "";
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(channel[0]);
+    ::close(channel[1]);
+    return "";
+  }
+  if (child == 0) {  // HDF5 may crash on what it reads here: this process alone goes down
+    ::close(channel[0]);
+    std::string finding;
+    try {
+      walk_checkpoint(path, {}, /*check_seal=*/false);
+    } catch (const std::exception& e) {
+      finding = e.what();
+    }
+    const ssize_t written = ::write(channel[1], finding.data(), finding.size());
+    ::_exit(written == static_cast<ssize_t>(finding.size()) ? 0 : 1);
+  }
+  ::close(channel[1]);
+  std::string finding;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(channel[0], buffer, sizeof buffer)) > 0;) finding.append(buffer, n);
+  ::close(channel[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (!WIFEXITED(status)) return "the damage is in HDF5's own structures (reading them crashed)";
+  if (finding.empty())
+    return "the damage is in HDF5's own structures (no tensor fails its checksum)";
+  if (finding.find("fails its checksum") == std::string::npos)
+    return "the damage is in HDF5's own structures (" + finding + ")";
+  return finding;
+}
 
 void for_each_checkpoint_tensor(
     const std::string& path,

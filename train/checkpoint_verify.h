@@ -1,13 +1,13 @@
 // Checking checkpoint files without a model: `ckpt verify`, `ckpt diff`, and `train --resume`'s
 // choice of the newest intact checkpoint.
 //
-// A checkpoint is intact when it opens as an HDF5 file of the current format (a truncated file
-// fails here: HDF5 compares the end of file its superblock records with the file's size), every
-// dataset in it carries a `checksum` attribute that its whole contents match (fp32 tensors: the
-// index-and-value checksum of train/checkpoint.h; the tokenizer bytes: checksum_bytes), and its
-// /state group holds the training state. A flipped bit anywhere in a tensor's data changes its
-// checksum; one in HDF5's own structures makes the file fail to open or a dataset fail to read.
-// Every failure is a strata::Error naming the file and, where there is one, the tensor.
+// A checkpoint is intact when its bytes match its seal (train/checkpoint_seal.h: a truncated file,
+// or a flipped bit anywhere, fails there, before HDF5 reads anything), it opens as an HDF5 file
+// of the current format, every dataset in it carries a `checksum` attribute that its whole
+// contents match (fp32 tensors: the index-and-value checksum of train/checkpoint.h; the tokenizer
+// bytes: checksum_bytes), and its /state group holds the training state. Every failure is a
+// strata::Error naming the file and, where there is one, the tensor (locate_checkpoint_damage
+// finds it for a file that fails its seal).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,13 @@ struct CheckpointSummary {
 
 // Reads the whole file and checks it as above; throws on the first problem.
 CheckpointSummary verify_checkpoint(const std::string& path);
+
+// Where the damage of a checkpoint that fails its seal lies, for `ckpt verify`: the first failure
+// of the per-tensor checks run without the seal (naming the tensor), or a sentence saying that
+// the damage is in HDF5's structures. Those checks make HDF5 read a damaged file, which may crash
+// it, so they run in a child process (fork): for a tool, not inside an MPI job. "" when no child
+// process could be started.
+std::string locate_checkpoint_damage(const std::string& path);
 
 // Calls `visit(name, values)` for every fp32 dataset of the file (absolute names such as
 // "/model/wte"), in name order, after checking that it matches its checksum.

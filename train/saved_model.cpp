@@ -14,9 +14,12 @@ SavedModel load_saved_model(const std::string& checkpoint_path, int max_batch) {
   }
   const ModelConfig& m = saved.config.model;
   const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  // The tensors first: their shapes are checked against the config before the model that the
+  // config describes (however large it claims to be) is built.
+  Checkpoint ckpt = read_checkpoint(checkpoint_path, ParameterLayout::for_gpt(shape), false);
   saved.model = std::make_unique<Gpt<float>>(
       shape, max_batch > 0 ? max_batch : saved.config.train.micro_batch);
-  Checkpoint ckpt = read_checkpoint(checkpoint_path, saved.model->layout(), false);
+  STRATA_CHECK(saved.model->layout().total() == ckpt.params.size());
   saved.state = ckpt.state;
   saved.params = std::move(ckpt.params);
   saved.tokenizer_model = std::move(ckpt.tokenizer_model);

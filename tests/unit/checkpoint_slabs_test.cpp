@@ -13,6 +13,7 @@
 #include "parallel/reduction_plan.h"
 #include "tests/unit/test_support.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_seal.h"
 
 namespace strata {
 namespace {
@@ -64,6 +65,7 @@ std::string write_from(const std::string& path, int tp_size, int owners) {
                                  {}},
                                 buffers);
   }
+  seal_checkpoint_file(path);
   return path;
 }
 

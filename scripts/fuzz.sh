@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Fuzzes the readers of user input (tests/fuzz): builds the libFuzzer targets with clang under
+# ASan + UBSan into build-fuzz/, then runs each for FUZZ_SECONDS (default 10) starting from its
+# seeds in tests/fuzz/corpus/<target>/, and prints executions, coverage and findings per target.
+# A finding stops the script with a non-zero status; the input that caused it is saved as
+# build-fuzz/findings/<target>/crash-* (copy it into tests/fuzz/corpus/<target>/ as finding-<what>
+# once fixed, so that the fuzz.replay ctests keep it fixed). Needs clang and its runtimes
+# (scripts/setup.sh clang libclang-rt-14-dev libomp-14-dev). FUZZ_TARGETS picks targets.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${FUZZ_SECONDS:-10}
+targets=${FUZZ_TARGETS:-config documents shard shard_fields checkpoint checkpoint_fields}
+
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSTRATA_FUZZ=ON -DSTRATA_CUDA=OFF -DSTRATA_NATIVE=OFF >/dev/null
+# shellcheck disable=SC2046
+ninja -C build-fuzz $(for t in $targets; do echo "${t}_fuzzer"; done)
+
+# HDF5 and OpenMP keep process-lifetime allocations; the CI suppressions cover them.
+export LSAN_OPTIONS="suppressions=$PWD/.ci/lsan.supp:print_suppressions=0"
+export ASAN_OPTIONS="fast_unwind_on_malloc=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export OMP_NUM_THREADS=1
+status=0
+printf '%-18s %12s %8s %8s %s\n' target executions cov corpus findings
+for t in $targets; do
+  work=build-fuzz/corpus/$t findings=build-fuzz/findings/$t log=build-fuzz/fuzz-$t.log
+  mkdir -p "$work" "$findings"
+  # -rss_limit_mb: an input that makes a reader allocate gigabytes is a finding too.
+  if build-fuzz/bin/"${t}"_fuzzer -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=30 \
+    -artifact_prefix="$findings/" -print_final_stats=1 "$work" tests/fuzz/corpus/"$t" >"$log" 2>&1; then
+    found=none
+  else
+    found="$(ls "$findings" | tr '\n' ' ') (see $log)"
+    status=1
+  fi
+  executions=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  corpus=$(ls "$work" | wc -l)
+  printf '%-18s %12s %8s %8s %s\n' "$t" "${executions:-?}" "${cov:-?}" "$corpus" "$found"
+done
+exit $status

@@ -1,0 +1,131 @@
+// The checkpoint seal (train/checkpoint_seal.h): damage anywhere in the file, HDF5's own
+// structures included, is an error naming the file and the damaged bytes before HDF5 reads them;
+// locate_checkpoint_damage then names the tensor when the damage is in one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "data/hdf5_handle.h"
+#include "tests/unit/test_support.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_seal.h"
+#include "train/checkpoint_verify.h"
+#include "train/config.h"
+
+namespace strata {
+namespace {
+
+const GptShape kShape{1, 2, 8, 4, 16};
+
+std::string write_small_checkpoint(const std::string& dir) {
+  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
+  Config config;
+  config.model = {kShape.n_layer, kShape.n_head, kShape.d_model, kShape.seq_len, kShape.vocab_size};
+  config.data.train = "unused";
+  Checkpoint ckpt;
+  ckpt.config_yaml = config_to_yaml(config);
+  ckpt.state.step = 5;
+  ckpt.params.resize(layout.total());
+  for (std::size_t i = 0; i < ckpt.params.size(); ++i) ckpt.params[i] = 0.25f * float(i % 11);
+  return write_checkpoint(dir, kShape, layout, ckpt);
+}
+
+void flip_byte(const std::string& path, std::uint64_t offset) {
+  std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
+  file.seekg(static_cast<std::streamoff>(offset));
+  char byte = 0;
+  file.read(&byte, 1);
+  byte = static_cast<char>(byte ^ 0x10);
+  file.seekp(static_cast<std::streamoff>(offset));
+  file.write(&byte, 1);
+}
+
+std::string error_of(const std::string& path) {
+  try {
+    verify_checkpoint(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The file offset of the first element of dataset `name` (contiguous, so its data lie together;
+// HDF5 counts it from the start of the file, user block included).
+std::uint64_t data_offset(const std::string& path, const std::string& name) {
+  H5File file = H5File::open_read(path);
+  H5Id dataset = open_dataset(file.id(), name);
+  const haddr_t address = H5Dget_offset(dataset.get());
+  EXPECT_NE(address, HADDR_UNDEF);
+  return address;
+}
+
+TEST(CheckpointSeal, AnIntactFileVerifies) {
+  testing::TempDir dir("seal_intact");
+  const std::string path = write_small_checkpoint(dir.str());
+  EXPECT_EQ(error_of(path), "");
+  EXPECT_EQ(verify_checkpoint(path).step, 5);
+}
+
+TEST(CheckpointSeal, DamageInHdf5StructuresIsCaughtBeforeHdf5ReadsThem) {
+  testing::TempDir dir("seal_structures");
+  const std::string path = write_small_checkpoint(dir.str());
+  flip_byte(path, kSealBytes + 40);  // inside HDF5's superblock, which follows the user block
+  const std::string error = error_of(path);
+  EXPECT_NE(error.find("checkpoint '" + path + "' is damaged: bytes 4096 to "), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("do not match its seal"), std::string::npos) << error;
+  // No tensor is to blame; the search for one runs in a child process, which HDF5 may crash.
+  const std::string where = locate_checkpoint_damage(path);
+  EXPECT_TRUE(where.starts_with("the damage is in HDF5's own structures")) << where;
+}
+
+TEST(CheckpointSeal, DamageInATensorIsLocatedToTheTensor) {
+  testing::TempDir dir("seal_tensor");
+  const std::string path = write_small_checkpoint(dir.str());
+  flip_byte(path, data_offset(path, "/model/h.0.mlp.fc.weight") + 2);
+  EXPECT_NE(error_of(path).find("do not match its seal"), std::string::npos);
+  const std::string where = locate_checkpoint_damage(path);
+  EXPECT_NE(where.find("tensor '/model/h.0.mlp.fc.weight' fails its checksum"), std::string::npos)
+      << where;
+}
+
+TEST(CheckpointSeal, ADamagedSealOrNoSealIsRefused) {
+  testing::TempDir dir("seal_header");
+  const std::string path = write_small_checkpoint(dir.str());
+  flip_byte(path, 40);  // a length field of the seal itself
+  EXPECT_NE(error_of(path).find("its seal (the first 4096 bytes) fails its own checksum"),
+            std::string::npos)
+      << error_of(path);
+
+  const std::string plain = dir / "plain.h5";  // an HDF5 file with no user block
+  H5File::create(plain).close();
+  EXPECT_NE(error_of(plain).find("does not begin with a checkpoint seal"), std::string::npos)
+      << error_of(plain);
+}
+
+TEST(CheckpointSeal, ATruncatedOrExtendedFileIsNamed) {
+  testing::TempDir dir("seal_length");
+  const std::string path = write_small_checkpoint(dir.str());
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 100);
+  EXPECT_NE(error_of(path).find("is truncated: it holds " + std::to_string(size - 100) +
+                                " bytes, its seal records " + std::to_string(size)),
+            std::string::npos)
+      << error_of(path);
+  std::filesystem::resize_file(path, size + 100);
+  EXPECT_NE(error_of(path).find("is damaged: it holds"), std::string::npos) << error_of(path);
+}
+
+TEST(CheckpointSeal, ARewrittenFileIsCheckedAgain) {
+  // A process remembers the file versions it found intact; a new version is checked anew.
+  testing::TempDir dir("seal_again");
+  const std::string path = write_small_checkpoint(dir.str());
+  EXPECT_EQ(error_of(path), "");
+  flip_byte(path, kSealBytes + 200);
+  EXPECT_NE(error_of(path).find("do not match its seal"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata
