@@ -352,6 +352,12 @@ H5T_class_t dataset_type_class(hid_t dataset) {
   return H5Tget_class(type.get());
 }
 
+std::size_t dataset_element_bytes(hid_t dataset) {
+  const H5Id type(H5Dget_type(dataset), H5Tclose);
+  if (!type.valid()) fail("cannot read the element type of ", describe_id(dataset));
+  return H5Tget_size(type.get());
+}
+
 template <class T>
 void write_dataset_slab(hid_t dataset, std::span<const std::uint64_t> offset,
                         std::span<const std::uint64_t> count, const T* data) {
@@ -457,9 +463,32 @@ void check_dataset_stored(hid_t dataset) {
   const H5Id type(H5Dget_type(dataset), H5Tclose);
   const std::uint64_t element_bytes = std::max<std::size_t>(H5Tget_size(type.get()), 1);
   const std::uint64_t stored = H5Dget_storage_size(dataset);
+  // HDF5 allocates what a chunk's index entry says the chunk takes: never more than the file.
+  hsize_t file_bytes = 0;
+  const H5Id file(H5Iget_file_id(dataset), H5Fclose);
+  if (!file.valid() || H5Fget_filesize(file.get(), &file_bytes) < 0 || stored > file_bytes)
+    fail("dataset ", describe_id(dataset), " claims to store ", stored, " bytes in a file of ",
+         file_bytes, " (the file is damaged)");
   if (elements > stored / element_bytes)
     fail("dataset ", describe_id(dataset), " claims ", elements, " elements of ", element_bytes,
          " bytes but the file stores ", stored, " bytes of it (the file is damaged)");
+}
+
+void check_chunk_bytes(hid_t dataset, std::uint64_t limit) {
+  const H5Id creation(H5Dget_create_plist(dataset), H5Pclose);
+  if (H5Pget_layout(creation.get()) != H5D_CHUNKED) return;
+  const int rank = H5Pget_chunk(creation.get(), 0, nullptr);
+  std::vector<hsize_t> chunk(static_cast<std::size_t>(std::max(rank, 0)));
+  if (rank < 0 || H5Pget_chunk(creation.get(), rank, chunk.data()) != rank)
+    fail("dataset ", describe_id(dataset),
+         " has an unreadable chunk layout: ", hdf5_error_reason());
+  const H5Id type(H5Dget_type(dataset), H5Tclose);
+  std::uint64_t bytes = H5Tget_size(type.get());
+  for (const hsize_t dim : chunk)
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) bytes = ~std::uint64_t{0};
+  if (bytes > limit)
+    fail("dataset ", describe_id(dataset), " is stored in chunks of ", bytes,
+         " bytes, more than the ", limit, " a reader accepts (the file is damaged)");
 }
 
 template <class T>

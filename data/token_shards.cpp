@@ -160,6 +160,9 @@ TokenSource TokenSource::open(const std::string& spec) {
       const std::vector<std::uint64_t> dims = dataset_dims(tokens.get());
       if (dims.size() != 1) fail("/tokens has ", dims.size(), " dimensions, expected 1");
       if (dataset_type_class(tokens.get()) != H5T_INTEGER) fail("/tokens is not integer-typed");
+      if (const std::size_t bytes = dataset_element_bytes(tokens.get()); bytes == 0 || bytes > 8)
+        fail("/tokens has integers of ", bytes, " bytes");
+      check_chunk_bytes(tokens.get(), kMaxShardChunkBytes);
       check_dataset_stored(tokens.get());
       count = dims[0];
       info = read_shard_info(file.id());

@@ -24,6 +24,8 @@
 namespace strata {
 
 inline constexpr std::uint64_t kShardChunkTokens = 65536;  // 128 KiB of uint16 per chunk
+// A reader refuses shards in larger chunks (HDF5 would allocate whole chunks to read a window).
+inline constexpr std::uint64_t kMaxShardChunkBytes = 64ull << 20;
 
 struct ShardInfo {
   int vocab_size = 0;

@@ -153,6 +153,31 @@ TEST(TokenSource, ErrorsNameTheSpecOrFile) {
   EXPECT_NE(message.find(dir / "mixed/b.h5"), std::string::npos) << message;
 }
 
+// Extents and chunk layouts a damaged file can claim, which HDF5 would honour by allocating (or
+// reading zeros): found by fuzzing (docs/FUZZING.md).
+TEST(TokenSource, RefusesDatasetsThatClaimMoreThanTheFileStores) {
+  TempDir dir("shards_claims");
+  const auto shard_with = [&](const std::string& name, std::uint64_t extent, std::uint64_t chunk) {
+    H5File file = H5File::create(dir / name);
+    const std::uint64_t zero[] = {0}, dims[] = {extent}, chunks[] = {chunk};
+    H5Id tokens = create_dataset(file.id(), "tokens", H5T_STD_U16LE, zero, chunks, true);
+    set_dataset_extent(tokens.get(), dims);
+    write_attribute_i64(file.id(), "vocab_size", 300);
+    write_attribute_i64(file.id(), "eos_id", 0);
+    write_attribute_string(file.id(), "tokenizer_sha256", "");
+    file.close();
+    return dir / name;
+  };
+  const std::string unwritten = shard_with("unwritten.h5", std::uint64_t{1} << 40, 1024);
+  std::string message = error_of([&] { TokenSource::open(unwritten); });
+  EXPECT_NE(message.find("claims 1099511627776 elements of 2 bytes but the file stores 0 bytes"),
+            std::string::npos)
+      << message;
+  const std::string huge_chunks = shard_with("huge_chunks.h5", 10, std::uint64_t{1} << 30);
+  message = error_of([&] { TokenSource::open(huge_chunks); });
+  EXPECT_NE(message.find("is stored in chunks of 2147483648 bytes"), std::string::npos) << message;
+}
+
 TEST(ShardSetWriter, CutsTheStreamIntoNumberedShards) {
   TempDir dir("shards_set");
   const std::vector<std::int32_t> all = ramp(2500, 300);
