@@ -338,6 +338,16 @@ std::string read_checkpoint_config(const std::string& path) {
   return read_attribute_string(file.id(), "config");
 }
 
+std::int64_t read_checkpoint_model_tensors(const std::string& path) {
+  H5File file = open_checkpoint(path);
+  if (!has_object(file.id(), "/model")) return 0;
+  const H5Id model = open_group(file.id(), "/model");
+  H5G_info_t info;
+  if (H5Gget_info(model.get(), &info) < 0)
+    fail("checkpoint '", path, "': cannot list /model: ", hdf5_error_reason());
+  return static_cast<std::int64_t>(info.nlinks);
+}
+
 int read_checkpoint_workers(const std::string& path) {
   H5File file = open_checkpoint(path);
   int workers = 1;

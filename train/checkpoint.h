@@ -126,6 +126,10 @@ void create_checkpoint_file(const std::string& path, const GptShape& shape,
 void write_checkpoint_elements(const std::string& path, const CheckpointWriter& writer,
                                const std::vector<StateBuffer>& buffers);
 
+// How many tensors /model holds (0 without the group): a bound on the model a config may claim
+// before its layout is built.
+std::int64_t read_checkpoint_model_tensors(const std::string& path);
+
 // How many DiLoCo workers' states the checkpoint holds (1 without DiLoCo).
 int read_checkpoint_workers(const std::string& path);
 

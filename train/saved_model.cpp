@@ -13,6 +13,12 @@ SavedModel load_saved_model(const std::string& checkpoint_path, int max_batch) {
     fail("checkpoint '", checkpoint_path, "' holds an invalid config: ", e.what());
   }
   const ModelConfig& m = saved.config.model;
+  // Every layer has tensors of its own, so a config claiming more layers than the file has
+  // tensors is refused before its layout (a vector per tensor) is built.
+  const std::int64_t tensors = read_checkpoint_model_tensors(checkpoint_path);
+  if (m.n_layer > tensors)
+    fail("checkpoint '", checkpoint_path, "' holds a config of ", m.n_layer, " layers but only ",
+         tensors, " model tensors");
   const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
   // The tensors first: their shapes are checked against the config before the model that the
   // config describes (however large it claims to be) is built.
