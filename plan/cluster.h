@@ -1,0 +1,68 @@
+// Cluster descriptions for the planner (configs/clusters/*.yaml): what a layout runs on.
+//
+//   name: h100-sxm-ib400
+//   nodes: 16                      # how many nodes the cluster has
+//   devices_per_node: 8
+//   device:
+//     name: NVIDIA H100 SXM5 80GB
+//     memory_gib: 80               # usable by one rank
+//     peak_tflops: {fp32: 67, bf16: 989, fp16: 989}   # dense, per device
+//     memory_bandwidth_gbs: 3350
+//   links:                         # per device, one direction; latency per message
+//     intra_node:   {bandwidth_gbs: 450, latency_us: 2}
+//     inter_node:   {bandwidth_gbs: 50, latency_us: 5}
+//     inter_worker: {bandwidth_gbs: 0.125, latency_us: 50000}   # optional: DiLoCo's slow link
+//
+// Every key but links.inter_worker is required; unknown keys are errors, as in run configs.
+// Figures are sustained-rate inputs of an α–β model (time = latency + bytes / bandwidth), so a file
+// says in comments where each figure comes from (a datasheet, a paper, `bench calibrate`).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace strata {
+
+struct LinkSpec {
+  double bandwidth_gbs = 0;  // GB/s (10^9 bytes), one direction, per device
+  double latency_us = 0;     // per message
+
+  double seconds(double bytes, int messages = 1) const {
+    return messages * latency_us * 1e-6 + bytes / (bandwidth_gbs * 1e9);
+  }
+  bool operator==(const LinkSpec&) const = default;
+};
+
+struct DeviceSpec {
+  std::string name;
+  double memory_gib = 0;
+  double peak_tflops_fp32 = 0;
+  double peak_tflops_bf16 = 0;
+  double peak_tflops_fp16 = 0;
+  double memory_bandwidth_gbs = 0;
+
+  // The peak for a precision.compute word ("fp32", "bf16", "fp16").
+  double peak_tflops(const std::string& compute) const;
+  bool operator==(const DeviceSpec&) const = default;
+};
+
+struct ClusterSpec {
+  std::string name;
+  int nodes = 1;
+  int devices_per_node = 1;
+  DeviceSpec device;
+  LinkSpec intra_node;
+  LinkSpec inter_node;
+  std::optional<LinkSpec> inter_worker;
+
+  int devices() const { return nodes * devices_per_node; }
+  bool operator==(const ClusterSpec&) const = default;
+};
+
+// strata::Error naming `source_name` and the key for a missing, unknown or invalid entry.
+ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& source_name);
+ClusterSpec load_cluster(const std::string& path);
+// The description as YAML that parse_cluster reads back equal (what `bench calibrate` writes).
+std::string cluster_to_yaml(const ClusterSpec& cluster);
+
+}  // namespace strata

@@ -1,0 +1,78 @@
+// Cluster descriptions (plan/cluster.h): the shipped files parse, a description round-trips
+// through its YAML, and a bad file is an error naming the key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "model/core/error.h"
+#include "plan/cluster.h"
+
+namespace strata {
+namespace {
+
+std::string error_of(const std::string& yaml) {
+  try {
+    parse_cluster(yaml, "c.yaml");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::string kValid = R"(
+name: test
+nodes: 2
+devices_per_node: 4
+device:
+  name: gpu
+  memory_gib: 40
+  peak_tflops: {fp32: 10, bf16: 100, fp16: 90}
+  memory_bandwidth_gbs: 1000
+links:
+  intra_node: {bandwidth_gbs: 200, latency_us: 2}
+  inter_node: {bandwidth_gbs: 20, latency_us: 6}
+)";
+
+TEST(ClusterSpec, ParsesEveryField) {
+  const ClusterSpec c = parse_cluster(kValid, "c.yaml");
+  EXPECT_EQ(c.name, "test");
+  EXPECT_EQ(c.devices(), 8);
+  EXPECT_EQ(c.device.peak_tflops("bf16"), 100);
+  EXPECT_EQ(c.device.peak_tflops("fp16"), 90);
+  EXPECT_EQ(c.device.peak_tflops("fp32"), 10);
+  EXPECT_EQ(c.inter_node.latency_us, 6);
+  EXPECT_FALSE(c.inter_worker.has_value());
+  // 1 MB over 20 GB/s after 6 us.
+  EXPECT_DOUBLE_EQ(c.inter_node.seconds(1e6), 6e-6 + 1e6 / 20e9);
+}
+
+TEST(ClusterSpec, ShippedFilesParseAndRoundTrip) {
+  int files = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(STRATA_SOURCE_DIR) + "/configs/clusters")) {
+    const ClusterSpec c = load_cluster(entry.path().string());
+    EXPECT_EQ(parse_cluster(cluster_to_yaml(c), "round trip"), c) << entry.path();
+    ++files;
+  }
+  EXPECT_GE(files, 3);
+}
+
+TEST(ClusterSpec, BadFilesNameTheKey) {
+  EXPECT_EQ(error_of("name: x\n"), "c.yaml: missing key 'nodes'");
+  std::string yaml = kValid;
+  yaml.replace(yaml.find("latency_us: 6"), 13, "latency_us: -1");
+  EXPECT_EQ(error_of(yaml), "c.yaml: 'links.inter_node.latency_us' must be positive, got -1");
+  yaml = kValid + "colour: blue\n";
+  EXPECT_EQ(error_of(yaml), "c.yaml: unknown key 'colour'");
+  yaml = kValid;
+  yaml.replace(yaml.find("fp16: 90"), 8, "fp8: 90");
+  EXPECT_EQ(error_of(yaml), "c.yaml: missing key 'device.peak_tflops.fp16'");
+  yaml = kValid;
+  yaml.replace(yaml.find("nodes: 2"), 8, "nodes: 2.5");
+  EXPECT_EQ(error_of(yaml), "c.yaml: 'nodes' must be a whole number");
+  EXPECT_NE(error_of("[").find("c.yaml: invalid YAML"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata
