@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model/activation_sizes.h"
 #include "model/core/error.h"
 #include "model/gpt_storage.h"
 #include "model/kernels/cpu/layernorm.h"
@@ -79,6 +80,8 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
   const bool drops_rest = options_.recompute == Recompute::full;
   allocate(x.recomputed, drops_attention ? 1 : 0, drops_rest ? 1 : 0);
   if (drops_rest) x.recomputed_output.resize(Nl * C);
+  STRATA_CHECK(x.recomputed.elements() + x.recomputed_output.size() ==
+               activation_elements(shape, partition, max_batch, options_.recompute).workspace);
 }
 
 template <class T>
@@ -146,6 +149,8 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
       s.losses.resize(N);
     }
     if (!partition_.has_embedding) s.input_grad.resize(Nl * C);
+    STRATA_CHECK(s.elements() ==
+                 activation_elements(shape_, partition_, max_batch_, options_.recompute).per_slot);
   }
   s.batch = B;
   s.time = T_;

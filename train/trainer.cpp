@@ -42,16 +42,8 @@ void check_mpi_support(const Config& c) {
 
 // The part of the model pipeline stage `stage` of this rank's tp coordinate holds.
 ModelPartition partition_of(const Config& c, const Mesh& mesh, int stage) {
-  const auto stages = stage_layer_ranges(c.model.n_layer, mesh.pp_size(), c.parallel.pp_layers);
-  ModelPartition p;
-  p.tp_rank = mesh.tp_rank();
-  p.tp_size = mesh.tp_size();
-  p.layer_begin = stages[stage].first;
-  p.layer_end = stages[stage].second;
-  p.has_embedding = stage == 0;
-  p.has_head = stage == mesh.pp_size() - 1;
-  p.sequence_parallel = c.parallel.sequence_parallel;
-  return p;
+  return model_partition(c, MeshShape{mesh.tp_size(), mesh.pp_size(), mesh.dp_size()},
+                         mesh.tp_rank(), stage);
 }
 
 // The schedule of one step, checked by simulation, and how many micro-batches' activations this

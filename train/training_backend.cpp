@@ -27,15 +27,37 @@ ShardingGroups sharding_groups(const ProcessGroups& groups) {
 
 std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
                                      const ProcessGroups& groups) {
-  const ReductionGroups by_axis{&groups.tp(), &groups.dp(), &groups.pp()};
+  return reduction_scratch_floats(
+      ops, MeshShape{groups.tp().size(), groups.pp().size(), groups.dp().size()});
+}
+
+std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
+                                     const MeshShape& mesh) {
   std::size_t most = 0;
   for (const RangeReduction& op : ops) {
     if (op.kind == RangeReduction::Kind::tied_exchange) most = std::max(most, op.range.size());
-    if (op.kind == RangeReduction::Kind::reduce_scatter)
-      most =
-          std::max(most, op.range.size() / static_cast<std::size_t>(by_axis.of(op.axis)->size()));
+    if (op.kind == RangeReduction::Kind::reduce_scatter) {
+      const int size = op.axis == ParallelAxis::tp   ? mesh.tp
+                       : op.axis == ParallelAxis::dp ? mesh.dp
+                                                     : mesh.pp;
+      most = std::max(most, op.range.size() / static_cast<std::size_t>(size));
+    }
   }
   return most;
+}
+
+ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank,
+                               int stage) {
+  const auto stages = stage_layer_ranges(config.model.n_layer, mesh.pp, config.parallel.pp_layers);
+  ModelPartition p;
+  p.tp_rank = tp_rank;
+  p.tp_size = mesh.tp;
+  p.layer_begin = stages[static_cast<std::size_t>(stage)].first;
+  p.layer_end = stages[static_cast<std::size_t>(stage)].second;
+  p.has_embedding = stage == 0;
+  p.has_head = stage == mesh.pp - 1;
+  p.sequence_parallel = config.parallel.sequence_parallel;
+  return p;
 }
 
 std::unique_ptr<TrainingBackend> make_training_backend(const std::string& device,

@@ -16,6 +16,7 @@
 
 #include "model/gpt.h"
 #include "model/parameter_layout.h"
+#include "parallel/mesh.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/process_groups.h"
@@ -114,6 +115,12 @@ std::unique_ptr<TrainingBackend> make_training_backend(const std::string& device
 // chunk, a tied exchange's received range.
 std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
                                      const ProcessGroups& groups);
+// The same from the mesh's axis sizes alone (the planner's prediction).
+std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops, const MeshShape& mesh);
+
+// The part of the model that the ranks of pipeline stage `stage` and tensor-parallel rank
+// `tp_rank` hold under `config`'s layout on a mesh of `mesh`.
+ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank, int stage);
 
 // The model options precision.compute and recompute ask for.
 GptOptions gpt_options_of(const Config& config);

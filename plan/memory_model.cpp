@@ -1,0 +1,57 @@
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include "model/activation_sizes.h"
+#include "model/core/error.h"
+#include "model/parameter_layout.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/reduction_plan.h"
+
+namespace strata {
+
+MemoryAccount predict_memory(const Config& config, int world_size, int stage, int tp_rank,
+                             int dp_rank) {
+  const MeshShape mesh = resolve_mesh(config, world_size);
+  STRATA_CHECK(stage >= 0 && stage < mesh.pp && tp_rank >= 0 && tp_rank < mesh.tp && dp_rank >= 0 &&
+               dp_rank < mesh.dp);
+  const ModelConfig& m = config.model;
+  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  const ModelPartition partition = model_partition(config, mesh, tp_rank, stage);
+  const ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
+
+  // The reduction plan as the trainer makes it (train/trainer.cpp make_backend).
+  ReductionPlacement placement{partition, dp_rank, mesh.dp,
+                               stage,     mesh.pp, config.parallel.zero.stage};
+  const bool first = stage == 0, last = stage == mesh.pp - 1;
+  if (first != last)
+    placement.tied_peer_total =
+        ParameterLayout::for_partition(
+            shape, model_partition(config, mesh, tp_rank, first ? mesh.pp - 1 : 0))
+            .total();
+  const ReductionPlan plan = make_reduction_plan(layout, placement);
+
+  MemoryAccount account;
+  account.master_weights = plan.parameter_range.size() * sizeof(float);
+  // The CPU backend emulates bf16/fp16 in fp32 storage.
+  if (config.precision.compute != "fp32") account.compute_weights = account.master_weights;
+  account.gradients = plan.gradient_range.size() * sizeof(float);
+  account.optimizer_state = 2 * plan.owned.size() * sizeof(float);  // AdamW's m and v
+  account.communication = std::max(reduction_scratch_floats(plan.gradients, mesh),
+                                   reduction_scratch_floats(plan.parameters, mesh)) *
+                          sizeof(float);
+
+  // Activation slots: how many micro-batches this stage holds at once under the schedule.
+  const int accumulation = config.train.global_batch / (config.train.micro_batch * mesh.dp);
+  const PipelineStats stats = simulate_pipeline(
+      make_pipeline_schedule(parse_pipeline_schedule(config.parallel.pipeline_schedule), mesh.pp,
+                             accumulation),
+      accumulation);
+  const int slots = std::max(1, stats.max_activations_held[static_cast<std::size_t>(stage)]);
+  const ActivationElements activations = activation_elements(
+      shape, partition, config.train.micro_batch, recompute_from_name(config.recompute));
+  account.activations = (activations.workspace + slots * activations.per_slot) * sizeof(float);
+  return account;
+}
+
+}  // namespace strata
