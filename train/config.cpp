@@ -19,6 +19,7 @@
 #include <system_error>
 #include <type_traits>
 
+#include "data/utf8.h"
 #include "model/core/error.h"
 #include "train/config_fields.h"
 
@@ -433,8 +434,23 @@ std::string Config::checkpoint_directory() const {
                                 : checkpoint.dir;
 }
 
+namespace {
+// YAML is UTF-8 text; yaml-cpp would pass other bytes through into strings that the effective
+// config (config_to_yaml) cannot write back as they were (found by fuzzing: docs/FUZZING.md).
+void check_utf8(const std::string& text, const std::string& where) {
+  if (const auto bad = find_invalid_utf8(text)) {
+    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(*bad), '\n');
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[*bad]));
+    fail(where, ":", line, ": not valid UTF-8 (byte ", hex, " at offset ", *bad, ")");
+  }
+}
+}  // namespace
+
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides) {
+  check_utf8(yaml_text, source_name);
+  for (const auto& text : overrides) check_utf8(text, "a --set override");
   ConfigSource source(source_name);
   YAML::Node root = config_detail::load_yaml(yaml_text, source_name);
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);  // an empty file: all defaults

@@ -58,6 +58,16 @@ void validate_model(const Config& c, const Rules& rules) {
   if (m.d_model % m.n_head != 0)
     rules.fail("model.d_model", "(", m.d_model, ") must be divisible by model.n_head (", m.n_head,
                ")");
+  // Element counts and offsets are 64-bit: refuse a model whose parameters, one layer's
+  // activations or the logits of a sequence (which attention's T² also bounds) could overflow
+  // them, long before any machine could hold it (found by fuzzing: docs/FUZZING.md).
+  const double C = m.d_model, T = m.seq_len, V = m.vocab_size, L = m.n_layer;
+  const double parameters = L * 12 * C * C + (V + 256) * C + T * C;
+  const double per_sequence = T * (16 * C + V) + m.n_head * T * T;
+  constexpr double kLimit = 0x1p50;  // a petabyte of fp32 elements
+  if (parameters > kLimit || per_sequence > kLimit)
+    rules.fail("model", "is too large to index: about ", parameters, " parameters and ",
+               per_sequence, " activations per sequence layer (the limit is 2^50 elements)");
 }
 
 void validate_optimizer(const Config& c, const Rules& rules) {

@@ -142,6 +142,24 @@ diloco: {enabled: true, workers: 2, inner_steps: 10, outer_lr: 1, outer_momentum
   EXPECT_FALSE(c.diloco.nesterov);
 }
 
+// Found by fuzzing: bytes that are not UTF-8 reached strings that the effective config could not
+// write back as they were.
+TEST(ConfigErrors, TextThatIsNotUtf8IsRefusedWithItsLine) {
+  EXPECT_EQ(error_of("run: {name: x}\ndata: {tokenizer: \"a\xC3(b\"}\n"),
+            "config.yaml:2: not valid UTF-8 (byte 0xC3 at offset 35)");
+  EXPECT_EQ(error_of_set("data.tokenizer=\xFF"),
+            "a --set override:1: not valid UTF-8 (byte 0xFF at offset 15)");
+}
+
+// Found by fuzzing: a layout's 64-bit offsets overflowed for a model of 2^60 parameters.
+TEST(ConfigErrors, AModelTooLargeToIndexIsRefused) {
+  EXPECT_NE(error_of(kMinimal, {"model.n_layer=2000", "model.d_model=1048576"})
+                .find("is too large to index"),
+            std::string::npos);
+  EXPECT_NE(error_of_set("model.seq_len=100000000").find("is too large to index"),
+            std::string::npos);
+}
+
 TEST(ConfigErrors, UnknownKeySuggestsTheClosestKey) {
   EXPECT_EQ(error_of("data: {train: t}\noptimizer: {lrr: 1}"),
             "config.yaml: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)");
