@@ -8,6 +8,7 @@
 #include <string>
 
 #include "data/hdf5_handle.h"
+#include "tests/unit/checkpoint_support.h"
 #include "tests/unit/test_support.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_seal.h"
@@ -20,16 +21,9 @@ namespace {
 const GptShape kShape{1, 2, 8, 4, 16};
 
 std::string write_small_checkpoint(const std::string& dir) {
-  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
-  Config config;
-  config.model = {kShape.n_layer, kShape.n_head, kShape.d_model, kShape.seq_len, kShape.vocab_size};
-  config.data.train = "unused";
-  Checkpoint ckpt;
-  ckpt.config_yaml = config_to_yaml(config);
-  ckpt.state.step = 5;
-  ckpt.params.resize(layout.total());
-  for (std::size_t i = 0; i < ckpt.params.size(); ++i) ckpt.params[i] = 0.25f * float(i % 11);
-  return write_checkpoint(dir, kShape, layout, ckpt);
+  std::vector<float> params(ParameterLayout::for_gpt(kShape).total());
+  for (std::size_t i = 0; i < params.size(); ++i) params[i] = 0.25f * float(i % 11);
+  return testing::write_strata_checkpoint(dir, kShape, params);
 }
 
 void flip_byte(const std::string& path, std::uint64_t offset) {
@@ -65,7 +59,7 @@ TEST(CheckpointSeal, AnIntactFileVerifies) {
   testing::TempDir dir("seal_intact");
   const std::string path = write_small_checkpoint(dir.str());
   EXPECT_EQ(error_of(path), "");
-  EXPECT_EQ(verify_checkpoint(path).step, 5);
+  EXPECT_EQ(verify_checkpoint(path).step, 7);
 }
 
 TEST(CheckpointSeal, DamageInHdf5StructuresIsCaughtBeforeHdf5ReadsThem) {

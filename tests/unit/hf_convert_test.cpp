@@ -10,6 +10,7 @@
 
 #include "data/tokenizer.h"
 #include "model/parameter_layout.h"
+#include "tests/unit/checkpoint_support.h"
 #include "tests/unit/test_support.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -23,6 +24,7 @@ namespace {
 using testing::error_of;
 using testing::TempDir;
 namespace fs = std::filesystem;
+using testing::write_strata_checkpoint;
 
 // 300 real tokens, padded to 384 rows: export must drop 84 rows and import restore them as zeros.
 const GptShape kShape{2, 2, 16, 8, 300};
@@ -39,20 +41,6 @@ std::vector<float> random_params(const GptShape& shape, std::uint64_t seed) {
   std::fill(params.begin() + wte.offset + std::size_t(shape.vocab_size) * shape.d_model,
             params.begin() + wte.offset + wte.size, 0.0f);
   return params;
-}
-
-std::string write_strata_checkpoint(const std::string& dir, const GptShape& shape,
-                                    const std::vector<float>& params,
-                                    const std::string& tokenizer = "") {
-  Config config;
-  config.model = {shape.n_layer, shape.n_head, shape.d_model, shape.seq_len, shape.vocab_size};
-  config.data.train = "unused";
-  Checkpoint ckpt;
-  ckpt.config_yaml = config_to_yaml(config);
-  ckpt.state.step = 7;
-  ckpt.params = params;
-  ckpt.tokenizer_model = tokenizer;
-  return write_checkpoint(dir, shape, ParameterLayout::for_gpt(shape), ckpt);
 }
 
 // A SentencePiece model of `vocab` pieces, trained on a few repetitive documents.
