@@ -9,6 +9,36 @@
 #include "parallel/reduction_plan.h"
 
 namespace strata {
+namespace {
+
+// ZeRO 2 and 3's gradient buckets at their peak (parallel/sharded_parameters.h): a segment's
+// bucket lives from its first gradient of the step until its reduce-scatter, which runs after
+// every backward pass (gradient_reduction: micro_batch, or a step of one micro-batch) or after the
+// last one (step). In the first case the tied wte's bucket spans the whole backward pass of a
+// stage holding it while the other segments come and go one at a time (Gpt's backward order);
+// in the second every bucket lives until the last pass.
+std::size_t gradient_bucket_bytes(const ParameterLayout& layout, const ReductionPlan& plan,
+                                  const ZeroConfig& zero, int accumulation, bool first, bool last) {
+  if (!plan.gradients_by_segment) return 0;
+  if (zero.gradient_reduction == "step" && accumulation >= 2) return layout.total() * sizeof(float);
+  const std::vector<ParameterSegment> segments = layout.segments();
+  const SegmentIndex index = segment_index(segments);
+  const auto size = [&](int i) { return i < 0 ? std::size_t{0} : segments[i].range.size(); };
+  std::size_t block = 0;
+  for (std::size_t i = static_cast<std::size_t>(index.first_block); i < segments.size(); ++i)
+    if (static_cast<int>(i) != index.lnf) block = std::max(block, segments[i].range.size());
+  const std::size_t wte = size(index.wte), wpe = size(index.wpe), lnf = size(index.lnf);
+  std::size_t peak = block;
+  if (first && last)
+    peak = wte + std::max({lnf, block, wpe});
+  else if (first)
+    peak = wte + std::max(block, wpe);
+  else if (last)
+    peak = std::max(wte + lnf, block);
+  return peak * sizeof(float);
+}
+
+}  // namespace
 
 MemoryAccount predict_memory(const Config& config, int world_size, int stage, int tp_rank,
                              int dp_rank) {
@@ -41,8 +71,11 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
                                    reduction_scratch_floats(plan.parameters, mesh)) *
                           sizeof(float);
 
-  // Activation slots: how many micro-batches this stage holds at once under the schedule.
   const int accumulation = config.train.global_batch / (config.train.micro_batch * mesh.dp);
+  account.gradient_buckets =
+      gradient_bucket_bytes(layout, plan, config.parallel.zero, accumulation, first, last);
+
+  // Activation slots: how many micro-batches this stage holds at once under the schedule.
   const PipelineStats stats = simulate_pipeline(
       make_pipeline_schedule(parse_pipeline_schedule(config.parallel.pipeline_schedule), mesh.pp,
                              accumulation),

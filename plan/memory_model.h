@@ -8,9 +8,9 @@
 // (model/activation_sizes.h). So the prediction equals the trainer's figures exactly, which
 // tests/mpi/plan_memory_test.cpp checks on several layouts.
 //
-// Predicted: master_weights, compute_weights, gradients, optimizer_state, communication and
-// activations (after the first step: all slots in use). Not predicted yet (left 0): the transient
-// peaks of ZeRO (gathered_weights, gradient_buckets) and ZeRO++'s secondary weights.
+// Predicted: master_weights, compute_weights, gradients, optimizer_state, communication,
+// activations (after the first step: all slots in use) and ZeRO 2/3's gradient_buckets. Not
+// predicted yet (left 0): ZeRO 3's gathered_weights and ZeRO++'s secondary weights.
 #pragma once
 
 #include "train/config.h"

@@ -1,7 +1,7 @@
 // The planner's memory prediction (plan/memory_model.h) equals the trainer's own account: for
 // layouts over data, tensor (with sequence parallelism) and pipeline parallelism, both schedules,
-// ZeRO stages 0 to 3, recompute and bf16, every predicted field of rank 0's `memory_bytes` in
-// metrics.jsonl, byte for byte.
+// ZeRO stages 0 to 3 with either gradient reduction, recompute and bf16, every predicted field of
+// rank 0's `memory_bytes` in metrics.jsonl, byte for byte.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -39,6 +39,12 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
        8,
        {"parallel.tp=2", "parallel.pp=2", "parallel.zero.stage=1", "recompute=selective"}},
       {"pp2_full_bf16", 2, {"parallel.pp=2", "recompute=full", "precision.compute=bf16"}},
+      {"dp2_zero2_micro_batch",
+       2,
+       {"parallel.zero.stage=2", "parallel.zero.gradient_reduction=micro_batch"}},
+      {"pp2dp2_zero3_micro_batch",
+       4,
+       {"parallel.pp=2", "parallel.zero.stage=3", "parallel.zero.gradient_reduction=micro_batch"}},
       {"pp3_split_gpipe",
        3,
        {"parallel.pp=3", "parallel.pp_layers=[2,1,1]", "parallel.pipeline_schedule=gpipe"}},
@@ -50,6 +56,7 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       {"optimizer_state", &MemoryAccount::optimizer_state},
       {"communication", &MemoryAccount::communication},
       {"activations", &MemoryAccount::activations},
+      {"gradient_buckets", &MemoryAccount::gradient_buckets},
   };
   for (const Case& c : cases) {
     std::vector<std::string> overrides = common;
