@@ -38,6 +38,20 @@ std::size_t gradient_bucket_bytes(const ParameterLayout& layout, const Reduction
   return peak * sizeof(float);
 }
 
+// ZeRO++ hpZ's secondary weights: after a segment's forward gather, each rank keeps its even
+// piece of it for the gathers inside its node, over the data-parallel ranks that share the node
+// (rank 0's group: min(dp, ⌈gpus_per_node / tp⌉) of them, tp being the innermost mesh axis).
+std::size_t secondary_weight_bytes(const ParameterLayout& layout, const Config& config,
+                                   const MeshShape& mesh) {
+  if (!config.parallel.zero.hierarchical_partition) return 0;
+  const std::size_t group = static_cast<std::size_t>(
+      std::min(mesh.dp, (config.parallel.gpus_per_node + mesh.tp - 1) / mesh.tp));
+  std::size_t elements = 0;
+  for (const ParameterSegment& segment : layout.segments())
+    elements += (segment.range.size() + group - 1) / group;
+  return elements * sizeof(float);
+}
+
 }  // namespace
 
 MemoryAccount predict_memory(const Config& config, int world_size, int stage, int tp_rank,
@@ -72,6 +86,7 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
                           sizeof(float);
 
   const int accumulation = config.train.global_batch / (config.train.micro_batch * mesh.dp);
+  account.secondary_weights = secondary_weight_bytes(layout, config, mesh);
   account.gradient_buckets =
       gradient_bucket_bytes(layout, plan, config.parallel.zero, accumulation, first, last);
 

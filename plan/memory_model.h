@@ -9,8 +9,8 @@
 // tests/mpi/plan_memory_test.cpp checks on several layouts.
 //
 // Predicted: master_weights, compute_weights, gradients, optimizer_state, communication,
-// activations (after the first step: all slots in use) and ZeRO 2/3's gradient_buckets. Not
-// predicted yet (left 0): ZeRO 3's gathered_weights and ZeRO++'s secondary weights.
+// activations (after the first step: all slots in use), ZeRO 2/3's gradient_buckets and ZeRO++
+// hpZ's secondary_weights. Not predicted yet (left 0): ZeRO 3's gathered_weights.
 #pragma once
 
 #include "train/config.h"

@@ -1,7 +1,7 @@
 // The planner's memory prediction (plan/memory_model.h) equals the trainer's own account: for
 // layouts over data, tensor (with sequence parallelism) and pipeline parallelism, both schedules,
-// ZeRO stages 0 to 3 with either gradient reduction, recompute and bf16, every predicted field of
-// rank 0's `memory_bytes` in metrics.jsonl, byte for byte.
+// ZeRO stages 0 to 3 with either gradient reduction and ZeRO++ hpZ, recompute and bf16, every
+// predicted field of rank 0's `memory_bytes` in metrics.jsonl, byte for byte.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -45,6 +45,10 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       {"pp2dp2_zero3_micro_batch",
        4,
        {"parallel.pp=2", "parallel.zero.stage=3", "parallel.zero.gradient_reduction=micro_batch"}},
+      {"dp4_zero3_hpz_2_per_node",
+       4,
+       {"parallel.zero.stage=3", "parallel.zero.hierarchical_partition=true",
+        "parallel.gpus_per_node=2"}},
       {"pp3_split_gpipe",
        3,
        {"parallel.pp=3", "parallel.pp_layers=[2,1,1]", "parallel.pipeline_schedule=gpipe"}},
@@ -57,6 +61,7 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       {"communication", &MemoryAccount::communication},
       {"activations", &MemoryAccount::activations},
       {"gradient_buckets", &MemoryAccount::gradient_buckets},
+      {"secondary_weights", &MemoryAccount::secondary_weights},
   };
   for (const Case& c : cases) {
     std::vector<std::string> overrides = common;
