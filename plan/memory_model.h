@@ -8,9 +8,10 @@
 // (model/activation_sizes.h). So the prediction equals the trainer's figures exactly, which
 // tests/mpi/plan_memory_test.cpp checks on several layouts.
 //
-// Predicted: master_weights, compute_weights, gradients, optimizer_state, communication,
-// activations (after the first step: all slots in use), ZeRO 2/3's gradient_buckets and ZeRO++
-// hpZ's secondary_weights. Not predicted yet (left 0): ZeRO 3's gathered_weights.
+// Every field is predicted, as the account stands from the second step on (all activation slots
+// in use, ZeRO 3's prefetch running). The test can check rank 0 only (the rank that reports
+// memory), i.e. a first pipeline stage; the last stage's order (the tied head) follows the same
+// code path but is unchecked so far.
 #pragma once
 
 #include "train/config.h"

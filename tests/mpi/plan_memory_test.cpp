@@ -62,6 +62,7 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       {"activations", &MemoryAccount::activations},
       {"gradient_buckets", &MemoryAccount::gradient_buckets},
       {"secondary_weights", &MemoryAccount::secondary_weights},
+      {"gathered_weights", &MemoryAccount::gathered_weights},
   };
   for (const Case& c : cases) {
     std::vector<std::string> overrides = common;
