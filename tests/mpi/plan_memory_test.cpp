@@ -1,7 +1,8 @@
 // The planner's memory prediction (plan/memory_model.h) equals the trainer's own account: for
 // layouts over data, tensor (with sequence parallelism) and pipeline parallelism, both schedules,
 // ZeRO stages 0 to 3 with either gradient reduction and ZeRO++ hpZ, recompute and bf16, every
-// predicted field of rank 0's `memory_bytes` in metrics.jsonl, byte for byte.
+// predicted field of rank 0's `memory_bytes` in metrics.jsonl, byte for byte, and every pipeline
+// stage's activations (reported to 0.001 MiB).
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -80,6 +81,21 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
     for (const auto& [key, field] : fields)
       EXPECT_EQ(logged(run, 2, "\"" + key + "\": "), static_cast<double>(predicted.*field))
           << c.name << ": " << key;
+
+    // Every stage's activations, from the run's last line (MiB to 3 decimals).
+    const std::string lines = read_file(run + "/metrics.jsonl");
+    const std::string key = "\"activation_mib_by_stage\": [";
+    const std::size_t at = lines.rfind(key);
+    ASSERT_NE(at, std::string::npos) << c.name;
+    std::istringstream values(lines.substr(at + key.size(), lines.find(']', at) - at - key.size()));
+    const Config config = load_config(dir / "config.yaml", overrides);
+    const int stages = resolve_mesh(config, c.ranks).pp;
+    int stage = 0;
+    for (std::string value; std::getline(values, value, ','); ++stage)
+      EXPECT_NEAR(std::stod(value), predict_memory(config, c.ranks, stage).activations / 1048576.0,
+                  0.0005)
+          << c.name << ": stage " << stage;
+    EXPECT_EQ(stage, stages) << c.name;
   }
 }
 
