@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
-#include <numeric>
 
 #include "model/core/error.h"
 
@@ -460,8 +459,7 @@ void read_dataset_into(hid_t loc, const std::string& name, std::span<T> out) {
 
 void check_dataset_stored(hid_t dataset) {
   const std::uint64_t elements = element_count(dataset_dims(dataset));
-  const H5Id type(H5Dget_type(dataset), H5Tclose);
-  const std::uint64_t element_bytes = std::max<std::size_t>(H5Tget_size(type.get()), 1);
+  const std::uint64_t element_bytes = std::max<std::size_t>(dataset_element_bytes(dataset), 1);
   const std::uint64_t stored = H5Dget_storage_size(dataset);
   // HDF5 allocates what a chunk's index entry says the chunk takes: never more than the file.
   hsize_t file_bytes = 0;
@@ -482,8 +480,7 @@ void check_chunk_bytes(hid_t dataset, std::uint64_t limit) {
   if (rank < 0 || H5Pget_chunk(creation.get(), rank, chunk.data()) != rank)
     fail("dataset ", describe_id(dataset),
          " has an unreadable chunk layout: ", hdf5_error_reason());
-  const H5Id type(H5Dget_type(dataset), H5Tclose);
-  std::uint64_t bytes = H5Tget_size(type.get());
+  std::uint64_t bytes = dataset_element_bytes(dataset);
   for (const hsize_t dim : chunk)
     if (__builtin_mul_overflow(bytes, dim, &bytes)) bytes = ~std::uint64_t{0};
   if (bytes > limit)

@@ -94,6 +94,11 @@ H5Id create_dataset(hid_t loc, const std::string& name, hid_t file_type,
                     bool extendible = false);
 void set_dataset_extent(hid_t dataset, std::span<const std::uint64_t> dims);
 std::vector<std::uint64_t> dataset_dims(hid_t dataset);
+std::vector<std::uint64_t> dataset_dims(hid_t loc, const std::string& name);
+// HDF5's type class of the stored elements (H5T_INTEGER, H5T_FLOAT, ...).
+H5T_class_t dataset_type_class(hid_t dataset);
+// The size in bytes of one stored element.
+std::size_t dataset_element_bytes(hid_t dataset);
 // An Error unless the file stores every element of the dataset's extent: a chunked dataset can
 // claim any extent and read the chunks it never wrote as zeros, so a damaged or hostile file could
 // otherwise make a reader allocate, or silently read, what it never held; nor may it claim to
@@ -103,11 +108,6 @@ void check_dataset_stored(hid_t dataset);
 // An Error when the dataset is chunked in chunks of more than `limit` bytes: HDF5 allocates a
 // whole chunk to read any element of it, whatever size a damaged file claims.
 void check_chunk_bytes(hid_t dataset, std::uint64_t limit);
-std::vector<std::uint64_t> dataset_dims(hid_t loc, const std::string& name);
-// HDF5's type class of the stored elements (H5T_INTEGER, H5T_FLOAT, ...).
-H5T_class_t dataset_type_class(hid_t dataset);
-// The size in bytes of one stored element.
-std::size_t dataset_element_bytes(hid_t dataset);
 
 template <class T>
 void write_dataset_slab(hid_t dataset, std::span<const std::uint64_t> offset,

@@ -57,12 +57,6 @@ void read_block(std::ifstream& file, const std::string& path, const SealHeader& 
   if (!file) fail("checkpoint '", path, "': cannot read bytes at ", kSealBytes + begin);
 }
 
-std::uint64_t file_size(const std::string& path) {
-  struct stat info;
-  if (::stat(path.c_str(), &info) != 0) fail("checkpoint '", path, "' does not exist");
-  return static_cast<std::uint64_t>(info.st_size);
-}
-
 // The versions of files this process has found intact.
 using FileVersion =
     std::tuple<std::string, std::uint64_t, std::int64_t, std::int64_t, std::uint64_t>;
@@ -79,7 +73,7 @@ FileVersion version_of(const std::string& path) {
 }  // namespace
 
 void seal_checkpoint_file(const std::string& path) {
-  const std::uint64_t size = file_size(path);
+  const std::uint64_t size = std::get<1>(version_of(path));
   if (size < kSealBytes) fail("cannot seal '", path, "': it is shorter than its user block");
   SealHeader header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
