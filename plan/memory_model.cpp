@@ -99,15 +99,9 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
   const ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
 
   // The reduction plan as the trainer makes it (train/trainer.cpp make_backend).
-  ReductionPlacement placement{partition, dp_rank, mesh.dp,
-                               stage,     mesh.pp, config.parallel.zero.stage};
+  const ReductionPlan plan = make_reduction_plan(
+      layout, reduction_placement(config, shape, mesh, tp_rank, stage, dp_rank));
   const bool first = stage == 0, last = stage == mesh.pp - 1;
-  if (first != last)
-    placement.tied_peer_total =
-        ParameterLayout::for_partition(
-            shape, model_partition(config, mesh, tp_rank, first ? mesh.pp - 1 : 0))
-            .total();
-  const ReductionPlan plan = make_reduction_plan(layout, placement);
 
   MemoryAccount account;
   account.master_weights = plan.parameter_range.size() * sizeof(float);

@@ -40,12 +40,6 @@ void check_mpi_support(const Config& c) {
     fail("diloco.overlap needs an MPI library that supports MPI_THREAD_MULTIPLE");
 }
 
-// The part of the model pipeline stage `stage` of this rank's tp coordinate holds.
-ModelPartition partition_of(const Config& c, const Mesh& mesh, int stage) {
-  return model_partition(c, MeshShape{mesh.tp_size(), mesh.pp_size(), mesh.dp_size()},
-                         mesh.tp_rank(), stage);
-}
-
 // The schedule of one step, checked by simulation, and how many micro-batches' activations this
 // stage holds at once under it.
 struct StepProgram {
@@ -136,18 +130,13 @@ struct Trainer::State {
 
   void make_backend() {
     BackendPlacement placement;
-    placement.partition = partition_of(config, mesh, mesh.pp_rank());
+    const ReductionPlacement reduction = reduction_placement(
+        config, shape, MeshShape{mesh.tp_size(), mesh.pp_size(), mesh.dp_size()}, mesh.tp_rank(),
+        mesh.pp_rank(), mesh.dp_rank());
+    placement.partition = reduction.partition;
     placement.groups = &groups;
     placement.program = &step_program.program;
     placement.slots = step_program.slots;
-    ReductionPlacement reduction{placement.partition, mesh.dp_rank(), mesh.dp_size(),
-                                 mesh.pp_rank(),      mesh.pp_size(), config.parallel.zero.stage};
-    const bool first = mesh.pp_is_first_stage(), last = mesh.pp_is_last_stage();
-    if (first != last) {  // a pipeline end: the other end holds the tied wte too
-      const int peer = first ? mesh.pp_size() - 1 : 0;
-      reduction.tied_peer_total =
-          ParameterLayout::for_partition(shape, partition_of(config, mesh, peer)).total();
-    }
     const ParameterLayout layout = ParameterLayout::for_partition(shape, placement.partition);
     placement.plan = make_reduction_plan(layout, reduction);
     int gpu = 0;

@@ -46,6 +46,23 @@ std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
   return most;
 }
 
+ReductionPlacement reduction_placement(const Config& config, const GptShape& shape,
+                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank) {
+  ReductionPlacement placement{model_partition(config, mesh, tp_rank, stage),
+                               dp_rank,
+                               mesh.dp,
+                               stage,
+                               mesh.pp,
+                               config.parallel.zero.stage};
+  const bool first = stage == 0, last = stage == mesh.pp - 1;
+  if (first != last) {  // a pipeline end: the other end holds the tied wte too
+    const int peer = first ? mesh.pp - 1 : 0;
+    placement.tied_peer_total =
+        ParameterLayout::for_partition(shape, model_partition(config, mesh, tp_rank, peer)).total();
+  }
+  return placement;
+}
+
 ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank,
                                int stage) {
   const auto stages = stage_layer_ranges(config.model.n_layer, mesh.pp, config.parallel.pp_layers);

@@ -121,6 +121,10 @@ std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops, con
 // The part of the model that the ranks of pipeline stage `stage` and tensor-parallel rank
 // `tp_rank` hold under `config`'s layout on a mesh of `mesh`.
 ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank, int stage);
+// That rank's place for its reduction plan (dp rank `dp_rank`), with the tied wte's peer total
+// on a pipeline end.
+ReductionPlacement reduction_placement(const Config& config, const GptShape& shape,
+                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank);
 
 // The model options precision.compute and recompute ask for.
 GptOptions gpt_options_of(const Config& config);
