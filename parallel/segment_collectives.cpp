@@ -7,8 +7,6 @@
 
 namespace strata {
 
-namespace {
-
 QuantizedShardLayout weight_layout(std::size_t elements) {
   return quantized_shard_layout(elements, kWeightQuantBlock, QuantFormat::int8);
 }
@@ -16,6 +14,8 @@ QuantizedShardLayout weight_layout(std::size_t elements) {
 QuantizedShardLayout gradient_layout(std::size_t elements) {
   return quantized_shard_layout(elements, kGradientQuantBlock, QuantFormat::int4);
 }
+
+namespace {
 
 std::vector<std::size_t> starts_of(std::span<const std::size_t> counts) {
   std::vector<std::size_t> starts(counts.size() + 1, 0);

@@ -24,12 +24,18 @@
 #include <span>
 #include <vector>
 
+#include "model/kernels/quantize_block.h"
 #include "parallel/communicator.h"
 
 namespace strata {
 
 inline constexpr std::size_t kWeightQuantBlock = 2048;   // qwZ, int8
 inline constexpr std::size_t kGradientQuantBlock = 512;  // qgZ, int4
+
+// The packed forms of a piece of `elements` values: qwZ's int8 weights and qgZ's int4 gradients
+// (their `bytes` is what a quantised collective moves for the piece).
+QuantizedShardLayout weight_layout(std::size_t elements);
+QuantizedShardLayout gradient_layout(std::size_t elements);
 
 // A segment gather in flight (start_segment_gather); finish() waits for it and, quantised,
 // dequantises every piece into the output.

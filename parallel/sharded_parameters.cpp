@@ -34,17 +34,13 @@ void ShardedParameters::Pool::free(std::size_t index) {
   std::vector<float>().swap(h.values);  // gives the memory back
 }
 
-namespace {
-// A segment's pieces over `n` ranks, cut evenly (the hpZ secondary partition; the last pieces may
-// be shorter or empty).
-std::vector<std::size_t> even_counts(std::size_t size, int n) {
+std::vector<std::size_t> secondary_piece_counts(std::size_t size, int n) {
   const std::size_t ranks = static_cast<std::size_t>(n), piece = (size + ranks - 1) / ranks;
   std::vector<std::size_t> counts;
   for (std::size_t r = 0; r < ranks; ++r)
     counts.push_back(std::min(piece, size - std::min(size, r * piece)));
   return counts;
 }
-}  // namespace
 
 ShardedParameters::ShardedParameters(std::vector<ParameterSegment> segments,
                                      const ReductionPlan& plan, const ShardingGroups& groups,
@@ -79,7 +75,7 @@ std::unique_ptr<SegmentGather> ShardedParameters::start_gather(const Gather& gat
   if (use == WeightUse::backward && options_.hierarchical_partition) {
     Communicator& node = *groups_.nodes.intra;
     const std::vector<float>& copy = secondary_[static_cast<std::size_t>(index)];
-    const std::vector<std::size_t> counts = even_counts(range.size(), node.size());
+    const std::vector<std::size_t> counts = secondary_piece_counts(range.size(), node.size());
     STRATA_CHECK(copy.size() == counts[static_cast<std::size_t>(node.rank())],
                  "hpZ: a backward gather of segment '", segment(index).name,
                  "' before its forward");
@@ -94,7 +90,8 @@ std::unique_ptr<SegmentGather> ShardedParameters::start_gather(const Gather& gat
 void ShardedParameters::keep_secondary(int index) {
   const std::size_t i = static_cast<std::size_t>(index);
   Communicator& node = *groups_.nodes.intra;
-  const std::vector<std::size_t> counts = even_counts(segment(index).range.size(), node.size());
+  const std::vector<std::size_t> counts =
+      secondary_piece_counts(segment(index).range.size(), node.size());
   std::size_t begin = 0;
   for (int r = 0; r < node.rank(); ++r) begin += counts[static_cast<std::size_t>(r)];
   const float* gathered = gathered_.held[i].values.data();

@@ -55,6 +55,10 @@ enum class GradientReduction { step, micro_batch };
 // "step" | "micro_batch" (the words of parallel.zero.gradient_reduction); else an Error.
 GradientReduction gradient_reduction_from_name(const std::string& name);
 
+// A segment's pieces over `n` ranks, cut evenly: the hpZ secondary partition inside a node (the
+// last pieces may be shorter or empty).
+std::vector<std::size_t> secondary_piece_counts(std::size_t size, int n);
+
 // How the sharded collectives run: the stage-2 policy and the ZeRO++ switches (stage 3).
 struct ShardingOptions {
   GradientReduction when = GradientReduction::step;

@@ -7,6 +7,7 @@
 #include "model/parameter_layout.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/reduction_plan.h"
+#include "plan/zero3_gathers.h"
 
 namespace strata {
 namespace {
@@ -54,34 +55,22 @@ std::size_t secondary_weight_bytes(const ParameterLayout& layout, const Config& 
 
 // ZeRO 3's gathered weights at their peak: the model holds one segment's gathered weights at a
 // time, and from the second step on the gather of the next segment (the one that followed in the
-// previous step) is started while the current one is in use, unless it is the same segment. The
-// order is Gpt's: a forward pass gathers wte and wpe (first stage), the blocks ascending, then lnf
-// and wte (last stage, the tied head); a backward pass gathers wte and lnf (last stage), then the
-// blocks descending; the embedding's backward needs no weights.
+// previous step) is started while the current one is in use, unless it is the same segment.
 std::size_t gathered_weight_bytes(const ParameterLayout& layout, const ReductionPlan& plan,
                                   const ModelPartition& partition,
                                   const std::vector<PipelineOp>& program) {
   if (!plan.parameters_by_segment) return 0;
   const std::vector<ParameterSegment> segments = layout.segments();
-  const SegmentIndex index = segment_index(segments);
-  const int blocks = partition.layers();
-  std::vector<int> order;
-  for (const PipelineOp& op : program) {
-    if (op.kind == PipelineOpKind::forward) {
-      if (partition.has_embedding) order.insert(order.end(), {index.wte, index.wpe});
-      for (int b = 0; b < blocks; ++b) order.push_back(index.block(b));
-      if (partition.has_head) order.insert(order.end(), {index.lnf, index.wte});
-    } else if (op.kind == PipelineOpKind::backward) {
-      if (partition.has_head) order.insert(order.end(), {index.wte, index.lnf});
-      for (int b = blocks - 1; b >= 0; --b) order.push_back(index.block(b));
-    }
-  }
-  const auto size = [&](int i) { return segments[static_cast<std::size_t>(i)].range.size(); };
+  const std::vector<SegmentGatherUse> order =
+      zero3_gather_sequence(partition, segment_index(segments), program);
+  const auto size = [&](std::size_t i) {
+    return segments[static_cast<std::size_t>(order[i].segment)].range.size();
+  };
   std::size_t peak = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    peak = std::max(peak, size(order[i]));
-    if (i + 1 < order.size() && order[i] != order[i + 1])
-      peak = std::max(peak, size(order[i]) + size(order[i + 1]));
+    peak = std::max(peak, size(i));
+    if (i + 1 < order.size() && order[i].segment != order[i + 1].segment)
+      peak = std::max(peak, size(i) + size(i + 1));
   }
   return peak * sizeof(float);
 }

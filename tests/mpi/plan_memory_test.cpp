@@ -1,14 +1,19 @@
-// The planner's memory prediction (plan/memory_model.h) equals the trainer's own account: for
-// layouts over data, tensor (with sequence parallelism) and pipeline parallelism, both schedules,
-// ZeRO stages 0 to 3 with either gradient reduction and ZeRO++ hpZ, recompute and bf16, every
-// predicted field of rank 0's `memory_bytes` in metrics.jsonl, byte for byte, and every pipeline
-// stage's activations (reported to 0.001 MiB).
+// The planner's memory and communication predictions (plan/memory_model.h, plan/comm_model.h)
+// equal the trainer's own accounts: for layouts over data, tensor (with sequence parallelism) and
+// pipeline parallelism, both schedules, ZeRO stages 0 to 3 with either gradient reduction and
+// ZeRO++ (hpZ, qwZ, qgZ, on simulated nodes of 2 ranks), recompute and bf16, every predicted field
+// of rank 0's `memory_bytes` in metrics.jsonl, byte for byte, every pipeline stage's activations
+// (reported to 0.001 MiB), and rank 0's bytes of a step by collective kind and link class
+// (`comm_bytes`) and by parallel axis (`comm_bytes_by_axis`).
 #include <gtest/gtest.h>
 
+#include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "plan/comm_model.h"
 #include "plan/memory_model.h"
 #include "tests/mpi/layout_runs.h"
 #include "train/config.h"
@@ -21,6 +26,42 @@ struct Case {
   int ranks;
   std::vector<std::string> overrides;
 };
+
+// Rank 0's metrics line of training step `step`.
+std::string step_line(const std::string& run_dir, int step) {
+  const std::string lines = read_file(run_dir + "/metrics.jsonl");
+  const std::size_t line = lines.find("{\"step\": " + std::to_string(step) + ",");
+  if (line == std::string::npos) return "";
+  return lines.substr(line, lines.find('\n', line) - line);
+}
+
+using BytesByKind = std::map<std::string, std::map<std::string, double>>;
+
+// The nonzero entries of the `comm_bytes` object of rank 0's line for `step`.
+BytesByKind logged_comm_bytes(const std::string& run_dir, int step) {
+  const std::string line = step_line(run_dir, step);
+  const std::string key = "\"comm_bytes\": {";
+  const std::size_t at = line.find(key);
+  EXPECT_NE(at, std::string::npos) << "no comm_bytes for step " << step;
+  if (at == std::string::npos) return {};
+  const std::string object = line.substr(at + key.size(), line.find("}}", at) + 1 - at);
+  BytesByKind bytes;
+  const std::regex kind_re("\"(\\w+)\": \\{([^}]*)\\}"), link_re("\"(\\w+)\": (\\d+)");
+  for (std::sregex_iterator k(object.begin(), object.end(), kind_re), end; k != end; ++k) {
+    const std::string links = (*k)[2];
+    for (std::sregex_iterator l(links.begin(), links.end(), link_re); l != end; ++l)
+      if (std::stod((*l)[2]) > 0) bytes[(*k)[1]][(*l)[1]] = std::stod((*l)[2]);
+  }
+  return bytes;
+}
+
+BytesByKind predicted_comm_bytes(const CommPrediction& prediction) {
+  BytesByKind bytes;
+  for (const auto& [kind, links] : prediction.bytes_by_kind())
+    for (const auto& [link, sent] : links)
+      bytes[kind][link_class_name(link)] = static_cast<double>(sent);
+  return bytes;
+}
 
 TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
   TempDir dir("plan_memory");
@@ -53,6 +94,17 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       {"pp3_split_gpipe",
        3,
        {"parallel.pp=3", "parallel.pp_layers=[2,1,1]", "parallel.pipeline_schedule=gpipe"}},
+      {"tp2sp_pp2_full",
+       4,
+       {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2", "recompute=full"}},
+      {"dp4_zero3_qwz_qgz_2_per_node",
+       4,
+       {"parallel.zero.stage=3", "parallel.zero.quantized_weights=true",
+        "parallel.zero.quantized_gradients=true", "parallel.gpus_per_node=2"}},
+      {"tp2dp2_zero2_2_per_node_selective",
+       4,
+       {"parallel.tp=2", "parallel.zero.stage=2", "parallel.gpus_per_node=2",
+        "recompute=selective"}},
   };
   const std::vector<std::pair<std::string, std::size_t MemoryAccount::*>> fields = {
       {"master_weights", &MemoryAccount::master_weights},
@@ -96,6 +148,24 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
                   0.0005)
           << c.name << ": stage " << stage;
     EXPECT_EQ(stage, stages) << c.name;
+
+    // Communication of steps 1 and 2 (the second with ZeRO 3's prefetch running).
+    const CommPrediction comm = predict_communication(config, c.ranks);
+    for (int step : {1, 2}) {
+      EXPECT_EQ(logged_comm_bytes(run, step), predicted_comm_bytes(comm))
+          << c.name << ": comm_bytes of step " << step;
+      for (CommGroup group : {CommGroup::tp, CommGroup::pp, CommGroup::dp}) {
+        const std::string axis = comm_group_name(group);
+        const std::string line = step_line(run, step);
+        const std::size_t by_axis = line.find("\"comm_bytes_by_axis\": {");
+        ASSERT_NE(by_axis, std::string::npos) << c.name;
+        const std::size_t at = line.find("\"" + axis + "\": ", by_axis);
+        ASSERT_NE(at, std::string::npos) << c.name << " " << axis;
+        EXPECT_EQ(std::stod(line.substr(at + axis.size() + 4)),
+                  static_cast<double>(comm.group_bytes(group)))
+            << c.name << ": comm_bytes_by_axis." << axis << " of step " << step;
+      }
+    }
   }
 }
 

@@ -1,0 +1,295 @@
+#include "plan/comm_model.h"
+
+#include <algorithm>
+
+#include "model/core/error.h"
+#include "model/parameter_layout.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/reduction_plan.h"
+#include "parallel/segment_collectives.h"
+#include "parallel/sharded_parameters.h"
+#include "plan/zero3_gathers.h"
+#include "train/training_backend.h"
+
+namespace strata {
+
+std::uint64_t CommEvent::total_bytes() const {
+  std::uint64_t total = 0;
+  for (const auto& [link, sent] : bytes) total += sent;
+  return total;
+}
+
+std::map<std::string, std::map<LinkClass, std::uint64_t>> CommPrediction::bytes_by_kind() const {
+  std::map<std::string, std::map<LinkClass, std::uint64_t>> by_kind;
+  for (const CommEvent& e : events)
+    for (const auto& [link, sent] : e.bytes)
+      if (sent > 0) by_kind[e.kind][link] += sent * static_cast<std::uint64_t>(e.repeats);
+  return by_kind;
+}
+
+std::uint64_t CommPrediction::group_bytes(CommGroup group) const {
+  std::uint64_t total = 0;
+  for (const CommEvent& e : events)
+    if (e.group == group) total += e.total_bytes() * static_cast<std::uint64_t>(e.repeats);
+  return total;
+}
+
+std::uint64_t CommPrediction::link_bytes(LinkClass link) const {
+  std::uint64_t total = 0;
+  for (const CommEvent& e : events) {
+    const auto at = e.bytes.find(link);
+    if (at != e.bytes.end()) total += at->second * static_cast<std::uint64_t>(e.repeats);
+  }
+  return total;
+}
+
+const char* comm_group_name(CommGroup group) {
+  switch (group) {
+    case CommGroup::tp:
+      return "tp";
+    case CommGroup::pp:
+      return "pp";
+    case CommGroup::dp:
+      return "dp";
+    case CommGroup::dp_intra_node:
+      return "dp_intra_node";
+    case CommGroup::dp_inter_node:
+      return "dp_inter_node";
+  }
+  return "?";
+}
+
+namespace {
+
+// One communicator as the predicted rank sees it: its members' world ranks and its own place.
+struct GroupView {
+  CommGroup group;
+  std::vector<int> members;  // world ranks, by group rank
+  int rank = 0;              // the predicted rank's group rank
+  int gpus_per_node = 1;
+
+  int size() const { return static_cast<int>(members.size()); }
+  LinkClass link(int a, int b) const {
+    return members[static_cast<std::size_t>(a)] / gpus_per_node ==
+                   members[static_cast<std::size_t>(b)] / gpus_per_node
+               ? LinkClass::intra_node
+               : LinkClass::inter_node;
+  }
+  LinkClass successor_link() const { return link(rank, (rank + 1) % size()); }
+  // The slowest hop of the ring (what paces every member of a ring collective).
+  LinkClass ring_slowest() const {
+    for (int r = 0; r < size(); ++r)
+      if (link(r, (r + 1) % size()) == LinkClass::inter_node) return LinkClass::inter_node;
+    return LinkClass::intra_node;
+  }
+};
+
+GroupView view_of(CommGroup group, const std::vector<int>& members, int world_rank,
+                  int gpus_per_node) {
+  const auto at = std::find(members.begin(), members.end(), world_rank);
+  STRATA_CHECK(at != members.end());
+  return GroupView{group, members, static_cast<int>(at - members.begin()), gpus_per_node};
+}
+
+// Collects the events of one rank's step.
+class StepEvents {
+ public:
+  explicit StepEvents(CommPrediction& out) : out_(out) {}
+
+  // A ring collective sending `sent` bytes per call, in `hops` sequential messages.
+  void ring(const GroupView& g, const char* kind, std::uint64_t sent, int hops, CommPhase phase,
+            int repeats, const char* what) {
+    if (g.size() <= 1 || repeats == 0) return;
+    CommEvent e{kind, g.group,          phase,   {{g.successor_link(), sent}},
+                hops, g.ring_slowest(), repeats, what};
+    out_.events.push_back(std::move(e));
+  }
+  void all_reduce(const GroupView& g, std::uint64_t bytes, CommPhase phase, int repeats,
+                  const char* what) {
+    ring(g, "all_reduce", ring_all_reduce_bytes(bytes, g.size()), 2 * (g.size() - 1), phase,
+         repeats, what);
+  }
+  // Even chunks: `whole` is the whole buffer (reduce-scatter input, all-gather output).
+  void chunked(const GroupView& g, const char* kind, std::uint64_t whole, CommPhase phase,
+               int repeats, const char* what) {
+    ring(g, kind, ring_chunk_bytes(whole, g.size()), g.size() - 1, phase, repeats, what);
+  }
+  void send(const GroupView& g, int peer, std::uint64_t bytes, CommPhase phase, int repeats,
+            const char* what) {
+    if (repeats == 0) return;
+    const LinkClass link = g.link(g.rank, peer);
+    out_.events.push_back(
+        CommEvent{"send", g.group, phase, {{link, bytes}}, 1, link, repeats, what});
+  }
+  // An uneven all-to-all: bytes_to[p] to each other member p.
+  void all_to_all(const GroupView& g, const std::vector<std::uint64_t>& bytes_to, CommPhase phase,
+                  int repeats, const char* what) {
+    if (g.size() <= 1 || repeats == 0) return;
+    CommEvent e{"all_to_all",          g.group, phase, {}, g.size() - 1,
+                LinkClass::intra_node, repeats, what};
+    for (int p = 0; p < g.size(); ++p) {
+      if (p == g.rank) continue;
+      e.bytes[g.link(g.rank, p)] += bytes_to[static_cast<std::size_t>(p)];
+      if (g.link(g.rank, p) == LinkClass::inter_node) e.slowest = LinkClass::inter_node;
+    }
+    out_.events.push_back(std::move(e));
+  }
+
+ private:
+  CommPrediction& out_;
+};
+
+constexpr std::uint64_t kScalar = sizeof(double);  // the loss and the norm are summed in double
+
+}  // namespace
+
+CommPrediction predict_communication(const Config& config, int world_size, int stage, int tp_rank,
+                                     int dp_rank) {
+  const MeshShape mesh = resolve_mesh(config, world_size);
+  STRATA_CHECK(stage >= 0 && stage < mesh.pp && tp_rank >= 0 && tp_rank < mesh.tp && dp_rank >= 0 &&
+               dp_rank < mesh.dp);
+  const int gpn = config.parallel.gpus_per_node;
+  const Mesh place(mesh, Mesh::world_rank_of(mesh, tp_rank, dp_rank, stage), gpn);
+  const int me = place.world_rank();
+  const GroupView tp = view_of(CommGroup::tp, place.tp_group(), me, gpn);
+  const GroupView pp = view_of(CommGroup::pp, place.pp_group(), me, gpn);
+  const GroupView dp = view_of(CommGroup::dp, place.dp_group(), me, gpn);
+  const GroupView intra = view_of(CommGroup::dp_intra_node, place.dp_intra_node_group(), me, gpn);
+  const GroupView inter = view_of(CommGroup::dp_inter_node, place.dp_inter_node_group(), me, gpn);
+
+  const ModelConfig& m = config.model;
+  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  const ModelPartition partition = model_partition(config, mesh, tp_rank, stage);
+  const ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
+  const ReductionPlan plan = make_reduction_plan(
+      layout, reduction_placement(config, shape, mesh, tp_rank, stage, dp_rank));
+  const int micro_batches = config.train.global_batch / (config.train.micro_batch * mesh.dp);
+  const bool sp = config.parallel.sequence_parallel && mesh.tp > 1;
+  const std::uint64_t rows = static_cast<std::uint64_t>(config.train.micro_batch) * m.seq_len;
+  const std::uint64_t full = rows * m.d_model * sizeof(float);  // (N, C), the CPU model's floats
+  const std::uint64_t local = sp ? full / mesh.tp : full;       // the residual stream's rows
+  const int layers = partition.layers();
+  const Recompute recompute = recompute_from_name(config.recompute);
+
+  CommPrediction out;
+  StepEvents events(out);
+  // Tensor parallelism, per micro-batch (model/gpt.cpp): a sum of partial rows is an all-reduce,
+  // or under sequence parallelism a reduce-scatter to this rank's rows; a gather of rows is an
+  // all-gather under sequence parallelism and nothing otherwise.
+  const auto sums = [&](CommPhase phase, int per_pass, const char* what) {
+    if (sp)
+      events.chunked(tp, "reduce_scatter", full, phase, per_pass * micro_batches, what);
+    else
+      events.all_reduce(tp, full, phase, per_pass * micro_batches, what);
+  };
+  const auto gathers = [&](CommPhase phase, int per_pass, const char* what) {
+    if (sp) events.chunked(tp, "all_gather", full, phase, per_pass * micro_batches, what);
+  };
+  if (partition.has_embedding) sums(CommPhase::forward, 1, "embedding sum");
+  sums(CommPhase::forward, 2 * layers, "layer sums");
+  gathers(CommPhase::forward, 2 * layers, "layer row gathers");
+  if (partition.has_head) {
+    gathers(CommPhase::forward, 1, "head row gather");
+    events.chunked(tp, "all_gather", rows * mesh.tp * sizeof(float), CommPhase::forward,
+                   micro_batches, "loss row maxima");
+    events.all_reduce(tp, 2 * rows * sizeof(float), CommPhase::forward, micro_batches,
+                      "loss row sums");
+    sums(CommPhase::backward, 1, "head gradient sum");
+  }
+  const int recomputed = recompute == Recompute::full ? 2 * layers : 0;
+  sums(CommPhase::backward, 2 * layers + recomputed, "layer gradient sums");
+  gathers(CommPhase::backward, 2 * layers + recomputed, "layer gradient row gathers");
+  if (partition.has_embedding) gathers(CommPhase::backward, 1, "embedding gradient gather");
+
+  // Pipeline messages, per micro-batch (parallel/pipeline_executor.h).
+  if (stage + 1 < mesh.pp)
+    events.send(pp, stage + 1, local, CommPhase::pipeline, micro_batches, "activations");
+  if (stage > 0) events.send(pp, stage - 1, local, CommPhase::pipeline, micro_batches, "gradients");
+
+  // ZeRO 2 and 3: each segment's gradients reduce-scattered over dp after every backward pass
+  // (micro_batch, or a step of one micro-batch) or once after the last (step).
+  const std::vector<ParameterSegment> segments = layout.segments();
+  if (plan.gradients_by_segment && dp.size() > 1) {
+    const bool every_pass =
+        config.parallel.zero.gradient_reduction == "micro_batch" || micro_batches == 1;
+    const int repeats = every_pass ? micro_batches : 1;
+    const CommPhase phase = every_pass ? CommPhase::backward : CommPhase::step;
+    for (const ParameterSegment& segment : segments) {
+      const std::vector<std::size_t> counts = shard_counts(plan, segment.range, dp.size());
+      std::size_t total = 0;
+      for (std::size_t c : counts) total += c;
+      const std::size_t n = static_cast<std::size_t>(dp.size());
+      if (!config.parallel.zero.quantized_gradients || total < kGradientQuantBlock * n) {
+        events.ring(dp, "reduce_scatter", ring_reduce_scatter_v_bytes(counts, dp.rank, 4),
+                    dp.size() - 1, phase, repeats, "segment gradient reduce-scatter");
+        continue;
+      }
+      // qgZ (parallel/segment_collectives.h): owner (node j, local l) = j·intra + l.
+      const std::size_t k = static_cast<std::size_t>(intra.size());
+      std::vector<std::uint64_t> hop1(k, 0), hop2(static_cast<std::size_t>(inter.size()), 0);
+      for (std::size_t l = 0; l < k; ++l)
+        for (std::size_t j = 0; j < hop2.size(); ++j)
+          hop1[l] += gradient_layout(counts[j * k + l]).bytes;
+      for (std::size_t j = 0; j < hop2.size(); ++j)
+        hop2[j] = gradient_layout(counts[j * k + static_cast<std::size_t>(intra.rank)]).bytes;
+      events.all_to_all(intra, hop1, phase, repeats, "qgZ hop inside the node");
+      events.all_to_all(inter, hop2, phase, repeats, "qgZ hop across nodes");
+    }
+  }
+
+  // ZeRO 3: every use of a segment's weights is one gather, in the model's order.
+  if (plan.parameters_by_segment && dp.size() > 1) {
+    const PipelineProgram program = make_pipeline_schedule(
+        parse_pipeline_schedule(config.parallel.pipeline_schedule), mesh.pp, micro_batches);
+    const ZeroConfig& zero = config.parallel.zero;
+    for (const SegmentGatherUse& g : zero3_gather_sequence(
+             partition, segment_index(segments), program[static_cast<std::size_t>(stage)])) {
+      const std::size_t size = segments[static_cast<std::size_t>(g.segment)].range.size();
+      if (g.use == WeightUse::backward && zero.hierarchical_partition) {
+        const std::vector<std::size_t> counts = secondary_piece_counts(size, intra.size());
+        events.ring(intra, "all_gather", ring_all_gather_v_bytes(counts, intra.rank, 4),
+                    intra.size() - 1, CommPhase::gather, 1, "hpZ weight gather inside the node");
+        continue;
+      }
+      std::vector<std::size_t> counts =
+          shard_counts(plan, segments[static_cast<std::size_t>(g.segment)].range, dp.size());
+      std::size_t element = sizeof(float);
+      if (g.use == WeightUse::forward && zero.quantized_weights) {
+        for (std::size_t& c : counts) c = weight_layout(c).bytes;
+        element = 1;
+      }
+      events.ring(dp, "all_gather", ring_all_gather_v_bytes(counts, dp.rank, element),
+                  dp.size() - 1, CommPhase::gather, 1,
+                  element == 1 ? "qwZ weight gather" : "weight gather");
+    }
+  }
+
+  // After the passes: the plan's gradient reductions, the norm, the loss, the parameter gathers.
+  const auto group_of = [&](ParallelAxis axis) -> const GroupView& {
+    return axis == ParallelAxis::tp ? tp : axis == ParallelAxis::pp ? pp : dp;
+  };
+  using Kind = RangeReduction::Kind;
+  const auto reductions = [&](const std::vector<RangeReduction>& ops, const char* what) {
+    for (const RangeReduction& op : ops) {
+      const GroupView& g = group_of(op.axis);
+      const std::uint64_t bytes = op.range.size() * sizeof(float);
+      if (op.kind == Kind::all_reduce) events.all_reduce(g, bytes, CommPhase::step, 1, what);
+      if (op.kind == Kind::reduce_scatter)
+        events.chunked(g, "reduce_scatter", bytes, CommPhase::step, 1, what);
+      if (op.kind == Kind::all_gather)
+        events.chunked(g, "all_gather", bytes, CommPhase::step, 1, what);
+      if (op.kind == Kind::tied_exchange)
+        events.send(g, op.peer, bytes, CommPhase::step, 1, "tied wte exchange");
+    }
+  };
+  reductions(plan.gradients, "gradient reduction");
+  for (ParallelAxis axis : plan.norm_axes)
+    events.all_reduce(group_of(axis), kScalar, CommPhase::step, 1, "gradient norm");
+  events.all_reduce(pp, kScalar, CommPhase::step, 1, "loss");
+  events.all_reduce(dp, kScalar, CommPhase::step, 1, "loss");
+  reductions(plan.parameters, "updated shard gather");
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,72 @@
+// The planner's communication prediction: every collective and transfer one rank takes part in
+// during a training step, with the bytes it sends per link class, computed from the config alone.
+//
+// The bytes are the communicator's own accounting (parallel/communicator.h: ring collectives
+// charge the link to the ring successor, transfers and all-to-alls each peer's link) applied to
+// the calls the trainer makes, found by the trainer's own functions: the model partition, the
+// reduction plan (ZeRO stage, tied exchange, sequence-parallel sums, norm axes), ZeRO 2/3's
+// per-segment reduce-scatters (plain or qgZ's two int4 hops), ZeRO 3's per-segment gathers in
+// the model's gather order (plain, qwZ's int8 forward gathers, hpZ's backward gathers inside the
+// node), the tensor-parallel sums and gathers of every layer (recomputed ones included), the
+// pipeline's activation and gradient messages and the loss and norm scalars. So
+// `stats()` equals the `comm_bytes` of a training step in metrics.jsonl and `group_bytes` its
+// `comm_bytes_by_axis`, which tests/mpi/plan_memory_test.cpp checks on many layouts.
+//
+// For the step-time model each event also says when it happens (its phase), how many messages
+// it sends in sequence (the latency term) and the slowest link its pattern crosses (a ring runs
+// at the pace of its slowest hop).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "train/config.h"
+
+namespace strata {
+
+// The communicator a call runs on: an axis of the mesh, or one of the data-parallel group's
+// node-wise factors (ZeRO++ hpZ and qgZ).
+enum class CommGroup { tp, pp, dp, dp_intra_node, dp_inter_node };
+
+enum class CommPhase {
+  forward,   // inside every micro-batch's forward pass (blocking: on the critical path)
+  backward,  // inside every micro-batch's backward pass (blocking)
+  pipeline,  // a pipeline activation or gradient message (placed by the schedule)
+  gather,    // a ZeRO-3 weight gather (prefetched behind the previous segment's compute)
+  step,      // after the last backward pass: gradient reductions, norm, loss, parameter gathers
+};
+
+struct CommEvent {
+  std::string kind;  // the communicator's kind: all_reduce, reduce_scatter, all_gather, ...
+  CommGroup group = CommGroup::dp;
+  CommPhase phase = CommPhase::step;
+  std::map<LinkClass, std::uint64_t> bytes;  // sent by this rank per call, per link class
+  int messages = 1;                          // messages sent one after another per call
+  LinkClass slowest = LinkClass::intra_node;
+  int repeats = 1;   // calls per step
+  std::string what;  // e.g. "layer sums", "tied wte exchange" (for --explain)
+
+  std::uint64_t total_bytes() const;
+};
+
+struct CommPrediction {
+  std::vector<CommEvent> events;
+
+  // Bytes per step by kind and link class (zero entries left out), as comm_bytes reports them.
+  std::map<std::string, std::map<LinkClass, std::uint64_t>> bytes_by_kind() const;
+  // Bytes per step on the tp, pp or dp communicator (comm_bytes_by_axis; node groups apart).
+  std::uint64_t group_bytes(CommGroup group) const;
+  std::uint64_t link_bytes(LinkClass link) const;
+};
+
+// The rank at pipeline stage `stage`, tensor-parallel rank `tp_rank` and data-parallel rank
+// `dp_rank` of `config` on `world_size` ranks (under DiLoCo: in the first worker, inner steps).
+CommPrediction predict_communication(const Config& config, int world_size, int stage = 0,
+                                     int tp_rank = 0, int dp_rank = 0);
+
+const char* comm_group_name(CommGroup group);
+
+}  // namespace strata
