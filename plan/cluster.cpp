@@ -40,6 +40,18 @@ class Section {
       fail(source_, ": '", where(key), "' must be positive, got ", value.Scalar());
     return number;
   }
+  double non_negative(const std::string& key) {
+    const YAML::Node value = child(key);
+    double number = -1;
+    try {
+      number = value.as<double>();
+    } catch (const YAML::Exception&) {
+      fail(source_, ": '", where(key), "' must be a number");
+    }
+    if (!(number >= 0) || !std::isfinite(number))
+      fail(source_, ": '", where(key), "' must be zero or positive, got ", value.Scalar());
+    return number;
+  }
   int count(const std::string& key) {
     const double number = positive(key);
     if (number != std::floor(number) || number > 1e7)
@@ -79,12 +91,22 @@ LinkSpec read_link(Section& links, const std::string& key) {
   return spec;
 }
 
+PrecisionRates read_rates(Section& parent, const std::string& key) {
+  Section rates = parent.section(key);
+  PrecisionRates r;
+  r.fp32 = rates.positive("fp32");
+  r.bf16 = rates.positive("bf16");
+  r.fp16 = rates.positive("fp16");
+  rates.finish();
+  return r;
+}
+
 }  // namespace
 
-double DeviceSpec::peak_tflops(const std::string& compute) const {
-  if (compute == "bf16") return peak_tflops_bf16;
-  if (compute == "fp16") return peak_tflops_fp16;
-  return peak_tflops_fp32;
+double PrecisionRates::of(const std::string& compute) const {
+  if (compute == "bf16") return bf16;
+  if (compute == "fp16") return fp16;
+  return fp32;
 }
 
 ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& source_name) {
@@ -97,17 +119,28 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
   Section top(root, "", source_name);
   ClusterSpec cluster;
   cluster.name = top.text("name");
+  cluster.backend = top.text("backend");
+  if (cluster.backend != "cuda" && cluster.backend != "cpu")
+    fail(source_name, ": 'backend' must be cuda or cpu, got '", cluster.backend, "'");
   cluster.nodes = top.count("nodes");
   cluster.devices_per_node = top.count("devices_per_node");
+  if (top.child("cores_per_node", false)) {
+    if (cluster.backend != "cpu")
+      fail(source_name, ": 'cores_per_node' is for a cpu cluster (backend: cpu)");
+    cluster.cores_per_node = top.count("cores_per_node");
+  }
   Section device = top.section("device");
-  cluster.device.name = device.text("name");
-  cluster.device.memory_gib = device.positive("memory_gib");
-  Section peaks = device.section("peak_tflops");
-  cluster.device.peak_tflops_fp32 = peaks.positive("fp32");
-  cluster.device.peak_tflops_bf16 = peaks.positive("bf16");
-  cluster.device.peak_tflops_fp16 = peaks.positive("fp16");
-  peaks.finish();
-  cluster.device.memory_bandwidth_gbs = device.positive("memory_bandwidth_gbs");
+  DeviceSpec& d = cluster.device;
+  d.name = device.text("name");
+  d.memory_gib = device.positive("memory_gib");
+  d.peak_tflops = read_rates(device, "peak_tflops");
+  d.memory_bandwidth_gbs = device.positive("memory_bandwidth_gbs");
+  Section sustained = device.section("sustained");
+  d.matmul_tflops = read_rates(sustained, "matmul_tflops");
+  d.attention_tflops = read_rates(sustained, "attention_tflops");
+  d.elementwise_gbs = sustained.positive("elementwise_gbs");
+  d.op_overhead_us = sustained.non_negative("op_overhead_us");
+  sustained.finish();
   device.finish();
   Section links = top.section("links");
   cluster.intra_node = read_link(links, "intra_node");
@@ -129,15 +162,28 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
     out << "  " << key << ": {bandwidth_gbs: " << l.bandwidth_gbs
         << ", latency_us: " << l.latency_us << "}\n";
   };
+  const auto rates = [](const PrecisionRates& r) {
+    std::ostringstream text;
+    text << std::setprecision(17) << "{fp32: " << r.fp32 << ", bf16: " << r.bf16
+         << ", fp16: " << r.fp16 << "}";
+    return text.str();
+  };
+  const DeviceSpec& d = c.device;
   out << "name: " << YAML::Node(c.name) << "\n"
+      << "backend: " << c.backend << "\n"
       << "nodes: " << c.nodes << "\n"
-      << "devices_per_node: " << c.devices_per_node << "\n"
-      << "device:\n"
-      << "  name: " << YAML::Node(c.device.name) << "\n"
-      << "  memory_gib: " << c.device.memory_gib << "\n"
-      << "  peak_tflops: {fp32: " << c.device.peak_tflops_fp32
-      << ", bf16: " << c.device.peak_tflops_bf16 << ", fp16: " << c.device.peak_tflops_fp16 << "}\n"
-      << "  memory_bandwidth_gbs: " << c.device.memory_bandwidth_gbs << "\n"
+      << "devices_per_node: " << c.devices_per_node << "\n";
+  if (c.cores_per_node > 0) out << "cores_per_node: " << c.cores_per_node << "\n";
+  out << "device:\n"
+      << "  name: " << YAML::Node(d.name) << "\n"
+      << "  memory_gib: " << d.memory_gib << "\n"
+      << "  peak_tflops: " << rates(d.peak_tflops) << "\n"
+      << "  memory_bandwidth_gbs: " << d.memory_bandwidth_gbs << "\n"
+      << "  sustained:\n"
+      << "    matmul_tflops: " << rates(d.matmul_tflops) << "\n"
+      << "    attention_tflops: " << rates(d.attention_tflops) << "\n"
+      << "    elementwise_gbs: " << d.elementwise_gbs << "\n"
+      << "    op_overhead_us: " << d.op_overhead_us << "\n"
       << "links:\n";
   link("intra_node", c.intra_node);
   link("inter_node", c.inter_node);

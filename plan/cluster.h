@@ -1,13 +1,20 @@
 // Cluster descriptions for the planner (configs/clusters/*.yaml): what a layout runs on.
 //
 //   name: h100-sxm-ib400
+//   backend: cuda                  # cuda | cpu: which of Strata's backends the ranks run
 //   nodes: 16                      # how many nodes the cluster has
-//   devices_per_node: 8
+//   devices_per_node: 8            # ranks per node
+//   cores_per_node: 2              # cpu only, optional: the cores a node's ranks share
 //   device:
 //     name: NVIDIA H100 SXM5 80GB
 //     memory_gib: 80               # usable by one rank
-//     peak_tflops: {fp32: 67, bf16: 989, fp16: 989}   # dense, per device
+//     peak_tflops: {fp32: 67, bf16: 989, fp16: 989}   # dense, per device (MFU's denominator)
 //     memory_bandwidth_gbs: 3350
+//     sustained:                   # what kernels reach (per core on a cpu cluster)
+//       matmul_tflops: {fp32: 50, bf16: 700, fp16: 700}     # GEMMs of model shapes
+//       attention_tflops: {fp32: 20, bf16: 350, fp16: 350}  # 4·B·T²·C per layer forward
+//       elementwise_gbs: 2800      # layernorm, GELU, residuals, loss: bytes read + written
+//       op_overhead_us: 4          # per kernel (launch); 0 on a cpu
 //   links:                         # per device, one direction; latency per message
 //     intra_node:   {bandwidth_gbs: 450, latency_us: 2}
 //     inter_node:   {bandwidth_gbs: 50, latency_us: 5}
@@ -33,23 +40,35 @@ struct LinkSpec {
   bool operator==(const LinkSpec&) const = default;
 };
 
+// TFLOP/s per precision.compute word.
+struct PrecisionRates {
+  double fp32 = 0, bf16 = 0, fp16 = 0;
+
+  // The rate for "fp32", "bf16" or "fp16".
+  double of(const std::string& compute) const;
+  bool operator==(const PrecisionRates&) const = default;
+};
+
 struct DeviceSpec {
   std::string name;
   double memory_gib = 0;
-  double peak_tflops_fp32 = 0;
-  double peak_tflops_bf16 = 0;
-  double peak_tflops_fp16 = 0;
+  PrecisionRates peak_tflops;
   double memory_bandwidth_gbs = 0;
+  // Sustained rates, the compute model's inputs (plan/step_time.h).
+  PrecisionRates matmul_tflops;
+  PrecisionRates attention_tflops;
+  double elementwise_gbs = 0;
+  double op_overhead_us = 0;
 
-  // The peak for a precision.compute word ("fp32", "bf16", "fp16").
-  double peak_tflops(const std::string& compute) const;
   bool operator==(const DeviceSpec&) const = default;
 };
 
 struct ClusterSpec {
   std::string name;
+  std::string backend = "cuda";  // cuda | cpu
   int nodes = 1;
   int devices_per_node = 1;
+  int cores_per_node = 0;  // cpu: the cores its ranks share (0: one each)
   DeviceSpec device;
   LinkSpec intra_node;
   LinkSpec inter_node;

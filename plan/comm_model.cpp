@@ -270,25 +270,25 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
     return axis == ParallelAxis::tp ? tp : axis == ParallelAxis::pp ? pp : dp;
   };
   using Kind = RangeReduction::Kind;
-  const auto reductions = [&](const std::vector<RangeReduction>& ops, const char* what) {
+  const auto reductions = [&](const std::vector<RangeReduction>& ops, CommPhase phase,
+                              const char* what) {
     for (const RangeReduction& op : ops) {
       const GroupView& g = group_of(op.axis);
       const std::uint64_t bytes = op.range.size() * sizeof(float);
-      if (op.kind == Kind::all_reduce) events.all_reduce(g, bytes, CommPhase::step, 1, what);
+      if (op.kind == Kind::all_reduce) events.all_reduce(g, bytes, phase, 1, what);
       if (op.kind == Kind::reduce_scatter)
-        events.chunked(g, "reduce_scatter", bytes, CommPhase::step, 1, what);
-      if (op.kind == Kind::all_gather)
-        events.chunked(g, "all_gather", bytes, CommPhase::step, 1, what);
+        events.chunked(g, "reduce_scatter", bytes, phase, 1, what);
+      if (op.kind == Kind::all_gather) events.chunked(g, "all_gather", bytes, phase, 1, what);
       if (op.kind == Kind::tied_exchange)
-        events.send(g, op.peer, bytes, CommPhase::step, 1, "tied wte exchange");
+        events.send(g, op.peer, bytes, phase, 1, "tied wte exchange");
     }
   };
-  reductions(plan.gradients, "gradient reduction");
+  reductions(plan.gradients, CommPhase::step, "gradient reduction");
   for (ParallelAxis axis : plan.norm_axes)
     events.all_reduce(group_of(axis), kScalar, CommPhase::step, 1, "gradient norm");
   events.all_reduce(pp, kScalar, CommPhase::step, 1, "loss");
   events.all_reduce(dp, kScalar, CommPhase::step, 1, "loss");
-  reductions(plan.parameters, "updated shard gather");
+  reductions(plan.parameters, CommPhase::update, "updated shard gather");
   return out;
 }
 

@@ -36,7 +36,8 @@ enum class CommPhase {
   backward,  // inside every micro-batch's backward pass (blocking)
   pipeline,  // a pipeline activation or gradient message (placed by the schedule)
   gather,    // a ZeRO-3 weight gather (prefetched behind the previous segment's compute)
-  step,      // after the last backward pass: gradient reductions, norm, loss, parameter gathers
+  step,      // after the last backward pass: gradient reductions, norm, loss
+  update,    // after the optimizer: the gathers of updated shards (ZeRO 1 and 2)
 };
 
 struct CommEvent {

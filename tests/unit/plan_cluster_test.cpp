@@ -22,6 +22,7 @@ std::string error_of(const std::string& yaml) {
 
 const std::string kValid = R"(
 name: test
+backend: cuda
 nodes: 2
 devices_per_node: 4
 device:
@@ -29,6 +30,11 @@ device:
   memory_gib: 40
   peak_tflops: {fp32: 10, bf16: 100, fp16: 90}
   memory_bandwidth_gbs: 1000
+  sustained:
+    matmul_tflops: {fp32: 8, bf16: 70, fp16: 60}
+    attention_tflops: {fp32: 4, bf16: 30, fp16: 30}
+    elementwise_gbs: 800
+    op_overhead_us: 0
 links:
   intra_node: {bandwidth_gbs: 200, latency_us: 2}
   inter_node: {bandwidth_gbs: 20, latency_us: 6}
@@ -38,9 +44,15 @@ TEST(ClusterSpec, ParsesEveryField) {
   const ClusterSpec c = parse_cluster(kValid, "c.yaml");
   EXPECT_EQ(c.name, "test");
   EXPECT_EQ(c.devices(), 8);
-  EXPECT_EQ(c.device.peak_tflops("bf16"), 100);
-  EXPECT_EQ(c.device.peak_tflops("fp16"), 90);
-  EXPECT_EQ(c.device.peak_tflops("fp32"), 10);
+  EXPECT_EQ(c.backend, "cuda");
+  EXPECT_EQ(c.device.peak_tflops.of("bf16"), 100);
+  EXPECT_EQ(c.device.peak_tflops.of("fp16"), 90);
+  EXPECT_EQ(c.device.peak_tflops.of("fp32"), 10);
+  EXPECT_EQ(c.device.matmul_tflops.of("fp16"), 60);
+  EXPECT_EQ(c.device.attention_tflops.of("bf16"), 30);
+  EXPECT_EQ(c.device.elementwise_gbs, 800);
+  EXPECT_EQ(c.device.op_overhead_us, 0);
+  EXPECT_EQ(c.cores_per_node, 0);
   EXPECT_EQ(c.inter_node.latency_us, 6);
   EXPECT_FALSE(c.inter_worker.has_value());
   // 1 MB over 20 GB/s after 6 us.
@@ -59,7 +71,9 @@ TEST(ClusterSpec, ShippedFilesParseAndRoundTrip) {
 }
 
 TEST(ClusterSpec, BadFilesNameTheKey) {
-  EXPECT_EQ(error_of("name: x\n"), "c.yaml: missing key 'nodes'");
+  EXPECT_EQ(error_of("name: x\n"), "c.yaml: missing key 'backend'");
+  EXPECT_EQ(error_of("name: x\nbackend: tpu\n"),
+            "c.yaml: 'backend' must be cuda or cpu, got 'tpu'");
   std::string yaml = kValid;
   yaml.replace(yaml.find("latency_us: 6"), 13, "latency_us: -1");
   EXPECT_EQ(error_of(yaml), "c.yaml: 'links.inter_node.latency_us' must be positive, got -1");
@@ -71,6 +85,15 @@ TEST(ClusterSpec, BadFilesNameTheKey) {
   yaml = kValid;
   yaml.replace(yaml.find("nodes: 2"), 8, "nodes: 2.5");
   EXPECT_EQ(error_of(yaml), "c.yaml: 'nodes' must be a whole number");
+  yaml = kValid + "cores_per_node: 4\n";
+  EXPECT_EQ(error_of(yaml), "c.yaml: 'cores_per_node' is for a cpu cluster (backend: cpu)");
+  yaml = kValid;
+  yaml.replace(yaml.find("op_overhead_us: 0"), 17, "op_overhead_us: -2");
+  EXPECT_EQ(error_of(yaml),
+            "c.yaml: 'device.sustained.op_overhead_us' must be zero or positive, got -2");
+  yaml = kValid;
+  yaml.replace(yaml.find("    elementwise_gbs: 800\n"), 25, "");
+  EXPECT_EQ(error_of(yaml), "c.yaml: missing key 'device.sustained.elementwise_gbs'");
   EXPECT_NE(error_of("[").find("c.yaml: invalid YAML"), std::string::npos);
 }
 

@@ -1,0 +1,57 @@
+// The planner's compute model: the work of one micro-batch's forward and backward pass on one
+// rank, as GEMM FLOPs, attention FLOPs, elementwise bytes and kernel count, and its time on a
+// device's sustained rates (plan/cluster.h: sustained):
+//   time = GEMM FLOPs / matmul rate + attention FLOPs / attention rate
+//          + elementwise bytes / elementwise bandwidth + kernels · per-kernel overhead.
+// The work follows Gpt (model/gpt.cpp, gpt_block.cpp) on a rank's partition: per layer, with N =
+// B·T rows, C the width, t the tensor-parallel size and N' the residual stream's rows (N/t under
+// sequence parallelism, else N):
+//   GEMMs      2·N·C·(3C + C + 4C + 4C)/t = 24·N·C²/t     (qkv, attention projection, MLP)
+//   attention  4·N·T·C/t                                  (Q·Kᵀ and probabilities·V, unmasked)
+//   elementwise 4·N'·C + N·4C/t elements                  (2 LayerNorms, 2 residuals, GELU)
+// the embedding N·C elements, the head 2·N·C·V/t GEMM FLOPs and 3·N·V/t + N'·C elements (the
+// cross-entropy's passes, the final LayerNorm). Each elementwise element is read and written
+// once. A backward pass is twice its forward, plus what recomputation reruns (selective: the
+// qkv GEMM and attention; full: the whole layer forward). The optimizer (AdamW over the owned
+// elements) and the gradient zeroing are elementwise work of a step.
+#pragma once
+
+#include "model/parameter_layout.h"
+#include "plan/cluster.h"
+#include "train/config.h"
+
+namespace strata {
+
+struct Work {
+  double gemm_flops = 0;
+  double attention_flops = 0;
+  double elementwise_bytes = 0;
+  double kernels = 0;
+
+  Work& operator+=(const Work& other);
+  Work operator*(double factor) const;
+};
+
+struct PassWork {
+  Work forward;
+  Work backward;  // recomputation included
+};
+
+// One micro-batch on the rank holding `partition`, whose activations are `element_bytes` each.
+PassWork micro_batch_work(const Config& config, const ModelPartition& partition,
+                          std::size_t element_bytes);
+// The same for layers [begin, end) alone (no embedding, no head): the stage split's layer cost.
+PassWork layer_work(const Config& config, int tp, int layers, std::size_t element_bytes);
+// The end of a step on a rank that updates `owned` elements and holds `gradients` of them.
+Work optimizer_work(const Config& config, std::size_t owned, std::size_t gradients);
+
+// Seconds of `work` on one device of `cluster` computing in precision.compute `compute` with
+// `threads` cores (a cpu cluster's rates are per core; a cuda device has one).
+double seconds_of(const Work& work, const ClusterSpec& cluster, const std::string& compute,
+                  int threads = 1);
+
+// The size of an activation element on the cluster's backend: the CPU backend computes in fp32
+// storage whatever the precision; the CUDA backend keeps bf16/fp16 activations in 2 bytes.
+std::size_t activation_element_bytes(const ClusterSpec& cluster, const std::string& compute);
+
+}  // namespace strata

@@ -1,0 +1,138 @@
+#include "plan/step_time.h"
+
+#include <algorithm>
+
+#include "model/core/error.h"
+#include "model/parameter_layout.h"
+#include "parallel/pipeline_schedule.h"
+#include "parallel/reduction_plan.h"
+#include "plan/compute_model.h"
+#include "plan/timed_pipeline.h"
+#include "train/training_backend.h"
+
+namespace strata {
+
+namespace {
+
+const LinkSpec& link_of(const ClusterSpec& cluster, LinkClass link) {
+  if (link == LinkClass::intra_node) return cluster.intra_node;
+  if (link == LinkClass::inter_worker && cluster.inter_worker) return *cluster.inter_worker;
+  return cluster.inter_node;
+}
+
+}  // namespace
+
+double event_seconds(const CommEvent& e, const ClusterSpec& cluster) {
+  const double latency = e.messages * link_of(cluster, e.slowest).latency_us * 1e-6;
+  if (e.kind == "all_to_all") {
+    double seconds = latency;
+    for (const auto& [link, bytes] : e.bytes)
+      seconds += static_cast<double>(bytes) / (link_of(cluster, link).bandwidth_gbs * 1e9);
+    return seconds;
+  }
+  return latency +
+         static_cast<double>(e.total_bytes()) / (link_of(cluster, e.slowest).bandwidth_gbs * 1e9);
+}
+
+StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int world_size) {
+  const MeshShape mesh = resolve_mesh(config, world_size);
+  const ModelConfig& m = config.model;
+  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  const int micro_batches = config.train.global_batch / (config.train.micro_batch * mesh.dp);
+  const std::string& compute = config.precision.compute;
+  const std::size_t element_bytes = activation_element_bytes(cluster, compute);
+
+  StepTime step;
+  const int ranks_per_node = std::min(world_size, cluster.devices_per_node);
+  if (cluster.cores_per_node > 0)
+    step.threads = std::max(1, cluster.cores_per_node / std::max(1, ranks_per_node));
+  const bool overlap = cluster.backend == "cuda";
+
+  std::vector<StageDurations> durations;
+  for (int stage = 0; stage < mesh.pp; ++stage) {
+    const ModelPartition partition = model_partition(config, mesh, 0, stage);
+    const PassWork work = micro_batch_work(config, partition, element_bytes);
+    StageTime t;
+    t.forward_compute = seconds_of(work.forward, cluster, compute, step.threads);
+    t.backward_compute = seconds_of(work.backward, cluster, compute, step.threads);
+    const CommPrediction comm = predict_communication(config, world_size, stage);
+    double forward_comm = 0, backward_comm = 0, gathers = 0;
+    for (const CommEvent& e : comm.events) {
+      const double seconds = event_seconds(e, cluster) * e.repeats;
+      for (const auto& [link, bytes] : e.bytes)
+        if (e.total_bytes() > 0)
+          t.comm_seconds[link] += seconds * static_cast<double>(bytes) / e.total_bytes();
+      switch (e.phase) {
+        case CommPhase::forward:
+          forward_comm += seconds;
+          break;
+        case CommPhase::backward:
+          backward_comm += seconds;
+          break;
+        case CommPhase::pipeline:
+          if (e.what == std::string("activations")) t.message = event_seconds(e, cluster);
+          break;
+        case CommPhase::gather:
+          gathers += seconds;
+          break;
+        case CommPhase::step:
+          t.step_comm += seconds;
+          break;
+        case CommPhase::update:
+          t.update_comm += seconds;
+          break;
+      }
+    }
+    const double passes_compute = micro_batches * (t.forward_compute + t.backward_compute);
+    t.gather_exposed = overlap ? std::max(0.0, gathers - passes_compute) : gathers;
+    t.pass_comm = forward_comm + backward_comm;
+    const double forward_share =
+        t.forward_compute / std::max(1e-30, t.forward_compute + t.backward_compute);
+    t.forward =
+        t.forward_compute + (forward_comm + forward_share * t.gather_exposed) / micro_batches;
+    t.backward = t.backward_compute +
+                 (backward_comm + (1 - forward_share) * t.gather_exposed) / micro_batches;
+
+    const ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
+    const ReductionPlan plan =
+        make_reduction_plan(layout, reduction_placement(config, shape, mesh, 0, stage, 0));
+    t.optimizer = seconds_of(optimizer_work(config, plan.owned.size(), plan.gradient_range.size()),
+                             cluster, compute, step.threads);
+    double messages = 0;
+    for (const CommEvent& e : comm.events)
+      if (e.phase == CommPhase::pipeline) messages += event_seconds(e, cluster) * e.repeats;
+    t.busy = micro_batches * (t.forward + t.backward) + messages + t.step_comm + t.optimizer +
+             t.update_comm;
+    if (stage == 0) step.rank0_comm = comm;
+    durations.push_back(StageDurations{t.forward, t.backward, t.message});
+    step.stages.push_back(std::move(t));
+  }
+
+  const PipelineProgram program = make_pipeline_schedule(
+      parse_pipeline_schedule(config.parallel.pipeline_schedule), mesh.pp, micro_batches);
+  const TimedPipeline clock = run_pipeline_clock(program, durations);
+  step.pipeline = clock.makespan;
+  step.bubble_fraction = clock.bubble_fraction;
+  double reduced = 0, updated = 0;
+  for (int stage = 0; stage < mesh.pp; ++stage) {
+    const StageTime& t = step.stages[static_cast<std::size_t>(stage)];
+    reduced = std::max(reduced, clock.finish[static_cast<std::size_t>(stage)] + t.step_comm);
+    updated = std::max(updated, t.optimizer + t.update_comm);
+  }
+  step.seconds = reduced + updated;
+  if (cluster.cores_per_node > 0) {
+    // Every rank of a stage does that stage's work; the world's ranks fill nodes in order.
+    double total_busy = 0;
+    for (const StageTime& t : step.stages) total_busy += t.busy * mesh.tp * mesh.dp;
+    const int nodes = (world_size + cluster.devices_per_node - 1) / cluster.devices_per_node;
+    step.shared_cores_bound = total_busy / (static_cast<double>(nodes) * cluster.cores_per_node);
+    step.seconds = std::max(step.seconds, step.shared_cores_bound);
+  }
+  const double tokens = static_cast<double>(config.train.global_batch) * m.seq_len;
+  step.tokens_per_s = tokens / step.seconds;
+  step.mfu = shape.flops_per_token() * tokens /
+             (step.seconds * world_size * cluster.device.peak_tflops.of(compute) * 1e12);
+  return step;
+}
+
+}  // namespace strata

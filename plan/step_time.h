@@ -1,0 +1,64 @@
+// The planner's step-time model: one training step of a layout on a cluster, in seconds.
+//
+// Every pipeline stage is priced on its first rank (tensor- and data-parallel rank 0):
+//   forward, backward   one micro-batch's pass: its compute (plan/compute_model.h) plus the
+//                       blocking collectives inside it (tensor-parallel sums and gathers, ZeRO 2/3
+//                       reduce-scatters after every pass), each over the α–β model of the slowest
+//                       link it crosses (plan/comm_model.h has the bytes), plus ZeRO 3's weight
+//                       gathers where the compute does not hide them: a cuda cluster prefetches
+//                       the next segment while computing (hidden up to the compute time); on a cpu
+//                       cluster MPI progresses only inside calls, so nothing is hidden;
+//   message             one activation or gradient message to the neighbouring stage.
+// The stages' passes and messages run on the pipeline clock (plan/timed_pipeline.h) under the
+// configured schedule; each stage then runs its end-of-step communication (gradient reductions,
+// norm and loss scalars), and after the slowest has, the optimizer and the updated-shard gathers:
+//   step = max over stages (pipeline finish + end-of-step communication)
+//        + max over stages (optimizer + update gathers).
+// On a cpu cluster whose ranks share `cores_per_node` cores, a node cannot do more than its cores
+// allow: the step is at least the node's total busy time (every rank's compute and
+// communication) divided by its cores; each rank runs max(1, cores / ranks on the node) threads.
+#pragma once
+
+#include <map>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "plan/cluster.h"
+#include "plan/comm_model.h"
+#include "train/config.h"
+
+namespace strata {
+
+struct StageTime {
+  double forward_compute = 0, backward_compute = 0;  // one micro-batch
+  double forward = 0, backward = 0;                  // one micro-batch, blocking comm included
+  double message = 0;                                // one message to the next stage
+  double pass_comm = 0;       // per step: the blocking collectives inside the passes
+  double gather_exposed = 0;  // per step: ZeRO 3 gather time not hidden by compute
+  double step_comm = 0;       // after the passes
+  double optimizer = 0;
+  double update_comm = 0;                    // after the optimizer
+  double busy = 0;                           // per step: everything this rank does
+  std::map<LinkClass, double> comm_seconds;  // per step, by link class
+};
+
+struct StepTime {
+  double seconds = 0;
+  double pipeline = 0;            // the pipeline clock's makespan
+  double bubble_fraction = 0;     // of the pipeline clock
+  double shared_cores_bound = 0;  // cpu clusters with cores_per_node; else 0
+  double tokens_per_s = 0;
+  double mfu = 0;  // model FLOPs (6N + 12LCT per token) over the devices' peak
+  std::vector<StageTime> stages;
+  CommPrediction rank0_comm;  // the communication of rank 0 (first stage)
+  int threads = 1;            // per rank (cpu)
+};
+
+// Seconds of one call of `event` (α–β over its slowest link; an all-to-all sums its links).
+double event_seconds(const CommEvent& event, const ClusterSpec& cluster);
+
+// The step of `config`'s layout on `world_size` ranks of `cluster` (the config's
+// parallel.gpus_per_node places the nodes).
+StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int world_size);
+
+}  // namespace strata

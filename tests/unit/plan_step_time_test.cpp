@@ -1,0 +1,141 @@
+// The step-time model (plan/step_time.h): the pipeline clock reproduces the schedule simulator's
+// makespan and bubble with unit passes and the closed form (m + p − 1)(F + B) with uneven ones;
+// a collective's time is its α–β over the slowest link; the model's terms react as they must
+// (more micro-batches cost proportionally more compute, a data-parallel group across a slow link
+// costs more than one inside a node, shared cores bound a cpu step).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "parallel/pipeline_schedule.h"
+#include "plan/cluster.h"
+#include "plan/step_time.h"
+#include "plan/timed_pipeline.h"
+#include "train/config.h"
+
+namespace strata {
+namespace {
+
+TEST(PipelineClock, UnitPassesGiveTheSimulatorsMakespanAndBubble) {
+  for (PipelineSchedule kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b})
+    for (int p : {1, 2, 3, 4})
+      for (int m : {1, 2, 3, 5, 8}) {
+        SCOPED_TRACE(pipeline_schedule_name(kind) + " p " + std::to_string(p) + " m " +
+                     std::to_string(m));
+        const PipelineProgram program = make_pipeline_schedule(kind, p, m);
+        const PipelineStats slots = simulate_pipeline(program, m);
+        const TimedPipeline clock =
+            run_pipeline_clock(program, std::vector<StageDurations>(p, {1, 1, 0}));
+        EXPECT_DOUBLE_EQ(clock.makespan, slots.makespan);
+        EXPECT_NEAR(clock.bubble_fraction, slots.bubble_fraction, 1e-12);
+      }
+}
+
+TEST(PipelineClock, UnevenPassesAndMessages) {
+  // Forward 1, backward 2, no messages: both schedules take (m + p − 1)(F + B).
+  for (PipelineSchedule kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b})
+    for (int p : {2, 4})
+      for (int m : {4, 8}) {
+        const TimedPipeline clock = run_pipeline_clock(make_pipeline_schedule(kind, p, m),
+                                                       std::vector<StageDurations>(p, {1, 2, 0}));
+        EXPECT_DOUBLE_EQ(clock.makespan, (m + p - 1) * 3.0);
+      }
+  // A slow middle stage paces the pipeline; messages add to the critical path.
+  const PipelineProgram program = make_pipeline_schedule(PipelineSchedule::one_f_one_b, 3, 6);
+  const TimedPipeline even = run_pipeline_clock(program, std::vector<StageDurations>(3, {1, 2, 0}));
+  const TimedPipeline slow = run_pipeline_clock(program, {{1, 2, 0}, {2, 4, 0}, {1, 2, 0}});
+  const TimedPipeline sending =
+      run_pipeline_clock(program, std::vector<StageDurations>(3, {1, 2, 0.5}));
+  EXPECT_GE(slow.makespan, 6 * 6.0);
+  EXPECT_GT(sending.makespan, even.makespan);
+  EXPECT_GT(slow.bubble_fraction, even.bubble_fraction);
+}
+
+ClusterSpec test_cluster(double inter_node_gbs) {
+  ClusterSpec c;
+  c.name = "test";
+  c.nodes = 4;
+  c.devices_per_node = 2;
+  c.device.memory_gib = 80;
+  c.device.peak_tflops = {100, 100, 100};
+  c.device.matmul_tflops = {50, 50, 50};
+  c.device.attention_tflops = {20, 20, 20};
+  c.device.elementwise_gbs = 1000;
+  c.device.memory_bandwidth_gbs = 1000;
+  c.intra_node = {100, 2};
+  c.inter_node = {inter_node_gbs, 5};
+  return c;
+}
+
+Config model_config(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {
+      "model.n_layer=8",       "model.n_head=8",        "model.d_model=512",   "model.seq_len=256",
+      "model.vocab_size=8192", "train.global_batch=32", "train.micro_batch=4", "data.train=unused"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return parse_config("", "test", all);
+}
+
+TEST(StepTime, EventsAreAlphaBetaOverTheirSlowestLink) {
+  const ClusterSpec c = test_cluster(10);
+  CommEvent ring{"all_reduce",
+                 CommGroup::dp,
+                 CommPhase::step,
+                 {{LinkClass::intra_node, 1000000}},
+                 6,
+                 LinkClass::inter_node,
+                 1,
+                 "test"};
+  EXPECT_DOUBLE_EQ(event_seconds(ring, c), 6 * 5e-6 + 1e6 / 10e9);
+  CommEvent to_all{"all_to_all",
+                   CommGroup::dp,
+                   CommPhase::step,
+                   {{LinkClass::intra_node, 2000000}, {LinkClass::inter_node, 1000000}},
+                   3,
+                   LinkClass::inter_node,
+                   1,
+                   "test"};
+  EXPECT_DOUBLE_EQ(event_seconds(to_all, c), 3 * 5e-6 + 2e6 / 100e9 + 1e6 / 10e9);
+}
+
+TEST(StepTime, TermsReactAsTheyMust) {
+  const ClusterSpec fast = test_cluster(10);
+  const StepTime one = predict_step_time(model_config({}), fast, 1);
+  const StepTime twice = predict_step_time(model_config({"train.global_batch=64"}), fast, 1);
+  EXPECT_NEAR(twice.seconds - twice.stages[0].optimizer,
+              2 * (one.seconds - one.stages[0].optimizer), 1e-9 * one.seconds);
+  EXPECT_GT(one.mfu, 0);
+  EXPECT_LT(one.mfu, 0.5);  // matmul at half the peak, the rest slower
+
+  // dp 2 inside a node (2 per node) against dp 2 across nodes (1 per node); tp 2 inside.
+  const StepTime inside = predict_step_time(model_config({"parallel.gpus_per_node=2"}), fast, 2);
+  const StepTime across = predict_step_time(model_config({"parallel.gpus_per_node=1"}), fast, 2);
+  EXPECT_GT(across.seconds, inside.seconds);
+  EXPECT_LT(inside.seconds, one.seconds);
+  const StepTime tp = predict_step_time(model_config({"parallel.tp=2"}), fast, 2);
+  EXPECT_LT(tp.seconds, one.seconds);
+  EXPECT_GT(tp.stages[0].pass_comm, 0);
+
+  // Pipeline stages: a bubble, and the step is at least the pipeline.
+  const StepTime piped = predict_step_time(model_config({"parallel.pp=4"}), fast, 4);
+  EXPECT_GT(piped.bubble_fraction, 0.2);
+  EXPECT_GE(piped.seconds, piped.pipeline);
+
+  // Eight ranks on two shared cores are no faster than the cores' total work allows.
+  ClusterSpec cpu = fast;
+  cpu.backend = "cpu";
+  cpu.nodes = 1;
+  cpu.devices_per_node = 8;
+  cpu.cores_per_node = 2;
+  const StepTime shared = predict_step_time(model_config({"parallel.pp=8"}), cpu, 8);
+  EXPECT_GT(shared.shared_cores_bound, 0);
+  EXPECT_DOUBLE_EQ(shared.seconds, std::max(shared.shared_cores_bound, shared.seconds));
+  // One rank runs 2 threads; eight share the two cores: no faster than the one (but for the
+  // optimizer, which pipeline stages split).
+  const StepTime alone = predict_step_time(model_config({}), cpu, 1);
+  EXPECT_EQ(alone.threads, 2);
+  EXPECT_EQ(shared.threads, 1);
+  EXPECT_GE(shared.seconds, alone.seconds - alone.stages[0].optimizer);
+}
+
+}  // namespace
+}  // namespace strata
