@@ -15,6 +15,11 @@
 //     The CUDA flash-attention kernel's forward and backward, and for bf16/fp16 cuDNN's fused
 //     flash attention on the same inputs where the build has that comparison (STRATA_CUDNN_BENCH;
 //     tools/bench_attention.cpp).
+//   mpirun -np N bench calibrate [--out FILE] [--name NAME] [--rows 2048 --width 256
+//                                 --seq-len 256 --heads 4 --repeats 20]
+//     This machine as a planner cluster description (plan/cluster.h) for N ranks: per-core
+//     GEMM, attention and elementwise rates of the CPU kernels, MPI latency and bandwidth between
+//     ranks, memory per rank. tools/bench_calibrate.cpp.
 //   bench sgemm [--m 2048 --n 768 --k 256 --repeats 20]
 //     OpenBLAS sgemm rate on one shape (default: the model's widest GEMM, (B·T, C) x (C, 3C)).
 //
@@ -69,7 +74,8 @@ constexpr const char* kUsage =
     "usage: bench train --config CONFIG.yaml [--set key.path=value]... [--steps N] [--warmup N] "
     "[--peak TFLOPS] | bench train [--n-layer N --n-head N --d-model N --seq-len N --vocab N "
     "--micro-batch N --steps N --warmup N --peak TFLOPS] | bench sgemm [--m M --n N --k K "
-    "--repeats R] | bench attention [--batch B --seq-len T --heads H --head-size D --dtype "
+    "--repeats R] | bench calibrate [--out FILE --name NAME --rows N --width C --seq-len T --heads "
+    "H --repeats R] | bench attention [--batch B --seq-len T --heads H --head-size D --dtype "
     "fp32|bf16|fp16 --repeats R]";
 
 void bench_sgemm(const ToolArgs& args) {
@@ -94,6 +100,12 @@ void run(int argc, char** argv) {
     bench_attention(ToolArgs(
         argc, argv, 2, {"--batch", "--seq-len", "--heads", "--head-size", "--dtype", "--repeats"},
         kUsage));
+  } else if (name == "calibrate") {
+    bench_calibrate(
+        argc, argv,
+        ToolArgs(argc, argv, 2,
+                 {"--out", "--name", "--rows", "--width", "--seq-len", "--heads", "--repeats"},
+                 kUsage));
   } else if (name == "sgemm") {
     bench_sgemm(ToolArgs(argc, argv, 2, {"--m", "--n", "--k", "--repeats"}, kUsage));
   } else {

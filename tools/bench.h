@@ -27,5 +27,7 @@ double sgemm_gflops(int m, int n, int k, int repeats);
 void bench_train(int argc, char** argv, int first);
 // `bench attention ...` (tools/bench_attention.cpp; an error in builds without CUDA).
 void bench_attention(const ToolArgs& args);
+// tools/bench_calibrate.cpp: `bench calibrate` (initialises MPI itself).
+void bench_calibrate(int argc, char** argv, const ToolArgs& args);
 
 }  // namespace strata::bench

@@ -1,0 +1,302 @@
+#include "plan/search.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "model/core/error.h"
+#include "model/gpt.h"
+#include "plan/compute_model.h"
+#include "plan/memory_model.h"
+#include "plan/stage_split.h"
+
+namespace strata {
+
+std::size_t total_bytes(const MemoryAccount& m) {
+  return m.master_weights + m.compute_weights + m.gradients + m.optimizer_state +
+         m.secondary_weights + m.gathered_weights + m.gradient_buckets + m.activations +
+         m.communication;
+}
+
+std::string gib_text(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", bytes / (1024.0 * 1048576.0));
+  return text;
+}
+
+std::vector<std::string> PlanLayout::overrides() const {
+  std::ostringstream layers;
+  layers << "[";
+  for (std::size_t i = 0; i < pp_layers.size(); ++i) layers << (i ? "," : "") << pp_layers[i];
+  layers << "]";
+  const auto flag = [](bool on) { return on ? "true" : "false"; };
+  return {"parallel.tp=" + std::to_string(tp),
+          "parallel.pp=" + std::to_string(pp),
+          "parallel.dp=" + std::to_string(dp),
+          "train.micro_batch=" + std::to_string(micro_batch),
+          "parallel.pipeline_schedule=" + schedule,
+          std::string("parallel.sequence_parallel=") + flag(sequence_parallel),
+          "recompute=" + recompute,
+          "parallel.zero.stage=" + std::to_string(zero_stage),
+          "parallel.zero.gradient_reduction=" + gradient_reduction,
+          std::string("parallel.zero.hierarchical_partition=") + flag(hpz),
+          std::string("parallel.zero.quantized_weights=") + flag(qwz),
+          std::string("parallel.zero.quantized_gradients=") + flag(qgz),
+          "parallel.pp_layers=" + layers.str()};
+}
+
+std::string PlanLayout::name() const {
+  std::ostringstream out;
+  out << "tp" << tp << " pp" << pp << " dp" << dp << " mb" << micro_batch;
+  if (pp > 1) out << " " << schedule;
+  if (sequence_parallel) out << " sp";
+  if (zero_stage > 0) out << " zero" << zero_stage;
+  if (zero_stage >= 2 && gradient_reduction != "step") out << "/" << gradient_reduction;
+  if (hpz) out << " hpZ";
+  if (qwz) out << " qwZ";
+  if (qgz) out << " qgZ";
+  if (recompute != "none") out << " recompute=" << recompute;
+  if (!pp_layers.empty()) {
+    out << " layers=";
+    for (std::size_t i = 0; i < pp_layers.size(); ++i) out << (i ? "," : "") << pp_layers[i];
+  }
+  return out.str();
+}
+
+namespace {
+
+// The account as the cluster's backend holds it: the CPU backend keeps reduced-precision compute
+// weights and activations in fp32; CUDA in 2 bytes.
+MemoryAccount on_device(MemoryAccount m, const ClusterSpec& cluster, const Config& config) {
+  if (activation_element_bytes(cluster, config.precision.compute) == 2) {
+    m.compute_weights /= 2;
+    m.activations /= 2;
+  }
+  return m;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+Config with_layout(const Config& base, const PlanLayout& layout) {
+  std::vector<std::string> overrides = layout.overrides();
+  return parse_config(config_to_yaml(base), "plan", overrides);
+}
+
+// The candidate layouts before the stage split (balanced layers).
+std::vector<PlanLayout> enumerate_layouts(const Config& base, const ClusterSpec& cluster, int world,
+                                          const SearchOptions& options) {
+  std::vector<PlanLayout> layouts;
+  const bool spans_nodes = world > cluster.devices_per_node;
+  for (int tp : divisors(world)) {
+    if (tp > cluster.devices_per_node) continue;
+    for (int pp : divisors(world / tp)) {
+      if (pp > base.model.n_layer) continue;
+      const int dp = world / (tp * pp);
+      if (base.train.global_batch % dp != 0) continue;
+      for (int micro_batch : divisors(base.train.global_batch / dp))
+        for (const char* schedule : {"1f1b", "gpipe"}) {
+          if (pp == 1 && std::string(schedule) == "gpipe") continue;
+          for (bool sp : {false, true}) {
+            if (sp && tp == 1) continue;
+            for (const char* recompute : {"none", "selective", "full"})
+              for (int stage = 0; stage <= (dp > 1 ? 3 : 0); ++stage)
+                for (const char* reduction : {"step", "micro_batch"}) {
+                  if (stage < 2 && std::string(reduction) != "step") continue;
+                  for (int plus = 0; plus < 8; ++plus) {
+                    const bool hpz = plus & 1, qwz = plus & 2, qgz = plus & 4;
+                    if (plus != 0 && stage != 3) continue;
+                    if (hpz && !spans_nodes) continue;
+                    if ((qwz || qgz) && !options.quantized) continue;
+                    if (qgz && !spans_nodes) continue;
+                    layouts.push_back(PlanLayout{tp,
+                                                 pp,
+                                                 dp,
+                                                 micro_batch,
+                                                 schedule,
+                                                 sp,
+                                                 recompute,
+                                                 stage,
+                                                 reduction,
+                                                 hpz,
+                                                 qwz,
+                                                 qgz,
+                                                 {}});
+                  }
+                }
+          }
+        }
+    }
+  }
+  return layouts;
+}
+
+// The layers of each stage under `config`'s split.
+std::vector<int> layers_per_stage(const Config& config, int pp) {
+  std::vector<int> layers;
+  for (const auto& [begin, end] :
+       stage_layer_ranges(config.model.n_layer, pp, config.parallel.pp_layers))
+    layers.push_back(end - begin);
+  return layers;
+}
+
+// A split giving stage `stage` `count` layers and the others as many as they need (one each
+// before it, the rest after, spread): what prices a stage's cost for the dynamic programme.
+std::vector<int> split_with(int n_layer, int pp, int stage, int count) {
+  std::vector<int> layers(static_cast<std::size_t>(pp), 1);
+  layers[static_cast<std::size_t>(stage)] = count;
+  int rest = n_layer - count - (pp - 1);
+  for (int s = 0; rest > 0; s = (s + 1) % pp)
+    if (s != stage) {
+      ++layers[static_cast<std::size_t>(s)];
+      --rest;
+    }
+  return layers;
+}
+
+// Re-splits a pipelined plan's layers: per-stage costs memoised on (stage, layer count).
+std::optional<std::vector<int>> rebalanced_split(const PlanCost& plan, const ClusterSpec& cluster,
+                                                 int world) {
+  const int pp = plan.layout.pp, n = plan.config.model.n_layer;
+  std::map<std::pair<int, int>, std::pair<double, bool>> memo;  // (stage, layers) -> (time, fits)
+  const auto cost = [&](int stage, int count) {
+    const auto key = std::make_pair(stage, count);
+    if (auto it = memo.find(key); it != memo.end()) return it->second;
+    if (count > n - (pp - 1)) return memo[key] = {1e300, false};
+    Config config = plan.config;
+    config.parallel.pp_layers = split_with(n, pp, stage, count);
+    const StepTime t = predict_step_time(config, cluster, world);
+    const StageTime& s = t.stages[static_cast<std::size_t>(stage)];
+    const MemoryAccount m = on_device(predict_memory(config, world, stage), cluster, config);
+    return memo[key] = {s.forward + s.backward, total_bytes(m) <= plan.limit_bytes};
+  };
+  const StageCostModel model{
+      [&](int stage, int begin, int end) { return cost(stage, end - begin).first; },
+      [&](int stage, int begin, int end) { return cost(stage, end - begin).second; }};
+  const std::optional<StageSplit> split = split_stages(n, pp, model);
+  if (!split) return std::nullopt;
+  return split->layers;
+}
+
+bool faster(const PlanCost& a, const PlanCost& b) {
+  if (a.fits() != b.fits()) return a.fits();
+  if (!a.fits() || a.time.seconds == b.time.seconds) return a.memory_bytes < b.memory_bytes;
+  return a.time.seconds < b.time.seconds;
+}
+
+}  // namespace
+
+PlanCost cost_of(const Config& config, const ClusterSpec& cluster, int world_size) {
+  PlanCost plan;
+  plan.config = config;
+  const MeshShape mesh = resolve_mesh(config, world_size);
+  const ParallelConfig& p = config.parallel;
+  plan.layout = PlanLayout{mesh.tp,
+                           mesh.pp,
+                           mesh.dp,
+                           config.train.micro_batch,
+                           p.pipeline_schedule,
+                           p.sequence_parallel,
+                           config.recompute,
+                           p.zero.stage,
+                           p.zero.gradient_reduction,
+                           p.zero.hierarchical_partition,
+                           p.zero.quantized_weights,
+                           p.zero.quantized_gradients,
+                           p.pp_layers};
+  plan.time = predict_step_time(config, cluster, world_size);
+  plan.limit_bytes = static_cast<std::size_t>(cluster.device.memory_gib * 1024.0 * 1048576.0);
+  for (int stage = 0; stage < mesh.pp; ++stage) {
+    plan.stage_memory.push_back(
+        on_device(predict_memory(config, world_size, stage), cluster, config));
+    plan.memory_bytes = std::max(plan.memory_bytes, total_bytes(plan.stage_memory.back()));
+  }
+  return plan;
+}
+
+std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpec& cluster,
+                                     int world_size, const SearchOptions& options) {
+  if (world_size < 1 || world_size > cluster.devices())
+    fail("a world of ", world_size, " devices does not fit cluster '", cluster.name, "' (",
+         cluster.devices(), " devices)");
+  Config base = base_config;
+  base.parallel.gpus_per_node = cluster.devices_per_node;
+  base.parallel.pp_layers.clear();
+  base.diloco.enabled = false;
+  std::vector<PlanCost> plans;
+  for (const PlanLayout& layout : enumerate_layouts(base, cluster, world_size, options)) {
+    Config config;
+    try {
+      config = with_layout(base, layout);
+      resolve_mesh(config, world_size);  // the world-dependent checks
+    } catch (const Error&) {
+      continue;  // a layout the trainer refuses (its message is the trainer's business)
+    }
+    plans.push_back(cost_of(config, cluster, world_size));
+  }
+  std::sort(plans.begin(), plans.end(), faster);
+  if (options.rebalance) {
+    // The best pipelined plans, and the pipelined plans that miss memory with the balanced split.
+    int refined = 0;
+    for (PlanCost& plan : plans) {
+      if (plan.layout.pp == 1 || (plan.fits() && refined >= 16)) continue;
+      // Each (stage, layers) cost prices every stage: keep the programme small.
+      if (plan.layout.pp * plan.config.model.n_layer > 1024) continue;
+      if (plan.fits()) ++refined;
+      const std::optional<std::vector<int>> split = rebalanced_split(plan, cluster, world_size);
+      if (!split || *split == layers_per_stage(plan.config, plan.layout.pp)) continue;
+      Config config = plan.config;
+      config.parallel.pp_layers = *split;
+      PlanCost better = cost_of(config, cluster, world_size);
+      if (faster(better, plan)) plan = std::move(better);
+    }
+    std::sort(plans.begin(), plans.end(), faster);
+  }
+  return plans;
+}
+
+PlanCost best_layout(const Config& base, const ClusterSpec& cluster, int world_size,
+                     const SearchOptions& options) {
+  const std::vector<PlanCost> plans = search_layouts(base, cluster, world_size, options);
+  if (plans.empty())
+    fail("no layout of this model can run on ", world_size,
+         " devices (tensor parallelism must divide the heads, pipeline stages the layers, data "
+         "parallelism the global batch)");
+  const PlanCost& first = plans.front();
+  if (first.fits()) return first;
+  // Nothing fits: the closest plan is the one needing the least memory (sorted first).
+  const auto stage = std::max_element(first.stage_memory.begin(), first.stage_memory.end(),
+                                      [](const MemoryAccount& a, const MemoryAccount& b) {
+                                        return total_bytes(a) < total_bytes(b);
+                                      });
+  const MemoryAccount& m = *stage;
+  std::vector<std::pair<std::size_t, std::string>> parts = {
+      {m.master_weights, "master weights"},
+      {m.compute_weights, "compute weights"},
+      {m.gradients, "gradients"},
+      {m.optimizer_state, "optimizer state"},
+      {m.activations, "activations"},
+      {m.gathered_weights, "gathered weights"},
+      {m.gradient_buckets, "gradient buckets"},
+      {m.secondary_weights, "secondary weights"},
+      {m.communication, "communication scratch"}};
+  std::sort(parts.begin(), parts.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  fail("nothing fits: no layout of this model fits ", world_size, " devices of ",
+       gib_text(static_cast<double>(first.limit_bytes)), " (cluster '", cluster.name,
+       "'); the closest is ", first.layout.name(), ", whose stage ",
+       stage - first.stage_memory.begin(), " needs ",
+       gib_text(static_cast<double>(first.memory_bytes)), " (", parts[0].second, " ",
+       gib_text(static_cast<double>(parts[0].first)), ", ", parts[1].second, " ",
+       gib_text(static_cast<double>(parts[1].first)), ", ", parts[2].second, " ",
+       gib_text(static_cast<double>(parts[2].first)),
+       "): ", gib_text(static_cast<double>(first.memory_bytes - first.limit_bytes)),
+       " over; use more devices, a smaller micro-batch or model, or a cluster with more memory");
+}
+
+}  // namespace strata

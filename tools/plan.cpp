@@ -1,0 +1,236 @@
+// plan: the layout planner's tool (plan/search.h). Prices every layout of a config's model on a
+// cluster and prints the best ones:
+//
+//   plan CONFIG.yaml --cluster CLUSTER.yaml [--world N] [--top K] [--explain K]
+//        [--quantized true] [--layout search|given] [--json true] [--set key.path=value]...
+//        [--out FRAGMENT.yaml]
+//
+//   --world      devices to plan for (default: the whole cluster)
+//   --top        rows of the table (default 10)
+//   --explain    break plan K of the table (1 = the best) down: time per stage and term, memory
+//                per stage and field, communication per collective
+//   --quantized  also consider ZeRO++'s lossy qwZ and qgZ
+//   --layout     given: price the config's own layout only (no search)
+//   --json       true: one JSON line per plan of the table instead of the text
+//   --out        write the best plan's keys as a YAML fragment to merge into a config
+// The best plan is also printed as `--set` overrides for `train`. When the cluster's nodes are
+// joined by a slow link, the DiLoCo verdict follows (plan/diloco_verdict.h).
+#include <yaml-cpp/yaml.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "model/core/error.h"
+#include "plan/diloco_verdict.h"
+#include "plan/search.h"
+#include "tools/tool_args.h"
+#include "train/config.h"
+#include "train/metrics.h"
+
+namespace strata {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: plan CONFIG.yaml --cluster CLUSTER.yaml [--world N] [--top K] [--explain K] "
+    "[--quantized true|false] [--layout search|given] [--json true|false] "
+    "[--set key.path=value]... [--out FRAGMENT.yaml]";
+
+double mib(double bytes) { return bytes / 1048576.0; }
+
+std::string link_text(const std::map<LinkClass, std::uint64_t>& bytes, LinkClass link) {
+  const auto at = bytes.find(link);
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f",
+                at == bytes.end() ? 0.0 : mib(static_cast<double>(at->second)));
+  return text;
+}
+
+void print_table(const std::vector<PlanCost>& plans, int top) {
+  std::printf("%3s  %-52s %21s %10s %11s %6s %6s %19s\n", "#", "layout", "memory/device MiB",
+              "step ms", "tokens/s", "MFU", "bubble", "comm MiB intra/inter");
+  for (int i = 0; i < top && i < static_cast<int>(plans.size()); ++i) {
+    const PlanCost& p = plans[static_cast<std::size_t>(i)];
+    std::map<LinkClass, std::uint64_t> by_link;
+    for (LinkClass link : {LinkClass::intra_node, LinkClass::inter_node})
+      by_link[link] = p.time.rank0_comm.link_bytes(link);
+    char memory[48];
+    std::snprintf(memory, sizeof(memory), "%.1f / %.0f%s", mib(static_cast<double>(p.memory_bytes)),
+                  mib(static_cast<double>(p.limit_bytes)), p.fits() ? "" : " !");
+    std::printf("%3d  %-52s %21s %10.2f %11.0f %5.1f%% %5.1f%% %9s/%-9s\n", i + 1,
+                p.layout.name().c_str(), memory, p.time.seconds * 1e3, p.time.tokens_per_s,
+                100 * p.time.mfu, 100 * p.time.bubble_fraction,
+                link_text(by_link, LinkClass::intra_node).c_str(),
+                link_text(by_link, LinkClass::inter_node).c_str());
+  }
+}
+
+void print_json(const std::vector<PlanCost>& plans, int top) {
+  for (int i = 0; i < top && i < static_cast<int>(plans.size()); ++i) {
+    const PlanCost& p = plans[static_cast<std::size_t>(i)];
+    std::string overrides;  // space-separated key=value (no value holds a space)
+    for (const std::string& set : p.layout.overrides())
+      overrides += (overrides.empty() ? "" : " ") + set;
+    JsonLine by_link;
+    for (LinkClass link : {LinkClass::intra_node, LinkClass::inter_node})
+      by_link.add(link_class_name(link), p.time.rank0_comm.link_bytes(link));
+    std::printf("%s\n", JsonLine()
+                            .add("rank", i + 1)
+                            .add("layout", p.layout.name())
+                            .add("step_ms", p.time.seconds * 1e3, "%.4f")
+                            .add("tokens_per_s", p.time.tokens_per_s, "%.1f")
+                            .add("mfu", p.time.mfu, "%.5f")
+                            .add("bubble", p.time.bubble_fraction, "%.5f")
+                            .add("memory_bytes", p.memory_bytes)
+                            .add("rank0_memory_bytes", total_bytes(p.stage_memory.front()))
+                            .add("limit_bytes", p.limit_bytes)
+                            .add("fits", p.fits())
+                            .add("rank0_comm_bytes", by_link)
+                            .add("overrides", overrides)
+                            .str()
+                            .c_str());
+  }
+}
+
+void explain(const PlanCost& p, const ClusterSpec& cluster) {
+  std::printf("\nplan: %s\n", p.layout.name().c_str());
+  std::printf("step %.3f ms = pipeline %.3f ms (bubble %.1f%%) + end of step + update",
+              p.time.seconds * 1e3, p.time.pipeline * 1e3, 100 * p.time.bubble_fraction);
+  if (p.time.shared_cores_bound > 0)
+    std::printf("; at least the node's work over its %d cores: %.3f ms (%d thread(s) per rank)",
+                cluster.cores_per_node, p.time.shared_cores_bound * 1e3, p.time.threads);
+  std::printf("\n\ntime per stage, ms (fwd/bwd per micro-batch; the rest per step)\n");
+  std::printf("%5s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "fwd comp", "bwd comp",
+              "fwd", "bwd", "pass comm", "gathers", "end comm", "optimizer", "update");
+  for (std::size_t s = 0; s < p.time.stages.size(); ++s) {
+    const StageTime& t = p.time.stages[s];
+    std::printf("%5zu %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f\n", s,
+                t.forward_compute * 1e3, t.backward_compute * 1e3, t.forward * 1e3,
+                t.backward * 1e3, t.pass_comm * 1e3, t.gather_exposed * 1e3, t.step_comm * 1e3,
+                t.optimizer * 1e3, t.update_comm * 1e3);
+  }
+  std::printf("\nmemory per stage, MiB (limit %.0f)\n", mib(static_cast<double>(p.limit_bytes)));
+  std::printf("%5s %9s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "stage", "master", "compute",
+              "grads", "optimizer", "activ.", "gathered", "buckets", "secondary", "comm", "total");
+  for (std::size_t s = 0; s < p.stage_memory.size(); ++s) {
+    const MemoryAccount& m = p.stage_memory[s];
+    std::printf("%5zu %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", s,
+                mib(m.master_weights), mib(m.compute_weights), mib(m.gradients),
+                mib(m.optimizer_state), mib(m.activations), mib(m.gathered_weights),
+                mib(m.gradient_buckets), mib(m.secondary_weights), mib(m.communication),
+                mib(total_bytes(m)));
+  }
+  std::printf("\ncommunication of rank 0 per step\n%-36s %-15s %-6s %-10s %8s %12s %10s\n", "what",
+              "kind", "group", "phase", "calls", "MiB", "ms");
+  const char* phases[] = {"forward", "backward", "pipeline", "gather", "step", "update"};
+  for (const CommEvent& e : p.time.rank0_comm.events)
+    std::printf("%-36s %-15s %-6s %-10s %8d %12.3f %10.3f\n", e.what.c_str(), e.kind.c_str(),
+                comm_group_name(e.group), phases[static_cast<int>(e.phase)], e.repeats,
+                mib(static_cast<double>(e.total_bytes()) * e.repeats),
+                event_seconds(e, cluster) * e.repeats * 1e3);
+}
+
+void write_fragment(const std::string& path, const PlanLayout& layout) {
+  YAML::Node root;
+  for (const std::string& set : layout.overrides()) {
+    const std::size_t eq = set.find('=');
+    std::vector<std::string> keys;
+    for (std::size_t at = 0, dot; at <= eq; at = dot + 1) {
+      dot = std::min(set.find('.', at), eq);
+      keys.push_back(set.substr(at, dot - at));
+      if (dot == eq) break;
+    }
+    YAML::Node node = root;
+    for (std::size_t i = 0; i + 1 < keys.size(); ++i) node.reset(node[keys[i]]);
+    node[keys.back()] = YAML::Load(set.substr(eq + 1));
+  }
+  YAML::Emitter out;
+  out << root;
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file(temporary);
+    file << "# The layout `plan` chose: merge into a config, or pass as --set overrides.\n"
+         << out.c_str() << "\n";
+    if (!file) fail("cannot write ", temporary);
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) fail("cannot replace ", path);
+}
+
+int run(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]).starts_with("--"))
+    fail("missing CONFIG.yaml (", kUsage, ")");
+  const ToolArgs args(argc, argv, 2,
+                      {"--cluster", "--world", "--top", "--explain", "--quantized", "--layout",
+                       "--json", "--set", "--out"},
+                      kUsage, {"--set"});
+  const Config config = load_config(argv[1], args.all("--set"));
+  const ClusterSpec cluster = load_cluster(args.required("--cluster", kUsage));
+  const int world = static_cast<int>(args.integer("--world", cluster.devices()));
+  const int top = static_cast<int>(args.integer("--top", 10));
+  if (top < 1) fail("--top must be positive");
+  const std::string quantized = args.get("--quantized", "false");
+  if (quantized != "true" && quantized != "false") fail("--quantized must be true or false");
+  SearchOptions options;
+  options.quantized = quantized == "true";
+
+  const std::string layout = args.get("--layout", "search"), json = args.get("--json", "false");
+  if (layout != "search" && layout != "given") fail("--layout must be search or given");
+  if (json != "true" && json != "false") fail("--json must be true or false");
+  if (layout == "given") {
+    const std::vector<PlanCost> given = {cost_of(config, cluster, world)};
+    if (json == "true") {
+      print_json(given, 1);
+    } else {
+      print_table(given, 1);
+      explain(given.front(), cluster);
+    }
+    return 0;
+  }
+  const std::vector<PlanCost> plans = search_layouts(config, cluster, world, options);
+  if (json == "true") {
+    print_json(plans, top);
+    return 0;
+  }
+  int fitting = 0;
+  for (const PlanCost& p : plans) fitting += p.fits();
+  std::printf(
+      "plan for %s on %d devices of cluster '%s' (%s, %s each): %zu layouts priced, %d fit\n\n",
+      argv[1], world, cluster.name.c_str(), cluster.device.name.c_str(),
+      gib_text(cluster.device.memory_gib * 1024.0 * 1048576.0).c_str(), plans.size(), fitting);
+  print_table(plans, top);
+  const PlanCost best = best_layout(config, cluster, world, options);  // the error if none fits
+  std::printf("\nbest: %s\n  train %s", best.layout.name().c_str(), argv[1]);
+  for (const std::string& set : best.layout.overrides()) std::printf(" --set %s", set.c_str());
+  std::printf("\n");
+  if (args.has("--explain")) {
+    const long long k = args.integer("--explain", 1);
+    if (k < 1 || k > static_cast<long long>(plans.size()))
+      fail("--explain ", k, " is not a plan of the table (1 to ", plans.size(), ")");
+    explain(plans[static_cast<std::size_t>(k - 1)], cluster);
+  }
+  if (const auto verdict = diloco_verdict(config, cluster, world)) {
+    std::printf("\nDiLoCo: %s\n  synchronous: %s, %.0f tokens/s; a worker: %s, %.3f s per step\n",
+                verdict->summary.c_str(), verdict->sync_layout.c_str(), verdict->sync_tokens_per_s,
+                verdict->worker_layout.c_str(), verdict->worker_step_seconds);
+    for (const DilocoOption& o : verdict->options)
+      std::printf("  H = %4d: %.0f tokens/s\n", o.inner_steps, o.tokens_per_s);
+  }
+  if (args.has("--out")) {
+    write_fragment(args.get("--out"), best.layout);
+    std::printf("wrote %s\n", args.get("--out").c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  try {
+    return strata::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
