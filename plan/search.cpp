@@ -89,12 +89,13 @@ Config with_layout(const Config& base, const PlanLayout& layout) {
 }
 
 // The candidate layouts before the stage split (balanced layers).
-std::vector<PlanLayout> enumerate_layouts(const Config& base, const ClusterSpec& cluster, int world,
+std::vector<PlanLayout> enumerate_layouts(const Config& base, int world,
                                           const SearchOptions& options) {
   std::vector<PlanLayout> layouts;
-  const bool spans_nodes = world > cluster.devices_per_node;
+  const int per_node = base.parallel.gpus_per_node;
+  const bool spans_nodes = world > per_node;
   for (int tp : divisors(world)) {
-    if (tp > cluster.devices_per_node) continue;
+    if (tp > per_node && spans_nodes) continue;
     for (int pp : divisors(world / tp)) {
       if (pp > base.model.n_layer) continue;
       const int dp = world / (tp * pp);
@@ -225,11 +226,12 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
     fail("a world of ", world_size, " devices does not fit cluster '", cluster.name, "' (",
          cluster.devices(), " devices)");
   Config base = base_config;
-  base.parallel.gpus_per_node = cluster.devices_per_node;
+  // A cpu cluster is one host: its nodes are the config's simulated ones (parallel.gpus_per_node).
+  if (cluster.backend != "cpu") base.parallel.gpus_per_node = cluster.devices_per_node;
   base.parallel.pp_layers.clear();
   base.diloco.enabled = false;
   std::vector<PlanCost> plans;
-  for (const PlanLayout& layout : enumerate_layouts(base, cluster, world_size, options)) {
+  for (const PlanLayout& layout : enumerate_layouts(base, world_size, options)) {
     Config config;
     try {
       config = with_layout(base, layout);

@@ -68,7 +68,8 @@ PlanCost cost_of(const Config& config, const ClusterSpec& cluster, int world_siz
 
 // Every valid layout for `base` (its model, batch, precision; its layout keys are replaced) on
 // `world_size` devices of `cluster`, fitting ones first by step time, then those that do not fit
-// by memory. The nodes are the cluster's: parallel.gpus_per_node becomes devices_per_node.
+// by memory. The nodes are the cluster's (parallel.gpus_per_node becomes devices_per_node), but on
+// a cpu cluster, one host, they stay the config's simulated nodes.
 std::vector<PlanCost> search_layouts(const Config& base, const ClusterSpec& cluster, int world_size,
                                      const SearchOptions& options = {});
 

@@ -43,9 +43,13 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
   const std::size_t element_bytes = activation_element_bytes(cluster, compute);
 
   StepTime step;
-  const int ranks_per_node = std::min(world_size, cluster.devices_per_node);
-  if (cluster.cores_per_node > 0)
-    step.threads = std::max(1, cluster.cores_per_node / std::max(1, ranks_per_node));
+  // A cpu cluster is one host whose cores all its ranks share (simulated nodes included).
+  CoreSharing sharing;
+  if (cluster.cores_per_node > 0) {
+    sharing.cores = cluster.cores_per_node * cluster.nodes;
+    sharing.threads = step.threads = std::max(1, sharing.cores / world_size);
+    sharing.ranks_per_stage = mesh.tp * mesh.dp;
+  }
   const bool overlap = cluster.backend == "cuda";
 
   std::vector<StageDurations> durations;
@@ -110,24 +114,19 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
 
   const PipelineProgram program = make_pipeline_schedule(
       parse_pipeline_schedule(config.parallel.pipeline_schedule), mesh.pp, micro_batches);
-  const TimedPipeline clock = run_pipeline_clock(program, durations);
+  const TimedPipeline clock = run_pipeline_clock(program, durations, sharing);
   step.pipeline = clock.makespan;
   step.bubble_fraction = clock.bubble_fraction;
+  // After the passes every rank works at once (shared cores: all of them share).
+  const double speed = shared_speed(sharing, world_size);
   double reduced = 0, updated = 0;
   for (int stage = 0; stage < mesh.pp; ++stage) {
     const StageTime& t = step.stages[static_cast<std::size_t>(stage)];
-    reduced = std::max(reduced, clock.finish[static_cast<std::size_t>(stage)] + t.step_comm);
-    updated = std::max(updated, t.optimizer + t.update_comm);
+    reduced =
+        std::max(reduced, clock.finish[static_cast<std::size_t>(stage)] + t.step_comm / speed);
+    updated = std::max(updated, (t.optimizer + t.update_comm) / speed);
   }
   step.seconds = reduced + updated;
-  if (cluster.cores_per_node > 0) {
-    // Every rank of a stage does that stage's work; the world's ranks fill nodes in order.
-    double total_busy = 0;
-    for (const StageTime& t : step.stages) total_busy += t.busy * mesh.tp * mesh.dp;
-    const int nodes = (world_size + cluster.devices_per_node - 1) / cluster.devices_per_node;
-    step.shared_cores_bound = total_busy / (static_cast<double>(nodes) * cluster.cores_per_node);
-    step.seconds = std::max(step.seconds, step.shared_cores_bound);
-  }
   const double tokens = static_cast<double>(config.train.global_batch) * m.seq_len;
   step.tokens_per_s = tokens / step.seconds;
   step.mfu = shape.flops_per_token() * tokens /

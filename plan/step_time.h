@@ -14,9 +14,10 @@
 // norm and loss scalars), and after the slowest has, the optimizer and the updated-shard gathers:
 //   step = max over stages (pipeline finish + end-of-step communication)
 //        + max over stages (optimizer + update gathers).
-// On a cpu cluster whose ranks share `cores_per_node` cores, a node cannot do more than its cores
-// allow: the step is at least the node's total busy time (every rank's compute and
-// communication) divided by its cores; each rank runs max(1, cores / ranks on the node) threads.
+// A cpu cluster is one host whose ranks share its cores (cores_per_node · nodes; nodes there are
+// simulated): each rank runs max(1, cores / ranks) threads, the pipeline clock shares the cores
+// among the ranks computing at each moment (plan/timed_pipeline.h), and the end-of-step work of
+// all ranks at once runs at their shared speed.
 #pragma once
 
 #include <map>
@@ -46,7 +47,6 @@ struct StepTime {
   double seconds = 0;
   double pipeline = 0;            // the pipeline clock's makespan
   double bubble_fraction = 0;     // of the pipeline clock
-  double shared_cores_bound = 0;  // cpu clusters with cores_per_node; else 0
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs (6N + 12LCT per token) over the devices' peak
   std::vector<StageTime> stages;

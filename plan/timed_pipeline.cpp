@@ -1,51 +1,100 @@
 #include "plan/timed_pipeline.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "model/core/error.h"
 
 namespace strata {
 
+double shared_speed(const CoreSharing& sharing, double ranks) {
+  if (sharing.cores <= 0 || ranks <= 0) return 1;
+  return std::min(1.0, sharing.cores / (ranks * sharing.threads));
+}
+
+namespace {
+
+enum class Activity { ready, computing, transferring, done };
+
+}  // namespace
+
 TimedPipeline run_pipeline_clock(const PipelineProgram& program,
-                                 const std::vector<StageDurations>& durations) {
+                                 const std::vector<StageDurations>& durations,
+                                 const CoreSharing& sharing) {
   const std::size_t stages = program.size();
   STRATA_CHECK(durations.size() == stages, "one duration per pipeline stage");
   std::vector<std::size_t> next(stages, 0);
+  std::vector<Activity> activity(stages, Activity::ready);
+  std::vector<double> remaining(stages, 0);  // computing: own-speed seconds; transferring: seconds
+  std::vector<double> started(stages, 0);
   TimedPipeline t;
   t.finish.assign(stages, 0.0);
   t.busy.assign(stages, 0.0);
-  const auto done = [&](std::size_t s) { return next[s] >= program[s].size(); };
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (std::size_t s = 0; s < stages; ++s) {
-      while (!done(s)) {
-        const PipelineOp& op = program[s][next[s]];
-        const int offset = pipeline_op_peer_offset(op.kind);
-        if (offset == 0) {  // a pass
-          const double seconds =
-              op.kind == PipelineOpKind::forward ? durations[s].forward : durations[s].backward;
-          t.finish[s] += seconds;
-          t.busy[s] += seconds;
-          ++next[s];
-          progress = true;
+  double now = 0;
+
+  // Starts what can start at `now`: passes at once, transfers when the mirror is waiting.
+  const auto start_ops = [&] {
+    for (bool again = true; again;) {
+      again = false;
+      for (std::size_t s = 0; s < stages; ++s) {
+        if (activity[s] != Activity::ready) continue;
+        if (next[s] >= program[s].size()) {
+          activity[s] = Activity::done;
+          t.finish[s] = now;
           continue;
         }
-        // A transfer waits for its mirror at the head of the peer's list (the matching contract
-        // makes the peer's next op towards this stage the mirror).
+        const PipelineOp& op = program[s][next[s]];
+        const int offset = pipeline_op_peer_offset(op.kind);
+        if (offset == 0) {
+          activity[s] = Activity::computing;
+          remaining[s] =
+              op.kind == PipelineOpKind::forward ? durations[s].forward : durations[s].backward;
+          started[s] = now;
+          again = true;
+          continue;
+        }
+        // The matching contract makes the peer's next op towards this stage the mirror.
         const std::size_t peer = s + offset;
-        if (done(peer) || pipeline_op_peer_offset(program[peer][next[peer]].kind) != -offset) break;
-        const double start = std::max(t.finish[s], t.finish[peer]);
-        const double end = start + durations[std::min(s, peer)].message;
-        t.finish[s] = t.finish[peer] = end;
-        ++next[s];
-        ++next[peer];
-        progress = true;
+        if (activity[peer] != Activity::ready || next[peer] >= program[peer].size() ||
+            pipeline_op_peer_offset(program[peer][next[peer]].kind) != -offset)
+          continue;
+        const double seconds = durations[std::min(s, peer)].message;
+        for (std::size_t x : {s, peer}) {
+          activity[x] = Activity::transferring;
+          remaining[x] = seconds;
+        }
+        again = true;
       }
     }
+  };
+
+  start_ops();
+  while (true) {
+    int computing = 0;
+    for (Activity a : activity) computing += a == Activity::computing;
+    const double speed = shared_speed(sharing, computing * sharing.ranks_per_stage);
+    double step = std::numeric_limits<double>::infinity();
+    for (std::size_t s = 0; s < stages; ++s) {
+      if (activity[s] == Activity::computing) step = std::min(step, remaining[s] / speed);
+      if (activity[s] == Activity::transferring) step = std::min(step, remaining[s]);
+    }
+    if (step == std::numeric_limits<double>::infinity()) break;  // nothing running
+    now += step;
+    for (std::size_t s = 0; s < stages; ++s) {
+      if (activity[s] == Activity::computing) remaining[s] -= step * speed;
+      if (activity[s] == Activity::transferring) remaining[s] -= step;
+      if ((activity[s] == Activity::computing || activity[s] == Activity::transferring) &&
+          remaining[s] <= 1e-12 * std::max(1.0, now)) {
+        if (activity[s] == Activity::computing) t.busy[s] += now - started[s];
+        activity[s] = Activity::ready;
+        ++next[s];
+      }
+    }
+    start_ops();
   }
   double busy = 0;
   for (std::size_t s = 0; s < stages; ++s) {
-    if (!done(s))
+    if (activity[s] != Activity::done)
       fail("pipeline clock: stage ", s, " deadlocked at ", to_string(program[s][next[s]]));
     t.makespan = std::max(t.makespan, t.finish[s]);
     busy += t.busy[s];

@@ -4,6 +4,14 @@
 // blocking sends and exchanges are: both stages wait for the later of the two, then for the
 // message. What comes out is when each stage finishes its last op and how long it computed, so
 // the bubble is what the schedule leaves idle, not a formula's estimate.
+//
+// Shared cores (a cpu cluster whose ranks outnumber its cores): the passes' seconds are those of
+// a rank running alone; while k stages compute at once, their k · ranks_per_stage ranks, each
+// wanting `threads` cores, share `cores` (processor sharing), so each progresses at
+// min(1, cores / (k · ranks_per_stage · threads)) of its own speed. Idle ranks (in a bubble,
+// waiting for a message) leave their cores to the others; what the dependencies leave idle is
+// lost. The simulation is event-driven: between two events every running pass advances at its
+// current rate.
 #pragma once
 
 #include <vector>
@@ -18,16 +26,26 @@ struct StageDurations {
   double message = 0;   // one activation (or gradient) message to the next stage
 };
 
+struct CoreSharing {
+  int cores = 0;            // 0: every rank has its own device (no sharing)
+  int ranks_per_stage = 1;  // ranks doing each stage's work at once (tp · dp)
+  int threads = 1;          // cores one rank's pass uses when alone
+};
+
 struct TimedPipeline {
-  double makespan = 0;         // when the last stage finishes
-  std::vector<double> finish;  // per stage: when it finished its last op
-  std::vector<double> busy;    // per stage: seconds computing (passes only)
-  double bubble_fraction = 0;  // 1 − Σ busy / (stages · makespan)
+  double makespan = 0;          // when the last stage finishes
+  std::vector<double> finish;   // per stage: when it finished its last op
+  std::vector<double> busy;     // per stage: seconds its passes took (sharing slows them)
+  double bubble_fraction = 0;   // 1 − Σ busy / (stages · makespan)
 };
 
 // Runs `program` (validated by simulate_pipeline) with durations[stage]; message times are those
 // of the lower stage of each pair. Throws strata::Error on a deadlock.
 TimedPipeline run_pipeline_clock(const PipelineProgram& program,
-                                 const std::vector<StageDurations>& durations);
+                                 const std::vector<StageDurations>& durations,
+                                 const CoreSharing& sharing = {});
+
+// The speed of each of `ranks` ranks computing at once under `sharing` (1: their own speed).
+double shared_speed(const CoreSharing& sharing, double ranks);
 
 }  // namespace strata

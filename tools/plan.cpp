@@ -97,9 +97,9 @@ void explain(const PlanCost& p, const ClusterSpec& cluster) {
   std::printf("\nplan: %s\n", p.layout.name().c_str());
   std::printf("step %.3f ms = pipeline %.3f ms (bubble %.1f%%) + end of step + update",
               p.time.seconds * 1e3, p.time.pipeline * 1e3, 100 * p.time.bubble_fraction);
-  if (p.time.shared_cores_bound > 0)
-    std::printf("; at least the node's work over its %d cores: %.3f ms (%d thread(s) per rank)",
-                cluster.cores_per_node, p.time.shared_cores_bound * 1e3, p.time.threads);
+  if (cluster.cores_per_node > 0)
+    std::printf("; %d ranks share %d cores, %d thread(s) each", p.layout.tp * p.layout.pp * p.layout.dp,
+                cluster.cores_per_node * cluster.nodes, p.time.threads);
   std::printf("\n\ntime per stage, ms (fwd/bwd per micro-batch; the rest per step)\n");
   std::printf("%5s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "fwd comp", "bwd comp",
               "fwd", "bwd", "pass comm", "gathers", "end comm", "optimizer", "update");

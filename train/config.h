@@ -109,6 +109,11 @@ struct ParallelConfig {
   // (staged through host memory over MPI; ranks may share a GPU), auto (nccl where it can run).
   std::string device_comm = "auto";
   ZeroConfig zero;
+  // parallel.auto: the planner chooses every layout key above (plan/auto_layout.h) for the
+  // cluster described by `cluster` (a configs/clusters file; empty: this machine, measured at
+  // start-up).
+  bool auto_layout = false;
+  std::string cluster;
 
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -105,6 +105,8 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("parallel.zero.quantized_weights", c.parallel.zero.quantized_weights);
   visit("parallel.zero.hierarchical_partition", c.parallel.zero.hierarchical_partition);
   visit("parallel.zero.quantized_gradients", c.parallel.zero.quantized_gradients);
+  visit("parallel.auto", c.parallel.auto_layout);
+  visit("parallel.cluster", c.parallel.cluster);
 
   visit("recompute", Choice{c.recompute, kRecomputeModes});
   visit("device", Choice{c.device, kDevices});

@@ -9,6 +9,7 @@
 
 #include "model/core/error.h"
 #include "parallel/mpi_communicator.h"
+#include "plan/auto_layout.h"
 #include "train/config.h"
 #include "train/stop_signal.h"
 #include "train/thread_budget.h"
@@ -68,7 +69,12 @@ int main(int argc, char** argv) {
   bool set_up = false;
   try {
     const Arguments args = parse_arguments(argc, argv);
-    const strata::Config config = strata::load_config(args.config_path, args.overrides);
+    // parallel.auto: the planner fills the layout keys (plan/auto_layout.h), before the thread
+    // budget, as its measurement of this machine sets its own.
+    const strata::AutoLayout chosen = strata::choose_run_layout(
+        strata::load_config(args.config_path, args.overrides), mpi.world_size(),
+        mpi.ranks_on_host());
+    const strata::Config& config = chosen.config;
     // Before any kernel runs: OpenMP and OpenBLAS would otherwise start a thread per core in
     // every rank, and ranks sharing a host would preempt each other (train/thread_budget.h).
     const strata::ThreadBudget threads = strata::set_thread_budget(
@@ -79,7 +85,10 @@ int main(int argc, char** argv) {
         std::make_unique<strata::Trainer>(config, *world, strata::TrainerOptions{args.resume_from});
     set_up = true;
     // Said once set-up has succeeded: a set-up error stays the run's one line of output.
-    if (rank == 0) std::cout << strata::describe(threads) << std::endl;
+    if (rank == 0) {
+      if (!chosen.report.empty()) std::cout << chosen.report << std::endl;
+      std::cout << strata::describe(threads) << std::endl;
+    }
     return trainer->run();
   } catch (const strata::CollectiveError& e) {
     // Every rank fails here alike: no peer waits, so no abort.

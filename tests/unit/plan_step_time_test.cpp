@@ -2,7 +2,7 @@
 // makespan and bubble with unit passes and the closed form (m + p − 1)(F + B) with uneven ones;
 // a collective's time is its α–β over the slowest link; the model's terms react as they must
 // (more micro-batches cost proportionally more compute, a data-parallel group across a slow link
-// costs more than one inside a node, shared cores bound a cpu step).
+// costs more than one inside a node, shared cores slow a cpu step).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -127,8 +127,6 @@ TEST(StepTime, TermsReactAsTheyMust) {
   cpu.devices_per_node = 8;
   cpu.cores_per_node = 2;
   const StepTime shared = predict_step_time(model_config({"parallel.pp=8"}), cpu, 8);
-  EXPECT_GT(shared.shared_cores_bound, 0);
-  EXPECT_DOUBLE_EQ(shared.seconds, std::max(shared.shared_cores_bound, shared.seconds));
   // One rank runs 2 threads; eight share the two cores: no faster than the one (but for the
   // optimizer, which pipeline stages split).
   const StepTime alone = predict_step_time(model_config({}), cpu, 1);

@@ -1,0 +1,172 @@
+#include "plan/calibrate.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "model/core/error.h"
+#include "model/kernels/cpu/attention.h"
+#include "model/kernels/cpu/gelu.h"
+#include "model/kernels/cpu/layernorm.h"
+#include "model/kernels/cpu/matmul.h"
+#include "train/thread_budget.h"
+
+namespace strata {
+
+namespace {
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = uniform(rng);
+  return v;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Median seconds of `repeats` calls of `run` after one warm-up call.
+template <class Run>
+double timed(int repeats, Run run) {
+  run();
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    const auto start = Clock::now();
+    run();
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct ComputeRates {
+  double matmul_tflops = 0, attention_tflops = 0, elementwise_gbs = 0;
+};
+
+ComputeRates measure_compute(int rows, int width, int seq_len, int heads, int repeats) {
+  const int N = rows, C = width;
+  ComputeRates rates;
+  double flops = 0, seconds = 0;
+  for (const auto& [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
+    const std::vector<float> x = random_floats(static_cast<std::size_t>(N) * in, 1);
+    const std::vector<float> w = random_floats(static_cast<std::size_t>(in) * out, 2);
+    const std::vector<float> b = random_floats(static_cast<std::size_t>(out), 3);
+    std::vector<float> y(static_cast<std::size_t>(N) * out);
+    seconds += timed(
+        repeats, [&] { cpu::matmul_forward(y.data(), x.data(), w.data(), b.data(), N, in, out); });
+    flops += 2.0 * N * in * out;
+  }
+  rates.matmul_tflops = flops / seconds * 1e-12;
+
+  const int B = std::max(1, N / seq_len);
+  const std::vector<float> qkv = random_floats(static_cast<std::size_t>(B) * seq_len * 3 * C, 4);
+  std::vector<float> att(static_cast<std::size_t>(B) * seq_len * C);
+  std::vector<float> probs(static_cast<std::size_t>(B) * heads * seq_len * seq_len);
+  const double attention = timed(repeats, [&] {
+    cpu::attention_forward(att.data(), probs.data(), qkv.data(), B, seq_len, C, heads);
+  });
+  rates.attention_tflops = 4.0 * B * seq_len * static_cast<double>(seq_len) * C / attention * 1e-12;
+
+  const std::vector<float> x = random_floats(static_cast<std::size_t>(N) * C, 5);
+  const std::vector<float> weight = random_floats(static_cast<std::size_t>(C), 6);
+  std::vector<float> y(x.size()), mean(static_cast<std::size_t>(N)), rstd(mean.size());
+  const double layernorm = timed(repeats, [&] {
+    cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), weight.data(),
+                           weight.data(), N, C);
+  });
+  const double gelu =
+      timed(repeats, [&] { cpu::gelu_forward(y.data(), x.data(), static_cast<long>(x.size())); });
+  rates.elementwise_gbs = 2.0 * 2 * x.size() * sizeof(float) / (layernorm + gelu) * 1e-9;
+  return rates;
+}
+
+// Half the median round trip of `bytes` between this rank and `peer` (the lower rank starts).
+double half_round_trip(int rank, int peer, std::size_t bytes, int repeats) {
+  std::vector<char> buffer(bytes);
+  const int count = static_cast<int>(bytes);
+  const auto once = [&] {
+    if (rank < peer) {
+      MPI_Send(buffer.data(), count, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+      MPI_Recv(buffer.data(), count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(buffer.data(), count, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buffer.data(), count, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+    }
+  };
+  return timed(repeats, once) / 2;
+}
+
+// Waits at a barrier without spinning, so that rank 0's single-threaded timings have the cores.
+void sleeping_barrier() {
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  for (int done = 0; !done;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace
+
+ClusterSpec calibrate_this_machine(const CalibrationShape& shape, int ranks_on_host,
+                                   const std::string& name) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (shape.width % shape.heads != 0)
+    fail("calibration width ", shape.width, " must be a multiple of its heads ", shape.heads);
+  const int cores = available_cores();
+  set_thread_budget(ranks_on_host, 1);
+
+  ComputeRates rates;
+  if (rank == 0)
+    rates = measure_compute(shape.rows, shape.width, shape.seq_len, shape.heads, shape.repeats);
+  sleeping_barrier();
+  MPI_Bcast(&rates, sizeof(rates), MPI_BYTE, 0, MPI_COMM_WORLD);
+
+  // Links: pairs (2k, 2k+1) at once; rank 0's pair speaks for all. One rank: no link to time, and
+  // a plan of one rank sends nothing.
+  double link[2] = {1, 1e-6};  // (bandwidth GB/s, latency s)
+  if (ranks > 1) {
+    const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
+    constexpr std::size_t kLarge = 4 << 20;
+    if (peer < ranks) {
+      const double latency = half_round_trip(rank, peer, 8, 20 * shape.repeats);
+      const double large = half_round_trip(rank, peer, kLarge, shape.repeats);
+      link[0] = kLarge / std::max(1e-9, large - latency) * 1e-9;
+      link[1] = latency;
+    }
+    MPI_Bcast(link, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  }
+  set_thread_budget(ranks_on_host, std::nullopt);
+
+  ClusterSpec c;
+  c.name = name.empty() ? "cpu-" + std::to_string(cores) + "core-" + std::to_string(ranks) + "ranks"
+                        : name;
+  c.backend = "cpu";
+  c.nodes = 1;
+  c.devices_per_node = ranks;
+  c.cores_per_node = cores;
+  c.device.name = "CPU rank (one core of " + std::to_string(cores) + ")";
+  const double ram_gib =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / (1024.0 * 1048576);
+  c.device.memory_gib = ram_gib / ranks;
+  c.device.peak_tflops = {rates.matmul_tflops, rates.matmul_tflops, rates.matmul_tflops};
+  c.device.memory_bandwidth_gbs = rates.elementwise_gbs;
+  c.device.matmul_tflops = c.device.peak_tflops;
+  c.device.attention_tflops = {rates.attention_tflops, rates.attention_tflops,
+                               rates.attention_tflops};
+  c.device.elementwise_gbs = rates.elementwise_gbs;
+  c.device.op_overhead_us = 0;
+  c.intra_node = LinkSpec{link[0], link[1] * 1e6};
+  c.inter_node = c.intra_node;
+  return c;
+}
+
+}  // namespace strata
