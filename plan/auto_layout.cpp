@@ -25,8 +25,9 @@ std::string broadcast_from_rank_0(std::string text) {
 ClusterSpec cluster_for(const Config& config, int ranks_on_host) {
   if (!config.parallel.cluster.empty()) return load_cluster(config.parallel.cluster);
   if (config.device == "cuda")
-    fail("parallel.auto on device cuda needs parallel.cluster, a description of the GPUs "
-         "(configs/clusters/ has some; the quick measurement times CPU kernels)");
+    fail(
+        "parallel.auto on device cuda needs parallel.cluster, a description of the GPUs "
+        "(configs/clusters/ has some; the quick measurement times CPU kernels)");
   CalibrationShape shape;
   shape.width = config.model.d_model;
   shape.heads = config.model.n_head;
@@ -51,12 +52,13 @@ AutoLayout choose_run_layout(const Config& config, int world_size, int ranks_on_
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::string answer;  // rank 0: "ok\n" + overrides (one per line) + "\n\n" + report, or "error\n" + text
+  std::string
+      answer;  // rank 0: "ok\n" + overrides (one per line) + "\n\n" + report, or "error\n" + text
   if (rank == 0) {
     try {
       if (!error.empty()) fail(error);
       const std::vector<PlanCost> plans = search_layouts(config, cluster, world);
-      const PlanCost best = best_layout(config, cluster, world);
+      const PlanCost best = best_of(plans, cluster, world);
       std::ostringstream out;
       out << "ok\n";
       for (const std::string& set : best.layout.overrides()) out << set << "\n";

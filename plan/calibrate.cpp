@@ -47,12 +47,13 @@ double timed(int repeats, Run run) {
 
 struct ComputeRates {
   double matmul_tflops = 0, attention_tflops = 0, elementwise_gbs = 0;
+  double gemm_seconds = 0;  // the layer's four GEMMs, once
 };
 
-ComputeRates measure_compute(int rows, int width, int seq_len, int heads, int repeats) {
-  const int N = rows, C = width;
-  ComputeRates rates;
-  double flops = 0, seconds = 0;
+// Median seconds of a layer's four GEMMs ((N, C) → 3C, C, 4C and (N, 4C) → C); `flops` gets
+// their FLOPs.
+double gemm_seconds(int N, int C, int repeats, double* flops = nullptr) {
+  double seconds = 0;
   for (const auto& [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
     const std::vector<float> x = random_floats(static_cast<std::size_t>(N) * in, 1);
     const std::vector<float> w = random_floats(static_cast<std::size_t>(in) * out, 2);
@@ -60,9 +61,17 @@ ComputeRates measure_compute(int rows, int width, int seq_len, int heads, int re
     std::vector<float> y(static_cast<std::size_t>(N) * out);
     seconds += timed(
         repeats, [&] { cpu::matmul_forward(y.data(), x.data(), w.data(), b.data(), N, in, out); });
-    flops += 2.0 * N * in * out;
+    if (flops) *flops += 2.0 * N * in * out;
   }
-  rates.matmul_tflops = flops / seconds * 1e-12;
+  return seconds;
+}
+
+ComputeRates measure_compute(int rows, int width, int seq_len, int heads, int repeats) {
+  const int N = rows, C = width;
+  ComputeRates rates;
+  double flops = 0;
+  rates.gemm_seconds = gemm_seconds(N, C, repeats, &flops);
+  rates.matmul_tflops = flops / rates.gemm_seconds * 1e-12;
 
   const int B = std::max(1, N / seq_len);
   const std::vector<float> qkv = random_floats(static_cast<std::size_t>(B) * seq_len * 3 * C, 4);
@@ -130,6 +139,27 @@ ClusterSpec calibrate_this_machine(const CalibrationShape& shape, int ranks_on_h
   sleeping_barrier();
   MPI_Bcast(&rates, sizeof(rates), MPI_BYTE, 0, MPI_COMM_WORLD);
 
+  // What a rank blocked in MPI costs the others: as many ranks as there are cores time the same
+  // GEMMs again while every other rank waits in a blocking receive (as a pipeline stage waits for
+  // its input); rank 0's slowdown says what share of a core each waiting rank takes:
+  // speed = cores / (cores + share · (ranks − cores)).
+  double waiting_share = 0;
+  if (ranks > cores) {
+    if (rank < cores) {
+      const double speed =
+          std::min(1.0, rates.gemm_seconds / gemm_seconds(shape.rows, shape.width, shape.repeats));
+      if (rank == 0) {
+        waiting_share = std::clamp((cores / speed - cores) / (ranks - cores), 0.0, 1.0);
+        char token = 0;
+        for (int r = cores; r < ranks; ++r) MPI_Send(&token, 1, MPI_CHAR, r, 1, MPI_COMM_WORLD);
+      }
+    } else {
+      char token = 0;
+      MPI_Recv(&token, 1, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    MPI_Bcast(&waiting_share, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  }
+
   // Links: pairs (2k, 2k+1) at once; rank 0's pair speaks for all. One rank: no link to time, and
   // a plan of one rank sends nothing.
   double link[2] = {1, 1e-6};  // (bandwidth GB/s, latency s)
@@ -164,6 +194,7 @@ ClusterSpec calibrate_this_machine(const CalibrationShape& shape, int ranks_on_h
                                rates.attention_tflops};
   c.device.elementwise_gbs = rates.elementwise_gbs;
   c.device.op_overhead_us = 0;
+  c.waiting_share = waiting_share;
   c.intra_node = LinkSpec{link[0], link[1] * 1e6};
   c.inter_node = c.intra_node;
   return c;

@@ -11,6 +11,9 @@
 //     large round trip − latency). All ranks run, as in a job, so the figures include their
 //     sharing the cores. The nodes a config simulates (parallel.gpus_per_node) are on this one
 //     machine: inter_node gets the same figures.
+//   waiting: when the ranks outnumber the cores, as many ranks as cores time the GEMMs again while
+//     the others wait in a blocking receive; the slowdown gives the share of a core a waiting
+//     rank takes (MPI polls while it waits): the cluster's waiting_share.
 //   memory: this machine's RAM shared by the ranks; cores: this process's affinity mask.
 // The world's ranks are the cluster's devices (one node). Collective over MPI_COMM_WORLD; the
 // result is rank 0's measurement, broadcast, so every rank returns the same description.

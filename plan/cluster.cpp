@@ -129,6 +129,12 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
       fail(source_name, ": 'cores_per_node' is for a cpu cluster (backend: cpu)");
     cluster.cores_per_node = top.count("cores_per_node");
   }
+  if (top.child("waiting_share", false)) {
+    if (cluster.cores_per_node == 0)
+      fail(source_name, ": 'waiting_share' needs 'cores_per_node' (ranks sharing cores)");
+    cluster.waiting_share = top.non_negative("waiting_share");
+    if (cluster.waiting_share > 1) fail(source_name, ": 'waiting_share' must be at most 1");
+  }
   Section device = top.section("device");
   DeviceSpec& d = cluster.device;
   d.name = device.text("name");
@@ -174,6 +180,7 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
       << "nodes: " << c.nodes << "\n"
       << "devices_per_node: " << c.devices_per_node << "\n";
   if (c.cores_per_node > 0) out << "cores_per_node: " << c.cores_per_node << "\n";
+  if (c.waiting_share > 0) out << "waiting_share: " << c.waiting_share << "\n";
   out << "device:\n"
       << "  name: " << YAML::Node(d.name) << "\n"
       << "  memory_gib: " << d.memory_gib << "\n"

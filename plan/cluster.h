@@ -5,6 +5,8 @@
 //   nodes: 16                      # how many nodes the cluster has
 //   devices_per_node: 8            # ranks per node
 //   cores_per_node: 2              # cpu only, optional: the cores a node's ranks share
+//   waiting_share: 0.1             # cpu only, optional: the share of a core a rank blocked in MPI
+//                                  # still takes from the others (it polls); default 0
 //   device:
 //     name: NVIDIA H100 SXM5 80GB
 //     memory_gib: 80               # usable by one rank
@@ -68,7 +70,8 @@ struct ClusterSpec {
   std::string backend = "cuda";  // cuda | cpu
   int nodes = 1;
   int devices_per_node = 1;
-  int cores_per_node = 0;  // cpu: the cores its ranks share (0: one each)
+  int cores_per_node = 0;    // cpu: the cores its ranks share (0: one each)
+  double waiting_share = 0;  // cpu: a core's share a rank waiting in MPI takes (0 to 1)
   DeviceSpec device;
   LinkSpec intra_node;
   LinkSpec inter_node;

@@ -43,7 +43,8 @@ std::vector<std::string> PlanLayout::overrides() const {
           std::string("parallel.zero.hierarchical_partition=") + flag(hpz),
           std::string("parallel.zero.quantized_weights=") + flag(qwz),
           std::string("parallel.zero.quantized_gradients=") + flag(qgz),
-          "parallel.pp_layers=" + layers.str()};
+          "parallel.pp_layers=" + layers.str(),
+          "parallel.gpus_per_node=" + std::to_string(gpus_per_node)};
 }
 
 std::string PlanLayout::name() const {
@@ -127,7 +128,8 @@ std::vector<PlanLayout> enumerate_layouts(const Config& base, int world,
                                                  hpz,
                                                  qwz,
                                                  qgz,
-                                                 {}});
+                                                 {},
+                                                 per_node});
                   }
                 }
           }
@@ -209,7 +211,8 @@ PlanCost cost_of(const Config& config, const ClusterSpec& cluster, int world_siz
                            p.zero.hierarchical_partition,
                            p.zero.quantized_weights,
                            p.zero.quantized_gradients,
-                           p.pp_layers};
+                           p.pp_layers,
+                           p.gpus_per_node};
   plan.time = predict_step_time(config, cluster, world_size);
   plan.limit_bytes = static_cast<std::size_t>(cluster.device.memory_gib * 1024.0 * 1048576.0);
   for (int stage = 0; stage < mesh.pp; ++stage) {
@@ -243,13 +246,15 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
   }
   std::sort(plans.begin(), plans.end(), faster);
   if (options.rebalance) {
-    // The best pipelined plans, and the pipelined plans that miss memory with the balanced split.
+    // The best pipelined plans; when none fits, the closest ones (a split may make them fit).
+    const bool any_fits = !plans.empty() && plans.front().fits();
     int refined = 0;
     for (PlanCost& plan : plans) {
-      if (plan.layout.pp == 1 || (plan.fits() && refined >= 16)) continue;
+      if (refined >= 16) break;
+      if (plan.layout.pp == 1 || plan.fits() != any_fits) continue;
       // Each (stage, layers) cost prices every stage: keep the programme small.
       if (plan.layout.pp * plan.config.model.n_layer > 1024) continue;
-      if (plan.fits()) ++refined;
+      ++refined;
       const std::optional<std::vector<int>> split = rebalanced_split(plan, cluster, world_size);
       if (!split || *split == layers_per_stage(plan.config, plan.layout.pp)) continue;
       Config config = plan.config;
@@ -264,7 +269,10 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
 
 PlanCost best_layout(const Config& base, const ClusterSpec& cluster, int world_size,
                      const SearchOptions& options) {
-  const std::vector<PlanCost> plans = search_layouts(base, cluster, world_size, options);
+  return best_of(search_layouts(base, cluster, world_size, options), cluster, world_size);
+}
+
+PlanCost best_of(const std::vector<PlanCost>& plans, const ClusterSpec& cluster, int world_size) {
   if (plans.empty())
     fail("no layout of this model can run on ", world_size,
          " devices (tensor parallelism must divide the heads, pipeline stages the layers, data "

@@ -37,6 +37,7 @@ struct PlanLayout {
   std::string gradient_reduction = "step";
   bool hpz = false, qwz = false, qgz = false;
   std::vector<int> pp_layers;  // empty: balanced
+  int gpus_per_node = 8;       // the cluster's nodes (parallel.gpus_per_node)
 
   // The `--set` overrides that select this layout (every layout key, so the result does not
   // depend on what the config said).
@@ -78,6 +79,9 @@ std::vector<PlanCost> search_layouts(const Config& base, const ClusterSpec& clus
 // that take the most.
 PlanCost best_layout(const Config& base, const ClusterSpec& cluster, int world_size,
                      const SearchOptions& options = {});
+
+// The same from search_layouts' result.
+PlanCost best_of(const std::vector<PlanCost>& plans, const ClusterSpec& cluster, int world_size);
 
 // "1.23 GiB"-style text of a byte count.
 std::string gib_text(double bytes);

@@ -49,6 +49,8 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     sharing.cores = cluster.cores_per_node * cluster.nodes;
     sharing.threads = step.threads = std::max(1, sharing.cores / world_size);
     sharing.ranks_per_stage = mesh.tp * mesh.dp;
+    sharing.ranks = world_size;
+    sharing.waiting_share = cluster.waiting_share;
   }
   const bool overlap = cluster.backend == "cuda";
 

@@ -45,8 +45,8 @@ struct StageTime {
 
 struct StepTime {
   double seconds = 0;
-  double pipeline = 0;            // the pipeline clock's makespan
-  double bubble_fraction = 0;     // of the pipeline clock
+  double pipeline = 0;         // the pipeline clock's makespan
+  double bubble_fraction = 0;  // of the pipeline clock
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs (6N + 12LCT per token) over the devices' peak
   std::vector<StageTime> stages;

@@ -7,9 +7,10 @@
 
 namespace strata {
 
-double shared_speed(const CoreSharing& sharing, double ranks) {
-  if (sharing.cores <= 0 || ranks <= 0) return 1;
-  return std::min(1.0, sharing.cores / (ranks * sharing.threads));
+double shared_speed(const CoreSharing& sharing, double busy) {
+  if (sharing.cores <= 0 || busy <= 0) return 1;
+  const double waiting = std::max(0.0, sharing.ranks - busy);
+  return std::min(1.0, sharing.cores / (busy * sharing.threads + sharing.waiting_share * waiting));
 }
 
 namespace {

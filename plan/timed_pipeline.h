@@ -7,11 +7,11 @@
 //
 // Shared cores (a cpu cluster whose ranks outnumber its cores): the passes' seconds are those of
 // a rank running alone; while k stages compute at once, their k · ranks_per_stage ranks, each
-// wanting `threads` cores, share `cores` (processor sharing), so each progresses at
-// min(1, cores / (k · ranks_per_stage · threads)) of its own speed. Idle ranks (in a bubble,
-// waiting for a message) leave their cores to the others; what the dependencies leave idle is
-// lost. The simulation is event-driven: between two events every running pass advances at its
-// current rate.
+// wanting `threads` cores, share `cores` (processor sharing) with the ranks waiting (in a bubble,
+// for a message), which poll and take `waiting_share` of a core each:
+//   speed = min(1, cores / (busy · threads + waiting_share · (ranks − busy))),
+// busy = k · ranks_per_stage. What the dependencies leave idle is lost. The simulation is
+// event-driven: between two events every running pass advances at its current rate.
 #pragma once
 
 #include <vector>
@@ -27,16 +27,18 @@ struct StageDurations {
 };
 
 struct CoreSharing {
-  int cores = 0;            // 0: every rank has its own device (no sharing)
-  int ranks_per_stage = 1;  // ranks doing each stage's work at once (tp · dp)
-  int threads = 1;          // cores one rank's pass uses when alone
+  int cores = 0;             // 0: every rank has its own device (no sharing)
+  int ranks_per_stage = 1;   // ranks doing each stage's work at once (tp · dp)
+  int threads = 1;           // cores one rank's pass uses when alone
+  int ranks = 1;             // all ranks sharing the cores
+  double waiting_share = 0;  // of a core, taken by each rank not computing (MPI polling)
 };
 
 struct TimedPipeline {
-  double makespan = 0;          // when the last stage finishes
-  std::vector<double> finish;   // per stage: when it finished its last op
-  std::vector<double> busy;     // per stage: seconds its passes took (sharing slows them)
-  double bubble_fraction = 0;   // 1 − Σ busy / (stages · makespan)
+  double makespan = 0;         // when the last stage finishes
+  std::vector<double> finish;  // per stage: when it finished its last op
+  std::vector<double> busy;    // per stage: seconds its passes took (sharing slows them)
+  double bubble_fraction = 0;  // 1 − Σ busy / (stages · makespan)
 };
 
 // Runs `program` (validated by simulate_pipeline) with durations[stage]; message times are those
@@ -45,7 +47,7 @@ TimedPipeline run_pipeline_clock(const PipelineProgram& program,
                                  const std::vector<StageDurations>& durations,
                                  const CoreSharing& sharing = {});
 
-// The speed of each of `ranks` ranks computing at once under `sharing` (1: their own speed).
-double shared_speed(const CoreSharing& sharing, double ranks);
+// The speed of each of `busy` ranks computing at once under `sharing` (1: their own speed).
+double shared_speed(const CoreSharing& sharing, double busy);
 
 }  // namespace strata

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner against measurements on this machine, for docs/PLANNER.md.
 #
-#   scripts/validate_planner.sh        # BUILD_DIR=build STEPS=8 RANKS=8
+#   scripts/validate_planner.sh        # BUILD_DIR=build STEPS=10 RANKS=8 ROUNDS=2
 #
 # 1. `bench calibrate` describes this machine for RANKS ranks at the validation model's shapes
 #    (written to $work/cluster.yaml, printed).
@@ -9,6 +9,8 @@
 #    the step time and rank 0's memory; `train` runs STEPS steps on data/fortunes under mpirun
 #    and rank 0's metrics give the measured step time (median of steps 3 to STEPS), its memory
 #    account (memory_bytes) and its peak resident memory (peak_rss_mib, the whole process).
+#    Every layout runs ROUNDS times, the rounds one after the other (so slow drift of a shared
+#    machine spreads over all layouts); its time is the median over the rounds.
 # 3. Prints a markdown table and the summary: Spearman rank correlation and median relative error
 #    of the step time, the same for memory, and whether the planner's first choice was the
 #    fastest measured layout or within 10% of it.
@@ -16,8 +18,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_DIR=${BUILD_DIR:-build}
-STEPS=${STEPS:-8}
+STEPS=${STEPS:-10}
 RANKS=${RANKS:-8}
+ROUNDS=${ROUNDS:-2}
 source scripts/bench_setup.sh
 ninja -C "$BUILD_DIR" plan bench >/dev/null
 
@@ -28,7 +31,7 @@ model=(--set model.n_layer=8 --set model.n_head=8 --set model.d_model=256 --set 
 
 mpirun --oversubscribe -np "$RANKS" "$BUILD_DIR/bin/bench" calibrate --out "$work/cluster.yaml" \
   --rows 512 --width 256 --seq-len 128 --heads 8 >"$work/calibrate.json"
-bench_header "ranks $RANKS steps $STEPS"
+bench_header "ranks $RANKS steps $STEPS rounds $ROUNDS"
 cat "$work/calibrate.json"
 
 layouts=(
@@ -46,16 +49,20 @@ layouts=(
   "parallel.tp=2 parallel.pp=2 parallel.zero.stage=2 recompute=selective train.micro_batch=4"
   "parallel.pp=2 parallel.zero.stage=2 parallel.zero.gradient_reduction=micro_batch train.micro_batch=1"
   "parallel.tp=2 parallel.pp=4 parallel.pipeline_schedule=gpipe train.micro_batch=2"
+  "parallel.pp=2 recompute=full train.micro_batch=4"
+  "parallel.dp=8 parallel.zero.stage=2 recompute=full train.micro_batch=2"
+  "parallel.tp=4 parallel.sequence_parallel=true train.micro_batch=2"
 )
 choice=$("$BUILD_DIR/bin/plan" configs/fortunes.yaml --cluster "$work/cluster.yaml" --world "$RANKS" \
   --top 1 --json true "${model[@]}" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["overrides"])')
 layouts+=("$choice")
 
 results="$work/results.jsonl"
+for round in $(seq "$ROUNDS"); do
 for i in "${!layouts[@]}"; do
   sets=()
   for s in ${layouts[$i]}; do sets+=(--set "$s"); done
-  name="layout_$i"
+  name="layout_${i}_$round"
   predicted=$("$BUILD_DIR/bin/plan" configs/fortunes.yaml --cluster "$work/cluster.yaml" \
     --world "$RANKS" --layout given --json true "${model[@]}" "${sets[@]}")
   mpirun --oversubscribe -np "$RANKS" "$BUILD_DIR/bin/train" configs/fortunes.yaml "${model[@]}" \
@@ -72,11 +79,20 @@ print(json.dumps({"layout": predicted["layout"], "choice": sys.argv[3] == sys.ar
                   "measured_account": account, "predicted_account": predicted["rank0_memory_bytes"],
                   "rss_mib": max(l["peak_rss_mib"] for l in lines)}))
 EOF
+  rm -rf "${work:?}/$name"
+done
 done
 
 "$PYTHON" - "$results" <<'EOF'
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+runs = [json.loads(l) for l in open(sys.argv[1])]
+rows = []  # one per layout: the median over its rounds
+for layout in dict.fromkeys(r["layout"] + str(r["choice"]) for r in runs):
+    same = [r for r in runs if r["layout"] + str(r["choice"]) == layout]
+    row = dict(same[0])
+    row["measured_ms"] = statistics.median(r["measured_ms"] for r in same)
+    row["rounds_ms"] = [r["measured_ms"] for r in same]
+    rows.append(row)
 
 def ranks(values):
     order = sorted(range(len(values)), key=lambda i: values[i])
@@ -97,12 +113,13 @@ def spearman(a, b):
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
     return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
 
-print("\n| layout | predicted ms | measured ms | error | predicted MiB | account MiB | peak RSS MiB |")
+print("\n| layout | predicted ms | measured ms (rounds) | error | predicted MiB | account MiB | peak RSS MiB |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     err = r["predicted_ms"] / r["measured_ms"] - 1
     mark = " (planner's choice)" if r["choice"] else ""
-    print(f"| {r['layout']}{mark} | {r['predicted_ms']:.1f} | {r['measured_ms']:.1f} | {100 * err:+.1f}% "
+    rounds = ", ".join(f"{x:.0f}" for x in r["rounds_ms"])
+    print(f"| {r['layout']}{mark} | {r['predicted_ms']:.1f} | {r['measured_ms']:.1f} ({rounds}) | {100 * err:+.1f}% "
           f"| {r['predicted_account'] / 2**20:.2f} | {r['measured_account'] / 2**20:.2f} | {r['rss_mib']:.1f} |")
 p = [r["predicted_ms"] for r in rows]
 m = [r["measured_ms"] for r in rows]

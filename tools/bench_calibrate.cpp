@@ -19,8 +19,9 @@ namespace strata::bench {
 void bench_calibrate(int argc, char** argv, const ToolArgs& args) {
   MpiRuntime mpi(&argc, &argv);
   if (mpi.world_size() < 2)
-    fail("bench calibrate measures the links between ranks: run it under mpirun -np N (N >= 2, "
-         "the ranks a job will run on this machine)");
+    fail(
+        "bench calibrate measures the links between ranks: run it under mpirun -np N (N >= 2, "
+        "the ranks a job will run on this machine)");
   CalibrationShape shape;
   shape.rows = positive(args, "--rows", shape.rows);
   shape.width = positive(args, "--width", shape.width);

@@ -98,8 +98,9 @@ void explain(const PlanCost& p, const ClusterSpec& cluster) {
   std::printf("step %.3f ms = pipeline %.3f ms (bubble %.1f%%) + end of step + update",
               p.time.seconds * 1e3, p.time.pipeline * 1e3, 100 * p.time.bubble_fraction);
   if (cluster.cores_per_node > 0)
-    std::printf("; %d ranks share %d cores, %d thread(s) each", p.layout.tp * p.layout.pp * p.layout.dp,
-                cluster.cores_per_node * cluster.nodes, p.time.threads);
+    std::printf("; %d ranks share %d cores, %d thread(s) each",
+                p.layout.tp * p.layout.pp * p.layout.dp, cluster.cores_per_node * cluster.nodes,
+                p.time.threads);
   std::printf("\n\ntime per stage, ms (fwd/bwd per micro-batch; the rest per step)\n");
   std::printf("%5s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "stage", "fwd comp", "bwd comp",
               "fwd", "bwd", "pass comm", "gathers", "end comm", "optimizer", "update");
@@ -199,7 +200,7 @@ int run(int argc, char** argv) {
       argv[1], world, cluster.name.c_str(), cluster.device.name.c_str(),
       gib_text(cluster.device.memory_gib * 1024.0 * 1048576.0).c_str(), plans.size(), fitting);
   print_table(plans, top);
-  const PlanCost best = best_layout(config, cluster, world, options);  // the error if none fits
+  const PlanCost best = best_of(plans, cluster, world);  // the error if none fits
   std::printf("\nbest: %s\n  train %s", best.layout.name().c_str(), argv[1]);
   for (const std::string& set : best.layout.overrides()) std::printf(" --set %s", set.c_str());
   std::printf("\n");

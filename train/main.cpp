@@ -71,9 +71,9 @@ int main(int argc, char** argv) {
     const Arguments args = parse_arguments(argc, argv);
     // parallel.auto: the planner fills the layout keys (plan/auto_layout.h), before the thread
     // budget, as its measurement of this machine sets its own.
-    const strata::AutoLayout chosen = strata::choose_run_layout(
-        strata::load_config(args.config_path, args.overrides), mpi.world_size(),
-        mpi.ranks_on_host());
+    const strata::AutoLayout chosen =
+        strata::choose_run_layout(strata::load_config(args.config_path, args.overrides),
+                                  mpi.world_size(), mpi.ranks_on_host());
     const strata::Config& config = chosen.config;
     // Before any kernel runs: OpenMP and OpenBLAS would otherwise start a thread per core in
     // every rank, and ranks sharing a host would preempt each other (train/thread_budget.h).

@@ -1,0 +1,121 @@
+// parallel.auto end to end under mpirun: the trainer asks the planner for its layout, says what it
+// chose, and trains with it; with the cluster measured at start-up (4 ranks) and with a cluster
+// file whose small memory rules most layouts out (the chosen one's account then fits the limit);
+// a cluster where nothing fits stops with one "nothing fits" error before anything is written;
+// parallel.cluster without parallel.auto is refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "tests/mpi/layout_runs.h"
+
+namespace strata::testing {
+namespace {
+
+struct AutoRun {
+  int status = 0;
+  std::string output, run_dir;
+};
+
+AutoRun train_auto(const TempDir& dir, const std::string& name, const std::string& extra) {
+  const std::string command = mpirun(4) + bin("train") + " " + dir.str() +
+                              "/config.yaml --set parallel.auto=true --set run.name=" + name +
+                              " --set train.steps=4 --set train.log_every=1" + extra;
+  const auto result = run_command(command);
+  return AutoRun{result.status, result.output, dir.str() + "/runs/" + name};
+}
+
+// The chosen layout's "tpT ppP dpD" from the report, and the trainer's own mesh line agree.
+void expect_chosen_layout_runs(const AutoRun& run) {
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::smatch chosen, mesh;
+  ASSERT_TRUE(std::regex_search(run.output, chosen,
+                                std::regex("parallel.auto: tp(\\d+) pp(\\d+) dp(\\d+)")))
+      << run.output;
+  ASSERT_TRUE(
+      std::regex_search(run.output, mesh, std::regex("mesh tp (\\d+) x dp (\\d+) x pp (\\d+)")))
+      << run.output;
+  EXPECT_EQ(chosen[1], mesh[1]);
+  EXPECT_EQ(chosen[2], mesh[3]);
+  EXPECT_EQ(chosen[3], mesh[2]);
+  const auto losses = metric(run.run_dir, "loss");
+  ASSERT_EQ(losses.size(), 4u);
+  for (double loss : losses) EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_LT(losses.back(), losses.front());
+}
+
+void write_cluster(const std::string& path, double memory_gib) {
+  std::ofstream(path) << "name: tiny\nbackend: cpu\nnodes: 1\ndevices_per_node: 4\n"
+                         "cores_per_node: 2\ndevice:\n  name: cpu\n  memory_gib: "
+                      << memory_gib
+                      << "\n  peak_tflops: {fp32: 0.1, bf16: 0.1, fp16: 0.1}\n"
+                         "  memory_bandwidth_gbs: 10\n  sustained:\n"
+                         "    matmul_tflops: {fp32: 0.1, bf16: 0.1, fp16: 0.1}\n"
+                         "    attention_tflops: {fp32: 0.05, bf16: 0.05, fp16: 0.05}\n"
+                         "    elementwise_gbs: 10\n    op_overhead_us: 0\n"
+                         "links:\n  intra_node: {bandwidth_gbs: 5, latency_us: 5}\n"
+                         "  inter_node: {bandwidth_gbs: 5, latency_us: 5}\n";
+}
+
+class PlanAuto : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("plan_auto");
+    write_synthetic_dataset(*dir_ / "data", 64, 20000);
+    write_layout_config(*dir_, 4);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static inline TempDir* dir_ = nullptr;
+};
+
+TEST_F(PlanAuto, MeasuredClusterChoosesALayoutThatTrains) {
+  const AutoRun run = train_auto(*dir_, "measured", "");
+  expect_chosen_layout_runs(run);
+  EXPECT_NE(run.output.find("(measured at start-up)"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("runner-up"), std::string::npos) << run.output;
+}
+
+TEST_F(PlanAuto, ClusterFileMemoryLimitIsRespected) {
+  // The unsharded state of this model (4 layers, d 32, vocab 64: ~55k parameters) is about 0.9
+  // MiB per rank; 0.3 MiB leaves only the sharded, split or recomputed layouts.
+  const std::string cluster = dir_->str() + "/tiny.yaml";
+  const double limit_gib = 0.3 / 1024;
+  write_cluster(cluster, limit_gib);
+  const AutoRun run = train_auto(*dir_, "limited", " --set parallel.cluster=" + cluster);
+  expect_chosen_layout_runs(run);
+  const std::string account = "\"memory_bytes\": {";
+  double total = 0;
+  for (const char* key :
+       {"master_weights", "compute_weights", "gradients", "optimizer_state", "secondary_weights",
+        "gathered_weights", "gradient_buckets", "activations", "communication"})
+    total += logged(run.run_dir, 2, std::string("\"") + key + "\": ");
+  EXPECT_GT(total, 0);
+  EXPECT_LE(total, limit_gib * 1024 * 1048576) << run.output;
+}
+
+TEST_F(PlanAuto, NothingFitsStopsWithOneError) {
+  const std::string cluster = dir_->str() + "/nothing.yaml";
+  write_cluster(cluster, 1e-6);
+  const AutoRun run = train_auto(*dir_, "nothing", " --set parallel.cluster=" + cluster);
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.output.find("error: nothing fits: no layout of this model fits 4 devices"),
+            std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("the closest is"), std::string::npos) << run.output;
+  EXPECT_FALSE(std::filesystem::exists(run.run_dir)) << "a refused run wrote " << run.run_dir;
+}
+
+TEST_F(PlanAuto, ClusterWithoutAutoIsRefused) {
+  const auto result = run_command(mpirun(1) + bin("train") + " " + dir_->str() +
+                                  "/config.yaml --set parallel.cluster=x.yaml");
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.output.find("error: "), std::string::npos);
+  EXPECT_NE(result.output.find("parallel.cluster"), std::string::npos) << result.output;
+}
+
+}  // namespace
+}  // namespace strata::testing
