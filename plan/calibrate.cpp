@@ -160,6 +160,39 @@ ClusterSpec calibrate_this_machine(const CalibrationShape& shape, int ranks_on_h
     MPI_Bcast(&waiting_share, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   }
 
+  // A message between two ranks while the others compute: ranks 0 and 1 ping-pong, computing
+  // between messages as pipeline stages do, and every other rank runs GEMMs until told to stop.
+  double busy_latency = 0;
+  if (ranks > cores && ranks >= 3) {
+    if (rank < 2) {
+      std::vector<double> times;
+      char token = 0;
+      for (int i = 0; i < 10 * shape.repeats; ++i) {
+        const auto start = Clock::now();
+        if (rank == 0) {
+          MPI_Send(&token, 1, MPI_CHAR, 1, 2, MPI_COMM_WORLD);
+          MPI_Recv(&token, 1, MPI_CHAR, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+          MPI_Recv(&token, 1, MPI_CHAR, 0, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Send(&token, 1, MPI_CHAR, 0, 2, MPI_COMM_WORLD);
+        }
+        times.push_back(std::chrono::duration<double>(Clock::now() - start).count() / 2);
+        gemm_seconds(shape.rows / 4, shape.width, 1);
+      }
+      std::sort(times.begin(), times.end());
+      busy_latency = times[times.size() / 2];
+      if (rank == 0)
+        for (int r = 2; r < ranks; ++r) MPI_Send(&token, 1, MPI_CHAR, r, 3, MPI_COMM_WORLD);
+    } else {
+      MPI_Request stop;
+      char token = 0;
+      MPI_Irecv(&token, 1, MPI_CHAR, 0, 3, MPI_COMM_WORLD, &stop);
+      for (int done = 0; !done; MPI_Test(&stop, &done, MPI_STATUS_IGNORE))
+        gemm_seconds(shape.rows / 4, shape.width, 1);
+    }
+    MPI_Bcast(&busy_latency, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  }
+
   // Links: pairs (2k, 2k+1) at once; rank 0's pair speaks for all. One rank: no link to time, and
   // a plan of one rank sends nothing.
   double link[2] = {1, 1e-6};  // (bandwidth GB/s, latency s)
@@ -195,6 +228,7 @@ ClusterSpec calibrate_this_machine(const CalibrationShape& shape, int ranks_on_h
   c.device.elementwise_gbs = rates.elementwise_gbs;
   c.device.op_overhead_us = 0;
   c.waiting_share = waiting_share;
+  c.busy_latency_us = busy_latency * 1e6;
   c.intra_node = LinkSpec{link[0], link[1] * 1e6};
   c.inter_node = c.intra_node;
   return c;

@@ -13,7 +13,10 @@
 //     machine: inter_node gets the same figures.
 //   waiting: when the ranks outnumber the cores, as many ranks as cores time the GEMMs again while
 //     the others wait in a blocking receive; the slowdown gives the share of a core a waiting
-//     rank takes (MPI polls while it waits): the cluster's waiting_share.
+//     rank takes (MPI polls while it waits): the cluster's waiting_share. And ranks 0 and 1
+//     ping-pong, computing between messages, while the others compute: the latency of a message
+//     whose peer must first get a core back (busy_latency_us; pipeline messages on a shared
+//     machine pay it).
 //   memory: this machine's RAM shared by the ranks; cores: this process's affinity mask.
 // The world's ranks are the cluster's devices (one node). Collective over MPI_COMM_WORLD; the
 // result is rank 0's measurement, broadcast, so every rank returns the same description.

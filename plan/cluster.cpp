@@ -135,6 +135,11 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
     cluster.waiting_share = top.non_negative("waiting_share");
     if (cluster.waiting_share > 1) fail(source_name, ": 'waiting_share' must be at most 1");
   }
+  if (top.child("busy_latency_us", false)) {
+    if (cluster.cores_per_node == 0)
+      fail(source_name, ": 'busy_latency_us' needs 'cores_per_node' (ranks sharing cores)");
+    cluster.busy_latency_us = top.non_negative("busy_latency_us");
+  }
   Section device = top.section("device");
   DeviceSpec& d = cluster.device;
   d.name = device.text("name");
@@ -181,6 +186,7 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
       << "devices_per_node: " << c.devices_per_node << "\n";
   if (c.cores_per_node > 0) out << "cores_per_node: " << c.cores_per_node << "\n";
   if (c.waiting_share > 0) out << "waiting_share: " << c.waiting_share << "\n";
+  if (c.busy_latency_us > 0) out << "busy_latency_us: " << c.busy_latency_us << "\n";
   out << "device:\n"
       << "  name: " << YAML::Node(d.name) << "\n"
       << "  memory_gib: " << d.memory_gib << "\n"

@@ -7,6 +7,8 @@
 //   cores_per_node: 2              # cpu only, optional: the cores a node's ranks share
 //   waiting_share: 0.1             # cpu only, optional: the share of a core a rank blocked in MPI
 //                                  # still takes from the others (it polls); default 0
+//   busy_latency_us: 800           # cpu only, optional: a point-to-point message's latency while
+//                                  # the other ranks compute (its peer waits for a core); default 0
 //   device:
 //     name: NVIDIA H100 SXM5 80GB
 //     memory_gib: 80               # usable by one rank
@@ -70,8 +72,9 @@ struct ClusterSpec {
   std::string backend = "cuda";  // cuda | cpu
   int nodes = 1;
   int devices_per_node = 1;
-  int cores_per_node = 0;    // cpu: the cores its ranks share (0: one each)
-  double waiting_share = 0;  // cpu: a core's share a rank waiting in MPI takes (0 to 1)
+  int cores_per_node = 0;      // cpu: the cores its ranks share (0: one each)
+  double waiting_share = 0;    // cpu: a core's share a rank waiting in MPI takes (0 to 1)
+  double busy_latency_us = 0;  // cpu: a message's latency while the other ranks compute
   DeviceSpec device;
   LinkSpec intra_node;
   LinkSpec inter_node;

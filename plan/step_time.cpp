@@ -23,7 +23,9 @@ const LinkSpec& link_of(const ClusterSpec& cluster, LinkClass link) {
 }  // namespace
 
 double event_seconds(const CommEvent& e, const ClusterSpec& cluster) {
-  const double latency = e.messages * link_of(cluster, e.slowest).latency_us * 1e-6;
+  double latency = e.messages * link_of(cluster, e.slowest).latency_us * 1e-6;
+  // A pipeline message on a shared machine waits for its peer to get a core back.
+  if (e.phase == CommPhase::pipeline) latency = std::max(latency, cluster.busy_latency_us * 1e-6);
   if (e.kind == "all_to_all") {
     double seconds = latency;
     for (const auto& [link, bytes] : e.bytes)

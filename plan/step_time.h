@@ -16,8 +16,9 @@
 //        + max over stages (optimizer + update gathers).
 // A cpu cluster is one host whose ranks share its cores (cores_per_node · nodes; nodes there are
 // simulated): each rank runs max(1, cores / ranks) threads, the pipeline clock shares the cores
-// among the ranks computing at each moment (plan/timed_pipeline.h), and the end-of-step work of
-// all ranks at once runs at their shared speed.
+// among the ranks computing at each moment (plan/timed_pipeline.h), a pipeline message takes at
+// least busy_latency_us (its peer must get a core back: measured by bench calibrate), and the
+// end-of-step work of all ranks at once runs at their shared speed.
 #pragma once
 
 #include <map>
@@ -54,7 +55,8 @@ struct StepTime {
   int threads = 1;            // per rank (cpu)
 };
 
-// Seconds of one call of `event` (α–β over its slowest link; an all-to-all sums its links).
+// Seconds of one call of `event` (α–β over its slowest link; an all-to-all sums its links; a
+// pipeline message at least the cluster's busy_latency_us).
 double event_seconds(const CommEvent& event, const ClusterSpec& cluster);
 
 // The step of `config`'s layout on `world_size` ranks of `cluster` (the config's

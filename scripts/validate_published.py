@@ -17,6 +17,8 @@ the same F, and compared.
     points (the paper prints none), read from the figures' vector data.
   * Figure 13 (161B: 32 layers, 128 heads, h 20480; 64 GPUs): pipeline x tensor at batch 32 and
     128, micro-batch not stated (1 assumed here).
+  Layouts with tensor parallelism across nodes (t = 16, 32 on 8-GPU nodes) are ones Strata
+  refuses (a tensor-parallel group must stay inside a node): listed as "refused", not predicted.
   * Table 1 (weak scaling, 1.7B to 1T on up to 3072 GPUs): printed in the paper. It used the
     interleaved schedule, which Strata does not have: the plain 1F1B prediction bounds it from
     below where pipelines are deep; the micro-batch is not stated (1 assumed).
@@ -71,6 +73,8 @@ parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, gpus_per_node: 8}}
                           "--world", str(tp * pp * dp), "--layout", "given", "--json", "true"],
                          capture_output=True, text=True)
     if out.returncode != 0:
+        if "must divide parallel.gpus_per_node" in out.stderr:
+            return None  # tensor parallelism across nodes: Strata refuses it
         sys.exit(out.stderr)
     return json.loads(out.stdout)
 
@@ -112,6 +116,9 @@ def main():
             series = {}
             for key, l, a, h, t, p, d, b, published in rows:
                 r = predict(args.build, work, l, a, h, t, p, d, b)
+                if r is None:
+                    print(f"| {b} | {l}/{h} | ({t}, {p}, {d}) | {published} | refused | | | | |")
+                    continue
                 step = r["step_ms"] / 1e3
                 tflops = flops_per_iteration(b, l, h) / (step * t * p * d) / 1e12
                 error = tflops / published - 1
