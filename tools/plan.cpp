@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "model/core/error.h"
 #include "plan/diloco_verdict.h"
@@ -133,18 +134,19 @@ void explain(const PlanCost& p, const ClusterSpec& cluster) {
 }
 
 void write_fragment(const std::string& path, const PlanLayout& layout) {
-  YAML::Node root;
+  // key.path=value overrides as a nested map (yaml-cpp's operator[] on a copied node would not
+  // attach new children to the root, so the tree is built from the root down each time).
+  YAML::Node root(YAML::NodeType::Map);
   for (const std::string& set : layout.overrides()) {
     const std::size_t eq = set.find('=');
     std::vector<std::string> keys;
-    for (std::size_t at = 0, dot; at <= eq; at = dot + 1) {
-      dot = std::min(set.find('.', at), eq);
-      keys.push_back(set.substr(at, dot - at));
-      if (dot == eq) break;
-    }
-    YAML::Node node = root;
-    for (std::size_t i = 0; i + 1 < keys.size(); ++i) node.reset(node[keys[i]]);
-    node[keys.back()] = YAML::Load(set.substr(eq + 1));
+    std::istringstream path_in(set.substr(0, eq));
+    for (std::string key; std::getline(path_in, key, '.');) keys.push_back(key);
+    const YAML::Node value = YAML::Load(set.substr(eq + 1));
+    if (keys.size() == 1) root[keys[0]] = value;
+    if (keys.size() == 2) root[keys[0]][keys[1]] = value;
+    if (keys.size() == 3) root[keys[0]][keys[1]][keys[2]] = value;
+    STRATA_CHECK(keys.size() <= 3, "a layout key deeper than three levels: ", set);
   }
   YAML::Emitter out;
   out << root;

@@ -2,7 +2,9 @@
 // chose, and trains with it; with the cluster measured at start-up (4 ranks) and with a cluster
 // file whose small memory rules most layouts out (the chosen one's account then fits the limit);
 // a cluster where nothing fits stops with one "nothing fits" error before anything is written;
-// parallel.cluster without parallel.auto is refused.
+// parallel.cluster without parallel.auto is refused. The `plan` tool prints its table, an
+// explanation and the best plan's overrides, which `train` accepts and trains with, and writes
+// them as a fragment; a bad cluster file is one error line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -115,6 +117,33 @@ TEST_F(PlanAuto, ClusterWithoutAutoIsRefused) {
   EXPECT_NE(result.status, 0);
   EXPECT_NE(result.output.find("error: "), std::string::npos);
   EXPECT_NE(result.output.find("parallel.cluster"), std::string::npos) << result.output;
+}
+
+TEST_F(PlanAuto, PlanToolsBestPlanTrains) {
+  const std::string cluster = dir_->str() + "/tool.yaml";
+  write_cluster(cluster, 1);
+  const std::string fragment = dir_->str() + "/best.yaml";
+  const auto planned = run_command(bin("plan") + " " + dir_->str() + "/config.yaml --cluster " +
+                                   cluster + " --world 4 --top 3 --explain 1 --out " + fragment);
+  ASSERT_EQ(planned.status, 0) << planned.output;
+  for (const char* part : {"layouts priced", "memory/device MiB", "best: tp", "time per stage",
+                           "memory per stage", "communication of rank 0", "wrote "})
+    EXPECT_NE(planned.output.find(part), std::string::npos) << part << "\n" << planned.output;
+  const std::string text = read_file(fragment);
+  EXPECT_NE(text.find("parallel:"), std::string::npos) << text;
+  EXPECT_NE(text.find("micro_batch:"), std::string::npos) << text;
+  // The printed command's overrides train.
+  const std::size_t at = planned.output.find(" --set ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string overrides = planned.output.substr(at, planned.output.find('\n', at) - at);
+  const auto run = run_command(mpirun(4) + bin("train") + " " + dir_->str() + "/config.yaml" +
+                               overrides + " --set run.name=planned --set train.steps=2");
+  EXPECT_EQ(run.status, 0) << overrides << "\n" << run.output;
+
+  const auto bad = run_command(bin("plan") + " " + dir_->str() + "/config.yaml --cluster " +
+                               dir_->str() + "/missing.yaml");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_EQ(bad.output.rfind("error: ", 0), 0u) << bad.output;
 }
 
 }  // namespace

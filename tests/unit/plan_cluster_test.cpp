@@ -94,6 +94,19 @@ TEST(ClusterSpec, BadFilesNameTheKey) {
   yaml = kValid;
   yaml.replace(yaml.find("    elementwise_gbs: 800\n"), 25, "");
   EXPECT_EQ(error_of(yaml), "c.yaml: missing key 'device.sustained.elementwise_gbs'");
+  yaml = kValid + "waiting_share: 0.1\n";
+  EXPECT_EQ(error_of(yaml), "c.yaml: 'waiting_share' needs 'cores_per_node' (ranks sharing cores)");
+  std::string cpu = kValid;
+  cpu.replace(cpu.find("backend: cuda"), 13, "backend: cpu");
+  EXPECT_EQ(error_of(cpu + "cores_per_node: 2\nwaiting_share: 1.5\n"),
+            "c.yaml: 'waiting_share' must be at most 1");
+  EXPECT_EQ(error_of(cpu + "cores_per_node: 2\nbusy_latency_us: -1\n"),
+            "c.yaml: 'busy_latency_us' must be zero or positive, got -1");
+  const ClusterSpec shared =
+      parse_cluster(cpu + "cores_per_node: 2\nwaiting_share: 0.25\nbusy_latency_us: 800\n", "c");
+  EXPECT_EQ(shared.waiting_share, 0.25);
+  EXPECT_EQ(shared.busy_latency_us, 800);
+  EXPECT_EQ(parse_cluster(cluster_to_yaml(shared), "round trip"), shared);
   EXPECT_NE(error_of("[").find("c.yaml: invalid YAML"), std::string::npos);
 }
 
