@@ -9,6 +9,7 @@
 #include "parallel/reduction_plan.h"
 #include "parallel/segment_collectives.h"
 #include "parallel/sharded_parameters.h"
+#include "plan/rank_model.h"
 #include "plan/zero3_gathers.h"
 #include "train/training_backend.h"
 
@@ -146,9 +147,8 @@ constexpr std::uint64_t kScalar = sizeof(double);  // the loss and the norm are 
 
 CommPrediction predict_communication(const Config& config, int world_size, int stage, int tp_rank,
                                      int dp_rank) {
-  const MeshShape mesh = resolve_mesh(config, world_size);
-  STRATA_CHECK(stage >= 0 && stage < mesh.pp && tp_rank >= 0 && tp_rank < mesh.tp && dp_rank >= 0 &&
-               dp_rank < mesh.dp);
+  const RankModel rank = rank_model(config, world_size, stage, tp_rank, dp_rank);
+  const MeshShape& mesh = rank.mesh;
   const int gpn = config.parallel.gpus_per_node;
   const Mesh place(mesh, Mesh::world_rank_of(mesh, tp_rank, dp_rank, stage), gpn);
   const int me = place.world_rank();
@@ -159,12 +159,9 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   const GroupView inter = view_of(CommGroup::dp_inter_node, place.dp_inter_node_group(), me, gpn);
 
   const ModelConfig& m = config.model;
-  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
-  const ModelPartition partition = model_partition(config, mesh, tp_rank, stage);
-  const ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
-  const ReductionPlan plan = make_reduction_plan(
-      layout, reduction_placement(config, shape, mesh, tp_rank, stage, dp_rank));
-  const int micro_batches = config.train.global_batch / (config.train.micro_batch * mesh.dp);
+  const ModelPartition& partition = rank.partition;
+  const ReductionPlan& plan = rank.plan;
+  const int micro_batches = rank.micro_batches;
   const bool sp = config.parallel.sequence_parallel && mesh.tp > 1;
   const std::uint64_t rows = static_cast<std::uint64_t>(config.train.micro_batch) * m.seq_len;
   const std::uint64_t full = rows * m.d_model * sizeof(float);  // (N, C), the CPU model's floats
@@ -209,7 +206,7 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
 
   // ZeRO 2 and 3: each segment's gradients reduce-scattered over dp after every backward pass
   // (micro_batch, or a step of one micro-batch) or once after the last (step).
-  const std::vector<ParameterSegment> segments = layout.segments();
+  const std::vector<ParameterSegment> segments = rank.layout.segments();
   if (plan.gradients_by_segment && dp.size() > 1) {
     const bool every_pass =
         config.parallel.zero.gradient_reduction == "micro_batch" || micro_batches == 1;

@@ -7,6 +7,7 @@
 #include "model/parameter_layout.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/reduction_plan.h"
+#include "plan/rank_model.h"
 #include "plan/zero3_gathers.h"
 
 namespace strata {
@@ -79,17 +80,11 @@ std::size_t gathered_weight_bytes(const ParameterLayout& layout, const Reduction
 
 MemoryAccount predict_memory(const Config& config, int world_size, int stage, int tp_rank,
                              int dp_rank) {
-  const MeshShape mesh = resolve_mesh(config, world_size);
-  STRATA_CHECK(stage >= 0 && stage < mesh.pp && tp_rank >= 0 && tp_rank < mesh.tp && dp_rank >= 0 &&
-               dp_rank < mesh.dp);
-  const ModelConfig& m = config.model;
-  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
-  const ModelPartition partition = model_partition(config, mesh, tp_rank, stage);
-  const ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
-
-  // The reduction plan as the trainer makes it (train/trainer.cpp make_backend).
-  const ReductionPlan plan = make_reduction_plan(
-      layout, reduction_placement(config, shape, mesh, tp_rank, stage, dp_rank));
+  const RankModel rank = rank_model(config, world_size, stage, tp_rank, dp_rank);
+  const MeshShape& mesh = rank.mesh;
+  const ModelPartition& partition = rank.partition;
+  const ParameterLayout& layout = rank.layout;
+  const ReductionPlan& plan = rank.plan;
   const bool first = stage == 0, last = stage == mesh.pp - 1;
 
   MemoryAccount account;
@@ -102,7 +97,7 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
                                    reduction_scratch_floats(plan.parameters, mesh)) *
                           sizeof(float);
 
-  const int accumulation = config.train.global_batch / (config.train.micro_batch * mesh.dp);
+  const int accumulation = rank.micro_batches;
   account.secondary_weights = secondary_weight_bytes(layout, config, mesh);
   account.gradient_buckets =
       gradient_bucket_bytes(layout, plan, config.parallel.zero, accumulation, first, last);
@@ -115,7 +110,7 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
       gathered_weight_bytes(layout, plan, partition, program[static_cast<std::size_t>(stage)]);
   const int slots = std::max(1, stats.max_activations_held[static_cast<std::size_t>(stage)]);
   const ActivationElements activations = activation_elements(
-      shape, partition, config.train.micro_batch, recompute_from_name(config.recompute));
+      rank.shape, partition, config.train.micro_batch, recompute_from_name(config.recompute));
   account.activations = (activations.workspace + slots * activations.per_slot) * sizeof(float);
   return account;
 }

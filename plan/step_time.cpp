@@ -7,6 +7,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/reduction_plan.h"
 #include "plan/compute_model.h"
+#include "plan/rank_model.h"
 #include "plan/timed_pipeline.h"
 #include "train/training_backend.h"
 
@@ -58,8 +59,8 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
 
   std::vector<StageDurations> durations;
   for (int stage = 0; stage < mesh.pp; ++stage) {
-    const ModelPartition partition = model_partition(config, mesh, 0, stage);
-    const PassWork work = micro_batch_work(config, partition, element_bytes);
+    const RankModel rank = rank_model(config, world_size, stage, 0, 0);
+    const PassWork work = micro_batch_work(config, rank.partition, element_bytes);
     StageTime t;
     t.forward_compute = seconds_of(work.forward, cluster, compute, step.threads);
     t.backward_compute = seconds_of(work.backward, cluster, compute, step.threads);
@@ -101,11 +102,9 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     t.backward = t.backward_compute +
                  (backward_comm + (1 - forward_share) * t.gather_exposed) / micro_batches;
 
-    const ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
-    const ReductionPlan plan =
-        make_reduction_plan(layout, reduction_placement(config, shape, mesh, 0, stage, 0));
-    t.optimizer = seconds_of(optimizer_work(config, plan.owned.size(), plan.gradient_range.size()),
-                             cluster, compute, step.threads);
+    t.optimizer =
+        seconds_of(optimizer_work(config, rank.plan.owned.size(), rank.plan.gradient_range.size()),
+                   cluster, compute, step.threads);
     double messages = 0;
     for (const CommEvent& e : comm.events)
       if (e.phase == CommPhase::pipeline) messages += event_seconds(e, cluster) * e.repeats;

@@ -85,6 +85,8 @@ done
 
 "$PYTHON" - "$results" <<'EOF'
 import json, statistics, sys
+sys.path.insert(0, "scripts")
+from rank_correlation import spearman
 runs = [json.loads(l) for l in open(sys.argv[1])]
 rows = []  # one per layout: the median over its rounds
 for layout in dict.fromkeys(r["layout"] + str(r["choice"]) for r in runs):
@@ -93,25 +95,6 @@ for layout in dict.fromkeys(r["layout"] + str(r["choice"]) for r in runs):
     row["measured_ms"] = statistics.median(r["measured_ms"] for r in same)
     row["rounds_ms"] = [r["measured_ms"] for r in same]
     rows.append(row)
-
-def ranks(values):
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    r = [0.0] * len(values)
-    i = 0
-    while i < len(order):  # ties share their mean rank
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            r[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return r
-
-def spearman(a, b):
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = statistics.mean(ra), statistics.mean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
 
 print("\n| layout | predicted ms | measured ms (rounds) | error | predicted MiB | account MiB | peak RSS MiB |")
 print("|---|---:|---:|---:|---:|---:|---:|")

@@ -33,6 +33,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rank_correlation import spearman  # noqa: E402
+
 S, V = 2048, 51200
 CLUSTER = "configs/clusters/a100_sxm_ib200.yaml"
 
@@ -77,27 +80,6 @@ parallel: {{tp: {tp}, pp: {pp}, dp: {dp}, gpus_per_node: 8}}
             return None  # tensor parallelism across nodes: Strata refuses it
         sys.exit(out.stderr)
     return json.loads(out.stdout)
-
-
-def ranks(values):
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    r = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            r[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return r
-
-
-def spearman(a, b):
-    ra, rb = ranks(a), ranks(b)
-    ma, mb = statistics.mean(ra), statistics.mean(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
-    return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
 
 
 def main():
