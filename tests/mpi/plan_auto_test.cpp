@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 
 #include "tests/mpi/layout_runs.h"
@@ -34,16 +34,18 @@ AutoRun train_auto(const TempDir& dir, const std::string& name, const std::strin
 // The chosen layout's "tpT ppP dpD" from the report, and the trainer's own mesh line agree.
 void expect_chosen_layout_runs(const AutoRun& run) {
   ASSERT_EQ(run.status, 0) << run.output;
-  std::smatch chosen, mesh;
-  ASSERT_TRUE(std::regex_search(run.output, chosen,
-                                std::regex("parallel.auto: tp(\\d+) pp(\\d+) dp(\\d+)")))
-      << run.output;
-  ASSERT_TRUE(
-      std::regex_search(run.output, mesh, std::regex("mesh tp (\\d+) x dp (\\d+) x pp (\\d+)")))
-      << run.output;
-  EXPECT_EQ(chosen[1], mesh[1]);
-  EXPECT_EQ(chosen[2], mesh[3]);
-  EXPECT_EQ(chosen[3], mesh[2]);
+  int chosen[3] = {0, 0, 0}, mesh[3] = {0, 0, 0};  // (tp, pp, dp)
+  const std::size_t report = run.output.find("parallel.auto: tp");
+  const std::size_t line = run.output.find("mesh tp ");
+  ASSERT_NE(report, std::string::npos) << run.output;
+  ASSERT_NE(line, std::string::npos) << run.output;
+  ASSERT_EQ(std::sscanf(run.output.c_str() + report, "parallel.auto: tp%d pp%d dp%d", &chosen[0],
+                        &chosen[1], &chosen[2]),
+            3);
+  ASSERT_EQ(std::sscanf(run.output.c_str() + line, "mesh tp %d x dp %d x pp %d", &mesh[0], &mesh[2],
+                        &mesh[1]),
+            3);
+  for (int axis = 0; axis < 3; ++axis) EXPECT_EQ(chosen[axis], mesh[axis]) << "axis " << axis;
   const auto losses = metric(run.run_dir, "loss");
   ASSERT_EQ(losses.size(), 4u);
   for (double loss : losses) EXPECT_TRUE(std::isfinite(loss));

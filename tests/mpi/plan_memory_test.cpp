@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -44,13 +43,30 @@ BytesByKind logged_comm_bytes(const std::string& run_dir, int step) {
   const std::size_t at = line.find(key);
   EXPECT_NE(at, std::string::npos) << "no comm_bytes for step " << step;
   if (at == std::string::npos) return {};
-  const std::string object = line.substr(at + key.size(), line.find("}}", at) + 1 - at);
+  // {"kind": {"link": bytes, ...}, ...}: quoted names, numbers, braces, no strings inside.
+  const std::size_t begin = at + key.size(), close = line.find("}}", begin);
+  EXPECT_NE(close, std::string::npos) << line;
+  if (close == std::string::npos) return {};
+  const std::string object = line.substr(begin, close + 1 - begin);
   BytesByKind bytes;
-  const std::regex kind_re("\"(\\w+)\": \\{([^}]*)\\}"), link_re("\"(\\w+)\": (\\d+)");
-  for (std::sregex_iterator k(object.begin(), object.end(), kind_re), end; k != end; ++k) {
-    const std::string links = (*k)[2];
-    for (std::sregex_iterator l(links.begin(), links.end(), link_re); l != end; ++l)
-      if (std::stod((*l)[2]) > 0) bytes[(*k)[1]][(*l)[1]] = std::stod((*l)[2]);
+  std::string kind;
+  for (std::size_t i = 0; i < object.size();) {
+    if (object[i] != '"') {
+      if (object[i] == '}') kind.clear();
+      ++i;
+      continue;
+    }
+    const std::size_t end = object.find('"', i + 1);
+    if (end == std::string::npos) break;
+    const std::string name = object.substr(i + 1, end - i - 1);
+    i = object.find_first_not_of(": ", end + 1);
+    if (i == std::string::npos) break;
+    if (object[i] == '{') {
+      kind = name;
+      continue;
+    }
+    const double value = std::strtod(object.c_str() + i, nullptr);
+    if (value > 0) bytes[kind][name] = value;
   }
   return bytes;
 }
