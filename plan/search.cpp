@@ -10,6 +10,7 @@
 #include "plan/compute_model.h"
 #include "plan/memory_model.h"
 #include "plan/stage_split.h"
+#include "train/config_fields.h"
 
 namespace strata {
 
@@ -84,9 +85,28 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
+// The base config with `layout`'s keys set, checked by the trainer's own validation (the same
+// rules as a file with those --set overrides; set directly, as parsing YAML for each of thousands
+// of candidates would dominate the search).
 Config with_layout(const Config& base, const PlanLayout& layout) {
-  std::vector<std::string> overrides = layout.overrides();
-  return parse_config(config_to_yaml(base), "plan", overrides);
+  Config config = base;
+  ParallelConfig& p = config.parallel;
+  p.tp = layout.tp;
+  p.pp = layout.pp;
+  p.dp = layout.dp;
+  config.train.micro_batch = layout.micro_batch;
+  p.pipeline_schedule = layout.schedule;
+  p.sequence_parallel = layout.sequence_parallel;
+  config.recompute = layout.recompute;
+  p.zero.stage = layout.zero_stage;
+  p.zero.gradient_reduction = layout.gradient_reduction;
+  p.zero.hierarchical_partition = layout.hpz;
+  p.zero.quantized_weights = layout.qwz;
+  p.zero.quantized_gradients = layout.qgz;
+  p.pp_layers = layout.pp_layers;
+  p.gpus_per_node = layout.gpus_per_node;
+  config_detail::validate_config(config, config_detail::ConfigSource("plan"));
+  return config;
 }
 
 // The candidate layouts before the stage split (balanced layers).
