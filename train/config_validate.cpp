@@ -151,7 +151,8 @@ void validate_parallel(const Config& c, const Rules& rules) {
 
   // NCCL carries device arrays: a run on the CPU has none.
   if (!p.cluster.empty() && !p.auto_layout)
-    rules.fail("parallel.cluster", "describes the cluster parallel.auto plans for; set "
+    rules.fail("parallel.cluster",
+               "describes the cluster parallel.auto plans for; set "
                "parallel.auto: true or remove it");
   if (p.device_comm == "nccl" && c.device == "cpu")
     rules.fail("parallel.device_comm", "nccl needs device cuda or auto, not cpu");
