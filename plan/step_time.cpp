@@ -105,11 +105,6 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     t.optimizer =
         seconds_of(optimizer_work(config, rank.plan.owned.size(), rank.plan.gradient_range.size()),
                    cluster, compute, step.threads);
-    double messages = 0;
-    for (const CommEvent& e : comm.events)
-      if (e.phase == CommPhase::pipeline) messages += event_seconds(e, cluster) * e.repeats;
-    t.busy = micro_batches * (t.forward + t.backward) + messages + t.step_comm + t.optimizer +
-             t.update_comm;
     if (stage == 0) step.rank0_comm = comm;
     durations.push_back(StageDurations{t.forward, t.backward, t.message});
     step.stages.push_back(std::move(t));

@@ -40,7 +40,6 @@ struct StageTime {
   double step_comm = 0;       // after the passes
   double optimizer = 0;
   double update_comm = 0;                    // after the optimizer
-  double busy = 0;                           // per step: everything this rank does
   std::map<LinkClass, double> comm_seconds;  // per step, by link class
 };
 

@@ -11,38 +11,24 @@
 #include "plan/cluster.h"
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
+#include "tests/unit/plan_support.h"
 #include "train/config.h"
 
 namespace strata {
 namespace {
 
-ClusterSpec small_cluster(double memory_gib) {
-  ClusterSpec c;
-  c.name = "small";
-  c.nodes = 2;
-  c.devices_per_node = 2;
-  c.device.memory_gib = memory_gib;
-  c.device.peak_tflops = {100, 100, 100};
-  c.device.matmul_tflops = {60, 60, 60};
-  c.device.attention_tflops = {30, 30, 30};
-  c.device.elementwise_gbs = 1000;
-  c.device.memory_bandwidth_gbs = 1000;
-  c.device.op_overhead_us = 5;
-  c.intra_node = {100, 2};
-  c.inter_node = {10, 5};
-  return c;
-}
+using testing::test_cluster;
 
+// The test config in micro-batches of 2 sequences, 16 per step: a search small enough to stay
+// quick in the sanitizer build.
 Config model(const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> sets = {
-      "model.n_layer=8",       "model.n_head=8",        "model.d_model=512",   "model.seq_len=256",
-      "model.vocab_size=8192", "train.global_batch=16", "train.micro_batch=2", "data.train=unused"};
+  std::vector<std::string> sets = {"train.global_batch=16", "train.micro_batch=2"};
   sets.insert(sets.end(), extra.begin(), extra.end());
-  return parse_config("", "test", sets);
+  return testing::planner_config(sets);
 }
 
 TEST(PlanSearch, PlansAreValidFittingFirstFastestFirst) {
-  const ClusterSpec cluster = small_cluster(80);
+  const ClusterSpec cluster = test_cluster(80);
   const std::vector<PlanCost> plans = search_layouts(model(), cluster, 4);
   ASSERT_GT(plans.size(), 50u);
   ASSERT_TRUE(plans.front().fits());
@@ -68,7 +54,7 @@ TEST(PlanSearch, AHeavyHeadTakesLayersOffTheLastStage) {
   // A vocabulary of 64k makes the head cost several layers: the split moves layers forward.
   const Config heavy = model({"model.vocab_size=65536"});
   bool seen = false;
-  for (const PlanCost& plan : search_layouts(heavy, small_cluster(80), 4)) {
+  for (const PlanCost& plan : search_layouts(heavy, test_cluster(80), 4)) {
     if (plan.layout.pp != 2 || plan.layout.pp_layers.empty()) continue;
     EXPECT_GT(plan.layout.pp_layers[0], plan.layout.pp_layers[1]) << plan.layout.name();
     seen = true;
@@ -79,7 +65,7 @@ TEST(PlanSearch, AHeavyHeadTakesLayersOffTheLastStage) {
 TEST(PlanSearch, NothingFitsNamesTheClosestPlan) {
   const Config huge = model({"model.n_layer=8", "model.d_model=4096", "model.n_head=32"});
   try {
-    best_layout(huge, small_cluster(1), 4);
+    best_layout(huge, test_cluster(1), 4);
     FAIL() << "a 1.6B-parameter model fitted 1 GiB devices";
   } catch (const Error& e) {
     const std::string message = e.what();
@@ -89,7 +75,7 @@ TEST(PlanSearch, NothingFitsNamesTheClosestPlan) {
     EXPECT_NE(message.find("over"), std::string::npos) << message;
   }
   // The closest plan needs the least memory of all; it splits or shards the model.
-  const std::vector<PlanCost> plans = search_layouts(huge, small_cluster(1), 4);
+  const std::vector<PlanCost> plans = search_layouts(huge, test_cluster(1), 4);
   EXPECT_FALSE(plans.front().fits());
   for (const PlanCost& plan : plans) EXPECT_LE(plans.front().memory_bytes, plan.memory_bytes);
   EXPECT_TRUE(plans.front().layout.zero_stage == 3 || plans.front().layout.tp > 1 ||
@@ -99,7 +85,7 @@ TEST(PlanSearch, NothingFitsNamesTheClosestPlan) {
 
 TEST(DilocoVerdict, ASlowLinkFavoursDiloco) {
   // Two sites of two devices joined by 1 Gb/s and 50 ms (as configs/clusters/h100_diloco_wan.yaml).
-  ClusterSpec wan = small_cluster(80);
+  ClusterSpec wan = test_cluster(80);
   wan.inter_worker = LinkSpec{0.125, 50000};
   const Config gpt =
       model({"model.n_layer=4", "model.d_model=768", "model.n_head=12", "model.vocab_size=50257",

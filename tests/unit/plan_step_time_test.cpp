@@ -11,6 +11,7 @@
 #include "plan/cluster.h"
 #include "plan/step_time.h"
 #include "plan/timed_pipeline.h"
+#include "tests/unit/plan_support.h"
 #include "train/config.h"
 
 namespace strata {
@@ -51,32 +52,11 @@ TEST(PipelineClock, UnevenPassesAndMessages) {
   EXPECT_GT(slow.bubble_fraction, even.bubble_fraction);
 }
 
-ClusterSpec test_cluster(double inter_node_gbs) {
-  ClusterSpec c;
-  c.name = "test";
-  c.nodes = 4;
-  c.devices_per_node = 2;
-  c.device.memory_gib = 80;
-  c.device.peak_tflops = {100, 100, 100};
-  c.device.matmul_tflops = {50, 50, 50};
-  c.device.attention_tflops = {20, 20, 20};
-  c.device.elementwise_gbs = 1000;
-  c.device.memory_bandwidth_gbs = 1000;
-  c.intra_node = {100, 2};
-  c.inter_node = {inter_node_gbs, 5};
-  return c;
-}
-
-Config model_config(const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {
-      "model.n_layer=8",       "model.n_head=8",        "model.d_model=512",   "model.seq_len=256",
-      "model.vocab_size=8192", "train.global_batch=32", "train.micro_batch=4", "data.train=unused"};
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  return parse_config("", "test", all);
-}
+using testing::planner_config;
+using testing::test_cluster;
 
 TEST(StepTime, EventsAreAlphaBetaOverTheirSlowestLink) {
-  const ClusterSpec c = test_cluster(10);
+  const ClusterSpec c = test_cluster(80, 10);
   CommEvent ring{"all_reduce",
                  CommGroup::dp,
                  CommPhase::step,
@@ -98,25 +78,25 @@ TEST(StepTime, EventsAreAlphaBetaOverTheirSlowestLink) {
 }
 
 TEST(StepTime, TermsReactAsTheyMust) {
-  const ClusterSpec fast = test_cluster(10);
-  const StepTime one = predict_step_time(model_config({}), fast, 1);
-  const StepTime twice = predict_step_time(model_config({"train.global_batch=64"}), fast, 1);
+  const ClusterSpec fast = test_cluster(80, 10);
+  const StepTime one = predict_step_time(planner_config({}), fast, 1);
+  const StepTime twice = predict_step_time(planner_config({"train.global_batch=64"}), fast, 1);
   EXPECT_NEAR(twice.seconds - twice.stages[0].optimizer,
               2 * (one.seconds - one.stages[0].optimizer), 1e-9 * one.seconds);
   EXPECT_GT(one.mfu, 0);
   EXPECT_LT(one.mfu, 0.5);  // matmul at half the peak, the rest slower
 
   // dp 2 inside a node (2 per node) against dp 2 across nodes (1 per node); tp 2 inside.
-  const StepTime inside = predict_step_time(model_config({"parallel.gpus_per_node=2"}), fast, 2);
-  const StepTime across = predict_step_time(model_config({"parallel.gpus_per_node=1"}), fast, 2);
+  const StepTime inside = predict_step_time(planner_config({"parallel.gpus_per_node=2"}), fast, 2);
+  const StepTime across = predict_step_time(planner_config({"parallel.gpus_per_node=1"}), fast, 2);
   EXPECT_GT(across.seconds, inside.seconds);
   EXPECT_LT(inside.seconds, one.seconds);
-  const StepTime tp = predict_step_time(model_config({"parallel.tp=2"}), fast, 2);
+  const StepTime tp = predict_step_time(planner_config({"parallel.tp=2"}), fast, 2);
   EXPECT_LT(tp.seconds, one.seconds);
   EXPECT_GT(tp.stages[0].pass_comm, 0);
 
   // Pipeline stages: a bubble, and the step is at least the pipeline.
-  const StepTime piped = predict_step_time(model_config({"parallel.pp=4"}), fast, 4);
+  const StepTime piped = predict_step_time(planner_config({"parallel.pp=4"}), fast, 4);
   EXPECT_GT(piped.bubble_fraction, 0.2);
   EXPECT_GE(piped.seconds, piped.pipeline);
 
@@ -126,10 +106,10 @@ TEST(StepTime, TermsReactAsTheyMust) {
   cpu.nodes = 1;
   cpu.devices_per_node = 8;
   cpu.cores_per_node = 2;
-  const StepTime shared = predict_step_time(model_config({"parallel.pp=8"}), cpu, 8);
+  const StepTime shared = predict_step_time(planner_config({"parallel.pp=8"}), cpu, 8);
   // One rank runs 2 threads; eight share the two cores: no faster than the one (but for the
   // optimizer, which pipeline stages split).
-  const StepTime alone = predict_step_time(model_config({}), cpu, 1);
+  const StepTime alone = predict_step_time(planner_config({}), cpu, 1);
   EXPECT_EQ(alone.threads, 2);
   EXPECT_EQ(shared.threads, 1);
   EXPECT_GE(shared.seconds, alone.seconds - alone.stages[0].optimizer);
