@@ -78,6 +78,11 @@ struct GroupView {
                : LinkClass::inter_node;
   }
   LinkClass successor_link() const { return link(rank, (rank + 1) % size()); }
+  int node_members() const {
+    int count = 0;
+    for (int r = 0; r < size(); ++r) count += link(rank, r) == LinkClass::intra_node;
+    return count;
+  }
   // The slowest hop of the ring (what paces every member of a ring collective).
   LinkClass ring_slowest() const {
     for (int r = 0; r < size(); ++r)
@@ -102,8 +107,9 @@ class StepEvents {
   void ring(const GroupView& g, const char* kind, std::uint64_t sent, int hops, CommPhase phase,
             int repeats, const char* what) {
     if (g.size() <= 1 || repeats == 0) return;
-    CommEvent e{kind, g.group,          phase,   {{g.successor_link(), sent}},
-                hops, g.ring_slowest(), repeats, what};
+    CommEvent e{
+        kind,    g.group, phase,           {{g.successor_link(), sent}}, hops, g.ring_slowest(),
+        repeats, what,    g.node_members()};
     out_.events.push_back(std::move(e));
   }
   void all_reduce(const GroupView& g, std::uint64_t bytes, CommPhase phase, int repeats,
@@ -146,7 +152,7 @@ constexpr std::uint64_t kScalar = sizeof(double);  // the loss and the norm are 
 }  // namespace
 
 CommPrediction predict_communication(const Config& config, int world_size, int stage, int tp_rank,
-                                     int dp_rank) {
+                                     int dp_rank, std::size_t row_element_bytes) {
   const RankModel rank = rank_model(config, world_size, stage, tp_rank, dp_rank);
   const MeshShape& mesh = rank.mesh;
   const int gpn = config.parallel.gpus_per_node;
@@ -164,8 +170,9 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   const int micro_batches = rank.micro_batches;
   const bool sp = config.parallel.sequence_parallel && mesh.tp > 1;
   const std::uint64_t rows = static_cast<std::uint64_t>(config.train.micro_batch) * m.seq_len;
-  const std::uint64_t full = rows * m.d_model * sizeof(float);  // (N, C), the CPU model's floats
-  const std::uint64_t local = sp ? full / mesh.tp : full;       // the residual stream's rows
+  const std::uint64_t full = rows * m.d_model * row_element_bytes;  // (N, C), summed over tp
+  // The residual stream's rows crossing a stage boundary: host fp32 on both backends.
+  const std::uint64_t boundary = rows * m.d_model * sizeof(float) / (sp ? mesh.tp : 1);
   const int layers = partition.layers();
   const Recompute recompute = recompute_from_name(config.recompute);
 
@@ -201,8 +208,9 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
 
   // Pipeline messages, per micro-batch (parallel/pipeline_executor.h).
   if (stage + 1 < mesh.pp)
-    events.send(pp, stage + 1, local, CommPhase::pipeline, micro_batches, "activations");
-  if (stage > 0) events.send(pp, stage - 1, local, CommPhase::pipeline, micro_batches, "gradients");
+    events.send(pp, stage + 1, boundary, CommPhase::pipeline, micro_batches, "activations");
+  if (stage > 0)
+    events.send(pp, stage - 1, boundary, CommPhase::pipeline, micro_batches, "gradients");
 
   // ZeRO 2 and 3: each segment's gradients reduce-scattered over dp after every backward pass
   // (micro_batch, or a step of one micro-batch) or once after the last (step).

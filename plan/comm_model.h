@@ -49,6 +49,10 @@ struct CommEvent {
   LinkClass slowest = LinkClass::intra_node;
   int repeats = 1;   // calls per step
   std::string what;  // e.g. "layer sums", "tied wte exchange" (for --explain)
+  // A ring collective's members on the predicted rank's node: NCCL runs a ring that crosses
+  // nodes as several channels, one per NIC, so its node-crossing hop can use this many devices'
+  // inter-node links at once (1 for transfers and all-to-alls: each uses its own device's link).
+  int node_members = 1;
 
   std::uint64_t total_bytes() const;
 };
@@ -65,8 +69,13 @@ struct CommPrediction {
 
 // The rank at pipeline stage `stage`, tensor-parallel rank `tp_rank` and data-parallel rank
 // `dp_rank` of `config` on `world_size` ranks (under DiLoCo: in the first worker, inner steps).
+// `row_element_bytes` is one element of the activation rows that the tensor-parallel sums and
+// gathers move: 4 on the cpu backend (fp32 storage under emulated mixed precision), the compute
+// type's size on cuda (model/gpt_cuda.cu sums its bf16/fp16 rows as they are;
+// plan/compute_model.h's activation_element_bytes). Everything else moves fp32 on both.
 CommPrediction predict_communication(const Config& config, int world_size, int stage = 0,
-                                     int tp_rank = 0, int dp_rank = 0);
+                                     int tp_rank = 0, int dp_rank = 0,
+                                     std::size_t row_element_bytes = sizeof(float));
 
 const char* comm_group_name(CommGroup group);
 

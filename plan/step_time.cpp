@@ -21,6 +21,18 @@ const LinkSpec& link_of(const ClusterSpec& cluster, LinkClass link) {
   return cluster.inter_node;
 }
 
+// The pace of a ring collective or a transfer: its slowest link's bandwidth. On a cuda cluster
+// NCCL splits a ring that crosses nodes into channels, one per NIC, so its node-crossing hop runs
+// on as many devices' inter-node links as the group has members on a node (NCCL's multi-rail
+// rings: a data-parallel ring with 8 members per node moves 8 links' worth), up to the pace of
+// its hops inside the node. MPI's rings on a cpu cluster cross each node on one link.
+double ring_bandwidth_gbs(const CommEvent& e, const ClusterSpec& cluster) {
+  const double slowest = link_of(cluster, e.slowest).bandwidth_gbs;
+  if (cluster.backend != "cuda" || e.slowest != LinkClass::inter_node || e.node_members <= 1)
+    return slowest;
+  return std::min(cluster.intra_node.bandwidth_gbs, slowest * e.node_members);
+}
+
 }  // namespace
 
 double event_seconds(const CommEvent& e, const ClusterSpec& cluster) {
@@ -33,8 +45,7 @@ double event_seconds(const CommEvent& e, const ClusterSpec& cluster) {
       seconds += static_cast<double>(bytes) / (link_of(cluster, link).bandwidth_gbs * 1e9);
     return seconds;
   }
-  return latency +
-         static_cast<double>(e.total_bytes()) / (link_of(cluster, e.slowest).bandwidth_gbs * 1e9);
+  return latency + static_cast<double>(e.total_bytes()) / (ring_bandwidth_gbs(e, cluster) * 1e9);
 }
 
 StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int world_size) {
@@ -64,7 +75,8 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     StageTime t;
     t.forward_compute = seconds_of(work.forward, cluster, compute, step.threads);
     t.backward_compute = seconds_of(work.backward, cluster, compute, step.threads);
-    const CommPrediction comm = predict_communication(config, world_size, stage);
+    const CommPrediction comm =
+        predict_communication(config, world_size, stage, 0, 0, element_bytes);
     double forward_comm = 0, backward_comm = 0, gathers = 0;
     for (const CommEvent& e : comm.events) {
       const double seconds = event_seconds(e, cluster) * e.repeats;

@@ -55,7 +55,9 @@ struct StepTime {
 };
 
 // Seconds of one call of `event` (α–β over its slowest link; an all-to-all sums its links; a
-// pipeline message at least the cluster's busy_latency_us).
+// pipeline message at least the cluster's busy_latency_us; on a cuda cluster a ring that crosses
+// nodes with k members on each runs its node-crossing hop on k devices' links, NCCL's multi-rail
+// channels, up to the bandwidth inside the node).
 double event_seconds(const CommEvent& event, const ClusterSpec& cluster);
 
 // The step of `config`'s layout on `world_size` ranks of `cluster` (the config's

@@ -1,4 +1,5 @@
-"""Spearman's rank correlation, for the planner's validation scripts (ties share their mean rank)."""
+"""Rank agreement for the planner's validation scripts: Spearman's rank correlation (ties share
+their mean rank) and the pairs a prediction orders against the measurement."""
 import statistics
 
 
@@ -21,3 +22,18 @@ def spearman(a, b):
     ma, mb = statistics.mean(ra), statistics.mean(rb)
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
     return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+
+
+def discordant_pairs(measured, predicted, resolution):
+    """(pairs ordered wrongly, pairs compared): only the pairs whose measured values differ by more
+    than `resolution` (relative) are compared; closer ones are within the measurement's noise."""
+    wrong = compared = 0
+    for i in range(len(measured)):
+        for j in range(i + 1, len(measured)):
+            low, high = sorted((measured[i], measured[j]))
+            if high <= low * (1 + resolution):
+                continue
+            compared += 1
+            if (measured[i] - measured[j]) * (predicted[i] - predicted[j]) <= 0:
+                wrong += 1
+    return wrong, compared

@@ -1,6 +1,8 @@
 // The step-time model (plan/step_time.h): the pipeline clock reproduces the schedule simulator's
 // makespan and bubble with unit passes and the closed form (m + p − 1)(F + B) with uneven ones;
-// a collective's time is its α–β over the slowest link; the model's terms react as they must
+// a collective's time is its α–β over the slowest link (a cuda ring crossing nodes on as many
+// links as it has members on a node); tensor-parallel rows move in the backend's element size;
+// the model's terms react as they must
 // (more micro-batches cost proportionally more compute, a data-parallel group across a slow link
 // costs more than one inside a node, shared cores slow a cpu step).
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 
 #include "parallel/pipeline_schedule.h"
 #include "plan/cluster.h"
+#include "plan/comm_model.h"
 #include "plan/step_time.h"
 #include "plan/timed_pipeline.h"
 #include "tests/unit/plan_support.h"
@@ -75,6 +78,42 @@ TEST(StepTime, EventsAreAlphaBetaOverTheirSlowestLink) {
                    1,
                    "test"};
   EXPECT_DOUBLE_EQ(event_seconds(to_all, c), 3 * 5e-6 + 2e6 / 100e9 + 1e6 / 10e9);
+
+  // NCCL's multi-rail rings: with 4 members on each node the node-crossing hop runs on 4
+  // devices' links (40 GB/s), and never faster than inside the node (100 GB/s); a cpu cluster's
+  // MPI ring crosses on one link; a transfer always uses one link.
+  ring.node_members = 4;
+  EXPECT_DOUBLE_EQ(event_seconds(ring, c), 6 * 5e-6 + 1e6 / 40e9);
+  ring.node_members = 16;
+  EXPECT_DOUBLE_EQ(event_seconds(ring, c), 6 * 5e-6 + 1e6 / 100e9);
+  ClusterSpec cpu = c;
+  cpu.backend = "cpu";
+  EXPECT_DOUBLE_EQ(event_seconds(ring, cpu), 6 * 5e-6 + 1e6 / 10e9);
+  const CommPrediction dp = predict_communication(
+      testing::planner_config({"parallel.gpus_per_node=4"}), 8, 0, 0, 0, sizeof(float));
+  for (const CommEvent& e : dp.events)
+    if (e.group == CommGroup::dp && e.kind == "all_reduce") {
+      EXPECT_EQ(e.node_members, 4) << e.what;
+    }
+}
+
+TEST(StepTime, TensorParallelRowsMoveInTheBackendsElementSize) {
+  // The cuda backend sums its bf16/fp16 rows as they are: half the bytes of the cpu backend's
+  // fp32 rows; pipeline messages and gradient reductions stay fp32 on both.
+  const Config config = testing::planner_config({"parallel.tp=2", "parallel.pp=2"});
+  const CommPrediction four = predict_communication(config, 8, 0, 0, 0, 4);
+  const CommPrediction two = predict_communication(config, 8, 0, 0, 0, 2);
+  const auto row_bytes = [](const CommPrediction& p) {
+    std::uint64_t total = 0;
+    for (const CommEvent& e : p.events)
+      if (e.group == CommGroup::tp && e.what != "gradient norm")
+        total += e.total_bytes() * e.repeats;
+    return total;
+  };
+  EXPECT_GT(row_bytes(four), 0u);
+  EXPECT_EQ(row_bytes(two) * 2, row_bytes(four));
+  EXPECT_EQ(two.group_bytes(CommGroup::pp), four.group_bytes(CommGroup::pp));
+  EXPECT_EQ(two.group_bytes(CommGroup::dp), four.group_bytes(CommGroup::dp));
 }
 
 TEST(StepTime, TermsReactAsTheyMust) {
