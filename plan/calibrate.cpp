@@ -1,6 +1,7 @@
 #include "plan/calibrate.h"
 
 #include <mpi.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,13 +47,12 @@ double timed(int repeats, Run run) {
 }
 
 struct ComputeRates {
-  double matmul_tflops = 0, attention_tflops = 0, elementwise_gbs = 0;
+  double matmul_tflops = 0, attention_tflops = 0, elementwise_gbs = 0, weight_operand_gbs = 0;
   double gemm_seconds = 0;  // the layer's four GEMMs, once
 };
 
-// Median seconds of a layer's four GEMMs ((N, C) → 3C, C, 4C and (N, 4C) → C); `flops` gets
-// their FLOPs.
-double gemm_seconds(int N, int C, int repeats, double* flops = nullptr) {
+// Median seconds of a layer's four GEMMs ((N, C) → 3C, C, 4C and (N, 4C) → C), forward.
+double gemm_seconds(int N, int C, int repeats) {
   double seconds = 0;
   for (const auto& [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
     const std::vector<float> x = random_floats(static_cast<std::size_t>(N) * in, 1);
@@ -61,17 +61,60 @@ double gemm_seconds(int N, int C, int repeats, double* flops = nullptr) {
     std::vector<float> y(static_cast<std::size_t>(N) * out);
     seconds += timed(
         repeats, [&] { cpu::matmul_forward(y.data(), x.data(), w.data(), b.data(), N, in, out); });
-    if (flops) *flops += 2.0 * N * in * out;
   }
   return seconds;
+}
+
+struct PassTiming {
+  double seconds = 0, flops = 0, weight_bytes = 0;
+};
+
+// Median seconds of a layer's four GEMMs at N rows in a training pass: forward, then backward
+// (the input's and the weight's gradients: three GEMM calls per weight, each touching all of it).
+// Successive calls use the weights of different layers, 64 MiB in all, so that they come from
+// memory as a model's layers do, not from a cache that one layer's would fit.
+PassTiming layer_gemm_pass(int N, int C, int repeats) {
+  const std::size_t n = static_cast<std::size_t>(N), c = static_cast<std::size_t>(C);
+  const std::size_t layer_weights = 12 * c * c;  // C·3C + C·C + C·4C + 4C·C
+  const std::size_t layers =
+      std::max<std::size_t>(2, (std::size_t{64} << 20) / (2 * layer_weights * sizeof(float)) + 1);
+  const std::vector<float> x = random_floats(n * 4 * c, 1), dy = random_floats(n * 4 * c, 7);
+  const std::vector<float> b = random_floats(4 * c, 3);
+  const std::vector<float> w = random_floats(layers * layer_weights, 2);
+  std::vector<float> dw(w.size()), y(n * 4 * c), dx(n * 4 * c), db(4 * c);
+  std::size_t layer = 0;
+  PassTiming pass;
+  pass.seconds = timed(repeats, [&] {
+    const float* weights = w.data() + layer * layer_weights;
+    float* grads = dw.data() + layer * layer_weights;
+    for (const auto& [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
+      cpu::matmul_forward(y.data(), x.data(), weights, b.data(), N, in, out);
+      cpu::matmul_backward(dx.data(), grads, db.data(), dy.data(), x.data(), weights, N, in, out);
+      weights += static_cast<std::size_t>(in) * out;
+      grads += static_cast<std::size_t>(in) * out;
+    }
+    layer = (layer + 1) % layers;
+  });
+  pass.flops = 3 * 2.0 * N * 12 * c * c;
+  pass.weight_bytes = 3.0 * layer_weights * sizeof(float);
+  return pass;
 }
 
 ComputeRates measure_compute(int rows, int width, int seq_len, int heads, int repeats) {
   const int N = rows, C = width;
   ComputeRates rates;
-  double flops = 0;
-  rates.gemm_seconds = gemm_seconds(N, C, repeats, &flops);
-  rates.matmul_tflops = flops / rates.gemm_seconds * 1e-12;
+  rates.gemm_seconds = gemm_seconds(N, C, repeats);
+  // A GEMM pass costs FLOPs / rate + weight bytes / weight rate: timing it at N and N/8 rows
+  // separates the two (the weights' part does not shrink with the rows: OpenBLAS packs them).
+  const PassTiming full = layer_gemm_pass(N, C, repeats);
+  const PassTiming eighth = layer_gemm_pass(std::max(1, N / 8), C, repeats);
+  const double per_flop =
+      std::max(0.0, full.seconds - eighth.seconds) / (full.flops - eighth.flops);
+  // A noisy fit is bounded: the FLOPs take at least half the full pass, the weights at least 1%.
+  const double flop_seconds = std::clamp(per_flop * full.flops, full.seconds / 2, full.seconds);
+  const double weight_seconds = std::max(full.seconds - flop_seconds, full.seconds / 100);
+  rates.matmul_tflops = full.flops / flop_seconds * 1e-12;
+  rates.weight_operand_gbs = full.weight_bytes / weight_seconds * 1e-9;
 
   const int B = std::max(1, N / seq_len);
   const std::vector<float> qkv = random_floats(static_cast<std::size_t>(B) * seq_len * 3 * C, 4);
@@ -111,6 +154,16 @@ double half_round_trip(int rank, int peer, std::size_t bytes, int repeats) {
   return timed(repeats, once) / 2;
 }
 
+// The cores the ranks share: the union of their affinity masks (a rank that mpirun bound to one
+// core sees only that core in its own).
+int shared_cores() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return available_cores();
+  MPI_Allreduce(MPI_IN_PLACE, &mask, sizeof(mask), MPI_BYTE, MPI_BOR, MPI_COMM_WORLD);
+  return std::max(1, CPU_COUNT(&mask));
+}
+
 // Waits at a barrier without spinning, so that rank 0's single-threaded timings have the cores.
 void sleeping_barrier() {
   MPI_Request request;
@@ -130,7 +183,7 @@ ClusterSpec calibrate_this_machine(const CalibrationShape& shape, int ranks_on_h
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (shape.width % shape.heads != 0)
     fail("calibration width ", shape.width, " must be a multiple of its heads ", shape.heads);
-  const int cores = available_cores();
+  const int cores = shared_cores();
   set_thread_budget(ranks_on_host, 1);
 
   ComputeRates rates;
@@ -227,6 +280,7 @@ ClusterSpec calibrate_this_machine(const CalibrationShape& shape, int ranks_on_h
                                rates.attention_tflops};
   c.device.elementwise_gbs = rates.elementwise_gbs;
   c.device.op_overhead_us = 0;
+  c.device.weight_operand_gbs = rates.weight_operand_gbs;
   c.waiting_share = waiting_share;
   c.busy_latency_us = busy_latency * 1e6;
   c.intra_node = LinkSpec{link[0], link[1] * 1e6};

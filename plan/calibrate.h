@@ -2,9 +2,11 @@
 // `train`'s parallel.auto when no cluster file is given:
 //   compute, per core: rank 0 alone (the others sleep), one thread, times the CPU kernels Gpt
 //     runs on a layer's shapes (rows = micro-batch · sequence, width C): the GEMMs (C → 3C, C → C,
-//     C → 4C, 4C → C), causal attention (4·B·T²·C FLOPs as the model counts them), and
-//     LayerNorm and GELU (elementwise bytes: each element read and written once). The CPU
-//     backend computes bf16/fp16 in fp32 storage, so every precision gets the fp32 rates, and
+//     C → 4C, 4C → C) forward and backward at the rows and at an eighth of them, which separates
+//     their rate per FLOP from a cost per call that the rows do not shrink (OpenBLAS packs the
+//     weight operand: weight_operand_gbs), causal attention (4·B·T²·C FLOPs as the model counts
+//     them), and LayerNorm and GELU (elementwise bytes: each element read and written once). The
+//     CPU backend computes bf16/fp16 in fp32 storage, so every precision gets the fp32 rates, and
 //     the peak is the GEMM rate (a CPU has no datasheet peak for these kernels).
 //   links: every rank at once, paired (0-1, 2-3, ...; an odd last rank idles), ping-pongs 8-byte
 //     and 4 MiB messages; latency = half the small round trip, bandwidth = 4 MiB over (half the
@@ -17,7 +19,8 @@
 //     ping-pong, computing between messages, while the others compute: the latency of a message
 //     whose peer must first get a core back (busy_latency_us; pipeline messages on a shared
 //     machine pay it).
-//   memory: this machine's RAM shared by the ranks; cores: this process's affinity mask.
+//   memory: this machine's RAM shared by the ranks; cores: the union of the ranks' affinity masks
+//     (bound one per core or not, the ranks share the same cores).
 // The world's ranks are the cluster's devices (one node). Collective over MPI_COMM_WORLD; the
 // result is rank 0's measurement, broadcast, so every rank returns the same description.
 #pragma once

@@ -19,6 +19,9 @@
 //       attention_tflops: {fp32: 20, bf16: 350, fp16: 350}  # 4·B·T²·C per layer forward
 //       elementwise_gbs: 2800      # layernorm, GELU, residuals, loss: bytes read + written
 //       op_overhead_us: 4          # per kernel (launch); 0 on a cpu
+//       weight_operand_gbs: 3350   # optional: a GEMM call's fixed cost, its weight operand's
+//                                  # bytes at this rate, whatever the rows (a GPU reads it from
+//                                  # memory, OpenBLAS packs it); default memory_bandwidth_gbs
 //   links:                         # per device, one direction; latency per message
 //     intra_node:   {bandwidth_gbs: 450, latency_us: 2}
 //     inter_node:   {bandwidth_gbs: 50, latency_us: 5}
@@ -63,6 +66,7 @@ struct DeviceSpec {
   PrecisionRates attention_tflops;
   double elementwise_gbs = 0;
   double op_overhead_us = 0;
+  double weight_operand_gbs = 0;  // a GEMM call's weight bytes per second; 0: memory bandwidth
 
   bool operator==(const DeviceSpec&) const = default;
 };

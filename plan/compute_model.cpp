@@ -9,12 +9,13 @@ Work& Work::operator+=(const Work& other) {
   attention_flops += other.attention_flops;
   elementwise_bytes += other.elementwise_bytes;
   kernels += other.kernels;
+  weight_bytes += other.weight_bytes;
   return *this;
 }
 
 Work Work::operator*(double factor) const {
   return Work{gemm_flops * factor, attention_flops * factor, elementwise_bytes * factor,
-              kernels * factor};
+              kernels * factor, weight_bytes * factor};
 }
 
 namespace {
@@ -38,10 +39,12 @@ Dims dims_of(const Config& config, int tp, bool sequence_parallel) {
 // One layer's forward, and the part selective recomputation reruns.
 Work layer_forward(const Dims& d, double element_bytes) {
   return Work{24 * d.N * d.C * d.C / d.t, 4 * d.N * d.T * d.C / d.t,
-              2 * element_bytes * (4 * d.N_local * d.C + d.N * 4 * d.C / d.t), 10};
+              2 * element_bytes * (4 * d.N_local * d.C + d.N * 4 * d.C / d.t), 10,
+              element_bytes * 12 * d.C * d.C / d.t};
 }
-Work attention_core(const Dims& d) {
-  return Work{2 * d.N * d.C * 3 * d.C / d.t, 4 * d.N * d.T * d.C / d.t, 0, 2};
+Work attention_core(const Dims& d, double element_bytes) {
+  return Work{2 * d.N * d.C * 3 * d.C / d.t, 4 * d.N * d.T * d.C / d.t, 0, 2,
+              element_bytes * 3 * d.C * d.C / d.t};
 }
 
 PassWork layers_of(const Config& config, const Dims& d, int layers, double element_bytes) {
@@ -49,7 +52,7 @@ PassWork layers_of(const Config& config, const Dims& d, int layers, double eleme
   Work backward = forward * 2;
   const Recompute recompute = recompute_from_name(config.recompute);
   if (recompute == Recompute::full) backward += forward;
-  if (recompute == Recompute::selective) backward += attention_core(d);
+  if (recompute == Recompute::selective) backward += attention_core(d, element_bytes);
   return PassWork{forward * layers, backward * layers};
 }
 
@@ -67,7 +70,7 @@ PassWork micro_batch_work(const Config& config, const ModelPartition& partition,
   }
   if (partition.has_head) {
     const Work head{2 * d.N * d.C * d.V / d.t, 0, 2 * e * (3 * d.N * d.V / d.t + d.N_local * d.C),
-                    5};
+                    5, e * d.C * d.V / d.t};
     work.forward += head;
     work.backward += head * 2;
   }
@@ -92,10 +95,14 @@ double seconds_of(const Work& work, const ClusterSpec& cluster, const std::strin
                   int threads) {
   const DeviceSpec& d = cluster.device;
   const double scale = threads;
+  // A description built in code may leave the weight operand's rate unset: the memory's, as when
+  // a file leaves it out.
+  const double weight_gbs =
+      d.weight_operand_gbs > 0 ? d.weight_operand_gbs : d.memory_bandwidth_gbs;
   return work.gemm_flops / (d.matmul_tflops.of(compute) * 1e12 * scale) +
          work.attention_flops / (d.attention_tflops.of(compute) * 1e12 * scale) +
          work.elementwise_bytes / (d.elementwise_gbs * 1e9 * scale) +
-         work.kernels * d.op_overhead_us * 1e-6;
+         work.weight_bytes / (weight_gbs * 1e9 * scale) + work.kernels * d.op_overhead_us * 1e-6;
 }
 
 std::size_t activation_element_bytes(const ClusterSpec& cluster, const std::string& compute) {

@@ -1,8 +1,13 @@
 // The planner's compute model: the work of one micro-batch's forward and backward pass on one
-// rank, as GEMM FLOPs, attention FLOPs, elementwise bytes and kernel count, and its time on a
-// device's sustained rates (plan/cluster.h: sustained):
+// rank, as GEMM FLOPs, attention FLOPs, elementwise bytes, GEMM weight bytes and kernel count, and
+// its time on a device's sustained rates (plan/cluster.h: sustained):
 //   time = GEMM FLOPs / matmul rate + attention FLOPs / attention rate
-//          + elementwise bytes / elementwise bandwidth + kernels · per-kernel overhead.
+//          + elementwise bytes / elementwise bandwidth
+//          + GEMM weight bytes / weight_operand_gbs + kernels · per-kernel overhead.
+// The weight term is a GEMM call's cost that does not shrink with its rows: every call reads
+// (GPU) or packs (OpenBLAS) its whole weight operand, so a pass of one short sequence pays it in
+// full; per pass a layer's GEMMs touch its 12·C²/t weights once forward and twice backward (the
+// input's and the weight's gradients), the head its C·V/t likewise.
 // The work follows Gpt (model/gpt.cpp, gpt_block.cpp) on a rank's partition: per layer, with N =
 // B·T rows, C the width, t the tensor-parallel size and N' the residual stream's rows (N/t under
 // sequence parallelism, else N):
@@ -27,6 +32,7 @@ struct Work {
   double attention_flops = 0;
   double elementwise_bytes = 0;
   double kernels = 0;
+  double weight_bytes = 0;  // weight operands of the GEMM calls
 
   Work& operator+=(const Work& other);
   Work operator*(double factor) const;

@@ -9,6 +9,7 @@
 #    the step time and rank 0's memory; `train` runs STEPS steps on data/fortunes under mpirun
 #    and rank 0's metrics give the measured step time (median of steps 3 to STEPS), its memory
 #    account (memory_bytes) and its peak resident memory (peak_rss_mib, the whole process).
+#    Ranks are bound to cores round-robin (see `placement`).
 #    Every layout runs ROUNDS times, the rounds one after the other (so slow drift of a shared
 #    machine spreads over all layouts); its time is the median over the rounds.
 # 3. Prints a markdown table and the summary: Spearman rank correlation and median relative error
@@ -22,6 +23,11 @@ STEPS=${STEPS:-10}
 RANKS=${RANKS:-8}
 ROUNDS=${ROUNDS:-2}
 source scripts/bench_setup.sh
+# Rank r runs on core r mod cores. Unbound, the kernel moves oversubscribed ranks between cores as
+# it likes, and one layout's step time changed by up to 25% from one run to the next (bimodal);
+# bound round-robin, every stage and group has its ranks spread evenly over the cores, as the
+# model's processor sharing assumes, and runs repeat within about 2%.
+placement=(--oversubscribe --map-by core --bind-to core:overload-allowed)
 ninja -C "$BUILD_DIR" plan bench >/dev/null
 
 # The validation model: fortunes' data and vocabulary, 8 layers of width 256, 8 heads.
@@ -29,7 +35,7 @@ model=(--set model.n_layer=8 --set model.n_head=8 --set model.d_model=256 --set 
   --set train.global_batch=32 --set train.steps="$STEPS" --set train.eval_every=0
   --set train.log_every=1 --set checkpoint.every=0 --set run.dir="$work")
 
-mpirun --oversubscribe -np "$RANKS" "$BUILD_DIR/bin/bench" calibrate --out "$work/cluster.yaml" \
+mpirun "${placement[@]}" -np "$RANKS" "$BUILD_DIR/bin/bench" calibrate --out "$work/cluster.yaml" \
   --rows 512 --width 256 --seq-len 128 --heads 8 >"$work/calibrate.json"
 bench_header "ranks $RANKS steps $STEPS rounds $ROUNDS"
 cat "$work/calibrate.json"
@@ -65,7 +71,7 @@ for i in "${!layouts[@]}"; do
   name="layout_${i}_$round"
   predicted=$("$BUILD_DIR/bin/plan" configs/fortunes.yaml --cluster "$work/cluster.yaml" \
     --world "$RANKS" --layout given --json true "${model[@]}" "${sets[@]}")
-  mpirun --oversubscribe -np "$RANKS" "$BUILD_DIR/bin/train" configs/fortunes.yaml "${model[@]}" \
+  mpirun "${placement[@]}" -np "$RANKS" "$BUILD_DIR/bin/train" configs/fortunes.yaml "${model[@]}" \
     "${sets[@]}" --set run.name="$name" >"$work/$name.log" 2>&1 ||
     { cat "$work/$name.log" >&2; exit 1; }
   "$PYTHON" - "$work/$name/metrics.jsonl" "$predicted" "$i" "$((${#layouts[@]} - 1))" <<'EOF' >>"$results"

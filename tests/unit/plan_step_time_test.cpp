@@ -125,6 +125,12 @@ TEST(StepTime, TermsReactAsTheyMust) {
   EXPECT_GT(one.mfu, 0);
   EXPECT_LT(one.mfu, 0.5);  // matmul at half the peak, the rest slower
 
+  // A GEMM call reads its whole weight operand whatever its rows: 32 micro-batches of one
+  // sequence pay it 24 times more than 8 of four. Per micro-batch, 8 layers of 12·512² and a head
+  // of 512·8192 fp32 weights, each touched by 3 calls: 352,321,536 bytes at 1000 GB/s.
+  const StepTime small = predict_step_time(planner_config({"train.micro_batch=1"}), fast, 1);
+  EXPECT_NEAR(small.seconds - one.seconds, 24.0 * 352321536 / 1000e9, 1e-9);
+
   // dp 2 inside a node (2 per node) against dp 2 across nodes (1 per node); tp 2 inside.
   const StepTime inside = predict_step_time(planner_config({"parallel.gpus_per_node=2"}), fast, 2);
   const StepTime across = predict_step_time(planner_config({"parallel.gpus_per_node=1"}), fast, 2);
