@@ -151,9 +151,8 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
   d.attention_tflops = read_rates(sustained, "attention_tflops");
   d.elementwise_gbs = sustained.positive("elementwise_gbs");
   d.op_overhead_us = sustained.non_negative("op_overhead_us");
-  d.weight_operand_gbs = sustained.child("weight_operand_gbs", false)
-                             ? sustained.positive("weight_operand_gbs")
-                             : d.memory_bandwidth_gbs;
+  if (sustained.child("weight_operand_gbs", false))
+    d.weight_operand_gbs = sustained.positive("weight_operand_gbs");
   sustained.finish();
   device.finish();
   Section links = top.section("links");
@@ -199,9 +198,9 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
       << "    matmul_tflops: " << rates(d.matmul_tflops) << "\n"
       << "    attention_tflops: " << rates(d.attention_tflops) << "\n"
       << "    elementwise_gbs: " << d.elementwise_gbs << "\n"
-      << "    op_overhead_us: " << d.op_overhead_us << "\n"
-      << "    weight_operand_gbs: " << d.weight_operand_gbs << "\n"
-      << "links:\n";
+      << "    op_overhead_us: " << d.op_overhead_us << "\n";
+  if (d.weight_operand_gbs > 0) out << "    weight_operand_gbs: " << d.weight_operand_gbs << "\n";
+  out << "links:\n";
   link("intra_node", c.intra_node);
   link("inter_node", c.inter_node);
   if (c.inter_worker) link("inter_worker", *c.inter_worker);

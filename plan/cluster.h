@@ -66,8 +66,12 @@ struct DeviceSpec {
   PrecisionRates attention_tflops;
   double elementwise_gbs = 0;
   double op_overhead_us = 0;
-  double weight_operand_gbs = 0;  // a GEMM call's weight bytes per second; 0: memory bandwidth
+  double weight_operand_gbs = 0;  // as given; 0 when the file leaves it out
 
+  // A GEMM call's weight bytes per second: weight_operand_gbs, or the memory bandwidth if unset.
+  double weight_rate_gbs() const {
+    return weight_operand_gbs > 0 ? weight_operand_gbs : memory_bandwidth_gbs;
+  }
   bool operator==(const DeviceSpec&) const = default;
 };
 

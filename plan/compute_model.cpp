@@ -95,14 +95,11 @@ double seconds_of(const Work& work, const ClusterSpec& cluster, const std::strin
                   int threads) {
   const DeviceSpec& d = cluster.device;
   const double scale = threads;
-  // A description built in code may leave the weight operand's rate unset: the memory's, as when
-  // a file leaves it out.
-  const double weight_gbs =
-      d.weight_operand_gbs > 0 ? d.weight_operand_gbs : d.memory_bandwidth_gbs;
   return work.gemm_flops / (d.matmul_tflops.of(compute) * 1e12 * scale) +
          work.attention_flops / (d.attention_tflops.of(compute) * 1e12 * scale) +
          work.elementwise_bytes / (d.elementwise_gbs * 1e9 * scale) +
-         work.weight_bytes / (weight_gbs * 1e9 * scale) + work.kernels * d.op_overhead_us * 1e-6;
+         work.weight_bytes / (d.weight_rate_gbs() * 1e9 * scale) +
+         work.kernels * d.op_overhead_us * 1e-6;
 }
 
 std::size_t activation_element_bytes(const ClusterSpec& cluster, const std::string& compute) {

@@ -24,9 +24,9 @@ RANKS=${RANKS:-8}
 ROUNDS=${ROUNDS:-2}
 source scripts/bench_setup.sh
 # Rank r runs on core r mod cores. Unbound, the kernel moves oversubscribed ranks between cores as
-# it likes, and one layout's step time changed by up to 25% from one run to the next (bimodal);
+# it likes, and one layout's step time changed by up to 33% from one run to the next (bimodal);
 # bound round-robin, every stage and group has its ranks spread evenly over the cores, as the
-# model's processor sharing assumes, and runs repeat within about 2%.
+# model's processor sharing assumes, and runs repeat within about 4%.
 placement=(--oversubscribe --map-by core --bind-to core:overload-allowed)
 ninja -C "$BUILD_DIR" plan bench >/dev/null
 

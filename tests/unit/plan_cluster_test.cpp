@@ -52,7 +52,8 @@ TEST(ClusterSpec, ParsesEveryField) {
   EXPECT_EQ(c.device.attention_tflops.of("bf16"), 30);
   EXPECT_EQ(c.device.elementwise_gbs, 800);
   EXPECT_EQ(c.device.op_overhead_us, 0);
-  EXPECT_EQ(c.device.weight_operand_gbs, 1000);  // absent: the memory bandwidth
+  EXPECT_EQ(c.device.weight_operand_gbs, 0);    // absent ...
+  EXPECT_EQ(c.device.weight_rate_gbs(), 1000);  // ... so the memory bandwidth
   EXPECT_EQ(c.cores_per_node, 0);
   EXPECT_EQ(c.inter_node.latency_us, 6);
   EXPECT_FALSE(c.inter_worker.has_value());
@@ -64,7 +65,7 @@ TEST(ClusterSpec, WeightOperandRateIsOptional) {
   std::string yaml = kValid;
   yaml.replace(yaml.find("op_overhead_us: 0"), 17, "op_overhead_us: 0\n    weight_operand_gbs: 25");
   const ClusterSpec c = parse_cluster(yaml, "c.yaml");
-  EXPECT_EQ(c.device.weight_operand_gbs, 25);
+  EXPECT_EQ(c.device.weight_rate_gbs(), 25);
   EXPECT_EQ(parse_cluster(cluster_to_yaml(c), "round trip"), c);
 }
 
