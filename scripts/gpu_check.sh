@@ -3,20 +3,29 @@
 # libraries, with the binaries scripts/gpu_pack.sh put in .gpu/ (unpacked from .gpu.tar.gz when
 # there is no .gpu/) and a runtime-library bundle (docs/PERFORMANCE.md, "CUDA backend").
 #   usage: bash scripts/gpu_check.sh MODE LOG_DIR [BUNDLE]
-#   MODE     quick: every `cuda` test (kernels, model, partitions, then cuda_layouts_test, the
-#                   slowest, last)
-#            bench: `bench attention` in bf16, fp16 and fp32 (Strata against cuDNN 9) and
-#                   `bench train` on the GPT-2 124M, 350M, 774M and 1.5B configs
-#            all:   both, tests first
+#   MODE     quick:    every `cuda` test (kernels, model, partitions, then cuda_layouts_test, the
+#                      slowest, last)
+#            run:      the real runs: configs/fortunes.yaml on the GPU in fp32 for 20 steps (each
+#                      step's loss within 1e-4 of the CPU fp32 run's) and in bf16 for 400 steps
+#                      (val_loss within 1% of the CPU fp32 run's), against the references that
+#                      gpu_pack.sh computed on the build machine (.gpu/ref) on the corpus it
+#                      tokenized there (.gpu/data)
+#            bench:    `bench attention` in bf16, fp16 and fp32 (Strata against cuDNN 9) and
+#                      `bench train` on the GPT-2 124M, 350M, 774M and 1.5B configs
+#            sanitize: compute-sanitizer memcheck, then racecheck, on each kernel test
+#            all:      quick, run and bench in one job
 #   LOG_DIR  receives two files, rewritten after every step so that a run stopped from outside
 #            still leaves what it finished: summary.txt (a line per step: name, exit code,
-#            seconds, and for a bench step the last JSON line it printed) and gpu_logs.tgz (every
+#            seconds, and for a bench step the JSON lines it printed) and gpu_logs.tgz (every
 #            step's whole output, and the preflight's).
 #   BUNDLE   the runtime libraries (Open MPI, HDF5, yaml-cpp, OpenBLAS, SentencePiece...) as a
 #            .tar.gz holding a folder with env.sh (unpacked into /tmp), an unpacked such folder,
 #            or `none` for the host's own. Default: .bundle.tar.gz in the repository root, else
 #            an already unpacked /tmp/.bundle, else the host's own.
-# Environment: STEP_LIMIT, seconds a step may run (default 240; then it is killed and reported as
+# Environment: BENCH_MODELS, the GPT-2 sizes that `bench` times (default "124m 350m 774m 1.5b";
+# one size a job where all do not fit in one), BENCH_MICRO_BATCH (default 8), BENCH_RECOMPUTE
+# (Strata's recompute, default none: PyTorch's reference recomputes nothing), BENCH_TORCH=0 to
+# leave out PyTorch's figures; LAYOUTS=0 leaves cuda_layouts_test out of `quick`; STEP_LIMIT, seconds a step may run (default 240; then it is killed and reported as
 # a timeout); TOTAL_LIMIT, seconds for all steps (default 540): no step starts once it is spent
 # and a step's limit is cut to what is left, so that a job limited to 10 minutes still ends with
 # its summary.
@@ -24,10 +33,10 @@
 # library not found stops the run before any step. Exit status: 0 when every step passed, 1 when
 # any failed, timed out or did not run, 2 when the set-up or the preflight failed.
 set -euo pipefail
-usage="usage: bash scripts/gpu_check.sh quick|bench|all LOG_DIR [BUNDLE]"
+usage="usage: bash scripts/gpu_check.sh quick|run|bench|sanitize|all LOG_DIR [BUNDLE]"
 mode=${1:-}
 log_dir=${2:-}
-if [[ ! $mode =~ ^(quick|bench|all)$ || -z $log_dir ]]; then
+if [[ ! $mode =~ ^(quick|run|bench|sanitize|all)$ || -z $log_dir ]]; then
   echo "$usage" >&2
   exit 2
 fi
@@ -177,7 +186,7 @@ echo "preflight: libraries from the host, not the bundle: $host_libraries" |
 } >>"$work/preflight.log"
 # The comparison is optional in the build (STRATA_CUDNN_BENCH; gpu_pack.sh builds it): the loader's
 # library name is in `bench` only where it is built in.
-if [[ $mode != quick ]]; then
+if [[ $mode == bench || $mode == all ]]; then
   if ! grep -qa 'libcudnn\.so\.9' "$gpu_dir/bin/bench"; then
     echo "preflight: bench was built without the cuDNN comparison: bench attention will time" \
       "Strata alone" | tee -a "$work/preflight.log"
@@ -186,7 +195,7 @@ if [[ $mode != quick ]]; then
       tee -a "$work/preflight.log"
   fi
 fi
-if [[ $mode != bench ]]; then
+if [[ $mode == quick || $mode == all ]]; then
   command -v mpirun >/dev/null || fail "preflight: mpirun not found (the bundle provides it)"
   # Launching alone (no MPI_Init): catches a missing launcher agent or consent to run as root.
   if ! mpi_output=$(timeout -k 5 60 mpirun --oversubscribe -np 2 true 2>&1); then
@@ -235,7 +244,7 @@ step() {  # step NAME COMMAND...: runs it under the time limit, logs it, adds it
   fi
   if [[ $name == bench_* ]]; then
     local json
-    json=$(grep '^{' "$log" | tail -n 1 || true)
+    json=$(grep '^{' "$log" | paste -sd ' ' || true)  # every JSON line (PyTorch prints 2)
     note="${note:+$note }${json:-(no JSON line)}"
   fi
   if ((status != 0)); then
@@ -246,23 +255,67 @@ step() {  # step NAME COMMAND...: runs it under the time limit, logs it, adds it
   publish
 }
 
-if [[ $mode != bench ]]; then
-  # cuda_layouts_test trains every layout under mpirun: the slowest, so last.
-  for test in "$gpu_dir"/tests/*_test; do
-    [[ $(basename "$test") == cuda_layouts_test ]] || step "test_$(basename "$test")" "$test"
+# Kernel tests: one process each, no MPI launch (the ones sanitize mode checks).
+kernel_tests=()
+for test in "$gpu_dir"/tests/*_test; do
+  case $(basename "$test") in
+    cuda_layouts_test | nccl_communicator_test) ;;
+    *) kernel_tests+=("$test") ;;
+  esac
+done
+if [[ $mode == quick || $mode == all ]]; then
+  for test in "${kernel_tests[@]}"; do step "test_$(basename "$test")" "$test"; done
+  # The NCCL communicator runs a lone MPI_Init; cuda_layouts_test trains every layout under
+  # mpirun: the slowest, so last.
+  for name in nccl_communicator_test cuda_layouts_test; do
+    [[ $name == cuda_layouts_test && ${LAYOUTS:-1} == 0 ]] && continue
+    [[ -x $gpu_dir/tests/$name ]] && step "test_$name" "$gpu_dir/tests/$name"
   done
-  if [[ -x $gpu_dir/tests/cuda_layouts_test ]]; then
-    step test_cuda_layouts_test "$gpu_dir/tests/cuda_layouts_test"
-  fi
 fi
-if [[ $mode != quick ]]; then
+if [[ $mode == run || $mode == all ]]; then
+  # device=cuda: a run that cannot use the GPU fails rather than training on the CPU.
+  runs=$(dirname "$work")/runs
+  data=$gpu_dir/data/fortunes
+  fortunes=(configs/fortunes.yaml --set device=cuda --set run.dir="$runs"
+    --set data.train="$data/train" --set data.val="$data/val"
+    --set data.tokenizer="$data/tokenizer.model")
+  compare=(env -u LD_LIBRARY_PATH python3 "$root/scripts/compare_runs.py")
+  step run_fortunes_fp32_20 "$gpu_dir/bin/train" "${fortunes[@]}" --set run.name=fp32_20 \
+    --set train.steps=20 --set train.log_every=1 --set precision.compute=fp32
+  cp "$runs/fp32_20/metrics.jsonl" "$work/fp32_20.metrics.jsonl" 2>/dev/null || true
+  step compare_fp32_20_losses "${compare[@]}" losses "$gpu_dir/ref/fp32_20.metrics.jsonl" \
+    "$runs/fp32_20/metrics.jsonl" --steps 20 --tolerance 1e-4
+  step run_fortunes_bf16_400 "$gpu_dir/bin/train" "${fortunes[@]}" --set run.name=bf16_400 \
+    --set precision.compute=bf16
+  cp "$runs/bf16_400/metrics.jsonl" "$work/bf16_400.metrics.jsonl" 2>/dev/null || true
+  step compare_bf16_400_val_loss "${compare[@]}" val_loss "$gpu_dir/ref/fp32_400.metrics.jsonl" \
+    "$runs/bf16_400/metrics.jsonl" --tolerance 0.01
+fi
+if [[ $mode == sanitize ]]; then
+  for tool in memcheck racecheck; do
+    for test in "${kernel_tests[@]}"; do
+      step "${tool}_$(basename "$test")" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+        --print-limit 20 "$test"
+    done
+  done
+fi
+if [[ $mode == bench || $mode == all ]]; then
   for dtype in bf16 fp16 fp32; do
     step "bench_attention_$dtype" "$gpu_dir/bin/bench" attention --dtype "$dtype"
   done
-  # device=cuda: a run that cannot use the GPU fails rather than timing the CPU.
-  for model in 124m 350m 774m 1.5b; do
+  # device=cuda: a run that cannot use the GPU fails rather than timing the CPU. Each Strata
+  # figure is followed by PyTorch's on the same model and card (tools/bench_torch.py: eager and
+  # torch.compile, bf16 autocast, SDPA, fused AdamW), with the host's own python3 and libraries.
+  # No recomputation by default (the configs' 350M-1.5B recompute), so that both do the same work.
+  for model in ${BENCH_MODELS:-124m 350m 774m 1.5b}; do
     step "bench_train_$model" "$gpu_dir/bin/bench" train --config "configs/gpt2_$model.yaml" \
-      --set device=cuda --set train.micro_batch=8 --steps 20
+      --set device=cuda --set train.micro_batch=${BENCH_MICRO_BATCH:-8} \
+      --set recompute=${BENCH_RECOMPUTE:-none} --steps 20
+    if [[ ${BENCH_TORCH:-1} == 1 ]]; then
+      step "bench_torch_$model" env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 \
+        "$root/tools/bench_torch.py" --device cuda --config "configs/gpt2_$model.yaml" \
+        --micro-batch ${BENCH_MICRO_BATCH:-8}
+    fi
   done
 fi
 

@@ -29,7 +29,7 @@
 // configured without cuDNN's headers times Strata's kernel alone, says so on stderr, and its line
 // has `"cudnn": "not built"`.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26) (docs/PERFORMANCE.md, "CUDA backend").
 #include <cstdio>
 #include <random>
 #include <string>
@@ -316,7 +316,7 @@ void time_cudnn(JsonLine& json, const AttentionShape& shape,
                  unsupported.what());
     json.add("cudnn", "unsupported");
   } catch (const Error& failed) {
-    // The graph has never run: a rejected attribute must not cost Strata's own figures.
+    // Another card or cuDNN version may reject the graph: that must not cost Strata's own figures.
     std::fprintf(stderr, "bench attention: the cuDNN comparison failed, comparing nothing: %s\n",
                  failed.what());
     json.add("cudnn", "failed");
@@ -394,7 +394,8 @@ void bench_attention(const ToolArgs& args) {
 #if STRATA_HAVE_CUDA
   if (cuda_device_count() == 0) fail("bench attention: no usable CUDA device");
   if (!cuda::attention_head_size_supported(hs))
-    fail("--head-size ", hs, " is not supported by the attention kernel (16, 32, 64, 128)");
+    fail("--head-size ", hs,
+         " is not supported by the attention kernel (a multiple of 16 up to 128)");
   const AttentionShape shape{B, T_, NH, hs};
   if (dtype == "bf16")
     run_attention<__nv_bfloat16>(shape, repeats, dtype);

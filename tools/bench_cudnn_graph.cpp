@@ -1,4 +1,4 @@
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26) (docs/PERFORMANCE.md, "CUDA backend").
 #include "tools/bench_cudnn_graph.h"
 
 #include <cstdio>

@@ -15,7 +15,7 @@
 // reports in one line and skips; any other failure throws strata::Error naming the call, file and
 // line with cuDNN's own message.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26) (docs/PERFORMANCE.md, "CUDA backend").
 #pragma once
 
 #include <cudnn_graph.h>

@@ -1,22 +1,41 @@
 #!/usr/bin/env python3
-"""The PyTorch eager reference for `bench train`: the same GPT-2 (learned positions, pre-LN blocks,
+"""The PyTorch reference for `bench train`: the same GPT-2 (learned positions, pre-LN blocks,
 causal multi-head attention, tanh-GELU MLP of 4C, final LN, LM head tied to wte), the same batch
-shape, fp32, one training step = zero grads, forward, backward, clip to norm 1, AdamW. Prints one
-JSON line per thread count tried, with the median step time, like `bench train`.
+shape, one training step = zero grads, forward, backward, clip to norm 1, AdamW. Prints one JSON
+line per run, with the median step time, like `bench train`.
+
+On the CPU (the default) it is the eager fp32 baseline of scripts/bench_cpu.sh: one line per
+thread count, explicit-mask attention, foreach AdamW. With --device cuda it is what a user would
+run instead of Strata on an H100/H200: bf16 autocast over fp32 master weights, TF32 for the fp32
+rest, scaled_dot_product_attention, fused AdamW, eager then torch.compile (one line per mode, a
+failed mode a line with "error"), random tokens drawn on the device, and MFU against the card's
+dense bf16 peak from tools/gpu_peaks.h.
 
 Usage: bench_torch.py [--n-layer 4 --n-head 4 --d-model 256 --seq-len 256 --vocab 2048
                        --micro-batch 8 --steps 20 --warmup 3 --threads 1,2]
+       bench_torch.py --device cuda --config configs/gpt2_124m.yaml [--micro-batch auto]
+                      [--modes eager,compile] [--dtype bf16|fp32] [--peak-tflops 989]
+Shape flags given explicitly override --config (model.* and train.micro_batch); --sdpa/--no-sdpa
+picks the attention on either device (default: explicit mask on cpu, SDPA on cuda).
 """
 import argparse
+import contextlib
+import gc
 import json
 import math
+import pathlib
+import re
 import resource
 import statistics
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+DEFAULTS = {"n_layer": 4, "n_head": 4, "d_model": 256, "seq_len": 256, "vocab": 2048,
+            "micro_batch": 8}
 
 
 class Block(nn.Module):
@@ -35,15 +54,18 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         q, k, v = heads(q), heads(k), heads(v)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.n_head))
-        scores = scores.masked_fill(mask[:T, :T], float("-inf"))
-        y = (F.softmax(scores, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.proj(y)
+        if mask is None:  # SDPA: the flash / memory-efficient kernels, no T×T scores in memory
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.n_head))
+            scores = scores.masked_fill(mask[:T, :T], float("-inf"))
+            y = F.softmax(scores, dim=-1) @ v
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
         return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
 class Gpt(nn.Module):
-    def __init__(self, n_layer, n_head, d_model, seq_len, vocab):
+    def __init__(self, n_layer, n_head, d_model, seq_len, vocab, sdpa):
         super().__init__()
         padded = (vocab + 127) // 128 * 128
         self.wte = nn.Embedding(padded, d_model)
@@ -52,7 +74,7 @@ class Gpt(nn.Module):
         self.lnf = nn.LayerNorm(d_model)
         self.vocab = vocab
         mask = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
-        self.register_buffer("mask", mask)
+        self.register_buffer("mask", None if sdpa else mask)  # SDPA masks by itself
         for name, p in self.named_parameters():
             if name.endswith("weight") and p.dim() == 2:
                 std = 0.02 / math.sqrt(2 * n_layer) if "proj" in name else 0.02
@@ -60,7 +82,7 @@ class Gpt(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x, self.mask)
         logits = self.lnf(x) @ self.wte.weight.t()
@@ -68,47 +90,179 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def run(args, threads):
-    torch.set_num_threads(threads)
+def gpu_peak_tflops(device_name):
+    """The dense bf16 TFLOP/s of the first entry of tools/gpu_peaks.h's kGpuPeaks that the
+    device name matches, with the header's rule (every token a word of its own: not preceded by
+    a letter or digit, not followed by a digit), so both sides divide by the same peak; None when
+    the card (or the header) is unknown."""
+    header = pathlib.Path(__file__).resolve().parent / "gpu_peaks.h"
+    entry = re.compile(r'\{\{"(\w+)", (?:"(\w+)"|nullptr)\}, \{"([^"]+)", ([\d.]+), [\d.]+\}\}')
+    name = device_name.upper()
+    for match in entry.finditer(header.read_text() if header.exists() else ""):
+        tokens = [t for t in match.group(1, 2) if t]
+        if all(re.search(rf"(?<![A-Z0-9]){t}(?!\d)", name) for t in tokens):
+            return float(match.group(4))
+    return None
+
+
+def measure(args, cfg, threads, compiled, micro_batch):
+    """One benchmark run: a fresh model and optimizer, warm-up steps (torch.compile compiles in
+    the first), then the median of `steps` timed steps. Returns the JSON record."""
+    cuda = args.device == "cuda"
+    if threads:
+        torch.set_num_threads(threads)
     torch.manual_seed(1234)
-    model = Gpt(args.n_layer, args.n_head, args.d_model, args.seq_len, args.vocab)
+    model = Gpt(cfg["n_layer"], cfg["n_head"], cfg["d_model"], cfg["seq_len"], cfg["vocab"],
+                args.sdpa).to(args.device)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    # Fused AdamW (one kernel for all parameters) is the fast path on CUDA; foreach on the CPU.
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=1e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
-    tokens = torch.randint(0, args.vocab, (args.micro_batch, args.seq_len + 1))
+        lr=1e-4, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if cuda else {"foreach": True}))
+    forward = torch.compile(model) if compiled else model
+    tokens = torch.randint(0, cfg["vocab"], (micro_batch, cfg["seq_len"] + 1), device=args.device)
     inputs, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    # bf16 autocast: matmuls in bf16, master weights, reductions and the loss in fp32.
+    autocast = (lambda: torch.autocast(args.device, dtype=torch.bfloat16)) \
+        if args.dtype == "bf16" else contextlib.nullcontext
+    sync = torch.cuda.synchronize if cuda else (lambda: None)  # kernels are asynchronous
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for step in range(args.warmup + args.steps):
+        sync()
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = model(inputs, targets)
+        with autocast():
+            loss = forward(inputs, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        sync()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
     step_s = statistics.median(times)
-    tokens_per_step = args.micro_batch * args.seq_len
-    print(json.dumps({
-        "bench": "train_torch", "torch": torch.__version__, "threads": threads,
-        "micro_batch": args.micro_batch, "seq_len": args.seq_len, "steps": args.steps,
-        "step_ms": round(1e3 * step_s, 2), "tokens_per_s": round(tokens_per_step / step_s, 1),
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "final_loss": round(loss.item(), 4)}), flush=True)
+    tokens_per_s = micro_batch * cfg["seq_len"] / step_s
+    record = {"bench": "train_torch", "torch": torch.__version__}
+    if not cuda:  # the CPU line of scripts/bench_cpu.sh, with its keys in their order
+        record.update({"threads": threads, "micro_batch": micro_batch, "seq_len": cfg["seq_len"],
+                       "steps": args.steps, "step_ms": round(1e3 * step_s, 2),
+                       "tokens_per_s": round(tokens_per_s, 1), "peak_rss_mib": round(
+                           resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
+        if args.sdpa or compiled or args.dtype != "fp32":  # only off the reference path
+            record.update({"dtype": args.dtype, "compile": compiled, "sdpa": args.sdpa})
+        return {**record, "final_loss": round(loss.item(), 4)}
+    L, C, T = cfg["n_layer"], cfg["d_model"], cfg["seq_len"]
+    # N as llm.c counts it (num_parameters, the N of its estimate_mfu): every unique parameter,
+    # wte once with its padded rows, wpe, biases and LayerNorms included.
+    N = sum(p.numel() for p in model.parameters())
+    padding = model.wte.weight.shape[0] - cfg["vocab"]
+    peak = args.peak_tflops or gpu_peak_tflops(torch.cuda.get_device_name())
+    mfu = lambda attn: round(tokens_per_s * (6 * N + attn * L * C * T) / (peak * 1e12), 4) \
+        if peak else None
+    record.update(common(args, cfg, compiled, micro_batch))
+    record.update({"params": N, "params_unpadded": N - padding * C, "steps": args.steps,
+                   "step_ms": round(1e3 * step_s, 2), "tokens_per_s": round(tokens_per_s, 1),
+                   "mfu_llmc": mfu(6),  # llm.c: 6N + 6LCT FLOPs per token
+                   "mfu_contract": mfu(12),  # Strata's model FLOPs: 6N + 12LCT per token
+                   "peak_tflops": peak,
+                   "device_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1),
+                   "final_loss": round(loss.item(), 4)})
+    return record
+
+
+def common(args, cfg, compiled, micro_batch):
+    return {"device": args.device, "device_name": torch.cuda.get_device_name(),
+            "dtype": args.dtype, "compile": compiled, "sdpa": args.sdpa,
+            "micro_batch": micro_batch, "seq_len": cfg["seq_len"], "n_layer": cfg["n_layer"],
+            "d_model": cfg["d_model"]}
+
+
+def run(args, cfg, threads, compiled):
+    """measure(), halving the micro-batch on CUDA OOM under --micro-batch auto."""
+    micro_batch = cfg["micro_batch"]
+    while True:
+        try:
+            return measure(args, cfg, threads, compiled, micro_batch)
+        except torch.cuda.OutOfMemoryError:
+            if not args.auto_batch or micro_batch == 1:
+                raise
+        finally:
+            if compiled and hasattr(torch, "_dynamo"):
+                torch._dynamo.reset()  # drop the graphs (and their memory) of this run
+        # Outside the except block the exception, and the frames holding the tensors, are gone.
+        gc.collect()
+        torch.cuda.empty_cache()
+        micro_batch //= 2
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for flag, default in [("--n-layer", 4), ("--n-head", 4), ("--d-model", 256),
-                          ("--seq-len", 256), ("--vocab", 2048), ("--micro-batch", 8),
-                          ("--steps", 20), ("--warmup", 3)]:
-        parser.add_argument(flag, type=int, default=default)
-    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts to try")
+    for flag in ["--n-layer", "--n-head", "--d-model", "--seq-len", "--vocab"]:
+        default = DEFAULTS[flag[2:].replace("-", "_")]
+        parser.add_argument(flag, type=int, help=f"default: --config's, else {default}")
+    parser.add_argument("--micro-batch", type=lambda s: s if s == "auto" else int(s),
+                        help="sequences per step (default: --config's, else 8), or auto: "
+                        "--config's, halved on CUDA out-of-memory until it fits")
+    parser.add_argument("--config", help="a configs/*.yaml: model.* and train.micro_batch")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", default="1,2", help="cpu: comma-separated thread counts")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dtype", choices=["bf16", "fp32"], help="default: bf16 cuda, fp32 cpu")
+    parser.add_argument("--sdpa", action=argparse.BooleanOptionalAction,
+                        help="attention by F.scaled_dot_product_attention (default: on cuda)")
+    parser.add_argument("--modes", default="auto",
+                        help="comma-separated eager,compile (default: eager on cpu, both on cuda)")
+    parser.add_argument("--peak-tflops", type=float, help="dense bf16 peak (default: gpu_peaks.h)")
     args = parser.parse_args()
-    for threads in (int(t) for t in args.threads.split(",")):
-        run(args, threads)
+    cuda = args.device == "cuda"
+    cfg = dict(DEFAULTS)
+    if args.config:
+        import yaml  # only --config needs PyYAML
+        with open(args.config) as f:
+            doc = yaml.safe_load(f)
+        model = {"vocab" if k == "vocab_size" else k: v for k, v in doc.get("model", {}).items()}
+        cfg.update({k: model[k] for k in DEFAULTS if k in model})
+        cfg["micro_batch"] = doc.get("train", {}).get("micro_batch", cfg["micro_batch"])
+    args.auto_batch = args.micro_batch == "auto"
+    if args.micro_batch and not args.auto_batch:
+        cfg["micro_batch"] = args.micro_batch
+    cfg.update({k: getattr(args, k) for k in DEFAULTS
+                if k != "micro_batch" and getattr(args, k) is not None})
+    args.dtype = args.dtype or ("bf16" if cuda else "fp32")
+    args.sdpa = cuda if args.sdpa is None else args.sdpa
+    modes = args.modes if args.modes != "auto" else "eager,compile" if cuda else "eager"
+    modes = modes.split(",")
+    if set(modes) - {"eager", "compile"}:
+        sys.exit(f"error: --modes takes eager and/or compile, not {args.modes}")
+    if args.auto_batch and not cuda:
+        sys.exit("error: --micro-batch auto needs --device cuda")
+    if cuda and not torch.cuda.is_available():
+        sys.exit(f"error: --device cuda but torch {torch.__version__} sees no CUDA device "
+                 f"(built with CUDA {torch.version.cuda})")
+    if args.sdpa and not hasattr(F, "scaled_dot_product_attention"):
+        sys.exit(f"error: --sdpa needs torch >= 2.0, this is {torch.__version__}")
+    if cuda:
+        # TF32 for what autocast leaves in fp32 (and all of --dtype fp32), as a user would.
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    failed = runs = 0
+    for threads in ([None] if cuda else [int(t) for t in args.threads.split(",")]):
+        for mode in modes:
+            runs += 1
+            try:
+                record = run(args, cfg, threads, mode == "compile")
+            except Exception as e:  # a failed mode (compiler, triton, OOM) must not hide the rest
+                failed += 1
+                message = (str(e).strip().splitlines() or [""])[0][:300]
+                record = {"bench": "train_torch", "torch": torch.__version__}
+                record.update(common(args, cfg, mode == "compile", cfg["micro_batch"]) if cuda
+                              else {"threads": threads, "compile": mode == "compile"})
+                record["error"] = f"{type(e).__name__}: {message}"
+            print(json.dumps(record), flush=True)
+    sys.exit(1 if failed == runs else 0)
 
 
 if __name__ == "__main__":

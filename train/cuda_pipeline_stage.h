@@ -5,7 +5,7 @@
 // from the host. The model reaches its device weights and gradients through a ParameterAccess
 // bound once (flat buffers, or ZeRO's segments).
 //
-// Built only with the CUDA backend. Status: compiled for sm_90a, never run on a GPU (untested).
+// Built only with the CUDA backend. Status: ran on an NVIDIA H200 (2026-11-26).
 #pragma once
 
 #include <cstddef>

@@ -17,8 +17,8 @@
 //
 // Builds without CUDA link a stand-in whose factory reports that the build has no CUDA backend.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested); the NCCL path never ran either (it
-// needs a GPU per rank).
+// Status: ran on an NVIDIA H200 (2026-11-26): one GPU, and every layout on it through host-staged
+// collectives; the NCCL path between several GPUs has never run (it needs a GPU per rank).
 #pragma once
 
 #include <cstddef>

@@ -17,7 +17,8 @@ std::string resolve_device(const Config& config, const GptShape& shape) {
     if (!usable) fail("device cuda: no usable CUDA device (or this build has no CUDA backend)");
     if (!cuda_supports_shape(shape))
       fail("device cuda: head size ", shape.head_size(),
-           " (d_model / n_head) has no attention kernel (16, 32, 64 or 128); use device cpu");
+           " (d_model / n_head) has no attention kernel (a multiple of 16 up to 128); use device"
+           " cpu");
     return "cuda";
   }
   // auto

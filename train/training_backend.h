@@ -6,7 +6,7 @@
 // this interface asks which backend it is.
 //
 // Implementations: CpuTraining (train/cpu_training.h: the CPU model, OpenBLAS) and the CUDA one
-// (train/cuda_training.h: one GPU per rank; never run on a GPU).
+// (train/cuda_training.h: one GPU per rank; ran on one H200, never on several GPUs).
 #pragma once
 
 #include <cstddef>

@@ -6,7 +6,7 @@
 // is up to 2^-9 ≈ 2e-3 per element, a few stacked roundings stay well inside 1e-2); fp16 5e-3
 // (11 bits, but the attention probabilities and dS lose more in fp16's narrow range).
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -9,7 +9,7 @@
 // the kernel tests: only accumulation orders differ (partial sums added across ranks in fp32).
 // Recomputation is bitwise equal to none under the same partition.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <memory>

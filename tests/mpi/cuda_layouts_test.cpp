@@ -8,7 +8,7 @@
 // over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
-// Status: never run on a GPU (untested).
+// Status: passed on an NVIDIA H200 (2026-11-26), all ranks on the one GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -3,7 +3,7 @@
 // backend does the same loop in train/gradient_sync.cpp; a + b is b + a bitwise, so both ends of
 // the exchange hold the same sum.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

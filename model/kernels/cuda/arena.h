@@ -8,7 +8,7 @@
 // runs on the same stream (later kernels run after earlier ones), which is the rule here. Work on
 // another stream must synchronise with it first.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstddef>

@@ -6,7 +6,7 @@
 // Each block owns its output rows and accumulates them in shared memory in a fixed order, so no
 // atomics and bitwise-reproducible results; the price is computing S and dP twice.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <cmath>
 
 #include "model/kernels/cuda/attention.h"
@@ -203,7 +203,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   STRATA_CHECK(B >= 0 && T_ >= 0 && NH > 0 && C % NH == 0);
   const int hs = C / NH;
   if (!attention_head_size_supported(hs))
-    fail("attention: head size ", hs, " is not supported by the CUDA kernel (16, 32, 64, 128)");
+    fail("attention: head size ", hs, " is not supported by the CUDA kernel (", kHeadSizeStep,
+         " to ", kMaxHeadSize, " in steps of ", kHeadSizeStep, ")");
   STRATA_CHECK(is_aligned(dqkv, 16) && is_aligned(dout, 16) && is_aligned(qkv, 16),
                "attention tensors must be 16-byte aligned");
   if (B == 0 || T_ == 0) return;
@@ -214,16 +215,9 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   attention_delta_kernel<T><<<static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
                               kWarpsPerBlock * 32, 0, stream>>>(delta, dout, out, T_, C, NH, rows);
   STRATA_CUDA_CHECK_LAUNCH();
-  switch (hs) {
-    case 16:
-      return launch_backward<T, 16>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
-    case 32:
-      return launch_backward<T, 32>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
-    case 64:
-      return launch_backward<T, 64>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
-    default:
-      return launch_backward<T, 128>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
-  }
+  with_head_size(hs, [&]<int D>() {
+    launch_backward<T, D>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
+  });
 }
 
 template void attention_backward<float>(float*, const float*, const float*, const float*,

@@ -5,7 +5,7 @@
 // score scale. Query tiles run from the last (most key tiles) to the first so the longest blocks
 // start first.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include "model/kernels/cuda/attention.h"
 
 #include <cmath>
@@ -109,7 +109,7 @@ void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int 
 
 }  // namespace
 
-bool attention_head_size_supported(int hs) { return hs == 16 || hs == 32 || hs == 64 || hs == 128; }
+bool attention_head_size_supported(int hs) { return head_size_has_kernel(hs); }
 
 template <class T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
@@ -117,20 +117,12 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
   STRATA_CHECK(B >= 0 && T_ >= 0 && NH > 0 && C % NH == 0);
   const int hs = C / NH;
   if (!attention_head_size_supported(hs))
-    fail("attention: head size ", hs, " is not supported by the CUDA kernel (16, 32, 64, 128)");
+    fail("attention: head size ", hs, " is not supported by the CUDA kernel (", kHeadSizeStep,
+         " to ", kMaxHeadSize, " in steps of ", kHeadSizeStep, ")");
   STRATA_CHECK(is_aligned(out, 16) && is_aligned(qkv, 16),
                "attention tensors must be 16-byte aligned");
   if (B == 0 || T_ == 0) return;
-  switch (hs) {
-    case 16:
-      return launch_forward<T, 16>(out, lse, qkv, B, T_, C, NH, stream);
-    case 32:
-      return launch_forward<T, 32>(out, lse, qkv, B, T_, C, NH, stream);
-    case 64:
-      return launch_forward<T, 64>(out, lse, qkv, B, T_, C, NH, stream);
-    default:
-      return launch_forward<T, 128>(out, lse, qkv, B, T_, C, NH, stream);
-  }
+  with_head_size(hs, [&]<int D>() { launch_forward<T, D>(out, lse, qkv, B, T_, C, NH, stream); });
 }
 
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int,

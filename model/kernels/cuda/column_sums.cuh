@@ -9,7 +9,7 @@
 // `F` is a functor `void operator()(int n, int c, float (&acc)[K]) const` adding value_k(n, c)
 // into acc[k]; it reads its tensors itself, so the values are never stored.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -13,7 +13,7 @@
 //   all_reduce_max:     data (count, fp32) = the element-wise maximum over the group, in place
 // Every member calls every collective, in the same order.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -4,7 +4,7 @@
 // One per rank (per device); not thread-safe: the plan cache and descriptor attributes are
 // mutated by each GEMM call.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cublasLt.h>

@@ -4,7 +4,7 @@
 //
 // Rounding to bf16/fp16 is round-to-nearest-even, the rounding the CPU backend emulates.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

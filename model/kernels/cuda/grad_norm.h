@@ -8,7 +8,7 @@
 //    1/loss_scale times the clip factor of train/optimizer.h clip_factor, NaN when the norm is not
 //    finite (AdamW then skips the step).
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

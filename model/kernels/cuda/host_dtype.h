@@ -2,7 +2,7 @@
 // setting up device inputs and reading results back (tests, benchmarks). Rounding to bf16/fp16 is
 // round-to-nearest-even, as the kernels' (dtype.cuh, device-side) and the CPU backend's emulation.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -14,7 +14,7 @@
 // T: float, __nv_bfloat16, __half. Vectorised (16-byte accesses) when C is a multiple of 16 bytes
 // of T and the pointers are 16-byte aligned, element by element otherwise.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

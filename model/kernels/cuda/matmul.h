@@ -16,7 +16,7 @@
 // fp32 GEMMs use exact fp32 (CUBLAS_COMPUTE_32F) unless the context allows TF32.
 // Descriptors and the heuristic's choice are cached per shape in the context (matmul_plans.h).
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -3,7 +3,7 @@
 // GEMM shapes thousands of times. A plan is keyed by everything the heuristic depends on; only the
 // epilogue pointers (bias, GELU input) change from call to call and are set before each launch.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cublasLt.h>

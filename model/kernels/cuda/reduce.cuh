@@ -2,7 +2,7 @@
 // (shuffle butterflies, then the warp partials combined in warp order), so results are bitwise
 // reproducible run to run. Include from .cu files only.
 //
-// Status: compiled for sm_90a, never run on a GPU (untested).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime.h>
