@@ -56,7 +56,44 @@ std::vector<std::string> parse_jsonl(const std::string& path, std::string_view b
   return documents;
 }
 
+bool is_blank(std::string_view line) {
+  return line.find_first_not_of(" \t\r") == std::string_view::npos;
+}
+
+// The paragraphs (kParagraphs) or non-blank lines of a plain-text file, in order.
+std::vector<std::string> split_text(const std::string& path, std::string_view bytes,
+                                    TextSplit split) {
+  std::vector<std::string> documents;
+  std::string paragraph;
+  while (!bytes.empty()) {
+    const std::size_t end = std::min(bytes.find('\n'), bytes.size());
+    const std::string_view line = bytes.substr(0, end);
+    const bool had_newline = end < bytes.size();
+    bytes.remove_prefix(std::min(end + 1, bytes.size()));
+    if (split == TextSplit::lines) {
+      // Without its line break, CRLF's CR included.
+      if (!is_blank(line)) documents.emplace_back(line.substr(0, line.find_last_not_of('\r') + 1));
+    } else if (!is_blank(line)) {
+      paragraph.append(line);
+      if (had_newline) paragraph += '\n';
+    } else if (!paragraph.empty()) {
+      documents.push_back(std::move(paragraph));
+      paragraph.clear();
+    }
+  }
+  if (!paragraph.empty()) documents.push_back(std::move(paragraph));
+  if (documents.empty()) fail("input file '", path, "' holds no documents (all lines are blank)");
+  return documents;
+}
+
 }  // namespace
+
+TextSplit parse_text_split(const std::string& name) {
+  if (name == "file") return TextSplit::file;
+  if (name == "paragraphs") return TextSplit::paragraphs;
+  if (name == "lines") return TextSplit::lines;
+  fail("--split must be file, paragraphs or lines, got '", name, "'");
+}
 
 std::string read_file_bytes(const std::string& path) {
   std::error_code ec;
@@ -68,11 +105,12 @@ std::string read_file_bytes(const std::string& path) {
   return bytes;
 }
 
-std::vector<std::string> read_documents(const std::string& path) {
+std::vector<std::string> read_documents(const std::string& path, TextSplit split) {
   std::string bytes = read_file_bytes(path);
   if (bytes.empty()) fail("input file '", path, "' is empty");
   check_utf8(path, bytes);
   if (ends_with_jsonl(path)) return parse_jsonl(path, bytes);
+  if (split != TextSplit::file) return split_text(path, bytes, split);
   std::vector<std::string> documents;
   documents.push_back(std::move(bytes));
   return documents;

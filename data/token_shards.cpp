@@ -215,4 +215,12 @@ void TokenSource::read(std::uint64_t start, std::size_t count, std::int32_t* out
   }
 }
 
+void check_shards_tokenizer(const TokenSource& shards, const std::string& tokenizer_sha256,
+                            const std::string& what) {
+  const std::string& made_with = shards.info().tokenizer_sha256;
+  if (made_with.empty() || tokenizer_sha256.empty() || made_with == tokenizer_sha256) return;
+  fail(what, ": the shards ('", shards.files().front(), "'...) were made with another tokenizer ",
+       "(sha256 ", made_with.substr(0, 12), "..., not ", tokenizer_sha256.substr(0, 12), "...)");
+}
+
 }  // namespace strata

@@ -99,4 +99,11 @@ class TokenSource {
 // The shard files `spec` names, sorted (see above); strata::Error if there are none.
 std::vector<std::string> resolve_shard_files(const std::string& spec);
 
+// strata::Error naming `what` (a key or flag: "data.val", "--data") when the shards record the
+// tokenizer they were made with and it is not the one whose model bytes hash to
+// `tokenizer_sha256`: ids of another vocabulary would give a loss that means nothing. Shards
+// without the attribute and an empty digest (a run without a tokenizer) are not checked.
+void check_shards_tokenizer(const TokenSource& shards, const std::string& tokenizer_sha256,
+                            const std::string& what);
+
 }  // namespace strata

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Configures and builds Strata (Release) into ./build; extra arguments go to cmake.
+# STRATA_TARGETS, when set, builds only those targets (scripts/demo.sh builds the tools it runs,
+# not the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-ninja -C build
+# shellcheck disable=SC2086
+ninja -C build ${STRATA_TARGETS:-}

@@ -92,6 +92,7 @@ void bench_sgemm(const ToolArgs& args) {
 }
 
 void run(int argc, char** argv) {
+  exit_with_usage_on_help(argc, argv, kUsage);
   if (argc < 2) fail("missing benchmark name (", kUsage, ")");
   const std::string name = argv[1];
   if (name == "train") {

@@ -5,9 +5,10 @@
 //                          seal, also the damaged tensor where one is); exit 1 when any is damaged
 // ckpt diff A B            compares every tensor bitwise: a line per differing tensor; exit 0
 //                          when identical, 1 when they differ, 2 on an error
-// ckpt export-hf CKPT OUT_DIR
+// ckpt export-hf CKPT OUT_DIR [--force]
 //                          a Hugging Face GPT-2 folder: config.json, model.safetensors and the
-//                          SentencePiece tokenizer.model (train/hf_convert.h)
+//                          SentencePiece tokenizer.model (train/hf_convert.h); a non-empty
+//                          OUT_DIR is refused unless --force
 // ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]
 //                          a Strata checkpoint (step 0) from a GPT-2 folder's config.json and
 //                          model.safetensors; the tokenizer is MODEL, else DIR/tokenizer.model
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <string>
@@ -31,7 +33,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: ckpt inspect CKPT | ckpt verify CKPT... | ckpt diff A B | "
-    "ckpt export-hf CKPT OUT_DIR | ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]";
+    "ckpt export-hf CKPT OUT_DIR [--force] | ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]";
 
 std::string shape_line(const strata::GptShape& s) {
   return "n_layer " + std::to_string(s.n_layer) + ", n_head " + std::to_string(s.n_head) +
@@ -39,7 +41,11 @@ std::string shape_line(const strata::GptShape& s) {
          ", vocab_size " + std::to_string(s.vocab_size);
 }
 
-int export_hf(const std::string& checkpoint, const std::string& out_dir) {
+int export_hf(const std::string& checkpoint, const std::string& out_dir, bool force) {
+  std::error_code ec;
+  if (!force && std::filesystem::exists(out_dir, ec) && !std::filesystem::is_empty(out_dir, ec))
+    strata::fail("'", out_dir, "' is not empty; choose another folder, or pass --force to write ",
+                 "config.json, model.safetensors and tokenizer.model over what it holds");
   const strata::HfExport done = strata::export_hf_gpt2(checkpoint, out_dir);
   std::printf("exported %s to %s (GPT-2: %s)\n", checkpoint.c_str(), out_dir.c_str(),
               shape_line(done.shape).c_str());
@@ -173,6 +179,7 @@ int diff(const std::string& a, const std::string& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  strata::exit_with_usage_on_help(argc, argv, kUsage);
   try {
     if (argc < 2) strata::fail("missing command (", kUsage, ")");
     const std::string command = argv[1];
@@ -194,8 +201,10 @@ int main(int argc, char** argv) {
       }
     }
     if (command == "export-hf") {
-      if (argc != 4) strata::fail("export-hf takes CKPT and OUT_DIR (", kUsage, ")");
-      return export_hf(argv[2], argv[3]);
+      const bool force = argc == 5 && std::strcmp(argv[4], "--force") == 0;
+      if (argc != 4 && !force)
+        strata::fail("export-hf takes CKPT, OUT_DIR and perhaps --force (", kUsage, ")");
+      return export_hf(argv[2], argv[3], force);
     }
     if (command == "import-hf") return import_hf(argc, argv);
     if (command == "convert") strata::fail("'ckpt ", command, "' is not implemented yet");

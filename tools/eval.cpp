@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "data/sha256.h"
 #include "data/token_shards.h"
 #include "tools/eval_logits.h"
 #include "tools/tool_args.h"
@@ -27,6 +28,8 @@ int main(int argc, char** argv) {
     if (split.info().vocab_size > saved.config.model.vocab_size)
       strata::fail("--data: the shards use a vocabulary of ", split.info().vocab_size,
                    " tokens but the model has ", saved.config.model.vocab_size);
+    if (!saved.tokenizer_model.empty())
+      strata::check_shards_tokenizer(split, strata::sha256_hex(saved.tokenizer_model), "--data");
     const strata::LossSum loss =
         strata::evaluate_loss(*saved.model, saved.params.data(), split, tokens, micro_batch, 0, 1);
     if (loss.count == 0)

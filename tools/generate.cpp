@@ -1,45 +1,22 @@
 // generate --checkpoint CKPT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
 // Samples a continuation of TEXT with the run's tokenizer (stored in the checkpoint) and prints
-// the prompt followed by the continuation. Temperature 0 is greedy decoding; sampling stops at N
-// tokens or at the end-of-document token. Each draw is a pure function of (seed, position), so a
-// seed reproduces its text.
+// the prompt and the continuation as one text, token by token as they are drawn (stdout flushed
+// at each). Temperature 0 is greedy decoding; sampling stops at N tokens or at the
+// end-of-document token. Each draw is a pure function of (seed, its index), so a seed reproduces
+// its text. The model runs on the CPU with a KV cache (model/gpt_decoder.h) under the context
+// window of model/gpt_generation.h. At the end one line on stderr gives the speed in tokens/s.
 #include <algorithm>
-#include <cmath>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <iostream>
-#include <numeric>
 #include <vector>
 
+#include "data/text_stream.h"
 #include "data/tokenizer.h"
-#include "model/core/counter_rng.h"
+#include "model/gpt_generation.h"
 #include "tools/tool_args.h"
 #include "train/saved_model.h"
-
-namespace {
-
-// Picks the next token from one row of logits (the first `vocab` entries are real tokens).
-int sample_token(const float* logits, int vocab, double temperature, int top_k, std::uint64_t key,
-                 std::uint64_t position) {
-  std::vector<int> order(static_cast<std::size_t>(vocab));
-  std::iota(order.begin(), order.end(), 0);
-  if (temperature <= 0) return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
-  const int keep = (top_k > 0 && top_k < vocab) ? top_k : vocab;
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                    [&](int a, int b) { return logits[a] > logits[b]; });
-  std::vector<double> weights(static_cast<std::size_t>(keep));
-  double total = 0;
-  for (int i = 0; i < keep; ++i) {
-    weights[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
-    total += weights[i];
-  }
-  double u = strata::uniform_open01(strata::hash_combine(key, position)) * total;
-  for (int i = 0; i < keep; ++i) {
-    u -= weights[i];
-    if (u <= 0) return order[i];
-  }
-  return order[keep - 1];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   constexpr const char* kUsage =
@@ -74,27 +51,28 @@ int main(int argc, char** argv) {
 
     std::vector<int> context = tokenizer.encode(prompt);
     if (context.empty()) context.push_back(tokenizer.eos_id());  // start of a new document
-    std::vector<int> generated;
-    const std::uint64_t key =
-        strata::hash_combine(static_cast<std::uint64_t>(seed), strata::hash_name("generate"));
-    std::vector<std::int32_t> window;
-    for (long long i = 0; i < n_tokens; ++i) {
-      const std::size_t start = context.size() > static_cast<std::size_t>(shape.seq_len)
-                                    ? context.size() - shape.seq_len
-                                    : 0;
-      window.assign(context.begin() + static_cast<long>(start), context.end());
-      const int T = static_cast<int>(window.size());
-      saved.model->forward(saved.params.data(), window.data(), nullptr, 1, T);
-      const float* last =
-          saved.model->logits() + static_cast<std::size_t>(T - 1) * shape.padded_vocab();
-      const int next =
-          sample_token(last, std::min(shape.vocab_size, tokenizer.vocab_size()), temperature,
-                       static_cast<int>(top_k), key, static_cast<std::uint64_t>(i));
-      if (next == tokenizer.eos_id()) break;
-      context.push_back(next);
-      generated.push_back(next);
-    }
-    std::cout << prompt << tokenizer.decode(generated) << std::endl;
+    strata::GenerationOptions options;
+    options.max_tokens = n_tokens;
+    options.sampling = {temperature, static_cast<int>(top_k), static_cast<std::uint64_t>(seed)};
+    options.vocab = std::min(shape.vocab_size, tokenizer.vocab_size());
+    options.stop_id = tokenizer.eos_id();
+
+    // The prompt and the continuation are decoded as one text (a continuation decoded alone
+    // would lose the space that separates it from the prompt).
+    strata::TextStream text(tokenizer);
+    std::cout << text.append(context) << std::flush;
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<int> generated =
+        strata::generate_tokens(*saved.model, saved.params.data(), context, options,
+                                [&](int id) { std::cout << text.append(id) << std::flush; });
+    std::cout << text.finish() << std::endl;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    char line[160];
+    std::snprintf(line, sizeof line, "generated %zu tokens in %.2f s: %.1f tokens/s",
+                  generated.size(), seconds,
+                  seconds > 0 ? static_cast<double>(generated.size()) / seconds : 0.0);
+    std::cerr << line << std::endl;
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;

@@ -230,6 +230,7 @@ int run(int argc, char** argv) {
 }  // namespace strata
 
 int main(int argc, char** argv) {
+  strata::exit_with_usage_on_help(argc, argv, strata::kUsage);
   try {
     return strata::run(argc, argv);
   } catch (const std::exception& e) {

@@ -1,15 +1,19 @@
 // tokenize --input FILE... --out DIR [--vocab-size N | --tokenizer MODEL] [--val-fraction F]
-//          [--threads N] [--shard-tokens N]
+//          [--split file|paragraphs|lines] [--threads N] [--shard-tokens N] [--force]
 //
 // Turns text into token shards (DESIGN §4, §5): reads the documents of every input (plain text =
-// one document, .jsonl = one per line), trains a BPE tokenizer on them (or loads --tokenizer),
-// holds out whole documents for validation (data/split.h), encodes every document with N threads
-// and writes, in input order, each document's ids followed by EOS:
+// one document, or one per paragraph or line with --split; .jsonl = one per line), trains a BPE
+// tokenizer on them (or loads --tokenizer), holds out whole documents for validation
+// (data/split.h), encodes every document with N threads and writes, in input order, each document's
+// ids followed by EOS:
 //   DIR/tokenizer.model   the model used (a copy of --tokenizer, or the trained one)
 //   DIR/train/shard_00000.h5 ...   at most --shard-tokens tokens per shard
 //   DIR/val/shard_00000.h5 ...     absent when --val-fraction is 0
 // Everything is first written under DIR/.tokenize-staging-<pid>/ and moved into place only when
-// complete, so an interrupted or failed run never leaves half-written output under those names.
+// complete, so an interrupted or failed run never leaves half-written output under those names. A
+// DIR that already holds a corpus (any of those names) is refused unless --force: replacing one is
+// never silent. A corpus whose --val-fraction holds out no document (a single document) is an
+// error that says how to split it, or to ask for no validation set with --val-fraction 0.
 // Progress goes to stderr (on a terminal: phase notes and a live line; otherwise only a plain line
 // every 10 s of encoding); one summary line goes to stdout. Errors: one `error: ...` line on stderr
 // and exit status 1.
@@ -42,7 +46,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
     "usage: tokenize --input FILE... --out DIR [--vocab-size N | --tokenizer MODEL] "
-    "[--val-fraction F] [--threads N] [--shard-tokens N]";
+    "[--val-fraction F] [--split file|paragraphs|lines] [--threads N] [--shard-tokens N] "
+    "[--force]";
 
 struct Options {
   std::vector<std::string> inputs;
@@ -51,6 +56,8 @@ struct Options {
   bool vocab_size_given = false;
   std::string tokenizer;
   double val_fraction = 0.05;
+  TextSplit split = TextSplit::file;
+  bool force = false;  // replace a corpus already in --out
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::uint64_t shard_tokens = 100'000'000;
 };
@@ -103,6 +110,11 @@ Options parse_options(int argc, char** argv) {
       options.tokenizer = value();
     } else if (flag == "--val-fraction") {
       options.val_fraction = parse_number<double>(flag, value(), 0.0, 0.99);
+    } else if (flag == "--split") {
+      options.split = parse_text_split(value());
+    } else if (flag == "--force") {
+      if (has_inline_value) fail("--force takes no value");
+      options.force = true;
     } else if (flag == "--threads") {
       options.threads = parse_number<int>(flag, value(), 1, 4096);
     } else if (flag == "--shard-tokens") {
@@ -226,11 +238,23 @@ void write_bytes(const fs::path& path, const std::string& bytes) {
 
 const char* plural(std::size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
+// Before any work: a corpus already in --out is replaced only on request.
+void check_output_is_free(const Options& options) {
+  if (options.force) return;
+  for (const char* name : {"tokenizer.model", "train", "val"}) {
+    std::error_code ec;
+    if (fs::exists(fs::path(options.out) / name, ec))
+      fail("--out '", options.out, "' already holds a tokenized corpus ('", name,
+           "'); choose another folder, or pass --force to replace it");
+  }
+}
+
 void run(const Options& options) {
+  check_output_is_free(options);
   std::vector<std::string> documents;
   std::uint64_t text_bytes = 0;
   for (const std::string& input : options.inputs) {
-    for (std::string& document : read_documents(input)) {
+    for (std::string& document : read_documents(input, options.split)) {
       text_bytes += document.size();
       documents.push_back(std::move(document));
     }
@@ -239,6 +263,16 @@ void run(const Options& options) {
        megabytes(text_bytes), options.inputs.size(),
        plural(options.inputs.size(), "file", "files"));
 
+  // Before the tokenizer's training: the split depends on the document count alone.
+  const std::vector<bool> is_validation =
+      choose_validation_documents(documents.size(), options.val_fraction);
+  if (options.val_fraction > 0 && std::ranges::none_of(is_validation, [](bool v) { return v; }))
+    fail("--val-fraction ", options.val_fraction, " holds out no document: the corpus has ",
+         documents.size(), " ", plural(documents.size(), "document", "documents"),
+         " (a plain-text file is one); cut it with --split paragraphs or --split lines, or pass "
+         "--val-fraction 0 for no validation set (then data.val must name another set, or be "
+         "empty)");
+
   Tokenizer tokenizer = [&] {
     if (!options.tokenizer.empty()) return Tokenizer::load(options.tokenizer);
     note("tokenize: training a BPE tokenizer of %d tokens\n", options.vocab_size);
@@ -246,8 +280,6 @@ void run(const Options& options) {
                            describe_inputs(options.inputs));
   }();
   const ShardInfo info{tokenizer.vocab_size(), tokenizer.eos_id(), tokenizer.sha256()};
-  const std::vector<bool> is_validation =
-      choose_validation_documents(documents.size(), options.val_fraction);
 
   StagedOutput output(options.out);
   write_bytes(output.path("tokenizer.model"), tokenizer.serialized());

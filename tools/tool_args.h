@@ -3,6 +3,9 @@
 // every value in order; any other flag keeps its last value.
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -12,11 +15,22 @@
 
 namespace strata {
 
+// `--help` or `-h` anywhere on the command line: the usage on stdout and exit status 0, before
+// anything else is parsed (so `ckpt inspect --help` answers too).
+inline void exit_with_usage_on_help(int argc, char** argv, const char* usage) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("%s\n", usage);
+      std::exit(0);
+    }
+}
+
 class ToolArgs {
  public:
   // `flags`: accepted flags, each taking one value; `repeatable`: those of them that may repeat.
   ToolArgs(int argc, char** argv, int first, const std::set<std::string>& flags, const char* usage,
            const std::set<std::string>& repeatable = {}) {
+    exit_with_usage_on_help(argc, argv, usage);
     for (int i = first; i < argc; ++i) {
       const std::string arg = argv[i];
       if (!flags.count(arg)) fail("unknown argument '", arg, "' (", usage, ")");

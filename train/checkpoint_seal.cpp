@@ -106,8 +106,17 @@ void check_checkpoint_seal(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) fail("cannot open checkpoint '", path, "'");
   SealHeader header{};
-  if (size >= sizeof header) file.read(reinterpret_cast<char*>(&header), sizeof header);
-  if (size < kSealBytes || std::memcmp(header.magic, kMagic, sizeof kMagic) != 0)
+  file.read(reinterpret_cast<char*>(&header),
+            static_cast<std::streamsize>(std::min<std::uint64_t>(size, sizeof header)));
+  // A file cut short (a copy or a write that never finished) is named as such, not as a stranger:
+  // empty, or its magic intact and less than the seal after it.
+  if (size == 0) fail("checkpoint '", path, "' is truncated: it is empty");
+  const bool sealed_start =
+      size >= sizeof kMagic && std::memcmp(header.magic, kMagic, sizeof kMagic) == 0;
+  if (sealed_start && size < kSealBytes)
+    fail("checkpoint '", path, "' is truncated: it holds ", size, " bytes, less than its ",
+         kSealBytes, "-byte seal");
+  if (!sealed_start)
     fail("'", path, "' is not a Strata checkpoint of format ", kCheckpointFormat,
          " (it does not begin with a checkpoint seal)");
   if (header.header_checksum != header_checksum(header) || header.block_count > kSealBlocks ||

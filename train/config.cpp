@@ -447,26 +447,34 @@ void check_utf8(const std::string& text, const std::string& where) {
 }
 }  // namespace
 
-Config parse_config(const std::string& yaml_text, const std::string& source_name,
-                    const std::vector<std::string>& overrides) {
+namespace {
+// One file's (or text's) top-level map of sections.
+YAML::Node top_level_map(const std::string& yaml_text, const std::string& source_name) {
   check_utf8(yaml_text, source_name);
-  for (const auto& text : overrides) check_utf8(text, "a --set override");
-  ConfigSource source(source_name);
   YAML::Node root = config_detail::load_yaml(yaml_text, source_name);
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);  // an empty file: all defaults
   if (!root.IsMap())
     fail(source_name, ": expected a map of sections at the top level, got ",
          config_detail::describe(root));
-  for (const auto& text : overrides) config_detail::apply_override(root, text, source);
-  config_detail::check_keys(root, "", source);
-
-  Config config;
-  config_detail::visit_fields(config, config_detail::FieldReader(root, source));
-  config_detail::validate_config(config, source);
-  return config;
+  return root;
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+// `over` laid onto `base`: maps merged key by key, anything else (a scalar, a list) replaced
+// whole, so a later file wins key by key and a list is never half of each.
+void merge_into(YAML::Node base, const YAML::Node& over, const std::string& source_name) {
+  for (const auto& entry : over) {
+    if (!entry.first.IsScalar())
+      fail(source_name, ": a key is not a name: ", config_detail::describe(entry.first));
+    const std::string key = entry.first.Scalar();
+    YAML::Node existing = base[key];
+    if (existing.IsMap() && entry.second.IsMap())
+      merge_into(existing, entry.second, source_name);
+    else
+      base[key] = YAML::Clone(entry.second);
+  }
+}
+
+std::string read_config_text(const std::string& path) {
   // C stdio rather than ifstream: it reports why (errno), including reading a directory.
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) fail("cannot read config '", path, "': ", std::strerror(errno));
@@ -478,7 +486,42 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   const int error = errno;
   std::fclose(file);
   if (failed) fail("cannot read config '", path, "': ", std::strerror(error));
-  return parse_config(text, path, overrides);
+  return text;
+}
+
+Config config_from_root(YAML::Node root, const std::string& source_name,
+                        const std::vector<std::string>& overrides) {
+  for (const auto& text : overrides) check_utf8(text, "a --set override");
+  ConfigSource source(source_name);
+  for (const auto& text : overrides) config_detail::apply_override(root, text, source);
+  config_detail::check_keys(root, "", source);
+
+  Config config;
+  config_detail::visit_fields(config, config_detail::FieldReader(root, source));
+  config_detail::validate_config(config, source);
+  return config;
+}
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides) {
+  return config_from_root(top_level_map(yaml_text, source_name), source_name, overrides);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_configs({path}, overrides);
+}
+
+Config load_configs(const std::vector<std::string>& paths,
+                    const std::vector<std::string>& overrides) {
+  STRATA_CHECK(!paths.empty());
+  YAML::Node merged(YAML::NodeType::Map);
+  std::string source_name;
+  for (const std::string& path : paths) {
+    merge_into(merged, top_level_map(read_config_text(path), path), path);
+    source_name += (source_name.empty() ? "" : " + ") + path;
+  }
+  return config_from_root(merged, source_name, overrides);
 }
 
 std::string config_to_yaml(const Config& config) {

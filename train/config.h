@@ -165,6 +165,10 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
                     const std::vector<std::string>& overrides = {});
 // Reads the file, then parse_config. A missing or unreadable file is an Error naming it.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Several files merged in order before the overrides: a later file wins key by key (nested maps
+// merged, lists replaced whole), so `train base.yaml plan.yaml` applies a plan's fragment.
+Config load_configs(const std::vector<std::string>& paths,
+                    const std::vector<std::string>& overrides = {});
 // The layout of this config on a world of `world_size` ranks: the checks that need the world size
 // (resolve_mesh_shape: tp*pp divides the world, an explicit dp matches it, tensor-parallel groups
 // stay inside a node) and global_batch divisible by micro_batch*dp. Together with the checks of
@@ -176,5 +180,13 @@ MeshShape resolve_mesh(const Config& config, int world_size);
 int resolve_data_parallel(const Config& config, int world_size);
 // The effective config as YAML (every key, resolved defaults); parse_config(to_yaml(c)) == c.
 std::string config_to_yaml(const Config& config);
+
+// A key whose value differs between two configs, each value as the effective config writes it.
+struct ConfigChange {
+  std::string key, before, after;
+  bool operator==(const ConfigChange&) const = default;
+};
+// Every key on which `after` differs from `before`, in key order (train/config_diff.cpp).
+std::vector<ConfigChange> config_changes(const Config& before, const Config& after);
 
 }  // namespace strata

@@ -1,4 +1,5 @@
-// train CONFIG.yaml [--set key.path=value]... [--resume [CHECKPOINT]]
+// train CONFIG.yaml [MORE.yaml]... [--set key.path=value]... [--resume [CHECKPOINT]]
+// Several configs merge in order (train/config.h, load_configs), then the overrides apply.
 // One process per data-parallel rank under mpirun. Errors print one `error: ...` line (from rank
 // 0 when every rank fails the same way during set-up) and exit non-zero.
 #include <iostream>
@@ -18,13 +19,13 @@
 namespace {
 
 struct Arguments {
-  std::string config_path;
+  std::vector<std::string> config_paths;
   std::vector<std::string> overrides;
   std::optional<std::string> resume_from;
 };
 
 constexpr const char* kUsage =
-    "usage: train CONFIG.yaml [--set key.path=value]... [--resume [CHECKPOINT]]";
+    "usage: train CONFIG.yaml [MORE.yaml]... [--set key.path=value]... [--resume [CHECKPOINT]]";
 
 Arguments parse_arguments(int argc, char** argv) {
   Arguments args;
@@ -45,13 +46,11 @@ Arguments parse_arguments(int argc, char** argv) {
       args.resume_from = arg.substr(9);
     } else if (arg.starts_with("-")) {
       strata::fail("unknown option '", arg, "' (", kUsage, ")");
-    } else if (args.config_path.empty()) {
-      args.config_path = arg;
     } else {
-      strata::fail("unexpected argument '", arg, "' (", kUsage, ")");
+      args.config_paths.push_back(arg);
     }
   }
-  if (args.config_path.empty()) strata::fail("missing CONFIG.yaml (", kUsage, ")");
+  if (args.config_paths.empty()) strata::fail("missing CONFIG.yaml (", kUsage, ")");
   return args;
 }
 
@@ -72,7 +71,7 @@ int main(int argc, char** argv) {
     // parallel.auto: the planner fills the layout keys (plan/auto_layout.h), before the thread
     // budget, as its measurement of this machine sets its own.
     const strata::AutoLayout chosen =
-        strata::choose_run_layout(strata::load_config(args.config_path, args.overrides),
+        strata::choose_run_layout(strata::load_configs(args.config_paths, args.overrides),
                                   mpi.world_size(), mpi.ranks_on_host());
     const strata::Config& config = chosen.config;
     // Before any kernel runs: OpenMP and OpenBLAS would otherwise start a thread per core in

@@ -70,6 +70,9 @@ std::string check_data(const Config& config, const TokenSource& train,
   if (!train.info().tokenizer_sha256.empty() && tokenizer.sha256() != train.info().tokenizer_sha256)
     fail("data.tokenizer '", config.data.tokenizer,
          "' is not the tokenizer the training shards were made with (sha256 differs)");
+  // The validation shards too: the same ids from another tokenizer mean other text, and a
+  // val_loss on them nothing.
+  if (val) check_shards_tokenizer(*val, tokenizer.sha256(), "data.val");
   return tokenizer.serialized();
 }
 
@@ -239,7 +242,35 @@ struct Trainer::State {
     if (meta.state.seed != config.run.seed && is_logger())
       std::cerr << "warning: run.seed " << config.run.seed << " differs from the checkpoint's "
                 << meta.state.seed << "; the data order changes from here\n";
+    // Another tokenizer would give the same ids other meanings: never a silent change.
+    if (!meta.tokenizer_model.empty() && !tokenizer_model.empty() &&
+        meta.tokenizer_model != tokenizer_model)
+      fail("--resume: data.tokenizer '", config.data.tokenizer,
+           "' is not the tokenizer of checkpoint '", path, "' (its model bytes differ)");
+    if (is_logger()) warn_changed_keys(meta.config_yaml, path);
     if (is_logger()) std::cout << "resumed from " << path << " at step " << progress.step << "\n";
+  }
+
+  // A resumed run may change keys (a longer run, another learning rate), but says which: the
+  // model's shape was checked (check_resumable).
+  void warn_changed_keys(const std::string& saved_yaml, const std::string& path) const {
+    Config saved;
+    try {
+      saved = parse_config(saved_yaml, path + " (config attribute)");
+    } catch (const Error&) {
+      return;  // a config this version cannot read: nothing to compare
+    }
+    for (const ConfigChange& change : config_changes(saved, config)) {
+      // run.seed has a warning of its own; train.stop_after says when this invocation stops.
+      if (change.key == "run.seed" || change.key == "train.stop_after") continue;
+      std::cerr << "warning: --resume: " << change.key << " is " << change.after << ", "
+                << change.before << " in the checkpoint's run";
+      if (change.key == "train.steps" || change.key == "optimizer.lr" ||
+          change.key == "optimizer.min_lr" || change.key == "optimizer.warmup_steps" ||
+          change.key == "optimizer.schedule")
+        std::cerr << "; the learning-rate schedule changes from step " << progress.step;
+      std::cerr << "\n";
+    }
   }
 
   // Micro-batch a of this step on this replica: samples data_position + (a·dp + dp_rank)·micro +
@@ -357,6 +388,13 @@ struct Trainer::State {
       std::printf("; ZeRO stage %d saves %.2f MiB of it against stage 0 (%.2f MiB)",
                   c.parallel.zero.stage,
                   (stage0 - static_cast<double>(m.model_state())) / 1048576.0, stage0 / 1048576.0);
+      // ZeRO++: which switches are on, and what hpZ's node copy costs (counted in model state).
+      const ZeroConfig& z = c.parallel.zero;
+      if (z.quantized_weights || z.hierarchical_partition || z.quantized_gradients)
+        std::printf("; ZeRO++:%s%s%s", z.quantized_weights ? " qwZ (int8 weight gathers)" : "",
+                    z.hierarchical_partition ? " hpZ (a secondary weight copy per node)" : "",
+                    z.quantized_gradients ? " qgZ (int4 gradient reduce-scatters)" : "");
+      if (z.hierarchical_partition) std::printf(", hpZ's copy %.2f MiB", mib(m.secondary_weights));
     }
     std::printf("\n");
     std::fflush(stdout);
@@ -434,17 +472,22 @@ int Trainer::run() {
                                             s.scaler, s.progress);
     bar.erase();  // the step's log lines take its row
     const std::int64_t step = s.progress.step;
-    const std::vector<OuterSyncReport> syncs =
-        s.diloco ? s.diloco->after_inner_step(*s.backend, step) : std::vector<OuterSyncReport>{};
+    // A step that stops the run is logged, but starts no DiLoCo sync.
+    const std::vector<OuterSyncReport> syncs = s.diloco && !result.stop
+                                                   ? s.diloco->after_inner_step(*s.backend, step)
+                                                   : std::vector<OuterSyncReport>{};
     const double step_ms = watch.elapsed_ms();
     const JsonLine job_bytes = watch.job_link_bytes(s.world);
     if (s.is_logger()) {
       const StepReport report{result, step, s.settings.lr, step_ms, tokens_per_step};
       s.metrics->write(step_metrics(report, watch, *s.backend, s.reports_loss_scale)
                            .add("comm_bytes_job", job_bytes));
-      if (step % c.train.log_every == 0 || step == c.train.steps || step == 1)
+      // A skipped step is always shown: the steps before a non-finite stop say how it came.
+      if (step % c.train.log_every == 0 || step == c.train.steps || step == 1 || !result.applied)
         print_step(report, c.train.steps);
     }
+    if (result.stop)
+      fail_together(nonfinite_stop_message(s.settings, s.progress, s.last_checkpoint_step));
     if (!syncs.empty()) s.report_outer(syncs, result.loss, s.workers.outer->stats() - outer_before);
     last_loss = result.loss;
     if (c.train.eval_every > 0 && step % c.train.eval_every == 0 && step != c.train.steps)

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <sstream>
 #include <string>
 
 #include "model/core/error.h"
@@ -45,16 +46,29 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
     progress.consecutive_nonfinite = 0;
   } else if (!result.scale_overflow &&
              ++progress.consecutive_nonfinite >= settings.max_nonfinite_in_a_row) {
-    if (settings.max_nonfinite_in_a_row == 1)
-      fail_together("loss or gradients non-finite at step ", progress.step + 1,
-                    " (train.nonfinite: stop); stopping, the last checkpoint is intact");
-    fail_together("loss or gradients non-finite for ", progress.consecutive_nonfinite,
-                  " steps in a row at step ", progress.step + 1,
-                  " (train.nonfinite_limit); stopping, the last checkpoint is intact");
+    result.stop = true;
   }
   progress.step += 1;
   progress.data_position += settings.global_batch;
   return result;
+}
+
+std::string nonfinite_stop_message(const StepSettings& settings, const TrainingProgress& progress,
+                                   std::int64_t last_checkpoint_step) {
+  std::ostringstream message;
+  if (settings.max_nonfinite_in_a_row == 1)
+    message << "loss or gradients non-finite at step " << progress.step
+            << " (train.nonfinite: stop); stopping";
+  else
+    message << "loss or gradients non-finite for " << progress.consecutive_nonfinite
+            << " steps in a row at step " << progress.step << " (train.nonfinite_limit); stopping";
+  if (last_checkpoint_step >= 0)
+    message << ": the last checkpoint, step " << last_checkpoint_step
+            << ", is intact (--resume continues from it)";
+  else
+    message << " before the first checkpoint: there is nothing to resume (a lower optimizer.lr, "
+               "or optimizer.grad_clip, may keep the run finite)";
+  return message.str();
 }
 
 std::set<std::int64_t> test_nonfinite_steps() {

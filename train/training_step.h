@@ -41,6 +41,12 @@ struct StepSettings {
   bool inject_nonfinite_gradients = false;
 };
 
+// Why a run stopped on non-finite steps (result.stop), and what is left to resume from:
+// `last_checkpoint_step` is the step of the newest checkpoint this run wrote or resumed from, -1
+// when there is none (a run that diverged before its first checkpoint has nothing to resume).
+std::string nonfinite_stop_message(const StepSettings& settings, const TrainingProgress& progress,
+                                   std::int64_t last_checkpoint_step);
+
 // settings.max_nonfinite_in_a_row for the config's train.nonfinite policy.
 int max_nonfinite_in_a_row(const TrainConfig& train);
 
@@ -54,11 +60,13 @@ struct StepResult {
   double loss_scale = 1;        // the scale this step used
   bool applied = false;         // the optimizer ran
   bool scale_overflow = false;  // skipped as an fp16 overflow (the scale was halved)
+  // The non-finite policy ends the run here: the same on every rank (they share the sums). The
+  // caller logs the step first, then stops with nonfinite_stop_message.
+  bool stop = false;
 };
 
 // One step. `groups`: the tp, dp and pp groups; the loss is summed over pp then dp, Σ g² over the
-// norm groups. Throws CollectiveError (on every rank alike: they share the sums) when the stop
-// policy ends the run.
+// norm groups.
 StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups,
                          const StepSettings& settings, const MicroBatchSource& source,
                          LossScaler& scaler, TrainingProgress& progress);

@@ -141,6 +141,13 @@ TEST_F(PlanAuto, PlanToolsBestPlanTrains) {
   const auto run = run_command(mpirun(4) + bin("train") + " " + dir_->str() + "/config.yaml" +
                                overrides + " --set run.name=planned --set train.steps=2");
   EXPECT_EQ(run.status, 0) << overrides << "\n" << run.output;
+  // The fragment itself, merged after the config (it once failed: duplicate key `parallel`), trains
+  // the same layout.
+  const auto merged = run_command(mpirun(4) + bin("train") + " " + dir_->str() + "/config.yaml " +
+                                  fragment + " --set run.name=fragment --set train.steps=2");
+  EXPECT_EQ(merged.status, 0) << merged.output;
+  EXPECT_EQ(read_file(dir_->str() + "/runs/fragment/metrics.jsonl").substr(0, 40),
+            read_file(dir_->str() + "/runs/planned/metrics.jsonl").substr(0, 40));
 
   const auto bad = run_command(bin("plan") + " " + dir_->str() + "/config.yaml --cluster " +
                                dir_->str() + "/missing.yaml");

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "tests/unit/test_support.h"
 
@@ -105,15 +107,49 @@ TEST(ToolsOnLayouts, EvalAndGenerateOnATensorAndPipelineParallelCheckpoint) {
   // steps at lr 1e-2: val_loss 1e-3 apart, seeded texts within a few tokens; measured). This young
   // model's greedy text is spaces, its seeded text is varied.
   const std::string prompt = "The model";
+  // generate's text, without its last line (on stderr): the speed, which differs between runs.
+  auto generated_text = [](const std::string& output) {
+    return output.substr(0, output.rfind('\n', output.size() - 2) + 1);
+  };
   for (const std::string& sampling :
        {std::string("--temperature 0"), std::string("--seed 3 --temperature 0.8")}) {
     SCOPED_TRACE(sampling);
     const std::string args = " --prompt \"" + prompt + "\" --tokens 40 " + sampling;
-    const std::string from_layout = tool("generate", "--checkpoint " + layout + checkpoint + args);
-    EXPECT_EQ(from_layout, tool("generate", "--checkpoint " + single + checkpoint + args));
+    const std::string from_layout =
+        generated_text(tool("generate", "--checkpoint " + layout + checkpoint + args));
+    EXPECT_EQ(from_layout,
+              generated_text(tool("generate", "--checkpoint " + single + checkpoint + args)));
     EXPECT_EQ(from_layout.rfind(prompt, 0), 0u) << from_layout;
     EXPECT_GT(from_layout.size(), prompt.size() + 1) << "nothing generated";
   }
+}
+
+// Validation shards made with another tokenizer gave a val_loss without a word, from train and
+// eval alike, while training shards were refused for the same fault.
+TEST(ToolsOnLayouts, ValidationShardsOfAnotherTokenizerAreRefused) {
+  TempDir dir("tools_val_tokenizer");
+  write_corpus(dir / "corpus.jsonl");
+  using Corpus = std::pair<std::string, std::string>;  // folder, vocabulary size
+  for (const auto& [data, vocab] : {Corpus{"data", "320"}, Corpus{"other", "300"}})
+    tool("tokenize", "--input " + (dir / "corpus.jsonl") + " --out " + (dir / data) +
+                         " --vocab-size " + vocab + " --val-fraction 0.1 --threads 1");
+  write_config(dir);
+  const std::string other_val = dir / "other/val";
+
+  const std::string command = testing::mpirun(1) + testing::bin("train") + " " + dir.str() +
+                              "/config.yaml --set train.steps=2 --set data.val=" + other_val;
+  const auto refused = testing::run_command(command);
+  EXPECT_NE(refused.status, 0) << refused.output;
+  EXPECT_NE(refused.output.find("error: data.val: the shards ('" + other_val), std::string::npos)
+      << refused.output;
+
+  const std::string run = train(dir, 1, 1, "single");
+  const auto eval = testing::run_command(testing::bin("eval") + " --checkpoint " + run +
+                                         "/checkpoints/step_00000020.h5 --data " + other_val);
+  EXPECT_NE(eval.status, 0) << eval.output;
+  EXPECT_NE(eval.output.find("error: --data: the shards ('" + other_val), std::string::npos)
+      << eval.output;
+  EXPECT_EQ(eval.output.find("val_loss"), std::string::npos) << eval.output;
 }
 
 }  // namespace

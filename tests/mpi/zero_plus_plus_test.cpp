@@ -66,6 +66,19 @@ TEST_F(ZeroPlusPlus, HpzIsExactAndQuantisedSwitchesStayClose) {
   }
 }
 
+// The start-up line once named neither the switches nor what hpZ's node copy costs.
+TEST_F(ZeroPlusPlus, TheStartUpLineNamesTheSwitchesAndHpzsCopy) {
+  const std::string command = testing::mpirun(4) + testing::bin("train") + " " + dir_->str() +
+                              "/config.yaml --set run.name=startup --set train.steps=1" + kStage3 +
+                              kQwz + kHpz + kQgz;
+  const auto result = testing::run_command(command);
+  ASSERT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("; ZeRO++: qwZ (int8 weight gathers) hpZ (a secondary weight copy "
+                               "per node) qgZ (int4 gradient reduce-scatters), hpZ's copy "),
+            std::string::npos)
+      << result.output;
+}
+
 // Rank 0's comm_bytes in the metrics line of `step`: by kind, then link class.
 using LinkBytes = std::map<std::string, double>;
 std::map<std::string, LinkBytes> comm_bytes(const std::string& run, int step) {

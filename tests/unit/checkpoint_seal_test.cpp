@@ -110,6 +110,13 @@ TEST(CheckpointSeal, ATruncatedOrExtendedFileIsNamed) {
       << error_of(path);
   std::filesystem::resize_file(path, size + 100);
   EXPECT_NE(error_of(path).find("is damaged: it holds"), std::string::npos) << error_of(path);
+  // Cut inside its seal, or to nothing: once called "not a Strata checkpoint".
+  std::filesystem::resize_file(path, 1000);
+  EXPECT_NE(error_of(path).find("is truncated: it holds 1000 bytes, less than its 4096-byte seal"),
+            std::string::npos)
+      << error_of(path);
+  std::filesystem::resize_file(path, 0);
+  EXPECT_NE(error_of(path).find("is truncated: it is empty"), std::string::npos) << error_of(path);
 }
 
 TEST(CheckpointSeal, ARewrittenFileIsCheckedAgain) {

@@ -1,9 +1,12 @@
-// Shared by tests that need a checkpoint file without a training run.
+// Shared by tests that need a checkpoint file (and a tokenizer to store in it) without a
+// training run.
 #pragma once
 
+#include <random>
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "model/parameter_layout.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
@@ -24,6 +27,20 @@ inline std::string write_strata_checkpoint(const std::string& dir, const GptShap
   ckpt.params = params;
   ckpt.tokenizer_model = tokenizer;
   return write_checkpoint(dir, shape, ParameterLayout::for_gpt(shape), ckpt);
+}
+
+// A SentencePiece model of `vocab` pieces, trained on a few repetitive documents of the words
+// alpha, beta, gamma, delta, epsilon, zeta, theta, kappa.
+inline Tokenizer small_tokenizer(int vocab) {
+  std::vector<std::string> documents;
+  const char* words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"};
+  std::mt19937_64 rng(3);
+  for (int d = 0; d < 20; ++d) {
+    std::string text;
+    for (int w = 0; w < 200; ++w) text += std::string(words[rng() % 8]) + " ";
+    documents.push_back(text);
+  }
+  return train_tokenizer(documents, vocab, 1);
 }
 
 }  // namespace strata::testing

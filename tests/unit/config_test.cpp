@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -74,6 +76,55 @@ TEST(Config, MissingKeysKeepTheDefaults) {
   EXPECT_EQ(config.parallel.dp, 0);
   EXPECT_TRUE(config.parallel.pp_layers.empty());
   EXPECT_EQ(config.threads, 0);  // auto
+}
+
+// `train base.yaml plan.yaml`: a plan's fragment (a nested `parallel:` map) once could not be
+// combined with its config (duplicate key `parallel` when pasted in).
+TEST(Config, FilesMergeInOrderMapsKeyByKeyListsWhole) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strata_config_merge_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string base = dir / "base.yaml", plan = dir / "plan.yaml", bad = dir / "bad.yaml";
+  std::ofstream(base) << kDesignExample << "\n";
+  std::ofstream(plan) << "parallel: {tp: 2, pp: 2, pp_layers: [1, 3]}\n"
+                      << "train: {micro_batch: 4}\n";
+  std::ofstream(bad) << "parallel: {tp: 2, tpp: 3}\n";
+  std::ofstream(dir / "list.yaml") << "parallel: {pp_layers: [2, 2]}\n";
+
+  const Config merged = load_configs({base, plan}, {"train.steps=10"});
+  EXPECT_EQ(merged.parallel.tp, 2);
+  EXPECT_EQ(merged.parallel.pp, 2);
+  EXPECT_EQ(merged.parallel.gpus_per_node, 8);           // the base's, beside the fragment's keys
+  EXPECT_EQ(merged.parallel.pipeline_schedule, "1f1b");  // likewise
+  EXPECT_EQ(merged.train.micro_batch, 4);
+  EXPECT_EQ(merged.train.global_batch, 64);
+  EXPECT_EQ(merged.train.steps, 10);  // the overrides come last
+  EXPECT_EQ(load_configs({base, plan, dir / "list.yaml"}).parallel.pp_layers,
+            (std::vector<int>{2, 2}));
+  EXPECT_EQ(load_configs({base}), load_config(base));
+  try {
+    load_configs({base, bad});
+    ADD_FAILURE() << "an unknown key in the second file was accepted";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(e.what(), base + " + " + bad);
+    EXPECT_CONTAINS(e.what(), "parallel.tpp");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// What a resumed run reports it changed (train/config_diff.cpp): every key, as the effective
+// config writes it.
+TEST(Config, ChangesNameEachDifferingKeyWithBothValues) {
+  const Config before = parse_config(kMinimal, "a");
+  EXPECT_TRUE(config_changes(before, before).empty());
+  const Config after = parse_config(
+      kMinimal, "b", {"train.steps=400", "optimizer.lr=2.0e-3", "parallel.dp=2", "recompute=full"});
+  const std::vector<ConfigChange> expected{
+      {"optimizer.lr", "0.001", "0.002"},
+      {"parallel.dp", "auto", "2"},
+      {"recompute", "none", "full"},
+      {"train.steps", std::to_string(before.train.steps), "400"}};
+  EXPECT_EQ(config_changes(before, after), expected);
 }
 
 TEST(Config, EmptySectionsKeepTheDefaults) {

@@ -87,6 +87,26 @@ TEST(Documents, PlainTextFileIsOneDocument) {
   EXPECT_EQ(documents[0], "line one\nline two\n");
 }
 
+TEST(Documents, PlainTextSplitsIntoParagraphsOrLines) {
+  TempDir dir("documents_split");
+  write_file(dir / "b.txt", "\n  \nfirst line\nsecond line\n\n \t\r\n\nnext one\r\nlast, no end");
+  EXPECT_EQ(read_documents(dir / "b.txt", TextSplit::paragraphs),
+            (std::vector<std::string>{"first line\nsecond line\n", "next one\r\nlast, no end"}));
+  EXPECT_EQ(read_documents(dir / "b.txt", TextSplit::lines),
+            (std::vector<std::string>{"first line", "second line", "next one", "last, no end"}));
+  EXPECT_EQ(read_documents(dir / "b.txt", TextSplit::file).size(), 1u);
+  write_file(dir / "blank.txt", "\n \n\t\n");
+  EXPECT_NE(error_of([&] {
+              read_documents(dir / "blank.txt", TextSplit::lines);
+            }).find("holds no documents (all lines are blank)"),
+            std::string::npos);
+  write_file(dir / "c.jsonl", "{\"text\": \"a\\n\\nb\"}\n");  // .jsonl: never cut further
+  EXPECT_EQ(read_documents(dir / "c.jsonl", TextSplit::paragraphs).size(), 1u);
+  EXPECT_EQ(parse_text_split("paragraphs"), TextSplit::paragraphs);
+  EXPECT_NE(error_of([] { parse_text_split("words"); }).find("file, paragraphs or lines"),
+            std::string::npos);
+}
+
 TEST(Documents, JsonlHasOneDocumentPerLine) {
   TempDir dir("documents_jsonl");
   write_file(dir / "c.jsonl",

@@ -155,6 +155,25 @@ TEST(TokenSource, ErrorsNameTheSpecOrFile) {
 
 // Extents and chunk layouts a damaged file can claim, which HDF5 would honour by allocating (or
 // reading zeros): found by fuzzing (docs/FUZZING.md).
+// Validation shards of another tokenizer once gave a val_loss without a word (train and eval).
+TEST(TokenSource, ShardsOfAnotherTokenizerAreRefusedByName) {
+  TempDir dir("shards_tokenizer");
+  const std::string digest(64, 'a'), other(64, 'b');
+  write_token_shard(dir / "val.h5", ramp(100, 300), ShardInfo{300, 2, digest});
+  write_token_shard(dir / "old.h5", ramp(100, 300), ShardInfo{300, 2, ""});
+  const TokenSource val = TokenSource::open(dir / "val.h5");
+  EXPECT_NO_THROW(check_shards_tokenizer(val, digest, "data.val"));
+  EXPECT_NO_THROW(check_shards_tokenizer(val, "", "data.val"));  // a run without a tokenizer
+  const std::string error = error_of([&] { check_shards_tokenizer(val, other, "data.val"); });
+  EXPECT_NE(error.find("data.val: the shards ('" + (dir / "val.h5") +
+                       "'...) were made with another tokenizer (sha256 aaaaaaaaaaaa..., not "
+                       "bbbbbbbbbbbb...)"),
+            std::string::npos)
+      << error;
+  // Shards written before the attribute existed cannot be checked.
+  EXPECT_NO_THROW(check_shards_tokenizer(TokenSource::open(dir / "old.h5"), other, "--data"));
+}
+
 TEST(TokenSource, RefusesDatasetsThatClaimMoreThanTheFileStores) {
   TempDir dir("shards_claims");
   const auto shard_with = [&](const std::string& name, std::uint64_t extent, std::uint64_t chunk) {

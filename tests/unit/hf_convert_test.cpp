@@ -24,6 +24,7 @@ namespace {
 using testing::error_of;
 using testing::TempDir;
 namespace fs = std::filesystem;
+using testing::small_tokenizer;
 using testing::write_strata_checkpoint;
 
 // 300 real tokens, padded to 384 rows: export must drop 84 rows and import restore them as zeros.
@@ -41,19 +42,6 @@ std::vector<float> random_params(const GptShape& shape, std::uint64_t seed) {
   std::fill(params.begin() + wte.offset + std::size_t(shape.vocab_size) * shape.d_model,
             params.begin() + wte.offset + wte.size, 0.0f);
   return params;
-}
-
-// A SentencePiece model of `vocab` pieces, trained on a few repetitive documents.
-Tokenizer small_tokenizer(int vocab) {
-  std::vector<std::string> documents;
-  const char* words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"};
-  std::mt19937_64 rng(3);
-  for (int d = 0; d < 20; ++d) {
-    std::string text;
-    for (int w = 0; w < 200; ++w) text += std::string(words[rng() % 8]) + " ";
-    documents.push_back(text);
-  }
-  return train_tokenizer(documents, vocab, 1);
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
@@ -321,6 +309,19 @@ TEST(HfConvert, TrainResumesFromAnImportedCheckpoint) {
   const std::string ckpt = testing::bin("ckpt");
   const auto exported = testing::run_command(ckpt + " export-hf " + base + " " + (dir / "hf"));
   ASSERT_EQ(exported.status, 0) << exported.output;
+  // A second export into the same folder once replaced its files without a word.
+  const std::string weights = testing::read_file(dir / "hf/model.safetensors");
+  const auto again = testing::run_command(ckpt + " export-hf " + base + " " + (dir / "hf"));
+  EXPECT_EQ(again.status, 1) << again.output;
+  EXPECT_NE(again.output.find("error: '" + (dir / "hf") +
+                              "' is not empty; choose another folder, "
+                              "or pass --force"),
+            std::string::npos)
+      << again.output;
+  EXPECT_EQ(testing::read_file(dir / "hf/model.safetensors"), weights);
+  const auto forced =
+      testing::run_command(ckpt + " export-hf " + base + " " + (dir / "hf") + " --force");
+  EXPECT_EQ(forced.status, 0) << forced.output;
   const std::string imported = dir / "imported.h5";
   const auto import = testing::run_command(ckpt + " import-hf " + (dir / "hf") + " " + imported);
   ASSERT_EQ(import.status, 0) << import.output;

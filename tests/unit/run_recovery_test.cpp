@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "data/hdf5_handle.h"
+#include "data/tokenizer.h"
 #include "model/gpt.h"
+#include "tests/unit/checkpoint_support.h"
 #include "tests/unit/test_support.h"
 #include "train/checkpoint.h"
 
@@ -120,7 +123,30 @@ TEST_F(RunRecoveryTest, SkipPolicyStopsAfterTheLimitInARow) {
   EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
   EXPECT_NE(r.output.find("non-finite for 2 steps in a row at step 6"), std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("the last checkpoint, step 4, is intact"), std::string::npos) << r.output;
   EXPECT_EQ(latest_checkpoint(checkpoints("limit")).value_or(""), checkpoint("limit", 4));
+}
+
+// A run that diverged before its first checkpoint once said "the last checkpoint is intact", and
+// the steps it skipped on the way were not shown between log lines.
+TEST_F(RunRecoveryTest, AStopBeforeTheFirstCheckpointSaysSoAndShowsTheSkippedSteps) {
+  const auto r = train(config("early"),
+                       "--set train.nonfinite_limit=2 --set train.log_every=100 "
+                       "--set checkpoint.every=4",
+                       "STRATA_TEST_NONFINITE_STEPS=2,3");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
+  EXPECT_NE(r.output.find("non-finite for 2 steps in a row at step 3 (train.nonfinite_limit); "
+                          "stopping before the first checkpoint: there is nothing to resume"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("intact"), std::string::npos) << r.output;
+  for (const std::string step : {"step      2/8", "step      3/8"})
+    EXPECT_NE(r.output.find(step), std::string::npos) << step << " is not shown\n" << r.output;
+  EXPECT_EQ(count_lines_starting(r.output, "step "), 3u) << r.output;  // 1, and the two skipped
+  const std::string metrics = testing::read_file(dir_.str() + "/runs/early/metrics.jsonl");
+  EXPECT_NE(metrics.find("{\"step\": 3, "), std::string::npos) << metrics;
+  EXPECT_FALSE(latest_checkpoint(checkpoints("early")).has_value());
 }
 
 TEST_F(RunRecoveryTest, StopPolicyStopsAtTheFirstAndTheRunResumesExactly) {
@@ -128,12 +154,45 @@ TEST_F(RunRecoveryTest, StopPolicyStopsAtTheFirstAndTheRunResumesExactly) {
   const auto r = train(cfg, "--set train.nonfinite=stop", "STRATA_TEST_NONFINITE_STEPS=5");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
-  EXPECT_NE(r.output.find("non-finite at step 5 (train.nonfinite: stop)"), std::string::npos)
+  EXPECT_NE(r.output.find("non-finite at step 5 (train.nonfinite: stop); stopping: the last "
+                          "checkpoint, step 4, is intact (--resume continues from it)"),
+            std::string::npos)
       << r.output;
   EXPECT_EQ(latest_checkpoint(checkpoints("stop")).value_or(""), checkpoint("stop", 4));
   const auto resumed = train(cfg, "--resume --set train.nonfinite=stop");
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   expect_same_final_state("stop");
+}
+
+// A resume with another train.steps once reshaped the learning-rate schedule without a word; one
+// with another tokenizer would give the ids other meanings.
+TEST_F(RunRecoveryTest, AResumeNamesTheKeysItChangesAndRefusesAnotherTokenizer) {
+  const std::string cfg = config("changed");
+  for (const auto& [name, vocab] : {std::pair<std::string, int>{"a", 300}, {"b", 310}}) {
+    const Tokenizer tokenizer = testing::small_tokenizer(vocab);
+    std::ofstream(dir_ / (name + ".model"), std::ios::binary) << tokenizer.serialized();
+  }
+  const std::string with_a = " --set data.tokenizer=" + (dir_ / "a.model");
+  ASSERT_EQ(train(cfg, "--set train.stop_after=4" + with_a).status, 0);
+  const auto resumed =
+      train(cfg, "--resume --set train.steps=6 --set optimizer.beta2=0.9" + with_a);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("warning: --resume: train.steps is 6, 8 in the checkpoint's run; "
+                                "the learning-rate schedule changes from step 4\n"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("warning: --resume: optimizer.beta2 is 0.9, 0.95 in the "
+                                "checkpoint's run\n"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(count_lines_starting(resumed.output, "warning: --resume:"), 2u) << resumed.output;
+
+  const auto other = train(cfg, "--resume --set data.tokenizer=" + (dir_ / "b.model"));
+  EXPECT_EQ(other.status, 1) << other.output;
+  EXPECT_NE(other.output.find("error: --resume: data.tokenizer '" + (dir_ / "b.model") +
+                              "' is not the tokenizer of checkpoint '"),
+            std::string::npos)
+      << other.output;
 }
 
 TEST_F(RunRecoveryTest, StopPolicyStopsEveryRankTogetherWithOneErrorLine) {

@@ -4,6 +4,7 @@
 // every bad input ends with exit status 1 and a single `error:` line naming the culprit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -188,18 +189,6 @@ TEST_F(TokenizeTool, ShardsHoldEachDocumentsIdsThenEos) {
   EXPECT_EQ(slurp(again + "/tokenizer.model"), tokenizer.serialized());
 }
 
-TEST_F(TokenizeTool, ValFractionZeroWritesNoValidationSplit) {
-  const std::string out = dir_ / "noval";
-  fs::create_directories(out + "/val");  // stale output of an earlier run is replaced
-  std::ofstream(out + "/val/shard_00000.h5") << "stale";
-  const RunResult run = run_tokenize("--input " + inputs_[0] + " --input " + inputs_[1] +
-                                         " --out " + out + " --vocab-size 400 --val-fraction 0",
-                                     dir_);
-  ASSERT_EQ(run.status, 0) << run.err;
-  EXPECT_TRUE(fs::exists(out + "/train/shard_00000.h5"));
-  EXPECT_FALSE(fs::exists(out + "/val"));
-}
-
 // Runs the tool expecting failure: status 1, and stderr is one `error:` line containing `needle`.
 void expect_error(const RunResult& run, const std::string& needle) {
   EXPECT_EQ(run.status, 1);
@@ -208,6 +197,88 @@ void expect_error(const RunResult& run, const std::string& needle) {
   EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
   EXPECT_TRUE(run.err.ends_with("\n")) << run.err;
   EXPECT_NE(run.err.find(needle), std::string::npos) << "'" << needle << "' not in: " << run.err;
+}
+
+TEST_F(TokenizeTool, ValFractionZeroWritesNoValidationSplit) {
+  const std::string out = dir_ / "noval";
+  fs::create_directories(out + "/val");  // stale output of an earlier run is replaced (--force)
+  std::ofstream(out + "/val/shard_00000.h5") << "stale";
+  const RunResult run =
+      run_tokenize("--input " + inputs_[0] + " --input " + inputs_[1] + " --out " + out +
+                       " --vocab-size 400 --val-fraction 0 --force",
+                   dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(fs::exists(out + "/train/shard_00000.h5"));
+  EXPECT_FALSE(fs::exists(out + "/val"));
+}
+
+// tokenize into a folder holding a corpus once replaced its tokenizer and shards and deleted its
+// val/ without a word, while train refuses to overwrite checkpoints.
+TEST_F(TokenizeTool, AnExistingCorpusIsReplacedOnlyWithForce) {
+  const std::string out = dir_ / "kept";
+  const std::string args = input_args() + " --out " + out + " --vocab-size 400 --threads 1";
+  ASSERT_EQ(run_tokenize(args, dir_).status, 0);
+  const std::string tokenizer = slurp(out + "/tokenizer.model");
+  const std::string train = slurp(out + "/train/shard_00000.h5");
+  const std::string val = slurp(out + "/val/shard_00000.h5");
+
+  const RunResult refused = run_tokenize(
+      "--input " + inputs_[0] + " " + inputs_[1] + " --out " + out + " --vocab-size 350", dir_);
+  expect_error(refused, "--out '" + out +
+                            "' already holds a tokenized corpus ('tokenizer.model')"
+                            "; choose another folder, or pass --force to replace it");
+  EXPECT_EQ(slurp(out + "/tokenizer.model"), tokenizer);
+  EXPECT_EQ(slurp(out + "/train/shard_00000.h5"), train);
+  EXPECT_EQ(slurp(out + "/val/shard_00000.h5"), val);
+
+  const RunResult forced = run_tokenize(
+      "--input " + inputs_[0] + " " + inputs_[1] + " --out " + out + " --vocab-size 350 --force",
+      dir_);
+  ASSERT_EQ(forced.status, 0) << forced.err;
+  EXPECT_NE(slurp(out + "/tokenizer.model"), tokenizer);
+  EXPECT_EQ(TokenSource::open(out + "/train").info().vocab_size, 350);
+}
+
+// One large plain-text file (one document by the contract) once gave "1 documents (1 train, 0
+// val)" with --val-fraction 0.1, and train then stopped on a missing val/.
+TEST_F(TokenizeTool, ACorpusWithoutValidationDocumentsIsAnErrorThatSaysHowToSplitIt) {
+  const std::string book = dir_ / "book.txt";
+  std::mt19937 rng(9);
+  {
+    std::ofstream file(book, std::ios::binary);
+    const auto line = [&](int sentences) {  // make_text's sentences, without its line breaks
+      std::string text = make_text(rng, sentences);
+      std::replace(text.begin(), text.end(), '\n', ' ');
+      return text;
+    };
+    for (int paragraph = 0; paragraph < 30; ++paragraph)
+      file << line(4) << "\n" << line(3) << "\n\n";
+  }
+  const std::string out = dir_ / "book";
+  expect_error(run_tokenize("--input " + book + " --out " + out +
+                                " --vocab-size 400 "
+                                "--val-fraction 0.1",
+                            dir_),
+               "--val-fraction 0.1 holds out no document: the corpus has 1 document (a plain-text "
+               "file is one); cut it with --split paragraphs or --split lines, or pass "
+               "--val-fraction 0 for no validation set");
+  EXPECT_FALSE(fs::exists(out + "/train"));
+
+  const RunResult paragraphs = run_tokenize("--input " + book + " --out " + out +
+                                                " --vocab-size 400 --val-fraction 0.1 --split "
+                                                "paragraphs --threads 1",
+                                            dir_);
+  ASSERT_EQ(paragraphs.status, 0) << paragraphs.err;
+  EXPECT_NE(paragraphs.out.find("tokenize: 30 documents ("), std::string::npos) << paragraphs.out;
+  EXPECT_TRUE(fs::exists(out + "/val/shard_00000.h5"));
+
+  const RunResult lines = run_tokenize("--input " + book + " --out " + (dir_ / "lines") +
+                                           " --vocab-size 400 --split lines --threads 1",
+                                       dir_);
+  ASSERT_EQ(lines.status, 0) << lines.err;
+  EXPECT_NE(lines.out.find("tokenize: 60 documents ("), std::string::npos) << lines.out;
+  expect_error(run_tokenize("--input " + book + " --out " + (dir_ / "x") + " --split words", dir_),
+               "--split must be file, paragraphs or lines, got 'words'");
 }
 
 TEST_F(TokenizeTool, BadInputsFailWithOneErrorLine) {
@@ -231,12 +302,15 @@ TEST_F(TokenizeTool, BadInputsFailWithOneErrorLine) {
   expect_error(run_tokenize(input_args() + out + " --vocab-size 100000", dir_),
                "tokenizer training on '" + inputs_[0] + "', '" + inputs_[1] +
                    "' and 5 more files failed: Vocabulary size too high");
-  expect_error(run_tokenize("--input " + inputs_[0] + out + " --vocab-size 50", dir_),
-               "tokenizer training on '" + inputs_[0] + "' failed: Vocabulary size is smaller");
+  expect_error(
+      run_tokenize("--input " + inputs_[0] + out + " --vocab-size 50 --val-fraction 0", dir_),
+      "tokenizer training on '" + inputs_[0] + "' failed: Vocabulary size is smaller");
   EXPECT_FALSE(fs::exists(dir_ / "bad_out/train"));
 
-  expect_error(run_tokenize("--input " + inputs_[0] + out + " --tokenizer " + inputs_[1], dir_),
-               "'" + inputs_[1] + "' is not a SentencePiece model: its bytes do not parse");
+  expect_error(
+      run_tokenize("--input " + inputs_[0] + out + " --val-fraction 0 --tokenizer " + inputs_[1],
+                   dir_),
+      "'" + inputs_[1] + "' is not a SentencePiece model: its bytes do not parse");
   expect_error(run_tokenize("--input " + inputs_[0] + out + " --bogus 3", dir_),
                "unknown option '--bogus'");
   expect_error(run_tokenize("--input " + inputs_[0], dir_), "--out DIR is required");

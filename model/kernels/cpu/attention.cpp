@@ -47,6 +47,21 @@ void causal_softmax_backward_row(T* drow, const T* prow, int t, int r_end) {
   std::fill(drow + t + 1, drow + r_end, T(0));
 }
 
+// Query rows [r0, r1) of one (sequence, head) attend to keys and values [0, r1): the unit both
+// forward passes are made of. q, k, v point at row 0 of the head in a packed qkv (row stride C3);
+// y at query row r0 of the output (row stride ldy); p (r1 − r0, ldp ≥ r1) receives the
+// probabilities, zero past each row's diagonal up to ldp.
+template <class T>
+void attend_row_block(T* y, int ldy, T* p, int ldp, const T* q, const T* k, const T* v, int r0,
+                      int r1, int hs, int C3, T scale) {
+  const int rows = r1 - r0;
+  // scores (rows, r1) = scale · q[r0:r1] · k[0:r1]ᵀ
+  gemm(false, true, rows, r1, hs, scale, q + static_cast<long>(r0) * C3, C3, k, C3, T(0), p, ldp);
+  for (int t = r0; t < r1; ++t) causal_softmax_row(p + static_cast<long>(t - r0) * ldp, t, ldp);
+  // y[r0:r1] (rows, hs) = probs[r0:r1, 0:r1] · v[0:r1]
+  gemm(false, false, rows, hs, r1, T(1), p, ldp, v, C3, T(0), y, ldy);
+}
+
 }  // namespace
 
 // (b, h) pairs run in parallel; with the OpenMP build of OpenBLAS the GEMMs inside a parallel
@@ -67,15 +82,30 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
     T* y = out + static_cast<long>(b) * T_ * C + h * hs;
     for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
       const int r1 = std::min(r0 + kRowBlock, T_);
-      const int rows = r1 - r0;
-      T* p_rows = p + static_cast<long>(r0) * T_;
-      // scores (rows, r1) = scale · q[r0:r1] · k[0:r1]ᵀ
-      gemm(false, true, rows, r1, hs, scale, q + static_cast<long>(r0) * C3, C3, k, C3, T(0),
-           p_rows, T_);
-      for (int t = r0; t < r1; ++t) causal_softmax_row(p + static_cast<long>(t) * T_, t, T_);
-      // y[r0:r1] (rows, hs) = probs[r0:r1, 0:r1] · v[0:r1]
-      gemm(false, false, rows, hs, r1, T(1), p_rows, T_, v, C3, T(0), y + static_cast<long>(r0) * C,
-           C);
+      attend_row_block(y + static_cast<long>(r0) * C, C, p + static_cast<long>(r0) * T_, T_, q, k,
+                       v, r0, r1, hs, C3, scale);
+    }
+  }
+}
+
+// Heads run in parallel, each thread with its own probabilities for one row block: they are not
+// kept, as no backward pass follows.
+template <class T>
+void attention_forward_rows(T* out, const T* qkv, int t0, int T_, int C, int NH) {
+  const int hs = C / NH;
+  const T scale = T(1) / std::sqrt(T(hs));
+  const int C3 = 3 * C;
+  const int block = std::min(kRowBlock, T_ - t0);
+  const int threads = omp_get_max_threads();
+  std::vector<T> scratch(static_cast<std::size_t>(threads) * block * T_);
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int h = 0; h < NH; ++h) {
+    const T* q = qkv + h * hs;
+    T* p = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * block * T_;
+    for (int r0 = t0; r0 < T_; r0 += block) {
+      const int r1 = std::min(r0 + block, T_);
+      attend_row_block(out + static_cast<long>(r0 - t0) * C + h * hs, C, p, T_, q, q + C, q + 2 * C,
+                       r0, r1, hs, C3, scale);
     }
   }
 }
@@ -136,6 +166,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
 
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
 template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
+template void attention_forward_rows<float>(float*, const float*, int, int, int, int);
+template void attention_forward_rows<double>(double*, const double*, int, int, int, int);
 template void attention_backward<float>(float*, const float*, const float*, const float*, int, int,
                                         int, int);
 template void attention_backward<double>(double*, const double*, const double*, const double*, int,

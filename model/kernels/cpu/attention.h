@@ -9,6 +9,13 @@ namespace strata::cpu {
 template <class T>
 void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH);
 
+// Query rows [t0, T_) of attention_forward for one sequence (B = 1) whose rows [0, t0) were run
+// before: incremental decoding, where qkv holds the cached rows followed by the new ones and each
+// new row attends causally over all of them. No probabilities are kept (no backward pass).
+//   qkv (T_, 3C) -> out (T_ − t0, C)
+template <class T>
+void attention_forward_rows(T* out, const T* qkv, int t0, int T_, int C, int NH);
+
 // dqkv (B, T, 3C) overwritten. dout (B, T, C).
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,

@@ -1,0 +1,68 @@
+// Incremental decoding on the CPU model: the forward pass of one sequence run a few positions at a
+// time, each new position attending over the keys and values cached for the earlier ones, so a
+// generated token costs one position's work instead of the whole window's (Gpt::forward).
+//
+// The cache holds, per layer, the packed qkv rows (DESIGN §5: all q, then all k, then all v; heads
+// contiguous) that Gpt's forward computes for the same positions: (L, seq_len, 3C). Rows
+// [0, length()) hold the sequence so far. The q third of a cached row is not read again; keeping
+// the packed rows lets the qkv GEMM write new rows straight into the cache and the attention read
+// them as Gpt's forward does (attention_forward_rows beside attention_forward).
+//
+// Positions are learned (wpe), so cached keys and values belong to their positions: a window that
+// moves cannot shift the cache, it is rebuilt by reset() and one append of the new window (a
+// prefill). The decoder computes in T throughout, without the mixed-precision rounding of
+// GptOptions::compute (the tools load fp32 models). Same numbers as Gpt::forward up to the order
+// of floating-point sums inside GEMMs of other shapes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace strata {
+
+template <class T>
+class GptDecoder {
+ public:
+  // Decodes with the whole model `model` (one process: no tensor or pipeline parallelism, fp32
+  // compute) and its parameters `params` in model.layout(). Neither is owned; both must outlive
+  // the decoder.
+  GptDecoder(const Gpt<T>& model, const T* params);
+
+  // Positions cached so far, at most seq_len.
+  int length() const { return length_; }
+  // Forgets the cache: the next append starts at position 0.
+  void reset() { length_ = 0; }
+  // Runs `tokens` (n) at positions [length(), length() + n) through the model, each attending
+  // causally over the cached positions and the new ones before it, caches their keys and values,
+  // and returns the logits (padded_vocab) of the last of them; valid until the next append.
+  // n >= 1 and length() + n <= seq_len; token ids must be < vocab_size.
+  const T* append(const std::int32_t* tokens, int n);
+
+ private:
+  // One transformer block's weights inside `params`.
+  struct Block {
+    const T *ln1_weight, *ln1_bias, *qkv_weight, *qkv_bias, *attn_proj_weight, *attn_proj_bias;
+    const T *ln2_weight, *ln2_bias, *fc_weight, *fc_bias, *mlp_proj_weight, *mlp_proj_bias;
+  };
+  void block_forward(const Block& p, T* qkv_cache, int n);
+
+  GptShape shape_;
+  const T *wte_, *wpe_, *lnf_weight_, *lnf_bias_;
+  std::vector<Block> blocks_;
+  int length_ = 0;
+  std::vector<T> qkv_cache_;  // (L, seq_len, 3C)
+  // Work buffers for up to seq_len new rows (n of them used):
+  std::vector<T> x_, x2_;          // (seq_len, C) residual stream entering a block, after attention
+  std::vector<T> ln_;              // (seq_len, C) a LayerNorm's output
+  std::vector<T> mean_, rstd_;     // (seq_len) its statistics (unused: no backward pass)
+  std::vector<T> atty_, y_;        // (seq_len, C) attention output, a projection before its bias
+  std::vector<T> fch_, fch_gelu_;  // (seq_len, 4C)
+  std::vector<T> logits_;          // (padded_vocab) of the last new row
+};
+
+extern template class GptDecoder<float>;
+extern template class GptDecoder<double>;
+
+}  // namespace strata
