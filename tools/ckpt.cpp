@@ -53,6 +53,11 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, bool fo
               done.tokenizer ? (", " + out_dir + "/tokenizer.model").c_str() : "");
   if (!done.tokenizer)
     std::fprintf(stderr, "note: the checkpoint holds no tokenizer; no tokenizer.model written\n");
+  if (done.diloco_workers > 0)
+    std::fprintf(stderr,
+                 "note: a DiLoCo checkpoint of %d workers: the weights written are worker 0's "
+                 "(the workers' differ between outer syncs)\n",
+                 done.diloco_workers);
   return 0;
 }
 

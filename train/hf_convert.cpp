@@ -48,7 +48,7 @@ HfExport export_hf_gpt2(const std::string& checkpoint_path, const std::string& o
   } catch (const Error& e) {
     fail("checkpoint '", checkpoint_path, "' holds an invalid config: ", e.what());
   }
-  HfExport result{shape_of(config.model), false};
+  HfExport result{shape_of(config.model), false, config.diloco.enabled ? config.diloco.workers : 0};
   const Checkpoint ckpt =
       read_checkpoint(checkpoint_path, ParameterLayout::for_gpt(result.shape), false);
   int eos_id = -1;

@@ -17,6 +17,9 @@ namespace strata {
 struct HfExport {
   GptShape shape;
   bool tokenizer = false;  // tokenizer.model written (the checkpoint held one)
+  // DiLoCo workers of the run (0 without DiLoCo): the weights written are worker 0's, which the
+  // others' differ from between outer syncs.
+  int diloco_workers = 0;
 };
 
 // Writes OUT_DIR/config.json, OUT_DIR/model.safetensors and OUT_DIR/tokenizer.model (created if

@@ -287,6 +287,33 @@ TEST(HfConvert, ImportRejectsModelsItCannotHoldWithOneLineErrors) {
 // The tools end to end: a run trained 30 steps, exported and imported with `ckpt`, is resumed
 // by `train --resume` (another run, the same model) from the imported weights, and a run of
 // another model shape is refused.
+// A DiLoCo checkpoint's export once wrote worker 0's weights without saying whose they were.
+TEST(HfConvert, ADilocoCheckpointsExportSaysWhoseWeightsItWrites) {
+  TempDir dir("hf_diloco");
+  testing::write_synthetic_dataset(dir / "data", 64, 60000);
+  const std::string config = dir / "diloco.yaml";
+  std::ofstream(config) << "run: {name: diloco, dir: " << dir.str() << "/runs, seed: 5}\n"
+                        << "model: {n_layer: 1, n_head: 2, d_model: 32, seq_len: 16, "
+                           "vocab_size: 64}\n"
+                        << "data: {train: " << dir.str() << "/data/train}\n"
+                        << "train: {steps: 4, global_batch: 4, micro_batch: 2, eval_every: 0, "
+                           "log_every: 1}\n"
+                        << "checkpoint: {every: 0, keep: 0}\n"
+                        << "diloco: {enabled: true, workers: 2, inner_steps: 2}\n"
+                        << "device: cpu\n";
+  const auto trained = testing::run_command("OMP_NUM_THREADS=1 " + testing::mpirun(2) +
+                                            testing::bin("train") + " " + config);
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  const auto exported =
+      testing::run_command(testing::bin("ckpt") + " export-hf " + dir.str() +
+                           "/runs/diloco/checkpoints/step_00000004.h5 " + (dir / "hf"));
+  EXPECT_EQ(exported.status, 0) << exported.output;
+  EXPECT_NE(exported.output.find("note: a DiLoCo checkpoint of 2 workers: the weights written are "
+                                 "worker 0's"),
+            std::string::npos)
+      << exported.output;
+}
+
 TEST(HfConvert, TrainResumesFromAnImportedCheckpoint) {
   TempDir dir("hf_resume");
   testing::write_synthetic_dataset(dir / "data", 64, 60000);
