@@ -9,20 +9,20 @@ find_package(Threads REQUIRED)
 
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 
-# OpenBLAS: prefer the OpenMP build so BLAS calls made inside our own OpenMP regions run
-# single-threaded instead of oversubscribing the cores with a second thread pool.
-find_library(OPENBLAS_LIBRARY NAMES openblas
-  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/x86_64-linux-gnu/openblas-pthread
+# BLAS: loaded at run time (model/kernels/cpu/blas.h: oneDNN, else OpenBLAS with its core type set
+# from the CPU's feature flags, which must happen before the library initialises). Nothing is
+# linked; the OpenMP build of OpenBLAS is located here so that it, not the pthread build the
+# system's default link may point at, is the one loaded.
+find_file(STRATA_OPENBLAS_LIBRARY libopenblas.so.0
+  PATHS /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/aarch64-linux-gnu/openblas-openmp
   NO_DEFAULT_PATH)
-if(NOT OPENBLAS_LIBRARY)
-  find_library(OPENBLAS_LIBRARY NAMES openblas REQUIRED)
+add_library(strata_blas INTERFACE)
+target_link_libraries(strata_blas INTERFACE ${CMAKE_DL_LIBS})
+if(STRATA_OPENBLAS_LIBRARY)
+  target_compile_definitions(strata_blas INTERFACE
+    STRATA_OPENBLAS_LIBRARY="${STRATA_OPENBLAS_LIBRARY}")
 endif()
-find_path(OPENBLAS_INCLUDE_DIR cblas.h PATHS /usr/include/x86_64-linux-gnu/openblas-openmp
-  /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include REQUIRED)
-add_library(strata_openblas INTERFACE)
-target_link_libraries(strata_openblas INTERFACE ${OPENBLAS_LIBRARY})
-target_include_directories(strata_openblas SYSTEM INTERFACE ${OPENBLAS_INCLUDE_DIR})
-message(STATUS "OpenBLAS: ${OPENBLAS_LIBRARY}")
+message(STATUS "OpenBLAS (OpenMP build, loaded at run time): ${STRATA_OPENBLAS_LIBRARY}")
 
 add_library(strata_hdf5 INTERFACE)
 target_link_libraries(strata_hdf5 INTERFACE ${HDF5_C_LIBRARIES})

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes the runtime-library bundle: the Debian libraries Strata's binaries load (yaml-cpp, HDF5,
-# Open MPI, SentencePiece, OpenBLAS and everything they load in turn) and Open MPI's launcher, so
+# Open MPI, SentencePiece, OpenBLAS (loaded at run time) and everything they load in turn) and Open MPI's launcher, so
 # that a GPU host with only its driver and CUDA stack can run what scripts/gpu_pack.sh packs.
 #   usage: bash scripts/gpu_bundle.sh [DIR]     (default .bundle: DIR/ and DIR.tar.gz)
 # DIR/root mirrors the absolute paths of this machine (root/usr/lib/..., root/usr/bin/orterun),
@@ -65,10 +65,21 @@ copy /usr/bin/orterun /usr/bin/orted
 ln -s orterun "$root/usr/bin/mpirun"
 ln -s orterun "$root/usr/bin/mpiexec"
 
+# The CPU GEMMs' library is loaded with dlopen (model/kernels/cpu/blas.h), which ldd does not see:
+# OpenBLAS's OpenMP build travels (oneDNN, 40 MB, would not fit beside the binaries; without it
+# the binaries fall back to OpenBLAS), found on the host by its name in the bundle's folder.
+blas=$lib/openblas-openmp/libopenblas.so.0
+[[ -e $blas ]] || {
+  echo "error: $blas is missing: run scripts/setup.sh" >&2
+  exit 1
+}
+mkdir -p "$root$lib"
+cp -L "$blas" "$root$lib/libopenblas.so.0"
+
 # Every shared library the binaries, the launcher and the plugins load, except the host's own.
 plugins=$(find "$root$lib/openmpi" "$root$lib/pmix2" -name '*.so*' -type f)
 # shellcheck disable=SC2086
-loaded_libraries "${binaries[@]}" /usr/bin/orterun /usr/bin/orted $plugins |
+loaded_libraries "${binaries[@]}" "$blas" /usr/bin/orterun /usr/bin/orted $plugins |
   while read -r name path; do
     # Libraries by their name in the multiarch folder, whatever folder ldd found them in.
     mkdir -p "$root$lib"

@@ -21,7 +21,8 @@
 //     GEMM, attention and elementwise rates of the CPU kernels, MPI latency and bandwidth between
 //     ranks, memory per rank. tools/bench_calibrate.cpp.
 //   bench sgemm [--m 2048 --n 768 --k 256 --repeats 20]
-//     OpenBLAS sgemm rate on one shape (default: the model's widest GEMM, (B·T, C) x (C, 3C)).
+//     The float GEMM rate (the BLAS library blas.h chose) on one shape (default: the model's widest
+//     GEMM, (B·T, C) x (C, 3C)).
 //
 // Threads: OMP_NUM_THREADS / OPENBLAS_NUM_THREADS as for the trainer.
 #include "tools/bench.h"
@@ -49,6 +50,14 @@ int positive(const ToolArgs& args, const char* flag, long long fallback) {
   const long long value = args.integer(flag, fallback);
   if (value <= 0) fail(flag, " must be positive, got ", value);
   return static_cast<int>(value);
+}
+
+void add_blas_library(JsonLine& json) {
+  const cpu::BlasLibrary& blas = cpu::blas_library();
+  json.add("blas", blas.name)
+      .add("blas_version", blas.version)
+      .add("blas_threading", blas.threading)
+      .add("blas_kernels", blas.kernels);
 }
 
 double sgemm_gflops(int m, int n, int k, int repeats) {
@@ -82,12 +91,13 @@ void bench_sgemm(const ToolArgs& args) {
   const int m = positive(args, "--m", 2048), n = positive(args, "--n", 768);
   const int k = positive(args, "--k", 256), repeats = positive(args, "--repeats", 20);
   const double gflops = sgemm_gflops(m, n, k, repeats);
-  const JsonLine json = JsonLine()
-                            .add("bench", "sgemm")
-                            .add("m", m)
-                            .add("n", n)
-                            .add("k", k)
-                            .add("gflops", gflops, "%.2f");
+  JsonLine json = JsonLine()
+                      .add("bench", "sgemm")
+                      .add("m", m)
+                      .add("n", n)
+                      .add("k", k)
+                      .add("gflops", gflops, "%.2f");
+  add_blas_library(json);
   std::printf("%s\n", json.str().c_str());
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tools/tool_args.h"
+#include "train/metrics.h"
 
 namespace strata::bench {
 
@@ -19,8 +20,11 @@ double median(std::vector<double> values);
 // The integer value of `flag` (or `fallback`), which must be > 0.
 int positive(const ToolArgs& args, const char* flag, long long fallback);
 
-// OpenBLAS sgemm rate, GFLOP/s: C (m, n) = A (m, k) · B (k, n) on random data, median of
-// `repeats` products after one warm-up, with this process's threads.
+// The BLAS library's name, version, threading and kernels as keys blas, blas_version,
+// blas_threading, blas_kernels.
+void add_blas_library(JsonLine& json);
+// The float GEMM rate (model/kernels/cpu/blas.h's library), GFLOP/s: C (m, n) = A (m, k) · B (k, n)
+// on random data, median of `repeats` products after one warm-up, with this process's threads.
 double sgemm_gflops(int m, int n, int k, int repeats);
 
 // `bench train ...`: argv[first..] are its flags.

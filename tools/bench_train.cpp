@@ -10,9 +10,9 @@
 // recomputation (scripts/bench_cpu.sh; its JSON keys are a subset of the config form's).
 //
 // MFU = model FLOP/s (6·N + 12·L·C·T per token, DESIGN §5) / peak. The peak is --peak (TFLOP/s)
-// or, on the CPU backend, OpenBLAS sgemm on a 2048³ product with the same threads, measured after
-// the training steps (so its buffers do not count in peak_rss_mib): the most an fp32 GEMM-bound
-// step could reach here.
+// or, on the CPU backend, the GEMM library's sgemm (model/kernels/cpu/blas.h) on a 2048³ product
+// with the same threads, measured after the training steps (so its buffers do not count in
+// peak_rss_mib): the most an fp32 GEMM-bound step could reach here.
 //
 // `device: cuda` (or `auto` where a GPU is usable) times the same step on the GPU backend
 // (train/cuda_training.h): forward and backward of the micro-batch, the gradient norm read back,
@@ -264,8 +264,9 @@ void bench_train(int argc, char** argv, int first) {
   if (!setup.config_path.empty()) json.add("config", setup.config_path);
   json.add("device", setup.device);
   if (setup.device == "cuda") json.add("device_name", timing.device_name);
-  json.add("threads", omp_get_max_threads())
-      .add("n_layer", shape.n_layer)
+  json.add("threads", omp_get_max_threads());
+  if (setup.device == "cpu") add_blas_library(json);
+  json.add("n_layer", shape.n_layer)
       .add("n_head", shape.n_head)
       .add("d_model", shape.d_model)
       .add("seq_len", shape.seq_len)

@@ -146,7 +146,7 @@ struct Config {
   ParallelConfig parallel;
   std::string recompute = "none";  // none | selective | full
   std::string device = "auto";     // cpu | cuda | auto
-  // OpenMP/OpenBLAS threads per rank; 0 means auto: OMP_NUM_THREADS if set, else this host's
+  // OpenMP (and GEMM) threads per rank; 0 means auto: OMP_NUM_THREADS if set, else this host's
   // cores shared by its ranks (train/thread_budget.h).
   int threads = 0;
   DilocoConfig diloco;

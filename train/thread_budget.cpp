@@ -1,7 +1,6 @@
 // The thread budget of a rank: the pure decision, then the system queries and calls that apply it.
 #include "train/thread_budget.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <sched.h>
 
@@ -11,6 +10,8 @@
 #include <cstdlib>
 #include <memory>
 #include <thread>
+
+#include "model/kernels/cpu/blas.h"
 
 namespace strata {
 namespace {
@@ -74,11 +75,8 @@ ThreadBudget set_thread_budget(int ranks_on_host, std::optional<int> config_thre
       omp_num_threads ? std::optional<std::string_view>(omp_num_threads) : std::nullopt,
       config_threads);
   omp_set_num_threads(budget.threads);
-  // The OpenMP build of OpenBLAS (cmake/Dependencies.cmake prefers it) follows OpenMP's count at
-  // each call; the pthread build keeps its own pool, sized here.
-#ifdef OPENBLAS_VERSION
-  openblas_set_num_threads(budget.threads);
-#endif
+  // The GEMMs' library shares OpenMP's pool; OpenBLAS and BLIS are told the count as well.
+  cpu::blas_set_threads(budget.threads);
   return budget;
 }
 

@@ -1,4 +1,4 @@
-// How many threads (OpenMP loops and OpenBLAS GEMMs) each rank of a CPU run uses.
+// How many threads (OpenMP loops and the GEMMs, which share them) each rank of a CPU run uses.
 //
 // Left alone, OpenMP and OpenBLAS start one thread per core in every rank, so `mpirun -np 4` on
 // 2 cores runs 8 busy threads that preempt each other inside every collective: a tp-2 step of
@@ -35,9 +35,9 @@ ThreadBudget choose_thread_budget(int available_cores, int ranks_on_host,
 // The number of CPUs in this process's affinity mask (sched_getaffinity), at least 1.
 int available_cores();
 
-// Reads the affinity mask and OMP_NUM_THREADS, chooses, and sets OpenMP's and OpenBLAS's thread
-// counts for this process. ranks_on_host: MpiRuntime::ranks_on_host(), the real host, not the
-// simulated parallel.gpus_per_node.
+// Reads the affinity mask and OMP_NUM_THREADS, chooses, and sets OpenMP's (and the GEMM library's)
+// thread counts for this process. ranks_on_host: MpiRuntime::ranks_on_host(), the real host, not
+// the simulated parallel.gpus_per_node.
 ThreadBudget set_thread_budget(int ranks_on_host, std::optional<int> config_threads);
 
 // "threads: 1 per rank (2 cores available / 4 ranks on this host)": the start-up line.

@@ -11,6 +11,7 @@
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "model/core/error.h"
+#include "model/kernels/cpu/blas.h"
 #include "parallel/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_verify.h"
@@ -352,8 +353,11 @@ struct Trainer::State {
     std::cout << "model: " << ParameterLayout::for_gpt(shape).total() << " parameters ("
               << c.model.n_layer << " layers, d_model " << c.model.d_model << ", vocab "
               << c.model.vocab_size << " padded to " << shape.padded_vocab() << ") on "
-              << backend->name() << " | mesh tp " << mesh.tp_size() << " x dp " << mesh.dp_size()
-              << " x pp " << mesh.pp_size() << " (" << c.parallel.pipeline_schedule
+              << backend->name()
+              // The CPU backend's GEMMs: which library, threading and kernels (blas.h).
+              << (device == "cpu" ? " (GEMMs on " + cpu::blas_library().describe() + ")" : "")
+              << " | mesh tp " << mesh.tp_size() << " x dp " << mesh.dp_size() << " x pp "
+              << mesh.pp_size() << " (" << c.parallel.pipeline_schedule
               << (c.parallel.sequence_parallel ? ", sequence parallel" : "") << "), rank 0 holds "
               << backend->layout().total() << " | micro_batch " << c.train.micro_batch << " x "
               << settings.accumulation << " accumulation steps | "

@@ -5,8 +5,8 @@
 // owns; the trainer reads and writes the training state through it for checkpoints. Nothing above
 // this interface asks which backend it is.
 //
-// Implementations: CpuTraining (train/cpu_training.h: the CPU model, OpenBLAS) and the CUDA one
-// (train/cuda_training.h: one GPU per rank; ran on one H200, never on several GPUs).
+// Implementations: CpuTraining (train/cpu_training.h: the CPU model, oneDNN or OpenBLAS GEMMs) and
+// the CUDA one (train/cuda_training.h: one GPU per rank; ran on one H200, never on several GPUs).
 #pragma once
 
 #include <cstddef>

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "model/kernels/cpu/blas.h"
 #include "tests/unit/test_support.h"
 #include "tools/gpu_peaks.h"
 #include "train/cuda_training.h"
@@ -137,6 +138,36 @@ TEST_F(BenchTool, TrainFlagFormKeepsItsKeys) {
   EXPECT_EQ(json_number(result.output, "n_layer"), 1);
   EXPECT_EQ(json_value(result.output, "compute"), "fp32");
   EXPECT_GT(json_number(result.output, "tokens_per_s"), 0);
+}
+
+TEST_F(BenchTool, SgemmNamesTheBlasLibraryItsThreadingAndKernels) {
+  // The default (oneDNN where it loads), then each library asked for by STRATA_BLAS. OpenBLAS's
+  // core is the one this CPU's feature flags call for, never its own guess from the model
+  // number (which takes a CPU it does not know for a Pentium 4, "Prescott").
+  const std::string expected_core = cpu::openblas_core_for(cpu::CpuFeatures::of_this_cpu());
+  for (const std::string library : {"", "onednn", "openblas"}) {
+    SCOPED_TRACE(library);
+    const auto result =
+        testing::run_command((library.empty() ? "" : "STRATA_BLAS=" + library + " ") +
+                             "OMP_NUM_THREADS=2 env -u OPENBLAS_CORETYPE " + testing::bin("bench") +
+                             " sgemm --m 64 --n 48 --k 32 --repeats 2");
+    ASSERT_EQ(result.status, 0) << result.output;
+    EXPECT_EQ(json_value(result.output, "blas"), library.empty() ? "onednn" : library);
+    EXPECT_EQ(json_value(result.output, "blas_threading"), "OpenMP");
+    EXPECT_GT(json_number(result.output, "gflops"), 0);
+    if (library == "openblas") {
+      EXPECT_NE(json_value(result.output, "blas_kernels"), "Prescott");
+      if (!expected_core.empty()) {
+        EXPECT_EQ(json_value(result.output, "blas_kernels"), expected_core);
+      }
+    }
+  }
+  const auto wrong = testing::run_command("STRATA_BLAS=mkl " + testing::bin("bench") +
+                                          " sgemm --m 8 --n 8 --k 8 --repeats 1");
+  EXPECT_NE(wrong.status, 0);
+  EXPECT_NE(wrong.output.find("error: STRATA_BLAS must be onednn, openblas or blis, got 'mkl'"),
+            std::string::npos)
+      << wrong.output;
 }
 
 TEST_F(BenchTool, BadRequestsEndWithOneErrorLine) {

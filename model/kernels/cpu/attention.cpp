@@ -64,8 +64,8 @@ void attend_row_block(T* y, int ldy, T* p, int ldp, const T* q, const T* k, cons
 
 }  // namespace
 
-// (b, h) pairs run in parallel; with the OpenMP build of OpenBLAS the GEMMs inside a parallel
-// region run single-threaded, so the cores are not oversubscribed.
+// (b, h) pairs run in parallel; the GEMM libraries (OpenMP builds, blas.h) run a GEMM called inside
+// a parallel region on its calling thread, so the cores are not oversubscribed.
 template <class T>
 void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH) {
   const int hs = C / NH;

@@ -1,5 +1,5 @@
 // Linear layer: out (N, OC) = inp (N, IC) · weight (OC, IC)ᵀ + bias (OC). Weights are [out, in].
-// GEMMs go through OpenBLAS; the bias is folded in by initialising `out` with it.
+// GEMMs go through the BLAS library of blas.h; the bias is folded in by initialising `out` with it.
 #pragma once
 
 namespace strata::cpu {
