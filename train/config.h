@@ -149,7 +149,7 @@ struct DilocoConfig {
   bool nesterov = true;
   std::string compression = "none";      // none | fp16 | bf16 | int8 | int4
   bool error_feedback = false;           // compression's residual added to the next outer gradient
-  int fragments = 1;                     // streaming: fragments of whole layers synced in turn
+  int fragments = 1;                     // streaming: fragments of ~1/F of the model synced in turn
   bool overlap = false;                  // the outer reduction in flight during the next inner step
   std::string averaging = "all_reduce";  // all_reduce | butterfly | gossip | moshpit
   double drop_probability = 0.0;         // simulated failures: [0, 1)

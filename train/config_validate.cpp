@@ -198,10 +198,11 @@ void validate_diloco(const Config& c, const Rules& rules) {
   rules.unit_interval("diloco.outer_momentum", d.outer_momentum);
   rules.unit_interval("diloco.drop_probability", d.drop_probability);
   rules.at_least("diloco.fragments", d.fragments, 1);
-  // Streaming syncs fragments of whole layers at offsets f·H/F of each period.
+  // Streaming syncs F fragments of about N/F parameters at offsets f·H/F of each period
+  // (train/diloco_fragments.h); more fragments than layers would only add syncs.
   if (d.fragments > c.model.n_layer)
     rules.fail("diloco.fragments", "(", d.fragments, ") must not exceed model.n_layer (",
-               c.model.n_layer, "): a fragment is whole layers");
+               c.model.n_layer, "): at most one fragment per layer");
   if (d.inner_steps % d.fragments != 0)
     rules.fail("diloco.fragments", "(", d.fragments, ") must divide diloco.inner_steps (",
                d.inner_steps, "): fragment f syncs at offset f·H/F");

@@ -4,24 +4,16 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <numeric>
 #include <thread>
 
 #include "model/core/counter_rng.h"
 #include "model/core/error.h"
+#include "train/diloco_fragments.h"
 
 namespace strata {
 
 namespace {
-
-// The fragment of a segment: layer i of L in fragment ⌊i·F/L⌋; wte and wpe with the first
-// layers, lnf with the last.
-int fragment_of(const std::string& segment, int n_layer, int fragments) {
-  if (segment == "wte" || segment == "wpe") return 0;
-  if (segment == "lnf") return fragments - 1;
-  STRATA_CHECK(segment.starts_with("h."), "segment '", segment, "' has no DiLoCo fragment");
-  const int layer = std::stoi(segment.substr(2));
-  return static_cast<int>(static_cast<long long>(layer) * fragments / n_layer);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -34,7 +26,7 @@ std::string diloco_state_prefix(int worker) {
 }
 
 Diloco::Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLayout& layout,
-               int n_layer, const DilocoPlacement& placement)
+               const GptShape& shape, const DilocoPlacement& placement)
     : config_(config),
       seed_(seed),
       placement_(placement),
@@ -46,14 +38,8 @@ Diloco::Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLa
                "DiLoCo: the outer group must hold one rank per worker, ranked by worker");
   if (config.error_feedback && compression_ != OuterCompression::none)
     residual_.assign(placement.share.size(), 0.0f);
-  const int fragments = config.fragments;
-  fragment_ranges_.assign(static_cast<std::size_t>(fragments), ElementRange{0, 0});
-  for (const ParameterSegment& s : layout.segments()) {
-    ElementRange& r =
-        fragment_ranges_[static_cast<std::size_t>(fragment_of(s.name, n_layer, fragments))];
-    r = r.empty() ? s.range
-                  : ElementRange{std::min(r.begin, s.range.begin), std::max(r.end, s.range.end)};
-  }
+  fragment_ranges_ = diloco_fragment_ranges(layout, shape, config.fragments);
+  fragment_sizes_ = diloco_fragment_sizes(shape, config.fragments);
   // The pieces: the share's part of each fragment, cut at the end of wte (see the header).
   const std::vector<ParameterSegment> segments = layout.segments();
   const SegmentIndex index = segment_index(segments);
@@ -178,6 +164,10 @@ std::unique_ptr<Diloco::Sync> Diloco::prepare(TrainingBackend& backend, int frag
   OuterSyncReport& report = sync->report;
   report.step = step;
   report.fragment = fragment;
+  report.fragments = config_.fragments;
+  report.elements = fragment_sizes_[static_cast<std::size_t>(fragment)];
+  report.model_elements =
+      std::accumulate(fragment_sizes_.begin(), fragment_sizes_.end(), std::size_t{0});
   report.round = round_of(fragment, step);
   // Fragments fail independently: the key of a sync is (seed, fragment, round).
   const std::uint64_t key = hash_combine(seed_, static_cast<std::uint64_t>(fragment));

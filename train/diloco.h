@@ -18,9 +18,9 @@
 // is averaged in calls of its own, so both pipeline ends make identical calls and their copies
 // stay bitwise equal.
 //
-// Streaming (diloco.fragments F): the layers are cut into F fragments of whole layers (wte and
-// wpe with the first, lnf with the last); fragment f meets after inner steps s ≡ f·H/F (mod H),
-// its first time at s = f·H/F (f > 0) or H (f = 0), so each sync moves about 1/F of the model.
+// Streaming (diloco.fragments F): the model's tensors are cut into F fragments of about equal
+// size (train/diloco_fragments.h); fragment f meets after inner steps s ≡ f·H/F (mod H), its
+// first time at s = f·H/F (f > 0) or H (f = 0), so each sync moves about 1/F of the model.
 //
 // Overlap (diloco.overlap): a sync due after step s is prepared then (θ_s read), its reduction
 // runs on a thread of its own while inner step s+1 computes (begin_inner_step starts it), and is
@@ -71,6 +71,9 @@ struct DilocoPlacement {
 struct OuterSyncReport {
   std::int64_t step = 0;  // the inner step after which it ran
   int fragment = 0;
+  int fragments = 1;               // diloco.fragments
+  std::size_t elements = 0;        // the fragment's parameters (logical, under any layout)
+  std::size_t model_elements = 0;  // the model's
   std::int64_t round = 0;          // the fragment's sync count before this one
   double outer_gradient_norm = 0;  // ‖anchor − θ̄‖ over the model (this worker's)
   double seconds = 0;              // wall time of the averaging on this rank
@@ -81,8 +84,8 @@ struct OuterSyncReport {
 
 class Diloco {
  public:
-  Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLayout& layout, int n_layer,
-         const DilocoPlacement& placement);
+  Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLayout& layout,
+         const GptShape& shape, const DilocoPlacement& placement);
 
   const DilocoPlacement& placement() const { return placement_; }
   // The fragments that meet after inner step `step` (1-based count of optimizer steps).
@@ -134,7 +137,8 @@ class Diloco {
   // averages (split at the end of wte).
   std::vector<ElementRange> fragment_ranges_;
   std::vector<std::vector<ElementRange>> pieces_;
-  std::unique_ptr<Sync> pending_;  // overlap: the sync in flight or about to start
+  std::vector<std::size_t> fragment_sizes_;  // logical elements per fragment
+  std::unique_ptr<Sync> pending_;            // overlap: the sync in flight or about to start
 };
 
 // The DiLoCo state names of worker w in a checkpoint: "" for worker 0 (so /model, /optimizer

@@ -60,7 +60,8 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
                         MpiCommunicator& world, MetricsWriter* metrics) {
   std::vector<double> losses(static_cast<std::size_t>(workers.workers));
   workers.outer_metrics->all_gather(&loss, losses.data(), 1);
-  const JsonLine bytes = job_link_bytes_of(outer_stats, world);
+  const JobLinkBytes link_bytes = job_link_bytes_total(outer_stats, world);
+  const JsonLine bytes = link_bytes.json();
   // The sync ends when its slowest rank is done; of it, what every rank hid behind compute.
   double seconds = 0, exposed = 0;
   for (const OuterSyncReport& r : syncs) {
@@ -79,6 +80,8 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
     line.add("step", r.step)
         .add("outer_step", r.round + 1)
         .add("fragment", r.fragment)
+        .add("fragments", r.fragments)
+        .add("fragment_params", r.elements)
         .add("outer_grad_norm", r.outer_gradient_norm)
         .add("worker_loss", losses, "%.6f")
         .add("dropped_workers", dropped)
@@ -88,9 +91,27 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
     if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
     metrics->write(line);
   }
-  std::printf("outer step after step %lld | fragments %zu | outer grad norm %.4f | %s\n",
-              static_cast<long long>(syncs.front().step), syncs.size(),
-              syncs.front().outer_gradient_norm, bytes.str().c_str());
+  // "fragment 2/4 (1.2M of 4.9M parameters)", or "fragments 1+2/4 (...)" when two met at once.
+  std::string fragments = syncs.size() == 1 ? "fragment " : "fragments ";
+  std::size_t elements = 0;
+  for (std::size_t i = 0; i < syncs.size(); ++i) {
+    fragments += (i > 0 ? "+" : "") + std::to_string(syncs[i].fragment + 1);
+    elements += syncs[i].elements;
+  }
+  // Other links carry a sync's traffic only in some layouts (the gather over dp of ZeRO < 3).
+  std::string other_links;
+  if (link_bytes.inter_node > 0)
+    other_links += ", " + human_bytes(static_cast<double>(link_bytes.inter_node)) + " inter-node";
+  if (link_bytes.intra_node > 0)
+    other_links += ", " + human_bytes(static_cast<double>(link_bytes.intra_node)) + " intra-node";
+  std::printf(
+      "outer sync after step %lld | %s/%d (%s of %s parameters) | outer grad norm %.4f | sent %s "
+      "across workers%s\n",
+      static_cast<long long>(syncs.front().step), fragments.c_str(), syncs.front().fragments,
+      human_count(static_cast<double>(elements)).c_str(),
+      human_count(static_cast<double>(syncs.front().model_elements)).c_str(),
+      syncs.front().outer_gradient_norm,
+      human_bytes(static_cast<double>(link_bytes.inter_worker)).c_str(), other_links.c_str());
   std::fflush(stdout);
 }
 

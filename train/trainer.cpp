@@ -14,6 +14,7 @@
 #include "train/checkpoint_verify.h"
 #include "train/cuda_training.h"
 #include "train/diloco.h"
+#include "train/diloco_fragments.h"
 #include "train/diloco_run.h"
 #include "train/evaluate.h"
 #include "train/lr_schedule.h"
@@ -151,7 +152,7 @@ struct Trainer::State {
 
   void make_diloco(const BackendPlacement& placement, ElementRange share) {
     diloco = std::make_unique<Diloco>(
-        config.diloco, config.run.seed, backend->layout(), config.model.n_layer,
+        config.diloco, config.run.seed, backend->layout(), shape,
         diloco_placement(workers, groups, placement, backend->layout(), share));
     // Every worker's buffers are datasets of the checkpoint.
     std::vector<std::string> names;
@@ -384,8 +385,16 @@ struct Trainer::State {
                 << " ranks, outer step every " << d.inner_steps << " inner steps (lr " << d.outer_lr
                 << ", momentum " << d.outer_momentum << (d.nesterov ? ", Nesterov" : "")
                 << "), averaging " << d.averaging << ", compression " << d.compression
-                << (d.error_feedback ? " with error feedback" : "") << ", " << d.fragments
-                << " fragment(s)";
+                << (d.error_feedback ? " with error feedback" : "");
+      if (d.fragments > 1) {  // streaming: how even the fragments are
+        std::cout << ", " << d.fragments << " fragments of";
+        const char* separator = " ";
+        for (std::size_t n : diloco_fragment_sizes(shape, d.fragments)) {
+          std::cout << separator << human_count(static_cast<double>(n));
+          separator = ", ";
+        }
+        std::cout << " parameters";
+      }
       if (d.drop_probability > 0) std::cout << ", drop probability " << d.drop_probability;
       std::cout << " | global_batch is per worker\n";
     }

@@ -16,6 +16,8 @@
 #include "parallel/worker_averaging.h"
 #include "tests/mpi/layout_runs.h"
 #include "tests/unit/test_support.h"
+#include "train/diloco_fragments.h"
+#include "train/step_report.h"
 
 namespace strata {
 namespace {
@@ -50,8 +52,10 @@ class DilocoRuns : public testing::LayoutSuite<DilocoRuns> {
                                 " --set run.name=" + name + extra;
     const auto result = run_command(command);
     EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
+    last_output_ = result.output;
     return dir_->str() + "/runs/" + name;
   }
+  static inline std::string last_output_;  // what the last train() printed
 
   // The metrics lines of a run that hold `key`.
   static std::vector<std::string> lines_with(const std::string& run, const std::string& key) {
@@ -107,6 +111,15 @@ TEST_F(DilocoRuns, AnyInnerLayoutTrainsTheSameRun) {
   const std::string zero =
       train(2, Layout{2}, "layout_zero3", settings + " --set parallel.zero.stage=3");
   expect_close(metric(zero, "loss"), loss, 0, "ZeRO-3 loss");
+  // Streaming: a fragment is a set of the model's tensors, the same on every layout; a cut inside
+  // a block and the tied wte on both pipeline ends (pp 2, ZeRO-1 over dp 2).
+  const std::string streaming = diloco(2, 4, " --set diloco.fragments=2");
+  const std::string streaming_lone = train(2, Layout{}, "layout_streaming_lone", streaming);
+  const std::string streaming_3d = train(2, Layout{2, 1, 2}, "layout_streaming_dp2pp2",
+                                         streaming + " --set parallel.zero.stage=1");
+  expect_close(metric(streaming_3d, "loss"), metric(streaming_lone, "loss"), 0, "streaming loss");
+  expect_close(metric(streaming_3d, "outer_grad_norm"), metric(streaming_lone, "outer_grad_norm"),
+               0, "streaming outer gradient norm");
 }
 
 TEST_F(DilocoRuns, ResumesBitExactlyInTheMiddleOfAPeriod) {
@@ -176,16 +189,16 @@ TEST_F(DilocoRuns, BytesAcrossTheWorkerBoundaryAreTheAnalyticCount) {
       // 20 steps: 5 periods, each fragment once per period.
       ASSERT_EQ(syncs.size(), static_cast<std::size_t>(5 * fragments));
       const OuterCompression codec = outer_compression_from_name(format);
-      // The pieces of each fragment on a rank: fragment 0 holds wte, wpe and its layers.
+      // The pieces of each fragment on a rank (train/diloco_fragments.h): wte in a call of its
+      // own, then the rest of fragment 0; every other fragment in one call.
+      const std::vector<int> fragment_of = diloco_tensor_fragments(kShape, fragments);
       std::vector<std::vector<std::size_t>> pieces(static_cast<std::size_t>(fragments));
-      for (const ParameterSegment& s : layout.segments()) {
-        if (s.name == "wte") continue;
-        const int f = s.name == "wpe"   ? 0
-                      : s.name == "lnf" ? fragments - 1
-                                        : std::stoi(s.name.substr(2)) * fragments / kShape.n_layer;
-        auto& list = pieces[static_cast<std::size_t>(f)];
+      for (std::size_t t = 0; t < layout.tensors().size(); ++t) {
+        const TensorView& tensor = layout.tensors()[t];
+        if (tensor.name == "wte") continue;
+        auto& list = pieces[static_cast<std::size_t>(fragment_of[t])];
         if (list.empty()) list.push_back(0);
-        list.back() += s.range.size();
+        list.back() += tensor.size;
       }
       pieces[0].insert(pieces[0].begin(), wte);
       for (const std::string& line : syncs) {
@@ -216,6 +229,26 @@ TEST_F(DilocoRuns, StreamingSyncsEachFragmentOncePerPeriodAtItsOffset) {
       if ((s - f * H / F) % H == 0 && s >= f * H / F) expected.push_back(s);
     EXPECT_EQ(steps_of[f], expected) << "fragment " << f;
   }
+  // Each sync names its fragment of F, its size, and the bytes with a unit; the metrics line says
+  // the fragment's parameters, which add up to the model over the fragments.
+  const std::vector<std::size_t> sizes = diloco_fragment_sizes(kShape, F);
+  const std::string console = last_output_;
+  for (int f = 0; f < F; ++f) {
+    const std::string line = "outer sync after step " + std::to_string(f == 0 ? H : f * H / F) +
+                             " | fragment " + std::to_string(f + 1) + "/" + std::to_string(F) +
+                             " (" + human_count(static_cast<double>(sizes[f])) + " of ";
+    EXPECT_NE(console.find(line), std::string::npos) << line << "\n" << console;
+  }
+  EXPECT_NE(console.find(" KiB across workers\n"), std::string::npos) << console;
+  std::map<int, double> params_of;
+  for (const std::string& line : lines_with(run, "outer_step")) {
+    EXPECT_EQ(number_after(line, "fragments"), F) << line;
+    params_of[static_cast<int>(number_after(line, "fragment"))] =
+        number_after(line, "fragment_params");
+  }
+  double params = 0;
+  for (const auto& [f, n] : params_of) params += n;
+  EXPECT_EQ(params, static_cast<double>(ParameterLayout::for_gpt(kShape).total()));
 }
 
 TEST_F(DilocoRuns, OverlapAppliesEachSyncOneStepLate) {
