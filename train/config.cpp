@@ -112,19 +112,6 @@ const Schema& schema() {
   fail(where, ": unknown key '", path, "'", schema().suggestion(path), origin);
 }
 
-std::string describe(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Scalar:
-      return "'" + node.Scalar() + "'";
-    default:
-      return "nothing";
-  }
-}
-
 YAML::Node load_yaml(const std::string& text, const std::string& where) {
   try {
     return YAML::Load(text);
@@ -221,16 +208,6 @@ std::optional<Int> parse_integer(std::string_view text, std::errc& error) {
   return value;
 }
 
-std::optional<double> parse_number(std::string_view text) {
-  if (text.starts_with('+')) text.remove_prefix(1);
-  double value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty() ||
-      !std::isfinite(value))
-    return std::nullopt;
-  return value;
-}
-
 // Converts each present key's node into its typed field; absent keys keep the struct defaults.
 class FieldReader {
  public:
@@ -300,6 +277,10 @@ class FieldReader {
       source_.fail_key(path, "must be 'auto' or a positive integer, got '", text, "'");
     count.value = text == "auto" ? 0 : *value;
   }
+  void operator()(std::string_view path, TrainData data) const {
+    if (const auto node = find_node(root_, path))
+      read_train_data(*node, std::string(path), data, source_);
+  }
   void operator()(std::string_view path, LossScale scale) const {
     const auto node = find_node(root_, path);
     if (!node) return;
@@ -367,6 +348,10 @@ class FieldWriter {
     }
   }
   void operator()(std::string_view path, const LossScale& scale) { key(path) << scale.value; }
+  void operator()(std::string_view path, const TrainData& data) {
+    key(path);
+    write_train_data(out_, data);
+  }
 
  private:
   YAML::Emitter& key(std::string_view path) {
@@ -392,6 +377,29 @@ class FieldWriter {
 };
 
 }  // namespace
+
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    default:
+      return "nothing";
+  }
+}
+
+std::optional<double> parse_number(std::string_view text) {
+  if (text.starts_with('+')) text.remove_prefix(1);
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() ||
+      !std::isfinite(value))
+    return std::nullopt;
+  return value;
+}
 
 std::string closest_word(std::string_view word, std::span<const std::string> candidates) {
   const std::string a = lowercase(word);

@@ -30,13 +30,35 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
+// One entry of `data.train` written as a list: a source of a weighted mixture (data/mixture.h).
+struct DataSource {
+  std::string path;   // its training shards: a file, directory or glob
+  double weight = 1;  // > 0; the source draws weight / (Σ weights) of the training samples
+  std::string val;    // its validation shards (its own val_loss); may be empty
+  std::string name;   // unique among the sources; the config may leave it out (source_name_of)
+
+  bool operator==(const DataSource&) const = default;
+};
+
 struct DataConfig {
-  std::string train;      // file, directory or glob of token shards
-  std::string val;        // same; may be empty (then no evaluation)
+  // `data.train` is either a string, one split (file, directory or glob of token shards), held
+  // in `train`, or a list of sources, held in `mixture`; exactly one of the two is non-empty.
+  std::string train;
+  std::string val;        // file, directory or glob; may be empty (then only the sources' val)
   std::string tokenizer;  // SentencePiece model; may be empty
+  std::vector<DataSource> mixture;
+
+  // The training sources either way: the string form is one source of weight 1 (no val).
+  std::vector<DataSource> train_sources() const;
 
   bool operator==(const DataConfig&) const = default;
 };
+
+// The name a source takes when the config gives none: the last component of its path that says
+// something (not a glob, not `train`, without `.h5`), in letters, digits, '.', '_' and '-'
+// (others become '_'); "" when no component qualifies. data/wiki/train -> wiki,
+// corpora/code/train/*.h5 -> code, books.h5 -> books.
+std::string source_name_of(const std::string& path);
 
 struct OptimizerConfig {
   double lr = 1e-3;

@@ -14,6 +14,7 @@ namespace {
 using config_detail::AutoCount;
 using config_detail::Choice;
 using config_detail::LossScale;
+using config_detail::TrainData;
 
 // Each key's value as the effective config writes it.
 class FieldText {
@@ -45,6 +46,9 @@ class FieldText {
     set(path, count.value == 0 ? "auto" : std::to_string(count.value));
   }
   void operator()(std::string_view path, const LossScale& scale) { set(path, scale.value); }
+  void operator()(std::string_view path, const TrainData& data) {
+    set(path, config_detail::train_data_text(data));
+  }
 
  private:
   void set(std::string_view path, std::string text) { out_[std::string(path)] = std::move(text); }

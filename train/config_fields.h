@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,6 +13,11 @@
 
 #include "model/core/error.h"
 #include "train/config.h"
+
+namespace YAML {
+class Node;
+class Emitter;
+}  // namespace YAML
 
 namespace strata::config_detail {
 
@@ -29,6 +35,12 @@ struct AutoCount {
 // precision.loss_scale: `dynamic` or a positive number, kept as written.
 struct LossScale {
   std::string& value;
+};
+// data.train: a string (one split) or a list of sources {path, weight, val, name}
+// (config_sources.cpp).
+struct TrainData {
+  std::string& path;
+  std::vector<DataSource>& mixture;
 };
 
 inline constexpr std::array<std::string_view, 3> kSchedules{"cosine", "linear", "constant"};
@@ -58,7 +70,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("model.seq_len", c.model.seq_len);
   visit("model.vocab_size", c.model.vocab_size);
 
-  visit("data.train", c.data.train);
+  visit("data.train", TrainData{c.data.train, c.data.mixture});
   visit("data.val", c.data.val);
   visit("data.tokenizer", c.data.tokenizer);
 
@@ -140,9 +152,10 @@ class ConfigSource {
     for (std::string prefix(path);;) {
       if (auto it = overrides_.find(prefix); it != overrides_.end())
         return " (from --set '" + it->second + "')";
-      const auto dot = prefix.rfind('.');
-      if (dot == std::string::npos) return "";
-      prefix.resize(dot);
+      // data.train[1].weight -> data.train[1] -> data.train -> data
+      const auto cut = prefix.ends_with(']') ? prefix.rfind('[') : prefix.rfind('.');
+      if (cut == std::string::npos) return "";
+      prefix.resize(cut);
     }
   }
   // Throws "<source>: '<path>' <parts...>[ (from --set ...)]".
@@ -155,6 +168,22 @@ class ConfigSource {
   std::string name_;
   std::map<std::string, std::string> overrides_;
 };
+
+// "a map", "a list", "'text'" or "nothing": what a node is, for messages.
+std::string describe(const YAML::Node& node);
+// A finite number written as YAML/JSON writes one ("1e-3", "+2"); std::nullopt otherwise.
+std::optional<double> parse_number(std::string_view text);
+
+// data.train's two forms (config_sources.cpp). read_train_data: `node` is the key's value, either
+// form, checked for shape and types, with every missing name derived (source_name_of).
+void read_train_data(const YAML::Node& node, const std::string& path, TrainData data,
+                     const ConfigSource& source);
+void write_train_data(YAML::Emitter& out, const TrainData& data);
+// One line: the path, or [{path: a, weight: 0.7, name: a}, ...] (resume warnings).
+std::string train_data_text(const TrainData& data);
+// The mixture's ranges and names: weights > 0 and each at least 1/1024 of the total, names
+// unique and usable as metrics keys.
+void validate_mixture(const std::vector<DataSource>& mixture, const ConfigSource& source);
 
 // Every range and consistency rule that needs no world size (config_validate.cpp).
 void validate_config(const Config& config, const ConfigSource& source);

@@ -1,5 +1,6 @@
 // Range and consistency rules for a typed Config (types were checked while reading), and the
 // world-size checks of resolve_mesh. Each rule names the key it blames and the reason.
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 
@@ -34,6 +35,7 @@ class Rules {
   [[noreturn]] void fail(const char* path, const Parts&... parts) const {
     source_.fail_key(path, parts...);
   }
+  const ConfigSource& source() const { return source_; }
 
  private:
   const ConfigSource& source_;
@@ -44,8 +46,18 @@ void validate_run_and_data(const Config& c, const Rules& rules) {
   if (c.run.name.empty()) rules.fail("run.name", "must not be empty");
   if (c.run.name.find('/') != std::string::npos || c.run.name == "." || c.run.name == "..")
     rules.fail("run.name", "must be a plain directory name without '/', got '", c.run.name, "'");
-  if (c.data.train.empty())
-    rules.fail("data.train", "must name the training token shards (a file, directory or glob)");
+  if (c.data.train.empty() && c.data.mixture.empty())
+    rules.fail("data.train",
+               "must name the training token shards (a file, directory or glob) or a list of "
+               "sources {path, weight}");
+  STRATA_CHECK(c.data.train.empty() || c.data.mixture.empty(), "data.train in both forms");
+  validate_mixture(c.data.mixture, rules.source());
+}
+
+// Whether any split is evaluated: data.val, or a source's val.
+bool has_validation(const DataConfig& data) {
+  return !data.val.empty() ||
+         std::ranges::any_of(data.mixture, [](const DataSource& s) { return !s.val.empty(); });
 }
 
 void validate_model(const Config& c, const Rules& rules) {
@@ -94,7 +106,7 @@ void validate_train(const Config& c, const Rules& rules) {
   rules.at_least("train.eval_every", t.eval_every, 0);
   rules.at_least("train.eval_tokens", t.eval_tokens, std::int64_t{0});
   // One evaluation sequence needs seq_len inputs plus the next token as the last target.
-  if (t.eval_every > 0 && !c.data.val.empty() && t.eval_tokens <= c.model.seq_len)
+  if (t.eval_every > 0 && has_validation(c.data) && t.eval_tokens <= c.model.seq_len)
     rules.fail("train.eval_tokens", "(", t.eval_tokens, ") must be more than model.seq_len (",
                c.model.seq_len, ") to evaluate at least one sequence");
   rules.at_least("train.log_every", t.log_every, 1);

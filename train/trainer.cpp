@@ -7,9 +7,7 @@
 #include <set>
 #include <vector>
 
-#include "data/loader.h"
 #include "data/token_shards.h"
-#include "data/tokenizer.h"
 #include "model/core/error.h"
 #include "model/kernels/cpu/blas.h"
 #include "parallel/process_groups.h"
@@ -25,6 +23,7 @@
 #include "train/progress_bar.h"
 #include "train/step_report.h"
 #include "train/stop_signal.h"
+#include "train/training_data.h"
 #include "train/training_step.h"
 
 namespace strata {
@@ -58,26 +57,6 @@ StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulatio
   return step;
 }
 
-// Checks the data against the model and returns the tokenizer to store in checkpoints.
-std::string check_data(const Config& config, const TokenSource& train,
-                       const std::optional<TokenSource>& val) {
-  if (train.info().vocab_size > config.model.vocab_size)
-    fail("data.train: the shards use a vocabulary of ", train.info().vocab_size,
-         " tokens but model.vocab_size is ", config.model.vocab_size);
-  if (val && val->info().vocab_size > config.model.vocab_size)
-    fail("data.val: the shards use a vocabulary of ", val->info().vocab_size,
-         " tokens but model.vocab_size is ", config.model.vocab_size);
-  if (config.data.tokenizer.empty()) return "";
-  const Tokenizer tokenizer = Tokenizer::load(config.data.tokenizer);
-  if (!train.info().tokenizer_sha256.empty() && tokenizer.sha256() != train.info().tokenizer_sha256)
-    fail("data.tokenizer '", config.data.tokenizer,
-         "' is not the tokenizer the training shards were made with (sha256 differs)");
-  // The validation shards too: the same ids from another tokenizer mean other text, and a
-  // val_loss on them nothing.
-  if (val) check_shards_tokenizer(*val, tokenizer.sha256(), "data.val");
-  return tokenizer.serialized();
-}
-
 }  // namespace
 
 struct Trainer::State {
@@ -95,9 +74,7 @@ struct Trainer::State {
   std::string device;
   std::unique_ptr<TrainingBackend> backend;
   CheckpointWriter checkpoint_writer;
-  TokenSource train_split;
-  std::optional<TokenSource> val_split;
-  WindowSampler sampler;
+  TrainingData data;
   LossScaler scaler;
   std::string tokenizer_model;
   TrainingProgress progress;
@@ -116,8 +93,7 @@ struct Trainer::State {
         mesh(groups.mesh()),
         reduction_groups{&groups.tp(), &groups.dp(), &groups.pp()},
         shape(shape_of(c.model)),
-        train_split(TokenSource::open(c.data.train)),
-        sampler(train_split, c.model.seq_len, c.run.seed),
+        data(c),
         scaler(LossScaler::for_config(c.precision)) {
     settings.dp = mesh.dp_size();
     settings.accumulation = c.train.global_batch / (c.train.micro_batch * settings.dp);
@@ -126,7 +102,6 @@ struct Trainer::State {
     settings.max_nonfinite_in_a_row = max_nonfinite_in_a_row(c.train);
     nonfinite_test_steps = test_nonfinite_steps();
     step_program = make_step_program(c, mesh, settings.accumulation);
-    if (!c.data.val.empty()) val_split = TokenSource::open(c.data.val);
     reports_loss_scale = c.precision.compute == "fp16";
     state_prefix = diloco_state_prefix(workers.worker);
   }
@@ -271,6 +246,8 @@ struct Trainer::State {
           change.key == "optimizer.min_lr" || change.key == "optimizer.warmup_steps" ||
           change.key == "optimizer.schedule")
         std::cerr << "; the learning-rate schedule changes from step " << progress.step;
+      if (change.key == "data.train")  // the samples are a function of data.train (mixture.h)
+        std::cerr << "; the data order changes from step " << progress.step;
       std::cerr << "\n";
     }
   }
@@ -286,27 +263,64 @@ struct Trainer::State {
         progress.data_position +
         (static_cast<std::int64_t>(a) * settings.dp + mesh.dp_rank()) * micro;
     for (int b = 0; b < micro; ++b)
-      sampler.sample(static_cast<std::uint64_t>((first + b) * workers.workers + workers.worker),
-                     inputs + b * T, targets + b * T);
+      data.sample(static_cast<std::uint64_t>((first + b) * workers.workers + workers.worker),
+                  inputs + b * T, targets + b * T);
   }
 
-  void evaluate() {
-    if (!val_split) return;
+  // The loss over the first eval_tokens of `split` (DESIGN §5 "Evaluation"). Collective: every
+  // rank evaluates the same splits in the same order.
+  double validation_loss(const TokenSource& split, const std::string& key) {
     const int T = config.model.seq_len;
-    const LossSum local =
-        evaluate_loss(backend->evaluator(), *val_split, config.train.eval_tokens, T,
-                      config.train.micro_batch, mesh.dp_rank(), mesh.dp_size());
+    const LossSum local = evaluate_loss(backend->evaluator(), split, config.train.eval_tokens, T,
+                                        config.train.micro_batch, mesh.dp_rank(), mesh.dp_size());
     // The sums arrive on the last stage of every replica.
     double totals[2] = {local.sum, static_cast<double>(local.count)};
     groups.pp().all_reduce_sum(totals, 2);
     groups.dp().all_reduce_sum(totals, 2);
-    if (totals[1] == 0) fail("data.val has too few tokens for one evaluation window of ", T + 1);
-    const double val_loss = totals[0] / totals[1];
+    if (totals[1] == 0) fail(key, " has too few tokens for one evaluation window of ", T + 1);
+    return totals[0] / totals[1];
+  }
+
+  // val_loss (training_data.h: data.val's, else the sources' weighted by share) and, for each
+  // source with a val, its own.
+  void evaluate() {
+    if (!data.evaluates()) return;
+    const std::vector<double> weights = data.evaluation_weights();
+    JsonLine by_source;
+    std::string by_source_text;
+    double mixed = 0;
+    for (std::size_t s = 0; s < data.sources().size(); ++s) {
+      const TrainingData::Source& source = data.sources()[s];
+      if (!source.val) continue;
+      const double loss = validation_loss(*source.val, source.key + ".val");
+      mixed += weights[s] * loss;
+      by_source.add(source.name, loss);
+      char number[32];
+      std::snprintf(number, sizeof number, " %.4f", loss);
+      by_source_text += (by_source_text.empty() ? "" : ", ") + source.name + number;
+    }
+    const double val_loss = data.val() ? validation_loss(*data.val(), "data.val") : mixed;
     if (!is_logger()) return;
-    std::printf("eval step %lld | val_loss %.4f\n", static_cast<long long>(progress.step),
-                val_loss);
+    std::printf("eval step %lld | val_loss %.4f%s%s\n", static_cast<long long>(progress.step),
+                val_loss, by_source_text.empty() ? "" : " | by source: ", by_source_text.c_str());
     std::fflush(stdout);
-    metrics->write(JsonLine().add("step", progress.step).add("val_loss", val_loss));
+    JsonLine line;
+    line.add("step", progress.step).add("val_loss", val_loss);
+    if (!by_source_text.empty()) line.add("val_loss_by_source", by_source);
+    metrics->write(line);
+  }
+
+  // A mixture's training line: the tokens each source has given the job so far, summing to
+  // step · global_batch · seq_len · workers. DiLoCo's k workers together have read the first
+  // data_position · k samples (sample_micro_batch).
+  JsonLine tokens_by_source() const {
+    const auto samples = static_cast<std::uint64_t>(progress.data_position) *
+                         static_cast<std::uint64_t>(workers.workers);
+    const std::vector<std::uint64_t> drawn = data.drawn_before(samples);
+    JsonLine line;
+    for (std::size_t s = 0; s < drawn.size(); ++s)
+      line.add(data.sources()[s].name, drawn[s] * static_cast<std::uint64_t>(config.model.seq_len));
+    return line;
   }
 
   void save_checkpoint() {
@@ -363,6 +377,12 @@ struct Trainer::State {
               << settings.accumulation << " accumulation steps | "
               << static_cast<std::int64_t>(c.train.global_batch) * c.model.seq_len
               << " tokens/step\n";
+    if (data.is_mixture()) {
+      const std::uint64_t samples_in_run = static_cast<std::uint64_t>(c.train.steps) *
+                                           static_cast<std::uint64_t>(c.train.global_batch) *
+                                           static_cast<std::uint64_t>(workers.workers);
+      data.describe(std::cout, c, samples_in_run);
+    }
     if (c.diloco.enabled) {
       const DilocoConfig& d = c.diloco;
       std::cout << "diloco: " << d.workers << " workers of " << team.size()
@@ -446,7 +466,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;
   s.device = device;
-  s.tokenizer_model = check_data(config, s.train_split, s.val_split);
+  s.tokenizer_model = s.data.check(config);
   s.make_backend();
   s.load_state(options.resume_from);
   if (s.is_logger()) {
@@ -493,8 +513,10 @@ int Trainer::run() {
     const JsonLine job_bytes = watch.job_link_bytes(s.world);
     if (s.is_logger()) {
       const StepReport report{result, step, s.settings.lr, step_ms, tokens_per_step};
-      s.metrics->write(step_metrics(report, watch, *s.backend, s.reports_loss_scale)
-                           .add("comm_bytes_job", job_bytes));
+      JsonLine line = step_metrics(report, watch, *s.backend, s.reports_loss_scale);
+      line.add("comm_bytes_job", job_bytes);
+      if (s.data.is_mixture()) line.add("tokens_by_source", s.tokens_by_source());
+      s.metrics->write(line);
       // A skipped step is always shown: the steps before a non-finite stop say how it came.
       if (step % c.train.log_every == 0 || step == c.train.steps || step == 1 || !result.applied)
         print_step(report, c.train.steps);

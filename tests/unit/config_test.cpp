@@ -264,7 +264,9 @@ TEST(ConfigErrors, WrongTypes) {
                   "'optimizer.lr' must be a number");
   EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {enabled: yes}"),
                   "'diloco.enabled' must be true or false, got 'yes'");
-  EXPECT_CONTAINS(error_of("data: {train: [a, b]}"), "'data.train' must be a string, got a list");
+  EXPECT_CONTAINS(error_of("data: {train: {path: a}}"),
+                  "'data.train' must be a string (a file, directory or glob of token shards) or "
+                  "a list of sources {path, weight, val, name}, got a map");
   EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pp_layers: 4}"),
                   "'parallel.pp_layers' must be a list of integers, got '4'");
   EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pp: 2, pp_layers: [2, x]}"),
@@ -581,8 +583,8 @@ TEST(ConfigYaml, RoundTripsExactly) {
   EXPECT_EQ(parse_config(config_to_yaml(c), "written"), c);
 
   c.run = {"run #1: test", "", 18446744073709551615u};
-  c.data = {"~", "null", "true"};  // strings that would read back as other types if unquoted
-  c.optimizer.lr = 0.1 + 0.2;      // 0.30000000000000004: needs all 17 digits
+  c.data = {"~", "null", "true", {}};  // strings that would read back as other types if unquoted
+  c.optimizer.lr = 0.1 + 0.2;          // 0.30000000000000004: needs all 17 digits
   c.optimizer.min_lr = c.optimizer.lr / 3.0;
   c.optimizer.eps = 5e-324;  // the smallest subnormal
   c.optimizer.schedule = "constant";
@@ -601,12 +603,130 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.diloco = {true, 8, 100, 0.35, 0.0, false, "int4", true, 4, true, "moshpit", 0.25};
   const std::string yaml = config_to_yaml(c);
   EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;
+
+  c.data.train.clear();  // a mixture: the list form, with strings that need quoting
+  c.data.mixture = {{"null", 0.1 + 0.2, "true", "n.1"}, {"~/a b: c, [d]", 3, "", "x-2"}};
+  const std::string mixed = config_to_yaml(c);
+  EXPECT_EQ(parse_config(mixed, "written"), c) << mixed;
+}
+
+// data.train as a weighted list of sources (data/mixture.h).
+const char* const kMixture = R"(
+data:
+  train:
+    - {path: corpora/wiki/train, weight: 0.7, val: corpora/wiki/val}
+    - {path: corpora/code/train/*.h5, weight: 0.3, name: github-code}
+    - {path: books.h5, weight: 1.5e-1}
+)";
+
+TEST(ConfigMixture, AListOfSourcesParsesWithDerivedNames) {
+  const Config c = parse_config(kMixture, "c");
+  EXPECT_TRUE(c.data.train.empty());
+  const std::vector<DataSource> expected{{"corpora/wiki/train", 0.7, "corpora/wiki/val", "wiki"},
+                                         {"corpora/code/train/*.h5", 0.3, "", "github-code"},
+                                         {"books.h5", 0.15, "", "books"}};
+  EXPECT_EQ(c.data.mixture, expected);
+  EXPECT_EQ(c.data.train_sources(), expected);
+  // The string form is one source of weight 1, named by its path.
+  EXPECT_EQ(parse_config("data: {train: data/fortunes/train}", "c").data.train_sources(),
+            (std::vector<DataSource>{{"data/fortunes/train", 1.0, "", "fortunes"}}));
+  EXPECT_EQ(source_name_of("x/train/shard_*.h5"), "x");
+  EXPECT_EQ(source_name_of("/data/my corpus/"), "my_corpus");
+  EXPECT_EQ(source_name_of("*.h5"), "");
+  EXPECT_EQ(parse_config("data: {train: [{path: '*.h5', weight: 1}]}", "c").data.mixture[0].name,
+            "source0");
+}
+
+TEST(ConfigMixture, WritesReadsMergesAndReportsChanges) {
+  const Config c = parse_config(kMixture, "c");
+  const std::string yaml = config_to_yaml(c);
+  EXPECT_CONTAINS(yaml,
+                  "  train:\n    - path: corpora/wiki/train\n      weight: 0.7\n      val: "
+                  "corpora/wiki/val\n      name: wiki\n");
+  EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;
+
+  // --set in YAML's flow syntax; a later file or --set replaces the list whole.
+  const Config set = parse_config(
+      "data: {train: base}", "c",
+      {"data.train=[{path: a/train, weight: 0.7}, {path: b/train, weight: 0.3, val: b/val}]"});
+  EXPECT_EQ(set.data.mixture,
+            (std::vector<DataSource>{{"a/train", 0.7, "", "a"}, {"b/train", 0.3, "b/val", "b"}}));
+  EXPECT_EQ(parse_config(kMixture, "c", {"data.train=plain"}).data.train_sources(),
+            (std::vector<DataSource>{{"plain", 1.0, "", "plain"}}));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strata_config_mix_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "base.yaml") << kMixture;
+  std::ofstream(dir / "more.yaml") << "data: {train: [{path: only, weight: 2}], val: v}\n";
+  const Config merged = load_configs({dir / "base.yaml", dir / "more.yaml"});
+  EXPECT_EQ(merged.data.mixture, (std::vector<DataSource>{{"only", 2.0, "", "only"}}));
+  EXPECT_EQ(merged.data.val, "v");
+  std::filesystem::remove_all(dir);
+
+  // What a resumed run says it changed.
+  const Config before = parse_config("data: {train: a/train}", "a");
+  EXPECT_EQ(config_changes(before, set),
+            (std::vector<ConfigChange>{
+                {"data.train", "a/train",
+                 "[{path: a/train, weight: 0.7, name: a}, {path: b/train, weight: 0.3, val: b/val, "
+                 "name: b}]"}}));
+}
+
+TEST(ConfigMixture, MistakesNameTheSourceAndTheKey) {
+  const auto mixture = [](const std::string& second) {
+    return "data: {train: [{path: a, weight: 1}, " + second + "]}";
+  };
+  EXPECT_EQ(error_of(mixture("{path: b, weight: -0.5}")),
+            "config.yaml: 'data.train[1].weight' must be > 0, got -0.5");
+  EXPECT_EQ(error_of(mixture("{path: b, weight: 0}")),
+            "config.yaml: 'data.train[1].weight' must be > 0, got 0");
+  EXPECT_EQ(error_of(mixture("{path: b, weight: lots}")),
+            "config.yaml: 'data.train[1].weight' must be a number, got 'lots'");
+  EXPECT_EQ(error_of(mixture("{path: b}")),
+            "config.yaml: 'data.train[1].weight' is missing: every source needs a weight > 0");
+  EXPECT_EQ(error_of(mixture("{weight: 1}")),
+            "config.yaml: 'data.train[1].path' is missing: every source names its training "
+            "shards (a file, directory or glob)");
+  EXPECT_EQ(error_of(mixture("{path: b, wieght: 1}")),
+            "config.yaml: unknown key 'data.train[1].wieght' (did you mean "
+            "'data.train[1].weight'?)");
+  EXPECT_EQ(error_of(mixture("{path: b, weight: 1, path: c}")),
+            "config.yaml: duplicate key 'data.train[1].path'");
+  EXPECT_EQ(error_of(mixture("b")),
+            "config.yaml: 'data.train[1]' must be a map {path: SHARDS, weight: W} (val and name "
+            "optional), got 'b'");
+  EXPECT_EQ(error_of(mixture("{path: b, weight: 1, val: [x]}")),
+            "config.yaml: 'data.train[1].val' must be a string, got a list");
+  EXPECT_EQ(error_of("data: {train: []}"),
+            "config.yaml: 'data.train' is an empty list: a mixture needs at least one source "
+            "{path, weight}");
+  // Names are metrics keys: unique, and nothing to escape.
+  EXPECT_EQ(error_of(mixture("{path: x/a, weight: 1}")),
+            "config.yaml: 'data.train[1].name' is 'a', as is data.train[0].name: sources need "
+            "unique names (one without `name` takes the last meaningful component of its path)");
+  EXPECT_EQ(error_of(mixture("{path: b, weight: 1, name: 'a b'}")),
+            "config.yaml: 'data.train[1].name' must be 1 to 64 letters, digits, '.', '_' or '-' "
+            "(it names the source in the metrics), got 'a b'");
+  // A share below one sample per block of 1024.
+  EXPECT_EQ(error_of(mixture("{path: b, weight: 0.0005}")),
+            "config.yaml: 'data.train[1].weight' (0.0005) is 0.04998% of the sources' total "
+            "weight (1.0005); a source needs at least 1/1024 of it (mixtures are drawn in "
+            "blocks of 1024 samples)");
+  // A --set is named as the origin.
+  EXPECT_EQ(error_of_set("data.train=[{path: a, weight: 1}, {path: b, weight: -1}]"),
+            "config.yaml: 'data.train[1].weight' must be > 0, got -1 (from --set "
+            "'data.train=[{path: a, weight: 1}, {path: b, weight: -1}]')");
+  // Evaluation of a source's val needs at least one sequence too.
+  EXPECT_CONTAINS(error_of("data: {train: [{path: a, weight: 1, val: v}]}\n"
+                           "model: {seq_len: 64}\ntrain: {eval_tokens: 64}"),
+                  "'train.eval_tokens' (64) must be more than model.seq_len (64)");
 }
 
 // The configs the README points users to must load and fit the world their comments launch them
 // on: 8 ranks unless the file says otherwise.
 TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
-  const std::map<std::string, int> world_of = {{"fortunes.yaml", 2}, {"gpt2_1.5b.yaml", 16}};
+  const std::map<std::string, int> world_of = {
+      {"fortunes.yaml", 2}, {"mixture.yaml", 2}, {"gpt2_1.5b.yaml", 16}};
   int checked = 0;
   for (const auto& entry :
        std::filesystem::directory_iterator(std::string(STRATA_SOURCE_DIR) + "/configs")) {
