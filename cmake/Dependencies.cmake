@@ -6,8 +6,10 @@ find_package(yaml-cpp REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(GTest REQUIRED)
 find_package(Threads REQUIRED)
+find_package(ZLIB REQUIRED)
 
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 
 # OpenBLAS: prefer the OpenMP build so BLAS calls made inside our own OpenMP regions run
 # single-threaded instead of oversubscribing the cores with a second thread pool.
