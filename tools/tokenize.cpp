@@ -354,6 +354,9 @@ void run(const Options& options) {
   const std::vector<std::string> files = list_input_files(options.inputs);
 
   const bool train_new = options.tokenizer.empty();
+  // A given model is checked before the inputs are read: that may take long.
+  std::optional<Tokenizer> loaded;
+  if (!train_new) loaded.emplace(Tokenizer::load(options.tokenizer));
   std::optional<TrainingSample> sample;
   if (train_new) sample.emplace(options.sample_bytes);
   const CorpusCount corpus = read_corpus(options, files, sample ? &*sample : nullptr);
@@ -371,7 +374,7 @@ void run(const Options& options) {
          "empty)");
 
   Tokenizer tokenizer = [&] {
-    if (!train_new) return Tokenizer::load(options.tokenizer);
+    if (!train_new) return std::move(*loaded);
     if (sample->sampled())
       note(
           "tokenize: training a BPE tokenizer of %d tokens on a sample of %.2f MB of %.2f MB of "
