@@ -47,7 +47,8 @@ trap 'rm -rf "$WORK"' EXIT
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(git rev-parse --short HEAD) on $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 echo "# load: $(uptime | sed 's/.*load average/load average/')"
 
-# corpus BYTES FILE: the generated corpus; .zst compressed when FILE ends so.
+# corpus BYTES FILE: the generated corpus; .zst compressed when FILE ends so. (BYTES comes from
+# awk's %.0f: its %d stops at 2^31 - 1 in Debian's mawk, which made an "8 GB" corpus 2.1 GB.)
 corpus() {
   if [[ $2 == *.zst ]]; then
     python3 scripts/bench_corpus.py --bytes "$1" | zstd -q -T2 -3 -o "$2"
@@ -66,7 +67,7 @@ memory() {
   [[ -n ${TOKENIZER:-} ]] && extra=(--tokenizer "$TOKENIZER") || extra=(--vocab-size "$VOCAB")
   for gb in "${sizes[@]}"; do
     local input="$WORK/corpus_${gb}GB.jsonl.zst" out="$WORK/out_${gb}GB" log="$WORK/time.log"
-    corpus "$(awk -v gb="$gb" 'BEGIN { printf "%d", gb * 1e9 }')" "$input"
+    corpus "$(awk -v gb="$gb" 'BEGIN { printf "%.0f", gb * 1e9 }')" "$input"
     echo "# ${gb} GB: $(du -b "$input" | cut -f1) bytes of .jsonl.zst;" \
       "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     /usr/bin/time -v -o "$log" "$tokenize" --input "$input" --out "$out" --threads 2 \
@@ -82,7 +83,7 @@ memory() {
 throughput() {
   local mb=${1:-50}
   local input="$WORK/corpus_${mb}MB.jsonl" raw="$WORK/rounds.txt"
-  corpus "$(awk -v mb="$mb" 'BEGIN { printf "%d", mb * 1e6 }')" "$input"
+  corpus "$(awk -v mb="$mb" 'BEGIN { printf "%.0f", mb * 1e6 }')" "$input"
   "$tokenize" --input "$input" --out "$WORK/trained" --vocab-size "$VOCAB" --val-fraction 0 \
     --threads 2 >/dev/null
   local model="$WORK/trained/tokenizer.model"
