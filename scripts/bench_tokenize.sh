@@ -13,8 +13,11 @@
 # alternating rounds of `tokenize --tokenizer` (its summary's tokens/s: pass 2, which reads,
 # encodes and writes the shards) and scripts/bench_sentencepiece.py (SentencePiece's Python
 # encode(list, num_threads=N) on the documents loaded beforehand) at each of THREADS; the best
-# round of each is kept, so a round disturbed by another job does not decide the result. Both
-# count the same tokens (ids plus one EOS per document); the script checks that they agree.
+# round of each is kept, so a round disturbed by another job does not decide the result. Where
+# DEBIAN_PYTHON (/usr/bin/python3) imports sentencepiece (Debian's python3-sentencepiece, the
+# same SentencePiece release `tokenize` links, 0.1.97 on Debian 12, where PyPI's is newer), that
+# encoder is timed too. All count the same tokens (ids plus one EOS per document); the script
+# says if they do not agree.
 #
 # Environment: BUILD_DIR (build), TOKENIZE (a tokenize binary to use instead of building one),
 # WORK (a scratch folder, default /tmp/strata-bench-tokenize, removed at the end), THREADS
@@ -32,6 +35,7 @@ THREADS=${THREADS:-"1 2"}
 ROUNDS=${ROUNDS:-2}
 VOCAB=${VOCAB:-4096}
 PYTHON=${PYTHON:-.venv-test/bin/python}
+DEBIAN_PYTHON=${DEBIAN_PYTHON:-/usr/bin/python3}
 if [[ -n ${TOKENIZE:-} ]]; then
   tokenize=$TOKENIZE  # a copy that later builds cannot replace while a long series runs
 else
@@ -97,22 +101,31 @@ throughput() {
       printf 'python\tround %s\tthreads %s\t%s\n' "$round" "$threads" \
         "$("$PYTHON" scripts/bench_sentencepiece.py --model "$model" --input "$input" \
           --threads "$threads")" | tee -a "$raw"
+      if "$DEBIAN_PYTHON" -c "import sentencepiece" 2>/dev/null; then
+        printf 'debian\tround %s\tthreads %s\t%s\n' "$round" "$threads" \
+          "$("$DEBIAN_PYTHON" scripts/bench_sentencepiece.py --model "$model" --input "$input" \
+            --threads "$threads")" | tee -a "$raw"
+      fi
     done
   done
-  # Best round per side and thread count, and their ratio.
+  # Best round per side and thread count, and Strata's ratio to each Python encoder.
   awk -F'\t' '
     { threads = $3; sub("threads ", "", threads)
       if ($1 == "strata") { match($4, /[0-9]+ tokens\/s/); rate = substr($4, RSTART, RLENGTH) + 0
-                            match($4, /train [0-9]+/); tokens[$1, threads] = substr($4, RSTART + 6, RLENGTH - 6) }
+                            match($4, /train [0-9]+/); count = substr($4, RSTART + 6, RLENGTH - 6) }
       else { match($4, /"tokens_per_s": [0-9]+/); rate = substr($4, RSTART + 16, RLENGTH - 16) + 0
-             match($4, /"tokens": [0-9]+/); tokens[$1, threads] = substr($4, RSTART + 10, RLENGTH - 10) }
+             match($4, /"tokens": [0-9]+/); count = substr($4, RSTART + 10, RLENGTH - 10) }
       if (rate > best[$1, threads]) best[$1, threads] = rate
-      seen[threads] = 1 }
+      if (count != first_count[threads] && first_count[threads] != "") differ = 1
+      first_count[threads] = count; seen[threads] = 1 }
     END { for (t in seen) {
-            printf "best\tthreads %s\tstrata %d tokens/s\tpython %d tokens/s\tratio %.2f%s\n", t,
-                   best["strata", t], best["python", t], best["strata", t] / best["python", t],
-                   tokens["strata", t] == tokens["python", t] ? "" : "\tTOKEN COUNTS DIFFER"
-          } }' "$raw"
+            line = sprintf("best\tthreads %s\tstrata %d tokens/s\tpython %d tokens/s (ratio %.2f)", t,
+                           best["strata", t], best["python", t], best["strata", t] / best["python", t])
+            if (best["debian", t]) line = line sprintf("\tdebian python %d tokens/s (ratio %.2f)",
+                                                       best["debian", t], best["strata", t] / best["debian", t])
+            print line
+          }
+          if (differ) print "TOKEN COUNTS DIFFER between the encoders" }' "$raw"
 }
 
 case $mode in
