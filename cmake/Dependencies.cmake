@@ -6,8 +6,10 @@ find_package(yaml-cpp REQUIRED)
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(GTest REQUIRED)
 find_package(Threads REQUIRED)
+find_package(ZLIB REQUIRED)
 
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 
 # BLAS: loaded at run time (model/kernels/cpu/blas.h: oneDNN, else OpenBLAS with its core type set
 # from the CPU's feature flags, which must happen before the library initialises). Nothing is

@@ -5,7 +5,6 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include <string_view>
 #include <unordered_map>
 
 #include "data/documents.h"
@@ -15,53 +14,31 @@
 namespace strata {
 namespace {
 
-// SentencePiece skips training sentences longer than max_sentence_length bytes; longer lines are
-// cut into pieces of at most this size (at UTF-8 character boundaries) instead.
-constexpr std::size_t kMaxTrainingSentenceBytes = 16384;
 // SentencePiece loads at most this many sentences, sampled with a fixed seed, bounding the
 // trainer's memory on large corpora (its own suggested scale is a few million).
 constexpr int kMaxTrainingSentences = 4'000'000;
 constexpr unsigned kTrainingSeed = 20240601;
 
-// Training sentences are the non-empty lines of every document. SentencePiece's trainer is
-// line-oriented, so newlines never become part of a piece; they encode through byte fallback.
-class LineIterator : public sentencepiece::SentenceIterator {
+// The sample's sentences, in order, as SentencePiece reads them.
+class SampleIterator : public sentencepiece::SentenceIterator {
  public:
-  explicit LineIterator(const std::vector<std::string>& documents) : documents_(documents) {
-    advance();
+  explicit SampleIterator(const TrainingSample& sample) : sample_(sample) { load(); }
+  bool done() const override { return index_ >= sample_.sentences(); }
+  void Next() override {
+    offset_ += sample_.lengths()[index_++];
+    load();
   }
-  bool done() const override { return document_ >= documents_.size(); }
-  void Next() override { advance(); }
   const std::string& value() const override { return current_; }
   sentencepiece::util::Status status() const override { return {}; }
 
  private:
-  // Moves to the next non-empty line chunk, or past the last document.
-  void advance() {
-    while (document_ < documents_.size()) {
-      const std::string_view text = documents_[document_];
-      if (offset_ >= text.size()) {
-        ++document_;
-        offset_ = 0;
-        continue;
-      }
-      std::size_t end = std::min(text.find('\n', offset_), text.size());
-      if (end - offset_ > kMaxTrainingSentenceBytes) {
-        end = offset_ + kMaxTrainingSentenceBytes;
-        while ((static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;  // no split mid-char
-        current_.assign(text.substr(offset_, end - offset_));
-        offset_ = end;
-      } else {
-        current_.assign(text.substr(offset_, end - offset_));
-        offset_ = end + 1;
-      }
-      if (!current_.empty() && current_ != "\r") return;
-    }
+  void load() {
+    if (!done()) current_.assign(sample_.text(), offset_, sample_.lengths()[index_]);
   }
 
-  const std::vector<std::string>& documents_;
-  std::size_t document_ = 0;
-  std::size_t offset_ = 0;
+  const TrainingSample& sample_;
+  std::size_t index_ = 0;
+  std::size_t offset_ = 0;  // of sentence index_ in the sample's text
   std::string current_;
 };
 
@@ -119,6 +96,13 @@ std::string Tokenizer::sha256() const { return sha256_hex(serialized_); }
 
 Tokenizer train_tokenizer(const std::vector<std::string>& documents, int vocab_size, int threads,
                           const std::string& corpus_name) {
+  TrainingSample sample(~std::uint64_t{0});
+  for (const std::string& document : documents) sample.add_document(document);
+  return train_tokenizer(sample, vocab_size, threads, corpus_name);
+}
+
+Tokenizer train_tokenizer(const TrainingSample& sample, int vocab_size, int threads,
+                          const std::string& corpus_name) {
   if (vocab_size <= 0) fail("tokenizer vocabulary size must be positive, got ", vocab_size);
   const std::unordered_map<std::string, std::string> options = {
       {"model_type", "bpe"},
@@ -143,7 +127,7 @@ Tokenizer train_tokenizer(const std::vector<std::string>& documents, int vocab_s
   // The sentence sample (only drawn when the corpus exceeds kMaxTrainingSentences) is then the
   // same on every run.
   sentencepiece::SetRandomGeneratorSeed(kTrainingSeed);
-  LineIterator sentences(documents);
+  SampleIterator sentences(sample);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(options, &sentences, &model);
   if (!status.ok()) {

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "data/training_sample.h"
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
@@ -47,11 +49,16 @@ class Tokenizer {
   std::string serialized_;
 };
 
-// Trains a BPE model of `vocab_size` pieces on the documents' text with `threads` threads
+// Trains a BPE model of `vocab_size` pieces on the sample's sentences with `threads` threads
 // (ids: 0 <unk>, 1 <s>, 2 </s> = EOS; then 256 byte pieces, then characters and merges).
-// Training is deterministic for a given corpus and vocab size. On failure (e.g. a vocabulary too
-// small for the corpus's characters plus the 256 byte pieces, or larger than the corpus allows)
-// throws strata::Error "tokenizer training on <corpus_name> failed: <SentencePiece's reason>".
+// Training is deterministic for a given sample and vocab size. SentencePiece itself loads at most
+// 4 million sentences (a seeded reservoir sample of them when there are more). On failure (e.g. a
+// vocabulary too small for the corpus's characters plus the 256 byte pieces, or larger than the
+// corpus allows) throws strata::Error "tokenizer training on <corpus_name> failed:
+// <SentencePiece's reason>".
+Tokenizer train_tokenizer(const TrainingSample& sample, int vocab_size, int threads,
+                          const std::string& corpus_name = "the documents");
+// The same on every sentence of `documents` (an unbounded sample).
 Tokenizer train_tokenizer(const std::vector<std::string>& documents, int vocab_size, int threads,
                           const std::string& corpus_name = "the documents");
 

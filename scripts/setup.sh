@@ -4,11 +4,13 @@
 # python3-venv lets scripts/setup_python.sh make the Python test environment (opt-in: test.sh);
 # python3-matplotlib and python3-yaml are for the `plot` tool (tools/plot.py, Debian's python3).
 # The CPU GEMMs load oneDNN (libdnnl2) or else the OpenMP build of OpenBLAS at run time
-# (model/kernels/cpu/blas.h).
+# (model/kernels/cpu/blas.h). zlib1g-dev and libzstd-dev: `tokenize` reads .gz and .zst inputs
+# (data/compressed_stream.h).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev libhdf5-dev
-          libsentencepiece-dev libopenmpi-dev openmpi-bin libopenblas0-openmp libdnnl2 libgtest-dev
-          fortunes python3-venv python3-matplotlib python3-yaml "$@")
+          libsentencepiece-dev zlib1g-dev libzstd-dev libopenmpi-dev openmpi-bin
+          libopenblas0-openmp libdnnl2 libgtest-dev fortunes python3-venv python3-matplotlib
+          python3-yaml "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||

@@ -2,7 +2,8 @@
 # Makes the project's Python test environment, .venv-test/, with what the `python` tests need from
 # PyPI: TensorBoard (whose own reader checks `train`'s event files) and Hugging Face's
 # transformers with PyTorch and safetensors (which load `ckpt export-hf`'s folders and write the
-# GPT-2 checkpoints `ckpt import-hf` reads); a no-op when they are already importable. Run by
+# GPT-2 checkpoints `ckpt import-hf` reads), and SentencePiece's Python package (the encoder
+# scripts/bench_tokenize.sh times `tokenize` against); a no-op when they are already importable. Run by
 # scripts/test.sh; needs Debian's python3-venv (scripts/setup.sh installs it).
 #
 # PyPI's torch for Linux is a CUDA build whose libraries link against NVIDIA's (cuBLAS, cuDNN,
@@ -16,10 +17,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv-test
-packages=(tensorboard torch==2.15.0 transformers==5.24.0 safetensors==0.8.0 numpy)
+packages=(tensorboard torch==2.15.0 transformers==5.24.0 safetensors==0.8.0 numpy sentencepiece==0.2.3)
 wheelhouse="${STRATA_WHEELHOUSE:-$HOME/.cache/strata-wheels}"
 if [ -x "$venv/bin/python" ] &&
-  "$venv/bin/python" -c "import tensorboard, torch, transformers, safetensors, numpy" 2>/dev/null; then
+  "$venv/bin/python" -c "import tensorboard, torch, transformers, safetensors, numpy, sentencepiece" \
+    2>/dev/null; then
   exit 0
 fi
 echo "setup_python: installing ${packages[*]} into $venv (wheels kept in $wheelhouse)"

@@ -1,22 +1,35 @@
-// tokenize --input FILE... --out DIR [--vocab-size N | --tokenizer MODEL] [--val-fraction F]
-//          [--split file|paragraphs|lines] [--threads N] [--shard-tokens N] [--force]
+// tokenize --input FILE|DIR... --out DIR [--vocab-size N | --tokenizer MODEL] [--val-fraction F]
+//          [--split file|paragraphs|lines] [--text-field NAME] [--sample-mb M] [--threads N]
+//          [--shard-tokens N] [--force]
 //
-// Turns text into token shards (DESIGN §4, §5): reads the documents of every input (plain text =
-// one document, or one per paragraph or line with --split; .jsonl = one per line), trains a BPE
-// tokenizer on them (or loads --tokenizer), holds out whole documents for validation
-// (data/split.h), encodes every document with N threads and writes, in input order, each document's
-// ids followed by EOS:
+// Turns text into token shards (DESIGN §4, §5). Inputs are read as streams (data/documents.h):
+// plain text = one document, or one per paragraph or line with --split; .jsonl = one per line,
+// the string at --text-field (default "text", a dotted path reaches nested objects); a .gz or
+// .zst suffix on either is decompressed on the fly. A directory stands for its files (not those
+// of its subdirectories, nor hidden ones) in name order. Then it trains a BPE tokenizer (or loads
+// --tokenizer), holds out whole documents for validation (data/split.h), encodes every document
+// with N threads and writes, in input order, each document's ids followed by EOS:
 //   DIR/tokenizer.model   the model used (a copy of --tokenizer, or the trained one)
 //   DIR/train/shard_00000.h5 ...   at most --shard-tokens tokens per shard
 //   DIR/val/shard_00000.h5 ...     absent when --val-fraction is 0
+//
+// Memory does not grow with the corpus: no document is held longer than it takes to encode it.
+// Pass 1 reads every input once, checking it whole (so a bad line 10 GB in stops the run before
+// any output), counting the documents (the validation split needs the count) and collecting the
+// tokenizer's training text: every sentence while they fit in --sample-mb (default 256 MB), a
+// deterministic uniform sample of them beyond (data/training_sample.h); a corpus under the cap
+// trains exactly the tokenizer that training on all of it gives. Pass 2 reads the inputs again
+// and encodes them through the ordered encoder (data/ordered_encoder.h), which holds at most
+// 256 MB of text in flight. Pass 2 checks that it sees the documents pass 1 counted.
+//
 // Everything is first written under DIR/.tokenize-staging-<pid>/ and moved into place only when
 // complete, so an interrupted or failed run never leaves half-written output under those names. A
 // DIR that already holds a corpus (any of those names) is refused unless --force: replacing one is
 // never silent. A corpus whose --val-fraction holds out no document (a single document) is an
 // error that says how to split it, or to ask for no validation set with --val-fraction 0.
 // Progress goes to stderr (on a terminal: phase notes and a live line; otherwise only a plain line
-// every 10 s of encoding); one summary line goes to stdout. Errors: one `error: ...` line on stderr
-// and exit status 1.
+// every 10 s of reading or encoding); one summary line goes to stdout. Errors: one `error: ...`
+// line on stderr and exit status 1.
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +39,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +49,7 @@
 #include "data/shard_set_writer.h"
 #include "data/split.h"
 #include "data/tokenizer.h"
+#include "data/training_sample.h"
 #include "model/core/error.h"
 #include "train/progress_bar.h"
 
@@ -45,9 +60,17 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUsage =
-    "usage: tokenize --input FILE... --out DIR [--vocab-size N | --tokenizer MODEL] "
-    "[--val-fraction F] [--split file|paragraphs|lines] [--threads N] [--shard-tokens N] "
-    "[--force]";
+    "usage: tokenize --input FILE|DIR... --out DIR [--vocab-size N | --tokenizer MODEL] "
+    "[--val-fraction F] [--split file|paragraphs|lines] [--text-field NAME] [--sample-mb M] "
+    "[--threads N] [--shard-tokens N] [--force]";
+// --help's lines after kUsage (errors quote kUsage alone: they stay one line).
+constexpr const char* kHelp =
+    "  inputs: .jsonl (one JSON object per line, its --text-field string is a document; default "
+    "\"text\", a dotted path like meta.content reaches nested objects), any other name plain "
+    "text (one document, or one per paragraph or line with --split); .gz and .zst are "
+    "decompressed; a directory stands for its files in name order\n"
+    "  --sample-mb: the tokenizer trains on every line of the corpus while they fit in M MB "
+    "(default 256), on a deterministic uniform sample of them beyond";
 
 struct Options {
   std::vector<std::string> inputs;
@@ -57,6 +80,9 @@ struct Options {
   std::string tokenizer;
   double val_fraction = 0.05;
   TextSplit split = TextSplit::file;
+  std::string text_field = "text";
+  std::uint64_t sample_bytes = kDefaultTrainingSampleBytes;
+  bool sample_bytes_given = false;
   bool force = false;  // replace a corpus already in --out
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::uint64_t shard_tokens = 100'000'000;
@@ -93,7 +119,7 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage << "\n";
+      std::cout << kUsage << "\n" << kHelp << "\n";
       std::exit(0);
     } else if (flag == "--input") {
       if (has_inline_value) options.inputs.push_back(inline_value);
@@ -112,6 +138,13 @@ Options parse_options(int argc, char** argv) {
       options.val_fraction = parse_number<double>(flag, value(), 0.0, 0.99);
     } else if (flag == "--split") {
       options.split = parse_text_split(value());
+    } else if (flag == "--text-field") {
+      options.text_field = value();
+      if (options.text_field.empty()) fail("--text-field needs a name, got ''");
+    } else if (flag == "--sample-mb") {
+      options.sample_bytes =
+          static_cast<std::uint64_t>(parse_number<double>(flag, value(), 0.001, 1e6) * 1e6);
+      options.sample_bytes_given = true;
     } else if (flag == "--force") {
       if (has_inline_value) fail("--force takes no value");
       options.force = true;
@@ -129,6 +162,9 @@ Options parse_options(int argc, char** argv) {
   if (options.out.empty()) fail("--out DIR is required (", kUsage, ")");
   if (options.vocab_size_given && !options.tokenizer.empty()) {
     fail("--vocab-size and --tokenizer exclude each other: a loaded tokenizer has its own size");
+  }
+  if (options.sample_bytes_given && !options.tokenizer.empty()) {
+    fail("--sample-mb and --tokenizer exclude each other: a loaded tokenizer is not trained");
   }
   return options;
 }
@@ -151,29 +187,33 @@ void note(const char* format, Args... args) {
   std::fprintf(stderr, format, args...);
 }
 
-// On a terminal: one line redrawn in place. Otherwise (CI logs): a plain line every 10 s at most.
+// On a terminal: one line redrawn in place. Otherwise (CI logs): a plain line every 10 s at most,
+// and none for the end of a phase (the summary line says how it ended).
 class ProgressLine {
  public:
   ProgressLine() : terminal_(isatty(STDERR_FILENO) != 0), start_(Clock::now()), last_(start_) {}
   ~ProgressLine() { finish(); }  // so an error message starts on its own line
 
-  void update(const EncodeProgress& progress) {
+  // "<phase>: N[/TOTAL] documents, X/Y MB[ what] (P%), R MB/s" with `done` of `total` bytes.
+  void update(const char* phase, std::size_t documents, std::size_t documents_total,
+              std::uint64_t done, std::uint64_t total, const char* what, bool complete) {
     const auto now = Clock::now();
     const auto interval = terminal_ ? std::chrono::milliseconds(100) : std::chrono::seconds(10);
-    if (now - last_ < interval && progress.documents_done < progress.documents_total) return;
-    if (!terminal_ && progress.documents_done == progress.documents_total) return;
+    if (now - last_ < interval && !complete) return;
+    if (!terminal_ && complete) return;
     last_ = now;
     const double seconds = std::chrono::duration<double>(now - start_).count();
-    const double percent = progress.bytes_total == 0
-                               ? 100.0
-                               : 100.0 * static_cast<double>(progress.bytes_done) /
-                                     static_cast<double>(progress.bytes_total);
-    char text[160];
-    std::snprintf(text, sizeof(text),
-                  "encoding: %zu/%zu documents, %.1f/%.1f MB (%.0f%%), %.1f MB/s",
-                  progress.documents_done, progress.documents_total, megabytes(progress.bytes_done),
-                  megabytes(progress.bytes_total), percent,
-                  seconds > 0 ? megabytes(progress.bytes_done) / seconds : 0.0);
+    const double percent =
+        total == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total);
+    char count[48];
+    if (documents_total > 0)
+      std::snprintf(count, sizeof(count), "%zu/%zu", documents, documents_total);
+    else
+      std::snprintf(count, sizeof(count), "%zu", documents);
+    char text[200];
+    std::snprintf(text, sizeof(text), "%s: %s documents, %.1f/%.1f MB%s (%.0f%%), %.1f MB/s", phase,
+                  count, megabytes(done), megabytes(total), what, percent,
+                  seconds > 0 ? megabytes(done) / seconds : 0.0);
     if (terminal_)
       line_.draw(text);
     else
@@ -249,35 +289,105 @@ void check_output_is_free(const Options& options) {
   }
 }
 
+// The input files: each --input, a directory replaced by its regular, non-hidden files in name
+// order.
+std::vector<std::string> list_input_files(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    if (!fs::is_directory(input, ec)) {
+      files.push_back(input);
+      continue;
+    }
+    std::vector<std::string> listed;
+    for (const fs::directory_entry& entry : fs::directory_iterator(input, ec)) {
+      if (entry.is_regular_file() && !entry.path().filename().string().starts_with("."))
+        listed.push_back(entry.path().string());
+    }
+    if (ec) fail("cannot list input directory '", input, "': ", ec.message());
+    if (listed.empty()) fail("input directory '", input, "' holds no files");
+    std::sort(listed.begin(), listed.end());
+    files.insert(files.end(), listed.begin(), listed.end());
+  }
+  return files;
+}
+
+std::uint64_t total_file_bytes(const std::vector<std::string>& files) {
+  std::uint64_t bytes = 0;
+  for (const std::string& file : files) {
+    std::error_code ec;
+    const std::uintmax_t size = fs::file_size(file, ec);
+    if (!ec) bytes += size;  // a missing file fails when it is read, with the reader's message
+  }
+  return bytes;
+}
+
+// What pass 1 learns about the corpus.
+struct CorpusCount {
+  std::size_t documents = 0;
+  std::uint64_t text_bytes = 0;
+};
+
+// Pass 1: reads every document once, checking all input, counting, and adding each to `sample`
+// when there is one.
+CorpusCount read_corpus(const Options& options, const std::vector<std::string>& files,
+                        TrainingSample* sample) {
+  CorpusReader corpus(files, options.split, options.text_field);
+  const std::uint64_t input_bytes = total_file_bytes(files);
+  ProgressLine progress;
+  CorpusCount count;
+  std::string document;
+  while (corpus.next(document)) {
+    ++count.documents;
+    count.text_bytes += document.size();
+    if (sample != nullptr) sample->add_document(document);
+    progress.update("reading", count.documents, 0, corpus.file_bytes_read(), input_bytes,
+                    " of input", false);
+  }
+  progress.update("reading", count.documents, 0, corpus.file_bytes_read(), input_bytes, " of input",
+                  true);
+  return count;
+}
+
 void run(const Options& options) {
   check_output_is_free(options);
-  std::vector<std::string> documents;
-  std::uint64_t text_bytes = 0;
-  for (const std::string& input : options.inputs) {
-    for (std::string& document : read_documents(input, options.split)) {
-      text_bytes += document.size();
-      documents.push_back(std::move(document));
-    }
-  }
-  note("tokenize: %zu documents, %.2f MB of text from %zu input %s\n", documents.size(),
-       megabytes(text_bytes), options.inputs.size(),
-       plural(options.inputs.size(), "file", "files"));
+  const std::vector<std::string> files = list_input_files(options.inputs);
+
+  const bool train_new = options.tokenizer.empty();
+  // A given model is checked before the inputs are read: that may take long.
+  std::optional<Tokenizer> loaded;
+  if (!train_new) loaded.emplace(Tokenizer::load(options.tokenizer));
+  std::optional<TrainingSample> sample;
+  if (train_new) sample.emplace(options.sample_bytes);
+  const CorpusCount corpus = read_corpus(options, files, sample ? &*sample : nullptr);
+  note("tokenize: %zu documents, %.2f MB of text from %zu input %s\n", corpus.documents,
+       megabytes(corpus.text_bytes), files.size(), plural(files.size(), "file", "files"));
 
   // Before the tokenizer's training: the split depends on the document count alone.
   const std::vector<bool> is_validation =
-      choose_validation_documents(documents.size(), options.val_fraction);
+      choose_validation_documents(corpus.documents, options.val_fraction);
   if (options.val_fraction > 0 && std::ranges::none_of(is_validation, [](bool v) { return v; }))
     fail("--val-fraction ", options.val_fraction, " holds out no document: the corpus has ",
-         documents.size(), " ", plural(documents.size(), "document", "documents"),
+         corpus.documents, " ", plural(corpus.documents, "document", "documents"),
          " (a plain-text file is one); cut it with --split paragraphs or --split lines, or pass "
          "--val-fraction 0 for no validation set (then data.val must name another set, or be "
          "empty)");
 
   Tokenizer tokenizer = [&] {
-    if (!options.tokenizer.empty()) return Tokenizer::load(options.tokenizer);
-    note("tokenize: training a BPE tokenizer of %d tokens\n", options.vocab_size);
-    return train_tokenizer(documents, options.vocab_size, options.threads,
-                           describe_inputs(options.inputs));
+    if (!train_new) return std::move(*loaded);
+    if (sample->sampled())
+      note(
+          "tokenize: training a BPE tokenizer of %d tokens on a sample of %.2f MB of %.2f MB of "
+          "lines (%zu of %llu)\n",
+          options.vocab_size, megabytes(sample->text_bytes()), megabytes(sample->text_bytes_seen()),
+          sample->sentences(), static_cast<unsigned long long>(sample->sentences_seen()));
+    else
+      note("tokenize: training a BPE tokenizer of %d tokens on all %.2f MB of lines\n",
+           options.vocab_size, megabytes(sample->text_bytes()));
+    Tokenizer trained =
+        train_tokenizer(*sample, options.vocab_size, options.threads, describe_inputs(files));
+    sample.reset();  // its memory goes back before encoding starts
+    return trained;
   }();
   const ShardInfo info{tokenizer.vocab_size(), tokenizer.eos_id(), tokenizer.sha256()};
 
@@ -287,19 +397,36 @@ void run(const Options& options) {
   ShardSetWriter val(output.path("val").string(), info, options.shard_tokens);
   std::size_t val_documents = 0;
 
+  // Pass 2. The source runs on one worker at a time, so its counters need no lock.
   note("tokenize: encoding with %d %s\n", options.threads,
        plural(static_cast<std::size_t>(options.threads), "thread", "threads"));
+  CorpusReader reader(files, options.split, options.text_field);
+  std::uint64_t text_bytes_read = 0;
+  const auto next_document = [&](std::string& document) {
+    if (!reader.next(document)) return false;
+    text_bytes_read += document.size();
+    return true;
+  };
+  const auto changed = [&] {
+    fail("the input changed while tokenize read it: the first pass found ", corpus.documents,
+         " documents and ", corpus.text_bytes, " bytes of text, the second one more or other");
+  };
   ProgressLine progress;
   const auto start = Clock::now();
-  encode_in_order(
-      tokenizer, documents, options.threads,
+  const std::size_t encoded = encode_in_order(
+      tokenizer, next_document, options.threads,
       [&](std::size_t index, std::vector<int>& ids) {
+        if (index >= corpus.documents) changed();
         ids.push_back(info.eos_id);
         ShardSetWriter& split = is_validation[index] ? val : train;
         val_documents += is_validation[index] ? 1 : 0;
         split.append(std::span<const std::int32_t>(ids.data(), ids.size()));
       },
-      [&](const EncodeProgress& status) { progress.update(status); });
+      [&](const EncodeProgress& status) {
+        progress.update("encoding", status.documents_done, corpus.documents, status.bytes_done,
+                        corpus.text_bytes, "", status.documents_done == corpus.documents);
+      });
+  if (encoded != corpus.documents || text_bytes_read != corpus.text_bytes) changed();
   train.finish();
   val.finish();
   progress.finish();
@@ -311,12 +438,12 @@ void run(const Options& options) {
       "tokenize: %zu documents (%zu train, %zu val), vocab_size %d, train %llu tokens in %zu "
       "%s, val %llu tokens in %zu %s, %.2f MB encoded in %.2f s: %.0f tokens/s, %.2f MB/s -> "
       "%s\n",
-      documents.size(), documents.size() - val_documents, val_documents, info.vocab_size,
+      corpus.documents, corpus.documents - val_documents, val_documents, info.vocab_size,
       static_cast<unsigned long long>(train.tokens()), train.shards(),
       plural(train.shards(), "shard", "shards"), static_cast<unsigned long long>(val.tokens()),
-      val.shards(), plural(val.shards(), "shard", "shards"), megabytes(text_bytes), seconds,
+      val.shards(), plural(val.shards(), "shard", "shards"), megabytes(corpus.text_bytes), seconds,
       seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0,
-      seconds > 0 ? megabytes(text_bytes) / seconds : 0.0, options.out.c_str());
+      seconds > 0 ? megabytes(corpus.text_bytes) / seconds : 0.0, options.out.c_str());
 }
 
 }  // namespace

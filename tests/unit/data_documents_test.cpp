@@ -1,21 +1,28 @@
-// Reading documents: strict UTF-8 validation, the JSON Lines reader and the errors a user sees
-// for bad input files (each names the file, and the line for .jsonl).
+// Reading documents: strict UTF-8 validation, the JSON Lines reader (its text field, nested too),
+// compressed inputs read as streams, and the errors a user sees for bad input files (each names
+// the file, and the line for .jsonl).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "data/documents.h"
 #include "data/json_line.h"
+#include "data/training_sample.h"
 #include "data/utf8.h"
 #include "model/core/error.h"
+#include "tests/unit/compression_support.h"
 #include "tests/unit/test_support.h"
 
 namespace strata {
 namespace {
 
 using testing::error_of;
+using testing::gzip_member;
 using testing::TempDir;
+using testing::zstd_frame;
+namespace fs = std::filesystem;
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
@@ -77,6 +84,24 @@ TEST(JsonLine, RejectsInvalidJsonWithColumn) {
   EXPECT_NE(error_of([] { json_line_text("{\"text\": \"a\tb\"}"); }).find("control character"),
             std::string::npos);
   EXPECT_NE(error_of([] { json_line_text(std::string(1000, '[')); }), "");
+}
+
+TEST(JsonLine, TheTextFieldMayBeAnyMemberOrANestedOne) {
+  const std::string line =
+      R"({"id": 7, "content": "top", "meta": {"body": {"text": "deep"}, "n": 3}, "a.b": "dotted"})";
+  EXPECT_EQ(json_line_text(line, "content"), "top");
+  EXPECT_EQ(json_line_text(line, "meta.body.text"), "deep");
+  EXPECT_EQ(json_line_text(line, "a.b"), "dotted");  // a member named with a dot comes first
+  EXPECT_EQ(error_of([&] { json_line_text(line, "body"); }),
+            "column 1: object has no string field \"body\"");
+  EXPECT_EQ(error_of([&] { json_line_text(line, "meta.body.title"); }),
+            "column 1: object has no string field \"meta.body.title\"");
+  EXPECT_EQ(error_of([&] { json_line_text(line, "meta.body"); }),
+            "column 46: field \"meta.body\" is not a string");
+  EXPECT_EQ(error_of([&] { json_line_text(line, "meta.n.text"); }),
+            "column 69: field \"meta.n\" is a number, not an object holding \"meta.n.text\"");
+  EXPECT_EQ(error_of([&] { json_line_text(line, "id.x"); }),
+            "column 8: field \"id\" is a number, not an object holding \"id.x\"");
 }
 
 TEST(Documents, PlainTextFileIsOneDocument) {
@@ -142,6 +167,151 @@ TEST(Documents, ErrorsNameTheFileAndPosition) {
             (dir / "bad.jsonl") + ":2: column 1: object has no string field \"text\"");
 
   EXPECT_NE(error_of([&] { read_documents(dir.str()); }).find("is a directory"), std::string::npos);
+}
+
+TEST(Documents, TheTextFieldNamesTheMemberAndErrorsNameIt) {
+  TempDir dir("documents_text_field");
+  write_file(
+      dir / "f.jsonl",
+      "{\"meta\": {\"content\": \"one\"}}\n{\"meta\": {\"content\": \"two\"}, \"text\": \"x\"}\n");
+  EXPECT_EQ(read_documents(dir / "f.jsonl", TextSplit::file, "meta.content"),
+            (std::vector<std::string>{"one", "two"}));
+  EXPECT_EQ(error_of([&] { read_documents(dir / "f.jsonl"); }),
+            (dir / "f.jsonl") + ":1: column 1: object has no string field \"text\"");
+  write_file(dir / "g.jsonl", "{\"body\": \"a\"}\n\n{\"body\": [\"b\"]}\n");
+  EXPECT_EQ(error_of([&] { read_documents(dir / "g.jsonl", TextSplit::file, "body"); }),
+            (dir / "g.jsonl") + ":3: column 10: field \"body\" is not a string");
+}
+
+// The same documents, whatever the compression; errors keep their file, line and offset (in the
+// decompressed text).
+TEST(Documents, CompressedInputsReadLikeTheirText) {
+  TempDir dir("documents_compressed");
+  std::string jsonl = "\xEF\xBB\xBF";
+  std::vector<std::string> expected;
+  for (int i = 0; i < 3000; ++i) {
+    expected.push_back("document " + std::to_string(i) + std::string(i % 97, 'w'));
+    jsonl += "{\"text\": \"" + expected.back() + "\"}\n" + (i % 10 == 0 ? "\n" : "");
+  }
+  write_file(dir / "c.jsonl", jsonl);
+  write_file(dir / "c.jsonl.gz",
+             gzip_member(jsonl.substr(0, 5000)) + gzip_member(jsonl.substr(5000)));
+  write_file(dir / "c.jsonl.zst", zstd_frame(jsonl));
+  EXPECT_EQ(read_documents(dir / "c.jsonl"), expected);
+  EXPECT_EQ(read_documents(dir / "c.jsonl.gz"), expected);
+  EXPECT_EQ(read_documents(dir / "c.jsonl.zst"), expected);
+
+  const std::string text = "para one\nline two\n\npara two\n";
+  write_file(dir / "t.txt.gz", gzip_member(text));
+  write_file(dir / "t.zst", zstd_frame(text));
+  EXPECT_EQ(read_documents(dir / "t.txt.gz"), (std::vector<std::string>{text}));
+  EXPECT_EQ(read_documents(dir / "t.zst", TextSplit::paragraphs),
+            (std::vector<std::string>{"para one\nline two\n", "para two\n"}));
+  EXPECT_EQ(read_documents(dir / "t.zst", TextSplit::lines),
+            (std::vector<std::string>{"para one", "line two", "para two"}));
+
+  write_file(dir / "bad.txt.zst", zstd_frame("good line\nbad \xFF byte"));
+  EXPECT_EQ(error_of([&] { read_documents(dir / "bad.txt.zst"); }),
+            "input file '" + (dir / "bad.txt.zst") +
+                "' is not valid UTF-8: invalid byte 0xFF at byte offset 14 (line 2)");
+  write_file(dir / "bad.jsonl.gz", gzip_member("{\"text\": \"ok\"}\n{\"title\": \"no text\"}\n"));
+  EXPECT_EQ(error_of([&] { read_documents(dir / "bad.jsonl.gz"); }),
+            (dir / "bad.jsonl.gz") + ":2: column 1: object has no string field \"text\"");
+  write_file(dir / "empty.jsonl.zst", zstd_frame(""));
+  EXPECT_EQ(error_of([&] { read_documents(dir / "empty.jsonl.zst"); }),
+            "input file '" + (dir / "empty.jsonl.zst") + "' is empty");
+  write_file(dir / "blank.jsonl.gz", gzip_member("\n\r\n"));
+  EXPECT_EQ(
+      error_of([&] { read_documents(dir / "blank.jsonl.gz"); }),
+      "input file '" + (dir / "blank.jsonl.gz") + "' holds no documents (all lines are blank)");
+}
+
+// A reader holds one document at a time: a long one is read whole, in order, among short ones.
+TEST(Documents, DocumentsLongerThanTheReadBufferStayWhole) {
+  TempDir dir("documents_long");
+  const std::string long_text(5 << 20, 'y');
+  write_file(dir / "l.jsonl.zst", zstd_frame("{\"text\": \"a\"}\n{\"text\": \"" + long_text +
+                                             "\"}\n{\"text\": \"b\"}\n"));
+  DocumentReader reader(dir / "l.jsonl.zst");
+  std::string document;
+  ASSERT_TRUE(reader.next(document));
+  EXPECT_EQ(document, "a");
+  ASSERT_TRUE(reader.next(document));
+  EXPECT_EQ(document, long_text);
+  ASSERT_TRUE(reader.next(document));
+  EXPECT_EQ(document, "b");
+  EXPECT_FALSE(reader.next(document));
+  EXPECT_FALSE(reader.next(document));
+}
+
+TEST(Documents, ACorpusReadsItsFilesAsOneStream) {
+  TempDir dir("documents_corpus");
+  write_file(dir / "a.txt", "whole file\n");
+  write_file(dir / "b.jsonl.gz", gzip_member("{\"text\": \"b1\"}\n{\"text\": \"b2\"}\n"));
+  write_file(dir / "c.txt.zst", zstd_frame("c1\n\nc2"));
+  CorpusReader corpus({dir / "a.txt", dir / "b.jsonl.gz", dir / "c.txt.zst"}, TextSplit::paragraphs,
+                      "text");
+  std::vector<std::string> documents;
+  std::string document;
+  while (corpus.next(document)) documents.push_back(document);
+  EXPECT_EQ(documents, (std::vector<std::string>{"whole file\n", "b1", "b2", "c1\n", "c2"}));
+  std::uint64_t bytes = 0;
+  for (const char* name : {"a.txt", "b.jsonl.gz", "c.txt.zst"}) bytes += fs::file_size(dir / name);
+  EXPECT_EQ(corpus.file_bytes_read(), bytes);
+}
+
+// The tokenizer's training text: every line while it fits, a deterministic sample beyond.
+TEST(TrainingSample, KeepsEveryLineUnderItsBudget) {
+  TrainingSample sample(1000);
+  sample.add_document("first line\n\r\n\nsecond\r\n");
+  sample.add_document("");
+  sample.add_document("third");
+  EXPECT_FALSE(sample.sampled());
+  EXPECT_EQ(sample.text(), "first linesecond\rthird");
+  EXPECT_EQ(sample.lengths(), (std::vector<std::uint16_t>{10, 7, 5}));
+  // A line longer than SentencePiece's limit is cut at a character boundary.
+  TrainingSample cut(1 << 20);
+  const std::string two_byte = "\xC3\xA9";
+  std::string line(kMaxTrainingSentenceBytes - 1, 'a');
+  line += two_byte + "tail";
+  cut.add_document(line);
+  EXPECT_EQ(cut.lengths(), (std::vector<std::uint16_t>{kMaxTrainingSentenceBytes - 1, 2 + 4}));
+}
+
+TEST(TrainingSample, SamplesDeterministicallyWithinItsBudget) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 20000; ++i) lines.push_back("line " + std::to_string(i) + " of the corpus");
+  const auto sample_of = [&](std::size_t lines_per_document) {
+    TrainingSample sample(100000);
+    std::string document;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      document += lines[i] + "\n";
+      if ((i + 1) % lines_per_document == 0) {
+        sample.add_document(document);
+        document.clear();
+      }
+    }
+    sample.add_document(document);
+    return sample;
+  };
+  const TrainingSample sample = sample_of(1);
+  EXPECT_TRUE(sample.sampled());
+  EXPECT_EQ(sample.sentences_seen(), lines.size());
+  const std::uint64_t held = sample.text_bytes() + 6 * sample.sentences();
+  EXPECT_LE(held, 100000u);
+  EXPECT_GE(held, 70000u);  // at least 3/4 of the budget, less the last few lines dropped
+  EXPECT_LT(sample.sentences(), lines.size());
+  // The same lines however documents cut them, in corpus order.
+  const TrainingSample regrouped = sample_of(7);
+  EXPECT_EQ(regrouped.text(), sample.text());
+  EXPECT_EQ(regrouped.lengths(), sample.lengths());
+  std::size_t next = 0, offset = 0;
+  for (const std::uint16_t length : sample.lengths()) {
+    const std::string kept = sample.text().substr(offset, length);
+    offset += length;
+    while (next < lines.size() && lines[next] != kept) ++next;
+    ASSERT_LT(next, lines.size()) << "'" << kept << "' out of order or not a corpus line";
+  }
 }
 
 }  // namespace

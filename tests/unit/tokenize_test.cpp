@@ -1,7 +1,9 @@
 // The `tokenize` tool end to end: on a small generated corpus (plain text and .jsonl inputs) the
 // shards hold exactly SentencePiece's ids of each document followed by EOS, in input order, split
-// into train and val by whole documents; the output does not depend on the thread count; and
-// every bad input ends with exit status 1 and a single `error:` line naming the culprit.
+// into train and val by whole documents; the output does not depend on the thread count, nor on
+// whether the inputs are compressed, mixed or given as a directory; --text-field and the training
+// sample's cap do what they say; and every bad input ends with exit status 1 and a single
+// `error:` line naming the culprit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,12 +15,15 @@
 #include "data/split.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
+#include "tests/unit/compression_support.h"
 #include "tests/unit/test_support.h"
 
 namespace strata {
 namespace {
 
+using testing::gzip_member;
 using testing::TempDir;
+using testing::zstd_frame;
 namespace fs = std::filesystem;
 
 struct RunResult {
@@ -322,6 +327,164 @@ TEST_F(TokenizeTool, BadInputsFailWithOneErrorLine) {
                "--val-fraction must be in");
   expect_error(run_tokenize("--input " + inputs_[0] + out + " --threads two", dir_),
                "--threads must be a number, got 'two'");
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// A run that must succeed; its stderr explains a failure.
+void expect_success(const RunResult& run) { ASSERT_EQ(run.status, 0) << run.err; }
+
+// Two tokenize outputs hold the same corpus: the same tokenizer.model bytes, the same shard files
+// under train/ and val/, each with the same tokens and attributes. (Shard bytes also hold HDF5's
+// object modification times, so two runs a second apart differ there and only there.)
+void expect_same_corpus(const std::string& a, const std::string& b) {
+  EXPECT_EQ(slurp(a + "/tokenizer.model"), slurp(b + "/tokenizer.model"));
+  for (const char* split : {"train", "val"}) {
+    SCOPED_TRACE(split);
+    ASSERT_EQ(fs::exists(a + "/" + split), fs::exists(b + "/" + split));
+    if (!fs::exists(a + "/" + split)) continue;
+    const std::vector<std::string> files_a = resolve_shard_files(a + "/" + split);
+    const std::vector<std::string> files_b = resolve_shard_files(b + "/" + split);
+    ASSERT_EQ(files_a.size(), files_b.size());
+    for (std::size_t i = 0; i < files_a.size(); ++i) {
+      EXPECT_EQ(fs::path(files_a[i]).filename(), fs::path(files_b[i]).filename());
+      EXPECT_EQ(TokenSource::open(files_a[i]).info(), TokenSource::open(files_b[i]).info());
+      EXPECT_EQ(read_split(files_a[i]), read_split(files_b[i])) << files_a[i];
+    }
+  }
+}
+
+TEST_F(TokenizeTool, CompressedAndMixedInputsGiveTheSameCorpus) {
+  const std::string options = " --vocab-size 400 --threads 2 --val-fraction 0.2 --shard-tokens 700";
+  const std::string plain = dir_ / "plain";
+  expect_success(run_tokenize(input_args() + " --out " + plain + options, dir_));
+
+  // Every other input compressed, gzip and zstd in turn, the .jsonl one as .jsonl.zst; the gzip
+  // ones in two members.
+  std::string mixed_args = "--input";
+  for (std::size_t i = 0; i < inputs_.size(); ++i) {
+    const std::string text = slurp(inputs_[i]);
+    std::string name = inputs_[i];
+    if (i % 2 == 1 || i + 1 == inputs_.size()) {
+      name += i % 4 == 1 ? ".gz" : ".zst";
+      write_file(name, i % 4 == 1 ? gzip_member(text.substr(0, 100)) + gzip_member(text.substr(100))
+                                  : zstd_frame(text));
+    }
+    mixed_args += " " + name;
+  }
+  const std::string mixed = dir_ / "mixed";
+  const RunResult run = run_tokenize(mixed_args + " --out " + mixed + options, dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("11 documents"), std::string::npos) << run.out;
+  expect_same_corpus(plain, mixed);
+}
+
+TEST_F(TokenizeTool, JsonlAndJsonlGzGiveTheSameShards) {
+  const std::string jsonl = inputs_.back();
+  write_file(jsonl + ".gz", gzip_member(slurp(jsonl)));
+  const std::string options = " --vocab-size 320 --threads 2 --val-fraction 0.3";
+  expect_success(run_tokenize("--input " + jsonl + " --out " + (dir_ / "j") + options, dir_));
+  const RunResult gz =
+      run_tokenize("--input " + jsonl + ".gz --out " + (dir_ / "gz") + options, dir_);
+  ASSERT_EQ(gz.status, 0) << gz.err;
+  expect_same_corpus(dir_ / "j", dir_ / "gz");
+  EXPECT_TRUE(fs::exists(dir_ / "gz/val/shard_00000.h5"));
+}
+
+TEST_F(TokenizeTool, TextFieldPicksTheMemberThatHoldsTheDocument) {
+  // more.jsonl's documents, moved to {"meta": {"content": ...}} beside a decoy "text".
+  const std::vector<std::string> texts = read_documents(inputs_.back());
+  std::string nested;
+  for (const std::string& text : texts) {
+    nested += "{\"text\": \"decoy\", \"meta\": {\"content\": \"" + json_escape(text) + "\"}}\n";
+  }
+  const std::string nested_path = dir_ / "nested.jsonl.zst";
+  write_file(nested_path, zstd_frame(nested));
+  const std::string options = " --vocab-size 320 --threads 1 --val-fraction 0";
+  expect_success(
+      run_tokenize("--input " + inputs_.back() + " --out " + (dir_ / "t") + options, dir_));
+  const RunResult run = run_tokenize(
+      "--input " + nested_path + " --out " + (dir_ / "n") + options + " --text-field meta.content",
+      dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  expect_same_corpus(dir_ / "t", dir_ / "n");
+
+  write_file(dir_ / "partial.jsonl", nested.substr(0, nested.find('\n') + 1) + "{\"meta\": {}}\n");
+  expect_error(
+      run_tokenize("--input " + (dir_ / "partial.jsonl") + " --out " + (dir_ / "p") +
+                       " --text-field meta.content",
+                   dir_),
+      dir_ / "partial.jsonl" + ":2: column 1: object has no string field \"meta.content\"");
+  expect_error(
+      run_tokenize("--input " + nested_path + " --out " + (dir_ / "p") + " --text-field meta",
+                   dir_),
+      nested_path + ":1: column 27: field \"meta\" is not a string");
+}
+
+TEST_F(TokenizeTool, ADirectoryStandsForItsFilesInNameOrder) {
+  const std::string folder = dir_ / "folder";
+  fs::create_directories(folder + "/sub");
+  for (const std::string& input : inputs_)
+    fs::copy_file(input, folder + "/" + fs::path(input).filename().string());
+  write_file(folder + "/.hidden.txt", "caf\xE9");             // not read: invalid UTF-8 would fail
+  write_file(folder + "/sub/deeper.txt", "not read either");  // subdirectories are not read
+  const std::string options = " --vocab-size 400 --threads 2 --val-fraction 0.2";
+  expect_success(run_tokenize(input_args() + " --out " + (dir_ / "listed") + options, dir_));
+  const RunResult run =
+      run_tokenize("--input " + folder + " --out " + (dir_ / "folder_out") + options, dir_);
+  ASSERT_EQ(run.status, 0) << run.err;
+  expect_same_corpus(dir_ / "listed", dir_ / "folder_out");
+  fs::create_directories(dir_ / "empty_folder");
+  expect_error(run_tokenize("--input " + (dir_ / "empty_folder") + " --out " + (dir_ / "e"), dir_),
+               "input directory '" + (dir_ / "empty_folder") + "' holds no files");
+}
+
+// A corpus over --sample-mb trains on a sample: deterministic, and another tokenizer than the
+// whole corpus gives; a corpus under it trains on everything, as without a cap.
+TEST_F(TokenizeTool, TheTokenizerTrainsOnABoundedDeterministicSample) {
+  const std::string options = input_args() + " --vocab-size 400 --threads 2 --val-fraction 0";
+  expect_success(run_tokenize(options + " --out " + (dir_ / "all"), dir_));
+  expect_success(run_tokenize(options + " --out " + (dir_ / "capped") + " --sample-mb 5", dir_));
+  EXPECT_EQ(slurp(dir_ / "all/tokenizer.model"), slurp(dir_ / "capped/tokenizer.model"));
+
+  const RunResult a = run_tokenize(options + " --out " + (dir_ / "a") + " --sample-mb 0.01", dir_);
+  ASSERT_EQ(a.status, 0) << a.err;
+  expect_success(run_tokenize(options + " --out " + (dir_ / "b") + " --sample-mb 0.01", dir_));
+  EXPECT_EQ(slurp(dir_ / "a/tokenizer.model"), slurp(dir_ / "b/tokenizer.model"));
+  EXPECT_NE(slurp(dir_ / "a/tokenizer.model"), slurp(dir_ / "all/tokenizer.model"));
+  EXPECT_EQ(read_split(dir_ / "a/train"), read_split(dir_ / "b/train"));
+
+  expect_error(run_tokenize(input_args() + " --out " + (dir_ / "x") +
+                                " --sample-mb 1 --tokenizer " + (dir_ / "a/tokenizer.model"),
+                            dir_),
+               "--sample-mb and --tokenizer exclude each other");
+}
+
+TEST_F(TokenizeTool, DamagedCompressedInputStopsBeforeAnyOutput) {
+  const std::string text = slurp(inputs_.back());
+  const std::string gz = gzip_member(text);
+  const std::string truncated = dir_ / "cut.jsonl.gz";
+  write_file(truncated, gz.substr(0, gz.size() - 20));
+  const std::string out = dir_ / "damaged";
+  expect_error(run_tokenize(input_args() + " " + truncated + " --out " + out, dir_),
+               "input file '" + truncated + "' is truncated: its gzip data end inside a member");
+  EXPECT_FALSE(fs::exists(out + "/train"));
+  EXPECT_FALSE(fs::exists(out + "/tokenizer.model"));
+
+  std::string zst = zstd_frame(text, true);
+  zst[zst.size() / 2] ^= 0x20;
+  write_file(dir_ / "bad.txt.zst", zst);
+  expect_error(run_tokenize("--input " + (dir_ / "bad.txt.zst") + " --out " + out, dir_),
+               "input file '" + (dir_ / "bad.txt.zst") + "' is corrupt: zstd data error");
+  EXPECT_FALSE(fs::exists(out));  // not even a staging folder
 }
 
 }  // namespace
