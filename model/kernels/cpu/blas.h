@@ -1,6 +1,6 @@
 // The CPU backend's GEMMs (row-major, float for training and double for finite-difference
 // gradient checks) on a BLAS library chosen when the process first multiplies, from the CPU's
-// feature flags, never from its model name (docs/ARCHITECTURE.md, "CPU kernels"):
+// feature flags, never from its model name:
 //
 //   onednn    oneDNN's dnnl_sgemm (Debian's libdnnl2, OpenMP runtime): JIT kernels for the widest
 //             vector ISA the CPU reports (AVX2, AVX-512 ...). The default where it loads.
