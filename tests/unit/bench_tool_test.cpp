@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "model/kernels/cpu/blas.h"
 #include "tests/unit/test_support.h"
@@ -145,14 +146,18 @@ TEST_F(BenchTool, SgemmNamesTheBlasLibraryItsThreadingAndKernels) {
   // core is the one this CPU's feature flags call for, never its own guess from the model
   // number (which takes a CPU it does not know for a Pentium 4, "Prescott").
   const std::string expected_core = cpu::openblas_core_for(cpu::CpuFeatures::of_this_cpu());
-  for (const std::string library : {"", "onednn", "openblas"}) {
+  // oneDNN is not run in AddressSanitizer builds: LeakSanitizer crashes on its threads at exit
+  // (blas.h); the Release build of the README's test command runs it.
+  std::vector<std::string> libraries{"", "openblas"};
+  if (!cpu::kAddressSanitizerBuild) libraries.push_back("onednn");
+  for (const std::string& library : libraries) {
     SCOPED_TRACE(library);
     const auto result =
         testing::run_command((library.empty() ? "" : "STRATA_BLAS=" + library + " ") +
                              "OMP_NUM_THREADS=2 env -u OPENBLAS_CORETYPE " + testing::bin("bench") +
                              " sgemm --m 64 --n 48 --k 32 --repeats 2");
     ASSERT_EQ(result.status, 0) << result.output;
-    EXPECT_EQ(json_value(result.output, "blas"), library.empty() ? "onednn" : library);
+    EXPECT_EQ(json_value(result.output, "blas"), library.empty() ? cpu::kDefaultBlas : library);
     EXPECT_EQ(json_value(result.output, "blas_threading"), "OpenMP");
     EXPECT_GT(json_number(result.output, "gflops"), 0);
     if (library == "openblas") {

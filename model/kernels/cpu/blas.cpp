@@ -159,7 +159,9 @@ const Loaded& loaded() {
       return l;
     }
     if (!name.empty()) fail("STRATA_BLAS must be onednn, openblas or blis, got '", name, "'");
-    if (load_onednn(l) || load_openblas(l)) return l;
+    const bool loaded_one = kAddressSanitizerBuild ? load_openblas(l) || load_onednn(l)
+                                                   : load_onednn(l) || load_openblas(l);
+    if (loaded_one) return l;
     fail("no BLAS library could be loaded: install libdnnl2 or libopenblas0-openmp");
   }();
   return library;

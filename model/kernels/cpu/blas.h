@@ -11,7 +11,9 @@
 //             loaded with dlopen and not linked.
 //   blis      BLIS's OpenMP build (its kernels are chosen from the feature flags too).
 //
-// STRATA_BLAS=onednn|openblas|blis asks for one (an error if it cannot be loaded). Every library
+// STRATA_BLAS=onednn|openblas|blis asks for one (an error if it cannot be loaded). AddressSanitizer
+// builds default to OpenBLAS: LeakSanitizer's exit-time scan crashes on oneDNN's JIT worker
+// threads ("Tracer caught signal 11"), which says nothing about our code. Every library
 // is an OpenMP build on the same libgomp as the element-wise loops: one thread pool per rank, so
 // GEMMs and loops never spin against each other. Double GEMMs always run on OpenBLAS (oneDNN has
 // none).
@@ -26,6 +28,20 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
           const float* b, int ldb, float beta, float* c, int ldc);
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, double alpha, const double* a, int lda,
           const double* b, int ldb, double beta, double* c, int ldc);
+
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizerBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizerBuild = true;
+#else
+inline constexpr bool kAddressSanitizerBuild = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizerBuild = false;
+#endif
+// The library taken when STRATA_BLAS is unset and it loads (else OpenBLAS).
+inline constexpr const char* kDefaultBlas = kAddressSanitizerBuild ? "openblas" : "onednn";
 
 // What the float GEMMs run on (loads the library if nothing has yet).
 struct BlasLibrary {
