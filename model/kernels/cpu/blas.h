@@ -6,7 +6,7 @@
 //             vector ISA the CPU reports (AVX2, AVX-512 ...). The default where it loads.
 //   openblas  OpenBLAS's OpenMP build. Its own detection keys on the CPU model number and takes a
 //             masked or unknown model (common on cloud VMs) for a 2004 Pentium 4 ("Prescott", SSE3
-//             kernels, 5-7× slower); so unless OPENBLAS_CORETYPE is set, it is set from the
+//             kernels); so unless OPENBLAS_CORETYPE is set, it is set from the
 //             feature flags (openblas_core_for) before the library is loaded, which is why it is
 //             loaded with dlopen and not linked.
 //   blis      BLIS's OpenMP build (its kernels are chosen from the feature flags too).
