@@ -18,11 +18,11 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
   const std::size_t C = shape.d_model, Cl = C / tp, Hl = 4 * C / tp;
   const std::size_t Nl = sequence_parallel ? N / tp : N;
-  const std::size_t T = shape.seq_len, L = static_cast<std::size_t>(partition.layers());
+  const std::size_t L = static_cast<std::size_t>(partition.layers());
 
   LayerElements layer;
-  layer.attention = N * 3 * Cl + N * Cl +                                               // qkv, atty
-                    static_cast<std::size_t>(max_batch) * (shape.n_head / tp) * T * T;  // att
+  // Attention's (T, T) probabilities are recomputed in the backward pass, never kept.
+  layer.attention = N * 3 * Cl + N * Cl;              // qkv, atty
   layer.rest = 3 * Nl * C +                           // residual2, ln1, ln2
                (sequence_parallel ? 2 * N * C : 0) +  // ln1_full, ln2_full
                4 * Nl +                               // LayerNorm means and rstds

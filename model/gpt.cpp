@@ -91,10 +91,8 @@ void Gpt<T>::allocate(LayerActivations& a, std::size_t attention_layers,
   const std::size_t N = static_cast<std::size_t>(max_batch_) * shape_.seq_len;
   const std::size_t C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
   const std::size_t Nl = sequence_parallel_ ? N / tp : N;
-  const std::size_t T_ = shape_.seq_len;
   a.qkv.resize(attention_layers * N * 3 * Cl);
   a.atty.resize(attention_layers * N * Cl);
-  a.att.resize(attention_layers * max_batch_ * (shape_.n_head / tp) * T_ * T_);
   a.residual2.resize(other_layers * Nl * C);
   a.ln1.resize(other_layers * Nl * C);
   a.ln2.resize(other_layers * Nl * C);

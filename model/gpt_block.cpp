@@ -29,7 +29,6 @@ template <class T>
 typename Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot& s, int l, bool recomputing) {
   const int tp = partition_.tp_size, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
   const long C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
-  const long NHl = shape_.n_head / tp;
   const bool keep_attention = options_.recompute == Recompute::none;
   const bool keep_rest = options_.recompute != Recompute::full;
   LayerActivations& kept = s.layers;
@@ -65,7 +64,6 @@ typename Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot& s, int l, bool
   a.fch_gelu = rest(&A::fch_gelu, N * Hl);
   a.qkv = attention(&A::qkv, 3 * N * Cl);
   a.atty = attention(&A::atty, N * Cl);
-  a.att = attention(&A::att, static_cast<long>(s.batch) * NHl * s.time * s.time);
   return a;
 }
 
@@ -104,7 +102,7 @@ void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const Block
   round_to_compute(a.out, rows);
 }
 
-// ln1 (all N rows) → qkv → attention output and probabilities: the part selective recomputation
+// ln1 (all N rows) → qkv → attention output: the part selective recomputation
 // reruns in the backward pass (from the kept ln1 rows, no communication), one function for both.
 template <class T>
 void Gpt<T>::attention_core_forward(const BlockActivations& a, int B, int T_, const Block& p,
@@ -113,9 +111,8 @@ void Gpt<T>::attention_core_forward(const BlockActivations& a, int B, int T_, co
   const int Cl = C / tp, NHl = shape_.n_head / tp, N = B * T_;
   matmul_forward(a.qkv, ln1_full, p.qkv_weight, p.qkv_bias, N, C, 3 * Cl);  // (N, 3Cl)
   round_to_compute(a.qkv, 3 * static_cast<long>(N) * Cl);
-  attention_forward(a.atty, a.att, a.qkv, B, T_, Cl, NHl);  // (N, Cl), (B, NHl, T, T)
+  attention_forward(a.atty, a.qkv, B, T_, Cl, NHl, scratch_->attention);  // (N, Cl)
   round_to_compute(a.atty, static_cast<long>(N) * Cl);
-  round_to_compute(a.att, static_cast<long>(B) * NHl * T_ * T_);
 }
 
 // Activation gradients are rounded to the compute dtype like the forward's outputs; parameter
@@ -167,7 +164,8 @@ void Gpt<T>::block_backward(Slot& s, ParameterAccess<T>& parameters, int l) {
   matmul_backward(x_.datty.data(), g("attn.proj.weight"), static_cast<T*>(nullptr), dy, a.atty,
                   p.attn_proj_weight, N, Cl, C);
   round_to_compute(x_.datty.data(), static_cast<long>(N) * Cl);
-  attention_backward(x_.dqkv.data(), x_.datty.data(), a.qkv, a.att, B, T_, Cl, NHl);
+  attention_backward(x_.dqkv.data(), x_.datty.data(), a.qkv, B, T_, Cl, NHl, options_.compute,
+                     x_.attention);
   round_to_compute(x_.dqkv.data(), 3 * static_cast<long>(N) * Cl);
   matmul_backward(x_.dfull.data(), g("attn.qkv.weight"), g("attn.qkv.bias"), x_.dqkv.data(),
                   ln1_full, p.qkv_weight, N, C, 3 * Cl);

@@ -28,7 +28,6 @@ struct Gpt<T>::LayerActivations {
   // Attention internals, the largest part for long contexts: dropped by selective and full.
   std::vector<T> qkv;   // (L, N, 3Cl)
   std::vector<T> atty;  // (L, N, Cl) attention output before the projection
-  std::vector<T> att;   // (L, B, NH/tp, T, T) probabilities
   // The rest: dropped by full only.
   std::vector<T> residual2;                               // (L, Nl, C) after the attention add
   std::vector<T> ln1, ln2;                                // (L, Nl, C)
@@ -38,7 +37,7 @@ struct Gpt<T>::LayerActivations {
 
   std::size_t elements() const {
     std::size_t n = 0;
-    for (const std::vector<T>* v : {&qkv, &atty, &att, &residual2, &ln1, &ln2, &ln1_full, &ln2_full,
+    for (const std::vector<T>* v : {&qkv, &atty, &residual2, &ln1, &ln2, &ln1_full, &ln2_full,
                                     &ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd, &fch, &fch_gelu})
       n += v->size();
     return n;
@@ -82,6 +81,7 @@ struct Gpt<T>::Scratch {
   std::vector<T> dfch;               // (N, Hl)
   std::vector<T> rows;               // (tp·N) per-row values gathered over the group, (2N) sums
   std::vector<T> dlosses;            // (N)
+  std::vector<T> attention;          // attention's per-thread scratch (kernels/cpu/attention.h)
   LayerActivations recomputed;       // one layer of what the slots drop
   std::vector<T> recomputed_output;  // (Nl, C) the block output a full recompute produces again
 };
@@ -93,7 +93,7 @@ struct Gpt<T>::BlockActivations {
   const T* x;  // block input (Nl, C)
   T* out;      // block output (Nl, C)
   T *x2, *ln1, *ln2, *ln1_full, *ln2_full, *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-  T *qkv, *atty, *att, *fch, *fch_gelu;
+  T *qkv, *atty, *fch, *fch_gelu;
 };
 
 // A named tensor inside a segment's weights (or gradients) that start at `base`.

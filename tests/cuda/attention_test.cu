@@ -63,10 +63,10 @@ void check_against_cpu(const Shape& s, DeviceArena& arena) {
   // Scores of order 1 (q·k / √hs with entries in ±1.5): peaked enough to exercise the online max.
   const std::vector<float> qkv = rounded<T>(random_floats(rows * 3 * C, rng, -1.5f, 1.5f));
   const std::vector<float> dout = rounded<T>(random_floats(rows * C, rng));
-  std::vector<float> out(rows * C), probs(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T),
-      dqkv(rows * 3 * C);
-  cpu::attention_forward(out.data(), probs.data(), qkv.data(), s.B, s.T, C, s.NH);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), s.B, s.T, C, s.NH);
+  std::vector<float> out(rows * C), scratch, dqkv(rows * 3 * C);
+  cpu::attention_forward(out.data(), qkv.data(), s.B, s.T, C, s.NH, scratch);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), s.B, s.T, C, s.NH,
+                          cpu::ComputeDtype::fp32, scratch);
 
   DeviceBuffer<T> d_qkv(to_dtype<T>(qkv)), d_dout(to_dtype<T>(dout)), d_out(rows * C),
       d_dqkv(rows * 3 * C);

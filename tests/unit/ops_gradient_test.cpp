@@ -177,14 +177,15 @@ TEST(OpsGradient, CausalAttention) {
   const int B = 2, T = 5, C = 8, NH = 2;
   Vec qkv = random_vector(B * T * 3 * C, rng);
   const Vec probe = random_vector(B * T * C, rng);
-  Vec out(B * T * C), probs(B * NH * T * T);
+  Vec out(B * T * C), scratch;
   auto loss = [&] {
-    attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+    attention_forward(out.data(), qkv.data(), B, T, C, NH, scratch);
     return dot(out, probe);
   };
   loss();
   Vec dqkv(B * T * 3 * C);
-  attention_backward(dqkv.data(), probe.data(), qkv.data(), probs.data(), B, T, C, NH);
+  attention_backward(dqkv.data(), probe.data(), qkv.data(), B, T, C, NH, ComputeDtype::fp32,
+                     scratch);
   expect_matches_finite_differences(qkv, dqkv, loss, "qkv");
 }
 
@@ -192,10 +193,10 @@ TEST(OpsGradient, CausalAttentionIgnoresTheFuture) {
   std::mt19937_64 rng(6);
   const int B = 1, T = 4, C = 4, NH = 1;
   Vec qkv = random_vector(B * T * 3 * C, rng);
-  Vec out(B * T * C), probs(T * T), changed(B * T * C);
-  attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+  Vec out(B * T * C), changed(B * T * C), scratch;
+  attention_forward(out.data(), qkv.data(), B, T, C, NH, scratch);
   for (int c = 0; c < 3 * C; ++c) qkv[(T - 1) * 3 * C + c] += 1.0;  // perturb the last position
-  attention_forward(changed.data(), probs.data(), qkv.data(), B, T, C, NH);
+  attention_forward(changed.data(), qkv.data(), B, T, C, NH, scratch);
   for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], changed[i]);
 }
 

@@ -18,48 +18,76 @@ namespace {
 // do 10/16 of the full (T, T) work. Smaller blocks skip more but make the GEMMs less efficient.
 constexpr int kRowBlock = 64;
 
+// The row loops below run over whole vectors: [0, t] rounded up to a multiple of kLanes (within
+// the row), with the entries past t masked out, instead of stopping at t. GCC leaves the remainder
+// of a loop scalar, and with rows of a few hundred entries that scalar tail (a chain of dependent
+// max or add instructions) took over half of the softmax's time.
+constexpr int kLanes = 16;  // floats in an AVX-512 register
+
+// t + 1 rounded up to whole vectors, at most `end`.
+int vector_span(int t, int end) { return std::min(end, (t + kLanes) / kLanes * kLanes); }
+
 // row[0..t] = softmax(row[0..t]), row[t+1..T) = 0.
 template <class T>
 void causal_softmax_row(T* row, int t, int T_) {
+  const int span = vector_span(t, T_);
   T max_score = row[0];
 #pragma omp simd reduction(max : max_score)
-  for (int s = 1; s <= t; ++s) max_score = std::max(max_score, row[s]);
+  for (int s = 0; s < span; ++s) max_score = (s <= t && row[s] > max_score) ? row[s] : max_score;
   T sum = 0;
 #pragma omp simd reduction(+ : sum)
-  for (int s = 0; s <= t; ++s) {
-    row[s] = exp_approx(row[s] - max_score);
+  for (int s = 0; s < span; ++s) {
+    row[s] = s <= t ? exp_approx(row[s] - max_score) : T(0);
     sum += row[s];
   }
   const T inv = T(1) / sum;
 #pragma omp simd
-  for (int s = 0; s <= t; ++s) row[s] *= inv;
-  std::fill(row + t + 1, row + T_, T(0));
+  for (int s = 0; s < span; ++s) row[s] *= inv;
+  std::fill(row + span, row + T_, T(0));
 }
 
-// drow[0..t] = p ⊙ (drow − Σ_s p·drow) (softmax backward), drow[t+1..r_end) = 0.
+// drow[0..t] = p ⊙ (drow − Σ_s p·drow) (softmax backward), drow[t+1..r_end) = 0. prow is zero past
+// t (causal_softmax_row) and drow finite, so the entries past t contribute 0 and become 0.
 template <class T>
 void causal_softmax_backward_row(T* drow, const T* prow, int t, int r_end) {
+  const int span = vector_span(t, r_end);
   T dot = 0;
 #pragma omp simd reduction(+ : dot)
-  for (int s = 0; s <= t; ++s) dot += prow[s] * drow[s];
+  for (int s = 0; s < span; ++s) dot += prow[s] * drow[s];
 #pragma omp simd
-  for (int s = 0; s <= t; ++s) drow[s] = prow[s] * (drow[s] - dot);
-  std::fill(drow + t + 1, drow + r_end, T(0));
+  for (int s = 0; s < span; ++s) drow[s] = prow[s] * (drow[s] - dot);
+  std::fill(drow + span, drow + r_end, T(0));
 }
 
-// Query rows [r0, r1) of one (sequence, head) attend to keys and values [0, r1): the unit both
-// forward passes are made of. q, k, v point at row 0 of the head in a packed qkv (row stride C3);
-// y at query row r0 of the output (row stride ldy); p (r1 − r0, ldp ≥ r1) receives the
-// probabilities, zero past each row's diagonal up to ldp.
+// Query rows [r0, r1) of one (sequence, head): p (r1 − r0, ldp ≥ r1) receives their softmax over
+// keys [0, r1), zero past each row's diagonal up to ldp. q and k point at row 0 of the head in a
+// packed qkv (row stride C3). Both passes compute probabilities only here, so the backward pass
+// recomputes exactly the values the forward pass used.
+template <class T>
+void row_block_probabilities(T* p, int ldp, const T* q, const T* k, int r0, int r1, int hs, int C3,
+                             T scale) {
+  // scores (rows, r1) = scale · q[r0:r1] · k[0:r1]ᵀ
+  gemm(false, true, r1 - r0, r1, hs, scale, q + static_cast<long>(r0) * C3, C3, k, C3, T(0), p,
+       ldp);
+  for (int t = r0; t < r1; ++t) causal_softmax_row(p + static_cast<long>(t - r0) * ldp, t, ldp);
+}
+
+// Query rows [r0, r1) attend to keys and values [0, r1): the unit both forward passes are made of.
+// y points at query row r0 of the output (row stride ldy); p is the row block's scratch.
 template <class T>
 void attend_row_block(T* y, int ldy, T* p, int ldp, const T* q, const T* k, const T* v, int r0,
                       int r1, int hs, int C3, T scale) {
-  const int rows = r1 - r0;
-  // scores (rows, r1) = scale · q[r0:r1] · k[0:r1]ᵀ
-  gemm(false, true, rows, r1, hs, scale, q + static_cast<long>(r0) * C3, C3, k, C3, T(0), p, ldp);
-  for (int t = r0; t < r1; ++t) causal_softmax_row(p + static_cast<long>(t - r0) * ldp, t, ldp);
+  row_block_probabilities(p, ldp, q, k, r0, r1, hs, C3, scale);
   // y[r0:r1] (rows, hs) = probs[r0:r1, 0:r1] · v[0:r1]
-  gemm(false, false, rows, hs, r1, T(1), p, ldp, v, C3, T(0), y, ldy);
+  gemm(false, false, r1 - r0, hs, r1, T(1), p, ldp, v, C3, T(0), y, ldy);
+}
+
+// `per_thread` elements for each of the threads the pass will run, from the caller's scratch.
+template <class T>
+T* thread_scratch(std::vector<T>& scratch, int threads, std::size_t per_thread) {
+  const std::size_t needed = static_cast<std::size_t>(threads) * per_thread;
+  if (scratch.size() < needed) scratch.resize(needed);
+  return scratch.data();
 }
 
 }  // namespace
@@ -67,23 +95,25 @@ void attend_row_block(T* y, int ldy, T* p, int ldp, const T* q, const T* k, cons
 // (b, h) pairs run in parallel; the GEMM libraries (OpenMP builds, blas.h) run a GEMM called inside
 // a parallel region on its calling thread, so the cores are not oversubscribed.
 template <class T>
-void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH) {
+void attention_forward(T* out, const T* qkv, int B, int T_, int C, int NH,
+                       std::vector<T>& scratch) {
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
   const int C3 = 3 * C;
-#pragma omp parallel for schedule(static)
+  const int threads = omp_get_max_threads();
+  const std::size_t per_thread = static_cast<std::size_t>(std::min(kRowBlock, T_)) * T_;
+  T* probs = thread_scratch(scratch, threads, per_thread);
+#pragma omp parallel for schedule(static) num_threads(threads)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH;
     const int h = bh % NH;
     const T* q = qkv + static_cast<long>(b) * T_ * C3 + h * hs;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
-    T* p = probs + static_cast<long>(bh) * T_ * T_;
+    T* p = probs + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
     T* y = out + static_cast<long>(b) * T_ * C + h * hs;
     for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
       const int r1 = std::min(r0 + kRowBlock, T_);
-      attend_row_block(y + static_cast<long>(r0) * C, C, p + static_cast<long>(r0) * T_, T_, q, k,
-                       v, r0, r1, hs, C3, scale);
+      attend_row_block(y + static_cast<long>(r0) * C, C, p, T_, q, q + C, q + 2 * C, r0, r1, hs, C3,
+                       scale);
     }
   }
 }
@@ -111,13 +141,14 @@ void attention_forward_rows(T* out, const T* qkv, int t0, int T_, int C, int NH)
 }
 
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,
-                        int NH) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, int B, int T_, int C, int NH,
+                        ComputeDtype probs_dtype, std::vector<T>& scratch) {
   const int hs = C / NH;
   const T scale = T(1) / std::sqrt(T(hs));
   const int C3 = 3 * C;
   const int threads = omp_get_max_threads();
-  std::vector<T> scratch(static_cast<std::size_t>(threads) * T_ * T_);
+  const std::size_t square = static_cast<std::size_t>(T_) * T_;
+  T* matrices = thread_scratch(scratch, threads, 2 * square);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH;
@@ -129,10 +160,15 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
     T* dq = dqkv + q_off;
     T* dk = dq + C;
     T* dv = dq + 2 * C;
-    const T* p = probs + static_cast<long>(bh) * T_ * T_;
     const T* dy = dout + static_cast<long>(b) * T_ * C + h * hs;
-    // dscores (T, T); per row block only columns [0, r1) are written and read.
-    T* ds = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * T_ * T_;
+    // probs and dscores (T, T); per row block only columns [0, r1) are read.
+    T* p = matrices + static_cast<std::size_t>(omp_get_thread_num()) * 2 * square;
+    T* ds = p + square;
+    for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
+      const int r1 = std::min(r0 + kRowBlock, T_);
+      row_block_probabilities(p + static_cast<long>(r0) * T_, T_, q, k, r0, r1, hs, C3, scale);
+    }
+    round_to_dtype(p, static_cast<long>(square), probs_dtype);
     for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
       const int r1 = std::min(r0 + kRowBlock, T_);
       const int rows = r1 - r0;
@@ -164,13 +200,15 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, in
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
-template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
+template void attention_forward<float>(float*, const float*, int, int, int, int,
+                                       std::vector<float>&);
+template void attention_forward<double>(double*, const double*, int, int, int, int,
+                                        std::vector<double>&);
 template void attention_forward_rows<float>(float*, const float*, int, int, int, int);
 template void attention_forward_rows<double>(double*, const double*, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, const float*, int, int,
-                                        int, int);
-template void attention_backward<double>(double*, const double*, const double*, const double*, int,
-                                         int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, int, int, int, int,
+                                        ComputeDtype, std::vector<float>&);
+template void attention_backward<double>(double*, const double*, const double*, int, int, int, int,
+                                         ComputeDtype, std::vector<double>&);
 
 }  // namespace strata::cpu

@@ -1,13 +1,25 @@
 // Causal multi-head self-attention on a packed qkv tensor (DESIGN §5: rows all q, then all k,
 // then all v; heads contiguous), scale 1/√(head_size).
-//   qkv (B, T, 3C) -> out (B, T, C);  probs (B, NH, T, T) keeps the softmax for the backward pass
-// (entries above the diagonal are zero). Each (b, h) pair is two GEMMs and a row softmax.
+//   qkv (B, T, 3C) -> out (B, T, C)
+// Each (b, h) pair is, per block of query rows, two GEMMs and a row softmax. The (B, NH, T, T)
+// probabilities are never stored: the backward pass recomputes them, one head at a time, by the
+// forward's own code (the same GEMM calls and softmax on the same inputs, so the very same values),
+// as the CUDA kernel (model/kernels/cuda/attention.h) recomputes them from the logsumexp. At GPT-2
+// small's T = 1024 that is 48 MiB per layer not written, kept and read back.
+//
+// `scratch` is the caller's: grown as needed and left allocated, so that calls after the first
+// reuse its pages (one row block per thread in the forward pass, two (T, T) matrices per thread in
+// the backward). One vector must not be used by two calls at once.
 #pragma once
+
+#include <vector>
+
+#include "model/kernels/cpu/precision.h"
 
 namespace strata::cpu {
 
 template <class T>
-void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int NH);
+void attention_forward(T* out, const T* qkv, int B, int T_, int C, int NH, std::vector<T>& scratch);
 
 // Query rows [t0, T_) of attention_forward for one sequence (B = 1) whose rows [0, t0) were run
 // before: incremental decoding, where qkv holds the cached rows followed by the new ones and each
@@ -16,9 +28,11 @@ void attention_forward(T* out, T* probs, const T* qkv, int B, int T_, int C, int
 template <class T>
 void attention_forward_rows(T* out, const T* qkv, int t0, int T_, int C, int NH);
 
-// dqkv (B, T, 3C) overwritten. dout (B, T, C).
+// dqkv (B, T, 3C) overwritten. dout (B, T, C). The recomputed probabilities are rounded to
+// `probs_dtype` before use, as an activation the forward pass had written in that dtype
+// (precision.h; fp32 leaves them as computed).
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* probs, int B, int T_, int C,
-                        int NH);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, int B, int T_, int C, int NH,
+                        ComputeDtype probs_dtype, std::vector<T>& scratch);
 
 }  // namespace strata::cpu

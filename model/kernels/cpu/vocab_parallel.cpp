@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "model/kernels/cpu/vector_math.h"
+
 namespace strata::cpu {
 
 namespace {
@@ -76,6 +78,7 @@ void crossentropy_shard_max(T* row_max, const T* logits, int vocab_begin, int V,
   for (int n = 0; n < N; ++n) {
     const T* x = logits + static_cast<long>(n) * Vl;
     T m = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : m)
     for (int v = 0; v < live; ++v) m = x[v] > m ? x[v] : m;
     row_max[n] = m;
   }
@@ -89,8 +92,11 @@ void crossentropy_shard_sums(T* sum_exp, T* target_logit, const T* logits,
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const T* x = logits + static_cast<long>(n) * Vl;
+    const T max = row_max[n];
     T sum = 0;
-    for (int v = 0; v < live; ++v) sum += std::exp(x[v] - row_max[n]);
+    // exp_approx (vector_math.h), not std::exp: a vectorised loop instead of a libm call per logit.
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < live; ++v) sum += exp_approx(x[v] - max);
     sum_exp[n] = sum;
     const int local = targets[n] - vocab_begin;
     target_logit[n] = (local >= 0 && local < live) ? x[local] : T(0);
@@ -106,8 +112,13 @@ void crossentropy_shard_finish(T* losses, T* probs, const T* logits, const T* ro
   for (int n = 0; n < N; ++n) {
     const T* x = logits + static_cast<long>(n) * Vl;
     T* p = probs + static_cast<long>(n) * Vl;
-    const T inv = T(1) / sum_exp[n];
-    for (int v = 0; v < live; ++v) p[v] = std::exp(x[v] - row_max[n]) * inv;
+    const T inv = T(1) / sum_exp[n], max = row_max[n];
+    // Below e^-87 (exp_approx's floor) a probability is 0, as with std::exp, not a subnormal.
+#pragma omp simd
+    for (int v = 0; v < live; ++v) {
+      const T d = x[v] - max;
+      p[v] = d < T(-87) ? T(0) : exp_approx(d) * inv;
+    }
     for (int v = live; v < Vl; ++v) p[v] = 0;
     // From the logits, not the rounded probability: exact even when that underflows.
     losses[n] = std::log(sum_exp[n]) - (target_logit[n] - row_max[n]);
