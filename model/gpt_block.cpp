@@ -84,17 +84,14 @@ void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const Block
   matmul_forward(partial, a.atty, p.attn_proj_weight, static_cast<const T*>(nullptr), N, C / tp, C);
   round_to_compute(partial, full);
   const T* y = sum_rows(partial, scratch_->reduced.data(), N, C);  // (Nl, C)
-  residual_bias_forward(a.x2, a.x, y, p.attn_proj_bias, Nl, C);
-  round_to_compute(a.x2, rows);
+  // x2 = x + y + bias and ln2(x2), both rounded, in one pass over each row.
+  residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
+                             p.ln2_weight, p.ln2_bias, Nl, C, options_.compute);
 
   // MLP: next = x2 + proj(gelu(fc(ln2(x2))))
-  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, p.ln2_weight, p.ln2_bias, Nl, C);
-  round_to_compute(a.ln2, rows);
   const T* ln2_full = gather_rows(a.ln2, a.ln2_full, N, C);
-  matmul_forward(a.fch, ln2_full, p.fc_weight, p.fc_bias, N, C, Hl);  // (N, Hl)
-  round_to_compute(a.fch, static_cast<long>(N) * Hl);
-  gelu_forward(a.fch_gelu, a.fch, static_cast<long>(N) * Hl);
-  round_to_compute(a.fch_gelu, static_cast<long>(N) * Hl);
+  matmul_forward(a.fch, ln2_full, p.fc_weight, static_cast<const T*>(nullptr), N, C, Hl);
+  bias_gelu_forward(a.fch_gelu, a.fch, p.fc_bias, N, Hl, options_.compute);  // (N, Hl) each
   matmul_forward(partial, a.fch_gelu, p.mlp_proj_weight, static_cast<const T*>(nullptr), N, Hl, C);
   round_to_compute(partial, full);
   const T* z = sum_rows(partial, scratch_->reduced.data(), N, C);

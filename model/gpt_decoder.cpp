@@ -81,12 +81,12 @@ void GptDecoder<T>::block_forward(const Block& p, T* qkv_cache, int n) {
   attention_forward_rows(atty_.data(), qkv_cache, t0, t0 + n, C, shape_.n_head);  // (n, C)
   matmul_forward(y_.data(), atty_.data(), p.attn_proj_weight, static_cast<const T*>(nullptr), n, C,
                  C);
-  residual_bias_forward(x2_.data(), x_.data(), y_.data(), p.attn_proj_bias, n, C);
+  residual_layernorm_forward(x2_.data(), ln_.data(), mean_.data(), rstd_.data(), x_.data(),
+                             y_.data(), p.attn_proj_bias, p.ln2_weight, p.ln2_bias, n, C,
+                             ComputeDtype::fp32);
   // MLP: next = x2 + proj(gelu(fc(ln2(x2))))
-  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x2_.data(), p.ln2_weight, p.ln2_bias, n,
-                    C);
-  matmul_forward(fch_.data(), ln_.data(), p.fc_weight, p.fc_bias, n, C, H);  // (n, 4C)
-  gelu_forward(fch_gelu_.data(), fch_.data(), static_cast<long>(n) * H);
+  matmul_forward(fch_.data(), ln_.data(), p.fc_weight, static_cast<const T*>(nullptr), n, C, H);
+  bias_gelu_forward(fch_gelu_.data(), fch_.data(), p.fc_bias, n, H, ComputeDtype::fp32);  // (n, 4C)
   matmul_forward(y_.data(), fch_gelu_.data(), p.mlp_proj_weight, static_cast<const T*>(nullptr), n,
                  H, C);
   residual_bias_forward(x_.data(), x2_.data(), y_.data(), p.mlp_proj_bias, n, C);

@@ -168,7 +168,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, int B, int T_, int
       const int r1 = std::min(r0 + kRowBlock, T_);
       row_block_probabilities(p + static_cast<long>(r0) * T_, T_, q, k, r0, r1, hs, C3, scale);
     }
-    round_to_dtype(p, static_cast<long>(square), probs_dtype);
+    round_span(p, static_cast<long>(square), probs_dtype);
     for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
       const int r1 = std::min(r0 + kRowBlock, T_);
       const int rows = r1 - r0;

@@ -16,14 +16,31 @@ T exp_of_minus_twice(T x) {
   const T u = T(kSqrt2OverPi) * (x + T(kCubic) * x * x * x);
   return exp_approx(T(-2) * u);
 }
+
+template <class T>
+T gelu(T x) {
+  return x / (T(1) + exp_of_minus_twice(x));
+}
 }  // namespace
 
 template <class T>
 void gelu_forward(T* out, const T* inp, long n) {
 #pragma omp parallel for simd schedule(static)
-  for (long i = 0; i < n; ++i) {
-    const T x = inp[i];
-    out[i] = x / (T(1) + exp_of_minus_twice(x));
+  for (long i = 0; i < n; ++i) out[i] = gelu(inp[i]);
+}
+
+template <class T>
+void bias_gelu_forward(T* out, T* pre, const T* bias, int N, int H, ComputeDtype dtype) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    T* x = pre + static_cast<long>(n) * H;
+    T* y = out + static_cast<long>(n) * H;
+#pragma omp simd
+    for (int h = 0; h < H; ++h) x[h] += bias[h];
+    round_span(x, H, dtype);
+#pragma omp simd
+    for (int h = 0; h < H; ++h) y[h] = gelu(x[h]);
+    round_span(y, H, dtype);
   }
 }
 
@@ -42,6 +59,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, long n) {
 
 template void gelu_forward<float>(float*, const float*, long);
 template void gelu_forward<double>(double*, const double*, long);
+template void bias_gelu_forward<float>(float*, float*, const float*, int, int, ComputeDtype);
+template void bias_gelu_forward<double>(double*, double*, const double*, int, int, ComputeDtype);
 template void gelu_backward<float>(float*, const float*, const float*, long);
 template void gelu_backward<double>(double*, const double*, const double*, long);
 

@@ -7,29 +7,54 @@
 
 namespace strata::cpu {
 
+namespace {
+
+// One row of layernorm_forward.
+template <class T>
+void layernorm_row(T* y, T& mean, T& rstd, const T* x, const T* weight, const T* bias, int C) {
+  // Two passes (mean, then centred variance) avoid the cancellation of E[x²] - E[x]². `simd`
+  // lets each sum run across vector lanes: without it GCC keeps the sums in order, a chain of
+  // dependent scalar adds per row that cost more than the rest of the kernel.
+  T m = 0;
+#pragma omp simd reduction(+ : m)
+  for (int c = 0; c < C; ++c) m += x[c];
+  m /= C;
+  T v = 0;
+#pragma omp simd reduction(+ : v)
+  for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+  v /= C;
+  const T s = T(1) / std::sqrt(v + T(kLayerNormEps));
+#pragma omp simd
+  for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+  mean = m;
+  rstd = s;
+}
+
+}  // namespace
+
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    const T* x = inp + static_cast<long>(n) * C;
-    T* y = out + static_cast<long>(n) * C;
-    // Two passes (mean, then centred variance) avoid the cancellation of E[x²] - E[x]². `simd`
-    // lets each sum run across vector lanes: without it GCC keeps the sums in order, a chain of
-    // dependent scalar adds per row that cost more than the rest of the kernel.
-    T m = 0;
-#pragma omp simd reduction(+ : m)
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= C;
-    T v = 0;
-#pragma omp simd reduction(+ : v)
-    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    v /= C;
-    const T s = T(1) / std::sqrt(v + T(kLayerNormEps));
+    const long row = static_cast<long>(n) * C;
+    layernorm_row(out + row, mean[n], rstd[n], inp + row, weight, bias, C);
+  }
+}
+
+template <class T>
+void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* x, const T* y,
+                                const T* bias, const T* weight, const T* ln_bias, int N, int C,
+                                ComputeDtype dtype) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const long row = static_cast<long>(n) * C;
+    T* s = sum + row;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
-    mean[n] = m;
-    rstd[n] = s;
+    for (int c = 0; c < C; ++c) s[c] = x[row + c] + (y[row + c] + bias[c]);
+    round_span(s, C, dtype);
+    layernorm_row(out + row, mean[n], rstd[n], s, weight, ln_bias, C);
+    round_span(out + row, C, dtype);
   }
 }
 
@@ -85,6 +110,12 @@ template void layernorm_forward<float>(float*, float*, float*, const float*, con
                                        const float*, int, int);
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
                                         const double*, int, int);
+template void residual_layernorm_forward<float>(float*, float*, float*, float*, const float*,
+                                                const float*, const float*, const float*,
+                                                const float*, int, int, ComputeDtype);
+template void residual_layernorm_forward<double>(double*, double*, double*, double*, const double*,
+                                                 const double*, const double*, const double*,
+                                                 const double*, int, int, ComputeDtype);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
                                         const float*, const float*, const float*, int, int);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,

@@ -3,6 +3,8 @@
 // mean and rstd per row are kept for the backward pass.
 #pragma once
 
+#include "model/kernels/cpu/precision.h"
+
 namespace strata::cpu {
 
 inline constexpr double kLayerNormEps = 1e-5;
@@ -11,6 +13,15 @@ inline constexpr double kLayerNormEps = 1e-5;
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int N, int C);
+
+// The residual add that closes an attention block and the LayerNorm that opens the MLP, in one
+// pass over each row (the row is still in cache when the LayerNorm reads it):
+//   sum = x + (y + bias), rounded to `dtype`;  out = LayerNorm(sum), rounded to `dtype`
+// Exactly residual_bias_forward (residual.h), round_to_dtype, layernorm_forward, round_to_dtype.
+template <class T>
+void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* x, const T* y,
+                                const T* bias, const T* weight, const T* ln_bias, int N, int C,
+                                ComputeDtype dtype);
 
 // dinp (N, C) += ...; dweight, dbias (C) += ... (accumulated).
 template <class T>

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <limits>
 
+#include <omp.h>
+
 #include "model/core/error.h"
 
 namespace strata::cpu {
@@ -88,25 +90,39 @@ double round_to_format(double x, int significant_bits, int min_exponent, double 
   return rounded;
 }
 
-void round_to_dtype(float* data, long n, ComputeDtype dtype) {
+void round_span(float* data, long n, ComputeDtype dtype) {
   if (dtype == ComputeDtype::bf16) {
-#pragma omp parallel for schedule(static)
     for (long i = 0; i < n; ++i) data[i] = round_to_bf16(data[i]);
   } else if (dtype == ComputeDtype::fp16) {
-#pragma omp parallel for schedule(static)
     for (long i = 0; i < n; ++i) data[i] = round_to_fp16(data[i]);
   }
 }
 
-void round_to_dtype(double* data, long n, ComputeDtype dtype) {
+void round_span(double* data, long n, ComputeDtype dtype) {
   if (dtype == ComputeDtype::fp32) return;
   const bool bf16 = dtype == ComputeDtype::bf16;
   const int bits = bf16 ? 8 : 11;
   const int min_exponent = bf16 ? -126 : -14;
   const double max_finite =
       bf16 ? static_cast<double>(std::bit_cast<float>(0x7f7f0000u)) : kFp16MaxFinite;
-#pragma omp parallel for schedule(static)
   for (long i = 0; i < n; ++i) data[i] = round_to_format(data[i], bits, min_exponent, max_finite);
 }
+
+namespace {
+// Each thread rounds one contiguous part of data[0..n).
+template <class T>
+void round_in_parallel(T* data, long n, ComputeDtype dtype) {
+  if (dtype == ComputeDtype::fp32) return;
+#pragma omp parallel
+  {
+    const long t = omp_get_thread_num(), team = omp_get_num_threads();
+    const long begin = n * t / team, end = n * (t + 1) / team;
+    round_span(data + begin, end - begin, dtype);
+  }
+}
+}  // namespace
+
+void round_to_dtype(float* data, long n, ComputeDtype dtype) { round_in_parallel(data, n, dtype); }
+void round_to_dtype(double* data, long n, ComputeDtype dtype) { round_in_parallel(data, n, dtype); }
 
 }  // namespace strata::cpu

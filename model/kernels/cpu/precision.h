@@ -34,4 +34,9 @@ double round_to_format(double x, int significant_bits, int min_exponent, double 
 void round_to_dtype(float* data, long n, ComputeDtype dtype);
 void round_to_dtype(double* data, long n, ComputeDtype dtype);
 
+// The same on the calling thread only: for kernels that round each row they write inside their
+// own parallel loop (round_to_dtype splits its range over the threads with these).
+void round_span(float* data, long n, ComputeDtype dtype);
+void round_span(double* data, long n, ComputeDtype dtype);
+
 }  // namespace strata::cpu
