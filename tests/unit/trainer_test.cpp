@@ -84,10 +84,12 @@ TEST_F(TrainerTest, SigtermSavesACheckpointAndTheRunResumesExactly) {
   const std::string config = write_config(dir_, "signalled");
   const std::string log = dir_ / "signalled.log";
   // Start in the background, send SIGTERM once training is under way, collect the exit status.
+  // The wait ends at step 20; its 60 s cap only matters on a loaded machine, where a SIGTERM sent
+  // before the handler is installed would end the run by the default action instead.
   const auto interrupted =
       testing::run_command("(" + train_command(config, long_run) + " > " + log +
                            " 2>&1 & pid=$!; "
-                           "for i in $(seq 200); do grep -q 'step *20/' " +
+                           "for i in $(seq 1200); do grep -q 'step *20/' " +
                            log +
                            " && break; sleep 0.05; done; "
                            "kill -TERM $pid; wait $pid; echo exit=$?)");
