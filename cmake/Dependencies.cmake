@@ -7,6 +7,7 @@ find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(GTest REQUIRED)
 find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 (data/sha256.h)
 
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)

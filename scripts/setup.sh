@@ -5,10 +5,10 @@
 # python3-matplotlib and python3-yaml are for the `plot` tool (tools/plot.py, Debian's python3).
 # The CPU GEMMs load oneDNN (libdnnl2) or else the OpenMP build of OpenBLAS at run time
 # (model/kernels/cpu/blas.h). zlib1g-dev and libzstd-dev: `tokenize` reads .gz and .zst inputs
-# (data/compressed_stream.h).
+# (data/compressed_stream.h). libssl-dev: OpenSSL's libcrypto computes SHA-256 (data/sha256.h).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev libhdf5-dev
-          libsentencepiece-dev zlib1g-dev libzstd-dev libopenmpi-dev openmpi-bin
+          libsentencepiece-dev zlib1g-dev libzstd-dev libssl-dev libopenmpi-dev openmpi-bin
           libopenblas0-openmp libdnnl2 libgtest-dev fortunes python3-venv python3-matplotlib
           python3-yaml "$@")
 missing=()
