@@ -2,7 +2,7 @@
 // tensor parallelism (tp 2 and 4, with and without sequence parallelism), pipeline stages through
 // the stage API, both together, and recomputation under them. Each tensor-parallel rank is a
 // thread with its own device context on the one GPU, its collectives staged through the host over
-// a thread group (tests/unit/thread_group.h); stages hand their boundary activations over on the
+// a thread group (tests/support/thread_group.h); stages hand their boundary activations over on the
 // device. Two micro-batches, each in its own slot, go forward through every stage before any goes
 // backward (the slots of a pipeline schedule). Per-position losses and the reassembled logical
 // gradient of every tensor must match the CPU within 1e-5 relative error norm, the fp32 bound of
@@ -21,8 +21,8 @@
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/device_context.h"
 #include "tests/cuda/cuda_test_support.h"
-#include "tests/unit/partition_support.h"
-#include "tests/unit/thread_group.h"
+#include "tests/support/partition_support.h"
+#include "tests/support/thread_group.h"
 
 namespace strata::cuda {
 namespace {

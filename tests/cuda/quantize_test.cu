@@ -1,7 +1,7 @@
 // The block quantisers against their CPU reference (model/kernels/cpu/quantize.h), bit for bit:
 // the packed bytes (scales, payload, padding) and the dequantised and dequantise-added floats, on
 // random values of many magnitudes, odd lengths and block sizes, several shards and sources, the
-// adversarial values of tests/unit/quantize_inputs.h, and zero-sized shards.
+// adversarial values of tests/support/quantize_inputs.h, and zero-sized shards.
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include "model/kernels/cpu/quantize.h"
 #include "model/kernels/cuda/quantize.h"
 #include "tests/cuda/cuda_test_support.h"
-#include "tests/unit/quantize_inputs.h"
+#include "tests/support/quantize_inputs.h"
 
 namespace strata::cuda {
 namespace {

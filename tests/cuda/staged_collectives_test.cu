@@ -1,5 +1,5 @@
 // The host-staged collectives (model/kernels/cuda/staged_collectives.h) against the host group
-// they stage through: ranks are threads (tests/unit/thread_group.h), each with its own stream on
+// they stage through: ranks are threads (tests/support/thread_group.h), each with its own stream on
 // the one GPU, on fresh random arrays of several sizes. fp32 results are the host collective's
 // exactly (the staging only copies); bf16/fp16 results are the fp32 sum of the dtype's values,
 // rounded once (within the dtype's tolerance of the fp32 sum); a group of one only copies.
@@ -17,7 +17,7 @@
 #include "model/kernels/cuda/host_staging.h"
 #include "model/kernels/cuda/staged_collectives.h"
 #include "tests/cuda/cuda_test_support.h"
-#include "tests/unit/thread_group.h"
+#include "tests/support/thread_group.h"
 
 namespace strata::cuda {
 namespace {

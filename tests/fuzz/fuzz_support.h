@@ -2,8 +2,8 @@
 // path, and what counts as a finding.
 //
 // Every target is a libFuzzer entry point, LLVMFuzzerTestOneInput. Built with clang and
-// -fsanitize=fuzzer (STRATA_FUZZ=ON, scripts/fuzz.sh) it is a fuzzer; built with any compiler and
-// replay_main.cpp it is a replayer that runs the saved corpus and past findings as a ctest.
+// -fsanitize=fuzzer (STRATA_FUZZ=ON, tests/fuzz/fuzz.sh) it is a fuzzer; built with any compiler
+// and replay_main.cpp it is a replayer that runs the saved corpus and past findings as a ctest.
 //
 // A reader may reject an input only with a strata::Error that says what is wrong with it: that is
 // the one-line `error:` a user sees. Anything else is a finding: a crash or sanitizer report, an

@@ -1,12 +1,13 @@
-// Kill -9 at any moment, bounded for CI: scripts/chaos.py runs each variant (tp 2 x dp 2, ZeRO-3,
-// DiLoCo) on 4 ranks, SIGKILLs one rank at seeded moments (some aimed at a checkpoint write), and
-// resumes until the run completes; every trial must end bitwise equal to the uninterrupted run,
-// final checkpoint and loss trace alike. The longer benchmark is scripts/chaos.sh (docs/CHAOS.md).
+// Kill -9 at any moment, bounded for CI: tests/chaos/chaos.py runs each variant (tp 2 x dp 2,
+// ZeRO-3, DiLoCo) on 4 ranks, SIGKILLs one rank at seeded moments (some aimed at a checkpoint
+// write), and resumes until the run completes; every trial must end bitwise equal to the
+// uninterrupted run, final checkpoint and loss trace alike. The longer benchmark is
+// tests/chaos/chaos.sh (docs/CHAOS.md).
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {
@@ -16,7 +17,7 @@ TEST(Chaos, EveryKilledAndResumedRunEndsBitwiseEqualToTheUninterruptedOne) {
   testing::write_synthetic_dataset(dir / "data", 64, 60000);
   const int kills_per_variant = 2;
   const auto r = testing::run_command(
-      "python3 " + std::string(STRATA_SOURCE_DIR) + "/scripts/chaos.py --build " +
+      "python3 " + std::string(STRATA_SOURCE_DIR) + "/tests/chaos/chaos.py --build " +
       testing::bin("..") + " --work " + (dir / "work") + " --data " + (dir / "data") + " --kills " +
       std::to_string(kills_per_variant) + " --seed 3");
   ASSERT_EQ(r.status, 0) << r.output;

@@ -20,7 +20,7 @@
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/process_groups.h"
-#include "tests/unit/error_of.h"
+#include "tests/support/error_of.h"
 
 namespace strata {
 

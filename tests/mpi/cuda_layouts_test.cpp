@@ -16,7 +16,7 @@
 #include <filesystem>
 
 #include "tests/mpi/layout_runs.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "train/cuda_training.h"
 
 namespace strata {

@@ -15,7 +15,7 @@
 #include "parallel/outer_compression.h"
 #include "parallel/worker_averaging.h"
 #include "tests/mpi/layout_runs.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "train/diloco_fragments.h"
 #include "train/step_report.h"
 

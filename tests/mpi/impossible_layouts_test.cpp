@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <map>
 
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

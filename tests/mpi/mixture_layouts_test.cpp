@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/mpi/layout_runs.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

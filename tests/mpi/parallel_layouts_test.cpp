@@ -14,7 +14,7 @@
 
 #include "model/gpt.h"
 #include "tests/mpi/layout_runs.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

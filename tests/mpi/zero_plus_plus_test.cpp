@@ -16,7 +16,7 @@
 #include "model/parameter_layout.h"
 #include "parallel/segment_collectives.h"
 #include "tests/mpi/layout_runs.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

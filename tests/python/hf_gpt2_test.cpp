@@ -10,7 +10,7 @@
 #include <string>
 
 #include "data/token_shards.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

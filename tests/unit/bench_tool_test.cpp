@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/kernels/cpu/blas.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "tools/gpu_peaks.h"
 #include "train/cuda_training.h"
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "data/hdf5_handle.h"
-#include "tests/unit/checkpoint_support.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/checkpoint_support.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_seal.h"
 #include "train/checkpoint_verify.h"

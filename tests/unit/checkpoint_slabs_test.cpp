@@ -11,7 +11,7 @@
 
 #include "data/hdf5_handle.h"
 #include "parallel/reduction_plan.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_seal.h"
 

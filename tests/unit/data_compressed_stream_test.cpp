@@ -10,8 +10,8 @@
 
 #include "data/compressed_stream.h"
 #include "data/line_reader.h"
-#include "tests/unit/compression_support.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/compression_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

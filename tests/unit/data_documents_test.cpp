@@ -12,8 +12,8 @@
 #include "data/training_sample.h"
 #include "data/utf8.h"
 #include "model/core/error.h"
-#include "tests/unit/compression_support.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/compression_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

@@ -11,7 +11,7 @@
 #include "data/permutation.h"
 #include "data/split.h"
 #include "model/core/error.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

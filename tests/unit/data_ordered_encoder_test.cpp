@@ -11,7 +11,7 @@
 #include "data/ordered_encoder.h"
 #include "data/tokenizer.h"
 #include "model/core/error.h"
-#include "tests/unit/error_of.h"
+#include "tests/support/error_of.h"
 
 namespace strata {
 namespace {

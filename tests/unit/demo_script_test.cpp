@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

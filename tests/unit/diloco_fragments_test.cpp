@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "tests/unit/partition_support.h"
+#include "tests/support/partition_support.h"
 #include "train/step_report.h"
 
 namespace strata {

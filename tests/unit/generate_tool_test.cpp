@@ -12,8 +12,8 @@
 
 #include "data/tokenizer.h"
 #include "model/parameter_layout.h"
-#include "tests/unit/checkpoint_support.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/checkpoint_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

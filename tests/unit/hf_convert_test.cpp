@@ -10,8 +10,8 @@
 
 #include "data/tokenizer.h"
 #include "model/parameter_layout.h"
-#include "tests/unit/checkpoint_support.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/checkpoint_support.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/hf_convert.h"

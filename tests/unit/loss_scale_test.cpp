@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "model/gpt.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 #include "train/loss_scale.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/core/error.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "train/config.h"
 
 namespace strata {

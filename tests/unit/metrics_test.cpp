@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "train/metrics.h"
 #include "train/process_memory.h"
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "model/gpt.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 
 namespace strata {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "model/gpt.h"
-#include "tests/unit/partition_support.h"
-#include "tests/unit/thread_group.h"
+#include "tests/support/partition_support.h"
+#include "tests/support/thread_group.h"
 
 namespace strata {
 namespace {

@@ -16,7 +16,7 @@
 #include "model/kernels/cpu/quantize.h"
 #include "model/kernels/quantize_block.h"
 #include "parallel/qgz_order.h"
-#include "tests/unit/quantize_inputs.h"
+#include "tests/support/quantize_inputs.h"
 
 namespace strata::cpu {
 namespace {

@@ -11,7 +11,7 @@
 #include "plan/cluster.h"
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
-#include "tests/unit/plan_support.h"
+#include "tests/support/plan_support.h"
 #include "train/config.h"
 
 namespace strata {

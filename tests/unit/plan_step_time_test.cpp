@@ -14,7 +14,7 @@
 #include "plan/comm_model.h"
 #include "plan/step_time.h"
 #include "plan/timed_pipeline.h"
-#include "tests/unit/plan_support.h"
+#include "tests/support/plan_support.h"
 #include "train/config.h"
 
 namespace strata {

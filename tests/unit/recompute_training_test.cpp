@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "model/gpt.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 
 namespace strata {

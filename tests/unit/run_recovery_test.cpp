@@ -13,8 +13,8 @@
 #include "data/hdf5_handle.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
-#include "tests/unit/checkpoint_support.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/checkpoint_support.h"
+#include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 
 namespace strata {

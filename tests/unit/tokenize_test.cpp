@@ -15,8 +15,8 @@
 #include "data/split.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "tests/unit/compression_support.h"
-#include "tests/unit/test_support.h"
+#include "tests/support/compression_support.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "data/token_shards.h"
 #include "model/core/error.h"
-#include "tests/unit/error_of.h"
+#include "tests/support/error_of.h"
 
 namespace strata::testing {
 

@@ -13,7 +13,7 @@ moment is one of
 and its phase is classified from what the job had done when the signal was sent: start-up (no
 step finished since launch), checkpoint write (a temporary checkpoint file exists), or step.
 Prints one line per kill and a summary table (markdown); exits 1 if any trial fails to complete
-or to match. Standard library only; run by scripts/chaos.sh.
+or to match. Standard library only; run by tests/chaos/chaos.sh.
 """
 import argparse
 import json

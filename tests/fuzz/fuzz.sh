@@ -7,7 +7,7 @@
 # once fixed, so that the fuzz.replay ctests keep it fixed). Needs clang and its runtimes
 # (scripts/setup.sh clang libclang-rt-14-dev libomp-14-dev). FUZZ_TARGETS picks targets.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-10}
 targets=${FUZZ_TARGETS:-config documents shard shard_fields checkpoint checkpoint_fields}
 

@@ -1,6 +1,6 @@
-// Shared by the tests that run a model's partitions (ranks as threads, tests/unit/thread_group.h)
-// against the whole model: the partition of one rank of a (pipeline stage, tensor-parallel rank)
-// grid, and that rank's share of the whole model's parameters.
+// Shared by the tests that run a model's partitions (ranks as threads,
+// tests/support/thread_group.h) against the whole model: the partition of one rank of a (pipeline
+// stage, tensor-parallel rank) grid, and that rank's share of the whole model's parameters.
 #pragma once
 
 #include <cstdint>
