@@ -62,6 +62,14 @@ std::vector<std::string> gather_gpu_ids(Communicator& world, const std::string& 
 // (NCCL needs one GPU per rank); auto when there are several ranks and no two share a GPU.
 bool choose_nccl(const std::string& device_comm, const std::vector<std::string>& gpu_ids);
 
+// The CUDA placement of this rank, which trains on CUDA: returns its GPU (the ranks of a node take
+// its devices in turn, parallel.gpus_per_node per node) and sets placement.nccl (choose_nccl on
+// every rank's GPU; false where the ZeRO++ switches run through the host, an error if
+// parallel.device_comm asked for nccl there) and placement.slots (1 for a lone pipeline stage,
+// which trains one micro-batch at a time whatever the schedule). Collective over `team`.
+int place_on_gpu(BackendPlacement& placement, const Config& config, int world_rank,
+                 Communicator& team, int pp_size);
+
 // Decides where a run trains: "cpu" or "cuda", from `device` (cpu | cuda | auto), the shape and
 // the devices present. auto picks cuda when a device is usable and the backend supports the shape;
 // cuda without a device, or with a shape it does not support, is an error, and so is auto

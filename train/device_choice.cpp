@@ -1,5 +1,5 @@
-// resolve_device and choose_nccl (train/cuda_training.h): where a run trains, and what carries
-// its device arrays between ranks.
+// resolve_device, choose_nccl and place_on_gpu (train/cuda_training.h): where a run trains, on
+// which GPU, and what carries its device arrays between ranks.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -45,6 +45,26 @@ bool choose_nccl(const std::string& device_comm, const std::vector<std::string>&
   }
   // One rank has nothing to exchange: auto leaves NCCL out; nccl asked for it.
   return device_comm == "nccl" || gpu_ids.size() > 1;
+}
+
+int place_on_gpu(BackendPlacement& placement, const Config& config, int world_rank,
+                 Communicator& team, int pp_size) {
+  const int gpu = world_rank % config.parallel.gpus_per_node % cuda_device_count();
+  // Collective: every rank learns which GPU each rank computes on.
+  placement.nccl =
+      choose_nccl(config.parallel.device_comm, gather_gpu_ids(team, cuda_device_identity(gpu)));
+  // ZeRO++ on CUDA runs through the host (train/cuda_staged_sharding.h).
+  const auto& zero = config.parallel.zero;
+  if (placement.plan.gradients_by_segment &&
+      (zero.quantized_weights || zero.hierarchical_partition || zero.quantized_gradients)) {
+    if (config.parallel.device_comm == "nccl")
+      fail(
+          "parallel.device_comm: nccl does not carry the ZeRO++ switches yet (they run "
+          "through the host); use auto or host");
+    placement.nccl = false;
+  }
+  if (pp_size == 1) placement.slots = 1;
+  return gpu;
 }
 
 std::vector<std::string> gather_gpu_ids(Communicator& world, const std::string& mine) {

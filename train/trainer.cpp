@@ -119,26 +119,8 @@ struct Trainer::State {
     placement.slots = step_program.slots;
     const ParameterLayout layout = ParameterLayout::for_partition(shape, placement.partition);
     placement.plan = make_reduction_plan(layout, reduction);
-    int gpu = 0;
-    if (device == "cuda") {
-      // One GPU per rank: the ranks of a node take its devices in turn.
-      gpu = world.rank() % config.parallel.gpus_per_node % cuda_device_count();
-      // Collective: every rank learns which GPU each rank computes on.
-      placement.nccl =
-          choose_nccl(config.parallel.device_comm, gather_gpu_ids(team, cuda_device_identity(gpu)));
-      // ZeRO++ on CUDA runs through the host (train/cuda_staged_sharding.h).
-      const auto& zero = config.parallel.zero;
-      if (placement.plan.gradients_by_segment &&
-          (zero.quantized_weights || zero.hierarchical_partition || zero.quantized_gradients)) {
-        if (config.parallel.device_comm == "nccl")
-          fail(
-              "parallel.device_comm: nccl does not carry the ZeRO++ switches yet (they run "
-              "through the host); use auto or host");
-        placement.nccl = false;
-      }
-      // A lone stage trains one micro-batch at a time (the fused pass), whatever the schedule.
-      if (mesh.pp_size() == 1) placement.slots = 1;
-    }
+    const int gpu =
+        device == "cuda" ? place_on_gpu(placement, config, world.rank(), team, mesh.pp_size()) : 0;
     backend = make_training_backend(device, config, shape, placement, gpu);
     // The data-parallel ranks share the writing: each its ZeRO shard, or its share of the layout.
     const ElementRange share = replica_share(layout, reduction);
