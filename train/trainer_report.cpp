@@ -1,0 +1,109 @@
+// Trainer::State (trainer_state.h): what a run prints and logs when it starts and when it ends.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "model/core/error.h"
+#include "model/kernels/cpu/blas.h"
+#include "model/parameter_layout.h"
+#include "train/diloco_fragments.h"
+#include "train/process_memory.h"
+#include "train/trainer_state.h"
+
+namespace strata {
+
+void Trainer::State::print_startup() const {
+  const Config& c = config;
+  std::cout << "model: " << ParameterLayout::for_gpt(shape).total() << " parameters ("
+            << c.model.n_layer << " layers, d_model " << c.model.d_model << ", vocab "
+            << c.model.vocab_size << " padded to " << shape.padded_vocab() << ") on "
+            << backend->name()
+            // The CPU backend's GEMMs: which library, threading and kernels (blas.h).
+            << (device == "cpu" ? " (GEMMs on " + cpu::blas_library().describe() + ")" : "")
+            << " | mesh tp " << mesh.tp_size() << " x dp " << mesh.dp_size() << " x pp "
+            << mesh.pp_size() << " (" << c.parallel.pipeline_schedule
+            << (c.parallel.sequence_parallel ? ", sequence parallel" : "") << "), rank 0 holds "
+            << backend->layout().total() << " | micro_batch " << c.train.micro_batch << " x "
+            << settings.accumulation << " accumulation steps | "
+            << static_cast<std::int64_t>(c.train.global_batch) * c.model.seq_len
+            << " tokens/step\n";
+  if (data.is_mixture()) {
+    const std::uint64_t samples_in_run = static_cast<std::uint64_t>(c.train.steps) *
+                                         static_cast<std::uint64_t>(c.train.global_batch) *
+                                         static_cast<std::uint64_t>(workers.workers);
+    data.describe(std::cout, c, samples_in_run);
+  }
+  if (c.diloco.enabled) {
+    const DilocoConfig& d = c.diloco;
+    std::cout << "diloco: " << d.workers << " workers of " << team.size()
+              << " ranks, outer step every " << d.inner_steps << " inner steps (lr " << d.outer_lr
+              << ", momentum " << d.outer_momentum << (d.nesterov ? ", Nesterov" : "")
+              << "), averaging " << d.averaging << ", compression " << d.compression
+              << (d.error_feedback ? " with error feedback" : "");
+    if (d.fragments > 1) {  // streaming: how even the fragments are
+      std::cout << ", " << d.fragments << " fragments of";
+      const char* separator = " ";
+      for (std::size_t n : diloco_fragment_sizes(shape, d.fragments)) {
+        std::cout << separator << human_count(static_cast<double>(n));
+        separator = ", ";
+      }
+      std::cout << " parameters";
+    }
+    if (d.drop_probability > 0) std::cout << ", drop probability " << d.drop_probability;
+    std::cout << " | global_batch is per worker\n";
+  }
+  // Rank 0's memory; what ZeRO saves is the optimizer state of the layout at stage 0.
+  const MemoryAccount m = backend->memory();
+  const auto mib = [](std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; };
+  std::printf(
+      "memory (rank 0): model state %.2f MiB (master weights %.2f, compute weights %.2f, "
+      "gradients %.2f, optimizer state %.2f)",
+      mib(m.model_state()), mib(m.master_weights), mib(m.compute_weights), mib(m.gradients),
+      mib(m.optimizer_state));
+  if (backend->plan().sharded) {
+    // Stage 0 holds every element of the layout in each buffer: fp32 weights, gradients and
+    // two moments, and the compute copy at the size per element this backend stores it in.
+    const ReductionPlan& plan = backend->plan();
+    const double elements = static_cast<double>(backend->layout().padded_total(1));
+    const double compute_per_element =
+        static_cast<double>(m.compute_weights) / static_cast<double>(plan.parameter_range.size());
+    const double stage0 = elements * (4 * sizeof(float) + compute_per_element);
+    std::printf("; ZeRO stage %d saves %.2f MiB of it against stage 0 (%.2f MiB)",
+                c.parallel.zero.stage, (stage0 - static_cast<double>(m.model_state())) / 1048576.0,
+                stage0 / 1048576.0);
+    // ZeRO++: which switches are on, and what hpZ's node copy costs (counted in model state).
+    const ZeroConfig& z = c.parallel.zero;
+    if (z.quantized_weights || z.hierarchical_partition || z.quantized_gradients)
+      std::printf("; ZeRO++:%s%s%s", z.quantized_weights ? " qwZ (int8 weight gathers)" : "",
+                  z.hierarchical_partition ? " hpZ (a secondary weight copy per node)" : "",
+                  z.quantized_gradients ? " qgZ (int4 gradient reduce-scatters)" : "");
+    if (z.hierarchical_partition) std::printf(", hpZ's copy %.2f MiB", mib(m.secondary_weights));
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void Trainer::State::report_outer(const std::vector<OuterSyncReport>& syncs, double loss,
+                                  const CommStats& outer_stats) {
+  report_outer_syncs(syncs, loss, outer_stats, workers, world,
+                     is_logger() ? metrics.get() : nullptr);
+}
+
+void Trainer::State::report_done() {
+  const float activation_mib = static_cast<float>(backend->activation_bytes() / 1048576.0);
+  std::vector<float> by_stage(static_cast<std::size_t>(groups.pp().size()));
+  groups.pp().all_gather(&activation_mib, by_stage.data(), 1);
+  if (!is_logger()) return;
+  metrics->write(JsonLine()
+                     .add("step", progress.step)
+                     .add("peak_rss_mib", peak_rss_mib())
+                     .add("activation_mib_by_stage", by_stage, "%.3f"));
+  std::printf("done: %lld steps, peak memory %.0f MiB, activations %s MiB%s\n",
+              static_cast<long long>(progress.step), peak_rss_mib(),
+              by_stage.size() == 1 ? json_number(by_stage[0], "%.3f").c_str()
+                                   : json_array(by_stage, "%.3f").c_str(),
+              by_stage.size() == 1 ? "" : " by pipeline stage");
+}
+
+}  // namespace strata

@@ -1,0 +1,128 @@
+// Trainer::State (trainer_state.h): the run's state, fresh or from a checkpoint, and the
+// checkpoints it writes.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "model/core/error.h"
+#include "model/parameter_layout.h"
+#include "train/checkpoint_verify.h"
+#include "train/stop_signal.h"
+#include "train/trainer_state.h"
+
+namespace strata {
+
+std::vector<StateBuffer> Trainer::State::named_state() {
+  std::vector<StateBuffer> buffers = backend->state();
+  for (StateBuffer& b : buffers) b.name = state_prefix + b.name;
+  if (diloco)
+    for (StateBuffer& b : diloco->state(state_prefix)) buffers.push_back(std::move(b));
+  return buffers;
+}
+
+void Trainer::State::set_named_state(std::vector<StateBuffer> buffers) {
+  if (diloco) diloco->set_state(buffers, state_prefix);
+  std::vector<StateBuffer> backend_buffers;
+  for (StateBuffer& b : buffers)
+    if (!b.name.starts_with(state_prefix + "outer/")) {
+      b.name = b.name.substr(state_prefix.size());
+      backend_buffers.push_back(std::move(b));
+    }
+  backend->set_state(backend_buffers);
+}
+
+void Trainer::State::load_state(const std::optional<std::string>& resume_from) {
+  const std::string ckpt_dir = config.checkpoint_directory();
+  if (!resume_from) {
+    if (latest_checkpoint(ckpt_dir))
+      fail("run '", config.run.name, "' already has checkpoints in '", ckpt_dir,
+           "'; use --resume to continue it, or choose another run.name");
+    // Every DiLoCo worker starts from the same parameters (those of the run's seed).
+    std::vector<StateBuffer> buffers = backend->state();
+    StateBuffer& params = buffers.at(0);
+    initialize_gpt_parameters(backend->layout(), shape, config.run.seed, params.values.data(),
+                              params.range);
+    backend->set_state(buffers);
+    if (diloco) diloco->start(*backend);
+    return;
+  }
+  std::vector<StateBuffer> buffers = named_state();
+  const std::string path = choose_resume_checkpoint(*resume_from, ckpt_dir, world);
+  check_resumable(path, config.model, workers.workers);
+  const CheckpointMeta meta = read_checkpoint(path, backend->layout(), buffers);
+  set_named_state(std::move(buffers));
+  if (diloco) diloco->resume(*backend, meta.state.step);
+  const CheckpointState& mine =
+      workers.worker == 0 ? meta.state
+                          : meta.worker_states.at(static_cast<std::size_t>(workers.worker - 1));
+  progress.step = meta.state.step;
+  progress.data_position = meta.state.data_position;
+  progress.optimizer_steps = mine.adam_steps;
+  scaler.restore(mine.loss_scale, mine.loss_scale_clean_steps);
+  last_checkpoint_step = progress.step;
+  if (progress.step > config.train.steps)
+    fail("--resume: checkpoint '", path, "' is at step ", progress.step, ", past train.steps (",
+         config.train.steps, ")");
+  if (meta.state.seed != config.run.seed && is_logger())
+    std::cerr << "warning: run.seed " << config.run.seed << " differs from the checkpoint's "
+              << meta.state.seed << "; the data order changes from here\n";
+  // Another tokenizer would give the same ids other meanings: never a silent change.
+  if (!meta.tokenizer_model.empty() && !tokenizer_model.empty() &&
+      meta.tokenizer_model != tokenizer_model)
+    fail("--resume: data.tokenizer '", config.data.tokenizer,
+         "' is not the tokenizer of checkpoint '", path, "' (its model bytes differ)");
+  if (is_logger()) warn_changed_keys(meta.config_yaml, path);
+  if (is_logger()) std::cout << "resumed from " << path << " at step " << progress.step << "\n";
+}
+
+void Trainer::State::warn_changed_keys(const std::string& saved_yaml,
+                                       const std::string& path) const {
+  Config saved;
+  try {
+    saved = parse_config(saved_yaml, path + " (config attribute)");
+  } catch (const Error&) {
+    return;  // a config this version cannot read: nothing to compare
+  }
+  for (const ConfigChange& change : config_changes(saved, config)) {
+    // run.seed has a warning of its own; train.stop_after says when this invocation stops.
+    if (change.key == "run.seed" || change.key == "train.stop_after") continue;
+    std::cerr << "warning: --resume: " << change.key << " is " << change.after << ", "
+              << change.before << " in the checkpoint's run";
+    if (change.key == "train.steps" || change.key == "optimizer.lr" ||
+        change.key == "optimizer.min_lr" || change.key == "optimizer.warmup_steps" ||
+        change.key == "optimizer.schedule")
+      std::cerr << "; the learning-rate schedule changes from step " << progress.step;
+    if (change.key == "data.train")  // the samples are a function of data.train (mixture.h)
+      std::cerr << "; the data order changes from step " << progress.step;
+    std::cerr << "\n";
+  }
+}
+
+void Trainer::State::save_checkpoint() {
+  if (last_checkpoint_step == progress.step) return;
+  CheckpointMeta meta{config_to_yaml(config), checkpoint_state(), tokenizer_model, {}};
+  if (diloco) {  // every worker's counters reach the first (uncounted: metrics' duplicate)
+    std::vector<CheckpointState> all(static_cast<std::size_t>(workers.workers));
+    workers.outer_metrics->all_gather(reinterpret_cast<const std::uint8_t*>(&meta.state),
+                                      reinterpret_cast<std::uint8_t*>(all.data()),
+                                      sizeof(CheckpointState));
+    meta.worker_states.assign(all.begin() + 1, all.end());
+  }
+  const std::string path =
+      write_checkpoint(config.checkpoint_directory(), checkpoint_writer, meta, named_state());
+  if (is_logger()) {
+    prune_checkpoints(config.checkpoint_directory(), config.checkpoint.keep);
+    std::cout << "checkpoint " << path << "\n";
+  }
+  world.barrier();
+  last_checkpoint_step = progress.step;
+}
+
+CheckpointState Trainer::State::checkpoint_state() const {
+  return CheckpointState{
+      progress.step,  progress.data_position,   config.run.seed,
+      scaler.scale(), progress.optimizer_steps, scaler.dynamic() ? scaler.clean_steps() : -1};
+}
+
+}  // namespace strata

@@ -1,0 +1,105 @@
+// Internal to train/trainer*.cpp: the state of one run (Trainer::State) and the steps of its
+// life, kept in three files: trainer.cpp (set-up, the data and evaluation helpers and the loop),
+// trainer_run_state.cpp (fresh or resumed state, checkpoints) and trainer_report.cpp (the
+// start-up report and the closing lines).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "data/token_shards.h"
+#include "parallel/process_groups.h"
+#include "train/checkpoint.h"
+#include "train/diloco.h"
+#include "train/diloco_run.h"
+#include "train/step_report.h"
+#include "train/trainer.h"
+#include "train/training_backend.h"
+#include "train/training_data.h"
+#include "train/training_step.h"
+
+namespace strata {
+
+// The schedule of one step, checked by simulation, and how many micro-batches' activations this
+// stage holds at once under it.
+struct StepProgram {
+  PipelineProgram program;
+  int slots = 1;
+};
+
+struct Trainer::State {
+  Config config;
+  MpiCommunicator& world;  // the job
+  WorkerGroups workers;
+  MpiCommunicator& team;  // the ranks that train one model: the world, or this DiLoCo worker
+  ProcessGroups groups;
+  const Mesh& mesh;
+  ReductionGroups reduction_groups;
+  StepSettings settings;
+  std::set<std::int64_t> nonfinite_test_steps;  // test hook (training_step.h)
+  GptShape shape;
+  StepProgram step_program;
+  std::string device;
+  std::unique_ptr<TrainingBackend> backend;
+  CheckpointWriter checkpoint_writer;
+  TrainingData data;
+  LossScaler scaler;
+  std::string tokenizer_model;
+  TrainingProgress progress;
+  std::int64_t last_checkpoint_step = -1;
+  std::unique_ptr<MetricsWriter> metrics;
+  bool reports_loss_scale = false;  // fp16: metrics carry the loss scale each step used
+  std::unique_ptr<Diloco> diloco;
+  std::string state_prefix;  // this worker's checkpoint names (diloco_state_prefix)
+
+  State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape);
+  bool is_logger() const { return world.rank() == 0; }
+  // The backend on this rank's part of the model, its checkpoint writer, and DiLoCo if enabled.
+  void make_backend();
+  void make_diloco(const BackendPlacement& placement, ElementRange share);
+  // The training state this rank holds under the names it takes in checkpoints: the backend's,
+  // and DiLoCo's outer state, with this worker's prefix.
+  std::vector<StateBuffer> named_state();
+  // Hands buffers read under named_state()'s names back to the backend and to DiLoCo.
+  void set_named_state(std::vector<StateBuffer> buffers);
+  // Fresh parameters, or the state of a checkpoint.
+  void load_state(const std::optional<std::string>& resume_from);
+  // A resumed run may change keys (a longer run, another learning rate), but says which: the
+  // model's shape was checked (check_resumable).
+  void warn_changed_keys(const std::string& saved_yaml, const std::string& path) const;
+  // Micro-batch a of this step on this replica: samples data_position + (a·dp + dp_rank)·micro +
+  // b of this worker's stream. The global batch is split the same way under any layout, so every
+  // layout trains on exactly the same sequences. DiLoCo worker w of k reads every k-th sample of
+  // the corpus order from w (position p is sample p·k + w): k workers together read what one run
+  // with a k times larger batch would, and one worker reads what plain training reads.
+  void sample_micro_batch(int a, std::int32_t* inputs, std::int32_t* targets);
+  // The loss over the first eval_tokens of `split` (DESIGN §5 "Evaluation"). Collective: every
+  // rank evaluates the same splits in the same order.
+  double validation_loss(const TokenSource& split, const std::string& key);
+  // val_loss (training_data.h: data.val's, else the sources' weighted by share) and, for each
+  // source with a val, its own.
+  void evaluate();
+  // A mixture's training line: the tokens each source has given the job so far, summing to
+  // step · global_batch · seq_len · workers. DiLoCo's k workers together have read the first
+  // data_position · k samples (sample_micro_batch).
+  JsonLine tokens_by_source() const;
+  // A checkpoint of this step (once per step), collective; rank 0 prunes to checkpoint.keep.
+  void save_checkpoint();
+  CheckpointState checkpoint_state() const;
+  // Why the run stops after this step (a signal on any rank, or train.stop_after), or "" to go
+  // on: every rank decides alike.
+  std::string stop_reason();
+  // Rank 0's start-up lines: model, backend, mesh, batch, mixture, DiLoCo, memory.
+  void print_startup() const;
+  void report_outer(const std::vector<OuterSyncReport>& syncs, double loss,
+                    const CommStats& outer_stats);
+  // Activation memory differs by pipeline stage (1F1B holds more micro-batches on early
+  // stages): every rank's pipeline group spans the stages, so rank 0 learns them all.
+  void report_done();
+};
+
+}  // namespace strata
