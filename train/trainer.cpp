@@ -168,6 +168,11 @@ std::string Trainer::State::stop_reason() {
   return "";
 }
 
+std::unique_ptr<OuterLoop> Trainer::State::outer_loop() {
+  if (!diloco) return std::make_unique<OuterLoop>();
+  return make_diloco_loop(*diloco, workers, world, is_logger() ? metrics.get() : nullptr);
+}
+
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
   // Before any work: a layout that does not fit the world, a device it cannot use.
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
@@ -199,26 +204,22 @@ int Trainer::run() {
   };
   install_stop_signal_handlers();
   if (s.is_logger()) s.print_startup();
+  const std::unique_ptr<OuterLoop> outer = s.outer_loop();
   double last_loss = 0;  // the last step's, for a sync that finish() applies
   ProgressBar bar(s.is_logger(), s.progress.step, c.train.steps);  // on a terminal only
 
   while (s.progress.step < c.train.steps) {
     bar.draw(s.progress.step);
     const StepWatch watch(s.groups, s.workers.outer.get());
-    // The syncs' bytes: from here, so that an overlapped reduction (in flight during the step) is
-    // counted with the sync it belongs to.
-    const CommStats outer_before = s.diloco ? s.workers.outer->stats() : CommStats{};
-    if (s.diloco) s.diloco->begin_inner_step();  // overlap: the reduction in flight from here
+    outer->begin_inner_step();
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
     s.settings.inject_nonfinite_gradients = s.nonfinite_test_steps.contains(s.progress.step + 1);
     const StepResult result = training_step(*s.backend, s.reduction_groups, s.settings, train_batch,
                                             s.scaler, s.progress);
     bar.erase();  // the step's log lines take its row
     const std::int64_t step = s.progress.step;
-    // A step that stops the run is logged, but starts no DiLoCo sync.
-    const std::vector<OuterSyncReport> syncs = s.diloco && !result.stop
-                                                   ? s.diloco->after_inner_step(*s.backend, step)
-                                                   : std::vector<OuterSyncReport>{};
+    // A step that stops the run is logged, but starts no outer sync.
+    if (!result.stop) outer->end_inner_step(*s.backend, step);
     const double step_ms = watch.elapsed_ms();
     const JsonLine job_bytes = watch.job_link_bytes(s.world);
     if (s.is_logger()) {
@@ -233,7 +234,7 @@ int Trainer::run() {
     }
     if (result.stop)
       fail_together(nonfinite_stop_message(s.settings, s.progress, s.last_checkpoint_step));
-    if (!syncs.empty()) s.report_outer(syncs, result.loss, s.workers.outer->stats() - outer_before);
+    outer->report(result.loss);
     last_loss = result.loss;
     if (c.train.eval_every > 0 && step % c.train.eval_every == 0 && step != c.train.steps)
       s.evaluate();
@@ -244,11 +245,7 @@ int Trainer::run() {
       return 0;
     }
   }
-  if (s.diloco) {  // overlap: the last sync, applied before the final evaluation
-    const CommStats outer_before = s.workers.outer->stats();
-    const std::vector<OuterSyncReport> syncs = s.diloco->finish(*s.backend);
-    if (!syncs.empty()) s.report_outer(syncs, last_loss, s.workers.outer->stats() - outer_before);
-  }
+  outer->finish(*s.backend, last_loss);  // before the final evaluation
   s.evaluate();
   s.save_checkpoint();
   s.report_done();

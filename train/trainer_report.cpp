@@ -84,12 +84,6 @@ void Trainer::State::print_startup() const {
   std::fflush(stdout);
 }
 
-void Trainer::State::report_outer(const std::vector<OuterSyncReport>& syncs, double loss,
-                                  const CommStats& outer_stats) {
-  report_outer_syncs(syncs, loss, outer_stats, workers, world,
-                     is_logger() ? metrics.get() : nullptr);
-}
-
 void Trainer::State::report_done() {
   const float activation_mib = static_cast<float>(backend->activation_bytes() / 1048576.0);
   std::vector<float> by_stage(static_cast<std::size_t>(groups.pp().size()));

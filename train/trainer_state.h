@@ -16,6 +16,7 @@
 #include "train/checkpoint.h"
 #include "train/diloco.h"
 #include "train/diloco_run.h"
+#include "train/outer_loop.h"
 #include "train/step_report.h"
 #include "train/trainer.h"
 #include "train/training_backend.h"
@@ -93,10 +94,10 @@ struct Trainer::State {
   // Why the run stops after this step (a signal on any rank, or train.stop_after), or "" to go
   // on: every rank decides alike.
   std::string stop_reason();
+  // The loop around the inner steps: DiLoCo's, or the plain one that does nothing (outer_loop.h).
+  std::unique_ptr<OuterLoop> outer_loop();
   // Rank 0's start-up lines: model, backend, mesh, batch, mixture, DiLoCo, memory.
   void print_startup() const;
-  void report_outer(const std::vector<OuterSyncReport>& syncs, double loss,
-                    const CommStats& outer_stats);
   // Activation memory differs by pipeline stage (1F1B holds more micro-batches on early
   // stages): every rank's pipeline group spans the stages, so rank 0 learns them all.
   void report_done();
