@@ -79,6 +79,13 @@ class CudaTrainingOf final : public TrainingBackend {
     grads_ = buffers_.allocate<float>(n_grads_);
     m_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
     v_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
+    // cudaMalloc leaves memory as it finds it: the state starts at zero, as the CPU backend's
+    // vectors do (bench train writes only the weights; AdamW's moments must start at zero).
+    for (float* buffer : {master_, m_, v_}) {
+      const std::size_t count =
+          buffer == master_ ? static_cast<std::size_t>(n_params_) : owned_.size();
+      STRATA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, count * sizeof(float), ctx_.stream()));
+    }
     if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_params_);
     norms_ = buffers_.allocate<double>(kMaxNormRanges);
     if (scratch_count_ > 0) scratch_ = buffers_.allocate<float>(scratch_count_);
