@@ -267,8 +267,8 @@ struct Trainer::State {
                   inputs + b * T, targets + b * T);
   }
 
-  // The loss over the first eval_tokens of `split` (DESIGN §5 "Evaluation"). Collective: every
-  // rank evaluates the same splits in the same order.
+  // The loss over the first eval_tokens of `split` (docs/ARCHITECTURE.md §5 "Evaluation").
+  // Collective: every rank evaluates the same splits in the same order.
   double validation_loss(const TokenSource& split, const std::string& key) {
     const int T = config.model.seq_len;
     const LossSum local = evaluate_loss(backend->evaluator(), split, config.train.eval_tokens, T,
