@@ -1,4 +1,5 @@
-// Reading tokenizer input files into documents (DESIGN §5 "Documents", a contract), as a stream.
+// Reading tokenizer input files into documents (docs/ARCHITECTURE.md §5 "Documents", a contract),
+// as a stream.
 //
 // Formats, by the file name once a compression suffix is dropped (`.gz` gzip, `.zst` zstd:
 // data/compressed_stream.h decompresses them on the fly):

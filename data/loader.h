@@ -1,5 +1,5 @@
 // Training windows as a pure function of (seed, global sample index), and evaluation windows
-// (DESIGN §5 "Evaluation", a contract).
+// (docs/ARCHITECTURE.md §5 "Training samples" and "Evaluation", a contract).
 //
 // Training: the split's N tokens hold W = floor((N - 1) / T) non-overlapping windows (T = seq_len);
 // window w is tokens [w·T, w·T + T] (T + 1 tokens): inputs are its first T, targets its last T.

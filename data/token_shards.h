@@ -1,4 +1,5 @@
-// Token shards (DESIGN §5 "Token shards", a contract) and the token stream of a split.
+// Token shards (docs/ARCHITECTURE.md §5 "Token shards", a contract) and the token stream of a
+// split.
 //
 // A shard is an HDF5 file with
 //   /tokens          1-D dataset of token ids: uint16 when vocab_size <= 65536, else uint32;

@@ -1,4 +1,4 @@
-// GPT-2 (DESIGN §5): token + learned position embeddings, n_layer pre-LN blocks
+// GPT-2 (docs/ARCHITECTURE.md §5): token + learned position embeddings, n_layer pre-LN blocks
 // (LN → causal MHA → residual, LN → MLP 4C with tanh-GELU → residual), final LN, LM head tied to
 // wte. Explicit forward and backward; activations are kept for the backward pass.
 //
@@ -27,10 +27,10 @@
 // (tensor-parallel collectives included) in its backward. Both rerun the forward's own code into a
 // one-layer workspace, so gradients are bitwise those of `none`.
 //
-// Mixed precision (GptOptions::compute, DESIGN §6) is emulated: `params` is expected to be the
-// caller's rounded copy of the fp32 master weights, and every op output the model stores and every
-// activation gradient it passes backward is rounded to the compute dtype where a GPU kernel would
-// write it (round_to_compute in gpt.cpp); GEMMs and reductions accumulate in T, parameter
+// Mixed precision (GptOptions::compute, ARCHITECTURE §6) is emulated: `params` is expected to be
+// the caller's rounded copy of the fp32 master weights, and every op output the model stores and
+// every activation gradient it passes backward is rounded to the compute dtype where a GPU kernel
+// would write it (round_to_compute in gpt.cpp); GEMMs and reductions accumulate in T, parameter
 // gradients accumulate in T. fp32 rounds nothing.
 #pragma once
 

@@ -1,6 +1,7 @@
-// GPT-2 (DESIGN §5) on a CUDA device: the part of the model one rank holds (ModelPartition, as
-// the CPU model model/gpt.h), forward and backward with the kernels of model/kernels/cuda, in the
-// CPU model's op order so that fp32 runs agree with it to rounding. Per block, N = B·T rows:
+// GPT-2 (docs/ARCHITECTURE.md §5) on a CUDA device: the part of the model one rank holds
+// (ModelPartition, as the CPU model model/gpt.h), forward and backward with the kernels of
+// model/kernels/cuda, in the CPU model's op order so that fp32 runs agree with it to rounding.
+// Per block, N = B·T rows:
 //   ln1 = LN(x) → [gather rows] → qkv = ln1·Wqkvᵀ + b (this rank's heads) → atty = attention(qkv)
 //   → atty·Wprojᵀ (partial) → [sum] → x2 = x + · + b and ln2 = LN(x2)   (one fused kernel)
 //   → [gather rows] → h = gelu(ln2·Wfcᵀ + b)  (GELU in the GEMM epilogue) → h·Wprojᵀ (partial)
@@ -14,11 +15,11 @@
 //
 // Dtypes: T (float, __nv_bfloat16, __half) is the compute dtype of the weights copy the model
 // reads, of every activation and every activation gradient; parameter gradients, LayerNorm
-// statistics, attention logsumexps and losses are fp32 (DESIGN §6). The flat buffers (weights in
-// T, gradients in fp32) follow ParameterLayout::for_partition, so offsets are the CPU model's.
-// One rounding the CPU emulation does not have: in bf16/fp16 a tensor-parallel "[sum]" lands in a
-// T array (staged: the fp32 sum rounded once; NCCL: summed in T), where the CPU model adds its
-// fp32 sum to the residual directly. Within the bf16/fp16 bounds; fp32 is unaffected.
+// statistics, attention logsumexps and losses are fp32 (ARCHITECTURE §6). The flat buffers (weights
+// in T, gradients in fp32) follow ParameterLayout::for_partition, so offsets are the CPU model's.
+// One rounding the CPU emulation does not have: in bf16/fp16 a tensor-parallel "[sum]" lands in a T
+// array (staged: the fp32 sum rounded once; NCCL: summed in T), where the CPU model adds its fp32
+// sum to the residual directly. Within the bf16/fp16 bounds; fp32 is unaffected.
 //
 // Parameters are reached segment by segment (model/parameter_access.h), as in the CPU model: the
 // passes take a ParameterAccess<T, float> of device pointers and acquire a segment's weights

@@ -2,11 +2,11 @@
 // time, each new position attending over the keys and values cached for the earlier ones, so a
 // generated token costs one position's work instead of the whole window's (Gpt::forward).
 //
-// The cache holds, per layer, the packed qkv rows (DESIGN §5: all q, then all k, then all v; heads
-// contiguous) that Gpt's forward computes for the same positions: (L, seq_len, 3C). Rows
-// [0, length()) hold the sequence so far. The q third of a cached row is not read again; keeping
-// the packed rows lets the qkv GEMM write new rows straight into the cache and the attention read
-// them as Gpt's forward does (attention_forward_rows beside attention_forward).
+// The cache holds, per layer, the packed qkv rows (docs/ARCHITECTURE.md §5: all q, then all k, then
+// all v; heads contiguous) that Gpt's forward computes for the same positions: (L, seq_len, 3C).
+// Rows [0, length()) hold the sequence so far. The q third of a cached row is not read again;
+// keeping the packed rows lets the qkv GEMM write new rows straight into the cache and the
+// attention read them as Gpt's forward does (attention_forward_rows beside attention_forward).
 //
 // Positions are learned (wpe), so cached keys and values belong to their positions: a window that
 // moves cannot shift the cache, it is rebuilt by reset() and one append of the new window (a

@@ -1,6 +1,6 @@
 // Named views into the flat parameter buffer. Parameters, gradients and optimizer moments share
 // this layout, so bucketing, sharding and checkpoint slicing are index arithmetic.
-// Names and shapes are the checkpoint contract of DESIGN §5 (weights [out, in]).
+// Names and shapes are the checkpoint contract of docs/ARCHITECTURE.md §5 (weights [out, in]).
 #pragma once
 
 #include <cstddef>

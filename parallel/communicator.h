@@ -1,5 +1,6 @@
-// The communicator interface (DESIGN §2): collectives and point-to-point messages over a group of
-// ranks, every call counted so metrics can report communication by kind and link class.
+// The communicator interface (docs/ARCHITECTURE.md §2): collectives and point-to-point messages
+// over a group of ranks, every call counted so metrics can report communication by kind and link
+// class.
 //
 // Accounting model (what CommStats holds). Bytes SENT by this rank, per call kind and link class,
 // as a ring implementation of each collective would send them; n is the group size, B the bytes

@@ -1,4 +1,4 @@
-// The process mesh of 3D parallelism (DESIGN §2): every world rank is one cell of a
+// The process mesh of 3D parallelism (docs/ARCHITECTURE.md §2): every world rank is one cell of a
 // tp × dp × pp grid, and each parallel group is a slice of that grid.
 //
 // Rank order (contract): rank = ((pp_rank·DP + dp_rank)·TP + tp_rank). TP varies fastest, so a

@@ -1,11 +1,12 @@
-// NCCL communicators (DESIGN §2: "NCCL (device memory, bootstrapped over MPI)"): the collectives
-// of one process group run GPU to GPU on device arrays, queued on a stream like kernels, with no
-// host synchronisation. One is made per parallel axis from that axis's MPI communicator, which
-// carries the NCCL unique id from the group's rank 0 to the others and keeps the accounting: every
-// call here, count 0 included, is counted in that communicator's CommStats by the ring model of
-// communicator.h, on the bytes NCCL moves. Those differ from a host-staged run's: a bf16 or fp16
-// element counts 2 bytes here where staging moves (and counts) it as fp32, and a maximum counts as
-// the all_reduce it is where staging gathers. So comm_bytes depends on the carrier.
+// NCCL communicators (docs/ARCHITECTURE.md §2: NCCL on device memory, bootstrapped over MPI): the
+// collectives of one process group run GPU to GPU on device arrays, queued on a stream like
+// kernels, with no host synchronisation. One is made per parallel axis from that axis's MPI
+// communicator, which carries the NCCL unique id from the group's rank 0 to the others and keeps
+// the accounting: every call here, count 0 included, is counted in that communicator's CommStats by
+// the ring model of communicator.h, on the bytes NCCL moves. Those differ from a host-staged run's:
+// a bf16 or fp16 element counts 2 bytes here where staging moves (and counts) it as fp32, and a
+// maximum counts as the all_reduce it is where staging gathers. So comm_bytes depends on the
+// carrier.
 //
 // Set-up is agreed on over the MPI group (a failure on any member makes every member throw);
 // after an error, the destructor aborts the communicator rather than wait for its peers.

@@ -1,7 +1,7 @@
-// Pipeline-parallel schedules as data (DESIGN §2 "Schedules are data"): a pure function turns
-// (schedule kind, stages, micro-batches) into one instruction list per stage; one executor runs
-// any list, and `simulate_pipeline` checks a whole program without a device (tests, and the
-// trainer's start-up sanity check).
+// Pipeline-parallel schedules as data (docs/ARCHITECTURE.md §2 "Schedules are data"): a pure
+// function turns (schedule kind, stages, micro-batches) into one instruction list per stage; one
+// executor runs any list, and `simulate_pipeline` checks a whole program without a device (tests,
+// and the trainer's start-up sanity check).
 //
 // What the executor does with each op, on stage `s` of `p` (buffers are per micro-batch `mb`):
 //

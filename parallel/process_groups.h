@@ -1,7 +1,7 @@
-// The communicators of one rank's parallel groups (DESIGN §2), built from the mesh: world, tp
-// (same dp and pp), dp (same tp and pp), pp (same tp and dp, by stage), node (the ranks of this
-// rank's node), and the two node-wise factors of dp that hierarchical schemes (ZeRO++ hpZ, a
-// two-level all-reduce) use: dp_intra_node and dp_inter_node (parallel/mesh.h says what they are,
+// The communicators of one rank's parallel groups (docs/ARCHITECTURE.md §2), built from the mesh:
+// world, tp (same dp and pp), dp (same tp and pp), pp (same tp and dp, by stage), node (the ranks
+// of this rank's node), and the two node-wise factors of dp that hierarchical schemes (ZeRO++ hpZ,
+// a two-level all-reduce) use: dp_intra_node and dp_inter_node (parallel/mesh.h says what they are,
 // and when they factor dp). Group rank i is the i-th world rank of the matching Mesh group, so
 // tp().rank() == mesh.tp_rank() and so on.
 //

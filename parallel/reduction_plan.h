@@ -1,8 +1,8 @@
-// The gradient reductions that close a training step, as data (DESIGN §2: reductions are plans of
-// range operations). A plan is built once per layout by a pure function of the layout, the model
-// partition and this rank's place in the mesh, unit-tested without MPI, and executed by either
-// backend: on host memory (parallel/host_reduction.h) or on the device (NCCL, or staged through
-// the host).
+// The gradient reductions that close a training step, as data (docs/ARCHITECTURE.md §2: reductions
+// are plans of range operations). A plan is built once per layout by a pure function of the layout,
+// the model partition and this rank's place in the mesh, unit-tested without MPI, and executed by
+// either backend: on host memory (parallel/host_reduction.h) or on the device (NCCL, or staged
+// through the host).
 //
 // Under ZeRO stage 0 a plan is, in this order:
 // 1. Sequence parallelism: tensors replicated over the tensor-parallel group (LayerNorms,

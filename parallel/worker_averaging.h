@@ -1,12 +1,12 @@
-// Averaging a vector across DiLoCo workers (the decentralized family of DESIGN §2 and the DiLoCo
-// issue): each function runs over `group`, one rank per worker (group rank = worker index), every
-// worker calling it with its own vector, and leaves in `values` what that worker ends the round
-// with. A worker in `dropped` failed this round (simulated failures: a pure function of (seed,
-// round, worker), so every worker knows who failed without being told): it sends nothing of its
-// own, takes part only where a collective needs every member (a ring all-reduce, an owner's
-// all-gather), and ends the round with its own values unchanged. When every worker dropped, or
-// the group is one worker, nothing is sent and values (and residual) stay as they were, bit for
-// bit.
+// Averaging a vector across DiLoCo workers (the decentralized family of docs/ARCHITECTURE.md §2
+// "DiLoCo", and the DiLoCo issue): each function runs over `group`, one rank per worker
+// (group rank = worker index), every worker calling it with its own vector, and leaves in `values`
+// what that worker ends the round with. A worker in `dropped` failed this round (simulated
+// failures: a pure function of (seed, round, worker), so every worker knows who failed without
+// being told): it sends nothing of its own, takes part only where a collective needs every member
+// (a ring all-reduce, an owner's all-gather), and ends the round with its own values unchanged.
+// When every worker dropped, or the group is one worker, nothing is sent and values (and residual)
+// stay as they were, bit for bit.
 //
 // Compression (diloco.compression, parallel/outer_compression.h). What crosses the wire is
 // exactly the compress() bytes of each payload, nothing else: no flags, no counts. Every sum is

@@ -1,4 +1,5 @@
-// parallel.auto: the planner chooses a run's layout (DESIGN §3's parallel keys) at start-up.
+// parallel.auto: the planner chooses a run's layout (the parallel keys of docs/ARCHITECTURE.md §3)
+// at start-up.
 //
 // The cluster is parallel.cluster's file or, when that is empty, this machine measured on the
 // spot (plan/calibrate.h, at the model's width and sequence length, about a second; its nodes

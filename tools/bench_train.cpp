@@ -9,9 +9,9 @@
 // data and schedule keys are not used. Without it the shape comes from flags, in fp32 with no
 // recomputation (scripts/bench_cpu.sh; its JSON keys are a subset of the config form's).
 //
-// MFU = model FLOP/s (6·N + 12·L·C·T per token, DESIGN §5) / peak. The peak is --peak (TFLOP/s)
-// or, on the CPU backend, the GEMM library's sgemm (model/kernels/cpu/blas.h) on a 2048³ product
-// with the same threads, measured after the training steps (so its buffers do not count in
+// MFU = model FLOP/s (6·N + 12·L·C·T per token, docs/ARCHITECTURE.md §5) / peak. The peak is --peak
+// (TFLOP/s) or, on the CPU backend, the GEMM library's sgemm (model/kernels/cpu/blas.h) on a 2048³
+// product with the same threads, measured after the training steps (so its buffers do not count in
 // peak_rss_mib): the most an fp32 GEMM-bound step could reach here.
 //
 // `device: cuda` (or `auto` where a GPU is usable) times the same step on the GPU backend

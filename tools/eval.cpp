@@ -1,7 +1,7 @@
 // eval --checkpoint CKPT --data PATH [--tokens N] [--logits FILE.npy]
-// Prints one line `val_loss <float>`: the mean cross-entropy over the first N tokens of PATH
-// (DESIGN §5 windows; N defaults to the run's train.eval_tokens). --logits also writes the
-// logits of those windows (tools/eval_logits.h).
+// Prints one line `val_loss <float>`: the mean cross-entropy over the first N tokens of PATH (the
+// windows of docs/ARCHITECTURE.md §5; N defaults to the run's train.eval_tokens). --logits also
+// writes the logits of those windows (tools/eval_logits.h).
 #include <cstdio>
 #include <iostream>
 

@@ -1,5 +1,5 @@
-// `eval --logits FILE.npy`: the model's logits over the evaluation windows (DESIGN §5), for
-// comparison with another implementation (tests/python/hf_gpt2.py checks them against
+// `eval --logits FILE.npy`: the model's logits over the evaluation windows (docs/ARCHITECTURE.md
+// §5), for comparison with another implementation (tests/python/hf_gpt2.py checks them against
 // transformers'). The file is a NumPy .npy array, float32, shape [windows, T, vocab_size]: the
 // unpadded vocabulary, window i's inputs being tokens [i·T, i·T+T) of the split. It holds
 // windows·T·vocab_size·4 bytes, so a run over many tokens or a large vocabulary makes a large file:

@@ -2,13 +2,14 @@
 //          [--split file|paragraphs|lines] [--text-field NAME] [--sample-mb M] [--threads N]
 //          [--shard-tokens N] [--force]
 //
-// Turns text into token shards (DESIGN §4, §5). Inputs are read as streams (data/documents.h):
-// plain text = one document, or one per paragraph or line with --split; .jsonl = one per line,
-// the string at --text-field (default "text", a dotted path reaches nested objects); a .gz or
-// .zst suffix on either is decompressed on the fly. A directory stands for its files (not those
-// of its subdirectories, nor hidden ones) in name order. Then it trains a BPE tokenizer (or loads
-// --tokenizer), holds out whole documents for validation (data/split.h), encodes every document
-// with N threads and writes, in input order, each document's ids followed by EOS:
+// Turns text into token shards (docs/ARCHITECTURE.md §4, §5). Inputs are read as streams
+// (data/documents.h): plain text = one document, or one per paragraph or line with --split;
+// .jsonl = one per line, the string at --text-field (default "text", a dotted path reaches nested
+// objects); a .gz or .zst suffix on either is decompressed on the fly. A directory stands for its
+// files (not those of its subdirectories, nor hidden ones) in name order. Then it trains a BPE
+// tokenizer (or loads --tokenizer), holds out whole documents for validation (data/split.h),
+// encodes every document with N threads and writes, in input order, each document's ids
+// followed by EOS:
 //   DIR/tokenizer.model   the model used (a copy of --tokenizer, or the trained one)
 //   DIR/train/shard_00000.h5 ...   at most --shard-tokens tokens per shard
 //   DIR/val/shard_00000.h5 ...     absent when --val-fraction is 0

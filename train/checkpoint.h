@@ -1,7 +1,7 @@
-// Checkpoints (DESIGN §5): one HDF5 file per checkpoint, <dir>/step_<8 digits>.h5, holding the
-// logical full fp32 tensors whatever layout wrote them:
-//   /model/<name>            parameters, logical shapes of DESIGN §5 (weights [out, in])
-//   /optimizer/m/<name>, /optimizer/v/<name>   AdamW moments; attribute adam_steps on /optimizer
+// Checkpoints (docs/ARCHITECTURE.md §5): one HDF5 file per checkpoint, <dir>/step_<8 digits>.h5,
+// holding the logical full fp32 tensors whatever layout wrote them:
+//   /model/<name>            parameters, logical shapes of ARCHITECTURE §5 (weights [out, in])
+//   /optimizer/m/<name>, /optimizer/v/<name>   AdamW moments (their update count: /state)
 //   /state                   attributes step, data_position (samples consumed), seed, loss_scale,
 //                            loss_scale_clean_steps, adam_steps
 //   /tokenizer/model         the SentencePiece model bytes (uint8), when the run has one
@@ -14,14 +14,14 @@
 // hidden temporary name in the same directory and renamed when complete, so a crash never leaves a
 // partial step_*.h5.
 //
-// Slabs (DESIGN §2: checkpoints are written as slabs of ranges). A rank's training state is a
+// Slabs (ARCHITECTURE §2: checkpoints are written as slabs of ranges). A rank's training state is a
 // set of named flat buffers (StateBuffer: "model", "optimizer/m", "optimizer/v", later DiLoCo's
-// outer state), each holding an element range of its partition's layout. A rank writes the
-// element ranges it owns (checkpoint_write_ranges: together the writers of a job cover every
-// logical element exactly once) of every buffer it holds into the logical datasets
-// /<buffer name>/<tensor>, rank 0 having created the file with every dataset; the writers take
-// turns (HDF5 files take one writer at a time). Reading takes each buffer's range of each local
-// tensor out of the logical one, so any layout resumes any checkpoint.
+// outer state), each holding an element range of its partition's layout. A rank writes the element
+// ranges it owns (checkpoint_write_ranges: together the writers of a job cover every logical
+// element exactly once) of every buffer it holds into the logical datasets /<buffer name>/<tensor>,
+// rank 0 having created the file with every dataset; the writers take turns (HDF5 files take one
+// writer at a time). Reading takes each buffer's range of each local tensor out of the logical one,
+// so any layout resumes any checkpoint.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// The seal of a checkpoint file (format strata-checkpoint-3, DESIGN §5 extended).
+// The seal of a checkpoint file (format strata-checkpoint-3, docs/ARCHITECTURE.md §5
+// "Checkpoints").
 //
 // A checkpoint's first kSealBytes bytes are an HDF5 user block: bytes HDF5 reserves for the
 // application and never reads. Once every writer has finished, rank 0 fills it with a record of the

@@ -534,7 +534,7 @@ Config load_configs(const std::vector<std::string>& paths,
 
 std::string config_to_yaml(const Config& config) {
   YAML::Emitter out;
-  out << YAML::Comment("Strata run config (every key; see DESIGN.md section 3)");
+  out << YAML::Comment("Strata run config (every key; see docs/ARCHITECTURE.md §3)");
   out << YAML::BeginMap;
   {
     Config copy = config;  // visit_fields hands out mutable references; the writer only reads

@@ -1,7 +1,7 @@
-// The run configuration: typed structs mapped one-to-one to the YAML keys of DESIGN §3.
-// load_config() parses a file, applies `--set key.path=value` overrides, and validates everything
-// (unknown keys with a did-you-mean, wrong types, ranges, sizes that do not divide) before any
-// work; every problem is a strata::Error whose message names the key and the reason.
+// The run configuration: typed structs mapped one-to-one to the YAML keys of docs/ARCHITECTURE.md
+// §3. load_config() parses a file, applies `--set key.path=value` overrides, and validates
+// everything (unknown keys with a did-you-mean, wrong types, ranges, sizes that do not divide)
+// before any work; every problem is a strata::Error whose message names the key and the reason.
 #pragma once
 
 #include <cstdint>

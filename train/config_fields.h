@@ -21,7 +21,7 @@ class Emitter;
 
 namespace strata::config_detail {
 
-// A string restricted to a fixed set of words (the enums of DESIGN §3).
+// A string restricted to a fixed set of words (the enums of docs/ARCHITECTURE.md §3).
 struct Choice {
   std::string& value;
   std::span<const std::string_view> words;

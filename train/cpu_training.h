@@ -1,6 +1,6 @@
 // The training backend on the CPU (train/training_backend.h): this rank's part of the model
-// (Gpt<float>, its ModelPartition) with the fp32 master weights, the gradients and a
-// compute-dtype copy of the weights (bf16/fp16 emulated by rounding, DESIGN §6) in flat buffers
+// (Gpt<float>, its ModelPartition) with the fp32 master weights, the gradients and a compute-dtype
+// copy of the weights (bf16/fp16 emulated by rounding, docs/ARCHITECTURE.md §6) in flat buffers
 // over the reduction plan's ranges (the whole padded layout, or under ZeRO 2/3 the owned shard of
 // the gradients, and under ZeRO 3 of the weights), the model reaching them through
 // ShardedParameters, AdamW on the plan's owned range, and the pipeline executor that runs every

@@ -1,6 +1,6 @@
-// Validation loss with the one definition of DESIGN §5 shared by `eval` and in-training
-// evaluation: windows i = 0 … ⌊(N−1)/T⌋−1 of the first N tokens of the split, window i holds tokens
-// [i·T, i·T+T]; the loss is the mean natural-log cross-entropy over all targets.
+// Validation loss with the one definition of docs/ARCHITECTURE.md §5 shared by `eval` and
+// in-training evaluation: windows i = 0 … ⌊(N−1)/T⌋−1 of the first N tokens of the split, window i
+// holds tokens [i·T, i·T+T]; the loss is the mean natural-log cross-entropy over all targets.
 #pragma once
 
 #include <cstdint>

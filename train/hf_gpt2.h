@@ -1,8 +1,8 @@
-// Hugging Face's GPT-2 (transformers' GPT2LMHeadModel) as Strata's tensors: names, orientation,
-// vocabulary padding and config.json. A pure mapping: files are read and written by
-// train/hf_convert.h.
+// Hugging Face's GPT-2 (transformers' GPT2LMHeadModel) as Strata's tensors (docs/ARCHITECTURE.md
+// §5): names, orientation, vocabulary padding and config.json. A pure mapping: files are read and
+// written by train/hf_convert.h.
 //
-//   Strata (DESIGN §5, weights [out, in])    Hugging Face (Conv1D weights [in, out])
+//   Strata (weights [out, in])               Hugging Face (Conv1D weights [in, out])
 //   wte [Vp, C]                              transformer.wte.weight [V, C]   (first V rows)
 //   wpe [T, C]                               transformer.wpe.weight [n_positions, C]
 //   h.{i}.ln1.{weight,bias} [C]              transformer.h.{i}.ln_1.{weight,bias}

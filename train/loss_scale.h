@@ -1,8 +1,8 @@
-// Loss scaling for fp16 (DESIGN §6). fp16 flushes gradients below 2^-24 to zero, so the backward
-// pass starts from scale · loss and the optimizer divides the scale out again (before clipping).
-// A dynamic scale adapts: a step whose gradients overflow (inf/NaN in the global norm, which every
-// rank computes alike) is skipped and the scale halves; after `window` clean steps in a row it
-// doubles. bf16 and fp32 have fp32's exponent range and need no scaling: their scale is 1.
+// Loss scaling for fp16 (docs/ARCHITECTURE.md §6). fp16 flushes gradients below 2^-24 to zero, so
+// the backward pass starts from scale · loss and the optimizer divides the scale out again (before
+// clipping). A dynamic scale adapts: a step whose gradients overflow (inf/NaN in the global norm,
+// which every rank computes alike) is skipped and the scale halves; after `window` clean steps in a
+// row it doubles. bf16 and fp32 have fp32's exponent range and need no scaling: their scale is 1.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
-// <run>/metrics.jsonl: one JSON object per line (DESIGN §5). Training lines carry step, loss, lr,
-// grad_norm, tokens_per_s, step_ms (and memory, communication); evaluation lines step, val_loss.
-// Only one rank writes. On resume, lines of steps after the resumed checkpoint are dropped first,
-// so the file always describes one consistent run. Every line also goes, as scalars at its step,
-// to TensorBoard's event files in tensorboard/ beside the file (train/tensorboard.h).
+// <run>/metrics.jsonl: one JSON object per line (docs/ARCHITECTURE.md §5). Training lines carry
+// step, loss, lr, grad_norm, tokens_per_s, step_ms (and memory, communication); evaluation lines
+// step, val_loss. Only one rank writes. On resume, lines of steps after the resumed checkpoint are
+// dropped first, so the file always describes one consistent run. Every line also goes, as scalars
+// at its step, to TensorBoard's event files in tensorboard/ beside the file (train/tensorboard.h).
 //
 // JsonLine is the one JSON builder of the project: the metrics lines, and every tool that prints
 // JSON (bench), build their objects with it rather than by hand.
@@ -88,9 +88,9 @@ class JsonLine {
   std::string body_;
 };
 
-// A training line's "comm_bytes" (DESIGN §5): bytes sent per collective kind, then per link class,
-// {"all_reduce": {"intra_node": 1024, "inter_node": 512}, ...}; kinds and link classes in the
-// stats' order, a link class only where the stats hold an entry for it.
+// A training line's "comm_bytes" (ARCHITECTURE §5): bytes sent per collective kind, then per link
+// class, {"all_reduce": {"intra_node": 1024, "inter_node": 512}, ...}; kinds and link classes in
+// the stats' order, a link class only where the stats hold an entry for it.
 JsonLine comm_bytes_json(const CommStats& stats);
 
 class MetricsWriter {

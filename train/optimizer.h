@@ -1,8 +1,8 @@
-// Optimizers over an element range of the flat parameter buffer (DESIGN §2: state on element
-// ranges). An optimizer owns a contiguous range [begin, end) of the layout (the whole buffer, or
-// this rank's ZeRO shard) and holds state for that range only; update() reads the gradients and
-// writes the fp32 master weights of the range. The update count lives in the training state and
-// is passed in, so optimizers are interchangeable and checkpoints restore it once.
+// Optimizers over an element range of the flat parameter buffer (docs/ARCHITECTURE.md §2: state on
+// element ranges). An optimizer owns a contiguous range [begin, end) of the layout (the whole
+// buffer, or this rank's ZeRO shard) and holds state for that range only; update() reads the
+// gradients and writes the fp32 master weights of the range. The update count lives in the training
+// state and is passed in, so optimizers are interchangeable and checkpoints restore it once.
 //
 // AdamW is one implementation (DiLoCo's outer Nesterov step and later optimizers are others).
 // Weight decay applies to the layout's decayed ranges (2-D weights); gradient clipping scales by

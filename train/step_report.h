@@ -1,7 +1,7 @@
-// What the trainer reports about each step: one metrics.jsonl line (DESIGN §5: step, loss, lr,
-// grad_norm, tokens_per_s, step_ms; memory and communication figures) and, every log_every
-// steps, one console line. StepWatch measures a step's time and communication from snapshots of
-// the running totals taken before it.
+// What the trainer reports about each step: one metrics.jsonl line (docs/ARCHITECTURE.md §5: step,
+// loss, lr, grad_norm, tokens_per_s, step_ms; memory and communication figures) and, every
+// log_every steps, one console line. StepWatch measures a step's time and communication from
+// snapshots of the running totals taken before it.
 #pragma once
 
 #include <chrono>

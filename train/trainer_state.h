@@ -78,8 +78,8 @@ struct Trainer::State {
   // the corpus order from w (position p is sample p·k + w): k workers together read what one run
   // with a k times larger batch would, and one worker reads what plain training reads.
   void sample_micro_batch(int a, std::int32_t* inputs, std::int32_t* targets);
-  // The loss over the first eval_tokens of `split` (DESIGN §5 "Evaluation"). Collective: every
-  // rank evaluates the same splits in the same order.
+  // The loss over the first eval_tokens of `split` (docs/ARCHITECTURE.md §5 "Evaluation").
+  // Collective: every rank evaluates the same splits in the same order.
   double validation_loss(const TokenSource& split, const std::string& key);
   // val_loss (training_data.h: data.val's, else the sources' weighted by share) and, for each
   // source with a val, its own.

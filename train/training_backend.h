@@ -1,6 +1,6 @@
-// Where a rank's part of the training step computes (DESIGN §2: one training step, two backends).
-// The step (train/training_step.h) asks a backend, in order, to accumulate the gradients of a
-// step's micro-batches (through the pipeline executor on both backends), to run the reduction
+// Where a rank's part of the training step computes (docs/ARCHITECTURE.md §2: one step, two
+// backends). The step (train/training_step.h) asks a backend, in order, to accumulate the gradients
+// of a step's micro-batches (through the pipeline executor on both backends), to run the reduction
 // plan on them, for Σ g² over the plan's norm ranges, and to apply the optimizer to the range it
 // owns; the trainer reads and writes the training state through it for checkpoints. Nothing above
 // this interface asks which backend it is.

@@ -1,7 +1,7 @@
-// The data a run trains and evaluates on (config `data`, DESIGN §5): the training sources of
-// data.train (one split, or a weighted mixture: data/mixture.h), each source's own validation
-// split, and data.val. Every split is opened once, at start-up, and checked against the model's
-// vocabulary and the run's tokenizer, each error naming its key (data.train[1].val, ...).
+// The data a run trains and evaluates on (config `data`, docs/ARCHITECTURE.md §5): the training
+// sources of data.train (one split, or a weighted mixture: data/mixture.h), each source's own
+// validation split, and data.val. Every split is opened once, at start-up, and checked against the
+// model's vocabulary and the run's tokenizer, each error naming its key (data.train[1].val, ...).
 //
 // Samples: global sample g reads MixtureSampler::sample(g); with data.train a string that is
 // exactly the plain WindowSampler of that split (so runs without a mixture read what they always

@@ -1,5 +1,6 @@
-// One training step (DESIGN §2), the same for every backend and layout, and the training state
-// it advances. DiLoCo calls it H times between its outer steps; `bench train` times it.
+// One training step (docs/ARCHITECTURE.md §2), the same for every backend and layout, and the
+// training state it advances. DiLoCo calls it H times between its outer steps; `bench train`
+// times it.
 //
 // A step: the micro-batches' gradients of scale · mean loss are accumulated (the backend runs its
 // pipeline program), reduced by the plan, their global norm taken (Σ g² over the plan's norm

@@ -1,6 +1,7 @@
 // The collectives a tensor-parallel layer needs inside its group. The model depends only on this
-// interface (DESIGN §1: model/ knows nothing of parallel/); parallel::Communicator implements it
-// over MPI, and SingleRank below is the group of one process (every call a copy or nothing).
+// interface (docs/ARCHITECTURE.md §1: model/ knows nothing of parallel/); parallel::Communicator
+// implements it over MPI, and SingleRank below is the group of one process (every call a copy or
+// nothing).
 //
 // Payloads: the element types of model/core/data_type.h (float, double, int8, uint8, int32,
 // int64). The typed calls are templates that name the DataType and forward to one type-erased

@@ -1,6 +1,7 @@
-// A contiguous range [begin, end) of element indices of a flat buffer (DESIGN §2: parameters,
-// gradients and optimizer state live in flat buffers; a rank owns element ranges of them, plans
-// reduce ranges, checkpoints are written as slabs of ranges). Plain data, usable on the device.
+// A contiguous range [begin, end) of element indices of a flat buffer (docs/ARCHITECTURE.md §2:
+// parameters, gradients and optimizer state live in flat buffers; a rank owns element ranges of
+// them, plans reduce ranges, checkpoints are written as slabs of ranges). Plain data, usable on the
+// device.
 #pragma once
 
 #include <algorithm>

@@ -3,9 +3,10 @@
 Run by hf_gpt2_test.cpp with .venv-test's Python, after it trained a small model, exported it with
 `ckpt export-hf` and ran `eval --logits` on it:
 
-  export  GPT2LMHeadModel.from_pretrained loads the exported folder; its logits over the DESIGN §5
-          evaluation windows equal those `eval --logits` wrote (max |difference| <= 1e-4) and the
-          mean cross-entropy over those windows equals `eval`'s val_loss (relative 1e-5).
+  export  GPT2LMHeadModel.from_pretrained loads the exported folder; its logits over the
+          evaluation windows of docs/ARCHITECTURE.md §5 equal those `eval --logits` wrote (max
+          |difference| <= 1e-4) and the mean cross-entropy over those windows equals `eval`'s
+          val_loss (relative 1e-5).
   import  GPT-2 models that transformers makes (random weights) and saves with save_pretrained:
           a GPT2LMHeadModel (names `transformer.…`), its GPT2Model (names without the prefix) and
           a bfloat16 copy; each is read by `ckpt import-hf`, and `eval` on the checkpoint gives
@@ -39,7 +40,8 @@ def check(ok, message):
 
 
 def windows(tokens, seq_len):
-    """DESIGN §5: window i holds tokens [i·T, i·T+T]; inputs its first T, targets its last T."""
+    """ARCHITECTURE §5 "Evaluation": window i holds tokens [i·T, i·T+T]; inputs its first T,
+    targets its last T."""
     count = (len(tokens) - 1) // seq_len
     inputs = np.stack([tokens[i * seq_len:i * seq_len + seq_len] for i in range(count)])
     targets = np.stack([tokens[i * seq_len + 1:i * seq_len + seq_len + 1] for i in range(count)])

@@ -1,6 +1,7 @@
-// The config contract of DESIGN §3: the documented example parses, defaults fill missing keys,
-// every kind of mistake stops with a message naming the key and the reason, --set overrides any
-// key, the world-size checks, and the effective config written to a run reproduces it exactly.
+// The config contract of docs/ARCHITECTURE.md §3: the documented example parses, defaults fill
+// missing keys, every kind of mistake stops with a message naming the key and the reason, --set
+// overrides any key, the world-size checks, and the effective config written to a run reproduces it
+// exactly.
 #include "train/config.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +22,7 @@ namespace {
 // The smallest valid config: only data.train has no default.
 const char* const kMinimal = "data: {train: shards/train}\n";
 
-// DESIGN §3, verbatim.
+// The example of ARCHITECTURE §3, verbatim.
 const char* const kDesignExample = R"(
 run:        {name: demo, dir: runs, seed: 1234}            # outputs in <dir>/<name>/
 model:      {n_layer: 4, n_head: 4, d_model: 128, seq_len: 128, vocab_size: 4096}

@@ -1,7 +1,7 @@
-// The process mesh (DESIGN §2): the rank order TP fastest, then DP, then PP; groups that partition
-// the world with TP groups inside a node; the node-wise factors of the dp group, even and uneven;
-// every layout that cannot run rejected before any work with its reason; and the split of layers
-// into pipeline stages.
+// The process mesh (docs/ARCHITECTURE.md §2): the rank order TP fastest, then DP, then PP; groups
+// that partition the world with TP groups inside a node; the node-wise factors of the dp group,
+// even and uneven; every layout that cannot run rejected before any work with its reason; and the
+// split of layers into pipeline stages.
 #include "parallel/mesh.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// Causal multi-head self-attention on a packed qkv tensor (DESIGN §5: rows all q, then all k,
-// then all v; heads contiguous), scale 1/√(head_size).
+// Causal multi-head self-attention on a packed qkv tensor (docs/ARCHITECTURE.md §5: rows all q,
+// then all k, then all v; heads contiguous), scale 1/√(head_size).
 //   qkv (B, T, 3C) -> out (B, T, C)
 // Each (b, h) pair is, per block of query rows, two GEMMs and a row softmax. The (B, NH, T, T)
 // probabilities are never stored: the backward pass recomputes them, one head at a time, by the

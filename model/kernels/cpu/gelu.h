@@ -1,4 +1,4 @@
-// GELU, tanh approximation (GPT-2, DESIGN §5):
+// GELU, tanh approximation (GPT-2, docs/ARCHITECTURE.md §5):
 //   gelu(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 #pragma once
 

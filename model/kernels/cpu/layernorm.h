@@ -1,4 +1,4 @@
-// LayerNorm over the channel axis (eps 1e-5, DESIGN §5):
+// LayerNorm over the channel axis (eps 1e-5, docs/ARCHITECTURE.md §5):
 //   out = (inp - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps), var biased (÷C).
 // mean and rstd per row are kept for the backward pass.
 #pragma once

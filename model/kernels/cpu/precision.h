@@ -1,9 +1,9 @@
-// Emulated reduced precision (DESIGN §6): the CPU backend stores weights copies, activations and
-// activation gradients as fp32 values that are exactly representable in the compute dtype, by
-// rounding at the points where a CUDA kernel would write bf16/fp16 to memory. GEMMs and
-// reductions still accumulate in fp32, as tensor cores do, so the CPU path reproduces the
-// numerics that matter for mixed precision: lost mantissa bits, fp16's narrow range (overflow to
-// ±inf at 65520, subnormals below 2^-14) and hence loss scaling, without a GPU.
+// Emulated reduced precision (docs/ARCHITECTURE.md §6): the CPU backend stores weights copies,
+// activations and activation gradients as fp32 values that are exactly representable in the compute
+// dtype, by rounding at the points where a CUDA kernel would write bf16/fp16 to memory. GEMMs and
+// reductions still accumulate in fp32, as tensor cores do, so the CPU path reproduces the numerics
+// that matter for mixed precision: lost mantissa bits, fp16's narrow range (overflow to ±inf at
+// 65520, subnormals below 2^-14) and hence loss scaling, without a GPU.
 //
 // Rounding is IEEE 754 round-to-nearest-even, with overflow to ±inf, subnormals kept (fp16 down to
 // 2^-24, bf16 down to 2^-133) and NaN kept NaN.

@@ -1,6 +1,7 @@
 // Causal multi-head self-attention, fused flash-style (FlashAttention-2 algorithm), on the packed
-// qkv layout of model/kernels/cpu/attention.h (DESIGN §5): qkv (B, T, 3C) holds per row all q,
-// then all k, then all v, heads contiguous (head h at columns h·hs of each); scale 1/√hs.
+// qkv layout of model/kernels/cpu/attention.h (docs/ARCHITECTURE.md §5): qkv (B, T, 3C) holds per
+// row all q, then all k, then all v, heads contiguous (head h at columns h·hs of each); the scale
+// is 1/√hs.
 //
 // No (T, T) matrix ever exists in device memory. The forward pass keeps, per query tile, the
 // scores of one key tile in shared memory and an online softmax (running max and sum per row), and

@@ -1,5 +1,6 @@
-// GELU, tanh approximation (GPT-2, DESIGN §5), standalone; the MLP normally fuses it into the fc
-// GEMM's epilogue (matmul.h) and uses these only when cuBLASLt offers no fused algorithm.
+// GELU, tanh approximation (GPT-2, docs/ARCHITECTURE.md §5), standalone; the MLP normally fuses it
+// into the fc GEMM's epilogue (matmul.h) and uses these only when cuBLASLt offers no fused
+// algorithm.
 //   gelu(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 // Same math as model/kernels/cpu/gelu.h: 0.5·(1 + tanh u) = σ(2u), computed as 1 / (1 + e^(−2u))
 // in fp32 whatever the storage dtype. Elementwise, so in-place calls are fine.

@@ -11,7 +11,7 @@
 namespace strata::cuda {
 namespace {
 
-constexpr float kEps = 1e-5f;  // DESIGN §5, cpu::kLayerNormEps
+constexpr float kEps = 1e-5f;  // docs/ARCHITECTURE.md §5, cpu::kLayerNormEps
 constexpr int kWarps = 8;      // rows per block
 
 // One warp per row; lane l handles elements [l·kN + 32·kN·i, ... + kN). Rows past N exit as a
