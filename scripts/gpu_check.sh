@@ -23,9 +23,11 @@
 #            or `none` for the host's own. Default: .bundle.tar.gz in the repository root, else
 #            an already unpacked /tmp/.bundle, else the host's own.
 # Environment: BENCH_MODELS, the GPT-2 sizes that `bench` times (default "124m 350m 774m 1.5b";
-# one size a job where all do not fit in one), BENCH_MICRO_BATCH (default 8), BENCH_RECOMPUTE
+# one size a job where all do not fit in one; empty: attention alone), BENCH_MICRO_BATCH (default 8), BENCH_RECOMPUTE
 # (Strata's recompute, default none: PyTorch's reference recomputes nothing), BENCH_TORCH=0 to
-# leave out PyTorch's figures; LAYOUTS=0 leaves cuda_layouts_test out of `quick`; STEP_LIMIT, seconds a step may run (default 240; then it is killed and reported as
+# leave out PyTorch's figures; LAYOUTS=0 leaves cuda_layouts_test out of `quick`; TESTS, the
+# kernel tests `quick` and `sanitize` run (names in .gpu/tests, in that order; default all);
+# SANITIZE_TOOLS, the compute-sanitizer tools `sanitize` runs (default "memcheck racecheck"); STEP_LIMIT, seconds a step may run (default 240; then it is killed and reported as
 # a timeout); TOTAL_LIMIT, seconds for all steps (default 540): no step starts once it is spent
 # and a step's limit is cut to what is left, so that a job limited to 10 minutes still ends with
 # its summary.
@@ -263,6 +265,10 @@ for test in "$gpu_dir"/tests/*_test; do
     *) kernel_tests+=("$test") ;;
   esac
 done
+if [[ -n ${TESTS:-} ]]; then  # only the named kernel tests, in the given order
+  kernel_tests=()
+  for name in $TESTS; do kernel_tests+=("$gpu_dir/tests/$name"); done
+fi
 if [[ $mode == quick || $mode == all ]]; then
   for test in "${kernel_tests[@]}"; do step "test_$(basename "$test")" "$test"; done
   # The NCCL communicator runs a lone MPI_Init; cuda_layouts_test trains every layout under
@@ -292,7 +298,7 @@ if [[ $mode == run || $mode == all ]]; then
     "$runs/bf16_400/metrics.jsonl" --tolerance 0.01
 fi
 if [[ $mode == sanitize ]]; then
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     for test in "${kernel_tests[@]}"; do
       step "${tool}_$(basename "$test")" compute-sanitizer --tool "$tool" --error-exitcode 1 \
         --print-limit 20 "$test"
@@ -303,11 +309,16 @@ if [[ $mode == bench || $mode == all ]]; then
   for dtype in bf16 fp16 fp32; do
     step "bench_attention_$dtype" "$gpu_dir/bin/bench" attention --dtype "$dtype"
   done
+  # The tile kernels the register kernels replace, for the same figures side by side.
+  for dtype in bf16 fp16; do
+    step "bench_attention_${dtype}_tiles" env STRATA_ATTENTION_KERNELS=tiles \
+      "$gpu_dir/bin/bench" attention --dtype "$dtype"
+  done
   # device=cuda: a run that cannot use the GPU fails rather than timing the CPU. Each Strata
   # figure is followed by PyTorch's on the same model and card (tools/bench_torch.py: eager and
   # torch.compile, bf16 autocast, SDPA, fused AdamW), with the host's own python3 and libraries.
   # No recomputation by default (the configs' 350M-1.5B recompute), so that both do the same work.
-  for model in ${BENCH_MODELS:-124m 350m 774m 1.5b}; do
+  for model in ${BENCH_MODELS-124m 350m 774m 1.5b}; do
     step "bench_train_$model" "$gpu_dir/bin/bench" train --config "configs/gpt2_$model.yaml" \
       --set device=cuda --set train.micro_batch=${BENCH_MICRO_BATCH:-8} \
       --set recompute=${BENCH_RECOMPUTE:-none} --steps 20

@@ -13,6 +13,9 @@
 // and writes about 51 MB (qkv 37.7 MB, out 12.6 MB, lse in bf16), an H100's whole 50 MB L2, so
 // inputs arrive cold. Shapes whose three sets together fit in L2 are measured cache-warm.
 //
+// `kernels` names the kernel set that ran (attention.h: `registers` by default for bf16/fp16,
+// `tiles` with STRATA_ATTENTION_KERNELS=tiles and always for fp32).
+//
 // For bf16 and fp16 the same inputs then go through cuDNN 9's fused flash attention
 // (tools/bench_attention_cudnn.h), timed the same way: the line gains cuDNN's times and TFLOP/s,
 // which backward graph form cuDNN accepted (`cudnn_backward_form`), the cost of the dQ
@@ -334,6 +337,10 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
   json.add("bench", "attention")
       .add("device_name", properties.name)
       .add("dtype", dtype)
+      .add("kernels",
+           std::is_same_v<T, float> || cuda::attention_kernels() == cuda::AttentionKernels::tiles
+               ? "tiles"
+               : "registers")
       .add("batch", shape.B)
       .add("seq_len", shape.T)
       .add("heads", shape.NH)

@@ -1,12 +1,14 @@
 // Flash attention against model/kernels/cpu/attention.h (which materialises the (T, T)
 // probabilities), on sequence lengths that are and are not multiples of the tile size, plus the
-// logsumexp, determinism and a check that no (T, T) buffer is ever allocated.
+// logsumexp, determinism and a check that no (T, T) buffer is ever allocated. bf16/fp16 run every
+// check on both kernel sets (registers, tiles: attention.h).
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "model/core/error.h"
 #include "model/kernels/cpu/attention.h"
@@ -21,8 +23,20 @@ using namespace testing;
 template <class T>
 class CudaAttention : public ::testing::Test {
  protected:
+  ~CudaAttention() override { set_attention_kernels(AttentionKernels::registers); }
   DeviceArena arena{64 << 20};
 };
+
+// The kernel sets a dtype runs: fp32 has only the tile kernels.
+template <class T>
+std::vector<AttentionKernels> kernel_sets() {
+  if (std::is_same_v<T, float>) return {AttentionKernels::tiles};
+  return {AttentionKernels::registers, AttentionKernels::tiles};
+}
+
+const char* kernel_set_name(AttentionKernels kernels) {
+  return kernels == AttentionKernels::registers ? "registers" : "tiles";
+}
 TYPED_TEST_SUITE(CudaAttention, ComputeDtypes, DtypeName);
 
 struct Shape {
@@ -74,7 +88,8 @@ void check_against_cpu(const Shape& s, DeviceArena& arena) {
   attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, C, s.NH, nullptr);
   attention_backward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_out.get(), d_lse.get(), s.B, s.T, C,
                      s.NH, arena, nullptr);
-  const std::string where = "B " + std::to_string(s.B) + " T " + std::to_string(s.T) + " NH " +
+  const std::string where = std::string(kernel_set_name(attention_kernels())) + " B " +
+                            std::to_string(s.B) + " T " + std::to_string(s.T) + " NH " +
                             std::to_string(s.NH) + " hs " + std::to_string(s.hs);
   EXPECT_LT(relative_error(to_floats(d_out.download()), out), tolerance<T>()) << where;
   // Scores are fp32 sums of exact products of the rounded inputs whatever T is; only the
@@ -86,11 +101,15 @@ void check_against_cpu(const Shape& s, DeviceArena& arena) {
 
 TYPED_TEST(CudaAttention, MatchesCpuForAllHeadSizesAndRaggedLengths) {
   using T = TypeParam;
-  // Tile rows: 32 (fp32) or 64 (bf16/fp16). T = 1, below one tile, exactly tiles, ragged.
-  for (int hs : {16, 32, 48, 64, 80, 96, 112, 128})
-    for (const Shape s : {Shape{1, 1, 1, hs}, Shape{2, 17, 2, hs}, Shape{1, 64, 3, hs},
-                          Shape{2, 100, 2, hs}, Shape{1, 130, 1, hs}})
-      check_against_cpu<T>(s, this->arena);
+  // Tile rows: 32 (fp32) or 64 (bf16/fp16). T = 1, below one tile, exactly tiles, ragged, and
+  // enough tiles that the register kernels' double buffers each refill several times.
+  for (AttentionKernels kernels : kernel_sets<T>()) {
+    set_attention_kernels(kernels);
+    for (int hs : {16, 32, 48, 64, 80, 96, 112, 128})
+      for (const Shape s : {Shape{1, 1, 1, hs}, Shape{2, 17, 2, hs}, Shape{1, 64, 3, hs},
+                            Shape{2, 100, 2, hs}, Shape{1, 130, 1, hs}, Shape{1, 333, 2, hs}})
+        check_against_cpu<T>(s, this->arena);
+  }
 }
 
 TYPED_TEST(CudaAttention, BackwardIsDeterministic) {
@@ -103,11 +122,15 @@ TYPED_TEST(CudaAttention, BackwardIsDeterministic) {
       dout(to_dtype<T>(random_floats(rows * C, rng))), out(rows * C), first(rows * 3 * C),
       second(rows * 3 * C);
   DeviceBuffer<float> lse(static_cast<std::size_t>(s.B) * s.NH * s.T);
-  attention_forward(out.get(), lse.get(), qkv.get(), s.B, s.T, C, s.NH, nullptr);
-  for (T* dqkv : {first.get(), second.get()})
-    attention_backward(dqkv, dout.get(), qkv.get(), out.get(), lse.get(), s.B, s.T, C, s.NH,
-                       this->arena, nullptr);
-  EXPECT_EQ(to_floats(first.download()), to_floats(second.download()));
+  for (AttentionKernels kernels : kernel_sets<T>()) {
+    set_attention_kernels(kernels);
+    attention_forward(out.get(), lse.get(), qkv.get(), s.B, s.T, C, s.NH, nullptr);
+    for (T* dqkv : {first.get(), second.get()})
+      attention_backward(dqkv, dout.get(), qkv.get(), out.get(), lse.get(), s.B, s.T, C, s.NH,
+                         this->arena, nullptr);
+    EXPECT_EQ(to_floats(first.download()), to_floats(second.download()))
+        << kernel_set_name(kernels);
+  }
 }
 
 // Backward scratch is the B·NH·T row sums and nothing else: at T = 2048 a (T, T) matrix of even

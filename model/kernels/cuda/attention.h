@@ -8,17 +8,20 @@
 // stores only the output and the logsumexp of each row. The backward pass recomputes the
 // probabilities from qkv and the logsumexp.
 //
-// Tiles and numerics (attention_tile.cuh): bf16/fp16 use tensor cores (WMMA 16×16×16, fp32
-// accumulation) on 64-row tiles; fp32 uses plain FMA on 32-row tiles (the path tested against the
-// CPU to 1e-5). Head sizes: the multiples of 16 up to 128; any T (partial tiles are zero-filled and
-// masked).
+// Kernels (attention_kernels.h): bf16/fp16 run the register kernels by default (each warp's
+// scores, probabilities and accumulators in registers, mma.sync m16n8k16 with fp32 accumulation);
+// the older tile kernels (score tiles in shared memory, WMMA) stay selectable for comparison
+// (set_attention_kernels, or STRATA_ATTENTION_KERNELS=tiles in the environment). fp32 always uses
+// the tile kernels' FMA path (tested against the CPU to 1e-5). Head sizes: the multiples of 16 up
+// to 128; any T (partial tiles are zero-filled and masked).
 //
 // Deterministic: the backward pass runs two kernels instead of atomics: one per key tile
 // accumulating dK and dV over the query tiles below it, one per query tile accumulating dQ over the
 // key tiles before it; each recomputes the scores it needs (about 1.4× the matmul work of an
 // atomic dQ, no reduction-order noise).
 //
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// Status: the tile kernels ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed
+// (docs/PERFORMANCE.md). The register kernels (written the same day) have not run on a GPU yet.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +34,13 @@ namespace strata::cuda {
 
 // Whether attention_forward/backward support head size hs = C / NH.
 bool attention_head_size_supported(int hs);
+
+// Which kernels run bf16/fp16 attention in this process (fp32 always runs the tile kernels).
+// The default comes from STRATA_ATTENTION_KERNELS (`registers` or `tiles`; unset: registers; any
+// other value is an error at the first call).
+enum class AttentionKernels { registers, tiles };
+void set_attention_kernels(AttentionKernels kernels);
+AttentionKernels attention_kernels();
 
 // out (B, T, C) overwritten; lse (B, NH, T) = log Σ_s≤t exp(q_t·k_s / √hs) per query row (natural
 // log, fp32), kept for the backward pass. qkv and out 16-byte aligned. T: float, __nv_bfloat16,

@@ -1,4 +1,5 @@
-// Flash-attention backward (FlashAttention-2 algorithm, made deterministic by splitting it):
+// Flash-attention backward on shared-memory tiles (attention_kernels.h; FlashAttention-2 algorithm,
+// made deterministic by splitting it):
 //   delta_i = Σ_d dout[i, d]·out[i, d]                         (one warp per row)
 //   P = exp(S·scale − lse),  dP = dout·Vᵀ,  dS = P ⊙ (dP − delta)
 //   dV = Pᵀ·dout,  dK = scale·dSᵀ·Q                          (kernel 1: one block per key tile)
@@ -9,34 +10,12 @@
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <cmath>
 
-#include "model/kernels/cuda/attention.h"
+#include "model/kernels/cuda/attention_kernels.h"
 #include "model/kernels/cuda/attention_tile.cuh"
 #include "model/kernels/cuda/check.h"
-#include "model/kernels/cuda/reduce.cuh"
 
-namespace strata::cuda {
+namespace strata::cuda::flash {
 namespace {
-
-using namespace flash;
-
-template <class T>
-__global__ void attention_delta_kernel(float* delta, const T* dout, const T* out, int T_, int C,
-                                       int NH, long rows) {
-  const long w = static_cast<long>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (w >= rows) return;  // whole warps exit together
-  const int hs = C / NH;
-  const int h = static_cast<int>(w % NH);
-  const long bt = w / NH;  // b·T_ + t
-  const long offset = bt * C + static_cast<long>(h) * hs;
-  float sum = 0.0f;
-  for (int d = threadIdx.x % 32; d < hs; d += 32)
-    sum += to_float(dout[offset + d]) * to_float(out[offset + d]);
-  sum = group_sum(sum);
-  if (threadIdx.x % 32 == 0) {
-    const long b = bt / T_, t = bt % T_;
-    delta[(b * NH + h) * T_ + t] = sum;
-  }
-}
 
 // Per-row logsumexp (as base-2, matching the scores' log2(e) scaling) and delta of query rows
 // [r0, r0 + kRows); rows past T_ get 0 (they are masked anyway).
@@ -177,8 +156,6 @@ void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, con
                      int B, int T_, int C, int NH, cudaStream_t stream) {
   constexpr std::size_t kBytes = BackwardLayout<T, D>::kBytes;
   constexpr int kRows = Tiles<T, D>::kRows;
-  STRATA_CHECK(B <= 65535 && NH <= 65535, "attention: batch ", B, " or heads ", NH,
-               " beyond the grid's 65535");
   const dim3 grid(static_cast<unsigned>((T_ + kRows - 1) / kRows), static_cast<unsigned>(NH),
                   static_cast<unsigned>(B));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -198,37 +175,19 @@ void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, con
 }  // namespace
 
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B,
-                        int T_, int C, int NH, DeviceArena& arena, cudaStream_t stream) {
-  STRATA_CHECK(B >= 0 && T_ >= 0 && NH > 0 && C % NH == 0);
-  const int hs = C / NH;
-  if (!attention_head_size_supported(hs))
-    fail("attention: head size ", hs, " is not supported by the CUDA kernel (", kHeadSizeStep,
-         " to ", kMaxHeadSize, " in steps of ", kHeadSizeStep, ")");
-  STRATA_CHECK(is_aligned(dqkv, 16) && is_aligned(dout, 16) && is_aligned(qkv, 16),
-               "attention tensors must be 16-byte aligned");
-  if (B == 0 || T_ == 0) return;
-  ArenaScope scope(arena);
-  const long rows = static_cast<long>(B) * T_ * NH;
-  float* delta = arena.allocate<float>(static_cast<std::size_t>(rows));
-  constexpr int kWarpsPerBlock = 8;
-  attention_delta_kernel<T><<<static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                              kWarpsPerBlock * 32, 0, stream>>>(delta, dout, out, T_, C, NH, rows);
-  STRATA_CUDA_CHECK_LAUNCH();
-  with_head_size(hs, [&]<int D>() {
+void backward_tiles(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
+                    int B, int T_, int C, int NH, cudaStream_t stream) {
+  with_head_size(C / NH, [&]<int D>() {
     launch_backward<T, D>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
   });
 }
 
-template void attention_backward<float>(float*, const float*, const float*, const float*,
-                                        const float*, int, int, int, int, DeviceArena&,
-                                        cudaStream_t);
-template void attention_backward<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*,
-                                                const __nv_bfloat16*, const __nv_bfloat16*,
-                                                const float*, int, int, int, int, DeviceArena&,
-                                                cudaStream_t);
-template void attention_backward<__half>(__half*, const __half*, const __half*, const __half*,
-                                         const float*, int, int, int, int, DeviceArena&,
-                                         cudaStream_t);
+template void backward_tiles<float>(float*, const float*, const float*, const float*, const float*,
+                                    int, int, int, int, cudaStream_t);
+template void backward_tiles<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*,
+                                            const __nv_bfloat16*, const float*, const float*, int,
+                                            int, int, int, cudaStream_t);
+template void backward_tiles<__half>(__half*, const __half*, const __half*, const float*,
+                                     const float*, int, int, int, int, cudaStream_t);
 
-}  // namespace strata::cuda
+}  // namespace strata::cuda::flash

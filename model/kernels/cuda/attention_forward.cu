@@ -1,12 +1,13 @@
-// Flash-attention forward: one block per (query tile, head, batch); key tiles stream through
-// shared memory up to the diagonal, with an online softmax per query row (FlashAttention-2):
+// Flash-attention forward on shared-memory tiles (attention_kernels.h): one block per (query tile,
+// head, batch); key tiles stream through shared memory up to the diagonal, with an online softmax
+// per query row (FlashAttention-2):
 //   m' = max(m, rowmax(S)),  P = exp(S − m'),  l' = l·e^(m−m') + rowsum(P),  O' = O·e^(m−m') + P·V
 // and at the end out = O / l, lse = m + log l. Exponentials are base 2 with log2(e) folded into the
 // score scale. Query tiles run from the last (most key tiles) to the first so the longest blocks
 // start first.
 //
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
-#include "model/kernels/cuda/attention.h"
+#include "model/kernels/cuda/attention_kernels.h"
 
 #include <cmath>
 
@@ -14,10 +15,8 @@
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/reduce.cuh"
 
-namespace strata::cuda {
+namespace strata::cuda::flash {
 namespace {
-
-using namespace flash;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
@@ -96,8 +95,6 @@ void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int 
   constexpr std::size_t kBytes = ForwardLayout<T, D>::kBytes;
   constexpr int kRows = Tiles<T, D>::kRows;
   auto* kernel = attention_forward_kernel<T, D>;
-  STRATA_CHECK(B <= 65535 && NH <= 65535, "attention: batch ", B, " or heads ", NH,
-               " beyond the grid's 65535");
   STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes)));
   const dim3 grid(static_cast<unsigned>((T_ + kRows - 1) / kRows), static_cast<unsigned>(NH),
@@ -109,27 +106,17 @@ void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int 
 
 }  // namespace
 
-bool attention_head_size_supported(int hs) { return head_size_has_kernel(hs); }
-
 template <class T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
-                       cudaStream_t stream) {
-  STRATA_CHECK(B >= 0 && T_ >= 0 && NH > 0 && C % NH == 0);
-  const int hs = C / NH;
-  if (!attention_head_size_supported(hs))
-    fail("attention: head size ", hs, " is not supported by the CUDA kernel (", kHeadSizeStep,
-         " to ", kMaxHeadSize, " in steps of ", kHeadSizeStep, ")");
-  STRATA_CHECK(is_aligned(out, 16) && is_aligned(qkv, 16),
-               "attention tensors must be 16-byte aligned");
-  if (B == 0 || T_ == 0) return;
-  with_head_size(hs, [&]<int D>() { launch_forward<T, D>(out, lse, qkv, B, T_, C, NH, stream); });
+void forward_tiles(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                   cudaStream_t stream) {
+  with_head_size(C / NH,
+                 [&]<int D>() { launch_forward<T, D>(out, lse, qkv, B, T_, C, NH, stream); });
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int,
-                                       cudaStream_t);
-template void attention_forward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int,
-                                               int, int, int, cudaStream_t);
-template void attention_forward<__half>(__half*, float*, const __half*, int, int, int, int,
-                                        cudaStream_t);
+template void forward_tiles<float>(float*, float*, const float*, int, int, int, int, cudaStream_t);
+template void forward_tiles<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int,
+                                           int, int, cudaStream_t);
+template void forward_tiles<__half>(__half*, float*, const __half*, int, int, int, int,
+                                    cudaStream_t);
 
-}  // namespace strata::cuda
+}  // namespace strata::cuda::flash

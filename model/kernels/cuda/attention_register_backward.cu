@@ -1,0 +1,378 @@
+// Flash-attention backward for bf16/fp16 with every score in registers, deterministic like the
+// tile kernels (attention_backward.cu): two kernels, each block owning the rows it writes.
+//   dK, dV: one block per 64-key tile, 16 keys per warp. Per query tile (streamed, double-buffered
+//           with its logsumexp and delta), each warp computes Sᵀ = K·Qᵀ and dPᵀ = V·doutᵀ for its
+//           keys, Pᵀ = exp2(Sᵀ·scale·log2 e − lse) and dSᵀ = Pᵀ ⊙ (dPᵀ − delta), then
+//           dV += Pᵀ·dout and dK += dSᵀ·Q with Pᵀ, dSᵀ repacked as A fragments in registers.
+//   dQ:     one block per 64-query tile, 16 queries per warp; per key tile (streamed K and V),
+//           S = Q·Kᵀ, dP = dout·Vᵀ, P, dS as above, and dQ += dS·K.
+// Masks apply only where a tile straddles the causal diagonal or the sequence end. dK and dQ are
+// scaled by 1/√hs when stored. Head sizes up to 64 keep the block's own operand fragments (K and
+// V, or Q and dout) in registers for the whole loop; larger ones reload them from shared memory
+// each tile (and dK/dV takes 32-query tiles) to stay within 255 registers.
+//
+// Status: written 2026-11-26; see attention.h for what has run on a GPU.
+#include <cmath>
+
+#include "model/kernels/cuda/attention_kernels.h"
+#include "model/kernels/cuda/attention_registers.cuh"
+#include "model/kernels/cuda/attention_tile.cuh"
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/mma.cuh"
+
+namespace strata::cuda::flash {
+namespace {
+
+using namespace mma;
+
+template <int D>
+struct BackwardShape {
+  static constexpr bool kHoldOperands = D <= 64;
+  static constexpr int kQueryTile = D <= 64 ? 64 : 32;  // dK/dV kernel's streamed query tile
+  static constexpr int kSteps = D / 16;                 // k-steps over the head dimension
+  static constexpr int kDimGroups = D / 8;              // 8-column accumulators of dK, dV, dQ
+  static constexpr int kTile = kBlockRows * kLd<D>;     // elements of a 64-row shared tile
+  static constexpr int kQueryTileElements = kQueryTile * kLd<D>;
+  // dK/dV: K, V, two Q and two dout buffers (16-bit elements), then two (logsumexp, delta) row
+  // pairs.
+  static constexpr std::size_t kDkdvBytes =
+      2 * (2 * kTile + 4 * kQueryTileElements) + sizeof(float) * 4 * kQueryTile;
+  // dQ: Q, dout, two K and two V buffers.
+  static constexpr std::size_t kDqBytes = 2 * 6 * kTile;
+  static_assert(kDkdvBytes <= kMaxSharedBytes && kDqBytes <= kMaxSharedBytes);
+};
+
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kRegisterThreads)
+    dkdv_registers_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+                          const float* delta, int T_, int C, float scale, float scale_log2) {
+  using S = BackwardShape<D>;
+  constexpr int kQ = S::kQueryTile;
+  constexpr int kQueryGroups = kQ / 8;
+  extern __shared__ __align__(128) unsigned char shared[];
+  T* k_tile = reinterpret_cast<T*>(shared);
+  T* v_tile = k_tile + S::kTile;
+  T* q_tiles = v_tile + S::kTile;                                                    // two buffers
+  T* dy_tiles = q_tiles + 2 * S::kQueryTileElements;                                 // two buffers
+  float* lse_rows = reinterpret_cast<float*>(dy_tiles + 2 * S::kQueryTileElements);  // 2 × kQ
+  float* delta_rows = lse_rows + 2 * kQ;                                             // 2 × kQ
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int c0 = blockIdx.x * kBlockRows;  // key tile 0 (the most query tiles) starts first
+  const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
+  const long stride = 3L * C;
+  const long head = static_cast<long>(h) * D;
+  const T* q_src = qkv + static_cast<long>(b) * T_ * stride + head;
+  const T* dy_src = dout + static_cast<long>(b) * T_ * C + head;
+  const long bh = static_cast<long>(b) * NH + h;
+  const float* lse_bh = lse + bh * T_;
+  const float* delta_bh = delta + bh * T_;
+  const int key[2] = {c0 + warp * kWarpRows + g, c0 + warp * kWarpRows + g + 8};
+
+  // Query tile at r0 into buffer `buffer`: Q and dout asynchronously, the row statistics (base-2
+  // logsumexp, delta; 0 past T_, where the mask applies) with plain stores.
+  const auto stage = [&](int r0, int buffer) {
+    copy_rows_async<T, D, kQ>(q_tiles + buffer * S::kQueryTileElements, q_src, stride, r0, T_);
+    copy_rows_async<T, D, kQ>(dy_tiles + buffer * S::kQueryTileElements, dy_src, C, r0, T_);
+    for (int i = threadIdx.x; i < kQ; i += kRegisterThreads) {
+      const bool real = r0 + i < T_;
+      lse_rows[buffer * kQ + i] = real ? lse_bh[r0 + i] * kLog2e : 0.0f;
+      delta_rows[buffer * kQ + i] = real ? delta_bh[r0 + i] : 0.0f;
+    }
+  };
+  copy_rows_async<T, D, kBlockRows>(k_tile, q_src + C, stride, c0, T_);
+  copy_rows_async<T, D, kBlockRows>(v_tile, q_src + 2L * C, stride, c0, T_);
+  stage(c0, 0);
+  commit_copies();
+
+  unsigned k_held[S::kHoldOperands ? S::kSteps : 1][4];
+  unsigned v_held[S::kHoldOperands ? S::kSteps : 1][4];
+  float dk[S::kDimGroups][4], dv[S::kDimGroups][4];
+  zero(dk);
+  zero(dv);
+  const int tiles = (T_ - c0 + kQ - 1) / kQ;
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int r0 = c0 + tile * kQ;
+    if (tile + 1 < tiles) {
+      stage(r0 + kQ, (tile + 1) % 2);
+      commit_copies();
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+    __syncthreads();
+    if constexpr (S::kHoldOperands) {
+      if (tile == 0) {
+#pragma unroll
+        for (int step = 0; step < S::kSteps; ++step) {
+          load_a_fragment(k_held[step], k_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+          load_a_fragment(v_held[step], v_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+        }
+      }
+    }
+    const T* q = q_tiles + (tile % 2) * S::kQueryTileElements;
+    const T* dy = dy_tiles + (tile % 2) * S::kQueryTileElements;
+    const float* lse_tile = lse_rows + (tile % 2) * kQ;
+    const float* delta_tile = delta_rows + (tile % 2) * kQ;
+
+    // Sᵀ = K·Qᵀ and dPᵀ = V·doutᵀ (rows: this warp's 16 keys; columns: the tile's queries).
+    float st[kQueryGroups][4], dpt[kQueryGroups][4];
+    zero(st);
+    zero(dpt);
+#pragma unroll
+    for (int step = 0; step < S::kSteps; ++step) {
+      unsigned ka[4], va[4];
+      if constexpr (S::kHoldOperands) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ka[e] = k_held[step][e];
+          va[e] = v_held[step][e];
+        }
+      } else {
+        load_a_fragment(ka, k_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+        load_a_fragment(va, v_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+      }
+#pragma unroll
+      for (int j = 0; j < kQueryGroups; j += 2) {
+        unsigned qb[4], yb[4];
+        load_b_fragments_rows_n(qb, q, kLd<D>, step * 16, j * 8, lane);
+        mma_16816<T>(st[j], ka, qb[0], qb[1]);
+        mma_16816<T>(st[j + 1], ka, qb[2], qb[3]);
+        load_b_fragments_rows_n(yb, dy, kLd<D>, step * 16, j * 8, lane);
+        mma_16816<T>(dpt[j], va, yb[0], yb[1]);
+        mma_16816<T>(dpt[j + 1], va, yb[2], yb[3]);
+      }
+    }
+
+    // Pᵀ and dSᵀ in place; masked where a query precedes a key or lies past the sequence.
+    const bool masked = r0 < c0 + kBlockRows || r0 + kQ > T_;
+#pragma unroll
+    for (int j = 0; j < kQueryGroups; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int column = j * 8 + 2 * t + (e & 1);
+        const int query = r0 + column;
+        const bool keep = !masked || (key[e / 2] <= query && query < T_);
+        const float p = keep ? exp2f(st[j][e] * scale_log2 - lse_tile[column]) : 0.0f;
+        dpt[j][e] = p * (dpt[j][e] - delta_tile[column]);
+        st[j][e] = p;
+      }
+
+      // dV += Pᵀ·dout and dK += dSᵀ·Q, over the tile's queries 16 at a time.
+#pragma unroll
+    for (int step = 0; step < kQ / 16; ++step) {
+      unsigned pa[4], dsa[4];
+      pack_a_fragment<T>(pa, st[2 * step], st[2 * step + 1]);
+      pack_a_fragment<T>(dsa, dpt[2 * step], dpt[2 * step + 1]);
+#pragma unroll
+      for (int n = 0; n < S::kDimGroups; n += 2) {
+        unsigned yb[4], qb[4];
+        load_b_fragments_rows_k(yb, dy, kLd<D>, step * 16, n * 8, lane);
+        mma_16816<T>(dv[n], pa, yb[0], yb[1]);
+        mma_16816<T>(dv[n + 1], pa, yb[2], yb[3]);
+        load_b_fragments_rows_k(qb, q, kLd<D>, step * 16, n * 8, lane);
+        mma_16816<T>(dk[n], dsa, qb[0], qb[1]);
+        mma_16816<T>(dk[n + 1], dsa, qb[2], qb[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before the next stage refills it
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (key[i] >= T_) continue;
+    T* dst = dqkv + (static_cast<long>(b) * T_ + key[i]) * stride + head + 2 * t;
+#pragma unroll
+    for (int n = 0; n < S::kDimGroups; ++n) {
+      *reinterpret_cast<unsigned*>(dst + C + n * 8) =
+          pack2<T>(dk[n][2 * i] * scale, dk[n][2 * i + 1] * scale);
+      *reinterpret_cast<unsigned*>(dst + 2L * C + n * 8) = pack2<T>(dv[n][2 * i], dv[n][2 * i + 1]);
+    }
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kRegisterThreads)
+    dq_registers_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
+                        int T_, int C, float scale, float scale_log2) {
+  using S = BackwardShape<D>;
+  constexpr int kKeyGroups = kKeyTile / 8;
+  extern __shared__ __align__(128) unsigned char shared[];
+  T* q_tile = reinterpret_cast<T*>(shared);
+  T* dy_tile = q_tile + S::kTile;
+  T* k_tiles = dy_tile + S::kTile;      // two buffers
+  T* v_tiles = k_tiles + 2 * S::kTile;  // two buffers
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;  // the last query tile starts first
+  const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
+  const long stride = 3L * C;
+  const long head = static_cast<long>(h) * D;
+  const T* q_src = qkv + static_cast<long>(b) * T_ * stride + head;
+  const T* k_src = q_src + C;
+  const T* v_src = q_src + 2L * C;
+  const long bh = static_cast<long>(b) * NH + h;
+  const int row[2] = {r0 + warp * kWarpRows + g, r0 + warp * kWarpRows + g + 8};
+  float lse_row[2], delta_row[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const bool real = row[i] < T_;
+    lse_row[i] = real ? lse[bh * T_ + row[i]] * kLog2e : 0.0f;
+    delta_row[i] = real ? delta[bh * T_ + row[i]] : 0.0f;
+  }
+
+  copy_rows_async<T, D, kBlockRows>(q_tile, q_src, stride, r0, T_);
+  copy_rows_async<T, D, kBlockRows>(dy_tile, dout + static_cast<long>(b) * T_ * C + head, C, r0,
+                                    T_);
+  copy_rows_async<T, D, kKeyTile>(k_tiles, k_src, stride, 0, T_);
+  copy_rows_async<T, D, kKeyTile>(v_tiles, v_src, stride, 0, T_);
+  commit_copies();
+
+  unsigned q_held[S::kHoldOperands ? S::kSteps : 1][4];
+  unsigned dy_held[S::kHoldOperands ? S::kSteps : 1][4];
+  float dq[S::kDimGroups][4];
+  zero(dq);
+  const int tiles = r0 / kKeyTile + 1;
+  for (int tile = 0; tile < tiles; ++tile) {
+    if (tile + 1 < tiles) {
+      const int next = (tile + 1) % 2;
+      copy_rows_async<T, D, kKeyTile>(k_tiles + next * S::kTile, k_src, stride,
+                                      (tile + 1) * kKeyTile, T_);
+      copy_rows_async<T, D, kKeyTile>(v_tiles + next * S::kTile, v_src, stride,
+                                      (tile + 1) * kKeyTile, T_);
+      commit_copies();
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+    __syncthreads();
+    if constexpr (S::kHoldOperands) {
+      if (tile == 0) {
+#pragma unroll
+        for (int step = 0; step < S::kSteps; ++step) {
+          load_a_fragment(q_held[step], q_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+          load_a_fragment(dy_held[step], dy_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+        }
+      }
+    }
+    const T* k = k_tiles + (tile % 2) * S::kTile;
+    const T* v = v_tiles + (tile % 2) * S::kTile;
+
+    // S = Q·Kᵀ and dP = dout·Vᵀ (rows: this warp's 16 queries; columns: the tile's keys).
+    float s[kKeyGroups][4], dp[kKeyGroups][4];
+    zero(s);
+    zero(dp);
+#pragma unroll
+    for (int step = 0; step < S::kSteps; ++step) {
+      unsigned qa[4], ya[4];
+      if constexpr (S::kHoldOperands) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          qa[e] = q_held[step][e];
+          ya[e] = dy_held[step][e];
+        }
+      } else {
+        load_a_fragment(qa, q_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+        load_a_fragment(ya, dy_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+      }
+#pragma unroll
+      for (int j = 0; j < kKeyGroups; j += 2) {
+        unsigned kb[4], vb[4];
+        load_b_fragments_rows_n(kb, k, kLd<D>, step * 16, j * 8, lane);
+        mma_16816<T>(s[j], qa, kb[0], kb[1]);
+        mma_16816<T>(s[j + 1], qa, kb[2], kb[3]);
+        load_b_fragments_rows_n(vb, v, kLd<D>, step * 16, j * 8, lane);
+        mma_16816<T>(dp[j], ya, vb[0], vb[1]);
+        mma_16816<T>(dp[j + 1], ya, vb[2], vb[3]);
+      }
+    }
+
+    // P and dS in place; masked past the diagonal and the sequence end (diagonal tile only), and
+    // for padding query rows.
+    const int key0 = tile * kKeyTile;
+    const bool diagonal = tile == tiles - 1;
+#pragma unroll
+    for (int j = 0; j < kKeyGroups; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2;
+        const int key = key0 + j * 8 + 2 * t + (e & 1);
+        const bool keep = row[i] < T_ && (!diagonal || key <= row[i]);
+        const float p = keep ? exp2f(s[j][e] * scale_log2 - lse_row[i]) : 0.0f;
+        dp[j][e] = p * (dp[j][e] - delta_row[i]);
+      }
+
+      // dQ += dS·K over the tile's keys 16 at a time.
+#pragma unroll
+    for (int step = 0; step < kKeyTile / 16; ++step) {
+      unsigned dsa[4];
+      pack_a_fragment<T>(dsa, dp[2 * step], dp[2 * step + 1]);
+#pragma unroll
+      for (int n = 0; n < S::kDimGroups; n += 2) {
+        unsigned kb[4];
+        load_b_fragments_rows_k(kb, k, kLd<D>, step * 16, n * 8, lane);
+        mma_16816<T>(dq[n], dsa, kb[0], kb[1]);
+        mma_16816<T>(dq[n + 1], dsa, kb[2], kb[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before the next copy refills it
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (row[i] >= T_) continue;
+    T* dst = dqkv + (static_cast<long>(b) * T_ + row[i]) * stride + head + 2 * t;
+#pragma unroll
+    for (int n = 0; n < S::kDimGroups; ++n)
+      *reinterpret_cast<unsigned*>(dst + n * 8) =
+          pack2<T>(dq[n][2 * i] * scale, dq[n][2 * i + 1] * scale);
+  }
+}
+
+template <class T, int D>
+void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
+                     int B, int T_, int C, int NH, cudaStream_t stream) {
+  using S = BackwardShape<D>;
+  const dim3 grid(static_cast<unsigned>((T_ + kBlockRows - 1) / kBlockRows),
+                  static_cast<unsigned>(NH), static_cast<unsigned>(B));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale_log2 = scale * kLog2e;
+  auto* dkdv = dkdv_registers_kernel<T, D>;
+  STRATA_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(S::kDkdvBytes)));
+  dkdv<<<grid, kRegisterThreads, S::kDkdvBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_, C, scale,
+                                                          scale_log2);
+  STRATA_CUDA_CHECK_LAUNCH();
+  auto* dq = dq_registers_kernel<T, D>;
+  STRATA_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(S::kDqBytes)));
+  dq<<<grid, kRegisterThreads, S::kDqBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_, C, scale,
+                                                      scale_log2);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <class T>
+void backward_registers(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
+                        int B, int T_, int C, int NH, cudaStream_t stream) {
+  with_head_size(C / NH, [&]<int D>() {
+    launch_backward<T, D>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
+  });
+}
+
+template void backward_registers<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*,
+                                                const __nv_bfloat16*, const float*, const float*,
+                                                int, int, int, int, cudaStream_t);
+template void backward_registers<__half>(__half*, const __half*, const __half*, const float*,
+                                         const float*, int, int, int, int, cudaStream_t);
+
+}  // namespace strata::cuda::flash

@@ -1,0 +1,207 @@
+// Flash-attention forward for bf16/fp16 with every score in registers (FlashAttention-2's
+// arrangement): one block of 4 warps per (64-query tile, head, batch), each warp owning 16 query
+// rows. Per key tile of 64, each warp computes its 16 × 64 scores S = Q·Kᵀ into mma accumulators,
+// updates the online softmax of its rows there,
+//   m' = max(m, rowmax(S)),  P = exp2(S·scale·log2 e − m'),  l' = l·2^(m−m') + rowsum(P),
+//   O' = O·2^(m−m') + P·V,
+// turns P (rounded to T) into the A operand of P·V without leaving registers (mma.cuh), and at
+// the end writes out = O / l and lse = (m + log2 l)·ln 2. The block's Q tile is loaded once and
+// kept as fragments; K and V tiles are copied asynchronously into two shared buffers, the next
+// tile's copy overlapping this tile's products. Query tiles run from the last (most key tiles) to
+// the first, so the longest blocks start first. Only the diagonal tile (the last) needs the causal
+// and sequence-end masks: every earlier key precedes every query of the block.
+//
+// Status: written 2026-11-26; see attention.h for what has run on a GPU.
+#include <cmath>
+
+#include "model/kernels/cuda/attention_kernels.h"
+#include "model/kernels/cuda/attention_registers.cuh"
+#include "model/kernels/cuda/attention_tile.cuh"
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/mma.cuh"
+
+namespace strata::cuda::flash {
+namespace {
+
+using namespace mma;
+
+template <class T, int D>
+__global__ void __launch_bounds__(kRegisterThreads)
+    forward_registers_kernel(T* out, float* lse, const T* qkv, int T_, int C, float scale_log2) {
+  constexpr int kTile = kBlockRows * kLd<D>;  // elements of one shared tile (Q, K or V)
+  constexpr int kSteps = D / 16;              // k-steps of Q·Kᵀ
+  constexpr int kKeyGroups = kKeyTile / 8;    // 8-key accumulators of S
+  constexpr int kDimGroups = D / 8;           // 8-column accumulators of O
+  extern __shared__ __align__(128) unsigned char shared[];
+  T* q_tile = reinterpret_cast<T*>(shared);
+  T* k_tiles = q_tile + kTile;       // two buffers
+  T* v_tiles = k_tiles + 2 * kTile;  // two buffers
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int r0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;
+  const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
+  const long stride = 3L * C;
+  const T* q_src = qkv + static_cast<long>(b) * T_ * stride + static_cast<long>(h) * D;
+  const T* k_src = q_src + C;
+  const T* v_src = q_src + 2L * C;
+  // This thread's two query rows (past T_ for padding rows, whose results are not stored).
+  const int row[2] = {r0 + warp * kWarpRows + g, r0 + warp * kWarpRows + g + 8};
+  const int tiles = r0 / kKeyTile + 1;  // key tiles up to and including the diagonal
+
+  copy_rows_async<T, D, kBlockRows>(q_tile, q_src, stride, r0, T_);
+  copy_rows_async<T, D, kKeyTile>(k_tiles, k_src, stride, 0, T_);
+  copy_rows_async<T, D, kKeyTile>(v_tiles, v_src, stride, 0, T_);
+  commit_copies();
+
+  unsigned q[kSteps][4];
+  float o[kDimGroups][4];
+#pragma unroll
+  for (int n = 0; n < kDimGroups; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};  // this thread's partial row sums; the 4 lanes of a row add up at end
+
+  for (int tile = 0; tile < tiles; ++tile) {
+    if (tile + 1 < tiles) {
+      const int next = (tile + 1) % 2;
+      copy_rows_async<T, D, kKeyTile>(k_tiles + next * kTile, k_src, stride, (tile + 1) * kKeyTile,
+                                      T_);
+      copy_rows_async<T, D, kKeyTile>(v_tiles + next * kTile, v_src, stride, (tile + 1) * kKeyTile,
+                                      T_);
+      commit_copies();
+      wait_copies<1>();  // this tile's group (and Q's) has landed; the next may be in flight
+    } else {
+      wait_copies<0>();
+    }
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step)
+        load_a_fragment(q[step], q_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
+    }
+    const T* k = k_tiles + (tile % 2) * kTile;
+    const T* v = v_tiles + (tile % 2) * kTile;
+
+    float s[kKeyGroups][4];
+#pragma unroll
+    for (int j = 0; j < kKeyGroups; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+#pragma unroll
+      for (int j = 0; j < kKeyGroups; j += 2) {
+        unsigned kb[4];
+        load_b_fragments_rows_n(kb, k, kLd<D>, step * 16, j * 8, lane);
+        mma_16816<T>(s[j], q[step], kb[0], kb[1]);
+        mma_16816<T>(s[j + 1], q[step], kb[2], kb[3]);
+      }
+    }
+
+    // Scale to base 2 and mask (diagonal tile only), then the rows' new maxima.
+    const int key0 = tile * kKeyTile;
+    const bool masked = tile == tiles - 1;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kKeyGroups; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + j * 8 + 2 * t + (e & 1);
+        const int i = e / 2;
+        float x = s[j][e] * scale_log2;
+        if (masked && (key > row[i] || key >= T_)) x = -INFINITY;
+        s[j][e] = x;
+        tile_max[i] = fmaxf(tile_max[i], x);
+      }
+    float alpha[2], m_new[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 1));
+      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], 2));
+      m_new[i] = fmaxf(m[i], tile_max[i]);
+      // A row with nothing unmasked yet keeps m = −inf: exp2(−inf − −inf) would be NaN.
+      alpha[i] = m_new[i] == -INFINITY ? 1.0f : exp2f(m[i] - m_new[i]);
+      m[i] = m_new[i];
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kKeyGroups; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2;
+        const float p = m_new[i] == -INFINITY ? 0.0f : exp2f(s[j][e] - m_new[i]);
+        s[j][e] = p;
+        sum[i] += p;
+      }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[i] + sum[i];
+#pragma unroll
+    for (int n = 0; n < kDimGroups; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+
+    // O += P·V, P's accumulators repacked as A fragments (16 keys per k-step).
+#pragma unroll
+    for (int step = 0; step < kKeyTile / 16; ++step) {
+      unsigned p[4];
+      pack_a_fragment<T>(p, s[2 * step], s[2 * step + 1]);
+#pragma unroll
+      for (int n = 0; n < kDimGroups; n += 2) {
+        unsigned vb[4];
+        load_b_fragments_rows_k(vb, v, kLd<D>, step * 16, n * 8, lane);
+        mma_16816<T>(o[n], p, vb[0], vb[1]);
+        mma_16816<T>(o[n + 1], p, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before the next copy refills it
+  }
+
+  T* out_base = out + static_cast<long>(b) * T_ * C + static_cast<long>(h) * D;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float total = l[i];
+    total += __shfl_xor_sync(0xffffffffu, total, 1);
+    total += __shfl_xor_sync(0xffffffffu, total, 2);
+    if (row[i] >= T_) continue;
+    const float inverse = total > 0.0f ? 1.0f / total : 0.0f;
+    T* dst = out_base + static_cast<long>(row[i]) * C + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kDimGroups; ++n) {
+      const unsigned pair = pack2<T>(o[n][2 * i] * inverse, o[n][2 * i + 1] * inverse);
+      *reinterpret_cast<unsigned*>(dst + n * 8) = pair;
+    }
+    if (t == 0) lse[(static_cast<long>(b) * NH + h) * T_ + row[i]] = (m[i] + log2f(total)) * kLn2;
+  }
+}
+
+template <class T, int D>
+void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                    cudaStream_t stream) {
+  constexpr std::size_t kBytes = 5 * sizeof(T) * kBlockRows * kLd<D>;  // Q, 2 K, 2 V
+  static_assert(kBytes <= kMaxSharedBytes);
+  auto* kernel = forward_registers_kernel<T, D>;
+  STRATA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kBytes)));
+  const dim3 grid(static_cast<unsigned>((T_ + kBlockRows - 1) / kBlockRows),
+                  static_cast<unsigned>(NH), static_cast<unsigned>(B));
+  const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(D));
+  kernel<<<grid, kRegisterThreads, kBytes, stream>>>(out, lse, qkv, T_, C, scale_log2);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+template <class T>
+void forward_registers(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+                       cudaStream_t stream) {
+  with_head_size(C / NH,
+                 [&]<int D>() { launch_forward<T, D>(out, lse, qkv, B, T_, C, NH, stream); });
+}
+
+template void forward_registers<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int,
+                                               int, int, int, cudaStream_t);
+template void forward_registers<__half>(__half*, float*, const __half*, int, int, int, int,
+                                        cudaStream_t);
+
+}  // namespace strata::cuda::flash
