@@ -13,6 +13,10 @@
 #            bench:    `bench attention` in bf16, fp16 and fp32 (Strata against cuDNN 9) and
 #                      `bench train` on the GPT-2 124M, 350M, 774M and 1.5B configs
 #            sanitize: compute-sanitizer memcheck, then racecheck, on each kernel test
+#            profile:  Nsight Compute's duration of every kernel launch of `bench train` (GPT-2
+#                      PROFILE_MODEL, default 124m, micro-batch 8, bf16, no recomputation, one
+#                      warm-up and PROFILE_STEPS (2) timed steps), summed per kernel by
+#                      scripts/kernel_profile.py: where the step's GPU time goes
 #            all:      quick, run and bench in one job
 #   LOG_DIR  receives two files, rewritten after every step so that a run stopped from outside
 #            still leaves what it finished: summary.txt (a line per step: name, exit code,
@@ -35,10 +39,10 @@
 # library not found stops the run before any step. Exit status: 0 when every step passed, 1 when
 # any failed, timed out or did not run, 2 when the set-up or the preflight failed.
 set -euo pipefail
-usage="usage: bash scripts/gpu_check.sh quick|run|bench|sanitize|all LOG_DIR [BUNDLE]"
+usage="usage: bash scripts/gpu_check.sh quick|run|bench|sanitize|profile|all LOG_DIR [BUNDLE]"
 mode=${1:-}
 log_dir=${2:-}
-if [[ ! $mode =~ ^(quick|run|bench|sanitize|all)$ || -z $log_dir ]]; then
+if [[ ! $mode =~ ^(quick|run|bench|sanitize|profile|all)$ || -z $log_dir ]]; then
   echo "$usage" >&2
   exit 2
 fi
@@ -304,6 +308,17 @@ if [[ $mode == sanitize ]]; then
         --print-limit 20 "$test"
     done
   done
+fi
+if [[ $mode == profile ]]; then
+  command -v ncu >/dev/null || fail "profile: ncu (Nsight Compute) not found"
+  model=${PROFILE_MODEL:-124m}
+  step "profile_train_$model" ncu --metrics gpu__time_duration.sum --csv \
+    --log-file "$work/ncu_$model.csv" "$gpu_dir/bin/bench" train \
+    --config "configs/gpt2_$model.yaml" --set device=cuda --set train.micro_batch=8 \
+    --set recompute=none --warmup 1 --steps "${PROFILE_STEPS:-2}"
+  step "profile_summary_$model" env -u LD_LIBRARY_PATH python3 "$root/scripts/kernel_profile.py" \
+    "$work/ncu_$model.csv" --top 40
+  cat "$work/profile_summary_$model.log" >>"$summary"
 fi
 if [[ $mode == bench || $mode == all ]]; then
   for dtype in bf16 fp16 fp32; do

@@ -11,7 +11,10 @@
 // V, or Q and dout) in registers for the whole loop; larger ones reload them from shared memory
 // each tile (and dK/dV takes 32-query tiles) to stay within 255 registers.
 //
-// Status: written 2026-11-26; see attention.h for what has run on a GPU.
+// Status: ran on an NVIDIA H200 (2026-11-26, commit b5bd082): every `cuda` test, compute-sanitizer
+// memcheck and racecheck passed (docs/PERFORMANCE.md). The
+// products were factored out into attention_registers.cuh afterwards (the same operations in the
+// same order): that form has not run on a GPU yet.
 #include <cmath>
 
 #include "model/kernels/cuda/attention_kernels.h"
@@ -41,12 +44,6 @@ struct BackwardShape {
   static constexpr std::size_t kDqBytes = 2 * 6 * kTile;
   static_assert(kDkdvBytes <= kMaxSharedBytes && kDqBytes <= kMaxSharedBytes);
 };
-
-template <int N>
-__device__ __forceinline__ void zero(float (&acc)[N][4]) {
-#pragma unroll
-  for (int n = 0; n < N; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-}
 
 template <class T, int D>
 __global__ void __launch_bounds__(kRegisterThreads)
@@ -92,8 +89,8 @@ __global__ void __launch_bounds__(kRegisterThreads)
   stage(c0, 0);
   commit_copies();
 
-  unsigned k_held[S::kHoldOperands ? S::kSteps : 1][4];
-  unsigned v_held[S::kHoldOperands ? S::kSteps : 1][4];
+  RowFragments<T, S::kSteps, S::kHoldOperands> k_rows(k_tile, kLd<D>, warp * kWarpRows, lane);
+  RowFragments<T, S::kSteps, S::kHoldOperands> v_rows(v_tile, kLd<D>, warp * kWarpRows, lane);
   float dk[S::kDimGroups][4], dv[S::kDimGroups][4];
   zero(dk);
   zero(dv);
@@ -108,14 +105,9 @@ __global__ void __launch_bounds__(kRegisterThreads)
       wait_copies<0>();
     }
     __syncthreads();
-    if constexpr (S::kHoldOperands) {
-      if (tile == 0) {
-#pragma unroll
-        for (int step = 0; step < S::kSteps; ++step) {
-          load_a_fragment(k_held[step], k_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-          load_a_fragment(v_held[step], v_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-        }
-      }
+    if (tile == 0) {
+      k_rows.hold();
+      v_rows.hold();
     }
     const T* q = q_tiles + (tile % 2) * S::kQueryTileElements;
     const T* dy = dy_tiles + (tile % 2) * S::kQueryTileElements;
@@ -124,32 +116,8 @@ __global__ void __launch_bounds__(kRegisterThreads)
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·doutᵀ (rows: this warp's 16 keys; columns: the tile's queries).
     float st[kQueryGroups][4], dpt[kQueryGroups][4];
-    zero(st);
-    zero(dpt);
-#pragma unroll
-    for (int step = 0; step < S::kSteps; ++step) {
-      unsigned ka[4], va[4];
-      if constexpr (S::kHoldOperands) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          ka[e] = k_held[step][e];
-          va[e] = v_held[step][e];
-        }
-      } else {
-        load_a_fragment(ka, k_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-        load_a_fragment(va, v_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-      }
-#pragma unroll
-      for (int j = 0; j < kQueryGroups; j += 2) {
-        unsigned qb[4], yb[4];
-        load_b_fragments_rows_n(qb, q, kLd<D>, step * 16, j * 8, lane);
-        mma_16816<T>(st[j], ka, qb[0], qb[1]);
-        mma_16816<T>(st[j + 1], ka, qb[2], qb[3]);
-        load_b_fragments_rows_n(yb, dy, kLd<D>, step * 16, j * 8, lane);
-        mma_16816<T>(dpt[j], va, yb[0], yb[1]);
-        mma_16816<T>(dpt[j + 1], va, yb[2], yb[3]);
-      }
-    }
+    product_with_rows<T, S::kSteps>(st, k_rows, q, kLd<D>, lane);
+    product_with_rows<T, S::kSteps>(dpt, v_rows, dy, kLd<D>, lane);
 
     // Pᵀ and dSᵀ in place; masked where a query precedes a key or lies past the sequence.
     const bool masked = r0 < c0 + kBlockRows || r0 + kQ > T_;
@@ -165,23 +133,9 @@ __global__ void __launch_bounds__(kRegisterThreads)
         st[j][e] = p;
       }
 
-      // dV += Pᵀ·dout and dK += dSᵀ·Q, over the tile's queries 16 at a time.
-#pragma unroll
-    for (int step = 0; step < kQ / 16; ++step) {
-      unsigned pa[4], dsa[4];
-      pack_a_fragment<T>(pa, st[2 * step], st[2 * step + 1]);
-      pack_a_fragment<T>(dsa, dpt[2 * step], dpt[2 * step + 1]);
-#pragma unroll
-      for (int n = 0; n < S::kDimGroups; n += 2) {
-        unsigned yb[4], qb[4];
-        load_b_fragments_rows_k(yb, dy, kLd<D>, step * 16, n * 8, lane);
-        mma_16816<T>(dv[n], pa, yb[0], yb[1]);
-        mma_16816<T>(dv[n + 1], pa, yb[2], yb[3]);
-        load_b_fragments_rows_k(qb, q, kLd<D>, step * 16, n * 8, lane);
-        mma_16816<T>(dk[n], dsa, qb[0], qb[1]);
-        mma_16816<T>(dk[n + 1], dsa, qb[2], qb[3]);
-      }
-    }
+    // dV += Pᵀ·dout and dK += dSᵀ·Q, over the tile's queries 16 at a time.
+    accumulate_product<T>(dv, st, dy, kLd<D>, lane);
+    accumulate_product<T>(dk, dpt, q, kLd<D>, lane);
     __syncthreads();  // every warp is done with this buffer before the next stage refills it
   }
 
@@ -236,8 +190,8 @@ __global__ void __launch_bounds__(kRegisterThreads)
   copy_rows_async<T, D, kKeyTile>(v_tiles, v_src, stride, 0, T_);
   commit_copies();
 
-  unsigned q_held[S::kHoldOperands ? S::kSteps : 1][4];
-  unsigned dy_held[S::kHoldOperands ? S::kSteps : 1][4];
+  RowFragments<T, S::kSteps, S::kHoldOperands> q_rows(q_tile, kLd<D>, warp * kWarpRows, lane);
+  RowFragments<T, S::kSteps, S::kHoldOperands> dy_rows(dy_tile, kLd<D>, warp * kWarpRows, lane);
   float dq[S::kDimGroups][4];
   zero(dq);
   const int tiles = r0 / kKeyTile + 1;
@@ -254,46 +208,17 @@ __global__ void __launch_bounds__(kRegisterThreads)
       wait_copies<0>();
     }
     __syncthreads();
-    if constexpr (S::kHoldOperands) {
-      if (tile == 0) {
-#pragma unroll
-        for (int step = 0; step < S::kSteps; ++step) {
-          load_a_fragment(q_held[step], q_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-          load_a_fragment(dy_held[step], dy_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-        }
-      }
+    if (tile == 0) {
+      q_rows.hold();
+      dy_rows.hold();
     }
     const T* k = k_tiles + (tile % 2) * S::kTile;
     const T* v = v_tiles + (tile % 2) * S::kTile;
 
     // S = Q·Kᵀ and dP = dout·Vᵀ (rows: this warp's 16 queries; columns: the tile's keys).
     float s[kKeyGroups][4], dp[kKeyGroups][4];
-    zero(s);
-    zero(dp);
-#pragma unroll
-    for (int step = 0; step < S::kSteps; ++step) {
-      unsigned qa[4], ya[4];
-      if constexpr (S::kHoldOperands) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          qa[e] = q_held[step][e];
-          ya[e] = dy_held[step][e];
-        }
-      } else {
-        load_a_fragment(qa, q_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-        load_a_fragment(ya, dy_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-      }
-#pragma unroll
-      for (int j = 0; j < kKeyGroups; j += 2) {
-        unsigned kb[4], vb[4];
-        load_b_fragments_rows_n(kb, k, kLd<D>, step * 16, j * 8, lane);
-        mma_16816<T>(s[j], qa, kb[0], kb[1]);
-        mma_16816<T>(s[j + 1], qa, kb[2], kb[3]);
-        load_b_fragments_rows_n(vb, v, kLd<D>, step * 16, j * 8, lane);
-        mma_16816<T>(dp[j], ya, vb[0], vb[1]);
-        mma_16816<T>(dp[j + 1], ya, vb[2], vb[3]);
-      }
-    }
+    product_with_rows<T, S::kSteps>(s, q_rows, k, kLd<D>, lane);
+    product_with_rows<T, S::kSteps>(dp, dy_rows, v, kLd<D>, lane);
 
     // P and dS in place; masked past the diagonal and the sequence end (diagonal tile only), and
     // for padding query rows.
@@ -310,19 +235,8 @@ __global__ void __launch_bounds__(kRegisterThreads)
         dp[j][e] = p * (dp[j][e] - delta_row[i]);
       }
 
-      // dQ += dS·K over the tile's keys 16 at a time.
-#pragma unroll
-    for (int step = 0; step < kKeyTile / 16; ++step) {
-      unsigned dsa[4];
-      pack_a_fragment<T>(dsa, dp[2 * step], dp[2 * step + 1]);
-#pragma unroll
-      for (int n = 0; n < S::kDimGroups; n += 2) {
-        unsigned kb[4];
-        load_b_fragments_rows_k(kb, k, kLd<D>, step * 16, n * 8, lane);
-        mma_16816<T>(dq[n], dsa, kb[0], kb[1]);
-        mma_16816<T>(dq[n + 1], dsa, kb[2], kb[3]);
-      }
-    }
+    // dQ += dS·K over the tile's keys 16 at a time.
+    accumulate_product<T>(dq, dp, k, kLd<D>, lane);
     __syncthreads();  // every warp is done with this buffer before the next copy refills it
   }
 

@@ -11,7 +11,10 @@
 // the first, so the longest blocks start first. Only the diagonal tile (the last) needs the causal
 // and sequence-end masks: every earlier key precedes every query of the block.
 //
-// Status: written 2026-11-26; see attention.h for what has run on a GPU.
+// Status: ran on an NVIDIA H200 (2026-11-26, commit b5bd082): every `cuda` test, compute-sanitizer
+// memcheck and racecheck passed (docs/PERFORMANCE.md). The
+// products were factored out into attention_registers.cuh afterwards (the same operations in the
+// same order): that form has not run on a GPU yet.
 #include <cmath>
 
 #include "model/kernels/cuda/attention_kernels.h"
@@ -54,10 +57,9 @@ __global__ void __launch_bounds__(kRegisterThreads)
   copy_rows_async<T, D, kKeyTile>(v_tiles, v_src, stride, 0, T_);
   commit_copies();
 
-  unsigned q[kSteps][4];
+  RowFragments<T, kSteps, true> q(q_tile, kLd<D>, warp * kWarpRows, lane);
   float o[kDimGroups][4];
-#pragma unroll
-  for (int n = 0; n < kDimGroups; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  zero(o);
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};  // this thread's partial row sums; the 4 lanes of a row add up at end
 
@@ -74,27 +76,12 @@ __global__ void __launch_bounds__(kRegisterThreads)
       wait_copies<0>();
     }
     __syncthreads();
-    if (tile == 0) {
-#pragma unroll
-      for (int step = 0; step < kSteps; ++step)
-        load_a_fragment(q[step], q_tile, kLd<D>, warp * kWarpRows, step * 16, lane);
-    }
+    if (tile == 0) q.hold();
     const T* k = k_tiles + (tile % 2) * kTile;
     const T* v = v_tiles + (tile % 2) * kTile;
 
     float s[kKeyGroups][4];
-#pragma unroll
-    for (int j = 0; j < kKeyGroups; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) {
-#pragma unroll
-      for (int j = 0; j < kKeyGroups; j += 2) {
-        unsigned kb[4];
-        load_b_fragments_rows_n(kb, k, kLd<D>, step * 16, j * 8, lane);
-        mma_16816<T>(s[j], q[step], kb[0], kb[1]);
-        mma_16816<T>(s[j + 1], q[step], kb[2], kb[3]);
-      }
-    }
+    product_with_rows<T, kSteps>(s, q, k, kLd<D>, lane);
 
     // Scale to base 2 and mask (diagonal tile only), then the rows' new maxima.
     const int key0 = tile * kKeyTile;
@@ -142,18 +129,7 @@ __global__ void __launch_bounds__(kRegisterThreads)
     }
 
     // O += P·V, P's accumulators repacked as A fragments (16 keys per k-step).
-#pragma unroll
-    for (int step = 0; step < kKeyTile / 16; ++step) {
-      unsigned p[4];
-      pack_a_fragment<T>(p, s[2 * step], s[2 * step + 1]);
-#pragma unroll
-      for (int n = 0; n < kDimGroups; n += 2) {
-        unsigned vb[4];
-        load_b_fragments_rows_k(vb, v, kLd<D>, step * 16, n * 8, lane);
-        mma_16816<T>(o[n], p, vb[0], vb[1]);
-        mma_16816<T>(o[n + 1], p, vb[2], vb[3]);
-      }
-    }
+    accumulate_product<T>(o, s, v, kLd<D>, lane);
     __syncthreads();  // every warp is done with this buffer before the next copy refills it
   }
 
