@@ -15,22 +15,12 @@ namespace strata {
 using namespace cpu;
 
 Recompute recompute_from_name(std::string_view name) {
-  if (name == "none") return Recompute::none;
-  if (name == "selective") return Recompute::selective;
-  if (name == "full") return Recompute::full;
-  fail("unknown recompute mode '", name, "' (expected none, selective or full)");
+  if (const auto recompute = kRecomputeChoices.find(name)) return *recompute;
+  fail("unknown recompute mode '", name, "' (expected ", kRecomputeChoices.list(), ")");
 }
 
 const char* recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::selective:
-      return "selective";
-    case Recompute::full:
-      return "full";
-    case Recompute::none:
-      break;
-  }
-  return "none";
+  return kRecomputeChoices.word(recompute).data();  // the table's words are string literals
 }
 
 template <class T>

@@ -45,14 +45,9 @@
 #include "model/kernels/cpu/precision.h"
 #include "model/parameter_access.h"
 #include "model/parameter_layout.h"
+#include "model/recompute.h"
 
 namespace strata {
-
-enum class Recompute { none, selective, full };
-// "none" | "selective" | "full" (the words of the `recompute` config key); else an Error.
-Recompute recompute_from_name(std::string_view name);
-// The inverse: the config word of `recompute`.
-const char* recompute_name(Recompute recompute);
 
 struct GptOptions {
   cpu::ComputeDtype compute = cpu::ComputeDtype::fp32;

@@ -12,12 +12,8 @@
 namespace strata {
 
 OuterCompression outer_compression_from_name(const std::string& name) {
-  if (name == "none") return OuterCompression::none;
-  if (name == "fp16") return OuterCompression::fp16;
-  if (name == "bf16") return OuterCompression::bf16;
-  if (name == "int8") return OuterCompression::int8;
-  if (name == "int4") return OuterCompression::int4;
-  fail("unknown diloco.compression '", name, "' (expected none, fp16, bf16, int8 or int4)");
+  if (const auto format = kOuterCompressionChoices.find(name)) return *format;
+  fail("unknown diloco.compression '", name, "' (expected ", kOuterCompressionChoices.list(), ")");
 }
 
 namespace {

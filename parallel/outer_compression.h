@@ -20,9 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "model/core/choice.h"
+
 namespace strata {
 
 enum class OuterCompression { none, fp16, bf16, int8, int4 };
+inline constexpr Choices kOuterCompressionChoices{std::array{
+    ChoiceWord{OuterCompression::none, "none"}, ChoiceWord{OuterCompression::fp16, "fp16"},
+    ChoiceWord{OuterCompression::bf16, "bf16"}, ChoiceWord{OuterCompression::int8, "int8"},
+    ChoiceWord{OuterCompression::int4, "int4"}}};
 // "none" | "fp16" | "bf16" | "int8" | "int4" (diloco.compression); else an Error.
 OuterCompression outer_compression_from_name(const std::string& name);
 

@@ -9,13 +9,12 @@
 namespace strata {
 
 PipelineSchedule parse_pipeline_schedule(const std::string& name) {
-  if (name == "gpipe") return PipelineSchedule::gpipe;
-  if (name == "1f1b") return PipelineSchedule::one_f_one_b;
-  fail("unknown pipeline schedule '", name, "' (expected 1f1b or gpipe)");
+  if (const auto kind = kPipelineScheduleChoices.find(name)) return *kind;
+  fail("unknown pipeline schedule '", name, "' (expected ", kPipelineScheduleChoices.list(), ")");
 }
 
 std::string pipeline_schedule_name(PipelineSchedule kind) {
-  return kind == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
+  return std::string(kPipelineScheduleChoices.word(kind));
 }
 
 namespace {

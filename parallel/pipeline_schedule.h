@@ -42,12 +42,17 @@
 #include <string>
 #include <vector>
 
+#include "model/core/choice.h"
+
 namespace strata {
 
 enum class PipelineSchedule {
   gpipe,        // all forwards, then all backwards (in reverse micro-batch order)
   one_f_one_b,  // PipeDream-flush / Megatron-LM 1F1B
 };
+inline constexpr Choices kPipelineScheduleChoices{
+    std::array{ChoiceWord{PipelineSchedule::one_f_one_b, "1f1b"},
+               ChoiceWord{PipelineSchedule::gpipe, "gpipe"}}};
 
 // The config strings of `parallel.pipeline_schedule`: "gpipe" and "1f1b".
 PipelineSchedule parse_pipeline_schedule(const std::string& name);

@@ -1,6 +1,8 @@
 #include "parallel/process_groups.h"
 
 #include "model/core/error.h"
+#include "parallel/host_reduction.h"
+#include "parallel/sharded_parameters.h"
 
 namespace strata {
 
@@ -25,6 +27,12 @@ ProcessGroups::ProcessGroups(const Mesh& mesh, MpiCommunicator& world)
   node_ = &add("node", mesh.node_group());
   dp_intra_node_ = &add("dp_intra_node", mesh.dp_intra_node_group());
   dp_inter_node_ = &add("dp_inter_node", mesh.dp_inter_node_group());
+}
+
+ReductionGroups ProcessGroups::reductions() const { return ReductionGroups{tp_, dp_, pp_}; }
+
+ShardingGroups ProcessGroups::sharding() const {
+  return ShardingGroups{dp_, NodeGroups{dp_intra_node_, dp_inter_node_}};
 }
 
 Communicator& ProcessGroups::add(const std::string& name, const std::vector<int>& members) {

@@ -26,6 +26,9 @@
 
 namespace strata {
 
+struct ReductionGroups;  // parallel/host_reduction.h
+struct ShardingGroups;   // parallel/sharded_parameters.h
+
 class ProcessGroups {
  public:
   // Collective over `world` (MPI_COMM_WORLD, or one DiLoCo worker's contiguous block of it whose
@@ -42,6 +45,11 @@ class ProcessGroups {
   Communicator& node() const { return *node_; }
   Communicator& dp_intra_node() const { return *dp_intra_node_; }
   Communicator& dp_inter_node() const { return *dp_inter_node_; }
+
+  // The slices that other modules take, so that none assembles groups by hand: a reduction
+  // plan's axes (tp, dp, pp) and ZeRO's (dp, with its node-wise factors).
+  ReductionGroups reductions() const;
+  ShardingGroups sharding() const;
 
   // A new group `name` whose members (world ranks, in the order that becomes their group rank)
   // are this rank's group of a partition of the world. Collective over world(): every rank adds

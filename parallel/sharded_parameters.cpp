@@ -8,9 +8,9 @@
 namespace strata {
 
 GradientReduction gradient_reduction_from_name(const std::string& name) {
-  if (name == "step") return GradientReduction::step;
-  if (name == "micro_batch") return GradientReduction::micro_batch;
-  fail("unknown parallel.zero.gradient_reduction '", name, "' (expected step or micro_batch)");
+  if (const auto reduction = kGradientReductionChoices.find(name)) return *reduction;
+  fail("unknown parallel.zero.gradient_reduction '", name, "' (expected ",
+       kGradientReductionChoices.list(), ")");
 }
 
 float* ShardedParameters::Pool::take(std::size_t index, std::size_t size) {

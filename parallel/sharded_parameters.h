@@ -46,14 +46,11 @@
 #include "model/parameter_access.h"
 #include "parallel/communicator.h"
 #include "parallel/gather_order.h"
+#include "parallel/gradient_reduction.h"
 #include "parallel/reduction_plan.h"
 #include "parallel/segment_collectives.h"
 
 namespace strata {
-
-enum class GradientReduction { step, micro_batch };
-// "step" | "micro_batch" (the words of parallel.zero.gradient_reduction); else an Error.
-GradientReduction gradient_reduction_from_name(const std::string& name);
 
 // A segment's pieces over `n` ranks, cut evenly: the hpZ secondary partition inside a node (the
 // last pieces may be shorter or empty).

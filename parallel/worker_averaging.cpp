@@ -11,11 +11,8 @@
 namespace strata {
 
 Averaging averaging_from_name(const std::string& name) {
-  if (name == "all_reduce") return Averaging::all_reduce;
-  if (name == "butterfly") return Averaging::butterfly;
-  if (name == "gossip") return Averaging::gossip;
-  if (name == "moshpit") return Averaging::moshpit;
-  fail("unknown diloco.averaging '", name, "' (expected all_reduce, butterfly, gossip or moshpit)");
+  if (const auto averaging = kAveragingChoices.find(name)) return *averaging;
+  fail("unknown diloco.averaging '", name, "' (expected ", kAveragingChoices.list(), ")");
 }
 
 std::vector<bool> dropped_workers(std::uint64_t seed, std::int64_t round, int workers, double p) {

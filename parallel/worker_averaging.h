@@ -63,14 +63,11 @@
 #include <string>
 #include <vector>
 
+#include "parallel/averaging.h"
 #include "parallel/communicator.h"
 #include "parallel/outer_compression.h"
 
 namespace strata {
-
-enum class Averaging { all_reduce, butterfly, gossip, moshpit };
-// "all_reduce" | "butterfly" | "gossip" | "moshpit" (diloco.averaging); else an Error.
-Averaging averaging_from_name(const std::string& name);
 
 struct AveragingRound {
   std::int64_t round = 0;      // the outer step: gossip's pairing, moshpit's dimension

@@ -24,7 +24,7 @@ std::string broadcast_from_rank_0(std::string text) {
 
 ClusterSpec cluster_for(const Config& config, int ranks_on_host) {
   if (!config.parallel.cluster.empty()) return load_cluster(config.parallel.cluster);
-  if (config.device == "cuda")
+  if (config.device == Device::cuda)
     fail(
         "parallel.auto on device cuda needs parallel.cluster, a description of the GPUs "
         "(configs/clusters/ has some; the quick measurement times CPU kernels)");

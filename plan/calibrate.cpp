@@ -264,7 +264,7 @@ ClusterSpec calibrate_this_machine(const CalibrationShape& shape, int ranks_on_h
   ClusterSpec c;
   c.name = name.empty() ? "cpu-" + std::to_string(cores) + "core-" + std::to_string(ranks) + "ranks"
                         : name;
-  c.backend = "cpu";
+  c.backend = ClusterBackend::cpu;
   c.nodes = 1;
   c.devices_per_node = ranks;
   c.cores_per_node = cores;

@@ -103,9 +103,15 @@ PrecisionRates read_rates(Section& parent, const std::string& key) {
 
 }  // namespace
 
-double PrecisionRates::of(const std::string& compute) const {
-  if (compute == "bf16") return bf16;
-  if (compute == "fp16") return fp16;
+double PrecisionRates::of(cpu::ComputeDtype compute) const {
+  switch (compute) {
+    case cpu::ComputeDtype::bf16:
+      return bf16;
+    case cpu::ComputeDtype::fp16:
+      return fp16;
+    case cpu::ComputeDtype::fp32:
+      break;
+  }
   return fp32;
 }
 
@@ -119,13 +125,16 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
   Section top(root, "", source_name);
   ClusterSpec cluster;
   cluster.name = top.text("name");
-  cluster.backend = top.text("backend");
-  if (cluster.backend != "cuda" && cluster.backend != "cpu")
-    fail(source_name, ": 'backend' must be cuda or cpu, got '", cluster.backend, "'");
+  const std::string backend = top.text("backend");
+  const auto known = kClusterBackendChoices.find(backend);
+  if (!known)
+    fail(source_name, ": 'backend' must be ", kClusterBackendChoices.list(), ", got '", backend,
+         "'");
+  cluster.backend = *known;
   cluster.nodes = top.count("nodes");
   cluster.devices_per_node = top.count("devices_per_node");
   if (top.child("cores_per_node", false)) {
-    if (cluster.backend != "cpu")
+    if (cluster.backend != ClusterBackend::cpu)
       fail(source_name, ": 'cores_per_node' is for a cpu cluster (backend: cpu)");
     cluster.cores_per_node = top.count("cores_per_node");
   }
@@ -183,7 +192,7 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
   };
   const DeviceSpec& d = c.device;
   out << "name: " << YAML::Node(c.name) << "\n"
-      << "backend: " << c.backend << "\n"
+      << "backend: " << kClusterBackendChoices.word(c.backend) << "\n"
       << "nodes: " << c.nodes << "\n"
       << "devices_per_node: " << c.devices_per_node << "\n";
   if (c.cores_per_node > 0) out << "cores_per_node: " << c.cores_per_node << "\n";

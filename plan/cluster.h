@@ -35,6 +35,9 @@
 #include <optional>
 #include <string>
 
+#include "model/core/choice.h"
+#include "model/kernels/cpu/precision.h"
+
 namespace strata {
 
 struct LinkSpec {
@@ -47,12 +50,17 @@ struct LinkSpec {
   bool operator==(const LinkSpec&) const = default;
 };
 
+// Which of Strata's backends a cluster's ranks run (its file's `backend`).
+enum class ClusterBackend { cuda, cpu };
+inline constexpr Choices kClusterBackendChoices{
+    std::array{ChoiceWord{ClusterBackend::cuda, "cuda"}, ChoiceWord{ClusterBackend::cpu, "cpu"}}};
+
 // TFLOP/s per precision.compute word.
 struct PrecisionRates {
   double fp32 = 0, bf16 = 0, fp16 = 0;
 
-  // The rate for "fp32", "bf16" or "fp16".
-  double of(const std::string& compute) const;
+  // The rate for `compute`.
+  double of(cpu::ComputeDtype compute) const;
   bool operator==(const PrecisionRates&) const = default;
 };
 
@@ -77,7 +85,7 @@ struct DeviceSpec {
 
 struct ClusterSpec {
   std::string name;
-  std::string backend = "cuda";  // cuda | cpu
+  ClusterBackend backend = ClusterBackend::cuda;
   int nodes = 1;
   int devices_per_node = 1;
   int cores_per_node = 0;      // cpu: the cores its ranks share (0: one each)

@@ -174,7 +174,7 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   // The residual stream's rows crossing a stage boundary: host fp32 on both backends.
   const std::uint64_t boundary = rows * m.d_model * sizeof(float) / (sp ? mesh.tp : 1);
   const int layers = partition.layers();
-  const Recompute recompute = recompute_from_name(config.recompute);
+  const Recompute recompute = config.recompute;
 
   CommPrediction out;
   StepEvents events(out);
@@ -217,7 +217,8 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   const std::vector<ParameterSegment> segments = rank.layout.segments();
   if (plan.gradients_by_segment && dp.size() > 1) {
     const bool every_pass =
-        config.parallel.zero.gradient_reduction == "micro_batch" || micro_batches == 1;
+        config.parallel.zero.gradient_reduction == GradientReduction::micro_batch ||
+        micro_batches == 1;
     const int repeats = every_pass ? micro_batches : 1;
     const CommPhase phase = every_pass ? CommPhase::backward : CommPhase::step;
     for (const ParameterSegment& segment : segments) {
@@ -245,8 +246,8 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
 
   // ZeRO 3: every use of a segment's weights is one gather, in the model's order.
   if (plan.parameters_by_segment && dp.size() > 1) {
-    const PipelineProgram program = make_pipeline_schedule(
-        parse_pipeline_schedule(config.parallel.pipeline_schedule), mesh.pp, micro_batches);
+    const PipelineProgram program =
+        make_pipeline_schedule(config.parallel.pipeline_schedule, mesh.pp, micro_batches);
     const ZeroConfig& zero = config.parallel.zero;
     for (const SegmentGatherUse& g : zero3_gather_sequence(
              partition, segment_index(segments), program[static_cast<std::size_t>(stage)])) {

@@ -50,7 +50,7 @@ Work attention_core(const Dims& d, double element_bytes) {
 PassWork layers_of(const Config& config, const Dims& d, int layers, double element_bytes) {
   const Work forward = layer_forward(d, element_bytes);
   Work backward = forward * 2;
-  const Recompute recompute = recompute_from_name(config.recompute);
+  const Recompute recompute = config.recompute;
   if (recompute == Recompute::full) backward += forward;
   if (recompute == Recompute::selective) backward += attention_core(d, element_bytes);
   return PassWork{forward * layers, backward * layers};
@@ -86,12 +86,12 @@ Work optimizer_work(const Config& config, std::size_t owned, std::size_t gradien
   // AdamW reads weight, gradient, m and v and writes weight, m and v (28 bytes), the norm reads
   // the gradient again, a reduced-precision run writes its compute copy; the next step's
   // accumulation starts from zeroed gradients.
-  const double per_owned = 28 + 4 + (config.precision.compute == "fp32" ? 0 : 4);
+  const double per_owned = 28 + 4 + (config.precision.compute == cpu::ComputeDtype::fp32 ? 0 : 4);
   return Work{0, 0, per_owned * static_cast<double>(owned) + 4.0 * static_cast<double>(gradients),
               4};
 }
 
-double seconds_of(const Work& work, const ClusterSpec& cluster, const std::string& compute,
+double seconds_of(const Work& work, const ClusterSpec& cluster, cpu::ComputeDtype compute,
                   int threads) {
   const DeviceSpec& d = cluster.device;
   const double scale = threads;
@@ -102,8 +102,8 @@ double seconds_of(const Work& work, const ClusterSpec& cluster, const std::strin
          work.kernels * d.op_overhead_us * 1e-6;
 }
 
-std::size_t activation_element_bytes(const ClusterSpec& cluster, const std::string& compute) {
-  return cluster.backend == "cuda" && compute != "fp32" ? 2 : 4;
+std::size_t activation_element_bytes(const ClusterSpec& cluster, cpu::ComputeDtype compute) {
+  return cluster.backend == ClusterBackend::cuda && compute != cpu::ComputeDtype::fp32 ? 2 : 4;
 }
 
 }  // namespace strata

@@ -53,11 +53,11 @@ Work optimizer_work(const Config& config, std::size_t owned, std::size_t gradien
 
 // Seconds of `work` on one device of `cluster` computing in precision.compute `compute` with
 // `threads` cores (a cpu cluster's rates are per core; a cuda device has one).
-double seconds_of(const Work& work, const ClusterSpec& cluster, const std::string& compute,
+double seconds_of(const Work& work, const ClusterSpec& cluster, cpu::ComputeDtype compute,
                   int threads = 1);
 
 // The size of an activation element on the cluster's backend: the CPU backend computes in fp32
 // storage whatever the precision; the CUDA backend keeps bf16/fp16 activations in 2 bytes.
-std::size_t activation_element_bytes(const ClusterSpec& cluster, const std::string& compute);
+std::size_t activation_element_bytes(const ClusterSpec& cluster, cpu::ComputeDtype compute);
 
 }  // namespace strata

@@ -33,8 +33,7 @@ std::optional<DilocoVerdict> diloco_verdict(const Config& base, const ClusterSpe
   const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
   const std::size_t parameters = static_cast<std::size_t>(shape.params_excluding_positions()) +
                                  static_cast<std::size_t>(m.seq_len) * m.d_model;
-  v.outer_sync_bytes = averaging_bytes_sent(averaging_from_name(base.diloco.averaging),
-                                            outer_compression_from_name(base.diloco.compression),
+  v.outer_sync_bytes = averaging_bytes_sent(base.diloco.averaging, base.diloco.compression,
                                             parameters, v.workers, 0, {});
   v.outer_sync_seconds = 2.0 * (v.workers - 1) * link.latency_us * 1e-6 +
                          static_cast<double>(v.outer_sync_bytes) / (link.bandwidth_gbs * 1e9);

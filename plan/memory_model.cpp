@@ -22,7 +22,8 @@ namespace {
 std::size_t gradient_bucket_bytes(const ParameterLayout& layout, const ReductionPlan& plan,
                                   const ZeroConfig& zero, int accumulation, bool first, bool last) {
   if (!plan.gradients_by_segment) return 0;
-  if (zero.gradient_reduction == "step" && accumulation >= 2) return layout.total() * sizeof(float);
+  if (zero.gradient_reduction == GradientReduction::step && accumulation >= 2)
+    return layout.total() * sizeof(float);
   const std::vector<ParameterSegment> segments = layout.segments();
   const SegmentIndex index = segment_index(segments);
   const auto size = [&](int i) { return i < 0 ? std::size_t{0} : segments[i].range.size(); };
@@ -90,7 +91,8 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
   MemoryAccount account;
   account.master_weights = plan.parameter_range.size() * sizeof(float);
   // The CPU backend emulates bf16/fp16 in fp32 storage.
-  if (config.precision.compute != "fp32") account.compute_weights = account.master_weights;
+  if (config.precision.compute != cpu::ComputeDtype::fp32)
+    account.compute_weights = account.master_weights;
   account.gradients = plan.gradient_range.size() * sizeof(float);
   account.optimizer_state = 2 * plan.owned.size() * sizeof(float);  // AdamW's m and v
   account.communication = std::max(reduction_scratch_floats(plan.gradients, mesh),
@@ -103,14 +105,14 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
       gradient_bucket_bytes(layout, plan, config.parallel.zero, accumulation, first, last);
 
   // Activation slots: how many micro-batches this stage holds at once under the schedule.
-  const PipelineProgram program = make_pipeline_schedule(
-      parse_pipeline_schedule(config.parallel.pipeline_schedule), mesh.pp, accumulation);
+  const PipelineProgram program =
+      make_pipeline_schedule(config.parallel.pipeline_schedule, mesh.pp, accumulation);
   const PipelineStats stats = simulate_pipeline(program, accumulation);
   account.gathered_weights =
       gathered_weight_bytes(layout, plan, partition, program[static_cast<std::size_t>(stage)]);
   const int slots = std::max(1, stats.max_activations_held[static_cast<std::size_t>(stage)]);
-  const ActivationElements activations = activation_elements(
-      rank.shape, partition, config.train.micro_batch, recompute_from_name(config.recompute));
+  const ActivationElements activations =
+      activation_elements(rank.shape, partition, config.train.micro_batch, config.recompute);
   account.activations = (activations.workspace + slots * activations.per_slot) * sizeof(float);
   return account;
 }

@@ -36,11 +36,12 @@ std::vector<std::string> PlanLayout::overrides() const {
           "parallel.pp=" + std::to_string(pp),
           "parallel.dp=" + std::to_string(dp),
           "train.micro_batch=" + std::to_string(micro_batch),
-          "parallel.pipeline_schedule=" + schedule,
+          "parallel.pipeline_schedule=" + std::string(kPipelineScheduleChoices.word(schedule)),
           std::string("parallel.sequence_parallel=") + flag(sequence_parallel),
-          "recompute=" + recompute,
+          "recompute=" + std::string(kRecomputeChoices.word(recompute)),
           "parallel.zero.stage=" + std::to_string(zero_stage),
-          "parallel.zero.gradient_reduction=" + gradient_reduction,
+          "parallel.zero.gradient_reduction=" +
+              std::string(kGradientReductionChoices.word(gradient_reduction)),
           std::string("parallel.zero.hierarchical_partition=") + flag(hpz),
           std::string("parallel.zero.quantized_weights=") + flag(qwz),
           std::string("parallel.zero.quantized_gradients=") + flag(qgz),
@@ -51,14 +52,15 @@ std::vector<std::string> PlanLayout::overrides() const {
 std::string PlanLayout::name() const {
   std::ostringstream out;
   out << "tp" << tp << " pp" << pp << " dp" << dp << " mb" << micro_batch;
-  if (pp > 1) out << " " << schedule;
+  if (pp > 1) out << " " << kPipelineScheduleChoices.word(schedule);
   if (sequence_parallel) out << " sp";
   if (zero_stage > 0) out << " zero" << zero_stage;
-  if (zero_stage >= 2 && gradient_reduction != "step") out << "/" << gradient_reduction;
+  if (zero_stage >= 2 && gradient_reduction != GradientReduction::step)
+    out << "/" << kGradientReductionChoices.word(gradient_reduction);
   if (hpz) out << " hpZ";
   if (qwz) out << " qwZ";
   if (qgz) out << " qgZ";
-  if (recompute != "none") out << " recompute=" << recompute;
+  if (recompute != Recompute::none) out << " recompute=" << kRecomputeChoices.word(recompute);
   if (!pp_layers.empty()) {
     out << " layers=";
     for (std::size_t i = 0; i < pp_layers.size(); ++i) out << (i ? "," : "") << pp_layers[i];
@@ -122,14 +124,15 @@ std::vector<PlanLayout> enumerate_layouts(const Config& base, int world,
       const int dp = world / (tp * pp);
       if (base.train.global_batch % dp != 0) continue;
       for (int micro_batch : divisors(base.train.global_batch / dp))
-        for (const char* schedule : {"1f1b", "gpipe"}) {
-          if (pp == 1 && std::string(schedule) == "gpipe") continue;
+        for (PipelineSchedule schedule : {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe}) {
+          if (pp == 1 && schedule == PipelineSchedule::gpipe) continue;
           for (bool sp : {false, true}) {
             if (sp && tp == 1) continue;
-            for (const char* recompute : {"none", "selective", "full"})
+            for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
               for (int stage = 0; stage <= (dp > 1 ? 3 : 0); ++stage)
-                for (const char* reduction : {"step", "micro_batch"}) {
-                  if (stage < 2 && std::string(reduction) != "step") continue;
+                for (GradientReduction reduction :
+                     {GradientReduction::step, GradientReduction::micro_batch}) {
+                  if (stage < 2 && reduction != GradientReduction::step) continue;
                   for (int plus = 0; plus < 8; ++plus) {
                     const bool hpz = plus & 1, qwz = plus & 2, qgz = plus & 4;
                     if (plus != 0 && stage != 3) continue;
@@ -250,7 +253,8 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
          cluster.devices(), " devices)");
   Config base = base_config;
   // A cpu cluster is one host: its nodes are the config's simulated ones (parallel.gpus_per_node).
-  if (cluster.backend != "cpu") base.parallel.gpus_per_node = cluster.devices_per_node;
+  if (cluster.backend != ClusterBackend::cpu)
+    base.parallel.gpus_per_node = cluster.devices_per_node;
   base.parallel.pp_layers.clear();
   base.diloco.enabled = false;
   std::vector<PlanCost> plans;

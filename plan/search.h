@@ -30,11 +30,11 @@ namespace strata {
 struct PlanLayout {
   int tp = 1, pp = 1, dp = 1;
   int micro_batch = 1;
-  std::string schedule = "1f1b";
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   bool sequence_parallel = false;
-  std::string recompute = "none";
+  Recompute recompute = Recompute::none;
   int zero_stage = 0;
-  std::string gradient_reduction = "step";
+  GradientReduction gradient_reduction = GradientReduction::step;
   bool hpz = false, qwz = false, qgz = false;
   std::vector<int> pp_layers;  // empty: balanced
   int gpus_per_node = 8;       // the cluster's nodes (parallel.gpus_per_node)

@@ -28,7 +28,8 @@ const LinkSpec& link_of(const ClusterSpec& cluster, LinkClass link) {
 // its hops inside the node. MPI's rings on a cpu cluster cross each node on one link.
 double ring_bandwidth_gbs(const CommEvent& e, const ClusterSpec& cluster) {
   const double slowest = link_of(cluster, e.slowest).bandwidth_gbs;
-  if (cluster.backend != "cuda" || e.slowest != LinkClass::inter_node || e.node_members <= 1)
+  if (cluster.backend != ClusterBackend::cuda || e.slowest != LinkClass::inter_node ||
+      e.node_members <= 1)
     return slowest;
   return std::min(cluster.intra_node.bandwidth_gbs, slowest * e.node_members);
 }
@@ -53,7 +54,7 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
   const ModelConfig& m = config.model;
   const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
   const int micro_batches = config.train.global_batch / (config.train.micro_batch * mesh.dp);
-  const std::string& compute = config.precision.compute;
+  const cpu::ComputeDtype compute = config.precision.compute;
   const std::size_t element_bytes = activation_element_bytes(cluster, compute);
 
   StepTime step;
@@ -66,7 +67,7 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     sharing.ranks = world_size;
     sharing.waiting_share = cluster.waiting_share;
   }
-  const bool overlap = cluster.backend == "cuda";
+  const bool overlap = cluster.backend == ClusterBackend::cuda;
 
   std::vector<StageDurations> durations;
   for (int stage = 0; stage < mesh.pp; ++stage) {
@@ -122,8 +123,8 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     step.stages.push_back(std::move(t));
   }
 
-  const PipelineProgram program = make_pipeline_schedule(
-      parse_pipeline_schedule(config.parallel.pipeline_schedule), mesh.pp, micro_batches);
+  const PipelineProgram program =
+      make_pipeline_schedule(config.parallel.pipeline_schedule, mesh.pp, micro_batches);
   const TimedPipeline clock = run_pipeline_clock(program, durations, sharing);
   step.pipeline = clock.makespan;
   step.bubble_fraction = clock.bubble_fraction;

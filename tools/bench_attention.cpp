@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "model/core/error.h"
+#include "model/kernels/cpu/precision.h"
 #include "tools/bench.h"
 #include "train/cuda_training.h"
 #include "train/metrics.h"
@@ -396,22 +397,24 @@ void bench_attention(const ToolArgs& args) {
   const int NH = positive(args, "--heads", 12), hs = positive(args, "--head-size", 64);
   const int repeats = positive(args, "--repeats", 20);
   const std::string dtype = args.get("--dtype", "bf16");
-  if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16")
-    fail("--dtype must be fp32, bf16 or fp16, got '", dtype, "'");
+  const auto compute = cpu::kComputeDtypeChoices.find(dtype);
+  if (!compute) fail("--dtype must be ", cpu::kComputeDtypeChoices.list(), ", got '", dtype, "'");
 #if STRATA_HAVE_CUDA
   if (cuda_device_count() == 0) fail("bench attention: no usable CUDA device");
   if (!cuda::attention_head_size_supported(hs))
     fail("--head-size ", hs,
          " is not supported by the attention kernel (a multiple of 16 up to 128)");
   const AttentionShape shape{B, T_, NH, hs};
-  if (dtype == "bf16")
-    run_attention<__nv_bfloat16>(shape, repeats, dtype);
-  else if (dtype == "fp16")
-    run_attention<__half>(shape, repeats, dtype);
-  else
-    run_attention<float>(shape, repeats, dtype);
+  switch (*compute) {
+    case cpu::ComputeDtype::bf16:
+      return run_attention<__nv_bfloat16>(shape, repeats, dtype);
+    case cpu::ComputeDtype::fp16:
+      return run_attention<__half>(shape, repeats, dtype);
+    case cpu::ComputeDtype::fp32:
+      return run_attention<float>(shape, repeats, dtype);
+  }
 #else
-  (void)B, (void)T_, (void)NH, (void)hs, (void)repeats;
+  (void)B, (void)T_, (void)NH, (void)hs, (void)repeats, (void)compute;
   fail("bench attention needs the CUDA backend (this build has none)");
 #endif
 }

@@ -75,7 +75,7 @@ struct TrainSetup {
   Config config;            // the flag form's: its shape in fp32, no recomputation
   GptShape shape;
   GptOptions options;
-  std::string device = "cpu";  // where it runs: cpu | cuda
+  Device device = Device::cpu;  // where it runs: cpu or cuda
 };
 
 TrainSetup setup_from_flags(const ToolArgs& args) {
@@ -90,8 +90,8 @@ TrainSetup setup_from_flags(const ToolArgs& args) {
   setup.config.train.micro_batch = positive(args, "--micro-batch", 8);
   setup.config.optimizer.lr = 1e-4;  // the flag form's learning rate since its first version
   setup.config.run.seed = 1234;
-  setup.config.precision.compute = "fp32";
-  setup.config.recompute = "none";
+  setup.config.precision.compute = cpu::ComputeDtype::fp32;
+  setup.config.recompute = Recompute::none;
   return setup;
 }
 
@@ -182,7 +182,7 @@ TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) 
   settings.global_batch = config.train.micro_batch;
   settings.lr = config.optimizer.lr;
   settings.grad_clip = config.optimizer.grad_clip;
-  const ReductionGroups reduction_groups{&groups.tp(), &groups.dp(), &groups.pp()};
+  const ReductionGroups reduction_groups = groups.reductions();
   TrainingProgress progress;
 
   TrainTiming timing;
@@ -202,7 +202,7 @@ TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) 
   timing.activation_mib_per_layer = backend->activation_bytes_per_layer() / 1048576.0;
   timing.loss_scale = scaler.scale();
   timing.peak_rss_mib = peak_rss_mib();
-  if (setup.device == "cuda") {
+  if (setup.device == Device::cuda) {
     timing.device_mib = backend->device_bytes() / 1048576.0;
     timing.device_name = cuda_device_name(0);
 #if STRATA_HAVE_CUDA
@@ -230,7 +230,7 @@ Peak peak_for(const ToolArgs& args, const TrainSetup& setup, const TrainTiming& 
       fail("--peak must be a positive number of TFLOP/s, got '", args.get("--peak"), "'");
     return {tflops, "--peak"};
   }
-  if (setup.device == "cuda") {
+  if (setup.device == Device::cuda) {
     const auto peak = gpu_peak_for_device(timing.device_name);
     if (!peak) fail("no peak FLOP/s known for '", timing.device_name, "': give --peak TFLOPS");
     const bool tensor_cores = setup.options.compute != cpu::ComputeDtype::fp32;
@@ -266,10 +266,10 @@ void bench_train(int argc, char** argv, int first) {
   JsonLine json;
   json.add("bench", "train");
   if (!setup.config_path.empty()) json.add("config", setup.config_path);
-  json.add("device", setup.device);
-  if (setup.device == "cuda") json.add("device_name", timing.device_name);
+  json.add("device", std::string(kDeviceChoices.word(setup.device)));
+  if (setup.device == Device::cuda) json.add("device_name", timing.device_name);
   json.add("threads", omp_get_max_threads());
-  if (setup.device == "cpu") add_blas_library(json);
+  if (setup.device == Device::cpu) add_blas_library(json);
   json.add("n_layer", shape.n_layer)
       .add("n_head", shape.n_head)
       .add("d_model", shape.d_model)
@@ -290,7 +290,7 @@ void bench_train(int argc, char** argv, int first) {
       .add("peak_source", peak.source)
       .add("mfu", model_tflops / peak.tflops, "%.4g")
       .add("peak_rss_mib", timing.peak_rss_mib, "%.1f");
-  if (setup.device == "cuda")
+  if (setup.device == Device::cuda)
     json.add("device_mib", timing.device_mib, "%.1f")
         .add("device_used_mib", timing.device_used_mib, "%.1f")
         .add("device_total_mib", timing.device_total_mib, "%.1f");

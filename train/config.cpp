@@ -249,23 +249,19 @@ class FieldReader {
     for (std::size_t i = 0; i < node->size(); ++i)
       out.push_back(integer<int>(std::string(path) + "[" + std::to_string(i) + "]", (*node)[i]));
   }
-  void operator()(std::string_view path, Choice choice) const {
+  template <class E, std::size_t N>
+  void operator()(std::string_view path, Choice<E, N> choice) const {
     const auto node = find_node(root_, path);
     if (!node) return;
-    std::string expected;
-    std::vector<std::string> words;
-    for (const auto word : choice.words) {
-      expected += (expected.empty() ? "" : words.size() + 1 == choice.words.size() ? " or " : ", ");
-      expected += word;
-      words.emplace_back(word);
-    }
+    const std::string expected = choice.choices.list();
     const auto& text = scalar(path, *node, expected.c_str());
-    if (std::find(words.begin(), words.end(), text) == words.end()) {
-      const auto word = closest_word(text, words);
+    const auto value = choice.choices.find(text);
+    if (!value) {
+      const auto word = closest_word(text, choice.choices.words());
       source_.fail_key(path, "must be ", expected, ", got '", text, "'",
                        word.empty() ? "" : " (did you mean '" + word + "'?)");
     }
-    choice.value = text;
+    choice.value = *value;
   }
   void operator()(std::string_view path, AutoCount count) const {
     const auto node = find_node(root_, path);
@@ -339,7 +335,10 @@ class FieldWriter {
     for (const int value : values) out_ << value;
     out_ << YAML::EndSeq;
   }
-  void operator()(std::string_view path, const Choice& choice) { key(path) << choice.value; }
+  template <class E, std::size_t N>
+  void operator()(std::string_view path, const Choice<E, N>& choice) {
+    key(path) << std::string(choice.choices.word(choice.value));
+  }
   void operator()(std::string_view path, const AutoCount& count) {
     if (count.value == 0) {
       key(path) << "auto" << YAML::Comment(count.auto_means);

@@ -8,9 +8,35 @@
 #include <string>
 #include <vector>
 
+#include "model/core/choice.h"
+#include "model/kernels/cpu/precision.h"
+#include "model/recompute.h"
+#include "parallel/averaging.h"
+#include "parallel/gradient_reduction.h"
 #include "parallel/mesh.h"
+#include "parallel/outer_compression.h"
+#include "parallel/pipeline_schedule.h"
 
 namespace strata {
+
+// The enumerated keys are parsed once, at load, into enums; the words each one accepts are its
+// table's (beside the enum's definition; these four are the config's own).
+enum class LrSchedule { cosine, linear, constant };
+inline constexpr Choices kLrScheduleChoices{
+    std::array{ChoiceWord{LrSchedule::cosine, "cosine"}, ChoiceWord{LrSchedule::linear, "linear"},
+               ChoiceWord{LrSchedule::constant, "constant"}}};
+enum class NonfinitePolicy { skip, stop };
+inline constexpr Choices kNonfinitePolicyChoices{std::array{
+    ChoiceWord{NonfinitePolicy::skip, "skip"}, ChoiceWord{NonfinitePolicy::stop, "stop"}}};
+// Where a run computes: `auto` resolves to cpu or cuda at start-up (train/device_choice.h).
+enum class Device { cpu, cuda, automatic };
+inline constexpr Choices kDeviceChoices{std::array{ChoiceWord{Device::cpu, "cpu"},
+                                                   ChoiceWord{Device::cuda, "cuda"},
+                                                   ChoiceWord{Device::automatic, "auto"}}};
+enum class DeviceComm { automatic, nccl, host };
+inline constexpr Choices kDeviceCommChoices{std::array{ChoiceWord{DeviceComm::automatic, "auto"},
+                                                       ChoiceWord{DeviceComm::nccl, "nccl"},
+                                                       ChoiceWord{DeviceComm::host, "host"}}};
 
 struct RunConfig {
   std::string name = "demo";
@@ -64,7 +90,7 @@ struct OptimizerConfig {
   double lr = 1e-3;
   double min_lr = 1e-4;
   int warmup_steps = 100;
-  std::string schedule = "cosine";  // cosine | linear | constant
+  LrSchedule schedule = LrSchedule::cosine;
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -85,7 +111,7 @@ struct TrainConfig {
   // A step whose loss or gradients are non-finite (not an fp16 overflow, which the loss scale
   // handles) is never applied. skip: the run goes on, and stops once `nonfinite_limit` such steps
   // come in a row; stop: the first one stops the run. Either way the last checkpoint is intact.
-  std::string nonfinite = "skip";  // skip | stop
+  NonfinitePolicy nonfinite = NonfinitePolicy::skip;
   int nonfinite_limit = 3;
 
   bool operator==(const TrainConfig&) const = default;
@@ -100,7 +126,7 @@ struct CheckpointConfig {
 };
 
 struct PrecisionConfig {
-  std::string compute = "fp32";        // fp32 | bf16 | fp16
+  cpu::ComputeDtype compute = cpu::ComputeDtype::fp32;
   std::string loss_scale = "dynamic";  // dynamic | a positive number written as a string
   int loss_scale_window = 1000;        // clean fp16 steps before a dynamic scale doubles
   double initial_loss_scale = 65536;   // where a dynamic scale starts (2^16, as PyTorch's)
@@ -114,7 +140,7 @@ struct ZeroConfig {
   bool hierarchical_partition = false;
   bool quantized_gradients = false;
   // Stage 2 and 3: when a segment's gradients are reduce-scattered (parallel/sharded_parameters.h).
-  std::string gradient_reduction = "step";  // step | micro_batch
+  GradientReduction gradient_reduction = GradientReduction::step;
 
   bool operator==(const ZeroConfig&) const = default;
 };
@@ -124,12 +150,12 @@ struct ParallelConfig {
   int pp = 1;
   int dp = 0;  // 0 means auto: world / (tp * pp)
   int gpus_per_node = 8;
-  std::string pipeline_schedule = "1f1b";  // 1f1b | gpipe
+  PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
   bool sequence_parallel = false;
   std::vector<int> pp_layers;  // empty: balanced
   // How a CUDA run's ranks exchange device arrays: nccl (GPU to GPU; one GPU per rank), host
   // (staged through host memory over MPI; ranks may share a GPU), auto (nccl where it can run).
-  std::string device_comm = "auto";
+  DeviceComm device_comm = DeviceComm::automatic;
   ZeroConfig zero;
   // parallel.auto: the planner chooses every layout key above (plan/auto_layout.h) for the
   // cluster described by `cluster` (a configs/clusters file; empty: this machine, measured at
@@ -147,12 +173,12 @@ struct DilocoConfig {
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   bool nesterov = true;
-  std::string compression = "none";      // none | fp16 | bf16 | int8 | int4
-  bool error_feedback = false;           // compression's residual added to the next outer gradient
-  int fragments = 1;                     // streaming: fragments of ~1/F of the model synced in turn
-  bool overlap = false;                  // the outer reduction in flight during the next inner step
-  std::string averaging = "all_reduce";  // all_reduce | butterfly | gossip | moshpit
-  double drop_probability = 0.0;         // simulated failures: [0, 1)
+  OuterCompression compression = OuterCompression::none;
+  bool error_feedback = false;  // compression's residual added to the next outer gradient
+  int fragments = 1;            // streaming: fragments of ~1/F of the model synced in turn
+  bool overlap = false;         // the outer reduction in flight during the next inner step
+  Averaging averaging = Averaging::all_reduce;
+  double drop_probability = 0.0;  // simulated failures: [0, 1)
 
   bool operator==(const DilocoConfig&) const = default;
 };
@@ -166,8 +192,8 @@ struct Config {
   CheckpointConfig checkpoint;
   PrecisionConfig precision;
   ParallelConfig parallel;
-  std::string recompute = "none";  // none | selective | full
-  std::string device = "auto";     // cpu | cuda | auto
+  Recompute recompute = Recompute::none;
+  Device device = Device::automatic;
   // OpenMP (and GEMM) threads per rank; 0 means auto: OMP_NUM_THREADS if set, else this host's
   // cores shared by its ranks (train/thread_budget.h).
   int threads = 0;

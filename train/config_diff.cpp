@@ -41,7 +41,10 @@ class FieldText {
     for (std::size_t i = 0; i < values.size(); ++i) text << (i ? ", " : "") << values[i];
     set(path, text.str() + "]");
   }
-  void operator()(std::string_view path, const Choice& choice) { set(path, choice.value); }
+  template <class E, std::size_t N>
+  void operator()(std::string_view path, const Choice<E, N>& choice) {
+    set(path, std::string(choice.choices.word(choice.value)));
+  }
   void operator()(std::string_view path, const AutoCount& count) {
     set(path, count.value == 0 ? "auto" : std::to_string(count.value));
   }

@@ -21,10 +21,11 @@ class Emitter;
 
 namespace strata::config_detail {
 
-// A string restricted to a fixed set of words (the enums of docs/ARCHITECTURE.md §3).
+// An enumerated key: one of the words of its table (docs/ARCHITECTURE.md §3), held as the enum.
+template <class E, std::size_t N>
 struct Choice {
-  std::string& value;
-  std::span<const std::string_view> words;
+  E& value;
+  const Choices<E, N>& choices;
 };
 // parallel.dp and threads: `auto` (stored as 0) or a positive integer. The effective config
 // writes `auto_means` as a comment beside `auto`.
@@ -42,19 +43,6 @@ struct TrainData {
   std::string& path;
   std::vector<DataSource>& mixture;
 };
-
-inline constexpr std::array<std::string_view, 3> kSchedules{"cosine", "linear", "constant"};
-inline constexpr std::array<std::string_view, 3> kComputeTypes{"fp32", "bf16", "fp16"};
-inline constexpr std::array<std::string_view, 2> kPipelineSchedules{"1f1b", "gpipe"};
-inline constexpr std::array<std::string_view, 2> kNonfinitePolicies{"skip", "stop"};
-inline constexpr std::array<std::string_view, 3> kRecomputeModes{"none", "selective", "full"};
-inline constexpr std::array<std::string_view, 3> kDevices{"cpu", "cuda", "auto"};
-inline constexpr std::array<std::string_view, 3> kDeviceComms{"auto", "nccl", "host"};
-inline constexpr std::array<std::string_view, 2> kGradientReductions{"step", "micro_batch"};
-inline constexpr std::array<std::string_view, 5> kCompressions{"none", "fp16", "bf16", "int8",
-                                                               "int4"};
-inline constexpr std::array<std::string_view, 4> kAveragings{"all_reduce", "butterfly", "gossip",
-                                                             "moshpit"};
 
 // Calls visit(path, field) for every key in YAML order. Sections must stay contiguous: the writer
 // opens and closes maps as the path prefix changes.
@@ -77,7 +65,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("optimizer.lr", c.optimizer.lr);
   visit("optimizer.min_lr", c.optimizer.min_lr);
   visit("optimizer.warmup_steps", c.optimizer.warmup_steps);
-  visit("optimizer.schedule", Choice{c.optimizer.schedule, kSchedules});
+  visit("optimizer.schedule", Choice{c.optimizer.schedule, kLrScheduleChoices});
   visit("optimizer.weight_decay", c.optimizer.weight_decay);
   visit("optimizer.beta1", c.optimizer.beta1);
   visit("optimizer.beta2", c.optimizer.beta2);
@@ -91,14 +79,14 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("train.eval_tokens", c.train.eval_tokens);
   visit("train.log_every", c.train.log_every);
   visit("train.stop_after", c.train.stop_after);
-  visit("train.nonfinite", Choice{c.train.nonfinite, kNonfinitePolicies});
+  visit("train.nonfinite", Choice{c.train.nonfinite, kNonfinitePolicyChoices});
   visit("train.nonfinite_limit", c.train.nonfinite_limit);
 
   visit("checkpoint.every", c.checkpoint.every);
   visit("checkpoint.keep", c.checkpoint.keep);
   visit("checkpoint.dir", c.checkpoint.dir);
 
-  visit("precision.compute", Choice{c.precision.compute, kComputeTypes});
+  visit("precision.compute", Choice{c.precision.compute, cpu::kComputeDtypeChoices});
   visit("precision.loss_scale", LossScale{c.precision.loss_scale});
   visit("precision.loss_scale_window", c.precision.loss_scale_window);
   visit("precision.initial_loss_scale", c.precision.initial_loss_scale);
@@ -107,21 +95,22 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("parallel.pp", c.parallel.pp);
   visit("parallel.dp", AutoCount{c.parallel.dp, "world / (tp*pp)"});
   visit("parallel.gpus_per_node", c.parallel.gpus_per_node);
-  visit("parallel.pipeline_schedule", Choice{c.parallel.pipeline_schedule, kPipelineSchedules});
+  visit("parallel.pipeline_schedule",
+        Choice{c.parallel.pipeline_schedule, kPipelineScheduleChoices});
   visit("parallel.sequence_parallel", c.parallel.sequence_parallel);
   visit("parallel.pp_layers", c.parallel.pp_layers);
-  visit("parallel.device_comm", Choice{c.parallel.device_comm, kDeviceComms});
+  visit("parallel.device_comm", Choice{c.parallel.device_comm, kDeviceCommChoices});
   visit("parallel.zero.stage", c.parallel.zero.stage);
   visit("parallel.zero.gradient_reduction",
-        Choice{c.parallel.zero.gradient_reduction, kGradientReductions});
+        Choice{c.parallel.zero.gradient_reduction, kGradientReductionChoices});
   visit("parallel.zero.quantized_weights", c.parallel.zero.quantized_weights);
   visit("parallel.zero.hierarchical_partition", c.parallel.zero.hierarchical_partition);
   visit("parallel.zero.quantized_gradients", c.parallel.zero.quantized_gradients);
   visit("parallel.auto", c.parallel.auto_layout);
   visit("parallel.cluster", c.parallel.cluster);
 
-  visit("recompute", Choice{c.recompute, kRecomputeModes});
-  visit("device", Choice{c.device, kDevices});
+  visit("recompute", Choice{c.recompute, kRecomputeChoices});
+  visit("device", Choice{c.device, kDeviceChoices});
   visit("threads", AutoCount{c.threads, "OMP_NUM_THREADS, else this host's cores / its ranks"});
 
   visit("diloco.enabled", c.diloco.enabled);
@@ -130,11 +119,11 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("diloco.outer_lr", c.diloco.outer_lr);
   visit("diloco.outer_momentum", c.diloco.outer_momentum);
   visit("diloco.nesterov", c.diloco.nesterov);
-  visit("diloco.compression", Choice{c.diloco.compression, kCompressions});
+  visit("diloco.compression", Choice{c.diloco.compression, kOuterCompressionChoices});
   visit("diloco.error_feedback", c.diloco.error_feedback);
   visit("diloco.fragments", c.diloco.fragments);
   visit("diloco.overlap", c.diloco.overlap);
-  visit("diloco.averaging", Choice{c.diloco.averaging, kAveragings});
+  visit("diloco.averaging", Choice{c.diloco.averaging, kAveragingChoices});
   visit("diloco.drop_probability", c.diloco.drop_probability);
 }
 

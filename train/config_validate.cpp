@@ -166,7 +166,7 @@ void validate_parallel(const Config& c, const Rules& rules) {
     rules.fail("parallel.cluster",
                "describes the cluster parallel.auto plans for; set "
                "parallel.auto: true or remove it");
-  if (p.device_comm == "nccl" && c.device == "cpu")
+  if (p.device_comm == DeviceComm::nccl && c.device == Device::cpu)
     rules.fail("parallel.device_comm", "nccl needs device cuda or auto, not cpu");
 
   // Every pipeline stage holds at least one layer.

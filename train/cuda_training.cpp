@@ -58,11 +58,11 @@ class CudaTrainingOf final : public TrainingBackend {
                  int device)
       : config_(config),
         plan_(placement.plan),
-        groups_{&placement.groups->tp(), &placement.groups->dp(), &placement.groups->pp()},
+        groups_(placement.groups->reductions()),
         ctx_(device),
         nccl_(placement),
         model_(ctx_, shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
-               placement.slots, recompute_from_name(config.recompute), nccl_.tp.get()),
+               placement.slots, config.recompute, nccl_.tp.get()),
         n_params_(static_cast<long>(plan_.parameter_range.size())),
         n_grads_(static_cast<long>(plan_.gradient_range.size())),
         owned_(plan_.owned),
@@ -285,7 +285,7 @@ class CudaTrainingOf final : public TrainingBackend {
                                                         *nccl_.dp, nccl_.dp_prefetch.get(),
                                                         options.when, ctx_);
     return std::make_unique<StagedShardedParameters<T>>(model_.layout().segments(), plan_,
-                                                        sharding_groups(groups), options, ctx_);
+                                                        groups.sharding(), options, ctx_);
   }
   // The weights the model reads: the masters in fp32, else their compute-dtype copy.
   const T* weights() const {
@@ -411,9 +411,9 @@ std::unique_ptr<TrainingBackend> make_cuda_training(const Config& config, const 
   if (count == 0) fail("device cuda: no usable CUDA device");
   if (device < 0 || device >= count)
     fail("device cuda: device ", device, " requested but ", count, " present");
-  if (config.precision.compute == "bf16")
+  if (config.precision.compute == cpu::ComputeDtype::bf16)
     return std::make_unique<CudaTrainingOf<__nv_bfloat16>>(config, shape, placement, device);
-  if (config.precision.compute == "fp16")
+  if (config.precision.compute == cpu::ComputeDtype::fp16)
     return std::make_unique<CudaTrainingOf<__half>>(config, shape, placement, device);
   return std::make_unique<CudaTrainingOf<float>>(config, shape, placement, device);
 }

@@ -60,7 +60,7 @@ std::vector<std::string> gather_gpu_ids(Communicator& world, const std::string& 
 // Whether a CUDA run's device arrays cross ranks over NCCL, from parallel.device_comm and every
 // world rank's GPU identity: host never; nccl always, an error naming two ranks that share a GPU
 // (NCCL needs one GPU per rank); auto when there are several ranks and no two share a GPU.
-bool choose_nccl(const std::string& device_comm, const std::vector<std::string>& gpu_ids);
+bool choose_nccl(DeviceComm device_comm, const std::vector<std::string>& gpu_ids);
 
 // The CUDA placement of this rank, which trains on CUDA: returns its GPU (the ranks of a node take
 // its devices in turn, parallel.gpus_per_node per node) and sets placement.nccl (choose_nccl on
@@ -70,10 +70,10 @@ bool choose_nccl(const std::string& device_comm, const std::vector<std::string>&
 int place_on_gpu(BackendPlacement& placement, const Config& config, int world_rank,
                  Communicator& team, int pp_size);
 
-// Decides where a run trains: "cpu" or "cuda", from `device` (cpu | cuda | auto), the shape and
-// the devices present. auto picks cuda when a device is usable and the backend supports the shape;
-// cuda without a device, or with a shape it does not support, is an error, and so is auto
-// falling back to the CPU when parallel.device_comm asks for NCCL.
-std::string resolve_device(const Config& config, const GptShape& shape);
+// Decides where a run trains: Device::cpu or Device::cuda, from `device` (cpu | cuda | auto), the
+// shape and the devices present. auto picks cuda when a device is usable and the backend supports
+// the shape; cuda without a device, or with a shape it does not support, is an error, and so is
+// auto falling back to the CPU when parallel.device_comm asks for NCCL.
+Device resolve_device(const Config& config, const GptShape& shape);
 
 }  // namespace strata

@@ -10,41 +10,41 @@
 
 namespace strata {
 
-std::string resolve_device(const Config& config, const GptShape& shape) {
-  if (config.device == "cpu") return "cpu";
+Device resolve_device(const Config& config, const GptShape& shape) {
+  if (config.device == Device::cpu) return Device::cpu;
   const bool usable = cuda_device_count() > 0;
-  if (config.device == "cuda") {
+  if (config.device == Device::cuda) {
     if (!usable) fail("device cuda: no usable CUDA device (or this build has no CUDA backend)");
     if (!cuda_supports_shape(shape))
       fail("device cuda: head size ", shape.head_size(),
            " (d_model / n_head) has no attention kernel (a multiple of 16 up to 128); use device"
            " cpu");
-    return "cuda";
+    return Device::cuda;
   }
   // auto
-  if (usable && cuda_supports_shape(shape)) return "cuda";
-  if (config.parallel.device_comm == "nccl")
+  if (usable && cuda_supports_shape(shape)) return Device::cuda;
+  if (config.parallel.device_comm == DeviceComm::nccl)
     fail("parallel.device_comm nccl: device auto trains on the CPU here (",
          usable ? "head size " + std::to_string(shape.head_size()) + " has no attention kernel"
                 : std::string("no usable CUDA device"),
          ") and NCCL carries device arrays only; use parallel.device_comm auto or host");
-  return "cpu";
+  return Device::cpu;
 }
 
-bool choose_nccl(const std::string& device_comm, const std::vector<std::string>& gpu_ids) {
-  if (device_comm == "host") return false;
+bool choose_nccl(DeviceComm device_comm, const std::vector<std::string>& gpu_ids) {
+  if (device_comm == DeviceComm::host) return false;
   // NCCL refuses a communicator with two ranks on one GPU: find the first such pair.
   std::map<std::string, std::size_t> first_rank_on;
   for (std::size_t r = 0; r < gpu_ids.size(); ++r) {
     const auto [it, fresh] = first_rank_on.emplace(gpu_ids[r], r);
     if (fresh) continue;
-    if (device_comm == "auto") return false;
+    if (device_comm == DeviceComm::automatic) return false;
     fail("parallel.device_comm nccl: world ranks ", it->second, " and ", r,
          " compute on the same GPU, and NCCL needs one GPU per rank; use parallel.device_comm "
          "host (or auto), or one rank per GPU");
   }
   // One rank has nothing to exchange: auto leaves NCCL out; nccl asked for it.
-  return device_comm == "nccl" || gpu_ids.size() > 1;
+  return device_comm == DeviceComm::nccl || gpu_ids.size() > 1;
 }
 
 int place_on_gpu(BackendPlacement& placement, const Config& config, int world_rank,
@@ -57,7 +57,7 @@ int place_on_gpu(BackendPlacement& placement, const Config& config, int world_ra
   const auto& zero = config.parallel.zero;
   if (placement.plan.gradients_by_segment &&
       (zero.quantized_weights || zero.hierarchical_partition || zero.quantized_gradients)) {
-    if (config.parallel.device_comm == "nccl")
+    if (config.parallel.device_comm == DeviceComm::nccl)
       fail(
           "parallel.device_comm: nccl does not carry the ZeRO++ switches yet (they run "
           "through the host); use auto or host");

@@ -30,8 +30,8 @@ Diloco::Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLa
     : config_(config),
       seed_(seed),
       placement_(placement),
-      averaging_(averaging_from_name(config.averaging)),
-      compression_(outer_compression_from_name(config.compression)),
+      averaging_(config.averaging),
+      compression_(config.compression),
       optimizer_(placement.share, {config.outer_lr, config.outer_momentum, config.nesterov}) {
   STRATA_CHECK(placement.outer != nullptr && placement.outer->size() == placement.workers &&
                    placement.outer->rank() == placement.worker,

@@ -10,7 +10,8 @@
 namespace strata {
 
 LossScaler LossScaler::for_config(const PrecisionConfig& precision) {
-  if (precision.compute != "fp16") return LossScaler(1.0, false, precision.loss_scale_window);
+  if (precision.compute != cpu::ComputeDtype::fp16)
+    return LossScaler(1.0, false, precision.loss_scale_window);
   if (precision.loss_scale == "dynamic") {
     // Validated when the config was read: within [kMinScale, kMaxScale].
     return LossScaler(precision.initial_loss_scale, true, precision.loss_scale_window);

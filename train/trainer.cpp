@@ -33,8 +33,7 @@ void check_mpi_support(const Config& c) {
 
 StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulation) {
   StepProgram step;
-  step.program = make_pipeline_schedule(parse_pipeline_schedule(c.parallel.pipeline_schedule),
-                                        mesh.pp_size(), accumulation);
+  step.program = make_pipeline_schedule(c.parallel.pipeline_schedule, mesh.pp_size(), accumulation);
   const PipelineStats stats = simulate_pipeline(step.program, accumulation);
   step.slots = std::max(1, stats.max_activations_held[mesh.pp_rank()]);
   return step;
@@ -49,7 +48,7 @@ Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh
       team(workers.worker_comm ? *workers.worker_comm : w),
       groups(Mesh(mesh_shape, team.rank(), c.parallel.gpus_per_node), team),
       mesh(groups.mesh()),
-      reduction_groups{&groups.tp(), &groups.dp(), &groups.pp()},
+      reduction_groups(groups.reductions()),
       shape(shape_of(c.model)),
       data(c),
       scaler(LossScaler::for_config(c.precision)) {
@@ -60,7 +59,7 @@ Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh
   settings.max_nonfinite_in_a_row = max_nonfinite_in_a_row(c.train);
   nonfinite_test_steps = test_nonfinite_steps();
   step_program = make_step_program(c, mesh, settings.accumulation);
-  reports_loss_scale = c.precision.compute == "fp16";
+  reports_loss_scale = c.precision.compute == cpu::ComputeDtype::fp16;
   state_prefix = diloco_state_prefix(workers.worker);
 }
 
@@ -75,8 +74,9 @@ void Trainer::State::make_backend() {
   placement.slots = step_program.slots;
   const ParameterLayout layout = ParameterLayout::for_partition(shape, placement.partition);
   placement.plan = make_reduction_plan(layout, reduction);
-  const int gpu =
-      device == "cuda" ? place_on_gpu(placement, config, world.rank(), team, mesh.pp_size()) : 0;
+  const int gpu = device == Device::cuda
+                      ? place_on_gpu(placement, config, world.rank(), team, mesh.pp_size())
+                      : 0;
   backend = make_training_backend(device, config, shape, placement, gpu);
   // The data-parallel ranks share the writing: each its ZeRO shard, or its share of the layout.
   const ElementRange share = replica_share(layout, reduction);
@@ -176,7 +176,7 @@ std::unique_ptr<OuterLoop> Trainer::State::outer_loop() {
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
   // Before any work: a layout that does not fit the world, a device it cannot use.
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
-  const std::string device = resolve_device(config, shape_of(config.model));
+  const Device device = resolve_device(config, shape_of(config.model));
   check_mpi_support(config);
   state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;

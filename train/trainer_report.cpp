@@ -20,9 +20,9 @@ void Trainer::State::print_startup() const {
             << c.model.vocab_size << " padded to " << shape.padded_vocab() << ") on "
             << backend->name()
             // The CPU backend's GEMMs: which library, threading and kernels (blas.h).
-            << (device == "cpu" ? " (GEMMs on " + cpu::blas_library().describe() + ")" : "")
+            << (device == Device::cpu ? " (GEMMs on " + cpu::blas_library().describe() + ")" : "")
             << " | mesh tp " << mesh.tp_size() << " x dp " << mesh.dp_size() << " x pp "
-            << mesh.pp_size() << " (" << c.parallel.pipeline_schedule
+            << mesh.pp_size() << " (" << kPipelineScheduleChoices.word(c.parallel.pipeline_schedule)
             << (c.parallel.sequence_parallel ? ", sequence parallel" : "") << "), rank 0 holds "
             << backend->layout().total() << " | micro_batch " << c.train.micro_batch << " x "
             << settings.accumulation << " accumulation steps | "
@@ -39,7 +39,8 @@ void Trainer::State::print_startup() const {
     std::cout << "diloco: " << d.workers << " workers of " << team.size()
               << " ranks, outer step every " << d.inner_steps << " inner steps (lr " << d.outer_lr
               << ", momentum " << d.outer_momentum << (d.nesterov ? ", Nesterov" : "")
-              << "), averaging " << d.averaging << ", compression " << d.compression
+              << "), averaging " << kAveragingChoices.word(d.averaging) << ", compression "
+              << kOuterCompressionChoices.word(d.compression)
               << (d.error_feedback ? " with error feedback" : "");
     if (d.fragments > 1) {  // streaming: how even the fragments are
       std::cout << ", " << d.fragments << " fragments of";

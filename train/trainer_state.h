@@ -44,7 +44,7 @@ struct Trainer::State {
   std::set<std::int64_t> nonfinite_test_steps;  // test hook (training_step.h)
   GptShape shape;
   StepProgram step_program;
-  std::string device;
+  Device device = Device::cpu;  // resolved: cpu or cuda
   std::unique_ptr<TrainingBackend> backend;
   CheckpointWriter checkpoint_writer;
   TrainingData data;

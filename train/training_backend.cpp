@@ -11,18 +11,12 @@
 namespace strata {
 
 GptOptions gpt_options_of(const Config& config) {
-  return GptOptions{cpu::compute_dtype_from_name(config.precision.compute),
-                    recompute_from_name(config.recompute)};
+  return GptOptions{config.precision.compute, config.recompute};
 }
 
 ShardingOptions sharding_options(const ZeroConfig& zero) {
-  return ShardingOptions{gradient_reduction_from_name(zero.gradient_reduction),
-                         zero.quantized_weights, zero.hierarchical_partition,
-                         zero.quantized_gradients};
-}
-
-ShardingGroups sharding_groups(const ProcessGroups& groups) {
-  return ShardingGroups{&groups.dp(), NodeGroups{&groups.dp_intra_node(), &groups.dp_inter_node()}};
+  return ShardingOptions{zero.gradient_reduction, zero.quantized_weights,
+                         zero.hierarchical_partition, zero.quantized_gradients};
 }
 
 std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
@@ -77,13 +71,13 @@ ModelPartition model_partition(const Config& config, const MeshShape& mesh, int 
   return p;
 }
 
-std::unique_ptr<TrainingBackend> make_training_backend(const std::string& device,
-                                                       const Config& config, const GptShape& shape,
+std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
+                                                       const GptShape& shape,
                                                        const BackendPlacement& placement, int gpu) {
   STRATA_CHECK(placement.groups != nullptr && placement.program != nullptr,
                "a training backend needs its groups and its pipeline program");
-  if (device == "cuda") return make_cuda_training(config, shape, placement, gpu);
-  STRATA_CHECK(device == "cpu", "unknown device '", device, "'");
+  if (device == Device::cuda) return make_cuda_training(config, shape, placement, gpu);
+  STRATA_CHECK(device == Device::cpu, "make_training_backend: device auto is not resolved");
   return std::make_unique<CpuTraining>(config, shape, placement);
 }
 

@@ -105,10 +105,10 @@ class TrainingBackend {
   virtual void synchronize() {}
 };
 
-// The backend of `device` ("cpu" or "cuda", train/device_choice: resolve_device) for `config`;
-// `gpu` is the CUDA device index.
-std::unique_ptr<TrainingBackend> make_training_backend(const std::string& device,
-                                                       const Config& config, const GptShape& shape,
+// The backend of `device` (cpu or cuda, as resolve_device decides: train/device_choice.cpp) for
+// `config`; `gpu` is the CUDA device index.
+std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
+                                                       const GptShape& shape,
                                                        const BackendPlacement& placement, int gpu);
 
 // Floats of scratch the largest single operation of `ops` needs on this rank: a reduce-scatter's
@@ -130,8 +130,7 @@ ReductionPlacement reduction_placement(const Config& config, const GptShape& sha
 GptOptions gpt_options_of(const Config& config);
 
 // How sharded weights and gradients move (parallel/sharded_parameters.h): parallel.zero's
-// gradient_reduction and ZeRO++ switches, over the data-parallel group and its node split.
+// gradient_reduction and ZeRO++ switches (over ProcessGroups::sharding()).
 ShardingOptions sharding_options(const ZeroConfig& zero);
-ShardingGroups sharding_groups(const ProcessGroups& groups);
 
 }  // namespace strata

@@ -82,7 +82,7 @@ std::set<std::int64_t> test_nonfinite_steps() {
 }
 
 int max_nonfinite_in_a_row(const TrainConfig& train) {
-  return train.nonfinite == "stop" ? 1 : train.nonfinite_limit;
+  return train.nonfinite == NonfinitePolicy::stop ? 1 : train.nonfinite_limit;
 }
 
 }  // namespace strata

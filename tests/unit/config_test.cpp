@@ -95,8 +95,8 @@ TEST(Config, FilesMergeInOrderMapsKeyByKeyListsWhole) {
   const Config merged = load_configs({base, plan}, {"train.steps=10"});
   EXPECT_EQ(merged.parallel.tp, 2);
   EXPECT_EQ(merged.parallel.pp, 2);
-  EXPECT_EQ(merged.parallel.gpus_per_node, 8);           // the base's, beside the fragment's keys
-  EXPECT_EQ(merged.parallel.pipeline_schedule, "1f1b");  // likewise
+  EXPECT_EQ(merged.parallel.gpus_per_node, 8);  // the base's, beside the fragment's keys
+  EXPECT_EQ(merged.parallel.pipeline_schedule, PipelineSchedule::one_f_one_b);  // likewise
   EXPECT_EQ(merged.train.micro_batch, 4);
   EXPECT_EQ(merged.train.global_batch, 64);
   EXPECT_EQ(merged.train.steps, 10);  // the overrides come last
@@ -143,13 +143,13 @@ TEST(Config, DesignExampleParses) {
   EXPECT_EQ(c.data.tokenizer, "data/fortunes/tokenizer.model");
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 1e-3);
   EXPECT_DOUBLE_EQ(c.optimizer.eps, 1e-8);
-  EXPECT_EQ(c.optimizer.schedule, "cosine");
+  EXPECT_EQ(c.optimizer.schedule, LrSchedule::cosine);
   EXPECT_EQ(c.train.eval_tokens, 65536);
   EXPECT_EQ(c.precision.loss_scale, "dynamic");
   EXPECT_EQ(c.parallel.dp, 0);
-  EXPECT_EQ(c.parallel.pipeline_schedule, "1f1b");
-  EXPECT_EQ(c.recompute, "none");
-  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.parallel.pipeline_schedule, PipelineSchedule::one_f_one_b);
+  EXPECT_EQ(c.recompute, Recompute::none);
+  EXPECT_EQ(c.device, Device::automatic);
   EXPECT_TRUE(c.diloco.nesterov);
   EXPECT_DOUBLE_EQ(c.diloco.outer_lr, 0.7);
 }
@@ -188,9 +188,9 @@ diloco: {enabled: true, workers: 2, inner_steps: 10, outer_lr: 1, outer_momentum
   EXPECT_EQ(c.parallel.pp_layers, (std::vector<int>{1, 3, 2}));
   EXPECT_EQ(c.parallel.zero.stage, 3);
   EXPECT_TRUE(c.parallel.zero.hierarchical_partition);
-  EXPECT_EQ(c.recompute, "selective");
+  EXPECT_EQ(c.recompute, Recompute::selective);
   EXPECT_EQ(c.threads, 3);
-  EXPECT_EQ(c.diloco.compression, "int8");
+  EXPECT_EQ(c.diloco.compression, OuterCompression::int8);
   EXPECT_FALSE(c.diloco.nesterov);
 }
 
@@ -475,7 +475,7 @@ TEST(ConfigOverrides, CreateMissingSectionsAndAcceptMaps) {
   EXPECT_EQ(c.parallel.zero.stage, 3);
   EXPECT_TRUE(c.parallel.zero.quantized_weights);
   EXPECT_TRUE(c.diloco.enabled);
-  EXPECT_EQ(c.recompute, "full");
+  EXPECT_EQ(c.recompute, Recompute::full);
 }
 
 TEST(ConfigOverrides, LaterOverridesWin) {
@@ -588,20 +588,22 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.optimizer.lr = 0.1 + 0.2;          // 0.30000000000000004: needs all 17 digits
   c.optimizer.min_lr = c.optimizer.lr / 3.0;
   c.optimizer.eps = 5e-324;  // the smallest subnormal
-  c.optimizer.schedule = "constant";
+  c.optimizer.schedule = LrSchedule::constant;
   c.train.eval_tokens = 1LL << 40;
   c.checkpoint.dir = "/tmp/ck pts";
-  c.precision = {"fp16", "1024.0", 50, 3.0e9 + 0.5};
+  c.precision = {cpu::ComputeDtype::fp16, "1024.0", 50, 3.0e9 + 0.5};
   c.parallel.pp = 2;
   c.parallel.dp = 3;
   c.parallel.pp_layers = {3, 1};
   c.parallel.sequence_parallel = true;
-  c.parallel.device_comm = "host";
-  c.parallel.zero = {3, true, false, true, "micro_batch"};
-  c.recompute = "full";
-  c.device = "cpu";
+  c.parallel.device_comm = DeviceComm::host;
+  c.parallel.zero = {3, true, false, true, GradientReduction::micro_batch};
+  c.recompute = Recompute::full;
+  c.device = Device::cpu;
   c.threads = 6;
-  c.diloco = {true, 8, 100, 0.35, 0.0, false, "int4", true, 4, true, "moshpit", 0.25};
+  c.diloco = {
+      true, 8, 100, 0.35, 0.0, false, OuterCompression::int4, true, 4, true, Averaging::moshpit,
+      0.25};
   const std::string yaml = config_to_yaml(c);
   EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;
 

@@ -19,7 +19,7 @@ namespace fs = std::filesystem;
 
 PrecisionConfig precision(const std::string& compute, const std::string& loss_scale = "dynamic",
                           int window = 3, double initial = 1024) {
-  return PrecisionConfig{compute, loss_scale, window, initial};
+  return PrecisionConfig{cpu::compute_dtype_from_name(compute), loss_scale, window, initial};
 }
 
 TEST(LossScaler, OnlyFp16IsScaled) {

@@ -44,12 +44,12 @@ TEST(ClusterSpec, ParsesEveryField) {
   const ClusterSpec c = parse_cluster(kValid, "c.yaml");
   EXPECT_EQ(c.name, "test");
   EXPECT_EQ(c.devices(), 8);
-  EXPECT_EQ(c.backend, "cuda");
-  EXPECT_EQ(c.device.peak_tflops.of("bf16"), 100);
-  EXPECT_EQ(c.device.peak_tflops.of("fp16"), 90);
-  EXPECT_EQ(c.device.peak_tflops.of("fp32"), 10);
-  EXPECT_EQ(c.device.matmul_tflops.of("fp16"), 60);
-  EXPECT_EQ(c.device.attention_tflops.of("bf16"), 30);
+  EXPECT_EQ(c.backend, ClusterBackend::cuda);
+  EXPECT_EQ(c.device.peak_tflops.of(cpu::ComputeDtype::bf16), 100);
+  EXPECT_EQ(c.device.peak_tflops.of(cpu::ComputeDtype::fp16), 90);
+  EXPECT_EQ(c.device.peak_tflops.of(cpu::ComputeDtype::fp32), 10);
+  EXPECT_EQ(c.device.matmul_tflops.of(cpu::ComputeDtype::fp16), 60);
+  EXPECT_EQ(c.device.attention_tflops.of(cpu::ComputeDtype::bf16), 30);
   EXPECT_EQ(c.device.elementwise_gbs, 800);
   EXPECT_EQ(c.device.op_overhead_us, 0);
   EXPECT_EQ(c.device.weight_operand_gbs, 0);    // absent ...

@@ -87,7 +87,7 @@ TEST(StepTime, EventsAreAlphaBetaOverTheirSlowestLink) {
   ring.node_members = 16;
   EXPECT_DOUBLE_EQ(event_seconds(ring, c), 6 * 5e-6 + 1e6 / 100e9);
   ClusterSpec cpu = c;
-  cpu.backend = "cpu";
+  cpu.backend = ClusterBackend::cpu;
   EXPECT_DOUBLE_EQ(event_seconds(ring, cpu), 6 * 5e-6 + 1e6 / 10e9);
   const CommPrediction dp = predict_communication(
       testing::planner_config({"parallel.gpus_per_node=4"}), 8, 0, 0, 0, sizeof(float));
@@ -147,7 +147,7 @@ TEST(StepTime, TermsReactAsTheyMust) {
 
   // Eight ranks on two shared cores are no faster than the cores' total work allows.
   ClusterSpec cpu = fast;
-  cpu.backend = "cpu";
+  cpu.backend = ClusterBackend::cpu;
   cpu.nodes = 1;
   cpu.devices_per_node = 8;
   cpu.cores_per_node = 2;

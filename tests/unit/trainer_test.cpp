@@ -167,13 +167,13 @@ TEST(DeviceChoice, CudaWhereADeviceAndTheShapeAllowIt) {
   const GptShape supported{2, 2, 64, 16, 64};    // head size 32
   const GptShape unsupported{2, 4, 32, 16, 64};  // head size 8: no attention kernel
   EXPECT_FALSE(cuda_supports_shape(unsupported));
-  config.device = "cpu";
-  EXPECT_EQ(resolve_device(config, supported), "cpu");
-  config.device = "auto";
+  config.device = Device::cpu;
+  EXPECT_EQ(resolve_device(config, supported), Device::cpu);
+  config.device = Device::automatic;
   const bool usable = cuda_device_count() > 0;
-  EXPECT_EQ(resolve_device(config, supported), usable ? "cuda" : "cpu");
-  EXPECT_EQ(resolve_device(config, unsupported), "cpu");  // auto falls back, never fails
-  config.device = "cuda";
+  EXPECT_EQ(resolve_device(config, supported), usable ? Device::cuda : Device::cpu);
+  EXPECT_EQ(resolve_device(config, unsupported), Device::cpu);  // auto falls back, never fails
+  config.device = Device::cuda;
   try {
     resolve_device(config, unsupported);
     ADD_FAILURE() << "device cuda with head size 8 was accepted";
@@ -185,8 +185,8 @@ TEST(DeviceChoice, CudaWhereADeviceAndTheShapeAllowIt) {
     EXPECT_THROW(resolve_device(config, supported), Error);
   }
   // NCCL asked for, but auto lands on the CPU: an error, never a silent CPU run.
-  config.device = "auto";
-  config.parallel.device_comm = "nccl";
+  config.device = Device::automatic;
+  config.parallel.device_comm = DeviceComm::nccl;
   try {
     resolve_device(config, unsupported);
     ADD_FAILURE() << "device_comm nccl on a CPU run was accepted";
@@ -195,8 +195,8 @@ TEST(DeviceChoice, CudaWhereADeviceAndTheShapeAllowIt) {
     EXPECT_NE(std::string(e.what()).find("parallel.device_comm nccl"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
   }
-  config.parallel.device_comm = "host";
-  EXPECT_EQ(resolve_device(config, unsupported), "cpu");
+  config.parallel.device_comm = DeviceComm::host;
+  EXPECT_EQ(resolve_device(config, unsupported), Device::cpu);
 }
 
 // NCCL needs a GPU per rank: the choice from every rank's GPU identity.
@@ -204,14 +204,15 @@ TEST(DeviceCommChoice, NcclWhereEveryRankHasItsOwnGpu) {
   const std::vector<std::string> own = {"gpu-a", "gpu-b", "gpu-c", "gpu-d"};
   const std::vector<std::string> shared = {"gpu-a", "gpu-b", "gpu-a", "gpu-c"};
   const std::vector<std::string> alone = {"gpu-a"};
-  EXPECT_TRUE(choose_nccl("auto", own));
-  EXPECT_FALSE(choose_nccl("auto", shared));  // auto falls back to host staging, never fails
-  EXPECT_FALSE(choose_nccl("auto", alone));   // nothing to exchange
-  EXPECT_FALSE(choose_nccl("host", own));
-  EXPECT_TRUE(choose_nccl("nccl", own));
-  EXPECT_TRUE(choose_nccl("nccl", alone));  // asked for: runs over a group of one
+  EXPECT_TRUE(choose_nccl(DeviceComm::automatic, own));
+  EXPECT_FALSE(
+      choose_nccl(DeviceComm::automatic, shared));  // auto falls back to host staging, never fails
+  EXPECT_FALSE(choose_nccl(DeviceComm::automatic, alone));  // nothing to exchange
+  EXPECT_FALSE(choose_nccl(DeviceComm::host, own));
+  EXPECT_TRUE(choose_nccl(DeviceComm::nccl, own));
+  EXPECT_TRUE(choose_nccl(DeviceComm::nccl, alone));  // asked for: runs over a group of one
   try {
-    choose_nccl("nccl", shared);
+    choose_nccl(DeviceComm::nccl, shared);
     ADD_FAILURE() << "nccl with two ranks on one GPU was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("world ranks 0 and 2 compute on the same GPU"),

@@ -30,21 +30,12 @@ float quiet_nan_keeping(std::uint32_t bits, std::uint32_t kept_mask) {
 }  // namespace
 
 ComputeDtype compute_dtype_from_name(std::string_view name) {
-  if (name == "fp32") return ComputeDtype::fp32;
-  if (name == "bf16") return ComputeDtype::bf16;
-  if (name == "fp16") return ComputeDtype::fp16;
-  fail("unknown compute dtype '", name, "' (expected fp32, bf16 or fp16)");
+  if (const auto dtype = kComputeDtypeChoices.find(name)) return *dtype;
+  fail("unknown compute dtype '", name, "' (expected ", kComputeDtypeChoices.list(), ")");
 }
 
 const char* compute_dtype_name(ComputeDtype dtype) {
-  switch (dtype) {
-    case ComputeDtype::bf16:
-      return "bf16";
-    case ComputeDtype::fp16:
-      return "fp16";
-    default:
-      return "fp32";
-  }
+  return kComputeDtypeChoices.word(dtype).data();  // the table's words are string literals
 }
 
 // bf16 is the top half of an fp32: add just under half of the dropped 16 bits' range, plus the

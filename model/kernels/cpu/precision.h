@@ -13,9 +13,14 @@
 
 #include <string_view>
 
+#include "model/core/choice.h"
+
 namespace strata::cpu {
 
 enum class ComputeDtype { fp32, bf16, fp16 };
+inline constexpr Choices kComputeDtypeChoices{std::array{ChoiceWord{ComputeDtype::fp32, "fp32"},
+                                                         ChoiceWord{ComputeDtype::bf16, "bf16"},
+                                                         ChoiceWord{ComputeDtype::fp16, "fp16"}}};
 
 // "fp32" | "bf16" | "fp16" (the words of precision.compute); anything else is an Error.
 ComputeDtype compute_dtype_from_name(std::string_view name);
