@@ -57,7 +57,7 @@ struct MeshRequest {
 //     that no tensor-parallel group crosses a node boundary. A single partially used node accepts
 //     any tp (a CPU run of tp = 3 on one machine is fine with the default gpus_per_node = 8).
 // Checks against the model (n_head, vocabulary, layers, seq_len) need no world and are made when
-// the config is validated (train/config_validate.cpp).
+// the config is validated (plan/config_validate.cpp).
 MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size);
 
 class Mesh {

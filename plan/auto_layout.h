@@ -15,7 +15,7 @@
 
 #include <string>
 
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

@@ -16,7 +16,7 @@
 #include "model/kernels/cpu/gelu.h"
 #include "model/kernels/cpu/layernorm.h"
 #include "model/kernels/cpu/matmul.h"
-#include "train/thread_budget.h"
+#include "model/kernels/cpu/thread_budget.h"
 
 namespace strata {
 

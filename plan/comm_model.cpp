@@ -9,9 +9,10 @@
 #include "parallel/reduction_plan.h"
 #include "parallel/segment_collectives.h"
 #include "parallel/sharded_parameters.h"
+#include "plan/memory_account.h"
+#include "plan/placement.h"
 #include "plan/rank_model.h"
 #include "plan/zero3_gathers.h"
-#include "train/training_backend.h"
 
 namespace strata {
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

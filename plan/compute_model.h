@@ -23,7 +23,7 @@
 
 #include "model/parameter_layout.h"
 #include "plan/cluster.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

@@ -1,7 +1,7 @@
 // The planner's memory prediction: what one rank of a layout holds, computed from the config alone
 // (nothing is allocated, so plans for models far larger than this machine can be priced).
 //
-// It is the CPU trainer's own account (train/training_backend.h MemoryAccount, reported as
+// It is the CPU trainer's own account (plan/memory_account.h MemoryAccount, reported as
 // `memory_bytes` in metrics.jsonl) reached by the trainer's own functions: the partition
 // (model_partition), its layout, the reduction plan of its ZeRO stage, the pipeline schedule's
 // simulated activation slots and the activation formula that Gpt checks its allocations against
@@ -14,8 +14,9 @@
 // code path but is unchecked so far.
 #pragma once
 
-#include "train/config.h"
-#include "train/training_backend.h"
+#include "plan/config.h"
+#include "plan/memory_account.h"
+#include "plan/placement.h"
 
 namespace strata {
 

@@ -1,7 +1,8 @@
 #include "plan/rank_model.h"
 
 #include "model/core/error.h"
-#include "train/training_backend.h"
+#include "plan/memory_account.h"
+#include "plan/placement.h"
 
 namespace strata {
 

@@ -8,7 +8,7 @@
 #include "model/parameter_layout.h"
 #include "parallel/mesh.h"
 #include "parallel/reduction_plan.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

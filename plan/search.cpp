@@ -8,9 +8,9 @@
 #include "model/core/error.h"
 #include "model/gpt.h"
 #include "plan/compute_model.h"
+#include "plan/config_fields.h"
 #include "plan/memory_model.h"
 #include "plan/stage_split.h"
-#include "train/config_fields.h"
 
 namespace strata {
 

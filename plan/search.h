@@ -21,9 +21,10 @@
 #include <vector>
 
 #include "plan/cluster.h"
+#include "plan/config.h"
+#include "plan/memory_account.h"
+#include "plan/placement.h"
 #include "plan/step_time.h"
-#include "train/config.h"
-#include "train/training_backend.h"
 
 namespace strata {
 

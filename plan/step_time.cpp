@@ -7,9 +7,10 @@
 #include "parallel/pipeline_schedule.h"
 #include "parallel/reduction_plan.h"
 #include "plan/compute_model.h"
+#include "plan/memory_account.h"
+#include "plan/placement.h"
 #include "plan/rank_model.h"
 #include "plan/timed_pipeline.h"
-#include "train/training_backend.h"
 
 namespace strata {
 

@@ -27,7 +27,7 @@
 #include "parallel/communicator.h"
 #include "plan/cluster.h"
 #include "plan/comm_model.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

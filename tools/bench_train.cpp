@@ -42,7 +42,7 @@
 #include "parallel/process_groups.h"
 #include "tools/bench.h"
 #include "tools/gpu_peaks.h"
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/cuda_training.h"
 #include "train/loss_scale.h"
 #include "train/metrics.h"

@@ -27,7 +27,7 @@
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
 #include "tools/tool_args.h"
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/metrics.h"
 
 namespace strata {

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/training_backend.h"
 
 namespace strata {

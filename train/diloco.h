@@ -47,7 +47,7 @@
 #include "parallel/outer_compression.h"
 #include "parallel/worker_averaging.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/outer_optimizer.h"
 #include "train/training_backend.h"
 

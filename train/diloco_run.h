@@ -9,7 +9,7 @@
 
 #include "parallel/mpi_communicator.h"
 #include "parallel/process_groups.h"
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/diloco.h"
 #include "train/metrics.h"
 #include "train/training_backend.h"

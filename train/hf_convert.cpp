@@ -10,7 +10,7 @@
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/hf_gpt2.h"
 #include "train/safetensors.h"
 

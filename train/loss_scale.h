@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

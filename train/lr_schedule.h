@@ -2,7 +2,7 @@
 // `cosine` (half cosine to min_lr at the last step), `linear` (straight to min_lr) or `constant`.
 #pragma once
 
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

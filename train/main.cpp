@@ -1,5 +1,5 @@
 // train CONFIG.yaml [MORE.yaml]... [--set key.path=value]... [--resume [CHECKPOINT]]
-// Several configs merge in order (train/config.h, load_configs), then the overrides apply.
+// Several configs merge in order (plan/config.h, load_configs), then the overrides apply.
 // One process per data-parallel rank under mpirun. Errors print one `error: ...` line (from rank
 // 0 when every rank fails the same way during set-up) and exit non-zero.
 #include <iostream>
@@ -11,9 +11,9 @@
 #include "model/core/error.h"
 #include "parallel/mpi_communicator.h"
 #include "plan/auto_layout.h"
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/stop_signal.h"
-#include "train/thread_budget.h"
+#include "model/kernels/cpu/thread_budget.h"
 #include "train/trainer.h"
 
 namespace {
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
                                   mpi.world_size(), mpi.ranks_on_host());
     const strata::Config& config = chosen.config;
     // Before any kernel runs: OpenMP and OpenBLAS would otherwise start a thread per core in
-    // every rank, and ranks sharing a host would preempt each other (train/thread_budget.h).
+    // every rank, and ranks sharing a host would preempt each other (model/kernels/cpu/thread_budget.h).
     const strata::ThreadBudget threads = strata::set_thread_budget(
         mpi.ranks_on_host(),
         config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);

@@ -15,7 +15,7 @@
 
 #include "model/core/element_range.h"
 #include "model/parameter_layout.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

@@ -8,7 +8,7 @@
 
 #include "model/gpt.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "parallel/mpi_communicator.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

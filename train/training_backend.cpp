@@ -1,75 +1,10 @@
 #include "train/training_backend.h"
 
-#include <algorithm>
-
 #include "model/core/error.h"
-#include "model/kernels/cpu/precision.h"
-#include "parallel/host_reduction.h"
 #include "train/cpu_training.h"
 #include "train/cuda_training.h"
 
 namespace strata {
-
-GptOptions gpt_options_of(const Config& config) {
-  return GptOptions{config.precision.compute, config.recompute};
-}
-
-ShardingOptions sharding_options(const ZeroConfig& zero) {
-  return ShardingOptions{zero.gradient_reduction, zero.quantized_weights,
-                         zero.hierarchical_partition, zero.quantized_gradients};
-}
-
-std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
-                                     const ProcessGroups& groups) {
-  return reduction_scratch_floats(
-      ops, MeshShape{groups.tp().size(), groups.pp().size(), groups.dp().size()});
-}
-
-std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
-                                     const MeshShape& mesh) {
-  std::size_t most = 0;
-  for (const RangeReduction& op : ops) {
-    if (op.kind == RangeReduction::Kind::tied_exchange) most = std::max(most, op.range.size());
-    if (op.kind == RangeReduction::Kind::reduce_scatter) {
-      const int size = op.axis == ParallelAxis::tp   ? mesh.tp
-                       : op.axis == ParallelAxis::dp ? mesh.dp
-                                                     : mesh.pp;
-      most = std::max(most, op.range.size() / static_cast<std::size_t>(size));
-    }
-  }
-  return most;
-}
-
-ReductionPlacement reduction_placement(const Config& config, const GptShape& shape,
-                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank) {
-  ReductionPlacement placement{model_partition(config, mesh, tp_rank, stage),
-                               dp_rank,
-                               mesh.dp,
-                               stage,
-                               mesh.pp,
-                               config.parallel.zero.stage};
-  const bool first = stage == 0, last = stage == mesh.pp - 1;
-  if (first != last) {  // a pipeline end: the other end holds the tied wte too
-    const int peer = first ? mesh.pp - 1 : 0;
-    placement.tied_peer_total =
-        ParameterLayout::for_partition(shape, model_partition(config, mesh, tp_rank, peer)).total();
-  }
-  return placement;
-}
-
-ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank,
-                               int stage) {
-  const auto stages = stage_layer_ranges(config.model.n_layer, mesh.pp, config.parallel.pp_layers);
-  ModelPartition p;
-  p.tp_rank = tp_rank;
-  p.tp_size = mesh.tp;
-  p.layer_begin = stages[static_cast<std::size_t>(stage)].first;
-  p.layer_end = stages[static_cast<std::size_t>(stage)].second;
-  p.has_embedding = stage == 0;
-  p.has_head = stage == mesh.pp - 1;
-  p.sequence_parallel = config.parallel.sequence_parallel;
-  return p;
-}
 
 std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
                                                        const GptShape& shape,

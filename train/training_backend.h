@@ -22,8 +22,10 @@
 #include "parallel/process_groups.h"
 #include "parallel/reduction_plan.h"
 #include "parallel/sharded_parameters.h"
+#include "plan/config.h"
+#include "plan/memory_account.h"
+#include "plan/placement.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
 #include "train/optimizer.h"
 
 namespace strata {
@@ -38,25 +40,6 @@ struct BackendPlacement {
   // CUDA: device arrays cross ranks over NCCL (every rank has a GPU of its own); otherwise they
   // are staged through host memory over the MPI groups.
   bool nccl = false;
-};
-
-// Bytes this rank holds for training, by purpose (metrics.jsonl `memory_bytes`, the startup line).
-struct MemoryAccount {
-  std::size_t master_weights = 0;     // fp32 master weights (in fp32 the weights the model reads)
-  std::size_t compute_weights = 0;    // the bf16/fp16 copy the model reads (0 in fp32)
-  std::size_t gradients = 0;          // fp32 gradients
-  std::size_t optimizer_state = 0;    // the optimizer's state over its owned range
-  std::size_t secondary_weights = 0;  // the node's secondary weight copies (ZeRO++ hpZ)
-  // Transient, at their peak so far: weights gathered for use (ZeRO 3) and gradient buckets
-  // awaiting their reduce-scatter (ZeRO 2 and 3). Not part of model_state().
-  std::size_t gathered_weights = 0;
-  std::size_t gradient_buckets = 0;
-  std::size_t activations = 0;    // saved activations, all slots
-  std::size_t communication = 0;  // the largest scratch one reduction of the plan needs
-
-  std::size_t model_state() const {
-    return master_weights + compute_weights + gradients + optimizer_state + secondary_weights;
-  }
 };
 
 class TrainingBackend {
@@ -110,27 +93,5 @@ class TrainingBackend {
 std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
                                                        const GptShape& shape,
                                                        const BackendPlacement& placement, int gpu);
-
-// Floats of scratch the largest single operation of `ops` needs on this rank: a reduce-scatter's
-// chunk, a tied exchange's received range.
-std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
-                                     const ProcessGroups& groups);
-// The same from the mesh's axis sizes alone (the planner's prediction).
-std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops, const MeshShape& mesh);
-
-// The part of the model that the ranks of pipeline stage `stage` and tensor-parallel rank
-// `tp_rank` hold under `config`'s layout on a mesh of `mesh`.
-ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank, int stage);
-// That rank's place for its reduction plan (dp rank `dp_rank`), with the tied wte's peer total
-// on a pipeline end.
-ReductionPlacement reduction_placement(const Config& config, const GptShape& shape,
-                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank);
-
-// The model options precision.compute and recompute ask for.
-GptOptions gpt_options_of(const Config& config);
-
-// How sharded weights and gradients move (parallel/sharded_parameters.h): parallel.zero's
-// gradient_reduction and ZeRO++ switches (over ProcessGroups::sharding()).
-ShardingOptions sharding_options(const ZeroConfig& zero);
 
 }  // namespace strata

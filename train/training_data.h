@@ -23,7 +23,7 @@
 
 #include "data/mixture.h"
 #include "data/token_shards.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 

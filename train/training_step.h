@@ -15,7 +15,7 @@
 #include <set>
 #include "parallel/host_reduction.h"
 #include "parallel/pipeline_executor.h"
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/loss_scale.h"
 #include "train/training_backend.h"
 

@@ -249,7 +249,7 @@ TYPED_TEST(CudaGptRecompute, SelectiveAndFullAreBitwiseNoneInLessMemory) {
   }
 }
 
-// Hyperparameters of a default OptimizerConfig (train/config.h) at its first step.
+// Hyperparameters of a default OptimizerConfig (plan/config.h) at its first step.
 cpu::AdamWHyper first_step(float weight_decay, float grad_scale) {
   return cpu::AdamWHyper{1e-3f, 0.9f, 0.95f, 1e-8f, weight_decay, 1, grad_scale};
 }

@@ -21,7 +21,7 @@
 #include "model/parameter_layout.h"
 #include "tests/fuzz/checkpoint_read.h"
 #include "train/checkpoint_seal.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzz target: the YAML config loader with --set overrides (train/config.h).
+// Fuzz target: the YAML config loader with --set overrides (plan/config.h).
 //
 // Input: YAML text; the lines after a line "#overrides" (a YAML comment, so a seed stays a valid
 // config) are overrides "key.path=value". A rejected config must be a strata::Error. An accepted
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_support.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);

@@ -15,7 +15,7 @@
 #include "plan/comm_model.h"
 #include "plan/memory_model.h"
 #include "tests/mpi/layout_runs.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata::testing {
 namespace {

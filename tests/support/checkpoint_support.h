@@ -9,7 +9,7 @@
 #include "data/tokenizer.h"
 #include "model/parameter_layout.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata::testing {
 

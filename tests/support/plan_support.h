@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "plan/cluster.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata::testing {
 

@@ -13,7 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_seal.h"
 #include "train/checkpoint_verify.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 namespace {

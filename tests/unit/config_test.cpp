@@ -2,7 +2,7 @@
 // missing keys, every kind of mistake stops with a message naming the key and the reason, --set
 // overrides any key, the world-size checks, and the effective config written to a run reproduces it
 // exactly.
-#include "train/config.h"
+#include "plan/config.h"
 
 #include <gtest/gtest.h>
 
@@ -113,7 +113,7 @@ TEST(Config, FilesMergeInOrderMapsKeyByKeyListsWhole) {
   std::filesystem::remove_all(dir);
 }
 
-// What a resumed run reports it changed (train/config_diff.cpp): every key, as the effective
+// What a resumed run reports it changed (plan/config_diff.cpp): every key, as the effective
 // config writes it.
 TEST(Config, ChangesNameEachDifferingKeyWithBothValues) {
   const Config before = parse_config(kMinimal, "a");

@@ -13,7 +13,7 @@
 #include "tests/support/checkpoint_support.h"
 #include "tests/support/test_support.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
+#include "plan/config.h"
 #include "train/hf_convert.h"
 #include "train/hf_gpt2.h"
 #include "train/safetensors.h"

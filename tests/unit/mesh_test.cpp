@@ -13,7 +13,7 @@
 
 #include "model/core/error.h"
 #include "tests/support/test_support.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 namespace {

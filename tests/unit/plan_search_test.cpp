@@ -12,7 +12,7 @@
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
 #include "tests/support/plan_support.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 namespace {

@@ -15,7 +15,7 @@
 #include "plan/step_time.h"
 #include "plan/timed_pipeline.h"
 #include "tests/support/plan_support.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace strata {
 namespace {

@@ -1,7 +1,7 @@
 // Threads per rank: the ranks of a host share its cores unless the user says otherwise, the
 // config's `threads` beats OMP_NUM_THREADS, which beats the automatic share, and a malformed
 // OMP_NUM_THREADS falls back to the share with a reason that says so.
-#include "train/thread_budget.h"
+#include "model/kernels/cpu/thread_budget.h"
 
 #include <gtest/gtest.h>
 

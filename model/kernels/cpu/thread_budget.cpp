@@ -1,5 +1,5 @@
 // The thread budget of a rank: the pure decision, then the system queries and calls that apply it.
-#include "train/thread_budget.h"
+#include "model/kernels/cpu/thread_budget.h"
 
 #include <omp.h>
 #include <sched.h>

@@ -6,10 +6,10 @@
 
 #include "model/core/error.h"
 #include "model/gpt_shape.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 #include "parallel/mesh.h"
-#include "train/config_fields.h"
+#include "plan/config_fields.h"
 
 namespace strata {
 namespace config_detail {

@@ -1,12 +1,12 @@
 // The keys on which two configs differ, as text: what a resumed run changed against the run that
-// wrote its checkpoint (train/config.h, config_changes). Walks the one list of keys
+// wrote its checkpoint (plan/config.h, config_changes). Walks the one list of keys
 // (config_fields.h), so a key added there is compared too.
 #include <charconv>
 #include <map>
 #include <sstream>
 
-#include "train/config.h"
-#include "train/config_fields.h"
+#include "plan/config.h"
+#include "plan/config_fields.h"
 
 namespace strata {
 namespace {

@@ -195,7 +195,7 @@ struct Config {
   Recompute recompute = Recompute::none;
   Device device = Device::automatic;
   // OpenMP (and GEMM) threads per rank; 0 means auto: OMP_NUM_THREADS if set, else this host's
-  // cores shared by its ranks (train/thread_budget.h).
+  // cores shared by its ranks (model/kernels/cpu/thread_budget.h).
   int threads = 0;
   DilocoConfig diloco;
 
@@ -234,7 +234,7 @@ struct ConfigChange {
   std::string key, before, after;
   bool operator==(const ConfigChange&) const = default;
 };
-// Every key on which `after` differs from `before`, in key order (train/config_diff.cpp).
+// Every key on which `after` differs from `before`, in key order (plan/config_diff.cpp).
 std::vector<ConfigChange> config_changes(const Config& before, const Config& after);
 
 }  // namespace strata

@@ -11,8 +11,8 @@
 
 #include "data/mixture.h"
 #include "model/core/error.h"
-#include "train/config.h"
-#include "train/config_fields.h"
+#include "plan/config.h"
+#include "plan/config_fields.h"
 
 namespace strata {
 namespace {

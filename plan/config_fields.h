@@ -1,4 +1,4 @@
-// Internal to train/config*.cpp: the one list of config keys (visit_fields) that parsing, writing
+// Internal to plan/config*.cpp: the one list of config keys (visit_fields) that parsing, writing
 // and the unknown-key check all walk, so a key added here is read, written and known everywhere.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/core/error.h"
-#include "train/config.h"
+#include "plan/config.h"
 
 namespace YAML {
 class Node;

@@ -1,6 +1,6 @@
 // Reading and writing the YAML config: text -> YAML tree -> --set overrides -> key check -> typed
 // fields -> validation (config_validate.cpp). The key list lives in config_fields.h.
-#include "train/config.h"
+#include "plan/config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -21,7 +21,7 @@
 
 #include "data/utf8.h"
 #include "model/core/error.h"
-#include "train/config_fields.h"
+#include "plan/config_fields.h"
 
 namespace strata {
 namespace config_detail {

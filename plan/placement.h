@@ -1,0 +1,41 @@
+// Where a rank's part of the model sits under a config's layout, and the options and scratch its
+// backend derives from the config: the functions both the training backends
+// (train/training_backend.h) and the planner's predictions call, so that the two agree exactly.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "model/gpt.h"
+#include "model/parameter_layout.h"
+#include "parallel/mesh.h"
+#include "parallel/process_groups.h"
+#include "parallel/reduction_plan.h"
+#include "parallel/sharded_parameters.h"
+#include "plan/config.h"
+
+namespace strata {
+
+// Floats of scratch the largest single operation of `ops` needs on this rank: a reduce-scatter's
+// chunk, a tied exchange's received range.
+std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
+                                     const ProcessGroups& groups);
+// The same from the mesh's axis sizes alone (the planner's prediction).
+std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops, const MeshShape& mesh);
+
+// The part of the model that the ranks of pipeline stage `stage` and tensor-parallel rank
+// `tp_rank` hold under `config`'s layout on a mesh of `mesh`.
+ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank, int stage);
+// That rank's place for its reduction plan (dp rank `dp_rank`), with the tied wte's peer total
+// on a pipeline end.
+ReductionPlacement reduction_placement(const Config& config, const GptShape& shape,
+                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank);
+
+// The model options precision.compute and recompute ask for.
+GptOptions gpt_options_of(const Config& config);
+
+// How sharded weights and gradients move (parallel/sharded_parameters.h): parallel.zero's
+// gradient_reduction and ZeRO++ switches (over ProcessGroups::sharding()).
+ShardingOptions sharding_options(const ZeroConfig& zero);
+
+}  // namespace strata
