@@ -4,11 +4,11 @@
 
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
-#include "parallel/mesh.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/reduction_plan.h"
-#include "parallel/segment_collectives.h"
-#include "parallel/sharded_parameters.h"
+#include "parallel/mesh/mesh.h"
+#include "parallel/mesh/reduction_plan.h"
+#include "parallel/pipeline/pipeline_schedule.h"
+#include "parallel/zero/segment_collectives.h"
+#include "parallel/zero/sharded_parameters.h"
 #include "plan/memory_account.h"
 #include "plan/placement.h"
 #include "plan/rank_model.h"
@@ -207,7 +207,7 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   gathers(CommPhase::backward, 2 * layers + recomputed, "layer gradient row gathers");
   if (partition.has_embedding) gathers(CommPhase::backward, 1, "embedding gradient gather");
 
-  // Pipeline messages, per micro-batch (parallel/pipeline_executor.h).
+  // Pipeline messages, per micro-batch (parallel/pipeline/pipeline_executor.h).
   if (stage + 1 < mesh.pp)
     events.send(pp, stage + 1, boundary, CommPhase::pipeline, micro_batches, "activations");
   if (stage > 0)
@@ -232,7 +232,7 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
                     dp.size() - 1, phase, repeats, "segment gradient reduce-scatter");
         continue;
       }
-      // qgZ (parallel/segment_collectives.h): owner (node j, local l) = j·intra + l.
+      // qgZ (parallel/zero/segment_collectives.h): owner (node j, local l) = j·intra + l.
       const std::size_t k = static_cast<std::size_t>(intra.size());
       std::vector<std::uint64_t> hop1(k, 0), hop2(static_cast<std::size_t>(inter.size()), 0);
       for (std::size_t l = 0; l < k; ++l)

@@ -1,7 +1,7 @@
 // The planner's communication prediction: every collective and transfer one rank takes part in
 // during a training step, with the bytes it sends per link class, computed from the config alone.
 //
-// The bytes are the communicator's own accounting (parallel/communicator.h: ring collectives
+// The bytes are the communicator's own accounting (parallel/comm/communicator.h: ring collectives
 // charge the link to the ring successor, transfers and all-to-alls each peer's link) applied to
 // the calls the trainer makes, found by the trainer's own functions: the model partition, the
 // reduction plan (ZeRO stage, tied exchange, sequence-parallel sums, norm axes), ZeRO 2/3's
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include "plan/config.h"
 
 namespace strata {

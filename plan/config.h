@@ -11,11 +11,11 @@
 #include "model/core/choice.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/recompute.h"
-#include "parallel/averaging.h"
-#include "parallel/gradient_reduction.h"
-#include "parallel/mesh.h"
-#include "parallel/outer_compression.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/diloco/averaging.h"
+#include "parallel/diloco/outer_compression.h"
+#include "parallel/mesh/mesh.h"
+#include "parallel/pipeline/pipeline_schedule.h"
+#include "parallel/zero/gradient_reduction.h"
 
 namespace strata {
 
@@ -139,7 +139,8 @@ struct ZeroConfig {
   bool quantized_weights = false;
   bool hierarchical_partition = false;
   bool quantized_gradients = false;
-  // Stage 2 and 3: when a segment's gradients are reduce-scattered (parallel/sharded_parameters.h).
+  // Stage 2 and 3: when a segment's gradients are reduce-scattered
+  // (parallel/zero/sharded_parameters.h).
   GradientReduction gradient_reduction = GradientReduction::step;
 
   bool operator==(const ZeroConfig&) const = default;

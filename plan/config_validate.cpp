@@ -8,7 +8,7 @@
 #include "model/gpt_shape.h"
 #include "plan/config.h"
 
-#include "parallel/mesh.h"
+#include "parallel/mesh/mesh.h"
 #include "plan/config_fields.h"
 
 namespace strata {

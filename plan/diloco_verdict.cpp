@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "model/gpt_shape.h"
-#include "parallel/worker_averaging.h"
+#include "parallel/diloco/worker_averaging.h"
 
 namespace strata {
 

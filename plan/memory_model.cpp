@@ -5,15 +5,15 @@
 #include "model/activation_sizes.h"
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/mesh/reduction_plan.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 #include "plan/rank_model.h"
 #include "plan/zero3_gathers.h"
 
 namespace strata {
 namespace {
 
-// ZeRO 2 and 3's gradient buckets at their peak (parallel/sharded_parameters.h): a segment's
+// ZeRO 2 and 3's gradient buckets at their peak (parallel/zero/sharded_parameters.h): a segment's
 // bucket lives from its first gradient of the step until its reduce-scatter, which runs after
 // every backward pass (gradient_reduction: micro_batch, or a step of one micro-batch) or after the
 // last one (step). In the first case the tied wte's bucket spans the whole backward pass of a

@@ -8,10 +8,10 @@
 
 #include "model/gpt.h"
 #include "model/parameter_layout.h"
-#include "parallel/mesh.h"
-#include "parallel/process_groups.h"
-#include "parallel/reduction_plan.h"
-#include "parallel/sharded_parameters.h"
+#include "parallel/mesh/mesh.h"
+#include "parallel/mesh/process_groups.h"
+#include "parallel/mesh/reduction_plan.h"
+#include "parallel/zero/sharded_parameters.h"
 #include "plan/config.h"
 
 namespace strata {
@@ -34,7 +34,7 @@ ReductionPlacement reduction_placement(const Config& config, const GptShape& sha
 // The model options precision.compute and recompute ask for.
 GptOptions gpt_options_of(const Config& config);
 
-// How sharded weights and gradients move (parallel/sharded_parameters.h): parallel.zero's
+// How sharded weights and gradients move (parallel/zero/sharded_parameters.h): parallel.zero's
 // gradient_reduction and ZeRO++ switches (over ProcessGroups::sharding()).
 ShardingOptions sharding_options(const ZeroConfig& zero);
 

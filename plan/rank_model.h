@@ -6,8 +6,8 @@
 
 #include "model/gpt_shape.h"
 #include "model/parameter_layout.h"
-#include "parallel/mesh.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/mesh/mesh.h"
+#include "parallel/mesh/reduction_plan.h"
 #include "plan/config.h"
 
 namespace strata {

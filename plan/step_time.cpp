@@ -4,8 +4,8 @@
 
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
-#include "parallel/pipeline_schedule.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/mesh/reduction_plan.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 #include "plan/compute_model.h"
 #include "plan/memory_account.h"
 #include "plan/placement.h"

@@ -24,7 +24,7 @@
 #include <map>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include "plan/cluster.h"
 #include "plan/comm_model.h"
 #include "plan/config.h"

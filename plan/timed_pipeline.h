@@ -1,8 +1,8 @@
 // The pipeline schedule run on a clock: the same per-stage instruction lists as the trainer
-// (parallel/pipeline_schedule.h), with each stage's forward and backward taking their predicted
-// seconds and each message the seconds of its link. Transfers are rendezvous, as the executor's
-// blocking sends and exchanges are: both stages wait for the later of the two, then for the
-// message. What comes out is when each stage finishes its last op and how long it computed, so
+// (parallel/pipeline/pipeline_schedule.h), with each stage's forward and backward taking their
+// predicted seconds and each message the seconds of its link. Transfers are rendezvous, as the
+// executor's blocking sends and exchanges are: both stages wait for the later of the two, then for
+// the message. What comes out is when each stage finishes its last op and how long it computed, so
 // the bubble is what the schedule leaves idle, not a formula's estimate.
 //
 // Shared cores (a cpu cluster whose ranks outnumber its cores): the passes' seconds are those of
@@ -16,7 +16,7 @@
 
 #include <vector>
 
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 
 namespace strata {
 

@@ -11,7 +11,7 @@
 
 #include "model/parameter_access.h"
 #include "model/parameter_layout.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 
 namespace strata {
 

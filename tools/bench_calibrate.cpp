@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "parallel/mpi_communicator.h"
+#include "parallel/comm/mpi_communicator.h"
 #include "plan/calibrate.h"
 #include "tools/bench.h"
 #include "train/metrics.h"

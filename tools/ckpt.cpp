@@ -7,7 +7,7 @@
 //                          when identical, 1 when they differ, 2 on an error
 // ckpt export-hf CKPT OUT_DIR [--force]
 //                          a Hugging Face GPT-2 folder: config.json, model.safetensors and the
-//                          SentencePiece tokenizer.model (train/hf_convert.h); a non-empty
+//                          SentencePiece tokenizer.model (tools/hf/hf_convert.h); a non-empty
 //                          OUT_DIR is refused unless --force
 // ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]
 //                          a Strata checkpoint (step 0) from a GPT-2 folder's config.json and
@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "model/core/error.h"
+#include "tools/hf/hf_convert.h"
 #include "tools/tool_args.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_verify.h"
-#include "train/hf_convert.h"
 #include "train/saved_model.h"
 
 namespace {

@@ -12,7 +12,7 @@
 #include "data/hdf5_handle.h"
 #include "model/core/counter_rng.h"
 #include "model/core/error.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/mesh/reduction_plan.h"
 #include "train/checkpoint_seal.h"
 
 namespace strata {

@@ -34,7 +34,7 @@
 #include "model/core/element_range.h"
 #include "model/gpt_shape.h"
 #include "model/parameter_layout.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace strata {
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include "plan/config.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-// A pipeline stage (parallel/pipeline_stage.h) computed by the CPU model, Gpt<float>: the
+// A pipeline stage (parallel/pipeline/pipeline_stage.h) computed by the CPU model, Gpt<float>: the
 // boundary arrays are the model's own fp32 activations, copied.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/gpt.h"
-#include "parallel/pipeline_stage.h"
+#include "parallel/pipeline/pipeline_stage.h"
 
 namespace strata {
 

@@ -5,7 +5,7 @@
 #include "model/core/error.h"
 #include "model/kernels/cpu/adamw.h"
 #include "model/kernels/cpu/precision.h"
-#include "parallel/host_reduction.h"
+#include "parallel/mesh/host_reduction.h"
 
 namespace strata {
 

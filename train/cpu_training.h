@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/host_reduction.h"
-#include "parallel/sharded_parameters.h"
+#include "parallel/mesh/host_reduction.h"
+#include "parallel/zero/sharded_parameters.h"
 #include "train/cpu_pipeline_stage.h"
 #include "train/training_backend.h"
 

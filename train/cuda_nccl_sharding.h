@@ -1,15 +1,15 @@
 // The ParameterAccess (model/parameter_access.h) of a CUDA rank under ZeRO stages 2 and 3 over
-// NCCL: the segments of parallel/sharded_parameters.h (the same uneven pieces, shard_counts, and
-// the same stage-2 policy), moved device to device and queued on the compute stream like the
+// NCCL: the segments of parallel/zero/sharded_parameters.h (the same uneven pieces, shard_counts,
+// and the same stage-2 policy), moved device to device and queued on the compute stream like the
 // kernels, so nothing waits for the host:
 //   weights (stage 3): the segment is all-gathered from every rank's compute-dtype shard
 //     (NcclCommunicator::all_gather_v) into a buffer of its own, freed after its last user
 //     (stream-ordered: after the kernels that read it). Prefetch, as on the host
-//     (parallel/sharded_parameters.h): after the k-th gather of a step, the k+1-th of the previous
-//     step's order is started on the context's copy stream over a second NCCL communicator of the
-//     dp group (so it may run beside the compute stream's collectives), once the compute stream
-//     has reached that point (an event); its acquire makes the compute stream wait for it (another
-//     event). An unused prefetch is waited for and freed at the step's end.
+//     (parallel/zero/sharded_parameters.h): after the k-th gather of a step, the k+1-th of the
+//     previous step's order is started on the context's copy stream over a second NCCL communicator
+//     of the dp group (so it may run beside the compute stream's collectives), once the compute
+//     stream has reached that point (an event); its acquire makes the compute stream wait for it
+//     (another event). An unused prefetch is waited for and freed at the step's end.
 //   gradients (stages 2, 3): a zeroed bucket per segment; when due it is reduce-scattered
 //     (NcclCommunicator::reduce_scatter_sum_v) and this rank's piece is added into its gradient
 //     shard.
@@ -30,10 +30,10 @@
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/parameter_access.h"
-#include "parallel/gather_order.h"
-#include "parallel/nccl_communicator.h"
-#include "parallel/reduction_plan.h"
-#include "parallel/sharded_parameters.h"
+#include "parallel/comm/nccl_communicator.h"
+#include "parallel/mesh/reduction_plan.h"
+#include "parallel/zero/gather_order.h"
+#include "parallel/zero/sharded_parameters.h"
 #include "train/cuda_segment_buffers.h"
 
 namespace strata {

@@ -1,9 +1,9 @@
-// A pipeline stage (parallel/pipeline_stage.h) computed by the CUDA model (model/gpt_cuda.h): the
-// executor's host fp32 boundary arrays are converted to and from the model's compute dtype on
-// the device (exact from bf16/fp16 to fp32; rounded once the other way, where the CPU backend
-// rounds the same activation). Each transfer waits for the device: the pipeline's messages leave
-// from the host. The model reaches its device weights and gradients through a ParameterAccess
-// bound once (flat buffers, or ZeRO's segments).
+// A pipeline stage (parallel/pipeline/pipeline_stage.h) computed by the CUDA model
+// (model/gpt_cuda.h): the executor's host fp32 boundary arrays are converted to and from the
+// model's compute dtype on the device (exact from bf16/fp16 to fp32; rounded once the other way,
+// where the CPU backend rounds the same activation). Each transfer waits for the device: the
+// pipeline's messages leave from the host. The model reaches its device weights and gradients
+// through a ParameterAccess bound once (flat buffers, or ZeRO's segments).
 //
 // Built only with the CUDA backend. Status: ran on an NVIDIA H200 (2026-11-26).
 #pragma once
@@ -14,7 +14,7 @@
 
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/host_staging.h"
-#include "parallel/pipeline_stage.h"
+#include "parallel/pipeline/pipeline_stage.h"
 
 namespace strata {
 

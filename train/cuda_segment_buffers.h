@@ -18,7 +18,7 @@
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/parameter_access.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/mesh/reduction_plan.h"
 
 namespace strata {
 

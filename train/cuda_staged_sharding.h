@@ -1,6 +1,6 @@
 // The ParameterAccess (model/parameter_access.h) of a CUDA rank under ZeRO stages 2 and 3, with
 // the data-parallel traffic staged through the host: the host's ShardedParameters
-// (parallel/sharded_parameters.h) does all the sharding (uneven pieces, the stage-2 policy,
+// (parallel/zero/sharded_parameters.h) does all the sharding (uneven pieces, the stage-2 policy,
 // ZeRO++, prefetch) over MPI, exactly as on the CPU backend, and this class mirrors its segments
 // on the device:
 //   weights (stage 3): the host gathers the segment from the compute-dtype shards (held on the
@@ -27,7 +27,7 @@
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/host_dtype.h"
 #include "model/parameter_access.h"
-#include "parallel/sharded_parameters.h"
+#include "parallel/zero/sharded_parameters.h"
 #include "train/cuda_segment_buffers.h"
 
 namespace strata {

@@ -21,10 +21,10 @@
 #include "model/kernels/cuda/device_buffer.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/grad_norm.h"
-#include "parallel/communicator.h"
-#include "parallel/host_reduction.h"
-#include "parallel/nccl_communicator.h"
-#include "parallel/process_groups.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/nccl_communicator.h"
+#include "parallel/mesh/host_reduction.h"
+#include "parallel/mesh/process_groups.h"
 #include "train/cuda_nccl_sharding.h"
 #include "train/cuda_pipeline_stage.h"
 #include "train/cuda_staged_sharding.h"
@@ -305,7 +305,7 @@ class CudaTrainingOf final : public TrainingBackend {
 
   // Runs plan operations on a device buffer holding the elements `held` of the plan's buffer:
   // queued on the compute stream over NCCL, or through host memory by the CPU backend's code
-  // (parallel/host_reduction.h).
+  // (parallel/mesh/host_reduction.h).
   void run_on_device(const std::vector<RangeReduction>& ops, float* buffer, ElementRange held) {
     if (ops.empty()) return;
     if (!nccl_.dp) {
@@ -337,7 +337,7 @@ class CudaTrainingOf final : public TrainingBackend {
         case Kind::all_gather:
           group.all_gather(data + group.rank() * chunk, data, chunk, stream);
           break;
-        case Kind::tied_exchange:  // after the dp sum: see parallel/reduction_plan.h
+        case Kind::tied_exchange:  // after the dp sum: see parallel/mesh/reduction_plan.h
           group.exchange(data, scratch_, count, op.peer, stream);
           cuda::add_into(data, scratch_, static_cast<long>(count), stream);  // a + b = b + a
           break;

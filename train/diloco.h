@@ -2,16 +2,17 @@
 // arXiv 2501.18512) around one worker's inner training. The world is cut into diloco.workers
 // workers, contiguous blocks of ranks, each training alone with its own layout, data stream and
 // AdamW state (train/trainer.cpp); every inner_steps optimizer steps the workers meet:
-//   θ̄  = the average of the workers' parameters θ_i (parallel/worker_averaging.h: all_reduce,
+//   θ̄  = the average of the workers' parameters θ_i (parallel/diloco/worker_averaging.h:
+//   all_reduce,
 //        butterfly, gossip or moshpit), or, with compression, anchor − the average of the
-//        compressed outer gradients Δ_i = anchor − θ_i (parallel/outer_compression.h, error
+//        compressed outer gradients Δ_i = anchor − θ_i (parallel/diloco/outer_compression.h, error
 //        feedback optional);
 //   then the outer optimizer (train/outer_optimizer.h) moves the anchor with Δ = anchor − θ̄ and
 //   every worker continues from the new anchor. Uncompressed, the parameters themselves are
 //   averaged so that one worker with outer lr 1 and momentum 0 is plain training bit for bit.
 //
-// Each rank does this for its replica share only (parallel/reduction_plan.h: replica_share): the
-// anchor, the outer momentum and the error-feedback residual are held for that share, as ZeRO
+// Each rank does this for its replica share only (parallel/mesh/reduction_plan.h: replica_share):
+// the anchor, the outer momentum and the error-feedback residual are held for that share, as ZeRO
 // holds optimizer state, and the rank averages it with the same share of every other worker (the
 // `outer` group: one rank per worker). Where the master weights are replicated over the worker's
 // data-parallel ranks (ZeRO < 3), the updated shares are then all-gathered over dp. The tied wte
@@ -43,11 +44,11 @@
 
 #include "model/core/element_range.h"
 #include "model/parameter_layout.h"
-#include "parallel/communicator.h"
-#include "parallel/outer_compression.h"
-#include "parallel/worker_averaging.h"
-#include "train/checkpoint.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/diloco/outer_compression.h"
+#include "parallel/diloco/worker_averaging.h"
 #include "plan/config.h"
+#include "train/checkpoint.h"
 #include "train/outer_optimizer.h"
 #include "train/training_backend.h"
 

@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "model/core/error.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/mesh/reduction_plan.h"
 #include "train/step_report.h"
 
 namespace strata {

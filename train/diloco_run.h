@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/mpi_communicator.h"
-#include "parallel/process_groups.h"
+#include "parallel/comm/mpi_communicator.h"
+#include "parallel/mesh/process_groups.h"
 #include "plan/config.h"
 #include "train/diloco.h"
 #include "train/metrics.h"

@@ -8,7 +8,7 @@
 
 #include "data/token_shards.h"
 #include "model/gpt.h"
-#include "parallel/pipeline_executor.h"
+#include "parallel/pipeline/pipeline_executor.h"
 
 namespace strata {
 

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "model/core/error.h"
-#include "parallel/mpi_communicator.h"
+#include "model/kernels/cpu/thread_budget.h"
+#include "parallel/comm/mpi_communicator.h"
 #include "plan/auto_layout.h"
 #include "plan/config.h"
 #include "train/stop_signal.h"
-#include "model/kernels/cpu/thread_budget.h"
 #include "train/trainer.h"
 
 namespace {
@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
                                   mpi.world_size(), mpi.ranks_on_host());
     const strata::Config& config = chosen.config;
     // Before any kernel runs: OpenMP and OpenBLAS would otherwise start a thread per core in
-    // every rank, and ranks sharing a host would preempt each other (model/kernels/cpu/thread_budget.h).
+    // every rank, and ranks sharing a host would preempt each other
+    // (model/kernels/cpu/thread_budget.h).
     const strata::ThreadBudget threads = strata::set_thread_budget(
         mpi.ranks_on_host(),
         config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);

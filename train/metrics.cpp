@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/core/error.h"
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 
 namespace strata {
 

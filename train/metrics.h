@@ -19,7 +19,7 @@
 
 namespace strata {
 
-struct CommStats;  // parallel/communicator.h
+struct CommStats;  // parallel/comm/communicator.h
 
 // The default number format: 17 significant digits round-trip any double (%.9g for loss-like
 // values would lose bits).

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "parallel/mpi_communicator.h"
+#include "parallel/comm/mpi_communicator.h"
 #include "train/diloco.h"
 #include "train/diloco_run.h"
 #include "train/metrics.h"

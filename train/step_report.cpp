@@ -4,7 +4,7 @@
 #include <string>
 
 #include "model/core/error.h"
-#include "parallel/mpi_communicator.h"
+#include "parallel/comm/mpi_communicator.h"
 #include "train/process_memory.h"
 
 namespace strata {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "parallel/process_groups.h"
+#include "parallel/mesh/process_groups.h"
 #include "train/metrics.h"
 #include "train/training_backend.h"
 #include "train/training_step.h"

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "parallel/mpi_communicator.h"
+#include "parallel/comm/mpi_communicator.h"
 #include "plan/config.h"
 
 namespace strata {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "data/token_shards.h"
-#include "parallel/process_groups.h"
+#include "parallel/mesh/process_groups.h"
 #include "train/checkpoint.h"
 #include "train/diloco.h"
 #include "train/diloco_run.h"

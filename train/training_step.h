@@ -13,8 +13,8 @@
 
 #include <cstdint>
 #include <set>
-#include "parallel/host_reduction.h"
-#include "parallel/pipeline_executor.h"
+#include "parallel/mesh/host_reduction.h"
+#include "parallel/pipeline/pipeline_executor.h"
 #include "plan/config.h"
 #include "train/loss_scale.h"
 #include "train/training_backend.h"

@@ -1,12 +1,13 @@
-// The element types a host collective carries (model/core/collectives.h, parallel/communicator.h),
-// as a value: backends implement one type-erased function per operation and switch on DataType
-// where the transport needs it (MPI_Datatype, a typed sum); callers keep typed pointers and the
-// typed entry points map the C++ type to its DataType at compile time.
+// The element types a host collective carries (model/core/collectives.h,
+// parallel/comm/communicator.h), as a value: backends implement one type-erased function per
+// operation and switch on DataType where the transport needs it (MPI_Datatype, a typed sum);
+// callers keep typed pointers and the typed entry points map the C++ type to its DataType at
+// compile time.
 //
 // The set is closed on purpose: a type outside it does not compile at the call site, rather than
 // travel as bytes that a sum would misread. Adding one is an enumerator, its C++ type in
 // visit_data_type, CollectivePayload and data_type_of below, and its case in each backend's
-// mapping (mpi_type in parallel/mpi_communicator.cpp).
+// mapping (mpi_type in parallel/comm/mpi_communicator.cpp).
 #pragma once
 
 #include <cstddef>
@@ -38,7 +39,7 @@ constexpr decltype(auto) visit_data_type(DataType type, Visit&& visit) {
   return visit(std::int64_t{});  // i64: the switch covers the others
 }
 
-// Bytes per element: what the byte accounting of parallel/communicator.h multiplies counts by.
+// Bytes per element: what the byte accounting of parallel/comm/communicator.h multiplies counts by.
 constexpr std::size_t size_of(DataType type) {
   return visit_data_type(type, [](auto zero) { return sizeof zero; });
 }

@@ -46,7 +46,7 @@
 //   payload_bytes    = ⌊elements/block⌋·block_bytes(block) + block_bytes(elements mod block)
 //
 // Packed shard (QuantizedShardLayout): one contiguous byte buffer, what all-gather and
-// all-to-all carry as uint8 (model/core/collectives.h, parallel/communicator.h):
+// all-to-all carry as uint8 (model/core/collectives.h, parallel/comm/communicator.h):
 //   offset 0               scales    blocks × fp32, block order
 //   offset 4·blocks        payload   block b at 4·blocks + b·block_bytes(block)
 //   offset 4·blocks + payload_bytes   zero bytes up to `bytes`, a multiple of 4

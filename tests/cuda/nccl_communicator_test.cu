@@ -1,8 +1,8 @@
-// The NCCL communicator (parallel/nccl_communicator.h) over a group of one process, the only NCCL
-// group one GPU can hold (NCCL refuses two ranks on one GPU): set-up over MPI, every collective in
-// every element type (a sum or gather over one rank is a copy, bit for bit), the in-place gather,
-// and the accounting (every call counted on the MPI group, no bytes sent by a lone rank).
-// Groups of several ranks need several GPUs and are not tested here.
+// The NCCL communicator (parallel/comm/nccl_communicator.h) over a group of one process, the only
+// NCCL group one GPU can hold (NCCL refuses two ranks on one GPU): set-up over MPI, every
+// collective in every element type (a sum or gather over one rank is a copy, bit for bit), the
+// in-place gather, and the accounting (every call counted on the MPI group, no bytes sent by a lone
+// rank). Groups of several ranks need several GPUs and are not tested here.
 //
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "parallel/mpi_communicator.h"
-#include "parallel/nccl_communicator.h"
+#include "parallel/comm/mpi_communicator.h"
+#include "parallel/comm/nccl_communicator.h"
 #include "tests/cuda/cuda_test_support.h"
 
 namespace strata {

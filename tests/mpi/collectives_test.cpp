@@ -2,7 +2,7 @@
 // group of every layout that fits the world, with nodes of 2, 3 and 4 ranks, each operation on
 // every payload type (float, double, int8, uint8, int32, int64) gives the values of a direct
 // computation on known per-rank data, and counts exactly the bytes of the ring model of
-// parallel/communicator.h (elements × element size), split into intra- and inter-node links by
+// parallel/comm/communicator.h (elements × element size), split into intra- and inter-node links by
 // world rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "model/core/error.h"
-#include "parallel/mesh.h"
-#include "parallel/mpi_communicator.h"
-#include "parallel/process_groups.h"
+#include "parallel/comm/mpi_communicator.h"
+#include "parallel/mesh/mesh.h"
+#include "parallel/mesh/process_groups.h"
 #include "tests/support/error_of.h"
 
 namespace strata {

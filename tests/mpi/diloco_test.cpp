@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "model/parameter_layout.h"
-#include "parallel/communicator.h"
-#include "parallel/outer_compression.h"
-#include "parallel/worker_averaging.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/diloco/outer_compression.h"
+#include "parallel/diloco/worker_averaging.h"
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/test_support.h"
 #include "train/diloco_fragments.h"

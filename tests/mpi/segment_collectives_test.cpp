@@ -1,4 +1,4 @@
-// The segment collectives of ZeRO stages 2/3 and ZeRO++ (parallel/segment_collectives.h), run
+// The segment collectives of ZeRO stages 2/3 and ZeRO++ (parallel/zero/segment_collectives.h), run
 // inside mpirun (4 and 8 ranks, nodes of 2): a segment whose pieces are uneven (some empty) is
 // reduce-scattered plainly (the exact fp32 sum of each piece, bitwise the uneven reduce-scatter's)
 // and by qgZ's two int4 hops (within the bound of quantize_block.h per hop: each source's block
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "model/kernels/quantize_block.h"
-#include "parallel/mesh.h"
-#include "parallel/mpi_communicator.h"
-#include "parallel/process_groups.h"
-#include "parallel/segment_collectives.h"
+#include "parallel/comm/mpi_communicator.h"
+#include "parallel/mesh/mesh.h"
+#include "parallel/mesh/process_groups.h"
+#include "parallel/zero/segment_collectives.h"
 
 namespace strata {
 namespace {

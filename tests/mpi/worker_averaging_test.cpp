@@ -1,5 +1,5 @@
-// Averaging across DiLoCo workers (parallel/worker_averaging.h), run inside mpirun with one rank
-// per worker (4 and 8): butterfly equals all_reduce's mean to 1e-6; compressed averages stay
+// Averaging across DiLoCo workers (parallel/diloco/worker_averaging.h), run inside mpirun with one
+// rank per worker (4 and 8): butterfly equals all_reduce's mean to 1e-6; compressed averages stay
 // within the format's bound of the exact mean (and members that share an average hold it bitwise
 // equal); dropped workers and owners behave as specified; the bytes each worker sends are exactly
 // averaging_bytes_sent; error feedback keeps its residual within one quantisation step and makes
@@ -16,9 +16,9 @@
 #include <span>
 #include <vector>
 
-#include "parallel/mpi_communicator.h"
-#include "parallel/outer_compression.h"
-#include "parallel/worker_averaging.h"
+#include "parallel/comm/mpi_communicator.h"
+#include "parallel/diloco/outer_compression.h"
+#include "parallel/diloco/worker_averaging.h"
 
 namespace strata {
 namespace {
@@ -58,7 +58,7 @@ constexpr OuterCompression kCompressed[] = {OuterCompression::fp16, OuterCompres
 // The largest |x − x̂| one round trip in `format` leaves on a value of magnitude `magnitude` in a
 // block whose largest magnitude is at most `absmax`. The 16-bit formats round to nearest with 8
 // (bf16) and 11 (fp16) significant bits: half an ulp is at most 2^-8·|x| and 2^-11·|x| (fp16's
-// subnormals: half of 2^-24). The block formats: parallel/outer_compression.h's bound.
+// subnormals: half of 2^-24). The block formats: parallel/diloco/outer_compression.h's bound.
 double rounding_bound(OuterCompression format, double magnitude, double absmax) {
   switch (format) {
     case OuterCompression::none:

@@ -1,5 +1,5 @@
-// ZeRO++ on ZeRO stage 3 (parallel/sharded_parameters.h, parallel/segment_collectives.h), with
-// nodes simulated as blocks of 2 ranks (parallel.gpus_per_node): hpZ trains exactly the run of
+// ZeRO++ on ZeRO stage 3 (parallel/zero/sharded_parameters.h, parallel/zero/segment_collectives.h),
+// with nodes simulated as blocks of 2 ranks (parallel.gpus_per_node): hpZ trains exactly the run of
 // stage 3 (its node copies hold the very values the forward gathered); qwZ, qgZ and all three stay
 // within 1e-2 of it per step, on pure data parallelism and composed with tp, pp, sequence
 // parallelism, recompute and bf16; rank 0's bytes per step by kind and link class are the
@@ -14,7 +14,7 @@
 
 #include "model/kernels/quantize_block.h"
 #include "model/parameter_layout.h"
-#include "parallel/segment_collectives.h"
+#include "parallel/zero/segment_collectives.h"
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/test_support.h"
 

@@ -1,7 +1,7 @@
 // ZeRO stages 2 (gradients sharded, reduce-scattered segment by segment as the backward passes
 // produce them) and 3 (weights sharded too, gathered per segment when used;
-// parallel/sharded_parameters.h) train the run of stage 0: at dp 2 and 4, at (dp 2, tp 2, pp 2)
-// with both schedules, with sequence parallelism and full recomputation, with both gradient
+// parallel/zero/sharded_parameters.h) train the run of stage 0: at dp 2 and 4, at (dp 2, tp 2, pp
+// 2) with both schedules, with sequence parallelism and full recomputation, with both gradient
 // reduction policies, with fp16 dynamic loss scaling (the same steps skipped) and bf16; they
 // resume bit-exactly; a stage-3 checkpoint resumes under stage 0 on one rank and under stage 2 on
 // (dp 2, tp 2); rank 0's bytes per step are the analytic count; the memory account is the formula.

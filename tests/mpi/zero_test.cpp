@@ -1,9 +1,10 @@
-// ZeRO stage 1 (optimizer state sharded over the data-parallel group; parallel/reduction_plan.h)
-// trains the run of stage 0: at dp 2 and 4, at (dp 2, tp 2, pp 2) with both schedules, with
-// sequence parallelism and full recomputation, with fp16 dynamic loss scaling (the same steps
-// skipped) and bf16 (loss per step within 1e-4 relative in fp32); it resumes bit-exactly; its
-// checkpoints resume under stage 0 and other layouts; and rank 0's communication per step is the
-// analytic count: the all-reduce of the gradients becomes a reduce-scatter and an all-gather.
+// ZeRO stage 1 (optimizer state sharded over the data-parallel group;
+// parallel/mesh/reduction_plan.h) trains the run of stage 0: at dp 2 and 4, at (dp 2, tp 2, pp 2)
+// with both schedules, with sequence parallelism and full recomputation, with fp16 dynamic loss
+// scaling (the same steps skipped) and bf16 (loss per step within 1e-4 relative in fp32); it
+// resumes bit-exactly; its checkpoints resume under stage 0 and other layouts; and rank 0's
+// communication per step is the analytic count: the all-reduce of the gradients becomes a
+// reduce-scatter and an all-gather.
 #include <gtest/gtest.h>
 
 #include <filesystem>

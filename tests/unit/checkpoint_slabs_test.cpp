@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "data/hdf5_handle.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/mesh/reduction_plan.h"
 #include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_seal.h"

@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 export and import (train/hf_convert.h): export then import gives back the
+// Hugging Face GPT-2 export and import (tools/hf/hf_convert.h): export then import gives back the
 // parameters bitwise, the exported tensors have GPT-2's names and Conv1D orientation, F16 and
 // BF16 files widen exactly, every malformed file or model is a one-line error naming it, and an
 // imported checkpoint is one that `train --resume` fine-tunes from.
@@ -10,13 +10,13 @@
 
 #include "data/tokenizer.h"
 #include "model/parameter_layout.h"
+#include "plan/config.h"
 #include "tests/support/checkpoint_support.h"
 #include "tests/support/test_support.h"
+#include "tools/hf/hf_convert.h"
+#include "tools/hf/hf_gpt2.h"
+#include "tools/hf/safetensors.h"
 #include "train/checkpoint.h"
-#include "plan/config.h"
-#include "train/hf_convert.h"
-#include "train/hf_gpt2.h"
-#include "train/safetensors.h"
 
 namespace strata {
 namespace {

@@ -2,7 +2,7 @@
 // that partition the world with TP groups inside a node; the node-wise factors of the dp group,
 // even and uneven; every layout that cannot run rejected before any work with its reason; and the
 // split of layers into pipeline stages.
-#include "parallel/mesh.h"
+#include "parallel/mesh/mesh.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "model/core/error.h"
-#include "tests/support/test_support.h"
 #include "plan/config.h"
+#include "tests/support/test_support.h"
 
 namespace strata {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/comm/communicator.h"
 #include "tests/support/test_support.h"
 #include "train/metrics.h"
 #include "train/process_memory.h"

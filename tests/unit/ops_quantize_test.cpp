@@ -1,7 +1,7 @@
 // The block quantisers of ZeRO++ (model/kernels/quantize_block.h, model/kernels/cpu/quantize.h):
 // the stated error bound on random and adversarial inputs, the int4 packing, the packed shard
 // layout (blocks never straddle a shard, zero-sized shards), and qgZ's two-hop reduce-scatter
-// (parallel/qgz_order.h) simulated with n ranks in one process against the exact mean.
+// (parallel/zero/qgz_order.h) simulated with n ranks in one process against the exact mean.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 
 #include "model/kernels/cpu/quantize.h"
 #include "model/kernels/quantize_block.h"
-#include "parallel/qgz_order.h"
+#include "parallel/zero/qgz_order.h"
 #include "tests/support/quantize_inputs.h"
 
 namespace strata::cpu {
@@ -368,7 +368,7 @@ TEST(OpsQuantize, QgzSendOrderIsAPermutationWithItsInverse) {
 }
 
 // qgZ's reduce-scatter simulated with n ranks in one process, int4 at both hops, against the
-// exact mean; the bound is parallel/qgz_order.h's, from the scales the hops actually used.
+// exact mean; the bound is parallel/zero/qgz_order.h's, from the scales the hops actually used.
 TEST(OpsQuantize, QgzTwoHopMeanMatchesTheExactMeanWithinTheBound) {
   std::mt19937_64 rng(5);
   const QuantFormat format = QuantFormat::int4;

@@ -1,9 +1,9 @@
-// Compression of DiLoCo's outer gradients (parallel/outer_compression.h): each format's round trip
-// against its stated bound (bf16 and fp16 bitwise the rounding of model/kernels/cpu/precision.h,
-// fp16's subnormals and overflow included; int8/int4 within half a block scale, zeros exact), the
-// byte counts, and error feedback: the sum of what was sent tracks the sum of the true outer
-// gradients (the residual stays within one step) where plain compression loses small values
-// every round.
+// Compression of DiLoCo's outer gradients (parallel/diloco/outer_compression.h): each format's
+// round trip against its stated bound (bf16 and fp16 bitwise the rounding of
+// model/kernels/cpu/precision.h, fp16's subnormals and overflow included; int8/int4 within half a
+// block scale, zeros exact), the byte counts, and error feedback: the sum of what was sent tracks
+// the sum of the true outer gradients (the residual stays within one step) where plain compression
+// loses small values every round.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,8 +13,8 @@
 #include "model/core/error.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/kernels/quantize_block.h"
-#include "parallel/outer_compression.h"
-#include "parallel/segment_collectives.h"
+#include "parallel/diloco/outer_compression.h"
+#include "parallel/zero/segment_collectives.h"
 
 namespace strata {
 namespace {

@@ -3,7 +3,7 @@
 // in order, the lock-step simulation finishes in 2(m + p - 1) slots (bubble (p - 1)/(m + p - 1)),
 // 1F1B holds min(p - s, m) micro-batches of activations against GPipe's m; bad arguments and
 // broken programs are rejected with messages that say what is wrong.
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 
 #include <gtest/gtest.h>
 

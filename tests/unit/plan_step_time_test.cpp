@@ -9,13 +9,13 @@
 
 #include <string>
 
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline/pipeline_schedule.h"
 #include "plan/cluster.h"
 #include "plan/comm_model.h"
+#include "plan/config.h"
 #include "plan/step_time.h"
 #include "plan/timed_pipeline.h"
 #include "tests/support/plan_support.h"
-#include "plan/config.h"
 
 namespace strata {
 namespace {

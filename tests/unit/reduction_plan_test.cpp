@@ -1,10 +1,10 @@
-// Reduction plans (parallel/reduction_plan.h) checked without MPI, under ZeRO stages 0 to 3: for
-// every rank of a layout the plan is built as the trainer builds it and executed by a simulation of
-// the whole mesh, whose sums add in an order that depends on the group and the element (as a ring
-// all-reduce does), so rounding differs between groups. Checked: every gradient element is summed
-// over the data-parallel group exactly once, the owners cover the buffer, the norm counts every
-// logical element exactly once (per replica at stage 0, over the job when sharded), and the two
-// pipeline ends' tied wte copies end bitwise equal.
+// Reduction plans (parallel/mesh/reduction_plan.h) checked without MPI, under ZeRO stages 0 to 3:
+// for every rank of a layout the plan is built as the trainer builds it and executed by a
+// simulation of the whole mesh, whose sums add in an order that depends on the group and the
+// element (as a ring all-reduce does), so rounding differs between groups. Checked: every gradient
+// element is summed over the data-parallel group exactly once, the owners cover the buffer, the
+// norm counts every logical element exactly once (per replica at stage 0, over the job when
+// sharded), and the two pipeline ends' tied wte copies end bitwise equal.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "model/core/error.h"
-#include "parallel/mesh.h"
-#include "parallel/reduction_plan.h"
+#include "parallel/mesh/mesh.h"
+#include "parallel/mesh/reduction_plan.h"
 
 namespace strata {
 namespace {

@@ -2,7 +2,7 @@
 // tensor parallelism and the device gradient reductions need, whatever carries them. Two carriers:
 //   StagedCollectives (staged_collectives.h): through page-locked host memory over the MPI
 //     communicator; works when several ranks share a GPU, costs a stream synchronisation per call.
-//   NcclCommunicator (parallel/nccl_communicator.h): GPU to GPU over NCCL, asynchronous on the
+//   NcclCommunicator (parallel/comm/nccl_communicator.h): GPU to GPU over NCCL, asynchronous on the
 //     stream; needs one GPU per rank.
 // The semantics are those of model/core/collectives.h, on device arrays of T = float,
 // __nv_bfloat16 or __half:

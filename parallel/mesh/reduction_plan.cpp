@@ -1,0 +1,105 @@
+#include "parallel/mesh/reduction_plan.h"
+
+#include <algorithm>
+
+#include "model/core/error.h"
+
+namespace strata {
+
+bool replicated_over_tp(const ModelPartition& partition, const TensorView& t) {
+  return partition.tp_size > 1 && t.slice.is_whole();
+}
+
+bool is_tied_copy(const ModelPartition& partition, const TensorView& t) {
+  return t.name == "wte" && !partition.has_embedding;
+}
+
+namespace {
+bool holds_tied_wte(const ReductionPlacement& placement) {
+  return placement.pp_size > 1 &&
+         (placement.partition.has_embedding || placement.partition.has_head);
+}
+}  // namespace
+
+ElementRange replica_share(const ParameterLayout& layout, const ReductionPlacement& placement) {
+  const std::size_t total = holds_tied_wte(placement)
+                                ? std::max(layout.total(), placement.tied_peer_total)
+                                : layout.total();
+  return ParameterLayout::shard_of(total, placement.dp_rank, placement.dp_size);
+}
+
+ReductionPlan make_reduction_plan(const ParameterLayout& layout,
+                                  const ReductionPlacement& placement) {
+  const ModelPartition& p = placement.partition;
+  STRATA_CHECK(placement.zero_stage >= 0 && placement.zero_stage <= 3, "ZeRO stage ",
+               placement.zero_stage, " does not exist");
+  using Kind = RangeReduction::Kind;
+  const int dp = placement.dp_size;
+  const bool sharded = placement.zero_stage >= 1 && dp > 1;
+  const bool tied = holds_tied_wte(placement);
+  ReductionPlan plan;
+  const std::size_t total =
+      sharded && tied ? std::max(layout.total(), placement.tied_peer_total) : layout.total();
+  plan.sharded = sharded;
+  plan.buffer_size = ParameterLayout::padded_size(total, sharded ? dp : 1);
+  plan.owned = sharded ? ParameterLayout::shard_of(total, placement.dp_rank, dp)
+                       : ElementRange{0, plan.buffer_size};
+  const ElementRange whole{0, plan.buffer_size};
+  plan.zero_stage = placement.zero_stage;
+  plan.gradients_by_segment = sharded && placement.zero_stage >= 2;
+  plan.parameters_by_segment = sharded && placement.zero_stage >= 3;
+  plan.gradient_range = plan.gradients_by_segment ? plan.owned : whole;
+  plan.parameter_range = plan.parameters_by_segment ? plan.owned : whole;
+  // Sequence parallelism: the replicated tensors' partial sums over tp (see the header for where).
+  auto sum_replicated_over_tp = [&](const ElementRange& within) {
+    if (!p.sequence_parallel || p.tp_size == 1) return;
+    for (const TensorView& t : layout.tensors()) {
+      const ElementRange part = intersect({t.offset, t.offset + t.size}, within);
+      if (replicated_over_tp(p, t) && !part.empty())
+        plan.gradients.push_back({Kind::all_reduce, ParallelAxis::tp, part, -1});
+    }
+  };
+  if (plan.gradients_by_segment) {
+    sum_replicated_over_tp(plan.owned);
+  } else {
+    sum_replicated_over_tp(whole);
+    if (sharded)
+      plan.gradients.push_back({Kind::reduce_scatter, ParallelAxis::dp, whole, -1});
+    else if (dp > 1)
+      plan.gradients.push_back({Kind::all_reduce, ParallelAxis::dp, {0, layout.total()}, -1});
+  }
+  if (sharded && !plan.parameters_by_segment)
+    plan.parameters.push_back({Kind::all_gather, ParallelAxis::dp, whole, -1});
+  if (tied) {
+    const TensorView& wte = layout.at("wte");
+    STRATA_CHECK(wte.offset == 0, "the tied exchange needs wte to lead the layout");
+    const int peer = p.has_embedding ? placement.pp_size - 1 : 0;
+    // Sharded: the owned part, the same elements on both ends (see the header).
+    const ElementRange exchanged = intersect({wte.offset, wte.offset + wte.size}, plan.owned);
+    if (!exchanged.empty())
+      plan.gradients.push_back({Kind::tied_exchange, ParallelAxis::pp, exchanged, peer});
+  }
+  for (const TensorView& t : layout.tensors()) {
+    if (is_tied_copy(p, t) || (replicated_over_tp(p, t) && p.tp_rank != 0)) continue;
+    // One range per tensor, not merged: Σ g² adds per range, and this order is the one the
+    // runs so far were made with (their grad_norm, and so their clipping, bit for bit).
+    const ElementRange counted = intersect({t.offset, t.offset + t.size}, plan.owned);
+    if (!counted.empty()) plan.norm_ranges.push_back(counted);
+  }
+  plan.norm_axes = {ParallelAxis::tp, ParallelAxis::pp};
+  if (sharded) plan.norm_axes.push_back(ParallelAxis::dp);
+  return plan;
+}
+
+std::vector<std::size_t> shard_counts(const ReductionPlan& plan, const ElementRange& range,
+                                      int dp_size) {
+  std::vector<std::size_t> counts;
+  const std::size_t shard = plan.buffer_size / static_cast<std::size_t>(dp_size);
+  for (int r = 0; r < dp_size; ++r) {
+    const std::size_t begin = static_cast<std::size_t>(r) * shard;
+    counts.push_back(intersect(range, {begin, begin + shard}).size());
+  }
+  return counts;
+}
+
+}  // namespace strata
