@@ -49,7 +49,7 @@ dp, per_node = int(sys.argv[1]), int(sys.argv[2])
 runs = [(arg.split()[0], arg.split()[1]) for arg in sys.argv[3:]]
 C, L, V, T = 768, 12, 50304, 128
 total = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
-align, weight_block, gradient_block = 64, 2048, 512  # parallel/segment_collectives.h
+align, weight_block, gradient_block = 64, 2048, 512  # parallel/zero/segment_collectives.h
 def padded(n, shards):
     unit = align * shards
     return max(1, -(-n // unit)) * unit
