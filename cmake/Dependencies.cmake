@@ -11,6 +11,8 @@ find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 (data/sha256.h)
 
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+# XXH3-64, the byte checksum of checkpoints of format 4 (train/checkpoint_format.h).
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
 # BLAS: loaded at run time (model/kernels/cpu/blas.h: oneDNN, else OpenBLAS with its core type set
 # from the CPU's feature flags, which must happen before the library initialises). Nothing is

@@ -6,10 +6,11 @@
 # The CPU GEMMs load oneDNN (libdnnl2) or else the OpenMP build of OpenBLAS at run time
 # (model/kernels/cpu/blas.h). zlib1g-dev and libzstd-dev: `tokenize` reads .gz and .zst inputs
 # (data/compressed_stream.h). libssl-dev: OpenSSL's libcrypto computes SHA-256 (data/sha256.h).
+# libxxhash-dev: XXH3-64, the checkpoints' byte checksum (train/checkpoint_format.h).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev libhdf5-dev
-          libsentencepiece-dev zlib1g-dev libzstd-dev libssl-dev libopenmpi-dev openmpi-bin
-          libopenblas0-openmp libdnnl2 libgtest-dev fortunes python3-venv python3-matplotlib
+          libsentencepiece-dev zlib1g-dev libzstd-dev libssl-dev libxxhash-dev libopenmpi-dev
+          openmpi-bin libopenblas0-openmp libdnnl2 libgtest-dev fortunes python3-venv python3-matplotlib
           python3-yaml "$@")
 missing=()
 for package in "${packages[@]}"; do

@@ -20,6 +20,11 @@
 //     This machine as a planner cluster description (plan/cluster.h) for N ranks: per-core
 //     GEMM, attention and elementwise rates of the CPU kernels, MPI latency and bandwidth between
 //     ranks, memory per rank. tools/bench_calibrate.cpp.
+//   bench checkpoint [--n-layer 12 --n-head 12 --d-model 768 --seq-len 1024 --vocab 50257
+//                     --dir DIR]
+//     Writing and verifying a checkpoint of that shape's parameters and AdamW moments (GPT-2 124M
+//     by default: about 1.5 GB), the seal alone, and the checksum rates
+//     (tools/bench_checkpoint.cpp).
 //   bench sgemm [--m 2048 --n 768 --k 256 --repeats 20]
 //     The float GEMM rate (the BLAS library blas.h chose) on one shape (default: the model's widest
 //     GEMM, (B·T, C) x (C, 3C)).
@@ -85,7 +90,8 @@ constexpr const char* kUsage =
     "--micro-batch N --steps N --warmup N --peak TFLOPS] | bench sgemm [--m M --n N --k K "
     "--repeats R] | bench calibrate [--out FILE --name NAME --rows N --width C --seq-len T --heads "
     "H --repeats R] | bench attention [--batch B --seq-len T --heads H --head-size D --dtype "
-    "fp32|bf16|fp16 --repeats R]";
+    "fp32|bf16|fp16 --repeats R] | bench checkpoint [--n-layer N --n-head N --d-model N "
+    "--seq-len N --vocab N --dir DIR]";
 
 void bench_sgemm(const ToolArgs& args) {
   const int m = positive(args, "--m", 2048), n = positive(args, "--n", 768);
@@ -117,6 +123,10 @@ void run(int argc, char** argv) {
         ToolArgs(argc, argv, 2,
                  {"--out", "--name", "--rows", "--width", "--seq-len", "--heads", "--repeats"},
                  kUsage));
+  } else if (name == "checkpoint") {
+    bench_checkpoint(
+        ToolArgs(argc, argv, 2,
+                 {"--n-layer", "--n-head", "--d-model", "--seq-len", "--vocab", "--dir"}, kUsage));
   } else if (name == "sgemm") {
     bench_sgemm(ToolArgs(argc, argv, 2, {"--m", "--n", "--k", "--repeats"}, kUsage));
   } else {

@@ -1,5 +1,6 @@
 // The pieces of the `bench` tool (tools/bench.cpp: entry point, helpers and `bench sgemm`;
-// tools/bench_train.cpp: `bench train`; tools/bench_attention.cpp: `bench attention`). Every
+// tools/bench_train.cpp: `bench train`; tools/bench_attention.cpp: `bench attention`;
+// tools/bench_checkpoint.cpp: `bench checkpoint`). Every
 // benchmark prints one JSON line on stdout (built with train/metrics.h's JsonLine, each figure
 // with the precision it means); timings are measured here and reported, never asserted by tests.
 #pragma once
@@ -33,5 +34,7 @@ void bench_train(int argc, char** argv, int first);
 void bench_attention(const ToolArgs& args);
 // tools/bench_calibrate.cpp: `bench calibrate` (initialises MPI itself).
 void bench_calibrate(int argc, char** argv, const ToolArgs& args);
+// tools/bench_checkpoint.cpp: `bench checkpoint`.
+void bench_checkpoint(const ToolArgs& args);
 
 }  // namespace strata::bench

@@ -1,8 +1,9 @@
 // ckpt inspect CKPT        step, data position, loss scale, the run's config, every tensor with
 //                          shape and norm
 // ckpt verify CKPT...      checks each file whole (its seal, every checksum, no model built): a
-//                          line per file, `ok ...` or `error: ...` (for a file that fails its
-//                          seal, also the damaged tensor where one is); exit 1 when any is damaged
+//                          line per file, `ok ...` ending with its format or `error: ...` (for a
+//                          file that fails its seal, also the damaged tensor where one is); exit 1
+//                          when any is damaged
 // ckpt diff A B            compares every tensor bitwise: a line per differing tensor; exit 0
 //                          when identical, 1 when they differ, 2 on an error
 // ckpt export-hf CKPT OUT_DIR [--force]
@@ -117,9 +118,10 @@ int verify(const std::vector<std::string>& paths) {
   for (const std::string& path : paths) {
     try {
       const strata::CheckpointSummary summary = strata::verify_checkpoint(path);
-      std::printf("ok %s: step %lld, %d tensors (%lld values), %d worker(s)\n", path.c_str(),
+      std::printf("ok %s: step %lld, %d tensors (%lld values), %d worker(s), %s\n", path.c_str(),
                   static_cast<long long>(summary.step), summary.tensors,
-                  static_cast<long long>(summary.values), summary.workers);
+                  static_cast<long long>(summary.values), summary.workers,
+                  strata::checkpoint_format_name(summary.format));
     } catch (const std::exception& e) {
       std::fflush(stdout);
       std::string reason = e.what();

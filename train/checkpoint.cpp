@@ -10,27 +10,12 @@
 #include <string_view>
 
 #include "data/hdf5_handle.h"
-#include "model/core/counter_rng.h"
 #include "model/core/error.h"
 #include "parallel/mesh/reduction_plan.h"
 #include "train/checkpoint_seal.h"
 
 namespace strata {
 namespace fs = std::filesystem;
-
-std::uint64_t checksum_bytes(const void* data, std::size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::uint64_t h = mix64(bytes);
-  std::size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    std::uint64_t word;
-    std::memcpy(&word, p + i, 8);
-    h = mix64(h ^ word) + i;
-  }
-  std::uint64_t tail = 0;
-  if (bytes > i) std::memcpy(&tail, p + i, bytes - i);  // p may be null when bytes is 0
-  return mix64(h ^ tail);
-}
 
 std::string checkpoint_file_name(std::int64_t step) {
   char name[32];
@@ -41,18 +26,6 @@ std::string checkpoint_file_name(std::int64_t step) {
 // Below this many elements a loop runs on one thread: waking the team costs more (and much more
 // on a loaded machine) than the loop.
 constexpr std::int64_t kParallelElements = 1 << 16;
-
-std::uint64_t checksum_slice(const float* values, const TensorSlice& slice, std::int64_t first,
-                             std::int64_t count) {
-  std::uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static) if (count >= kParallelElements)
-  for (std::int64_t i = 0; i < count; ++i) {
-    std::uint32_t bits;
-    std::memcpy(&bits, values + i, sizeof(bits));
-    sum += mix64(hash_combine(static_cast<std::uint64_t>(slice.logical_index(first + i)), bits));
-  }
-  return sum;  // wraps modulo 2^64: shares add up whatever the slicing
-}
 
 std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
                                                   const ModelPartition& partition,
@@ -141,12 +114,6 @@ void read_logical_tensor(hid_t file, const std::string& file_path, const std::st
   all.mid_count = all.mid;
   if (checksum_slice(whole.data(), all, 0, all.logical_size()) != expected)
     fail("checkpoint '", file_path, "': tensor '", path, "' fails its checksum (file is damaged)");
-}
-
-void check_format(hid_t file, const std::string& path) {
-  if (!has_attribute(file, "format") || read_attribute_string(file, "format") != kCheckpointFormat)
-    fail("'", path, "' is not a Strata checkpoint of format ", kCheckpointFormat,
-         " (missing or other 'format' attribute)");
 }
 
 // The same decision on every rank: an error anywhere fails the write everywhere, with the reason
@@ -329,8 +296,18 @@ H5File open_checkpoint(const std::string& path, bool check_seal) {
   if (!fs::is_regular_file(path)) fail("checkpoint '", path, "' does not exist");
   if (check_seal) check_checkpoint_seal(path);
   H5File file = H5File::open_read(path);
-  check_format(file.id(), path);
+  read_checkpoint_format(file.id(), path);
   return file;
+}
+
+CheckpointFormat read_checkpoint_format(hid_t file, const std::string& path) {
+  const std::optional<CheckpointFormat> format =
+      has_attribute(file, "format") ? checkpoint_format_named(read_attribute_string(file, "format"))
+                                    : std::nullopt;
+  if (!format)
+    fail("'", path, "' is not a Strata checkpoint of format ", accepted_checkpoint_formats(),
+         " (missing or other 'format' attribute)");
+  return *format;
 }
 
 std::string read_checkpoint_config(const std::string& path) {
@@ -392,7 +369,7 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
     const std::vector<std::uint8_t> bytes =
         read_dataset<std::uint8_t>(file.id(), "/tokenizer/model");
     H5Id dataset = open_dataset(file.id(), "/tokenizer/model");
-    if (checksum_bytes(bytes.data(), bytes.size()) !=
+    if (checksum_bytes(bytes.data(), bytes.size(), read_checkpoint_format(file.id(), path)) !=
         static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum")))
       fail("checkpoint '", path, "': the tokenizer model fails its checksum (file is damaged)");
     ckpt.tokenizer_model.assign(bytes.begin(), bytes.end());

@@ -5,7 +5,8 @@
 //   /state                   attributes step, data_position (samples consumed), seed, loss_scale,
 //                            loss_scale_clean_steps, adam_steps
 //   /tokenizer/model         the SentencePiece model bytes (uint8), when the run has one
-//   root attributes          config (effective YAML), format
+//   root attributes          config (effective YAML), format (strata-checkpoint-4 written; -3 still
+//                            read: checkpoint_format.h)
 // Every tensor carries a `checksum` attribute, the wrapping sum over its elements of a hash of
 // (logical index, value): independent of how the tensor was sliced, so each rank adds the share of
 // the slices it wrote, and verified on load over the whole tensor, so a damaged file is an error,
@@ -35,10 +36,9 @@
 #include "model/gpt_shape.h"
 #include "model/parameter_layout.h"
 #include "parallel/comm/communicator.h"
+#include "train/checkpoint_format.h"
 
 namespace strata {
-
-inline constexpr const char* kCheckpointFormat = "strata-checkpoint-3";
 
 struct CheckpointState {
   std::int64_t step = 0;           // optimizer steps completed
@@ -136,6 +136,9 @@ int read_checkpoint_workers(const std::string& path);
 // Opens a checkpoint for reading once its seal (train/checkpoint_seal.h) and format check out.
 // `check_seal` false is for locate_checkpoint_damage alone (checkpoint_verify.h).
 H5File open_checkpoint(const std::string& path, bool check_seal = true);
+// The format of an open checkpoint (its `format` attribute, checkpoint_format.h): which byte
+// checksum its tokenizer bytes carry. An error naming both accepted formats for any other value.
+CheckpointFormat read_checkpoint_format(hid_t file, const std::string& path);
 
 // Reads the config text only (to build the model before reading tensors).
 std::string read_checkpoint_config(const std::string& path);
@@ -157,12 +160,5 @@ std::optional<std::string> latest_checkpoint(const std::string& directory);
 
 // Deletes all but the newest `keep` checkpoints (keep 0 keeps all).
 void prune_checkpoints(const std::string& directory, int keep);
-
-// 64-bit checksum of a byte range (word-wise mixing; detects corruption, not tampering).
-std::uint64_t checksum_bytes(const void* data, std::size_t bytes);
-// Share of a tensor's checksum held by its local elements [first, first + count) (of `slice`),
-// `values` pointing at element `first`.
-std::uint64_t checksum_slice(const float* values, const TensorSlice& slice, std::int64_t first,
-                             std::int64_t count);
 
 }  // namespace strata

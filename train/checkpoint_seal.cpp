@@ -6,17 +6,25 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <vector>
 
 #include "model/core/error.h"
-#include "train/checkpoint.h"
 
 namespace strata {
 namespace {
 
-constexpr char kMagic[16] = "strata-seal-1\n";
+// The magic of each format's seal: the seal's first bytes say which checksum the rest carries.
+constexpr char kMagicFormat3[16] = "strata-seal-1\n";
+constexpr char kMagicFormat4[16] = "strata-seal-2\n";
+static_assert(sizeof kMagicFormat3 == sizeof kMagicFormat4);
+constexpr std::uint64_t kMagicBytes = sizeof kMagicFormat4;
+
+const char* magic_of(CheckpointFormat format) {
+  return format == CheckpointFormat::v3 ? kMagicFormat3 : kMagicFormat4;
+}
 constexpr std::uint64_t kMiB = 1 << 20;
 
 // The user block, little-endian (the machines Strata runs on): magic, the payload's length (the
@@ -32,14 +40,15 @@ struct SealHeader {
 };
 static_assert(sizeof(SealHeader) <= kSealBytes);
 
-std::uint64_t header_checksum(SealHeader header) {
+std::uint64_t header_checksum(SealHeader header, CheckpointFormat format) {
   header.header_checksum = 0;
-  return checksum_bytes(&header, sizeof header);
+  return checksum_bytes(&header, sizeof header, format);
 }
 
 // Each block's checksum depends on its index too, so blocks that trade places do not pass.
-std::uint64_t block_checksum(const std::vector<char>& bytes, std::uint64_t index) {
-  return checksum_bytes(bytes.data(), bytes.size()) ^ (index + 1) * 0x9E3779B97F4A7C15ull;
+std::uint64_t block_checksum(const std::vector<char>& bytes, std::uint64_t index,
+                             CheckpointFormat format) {
+  return checksum_bytes(bytes.data(), bytes.size(), format) ^ (index + 1) * 0x9E3779B97F4A7C15ull;
 }
 
 std::uint64_t block_bytes_for(std::uint64_t payload) {
@@ -72,11 +81,11 @@ FileVersion version_of(const std::string& path) {
 
 }  // namespace
 
-void seal_checkpoint_file(const std::string& path) {
+void seal_checkpoint_file(const std::string& path, CheckpointFormat format) {
   const std::uint64_t size = std::get<1>(version_of(path));
   if (size < kSealBytes) fail("cannot seal '", path, "': it is shorter than its user block");
   SealHeader header{};
-  std::memcpy(header.magic, kMagic, sizeof kMagic);
+  std::memcpy(header.magic, magic_of(format), kMagicBytes);
   header.payload_bytes = size - kSealBytes;
   header.block_bytes = block_bytes_for(header.payload_bytes);
   header.block_count = (header.payload_bytes + header.block_bytes - 1) / header.block_bytes;
@@ -86,10 +95,10 @@ void seal_checkpoint_file(const std::string& path) {
     std::vector<char> bytes;
     for (std::uint64_t b = 0; b < header.block_count; ++b) {
       read_block(file, path, header, b, bytes);
-      header.blocks[b] = block_checksum(bytes, b);
+      header.blocks[b] = block_checksum(bytes, b, format);
     }
   }
-  header.header_checksum = header_checksum(header);
+  header.header_checksum = header_checksum(header, format);
   std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
   file.write(reinterpret_cast<const char*>(&header), sizeof header);
   file.flush();
@@ -111,16 +120,17 @@ void check_checkpoint_seal(const std::string& path) {
   // A file cut short (a copy or a write that never finished) is named as such, not as a stranger:
   // empty, or its magic intact and less than the seal after it.
   if (size == 0) fail("checkpoint '", path, "' is truncated: it is empty");
-  const bool sealed_start =
-      size >= sizeof kMagic && std::memcmp(header.magic, kMagic, sizeof kMagic) == 0;
-  if (sealed_start && size < kSealBytes)
+  std::optional<CheckpointFormat> format;
+  for (CheckpointFormat f : {CheckpointFormat::v4, CheckpointFormat::v3})
+    if (size >= kMagicBytes && std::memcmp(header.magic, magic_of(f), kMagicBytes) == 0) format = f;
+  if (format && size < kSealBytes)
     fail("checkpoint '", path, "' is truncated: it holds ", size, " bytes, less than its ",
          kSealBytes, "-byte seal");
-  if (!sealed_start)
-    fail("'", path, "' is not a Strata checkpoint of format ", kCheckpointFormat,
+  if (!format)
+    fail("'", path, "' is not a Strata checkpoint of format ", accepted_checkpoint_formats(),
          " (it does not begin with a checkpoint seal)");
-  if (header.header_checksum != header_checksum(header) || header.block_count > kSealBlocks ||
-      header.block_bytes == 0 ||
+  if (header.header_checksum != header_checksum(header, *format) ||
+      header.block_count > kSealBlocks || header.block_bytes == 0 ||
       header.block_count != (header.payload_bytes + header.block_bytes - 1) / header.block_bytes)
     fail("checkpoint '", path, "' is damaged: its seal (the first ", kSealBytes,
          " bytes) fails its own checksum");
@@ -131,7 +141,7 @@ void check_checkpoint_seal(const std::string& path) {
   std::vector<char> bytes;
   for (std::uint64_t b = 0; b < header.block_count; ++b) {
     read_block(file, path, header, b, bytes);
-    if (block_checksum(bytes, b) != header.blocks[b]) {
+    if (block_checksum(bytes, b, *format) != header.blocks[b]) {
       const std::uint64_t begin = kSealBytes + b * header.block_bytes;
       fail("checkpoint '", path, "' is damaged: bytes ", begin, " to ", begin + bytes.size(),
            " do not match its seal");

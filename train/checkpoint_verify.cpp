@@ -43,7 +43,8 @@ std::uint64_t stored_checksum(hid_t file, const std::string& path, const std::st
 
 // Checks one dataset against its checksum; fp32 ones are handed to `visit`.
 void check_dataset(
-    hid_t file, const std::string& path, const std::string& name, CheckpointSummary& summary,
+    hid_t file, const std::string& path, const std::string& name, CheckpointFormat format,
+    CheckpointSummary& summary,
     const std::function<void(const std::string&, const std::vector<float>&)>& visit) {
   const std::uint64_t expected = stored_checksum(file, path, name);
   H5T_class_t type_class;
@@ -63,7 +64,7 @@ void check_dataset(
     if (visit) visit(name, values);
   } else {
     const std::vector<std::uint8_t> bytes = read_dataset<std::uint8_t>(file, name);
-    if (checksum_bytes(bytes.data(), bytes.size()) != expected)
+    if (checksum_bytes(bytes.data(), bytes.size(), format) != expected)
       fail("checkpoint '", path, "': '", name, "' fails its checksum (file is damaged)");
   }
 }
@@ -72,8 +73,10 @@ CheckpointSummary walk_checkpoint(
     const std::string& path,
     const std::function<void(const std::string&, const std::vector<float>&)>& visit,
     bool check_seal = true) {
-  H5File file = open_checkpoint(path, check_seal);  // exists, matches its seal, of this format
+  H5File file = open_checkpoint(path, check_seal);  // exists, matches its seal, of a known format
+  const CheckpointFormat format = read_checkpoint_format(file.id(), path);
   CheckpointSummary summary;
+  summary.format = format;
   if (!has_object(file.id(), "/state")) fail("checkpoint '", path, "' has no /state group");
   {
     H5Id state = open_group(file.id(), "/state");
@@ -86,7 +89,8 @@ CheckpointSummary walk_checkpoint(
   const std::vector<std::string> names = dataset_names_in(file.id(), path);
   if (!has_object(file.id(), "/model/wte"))
     fail("checkpoint '", path, "' has no tensor '/model/wte'");
-  for (const std::string& name : names) check_dataset(file.id(), path, name, summary, visit);
+  for (const std::string& name : names)
+    check_dataset(file.id(), path, name, format, summary, visit);
   return summary;
 }
 

@@ -3,9 +3,10 @@
 //
 // A checkpoint is intact when its bytes match its seal (train/checkpoint_seal.h: a truncated file,
 // or a flipped bit anywhere, fails there, before HDF5 reads anything), it opens as an HDF5 file
-// of the current format, every dataset in it carries a `checksum` attribute that its whole
-// contents match (fp32 tensors: the index-and-value checksum of train/checkpoint.h; the tokenizer
-// bytes: checksum_bytes), and its /state group holds the training state. Every failure is a
+// of a format Strata reads (strata-checkpoint-4, or -3 from earlier versions), every dataset in it
+// carries a `checksum` attribute that its whole contents match (fp32 tensors: the
+// index-and-value checksum of train/checkpoint_format.h; the tokenizer bytes: the file's format's
+// checksum_bytes), and its /state group holds the training state. Every failure is a
 // strata::Error naming the file and, where there is one, the tensor (locate_checkpoint_damage
 // finds it for a file that fails its seal).
 #pragma once
@@ -18,6 +19,7 @@
 
 #include "parallel/comm/communicator.h"
 #include "plan/config.h"
+#include "train/checkpoint_format.h"
 
 namespace strata {
 
@@ -26,6 +28,7 @@ struct CheckpointSummary {
   int tensors = 0;          // fp32 datasets (model, optimizer, DiLoCo state)
   std::int64_t values = 0;  // their elements
   int workers = 1;          // DiLoCo workers whose state it holds
+  CheckpointFormat format = kCurrentCheckpointFormat;
 };
 
 // Reads the whole file and checks it as above; throws on the first problem.

@@ -2,7 +2,9 @@
 // arbitrary file bytes: verification, the resume checks and the tools' model load.
 //
 // Input: the checkpoint file. As with shard_fuzz.cpp, most mutations break HDF5's structures;
-// checkpoint_fields_fuzz.cpp changes what a well-formed file holds instead.
+// checkpoint_fields_fuzz.cpp changes what a well-formed file holds instead. The seeds are a valid
+// checkpoint of each format read (seed-valid-checkpoint-4, and seed-valid-checkpoint of format 3,
+// written by an earlier version; train/checkpoint_format.h).
 #include <cstdint>
 #include <string_view>
 

@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "data/hdf5_handle.h"
 #include "data/tokenizer.h"
 #include "model/parameter_layout.h"
-#include "train/checkpoint.h"
 #include "plan/config.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_seal.h"
 
 namespace strata::testing {
 
@@ -27,6 +29,27 @@ inline std::string write_strata_checkpoint(const std::string& dir, const GptShap
   ckpt.params = params;
   ckpt.tokenizer_model = tokenizer;
   return write_checkpoint(dir, shape, ParameterLayout::for_gpt(shape), ckpt);
+}
+
+// Turns a checkpoint written now into the strata-checkpoint-3 file an earlier version would have
+// written: the formats differ only in the byte checksum (train/checkpoint_format.h), so the format
+// attribute, the tokenizer bytes' checksum and the seal are rewritten; the tensors' checksums are
+// the same in both.
+inline void rewrite_as_format_3(const std::string& path) {
+  {
+    H5File file = H5File::open_write(path);
+    write_attribute_string(file.id(), "format", checkpoint_format_name(CheckpointFormat::v3));
+    if (has_object(file.id(), "/tokenizer/model")) {
+      const std::vector<std::uint8_t> bytes =
+          read_dataset<std::uint8_t>(file.id(), "/tokenizer/model");
+      H5Id dataset = open_dataset(file.id(), "/tokenizer/model");
+      write_attribute_i64(dataset.get(), "checksum",
+                          static_cast<std::int64_t>(
+                              checksum_bytes(bytes.data(), bytes.size(), CheckpointFormat::v3)));
+    }
+    file.close();
+  }
+  seal_checkpoint_file(path, CheckpointFormat::v3);
 }
 
 // A SentencePiece model of `vocab` pieces, trained on a few repetitive documents of the words

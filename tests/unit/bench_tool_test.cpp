@@ -1,12 +1,14 @@
 // The `bench` tool end to end: `bench train --config` runs a config's model and reports one JSON
 // line with throughput, MFU against a peak, memory and the options it ran with; the flag form
 // keeps the keys scripts/bench_cpu.sh reads; bad flags, bad configs and `device: cuda` end with one
-// `error:` line and a non-zero exit. Timings are never asserted, only that they are positive.
-// Also the GPU peak table's matching of CUDA device names.
+// `error:` line and a non-zero exit; `bench checkpoint` writes, verifies and removes a checkpoint.
+// Timings are never asserted, only that they are positive. Also the GPU peak table's matching of
+// CUDA device names.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -173,6 +175,18 @@ TEST_F(BenchTool, SgemmNamesTheBlasLibraryItsThreadingAndKernels) {
   EXPECT_NE(wrong.output.find("error: STRATA_BLAS must be onednn, openblas or blis, got 'mkl'"),
             std::string::npos)
       << wrong.output;
+}
+
+TEST_F(BenchTool, CheckpointWritesVerifiesAndRemovesAFormat4File) {
+  const auto result =
+      bench("checkpoint --n-layer 1 --n-head 2 --d-model 32 --seq-len 16 --vocab 64 --dir " +
+            (dir_ / "checkpoints"));
+  expect_one_json_line(result);
+  EXPECT_EQ(json_value(result.output, "format"), "strata-checkpoint-4");
+  EXPECT_EQ(json_number(result.output, "tensors"), 48);  // 16 per buffer: model, m, v
+  for (const char* key : {"write_s", "verify_s", "checksum_bytes_gib_per_s"})
+    EXPECT_GT(json_number(result.output, key), 0) << key;
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / "checkpoints"));
 }
 
 TEST_F(BenchTool, BadRequestsEndWithOneErrorLine) {

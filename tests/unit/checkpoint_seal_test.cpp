@@ -1,19 +1,22 @@
 // The checkpoint seal (train/checkpoint_seal.h): damage anywhere in the file, HDF5's own
 // structures included, is an error naming the file and the damaged bytes before HDF5 reads them;
-// locate_checkpoint_damage then names the tensor when the damage is in one.
+// locate_checkpoint_damage then names the tensor when the damage is in one. New files are of
+// format 4 (XXH3-64 byte checksums); files of format 3 are still checked and read
+// (train/checkpoint_format.h).
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "data/hdf5_handle.h"
+#include "plan/config.h"
 #include "tests/support/checkpoint_support.h"
 #include "tests/support/test_support.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_seal.h"
 #include "train/checkpoint_verify.h"
-#include "plan/config.h"
 
 namespace strata {
 namespace {
@@ -126,6 +129,62 @@ TEST(CheckpointSeal, ARewrittenFileIsCheckedAgain) {
   EXPECT_EQ(error_of(path), "");
   flip_byte(path, kSealBytes + 200);
   EXPECT_NE(error_of(path).find("do not match its seal"), std::string::npos);
+}
+
+TEST(CheckpointSeal, ByteChecksumsAreXxh3InFormat4AndTheOldMixInFormat3) {
+  const std::string text = "strata checkpoint bytes";
+  EXPECT_EQ(checksum_bytes(text.data(), text.size()), XXH3_64bits(text.data(), text.size()));
+  EXPECT_NE(checksum_bytes(text.data(), text.size(), CheckpointFormat::v3),
+            checksum_bytes(text.data(), text.size()));
+  EXPECT_EQ(checksum_bytes(nullptr, 0), XXH3_64bits(nullptr, 0));
+}
+
+TEST(CheckpointSeal, NewFilesAreFormat4AndFormat3FilesAreStillChecked) {
+  testing::TempDir dir("seal_formats");
+  std::vector<float> params(ParameterLayout::for_gpt(kShape).total(), 0.5f);
+  const std::string path =
+      testing::write_strata_checkpoint(dir.str(), kShape, params, "tokenizer model bytes");
+  EXPECT_EQ(verify_checkpoint(path).format, CheckpointFormat::v4);
+  {
+    H5File file = H5File::open_read(path);
+    EXPECT_EQ(read_attribute_string(file.id(), "format"), "strata-checkpoint-4");
+  }
+  testing::rewrite_as_format_3(path);
+  EXPECT_EQ(error_of(path), "");
+  EXPECT_EQ(verify_checkpoint(path).format, CheckpointFormat::v3);
+  EXPECT_EQ(read_checkpoint(path, ParameterLayout::for_gpt(kShape), false).tokenizer_model,
+            "tokenizer model bytes");
+  flip_byte(path, data_offset(path, "/model/wpe") + 1);
+  EXPECT_NE(error_of(path).find("do not match its seal"), std::string::npos) << error_of(path);
+}
+
+TEST(CheckpointSeal, AFormat3FileOfAnEarlierVersionIsRead) {
+  // The fuzz corpus's valid checkpoint was written by the version before format 4.
+  testing::TempDir dir("seal_earlier");
+  const std::string path = dir / "step_00000003.h5";
+  std::filesystem::copy_file(
+      std::string(STRATA_SOURCE_DIR) + "/tests/fuzz/corpus/checkpoint/seed-valid-checkpoint", path);
+  EXPECT_EQ(error_of(path), "");
+  EXPECT_EQ(verify_checkpoint(path).format, CheckpointFormat::v3);
+}
+
+TEST(CheckpointSeal, AnUnknownFormatIsRefusedNamingBothAcceptedOnes) {
+  testing::TempDir dir("seal_unknown");
+  const std::string path = write_small_checkpoint(dir.str());
+  {
+    H5File file = H5File::open_write(path);
+    write_attribute_string(file.id(), "format", "strata-checkpoint-2");
+    file.close();
+  }
+  seal_checkpoint_file(path);
+  EXPECT_EQ(error_of(path), "'" + path +
+                                "' is not a Strata checkpoint of format strata-checkpoint-4 or "
+                                "strata-checkpoint-3 (missing or other 'format' attribute)");
+  const std::string plain = dir / "plain.h5";
+  H5File::create(plain).close();
+  EXPECT_EQ(error_of(plain), "'" + plain +
+                                 "' is not a Strata checkpoint of format strata-checkpoint-4 or "
+                                 "strata-checkpoint-3 (it does not begin with a checkpoint seal)");
 }
 
 }  // namespace

@@ -317,6 +317,24 @@ TEST_F(RunRecoveryTest, AFailedWriteOnSeveralRanksStopsThemAllWithOneErrorLine) 
   EXPECT_FALSE(fs::exists(checkpoint("full_disk_dp", 6)));
 }
 
+// Checkpoints of format 3 (written before format 4's XXH3-64 checksums) still resume, and the run
+// continues exactly; what it writes from then on is format 4.
+TEST_F(RunRecoveryTest, AFormat3CheckpointResumesExactly) {
+  const std::string cfg = config("format3");
+  ASSERT_EQ(train(cfg, "--set train.stop_after=4").status, 0);
+  for (int step : {2, 4}) testing::rewrite_as_format_3(checkpoint("format3", step));
+  const auto old = ckpt("verify " + checkpoint("format3", 4));
+  EXPECT_EQ(old.status, 0) << old.output;
+  EXPECT_NE(old.output.find("worker(s), strata-checkpoint-3"), std::string::npos) << old.output;
+  const auto resumed = train(cfg, "--resume --set train.stop_after=0");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + checkpoint("format3", 4)), std::string::npos)
+      << resumed.output;
+  expect_same_final_state("format3");
+  const auto now = ckpt("verify " + checkpoint("format3", 8));
+  EXPECT_NE(now.output.find("worker(s), strata-checkpoint-4"), std::string::npos) << now.output;
+}
+
 TEST_F(RunRecoveryTest, VerifyAndDiffReportOnWholeFiles) {
   const std::string cfg = config("tools");
   ASSERT_EQ(train(cfg, "--set train.steps=4").status, 0);
