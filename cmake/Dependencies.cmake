@@ -11,6 +11,8 @@ find_package(OpenSSL REQUIRED COMPONENTS Crypto)  # SHA-256 (data/sha256.h)
 
 pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+# nlohmann-json: the JSON parser behind data/json_value.h (header-only).
+find_package(nlohmann_json 3 REQUIRED)
 # XXH3-64, the byte checksum of checkpoints of format 4 (train/checkpoint_format.h).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 

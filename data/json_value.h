@@ -1,11 +1,22 @@
 // A JSON document parsed into a tree: the one JSON reader of the project (JSON Lines documents,
-// Hugging Face's config.json, a safetensors header).
+// Hugging Face's config.json, a safetensors header). nlohmann-json (Debian's nlohmann-json3-dev)
+// parses it through its SAX interface; json_value.cpp builds the tree and words the errors.
 //
 // It accepts exactly RFC 8259 JSON: strings with every escape (\uXXXX, surrogate pairs joined into
-// one code point, lone surrogates rejected), numbers, true/false/null, nested arrays and objects,
-// nesting at most 256 deep (so hostile input cannot overflow the stack). Raw string bytes are
-// copied through unchanged (the caller checks UTF-8 where it matters). Every value keeps the byte
-// offset where it starts, so a caller can point at the value it rejects.
+// one code point, lone surrogates rejected) and valid UTF-8 bytes, numbers, true/false/null,
+// nested arrays and objects, nesting at most 256 deep (so hostile input cannot overflow the
+// stack), no byte order mark. Every value keeps the byte offset where it starts, so a caller can
+// point at the value it rejects.
+//
+// The errors name the same reasons at the same byte offsets as the hand-written parser this
+// replaced (the value or token that is wrong; inside a string, the escape or byte), except where
+// nlohmann refuses more:
+//   - a string holding bytes that are not UTF-8: "invalid UTF-8 in string" at the byte where the
+//     sequence proved ill-formed (a lead byte's missing continuation: the byte after it). They were
+//     copied through unchanged before (JSON Lines documents are checked for UTF-8 before they are
+//     parsed, so only config.json and safetensors headers can meet this);
+//   - a number beyond a double's range (1e400): "number out of range" at the number, where it read
+//     as infinity before (so "1e400 x" names the number, not the data after it).
 #pragma once
 
 #include <cstddef>
