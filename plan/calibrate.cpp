@@ -54,7 +54,8 @@ struct ComputeRates {
 // Median seconds of a layer's four GEMMs ((N, C) → 3C, C, 4C and (N, 4C) → C), forward.
 double gemm_seconds(int N, int C, int repeats) {
   double seconds = 0;
-  for (const auto& [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
+  for (const auto& shape : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
+    const int in = shape.first, out = shape.second;  // not a structured binding: lambdas capture it
     const std::vector<float> x = random_floats(static_cast<std::size_t>(N) * in, 1);
     const std::vector<float> w = random_floats(static_cast<std::size_t>(in) * out, 2);
     const std::vector<float> b = random_floats(static_cast<std::size_t>(out), 3);
@@ -87,7 +88,9 @@ PassTiming layer_gemm_pass(int N, int C, int repeats) {
   pass.seconds = timed(repeats, [&] {
     const float* weights = w.data() + layer * layer_weights;
     float* grads = dw.data() + layer * layer_weights;
-    for (const auto& [in, out] : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
+    for (const auto& shape : {std::pair{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}}) {
+      const int in = shape.first,
+                out = shape.second;  // not a structured binding: lambdas capture it
       cpu::matmul_forward(y.data(), x.data(), weights, b.data(), N, in, out);
       cpu::matmul_backward(dx.data(), grads, db.data(), dy.data(), x.data(), weights, N, in, out);
       weights += static_cast<std::size_t>(in) * out;

@@ -27,6 +27,8 @@ struct Choice {
   E& value;
   const Choices<E, N>& choices;
 };
+template <class E, std::size_t N>
+Choice(E&, const Choices<E, N>&) -> Choice<E, N>;  // clang before 17 needs it spelled out
 // parallel.dp and threads: `auto` (stored as 0) or a positive integer. The effective config
 // writes `auto_means` as a comment beside `auto`.
 struct AutoCount {

@@ -24,10 +24,10 @@
 #include <sstream>
 
 #include "model/core/error.h"
+#include "plan/config.h"
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
 #include "tools/tool_args.h"
-#include "plan/config.h"
 #include "train/metrics.h"
 
 namespace strata {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "model/gpt.h"
-#include "train/checkpoint.h"
 #include "plan/config.h"
+#include "train/checkpoint.h"
 
 namespace strata {
 

@@ -18,6 +18,9 @@ struct ChoiceWord {
   E value;
   std::string_view word;
 };
+// Spelled out: clang before 17 deduces no class template arguments for aggregates by itself.
+template <class E>
+ChoiceWord(E, const char*) -> ChoiceWord<E>;
 
 template <class E, std::size_t N>
 struct Choices {

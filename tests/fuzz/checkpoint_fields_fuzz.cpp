@@ -19,9 +19,9 @@
 
 #include "data/hdf5_handle.h"
 #include "model/parameter_layout.h"
+#include "plan/config.h"
 #include "tests/fuzz/checkpoint_read.h"
 #include "train/checkpoint_seal.h"
-#include "plan/config.h"
 
 namespace {
 

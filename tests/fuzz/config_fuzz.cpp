@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/fuzz/fuzz_support.h"
 #include "plan/config.h"
+#include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "plan/comm_model.h"
+#include "plan/config.h"
 #include "plan/memory_model.h"
 #include "tests/mpi/layout_runs.h"
-#include "plan/config.h"
 
 namespace strata::testing {
 namespace {

@@ -9,10 +9,10 @@
 
 #include "model/core/error.h"
 #include "plan/cluster.h"
+#include "plan/config.h"
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
 #include "tests/support/plan_support.h"
-#include "plan/config.h"
 
 namespace strata {
 namespace {
