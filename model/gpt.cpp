@@ -109,16 +109,18 @@ int Gpt<T>::slots() const {
 }
 
 template <class T>
+SlotLimits Gpt<T>::slot_limits() const {
+  return {slots(), max_batch_, shape_.seq_len, sequence_parallel_ ? partition_.tp_size : 1};
+}
+
+template <class T>
 int Gpt<T>::activation_rows(int B, int T_) const {
   return sequence_parallel_ ? B * T_ / partition_.tp_size : B * T_;
 }
 
 template <class T>
 typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
-  STRATA_CHECK(slot >= 0 && slot < slots(), "activation slot ", slot, " out of range");
-  STRATA_CHECK(B >= 1 && B <= max_batch_ && T_ >= 1 && T_ <= shape_.seq_len);
-  STRATA_CHECK(!sequence_parallel_ || (B * T_) % partition_.tp_size == 0,
-               "sequence parallelism needs B·T divisible by the tensor-parallel size");
+  check_slot_batch(slot_limits(), slot, B, T_);
   Slot& s = *slots_[slot];
   if (s.residual.empty()) {  // first use: allocate for the largest micro-batch
     const std::size_t L = partition_.layers(), tp = partition_.tp_size;
@@ -263,14 +265,13 @@ T Gpt<T>::head_forward(Slot& s, ParameterAccess<T>& parameters) {
 template <class T>
 void Gpt<T>::backward(int slot, ParameterAccess<T>& parameters, const T* output_grad,
                       T loss_scale) {
-  STRATA_CHECK(slot >= 0 && slot < slots() && slots_[slot]->forwarded, "backward of slot ", slot,
-               " without its forward");
+  check_slot_backward(slot_limits(), slot >= 0 && slot < slots() ? *slots_[slot] : SlotState{},
+                      slot, partition_.has_head);
   Slot& s = *slots_[slot];
   const int C = shape_.d_model, Nl = activation_rows(s.batch, s.time);
   // The tied wte takes gradients from the head and from the embedding: one acquisition spans both.
   T* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
   if (partition_.has_head) {
-    STRATA_CHECK(s.has_targets, "backward needs a forward with targets");
     head_backward(s, parameters, wte_grads, loss_scale);
     if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
   } else {

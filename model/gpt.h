@@ -40,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/activation_slots.h"
 #include "model/core/collectives.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
@@ -135,6 +136,7 @@ class Gpt {
   P* in_segment(P* base, int segment, const std::string& name) const;
   Block block_params(const T* base, int layer) const;
   int block_segment(int local_layer) const { return segment_.block(local_layer); }
+  SlotLimits slot_limits() const;
   Slot& slot_for(int slot, int B, int T_);
   void allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers) const;
   // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output

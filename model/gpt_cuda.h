@@ -60,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "model/activation_slots.h"
 #include "model/core/collectives.h"
 #include "model/gpt.h"
 #include "model/gpt_shape.h"
@@ -73,7 +74,7 @@
 
 namespace strata::cuda {
 
-class BufferCarver;  // gpt_cuda.cu
+class BufferCarver;  // gpt_cuda_storage.cuh
 
 template <class T>
 class CudaGpt {
@@ -179,6 +180,7 @@ class CudaGpt {
                            Recompute recompute);
   static std::size_t reservation_bytes(const Dims& d, Recompute recompute);
   void upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets, long N);
+  SlotLimits slot_limits() const;
   Slot& slot_for(int slot, int B, int T_);
   Layer layer(const Slot& s, int local_layer, bool recomputing) const;
   T* stage_residual_output(const Slot& s) const;

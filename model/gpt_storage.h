@@ -46,10 +46,7 @@ struct Gpt<T>::LayerActivations {
 
 // One micro-batch's saved activations.
 template <class T>
-struct Gpt<T>::Slot {
-  int batch = 0, time = 0;
-  bool has_targets = false;
-  bool forwarded = false;
+struct Gpt<T>::Slot : SlotState {
   std::vector<std::int32_t> tokens, targets;  // (N)
   std::vector<T> residual;                    // (L+1, Nl, C): block inputs, then stage output
   LayerActivations layers;                    // what recomputation keeps

@@ -25,6 +25,7 @@
 #include "parallel/comm/nccl_communicator.h"
 #include "parallel/mesh/host_reduction.h"
 #include "parallel/mesh/process_groups.h"
+#include "parallel/mesh/reduction_interpreter.h"
 #include "train/cuda_nccl_sharding.h"
 #include "train/cuda_pipeline_stage.h"
 #include "train/cuda_staged_sharding.h"
@@ -48,6 +49,31 @@ struct NcclGroups {
   }
   NcclCommunicator* of(ParallelAxis axis) const {
     return axis == ParallelAxis::tp ? tp.get() : axis == ParallelAxis::pp ? pp.get() : dp.get();
+  }
+};
+
+// Device arrays over NCCL, queued on the compute stream (parallel/mesh/reduction_interpreter.h);
+// `scratch` holds what one operation receives.
+struct NcclTransport {
+  const NcclGroups& groups;
+  float* scratch;
+  cudaStream_t stream;
+
+  NcclCommunicator* group(ParallelAxis axis) const { return groups.of(axis); }
+  void all_reduce(NcclCommunicator& group, float* data, std::size_t count) {
+    group.all_reduce_sum(data, count, stream);
+  }
+  void reduce_scatter(NcclCommunicator& group, float* data, std::size_t chunk) {
+    group.reduce_scatter_sum(data, scratch, chunk, stream);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(data + group.rank() * chunk, scratch, chunk * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream));
+  }
+  void all_gather(NcclCommunicator& group, float* data, std::size_t chunk) {
+    group.all_gather(data + group.rank() * chunk, data, chunk, stream);
+  }
+  void exchange_add(NcclCommunicator& group, float* data, std::size_t count, int peer) {
+    group.exchange(data, scratch, count, peer, stream);
+    cuda::add_into(data, scratch, static_cast<long>(count), stream);  // a + b = b + a
   }
 };
 
@@ -317,32 +343,8 @@ class CudaTrainingOf final : public TrainingBackend {
       ctx_.synchronize();  // the host vector may change once this returns
       return;
     }
-    cudaStream_t stream = ctx_.stream();
-    using Kind = RangeReduction::Kind;
-    for (const RangeReduction& op : ops) {
-      NcclCommunicator& group = *nccl_.of(op.axis);
-      float* data = buffer + (op.range.begin - held.begin);
-      const std::size_t count = op.range.size();
-      const std::size_t chunk = count / static_cast<std::size_t>(group.size());
-      switch (op.kind) {
-        case Kind::all_reduce:
-          group.all_reduce_sum(data, count, stream);
-          break;
-        case Kind::reduce_scatter:
-          group.reduce_scatter_sum(data, scratch_, chunk, stream);
-          STRATA_CUDA_CHECK(cudaMemcpyAsync(data + group.rank() * chunk, scratch_,
-                                            chunk * sizeof(float), cudaMemcpyDeviceToDevice,
-                                            stream));
-          break;
-        case Kind::all_gather:
-          group.all_gather(data + group.rank() * chunk, data, chunk, stream);
-          break;
-        case Kind::tied_exchange:  // after the dp sum: see parallel/mesh/reduction_plan.h
-          group.exchange(data, scratch_, count, op.peer, stream);
-          cuda::add_into(data, scratch_, static_cast<long>(count), stream);  // a + b = b + a
-          break;
-      }
-    }
+    NcclTransport transport{nccl_, scratch_, ctx_.stream()};
+    interpret_reductions(ops, buffer, held.begin, transport);
   }
 
   Config config_;

@@ -74,10 +74,7 @@ void Trainer::State::make_backend() {
   placement.slots = step_program.slots;
   const ParameterLayout layout = ParameterLayout::for_partition(shape, placement.partition);
   placement.plan = make_reduction_plan(layout, reduction);
-  const int gpu = device == Device::cuda
-                      ? place_on_gpu(placement, config, world.rank(), team, mesh.pp_size())
-                      : 0;
-  backend = make_training_backend(device, config, shape, placement, gpu);
+  backend = make_training_backend(device, config, shape, placement, world.rank());
   // The data-parallel ranks share the writing: each its ZeRO shard, or its share of the layout.
   const ElementRange share = replica_share(layout, reduction);
   checkpoint_writer =

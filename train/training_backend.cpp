@@ -8,10 +8,14 @@ namespace strata {
 
 std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
                                                        const GptShape& shape,
-                                                       const BackendPlacement& placement, int gpu) {
+                                                       BackendPlacement placement, int job_rank) {
   STRATA_CHECK(placement.groups != nullptr && placement.program != nullptr,
                "a training backend needs its groups and its pipeline program");
-  if (device == Device::cuda) return make_cuda_training(config, shape, placement, gpu);
+  if (device == Device::cuda) {
+    const int gpu = place_on_gpu(placement, config, job_rank, placement.groups->world(),
+                                 placement.groups->mesh().pp_size());
+    return make_cuda_training(config, shape, placement, gpu);
+  }
   STRATA_CHECK(device == Device::cpu, "make_training_backend: device auto is not resolved");
   return std::make_unique<CpuTraining>(config, shape, placement);
 }

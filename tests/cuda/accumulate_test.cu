@@ -1,5 +1,6 @@
 // add_into against the host's float additions, bit for bit (one IEEE addition per element), on the
-// vector and element-by-element paths and on sizes that are not multiples of the vector width.
+// vector and element-by-element paths and on sizes that are not multiples of the vector width;
+// fill writes its value to exactly the elements asked for.
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
@@ -29,6 +30,18 @@ TEST(CudaAddInto, MatchesHostAdditionVectorised) {
 
 TEST(CudaAddInto, MatchesHostAdditionUnaligned) {
   for (std::size_t n : {5, 1001, 65537}) check_add_into(n, 3);
+}
+
+TEST(CudaFill, WritesTheValueToExactlyItsElements) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{255}, std::size_t{257}, std::size_t{100003}}) {
+    const std::vector<float> before(n + 2, -3.0f);
+    DeviceBuffer<float> out(before);
+    fill(out.get() + 1, 0.125f, static_cast<long>(n), nullptr);
+    const std::vector<float> got = out.download();
+    ASSERT_EQ(got.front(), -3.0f) << "written before the array";
+    ASSERT_EQ(got.back(), -3.0f) << "written past the array";
+    for (std::size_t i = 1; i <= n; ++i) ASSERT_EQ(got[i], 0.125f) << "element " << i - 1;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,143 @@
+// The storage of CudaGpt (model/gpt_cuda.h), shared by the files that implement it: the carver
+// that lays every array out in one reservation, the sizes derived from the shape, one block's
+// activation pointers, a slot (what one micro-batch keeps from its forward to its backward), the
+// buffers every slot shares, and the parameter views by tensor name. gpt_cuda.cu lays the storage
+// out and answers the accessors; gpt_cuda_forward.cu and gpt_cuda_backward.cu run the passes.
+// Internal to model/gpt_cuda*.cu.
+// Status: ran on an NVIDIA H200 (2026-11-26) as part of gpt_cuda.cu, before this split (a move).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "model/gpt_cuda.h"
+#include "model/kernels/cuda/arena.h"
+
+namespace strata::cuda {
+
+// Carves typed arrays out of one reservation at the arena's alignment. Run once without a base
+// to measure the reservation, then again over it.
+class BufferCarver {
+ public:
+  explicit BufferCarver(char* base = nullptr) : base_(base) {}
+  template <class U>
+  U* take(std::size_t count) {
+    constexpr std::size_t align = DeviceArena::kDefaultAlignment;
+    // Nothing for an empty array: a pointer there would alias the next one.
+    U* p = base_ == nullptr || count == 0 ? nullptr : reinterpret_cast<U*>(base_ + used_);
+    used_ += (count * sizeof(U) + align - 1) / align * align;
+    return p;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  std::size_t used_ = 0;
+};
+
+// Sizes derived from the shape and the partition: N = B·T rows (max_batch sequences), Nr the
+// rows of the residual stream on this rank (N / tp with sequence parallelism), Cl = C / tp
+// attention channels, Hl = 4C / tp MLP channels, NHl heads and Vl vocabulary rows of this rank.
+template <class T>
+struct CudaGpt<T>::Dims {
+  std::size_t L, C, Cl, Hl, NHl, Vl, N, Nr;
+  bool sp, embedding, head;
+  std::size_t slots;
+};
+
+// One block's activations: into a slot's kept per-layer arrays or, for what recomputation drops,
+// the one-layer workspace. Row counts as in Dims.
+template <class T>
+struct CudaGpt<T>::Layer {
+  const T* x;                  // block input (Nr, C): the residual stream, always kept
+  T* out;                      // block output (Nr, C)
+  T *ln1, *x2, *ln2;           // (Nr, C)
+  T *ln1_full, *ln2_full;      // (N, C) gathered rows; null without sequence parallelism
+  float *ln1_mean, *ln1_rstd;  // (Nr)
+  float *ln2_mean, *ln2_rstd;  // (Nr)
+  T *fch, *fch_gelu;           // (N, Hl) pre-activation and GELU
+  T *qkv, *atty;               // (N, 3Cl), (N, Cl)
+  float* lse;                  // (B, NHl, T) logsumexp per query row
+};
+
+// Per-layer arrays (a count of layers of each: 0 where recomputation drops them).
+template <class T>
+struct GptLayerArrays {
+  T *ln1 = nullptr, *x2 = nullptr, *ln2 = nullptr, *fch = nullptr, *fch_gelu = nullptr;
+  T *ln1_full = nullptr, *ln2_full = nullptr;
+  float *ln1_mean = nullptr, *ln1_rstd = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
+  T *qkv = nullptr, *atty = nullptr;
+  float* lse = nullptr;
+
+  // `rest_layers` layers of what `full` drops, `attention_layers` of what `selective` drops.
+  template <class D>
+  void carve(BufferCarver& c, std::size_t rest_layers, std::size_t attention_layers, const D& d) {
+    const std::size_t full_rows = d.sp ? rest_layers * d.N * d.C : 0;
+    ln1 = c.take<T>(rest_layers * d.Nr * d.C);
+    x2 = c.take<T>(rest_layers * d.Nr * d.C);
+    ln2 = c.take<T>(rest_layers * d.Nr * d.C);
+    ln1_full = c.take<T>(full_rows);
+    ln2_full = c.take<T>(full_rows);
+    ln1_mean = c.take<float>(rest_layers * d.Nr);
+    ln1_rstd = c.take<float>(rest_layers * d.Nr);
+    ln2_mean = c.take<float>(rest_layers * d.Nr);
+    ln2_rstd = c.take<float>(rest_layers * d.Nr);
+    fch = c.take<T>(rest_layers * d.N * d.Hl);
+    fch_gelu = c.take<T>(rest_layers * d.N * d.Hl);
+    qkv = c.take<T>(attention_layers * d.N * 3 * d.Cl);
+    atty = c.take<T>(attention_layers * d.N * d.Cl);
+    lse = c.take<float>(attention_layers * d.N * d.NHl);  // (B, NHl, T)
+  }
+};
+
+// What one micro-batch keeps from its forward to its backward, and where it stands.
+template <class T>
+struct CudaGpt<T>::Slot : SlotState {
+  std::int32_t *tokens = nullptr, *targets = nullptr;  // (N) device copies
+  T* residual = nullptr;   // (L+1, Nr, C): block inputs, then the stage output
+  GptLayerArrays<T> kept;  // what recomputation keeps, all layers
+  T* lnf = nullptr;        // (Nr, C), last stage
+  T* lnf_full = nullptr;   // (N, C) gathered rows, last stage with sequence parallelism
+  float *lnf_mean = nullptr, *lnf_rstd = nullptr;  // (Nr)
+  T* logits = nullptr;                             // (N, Vl): logits, then (trained) their gradient
+  float* losses = nullptr;                         // (N)
+  // (3, N) cross-entropy row statistics: max, Σ exp, target logit (kept for a later backward).
+  float* ce_stats = nullptr;
+};
+
+// Shared by every slot: the recomputation workspace, the partial results of row-parallel layers
+// before their sum, and the backward pass's gradients.
+template <class T>
+struct CudaGpt<T>::Buffers {
+  GptLayerArrays<T> work;          // one layer of what recomputation drops
+  T* recomputed_output = nullptr;  // (Nr, C) full recompute's block output
+  T* partial = nullptr;            // (N, C) row-parallel output before [sum]; embedding partial
+  T* reduced = nullptr;            // (Nr, C) its sum with sequence parallelism
+  T* dres = nullptr;               // (Nr, C) running gradient of the residual stream
+  T* dfull = nullptr;              // (N, C) gathered dres (sequence parallelism)
+  T* dln = nullptr;                // (N, C) partial gradient of a LayerNorm output
+  T* dln_local = nullptr;          // (Nr, C) its sum with sequence parallelism
+  T* datty = nullptr;              // (N, Cl)
+  T* dqkv = nullptr;               // (N, 3Cl)
+  T* dfch = nullptr;               // (N, Hl)
+  float* dlosses = nullptr;        // (N)
+};
+
+// Parameter views, by name, into a segment of weights (T) or gradients (fp32) that starts at
+// `base`, the segment's first element (what ParameterAccess hands out).
+template <class T>
+template <class P>
+P* CudaGpt<T>::in_segment(P* base, int segment, const std::string& name) const {
+  return base +
+         (layout_.at(name).offset - segments_[static_cast<std::size_t>(segment)].range.begin);
+}
+
+template <class T>
+template <class P>
+P* CudaGpt<T>::in_block(P* base, int l, const char* tensor) const {
+  return in_segment(base, block_segment(l),
+                    "h." + std::to_string(partition_.layer_begin + l) + "." + tensor);
+}
+
+}  // namespace strata::cuda
