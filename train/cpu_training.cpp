@@ -1,5 +1,7 @@
 #include "train/cpu_training.h"
 
+#include "train/backend_state.h"
+
 #include <algorithm>
 
 #include "model/core/error.h"
@@ -29,40 +31,42 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
   refresh_compute_weights();
 }
 
+std::vector<std::vector<float>*> CpuTraining::state_values() {
+  std::vector<std::vector<float>*> values{&params_};
+  for (const OptimizerState& s : optimizer_.state()) values.push_back(s.values);
+  return values;
+}
+
+std::vector<StateBuffer> CpuTraining::held_state() {
+  std::vector<std::string> moments;
+  for (const OptimizerState& s : optimizer_.state()) moments.push_back(s.name);
+  return state_buffers(plan_.parameter_range, optimizer_.range(), moments);
+}
+
 std::vector<StateBuffer> CpuTraining::state() {
-  std::vector<StateBuffer> buffers{{"model", plan_.parameter_range, params_}};
-  for (const OptimizerState& s : optimizer_.state())
-    buffers.push_back({"optimizer/" + s.name, optimizer_.range(), *s.values});
+  std::vector<StateBuffer> buffers = held_state();
+  const std::vector<std::vector<float>*> values = state_values();
+  for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].values = *values[i];
   return buffers;
 }
 
 void CpuTraining::set_state(const std::vector<StateBuffer>& buffers) {
-  const std::vector<OptimizerState> moments = optimizer_.state();
-  for (const StateBuffer& b : buffers) {
-    std::vector<float>* target = nullptr;
-    if (b.name == "model") target = &params_;
-    for (const OptimizerState& s : moments)
-      if (b.name == "optimizer/" + s.name) target = s.values;
-    STRATA_CHECK(target != nullptr && b.values.size() == target->size(), "state buffer '", b.name,
-                 "' does not fit the CPU backend");
-    *target = b.values;
-  }
+  const std::vector<StateBuffer> held = held_state();
+  const std::vector<std::vector<float>*> values = state_values();
+  for (const StateBuffer& b : buffers) *values[match_state_buffer(held, b, "CPU")] = b.values;
   refresh_compute_weights();
 }
 
 void CpuTraining::read_master_weights(ElementRange range, float* out) {
   std::fill_n(out, range.size(), 0.0f);
-  const ElementRange held = intersect(range, plan_.parameter_range);
-  if (held.empty()) return;
-  std::copy_n(params_.data() + (held.begin - plan_.parameter_range.begin), held.size(),
-              out + (held.begin - range.begin));
+  const WindowPart part = window_part(range, plan_.parameter_range);
+  std::copy_n(params_.data() + part.held_at, part.count, out + part.window_at);
 }
 
 void CpuTraining::write_master_weights(ElementRange range, const float* in) {
-  const ElementRange held = intersect(range, plan_.parameter_range);
-  if (held.empty()) return;
-  std::copy_n(in + (held.begin - range.begin), held.size(),
-              params_.data() + (held.begin - plan_.parameter_range.begin));
+  const WindowPart part = window_part(range, plan_.parameter_range);
+  if (part.count == 0) return;
+  std::copy_n(in + part.window_at, part.count, params_.data() + part.held_at);
   refresh_compute_weights();
 }
 

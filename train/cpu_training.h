@@ -46,6 +46,9 @@ class CpuTraining final : public TrainingBackend {
   MemoryAccount memory() const override;
 
  private:
+  // The state's names and ranges (train/backend_state.h) and, in the same order, its values.
+  std::vector<StateBuffer> held_state();
+  std::vector<std::vector<float>*> state_values();
   // The weights the model reads: the masters in fp32, else their rounded copy.
   const float* compute_weights() const;
   void refresh_compute_weights();

@@ -26,6 +26,7 @@
 #include "parallel/mesh/host_reduction.h"
 #include "parallel/mesh/process_groups.h"
 #include "parallel/mesh/reduction_interpreter.h"
+#include "train/backend_state.h"
 #include "train/cuda_nccl_sharding.h"
 #include "train/cuda_pipeline_stage.h"
 #include "train/cuda_staged_sharding.h"
@@ -130,29 +131,26 @@ class CudaTrainingOf final : public TrainingBackend {
   const ParameterLayout& layout() const override { return model_.layout(); }
   const ReductionPlan& plan() const override { return plan_; }
 
+  // The state's device arrays, in the order of state_buffers (train/backend_state.h).
+  std::vector<float*> state_arrays() const { return {master_, m_, v_}; }
+
   std::vector<StateBuffer> state() override {
-    std::vector<StateBuffer> buffers{{"model", plan_.parameter_range, {}},
-                                     {"optimizer/m", owned_, {}},
-                                     {"optimizer/v", owned_, {}}};
-    for (StateBuffer& b : buffers) b.values.resize(b.range.size());
-    download(buffers[0].values, master_);
-    download(buffers[1].values, m_);
-    download(buffers[2].values, v_);
+    std::vector<StateBuffer> buffers = state_buffers(plan_.parameter_range, owned_, kAdamWMoments);
+    const std::vector<float*> arrays = state_arrays();
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      buffers[i].values.resize(buffers[i].range.size());
+      download(buffers[i].values, arrays[i]);
+    }
     ctx_.synchronize();
     return buffers;
   }
 
   void set_state(const std::vector<StateBuffer>& buffers) override {
-    for (const StateBuffer& b : buffers) {
-      float* target = b.name == "model"         ? master_
-                      : b.name == "optimizer/m" ? m_
-                      : b.name == "optimizer/v" ? v_
-                                                : nullptr;
-      const ElementRange expected = b.name == "model" ? plan_.parameter_range : owned_;
-      STRATA_CHECK(target != nullptr && b.range == expected && b.values.size() == b.range.size(),
-                   "state buffer '", b.name, "' does not fit the CUDA backend");
-      upload(target, b.values);
-    }
+    const std::vector<StateBuffer> held =
+        state_buffers(plan_.parameter_range, owned_, kAdamWMoments);
+    const std::vector<float*> arrays = state_arrays();
+    for (const StateBuffer& b : buffers)
+      upload(arrays[match_state_buffer(held, b, "CUDA")], b.values);
     if constexpr (!std::is_same_v<T, float>)
       cuda::cast(weights_, master_, n_params_, ctx_.stream());
     ctx_.synchronize();  // the host vectors may change once this returns
@@ -160,23 +158,22 @@ class CudaTrainingOf final : public TrainingBackend {
 
   void read_master_weights(ElementRange range, float* out) override {
     std::fill_n(out, range.size(), 0.0f);
-    const ElementRange held = intersect(range, plan_.parameter_range);
-    if (held.empty()) return;
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(
-        out + (held.begin - range.begin), master_ + (held.begin - plan_.parameter_range.begin),
-        held.size() * sizeof(float), cudaMemcpyDeviceToHost, ctx_.stream()));
+    const WindowPart part = window_part(range, plan_.parameter_range);
+    if (part.count == 0) return;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(out + part.window_at, master_ + part.held_at,
+                                      part.count * sizeof(float), cudaMemcpyDeviceToHost,
+                                      ctx_.stream()));
     ctx_.synchronize();
   }
 
   void write_master_weights(ElementRange range, const float* in) override {
-    const ElementRange held = intersect(range, plan_.parameter_range);
-    if (held.empty()) return;
-    const std::size_t at = held.begin - plan_.parameter_range.begin;
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(master_ + at, in + (held.begin - range.begin),
-                                      held.size() * sizeof(float), cudaMemcpyHostToDevice,
-                                      ctx_.stream()));
+    const WindowPart part = window_part(range, plan_.parameter_range);
+    if (part.count == 0) return;
+    const std::size_t at = part.held_at;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(master_ + at, in + part.window_at, part.count * sizeof(float),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
     if constexpr (!std::is_same_v<T, float>)
-      cuda::cast(weights_ + at, master_ + at, static_cast<long>(held.size()), ctx_.stream());
+      cuda::cast(weights_ + at, master_ + at, static_cast<long>(part.count), ctx_.stream());
     ctx_.synchronize();  // `in` may change once this returns
   }
 
