@@ -6,21 +6,56 @@
 
 namespace strata {
 
-ProcessGroups::ProcessGroups(const Mesh& mesh, MpiCommunicator& world)
-    : mesh_(mesh), world_(world) {
-  // Mesh groups are lists of world ranks, used below as ranks of `world`: the two must agree.
-  STRATA_CHECK(world.size() == mesh.world_size() && world.rank() == mesh.world_rank(),
-               "the mesh was built for another world");
-  // The mesh's nodes (blocks of gpus_per_node of its ranks) must be real nodes: `world` is
-  // MPI_COMM_WORLD, or a block of it (a DiLoCo worker) that fills whole nodes or sits in one.
-  for (int r = 0; r < world.size(); ++r)
-    STRATA_CHECK(
-        world.world_rank_of(r) / mesh.gpus_per_node() - r / mesh.gpus_per_node() ==
-            world.world_rank_of(0) / mesh.gpus_per_node(),
-        "ProcessGroups needs a communicator whose nodes are blocks of gpus_per_node ranks");
-  STRATA_CHECK(world.ranks_per_node() == mesh.gpus_per_node(),
+namespace {
+
+// This rank's mesh rank: its place inside its worker's block of job / workers ranks.
+int mesh_rank_in(const MpiCommunicator& job, int workers) {
+  STRATA_CHECK(workers >= 1 && job.size() % workers == 0, "ProcessGroups: ", workers,
+               " workers do not divide a job of ", job.size(), " ranks");
+  return job.rank() % (job.size() / workers);
+}
+
+}  // namespace
+
+ProcessGroups::ProcessGroups(MpiCommunicator& job, int workers, const MeshShape& shape,
+                             int gpus_per_node)
+    : ProcessGroups(Mesh(shape, mesh_rank_in(job, workers), gpus_per_node), job, workers) {}
+
+ProcessGroups::ProcessGroups(const Mesh& mesh, MpiCommunicator& job, int workers)
+    : mesh_(mesh), job_(job), workers_(workers) {
+  // Every check is made before the first split, and alike on every rank (it looks at every
+  // worker, not only this one), so a bad grid fails everywhere instead of leaving ranks waiting.
+  const int size = mesh.world_size(), node = mesh.gpus_per_node();
+  STRATA_CHECK(
+      workers >= 1 && job.size() == workers * size && job.rank() % size == mesh.world_rank(),
+      "the mesh was built for another world");
+  // The mesh's nodes (blocks of gpus_per_node of its ranks) must be real nodes: the job is
+  // MPI_COMM_WORLD, or a block of it, and every worker fills whole nodes or sits in one.
+  for (int w = 0; w < workers; ++w)
+    for (int r = 0; r < size; ++r)
+      STRATA_CHECK(
+          job.world_rank_of(w * size + r) / node - r / node == job.world_rank_of(w * size) / node,
+          "ProcessGroups needs a communicator whose nodes are blocks of gpus_per_node ranks");
+  STRATA_CHECK(job.ranks_per_node() == node,
                "the world communicator and the mesh disagree on gpus_per_node");
-  // add() is collective over `world`: every rank creates the groups in this order.
+  worker_index_ = job.rank() / size;
+  std::vector<int> block, counterparts;  // job ranks: this worker's, this mesh rank's in each
+  for (int r = 0; r < size; ++r) block.push_back(worker_index_ * size + r);
+  for (int w = 0; w < workers; ++w) counterparts.push_back(w * size + mesh.world_rank());
+
+  // The worker axis, split from the job in this order on every rank. One worker's world is the
+  // job itself; several workers' links to each other are inter-worker, set before the splits
+  // that inherit it.
+  if (workers > 1) {
+    job.set_ranks_per_worker(size);
+    worker_ = job.subgroup(block);
+  }
+  world_ = worker_ ? worker_.get() : &job;
+  worker_metrics_ = job.subgroup(block);
+  outer_ = job.subgroup(counterparts);
+  outer_metrics_ = job.subgroup(counterparts);
+
+  // The mesh axes, split from world: add() is collective over it, in this order on every rank.
   tp_ = &add("tp", mesh.tp_group());
   dp_ = &add("dp", mesh.dp_group());
   pp_ = &add("pp", mesh.pp_group());
@@ -40,25 +75,27 @@ Communicator& ProcessGroups::add(const std::string& name, const std::vector<int>
   if (name == "world") fail("process group name 'world' is taken");
   for (const Named& group : groups_)
     if (group.name == name) fail("process group '", name, "' exists already");
-  groups_.push_back({name, world_.subgroup(members)});
+  groups_.push_back({name, world_->subgroup(members)});
   return *groups_.back().comm;
 }
 
 Communicator& ProcessGroups::group(const std::string& name) const {
-  if (name == "world") return world_;
+  if (name == "world") return *world_;
   for (const Named& group : groups_)
     if (group.name == name) return *group.comm;
   fail("no process group '", name, "'");
 }
 
 CommStats ProcessGroups::total_stats() const {
-  CommStats total = world_.stats();
+  CommStats total = world_->stats();
   for (const Named& group : groups_) total += group.comm->stats();
+  total += outer_->stats();
   return total;
 }
 
 void ProcessGroups::reset_stats() {
-  world_.reset_stats();
+  world_->reset_stats();
+  outer_->reset_stats();
   for (Named& group : groups_) group.comm->reset_stats();
 }
 
