@@ -44,7 +44,7 @@ StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulatio
 Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape)
     : config(c),
       world(w),
-      groups(w, c.diloco.enabled ? c.diloco.workers : 1, mesh_shape, c.parallel.gpus_per_node),
+      groups(w, c.diloco.enabled ? c.diloco.workers : 0, mesh_shape, c.parallel.gpus_per_node),
       mesh(groups.mesh()),
       reduction_groups(groups.reductions()),
       shape(shape_of(c.model)),

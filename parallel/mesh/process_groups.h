@@ -6,9 +6,12 @@
 //
 // The DiLoCo worker axis is outermost (a run without DiLoCo is one worker), so a worker is a
 // contiguous block of ranks; inside it the Mesh (parallel/mesh/mesh.h) places tp, dp and pp.
-//   worker axis:  world (this rank's worker: the ranks its Mesh indexes; the job itself when there
-//                 is one worker) and outer (this rank's counterpart, same mesh rank, in every
-//                 worker, group rank = worker index), split from the job;
+//   worker axis:  world (this rank's worker: the ranks its Mesh indexes) and, under DiLoCo, outer
+//                 (this rank's counterpart, same mesh rank, in every worker, group rank = worker
+//                 index), split from the job. Without DiLoCo world is the job itself and there is
+//                 no outer group. Under DiLoCo, even of one worker, world is a communicator of its
+//                 own, so the job-wide traffic of the trainer (checkpoint writing, the stop vote)
+//                 stays out of a worker's figures, as DiLoCo's metrics have always counted them;
 //   mesh axes:    tp (same dp and pp), dp (same tp and pp), pp (same tp and dp, by stage), node
 //                 (the ranks of this rank's node), and the two node-wise factors of dp that
 //                 hierarchical schemes (ZeRO++ hpZ, a two-level all-reduce) use: dp_intra_node
@@ -20,12 +23,13 @@
 // where the scheme is set up.
 //
 // Communication figures: each group communicator keeps its own CommStats, so traffic can be read
-// per group (tp().stats() is the tensor-parallel traffic); total_stats() sums world, outer, the
-// mesh groups and the added ones, for the per-step `comm_bytes` of metrics.jsonl, and
-// reset_stats() clears them. The job's own traffic is in it only when the job is world (one
-// worker). Two duplicates, worker_metrics() and outer_metrics(), carry the sums that only metrics
-// and bookkeeping need (a worker's loss, a consensus distance, every worker's counters for a
-// checkpoint): no figure includes them, so the bytes reported are the training's alone. Link
+// per group (tp().stats() is the tensor-parallel traffic); total_stats() sums world, the mesh
+// groups, the added ones and outer, for the per-step `comm_bytes` of metrics.jsonl, and
+// reset_stats() clears them. The job's own traffic is in it only when the job is world (no
+// DiLoCo). Under DiLoCo two duplicates, worker_metrics() and outer_metrics(), carry the sums that
+// only metrics and bookkeeping need (a worker's loss, a consensus distance, every worker's
+// counters for a checkpoint): no figure includes them, so the bytes reported are the training's
+// alone. Link
 // classes are those of MPI_COMM_WORLD ranks in every group (nodes of gpus_per_node ranks, and
 // with several workers, blocks of one worker's ranks joined by inter-worker links), so the sums
 // by link class are meaningful.
@@ -47,14 +51,16 @@ struct ShardingGroups;   // parallel/zero/sharded_parameters.h
 class ProcessGroups {
  public:
   // The grid of `job` (MPI_COMM_WORLD, or a block of it whose nodes are whole or shared, with
-  // ranks_per_node == gpus_per_node): `workers` DiLoCo workers (1 without DiLoCo), each a mesh of
-  // `shape`. Collective over `job`: every rank builds its ProcessGroups at the same point, and
-  // the communicators are split in the same order on every rank. With several workers it sets
-  // the job's ranks_per_worker (the inter-worker link class, which every group inherits).
-  // `job` is not owned and must outlive this object.
-  ProcessGroups(MpiCommunicator& job, int workers, const MeshShape& shape, int gpus_per_node);
+  // ranks_per_node == gpus_per_node): `diloco_workers` DiLoCo workers (0 without DiLoCo: the job
+  // is one worker and has no worker-axis communicators), each a mesh of `shape`. Collective over
+  // `job`: every rank builds its ProcessGroups at the same point, and the communicators are split
+  // in the same order on every rank. Under DiLoCo it sets the job's ranks_per_worker (the
+  // inter-worker link class, which every group inherits). `job` is not owned and must outlive
+  // this object.
+  ProcessGroups(MpiCommunicator& job, int diloco_workers, const MeshShape& shape,
+                int gpus_per_node);
   // The same from this rank's Mesh inside its worker (mesh.world_rank() is this rank's mesh rank).
-  ProcessGroups(const Mesh& mesh, MpiCommunicator& job, int workers = 1);
+  ProcessGroups(const Mesh& mesh, MpiCommunicator& job, int diloco_workers = 0);
 
   const Mesh& mesh() const { return mesh_; }
   MpiCommunicator& job() const { return job_; }
@@ -66,13 +72,14 @@ class ProcessGroups {
   Communicator& dp_intra_node() const { return *dp_intra_node_; }
   Communicator& dp_inter_node() const { return *dp_inter_node_; }
 
-  // The worker axis: this rank's worker index and the number of workers; outer() has one rank
-  // per worker (a group of one without DiLoCo). The metric duplicates of world and outer.
+  // The worker axis: the number of workers (1 without DiLoCo) and this rank's worker index.
   int workers() const { return workers_; }
   int worker_index() const { return worker_index_; }
-  Communicator& outer() const { return *outer_; }
-  Communicator& worker_metrics() const { return *worker_metrics_; }
-  Communicator& outer_metrics() const { return *outer_metrics_; }
+  // Under DiLoCo only (an error otherwise): outer, one rank per worker, and the metric
+  // duplicates of world and outer.
+  Communicator& outer() const;
+  Communicator& worker_metrics() const;
+  Communicator& outer_metrics() const;
 
   // The slices that other modules take, so that none assembles groups by hand: a reduction
   // plan's axes (tp, dp, pp) and ZeRO's (dp, with its node-wise factors).
@@ -102,10 +109,10 @@ class ProcessGroups {
   MpiCommunicator& job_;
   int workers_ = 1;
   int worker_index_ = 0;
-  std::unique_ptr<MpiCommunicator> worker_;  // with several workers: this worker's block
-  MpiCommunicator* world_ = nullptr;         // worker_, or the job
-  std::unique_ptr<MpiCommunicator> worker_metrics_, outer_, outer_metrics_;
-  std::vector<Named> groups_;  // in creation order, the same on every rank
+  // Under DiLoCo: this worker's block and the worker axis's other groups; all null otherwise.
+  std::unique_ptr<MpiCommunicator> worker_, worker_metrics_, outer_, outer_metrics_;
+  MpiCommunicator* world_ = nullptr;  // worker_, or the job
+  std::vector<Named> groups_;         // in creation order, the same on every rank
   // The mesh groups, owned by groups_.
   Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *node_ = nullptr;
   Communicator *dp_intra_node_ = nullptr, *dp_inter_node_ = nullptr;

@@ -383,8 +383,8 @@ TEST(WorkerAveraging, ErrorFeedbackSumTracksTheSumOfTheTrueMeans) {
 
 TEST(WorkerAveraging, AGroupOfOneChangesNothing) {
   World w;
-  // The outer group of a job that is one worker (every mesh rank's counterparts: itself).
-  const ProcessGroups groups(Mesh(w.k, w.me, 1, 1, 0, 1), w.comm);
+  // The outer group of a DiLoCo job of one worker (every mesh rank's counterparts: itself).
+  const ProcessGroups groups(Mesh(w.k, w.me, 1, 1, 0, 1), w.comm, 1);
   Communicator* const alone = &groups.outer();
   ASSERT_EQ(alone->size(), 1);
   for (OuterCompression format :
