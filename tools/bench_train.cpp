@@ -163,7 +163,7 @@ TrainTiming time_training_steps(const TrainSetup& setup, int steps, int warmup) 
   const ParameterLayout layout = ParameterLayout::for_gpt(shape);
   placement.plan = make_reduction_plan(layout, {placement.partition});
   const std::unique_ptr<TrainingBackend> backend =
-      make_training_backend(setup.device, config, shape, placement, world.rank());
+      make_training_backend(setup.device, config, shape, placement);
   {
     // Fresh weights only, freed before the timed steps: a copy of the whole state (weights and
     // both AdamW moments) kept here would count 3 × 4 bytes per parameter in peak_rss_mib.

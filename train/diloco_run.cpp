@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <numeric>
 
 #include "model/core/error.h"
 #include "parallel/mesh/reduction_plan.h"
@@ -12,32 +11,14 @@
 
 namespace strata {
 
-WorkerGroups make_worker_groups(const Config& config, MpiCommunicator& world) {
-  WorkerGroups g;
-  if (!config.diloco.enabled) return g;
-  g.workers = config.diloco.workers;
-  const int size = world.size() / g.workers, local = world.rank() % size;
-  g.worker = world.rank() / size;
-  world.set_ranks_per_worker(size);
-  std::vector<int> block(static_cast<std::size_t>(size)), counterparts;
-  std::iota(block.begin(), block.end(), g.worker * size);
-  for (int w = 0; w < g.workers; ++w) counterparts.push_back(w * size + local);
-  g.worker_comm = world.subgroup(block);  // collective over the world, in this order
-  g.worker_metrics = world.subgroup(block);
-  g.outer = world.subgroup(counterparts);
-  g.outer_metrics = world.subgroup(counterparts);
-  return g;
-}
-
-DilocoPlacement diloco_placement(const WorkerGroups& workers, const ProcessGroups& groups,
-                                 const BackendPlacement& placement, const ParameterLayout& layout,
-                                 ElementRange share) {
+DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlacement& placement,
+                                 const ParameterLayout& layout, ElementRange share) {
   DilocoPlacement d;
-  d.worker = workers.worker;
-  d.workers = workers.workers;
-  d.outer = workers.outer.get();
-  d.metrics = workers.outer_metrics.get();
-  d.worker_group = workers.worker_metrics.get();
+  d.worker = groups.worker_index();
+  d.workers = groups.workers();
+  d.outer = &groups.outer();
+  d.metrics = &groups.outer_metrics();
+  d.worker_group = &groups.worker_metrics();
   d.dp = &groups.dp();
   d.share = share;
   d.gather_over_dp = groups.dp().size() > 1 && !placement.plan.parameters_by_segment;
@@ -56,11 +37,12 @@ std::vector<std::string> every_workers_names(const std::vector<std::string>& nam
 }
 
 void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
-                        const CommStats& outer_stats, const WorkerGroups& workers,
-                        MpiCommunicator& world, MetricsWriter* metrics) {
-  std::vector<double> losses(static_cast<std::size_t>(workers.workers));
-  workers.outer_metrics->all_gather(&loss, losses.data(), 1);
-  const JobLinkBytes link_bytes = job_link_bytes_total(outer_stats, world);
+                        const CommStats& outer_stats, const ProcessGroups& groups,
+                        MetricsWriter* metrics) {
+  std::vector<double> losses(static_cast<std::size_t>(groups.workers()));
+  groups.outer_metrics().all_gather(&loss, losses.data(), 1);
+  MpiCommunicator& job = groups.job();
+  const JobLinkBytes link_bytes = job_link_bytes_total(outer_stats, job);
   const JsonLine bytes = link_bytes.json();
   // The sync ends when its slowest rank is done; of it, what every rank hid behind compute.
   double seconds = 0, exposed = 0;
@@ -69,7 +51,7 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
     exposed += r.seconds - r.hidden_seconds;
   }
   double slowest[2] = {seconds, exposed};
-  if (MPI_Allreduce(MPI_IN_PLACE, slowest, 2, MPI_DOUBLE, MPI_MAX, world.comm()) != MPI_SUCCESS)
+  if (MPI_Allreduce(MPI_IN_PLACE, slowest, 2, MPI_DOUBLE, MPI_MAX, job.comm()) != MPI_SUCCESS)
     fail("MPI_Allreduce of the outer sync's seconds failed");
   if (metrics == nullptr) return;
   for (const OuterSyncReport& r : syncs) {

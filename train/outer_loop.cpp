@@ -7,12 +7,11 @@ namespace {
 
 class DilocoLoop final : public OuterLoop {
  public:
-  DilocoLoop(Diloco& diloco, const WorkerGroups& workers, MpiCommunicator& world,
-             MetricsWriter* metrics)
-      : diloco_(diloco), workers_(workers), world_(world), metrics_(metrics) {}
+  DilocoLoop(Diloco& diloco, const ProcessGroups& groups, MetricsWriter* metrics)
+      : diloco_(diloco), groups_(groups), metrics_(metrics) {}
 
   void begin_inner_step() override {
-    outer_before_ = workers_.outer->stats();
+    outer_before_ = groups_.outer().stats();
     diloco_.begin_inner_step();
   }
   void end_inner_step(TrainingBackend& backend, std::int64_t step) override {
@@ -20,20 +19,18 @@ class DilocoLoop final : public OuterLoop {
   }
   void report(double loss) override {
     if (!syncs_.empty())
-      report_outer_syncs(syncs_, loss, workers_.outer->stats() - outer_before_, workers_, world_,
-                         metrics_);
+      report_outer_syncs(syncs_, loss, groups_.outer().stats() - outer_before_, groups_, metrics_);
     syncs_.clear();
   }
   void finish(TrainingBackend& backend, double loss) override {
-    outer_before_ = workers_.outer->stats();
+    outer_before_ = groups_.outer().stats();
     syncs_ = diloco_.finish(backend);
     report(loss);
   }
 
  private:
   Diloco& diloco_;
-  const WorkerGroups& workers_;
-  MpiCommunicator& world_;
+  const ProcessGroups& groups_;
   MetricsWriter* metrics_;
   CommStats outer_before_;
   std::vector<OuterSyncReport> syncs_;  // run by end_inner_step, not reported yet
@@ -41,9 +38,9 @@ class DilocoLoop final : public OuterLoop {
 
 }  // namespace
 
-std::unique_ptr<OuterLoop> make_diloco_loop(Diloco& diloco, const WorkerGroups& workers,
-                                            MpiCommunicator& world, MetricsWriter* metrics) {
-  return std::make_unique<DilocoLoop>(diloco, workers, world, metrics);
+std::unique_ptr<OuterLoop> make_diloco_loop(Diloco& diloco, const ProcessGroups& groups,
+                                            MetricsWriter* metrics) {
+  return std::make_unique<DilocoLoop>(diloco, groups, metrics);
 }
 
 }  // namespace strata

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "parallel/comm/mpi_communicator.h"
+#include "parallel/mesh/process_groups.h"
 #include "train/diloco.h"
 #include "train/diloco_run.h"
 #include "train/metrics.h"
@@ -29,9 +29,10 @@ class OuterLoop {
   virtual void finish(TrainingBackend&, double /*loss*/) {}
 };
 
-// DiLoCo's outer loop over `diloco`, reporting through report_outer_syncs (diloco_run.h) to
-// `metrics` (rank 0's writer, null on the other ranks). Nothing is owned.
-std::unique_ptr<OuterLoop> make_diloco_loop(Diloco& diloco, const WorkerGroups& workers,
-                                            MpiCommunicator& world, MetricsWriter* metrics);
+// DiLoCo's outer loop over `diloco` and the worker axis of `groups`, reporting through
+// report_outer_syncs (diloco_run.h) to `metrics` (rank 0's writer, null on the other ranks).
+// Nothing is owned.
+std::unique_ptr<OuterLoop> make_diloco_loop(Diloco& diloco, const ProcessGroups& groups,
+                                            MetricsWriter* metrics);
 
 }  // namespace strata

@@ -32,18 +32,11 @@ JsonLine memory_json(const MemoryAccount& m) {
       .add("communication", m.communication);
 }
 
-StepWatch::StepWatch(const ProcessGroups& groups, const Communicator* outer)
+StepWatch::StepWatch(const ProcessGroups& groups)
     : groups_(groups),
-      outer_(outer),
       start_(std::chrono::steady_clock::now()),
-      total_before_(total()) {
+      total_before_(groups.total_stats()) {
   for (int axis = 0; axis < 3; ++axis) axis_before_[axis] = axis_group(groups, axis).stats();
-}
-
-CommStats StepWatch::total() const {
-  CommStats stats = groups_.total_stats();
-  if (outer_ != nullptr) stats += outer_->stats();
-  return stats;
 }
 
 double StepWatch::elapsed_ms() const {
@@ -58,13 +51,13 @@ void StepWatch::add_communication(JsonLine& line) const {
     bytes.add(kAxisNames[axis], now.total_bytes() - axis_before_[axis].total_bytes());
     seconds.add(kAxisNames[axis], now.total_seconds() - axis_before_[axis].total_seconds(), "%.6f");
   }
-  line.add("comm_bytes", comm_bytes_json(total() - total_before_))
+  line.add("comm_bytes", comm_bytes_json(groups_.total_stats() - total_before_))
       .add("comm_bytes_by_axis", bytes)
       .add("comm_seconds_by_axis", seconds);
 }
 
-JsonLine StepWatch::job_link_bytes(MpiCommunicator& world) const {
-  return job_link_bytes_of(total() - total_before_, world);
+JsonLine StepWatch::job_link_bytes() const {
+  return job_link_bytes_of(groups_.total_stats() - total_before_, groups_.job());
 }
 
 JobLinkBytes job_link_bytes_total(const CommStats& stats, MpiCommunicator& world) {

@@ -19,21 +19,18 @@ class MpiCommunicator;
 
 class StepWatch {
  public:
-  // `outer`: DiLoCo's group across workers, whose traffic the step's figures include too.
-  explicit StepWatch(const ProcessGroups& groups, const Communicator* outer = nullptr);
+  // The step's figures are those of groups.total_stats(): DiLoCo's outer group included.
+  explicit StepWatch(const ProcessGroups& groups);
   double elapsed_ms() const;
   // The step's comm_bytes (by kind and link class) and bytes and seconds by parallel axis.
   void add_communication(JsonLine& line) const;
   // The step's comm_bytes_job: what every rank of the job sent, by link class. Collective over
-  // `world` (every rank calls it after the step); the sum runs on raw MPI, outside the counted
+  // the job (every rank calls it after the step); the sum runs on raw MPI, outside the counted
   // communicators, so it never enters a step's figures.
-  JsonLine job_link_bytes(MpiCommunicator& world) const;
+  JsonLine job_link_bytes() const;
 
  private:
-  CommStats total() const;
-
   const ProcessGroups& groups_;
-  const Communicator* outer_;
   std::chrono::steady_clock::time_point start_;
   CommStats total_before_;
   CommStats axis_before_[3];  // tp, pp, dp

@@ -44,9 +44,7 @@ StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulatio
 Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape)
     : config(c),
       world(w),
-      workers(make_worker_groups(c, w)),
-      team(workers.worker_comm ? *workers.worker_comm : w),
-      groups(Mesh(mesh_shape, team.rank(), c.parallel.gpus_per_node), team),
+      groups(w, c.diloco.enabled ? c.diloco.workers : 0, mesh_shape, c.parallel.gpus_per_node),
       mesh(groups.mesh()),
       reduction_groups(groups.reductions()),
       shape(shape_of(c.model)),
@@ -60,7 +58,7 @@ Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh
   nonfinite_test_steps = test_nonfinite_steps();
   step_program = make_step_program(c, mesh, settings.accumulation);
   reports_loss_scale = c.precision.compute == cpu::ComputeDtype::fp16;
-  state_prefix = diloco_state_prefix(workers.worker);
+  state_prefix = diloco_state_prefix(groups.worker_index());
 }
 
 void Trainer::State::make_backend() {
@@ -74,7 +72,7 @@ void Trainer::State::make_backend() {
   placement.slots = step_program.slots;
   const ParameterLayout layout = ParameterLayout::for_partition(shape, placement.partition);
   placement.plan = make_reduction_plan(layout, reduction);
-  backend = make_training_backend(device, config, shape, placement, world.rank());
+  backend = make_training_backend(device, config, shape, placement);
   // The data-parallel ranks share the writing: each its ZeRO shard, or its share of the layout.
   const ElementRange share = replica_share(layout, reduction);
   checkpoint_writer =
@@ -87,13 +85,12 @@ void Trainer::State::make_backend() {
 }
 
 void Trainer::State::make_diloco(const BackendPlacement& placement, ElementRange share) {
-  diloco = std::make_unique<Diloco>(
-      config.diloco, config.run.seed, backend->layout(), shape,
-      diloco_placement(workers, groups, placement, backend->layout(), share));
+  diloco = std::make_unique<Diloco>(config.diloco, config.run.seed, backend->layout(), shape,
+                                    diloco_placement(groups, placement, backend->layout(), share));
   // Every worker's buffers are datasets of the checkpoint.
   std::vector<std::string> names;
   for (const StateBuffer& b : named_state()) names.push_back(b.name.substr(state_prefix.size()));
-  checkpoint_writer.dataset_names = every_workers_names(names, workers.workers);
+  checkpoint_writer.dataset_names = every_workers_names(names, groups.workers());
 }
 
 void Trainer::State::sample_micro_batch(int a, std::int32_t* inputs, std::int32_t* targets) {
@@ -101,7 +98,7 @@ void Trainer::State::sample_micro_batch(int a, std::int32_t* inputs, std::int32_
   const std::int64_t first = progress.data_position +
                              (static_cast<std::int64_t>(a) * settings.dp + mesh.dp_rank()) * micro;
   for (int b = 0; b < micro; ++b)
-    data.sample(static_cast<std::uint64_t>((first + b) * workers.workers + workers.worker),
+    data.sample(static_cast<std::uint64_t>((first + b) * groups.workers() + groups.worker_index()),
                 inputs + b * T, targets + b * T);
 }
 
@@ -146,7 +143,7 @@ void Trainer::State::evaluate() {
 
 JsonLine Trainer::State::tokens_by_source() const {
   const auto samples = static_cast<std::uint64_t>(progress.data_position) *
-                       static_cast<std::uint64_t>(workers.workers);
+                       static_cast<std::uint64_t>(groups.workers());
   const std::vector<std::uint64_t> drawn = data.drawn_before(samples);
   JsonLine line;
   for (std::size_t s = 0; s < drawn.size(); ++s)
@@ -167,7 +164,7 @@ std::string Trainer::State::stop_reason() {
 
 std::unique_ptr<OuterLoop> Trainer::State::outer_loop() {
   if (!diloco) return std::make_unique<OuterLoop>();
-  return make_diloco_loop(*diloco, workers, world, is_logger() ? metrics.get() : nullptr);
+  return make_diloco_loop(*diloco, groups, is_logger() ? metrics.get() : nullptr);
 }
 
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
@@ -207,7 +204,7 @@ int Trainer::run() {
 
   while (s.progress.step < c.train.steps) {
     bar.draw(s.progress.step);
-    const StepWatch watch(s.groups, s.workers.outer.get());
+    const StepWatch watch(s.groups);
     outer->begin_inner_step();
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
     s.settings.inject_nonfinite_gradients = s.nonfinite_test_steps.contains(s.progress.step + 1);
@@ -218,7 +215,7 @@ int Trainer::run() {
     // A step that stops the run is logged, but starts no outer sync.
     if (!result.stop) outer->end_inner_step(*s.backend, step);
     const double step_ms = watch.elapsed_ms();
-    const JsonLine job_bytes = watch.job_link_bytes(s.world);
+    const JsonLine job_bytes = watch.job_link_bytes();
     if (s.is_logger()) {
       const StepReport report{result, step, s.settings.lr, step_ms, tokens_per_step};
       JsonLine line = step_metrics(report, watch, *s.backend, s.reports_loss_scale);

@@ -31,12 +31,12 @@ void Trainer::State::print_startup() const {
   if (data.is_mixture()) {
     const std::uint64_t samples_in_run = static_cast<std::uint64_t>(c.train.steps) *
                                          static_cast<std::uint64_t>(c.train.global_batch) *
-                                         static_cast<std::uint64_t>(workers.workers);
+                                         static_cast<std::uint64_t>(groups.workers());
     data.describe(std::cout, c, samples_in_run);
   }
   if (c.diloco.enabled) {
     const DilocoConfig& d = c.diloco;
-    std::cout << "diloco: " << d.workers << " workers of " << team.size()
+    std::cout << "diloco: " << d.workers << " workers of " << groups.world().size()
               << " ranks, outer step every " << d.inner_steps << " inner steps (lr " << d.outer_lr
               << ", momentum " << d.outer_momentum << (d.nesterov ? ", Nesterov" : "")
               << "), averaging " << kAveragingChoices.word(d.averaging) << ", compression "

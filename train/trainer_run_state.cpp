@@ -49,13 +49,14 @@ void Trainer::State::load_state(const std::optional<std::string>& resume_from) {
   }
   std::vector<StateBuffer> buffers = named_state();
   const std::string path = choose_resume_checkpoint(*resume_from, ckpt_dir, world);
-  check_resumable(path, config.model, workers.workers);
+  check_resumable(path, config.model, groups.workers());
   const CheckpointMeta meta = read_checkpoint(path, backend->layout(), buffers);
   set_named_state(std::move(buffers));
   if (diloco) diloco->resume(*backend, meta.state.step);
   const CheckpointState& mine =
-      workers.worker == 0 ? meta.state
-                          : meta.worker_states.at(static_cast<std::size_t>(workers.worker - 1));
+      groups.worker_index() == 0
+          ? meta.state
+          : meta.worker_states.at(static_cast<std::size_t>(groups.worker_index() - 1));
   progress.step = meta.state.step;
   progress.data_position = meta.state.data_position;
   progress.optimizer_steps = mine.adam_steps;
@@ -103,8 +104,8 @@ void Trainer::State::save_checkpoint() {
   if (last_checkpoint_step == progress.step) return;
   CheckpointMeta meta{config_to_yaml(config), checkpoint_state(), tokenizer_model, {}};
   if (diloco) {  // every worker's counters reach the first (uncounted: metrics' duplicate)
-    std::vector<CheckpointState> all(static_cast<std::size_t>(workers.workers));
-    workers.outer_metrics->all_gather(reinterpret_cast<const std::uint8_t*>(&meta.state),
+    std::vector<CheckpointState> all(static_cast<std::size_t>(groups.workers()));
+    groups.outer_metrics().all_gather(reinterpret_cast<const std::uint8_t*>(&meta.state),
                                       reinterpret_cast<std::uint8_t*>(all.data()),
                                       sizeof(CheckpointState));
     meta.worker_states.assign(all.begin() + 1, all.end());

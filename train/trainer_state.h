@@ -35,8 +35,8 @@ struct StepProgram {
 struct Trainer::State {
   Config config;
   MpiCommunicator& world;  // the job
-  WorkerGroups workers;
-  MpiCommunicator& team;  // the ranks that train one model: the world, or this DiLoCo worker
+  // The job's grid: groups.world() is the ranks that train one model (the job, or this DiLoCo
+  // worker), groups.outer() a rank's counterparts in the other workers.
   ProcessGroups groups;
   const Mesh& mesh;
   ReductionGroups reduction_groups;

@@ -8,12 +8,12 @@ namespace strata {
 
 std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
                                                        const GptShape& shape,
-                                                       BackendPlacement placement, int job_rank) {
+                                                       BackendPlacement placement) {
   STRATA_CHECK(placement.groups != nullptr && placement.program != nullptr,
                "a training backend needs its groups and its pipeline program");
   if (device == Device::cuda) {
-    const int gpu = place_on_gpu(placement, config, job_rank, placement.groups->world(),
-                                 placement.groups->mesh().pp_size());
+    const int gpu = place_on_gpu(placement, config, placement.groups->job().rank(),
+                                 placement.groups->world(), placement.groups->mesh().pp_size());
     return make_cuda_training(config, shape, placement, gpu);
   }
   STRATA_CHECK(device == Device::cpu, "make_training_backend: device auto is not resolved");

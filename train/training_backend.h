@@ -89,12 +89,12 @@ class TrainingBackend {
 };
 
 // The backend of `device` (cpu or cuda, as resolve_device decides: train/device_choice.cpp) for
-// `config` and this rank's placement. On CUDA it also chooses, collectively over the placement's
-// team (groups->world()), the rank's GPU and whether device arrays cross ranks over NCCL
-// (place_on_gpu, train/cuda_training.h), so no caller makes those choices; `job_rank` is the
-// rank's place in the whole job (MPI_COMM_WORLD), which decides its GPU within its node.
+// `config` and this rank's placement. On CUDA it also chooses, collectively over the ranks that
+// train one model (groups->world()), the rank's GPU (by its rank in the job, groups->job()) and
+// whether device arrays cross ranks over NCCL (place_on_gpu, train/cuda_training.h), so no caller
+// makes those choices.
 std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
                                                        const GptShape& shape,
-                                                       BackendPlacement placement, int job_rank);
+                                                       BackendPlacement placement);
 
 }  // namespace strata

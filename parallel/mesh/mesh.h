@@ -11,10 +11,10 @@
 // Every group is a class of ranks that share a key: members_sharing(key_of) lists the world ranks
 // whose key equals this rank's, ascending, so the groups of one key function partition the world
 // by construction (what MpiCommunicator::subgroup needs), and ascending world rank is each axis's
-// own order (tp_rank, dp_rank, stage). A new kind of group is one key function: a DiLoCo worker
-// group, once MeshCoordinates has a worker coordinate, is
-//   members_sharing([&](int r) { return coordinates_of(shape(), r).worker; })
-// and the outer group that averages across workers keys on (tp, dp, pp) of coordinates_of.
+// own order (tp_rank, dp_rank, stage). A new kind of group inside the mesh is one key function
+// (ProcessGroups::add). The mesh is one DiLoCo worker's: the worker axis, outermost, and the outer
+// group that averages across workers are built beside the mesh groups by ProcessGroups
+// (parallel/mesh/process_groups.h), which is where every communicator group is made.
 #pragma once
 
 #include <utility>

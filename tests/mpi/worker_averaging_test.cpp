@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <set>
 #include <span>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "parallel/comm/mpi_communicator.h"
 #include "parallel/diloco/outer_compression.h"
 #include "parallel/diloco/worker_averaging.h"
+#include "parallel/mesh/process_groups.h"
 
 namespace strata {
 namespace {
@@ -383,7 +383,9 @@ TEST(WorkerAveraging, ErrorFeedbackSumTracksTheSumOfTheTrueMeans) {
 
 TEST(WorkerAveraging, AGroupOfOneChangesNothing) {
   World w;
-  const std::unique_ptr<MpiCommunicator> alone = w.comm.subgroup({w.me});
+  // The outer group of a DiLoCo job of one worker (every mesh rank's counterparts: itself).
+  const ProcessGroups groups(Mesh(w.k, w.me, 1, 1, 0, 1), w.comm, 1);
+  Communicator* const alone = &groups.outer();
   ASSERT_EQ(alone->size(), 1);
   for (OuterCompression format :
        {OuterCompression::none, OuterCompression::fp16, OuterCompression::bf16,
