@@ -11,7 +11,10 @@
 //                per stage and field, communication per collective
 //   --quantized  also consider ZeRO++'s lossy qwZ and qgZ
 //   --layout     given: price the config's own layout only (no search)
-//   --json       true: one JSON line per plan of the table instead of the text
+//   --json       true: one JSON line per plan of the table instead of the text; with --explain K,
+//                plan K's line also holds "explain": the parameter count, the memory per stage,
+//                and rank 0's and the whole job's bytes per step in metrics.jsonl's own fields
+//                (what scripts/bench compares its runs with)
 //   --out        write the best plan's keys as a YAML fragment to merge into a config
 // The best plan is also printed as `--set` overrides for `train`. When the cluster's nodes are
 // joined by a slow link, the DiLoCo verdict follows (plan/diloco_verdict.h).
@@ -24,11 +27,15 @@
 #include <sstream>
 
 #include "model/core/error.h"
+#include "model/parameter_layout.h"
+#include "plan/comm_model.h"
+#include "plan/compute_model.h"
 #include "plan/config.h"
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
 #include "tools/tool_args.h"
 #include "train/metrics.h"
+#include "train/step_report.h"
 
 namespace strata {
 namespace {
@@ -67,8 +74,56 @@ void print_table(const std::vector<PlanCost>& plans, int top) {
   }
 }
 
-void print_json(const std::vector<PlanCost>& plans, int top) {
-  for (int i = 0; i < top && i < static_cast<int>(plans.size()); ++i) {
+JsonLine link_bytes_json(const std::map<LinkClass, std::uint64_t>& by_link) {
+  JsonLine links;
+  for (const auto& [link, bytes] : by_link) links.add(link_class_name(link), bytes);
+  return links;
+}
+
+// Plan `p`'s figures under the names a training step logs them with (metrics.jsonl's
+// memory_bytes, comm_bytes, comm_bytes_by_axis, comm_bytes_job), so that a benchmark reads the
+// formula from here instead of re-deriving it, and a run's line compares with it key by key.
+JsonLine explain_json(const PlanCost& p, const ClusterSpec& cluster, int world_size) {
+  const ModelConfig& m = p.config.model;
+  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  std::vector<JsonLine> stages;
+  for (const MemoryAccount& account : p.stage_memory) stages.push_back(memory_json(account));
+  const CommPrediction& rank0 = p.time.rank0_comm;
+  JsonLine by_kind, by_axis;
+  for (const auto& [kind, by_link] : rank0.bytes_by_kind())
+    by_kind.add(kind, link_bytes_json(by_link));
+  by_axis.add("tp", rank0.group_bytes(CommGroup::tp))
+      .add("pp", rank0.group_bytes(CommGroup::pp))
+      .add("dp", rank0.group_bytes(CommGroup::dp));
+  // Every rank's bytes, as the trainer sums them over the job. Under DiLoCo these are the inner
+  // steps of the first worker's mesh times the workers: every worker's mesh sits alike on the
+  // nodes (whole nodes each, or all in one: config validation), so it sends the same.
+  const MeshShape mesh = resolve_mesh(p.config, world_size);
+  const std::size_t row_bytes = activation_element_bytes(cluster, p.config.precision.compute);
+  std::map<LinkClass, std::uint64_t> job = {{LinkClass::intra_node, 0}, {LinkClass::inter_node, 0}};
+  const std::uint64_t workers = p.config.diloco.enabled ? p.config.diloco.workers : 1;
+  for (int stage = 0; stage < mesh.pp; ++stage)
+    for (int tp_rank = 0; tp_rank < mesh.tp; ++tp_rank)
+      for (int dp_rank = 0; dp_rank < mesh.dp; ++dp_rank) {
+        const CommPrediction rank =
+            predict_communication(p.config, world_size, stage, tp_rank, dp_rank, row_bytes);
+        for (LinkClass link : {LinkClass::intra_node, LinkClass::inter_node})
+          job[link] += workers * rank.link_bytes(link);
+      }
+  return JsonLine()
+      .add("parameters", ParameterLayout::for_gpt(shape).total())
+      .add("memory_bytes_by_stage", stages)
+      .add("comm_bytes", by_kind)
+      .add("comm_bytes_by_axis", by_axis)
+      .add("comm_bytes_job", link_bytes_json(job));
+}
+
+// Lines for plans 1 to `top`, and for plan `explained` (1-based; 0: none) with its explanation
+// (after the others when it is beyond them).
+void print_json(const std::vector<PlanCost>& plans, int top, int explained,
+                const ClusterSpec& cluster, int world_size) {
+  for (int i = 0; i < static_cast<int>(plans.size()); ++i) {
+    if (i >= top && i + 1 != explained) continue;
     const PlanCost& p = plans[static_cast<std::size_t>(i)];
     std::string overrides;  // space-separated key=value (no value holds a space)
     for (const std::string& set : p.layout.overrides())
@@ -76,21 +131,21 @@ void print_json(const std::vector<PlanCost>& plans, int top) {
     JsonLine by_link;
     for (LinkClass link : {LinkClass::intra_node, LinkClass::inter_node})
       by_link.add(link_class_name(link), p.time.rank0_comm.link_bytes(link));
-    std::printf("%s\n", JsonLine()
-                            .add("rank", i + 1)
-                            .add("layout", p.layout.name())
-                            .add("step_ms", p.time.seconds * 1e3, "%.4f")
-                            .add("tokens_per_s", p.time.tokens_per_s, "%.1f")
-                            .add("mfu", p.time.mfu, "%.5f")
-                            .add("bubble", p.time.bubble_fraction, "%.5f")
-                            .add("memory_bytes", p.memory_bytes)
-                            .add("rank0_memory_bytes", total_bytes(p.stage_memory.front()))
-                            .add("limit_bytes", p.limit_bytes)
-                            .add("fits", p.fits())
-                            .add("rank0_comm_bytes", by_link)
-                            .add("overrides", overrides)
-                            .str()
-                            .c_str());
+    JsonLine line;
+    line.add("rank", i + 1)
+        .add("layout", p.layout.name())
+        .add("step_ms", p.time.seconds * 1e3, "%.4f")
+        .add("tokens_per_s", p.time.tokens_per_s, "%.1f")
+        .add("mfu", p.time.mfu, "%.5f")
+        .add("bubble", p.time.bubble_fraction, "%.5f")
+        .add("memory_bytes", p.memory_bytes)
+        .add("rank0_memory_bytes", total_bytes(p.stage_memory.front()))
+        .add("limit_bytes", p.limit_bytes)
+        .add("fits", p.fits())
+        .add("rank0_comm_bytes", by_link)
+        .add("overrides", overrides);
+    if (i + 1 == explained) line.add("explain", explain_json(p, cluster, world_size));
+    std::printf("%s\n", line.str().c_str());
   }
 }
 
@@ -180,10 +235,13 @@ int run(int argc, char** argv) {
   const std::string layout = args.get("--layout", "search"), json = args.get("--json", "false");
   if (layout != "search" && layout != "given") fail("--layout must be search or given");
   if (json != "true" && json != "false") fail("--json must be true or false");
+  const long long explained = args.has("--explain") ? args.integer("--explain", 1) : 0;
   if (layout == "given") {
     const std::vector<PlanCost> given = {cost_of(config, cluster, world)};
+    if (args.has("--explain") && explained != 1)
+      fail("--explain ", explained, " is not a plan of the table (1 to 1)");
     if (json == "true") {
-      print_json(given, 1);
+      print_json(given, 1, static_cast<int>(explained), cluster, world);
     } else {
       print_table(given, 1);
       explain(given.front(), cluster);
@@ -191,8 +249,10 @@ int run(int argc, char** argv) {
     return 0;
   }
   const std::vector<PlanCost> plans = search_layouts(config, cluster, world, options);
+  if (args.has("--explain") && (explained < 1 || explained > static_cast<long long>(plans.size())))
+    fail("--explain ", explained, " is not a plan of the table (1 to ", plans.size(), ")");
   if (json == "true") {
-    print_json(plans, top);
+    print_json(plans, top, static_cast<int>(explained), cluster, world);
     return 0;
   }
   int fitting = 0;
@@ -206,12 +266,7 @@ int run(int argc, char** argv) {
   std::printf("\nbest: %s\n  train %s", best.layout.name().c_str(), argv[1]);
   for (const std::string& set : best.layout.overrides()) std::printf(" --set %s", set.c_str());
   std::printf("\n");
-  if (args.has("--explain")) {
-    const long long k = args.integer("--explain", 1);
-    if (k < 1 || k > static_cast<long long>(plans.size()))
-      fail("--explain ", k, " is not a plan of the table (1 to ", plans.size(), ")");
-    explain(plans[static_cast<std::size_t>(k - 1)], cluster);
-  }
+  if (explained > 0) explain(plans[static_cast<std::size_t>(explained - 1)], cluster);
   if (const auto verdict = diloco_verdict(config, cluster, world)) {
     std::printf("\nDiLoCo: %s\n  synchronous: %s, %.0f tokens/s; a worker: %s, %.3f s per step\n",
                 verdict->summary.c_str(), verdict->sync_layout.c_str(), verdict->sync_tokens_per_s,

@@ -66,6 +66,13 @@ JsonLine& JsonLine::add(const std::string& k, const JsonLine& object) {
   return add_raw(k, object.str());
 }
 
+JsonLine& JsonLine::add(const std::string& k, const std::vector<JsonLine>& objects) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < objects.size(); ++i)
+    out.append(i > 0 ? ", " : "").append(objects[i].str());
+  return add_raw(k, out + "]");
+}
+
 JsonLine& JsonLine::add_raw(const std::string& k, const std::string& json) {
   key(k);
   body_ += json;

@@ -64,6 +64,8 @@ class JsonLine {
   JsonLine& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
   // A nested object.
   JsonLine& add(const std::string& key, const JsonLine& object);
+  // An array of objects (one per pipeline stage, say).
+  JsonLine& add(const std::string& key, const std::vector<JsonLine>& objects);
   // An array of numbers, each written as add(key, value, format) would.
   template <std::floating_point F>
   JsonLine& add(const std::string& key, const std::vector<F>& values,

@@ -4,7 +4,9 @@
 // a cluster where nothing fits stops with one "nothing fits" error before anything is written;
 // parallel.cluster without parallel.auto is refused. The `plan` tool prints its table, an
 // explanation and the best plan's overrides, which `train` accepts and trains with, and writes
-// them as a fragment; a bad cluster file is one error line.
+// them as a fragment; a bad cluster file is one error line. Its `--explain 1 --json true` line
+// holds a layout's parameter count, memory account and bytes under metrics.jsonl's names, equal to
+// what the run logs (the benchmarks in scripts/bench compare their runs with these figures).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -153,6 +155,60 @@ TEST_F(PlanAuto, PlanToolsBestPlanTrains) {
                                dir_->str() + "/missing.yaml");
   EXPECT_NE(bad.status, 0);
   EXPECT_EQ(bad.output.rfind("error: ", 0), 0u) << bad.output;
+}
+
+// The JSON object (balanced braces) that follows `key` in `text`; empty when `key` is absent.
+std::string object_after(const std::string& text, const std::string& key) {
+  const std::size_t at = text.find(key);
+  if (at == std::string::npos) return "";
+  const std::size_t begin = text.find('{', at + key.size());
+  int depth = 0;
+  for (std::size_t i = begin; i < text.size(); ++i) {
+    depth += text[i] == '{' ? 1 : text[i] == '}' ? -1 : 0;
+    if (depth == 0) return text.substr(begin, i + 1 - begin);
+  }
+  return "";
+}
+
+TEST_F(PlanAuto, ExplainJsonHoldsTheRunsFigures) {
+  const std::string cluster = dir_->str() + "/explain.yaml";
+  write_cluster(cluster, 1);
+  // Two simulated nodes of 2 ranks, so that both link classes carry bytes; ZeRO 2's per-segment
+  // reduce-scatters and sharded state.
+  const std::string layout =
+      " --set parallel.dp=4 --set parallel.gpus_per_node=2 --set parallel.zero.stage=2"
+      " --set train.steps=2 --set train.log_every=1";
+  const auto planned =
+      run_command(bin("plan") + " " + dir_->str() + "/config.yaml --cluster " + cluster +
+                  " --world 4 --layout given --explain 1 --json true" + layout);
+  ASSERT_EQ(planned.status, 0) << planned.output;
+  const auto run = run_command(mpirun(4) + bin("train") + " " + dir_->str() + "/config.yaml" +
+                               layout + " --set run.name=explained");
+  ASSERT_EQ(run.status, 0) << run.output;
+  const std::string metrics = read_file(dir_->str() + "/runs/explained/metrics.jsonl");
+  const std::size_t step = metrics.find("{\"step\": 2,");
+  ASSERT_NE(step, std::string::npos) << metrics;
+  const std::string line = metrics.substr(step, metrics.find('\n', step) - step);
+  const std::string explained = object_after(planned.output, "\"explain\": ");
+  ASSERT_FALSE(explained.empty()) << planned.output;
+  // wte 128 × 32 (the vocabulary of 64 padded to 128 rows), wpe 16 × 32, 4 blocks of
+  // 12·32² + 13·32, lnf 2·32.
+  EXPECT_NE(explained.find("\"parameters\": 55488,"), std::string::npos) << explained;
+  for (const char* key : {"\"comm_bytes\": ", "\"comm_bytes_by_axis\": ", "\"comm_bytes_job\": "}) {
+    EXPECT_FALSE(object_after(line, key).empty()) << key << " in " << line;
+    EXPECT_EQ(object_after(explained, key), object_after(line, key)) << key;
+  }
+  EXPECT_NE(object_after(line, "\"comm_bytes_job\": ").find("\"inter_node\": "), std::string::npos);
+  for (const char* field : {"\"master_weights\": ", "\"gradients\": ", "\"optimizer_state\": "}) {
+    const std::string ours = object_after(explained, "\"memory_bytes_by_stage\": [");
+    const std::string theirs = object_after(line, "\"memory_bytes\": ");
+    const std::size_t a = ours.find(field), b = theirs.find(field);
+    ASSERT_NE(a, std::string::npos) << field << " in " << ours;
+    ASSERT_NE(b, std::string::npos) << field << " in " << theirs;
+    EXPECT_EQ(std::stoull(ours.substr(a + std::string(field).size())),
+              std::stoull(theirs.substr(b + std::string(field).size())))
+        << field;
+  }
 }
 
 }  // namespace
