@@ -13,7 +13,7 @@ pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 # nlohmann-json: the JSON parser behind data/json_value.h (header-only).
 find_package(nlohmann_json 3 REQUIRED)
-# XXH3-64, the byte checksum of checkpoints of format 4 (train/checkpoint_format.h).
+# XXH3-64, the byte checksum of checkpoints of format 4 (train/checkpoint/checkpoint_format.h).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
 # BLAS: loaded at run time (model/kernels/cpu/blas.h: oneDNN, else OpenBLAS with its core type set

@@ -28,7 +28,8 @@ inline constexpr Choices kLrScheduleChoices{
 enum class NonfinitePolicy { skip, stop };
 inline constexpr Choices kNonfinitePolicyChoices{std::array{
     ChoiceWord{NonfinitePolicy::skip, "skip"}, ChoiceWord{NonfinitePolicy::stop, "stop"}}};
-// Where a run computes: `auto` resolves to cpu or cuda at start-up (train/device_choice.h).
+// Where a run computes: `auto` resolves to cpu or cuda at start-up
+// (train/backend/device_choice.cpp).
 enum class Device { cpu, cuda, automatic };
 inline constexpr Choices kDeviceChoices{std::array{ChoiceWord{Device::cpu, "cpu"},
                                                    ChoiceWord{Device::cuda, "cuda"},

@@ -199,7 +199,7 @@ void validate_diloco(const Config& c, const Rules& rules) {
   rules.unit_interval("diloco.drop_probability", d.drop_probability);
   rules.at_least("diloco.fragments", d.fragments, 1);
   // Streaming syncs F fragments of about N/F parameters at offsets f·H/F of each period
-  // (train/diloco_fragments.h); more fragments than layers would only add syncs.
+  // (train/diloco/diloco_fragments.h); more fragments than layers would only add syncs.
   if (d.fragments > c.model.n_layer)
     rules.fail("diloco.fragments", "(", d.fragments, ") must not exceed model.n_layer (",
                c.model.n_layer, "): at most one fragment per layer");

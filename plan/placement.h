@@ -1,6 +1,7 @@
 // Where a rank's part of the model sits under a config's layout, and the options and scratch its
 // backend derives from the config: the functions both the training backends
-// (train/training_backend.h) and the planner's predictions call, so that the two agree exactly.
+// (train/backend/training_backend.h) and the planner's predictions call, so that the two agree
+// exactly.
 #pragma once
 
 #include <cstddef>

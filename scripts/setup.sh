@@ -6,7 +6,7 @@
 # The CPU GEMMs load oneDNN (libdnnl2) or else the OpenMP build of OpenBLAS at run time
 # (model/kernels/cpu/blas.h). zlib1g-dev and libzstd-dev: `tokenize` reads .gz and .zst inputs
 # (data/compressed_stream.h). libssl-dev: OpenSSL's libcrypto computes SHA-256 (data/sha256.h).
-# libxxhash-dev: XXH3-64, the checkpoints' byte checksum (train/checkpoint_format.h).
+# libxxhash-dev: XXH3-64, the checkpoints' byte checksum (train/checkpoint/checkpoint_format.h).
 # nlohmann-json3-dev: the JSON parser behind data/json_value.h.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev libhdf5-dev

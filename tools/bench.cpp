@@ -37,7 +37,7 @@
 #include <random>
 
 #include "model/kernels/cpu/blas.h"
-#include "train/metrics.h"
+#include "train/metrics/metrics.h"
 
 namespace strata::bench {
 

@@ -1,15 +1,16 @@
 // The pieces of the `bench` tool (tools/bench.cpp: entry point, helpers and `bench sgemm`;
 // tools/bench_train.cpp: `bench train`; tools/bench_attention.cpp: `bench attention`;
 // tools/bench_checkpoint.cpp: `bench checkpoint`). Every
-// benchmark prints one JSON line on stdout (built with train/metrics.h's JsonLine, each figure
-// with the precision it means); timings are measured here and reported, never asserted by tests.
+// benchmark prints one JSON line on stdout (built with train/metrics/metrics.h's JsonLine, each
+// figure with the precision it means); timings are measured here and reported, never asserted by
+// tests.
 #pragma once
 
 #include <chrono>
 #include <vector>
 
 #include "tools/tool_args.h"
-#include "train/metrics.h"
+#include "train/metrics/metrics.h"
 
 namespace strata::bench {
 

@@ -41,8 +41,8 @@
 #include "model/core/error.h"
 #include "model/kernels/cpu/precision.h"
 #include "tools/bench.h"
-#include "train/cuda_training.h"
-#include "train/metrics.h"
+#include "train/backend/cuda_training.h"
+#include "train/metrics/metrics.h"
 
 #if STRATA_HAVE_CUDA
 #include <cuda_bf16.h>

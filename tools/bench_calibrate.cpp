@@ -12,7 +12,7 @@
 #include "parallel/comm/mpi_communicator.h"
 #include "plan/calibrate.h"
 #include "tools/bench.h"
-#include "train/metrics.h"
+#include "train/metrics/metrics.h"
 
 namespace strata::bench {
 

@@ -5,7 +5,8 @@
 //   write_s         write_checkpoint: the datasets, their per-tensor checksums, the seal, the
 //   rename; verify_s        verify_checkpoint on the new file: its seal, then every tensor's
 //   checksum (the
-//                   first read of a resume's choice of checkpoint, train/checkpoint_verify.h);
+//                   first read of a resume's choice of checkpoint,
+//                   train/checkpoint/checkpoint_verify.h);
 //   seal_s          seal_checkpoint_file alone on the same file (the byte checksum of every block);
 //   seal_check_s    check_checkpoint_seal alone on the file so sealed again (a new file version);
 // and two checksum rates over the in-memory parameters: checksum_bytes (the seal's and the
@@ -19,9 +20,9 @@
 
 #include "model/parameter_layout.h"
 #include "tools/bench.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_seal.h"
-#include "train/checkpoint_verify.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_seal.h"
+#include "train/checkpoint/checkpoint_verify.h"
 
 namespace strata::bench {
 namespace fs = std::filesystem;

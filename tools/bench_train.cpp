@@ -15,11 +15,11 @@
 // peak_rss_mib): the most an fp32 GEMM-bound step could reach here.
 //
 // `device: cuda` (or `auto` where a GPU is usable) times the same step on the GPU backend
-// (train/cuda_training.h): forward and backward of the micro-batch, the gradient norm read back,
-// the fused AdamW update, and a device synchronisation closing the step.
-// MFU is then against the datasheet peak of the device (tools/gpu_peaks.h: dense bf16 tensor-core
-// peak for bf16/fp16, the fp32 peak for fp32) unless --peak is given. Device memory is reported
-// two ways, both read after the timed steps:
+// (train/backend/cuda_training.h): forward and backward of the micro-batch, the gradient norm read
+// back, the fused AdamW update, and a device synchronisation closing the step. MFU is then against
+// the datasheet peak of the device (tools/gpu_peaks.h: dense bf16 tensor-core peak for bf16/fp16,
+// the fp32 peak for fp32) unless --peak is given. Device memory is reported two ways, both read
+// after the timed steps:
 //   device_mib       what Strata reserved (TrainingBackend::device_bytes(): activation and scratch
 //                    arenas, weights, gradients, moments, the cuBLASLt workspace), fixed at
 //                    construction;
@@ -43,10 +43,10 @@
 #include "plan/config.h"
 #include "tools/bench.h"
 #include "tools/gpu_peaks.h"
-#include "train/cuda_training.h"
-#include "train/loss_scale.h"
-#include "train/metrics.h"
-#include "train/process_memory.h"
+#include "train/backend/cuda_training.h"
+#include "train/metrics/metrics.h"
+#include "train/metrics/process_memory.h"
+#include "train/optimizer/loss_scale.h"
 #include "train/training_step.h"
 
 #if STRATA_HAVE_CUDA

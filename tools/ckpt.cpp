@@ -26,9 +26,9 @@
 #include "model/core/error.h"
 #include "tools/hf/hf_convert.h"
 #include "tools/tool_args.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_verify.h"
-#include "train/saved_model.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_verify.h"
+#include "train/checkpoint/saved_model.h"
 
 namespace {
 

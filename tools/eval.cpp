@@ -9,8 +9,8 @@
 #include "data/token_shards.h"
 #include "tools/eval_logits.h"
 #include "tools/tool_args.h"
+#include "train/checkpoint/saved_model.h"
 #include "train/evaluate.h"
-#include "train/saved_model.h"
 
 int main(int argc, char** argv) {
   constexpr const char* kUsage =

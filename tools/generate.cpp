@@ -16,7 +16,7 @@
 #include "data/tokenizer.h"
 #include "model/gpt_generation.h"
 #include "tools/tool_args.h"
-#include "train/saved_model.h"
+#include "train/checkpoint/saved_model.h"
 
 int main(int argc, char** argv) {
   constexpr const char* kUsage =

@@ -34,7 +34,7 @@
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
 #include "tools/tool_args.h"
-#include "train/metrics.h"
+#include "train/metrics/metrics.h"
 #include "train/step_report.h"
 
 namespace strata {

@@ -52,7 +52,7 @@
 #include "data/tokenizer.h"
 #include "data/training_sample.h"
 #include "model/core/error.h"
-#include "train/progress_bar.h"
+#include "train/metrics/progress_bar.h"
 
 namespace strata {
 namespace {

@@ -9,8 +9,9 @@
 #include <string>
 
 #include "parallel/mesh/process_groups.h"
-#include "train/metrics.h"
-#include "train/training_backend.h"
+#include "train/backend/training_backend.h"
+#include "train/metrics/metrics.h"
+#include "train/metrics/report_figures.h"
 #include "train/training_step.h"
 
 namespace strata {
@@ -35,21 +36,6 @@ class StepWatch {
   CommStats total_before_;
   CommStats axis_before_[3];  // tp, pp, dp
 };
-
-// What every rank of the job sent in `stats` (each rank passes its own), by link class.
-// Collective over `world`, on raw MPI (uncounted).
-struct JobLinkBytes {
-  std::uint64_t intra_node = 0, inter_node = 0, inter_worker = 0;
-  // {"intra_node": n, "inter_node": n[, "inter_worker": n when non-zero]}.
-  JsonLine json() const;
-};
-JobLinkBytes job_link_bytes_total(const CommStats& stats, MpiCommunicator& world);
-JsonLine job_link_bytes_of(const CommStats& stats, MpiCommunicator& world);
-
-// A byte count for people: "0 B", "812 B", "31.4 KiB", "1.27 MiB", "3.10 GiB".
-std::string human_bytes(double bytes);
-// A count for people: "812", "52.4k", "1.27M", "3.10B".
-std::string human_count(double count);
 
 struct StepReport {
   const StepResult& result;

@@ -9,10 +9,10 @@
 
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
-#include "train/cuda_training.h"
+#include "train/backend/cuda_training.h"
 #include "train/evaluate.h"
-#include "train/lr_schedule.h"
-#include "train/progress_bar.h"
+#include "train/metrics/progress_bar.h"
+#include "train/optimizer/lr_schedule.h"
 #include "train/stop_signal.h"
 #include "train/trainer_state.h"
 

@@ -7,8 +7,8 @@
 #include "model/core/error.h"
 #include "model/kernels/cpu/blas.h"
 #include "model/parameter_layout.h"
-#include "train/diloco_fragments.h"
-#include "train/process_memory.h"
+#include "train/diloco/diloco_fragments.h"
+#include "train/metrics/process_memory.h"
 #include "train/trainer_state.h"
 
 namespace strata {

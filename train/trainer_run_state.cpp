@@ -7,7 +7,7 @@
 
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
-#include "train/checkpoint_verify.h"
+#include "train/checkpoint/checkpoint_verify.h"
 #include "train/stop_signal.h"
 #include "train/trainer_state.h"
 

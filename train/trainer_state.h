@@ -13,13 +13,13 @@
 
 #include "data/token_shards.h"
 #include "parallel/mesh/process_groups.h"
-#include "train/checkpoint.h"
-#include "train/diloco.h"
-#include "train/diloco_run.h"
-#include "train/outer_loop.h"
+#include "train/backend/training_backend.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/diloco/diloco.h"
+#include "train/diloco/diloco_run.h"
+#include "train/diloco/outer_loop.h"
 #include "train/step_report.h"
 #include "train/trainer.h"
-#include "train/training_backend.h"
 #include "train/training_data.h"
 #include "train/training_step.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "model/core/error.h"
-#include "train/optimizer.h"
+#include "train/optimizer/optimizer.h"
 
 namespace strata {
 

@@ -16,8 +16,8 @@
 #include "parallel/mesh/host_reduction.h"
 #include "parallel/pipeline/pipeline_executor.h"
 #include "plan/config.h"
-#include "train/loss_scale.h"
-#include "train/training_backend.h"
+#include "train/backend/training_backend.h"
+#include "train/optimizer/loss_scale.h"
 
 namespace strata {
 

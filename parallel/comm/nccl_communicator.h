@@ -11,8 +11,8 @@
 // Set-up is agreed on over the MPI group (a failure on any member makes every member throw);
 // after an error, the destructor aborts the communicator rather than wait for its peers.
 //
-// NCCL needs a distinct GPU for every rank of a communicator; train/device_choice.h decides when
-// a run may use it (parallel.device_comm). Built only with the CUDA backend.
+// NCCL needs a distinct GPU for every rank of a communicator; train/backend/device_choice.cpp
+// decides when a run may use it (parallel.device_comm). Built only with the CUDA backend.
 //
 // Status: ran with one rank on an NVIDIA H200 (2026-11-26); never with a GPU per rank: untested.
 #pragma once

@@ -1,8 +1,8 @@
 // The one interpreter of a reduction plan (parallel/mesh/reduction_plan.h), for any transport:
 // the host's MPI communicators on host memory (parallel/mesh/host_reduction.h) and NCCL on device
-// memory (train/cuda_training.cpp) both run their plans through interpret_reductions, so what a
-// plan's operations mean (which group, which chunk of the range is this rank's, that a group of one
-// leaves the buffer as it is, that a tied exchange needs its group) is written once, and the
+// memory (train/backend/cuda_training.cpp) both run their plans through interpret_reductions, so
+// what a plan's operations mean (which group, which chunk of the range is this rank's, that a group
+// of one leaves the buffer as it is, that a tied exchange needs its group) is written once, and the
 // transports only move bytes (docs/ARCHITECTURE.md §2).
 //
 // A Transport provides, for its own Group type:

@@ -5,8 +5,8 @@
 // the transfers; a backend (the CPU model here, a CUDA model elsewhere) owns the compute, the
 // weights and the gradients.
 //
-// Backends: CpuPipelineStage (train/cpu_pipeline_stage.h), CudaPipelineStage
-// (train/cuda_pipeline_stage.h).
+// Backends: CpuPipelineStage (train/backend/cpu_pipeline_stage.h), CudaPipelineStage
+// (train/backend/cuda_pipeline_stage.h).
 #pragma once
 
 #include <cstddef>

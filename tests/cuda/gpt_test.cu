@@ -255,8 +255,8 @@ cpu::AdamWHyper first_step(float weight_decay, float grad_scale) {
 }
 constexpr float kWeightDecay = 0.1f;
 
-// train/optimizer.cpp's clip_factor and AdamW::step (decay on the layout's `decay` tensors), which
-// this executable cannot link (tests/cuda link strata_cuda, not strata_train).
+// train/optimizer/optimizer.cpp's clip_factor and AdamW::step (decay on the layout's `decay`
+// tensors), which this executable cannot link (tests/cuda link strata_cuda, not strata_train).
 void cpu_first_step(const ParameterLayout& layout, std::vector<float>& params,
                     const std::vector<float>& grads, std::vector<float>& m, double grad_clip) {
   const double norm = std::sqrt(cpu::sum_of_squares(grads.data(), static_cast<long>(grads.size())));

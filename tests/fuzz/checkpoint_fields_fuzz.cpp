@@ -1,5 +1,5 @@
-// Fuzz target: checkpoints that are valid HDF5 files with hostile contents (train/checkpoint.h,
-// checkpoint_verify.h, saved_model.h).
+// Fuzz target: checkpoints that are valid HDF5 files with hostile contents
+// (train/checkpoint/checkpoint.h, checkpoint_verify.h, saved_model.h).
 //
 // A tiny model's checkpoint (with AdamW moments and a tokenizer blob) is written once; each input
 // is a sequence of edits to a copy of it (FieldReader): an attribute set to another type or value,
@@ -21,7 +21,7 @@
 #include "model/parameter_layout.h"
 #include "plan/config.h"
 #include "tests/fuzz/checkpoint_read.h"
-#include "train/checkpoint_seal.h"
+#include "train/checkpoint/checkpoint_seal.h"
 
 namespace {
 

@@ -1,10 +1,11 @@
-// Fuzz target: the checkpoint reader (train/checkpoint.h, checkpoint_verify.h, saved_model.h) on
-// arbitrary file bytes: verification, the resume checks and the tools' model load.
+// Fuzz target: the checkpoint reader (train/checkpoint/checkpoint.h, checkpoint_verify.h,
+// saved_model.h) on arbitrary file bytes: verification, the resume checks and the tools' model
+// load.
 //
 // Input: the checkpoint file. As with shard_fuzz.cpp, most mutations break HDF5's structures;
 // checkpoint_fields_fuzz.cpp changes what a well-formed file holds instead. The seeds are a valid
 // checkpoint of each format read (seed-valid-checkpoint-4, and seed-valid-checkpoint of format 3,
-// written by an earlier version; train/checkpoint_format.h).
+// written by an earlier version; train/checkpoint/checkpoint_format.h).
 #include <cstdint>
 #include <string_view>
 

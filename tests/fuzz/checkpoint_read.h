@@ -1,5 +1,6 @@
 // What the checkpoint fuzz targets do with a checkpoint file: everything the tools and a resume do
-// with one before it trains (train/checkpoint_verify.h, train/checkpoint.h, train/saved_model.h).
+// with one before it trains (train/checkpoint/checkpoint_verify.h, train/checkpoint/checkpoint.h,
+// train/checkpoint/saved_model.h).
 #pragma once
 
 #include <cmath>
@@ -9,9 +10,9 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_support.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_verify.h"
-#include "train/saved_model.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_verify.h"
+#include "train/checkpoint/saved_model.h"
 
 namespace strata::fuzz {
 

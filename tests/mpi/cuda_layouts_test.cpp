@@ -17,7 +17,7 @@
 
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/test_support.h"
-#include "train/cuda_training.h"
+#include "train/backend/cuda_training.h"
 
 namespace strata {
 namespace {

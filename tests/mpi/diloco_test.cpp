@@ -1,5 +1,5 @@
-// DiLoCo (train/diloco.h) end to end under mpirun: one worker with outer lr 1 and momentum 0 is
-// plain training bit for bit; a run depends on (config, workers), not on each worker's inner
+// DiLoCo (train/diloco/diloco.h) end to end under mpirun: one worker with outer lr 1 and momentum 0
+// is plain training bit for bit; a run depends on (config, workers), not on each worker's inner
 // layout; a run stopped in the middle of a period resumes bit-exactly under every averaging
 // algorithm, with compression, error feedback and drops; the bytes across the worker boundary are
 // the analytic count; streaming syncs each fragment once per period at its offset; bad
@@ -16,7 +16,7 @@
 #include "parallel/diloco/worker_averaging.h"
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/test_support.h"
-#include "train/diloco_fragments.h"
+#include "train/diloco/diloco_fragments.h"
 #include "train/step_report.h"
 
 namespace strata {
@@ -189,8 +189,8 @@ TEST_F(DilocoRuns, BytesAcrossTheWorkerBoundaryAreTheAnalyticCount) {
       // 20 steps: 5 periods, each fragment once per period.
       ASSERT_EQ(syncs.size(), static_cast<std::size_t>(5 * fragments));
       const OuterCompression codec = outer_compression_from_name(format);
-      // The pieces of each fragment on a rank (train/diloco_fragments.h): wte in a call of its
-      // own, then the rest of fragment 0; every other fragment in one call.
+      // The pieces of each fragment on a rank (train/diloco/diloco_fragments.h): wte in a call of
+      // its own, then the rest of fragment 0; every other fragment in one call.
       const std::vector<int> fragment_of = diloco_tensor_fragments(kShape, fragments);
       std::vector<std::vector<std::size_t>> pieces(static_cast<std::size_t>(fragments));
       for (std::size_t t = 0; t < layout.tensors().size(); ++t) {

@@ -10,8 +10,8 @@
 #include "data/tokenizer.h"
 #include "model/parameter_layout.h"
 #include "plan/config.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_seal.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_seal.h"
 
 namespace strata::testing {
 
@@ -32,9 +32,9 @@ inline std::string write_strata_checkpoint(const std::string& dir, const GptShap
 }
 
 // Turns a checkpoint written now into the strata-checkpoint-3 file an earlier version would have
-// written: the formats differ only in the byte checksum (train/checkpoint_format.h), so the format
-// attribute, the tokenizer bytes' checksum and the seal are rewritten; the tensors' checksums are
-// the same in both.
+// written: the formats differ only in the byte checksum (train/checkpoint/checkpoint_format.h), so
+// the format attribute, the tokenizer bytes' checksum and the seal are rewritten; the tensors'
+// checksums are the same in both.
 inline void rewrite_as_format_3(const std::string& path) {
   {
     H5File file = H5File::open_write(path);

@@ -15,7 +15,7 @@
 #include "model/kernels/cpu/blas.h"
 #include "tests/support/test_support.h"
 #include "tools/gpu_peaks.h"
-#include "train/cuda_training.h"
+#include "train/backend/cuda_training.h"
 
 namespace strata {
 namespace {

@@ -1,8 +1,8 @@
-// The checkpoint seal (train/checkpoint_seal.h): damage anywhere in the file, HDF5's own
+// The checkpoint seal (train/checkpoint/checkpoint_seal.h): damage anywhere in the file, HDF5's own
 // structures included, is an error naming the file and the damaged bytes before HDF5 reads them;
 // locate_checkpoint_damage then names the tensor when the damage is in one. New files are of
 // format 4 (XXH3-64 byte checksums); files of format 3 are still checked and read
-// (train/checkpoint_format.h).
+// (train/checkpoint/checkpoint_format.h).
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -14,9 +14,9 @@
 #include "plan/config.h"
 #include "tests/support/checkpoint_support.h"
 #include "tests/support/test_support.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_seal.h"
-#include "train/checkpoint_verify.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_seal.h"
+#include "train/checkpoint/checkpoint_verify.h"
 
 namespace strata {
 namespace {

@@ -12,8 +12,8 @@
 #include "data/hdf5_handle.h"
 #include "parallel/mesh/reduction_plan.h"
 #include "tests/support/test_support.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_seal.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_seal.h"
 
 namespace strata {
 namespace {

@@ -1,7 +1,7 @@
-// Streaming DiLoCo's fragments (train/diloco_fragments.h): contiguous runs of whole tensors in
-// model order, balanced by elements (the embedding alone when it is larger than an even share),
+// Streaming DiLoCo's fragments (train/diloco/diloco_fragments.h): contiguous runs of whole tensors
+// in model order, balanced by elements (the embedding alone when it is larger than an even share),
 // and the same tensors under every layout, so both pipeline ends sync the tied wte together.
-#include "train/diloco_fragments.h"
+#include "train/diloco/diloco_fragments.h"
 
 #include <gtest/gtest.h>
 

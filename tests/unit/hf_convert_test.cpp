@@ -16,7 +16,7 @@
 #include "tools/hf/hf_convert.h"
 #include "tools/hf/hf_gpt2.h"
 #include "tools/hf/safetensors.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace strata {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "model/gpt.h"
 #include "tests/support/test_support.h"
-#include "train/checkpoint.h"
-#include "train/loss_scale.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/optimizer/loss_scale.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,5 @@
-// The metrics lines' JSON (train/metrics.h): JsonLine's values, nested objects and arrays as the
-// metrics file and `bench` print them, the comm_bytes object a training line carries, the
+// The metrics lines' JSON (train/metrics/metrics.h): JsonLine's values, nested objects and arrays
+// as the metrics file and `bench` print them, the comm_bytes object a training line carries, the
 // metrics file kept consistent on resume, and the peak resident memory figure.
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 
 #include "parallel/comm/communicator.h"
 #include "tests/support/test_support.h"
-#include "train/metrics.h"
-#include "train/process_memory.h"
+#include "train/metrics/metrics.h"
+#include "train/metrics/process_memory.h"
 
 namespace strata {
 namespace {

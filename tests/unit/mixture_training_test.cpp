@@ -6,7 +6,7 @@
 
 #include "model/gpt.h"
 #include "tests/support/test_support.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace strata {
 namespace {

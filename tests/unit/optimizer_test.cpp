@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/parameter_layout.h"
-#include "train/optimizer.h"
+#include "train/optimizer/optimizer.h"
 
 namespace strata {
 namespace {

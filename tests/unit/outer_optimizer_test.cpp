@@ -1,13 +1,13 @@
-// DiLoCo's outer optimizer (train/outer_optimizer.h): with lr 1 and momentum 0 the anchor becomes
-// the workers' mean bit for bit (one worker: plain training; several: federated averaging), and
-// otherwise it follows the paper's update (Nesterov or plain momentum) computed in double, to
+// DiLoCo's outer optimizer (train/diloco/outer_optimizer.h): with lr 1 and momentum 0 the anchor
+// becomes the workers' mean bit for bit (one worker: plain training; several: federated averaging),
+// and otherwise it follows the paper's update (Nesterov or plain momentum) computed in double, to
 // fp32 rounding, over several outer steps.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "train/outer_optimizer.h"
+#include "train/diloco/outer_optimizer.h"
 
 namespace strata {
 namespace {

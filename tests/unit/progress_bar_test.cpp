@@ -1,12 +1,12 @@
-// `train`'s progress bar (train/progress_bar.h): its text for a step, a total and a pace, the
-// durations of its ETA, the in-place redraw of a live line, and that a bar is never drawn where
+// `train`'s progress bar (train/metrics/progress_bar.h): its text for a step, a total and a pace,
+// the durations of its ETA, the in-place redraw of a live line, and that a bar is never drawn where
 // stdout is not a terminal (as in every test and log).
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
-#include "train/progress_bar.h"
+#include "train/metrics/progress_bar.h"
 
 namespace strata {
 namespace {

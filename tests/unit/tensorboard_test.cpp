@@ -1,7 +1,7 @@
-// TensorBoard's event files (train/tensorboard.h): CRC-32C and TFRecord framing against published
-// values, the protocol-buffer encoding of an Event byte by byte, how a metrics line flattens into
-// tags, and the files a MetricsWriter leaves for a fresh and a resumed run. That TensorBoard itself
-// reads a trained run's files is tests/python/tensorboard_read_test.cpp.
+// TensorBoard's event files (train/metrics/tensorboard.h): CRC-32C and TFRecord framing against
+// published values, the protocol-buffer encoding of an Event byte by byte, how a metrics line
+// flattens into tags, and the files a MetricsWriter leaves for a fresh and a resumed run. That
+// TensorBoard itself reads a trained run's files is tests/python/tensorboard_read_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "tests/support/test_support.h"
-#include "train/json_scalars.h"
-#include "train/metrics.h"
-#include "train/protobuf_wire.h"
-#include "train/tensorboard.h"
+#include "train/metrics/json_scalars.h"
+#include "train/metrics/metrics.h"
+#include "train/metrics/protobuf_wire.h"
+#include "train/metrics/tensorboard.h"
 
 namespace strata {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "model/gpt.h"
 #include "tests/support/test_support.h"
-#include "train/checkpoint.h"
-#include "train/cuda_training.h"
+#include "train/backend/cuda_training.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace strata {
 namespace {

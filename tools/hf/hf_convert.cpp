@@ -12,7 +12,7 @@
 #include "plan/config.h"
 #include "tools/hf/hf_gpt2.h"
 #include "tools/hf/safetensors.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace strata {
 namespace {

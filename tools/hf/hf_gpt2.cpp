@@ -6,7 +6,7 @@
 #include "data/json_value.h"
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
-#include "train/metrics.h"
+#include "train/metrics/metrics.h"
 
 namespace strata {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "data/json_value.h"
 #include "model/core/error.h"
-#include "train/metrics.h"
+#include "train/metrics/metrics.h"
 
 namespace strata {
 

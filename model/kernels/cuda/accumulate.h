@@ -1,8 +1,8 @@
 // Flat fp32 arrays on the device. add_into: sum[i] += addend[i], for the gradient of the tied
 // embedding, whose two halves (the first pipeline stage's embedding, the last stage's head) are
-// exchanged and summed. The CPU backend does the same loop in train/gradient_sync.cpp; a + b is b +
-// a bitwise, so both ends of the exchange hold the same sum. fill: every element one value (the
-// cross-entropy's gradient seed, loss_scale / N per row).
+// exchanged and summed; the CPU backend does the same loop in parallel/mesh/host_reduction.cpp.
+// a + b is b + a bitwise, so both ends of the exchange hold the same sum. fill: every element one
+// value (the cross-entropy's gradient seed, loss_scale / N per row).
 //
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once

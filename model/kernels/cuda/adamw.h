@@ -1,6 +1,7 @@
-// Fused AdamW over the flat parameter buffers (model/kernels/cpu/adamw.h, train/optimizer.h): one
-// pass reads the fp32 gradient and updates in place the fp32 master weights and both fp32
-// moments, and writes the compute-dtype copy of the weights the forward pass reads:
+// Fused AdamW over the flat parameter buffers (model/kernels/cpu/adamw.h,
+// train/optimizer/optimizer.h): one pass reads the fp32 gradient and updates in place the fp32
+// master weights and both fp32 moments, and writes the compute-dtype copy of the weights the
+// forward pass reads:
 //   g = grad · grad_scale · device_scale      (1/loss_scale and the clip factor folded in)
 //   m = β1·m + (1−β1)·g ;  v = β2·v + (1−β2)·g²
 //   p −= lr · ( m̂ / (√v̂ + eps) + weight_decay · p ),  m̂ = m / (1−β1^t), v̂ = v / (1−β2^t)

@@ -1,0 +1,136 @@
+#include "train/backend/cpu_training.h"
+
+#include "train/backend/backend_state.h"
+
+#include <algorithm>
+
+#include "model/core/error.h"
+#include "model/kernels/cpu/adamw.h"
+#include "model/kernels/cpu/precision.h"
+#include "parallel/mesh/host_reduction.h"
+
+namespace strata {
+
+CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
+                         const BackendPlacement& placement)
+    : plan_(placement.plan),
+      groups_(placement.groups->reductions()),
+      scratch_floats_(std::max(reduction_scratch_floats(plan_.gradients, *placement.groups),
+                               reduction_scratch_floats(plan_.parameters, *placement.groups))),
+      model_(shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
+             placement.slots, gpt_options_of(config)),
+      params_(plan_.parameter_range.size(), 0.0f),
+      grads_(plan_.gradient_range.size(), 0.0f),
+      optimizer_(model_.layout(), plan_.owned, config.optimizer),
+      parameters_(model_.segments(), plan_, placement.groups->sharding(),
+                  sharding_options(config.parallel.zero)),
+      stage_(model_),
+      executor_(stage_, placement.groups->pp(), *placement.program, config.train.micro_batch,
+                shape.seq_len) {
+  STRATA_CHECK(plan_.buffer_size >= model_.layout().total(), "the plan's buffer is too small");
+  refresh_compute_weights();
+}
+
+std::vector<std::vector<float>*> CpuTraining::state_values() {
+  std::vector<std::vector<float>*> values{&params_};
+  for (const OptimizerState& s : optimizer_.state()) values.push_back(s.values);
+  return values;
+}
+
+std::vector<StateBuffer> CpuTraining::held_state() {
+  std::vector<std::string> moments;
+  for (const OptimizerState& s : optimizer_.state()) moments.push_back(s.name);
+  return state_buffers(plan_.parameter_range, optimizer_.range(), moments);
+}
+
+std::vector<StateBuffer> CpuTraining::state() {
+  std::vector<StateBuffer> buffers = held_state();
+  const std::vector<std::vector<float>*> values = state_values();
+  for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].values = *values[i];
+  return buffers;
+}
+
+void CpuTraining::set_state(const std::vector<StateBuffer>& buffers) {
+  const std::vector<StateBuffer> held = held_state();
+  const std::vector<std::vector<float>*> values = state_values();
+  for (const StateBuffer& b : buffers) *values[match_state_buffer(held, b, "CPU")] = b.values;
+  refresh_compute_weights();
+}
+
+void CpuTraining::read_master_weights(ElementRange range, float* out) {
+  std::fill_n(out, range.size(), 0.0f);
+  const WindowPart part = window_part(range, plan_.parameter_range);
+  std::copy_n(params_.data() + part.held_at, part.count, out + part.window_at);
+}
+
+void CpuTraining::write_master_weights(ElementRange range, const float* in) {
+  const WindowPart part = window_part(range, plan_.parameter_range);
+  if (part.count == 0) return;
+  std::copy_n(in + part.window_at, part.count, params_.data() + part.held_at);
+  refresh_compute_weights();
+}
+
+const float* CpuTraining::compute_weights() const {
+  return weights_.empty() ? params_.data() : weights_.data();
+}
+
+void CpuTraining::refresh_compute_weights() {
+  const cpu::ComputeDtype dtype = model_.options().compute;
+  if (dtype == cpu::ComputeDtype::fp32) return;
+  weights_ = params_;
+  cpu::round_to_dtype(weights_.data(), static_cast<long>(weights_.size()), dtype);
+}
+
+double CpuTraining::accumulate_gradients(int micro_batches, float loss_scale,
+                                         const MicroBatchSource& source) {
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  parameters_.bind(compute_weights(), grads_.data(), micro_batches);
+  stage_.bind(&parameters_);
+  const double loss = executor_.train_step(loss_scale, source);
+  STRATA_CHECK(!parameters_.has_pending_gradients(),
+               "a gradient bucket was not reduced: the schedule ran fewer backward passes than ",
+               micro_batches);
+  return loss;
+}
+
+void CpuTraining::reduce_gradients() {
+  run_reductions(plan_.gradients, grads_.data(), groups_, plan_.gradient_range.begin);
+}
+
+double CpuTraining::gradient_sum_of_squares() {
+  double sum = 0;
+  for (const ElementRange& r : plan_.norm_ranges)
+    sum += cpu::sum_of_squares(grads_.data() + (r.begin - plan_.gradient_range.begin),
+                               static_cast<long>(r.size()));
+  return sum;
+}
+
+void CpuTraining::apply_optimizer(const OptimizerStep& step) {
+  const ElementRange owned = optimizer_.range();
+  optimizer_.update(params_.data() + (owned.begin - plan_.parameter_range.begin),
+                    grads_.data() + (owned.begin - plan_.gradient_range.begin), step);
+  run_reductions(plan_.parameters, params_.data(), groups_, plan_.parameter_range.begin);
+  refresh_compute_weights();
+}
+
+MemoryAccount CpuTraining::memory() const {
+  MemoryAccount m;
+  m.master_weights = params_.size() * sizeof(float);
+  m.compute_weights = weights_.size() * sizeof(float);  // bf16/fp16 emulated in fp32 storage
+  m.gradients = grads_.size() * sizeof(float);
+  m.optimizer_state = optimizer_.state_bytes();
+  m.activations = model_.activation_bytes();
+  m.secondary_weights = parameters_.secondary_bytes();
+  m.gathered_weights = parameters_.peak_gathered_bytes();
+  m.gradient_buckets = parameters_.peak_bucket_bytes();
+  m.communication = scratch_floats_ * sizeof(float);
+  return m;
+}
+
+PipelineExecutor& CpuTraining::evaluator() {
+  parameters_.bind(compute_weights(), nullptr, 0);
+  stage_.bind(&parameters_);
+  return executor_;
+}
+
+}  // namespace strata

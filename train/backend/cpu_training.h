@@ -1,0 +1,69 @@
+// The training backend on the CPU (train/backend/training_backend.h): this rank's part of the model
+// (Gpt<float>, its ModelPartition) with the fp32 master weights, the gradients and a compute-dtype
+// copy of the weights (bf16/fp16 emulated by rounding, docs/ARCHITECTURE.md §6) in flat buffers
+// over the reduction plan's ranges (the whole padded layout, or under ZeRO 2/3 the owned shard of
+// the gradients, and under ZeRO 3 of the weights), the model reaching them through
+// ShardedParameters, AdamW on the plan's owned range, and the pipeline executor that runs every
+// step's micro-batches through this stage.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/mesh/host_reduction.h"
+#include "parallel/zero/sharded_parameters.h"
+#include "train/backend/cpu_pipeline_stage.h"
+#include "train/backend/training_backend.h"
+
+namespace strata {
+
+class CpuTraining final : public TrainingBackend {
+ public:
+  // placement.groups and placement.program must outlive this object.
+  CpuTraining(const Config& config, const GptShape& shape, const BackendPlacement& placement);
+
+  std::string name() const override { return "cpu"; }
+  const ParameterLayout& layout() const override { return model_.layout(); }
+  const ReductionPlan& plan() const override { return plan_; }
+
+  std::vector<StateBuffer> state() override;
+  void set_state(const std::vector<StateBuffer>& buffers) override;
+  void read_master_weights(ElementRange range, float* out) override;
+  void write_master_weights(ElementRange range, const float* in) override;
+
+  double accumulate_gradients(int micro_batches, float loss_scale,
+                              const MicroBatchSource& source) override;
+  void reduce_gradients() override;
+  double gradient_sum_of_squares() override;
+  void apply_optimizer(const OptimizerStep& step) override;
+  PipelineExecutor& evaluator() override;
+
+  std::size_t activation_bytes() const override { return model_.activation_bytes(); }
+  std::size_t activation_bytes_per_layer() const override {
+    return model_.activation_bytes_per_layer();
+  }
+  MemoryAccount memory() const override;
+
+ private:
+  // The state's names and ranges (train/backend/backend_state.h) and, in the same order, its
+  // values.
+  std::vector<StateBuffer> held_state();
+  std::vector<std::vector<float>*> state_values();
+  // The weights the model reads: the masters in fp32, else their rounded copy.
+  const float* compute_weights() const;
+  void refresh_compute_weights();
+
+  ReductionPlan plan_;
+  ReductionGroups groups_;
+  std::size_t scratch_floats_;  // the largest reduction scratch (memory accounting)
+  Gpt<float> model_;
+  // Over plan_.parameter_range, plan_.gradient_range and parameter_range (weights_: empty in fp32).
+  std::vector<float> params_, grads_, weights_;
+  AdamW optimizer_;
+  ShardedParameters parameters_;
+  CpuPipelineStage stage_;
+  PipelineExecutor executor_;
+};
+
+}  // namespace strata

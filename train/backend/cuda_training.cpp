@@ -1,0 +1,420 @@
+// CudaTraining on the CUDA backend (built only with CUDA; cuda_training_absent.cpp otherwise).
+// Status: ran on an NVIDIA H200 (2026-11-26); its NCCL path between several GPUs never has.
+#include "train/backend/cuda_training.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "model/core/error.h"
+#include "model/gpt_cuda.h"
+#include "model/kernels/cuda/accumulate.h"
+#include "model/kernels/cuda/adamw.h"
+#include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/attention.h"
+#include "model/kernels/cuda/cast.h"
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_buffer.h"
+#include "model/kernels/cuda/device_context.h"
+#include "model/kernels/cuda/grad_norm.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/comm/nccl_communicator.h"
+#include "parallel/mesh/host_reduction.h"
+#include "parallel/mesh/process_groups.h"
+#include "parallel/mesh/reduction_interpreter.h"
+#include "train/backend/backend_state.h"
+#include "train/backend/cuda_nccl_sharding.h"
+#include "train/backend/cuda_pipeline_stage.h"
+#include "train/backend/cuda_staged_sharding.h"
+
+namespace strata {
+namespace {
+
+// One NCCL communicator per parallel axis, made (in this order on every rank) from the MPI groups
+// of the placement; all null when the placement stages through the host.
+struct NcclGroups {
+  // dp_prefetch: a second one over the dp group for ZeRO 3's prefetched gathers.
+  std::unique_ptr<NcclCommunicator> tp, pp, dp, dp_prefetch;
+
+  explicit NcclGroups(const BackendPlacement& placement) {
+    if (!placement.nccl) return;
+    tp = std::make_unique<NcclCommunicator>(placement.groups->tp());
+    pp = std::make_unique<NcclCommunicator>(placement.groups->pp());
+    dp = std::make_unique<NcclCommunicator>(placement.groups->dp());
+    if (placement.plan.parameters_by_segment)
+      dp_prefetch = std::make_unique<NcclCommunicator>(placement.groups->dp());
+  }
+  NcclCommunicator* of(ParallelAxis axis) const {
+    return axis == ParallelAxis::tp ? tp.get() : axis == ParallelAxis::pp ? pp.get() : dp.get();
+  }
+};
+
+// Device arrays over NCCL, queued on the compute stream (parallel/mesh/reduction_interpreter.h);
+// `scratch` holds what one operation receives.
+struct NcclTransport {
+  const NcclGroups& groups;
+  float* scratch;
+  cudaStream_t stream;
+
+  NcclCommunicator* group(ParallelAxis axis) const { return groups.of(axis); }
+  void all_reduce(NcclCommunicator& group, float* data, std::size_t count) {
+    group.all_reduce_sum(data, count, stream);
+  }
+  void reduce_scatter(NcclCommunicator& group, float* data, std::size_t chunk) {
+    group.reduce_scatter_sum(data, scratch, chunk, stream);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(data + group.rank() * chunk, scratch, chunk * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream));
+  }
+  void all_gather(NcclCommunicator& group, float* data, std::size_t chunk) {
+    group.all_gather(data + group.rank() * chunk, data, chunk, stream);
+  }
+  void exchange_add(NcclCommunicator& group, float* data, std::size_t count, int peer) {
+    group.exchange(data, scratch, count, peer, stream);
+    cuda::add_into(data, scratch, static_cast<long>(count), stream);  // a + b = b + a
+  }
+};
+
+template <class T>
+class CudaTrainingOf final : public TrainingBackend {
+ public:
+  CudaTrainingOf(const Config& config, const GptShape& shape, const BackendPlacement& placement,
+                 int device)
+      : config_(config),
+        plan_(placement.plan),
+        groups_(placement.groups->reductions()),
+        ctx_(device),
+        nccl_(placement),
+        model_(ctx_, shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
+               placement.slots, config.recompute, nccl_.tp.get()),
+        n_params_(static_cast<long>(plan_.parameter_range.size())),
+        n_grads_(static_cast<long>(plan_.gradient_range.size())),
+        owned_(plan_.owned),
+        scratch_count_(static_cast<long>(
+            std::max(reduction_scratch_floats(plan_.gradients, *placement.groups),
+                     reduction_scratch_floats(plan_.parameters, *placement.groups)))),
+        buffers_(
+            buffer_bytes(n_params_, n_grads_, static_cast<long>(owned_.size()), scratch_count_)),
+        decay_(restrict_to(model_.layout().decayed_ranges(), owned_)),
+        micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
+    STRATA_CHECK(plan_.buffer_size >= model_.layout().total() && owned_.end <= plan_.buffer_size,
+                 "the reduction plan does not fit this partition's layout");
+    master_ = buffers_.allocate<float>(n_params_);
+    grads_ = buffers_.allocate<float>(n_grads_);
+    m_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
+    v_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
+    // cudaMalloc leaves memory as it finds it: the state starts at zero, as the CPU backend's
+    // vectors do (bench train writes only the weights; AdamW's moments must start at zero).
+    for (float* buffer : {master_, m_, v_}) {
+      const std::size_t count =
+          buffer == master_ ? static_cast<std::size_t>(n_params_) : owned_.size();
+      STRATA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, count * sizeof(float), ctx_.stream()));
+    }
+    if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_params_);
+    norms_ = buffers_.allocate<double>(kMaxNormRanges);
+    if (scratch_count_ > 0) scratch_ = buffers_.allocate<float>(scratch_count_);
+    tokens_.resize(static_cast<std::size_t>(config.train.micro_batch) * shape.seq_len);
+    targets_.resize(tokens_.size());
+    // Evaluation, and the step of a pipeline stage, run through the executor; a lone stage trains
+    // in the model's fused forward-backward pass instead.
+    pp_ = &placement.groups->pp();
+    parameters_ = make_parameter_access(config.parallel.zero, *placement.groups);
+    stage_ = std::make_unique<CudaPipelineStage<T>>(model_, *parameters_);
+    executor_ = std::make_unique<PipelineExecutor>(*stage_, *pp_, *placement.program,
+                                                   config.train.micro_batch, shape.seq_len);
+  }
+
+  std::string name() const override { return nccl_.dp ? "cuda (nccl)" : "cuda"; }
+  const ParameterLayout& layout() const override { return model_.layout(); }
+  const ReductionPlan& plan() const override { return plan_; }
+
+  // The state's device arrays, in the order of state_buffers (train/backend/backend_state.h).
+  std::vector<float*> state_arrays() const { return {master_, m_, v_}; }
+
+  std::vector<StateBuffer> state() override {
+    std::vector<StateBuffer> buffers = state_buffers(plan_.parameter_range, owned_, kAdamWMoments);
+    const std::vector<float*> arrays = state_arrays();
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      buffers[i].values.resize(buffers[i].range.size());
+      download(buffers[i].values, arrays[i]);
+    }
+    ctx_.synchronize();
+    return buffers;
+  }
+
+  void set_state(const std::vector<StateBuffer>& buffers) override {
+    const std::vector<StateBuffer> held =
+        state_buffers(plan_.parameter_range, owned_, kAdamWMoments);
+    const std::vector<float*> arrays = state_arrays();
+    for (const StateBuffer& b : buffers)
+      upload(arrays[match_state_buffer(held, b, "CUDA")], b.values);
+    if constexpr (!std::is_same_v<T, float>)
+      cuda::cast(weights_, master_, n_params_, ctx_.stream());
+    ctx_.synchronize();  // the host vectors may change once this returns
+  }
+
+  void read_master_weights(ElementRange range, float* out) override {
+    std::fill_n(out, range.size(), 0.0f);
+    const WindowPart part = window_part(range, plan_.parameter_range);
+    if (part.count == 0) return;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(out + part.window_at, master_ + part.held_at,
+                                      part.count * sizeof(float), cudaMemcpyDeviceToHost,
+                                      ctx_.stream()));
+    ctx_.synchronize();
+  }
+
+  void write_master_weights(ElementRange range, const float* in) override {
+    const WindowPart part = window_part(range, plan_.parameter_range);
+    if (part.count == 0) return;
+    const std::size_t at = part.held_at;
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(master_ + at, in + part.window_at, part.count * sizeof(float),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
+    if constexpr (!std::is_same_v<T, float>)
+      cuda::cast(weights_ + at, master_ + at, static_cast<long>(part.count), ctx_.stream());
+    ctx_.synchronize();  // `in` may change once this returns
+  }
+
+  double accumulate_gradients(int micro_batches, float loss_scale,
+                              const MicroBatchSource& source) override {
+    STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_grads_ * sizeof(float), ctx_.stream()));
+    parameters_->bind(weights(), grads_, micro_batches);
+    if (pp_->size() > 1) {
+      const double loss = executor_->train_step(loss_scale, source);
+      parameters_->finish_step();
+      return loss;
+    }
+    const int B = config_.train.micro_batch, T_ = model_.shape().seq_len;
+    const std::size_t rows = static_cast<std::size_t>(B) * T_;
+    STRATA_CHECK(static_cast<std::size_t>(micro_batches) * rows <= micro_losses_.size());
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      source(mb, tokens_.data(), targets_.data());
+      model_.forward_backward(*parameters_, tokens_.data(), targets_.data(), B, T_, loss_scale);
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(micro_losses_.data() + mb * rows, model_.losses(),
+                                        rows * sizeof(float), cudaMemcpyDeviceToHost,
+                                        ctx_.stream()));
+    }
+    ctx_.synchronize();
+    parameters_->finish_step();
+    // Each micro-batch's mean loss, summed: as the CPU executor reports it.
+    double loss_sum = 0;
+    for (int mb = 0; mb < micro_batches; ++mb) {
+      double sum = 0;
+      for (std::size_t i = 0; i < rows; ++i) sum += micro_losses_.data()[mb * rows + i];
+      loss_sum += sum / static_cast<double>(rows);
+    }
+    return loss_sum;
+  }
+
+  void reduce_gradients() override { run_on_device(plan_.gradients, grads_, plan_.gradient_range); }
+
+  double gradient_sum_of_squares() override {
+    // Adjacent ranges merge into one reduction; each reduction writes its own device double.
+    std::vector<ElementRange> ranges;
+    for (const ElementRange& r : plan_.norm_ranges) append_merged(ranges, r);
+    STRATA_CHECK(ranges.size() <= kMaxNormRanges, "more than ", kMaxNormRanges,
+                 " separate gradient ranges in the norm");
+    if (ranges.empty()) return 0;
+    for (std::size_t i = 0; i < ranges.size(); ++i) {
+      cuda::ArenaScope scope(buffers_);
+      cuda::sum_of_squares(norms_ + i, grads_ + (ranges[i].begin - plan_.gradient_range.begin),
+                           static_cast<long>(ranges[i].size()), buffers_, ctx_.stream());
+    }
+    std::vector<double> sums(ranges.size());
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(sums.data(), norms_, sums.size() * sizeof(double),
+                                      cudaMemcpyDeviceToHost, ctx_.stream()));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream()));
+    double sum = 0;
+    for (double x : sums) sum += x;
+    return sum;
+  }
+
+  void apply_optimizer(const OptimizerStep& step) override {
+    const OptimizerConfig& o = config_.optimizer;
+    const cpu::AdamWHyper hyper{static_cast<float>(step.lr),        static_cast<float>(o.beta1),
+                                static_cast<float>(o.beta2),        static_cast<float>(o.eps),
+                                static_cast<float>(o.weight_decay), step.count,
+                                static_cast<float>(step.grad_scale)};
+    const std::size_t at = owned_.begin - plan_.parameter_range.begin;
+    T* copy = nullptr;
+    if constexpr (!std::is_same_v<T, float>) copy = weights_ + at;
+    cuda::adamw_update<T>(master_ + at, copy, grads_ + (owned_.begin - plan_.gradient_range.begin),
+                          m_, v_, static_cast<long>(owned_.size()), 0, decay_, hyper, nullptr,
+                          ctx_.stream());
+    if (plan_.parameters.empty()) return;
+    run_on_device(plan_.parameters, master_, plan_.parameter_range);
+    if constexpr (!std::is_same_v<T, float>)
+      cuda::cast(weights_, master_, n_params_, ctx_.stream());
+  }
+
+  PipelineExecutor& evaluator() override {
+    parameters_->bind(weights(), nullptr, 0);
+    return *executor_;
+  }
+
+  void synchronize() override { ctx_.synchronize(); }
+
+  std::size_t activation_bytes() const override { return model_.activation_bytes(); }
+  std::size_t activation_bytes_per_layer() const override {
+    return model_.activation_bytes_per_layer();
+  }
+  MemoryAccount memory() const override {
+    MemoryAccount m;
+    m.master_weights = static_cast<std::size_t>(n_params_) * sizeof(float);
+    if constexpr (!std::is_same_v<T, float>)
+      m.compute_weights = static_cast<std::size_t>(n_params_) * sizeof(T);
+    m.gradients = static_cast<std::size_t>(n_grads_) * sizeof(float);
+    m.secondary_weights = parameters_->secondary_bytes();  // on the host: hpZ stages through it
+    m.gathered_weights = parameters_->peak_gathered_bytes();
+    m.gradient_buckets = parameters_->peak_bucket_bytes();
+    m.optimizer_state = 2 * owned_.size() * sizeof(float);
+    m.activations = model_.activation_bytes();
+    m.communication = static_cast<std::size_t>(scratch_count_) * sizeof(float);
+    return m;
+  }
+  std::size_t device_bytes() const override {
+    return model_.device_bytes() + buffers_.capacity() + ctx_.workspace_bytes();
+  }
+
+ private:
+  // Separate ranges one gradient norm may sum (tensor parallelism splits the counted tensors).
+  static constexpr std::size_t kMaxNormRanges = 4096;
+
+  // Master weights (params) and gradients (grads), both moments (owned), the compute copy, the
+  // norm results, the norm scratch (up to 1024 doubles), and the reductions' scratch: each
+  // rounded up to the arena's alignment.
+  static std::size_t buffer_bytes(long params, long grads, long owned, long scratch) {
+    const std::size_t align = cuda::DeviceArena::kDefaultAlignment;
+    auto rounded = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
+    const std::size_t weights_copy = std::is_same_v<T, float> ? 0 : rounded(params * sizeof(T));
+    return rounded(params * sizeof(float)) + rounded(grads * sizeof(float)) +
+           2 * rounded(owned * sizeof(float)) + weights_copy +
+           rounded(kMaxNormRanges * sizeof(double)) + rounded(1024 * sizeof(double)) +
+           rounded(scratch * sizeof(float)) + align;
+  }
+  // How the model reaches its weights and gradients: segments moved over NCCL when the run has
+  // it and no ZeRO++ switch (those run through the host), else through the host.
+  std::unique_ptr<DeviceParameterAccess<T>> make_parameter_access(const ZeroConfig& zero,
+                                                                  const ProcessGroups& groups) {
+    const ShardingOptions options = sharding_options(zero);
+    const bool zero_plus_plus =
+        options.quantized_weights || options.hierarchical_partition || options.quantized_gradients;
+    STRATA_CHECK(!zero_plus_plus || !plan_.gradients_by_segment || !nccl_.dp,
+                 "ZeRO++ on CUDA runs through the host, not NCCL");
+    if (nccl_.dp)
+      return std::make_unique<NcclShardedParameters<T>>(model_.layout().segments(), plan_,
+                                                        *nccl_.dp, nccl_.dp_prefetch.get(),
+                                                        options.when, ctx_);
+    return std::make_unique<StagedShardedParameters<T>>(model_.layout().segments(), plan_,
+                                                        groups.sharding(), options, ctx_);
+  }
+  // The weights the model reads: the masters in fp32, else their compute-dtype copy.
+  const T* weights() const {
+    if constexpr (std::is_same_v<T, float>)
+      return master_;
+    else
+      return weights_;
+  }
+  void upload(float* device, const std::vector<float>& host) {
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(device, host.data(), host.size() * sizeof(float),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
+  }
+  void download(std::vector<float>& host, const float* device) {
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host.data(), device, host.size() * sizeof(float),
+                                      cudaMemcpyDeviceToHost, ctx_.stream()));
+  }
+
+  // Runs plan operations on a device buffer holding the elements `held` of the plan's buffer:
+  // queued on the compute stream over NCCL, or through host memory by the CPU backend's code
+  // (parallel/mesh/host_reduction.h).
+  void run_on_device(const std::vector<RangeReduction>& ops, float* buffer, ElementRange held) {
+    if (ops.empty()) return;
+    if (!nccl_.dp) {
+      host_buffer_.resize(held.size());
+      download(host_buffer_, buffer);
+      ctx_.synchronize();
+      run_reductions(ops, host_buffer_.data(), groups_, held.begin);
+      upload(buffer, host_buffer_);
+      ctx_.synchronize();  // the host vector may change once this returns
+      return;
+    }
+    NcclTransport transport{nccl_, scratch_, ctx_.stream()};
+    interpret_reductions(ops, buffer, held.begin, transport);
+  }
+
+  Config config_;
+  ReductionPlan plan_;
+  ReductionGroups groups_;
+  cuda::DeviceContext ctx_;  // before NCCL and the model: makes the device current
+  NcclGroups nccl_;
+  cuda::CudaGpt<T> model_;
+  long n_params_;  // the master weights held: the buffer, or the owned shard (ZeRO 3)
+  long n_grads_;   // the gradients held: the buffer, or the owned shard (ZeRO 2, 3)
+  ElementRange owned_;
+  long scratch_count_;
+  cuda::DeviceArena buffers_;
+  cuda::DeviceRanges decay_;  // the decayed elements of the owned range, relative to its start
+  // Page-locked: device-to-host copies into it are truly asynchronous, so the losses of every
+  // micro-batch are collected without waiting for the device in between.
+  cuda::PinnedBuffer<float> micro_losses_;
+  float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  T* weights_ = nullptr;            // null in fp32: the masters are the weights
+  double* norms_ = nullptr;         // (kMaxNormRanges) one sum of squares per range
+  float* scratch_ = nullptr;        // (scratch_count_) what a reduction receives
+  std::vector<float> host_buffer_;  // a buffer on the host, when reductions stage through it
+  std::vector<std::int32_t> tokens_, targets_;
+  std::unique_ptr<DeviceParameterAccess<T>> parameters_;
+  std::unique_ptr<CudaPipelineStage<T>> stage_;
+  Communicator* pp_ = nullptr;
+  std::unique_ptr<PipelineExecutor> executor_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  // No driver or no device is not an error here: the answer is 0.
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+}
+
+std::string cuda_device_identity(int device) {
+  cudaDeviceProp properties{};
+  STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id;
+  for (char byte : properties.uuid.bytes) {
+    const auto b = static_cast<unsigned char>(byte);
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  return id;
+}
+
+bool cuda_supports_shape(const GptShape& shape) {
+  return shape.n_head > 0 && shape.d_model % shape.n_head == 0 &&
+         cuda::attention_head_size_supported(shape.head_size());
+}
+
+std::string cuda_device_name(int device) {
+  cudaDeviceProp properties{};
+  STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.name;
+}
+
+std::unique_ptr<TrainingBackend> make_cuda_training(const Config& config, const GptShape& shape,
+                                                    const BackendPlacement& placement, int device) {
+  const int count = cuda_device_count();
+  if (count == 0) fail("device cuda: no usable CUDA device");
+  if (device < 0 || device >= count)
+    fail("device cuda: device ", device, " requested but ", count, " present");
+  if (config.precision.compute == cpu::ComputeDtype::bf16)
+    return std::make_unique<CudaTrainingOf<__nv_bfloat16>>(config, shape, placement, device);
+  if (config.precision.compute == cpu::ComputeDtype::fp16)
+    return std::make_unique<CudaTrainingOf<__half>>(config, shape, placement, device);
+  return std::make_unique<CudaTrainingOf<float>>(config, shape, placement, device);
+}
+
+}  // namespace strata

@@ -1,0 +1,23 @@
+#include "train/backend/training_backend.h"
+
+#include "model/core/error.h"
+#include "train/backend/cpu_training.h"
+#include "train/backend/cuda_training.h"
+
+namespace strata {
+
+std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
+                                                       const GptShape& shape,
+                                                       BackendPlacement placement) {
+  STRATA_CHECK(placement.groups != nullptr && placement.program != nullptr,
+               "a training backend needs its groups and its pipeline program");
+  if (device == Device::cuda) {
+    const int gpu = place_on_gpu(placement, config, placement.groups->job().rank(),
+                                 placement.groups->world(), placement.groups->mesh().pp_size());
+    return make_cuda_training(config, shape, placement, gpu);
+  }
+  STRATA_CHECK(device == Device::cpu, "make_training_backend: device auto is not resolved");
+  return std::make_unique<CpuTraining>(config, shape, placement);
+}
+
+}  // namespace strata

@@ -1,0 +1,164 @@
+// Checkpoints (docs/ARCHITECTURE.md §5): one HDF5 file per checkpoint, <dir>/step_<8 digits>.h5,
+// holding the logical full fp32 tensors whatever layout wrote them:
+//   /model/<name>            parameters, logical shapes of ARCHITECTURE §5 (weights [out, in])
+//   /optimizer/m/<name>, /optimizer/v/<name>   AdamW moments (their update count: /state)
+//   /state                   attributes step, data_position (samples consumed), seed, loss_scale,
+//                            loss_scale_clean_steps, adam_steps
+//   /tokenizer/model         the SentencePiece model bytes (uint8), when the run has one
+//   root attributes          config (effective YAML), format (strata-checkpoint-4 written; -3 still
+//                            read: checkpoint_format.h)
+// Every tensor carries a `checksum` attribute, the wrapping sum over its elements of a hash of
+// (logical index, value): independent of how the tensor was sliced, so each rank adds the share of
+// the slices it wrote, and verified on load over the whole tensor, so a damaged file is an error,
+// never silently wrong weights. The file's first bytes seal the whole of it (checkpoint_seal.h), so
+// damage to HDF5's own structures is caught as well, before HDF5 reads them. Files are written to a
+// hidden temporary name in the same directory and renamed when complete, so a crash never leaves a
+// partial step_*.h5.
+//
+// Slabs (ARCHITECTURE §2: checkpoints are written as slabs of ranges). A rank's training state is a
+// set of named flat buffers (StateBuffer: "model", "optimizer/m", "optimizer/v", later DiLoCo's
+// outer state), each holding an element range of its partition's layout. A rank writes the element
+// ranges it owns (checkpoint_write_ranges: together the writers of a job cover every logical
+// element exactly once) of every buffer it holds into the logical datasets /<buffer name>/<tensor>,
+// rank 0 having created the file with every dataset; the writers take turns (HDF5 files take one
+// writer at a time). Reading takes each buffer's range of each local tensor out of the logical one,
+// so any layout resumes any checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/hdf5_handle.h"
+#include "model/core/element_range.h"
+#include "model/gpt_shape.h"
+#include "model/parameter_layout.h"
+#include "parallel/comm/communicator.h"
+#include "train/checkpoint/checkpoint_format.h"
+
+namespace strata {
+
+struct CheckpointState {
+  std::int64_t step = 0;           // optimizer steps completed
+  std::int64_t data_position = 0;  // training samples consumed (global sample index of the next)
+  std::uint64_t seed = 0;
+  double loss_scale = 1.0;  // the scale of the next step (1 without fp16 loss scaling)
+  std::int64_t adam_steps = 0;
+  // Clean fp16 steps since a dynamic loss scale last changed; −1 when the run had no dynamic
+  // scale (and in checkpoints that predate the attribute), so a resume knows not to restore it.
+  std::int64_t loss_scale_clean_steps = -1;
+};
+
+// A flat buffer of training state: `values[i]` is element range.begin + i of the layout. Stored
+// under /<name>/<tensor> ("model" holds the parameters: /model/<tensor>).
+struct StateBuffer {
+  std::string name;
+  ElementRange range;
+  std::vector<float> values;
+};
+
+// Everything of a checkpoint but the tensors.
+struct CheckpointMeta {
+  std::string config_yaml;
+  CheckpointState state;
+  std::string tokenizer_model;  // empty when the run had none
+  // DiLoCo workers 1 … k−1 (worker 0's is `state`), stored as /state/worker_<w>: their AdamW
+  // step counts and loss scales differ when steps are skipped. Empty without DiLoCo.
+  std::vector<CheckpointState> worker_states;
+};
+
+// A whole checkpoint as one process holds it (tools, tests): the parameters and, when loaded,
+// the AdamW moments, flat in ParameterLayout order.
+struct Checkpoint {
+  std::string config_yaml;
+  CheckpointState state;
+  std::vector<float> params;
+  std::vector<float> adam_m;  // empty when not loaded
+  std::vector<float> adam_v;
+  std::string tokenizer_model;
+};
+
+std::string checkpoint_file_name(std::int64_t step);  // "step_00000010.h5"
+
+// The elements of `layout` (partition `partition`) this rank writes: `share` of every tensor this
+// partition writes, i.e. every tensor but the last pipeline stage's copy of the tied wte and, on
+// tensor-parallel ranks other than 0, the tensors replicated over the tensor-parallel group. The
+// data-parallel ranks of a replica are its writers, each with its own share (layout.shard of the
+// rank, or the ZeRO shard it owns): every logical element is then written once by the job.
+std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
+                                                  const ModelPartition& partition,
+                                                  const ElementRange& share);
+
+// This rank's part in writing a checkpoint: its tensors (`layout`, slices of the logical model
+// `shape`) and the element ranges of them it writes. `world` spans every rank of the job; null
+// for a single process.
+struct CheckpointWriter {
+  const ParameterLayout* layout = nullptr;
+  GptShape shape;
+  std::vector<ElementRange> writes;
+  Communicator* world = nullptr;
+  // Every buffer name of the job, when ranks hold buffers of different names (DiLoCo workers);
+  // empty: the names of rank 0's buffers.
+  std::vector<std::string> dataset_names;
+};
+
+// Writes atomically (temporary name + rename) into `directory` (created if missing); returns the
+// final path. Never touches other checkpoints. Collective over writer.world: every rank calls it
+// with the buffers it holds (meta is taken from rank 0; every rank must hold buffers of the same
+// names). The file's datasets are those buffers' names.
+std::string write_checkpoint(const std::string& directory, const CheckpointWriter& writer,
+                             const CheckpointMeta& meta, const std::vector<StateBuffer>& buffers);
+// The whole model from one process.
+std::string write_checkpoint(const std::string& directory, const GptShape& shape,
+                             const ParameterLayout& layout, const Checkpoint& checkpoint);
+
+// The parts of write_checkpoint, for a caller that orders the writers itself: the file (rank 0:
+// every dataset of the buffers' names with a zero checksum, the state, config and tokenizer),
+// then, one writer at a time, each writer's elements of its buffers, then (rank 0)
+// seal_checkpoint_file (checkpoint_seal.h).
+// The datasets a job's checkpoint holds: writer.dataset_names, or the names of `buffers`.
+std::vector<std::string> dataset_names(const CheckpointWriter& writer,
+                                       const std::vector<StateBuffer>& buffers);
+void create_checkpoint_file(const std::string& path, const GptShape& shape,
+                            const CheckpointMeta& meta, const std::vector<std::string>& names);
+void write_checkpoint_elements(const std::string& path, const CheckpointWriter& writer,
+                               const std::vector<StateBuffer>& buffers);
+
+// How many tensors /model holds (0 without the group): a bound on the model a config may claim
+// before its layout is built.
+std::int64_t read_checkpoint_model_tensors(const std::string& path);
+
+// How many DiLoCo workers' states the checkpoint holds (1 without DiLoCo).
+int read_checkpoint_workers(const std::string& path);
+
+// Opens a checkpoint for reading once its seal (train/checkpoint/checkpoint_seal.h) and format
+// check out. `check_seal` false is for locate_checkpoint_damage alone (checkpoint_verify.h).
+H5File open_checkpoint(const std::string& path, bool check_seal = true);
+// The format of an open checkpoint (its `format` attribute, checkpoint_format.h): which byte
+// checksum its tokenizer bytes carry. An error naming both accepted formats for any other value.
+CheckpointFormat read_checkpoint_format(hid_t file, const std::string& path);
+
+// Reads the config text only (to build the model before reading tensors).
+std::string read_checkpoint_config(const std::string& path);
+
+// Fills every buffer (name and range set by the caller, values resized) with its range of each
+// tensor of `layout`, verifying shapes and checksums; elements past layout.total() (padding) are
+// zero. Returns the rest of the checkpoint.
+CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& layout,
+                               std::vector<StateBuffer>& buffers);
+// The whole of `layout` (its parameters; with_optimizer: also the AdamW moments).
+Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layout,
+                           bool with_optimizer);
+
+// The checkpoint files (step_<digits>.h5) of `directory` with their steps, oldest first.
+std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& directory);
+
+// Newest complete checkpoint (highest step) in `directory`, if any.
+std::optional<std::string> latest_checkpoint(const std::string& directory);
+
+// Deletes all but the newest `keep` checkpoints (keep 0 keeps all).
+void prune_checkpoints(const std::string& directory, int keep);
+
+}  // namespace strata

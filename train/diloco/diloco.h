@@ -1,0 +1,149 @@
+// DiLoCo's outer loop (Douillard et al., arXiv 2311.08105, Algorithm 1; streaming fragments as in
+// arXiv 2501.18512) around one worker's inner training. The world is cut into diloco.workers
+// workers, contiguous blocks of ranks, each training alone with its own layout, data stream and
+// AdamW state (train/trainer.cpp); every inner_steps optimizer steps the workers meet:
+//   θ̄  = the average of the workers' parameters θ_i (parallel/diloco/worker_averaging.h:
+//   all_reduce,
+//        butterfly, gossip or moshpit), or, with compression, anchor − the average of the
+//        compressed outer gradients Δ_i = anchor − θ_i (parallel/diloco/outer_compression.h, error
+//        feedback optional);
+//   then the outer optimizer (train/diloco/outer_optimizer.h) moves the anchor with Δ = anchor − θ̄
+//   and every worker continues from the new anchor. Uncompressed, the parameters themselves are
+//   averaged so that one worker with outer lr 1 and momentum 0 is plain training bit for bit.
+//
+// Each rank does this for its replica share only (parallel/mesh/reduction_plan.h: replica_share):
+// the anchor, the outer momentum and the error-feedback residual are held for that share, as ZeRO
+// holds optimizer state, and the rank averages it with the same share of every other worker (the
+// `outer` group: one rank per worker). Where the master weights are replicated over the worker's
+// data-parallel ranks (ZeRO < 3), the updated shares are then all-gathered over dp. The tied wte
+// is averaged in calls of its own, so both pipeline ends make identical calls and their copies
+// stay bitwise equal.
+//
+// Streaming (diloco.fragments F): the model's tensors are cut into F fragments of about equal
+// size (train/diloco/diloco_fragments.h); fragment f meets after inner steps s ≡ f·H/F (mod H), its
+// first time at s = f·H/F (f > 0) or H (f = 0), so each sync moves about 1/F of the model.
+//
+// Overlap (diloco.overlap): a sync due after step s is prepared then (θ_s read), its reduction
+// runs on a thread of its own while inner step s+1 computes (begin_inner_step starts it), and is
+// applied after step s+1: θ ← new anchor + (θ_{s+1} − θ_s), the outer update one step late with
+// the step's own progress kept. A run stopped after step s has not started that reduction: a
+// resume prepares it again from the checkpoint's θ_s (resume), so stopping changes nothing;
+// finish applies a sync still pending when training ends.
+//
+// Simulated failures (diloco.drop_probability p): for each sync, dropped_workers(seed, round, …)
+// decides who fails, the same on every rank; a dropped worker's values are left out of the
+// others' averages and it keeps its own θ_i, restarting its period from there (its anchor := θ_i,
+// its momentum kept).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/core/element_range.h"
+#include "model/parameter_layout.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/diloco/outer_compression.h"
+#include "parallel/diloco/worker_averaging.h"
+#include "plan/config.h"
+#include "train/backend/training_backend.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/diloco/outer_optimizer.h"
+
+namespace strata {
+
+// Where this rank stands in the DiLoCo run.
+struct DilocoPlacement {
+  int worker = 0, workers = 1;
+  Communicator* outer = nullptr;    // this rank's counterpart in every worker; group rank = worker
+  Communicator* metrics = nullptr;  // the same ranks, for metric-only sums (never reported)
+  Communicator* worker_group = nullptr;  // every rank of this worker (metric sums)
+  Communicator* dp = nullptr;            // the worker's data-parallel group
+  ElementRange share;                    // replica_share of this rank
+  bool gather_over_dp = false;  // the master weights are replicated over dp (ZeRO stage < 3)
+  // Tensors whose elements count once in the outer gradient norm (not a tp replica, not the last
+  // stage's wte copy), as layout ranges.
+  std::vector<ElementRange> counted;
+};
+
+// What one sync did (the `outer` metrics line).
+struct OuterSyncReport {
+  std::int64_t step = 0;  // the inner step after which it ran
+  int fragment = 0;
+  int fragments = 1;               // diloco.fragments
+  std::size_t elements = 0;        // the fragment's parameters (logical, under any layout)
+  std::size_t model_elements = 0;  // the model's
+  std::int64_t round = 0;          // the fragment's sync count before this one
+  double outer_gradient_norm = 0;  // ‖anchor − θ̄‖ over the model (this worker's)
+  double seconds = 0;              // wall time of the averaging on this rank
+  double hidden_seconds = 0;       // of which an inner step overlapped (diloco.overlap)
+  std::vector<bool> dropped;       // per worker
+  double consensus_distance = -1;  // gossip and drops: mean ‖θ_i − θ̄‖/‖θ̄‖ after it; else −1
+};
+
+class Diloco {
+ public:
+  Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLayout& layout,
+         const GptShape& shape, const DilocoPlacement& placement);
+
+  const DilocoPlacement& placement() const { return placement_; }
+  // The fragments that meet after inner step `step` (1-based count of optimizer steps).
+  std::vector<int> fragments_due(std::int64_t step) const;
+  // A fresh run: every anchor := the backend's parameters.
+  void start(TrainingBackend& backend);
+  ~Diloco();
+  Diloco(const Diloco&) = delete;
+  Diloco& operator=(const Diloco&) = delete;
+
+  // Runs the syncs due after inner step `step` (with overlap: applies the one in flight, prepares
+  // the next); one report per fragment synchronised.
+  std::vector<OuterSyncReport> after_inner_step(TrainingBackend& backend, std::int64_t step);
+  // Overlap: starts the prepared reduction; call as inner step s+1 begins.
+  void begin_inner_step();
+  // Overlap, after a resume at `step`: prepares the sync due then, as the stopped run had.
+  void resume(TrainingBackend& backend, std::int64_t step);
+  // Overlap: applies a sync still pending at the end of training (none: no report).
+  std::vector<OuterSyncReport> finish(TrainingBackend& backend);
+
+  // The outer state as checkpoint buffers named `prefix` + "outer/anchor", "outer/momentum" (and
+  // "outer/residual" with error feedback) over the share.
+  std::vector<StateBuffer> state(const std::string& prefix) const;
+  void set_state(const std::vector<StateBuffer>& buffers, const std::string& prefix);
+
+  // The fragment's sync count before step `step` (its round number at a sync after `step`).
+  std::int64_t round_of(int fragment, std::int64_t step) const;
+
+ private:
+  struct Sync;
+  std::unique_ptr<Sync> prepare(TrainingBackend& backend, int fragment, std::int64_t step);
+  void average(Sync& sync);
+  OuterSyncReport apply(TrainingBackend& backend, Sync& sync);
+  void join(Sync& sync);
+  void distribute(TrainingBackend& backend, int fragment, const std::vector<float>& updated);
+  double outer_gradient_norm(const std::vector<ElementRange>& pieces,
+                             const std::vector<std::vector<float>>& deltas) const;
+  double consensus_distance(const std::vector<ElementRange>& pieces,
+                            const std::vector<std::vector<float>>& values) const;
+
+  DilocoConfig config_;
+  std::uint64_t seed_;
+  DilocoPlacement placement_;
+  Averaging averaging_;
+  OuterCompression compression_;
+  OuterOptimizer optimizer_;
+  std::vector<float> residual_;  // error feedback over the share (empty without it)
+  // Per fragment: its range of this rank's layout, and the pieces of the share this rank
+  // averages (split at the end of wte).
+  std::vector<ElementRange> fragment_ranges_;
+  std::vector<std::vector<ElementRange>> pieces_;
+  std::vector<std::size_t> fragment_sizes_;  // logical elements per fragment
+  std::unique_ptr<Sync> pending_;            // overlap: the sync in flight or about to start
+};
+
+// The DiLoCo state names of worker w in a checkpoint: "" for worker 0 (so /model, /optimizer
+// and /outer are the first worker's, what tools read), "diloco/worker_<w>/" for the others.
+std::string diloco_state_prefix(int worker);
+
+}  // namespace strata

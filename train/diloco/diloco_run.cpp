@@ -1,0 +1,100 @@
+#include "train/diloco/diloco_run.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "model/core/error.h"
+#include "parallel/mesh/reduction_plan.h"
+#include "train/metrics/report_figures.h"
+
+namespace strata {
+
+DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlacement& placement,
+                                 const ParameterLayout& layout, ElementRange share) {
+  DilocoPlacement d;
+  d.worker = groups.worker_index();
+  d.workers = groups.workers();
+  d.outer = &groups.outer();
+  d.metrics = &groups.outer_metrics();
+  d.worker_group = &groups.worker_metrics();
+  d.dp = &groups.dp();
+  d.share = share;
+  d.gather_over_dp = groups.dp().size() > 1 && !placement.plan.parameters_by_segment;
+  const ModelPartition& p = placement.partition;
+  for (const TensorView& t : layout.tensors())
+    if (!is_tied_copy(p, t) && !(replicated_over_tp(p, t) && p.tp_rank != 0))
+      d.counted.push_back({t.offset, t.offset + t.size});
+  return d;
+}
+
+std::vector<std::string> every_workers_names(const std::vector<std::string>& names, int workers) {
+  std::vector<std::string> all;
+  for (int w = 0; w < workers; ++w)
+    for (const std::string& name : names) all.push_back(diloco_state_prefix(w) + name);
+  return all;
+}
+
+void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
+                        const CommStats& outer_stats, const ProcessGroups& groups,
+                        MetricsWriter* metrics) {
+  std::vector<double> losses(static_cast<std::size_t>(groups.workers()));
+  groups.outer_metrics().all_gather(&loss, losses.data(), 1);
+  MpiCommunicator& job = groups.job();
+  const JobLinkBytes link_bytes = job_link_bytes_total(outer_stats, job);
+  const JsonLine bytes = link_bytes.json();
+  // The sync ends when its slowest rank is done; of it, what every rank hid behind compute.
+  double seconds = 0, exposed = 0;
+  for (const OuterSyncReport& r : syncs) {
+    seconds += r.seconds;
+    exposed += r.seconds - r.hidden_seconds;
+  }
+  double slowest[2] = {seconds, exposed};
+  if (MPI_Allreduce(MPI_IN_PLACE, slowest, 2, MPI_DOUBLE, MPI_MAX, job.comm()) != MPI_SUCCESS)
+    fail("MPI_Allreduce of the outer sync's seconds failed");
+  if (metrics == nullptr) return;
+  for (const OuterSyncReport& r : syncs) {
+    std::vector<double> dropped;  // worker indices
+    for (std::size_t w = 0; w < r.dropped.size(); ++w)
+      if (r.dropped[w]) dropped.push_back(static_cast<double>(w));
+    JsonLine line;
+    line.add("step", r.step)
+        .add("outer_step", r.round + 1)
+        .add("fragment", r.fragment)
+        .add("fragments", r.fragments)
+        .add("fragment_params", r.elements)
+        .add("outer_grad_norm", r.outer_gradient_norm)
+        .add("worker_loss", losses, "%.6f")
+        .add("dropped_workers", dropped)
+        .add("outer_sync_s", slowest[0], "%.6f")
+        .add("outer_hidden_s", std::max(0.0, slowest[0] - slowest[1]), "%.6f")
+        .add("outer_comm_bytes_job", bytes);
+    if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
+    metrics->write(line);
+  }
+  // "fragment 2/4 (1.2M of 4.9M parameters)", or "fragments 1+2/4 (...)" when two met at once.
+  std::string fragments = syncs.size() == 1 ? "fragment " : "fragments ";
+  std::size_t elements = 0;
+  for (std::size_t i = 0; i < syncs.size(); ++i) {
+    fragments += (i > 0 ? "+" : "") + std::to_string(syncs[i].fragment + 1);
+    elements += syncs[i].elements;
+  }
+  // Other links carry a sync's traffic only in some layouts (the gather over dp of ZeRO < 3).
+  std::string other_links;
+  if (link_bytes.inter_node > 0)
+    other_links += ", " + human_bytes(static_cast<double>(link_bytes.inter_node)) + " inter-node";
+  if (link_bytes.intra_node > 0)
+    other_links += ", " + human_bytes(static_cast<double>(link_bytes.intra_node)) + " intra-node";
+  std::printf(
+      "outer sync after step %lld | %s/%d (%s of %s parameters) | outer grad norm %.4f | sent %s "
+      "across workers%s\n",
+      static_cast<long long>(syncs.front().step), fragments.c_str(), syncs.front().fragments,
+      human_count(static_cast<double>(elements)).c_str(),
+      human_count(static_cast<double>(syncs.front().model_elements)).c_str(),
+      syncs.front().outer_gradient_norm,
+      human_bytes(static_cast<double>(link_bytes.inter_worker)).c_str(), other_links.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace strata

@@ -1,0 +1,34 @@
+// How the trainer sets DiLoCo up and reports it (train/diloco/diloco.h is the algorithm): a rank's
+// DilocoPlacement (its groups are slices of the worker axis of ProcessGroups), the checkpoint
+// names of every worker, and the `outer_step` metrics lines.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "parallel/mesh/process_groups.h"
+#include "train/backend/training_backend.h"
+#include "train/diloco/diloco.h"
+#include "train/metrics/metrics.h"
+
+namespace strata {
+
+// This rank's DiLoCo placement: its groups, its replica share, whether the worker's dp ranks
+// replicate the weights, and the tensors its outer gradient norm counts once.
+DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlacement& placement,
+                                 const ParameterLayout& layout, ElementRange share);
+
+// The checkpoint datasets of every worker: `names` (one worker's state buffers) under each
+// worker's prefix (diloco_state_prefix).
+std::vector<std::string> every_workers_names(const std::vector<std::string>& names, int workers);
+
+// One `outer_step` metrics line per sync after a step (`metrics`: rank 0's writer, null on the
+// others): the outer gradient norm, every worker's `loss` of the step, the bytes the job sent in
+// the syncs (`outer_stats`: this rank's), the slowest rank's seconds and what it hid behind
+// compute. Collective over the job; its sums run on uncounted communicators (outer_metrics and
+// raw MPI).
+void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
+                        const CommStats& outer_stats, const ProcessGroups& groups,
+                        MetricsWriter* metrics);
+
+}  // namespace strata

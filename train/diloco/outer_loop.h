@@ -1,0 +1,38 @@
+// The outer loop around the trainer's inner steps: nothing for plain training, DiLoCo's outer
+// syncs (train/diloco/diloco.h) otherwise. Trainer::run() calls it at the same four points of every
+// run and never asks which one it has, so the loop reads the same for both.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "parallel/mesh/process_groups.h"
+#include "train/backend/training_backend.h"
+#include "train/diloco/diloco.h"
+#include "train/diloco/diloco_run.h"
+#include "train/metrics/metrics.h"
+
+namespace strata {
+
+// The plain form does nothing.
+class OuterLoop {
+ public:
+  virtual ~OuterLoop() = default;
+  // Before an inner step's work. DiLoCo: a sync's overlapped reduction is in flight from here,
+  // and the syncs' bytes are counted from here.
+  virtual void begin_inner_step() {}
+  // After inner step `step`, unless it stopped the run: the outer sync that is due, if any.
+  virtual void end_inner_step(TrainingBackend&, std::int64_t /*step*/) {}
+  // After the step's own line: the lines of the syncs end_inner_step ran (`loss`: the step's).
+  virtual void report(double /*loss*/) {}
+  // After the last step: a sync still in flight, applied and reported (`loss`: the last step's).
+  virtual void finish(TrainingBackend&, double /*loss*/) {}
+};
+
+// DiLoCo's outer loop over `diloco` and the worker axis of `groups`, reporting through
+// report_outer_syncs (diloco_run.h) to `metrics` (rank 0's writer, null on the other ranks).
+// Nothing is owned.
+std::unique_ptr<OuterLoop> make_diloco_loop(Diloco& diloco, const ProcessGroups& groups,
+                                            MetricsWriter* metrics);
+
+}  // namespace strata
