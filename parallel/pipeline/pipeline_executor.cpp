@@ -14,6 +14,13 @@ PipelineExecutor::PipelineExecutor(PipelineStage& stage, Communicator& pp,
       tokens_(static_cast<std::size_t>(B) * T),
       targets_(tokens_.size()) {
   for (int slot = stage.slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
+  // Chunks and the split backward exist as data (pipeline_schedule.h) but this interpreter keeps
+  // one chunk's buffers per micro-batch and runs fused backwards only.
+  for (const PipelineOp& op : ops_)
+    if (op.chunk != 0 || op.kind == PipelineOpKind::backward_input ||
+        op.kind == PipelineOpKind::backward_weight)
+      fail("pipeline stage ", pp.rank(), ": the executor runs gpipe and 1f1b programs only, not ",
+           to_string(op));
 }
 
 std::vector<float>& PipelineExecutor::buffer(std::map<int, std::vector<float>>& buffers, int mb,
@@ -106,6 +113,9 @@ double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& so
         dx_.erase(mb);
         break;
       }
+      case PipelineOpKind::backward_input:
+      case PipelineOpKind::backward_weight:
+        STRATA_CHECK(false, "split backward reached the executor past its constructor's check");
     }
   }
   STRATA_CHECK(slot_of_.empty() && x_.empty() && y_.empty() && dy_.empty() && dx_.empty(),

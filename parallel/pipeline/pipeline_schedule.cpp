@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <deque>
 #include <sstream>
 
 #include "model/core/error.h"
+#include "parallel/pipeline/pipeline_generators.h"
 
 namespace strata {
 
@@ -13,7 +15,21 @@ PipelineSchedule parse_pipeline_schedule(const std::string& name) {
   fail("unknown pipeline schedule '", name, "' (expected ", kPipelineScheduleChoices.list(), ")");
 }
 
+// The schedules that are not config choices have no word in kPipelineScheduleChoices.
 std::string pipeline_schedule_name(PipelineSchedule kind) {
+  switch (kind) {
+    case PipelineSchedule::interleaved:
+      return "interleaved";
+    case PipelineSchedule::zb_h1:
+      return "zb_h1";
+    case PipelineSchedule::zb_h2:
+      return "zb_h2";
+    case PipelineSchedule::zbv:
+      return "zbv";
+    case PipelineSchedule::gpipe:
+    case PipelineSchedule::one_f_one_b:
+      break;
+  }
   return std::string(kPipelineScheduleChoices.word(kind));
 }
 
@@ -37,24 +53,30 @@ const char* kind_name(PipelineOpKind kind) {
       return "send_activation_recv_grad";
     case PipelineOpKind::send_grad_recv_activation:
       return "send_grad_recv_activation";
+    case PipelineOpKind::backward_input:
+      return "backward_input";
+    case PipelineOpKind::backward_weight:
+      return "backward_weight";
   }
   return "?";
 }
 
-bool is_exchange(PipelineOpKind kind) {
+}  // namespace
+
+bool pipeline_op_is_exchange(PipelineOpKind kind) {
   return kind == PipelineOpKind::send_activation_recv_grad ||
          kind == PipelineOpKind::send_grad_recv_activation;
 }
 
-}  // namespace
-
 std::string to_string(const PipelineOp& op) {
   std::ostringstream text;
   text << kind_name(op.kind);
-  if (is_exchange(op.kind))
-    text << "(send mb " << op.micro_batch << ", recv mb " << op.recv_micro_batch << ")";
+  if (pipeline_op_is_exchange(op.kind))
+    text << "(send mb " << op.micro_batch << ", recv mb " << op.recv_micro_batch;
   else
-    text << "(mb " << op.micro_batch << ")";
+    text << "(mb " << op.micro_batch;
+  if (op.chunk != 0) text << ", chunk " << op.chunk;
+  text << ")";
   return text.str();
 }
 
@@ -70,9 +92,24 @@ int pipeline_op_peer_offset(PipelineOpKind kind) {
       return +1;
     case PipelineOpKind::forward:
     case PipelineOpKind::backward:
+    case PipelineOpKind::backward_input:
+    case PipelineOpKind::backward_weight:
       return 0;
   }
   return 0;
+}
+
+int pipeline_virtual_stage(const PipelineLayout& layout, int stages, int stage, int chunk) {
+  if (layout.placement == ChunkPlacement::v_shape && chunk % 2 == 1)
+    return (chunk + 1) * stages - 1 - stage;  // the V turns back down on the last rank
+  return chunk * stages + stage;
+}
+
+StageChunk pipeline_stage_chunk(const PipelineLayout& layout, int stages, int virtual_stage) {
+  const int chunk = virtual_stage / stages, offset = virtual_stage % stages;
+  if (layout.placement == ChunkPlacement::v_shape && chunk % 2 == 1)
+    return {stages - 1 - offset, chunk};
+  return {offset, chunk};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -134,277 +171,113 @@ std::vector<PipelineOp> one_f_one_b_stage(int stage, int stages, int micro_batch
   return ops;
 }
 
-}  // namespace
+// ZB-H1: 1F1B's ops, transfers included (so it runs under rendezvous too), with each backward
+// split into B and W. Stage s holds its W's back by s micro-batches: the last stage, which in
+// 1F1B idles longest at the end, defers most, so that B (what the previous stage waits for)
+// reaches stage 0 sooner and the deferred W's fill the ends. Stage s then holds at most
+// (p - s) + s = p micro-batches, 1F1B's peak (stage 0's).
+std::vector<PipelineOp> zb_h1_stage(int stage, int stages, int micro_batches) {
+  std::vector<PipelineOp> ops;
+  std::deque<int> pending;  // micro-batches through B, not yet through W, oldest first
+  const auto drain_to = [&](std::size_t lag) {
+    while (pending.size() > lag) {
+      ops.push_back({Kind::backward_weight, pending.front()});
+      pending.pop_front();
+    }
+  };
+  const std::vector<PipelineOp> fused = one_f_one_b_stage(stage, stages, micro_batches);
+  const auto lag = static_cast<std::size_t>(stage);
+  for (std::size_t i = 0; i < fused.size(); ++i) {
+    const PipelineOp& op = fused[i];
+    if (op.kind != Kind::backward) {
+      ops.push_back(op);
+      // W goes after the gradient has left, never between B and the send the previous stage
+      // waits for.
+      if (op.kind == Kind::send_grad || op.kind == Kind::send_grad_recv_activation) drain_to(lag);
+      continue;
+    }
+    ops.push_back({Kind::backward_input, op.micro_batch});
+    pending.push_back(op.micro_batch);
+    const bool grad_sent_next =
+        i + 1 < fused.size() && (fused[i + 1].kind == Kind::send_grad ||
+                                 fused[i + 1].kind == Kind::send_grad_recv_activation);
+    if (!grad_sent_next) drain_to(lag);
+  }
+  drain_to(0);
+  return ops;
+}
 
-PipelineProgram make_pipeline_schedule(PipelineSchedule kind, int stages, int micro_batches) {
+void check_sizes(int stages, int micro_batches) {
   if (stages < 1) fail("pipeline schedule: stages must be at least 1, got ", stages);
   if (micro_batches < 1)
     fail("pipeline schedule: micro_batches must be at least 1, got ", micro_batches);
-  PipelineProgram program;
-  program.reserve(static_cast<std::size_t>(stages));
-  for (int stage = 0; stage < stages; ++stage)
-    program.push_back(kind == PipelineSchedule::gpipe
-                          ? gpipe_stage(stage, stages, micro_batches)
-                          : one_f_one_b_stage(stage, stages, micro_batches));
-  return program;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Simulator
-
-namespace {
-
-// What has happened to one micro-batch on one stage, for the data-flow checks.
-struct MicroBatchState {
-  bool input_received = false, forwarded = false, output_sent = false;
-  bool grad_received = false, backwarded = false, grad_sent = false;
-};
-
-class Simulator {
- public:
-  Simulator(const PipelineProgram& program, int micro_batches)
-      : program_(program),
-        stages_(static_cast<int>(program.size())),
-        micro_batches_(micro_batches),
-        next_(program.size(), 0),
-        clock_(program.size(), 0),
-        state_(program.size(),
-               std::vector<MicroBatchState>(static_cast<std::size_t>(micro_batches))) {
-    stats_.busy_slots.assign(program.size(), 0);
-    stats_.max_activations_held.assign(program.size(), 0);
-    held_.assign(program.size(), 0);
-  }
-
-  PipelineStats run() {
-    validate_ops();
-    for (;;) {
-      bool progress = false;
-      for (int stage = 0; stage < stages_; ++stage)
-        while (step(stage)) progress = true;
-      if (finished()) break;
-      // Unreachable in a chain (a blocked stage waits on a neighbour that is either done, caught
-      // in step(), or blocked on its other neighbour, ending at a pair facing each other), kept so
-      // a future non-chain schedule still cannot loop forever.
-      if (!progress) fail("pipeline schedule deadlocks: ", heads());
-    }
-    check_complete();
-    for (int time : clock_) stats_.makespan = std::max(stats_.makespan, time);
-    long busy = 0;
-    for (int slots : stats_.busy_slots) busy += slots;
-    stats_.bubble_fraction =
-        1.0 - static_cast<double>(busy) / (static_cast<double>(stages_) * stats_.makespan);
-    return stats_;
-  }
-
- private:
-  const PipelineOp& op_at(int stage, std::size_t index) const {
-    return program_[static_cast<std::size_t>(stage)][index];
-  }
-  bool done(int stage) const {
-    return next_[static_cast<std::size_t>(stage)] ==
-           program_[static_cast<std::size_t>(stage)].size();
-  }
-  const PipelineOp& head(int stage) const {
-    return op_at(stage, next_[static_cast<std::size_t>(stage)]);
-  }
-  bool finished() const {
-    for (int stage = 0; stage < stages_; ++stage)
-      if (!done(stage)) return false;
-    return true;
-  }
-  std::string where(int stage) const {
-    std::ostringstream text;
-    text << "stage " << stage << " op " << next_[static_cast<std::size_t>(stage)] << " ("
-         << to_string(head(stage)) << ")";
-    return text.str();
-  }
-  std::string heads() const {
-    std::string text;
-    for (int stage = 0; stage < stages_; ++stage)
-      if (!done(stage)) text += (text.empty() ? "" : "; ") + where(stage);
-    return text;
-  }
-  MicroBatchState& mb(int stage, int micro_batch) {
-    return state_[static_cast<std::size_t>(stage)][static_cast<std::size_t>(micro_batch)];
-  }
-
-  // Ranges and peers are checked up front so the run below can index freely.
-  void validate_ops() const {
-    for (int stage = 0; stage < stages_; ++stage)
-      for (std::size_t i = 0; i < program_[static_cast<std::size_t>(stage)].size(); ++i) {
-        const PipelineOp& op = op_at(stage, i);
-        const auto prefix = [&] {
-          std::ostringstream text;
-          text << "pipeline schedule: stage " << stage << " op " << i << " (" << to_string(op)
-               << ")";
-          return text.str();
-        };
-        if (op.micro_batch < 0 || op.micro_batch >= micro_batches_ ||
-            (is_exchange(op.kind) &&
-             (op.recv_micro_batch < 0 || op.recv_micro_batch >= micro_batches_)))
-          fail(prefix(), ": micro-batch out of range [0, ", micro_batches_, ")");
-        const int peer = stage + pipeline_op_peer_offset(op.kind);
-        if (peer < 0 || peer >= stages_)
-          fail(prefix(), ": talks to stage ", peer, ", which does not exist (", stages_,
-               " stages)");
-      }
-  }
-
-  // Executes the head of `stage` if it can run now; false when it waits or the stage is done.
-  bool step(int stage) {
-    if (done(stage)) return false;
-    const PipelineOp& op = head(stage);
-    const int offset = pipeline_op_peer_offset(op.kind);
-    if (offset == 0) {
-      compute(stage, op);
-      ++next_[static_cast<std::size_t>(stage)];
-      return true;
-    }
-    const int peer = stage + offset;
-    if (done(peer))
-      fail("pipeline schedule: ", where(stage), " is unmatched: stage ", peer, " has no ops left");
-    const PipelineOp& other = head(peer);
-    if (peer + pipeline_op_peer_offset(other.kind) != stage) return false;  // peer busy elsewhere
-    // Both heads talk to each other: under rendezvous semantics they must be mirror images.
-    if (!mirrors(op, other))
-      fail("pipeline schedule: ", where(stage), " and ", where(peer),
-           complementary(op.kind, other.kind)
-               ? " carry different micro-batches"
-               : " do not match (both would wait forever, or deliver the wrong buffer)");
-    const int time =
-        std::max(clock_[static_cast<std::size_t>(stage)], clock_[static_cast<std::size_t>(peer)]);
-    clock_[static_cast<std::size_t>(stage)] = clock_[static_cast<std::size_t>(peer)] = time;
-    transfer(stage, op);
-    transfer(peer, other);
-    ++next_[static_cast<std::size_t>(stage)];
-    ++next_[static_cast<std::size_t>(peer)];
-    return true;
-  }
-
-  static bool complementary(Kind a, Kind b) {
-    const auto one_way = [](Kind x, Kind y) {
-      return (x == Kind::send_activation && y == Kind::recv_activation) ||
-             (x == Kind::send_grad && y == Kind::recv_grad) ||
-             (x == Kind::send_activation_recv_grad && y == Kind::send_grad_recv_activation);
-    };
-    return one_way(a, b) || one_way(b, a);
-  }
-  static bool mirrors(const PipelineOp& a, const PipelineOp& b) {
-    if (!complementary(a.kind, b.kind)) return false;
-    if (is_exchange(a.kind))
-      return a.micro_batch == b.recv_micro_batch && a.recv_micro_batch == b.micro_batch;
-    return a.micro_batch == b.micro_batch;
-  }
-
-  void compute(int stage, const PipelineOp& op) {
-    MicroBatchState& state = mb(stage, op.micro_batch);
-    const bool first = stage == 0, last = stage == stages_ - 1;
-    const auto s = static_cast<std::size_t>(stage);
-    if (op.kind == Kind::forward) {
-      if (state.forwarded) fail("pipeline schedule: ", where(stage), ": forwarded twice");
-      if (!first && !state.input_received)
-        fail("pipeline schedule: ", where(stage), ": its input activation was not received");
-      state.forwarded = true;
-      stats_.max_activations_held[s] = std::max(stats_.max_activations_held[s], ++held_[s]);
-    } else {
-      if (state.backwarded) fail("pipeline schedule: ", where(stage), ": backwarded twice");
-      if (!state.forwarded) fail("pipeline schedule: ", where(stage), ": before its forward");
-      if (!last && !state.grad_received)
-        fail("pipeline schedule: ", where(stage), ": its output gradient was not received");
-      state.backwarded = true;
-      --held_[s];
-    }
-    ++clock_[s];
-    ++stats_.busy_slots[s];
-  }
-
-  void transfer(int stage, const PipelineOp& op) {
-    const auto require = [&](bool condition, const char* what) {
-      if (!condition) fail("pipeline schedule: ", where(stage), ": ", what);
-    };
-    const auto receive_input = [&](int micro_batch) {
-      require(!mb(stage, micro_batch).input_received, "receives the input activation twice");
-      mb(stage, micro_batch).input_received = true;
-    };
-    const auto receive_grad = [&](int micro_batch) {
-      require(!mb(stage, micro_batch).grad_received, "receives the output gradient twice");
-      mb(stage, micro_batch).grad_received = true;
-    };
-    const auto send_output = [&](int micro_batch) {
-      MicroBatchState& state = mb(stage, micro_batch);
-      require(state.forwarded, "sends an activation before its forward");
-      require(!state.output_sent, "sends the activation twice");
-      state.output_sent = true;
-    };
-    const auto send_grad = [&](int micro_batch) {
-      MicroBatchState& state = mb(stage, micro_batch);
-      require(state.backwarded, "sends a gradient before its backward");
-      require(!state.grad_sent, "sends the gradient twice");
-      state.grad_sent = true;
-    };
-    switch (op.kind) {
-      case Kind::recv_activation:
-        receive_input(op.micro_batch);
-        break;
-      case Kind::send_activation:
-        send_output(op.micro_batch);
-        break;
-      case Kind::recv_grad:
-        receive_grad(op.micro_batch);
-        break;
-      case Kind::send_grad:
-        send_grad(op.micro_batch);
-        break;
-      case Kind::send_activation_recv_grad:
-        send_output(op.micro_batch);
-        receive_grad(op.recv_micro_batch);
-        break;
-      case Kind::send_grad_recv_activation:
-        send_grad(op.micro_batch);
-        receive_input(op.recv_micro_batch);
-        break;
-      case Kind::forward:
-      case Kind::backward:
-        STRATA_CHECK(false, "compute op in transfer()");
-    }
-  }
-
-  // Forward needs its received input, backward its received gradient, and every receive was
-  // matched by a send; so with these checks every buffer that has to cross a stage boundary did.
-  void check_complete() {
-    for (int stage = 0; stage < stages_; ++stage)
-      for (int micro_batch = 0; micro_batch < micro_batches_; ++micro_batch) {
-        const MicroBatchState& state = mb(stage, micro_batch);
-        const char* missing = nullptr;
-        if (!state.forwarded)
-          missing = "forward";
-        else if (!state.backwarded)
-          missing = "backward";
-        else if (stage + 1 < stages_ && !state.output_sent)
-          missing = "send of the activation";
-        if (missing != nullptr)
-          fail("pipeline schedule: stage ", stage, " never runs the ", missing, " of micro-batch ",
-               micro_batch);
-      }
-  }
-
-  const PipelineProgram& program_;
-  int stages_;
-  int micro_batches_;
-  std::vector<std::size_t> next_;  // per stage: index of its head op
-  std::vector<int> clock_;         // per stage: time its head op may start
-  std::vector<std::vector<MicroBatchState>> state_;
-  std::vector<int> held_;  // per stage: micro-batches forwarded, not yet backwarded
-  PipelineStats stats_;
-};
 
 }  // namespace
 
-PipelineStats simulate_pipeline(const PipelineProgram& program, int micro_batches) {
-  if (program.empty()) fail("pipeline schedule: no stages");
-  if (micro_batches < 1)
-    fail("pipeline schedule: micro_batches must be at least 1, got ", micro_batches);
-  return Simulator(program, micro_batches).run();
+PipelineProgram make_pipeline_schedule(PipelineSchedule kind, int stages, int micro_batches) {
+  return make_pipeline_schedule(kind, stages, micro_batches, 1);
+}
+
+PipelineProgram make_pipeline_schedule(PipelineSchedule kind, int stages, int micro_batches,
+                                       int virtual_stages) {
+  check_sizes(stages, micro_batches);
+  const std::string name = pipeline_schedule_name(kind);
+  switch (kind) {
+    case PipelineSchedule::interleaved:
+      if (virtual_stages < 2)
+        fail("pipeline schedule interleaved: needs at least 2 virtual stages per rank, got ",
+             virtual_stages);
+      if (micro_batches % stages != 0)
+        fail(
+            "pipeline schedule interleaved: micro-batches must be a multiple of the pipeline "
+            "stages (the order walks whole groups of ",
+            stages, " micro-batches through each chunk), got ", micro_batches, " for ", stages,
+            " stages");
+      return interleaved_program(stages, micro_batches, virtual_stages);
+    case PipelineSchedule::zbv:
+      if (virtual_stages != 2)
+        fail(
+            "pipeline schedule zbv: needs exactly 2 virtual stages per rank (the two arms of "
+            "the V), got ",
+            virtual_stages);
+      return greedy_zero_bubble_program(stages, micro_batches,
+                                        pipeline_schedule_layout(kind, virtual_stages), 2 * stages);
+    case PipelineSchedule::gpipe:
+    case PipelineSchedule::one_f_one_b:
+    case PipelineSchedule::zb_h1:
+    case PipelineSchedule::zb_h2:
+      break;
+  }
+  if (virtual_stages != 1)
+    fail("pipeline schedule ", name, ": runs one chunk per rank, got ", virtual_stages,
+         " virtual stages");
+  if (kind == PipelineSchedule::zb_h2)
+    return greedy_zero_bubble_program(stages, micro_batches, PipelineLayout{}, 2 * stages - 1);
+  PipelineProgram program;
+  program.reserve(static_cast<std::size_t>(stages));
+  for (int stage = 0; stage < stages; ++stage) {
+    if (kind == PipelineSchedule::gpipe)
+      program.push_back(gpipe_stage(stage, stages, micro_batches));
+    else if (kind == PipelineSchedule::zb_h1)
+      program.push_back(zb_h1_stage(stage, stages, micro_batches));
+    else
+      program.push_back(one_f_one_b_stage(stage, stages, micro_batches));
+  }
+  return program;
+}
+
+PipelineLayout pipeline_schedule_layout(PipelineSchedule kind, int virtual_stages) {
+  PipelineLayout layout;
+  layout.chunks = virtual_stages;
+  layout.placement =
+      kind == PipelineSchedule::zbv ? ChunkPlacement::v_shape : ChunkPlacement::looped;
+  return layout;
+}
+
+bool pipeline_schedule_needs_nonblocking_sends(PipelineSchedule kind) {
+  return kind == PipelineSchedule::interleaved || kind == PipelineSchedule::zb_h2 ||
+         kind == PipelineSchedule::zbv;
 }
 
 }  // namespace strata

@@ -37,6 +37,32 @@
 // send_grad_recv_activation, same micro-batches), so message order identifies the buffer (no tags
 // needed), and an executor whose sends, receives and exchanges block until the peer joins never
 // deadlocks. Gradient reduction and the optimizer step come after the last op of every stage.
+//
+// Chunks and the split backward (interleaved 1F1B, ZB-H1, ZB-H2, ZBV). These exist as data: the
+// generators below produce them and simulate_pipeline checks them, but the executor runs only
+// gpipe and 1f1b programs (single chunk, fused backward) and refuses anything else.
+//
+//   chunk                every op carries the chunk (virtual stage on this rank) whose buffers it
+//                        computes or moves; 0 for gpipe and 1f1b. With v chunks per rank the
+//                        model is cut into p·v virtual stages; PipelineLayout says where each
+//                        lives (looped: virtual stage c·p + s, so chunk c of the last rank feeds
+//                        chunk c+1 of rank 0, the ring wraps; v_shape: chunk 0 is virtual stage
+//                        s, chunk 1 is 2p-1-s, so rank 0 holds the first and the last).
+//   backward_input(mb)   B: from dy[mb], write dx[mb] only (what the previous stage waits for);
+//                        keeps what backward_weight(mb) needs.
+//   backward_weight(mb)  W: accumulate the parameter gradients of mb; its activations may be
+//                        freed. backward(mb) stays the fused B then W.
+//   transfers            "previous" and "next" are the neighbouring virtual stages of the op's
+//                        chunk, on whichever rank they live; an op's chunk is its own side's.
+//                        Where the neighbouring virtual stage is on the same rank (v_shape's turn
+//                        on the last rank) there is no transfer: the forward of chunk 1 reads
+//                        chunk 0's y in place, and chunk 0's backward reads chunk 1's dx in place.
+//
+// Interleaved, ZB-H2 and ZBV are written with single transfers that need sends which do not
+// block (a send completes at once and its buffer is queued for the receiver on the (sender,
+// receiver, activation or gradient) channel, tagged with its micro-batch and chunk); under
+// rendezvous two neighbours sending to each other would wait forever. ZB-H1 keeps 1F1B's paired
+// exchanges and runs under both. simulate_pipeline models either executor.
 #pragma once
 
 #include <string>
@@ -49,24 +75,33 @@ namespace strata {
 enum class PipelineSchedule {
   gpipe,        // all forwards, then all backwards (in reverse micro-batch order)
   one_f_one_b,  // PipeDream-flush / Megatron-LM 1F1B
+  // Generated and simulated only: the executor cannot run them yet, so they are deliberately not
+  // in kPipelineScheduleChoices and `parallel.pipeline_schedule` does not accept them.
+  interleaved,  // Megatron-LM interleaved 1F1B (Narayanan et al., SC'21), v >= 2 looped chunks
+  zb_h1,        // zero bubble H1 (Qi et al., ICLR 2024): 1F1B with W moved into the bubbles
+  zb_h2,        // zero bubble H2: more forwards in flight, no bubble between first and last op
+  zbv,          // zero bubble V: two chunks per rank in a V
 };
 inline constexpr Choices kPipelineScheduleChoices{
     std::array{ChoiceWord{PipelineSchedule::one_f_one_b, "1f1b"},
                ChoiceWord{PipelineSchedule::gpipe, "gpipe"}}};
 
-// The config strings of `parallel.pipeline_schedule`: "gpipe" and "1f1b".
+// The config strings of `parallel.pipeline_schedule`: "gpipe" and "1f1b". The name of every
+// kind (for messages), the generated-only ones included, which parse does not accept.
 PipelineSchedule parse_pipeline_schedule(const std::string& name);
 std::string pipeline_schedule_name(PipelineSchedule kind);
 
 enum class PipelineOpKind {
   forward,
-  backward,
+  backward,  // fused: backward_input then backward_weight
   recv_activation,
   send_activation,
   recv_grad,
   send_grad,
   send_activation_recv_grad,
   send_grad_recv_activation,
+  backward_input,   // B: the input gradient only
+  backward_weight,  // W: the weight gradients only
 };
 
 struct PipelineOp {
@@ -76,15 +111,36 @@ struct PipelineOp {
   int micro_batch = 0;
   // Paired exchanges only: the micro-batch whose buffer is received. -1 for every other op.
   int recv_micro_batch = -1;
+  // The chunk (virtual stage on this rank) whose buffers the op computes or moves.
+  int chunk = 0;
 
   friend bool operator==(const PipelineOp&, const PipelineOp&) = default;
 };
 
-// e.g. "forward(mb 3)", "send_activation_recv_grad(send mb 3, recv mb 1)".
+// e.g. "forward(mb 3)", "send_activation_recv_grad(send mb 3, recv mb 1)", "forward(mb 3, chunk
+// 1)": the chunk is printed only when it is not 0, so single-chunk programs read as before.
 std::string to_string(const PipelineOp& op);
 
-// Which stage an op talks to, relative to its own: -1 previous, +1 next, 0 none (compute).
+// Which virtual stage an op talks to, relative to its own: -1 previous, +1 next, 0 none
+// (compute). With one chunk per rank that is also the stage.
 int pipeline_op_peer_offset(PipelineOpKind kind);
+
+// True for the paired exchanges (send_activation_recv_grad, send_grad_recv_activation).
+bool pipeline_op_is_exchange(PipelineOpKind kind);
+
+// Where the chunks of a program live (see the header comment).
+enum class ChunkPlacement { looped, v_shape };
+struct PipelineLayout {
+  int chunks = 1;  // v, chunks per rank
+  ChunkPlacement placement = ChunkPlacement::looped;
+};
+
+// The virtual stage of (stage, chunk), and back. Virtual stages run 0..stages·chunks-1.
+int pipeline_virtual_stage(const PipelineLayout& layout, int stages, int stage, int chunk);
+struct StageChunk {
+  int stage = 0, chunk = 0;
+};
+StageChunk pipeline_stage_chunk(const PipelineLayout& layout, int stages, int virtual_stage);
 
 // One instruction list per stage: program[stage][step].
 using PipelineProgram = std::vector<std::vector<PipelineOp>>;
@@ -98,20 +154,69 @@ using PipelineProgram = std::vector<std::vector<PipelineOp>>;
 //          are held on stage s, against m for gpipe.
 PipelineProgram make_pipeline_schedule(PipelineSchedule kind, int stages, int micro_batches);
 
+// Every schedule, with v chunks per rank (`parallel.virtual_stages`; 1 for gpipe, 1f1b, zb_h1 and
+// zb_h2, at least 2 for interleaved, exactly 2 for zbv: anything else throws strata::Error naming
+// the rule). gpipe and 1f1b give exactly the 3-argument function's programs.
+//   interleaved: Megatron-LM's order: forwards walk micro-batches in groups of p through the
+//          chunks (group g, chunk c: micro-batches g·p..g·p+p-1), backwards the same with the
+//          chunks reversed; stage s warms up with 2(p - s - 1) + (v - 1)p forwards, then 1F1B.
+//          micro_batches must be a multiple of p (the order walks whole groups of p); with
+//          m == p it is all warm-up. Its idle time per stage is 1F1B's divided by v.
+//   zb_h1: 1F1B's ops with each backward split into B and W, and stage s's W's held back by s
+//          micro-batches (then drained at the end), so W fills the bubbles; the memory peak
+//          over stages stays 1F1B's, min(p, m) micro-batches. With F = B = W it idles 2(p - 1)
+//          slots per stage against 1F1B's 3(p - 1) (m >= 2p; the paper's hand-made order
+//          reaches p - 1, this one keeps 1F1B's cool-down).
+//   zb_h2: greedy list schedule (B before F before W) with up to 2p - 1 micro-batches in flight
+//          per stage, which removes the bubble between each stage's first and last op (m >=
+//          2p - 1); with F = B = W it ends at the bound 3m + p - 1.
+//   zbv:   the same greedy scheduler over the V of 2p virtual stages, up to 2p chunk-micro-
+//          batches held per rank (half-size chunks: 1F1B's memory); with F = B = W per chunk it
+//          ends at 6m + p - 1, half ZB-H2's ramp.
+PipelineProgram make_pipeline_schedule(PipelineSchedule kind, int stages, int micro_batches,
+                                       int virtual_stages);
+
+// Where make_pipeline_schedule(kind, ..., virtual_stages) puts its chunks, and whether its
+// transfers need sends that do not block (interleaved, zb_h2, zbv).
+PipelineLayout pipeline_schedule_layout(PipelineSchedule kind, int virtual_stages);
+bool pipeline_schedule_needs_nonblocking_sends(PipelineSchedule kind);
+
 struct PipelineStats {
   int makespan = 0;                       // time slots until the last stage finishes
-  std::vector<int> busy_slots;            // per stage: slots spent in forward or backward
+  std::vector<int> busy_slots;            // per stage: slots spent computing
   double bubble_fraction = 0;             // 1 - sum(busy_slots) / (stages * makespan)
-  std::vector<int> max_activations_held;  // per stage: most micro-batches forwarded, not backwarded
+  std::vector<int> max_activations_held;  // per stage: most (chunk, micro-batch) pairs forwarded
+                                          // and not yet through their W (or fused backward)
+  // Per stage: idle slots between the start of its first compute and the end of its last, the
+  // bubble left once the ramp-up and ramp-down of the pipeline are set aside.
+  std::vector<int> interior_idle_slots;
 };
 
-// Runs every stage's list in lock-step: forward and backward take one time slot, communication
-// none, and a transfer or exchange completes only when the peer's mirror op is at the head of its
-// list (rendezvous, the strictest blocking semantics). Throws strata::Error naming the stage and op
-// on a deadlock, an unmatched or mismatched transfer (wrong micro-batch or direction), an op
-// talking to a stage that does not exist, or a data-flow error: a forward before its input arrived,
-// a backward before its forward or its output gradient, a send of a buffer not yet computed, any
-// micro-batch not forwarded and backwarded exactly once on every stage.
+// Slots per compute op; a fused backward costs backward_input + backward_weight.
+struct PipelineCosts {
+  int forward = 1, backward_input = 1, backward_weight = 1;
+};
+
+struct PipelineSimulation {
+  PipelineLayout layout;
+  PipelineCosts costs;
+  // false: rendezvous (a transfer or exchange completes only when the peer's mirror op is at the
+  // head of its list, today's executor). true: a send completes at once and queues its buffer on
+  // the (sender, receiver, activation or gradient) channel, tagged (micro-batch, chunk); a receive
+  // waits until the buffer with its tag is there; an exchange sends, then receives.
+  bool nonblocking_sends = false;
+};
+
+// Runs every stage's list in lock-step: compute ops take their cost in slots, communication none.
+// Throws strata::Error naming the stage and op on a deadlock, an unmatched or mismatched transfer
+// (wrong micro-batch, chunk or direction), an op talking to a stage that does not exist or to its
+// own rank, a buffer sent and never received, or a data-flow error: a forward before its input
+// arrived, a backward before its forward or its output gradient, a W before its B, a send of a
+// buffer not yet computed, any micro-batch not forwarded, B'd and W'd exactly once per chunk.
+PipelineStats simulate_pipeline(const PipelineProgram& program, int micro_batches,
+                                const PipelineSimulation& simulation);
+
+// Today's model: one chunk, rendezvous, forward and fused backward one slot each.
 PipelineStats simulate_pipeline(const PipelineProgram& program, int micro_batches);
 
 }  // namespace strata
