@@ -264,11 +264,9 @@ TEST(PipelineSchedule, RejectsBadSizes) {
 // ---------------------------------------------------------------------------------------------
 // Broken programs the simulator must catch
 
-// Splitting 1F1B's paired exchanges into "send, then receive" on both sides is the classic
-// deadlock: each stage blocks in its send while the other also sends.
-TEST(PipelineSimulator, DetectsTheDeadlockOfUnpairedExchanges) {
-  PipelineProgram lists = make_pipeline_schedule(PipelineSchedule::one_f_one_b, 2, 4);
-  for (auto& ops : lists) {
+// `program` with every paired exchange split into "send, then receive".
+PipelineProgram with_unpaired_exchanges(PipelineProgram program) {
+  for (auto& ops : program) {
     std::vector<PipelineOp> split;
     for (const PipelineOp& o : ops) {
       if (o.kind == Kind::send_activation_recv_grad) {
@@ -283,6 +281,14 @@ TEST(PipelineSimulator, DetectsTheDeadlockOfUnpairedExchanges) {
     }
     ops = split;
   }
+  return program;
+}
+
+// Splitting 1F1B's paired exchanges into "send, then receive" on both sides is the classic
+// deadlock: each stage blocks in its send while the other also sends.
+TEST(PipelineSimulator, DetectsTheDeadlockOfUnpairedExchanges) {
+  const PipelineProgram lists =
+      with_unpaired_exchanges(make_pipeline_schedule(PipelineSchedule::one_f_one_b, 2, 4));
   const std::string message = simulation_error(lists, 4);
   EXPECT_CONTAINS(message, "stage 0 op 3 (send_activation(mb 1))");
   EXPECT_CONTAINS(message, "stage 1 op 3 (send_grad(mb 0))");
@@ -630,22 +636,8 @@ TEST(PipelineSchedule, RejectsChunkCountsAndMicroBatchesTheOrderCannotUse) {
 // What the non-blocking executor buys: 1F1B with its exchanges split into single transfers
 // deadlocks under rendezvous (DetectsTheDeadlockOfUnpairedExchanges) but runs when sends queue.
 TEST(PipelineSimulator, QueuedSendsRunWhatRendezvousDeadlocksOn) {
-  PipelineProgram lists = make_pipeline_schedule(PipelineSchedule::one_f_one_b, 2, 4);
-  for (auto& ops : lists) {
-    std::vector<PipelineOp> split;
-    for (const PipelineOp& o : ops) {
-      if (o.kind == Kind::send_activation_recv_grad) {
-        split.push_back(op(Kind::send_activation, o.micro_batch));
-        split.push_back(op(Kind::recv_grad, o.recv_micro_batch));
-      } else if (o.kind == Kind::send_grad_recv_activation) {
-        split.push_back(op(Kind::send_grad, o.micro_batch));
-        split.push_back(op(Kind::recv_activation, o.recv_micro_batch));
-      } else {
-        split.push_back(o);
-      }
-    }
-    ops = split;
-  }
+  const PipelineProgram lists =
+      with_unpaired_exchanges(make_pipeline_schedule(PipelineSchedule::one_f_one_b, 2, 4));
   PipelineSimulation queued;
   queued.costs.backward_weight = 0;
   queued.nonblocking_sends = true;
