@@ -12,7 +12,7 @@ struct LayerElements {
 }  // namespace
 
 ActivationElements activation_elements(const GptShape& shape, const ModelPartition& partition,
-                                       int max_batch, Recompute recompute) {
+                                       int max_batch, Recompute recompute, bool split_backward) {
   const std::size_t tp = static_cast<std::size_t>(partition.tp_size);
   const bool sequence_parallel = partition.sequence_parallel && tp > 1;
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
@@ -38,6 +38,13 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
     a.per_slot += Nl * C + (sequence_parallel ? N * C : 0) + 2 * Nl +  // lnf, lnf_full, stats
                   N * shape.padded_vocab() / tp + N;                   // logits, losses
   if (!partition.has_embedding) a.per_slot += Nl * C;                  // input_grad
+  if (split_backward) {  // the weight stash (Gpt::WeightStash)
+    a.per_slot += L * (2 * N * C + N * Hl + 3 * N * Cl + 2 * Nl * C);  // dz, dy, dfch, dqkv, dln*
+    if (drops_attention) a.per_slot += L * N * Cl;                     // atty copy
+    if (drops_rest) a.per_slot += L * (Nl * C + 2 * N * C + N * Hl + 4 * Nl);  // x2, ln*, fch_gelu
+    if (partition.has_head) a.per_slot += Nl * C;                              // dlnf
+    if (partition.has_embedding) a.per_slot += N * C;                          // dembed
+  }
   a.workspace = (drops_attention ? layer.attention : 0) + (drops_rest ? layer.rest + Nl * C : 0);
   return a;
 }

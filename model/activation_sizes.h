@@ -16,8 +16,11 @@ struct ActivationElements {
   std::size_t workspace = 0;  // the recompute workspace, shared by the slots
 };
 
-// For micro-batches of up to `max_batch` sequences of shape.seq_len tokens.
+// For micro-batches of up to `max_batch` sequences of shape.seq_len tokens. `split_backward`: each
+// slot also keeps what its weight gradients need between the two halves of the split backward
+// (GptOptions::split_backward).
 ActivationElements activation_elements(const GptShape& shape, const ModelPartition& partition,
-                                       int max_batch, Recompute recompute);
+                                       int max_batch, Recompute recompute,
+                                       bool split_backward = false);
 
 }  // namespace strata

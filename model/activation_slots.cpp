@@ -18,4 +18,14 @@ void check_slot_backward(const SlotLimits& limits, const SlotState& state, int s
   if (needs_targets) STRATA_CHECK(state.has_targets, "backward needs a forward with targets");
 }
 
+void check_slot_weight_backward(const SlotLimits& limits, const SlotState& state, int slot) {
+  STRATA_CHECK(slot >= 0 && slot < limits.slots && state.weight_pending, "weight backward of slot ",
+               slot, " without its input backward");
+}
+
+void check_slot_free(const SlotState& state, int slot) {
+  STRATA_CHECK(!state.weight_pending, "forward into activation slot ", slot,
+               " whose weight gradients are still pending");
+}
+
 }  // namespace strata

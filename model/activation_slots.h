@@ -12,6 +12,8 @@ struct SlotState {
   int batch = 0, time = 0;   // the micro-batch held: `batch` sequences of `time` tokens
   bool forwarded = false;    // a forward waits for its backward (or was an evaluation)
   bool has_targets = false;  // that forward had targets: its losses are valid
+  // Split backward: the input pass ran, the weight pass has not; the slot is still taken.
+  bool weight_pending = false;
 };
 
 // What a model allows its slots to hold.
@@ -31,5 +33,12 @@ void check_slot_batch(const SlotLimits& limits, int slot, int B, int T);
 // `needs_targets` (the last stage starts its backward from the losses).
 void check_slot_backward(const SlotLimits& limits, const SlotState& state, int slot,
                          bool needs_targets);
+
+// Errors unless `slot` is a slot whose split backward ran its input pass and waits for its weight
+// pass.
+void check_slot_weight_backward(const SlotLimits& limits, const SlotState& state, int slot);
+
+// Errors when a forward would overwrite a slot whose weight pass has not run.
+void check_slot_free(const SlotState& state, int slot);
 
 }  // namespace strata

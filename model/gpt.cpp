@@ -61,8 +61,7 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
   x.partial.resize(N * std::max(C, Hl));
   x.reduced.resize(Nl * C);
   x.datty.resize(N * Cl);
-  x.dqkv.resize(N * 3 * Cl);
-  x.dfch.resize(N * Hl);
+  allocate_stash(x.stash, 1, false);
   x.rows.resize(std::max<std::size_t>(tp_size, 2) * N);
   x.dlosses.resize(N);
   // The workspace holds one layer of what the slots drop.
@@ -94,6 +93,30 @@ void Gpt<T>::allocate(LayerActivations& a, std::size_t attention_layers,
     stats->resize(other_layers * Nl);
   a.fch.resize(other_layers * N * Hl);
   a.fch_gelu.resize(other_layers * N * Hl);
+}
+
+template <class T>
+void Gpt<T>::allocate_stash(WeightStash& w, std::size_t layers, bool copies) const {
+  const std::size_t tp = partition_.tp_size;
+  const std::size_t N = static_cast<std::size_t>(max_batch_) * shape_.seq_len;
+  const std::size_t C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
+  const std::size_t Nl = sequence_parallel_ ? N / tp : N;
+  w.dz.resize(layers * N * C);
+  w.dy.resize(layers * N * C);
+  w.dfch.resize(layers * N * Hl);
+  w.dqkv.resize(layers * N * 3 * Cl);
+  w.dln1.resize(layers * Nl * C);
+  w.dln2.resize(layers * Nl * C);
+  const std::size_t attention = copies && options_.recompute != Recompute::none ? layers : 0;
+  const std::size_t rest = copies && options_.recompute == Recompute::full ? layers : 0;
+  w.atty.resize(attention * N * Cl);
+  w.x2.resize(rest * Nl * C);
+  w.ln1_full.resize(rest * N * C);
+  w.ln2_full.resize(rest * N * C);
+  w.fch_gelu.resize(rest * N * Hl);
+  w.ln_stats.resize(rest * 4 * Nl);
+  if (partition_.has_head) w.dlnf.resize(Nl * C);
+  if (partition_.has_embedding) w.dembed.resize(N * C);
 }
 
 template <class T>
@@ -139,8 +162,10 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
       s.losses.resize(N);
     }
     if (!partition_.has_embedding) s.input_grad.resize(Nl * C);
-    STRATA_CHECK(s.elements() ==
-                 activation_elements(shape_, partition_, max_batch_, options_.recompute).per_slot);
+    if (options_.split_backward) allocate_stash(s.stash, L, true);
+    STRATA_CHECK(s.elements() == activation_elements(shape_, partition_, max_batch_,
+                                                     options_.recompute, options_.split_backward)
+                                     .per_slot);
   }
   s.batch = B;
   s.time = T_;
@@ -170,8 +195,14 @@ const T* Gpt<T>::gather_rows(const T* local, T* full, long N, int C) {
 }
 
 template <class T>
+void Gpt<T>::gather_rows_into(const T* local, T* full, long N, int C) {
+  if (gather_rows(local, full, N, C) == local) std::copy_n(local, N * C, full);
+}
+
+template <class T>
 T Gpt<T>::forward(int slot, ParameterAccess<T>& parameters, const std::int32_t* tokens,
                   const T* input, const std::int32_t* targets, int B, int T_) {
+  if (slot >= 0 && slot < slots()) check_slot_free(*slots_[slot], slot);
   Slot& s = slot_for(slot, B, T_);
   const long N = static_cast<long>(B) * T_;
   const int C = shape_.d_model;
@@ -262,34 +293,99 @@ T Gpt<T>::head_forward(Slot& s, ParameterAccess<T>& parameters) {
   return sum / static_cast<T>(N);
 }
 
+// The backward pass runs in parts: the head's, each block's (last to first) and the embedding's.
+// Each part's input half computes the activation gradients and leaves in a stash what its weight
+// half reads. Fused, each weight half follows its input half at once through Scratch's one-layer
+// stash; split, every input half runs first (backward_input) and the weight halves later
+// (backward_weight) from the slot's stash. Either way every parameter gradient is added by the
+// same kernel calls on the same values, so the two agree bitwise.
+template <class T>
+typename Gpt<T>::Slot& Gpt<T>::backward_slot(int slot) {
+  check_slot_backward(slot_limits(), slot >= 0 && slot < slots() ? *slots_[slot] : SlotState{},
+                      slot, partition_.has_head);
+  return *slots_[slot];
+}
+
 template <class T>
 void Gpt<T>::backward(int slot, ParameterAccess<T>& parameters, const T* output_grad,
                       T loss_scale) {
-  check_slot_backward(slot_limits(), slot >= 0 && slot < slots() ? *slots_[slot] : SlotState{},
-                      slot, partition_.has_head);
-  Slot& s = *slots_[slot];
-  const int C = shape_.d_model, Nl = activation_rows(s.batch, s.time);
+  Slot& s = backward_slot(slot);
+  WeightStash& w = scratch_->stash;
+  backward_start(s, parameters, output_grad, loss_scale, w);
   // The tied wte takes gradients from the head and from the embedding: one acquisition spans both.
   T* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
   if (partition_.has_head) {
-    head_backward(s, parameters, wte_grads, loss_scale);
+    head_backward_weight(s, parameters, wte_grads, w);
     if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
-  } else {
-    STRATA_CHECK(output_grad != nullptr, "a stage before the last needs its output gradient");
-    std::copy_n(output_grad, static_cast<long>(Nl) * C, scratch_->dresidual.data());
   }
-  for (int l = partition_.layers() - 1; l >= 0; --l) block_backward(s, parameters, l);
+  for (int l = partition_.layers() - 1; l >= 0; --l) {
+    block_backward_input(s, parameters, l, w, 0);
+    block_backward_weight(s, parameters, l, block_weight_inputs(s, l, w, 0));
+  }
+  backward_finish(s, w);
   if (partition_.has_embedding) {
-    embed_backward(s, parameters, wte_grads);
+    embed_backward_weight(s, parameters, wte_grads, w);
     parameters.release_gradients(segment_.wte);
-  } else {
-    std::copy_n(scratch_->dresidual.data(), static_cast<long>(Nl) * C, s.input_grad.data());
   }
   s.forwarded = false;  // the probabilities were overwritten by their gradient
 }
 
 template <class T>
-void Gpt<T>::head_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads, T loss_scale) {
+void Gpt<T>::backward_input(int slot, ParameterAccess<T>& parameters, const T* output_grad,
+                            T loss_scale) {
+  STRATA_CHECK(options_.split_backward, "backward_input needs a model built with split_backward");
+  Slot& s = backward_slot(slot);
+  backward_start(s, parameters, output_grad, loss_scale, s.stash);
+  for (int l = partition_.layers() - 1; l >= 0; --l)
+    block_backward_input(s, parameters, l, s.stash, l);
+  backward_finish(s, s.stash);
+  s.forwarded = false;
+  s.weight_pending = true;
+}
+
+template <class T>
+void Gpt<T>::backward_weight(int slot, ParameterAccess<T>& parameters) {
+  check_slot_weight_backward(slot_limits(),
+                             slot >= 0 && slot < slots() ? *slots_[slot] : SlotState{}, slot);
+  Slot& s = *slots_[slot];
+  T* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
+  if (partition_.has_head) {
+    head_backward_weight(s, parameters, wte_grads, s.stash);
+    if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
+  }
+  for (int l = partition_.layers() - 1; l >= 0; --l)
+    block_backward_weight(s, parameters, l, block_weight_inputs(s, l, s.stash, l));
+  if (partition_.has_embedding) {
+    embed_backward_weight(s, parameters, wte_grads, s.stash);
+    parameters.release_gradients(segment_.wte);
+  }
+  s.weight_pending = false;
+}
+
+template <class T>
+void Gpt<T>::backward_start(Slot& s, ParameterAccess<T>& parameters, const T* output_grad,
+                            T loss_scale, WeightStash& w) {
+  if (partition_.has_head) {
+    head_backward_input(s, parameters, loss_scale, w);
+  } else {
+    STRATA_CHECK(output_grad != nullptr, "a stage before the last needs its output gradient");
+    std::copy_n(output_grad, static_cast<long>(activation_rows(s.batch, s.time)) * shape_.d_model,
+                scratch_->dresidual.data());
+  }
+}
+
+template <class T>
+void Gpt<T>::backward_finish(Slot& s, WeightStash& w) {
+  const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+  if (partition_.has_embedding)  // the embedding's weight half reads all rows of its gradient
+    gather_rows_into(scratch_->dresidual.data(), w.dembed.data(), N, C);
+  else
+    std::copy_n(scratch_->dresidual.data(), static_cast<long>(Nl) * C, s.input_grad.data());
+}
+
+template <class T>
+void Gpt<T>::head_backward_input(Slot& s, ParameterAccess<T>& parameters, T loss_scale,
+                                 WeightStash& w) {
   const int C = shape_.d_model, V = shape_.vocab_size, N = s.batch * s.time;
   const int Nl = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
@@ -297,41 +393,54 @@ void Gpt<T>::head_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads
   const int Vl = static_cast<int>(wte.slice.mid_count);
   Scratch& x = *scratch_;
   std::fill(x.dlosses.begin(), x.dlosses.begin() + N, loss_scale / static_cast<T>(N));
-  // dlogits overwrite the probabilities in place.
+  // dlogits overwrite the probabilities in place (and stay there for the weight half).
   crossentropy_shard_backward(s.logits.data(), s.logits.data(), s.targets.data(), x.dlosses.data(),
                               vocab_begin, V, N, Vl);
   // With fp16 this is where a too large loss scale first overflows to inf.
   round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
-  const T* lnf_full = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
-  matmul_backward(x.dfull.data(), wte_grads, static_cast<T*>(nullptr), s.logits.data(), lnf_full,
-                  parameters.acquire_weights(segment_.wte, WeightUse::backward), N, C, Vl);
+  // Partial sums over the vocabulary shards, summed in place when the rows are not split.
+  T* partial = sequence_parallel_ ? x.dfull.data() : w.dlnf.data();
+  matmul_backward_input(partial, s.logits.data(),
+                        parameters.acquire_weights(segment_.wte, WeightUse::backward), N, C, Vl);
   parameters.release_weights(segment_.wte);
-  round_to_compute(x.dfull.data(), static_cast<long>(N) * C);
-  const T* dlnf = sum_rows(x.dfull.data(), x.dlocal.data(), N, C);  // (Nl, C)
+  round_to_compute(partial, static_cast<long>(N) * C);
+  sum_rows(partial, w.dlnf.data(), N, C);  // (Nl, C) into the stash
   std::fill(x.dresidual.begin(), x.dresidual.begin() + static_cast<long>(Nl) * C, T(0));
   const T* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::backward);
-  T* lnf_grads = parameters.acquire_gradients(segment_.lnf);
-  layernorm_backward(x.dresidual.data(), in_segment(lnf_grads, segment_.lnf, "lnf.weight"),
-                     in_segment(lnf_grads, segment_.lnf, "lnf.bias"), dlnf,
-                     s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
-                     in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean.data(),
-                     s.lnf_rstd.data(), Nl, C);
+  layernorm_backward_input(x.dresidual.data(), w.dlnf.data(),
+                           s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
+                           in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean.data(),
+                           s.lnf_rstd.data(), Nl, C);
   parameters.release_weights(segment_.lnf);
-  parameters.release_gradients(segment_.lnf);
   round_to_compute(x.dresidual.data(), static_cast<long>(Nl) * C);
 }
 
 template <class T>
-void Gpt<T>::embed_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads) {
+void Gpt<T>::head_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
+                                  const WeightStash& w) {
+  const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+  const int Vl = static_cast<int>(layout_.at("wte").slice.mid_count);
+  const T* lnf_full = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
+  matmul_backward_weight(wte_grads, static_cast<T*>(nullptr), s.logits.data(), lnf_full, N, C, Vl);
+  T* lnf_grads = parameters.acquire_gradients(segment_.lnf);
+  layernorm_backward_weight(in_segment(lnf_grads, segment_.lnf, "lnf.weight"),
+                            in_segment(lnf_grads, segment_.lnf, "lnf.bias"), w.dlnf.data(),
+                            s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
+                            s.lnf_mean.data(), s.lnf_rstd.data(), Nl, C);
+  parameters.release_gradients(segment_.lnf);
+}
+
+template <class T>
+void Gpt<T>::embed_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
+                                   const WeightStash& w) {
   const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
   const TensorView& wte = layout_.at("wte");
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
-  const T* dres = scratch_->dresidual.data();
-  position_embedding_backward(parameters.acquire_gradients(segment_.wpe), dres, row_begin, Nl,
-                              s.time, C);
+  position_embedding_backward(parameters.acquire_gradients(segment_.wpe),
+                              w.dembed.data() + row_begin * C, row_begin, Nl, s.time, C);
   parameters.release_gradients(segment_.wpe);
-  const T* dfull = gather_rows(dres, scratch_->dfull.data(), N, C);
-  embedding_shard_backward(wte_grads, dfull, s.tokens.data(), static_cast<int>(wte.slice.mid_begin),
+  embedding_shard_backward(wte_grads, w.dembed.data(), s.tokens.data(),
+                           static_cast<int>(wte.slice.mid_begin),
                            static_cast<int>(wte.slice.mid_count), N, C);
 }
 

@@ -53,6 +53,9 @@ namespace strata {
 struct GptOptions {
   cpu::ComputeDtype compute = cpu::ComputeDtype::fp32;
   Recompute recompute = Recompute::none;
+  // Each slot keeps what its weight gradients need between backward_input and backward_weight
+  // (the zero-bubble pipeline schedules); without it only the fused backward runs.
+  bool split_backward = false;
 };
 
 template <class T>
@@ -109,6 +112,14 @@ class Gpt {
   }
   void backward(int slot, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale);
 
+  // The backward of `slot` split in two (GptOptions::split_backward; docs/ARCHITECTURE.md §5, the
+  // split backward). backward_input computes the activation gradients, input_grad(slot) among
+  // them, reading the weights only; it leaves in the slot what the weight gradients need.
+  // backward_weight, any time later, adds the parameter gradients (acquiring only gradients) and
+  // frees the slot for the next forward. The two add bitwise what backward adds.
+  void backward_input(int slot, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale);
+  void backward_weight(int slot, ParameterAccess<T>& parameters);
+
   // Rows of the residual stream on this rank: B·T_, or B·T_/tp with sequence parallelism.
   int activation_rows(int B, int T_) const;
   const T* output(int slot) const;
@@ -131,6 +142,8 @@ class Gpt {
   struct Scratch;
   struct Block;
   struct BlockActivations;
+  struct WeightStash;
+  struct BlockWeightInputs;
   // Layer `layer`'s tensors in its segment's weights (or gradients) starting at `base`.
   template <class P>
   P* in_segment(P* base, int segment, const std::string& name) const;
@@ -151,16 +164,36 @@ class Gpt {
   void attention_core_forward(const BlockActivations& a, int B, int T_, const Block& p,
                               const T* ln1_full);
   T head_forward(Slot& s, ParameterAccess<T>& parameters);
-  // wte_grads: the gradients of the wte segment (tied: both the head and the embedding add to it).
-  void head_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads, T loss_scale);
-  void block_backward(Slot& s, ParameterAccess<T>& parameters, int local_layer);
-  void embed_backward(Slot& s, ParameterAccess<T>& parameters, T* wte_grads);
+
+  // The backward pass in parts. Input parts compute activation gradients (dresidual, running
+  // down the stage) and write what the weight parts read into a stash: the slot's (split
+  // backward, every layer at its own index, dropped activations copied) or Scratch's (fused: one
+  // layer at index 0, read right after). `stash_layer` is the layer's index in that stash.
+  Slot& backward_slot(int slot);
+  void allocate_stash(WeightStash& w, std::size_t layers, bool copies) const;
+  void backward_start(Slot& s, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale,
+                      WeightStash& w);
+  void backward_finish(Slot& s, WeightStash& w);
+  void head_backward_input(Slot& s, ParameterAccess<T>& parameters, T loss_scale, WeightStash& w);
+  void block_backward_input(Slot& s, ParameterAccess<T>& parameters, int local_layer,
+                            WeightStash& w, int stash_layer);
+  BlockWeightInputs block_weight_inputs(Slot& s, int local_layer, WeightStash& w, int stash_layer);
+  // Weight parts; wte_grads: the gradients of the wte segment (tied: both the head and the
+  // embedding add to it).
+  void head_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
+                            const WeightStash& w);
+  void block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int local_layer,
+                             const BlockWeightInputs& in);
+  void embed_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
+                             const WeightStash& w);
 
   // Tensor-parallel communication on (N, C) activations, N = B·T rows:
   // sum of partial results into this rank's rows (all-reduce in place, or reduce-scatter),
   // and this rank's rows to all rows (all-gather; returns `local` itself when not sharded).
   const T* sum_rows(T* partial, T* local_out, long N, int C);
   const T* gather_rows(const T* local, T* full, long N, int C);
+  // The same into `full` always (a copy when not sharded).
+  void gather_rows_into(const T* local, T* full, long N, int C);
 
   GptShape shape_;
   ModelPartition partition_;

@@ -1,6 +1,8 @@
 // The transformer block of Gpt (see gpt.h): where its activations live under each recompute
 // mode, its forward, and its backward, which first recomputes what the forward dropped.
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "model/gpt.h"
 #include "model/gpt_storage.h"
@@ -112,10 +114,14 @@ void Gpt<T>::attention_core_forward(const BlockActivations& a, int B, int T_, co
   round_to_compute(a.atty, static_cast<long>(N) * Cl);
 }
 
-// Activation gradients are rounded to the compute dtype like the forward's outputs; parameter
-// gradients accumulate in T.
+// The input half of the block's backward: activation gradients, rounded to the compute dtype like
+// the forward's outputs, from dresidual = d(loss)/d(block output) down to d(loss)/d(block input).
+// What the weight half reads goes to stash layer `at` of `w`: the gradients of the projections'
+// outputs, of the fc output and of both LayerNorm outputs, and (a slot's stash only) copies of
+// the activations recomputation dropped.
 template <class T>
-void Gpt<T>::block_backward(Slot& s, ParameterAccess<T>& parameters, int l) {
+void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l, WeightStash& w,
+                                  int at) {
   const int B = s.batch, T_ = s.time, C = shape_.d_model, tp = partition_.tp_size;
   const int Cl = C / tp, Hl = 4 * C / tp, NHl = shape_.n_head / tp;
   const int N = B * T_, Nl = activation_rows(B, T_);
@@ -124,64 +130,146 @@ void Gpt<T>::block_backward(Slot& s, ParameterAccess<T>& parameters, int l) {
   const int segment = block_segment(l);
   // One acquisition of the weights serves the recomputation and the backward pass.
   const Block p = block_params(parameters.acquire_weights(segment, WeightUse::backward), layer);
-  T* grads = parameters.acquire_gradients(segment);
-  const std::string h = "h." + std::to_string(layer) + ".";
-  auto g = [&](const char* name) { return in_segment(grads, segment, h + name); };
   const BlockActivations a = block_activations(s, l, true);
   // Bring back what the forward dropped, by the forward's own code on the same inputs.
   if (options_.recompute == Recompute::full)
     block_forward(a, B, T_, p);
   else if (options_.recompute == Recompute::selective)
     attention_core_forward(a, B, T_, p, sequence_parallel_ ? a.ln1_full : a.ln1);
-  const T* ln1_full = sequence_parallel_ ? a.ln1_full : a.ln1;
-  const T* ln2_full = sequence_parallel_ ? a.ln2_full : a.ln2;
+  const BlockWeightInputs in = block_weight_inputs(s, l, w, at);
+  if (&w != &scratch_->stash) {  // the weight half runs later: keep what the workspace will lose
+    auto keep = [](const T* from, T* to, long n) {
+      if (from != to) std::copy_n(from, n, to);
+    };
+    keep(a.atty, in.atty, static_cast<long>(N) * Cl);
+    keep(a.x2, in.x2, rows);
+    keep(sequence_parallel_ ? a.ln1_full : a.ln1, in.ln1_full, full);
+    keep(sequence_parallel_ ? a.ln2_full : a.ln2, in.ln2_full, full);
+    keep(a.fch_gelu, in.fch_gelu, static_cast<long>(N) * Hl);
+    for (const auto& [from, to] :
+         {std::pair{a.ln1_mean, in.ln1_mean}, std::pair{a.ln1_rstd, in.ln1_rstd},
+          std::pair{a.ln2_mean, in.ln2_mean}, std::pair{a.ln2_rstd, in.ln2_rstd}})
+      keep(from, to, Nl);
+  }
   Scratch& x_ = *scratch_;
   T* dres = x_.dresidual.data();  // running d(loss)/d(residual stream), (Nl, C)
   T* dfch_gelu = x_.partial.data();
+  // Row-parallel partial sums: summed in place when rows are not split, else reduce-scattered.
+  auto partial_of = [&](T* local) { return sequence_parallel_ ? x_.dfull.data() : local; };
 
   // MLP: next = x2 + proj(gelu(fc(ln2(x2)))) + bias
-  bias_backward(g("mlp.proj.bias"), dres, Nl, C);
-  const T* dz = gather_rows(dres, x_.dfull.data(), N, C);  // (N, C)
-  matmul_backward(dfch_gelu, g("mlp.proj.weight"), static_cast<T*>(nullptr), dz, a.fch_gelu,
-                  p.mlp_proj_weight, N, Hl, C);
+  gather_rows_into(dres, in.dz, N, C);  // (N, C)
+  matmul_backward_input(dfch_gelu, in.dz, p.mlp_proj_weight, N, Hl, C);
   round_to_compute(dfch_gelu, static_cast<long>(N) * Hl);
-  gelu_backward(x_.dfch.data(), a.fch, dfch_gelu, static_cast<long>(N) * Hl);
-  round_to_compute(x_.dfch.data(), static_cast<long>(N) * Hl);
-  matmul_backward(x_.dfull.data(), g("mlp.fc.weight"), g("mlp.fc.bias"), x_.dfch.data(), ln2_full,
-                  p.fc_weight, N, C, Hl);
-  round_to_compute(x_.dfull.data(), full);
-  const T* dln2 = sum_rows(x_.dfull.data(), x_.dlocal.data(), N, C);  // (Nl, C)
-  layernorm_backward(dres, g("ln2.weight"), g("ln2.bias"), dln2, a.x2, p.ln2_weight, a.ln2_mean,
-                     a.ln2_rstd, Nl, C);
+  gelu_backward(in.dfch, a.fch, dfch_gelu, static_cast<long>(N) * Hl);
+  round_to_compute(in.dfch, static_cast<long>(N) * Hl);
+  T* dln2_partial = partial_of(in.dln2);
+  matmul_backward_input(dln2_partial, in.dfch, p.fc_weight, N, C, Hl);
+  round_to_compute(dln2_partial, full);
+  sum_rows(dln2_partial, in.dln2, N, C);  // (Nl, C)
+  layernorm_backward_input(dres, in.dln2, a.x2, p.ln2_weight, a.ln2_mean, a.ln2_rstd, Nl, C);
   round_to_compute(dres, rows);
 
   // Attention: x2 = x + proj(attn(qkv(ln1(x)))) + bias
-  bias_backward(g("attn.proj.bias"), dres, Nl, C);
-  const T* dy = gather_rows(dres, x_.dfull.data(), N, C);
-  matmul_backward(x_.datty.data(), g("attn.proj.weight"), static_cast<T*>(nullptr), dy, a.atty,
-                  p.attn_proj_weight, N, Cl, C);
+  gather_rows_into(dres, in.dy, N, C);
+  matmul_backward_input(x_.datty.data(), in.dy, p.attn_proj_weight, N, Cl, C);
   round_to_compute(x_.datty.data(), static_cast<long>(N) * Cl);
-  attention_backward(x_.dqkv.data(), x_.datty.data(), a.qkv, B, T_, Cl, NHl, options_.compute,
+  attention_backward(in.dqkv, x_.datty.data(), a.qkv, B, T_, Cl, NHl, options_.compute,
                      x_.attention);
-  round_to_compute(x_.dqkv.data(), 3 * static_cast<long>(N) * Cl);
-  matmul_backward(x_.dfull.data(), g("attn.qkv.weight"), g("attn.qkv.bias"), x_.dqkv.data(),
-                  ln1_full, p.qkv_weight, N, C, 3 * Cl);
-  round_to_compute(x_.dfull.data(), full);
-  const T* dln1 = sum_rows(x_.dfull.data(), x_.dlocal.data(), N, C);
-  layernorm_backward(dres, g("ln1.weight"), g("ln1.bias"), dln1, a.x, p.ln1_weight, a.ln1_mean,
-                     a.ln1_rstd, Nl, C);
+  round_to_compute(in.dqkv, 3 * static_cast<long>(N) * Cl);
+  T* dln1_partial = partial_of(in.dln1);
+  matmul_backward_input(dln1_partial, in.dqkv, p.qkv_weight, N, C, 3 * Cl);
+  round_to_compute(dln1_partial, full);
+  sum_rows(dln1_partial, in.dln1, N, C);
+  layernorm_backward_input(dres, in.dln1, a.x, p.ln1_weight, a.ln1_mean, a.ln1_rstd, Nl, C);
   parameters.release_weights(segment);
-  parameters.release_gradients(segment);
   round_to_compute(dres, rows);
 }
 
-#define STRATA_INSTANTIATE_GPT_BLOCK(T)                                                         \
-  template Gpt<T>::Block Gpt<T>::block_params(const T*, int) const;                             \
-  template Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot&, int, bool);                \
-  template void Gpt<T>::block_forward(const BlockActivations&, int, int, const Block&);         \
-  template void Gpt<T>::attention_core_forward(const BlockActivations&, int, int, const Block&, \
-                                               const T*);                                       \
-  template void Gpt<T>::block_backward(Slot&, ParameterAccess<T>&, int);
+// Layer l's weight-gradient inputs in stash layer `at` of `w`: activations the slot keeps are read
+// where they are; dropped ones from the workspace when `w` is Scratch's (the weight half follows
+// at once) or from the slot stash's copies.
+template <class T>
+typename Gpt<T>::BlockWeightInputs Gpt<T>::block_weight_inputs(Slot& s, int l, WeightStash& w,
+                                                               int at) {
+  const int tp = partition_.tp_size, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+  const long C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
+  const BlockActivations a = block_activations(s, l, true);
+  BlockWeightInputs in{};
+  in.x = a.x;
+  in.x2 = a.x2;
+  in.ln1_full = sequence_parallel_ ? a.ln1_full : a.ln1;
+  in.ln2_full = sequence_parallel_ ? a.ln2_full : a.ln2;
+  in.atty = a.atty;
+  in.fch_gelu = a.fch_gelu;
+  in.ln1_mean = a.ln1_mean;
+  in.ln1_rstd = a.ln1_rstd;
+  in.ln2_mean = a.ln2_mean;
+  in.ln2_rstd = a.ln2_rstd;
+  if (&w != &scratch_->stash) {
+    if (options_.recompute != Recompute::none) in.atty = w.atty.data() + at * N * Cl;
+    if (options_.recompute == Recompute::full) {
+      in.x2 = w.x2.data() + at * Nl * C;
+      in.ln1_full = w.ln1_full.data() + at * N * C;
+      in.ln2_full = w.ln2_full.data() + at * N * C;
+      in.fch_gelu = w.fch_gelu.data() + at * N * Hl;
+      T* stats = w.ln_stats.data() + at * 4L * Nl;
+      in.ln1_mean = stats;
+      in.ln1_rstd = stats + Nl;
+      in.ln2_mean = stats + 2L * Nl;
+      in.ln2_rstd = stats + 3L * Nl;
+    }
+  }
+  in.dz = w.dz.data() + at * N * C;
+  in.dy = w.dy.data() + at * N * C;
+  in.dfch = w.dfch.data() + at * N * Hl;
+  in.dqkv = w.dqkv.data() + at * N * 3 * Cl;
+  in.dln1 = w.dln1.data() + at * Nl * C;
+  in.dln2 = w.dln2.data() + at * Nl * C;
+  return in;
+}
+
+// The weight half: every parameter gradient of the block, added (+=) in T, by the kernels the
+// fused backward used (matmul_backward and layernorm_backward are exactly their two halves).
+template <class T>
+void Gpt<T>::block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int l,
+                                   const BlockWeightInputs& in) {
+  const int C = shape_.d_model, tp = partition_.tp_size, Cl = C / tp, Hl = 4 * C / tp;
+  const int N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+  const int layer = partition_.layer_begin + l;
+  const int segment = block_segment(l);
+  T* grads = parameters.acquire_gradients(segment);
+  const std::string h = "h." + std::to_string(layer) + ".";
+  auto g = [&](const char* name) { return in_segment(grads, segment, h + name); };
+  // A row-parallel layer's bias is replicated: each rank adds its own rows' share (all of them
+  // without sequence parallelism), found at its place among the gathered rows.
+  const long own_rows = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl * C : 0;
+
+  bias_backward(g("mlp.proj.bias"), in.dz + own_rows, Nl, C);
+  matmul_backward_weight(g("mlp.proj.weight"), static_cast<T*>(nullptr), in.dz, in.fch_gelu, N, Hl,
+                         C);
+  matmul_backward_weight(g("mlp.fc.weight"), g("mlp.fc.bias"), in.dfch, in.ln2_full, N, C, Hl);
+  layernorm_backward_weight(g("ln2.weight"), g("ln2.bias"), in.dln2, in.x2, in.ln2_mean,
+                            in.ln2_rstd, Nl, C);
+  bias_backward(g("attn.proj.bias"), in.dy + own_rows, Nl, C);
+  matmul_backward_weight(g("attn.proj.weight"), static_cast<T*>(nullptr), in.dy, in.atty, N, Cl, C);
+  matmul_backward_weight(g("attn.qkv.weight"), g("attn.qkv.bias"), in.dqkv, in.ln1_full, N, C,
+                         3 * Cl);
+  layernorm_backward_weight(g("ln1.weight"), g("ln1.bias"), in.dln1, in.x, in.ln1_mean, in.ln1_rstd,
+                            Nl, C);
+  parameters.release_gradients(segment);
+}
+
+#define STRATA_INSTANTIATE_GPT_BLOCK(T)                                                           \
+  template Gpt<T>::Block Gpt<T>::block_params(const T*, int) const;                               \
+  template Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot&, int, bool);                  \
+  template void Gpt<T>::block_forward(const BlockActivations&, int, int, const Block&);           \
+  template void Gpt<T>::attention_core_forward(const BlockActivations&, int, int, const Block&,   \
+                                               const T*);                                         \
+  template void Gpt<T>::block_backward_input(Slot&, ParameterAccess<T>&, int, WeightStash&, int); \
+  template Gpt<T>::BlockWeightInputs Gpt<T>::block_weight_inputs(Slot&, int, WeightStash&, int);  \
+  template void Gpt<T>::block_backward_weight(Slot&, ParameterAccess<T>&, int,                    \
+                                              const BlockWeightInputs&);
 STRATA_INSTANTIATE_GPT_BLOCK(float)
 STRATA_INSTANTIATE_GPT_BLOCK(double)
 #undef STRATA_INSTANTIATE_GPT_BLOCK

@@ -44,6 +44,35 @@ struct Gpt<T>::LayerActivations {
   }
 };
 
+// What the split backward's input pass leaves for its weight pass (docs/ARCHITECTURE.md §5), for
+// L layers packed layer after layer: the activation gradients the weight gradients are computed
+// from, and copies of the activations they read that recomputation dropped (the workspace holds
+// one layer only, and the weight pass may run after other layers were recomputed). The fused
+// backward keeps one layer of the gradients in Scratch and no copies.
+template <class T>
+struct Gpt<T>::WeightStash {
+  std::vector<T> dz, dy;      // (L, N, C) output gradients of the MLP's and attention's projections
+  std::vector<T> dfch;        // (L, N, Hl) gradient of the fc output (before GELU)
+  std::vector<T> dqkv;        // (L, N, 3Cl)
+  std::vector<T> dln1, dln2;  // (L, Nl, C) gradients of the LayerNorm outputs
+  // Copies of dropped activations: atty (selective and full recompute), the rest (full only).
+  std::vector<T> atty;                // (L, N, Cl)
+  std::vector<T> x2;                  // (L, Nl, C)
+  std::vector<T> ln1_full, ln2_full;  // (L, N, C) all rows of the LayerNorm outputs
+  std::vector<T> fch_gelu;            // (L, N, Hl)
+  std::vector<T> ln_stats;            // (L, 4, Nl) ln1 mean, rstd, ln2 mean, rstd
+  std::vector<T> dlnf;                // (Nl, C) last stage: gradient of the final LayerNorm
+  std::vector<T> dembed;              // (N, C) first stage: of the embedding's output, all rows
+
+  std::size_t elements() const {
+    std::size_t n = 0;
+    for (const std::vector<T>* v : {&dz, &dy, &dfch, &dqkv, &dln1, &dln2, &atty, &x2, &ln1_full,
+                                    &ln2_full, &fch_gelu, &ln_stats, &dlnf, &dembed})
+      n += v->size();
+    return n;
+  }
+};
+
 // One micro-batch's saved activations.
 template <class T>
 struct Gpt<T>::Slot : SlotState {
@@ -54,9 +83,10 @@ struct Gpt<T>::Slot : SlotState {
   std::vector<T> logits;                             // (N, Vp/tp)
   std::vector<T> losses;                             // (N)
   std::vector<T> input_grad;                         // (Nl, C)
+  WeightStash stash;  // split backward only: from the input pass to the weight pass
 
   std::size_t elements() const {
-    std::size_t n = layers.elements();
+    std::size_t n = layers.elements() + stash.elements();
     for (const std::vector<T>* v :
          {&residual, &lnf, &lnf_full, &lnf_mean, &lnf_rstd, &logits, &losses, &input_grad})
       n += v->size();
@@ -74,8 +104,7 @@ struct Gpt<T>::Scratch {
   std::vector<T> partial;            // (N, max(C, Hl)): row-parallel partial sums, GELU gradients
   std::vector<T> reduced;            // (Nl, C)
   std::vector<T> datty;              // (N, Cl)
-  std::vector<T> dqkv;               // (N, 3Cl)
-  std::vector<T> dfch;               // (N, Hl)
+  WeightStash stash;                 // one layer, no copies: the fused backward's
   std::vector<T> rows;               // (tp·N) per-row values gathered over the group, (2N) sums
   std::vector<T> dlosses;            // (N)
   std::vector<T> attention;          // attention's per-thread scratch (kernels/cpu/attention.h)
@@ -91,6 +120,17 @@ struct Gpt<T>::BlockActivations {
   T* out;      // block output (Nl, C)
   T *x2, *ln1, *ln2, *ln1_full, *ln2_full, *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
   T *qkv, *atty, *fch, *fch_gelu;
+};
+
+// What layer l's weight gradients are computed from: the activations its GEMMs and LayerNorms
+// read (where they are kept, or their copies in a stash) and the activation gradients the input
+// pass left in the stash. dz and dy hold all N rows (gathered under sequence parallelism).
+template <class T>
+struct Gpt<T>::BlockWeightInputs {
+  const T* x;  // kept in the slot whatever the recomputation
+  T *x2, *ln1_full, *ln2_full, *atty, *fch_gelu;
+  T *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+  T *dz, *dfch, *dln2, *dy, *dqkv, *dln1;
 };
 
 // A named tensor inside a segment's weights (or gradients) that start at `base`.

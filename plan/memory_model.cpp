@@ -112,7 +112,8 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
       gathered_weight_bytes(layout, plan, partition, program[static_cast<std::size_t>(stage)]);
   const int slots = std::max(1, stats.max_activations_held[static_cast<std::size_t>(stage)]);
   const ActivationElements activations =
-      activation_elements(rank.shape, partition, config.train.micro_batch, config.recompute);
+      activation_elements(rank.shape, partition, config.train.micro_batch, config.recompute,
+                          pipeline_schedule_splits_backward(config.parallel.pipeline_schedule));
   account.activations = (activations.workspace + slots * activations.per_slot) * sizeof(float);
   return account;
 }

@@ -7,7 +7,8 @@
 namespace strata {
 
 GptOptions gpt_options_of(const Config& config) {
-  return GptOptions{config.precision.compute, config.recompute};
+  return GptOptions{config.precision.compute, config.recompute,
+                    pipeline_schedule_splits_backward(config.parallel.pipeline_schedule)};
 }
 
 ShardingOptions sharding_options(const ZeroConfig& zero) {

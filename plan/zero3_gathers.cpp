@@ -18,7 +18,8 @@ std::vector<SegmentGatherUse> zero3_gather_sequence(const ModelPartition& partit
         add(index.lnf, WeightUse::forward);
         add(index.wte, WeightUse::forward);
       }
-    } else if (op.kind == PipelineOpKind::backward) {
+    } else if (op.kind == PipelineOpKind::backward ||
+               op.kind == PipelineOpKind::backward_input) {  // W reads no weights
       if (partition.has_head) {
         add(index.wte, WeightUse::backward);
         add(index.lnf, WeightUse::backward);

@@ -14,12 +14,12 @@ PipelineExecutor::PipelineExecutor(PipelineStage& stage, Communicator& pp,
       tokens_(static_cast<std::size_t>(B) * T),
       targets_(tokens_.size()) {
   for (int slot = stage.slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
-  // Chunks and the split backward exist as data (pipeline_schedule.h) but this interpreter keeps
-  // one chunk's buffers per micro-batch and runs fused backwards only.
+  // Chunks exist as data (pipeline_schedule.h) but this interpreter keeps one chunk's buffers
+  // per micro-batch.
   for (const PipelineOp& op : ops_)
-    if (op.chunk != 0 || op.kind == PipelineOpKind::backward_input ||
-        op.kind == PipelineOpKind::backward_weight)
-      fail("pipeline stage ", pp.rank(), ": the executor runs gpipe and 1f1b programs only, not ",
+    if (op.chunk != 0)
+      fail("pipeline stage ", pp.rank(),
+           ": the executor runs programs of one chunk per rank (gpipe, 1f1b, zb-h1), not ",
            to_string(op));
 }
 
@@ -53,9 +53,10 @@ void PipelineExecutor::run_forward(int mb, const MicroBatchSource& source, int b
   }
 }
 
-void PipelineExecutor::run_backward(int mb, float loss_scale) {
+void PipelineExecutor::run_backward(int mb, float loss_scale, bool input_only) {
   const auto it = slot_of_.find(mb);
-  STRATA_CHECK(it != slot_of_.end(), "backward of micro-batch ", mb, " before its forward");
+  STRATA_CHECK(it != slot_of_.end() && !weight_pending_.contains(mb), "backward of micro-batch ",
+               mb, " before its forward");
   const int slot = it->second;
   const float* output_grad = nullptr;
   if (!last_stage()) {
@@ -64,11 +65,27 @@ void PipelineExecutor::run_backward(int mb, float loss_scale) {
                  " before its output gradient arrived");
     output_grad = dy->second.data();
   }
-  stage_.backward(slot, output_grad, loss_scale);
+  if (input_only)
+    stage_.backward_input(slot, output_grad, loss_scale);
+  else
+    stage_.backward(slot, output_grad, loss_scale);
   dy_.erase(mb);
   if (!first_stage()) stage_.copy_input_grad(slot, buffer(dx_, mb, B_).data());
+  if (input_only) {  // the slot stays taken until W
+    weight_pending_.insert(mb);
+    return;
+  }
   slot_of_.erase(it);
   free_slots_.push_back(slot);
+}
+
+void PipelineExecutor::run_weight_backward(int mb) {
+  STRATA_CHECK(weight_pending_.erase(mb) == 1, "stage ", stage(), ": W of micro-batch ", mb,
+               " before its B");
+  const auto it = slot_of_.find(mb);
+  stage_.backward_weight(it->second);
+  free_slots_.push_back(it->second);
+  slot_of_.erase(it);
 }
 
 double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& source) {
@@ -81,7 +98,11 @@ double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& so
         run_forward(mb, source, B_, &loss_sum);
         break;
       case PipelineOpKind::backward:
-        run_backward(mb, loss_scale);
+      case PipelineOpKind::backward_input:
+        run_backward(mb, loss_scale, op.kind == PipelineOpKind::backward_input);
+        break;
+      case PipelineOpKind::backward_weight:
+        run_weight_backward(mb);
         break;
       case PipelineOpKind::recv_activation: {
         std::vector<float>& x = buffer(x_, mb, B_);
@@ -113,9 +134,6 @@ double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& so
         dx_.erase(mb);
         break;
       }
-      case PipelineOpKind::backward_input:
-      case PipelineOpKind::backward_weight:
-        STRATA_CHECK(false, "split backward reached the executor past its constructor's check");
     }
   }
   STRATA_CHECK(slot_of_.empty() && x_.empty() && y_.empty() && dy_.empty() && dx_.empty(),

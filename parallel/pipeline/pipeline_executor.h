@@ -1,14 +1,16 @@
 // Runs one stage's pipeline program (parallel/pipeline/pipeline_schedule.h) for one training step:
 // the micro-batches of the step go forward and backward through this stage's part of the model (a
 // PipelineStage, parallel/pipeline/pipeline_stage.h: any backend), and activations and their
-// gradients travel to the neighbouring stages over the pipeline group as host fp32 arrays. Without
-// pipeline parallelism the program is forward/backward per micro-batch, so this is also the
-// single-stage training loop.
+// gradients travel to the neighbouring stages over the pipeline group as host fp32 arrays.
+// Programs of one chunk per rank run, with the fused backward or with B and W apart (zb-h1: a
+// micro-batch's slot stays taken from its forward to its W). Without pipeline parallelism the
+// program is forward/backward per micro-batch, so this is also the single-stage training loop.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "parallel/comm/communicator.h"
@@ -45,7 +47,9 @@ class PipelineExecutor {
   bool first_stage() const { return pp_.rank() == 0; }
   bool last_stage() const { return pp_.rank() == pp_.size() - 1; }
   void run_forward(int mb, const MicroBatchSource& source, int batch, double* loss_sum);
-  void run_backward(int mb, float loss_scale);
+  // The fused backward, or with `input_only` its B (the slot stays taken until W).
+  void run_backward(int mb, float loss_scale, bool input_only);
+  void run_weight_backward(int mb);
   std::vector<float>& buffer(std::map<int, std::vector<float>>& buffers, int mb, int batch);
 
   PipelineStage& stage_;
@@ -55,6 +59,7 @@ class PipelineExecutor {
   std::vector<std::int32_t> tokens_, targets_;
   std::map<int, int> slot_of_;  // micro-batch -> activation slot
   std::vector<int> free_slots_;
+  std::set<int> weight_pending_;                       // micro-batches through B, not yet through W
   std::map<int, std::vector<float>> x_, y_, dy_, dx_;  // per micro-batch (schedule header)
   std::vector<float> losses_;                          // last stage, forward_only: per position
 };

@@ -20,17 +20,21 @@ std::string pipeline_schedule_name(PipelineSchedule kind) {
   switch (kind) {
     case PipelineSchedule::interleaved:
       return "interleaved";
-    case PipelineSchedule::zb_h1:
-      return "zb_h1";
     case PipelineSchedule::zb_h2:
-      return "zb_h2";
+      return "zb-h2";
     case PipelineSchedule::zbv:
       return "zbv";
     case PipelineSchedule::gpipe:
     case PipelineSchedule::one_f_one_b:
+    case PipelineSchedule::zb_h1:
       break;
   }
   return std::string(kPipelineScheduleChoices.word(kind));
+}
+
+bool pipeline_schedule_splits_backward(PipelineSchedule kind) {
+  return kind == PipelineSchedule::zb_h1 || kind == PipelineSchedule::zb_h2 ||
+         kind == PipelineSchedule::zbv;
 }
 
 namespace {

@@ -39,8 +39,9 @@
 // deadlocks. Gradient reduction and the optimizer step come after the last op of every stage.
 //
 // Chunks and the split backward (interleaved 1F1B, ZB-H1, ZB-H2, ZBV). These exist as data: the
-// generators below produce them and simulate_pipeline checks them, but the executor runs only
-// gpipe and 1f1b programs (single chunk, fused backward) and refuses anything else.
+// generators below produce them and simulate_pipeline checks them; the executor runs programs of
+// one chunk per rank under rendezvous, the fused or the split backward (gpipe, 1f1b, zb-h1), and
+// refuses the others (several chunks, sends that must not block).
 //
 //   chunk                every op carries the chunk (virtual stage on this rank) whose buffers it
 //                        computes or moves; 0 for gpipe and 1f1b. With v chunks per rank the
@@ -75,21 +76,26 @@ namespace strata {
 enum class PipelineSchedule {
   gpipe,        // all forwards, then all backwards (in reverse micro-batch order)
   one_f_one_b,  // PipeDream-flush / Megatron-LM 1F1B
-  // Generated and simulated only: the executor cannot run them yet, so they are deliberately not
-  // in kPipelineScheduleChoices and `parallel.pipeline_schedule` does not accept them.
-  interleaved,  // Megatron-LM interleaved 1F1B (Narayanan et al., SC'21), v >= 2 looped chunks
   zb_h1,        // zero bubble H1 (Qi et al., ICLR 2024): 1F1B with W moved into the bubbles
+  // Generated and simulated only: the executor cannot run them yet (several chunks per rank,
+  // sends that do not block), so they are deliberately not in kPipelineScheduleChoices and
+  // `parallel.pipeline_schedule` does not accept them.
+  interleaved,  // Megatron-LM interleaved 1F1B (Narayanan et al., SC'21), v >= 2 looped chunks
   zb_h2,        // zero bubble H2: more forwards in flight, no bubble between first and last op
   zbv,          // zero bubble V: two chunks per rank in a V
 };
-inline constexpr Choices kPipelineScheduleChoices{
-    std::array{ChoiceWord{PipelineSchedule::one_f_one_b, "1f1b"},
-               ChoiceWord{PipelineSchedule::gpipe, "gpipe"}}};
+inline constexpr Choices kPipelineScheduleChoices{std::array{
+    ChoiceWord{PipelineSchedule::one_f_one_b, "1f1b"}, ChoiceWord{PipelineSchedule::gpipe, "gpipe"},
+    ChoiceWord{PipelineSchedule::zb_h1, "zb-h1"}}};
 
-// The config strings of `parallel.pipeline_schedule`: "gpipe" and "1f1b". The name of every
-// kind (for messages), the generated-only ones included, which parse does not accept.
+// The config strings of `parallel.pipeline_schedule`: "1f1b", "gpipe" and "zb-h1". The name of
+// every kind (for messages), the generated-only ones included, which parse does not accept.
 PipelineSchedule parse_pipeline_schedule(const std::string& name);
 std::string pipeline_schedule_name(PipelineSchedule kind);
+
+// Whether the schedule's programs split the backward into B and W (the model then keeps each
+// micro-batch's weight stash from B to W: GptOptions::split_backward).
+bool pipeline_schedule_splits_backward(PipelineSchedule kind);
 
 enum class PipelineOpKind {
   forward,

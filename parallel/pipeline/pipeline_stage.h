@@ -39,8 +39,14 @@ class PipelineStage {
   // `output_grad` (boundary_size(batch)) is the gradient of this stage's output, ignored on the
   // last stage, where the loss starts the pass.
   virtual void backward(int slot, const float* output_grad, float loss_scale) = 0;
-  // After backward: the gradient of this stage's input (boundary_size(batch) floats), for the
-  // previous stage; not on the first stage.
+  // The backward split in two, for schedules that run B and W apart (zero bubble): backward_input
+  // computes the gradient of the stage's input only (copy_input_grad reads it afterwards) and
+  // keeps the slot; backward_weight adds the parameter gradients and frees the slot. Together
+  // they add exactly what backward adds. A stage whose model cannot split refuses (an Error).
+  virtual void backward_input(int slot, const float* output_grad, float loss_scale) = 0;
+  virtual void backward_weight(int slot) = 0;
+  // After backward (or backward_input): the gradient of this stage's input (boundary_size(batch)
+  // floats), for the previous stage; not on the first stage.
   virtual void copy_input_grad(int slot, float* input_grad) = 0;
   // Last stage, after a forward with targets: the per-position losses, batch · T floats.
   virtual void copy_losses(int slot, float* losses) = 0;

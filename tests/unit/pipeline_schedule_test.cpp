@@ -239,11 +239,12 @@ TEST(PipelineSchedule, OneFOneBWithMoreMicroBatchesThanStagesBeatsGpipeOnMemoryO
 TEST(PipelineSchedule, ParsesTheConfigNames) {
   EXPECT_EQ(parse_pipeline_schedule("gpipe"), PipelineSchedule::gpipe);
   EXPECT_EQ(parse_pipeline_schedule("1f1b"), PipelineSchedule::one_f_one_b);
-  for (PipelineSchedule kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b})
+  for (PipelineSchedule kind :
+       {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b, PipelineSchedule::zb_h1})
     EXPECT_EQ(parse_pipeline_schedule(pipeline_schedule_name(kind)), kind);
   const std::string message = error_of([] { parse_pipeline_schedule("zb"); });
   EXPECT_CONTAINS(message, "unknown pipeline schedule 'zb'");
-  EXPECT_CONTAINS(message, "1f1b or gpipe");
+  EXPECT_CONTAINS(message, "1f1b, gpipe or zb-h1");
   EXPECT_CONTAINS(error_of([] { parse_pipeline_schedule("1F1B"); }), "'1F1B'");
 }
 
@@ -391,9 +392,11 @@ TEST(PipelineSchedule, PrintsTheChunkOnlyWhenItIsNotTheFirst) {
 }
 
 TEST(PipelineSchedule, GeneratedOnlySchedulesAreNotConfigChoices) {
-  for (const char* name : {"interleaved", "zb_h1", "zb_h2", "zbv"})
+  for (const char* name : {"interleaved", "zb-h2", "zbv"})
     EXPECT_CONTAINS(error_of([&] { parse_pipeline_schedule(name); }), "unknown pipeline schedule");
-  EXPECT_EQ(pipeline_schedule_name(PipelineSchedule::zb_h1), "zb_h1");
+  EXPECT_EQ(pipeline_schedule_name(PipelineSchedule::zb_h2), "zb-h2");
+  EXPECT_EQ(parse_pipeline_schedule("zb-h1"), PipelineSchedule::zb_h1);
+  EXPECT_EQ(pipeline_schedule_name(PipelineSchedule::zb_h1), "zb-h1");
 }
 
 TEST(PipelineSchedule, ChunkPlacementsNumberTheVirtualStages) {
@@ -497,9 +500,10 @@ TEST_P(EveryChunkedLayout, ActivationsHeldStayWithinTheSchedulesBound) {
 }
 
 std::string chunked_layout_name(const ::testing::TestParamInfo<ChunkedLayout>& info) {
-  return pipeline_schedule_name(std::get<0>(info.param)) + "_p" +
-         std::to_string(std::get<1>(info.param)) + "_m" + std::to_string(std::get<2>(info.param)) +
-         "_v" + std::to_string(std::get<3>(info.param));
+  std::string name = pipeline_schedule_name(std::get<0>(info.param));
+  std::replace(name.begin(), name.end(), '-', '_');  // test names are identifiers
+  return name + "_p" + std::to_string(std::get<1>(info.param)) + "_m" +
+         std::to_string(std::get<2>(info.param)) + "_v" + std::to_string(std::get<3>(info.param));
 }
 
 std::vector<ChunkedLayout> chunked_layouts() {

@@ -37,6 +37,16 @@ void CpuPipelineStage::backward(int slot, const float* output_grad, float loss_s
   model_.backward(slot, *parameters_, output_grad, loss_scale);
 }
 
+void CpuPipelineStage::backward_input(int slot, const float* output_grad, float loss_scale) {
+  STRATA_CHECK(parameters_ != nullptr, "pipeline stage: backward before bind() gave it weights");
+  model_.backward_input(slot, *parameters_, output_grad, loss_scale);
+}
+
+void CpuPipelineStage::backward_weight(int slot) {
+  STRATA_CHECK(parameters_ != nullptr, "pipeline stage: backward before bind() gave it weights");
+  model_.backward_weight(slot, *parameters_);
+}
+
 void CpuPipelineStage::copy_input_grad(int slot, float* input_grad) {
   const int batch = batch_of_slot_.at(static_cast<std::size_t>(slot));
   std::copy_n(model_.input_grad(slot), boundary_size(batch), input_grad);

@@ -27,6 +27,8 @@ class CpuPipelineStage final : public PipelineStage {
                  const std::int32_t* targets, int batch) override;
   void copy_output(int slot, float* out) override;
   void backward(int slot, const float* output_grad, float loss_scale) override;
+  void backward_input(int slot, const float* output_grad, float loss_scale) override;
+  void backward_weight(int slot) override;
   void copy_input_grad(int slot, float* input_grad) override;
   void copy_losses(int slot, float* losses) override;
 

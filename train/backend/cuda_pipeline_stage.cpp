@@ -65,6 +65,16 @@ void CudaPipelineStage<T>::backward(int slot, const float* output_grad, float lo
 }
 
 template <class T>
+void CudaPipelineStage<T>::backward_input(int, const float*, float) {
+  fail("pipeline stage: the CUDA model does not split its backward into B and W");
+}
+
+template <class T>
+void CudaPipelineStage<T>::backward_weight(int) {
+  fail("pipeline stage: the CUDA model does not split its backward into B and W");
+}
+
+template <class T>
 void CudaPipelineStage<T>::copy_input_grad(int slot, float* input_grad) {
   staging_.to_host(input_grad, model_.stage_input_grad(),
                    boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]),

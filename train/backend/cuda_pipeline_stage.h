@@ -31,6 +31,10 @@ class CudaPipelineStage final : public PipelineStage {
                  const std::int32_t* targets, int batch) override;
   void copy_output(int slot, float* out) override;
   void backward(int slot, const float* output_grad, float loss_scale) override;
+  // The CUDA model does not split its backward yet: both refuse (the CUDA backend refuses
+  // schedules that split before it builds a stage).
+  void backward_input(int slot, const float* output_grad, float loss_scale) override;
+  void backward_weight(int slot) override;
   void copy_input_grad(int slot, float* input_grad) override;
   void copy_losses(int slot, float* losses) override;
 

@@ -102,6 +102,10 @@ class CudaTrainingOf final : public TrainingBackend {
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
     STRATA_CHECK(plan_.buffer_size >= model_.layout().total() && owned_.end <= plan_.buffer_size,
                  "the reduction plan does not fit this partition's layout");
+    if (pipeline_schedule_splits_backward(config.parallel.pipeline_schedule))
+      fail("parallel.pipeline_schedule ", pipeline_schedule_name(config.parallel.pipeline_schedule),
+           " splits the backward into B and W, which the CUDA model does not do yet: use 1f1b or "
+           "gpipe on device cuda, or device cpu");
     master_ = buffers_.allocate<float>(n_params_);
     grads_ = buffers_.allocate<float>(n_grads_);
     m_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));

@@ -61,6 +61,43 @@ void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* x, co
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int N, int C) {
+  layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, N, C);
+  layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+template <class T>
+void layernorm_backward_input(T* dinp, const T* dout, const T* inp, const T* weight, const T* mean,
+                              const T* rstd, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const T* x = inp + static_cast<long>(n) * C;
+    const T* dy = dout + static_cast<long>(n) * C;
+    T* dx = dinp + static_cast<long>(n) * C;
+    const T m = mean[n];
+    const T s = rstd[n];
+    T dnorm_mean = 0;
+    T dnorm_norm_mean = 0;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+    for (int c = 0; c < C; ++c) {
+      const T norm = (x[c] - m) * s;
+      const T dnorm = weight[c] * dy[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) {
+      const T norm = (x[c] - m) * s;
+      const T dnorm = weight[c] * dy[c];
+      dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+}
+
+template <class T>
+void layernorm_backward_weight(T* dweight, T* dbias, const T* dout, const T* inp, const T* mean,
+                               const T* rstd, int N, int C) {
   // dweight/dbias are sums over rows: each thread sums its static row range into a private
   // buffer; the buffers are then added in thread order, so the result is reproducible.
   const int threads = omp_get_max_threads();
@@ -73,27 +110,13 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     for (int n = 0; n < N; ++n) {
       const T* x = inp + static_cast<long>(n) * C;
       const T* dy = dout + static_cast<long>(n) * C;
-      T* dx = dinp + static_cast<long>(n) * C;
       const T m = mean[n];
       const T s = rstd[n];
-      T dnorm_mean = 0;
-      T dnorm_norm_mean = 0;
-#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
-      for (int c = 0; c < C; ++c) {
-        const T norm = (x[c] - m) * s;
-        const T dnorm = weight[c] * dy[c];
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
-        my_dweight[c] += norm * dy[c];
-        my_dbias[c] += dy[c];
-      }
-      dnorm_mean /= C;
-      dnorm_norm_mean /= C;
 #pragma omp simd
       for (int c = 0; c < C; ++c) {
         const T norm = (x[c] - m) * s;
-        const T dnorm = weight[c] * dy[c];
-        dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        my_dweight[c] += norm * dy[c];
+        my_dbias[c] += dy[c];
       }
     }
   }
@@ -120,5 +143,13 @@ template void layernorm_backward<float>(float*, float*, float*, const float*, co
                                         const float*, const float*, const float*, int, int);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,
                                          const double*, const double*, const double*, int, int);
+template void layernorm_backward_input<float>(float*, const float*, const float*, const float*,
+                                              const float*, const float*, int, int);
+template void layernorm_backward_input<double>(double*, const double*, const double*, const double*,
+                                               const double*, const double*, int, int);
+template void layernorm_backward_weight<float>(float*, float*, const float*, const float*,
+                                               const float*, const float*, int, int);
+template void layernorm_backward_weight<double>(double*, double*, const double*, const double*,
+                                                const double*, const double*, int, int);
 
 }  // namespace strata::cpu

@@ -24,8 +24,19 @@ void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* x, co
                                 ComputeDtype dtype);
 
 // dinp (N, C) += ...; dweight, dbias (C) += ... (accumulated).
+// Exactly layernorm_backward_input, then layernorm_backward_weight.
 template <class T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const T* mean, const T* rstd, int N, int C);
+
+// The two halves of layernorm_backward, for the split backward (docs/ARCHITECTURE.md §5): the
+// input gradient dinp (N, C) += ... needs the weight; the weight gradient dweight, dbias (C) += ...
+// needs only the input's statistics and dout.
+template <class T>
+void layernorm_backward_input(T* dinp, const T* dout, const T* inp, const T* weight, const T* mean,
+                              const T* rstd, int N, int C);
+template <class T>
+void layernorm_backward_weight(T* dweight, T* dbias, const T* dout, const T* inp, const T* mean,
+                               const T* rstd, int N, int C);
 
 }  // namespace strata::cpu

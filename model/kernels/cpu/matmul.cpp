@@ -19,7 +19,18 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                      int N, int IC, int OC) {
-  if (dinp != nullptr) gemm(false, false, N, IC, OC, T(1), dout, OC, weight, IC, T(0), dinp, IC);
+  if (dinp != nullptr) matmul_backward_input(dinp, dout, weight, N, IC, OC);
+  matmul_backward_weight(dweight, dbias, dout, inp, N, IC, OC);
+}
+
+template <class T>
+void matmul_backward_input(T* dinp, const T* dout, const T* weight, int N, int IC, int OC) {
+  gemm(false, false, N, IC, OC, T(1), dout, OC, weight, IC, T(0), dinp, IC);
+}
+
+template <class T>
+void matmul_backward_weight(T* dweight, T* dbias, const T* dout, const T* inp, int N, int IC,
+                            int OC) {
   gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dweight, IC);
   if (dbias != nullptr) {
     // Column sums over blocks of channels: each thread owns whole blocks (no races), rows are read
@@ -48,5 +59,11 @@ template void matmul_backward<float>(float*, float*, float*, const float*, const
                                      const float*, int, int, int);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
                                       const double*, int, int, int);
+template void matmul_backward_input<float>(float*, const float*, const float*, int, int, int);
+template void matmul_backward_input<double>(double*, const double*, const double*, int, int, int);
+template void matmul_backward_weight<float>(float*, float*, const float*, const float*, int, int,
+                                            int);
+template void matmul_backward_weight<double>(double*, double*, const double*, const double*, int,
+                                             int, int);
 
 }  // namespace strata::cpu

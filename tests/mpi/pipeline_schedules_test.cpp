@@ -1,0 +1,113 @@
+// The zero-bubble schedule zb-h1 (each backward split into B, the input gradient, and W, the
+// weight gradients, with W moved into 1F1B's bubbles) trains the run of one process (loss per
+// step within 1e-4 relative, fp32): at pp 4, at (dp 2, tp 2, pp 2) with sequence parallelism,
+// with recomputation, under ZeRO stages 2 and 3; in bf16 it trains the bf16 run of one process;
+// it resumes bit-exactly; and checkpoints move between schedules (zb-h1's resumed under 1f1b and
+// gpipe, 1f1b's under zb-h1) and continue the same run.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/mpi/layout_runs.h"
+#include "tests/support/test_support.h"
+
+namespace strata {
+namespace {
+
+using testing::expect_close;
+using testing::Layout;
+using testing::metric;
+using testing::train;
+
+class PipelineSchedules : public testing::LayoutSuite<PipelineSchedules> {
+ public:
+  static constexpr const char* kTag = "schedules";
+  static constexpr int kHeads = 4;
+  static Layout reference() { return Layout{}; }
+};
+
+Layout zb_h1(int dp, int tp, int pp, bool sequence_parallel = false,
+             const std::string& recompute = "none") {
+  return Layout{dp, tp, pp, "zb-h1", sequence_parallel, recompute};
+}
+
+TEST_F(PipelineSchedules, ZeroBubbleH1TrainsTheRunOfOneProcess) {
+  const auto reference = metric(reference_dir_, "loss");
+  const auto reference_val = metric(reference_dir_, "val_loss");
+  ASSERT_EQ(reference.size(), 20u);
+  struct Case {
+    Layout layout;
+    std::string zero;  // extra overrides
+  };
+  const std::vector<Case> cases = {
+      {zb_h1(1, 1, 4), ""},
+      {zb_h1(2, 2, 2, true), ""},
+      {zb_h1(1, 2, 2, false, "full"), ""},
+      {zb_h1(2, 1, 2, false, "selective"), ""},
+      {zb_h1(2, 1, 2), " --set parallel.zero.stage=2"},
+      {zb_h1(2, 1, 2), " --set parallel.zero.stage=3"},
+  };
+  for (const Case& c : cases) {
+    const std::string name =
+        c.layout.name() + (c.zero.empty() ? "" : "_zero" + c.zero.substr(c.zero.size() - 1));
+    SCOPED_TRACE(name);
+    const std::string run = train(*dir_, c.layout, name, c.zero);
+    expect_close(metric(run, "loss"), reference, 0, "loss");
+    expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss");
+  }
+}
+
+TEST_F(PipelineSchedules, ZeroBubbleH1TrainsTheBf16RunOfOneProcess) {
+  Layout single;
+  single.compute = "bf16";
+  const std::string reference = train(*dir_, single, single.name());
+  Layout layout = zb_h1(1, 2, 2, true);
+  layout.compute = "bf16";
+  const std::string run = train(*dir_, layout, layout.name());
+  // As for any layout in bf16 (parallel_layouts_test): fp32 reduction-order differences flip
+  // some roundings to bf16's 8 significant bits.
+  expect_close(metric(run, "loss"), metric(reference, "loss"), 0, "bf16 loss", 1e-3);
+}
+
+TEST_F(PipelineSchedules, ZeroBubbleH1ResumesBitExactly) {
+  namespace fs = std::filesystem;
+  const Layout layout = zb_h1(1, 1, 4);
+  const std::string straight = train(*dir_, layout, "zb_straight");
+  const std::string first = train(*dir_, layout, "zb_split", " --set train.stop_after=10");
+  ASSERT_TRUE(fs::exists(first + "/checkpoints/step_00000010.h5"));
+  const std::string second = train(*dir_, layout, "zb_split", " --resume");
+  EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
+  EXPECT_EQ(metric(second, "val_loss"), metric(straight, "val_loss"));
+}
+
+TEST_F(PipelineSchedules, CheckpointsMoveBetweenSchedules) {
+  namespace fs = std::filesystem;
+  const auto reference = metric(reference_dir_, "loss");
+  const std::string zb = train(*dir_, zb_h1(2, 1, 2), "zb_written", " --set train.stop_after=10");
+  Layout one_f_one_b{1, 1, 2};
+  const std::string written_1f1b =
+      train(*dir_, one_f_one_b, "1f1b_written", " --set train.stop_after=10");
+  struct Resume {
+    std::string checkpoint;
+    Layout layout;
+  };
+  Layout gpipe{1, 1, 4, "gpipe"};
+  const std::vector<Resume> resumes = {
+      {zb + "/checkpoints/step_00000010.h5", Layout{2, 1, 2}},
+      {zb + "/checkpoints/step_00000010.h5", gpipe},
+      {written_1f1b + "/checkpoints/step_00000010.h5", zb_h1(1, 2, 4)},
+  };
+  for (const Resume& r : resumes) {
+    ASSERT_TRUE(fs::exists(r.checkpoint)) << r.checkpoint;
+    const std::string name = "moved_" + r.layout.name();
+    SCOPED_TRACE(name);
+    fs::create_directories(dir_->str() + "/runs/" + name);
+    const std::string run = train(*dir_, r.layout, name, " --resume " + r.checkpoint);
+    expect_close(metric(run, "loss"), reference, 10, "loss after resume");
+  }
+}
+
+}  // namespace
+}  // namespace strata
