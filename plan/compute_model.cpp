@@ -47,13 +47,17 @@ Work attention_core(const Dims& d, double element_bytes) {
               element_bytes * 3 * d.C * d.C / d.t};
 }
 
+// One layer's weight half: dW += dYᵀ·X for its four GEMMs (their forward's FLOPs), the biases
+// and LayerNorm gains from the stashed gradients (8 calls).
+Work layer_weight_gradients(const Dims& d) { return Work{24 * d.N * d.C * d.C / d.t, 0, 0, 8, 0}; }
+
 PassWork layers_of(const Config& config, const Dims& d, int layers, double element_bytes) {
   const Work forward = layer_forward(d, element_bytes);
   Work backward = forward * 2;
   const Recompute recompute = config.recompute;
   if (recompute == Recompute::full) backward += forward;
   if (recompute == Recompute::selective) backward += attention_core(d, element_bytes);
-  return PassWork{forward * layers, backward * layers};
+  return PassWork{forward * layers, backward * layers, layer_weight_gradients(d) * layers};
 }
 
 }  // namespace
@@ -67,12 +71,14 @@ PassWork micro_batch_work(const Config& config, const ModelPartition& partition,
     const Work embedding{0, 0, 2 * e * d.N * d.C, 2};
     work.forward += embedding;
     work.backward += embedding;
+    work.weight += embedding;  // the scatter into wte and wpe is all weight gradient
   }
   if (partition.has_head) {
     const Work head{2 * d.N * d.C * d.V / d.t, 0, 2 * e * (3 * d.N * d.V / d.t + d.N_local * d.C),
                     5, e * d.C * d.V / d.t};
     work.forward += head;
     work.backward += head * 2;
+    work.weight += Work{2 * d.N * d.C * d.V / d.t, 0, 0, 2, 0};  // wte += dlogitsᵀ·lnf, lnf
   }
   return work;
 }

@@ -41,6 +41,10 @@ struct Work {
 struct PassWork {
   Work forward;
   Work backward;  // recomputation included
+  // Of `backward`, what its weight half does when the backward is split (the zero-bubble
+  // schedules' W, docs/ARCHITECTURE.md §5): the weight-gradient GEMMs and the embedding's
+  // scatter; the rest is the input half B.
+  Work weight;
 };
 
 // One micro-batch on the rank holding `partition`, whose activations are `element_bytes` each.

@@ -107,7 +107,8 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
   // Activation slots: how many micro-batches this stage holds at once under the schedule.
   const PipelineProgram program =
       make_pipeline_schedule(config.parallel.pipeline_schedule, mesh.pp, accumulation);
-  const PipelineStats stats = simulate_pipeline(program, accumulation);
+  const PipelineStats stats = simulate_pipeline(
+      program, accumulation, pipeline_schedule_simulation(config.parallel.pipeline_schedule));
   account.gathered_weights =
       gathered_weight_bytes(layout, plan, partition, program[static_cast<std::size_t>(stage)]);
   const int slots = std::max(1, stats.max_activations_held[static_cast<std::size_t>(stage)]);

@@ -124,8 +124,10 @@ std::vector<PlanLayout> enumerate_layouts(const Config& base, int world,
       const int dp = world / (tp * pp);
       if (base.train.global_batch % dp != 0) continue;
       for (int micro_batch : divisors(base.train.global_batch / dp))
-        for (PipelineSchedule schedule : {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe}) {
-          if (pp == 1 && schedule == PipelineSchedule::gpipe) continue;
+        for (PipelineSchedule schedule : {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe,
+                                          PipelineSchedule::zb_h1, PipelineSchedule::zb_h2}) {
+          // One stage has no bubble: 1f1b is its plain accumulation loop.
+          if (pp == 1 && schedule != PipelineSchedule::one_f_one_b) continue;
           for (bool sp : {false, true}) {
             if (sp && tp == 1) continue;
             for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})

@@ -120,15 +120,22 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
         seconds_of(optimizer_work(config, rank.plan.owned.size(), rank.plan.gradient_range.size()),
                    cluster, compute, step.threads);
     if (stage == 0) step.rank0_comm = comm;
-    durations.push_back(StageDurations{t.forward, t.backward, t.message});
+    const double weight_half = seconds_of(work.weight, cluster, compute, step.threads);
+    durations.push_back(StageDurations{t.forward, t.backward, t.message, weight_half});
     step.stages.push_back(std::move(t));
   }
 
   const PipelineProgram program =
       make_pipeline_schedule(config.parallel.pipeline_schedule, mesh.pp, micro_batches);
-  const TimedPipeline clock = run_pipeline_clock(program, durations, sharing);
+  const TimedPipeline clock = run_pipeline_clock(
+      program, durations, sharing,
+      pipeline_schedule_simulation(config.parallel.pipeline_schedule).nonblocking_sends);
   step.pipeline = clock.makespan;
   step.bubble_fraction = clock.bubble_fraction;
+  step.stage_pipeline = clock.finish;
+  for (int stage = 0; stage < mesh.pp; ++stage)
+    step.stage_idle.push_back(clock.finish[static_cast<std::size_t>(stage)] -
+                              clock.busy[static_cast<std::size_t>(stage)]);
   // After the passes every rank works at once (shared cores: all of them share).
   const double speed = shared_speed(sharing, world_size);
   double reduced = 0, updated = 0;

@@ -47,6 +47,10 @@ struct StepTime {
   double seconds = 0;
   double pipeline = 0;         // the pipeline clock's makespan
   double bubble_fraction = 0;  // of the pipeline clock
+  // Per stage, on the clock: when it finished its program, and of that the time it did not
+  // compute (its idle time inside the schedule), as the trainer's pipeline_ms_by_stage and
+  // pipeline_idle_ms_by_stage measure them.
+  std::vector<double> stage_pipeline, stage_idle;
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs (6N + 12LCT per token) over the devices' peak
   std::vector<StageTime> stages;

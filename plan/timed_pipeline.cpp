@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <tuple>
 
 #include "model/core/error.h"
 
@@ -17,13 +19,50 @@ namespace {
 
 enum class Activity { ready, computing, transferring, done };
 
+double compute_seconds(const PipelineOp& op, const StageDurations& d) {
+  switch (op.kind) {
+    case PipelineOpKind::forward:
+      return d.forward;
+    case PipelineOpKind::backward_input:
+      return d.backward - d.backward_weight;
+    case PipelineOpKind::backward_weight:
+      return d.backward_weight;
+    default:
+      return d.backward;
+  }
+}
+
+// A queued message: (sender, receiver, gradient?, micro-batch).
+using MessageKey = std::tuple<std::size_t, std::size_t, bool, int>;
+
+// The channel and micro-batch of an op's send or receive half, seen from stage s.
+bool carries_gradient(PipelineOpKind kind, bool send_half) {
+  switch (kind) {
+    case PipelineOpKind::send_grad:
+    case PipelineOpKind::recv_grad:
+      return true;
+    case PipelineOpKind::send_activation_recv_grad:
+      return !send_half;
+    case PipelineOpKind::send_grad_recv_activation:
+      return send_half;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 TimedPipeline run_pipeline_clock(const PipelineProgram& program,
                                  const std::vector<StageDurations>& durations,
-                                 const CoreSharing& sharing) {
+                                 const CoreSharing& sharing, bool nonblocking_sends) {
   const std::size_t stages = program.size();
   STRATA_CHECK(durations.size() == stages, "one duration per pipeline stage");
+  for (const std::vector<PipelineOp>& ops : program)
+    for (const PipelineOp& op : ops)
+      STRATA_CHECK(op.chunk == 0, "pipeline clock: programs of one chunk per stage only, not ",
+                   to_string(op));
+  std::map<MessageKey, double> arrivals;  // queued messages: when each reaches its receiver
+  std::vector<bool> sent(stages, false);  // queued exchanges: the send half is done
   std::vector<std::size_t> next(stages, 0);
   std::vector<Activity> activity(stages, Activity::ready);
   std::vector<double> remaining(stages, 0);  // computing: own-speed seconds; transferring: seconds
@@ -48,14 +87,38 @@ TimedPipeline run_pipeline_clock(const PipelineProgram& program,
         const int offset = pipeline_op_peer_offset(op.kind);
         if (offset == 0) {
           activity[s] = Activity::computing;
-          remaining[s] =
-              op.kind == PipelineOpKind::forward ? durations[s].forward : durations[s].backward;
+          remaining[s] = compute_seconds(op, durations[s]);
           started[s] = now;
           again = true;
           continue;
         }
-        // The matching contract makes the peer's next op towards this stage the mirror.
         const std::size_t peer = s + offset;
+        if (nonblocking_sends) {
+          const bool exchange = pipeline_op_is_exchange(op.kind);
+          const bool sends = exchange || op.kind == PipelineOpKind::send_activation ||
+                             op.kind == PipelineOpKind::send_grad;
+          if (sends && !sent[s]) {  // the send half: queued, arriving a message time later
+            arrivals[{s, peer, carries_gradient(op.kind, true), op.micro_batch}] =
+                now + durations[std::min(s, peer)].message;
+            sent[s] = true;
+            again = true;
+          }
+          if (sends && !exchange) {
+            sent[s] = false;
+            ++next[s];
+            continue;
+          }
+          const int mb = exchange ? op.recv_micro_batch : op.micro_batch;
+          const auto message = arrivals.find({peer, s, carries_gradient(op.kind, false), mb});
+          if (message == arrivals.end()) continue;  // not sent yet
+          activity[s] = Activity::transferring;
+          remaining[s] = std::max(0.0, message->second - now);
+          arrivals.erase(message);
+          sent[s] = false;
+          again = true;
+          continue;
+        }
+        // The matching contract makes the peer's next op towards this stage the mirror.
         if (activity[peer] != Activity::ready || next[peer] >= program[peer].size() ||
             pipeline_op_peer_offset(program[peer][next[peer]].kind) != -offset)
           continue;

@@ -110,12 +110,18 @@ JsonLine explain_json(const PlanCost& p, const ClusterSpec& cluster, int world_s
         for (LinkClass link : {LinkClass::intra_node, LinkClass::inter_node})
           job[link] += workers * rank.link_bytes(link);
       }
+  std::vector<double> pipeline_ms, idle_ms;
+  for (double seconds : p.time.stage_pipeline) pipeline_ms.push_back(seconds * 1e3);
+  for (double seconds : p.time.stage_idle) idle_ms.push_back(seconds * 1e3);
   return JsonLine()
       .add("parameters", ParameterLayout::for_gpt(shape).total())
       .add("memory_bytes_by_stage", stages)
       .add("comm_bytes", by_kind)
       .add("comm_bytes_by_axis", by_axis)
-      .add("comm_bytes_job", link_bytes_json(job));
+      .add("comm_bytes_job", link_bytes_json(job))
+      .add("pipeline_ms_by_stage", pipeline_ms, "%.3f")
+      .add("pipeline_idle_ms_by_stage", idle_ms, "%.3f")
+      .add("bubble_fraction", p.time.bubble_fraction, "%.4f");
 }
 
 // Lines for plans 1 to `top`, and for plan `explained` (1-based; 0: none) with its explanation

@@ -34,7 +34,9 @@ void check_mpi_support(const Config& c) {
 StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulation) {
   StepProgram step;
   step.program = make_pipeline_schedule(c.parallel.pipeline_schedule, mesh.pp_size(), accumulation);
-  const PipelineStats stats = simulate_pipeline(step.program, accumulation);
+  const PipelineSimulation simulation = pipeline_schedule_simulation(c.parallel.pipeline_schedule);
+  step.nonblocking_sends = simulation.nonblocking_sends;
+  const PipelineStats stats = simulate_pipeline(step.program, accumulation, simulation);
   step.slots = std::max(1, stats.max_activations_held[mesh.pp_rank()]);
   return step;
 }
@@ -70,6 +72,7 @@ void Trainer::State::make_backend() {
   placement.groups = &groups;
   placement.program = &step_program.program;
   placement.slots = step_program.slots;
+  placement.nonblocking_sends = step_program.nonblocking_sends;
   const ParameterLayout layout = ParameterLayout::for_partition(shape, placement.partition);
   placement.plan = make_reduction_plan(layout, reduction);
   backend = make_training_backend(device, config, shape, placement);

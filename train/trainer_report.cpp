@@ -87,13 +87,28 @@ void Trainer::State::print_startup() const {
 
 void Trainer::State::report_done() {
   const float activation_mib = static_cast<float>(backend->activation_bytes() / 1048576.0);
-  std::vector<float> by_stage(static_cast<std::size_t>(groups.pp().size()));
+  const std::size_t stages = static_cast<std::size_t>(groups.pp().size());
+  std::vector<float> by_stage(stages);
   groups.pp().all_gather(&activation_mib, by_stage.data(), 1);
+  // Each stage's pipeline time per step (steps after the first), in all and in transfers: its
+  // idle time inside the schedule (docs/ARCHITECTURE.md §5, Metrics).
+  const PipelineExecutor::Timing timing = backend->pipeline_timing();
+  const double per_step = timing.steps > 0 ? 1e3 / timing.steps : 0;
+  const double mine[2] = {timing.seconds * per_step, timing.transfer_seconds * per_step};
+  std::vector<double> pipeline_ms(2 * stages);
+  groups.pp().all_gather(mine, pipeline_ms.data(), 2);
+  std::vector<double> pipeline_step_ms, pipeline_idle_ms;
+  for (std::size_t s = 0; s < stages; ++s) {
+    pipeline_step_ms.push_back(pipeline_ms[2 * s]);
+    pipeline_idle_ms.push_back(pipeline_ms[2 * s + 1]);
+  }
   if (!is_logger()) return;
   metrics->write(JsonLine()
                      .add("step", progress.step)
                      .add("peak_rss_mib", peak_rss_mib())
-                     .add("activation_mib_by_stage", by_stage, "%.3f"));
+                     .add("activation_mib_by_stage", by_stage, "%.3f")
+                     .add("pipeline_ms_by_stage", pipeline_step_ms, "%.3f")
+                     .add("pipeline_idle_ms_by_stage", pipeline_idle_ms, "%.3f"));
   std::printf("done: %lld steps, peak memory %.0f MiB, activations %s MiB%s\n",
               static_cast<long long>(progress.step), peak_rss_mib(),
               by_stage.size() == 1 ? json_number(by_stage[0], "%.3f").c_str()

@@ -30,6 +30,7 @@ namespace strata {
 struct StepProgram {
   PipelineProgram program;
   int slots = 1;
+  bool nonblocking_sends = false;  // the executor's transfers (pipeline_executor.h)
 };
 
 struct Trainer::State {

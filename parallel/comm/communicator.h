@@ -166,6 +166,22 @@ class Communicator : public Collectives {
   void recv(T* data, std::size_t count, int peer) {
     recv_of(data_type_of<T>(), data, count, peer);
   }
+  // Point-to-point that never blocks the sender, for pipeline schedules in which two neighbours
+  // may both send first (parallel/pipeline/pipeline_schedule.h): start_send returns at once, and
+  // its buffer must stay alive and untouched until the result's wait() (destroying it waits);
+  // `tag` (0 <= tag < kMaxMessageTag) names the message between the two ranks, and recv_tagged
+  // takes the one from `peer` with that tag, whatever the order they were sent in. Counted as
+  // "send" when started (its seconds are the call's, not the transfer's).
+  static constexpr int kMaxMessageTag = 32000;  // within MPI's guaranteed tag range
+  template <CollectivePayload T>
+  std::unique_ptr<PendingCollective> start_send(const T* data, std::size_t count, int peer,
+                                                int tag) {
+    return start_send_of(data_type_of<T>(), data, count, peer, tag);
+  }
+  template <CollectivePayload T>
+  void recv_tagged(T* data, std::size_t count, int peer, int tag) {
+    recv_tagged_of(data_type_of<T>(), data, count, peer, tag);
+  }
   // Sends to `dest` and receives from `source` as one paired operation, so neighbours in a ring
   // or pipeline (1F1B) can exchange without ordering their calls. dest or source -1 means none
   // (a first or last pipeline stage); recv_buf is then left untouched and may be null. The type
@@ -210,6 +226,10 @@ class Communicator : public Collectives {
       DataType type, const void* in, void* out, std::span<const std::size_t> counts) = 0;
   virtual void send_of(DataType type, const void* data, std::size_t count, int peer) = 0;
   virtual void recv_of(DataType type, void* data, std::size_t count, int peer) = 0;
+  virtual std::unique_ptr<PendingCollective> start_send_of(DataType type, const void* data,
+                                                           std::size_t count, int peer,
+                                                           int tag) = 0;
+  virtual void recv_tagged_of(DataType type, void* data, std::size_t count, int peer, int tag) = 0;
   virtual void send_recv_of(DataType type, const void* send_buf, std::size_t send_count, int dest,
                             void* recv_buf, std::size_t recv_count, int source) = 0;
 

@@ -320,14 +320,57 @@ void MpiCommunicator::send_of(DataType type, const void* data, std::size_t count
 void MpiCommunicator::recv_of(DataType type, void* data, std::size_t count, int peer) {
   const TimedCall timed(*this, "recv");
   check_peer(peer, "recv");
+  receive(type, data, count, peer, kPointToPointTag);
+}
+
+void MpiCommunicator::receive(DataType type, void* data, std::size_t count, int peer, int tag) {
   MPI_Status status;
-  STRATA_MPI_CHECK(
-      MPI_Recv(data, checked_count(count), mpi_type(type), peer, kPointToPointTag, comm_, &status));
+  STRATA_MPI_CHECK(MPI_Recv(data, checked_count(count), mpi_type(type), peer, tag, comm_, &status));
   // A shorter message would leave the tail of `data` stale without any MPI error.
   int received = 0;
   STRATA_MPI_CHECK(MPI_Get_count(&status, mpi_type(type), &received));
   if (static_cast<std::size_t>(received) != count)
     fail("recv: expected ", count, " elements from rank ", peer, ", got ", received);
+}
+
+namespace {
+// Tagged messages sit above the ordered point-to-point tag.
+int message_tag(int tag) {
+  STRATA_CHECK(tag >= 0 && tag < Communicator::kMaxMessageTag, "message tag ", tag,
+               " out of range");
+  return kPointToPointTag + 1 + tag;
+}
+
+// An MPI_Isend in flight.
+class MpiPendingSend final : public PendingCollective {
+ public:
+  MPI_Request request = MPI_REQUEST_NULL;
+  void wait() override {
+    if (request != MPI_REQUEST_NULL) STRATA_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+  }
+  ~MpiPendingSend() override {
+    if (request != MPI_REQUEST_NULL) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+};
+}  // namespace
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_send_of(DataType type, const void* data,
+                                                                  std::size_t count, int peer,
+                                                                  int tag) {
+  const TimedCall timed(*this, "send");
+  check_peer(peer, "send");
+  auto pending = std::make_unique<MpiPendingSend>();
+  STRATA_MPI_CHECK(MPI_Isend(data, checked_count(count), mpi_type(type), peer, message_tag(tag),
+                             comm_, &pending->request));
+  count_send(peer, bytes_of(type, count));
+  return pending;
+}
+
+void MpiCommunicator::recv_tagged_of(DataType type, void* data, std::size_t count, int peer,
+                                     int tag) {
+  const TimedCall timed(*this, "recv");
+  check_peer(peer, "recv");
+  receive(type, data, count, peer, message_tag(tag));
 }
 
 void MpiCommunicator::send_recv_of(DataType type, const void* send_buf, std::size_t send_count,

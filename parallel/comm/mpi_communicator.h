@@ -72,6 +72,9 @@ class MpiCommunicator : public Communicator {
       DataType type, const void* in, void* out, std::span<const std::size_t> counts) override;
   void broadcast_of(DataType type, void* data, std::size_t count, int root) override;
   void send_of(DataType type, const void* data, std::size_t count, int peer) override;
+  std::unique_ptr<PendingCollective> start_send_of(DataType type, const void* data,
+                                                   std::size_t count, int peer, int tag) override;
+  void recv_tagged_of(DataType type, void* data, std::size_t count, int peer, int tag) override;
   void recv_of(DataType type, void* data, std::size_t count, int peer) override;
   void send_recv_of(DataType type, const void* send_buf, std::size_t send_count, int dest,
                     void* recv_buf, std::size_t recv_count, int source) override;
@@ -80,6 +83,8 @@ class MpiCommunicator : public Communicator {
   MpiCommunicator(MPI_Comm owned_comm, std::vector<int> member_world_ranks, int ranks_per_node);
 
   void check_peer(int peer, const char* operation) const;
+  // A blocking receive of exactly `count` elements from `peer` with MPI tag `tag`.
+  void receive(DataType type, void* data, std::size_t count, int peer, int tag);
 
   MPI_Comm comm_;
   bool owned_ = false;

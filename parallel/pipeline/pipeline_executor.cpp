@@ -1,25 +1,29 @@
 #include "parallel/pipeline/pipeline_executor.h"
 
+#include <chrono>
+
 #include "model/core/error.h"
 
 namespace strata {
 
 PipelineExecutor::PipelineExecutor(PipelineStage& stage, Communicator& pp,
-                                   const PipelineProgram& program, int B, int T)
+                                   const PipelineProgram& program, int B, int T,
+                                   bool nonblocking_sends)
     : stage_(stage),
       pp_(pp),
       ops_(program.at(static_cast<std::size_t>(pp.rank()))),
       B_(B),
       T_(T),
       tokens_(static_cast<std::size_t>(B) * T),
-      targets_(tokens_.size()) {
+      targets_(tokens_.size()),
+      nonblocking_sends_(nonblocking_sends) {
   for (int slot = stage.slots() - 1; slot >= 0; --slot) free_slots_.push_back(slot);
   // Chunks exist as data (pipeline_schedule.h) but this interpreter keeps one chunk's buffers
   // per micro-batch.
   for (const PipelineOp& op : ops_)
     if (op.chunk != 0)
       fail("pipeline stage ", pp.rank(),
-           ": the executor runs programs of one chunk per rank (gpipe, 1f1b, zb-h1), not ",
+           ": the executor runs programs of one chunk per rank (gpipe, 1f1b, zb-h1, zb-h2), not ",
            to_string(op));
 }
 
@@ -28,6 +32,35 @@ std::vector<float>& PipelineExecutor::buffer(std::map<int, std::vector<float>>& 
   std::vector<float>& b = buffers[mb];
   b.resize(stage_.boundary_size(batch));
   return b;
+}
+
+namespace {
+// The tag of a queued message: its micro-batch and channel (chunks: one per rank so far).
+int message_tag(int mb, bool gradient) { return 2 * mb + (gradient ? 1 : 0); }
+}  // namespace
+
+void PipelineExecutor::send(std::map<int, std::vector<float>>& buffers, int mb, int peer,
+                            bool gradient) {
+  const auto it = buffers.find(mb);
+  STRATA_CHECK(it != buffers.end(), "stage ", stage(), ": send of micro-batch ", mb,
+               " before it was computed");
+  if (nonblocking_sends_) {
+    InFlight sent{std::move(it->second), nullptr};  // the moved vector keeps its storage
+    sent.send = pp_.start_send(sent.data.data(), sent.data.size(), peer, message_tag(mb, gradient));
+    in_flight_.push_back(std::move(sent));
+  } else {
+    pp_.send(it->second.data(), it->second.size(), peer);
+  }
+  buffers.erase(it);
+}
+
+void PipelineExecutor::receive(std::map<int, std::vector<float>>& buffers, int mb, int peer,
+                               bool gradient) {
+  std::vector<float>& b = buffer(buffers, mb, B_);
+  if (nonblocking_sends_)
+    pp_.recv_tagged(b.data(), b.size(), peer, message_tag(mb, gradient));
+  else
+    pp_.recv(b.data(), b.size(), peer);
 }
 
 void PipelineExecutor::run_forward(int mb, const MicroBatchSource& source, int batch,
@@ -89,10 +122,15 @@ void PipelineExecutor::run_weight_backward(int mb) {
 }
 
 double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& source) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point step_start = Clock::now();
+  step_transfer_seconds_ = 0;
   double loss_sum = 0;
   const int next = stage() + 1, previous = stage() - 1;
   for (const PipelineOp& op : ops_) {
     const int mb = op.micro_batch;
+    const bool transfer = pipeline_op_peer_offset(op.kind) != 0;
+    const Clock::time_point op_start = Clock::now();
     switch (op.kind) {
       case PipelineOpKind::forward:
         run_forward(mb, source, B_, &loss_sum);
@@ -104,37 +142,51 @@ double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& so
       case PipelineOpKind::backward_weight:
         run_weight_backward(mb);
         break;
-      case PipelineOpKind::recv_activation: {
-        std::vector<float>& x = buffer(x_, mb, B_);
-        pp_.recv(x.data(), x.size(), previous);
+      case PipelineOpKind::recv_activation:
+        receive(x_, mb, previous, false);
         break;
-      }
       case PipelineOpKind::send_activation:
-        pp_.send(y_.at(mb).data(), y_.at(mb).size(), next);
-        y_.erase(mb);
+        send(y_, mb, next, false);
         break;
-      case PipelineOpKind::recv_grad: {
-        std::vector<float>& dy = buffer(dy_, mb, B_);
-        pp_.recv(dy.data(), dy.size(), next);
+      case PipelineOpKind::recv_grad:
+        receive(dy_, mb, next, true);
         break;
-      }
       case PipelineOpKind::send_grad:
-        pp_.send(dx_.at(mb).data(), dx_.at(mb).size(), previous);
-        dx_.erase(mb);
+        send(dx_, mb, previous, true);
         break;
-      case PipelineOpKind::send_activation_recv_grad: {
-        std::vector<float>& dy = buffer(dy_, op.recv_micro_batch, B_);
-        pp_.send_recv(y_.at(mb).data(), y_.at(mb).size(), next, dy.data(), dy.size(), next);
-        y_.erase(mb);
+      case PipelineOpKind::send_activation_recv_grad:
+        if (nonblocking_sends_) {  // the queued model's exchange: send, then receive
+          send(y_, mb, next, false);
+          receive(dy_, op.recv_micro_batch, next, true);
+        } else {
+          std::vector<float>& dy = buffer(dy_, op.recv_micro_batch, B_);
+          pp_.send_recv(y_.at(mb).data(), y_.at(mb).size(), next, dy.data(), dy.size(), next);
+          y_.erase(mb);
+        }
         break;
-      }
-      case PipelineOpKind::send_grad_recv_activation: {
-        std::vector<float>& x = buffer(x_, op.recv_micro_batch, B_);
-        pp_.send_recv(dx_.at(mb).data(), dx_.at(mb).size(), previous, x.data(), x.size(), previous);
-        dx_.erase(mb);
+      case PipelineOpKind::send_grad_recv_activation:
+        if (nonblocking_sends_) {
+          send(dx_, mb, previous, true);
+          receive(x_, op.recv_micro_batch, previous, false);
+        } else {
+          std::vector<float>& x = buffer(x_, op.recv_micro_batch, B_);
+          pp_.send_recv(dx_.at(mb).data(), dx_.at(mb).size(), previous, x.data(), x.size(),
+                        previous);
+          dx_.erase(mb);
+        }
         break;
-      }
     }
+    if (transfer)
+      step_transfer_seconds_ += std::chrono::duration<double>(Clock::now() - op_start).count();
+  }
+  const Clock::time_point drain_start = Clock::now();
+  for (InFlight& sent : in_flight_) sent.send->wait();
+  in_flight_.clear();
+  step_transfer_seconds_ += std::chrono::duration<double>(Clock::now() - drain_start).count();
+  if (steps_run_++ > 0) {
+    timing_.steps += 1;
+    timing_.seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+    timing_.transfer_seconds += step_transfer_seconds_;
   }
   STRATA_CHECK(slot_of_.empty() && x_.empty() && y_.empty() && dy_.empty() && dx_.empty(),
                "pipeline stage ", stage(), " ended its step with buffers still in flight");

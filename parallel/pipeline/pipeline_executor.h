@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -27,14 +28,26 @@ class PipelineExecutor {
  public:
   // `stage` is this stage's part of the model; `pp` the pipeline group (rank = stage; size 1
   // without pipelining). B, T: micro-batch shape (T the stage's sequence length). Not owned; must
-  // outlive the executor.
+  // outlive the executor. `nonblocking_sends`: transfers as pipeline_schedule.h's queued model
+  // (sends return at once, each message tagged with its micro-batch, chunk and direction, and
+  // completed at the end of the step), which the schedules written with single transfers need
+  // (pipeline_schedule_needs_nonblocking_sends); otherwise sends wait for their receive.
   PipelineExecutor(PipelineStage& stage, Communicator& pp, const PipelineProgram& program, int B,
-                   int T);
+                   int T, bool nonblocking_sends = false);
 
   // One step's forwards and backwards with the stage's weights and gradient buffer (bound by the
   // caller); its grads += gradients of loss_scale · Σ micro-batch losses. Returns the sum of the
   // micro-batch losses on the last stage, 0 elsewhere.
   double train_step(float loss_scale, const MicroBatchSource& source);
+
+  // Wall time of the train_step calls after the first (which warms up allocations and caches):
+  // in all, and inside the pipeline's transfers, waiting for a neighbour included, which is this
+  // stage's idle time within its program (its bubble and its messages).
+  struct Timing {
+    int steps = 0;
+    double seconds = 0, transfer_seconds = 0;
+  };
+  const Timing& timing() const { return timing_; }
 
   // Forward only, for evaluation: micro-batch mb of batch_sizes[mb] (<= B) sequences passes
   // through the stages; on the last stage on_losses(mb, per-position losses, count) is called for
@@ -51,6 +64,10 @@ class PipelineExecutor {
   void run_backward(int mb, float loss_scale, bool input_only);
   void run_weight_backward(int mb);
   std::vector<float>& buffer(std::map<int, std::vector<float>>& buffers, int mb, int batch);
+  // Sends buffers[mb] to `peer` and drops it from `buffers` (queued: kept in flight until the
+  // step ends); receives into buffer(buffers, mb) from `peer`. `gradient`: which channel.
+  void send(std::map<int, std::vector<float>>& buffers, int mb, int peer, bool gradient);
+  void receive(std::map<int, std::vector<float>>& buffers, int mb, int peer, bool gradient);
 
   PipelineStage& stage_;
   Communicator& pp_;
@@ -62,6 +79,15 @@ class PipelineExecutor {
   std::set<int> weight_pending_;                       // micro-batches through B, not yet through W
   std::map<int, std::vector<float>> x_, y_, dy_, dx_;  // per micro-batch (schedule header)
   std::vector<float> losses_;                          // last stage, forward_only: per position
+  bool nonblocking_sends_;
+  Timing timing_;
+  int steps_run_ = 0;
+  double step_transfer_seconds_ = 0;  // of the step running
+  struct InFlight {                   // a queued send and the buffer it reads until it completes
+    std::vector<float> data;
+    std::unique_ptr<PendingCollective> send;
+  };
+  std::vector<InFlight> in_flight_;
 };
 
 }  // namespace strata

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <deque>
 #include <sstream>
 
 #include "model/core/error.h"
@@ -20,13 +19,12 @@ std::string pipeline_schedule_name(PipelineSchedule kind) {
   switch (kind) {
     case PipelineSchedule::interleaved:
       return "interleaved";
-    case PipelineSchedule::zb_h2:
-      return "zb-h2";
     case PipelineSchedule::zbv:
       return "zbv";
     case PipelineSchedule::gpipe:
     case PipelineSchedule::one_f_one_b:
     case PipelineSchedule::zb_h1:
+    case PipelineSchedule::zb_h2:
       break;
   }
   return std::string(kPipelineScheduleChoices.word(kind));
@@ -175,42 +173,6 @@ std::vector<PipelineOp> one_f_one_b_stage(int stage, int stages, int micro_batch
   return ops;
 }
 
-// ZB-H1: 1F1B's ops, transfers included (so it runs under rendezvous too), with each backward
-// split into B and W. Stage s holds its W's back by s micro-batches: the last stage, which in
-// 1F1B idles longest at the end, defers most, so that B (what the previous stage waits for)
-// reaches stage 0 sooner and the deferred W's fill the ends. Stage s then holds at most
-// (p - s) + s = p micro-batches, 1F1B's peak (stage 0's).
-std::vector<PipelineOp> zb_h1_stage(int stage, int stages, int micro_batches) {
-  std::vector<PipelineOp> ops;
-  std::deque<int> pending;  // micro-batches through B, not yet through W, oldest first
-  const auto drain_to = [&](std::size_t lag) {
-    while (pending.size() > lag) {
-      ops.push_back({Kind::backward_weight, pending.front()});
-      pending.pop_front();
-    }
-  };
-  const std::vector<PipelineOp> fused = one_f_one_b_stage(stage, stages, micro_batches);
-  const auto lag = static_cast<std::size_t>(stage);
-  for (std::size_t i = 0; i < fused.size(); ++i) {
-    const PipelineOp& op = fused[i];
-    if (op.kind != Kind::backward) {
-      ops.push_back(op);
-      // W goes after the gradient has left, never between B and the send the previous stage
-      // waits for.
-      if (op.kind == Kind::send_grad || op.kind == Kind::send_grad_recv_activation) drain_to(lag);
-      continue;
-    }
-    ops.push_back({Kind::backward_input, op.micro_batch});
-    pending.push_back(op.micro_batch);
-    const bool grad_sent_next =
-        i + 1 < fused.size() && (fused[i + 1].kind == Kind::send_grad ||
-                                 fused[i + 1].kind == Kind::send_grad_recv_activation);
-    if (!grad_sent_next) drain_to(lag);
-  }
-  drain_to(0);
-  return ops;
-}
-
 void check_sizes(int stages, int micro_batches) {
   if (stages < 1) fail("pipeline schedule: stages must be at least 1, got ", stages);
   if (micro_batches < 1)
@@ -263,11 +225,11 @@ PipelineProgram make_pipeline_schedule(PipelineSchedule kind, int stages, int mi
   for (int stage = 0; stage < stages; ++stage) {
     if (kind == PipelineSchedule::gpipe)
       program.push_back(gpipe_stage(stage, stages, micro_batches));
-    else if (kind == PipelineSchedule::zb_h1)
-      program.push_back(zb_h1_stage(stage, stages, micro_batches));
     else
       program.push_back(one_f_one_b_stage(stage, stages, micro_batches));
   }
+  if (kind == PipelineSchedule::zb_h1)  // at 1F1B's peak of micro-batches held
+    return zb_h1_program(program, micro_batches, std::min(stages, micro_batches));
   return program;
 }
 
@@ -280,8 +242,15 @@ PipelineLayout pipeline_schedule_layout(PipelineSchedule kind, int virtual_stage
 }
 
 bool pipeline_schedule_needs_nonblocking_sends(PipelineSchedule kind) {
-  return kind == PipelineSchedule::interleaved || kind == PipelineSchedule::zb_h2 ||
-         kind == PipelineSchedule::zbv;
+  return kind == PipelineSchedule::interleaved || kind == PipelineSchedule::zb_h1 ||
+         kind == PipelineSchedule::zb_h2 || kind == PipelineSchedule::zbv;
+}
+
+PipelineSimulation pipeline_schedule_simulation(PipelineSchedule kind, int virtual_stages) {
+  PipelineSimulation simulation;
+  simulation.layout = pipeline_schedule_layout(kind, virtual_stages);
+  simulation.nonblocking_sends = pipeline_schedule_needs_nonblocking_sends(kind);
+  return simulation;
 }
 
 }  // namespace strata

@@ -40,8 +40,8 @@
 //
 // Chunks and the split backward (interleaved 1F1B, ZB-H1, ZB-H2, ZBV). These exist as data: the
 // generators below produce them and simulate_pipeline checks them; the executor runs programs of
-// one chunk per rank under rendezvous, the fused or the split backward (gpipe, 1f1b, zb-h1), and
-// refuses the others (several chunks, sends that must not block).
+// one chunk per rank, with the fused or the split backward, under rendezvous or with queued sends
+// (gpipe, 1f1b, zb-h1, zb-h2), and refuses programs of several chunks (interleaved, zbv).
 //
 //   chunk                every op carries the chunk (virtual stage on this rank) whose buffers it
 //                        computes or moves; 0 for gpipe and 1f1b. With v chunks per rank the
@@ -59,11 +59,11 @@
 //                        on the last rank) there is no transfer: the forward of chunk 1 reads
 //                        chunk 0's y in place, and chunk 0's backward reads chunk 1's dx in place.
 //
-// Interleaved, ZB-H2 and ZBV are written with single transfers that need sends which do not
-// block (a send completes at once and its buffer is queued for the receiver on the (sender,
-// receiver, activation or gradient) channel, tagged with its micro-batch and chunk); under
-// rendezvous two neighbours sending to each other would wait forever. ZB-H1 keeps 1F1B's paired
-// exchanges and runs under both. simulate_pipeline models either executor.
+// Interleaved, ZB-H1, ZB-H2 and ZBV are written with single transfers that need sends which do
+// not block (the executor's nonblocking_sends: a send completes at once and its buffer is queued
+// for the receiver on the (sender, receiver, activation or gradient) channel, tagged with its
+// micro-batch and chunk); under rendezvous two neighbours sending to each other would wait
+// forever. simulate_pipeline models either executor.
 #pragma once
 
 #include <string>
@@ -77,19 +77,20 @@ enum class PipelineSchedule {
   gpipe,        // all forwards, then all backwards (in reverse micro-batch order)
   one_f_one_b,  // PipeDream-flush / Megatron-LM 1F1B
   zb_h1,        // zero bubble H1 (Qi et al., ICLR 2024): 1F1B with W moved into the bubbles
-  // Generated and simulated only: the executor cannot run them yet (several chunks per rank,
-  // sends that do not block), so they are deliberately not in kPipelineScheduleChoices and
-  // `parallel.pipeline_schedule` does not accept them.
-  interleaved,  // Megatron-LM interleaved 1F1B (Narayanan et al., SC'21), v >= 2 looped chunks
   zb_h2,        // zero bubble H2: more forwards in flight, no bubble between first and last op
+  // Generated and simulated only: the executor cannot run them yet (several chunks per rank),
+  // so they are deliberately not in kPipelineScheduleChoices and `parallel.pipeline_schedule`
+  // does not accept them.
+  interleaved,  // Megatron-LM interleaved 1F1B (Narayanan et al., SC'21), v >= 2 looped chunks
   zbv,          // zero bubble V: two chunks per rank in a V
 };
 inline constexpr Choices kPipelineScheduleChoices{std::array{
     ChoiceWord{PipelineSchedule::one_f_one_b, "1f1b"}, ChoiceWord{PipelineSchedule::gpipe, "gpipe"},
-    ChoiceWord{PipelineSchedule::zb_h1, "zb-h1"}}};
+    ChoiceWord{PipelineSchedule::zb_h1, "zb-h1"}, ChoiceWord{PipelineSchedule::zb_h2, "zb-h2"}}};
 
-// The config strings of `parallel.pipeline_schedule`: "1f1b", "gpipe" and "zb-h1". The name of
-// every kind (for messages), the generated-only ones included, which parse does not accept.
+// The config strings of `parallel.pipeline_schedule`: "1f1b", "gpipe", "zb-h1" and "zb-h2". The
+// name of every kind (for messages), the generated-only ones included, which parse does not
+// accept.
 PipelineSchedule parse_pipeline_schedule(const std::string& name);
 std::string pipeline_schedule_name(PipelineSchedule kind);
 
@@ -168,11 +169,11 @@ PipelineProgram make_pipeline_schedule(PipelineSchedule kind, int stages, int mi
 //          chunks reversed; stage s warms up with 2(p - s - 1) + (v - 1)p forwards, then 1F1B.
 //          micro_batches must be a multiple of p (the order walks whole groups of p); with
 //          m == p it is all warm-up. Its idle time per stage is 1F1B's divided by v.
-//   zb_h1: 1F1B's ops with each backward split into B and W, and stage s's W's held back by s
-//          micro-batches (then drained at the end), so W fills the bubbles; the memory peak
-//          over stages stays 1F1B's, min(p, m) micro-batches. With F = B = W it idles 2(p - 1)
-//          slots per stage against 1F1B's 3(p - 1) (m >= 2p; the paper's hand-made order
-//          reaches p - 1, this one keeps 1F1B's cool-down).
+//   zb_h1: 1F1B's order of forwards and backwards, each backward split into B and W, and each
+//          W run where the stage would otherwise wait (a list schedule in unit slots,
+//          pipeline_generators.h), holding at most min(p, m) micro-batches per stage: 1F1B's
+//          peak. With F = B = W it idles p - 1 slots per stage against 1F1B's 3(p - 1) and ends
+//          at 3m + p - 1 (m >= p): the paper's third.
 //   zb_h2: greedy list schedule (B before F before W) with up to 2p - 1 micro-batches in flight
 //          per stage, which removes the bubble between each stage's first and last op (m >=
 //          2p - 1); with F = B = W it ends at the bound 3m + p - 1.
@@ -183,7 +184,7 @@ PipelineProgram make_pipeline_schedule(PipelineSchedule kind, int stages, int mi
                                        int virtual_stages);
 
 // Where make_pipeline_schedule(kind, ..., virtual_stages) puts its chunks, and whether its
-// transfers need sends that do not block (interleaved, zb_h2, zbv).
+// transfers need sends that do not block (interleaved, zb_h1, zb_h2, zbv).
 PipelineLayout pipeline_schedule_layout(PipelineSchedule kind, int virtual_stages);
 bool pipeline_schedule_needs_nonblocking_sends(PipelineSchedule kind);
 
@@ -224,5 +225,9 @@ PipelineStats simulate_pipeline(const PipelineProgram& program, int micro_batche
 
 // Today's model: one chunk, rendezvous, forward and fused backward one slot each.
 PipelineStats simulate_pipeline(const PipelineProgram& program, int micro_batches);
+
+// How the executor runs make_pipeline_schedule(kind, ..., virtual_stages)'s programs: its chunk
+// placement, and sends that queue where the schedule needs them; unit costs.
+PipelineSimulation pipeline_schedule_simulation(PipelineSchedule kind, int virtual_stages = 1);
 
 }  // namespace strata

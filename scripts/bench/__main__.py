@@ -8,6 +8,7 @@ BENCHMARKS = {
     "diloco": "bench.diloco",
     "layouts": "bench.layouts",
     "precision": "bench.precision",
+    "schedules": "bench.schedules",
     "zero": "bench.zero",
     "zero_plus_plus": "bench.zero_plus_plus",
     "validate_planner": "bench.planner",

@@ -39,6 +39,15 @@ def write_cpu_cluster(path, devices):
     return path
 
 
+def calibrate(bench, ranks, out, mpirun_args, rows, width, seq_len, heads):
+    """`bench calibrate` on `ranks` ranks: this machine as a planner cluster file at `out`, its
+    passes timed at the given sizes; returns what it printed."""
+    args = ["mpirun", *mpirun_args, "-np", str(ranks), bench, "calibrate", "--out", out,
+            "--rows", str(rows), "--width", str(width), "--seq-len", str(seq_len), "--heads",
+            str(heads)]
+    return subprocess.run(args, check=True, capture_output=True, text=True).stdout.strip()
+
+
 def command(plan, config, cluster, world, overrides):
     """The plan command line pricing `config` with the `--set` `overrides` (key=value strings)."""
     args = [plan, config, "--cluster", cluster, "--world", str(world), "--layout", "given",

@@ -10,9 +10,8 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 
-from bench import matrix, metrics
+from bench import explain, matrix, metrics
 from rank_correlation import spearman
 
 # Rank r runs on core r mod cores. Unbound, the kernel moves oversubscribed ranks between cores as
@@ -108,10 +107,8 @@ def main(argv):
     bin_dir = os.path.join(build_dir, "bin")
     with matrix.Scratch() as work:
         cluster = os.path.join(work, "cluster.yaml")
-        calibration = matrix.output(
-            ["mpirun", *PLACEMENT, "-np", str(ranks), os.path.join(bin_dir, "bench"), "calibrate",
-             "--out", cluster, "--rows", "512", "--width", "256", "--seq-len", "128", "--heads",
-             "8"])
+        calibration = explain.calibrate(os.path.join(bin_dir, "bench"), ranks, cluster, PLACEMENT,
+                                        rows=512, width=256, seq_len=128, heads=8)
         print(matrix.header(f"ranks {ranks} steps {steps} rounds {rounds}"))
         print(calibration, flush=True)
 

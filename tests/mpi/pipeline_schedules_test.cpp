@@ -1,9 +1,10 @@
-// The zero-bubble schedule zb-h1 (each backward split into B, the input gradient, and W, the
-// weight gradients, with W moved into 1F1B's bubbles) trains the run of one process (loss per
-// step within 1e-4 relative, fp32): at pp 4, at (dp 2, tp 2, pp 2) with sequence parallelism,
-// with recomputation, under ZeRO stages 2 and 3; in bf16 it trains the bf16 run of one process;
-// it resumes bit-exactly; and checkpoints move between schedules (zb-h1's resumed under 1f1b and
-// gpipe, 1f1b's under zb-h1) and continue the same run.
+// The zero-bubble schedules (each backward split into B, the input gradient, and W, the weight
+// gradients): zb-h1 (W moved into 1F1B's bubbles, 1F1B's paired exchanges) and zb-h2 (up to
+// 2pp - 1 micro-batches in flight, single transfers over sends that queue) each train the run of
+// one process (loss per step within 1e-4 relative, fp32): at pp 4, at (dp 2, tp 2, pp 2) with
+// sequence parallelism, with recomputation, under ZeRO stages 2 and 3; in bf16 the bf16 run of
+// one process; they resume bit-exactly; and checkpoints move between schedules (zb-h1's resumed
+// under 1f1b, gpipe and zb-h2, 1f1b's under zb-h1) and continue the same run.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -33,7 +34,14 @@ Layout zb_h1(int dp, int tp, int pp, bool sequence_parallel = false,
   return Layout{dp, tp, pp, "zb-h1", sequence_parallel, recompute};
 }
 
-TEST_F(PipelineSchedules, ZeroBubbleH1TrainsTheRunOfOneProcess) {
+Layout with_schedule(Layout layout, const std::string& schedule) {
+  layout.schedule = schedule;
+  return layout;
+}
+
+const std::vector<std::string> kZeroBubble = {"zb-h1", "zb-h2"};
+
+TEST_F(PipelineSchedules, ZeroBubbleTrainsTheRunOfOneProcess) {
   const auto reference = metric(reference_dir_, "loss");
   const auto reference_val = metric(reference_dir_, "val_loss");
   ASSERT_EQ(reference.size(), 20u);
@@ -49,37 +57,47 @@ TEST_F(PipelineSchedules, ZeroBubbleH1TrainsTheRunOfOneProcess) {
       {zb_h1(2, 1, 2), " --set parallel.zero.stage=2"},
       {zb_h1(2, 1, 2), " --set parallel.zero.stage=3"},
   };
-  for (const Case& c : cases) {
-    const std::string name =
-        c.layout.name() + (c.zero.empty() ? "" : "_zero" + c.zero.substr(c.zero.size() - 1));
-    SCOPED_TRACE(name);
-    const std::string run = train(*dir_, c.layout, name, c.zero);
-    expect_close(metric(run, "loss"), reference, 0, "loss");
-    expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss");
+  for (const std::string& schedule : kZeroBubble) {
+    for (const Case& c : cases) {
+      const Layout layout = with_schedule(c.layout, schedule);
+      const std::string name =
+          layout.name() + (c.zero.empty() ? "" : "_zero" + c.zero.substr(c.zero.size() - 1));
+      SCOPED_TRACE(name);
+      const std::string run = train(*dir_, layout, name, c.zero);
+      expect_close(metric(run, "loss"), reference, 0, "loss");
+      expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss");
+    }
   }
 }
 
-TEST_F(PipelineSchedules, ZeroBubbleH1TrainsTheBf16RunOfOneProcess) {
+TEST_F(PipelineSchedules, ZeroBubbleTrainsTheBf16RunOfOneProcess) {
   Layout single;
   single.compute = "bf16";
   const std::string reference = train(*dir_, single, single.name());
-  Layout layout = zb_h1(1, 2, 2, true);
-  layout.compute = "bf16";
-  const std::string run = train(*dir_, layout, layout.name());
-  // As for any layout in bf16 (parallel_layouts_test): fp32 reduction-order differences flip
-  // some roundings to bf16's 8 significant bits.
-  expect_close(metric(run, "loss"), metric(reference, "loss"), 0, "bf16 loss", 1e-3);
+  for (const std::string& schedule : kZeroBubble) {
+    Layout layout = with_schedule(zb_h1(1, 2, 2, true), schedule);
+    layout.compute = "bf16";
+    SCOPED_TRACE(layout.name());
+    const std::string run = train(*dir_, layout, layout.name());
+    // As for any layout in bf16 (parallel_layouts_test): fp32 reduction-order differences flip
+    // some roundings to bf16's 8 significant bits.
+    expect_close(metric(run, "loss"), metric(reference, "loss"), 0, "bf16 loss", 1e-3);
+  }
 }
 
-TEST_F(PipelineSchedules, ZeroBubbleH1ResumesBitExactly) {
+TEST_F(PipelineSchedules, ZeroBubbleResumesBitExactly) {
   namespace fs = std::filesystem;
-  const Layout layout = zb_h1(1, 1, 4);
-  const std::string straight = train(*dir_, layout, "zb_straight");
-  const std::string first = train(*dir_, layout, "zb_split", " --set train.stop_after=10");
-  ASSERT_TRUE(fs::exists(first + "/checkpoints/step_00000010.h5"));
-  const std::string second = train(*dir_, layout, "zb_split", " --resume");
-  EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
-  EXPECT_EQ(metric(second, "val_loss"), metric(straight, "val_loss"));
+  for (const std::string& schedule : kZeroBubble) {
+    SCOPED_TRACE(schedule);
+    const Layout layout = with_schedule(zb_h1(1, 1, 4), schedule);
+    const std::string straight = train(*dir_, layout, schedule + "_straight");
+    const std::string first =
+        train(*dir_, layout, schedule + "_split", " --set train.stop_after=10");
+    ASSERT_TRUE(fs::exists(first + "/checkpoints/step_00000010.h5"));
+    const std::string second = train(*dir_, layout, schedule + "_split", " --resume");
+    EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
+    EXPECT_EQ(metric(second, "val_loss"), metric(straight, "val_loss"));
+  }
 }
 
 TEST_F(PipelineSchedules, CheckpointsMoveBetweenSchedules) {
@@ -97,6 +115,7 @@ TEST_F(PipelineSchedules, CheckpointsMoveBetweenSchedules) {
   const std::vector<Resume> resumes = {
       {zb + "/checkpoints/step_00000010.h5", Layout{2, 1, 2}},
       {zb + "/checkpoints/step_00000010.h5", gpipe},
+      {zb + "/checkpoints/step_00000010.h5", with_schedule(zb_h1(2, 2, 2, true), "zb-h2")},
       {written_1f1b + "/checkpoints/step_00000010.h5", zb_h1(1, 2, 4)},
   };
   for (const Resume& r : resumes) {

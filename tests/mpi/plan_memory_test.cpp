@@ -1,9 +1,10 @@
 // The planner's memory and communication predictions (plan/memory_model.h, plan/comm_model.h)
 // equal the trainer's own accounts: for layouts over data, tensor (with sequence parallelism) and
-// pipeline parallelism, both schedules, ZeRO stages 0 to 3 with either gradient reduction and
-// ZeRO++ (hpZ, qwZ, qgZ, on simulated nodes of 2 ranks), recompute and bf16, every predicted field
-// of rank 0's `memory_bytes` in metrics.jsonl, byte for byte, every pipeline stage's activations
-// (reported to 0.001 MiB), and rank 0's bytes of a step by collective kind and link class
+// pipeline parallelism, every runnable schedule (gpipe, 1f1b, zb-h1, zb-h2), ZeRO stages 0 to 3
+// with either gradient reduction and ZeRO++ (hpZ, qwZ, qgZ, on simulated nodes of 2 ranks),
+// recompute and bf16, every predicted field of rank 0's `memory_bytes` in metrics.jsonl, byte for
+// byte, every pipeline stage's activations (reported to 0.001 MiB), and rank 0's bytes of a step by
+// collective kind and link class
 // (`comm_bytes`) and by parallel axis (`comm_bytes_by_axis`).
 #include <gtest/gtest.h>
 
@@ -90,6 +91,16 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       {"tp2sp", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
       {"pp2_1f1b", 2, {"parallel.pp=2"}},
       {"pp4_gpipe", 4, {"parallel.pp=4", "parallel.pipeline_schedule=gpipe"}},
+      // The zero-bubble schedules: each slot also holds its weight stash (copies under full).
+      {"pp4_zb_h1", 4, {"parallel.pp=4", "parallel.pipeline_schedule=zb-h1"}},
+      {"tp2sp_pp2_zb_h2_full",
+       4,
+       {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2",
+        "parallel.pipeline_schedule=zb-h2", "recompute=full"}},
+      {"pp2dp2_zb_h1_zero3_selective",
+       4,
+       {"parallel.pp=2", "parallel.pipeline_schedule=zb-h1", "parallel.zero.stage=3",
+        "recompute=selective"}},
       {"dp2_zero1", 2, {"parallel.zero.stage=1"}},
       {"dp4_zero2", 4, {"parallel.zero.stage=2"}},
       {"dp2_zero3", 2, {"parallel.zero.stage=3"}},

@@ -8,7 +8,7 @@ import os
 import tempfile
 import unittest
 
-from bench import diloco, explain, layouts, metrics, planner, precision, zero
+from bench import diloco, explain, layouts, metrics, planner, precision, schedules, zero
 
 BIN_DIR = os.environ.get("STRATA_BIN_DIR", "build/bin")
 
@@ -122,6 +122,22 @@ class Reports(unittest.TestCase):
         self.assertTrue(out[4].startswith("| b (planner's choice) | 150.0 | 160.0 (120, 200) |"))
         self.assertIn("account equal to the prediction in 1/3 layouts", out[-2])
         self.assertIn("fastest measured 90.0 ms (a): +77.8%", out[-1])
+
+    def test_schedules_rows_pair_measured_and_predicted(self):
+        lines = [{"step": 1, "loss": 4.0, "step_ms": 90.0}, {"step": 2, "loss": 3.0, "step_ms": 30.0},
+                 {"step": 3, "loss": 2.0, "step_ms": 50.0},
+                 {"activation_mib_by_stage": [1.5, 0.5], "pipeline_ms_by_stage": [20.0, 21.0],
+                  "pipeline_idle_ms_by_stage": [5.0, 6.0]}]
+        shared = {"bubble_fraction": 0.25, "pipeline_ms_by_stage": [19.0, 19.5],
+                  "pipeline_idle_ms_by_stage": [4.0, 4.5],
+                  "memory_bytes_by_stage": [{"activations": 3 * 2**19}, {"activations": 2**19}]}
+        rows = schedules.run_rows("zb-h1", lines, shared, {"bubble_fraction": 0.1})
+        self.assertEqual(rows[0], "zb-h1: step 40.0 ms; planner (shared cores) bubble 25.0%,"
+                         " dedicated devices 10.0%")
+        self.assertIn("measured [5.0, 6.0]  timed simulation [4.0, 4.5]", rows[2])
+        self.assertIn("measured [1.50, 0.50]  planner [1.50, 0.50]", rows[3])
+        self.assertEqual(schedules.dedicated("a: 1\ncores_per_node: 2\nwaiting_share: 0.1\nb: 2\n"),
+                         "a: 1\nb: 2\n")
 
 
 class Explain(unittest.TestCase):

@@ -307,7 +307,7 @@ TEST(ConfigErrors, EnumsListTheChoices) {
       error_of("data: {train: t}\nprecision: {compute: BF16}"),
       "'precision.compute' must be fp32, bf16 or fp16, got 'BF16' (did you mean 'bf16'?)");
   EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pipeline_schedule: zb}"),
-                  "'parallel.pipeline_schedule' must be 1f1b, gpipe or zb-h1, got 'zb'");
+                  "'parallel.pipeline_schedule' must be 1f1b, gpipe, zb-h1 or zb-h2, got 'zb'");
   EXPECT_CONTAINS(error_of("data: {train: t}\nrecompute: all"),
                   "'recompute' must be none, selective or full, got 'all'");
   EXPECT_CONTAINS(error_of("data: {train: t}\ndevice: gpu"),

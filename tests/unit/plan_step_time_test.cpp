@@ -1,5 +1,6 @@
 // The step-time model (plan/step_time.h): the pipeline clock reproduces the schedule simulator's
-// makespan and bubble with unit passes and the closed form (m + p − 1)(F + B) with uneven ones;
+// makespan and bubble with unit passes (the zero-bubble schedules with B and W apart, zb-h2 on
+// queued sends) and the closed form (m + p − 1)(F + B) with uneven ones;
 // a collective's time is its α–β over the slowest link (a cuda ring crossing nodes on as many
 // links as it has members on a node); tensor-parallel rows move in the backend's element size;
 // the model's terms react as they must
@@ -33,6 +34,45 @@ TEST(PipelineClock, UnitPassesGiveTheSimulatorsMakespanAndBubble) {
         EXPECT_DOUBLE_EQ(clock.makespan, slots.makespan);
         EXPECT_NEAR(clock.bubble_fraction, slots.bubble_fraction, 1e-12);
       }
+}
+
+TEST(PipelineClock, ZeroBubbleSchedulesGiveTheSimulatorsMakespanAndBubble) {
+  // F = B = W = 1 slot: the backward takes 2 of which W 1; zb-h2 on queued sends, as it runs.
+  for (PipelineSchedule kind : {PipelineSchedule::zb_h1, PipelineSchedule::zb_h2})
+    for (int p : {1, 2, 4, 8})
+      for (int m : {1, 3, 8, 16, 24}) {
+        SCOPED_TRACE(pipeline_schedule_name(kind) + " p " + std::to_string(p) + " m " +
+                     std::to_string(m));
+        const PipelineProgram program = make_pipeline_schedule(kind, p, m);
+        const PipelineSimulation simulation = pipeline_schedule_simulation(kind);
+        const PipelineStats slots = simulate_pipeline(program, m, simulation);
+        const TimedPipeline clock =
+            run_pipeline_clock(program, std::vector<StageDurations>(p, {1, 2, 0, 1}), {},
+                               simulation.nonblocking_sends);
+        EXPECT_DOUBLE_EQ(clock.makespan, slots.makespan);
+        EXPECT_NEAR(clock.bubble_fraction, slots.bubble_fraction, 1e-12);
+      }
+  // Against 1F1B at p 8, m 16: the bubble the simulation states (docs/PERFORMANCE.md).
+  const auto bubble = [](PipelineSchedule kind) {
+    return run_pipeline_clock(make_pipeline_schedule(kind, 8, 16),
+                              std::vector<StageDurations>(8, {1, 2, 0, 1}), {},
+                              pipeline_schedule_simulation(kind).nonblocking_sends)
+        .bubble_fraction;
+  };
+  EXPECT_GT(bubble(PipelineSchedule::one_f_one_b), bubble(PipelineSchedule::zb_h1));
+  // At unit costs both zero-bubble schedules reach the bound 3m + p - 1.
+  EXPECT_DOUBLE_EQ(bubble(PipelineSchedule::zb_h1), bubble(PipelineSchedule::zb_h2));
+}
+
+TEST(PipelineClock, QueuedMessagesDelayOnlyTheirReceiver) {
+  // zb-h2 with messages: the makespan grows with them, by less than a message per op.
+  const PipelineProgram program = make_pipeline_schedule(PipelineSchedule::zb_h2, 4, 8);
+  const TimedPipeline none =
+      run_pipeline_clock(program, std::vector<StageDurations>(4, {1, 2, 0, 1}), {}, true);
+  const TimedPipeline half =
+      run_pipeline_clock(program, std::vector<StageDurations>(4, {1, 2, 0.5, 1}), {}, true);
+  EXPECT_GT(half.makespan, none.makespan);
+  EXPECT_LT(half.makespan, none.makespan + 0.5 * program[0].size());
 }
 
 TEST(PipelineClock, UnevenPassesAndMessages) {

@@ -26,7 +26,7 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
                   sharding_options(config.parallel.zero)),
       stage_(model_),
       executor_(stage_, placement.groups->pp(), *placement.program, config.train.micro_batch,
-                shape.seq_len) {
+                shape.seq_len, placement.nonblocking_sends) {
   STRATA_CHECK(plan_.buffer_size >= model_.layout().total(), "the plan's buffer is too small");
   refresh_compute_weights();
 }

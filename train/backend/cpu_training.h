@@ -38,6 +38,7 @@ class CpuTraining final : public TrainingBackend {
   double gradient_sum_of_squares() override;
   void apply_optimizer(const OptimizerStep& step) override;
   PipelineExecutor& evaluator() override;
+  PipelineExecutor::Timing pipeline_timing() const override { return executor_.timing(); }
 
   std::size_t activation_bytes() const override { return model_.activation_bytes(); }
   std::size_t activation_bytes_per_layer() const override {

@@ -128,7 +128,8 @@ class CudaTrainingOf final : public TrainingBackend {
     parameters_ = make_parameter_access(config.parallel.zero, *placement.groups);
     stage_ = std::make_unique<CudaPipelineStage<T>>(model_, *parameters_);
     executor_ = std::make_unique<PipelineExecutor>(*stage_, *pp_, *placement.program,
-                                                   config.train.micro_batch, shape.seq_len);
+                                                   config.train.micro_batch, shape.seq_len,
+                                                   placement.nonblocking_sends);
   }
 
   std::string name() const override { return nccl_.dp ? "cuda (nccl)" : "cuda"; }
@@ -257,6 +258,8 @@ class CudaTrainingOf final : public TrainingBackend {
     parameters_->bind(weights(), nullptr, 0);
     return *executor_;
   }
+
+  PipelineExecutor::Timing pipeline_timing() const override { return executor_->timing(); }
 
   void synchronize() override { ctx_.synchronize(); }
 

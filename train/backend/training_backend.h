@@ -36,8 +36,9 @@ struct BackendPlacement {
   ModelPartition partition;
   const ProcessGroups* groups = nullptr;     // tp, dp and pp groups (not owned)
   const PipelineProgram* program = nullptr;  // the step's schedule, one list per stage
-  int slots = 1;       // micro-batches this stage holds at once under that schedule
-  ReductionPlan plan;  // make_reduction_plan for this partition and mesh position
+  int slots = 1;                   // micro-batches this stage holds at once under that schedule
+  bool nonblocking_sends = false;  // the schedule's transfers need sends that queue
+  ReductionPlan plan;              // make_reduction_plan for this partition and mesh position
   // CUDA: device arrays cross ranks over NCCL (every rank has a GPU of its own); otherwise they
   // are staged through host memory over the MPI groups.
   bool nccl = false;
@@ -79,6 +80,9 @@ class TrainingBackend {
 
   // Forward passes with the current weights (evaluation): every stage of a replica runs it.
   virtual PipelineExecutor& evaluator() = 0;
+  // The pipeline executor's time in accumulate_gradients (all of it, and in transfers); zero
+  // where the step does not run through the executor (a lone CUDA stage's fused pass).
+  virtual PipelineExecutor::Timing pipeline_timing() const = 0;
 
   virtual std::size_t activation_bytes() const = 0;
   virtual std::size_t activation_bytes_per_layer() const = 0;
