@@ -3,8 +3,9 @@
 // 2pp - 1 micro-batches in flight, single transfers over sends that queue) each train the run of
 // one process (loss per step within 1e-4 relative, fp32): at pp 4, at (dp 2, tp 2, pp 2) with
 // sequence parallelism, with recomputation, under ZeRO stages 2 and 3; in bf16 the bf16 run of
-// one process; they resume bit-exactly; and checkpoints move between schedules (zb-h1's resumed
-// under 1f1b, gpipe and zb-h2, 1f1b's under zb-h1) and continue the same run.
+// one process; they resume bit-exactly; checkpoints move between schedules (zb-h1's resumed
+// under 1f1b, gpipe and zb-h2, 1f1b's under zb-h1) and continue the same run; and DiLoCo workers
+// of zero-bubble stages train their run under 1f1b.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -125,6 +126,28 @@ TEST_F(PipelineSchedules, CheckpointsMoveBetweenSchedules) {
     fs::create_directories(dir_->str() + "/runs/" + name);
     const std::string run = train(*dir_, r.layout, name, " --resume " + r.checkpoint);
     expect_close(metric(run, "loss"), reference, 10, "loss after resume");
+  }
+}
+
+TEST_F(PipelineSchedules, DilocoWorkersRunZeroBubbleStages) {
+  // Two DiLoCo workers of two pipeline stages each: the workers' runs under zb-h1 and zb-h2 are
+  // their run under 1f1b (the outer loop sees only the weights the inner steps leave).
+  const auto run = [&](const std::string& schedule) {
+    const Layout layout = with_schedule(Layout{1, 1, 2}, schedule);
+    const std::string name = "diloco_" + schedule;
+    const std::string command =
+        testing::mpirun(2 * layout.ranks()) + testing::bin("train") + " " + dir_->str() +
+        "/config.yaml" + layout.overrides() + " --set run.name=" + name +
+        " --set diloco.enabled=true --set diloco.workers=2 --set diloco.inner_steps=5";
+    const auto result = testing::run_command(command);
+    EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
+    return dir_->str() + "/runs/" + name;
+  };
+  const auto one_f_one_b = metric(run("1f1b"), "loss");
+  ASSERT_EQ(one_f_one_b.size(), 20u);
+  for (const std::string& schedule : kZeroBubble) {
+    SCOPED_TRACE(schedule);
+    expect_close(metric(run(schedule), "loss"), one_f_one_b, 0, "loss");
   }
 }
 
