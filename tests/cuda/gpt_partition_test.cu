@@ -10,6 +10,8 @@
 // Recomputation is bitwise equal to none under the same partition.
 //
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// Its inputs have come from gpt_test_support.h since (the tokens drawn in another order): not
+// rerun.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -21,6 +23,7 @@
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/device_context.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/cuda/gpt_test_support.h"
 #include "tests/support/partition_support.h"
 #include "tests/support/thread_group.h"
 
@@ -38,10 +41,6 @@ using strata::testing::ThreadRank;
 const GptShape kShape{3, 4, 64, 9, 37};
 constexpr int kBatch = 4;  // B·T = 36 rows: divisible by tp 2 and 4 (sequence parallelism)
 constexpr int kMicroBatches = 2;
-
-struct Batch {
-  std::vector<std::int32_t> tokens, targets;
-};
 
 struct Layout {
   int tp = 1;
@@ -166,22 +165,10 @@ class GptPartition : public ::testing::Test {
  protected:
   void SetUp() override {
     std::mt19937_64 rng = test_rng();
-    const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
-    params_.resize(whole.total());
-    initialize_gpt_parameters(whole, kShape, rng(), params_.data());
-    std::uniform_real_distribution<float> offset(-0.05f, 0.05f);
-    for (const TensorView& t : whole.tensors())
-      if (!t.decay)
-        for (std::size_t i = 0; i < t.size; ++i) params_[t.offset + i] += offset(rng);
-    std::uniform_int_distribution<std::int32_t> id(0, kShape.vocab_size - 1);
-    for (int mb = 0; mb < kMicroBatches; ++mb) {
-      Batch b;
-      for (int i = 0; i < kBatch * kShape.seq_len; ++i) {
-        b.tokens.push_back(id(rng));
-        b.targets.push_back(id(rng));
-      }
-      batches_.push_back(b);
-    }
+    params_ = random_parameters(kShape, rng);
+    for (int mb = 0; mb < kMicroBatches; ++mb)
+      batches_.push_back(
+          random_batch(kShape.vocab_size, static_cast<std::size_t>(kBatch) * kShape.seq_len, rng));
     expected_ = run_cpu(params_, batches_);
   }
 
