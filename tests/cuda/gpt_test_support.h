@@ -25,6 +25,13 @@ inline Batch random_batch(int vocab_size, std::size_t rows, std::mt19937_64& rng
   return batch;
 }
 
+inline std::vector<Batch> random_batches(int count, int vocab_size, std::size_t rows,
+                                         std::mt19937_64& rng) {
+  std::vector<Batch> batches;
+  for (int i = 0; i < count; ++i) batches.push_back(random_batch(vocab_size, rows, rng));
+  return batches;
+}
+
 // GPT-2 initialisation with every bias and LayerNorm weight (the tensors without decay) moved off
 // its initial 0 or 1, so that a kernel ignoring one, or its gradient, shows.
 inline std::vector<float> random_parameters(const GptShape& shape, std::mt19937_64& rng) {
