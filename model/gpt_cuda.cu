@@ -1,7 +1,9 @@
 // CudaGpt (model/gpt_cuda.h): its construction, the layout of its storage in one device reservation
 // (model/gpt_cuda_storage.cuh), the slots, the tensor-parallel row collectives and the accessors;
 // the passes are in gpt_cuda_forward.cu and gpt_cuda_backward.cu.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
+// split backward's storage (slot weight stashes, the fused backward's one-layer stash) has not run
+// on a GPU yet.
 #include "model/gpt_cuda.h"
 
 #include <algorithm>
@@ -54,10 +56,11 @@ typename CudaGpt<T>::Dims CudaGpt<T>::dims() const {
 }
 
 // Lays out every slot and the shared buffers (over `c`'s reservation, or only measuring it);
-// returns the bytes of activations (the slots and the recompute workspace), which come first.
+// returns the bytes of activations (the slots, their weight stashes and the recompute workspace),
+// which come first.
 template <class T>
 std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver& c, const Dims& d,
-                              Recompute recompute) {
+                              Recompute recompute, bool split_backward) {
   const bool keep_rest = recompute != Recompute::full;
   const bool keep_attention = recompute == Recompute::none;
   for (Slot& s : slots) {
@@ -68,6 +71,7 @@ std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver
     s.lnf_mean = c.take<float>(d.head ? d.Nr : 0);
     s.lnf_rstd = c.take<float>(d.head ? d.Nr : 0);
     s.logits = c.take<T>(d.head ? d.N * d.Vl : 0);
+    if (split_backward) s.stash.carve(c, d, d.L, !keep_attention, !keep_rest);
   }
   b.work.carve(c, keep_rest ? 0 : 1, keep_attention ? 0 : 1, d);
   b.recomputed_output = c.take<T>(keep_rest ? 0 : d.Nr * d.C);
@@ -81,12 +85,14 @@ std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver
   b.partial = c.take<T>(d.N * d.C);
   b.reduced = c.take<T>(d.sp ? d.Nr * d.C : 0);
   b.dres = c.take<T>(d.Nr * d.C);
-  b.dfull = c.take<T>(d.sp ? d.N * d.C : 0);
-  b.dln = c.take<T>(d.N * d.C);
-  b.dln_local = c.take<T>(d.sp ? d.Nr * d.C : 0);
+  b.dln = c.take<T>(d.sp ? d.N * d.C : 0);
   b.datty = c.take<T>(d.N * d.Cl);
-  b.dqkv = c.take<T>(d.N * 3 * d.Cl);
-  b.dfch = c.take<T>(d.N * d.Hl);
+  // The fused backward reads dlnf before any block's input half writes layer 0, and dembed after
+  // the last block's weight half has read it: both share layer 0's arrays.
+  b.stash.layers.resize(1);
+  b.stash.layers[0].carve(c, d, false, false);
+  b.stash.dlnf = d.head ? b.stash.layers[0].dln1 : nullptr;
+  b.stash.dembed = d.embedding ? b.stash.layers[0].dz : nullptr;
   b.dlosses = c.take<float>(d.N);
   return activations;
 }
@@ -114,18 +120,18 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, int max_batch, Re
     : CudaGpt(ctx, shape, ModelPartition::whole(shape), nullptr, max_batch, 1, recompute) {}
 
 template <class T>
-std::size_t CudaGpt<T>::reservation_bytes(const Dims& d, Recompute recompute) {
+std::size_t CudaGpt<T>::reservation_bytes(const Dims& d, Recompute recompute, bool split_backward) {
   std::vector<Slot> slots(d.slots);
   Buffers unused;
   BufferCarver counter;
-  carve(slots, unused, counter, d, recompute);
+  carve(slots, unused, counter, d, recompute, split_backward);
   return counter.used();
 }
 
 template <class T>
 CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
                     Collectives* tp, int max_batch, int slots, Recompute recompute,
-                    DeviceCollectives* device_tp)
+                    DeviceCollectives* device_tp, bool split_backward)
     : ctx_(ctx),
       shape_(shape),
       partition_(checked_partition(shape, partition, max_batch, slots)),
@@ -134,8 +140,10 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       segment_(segment_index(segments_)),
       max_batch_(max_batch),
       recompute_(recompute),
+      split_backward_(split_backward),
       sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
-      activations_(reservation_bytes(dims_of(shape, partition, max_batch, slots), recompute)),
+      activations_(reservation_bytes(dims_of(shape, partition, max_batch, slots), recompute,
+                                     split_backward)),
       scratch_(scratch_bytes(static_cast<std::size_t>(max_batch) * shape.seq_len)),
       slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
@@ -153,7 +161,7 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
   // A group of one carries nothing: the model skips its collectives altogether.
   if (partition.tp_size == 1) tp_ = nullptr;
   BufferCarver carver(static_cast<char*>(activations_.allocate(activations_.capacity())));
-  activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute);
+  activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute, split_backward);
   // One block's share over all slots: its input (the residual stream) and what recomputation
   // keeps of it.
   std::size_t per_layer = d.Nr * d.C * sizeof(T);  // the block input
@@ -203,6 +211,7 @@ template <class T>
 typename CudaGpt<T>::Slot& CudaGpt<T>::slot_for(int slot, int B, int T_) {
   check_slot_batch(slot_limits(), slot, B, T_);
   Slot& s = slots_[static_cast<std::size_t>(slot)];
+  check_slot_free(s, slot);
   s.batch = B;
   s.time = T_;
   return s;
@@ -285,6 +294,14 @@ const T* CudaGpt<T>::gather_rows(const T* local, T* full, int N) {
   const std::size_t C = static_cast<std::size_t>(shape_.d_model);
   tp_->all_gather(local, full, static_cast<std::size_t>(N / tp_->size()) * C, ctx_.stream());
   return full;
+}
+
+template <class T>
+void CudaGpt<T>::gather_rows_into(const T* local, T* full, int N) {
+  if (gather_rows(local, full, N) != local) return;
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(full, local,
+                                    static_cast<std::size_t>(N) * shape_.d_model * sizeof(T),
+                                    cudaMemcpyDeviceToDevice, ctx_.stream()));
 }
 
 template <class T>

@@ -48,7 +48,16 @@
 // then that micro-batch's kernels are all queued), for the host-staged tensor-parallel
 // collectives (not over NCCL), and for the reads the caller asks for.
 //
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// The backward runs in parts (head, each block, embedding), each an input half (activation
+// gradients; reads the weights) and a weight half (parameter gradients; reads no weights), as the
+// CPU model's (docs/ARCHITECTURE.md §5, the split backward). The fused backward runs each part's
+// halves back to back through a one-layer stash; with split_backward, backward_input runs every
+// input half and leaves in the slot's weight stash (all layers, plus copies of what recomputation
+// dropped) what backward_weight reads later. The same kernel calls add the same values either way.
+//
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
+// split backward (backward_input, backward_weight, the weight stash, the fused backward routed
+// through the halves) has not run on a GPU yet.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -75,6 +84,10 @@
 namespace strata::cuda {
 
 class BufferCarver;  // gpt_cuda_storage.cuh
+template <class T>
+struct GptStashLayer;
+template <class T>
+struct GptWeightStash;
 
 template <class T>
 class CudaGpt {
@@ -85,10 +98,11 @@ class CudaGpt {
   // `partition` of the model; `tp` is its tensor-parallel group (host collectives, not owned; may
   // be null when partition.tp_size is 1), over which the model stages its collectives, unless
   // `device_tp` (not owned) carries them device to device (NCCL). `slots`: micro-batches held at
-  // once.
+  // once. `split_backward`: each slot keeps a weight stash, so that backward_input and
+  // backward_weight may run (zero-bubble pipeline schedules); without it only the fused backward.
   CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
           Collectives* tp, int max_batch, int slots, Recompute recompute,
-          DeviceCollectives* device_tp = nullptr);
+          DeviceCollectives* device_tp = nullptr, bool split_backward = false);
   ~CudaGpt();
   CudaGpt(const CudaGpt&) = delete;
   CudaGpt& operator=(const CudaGpt&) = delete;
@@ -99,6 +113,7 @@ class CudaGpt {
   // The layout's segments: what a ParameterAccess is asked for, by index.
   const std::vector<ParameterSegment>& segments() const { return segments_; }
   Recompute recompute() const { return recompute_; }
+  bool split_backward() const { return split_backward_; }
   DeviceContext& context() const { return ctx_; }
   int slots() const;
   int max_batch() const { return max_batch_; }
@@ -146,6 +161,13 @@ class CudaGpt {
   void forward(int slot, ParameterAccess<T, float>& parameters, const std::int32_t* tokens,
                const std::int32_t* targets, int B, int T_);
   void backward(int slot, ParameterAccess<T, float>& parameters, float loss_scale);
+  // The backward of `slot` split in two (split_backward; docs/ARCHITECTURE.md §5, the split
+  // backward). backward_input computes the activation gradients, stage_input_grad() among them,
+  // acquiring weights only; the slot keeps what its weight gradients need. backward_weight, any
+  // time later, adds the parameter gradients (acquiring gradients only) and frees the slot for the
+  // next forward. Together they add bitwise what backward adds.
+  void backward_input(int slot, ParameterAccess<T, float>& parameters, float loss_scale);
+  void backward_weight(int slot, ParameterAccess<T, float>& parameters);
   // (activation_rows, C) device arrays in T.
   T* stage_input(int slot);
   const T* stage_output(int slot) const;
@@ -161,7 +183,8 @@ class CudaGpt {
   double loss_sum(int slot = 0) const;
 
   // Device bytes of the activations kept between forward and backward (every slot: the layers,
-  // the head's logits; the recompute workspace), and of one block's share of them (all slots).
+  // the head's logits, the weight stash; the recompute workspace), and of one block's share of
+  // them (all slots; without the stash).
   std::size_t activation_bytes() const { return activation_bytes_; }
   std::size_t activation_bytes_per_layer() const { return layer_bytes_; }
   // Device bytes this model reserved: activations, backward buffers, kernel scratch and the
@@ -177,8 +200,8 @@ class CudaGpt {
                       int slots);
   Dims dims() const;
   static std::size_t carve(std::vector<Slot>& slots, Buffers& b, BufferCarver& c, const Dims& d,
-                           Recompute recompute);
-  static std::size_t reservation_bytes(const Dims& d, Recompute recompute);
+                           Recompute recompute, bool split_backward);
+  static std::size_t reservation_bytes(const Dims& d, Recompute recompute, bool split_backward);
   void upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets, long N);
   SlotLimits slot_limits() const;
   Slot& slot_for(int slot, int B, int T_);
@@ -195,6 +218,8 @@ class CudaGpt {
   // this rank's rows to all rows; each returns where its result is (possibly its input).
   const T* sum_rows(T* partial, T* local_out, int N);
   const T* gather_rows(const T* local, T* full, int N);
+  // The same into `full` always (a copy without sequence parallelism).
+  void gather_rows_into(const T* local, T* full, int N);
   using Parameters = ParameterAccess<T, float>;
   void embed(Slot& s, Parameters& parameters);
   // `block_weights`: the block's segment of weights, from its first element.
@@ -205,15 +230,32 @@ class CudaGpt {
   void head_forward(Slot& s, Parameters& parameters);
   // Loss from the logits; fused_scale > 0: the logit gradient of fused_scale · mean loss
   // overwrites the logits (training in one pass), else the logits stay and the slot keeps the
-  // row statistics head_backward derives their gradient from.
+  // row statistics head_backward_input derives their gradient from.
   void cross_entropy(Slot& s, float fused_scale);
-  // wte_grads: the gradients of the wte segment (tied: both the head and the embedding add to it).
-  void head_backward(Slot& s, Parameters& parameters, float* wte_grads, float loss_scale,
-                     bool fused);
-  void block_backward(Slot& s, Parameters& parameters, int local_layer);
-  void embed_backward(Slot& s, Parameters& parameters, float* wte_grads);
-  void backward_pass(Slot& s, Parameters& parameters, float loss_scale, bool fused);
 
+  // The backward pass in parts. Input halves run the activation gradients down the stage (dres)
+  // and write what the weight halves read into a stash: the slot's (split backward: every layer
+  // at its index, dropped activations copied) or Buffers' (fused: one layer, read right after).
+  Slot& backward_slot(int slot);
+  void backward_pass(Slot& s, Parameters& parameters, float loss_scale, bool fused);
+  // fused: the logits already hold their gradient (forward_backward's cross-entropy).
+  void head_backward_input(Slot& s, Parameters& parameters, float loss_scale, bool fused,
+                           GptWeightStash<T>& w);
+  void block_backward_input(Slot& s, Parameters& parameters, int local_layer,
+                            GptStashLayer<T>& stash);
+  // The embedding's weight half reads all rows of the embedding output's gradient.
+  void backward_finish(GptWeightStash<T>& w, int N);
+  // Weight halves; wte_grads: the gradients of the wte segment (tied: both the head and the
+  // embedding add to it).
+  void head_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
+                            const GptWeightStash<T>& w);
+  // The activations layer `local_layer`'s weight half reads: where the slot keeps them, or their
+  // copies in `stash` (where it has them), or the workspace (the fused backward's recomputation).
+  Layer weight_inputs(const Slot& s, int local_layer, const GptStashLayer<T>& stash) const;
+  void block_backward_weight(Slot& s, Parameters& parameters, int local_layer, const Layer& a,
+                             const GptStashLayer<T>& stash);
+  void embed_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
+                             const GptWeightStash<T>& w);
   DeviceContext& ctx_;
   GptShape shape_;
   ModelPartition partition_;
@@ -222,6 +264,7 @@ class CudaGpt {
   SegmentIndex segment_;  // of segments_
   int max_batch_;
   Recompute recompute_;
+  bool split_backward_;
   bool sequence_parallel_;
   std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
   DeviceCollectives* tp_ = nullptr;               // null with tp 1

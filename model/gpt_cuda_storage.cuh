@@ -5,11 +5,13 @@
 // out and answers the accessors; gpt_cuda_forward.cu and gpt_cuda_backward.cu run the passes.
 // Internal to model/gpt_cuda*.cu.
 // Status: ran on an NVIDIA H200 (2026-11-26) as part of gpt_cuda.cu, before this split (a move).
+// The weight stash (the split backward) has not run on a GPU yet.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/arena.h"
@@ -91,6 +93,66 @@ struct GptLayerArrays {
   }
 };
 
+// One layer of what the backward's input half leaves for its weight half (docs/ARCHITECTURE.md §5,
+// the split backward): the activation gradients the weight gradients are computed from, and
+// copies of the activations they read that recomputation dropped (the workspace holds one layer,
+// and a split backward's weight half runs after other layers were recomputed into it). Each array
+// is carved on its own, so every layer's pointers have the arena's alignment (cuBLASLt plans are
+// keyed by alignment: the split and fused backwards get the same GEMM algorithms). Row counts as
+// in Dims.
+template <class T>
+struct GptStashLayer {
+  T *dz = nullptr, *dy = nullptr;  // (N, C) gradients of the MLP's, attention's projection outputs
+                                   // (all rows: gathered with sequence parallelism)
+  T* dfch = nullptr;               // (N, Hl) of the fc output (before GELU)
+  T* dqkv = nullptr;               // (N, 3Cl)
+  T *dln1 = nullptr, *dln2 = nullptr;  // (Nr, C) of the LayerNorm outputs
+  // Copies: atty (selective and full recompute), the rest (full only); null when not copied.
+  T* atty = nullptr;                           // (N, Cl)
+  T* x2 = nullptr;                             // (Nr, C)
+  T *ln1_full = nullptr, *ln2_full = nullptr;  // (N, C) all rows of the LayerNorm outputs
+  T* fch_gelu = nullptr;                       // (N, Hl)
+  float *ln1_mean = nullptr, *ln1_rstd = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;  // (Nr)
+
+  template <class D>
+  void carve(BufferCarver& c, const D& d, bool copy_attention, bool copy_rest) {
+    dz = c.take<T>(d.N * d.C);
+    dy = c.take<T>(d.N * d.C);
+    dfch = c.take<T>(d.N * d.Hl);
+    dqkv = c.take<T>(d.N * 3 * d.Cl);
+    dln1 = c.take<T>(d.Nr * d.C);
+    dln2 = c.take<T>(d.Nr * d.C);
+    atty = c.take<T>(copy_attention ? d.N * d.Cl : 0);
+    const std::size_t rest = copy_rest ? 1 : 0;
+    x2 = c.take<T>(rest * d.Nr * d.C);
+    ln1_full = c.take<T>(rest * d.N * d.C);
+    ln2_full = c.take<T>(rest * d.N * d.C);
+    fch_gelu = c.take<T>(rest * d.N * d.Hl);
+    for (float** stats : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd})
+      *stats = c.take<float>(rest * d.Nr);
+  }
+};
+
+// A stage's weight stash: its layers', and the gradients of the final LayerNorm's output (last
+// stage) and of the embedding's output (first stage, all rows). A slot's holds every layer, with
+// the copies its recomputation needs (split backward); the fused backward's, in Buffers, one
+// layer without copies.
+template <class T>
+struct GptWeightStash {
+  std::vector<GptStashLayer<T>> layers;
+  T* dlnf = nullptr;    // (Nr, C)
+  T* dembed = nullptr;  // (N, C)
+
+  template <class D>
+  void carve(BufferCarver& c, const D& d, std::size_t layer_count, bool copy_attention,
+             bool copy_rest) {
+    layers.resize(layer_count);
+    for (GptStashLayer<T>& layer : layers) layer.carve(c, d, copy_attention, copy_rest);
+    dlnf = c.take<T>(d.head ? d.Nr * d.C : 0);
+    dembed = c.take<T>(d.embedding ? d.N * d.C : 0);
+  }
+};
+
 // What one micro-batch keeps from its forward to its backward, and where it stands.
 template <class T>
 struct CudaGpt<T>::Slot : SlotState {
@@ -104,6 +166,7 @@ struct CudaGpt<T>::Slot : SlotState {
   float* losses = nullptr;                         // (N)
   // (3, N) cross-entropy row statistics: max, Σ exp, target logit (kept for a later backward).
   float* ce_stats = nullptr;
+  GptWeightStash<T> stash;  // split backward only: from the input half to the weight half
 };
 
 // Shared by every slot: the recomputation workspace, the partial results of row-parallel layers
@@ -115,13 +178,12 @@ struct CudaGpt<T>::Buffers {
   T* partial = nullptr;            // (N, C) row-parallel output before [sum]; embedding partial
   T* reduced = nullptr;            // (Nr, C) its sum with sequence parallelism
   T* dres = nullptr;               // (Nr, C) running gradient of the residual stream
-  T* dfull = nullptr;              // (N, C) gathered dres (sequence parallelism)
-  T* dln = nullptr;                // (N, C) partial gradient of a LayerNorm output
-  T* dln_local = nullptr;          // (Nr, C) its sum with sequence parallelism
-  T* datty = nullptr;              // (N, Cl)
-  T* dqkv = nullptr;               // (N, 3Cl)
-  T* dfch = nullptr;               // (N, Hl)
-  float* dlosses = nullptr;        // (N)
+  // (N, C) partial gradient of a LayerNorm output before its reduce-scatter (sequence
+  // parallelism; without it the partial sums are added in place, in the stash).
+  T* dln = nullptr;
+  T* datty = nullptr;        // (N, Cl)
+  GptWeightStash<T> stash;   // the fused backward's: one layer, no copies
+  float* dlosses = nullptr;  // (N)
 };
 
 // Parameter views, by name, into a segment of weights (T) or gradients (fp32) that starts at

@@ -37,6 +37,16 @@ using cuda::dtype_to_float;
 using cuda::to_dtype;
 using cuda::to_floats;
 
+// `count` elements at a device pointer the caller does not own (a model's losses, its boundary
+// arrays), after every queued kernel has finished.
+template <class T>
+std::vector<T> download(const T* device, std::size_t count) {
+  std::vector<T> host(count);
+  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
+  STRATA_CUDA_CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+
 // The values a T buffer holds after storing `x`: the CPU reference runs on exactly these.
 template <class T>
 std::vector<float> rounded(const std::vector<float>& x) {

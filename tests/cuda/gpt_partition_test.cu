@@ -10,6 +10,8 @@
 // Recomputation is bitwise equal to none under the same partition.
 //
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// Since then (2026-11-27) its ranks come from gpt_partition_ranks.h and its inputs from
+// gpt_test_support.h (the tokens drawn in another order): not rerun.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -21,27 +23,19 @@
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/device_context.h"
 #include "tests/cuda/cuda_test_support.h"
-#include "tests/support/partition_support.h"
-#include "tests/support/thread_group.h"
+#include "tests/cuda/gpt_partition_ranks.h"
+#include "tests/cuda/gpt_test_support.h"
 
 namespace strata::cuda {
 namespace {
 
 using namespace testing;
-using strata::testing::slice_of;
-using strata::testing::stage_partition;
-using strata::testing::ThreadGroup;
-using strata::testing::ThreadRank;
 
 // 3 layers, 4 heads of 16 (the smallest head size with a kernel), T 9 (ragged tiles), vocabulary
 // 37 padded to 128 (shards of 64 and 32 rows, the padding on the last).
 const GptShape kShape{3, 4, 64, 9, 37};
 constexpr int kBatch = 4;  // B·T = 36 rows: divisible by tp 2 and 4 (sequence parallelism)
 constexpr int kMicroBatches = 2;
-
-struct Batch {
-  std::vector<std::int32_t> tokens, targets;
-};
 
 struct Layout {
   int tp = 1;
@@ -75,76 +69,28 @@ Result run_cpu(const std::vector<float>& params, const std::vector<Batch>& batch
 
 Result run_partitioned(const Layout& layout, const std::vector<float>& params,
                        const std::vector<Batch>& batches) {
+  PartitionedRanks<float> ranks(
+      kShape, {layout.tp, layout.sequence_parallel, layout.stage_layers, layout.recompute}, kBatch,
+      kMicroBatches, params);
   const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
-  const int stages = static_cast<int>(layout.stage_layers.size());
-  const int T = kShape.seq_len, C = kShape.d_model;
-  struct Rank {
-    std::unique_ptr<ThreadRank> comm;
-    std::unique_ptr<DeviceContext> ctx;
-    std::unique_ptr<CudaGpt<float>> model;
-    std::unique_ptr<DeviceBuffer<float>> weights, grads;
-  };
-  std::vector<std::unique_ptr<ThreadGroup>> groups;
-  std::vector<std::vector<Rank>> ranks(stages);  // [stage][tp rank]
-  for (int s = 0; s < stages; ++s) {
-    groups.push_back(std::make_unique<ThreadGroup>(layout.tp));
-    for (int r = 0; r < layout.tp; ++r) {
-      const ModelPartition p =
-          stage_partition(layout.stage_layers, s, r, layout.tp, layout.sequence_parallel);
-      Rank rank;
-      rank.comm = std::make_unique<ThreadRank>(*groups[s], r);
-      rank.ctx = std::make_unique<DeviceContext>(0);
-      rank.model = std::make_unique<CudaGpt<float>>(*rank.ctx, kShape, p, rank.comm.get(), kBatch,
-                                                    kMicroBatches, layout.recompute);
-      const ParameterLayout& part = rank.model->layout();
-      rank.weights = std::make_unique<DeviceBuffer<float>>(slice_of(whole, part, params));
-      rank.grads = std::make_unique<DeviceBuffer<float>>(std::vector<float>(part.total(), 0.0f));
-      ranks[s].push_back(std::move(rank));
-    }
-  }
-  const std::size_t boundary =
-      static_cast<std::size_t>(ranks[0][0].model->activation_rows(kBatch, T)) * C;
+  const int stages = ranks.stages();
   Result result;
-  result.losses.resize(kMicroBatches);
-  for (int mb = 0; mb < kMicroBatches; ++mb) {
-    for (int s = 0; s < stages; ++s) {
-      groups[s]->run([&](int r) {
-        Rank& me = ranks[s][r];
-        if (s > 0)
-          STRATA_CUDA_CHECK(cudaMemcpyAsync(
-              me.model->stage_input(mb), ranks[s - 1][r].model->stage_output(mb),
-              boundary * sizeof(float), cudaMemcpyDeviceToDevice, me.ctx->stream()));
-        me.model->forward(mb, me.weights->get(), batches[mb].tokens.data(),
-                          batches[mb].targets.data(), kBatch, T);
-        me.ctx->synchronize();
+  for (int mb = 0; mb < kMicroBatches; ++mb)
+    result.losses.push_back(ranks.forward(mb, batches[mb]));
+  for (int mb = 0; mb < kMicroBatches; ++mb)
+    for (int s = stages - 1; s >= 0; --s)
+      ranks.run(s, [&](int r, PartitionedRanks<float>::Rank& me) {
+        ranks.receive_output_grad(s, r);
+        me.model->backward(mb, *me.parameters, 1.0f);
       });
-    }
-    Rank& last = ranks[stages - 1][0];
-    result.losses[mb].resize(static_cast<std::size_t>(kBatch) * T);
-    STRATA_CUDA_CHECK(cudaMemcpy(result.losses[mb].data(), last.model->losses(mb),
-                                 result.losses[mb].size() * sizeof(float), cudaMemcpyDeviceToHost));
-  }
-  for (int mb = 0; mb < kMicroBatches; ++mb) {
-    for (int s = stages - 1; s >= 0; --s) {
-      groups[s]->run([&](int r) {
-        Rank& me = ranks[s][r];
-        if (s < stages - 1)
-          STRATA_CUDA_CHECK(cudaMemcpyAsync(
-              me.model->stage_output_grad(), ranks[s + 1][r].model->stage_input_grad(),
-              boundary * sizeof(float), cudaMemcpyDeviceToDevice, me.ctx->stream()));
-        me.model->backward(mb, me.weights->get(), me.grads->get(), 1.0f);
-        me.ctx->synchronize();
-      });
-    }
-  }
   // Shards land on their logical elements; replicated tensors hold the whole gradient on every
   // rank (checked equal) unless sequence parallelism leaves partial sums to add up.
   result.grads.assign(whole.total(), 0.0f);
   for (int s = 0; s < stages; ++s) {
-    const std::vector<float> leader = ranks[s][0].grads->download();
+    const std::vector<float> leader = ranks.at(s, 0).grads->download();
     for (int r = 0; r < layout.tp; ++r) {
-      const std::vector<float> grads = ranks[s][r].grads->download();
-      for (const TensorView& t : ranks[s][r].model->layout().tensors()) {
+      const std::vector<float> grads = ranks.at(s, r).grads->download();
+      for (const TensorView& t : ranks.at(s, r).model->layout().tensors()) {
         const TensorView& w = whole.at(t.name);
         const bool replicated = t.slice.is_whole() && layout.tp > 1;
         for (std::size_t i = 0; i < t.size; ++i) {
@@ -166,22 +112,9 @@ class GptPartition : public ::testing::Test {
  protected:
   void SetUp() override {
     std::mt19937_64 rng = test_rng();
-    const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
-    params_.resize(whole.total());
-    initialize_gpt_parameters(whole, kShape, rng(), params_.data());
-    std::uniform_real_distribution<float> offset(-0.05f, 0.05f);
-    for (const TensorView& t : whole.tensors())
-      if (!t.decay)
-        for (std::size_t i = 0; i < t.size; ++i) params_[t.offset + i] += offset(rng);
-    std::uniform_int_distribution<std::int32_t> id(0, kShape.vocab_size - 1);
-    for (int mb = 0; mb < kMicroBatches; ++mb) {
-      Batch b;
-      for (int i = 0; i < kBatch * kShape.seq_len; ++i) {
-        b.tokens.push_back(id(rng));
-        b.targets.push_back(id(rng));
-      }
-      batches_.push_back(b);
-    }
+    params_ = random_parameters(kShape, rng);
+    batches_ = random_batches(kMicroBatches, kShape.vocab_size,
+                              static_cast<std::size_t>(kBatch) * kShape.seq_len, rng);
     expected_ = run_cpu(params_, batches_);
   }
 

@@ -31,6 +31,7 @@
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/grad_norm.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/cuda/gpt_test_support.h"
 
 namespace strata::cuda {
 namespace {
@@ -62,38 +63,8 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-struct Batch {
-  std::vector<std::int32_t> tokens, targets;  // (B, T)
-};
-
 Batch random_batch(const Case& c, std::mt19937_64& rng) {
-  std::uniform_int_distribution<std::int32_t> id(0, c.shape.vocab_size - 1);
-  Batch batch{std::vector<std::int32_t>(static_cast<std::size_t>(c.B) * c.T),
-              std::vector<std::int32_t>(static_cast<std::size_t>(c.B) * c.T)};
-  for (std::int32_t& t : batch.tokens) t = id(rng);
-  for (std::int32_t& t : batch.targets) t = id(rng);
-  return batch;
-}
-
-// GPT-2 initialisation with every bias and LayerNorm weight (the tensors without decay) moved off
-// its initial 0 or 1, so that a kernel ignoring one, or its gradient, shows.
-std::vector<float> random_parameters(const GptShape& shape, std::mt19937_64& rng) {
-  const ParameterLayout layout = ParameterLayout::for_gpt(shape);
-  std::vector<float> params(layout.total());
-  initialize_gpt_parameters(layout, shape, rng(), params.data());
-  std::uniform_real_distribution<float> offset(-0.05f, 0.05f);
-  for (const TensorView& t : layout.tensors())
-    if (!t.decay)
-      for (std::size_t i = 0; i < t.size; ++i) params[t.offset + i] += offset(rng);
-  return params;
-}
-
-template <class T>
-std::vector<T> download(const T* device, std::size_t count) {
-  std::vector<T> host(count);
-  STRATA_CUDA_CHECK(cudaDeviceSynchronize());
-  STRATA_CUDA_CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
+  return testing::random_batch(c.shape.vocab_size, static_cast<std::size_t>(c.B) * c.T, rng);
 }
 
 // Per micro-batch: mean and per-position losses; the gradients accumulated over all of them.

@@ -1,14 +1,15 @@
 // The CUDA backend under every parallel mode: runs of `device: cuda` at each (dp, tp, pp) layout,
-// with both schedules, sequence parallelism and recomputation, train the fp32 run of one CPU
-// process (loss and val_loss per step within 1e-4 relative, the bound between CPU layouts); a
-// bf16 layout trains the bf16 run of one CUDA process; and a checkpoint written by a CUDA layout
-// resumes on the CPU at another layout and continues the same run. ZeRO stages 1-3 and ZeRO++ on
-// the device follow the CPU process too. On a machine with one GPU all
-// ranks share it through host-staged collectives (NCCL needs a GPU per rank) and NCCL itself runs
-// over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
+// with every schedule (zb-h1 and zb-h2 splitting the backward), sequence parallelism and
+// recomputation, train the fp32 run of one CPU process (loss and val_loss per step within 1e-4
+// relative, the bound between CPU layouts); a bf16 layout trains the bf16 run of one CUDA process;
+// and a checkpoint written by a CUDA layout resumes on the CPU at another layout and continues the
+// same run. ZeRO stages 1-3 and ZeRO++ on the device follow the CPU process too. On a machine with
+// one GPU all ranks share it through host-staged collectives (NCCL needs a GPU per rank) and NCCL
+// itself runs over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
-// Status: passed on an NVIDIA H200 (2026-11-26), all ranks on the one GPU.
+// Status: passed on an NVIDIA H200 (2026-11-26), all ranks on the one GPU; the zb-h1 and zb-h2
+// layouts (added 2026-11-27) have not run on a GPU yet.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,6 +56,12 @@ TEST_F(CudaLayouts, EveryLayoutTrainsTheRunOfOneCpuProcess) {
       Layout{2, 2, 2, "1f1b", true},
       Layout{1, 2, 2, "gpipe", false, "selective"},
       Layout{1, 2, 2, "1f1b", true, "full"},
+      Layout{1, 1, 1, "zb-h1"},  // a lone stage: the fused forward_backward
+      Layout{1, 1, 4, "zb-h1"},
+      Layout{1, 2, 2, "zb-h1", true, "full"},
+      Layout{2, 1, 2, "zb-h1", false, "selective"},
+      Layout{1, 1, 4, "zb-h2"},  // queued sends
+      Layout{2, 2, 2, "zb-h2", true},
   };
   for (Layout layout : layouts) {
     layout.device = "cuda";
@@ -76,6 +83,7 @@ TEST_F(CudaLayouts, ZeroStagesTrainTheRunOfOneCpuProcess) {
       {Layout{2, 1, 1}, stage + "2"},
       {Layout{2, 2, 1, "1f1b", true}, stage + "3"},
       {Layout{2, 1, 2}, stage + "3 --set parallel.zero.gradient_reduction=micro_batch"},
+      {Layout{2, 1, 2, "zb-h1"}, stage + "2"},
       {Layout{4, 1, 1}, stage + "3 --set parallel.zero.hierarchical_partition=true"},
   };
   int index = 0;

@@ -136,6 +136,8 @@ class Reports(unittest.TestCase):
                          " dedicated devices 10.0%")
         self.assertIn("measured [5.0, 6.0]  timed simulation [4.0, 4.5]", rows[2])
         self.assertIn("measured [1.50, 0.50]  planner [1.50, 0.50]", rows[3])
+        slow = [{"step": s, "loss": 1.0, "step_ms": 80.0} for s in (1, 2, 3)]
+        self.assertIs(schedules.fastest([slow, lines]), lines)
         self.assertEqual(schedules.dedicated("a: 1\ncores_per_node: 2\nwaiting_share: 0.1\nb: 2\n"),
                          "a: 1\nb: 2\n")
 

@@ -1,4 +1,5 @@
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// backward_input and backward_weight (the split backward) have not run on a GPU yet.
 #include "train/backend/cuda_pipeline_stage.h"
 
 #include <cuda_runtime_api.h>
@@ -53,25 +54,31 @@ void CudaPipelineStage<T>::copy_output(int slot, float* out) {
 }
 
 template <class T>
-void CudaPipelineStage<T>::backward(int slot, const float* output_grad, float loss_scale) {
+void CudaPipelineStage<T>::upload_output_grad(int slot, const float* output_grad) {
   STRATA_CHECK(slot >= 0 && slot < slots());
-  if (!model_.partition().has_head) {
-    STRATA_CHECK(output_grad != nullptr, "a stage before the last needs its output gradient");
-    staging_.to_device(model_.stage_output_grad(), output_grad,
-                       boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]),
-                       model_.context().stream());
-  }
+  if (model_.partition().has_head) return;
+  STRATA_CHECK(output_grad != nullptr, "a stage before the last needs its output gradient");
+  staging_.to_device(model_.stage_output_grad(), output_grad,
+                     boundary_size(batch_of_slot_[static_cast<std::size_t>(slot)]),
+                     model_.context().stream());
+}
+
+template <class T>
+void CudaPipelineStage<T>::backward(int slot, const float* output_grad, float loss_scale) {
+  upload_output_grad(slot, output_grad);
   model_.backward(slot, parameters_, loss_scale);
 }
 
 template <class T>
-void CudaPipelineStage<T>::backward_input(int, const float*, float) {
-  fail("pipeline stage: the CUDA model does not split its backward into B and W");
+void CudaPipelineStage<T>::backward_input(int slot, const float* output_grad, float loss_scale) {
+  upload_output_grad(slot, output_grad);
+  model_.backward_input(slot, parameters_, loss_scale);
 }
 
 template <class T>
-void CudaPipelineStage<T>::backward_weight(int) {
-  fail("pipeline stage: the CUDA model does not split its backward into B and W");
+void CudaPipelineStage<T>::backward_weight(int slot) {
+  STRATA_CHECK(slot >= 0 && slot < slots());
+  model_.backward_weight(slot, parameters_);
 }
 
 template <class T>

@@ -5,7 +5,8 @@
 // pipeline's messages leave from the host. The model reaches its device weights and gradients
 // through a ParameterAccess bound once (flat buffers, or ZeRO's segments).
 //
-// Built only with the CUDA backend. Status: ran on an NVIDIA H200 (2026-11-26).
+// Built only with the CUDA backend. Status: ran on an NVIDIA H200 (2026-11-26); backward_input and
+// backward_weight (the split backward) have not run on a GPU yet.
 #pragma once
 
 #include <cstddef>
@@ -31,8 +32,7 @@ class CudaPipelineStage final : public PipelineStage {
                  const std::int32_t* targets, int batch) override;
   void copy_output(int slot, float* out) override;
   void backward(int slot, const float* output_grad, float loss_scale) override;
-  // The CUDA model does not split its backward yet: both refuse (the CUDA backend refuses
-  // schedules that split before it builds a stage).
+  // The model must be built with split_backward (otherwise backward_input refuses).
   void backward_input(int slot, const float* output_grad, float loss_scale) override;
   void backward_weight(int slot) override;
   void copy_input_grad(int slot, float* input_grad) override;
@@ -41,6 +41,10 @@ class CudaPipelineStage final : public PipelineStage {
  private:
   cuda::CudaGpt<T>& model_;
   ParameterAccess<T, float>& parameters_;
+  // The gradient of the stage output to the device, before a backward of `slot` (not the last
+  // stage).
+  void upload_output_grad(int slot, const float* output_grad);
+
   int T_;
   cuda::HostStaging staging_;  // boundary arrays ↔ the executor's host fp32 arrays
   std::vector<int> batch_of_slot_;

@@ -1,5 +1,6 @@
 // CudaTraining on the CUDA backend (built only with CUDA; cuda_training_absent.cpp otherwise).
-// Status: ran on an NVIDIA H200 (2026-11-26); its NCCL path between several GPUs never has.
+// Status: ran on an NVIDIA H200 (2026-11-26); its NCCL path between several GPUs never has, nor
+// have the schedules that split the backward (zb-h1).
 #include "train/backend/cuda_training.h"
 
 #include <cuda_bf16.h>
@@ -88,8 +89,12 @@ class CudaTrainingOf final : public TrainingBackend {
         groups_(placement.groups->reductions()),
         ctx_(device),
         nccl_(placement),
+        // Zero-bubble schedules run the backward in two halves: the slots keep a weight stash.
+        // A lone stage (pp 1) still trains through the fused forward_backward, bitwise what the
+        // halves add, so its stash goes unused (the planner counts it all the same).
         model_(ctx_, shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
-               placement.slots, config.recompute, nccl_.tp.get()),
+               placement.slots, config.recompute, nccl_.tp.get(),
+               pipeline_schedule_splits_backward(config.parallel.pipeline_schedule)),
         n_params_(static_cast<long>(plan_.parameter_range.size())),
         n_grads_(static_cast<long>(plan_.gradient_range.size())),
         owned_(plan_.owned),
@@ -102,10 +107,6 @@ class CudaTrainingOf final : public TrainingBackend {
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
     STRATA_CHECK(plan_.buffer_size >= model_.layout().total() && owned_.end <= plan_.buffer_size,
                  "the reduction plan does not fit this partition's layout");
-    if (pipeline_schedule_splits_backward(config.parallel.pipeline_schedule))
-      fail("parallel.pipeline_schedule ", pipeline_schedule_name(config.parallel.pipeline_schedule),
-           " splits the backward into B and W, which the CUDA model does not do yet: use 1f1b or "
-           "gpipe on device cuda, or device cpu");
     master_ = buffers_.allocate<float>(n_params_);
     grads_ = buffers_.allocate<float>(n_grads_);
     m_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));

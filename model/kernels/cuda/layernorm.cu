@@ -1,4 +1,5 @@
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
+// split launchers (layernorm_backward_input, layernorm_backward_weight) have not run on a GPU yet.
 #include "model/kernels/cuda/layernorm.h"
 
 #include <initializer_list>
@@ -162,6 +163,14 @@ template <class T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                         const T* weight, const float* mean, const float* rstd, int N, int C,
                         DeviceArena& arena, cudaStream_t stream) {
+  layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, N, C, stream);
+  layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, C, arena, stream);
+}
+
+template <class T>
+void layernorm_backward_input(T* dinp, const T* dout, const T* inp, const T* weight,
+                              const float* mean, const float* rstd, int N, int C,
+                              cudaStream_t stream) {
   STRATA_CHECK(N >= 0 && C > 0);
   if (N == 0) return;
   const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
@@ -174,18 +183,30 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, co
         <<<blocks, kWarps * 32, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   }
   STRATA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void layernorm_backward_weight(float* dweight, float* dbias, const T* dout, const T* inp,
+                               const float* mean, const float* rstd, int N, int C,
+                               DeviceArena& arena, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C > 0);
+  if (N == 0) return;
   launch_column_sums<2>(ColumnOutputs<2>{{dweight, dbias}},
                         LayerNormParameterGradients<T>{dout, inp, mean, rstd, C}, N, C, arena,
                         stream);
 }
 
-#define STRATA_INSTANTIATE(T)                                                             \
-  template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*, \
-                                              const T*, const T*, const T*, int, int,     \
-                                              cudaStream_t);                              \
-  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,   \
-                                      const float*, const float*, int, int, DeviceArena&, \
-                                      cudaStream_t);
+#define STRATA_INSTANTIATE(T)                                                                  \
+  template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*,      \
+                                              const T*, const T*, const T*, int, int,          \
+                                              cudaStream_t);                                   \
+  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,        \
+                                      const float*, const float*, int, int, DeviceArena&,      \
+                                      cudaStream_t);                                           \
+  template void layernorm_backward_input<T>(T*, const T*, const T*, const T*, const float*,    \
+                                            const float*, int, int, cudaStream_t);             \
+  template void layernorm_backward_weight<T>(float*, float*, const T*, const T*, const float*, \
+                                             const float*, int, int, DeviceArena&, cudaStream_t);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(__nv_bfloat16)
 STRATA_INSTANTIATE(__half)

@@ -9,12 +9,17 @@
 //   dinp (N, C) += (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd, dnorm = weight·dout
 //   dweight, dbias (C, fp32) += Σ_n norm·dout, Σ_n dout
 // dinp is one warp per row; the parameter gradients are deterministic two-pass column sums (no
-// atomics) that recompute norm from inp, mean and rstd.
+// atomics) that recompute norm from inp, mean and rstd. The two are separate kernels that share
+// no intermediate: layernorm_backward_input and layernorm_backward_weight launch one each, for the
+// split backward (docs/ARCHITECTURE.md §5), and layernorm_backward is exactly the two in order
+// (bitwise the same results whichever way they are called).
 //
 // T: float, __nv_bfloat16, __half. Vectorised (16-byte accesses) when C is a multiple of 16 bytes
 // of T and the pointers are 16-byte aligned, element by element otherwise.
 //
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
+// split into layernorm_backward_input and layernorm_backward_weight (launchers only, the kernels
+// unchanged) has not run on a GPU yet.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,10 +45,23 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 }
 
 // inp is the LayerNorm input (sum_out of the forward). Scratch: ⌈N/256⌉·2C floats of `arena`,
-// released before returning.
+// released before returning. Exactly layernorm_backward_input, then layernorm_backward_weight.
 template <class T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                         const T* weight, const float* mean, const float* rstd, int N, int C,
                         DeviceArena& arena, cudaStream_t stream);
+
+// The input half, dinp (N, C) += ...: needs the weight, no scratch.
+template <class T>
+void layernorm_backward_input(T* dinp, const T* dout, const T* inp, const T* weight,
+                              const float* mean, const float* rstd, int N, int C,
+                              cudaStream_t stream);
+
+// The weight half, dweight, dbias (C, fp32) += ...: needs only dout, inp and its statistics.
+// Scratch as layernorm_backward's.
+template <class T>
+void layernorm_backward_weight(float* dweight, float* dbias, const T* dout, const T* inp,
+                               const float* mean, const float* rstd, int N, int C,
+                               DeviceArena& arena, cudaStream_t stream);
 
 }  // namespace strata::cuda
