@@ -124,7 +124,7 @@ void PipelineExecutor::run_weight_backward(int mb) {
 double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& source) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point step_start = Clock::now();
-  step_transfer_seconds_ = 0;
+  double transfer_seconds = 0;  // inside transfers, waiting for a neighbour included
   double loss_sum = 0;
   const int next = stage() + 1, previous = stage() - 1;
   for (const PipelineOp& op : ops_) {
@@ -177,16 +177,16 @@ double PipelineExecutor::train_step(float loss_scale, const MicroBatchSource& so
         break;
     }
     if (transfer)
-      step_transfer_seconds_ += std::chrono::duration<double>(Clock::now() - op_start).count();
+      transfer_seconds += std::chrono::duration<double>(Clock::now() - op_start).count();
   }
   const Clock::time_point drain_start = Clock::now();
   for (InFlight& sent : in_flight_) sent.send->wait();
   in_flight_.clear();
-  step_transfer_seconds_ += std::chrono::duration<double>(Clock::now() - drain_start).count();
+  transfer_seconds += std::chrono::duration<double>(Clock::now() - drain_start).count();
   if (steps_run_++ > 0) {
     timing_.steps += 1;
     timing_.seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
-    timing_.transfer_seconds += step_transfer_seconds_;
+    timing_.transfer_seconds += transfer_seconds;
   }
   STRATA_CHECK(slot_of_.empty() && x_.empty() && y_.empty() && dy_.empty() && dx_.empty(),
                "pipeline stage ", stage(), " ended its step with buffers still in flight");

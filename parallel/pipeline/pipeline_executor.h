@@ -29,7 +29,7 @@ class PipelineExecutor {
   // `stage` is this stage's part of the model; `pp` the pipeline group (rank = stage; size 1
   // without pipelining). B, T: micro-batch shape (T the stage's sequence length). Not owned; must
   // outlive the executor. `nonblocking_sends`: transfers as pipeline_schedule.h's queued model
-  // (sends return at once, each message tagged with its micro-batch, chunk and direction, and
+  // (sends return at once, each message tagged with its micro-batch and direction, and
   // completed at the end of the step), which the schedules written with single transfers need
   // (pipeline_schedule_needs_nonblocking_sends); otherwise sends wait for their receive.
   PipelineExecutor(PipelineStage& stage, Communicator& pp, const PipelineProgram& program, int B,
@@ -82,8 +82,7 @@ class PipelineExecutor {
   bool nonblocking_sends_;
   Timing timing_;
   int steps_run_ = 0;
-  double step_transfer_seconds_ = 0;  // of the step running
-  struct InFlight {                   // a queued send and the buffer it reads until it completes
+  struct InFlight {  // a queued send and the buffer it reads until it completes
     std::vector<float> data;
     std::unique_ptr<PendingCollective> send;
   };

@@ -17,15 +17,12 @@
 
 #include "model/core/error.h"
 #include "model/gpt.h"
-#include "tests/support/partition_support.h"
-#include "tests/support/thread_group.h"
+#include "tests/support/partitioned_ranks.h"
 
 namespace strata {
 namespace {
 
-using testing::stage_partition;
-using testing::ThreadGroup;
-using testing::ThreadRank;
+using testing::PartitionedRanks;
 
 const GptShape kShape{3, 4, 16, 6, 37};  // 3 layers, 4 heads, C 16, T 6, vocab 37 (padded 128)
 constexpr int kBatch = 2;
@@ -54,33 +51,19 @@ struct Result {
 // pass, so each weight pass reads its stash after the other micro-batches' recomputation.
 template <class T>
 Result<T> run(const Layout& layout, const GptOptions& options) {
-  struct Rank {
-    std::unique_ptr<ThreadRank> comm;
-    std::unique_ptr<Gpt<T>> model;
-    std::vector<T> params, grads;
-  };
-  std::vector<std::unique_ptr<ThreadGroup>> groups;
-  std::vector<std::vector<Rank>> ranks(layout.pp());  // [stage][tp]
-  for (int s = 0; s < layout.pp(); ++s) {
-    groups.push_back(std::make_unique<ThreadGroup>(layout.tp));
-    for (int r = 0; r < layout.tp; ++r) {
-      const ModelPartition p =
-          stage_partition(layout.stage_layers, s, r, layout.tp, layout.sequence_parallel);
-      Rank rank;
-      rank.comm = std::make_unique<ThreadRank>(*groups[s], r);
-      rank.model =
-          std::make_unique<Gpt<T>>(kShape, p, rank.comm.get(), kBatch, kMicroBatches, options);
-      const ParameterLayout& part = rank.model->layout();
-      std::vector<float> init(part.total());
-      initialize_gpt_parameters(part, kShape, 17, init.data());
-      rank.params.assign(init.begin(), init.end());
-      // Round as the trainer's weight copy is (a no-op in fp32).
-      cpu::round_to_dtype(rank.params.data(), static_cast<long>(rank.params.size()),
-                          options.compute);
-      rank.grads.assign(part.total(), T(0));
-      ranks[s].push_back(std::move(rank));
-    }
-  }
+  PartitionedRanks<T> grid(kShape, layout.stage_layers, layout.tp, layout.sequence_parallel, kBatch,
+                           kMicroBatches, options, [&](const ParameterLayout& part) {
+                             std::vector<float> init(part.total());
+                             initialize_gpt_parameters(part, kShape, 17, init.data());
+                             std::vector<T> params(init.begin(), init.end());
+                             // Round as the trainer's weight copy is (a no-op in fp32).
+                             cpu::round_to_dtype(params.data(), static_cast<long>(params.size()),
+                                                 options.compute);
+                             return params;
+                           });
+  auto& groups = grid.groups;
+  auto& ranks = grid.ranks;
+  using Rank = typename PartitionedRanks<T>::Rank;
   std::mt19937_64 rng(23);
   std::vector<std::vector<std::int32_t>> tokens(kMicroBatches), targets(kMicroBatches);
   for (int mb = 0; mb < kMicroBatches; ++mb) {

@@ -9,16 +9,13 @@
 #include <vector>
 
 #include "model/gpt.h"
-#include "tests/support/partition_support.h"
-#include "tests/support/thread_group.h"
+#include "tests/support/partitioned_ranks.h"
 
 namespace strata {
 namespace {
 
+using testing::PartitionedRanks;
 using testing::slice_of;
-using testing::stage_partition;
-using testing::ThreadGroup;
-using testing::ThreadRank;
 
 const GptShape kShape{3, 4, 16, 6, 37};  // 3 layers, 4 heads, C 16, T 6, vocab 37 (padded 128)
 constexpr int kBatch = 2;
@@ -65,26 +62,11 @@ Result run_partitioned(const Layout& layout, const std::vector<double>& params,
                        const std::vector<Batch>& batches) {
   const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
   const int slots = static_cast<int>(batches.size());
-  struct Rank {
-    std::unique_ptr<ThreadRank> comm;
-    std::unique_ptr<Gpt<double>> model;
-    std::vector<double> params, grads;
-  };
-  std::vector<std::unique_ptr<ThreadGroup>> groups;
-  std::vector<std::vector<Rank>> ranks(layout.pp);  // [stage][tp]
-  for (int s = 0; s < layout.pp; ++s) {
-    groups.push_back(std::make_unique<ThreadGroup>(layout.tp));
-    for (int r = 0; r < layout.tp; ++r) {
-      const ModelPartition p =
-          stage_partition(layout.stage_layers, s, r, layout.tp, layout.sequence_parallel);
-      Rank rank;
-      rank.comm = std::make_unique<ThreadRank>(*groups[s], r);
-      rank.model = std::make_unique<Gpt<double>>(kShape, p, rank.comm.get(), kBatch, slots);
-      rank.params = slice_of(whole, rank.model->layout(), params);
-      rank.grads.assign(rank.model->layout().total(), 0.0);
-      ranks[s].push_back(std::move(rank));
-    }
-  }
+  PartitionedRanks<double> grid(
+      kShape, layout.stage_layers, layout.tp, layout.sequence_parallel, kBatch, slots, GptOptions{},
+      [&](const ParameterLayout& part) { return slice_of(whole, part, params); });
+  auto& groups = grid.groups;
+  auto& ranks = grid.ranks;
   const int T = kShape.seq_len;
   Result result;
   result.losses.assign(slots, 0.0);
