@@ -35,7 +35,7 @@ double compute_seconds(const PipelineOp& op, const StageDurations& d) {
 // A queued message: (sender, receiver, gradient?, micro-batch).
 using MessageKey = std::tuple<std::size_t, std::size_t, bool, int>;
 
-// The channel and micro-batch of an op's send or receive half, seen from stage s.
+// Whether an op's send or receive half carries a gradient (else an activation).
 bool carries_gradient(PipelineOpKind kind, bool send_half) {
   switch (kind) {
     case PipelineOpKind::send_grad:
