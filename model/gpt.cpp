@@ -39,6 +39,7 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
       max_batch_(max_batch),
       options_(options) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
+  STRATA_CHECK(partition.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
   if (tp_ == nullptr) {
     STRATA_CHECK(partition.tp_size == 1, "a tensor-parallel partition needs its group");
     single_rank_ = std::make_unique<SingleRank>();

@@ -27,6 +27,29 @@ ModelPartition ModelPartition::whole(const GptShape& shape) {
   return partition;
 }
 
+LayerRange ModelPartition::chunk_layers(int chunk) const {
+  STRATA_CHECK(0 <= chunk && chunk < chunks(), "chunk ", chunk, " of a partition of ", chunks());
+  if (chunk == 0) return {layer_begin, layer_end};
+  return later_chunks[static_cast<std::size_t>(chunk - 1)];
+}
+
+int ModelPartition::layers() const {
+  int count = layer_end - layer_begin;
+  for (const LayerRange& r : later_chunks) count += r.end - r.begin;
+  return count;
+}
+
+ModelPartition ModelPartition::chunk(int chunk) const {
+  const LayerRange range = chunk_layers(chunk);
+  ModelPartition one = *this;
+  one.later_chunks.clear();
+  one.layer_begin = range.begin;
+  one.layer_end = range.end;
+  one.has_embedding = has_embedding && chunk == 0;
+  one.has_head = has_head && chunk == chunks() - 1;
+  return one;
+}
+
 void ParameterLayout::add(std::string name, std::vector<std::int64_t> logical_shape, bool decay,
                           std::int64_t outer, std::int64_t mid, std::int64_t inner, int part,
                           int parts) {
@@ -49,7 +72,13 @@ ParameterLayout ParameterLayout::for_gpt(const GptShape& shape) {
 }
 
 ParameterLayout ParameterLayout::for_partition(const GptShape& s, const ModelPartition& p) {
-  STRATA_CHECK(0 <= p.layer_begin && p.layer_begin <= p.layer_end && p.layer_end <= s.n_layer);
+  int previous_end = 0;
+  for (int c = 0; c < p.chunks(); ++c) {
+    const LayerRange r = p.chunk_layers(c);
+    STRATA_CHECK((c == 0 ? 0 : previous_end) <= r.begin && r.begin <= r.end && r.end <= s.n_layer,
+                 "the chunks of a partition are disjoint layer ranges in layer order");
+    previous_end = r.end;
+  }
   STRATA_CHECK(p.tp_size >= 1 && 0 <= p.tp_rank && p.tp_rank < p.tp_size);
   const std::int64_t C = s.d_model, Vp = s.padded_vocab();
   const int r = p.tp_rank, n = p.tp_size;
@@ -62,23 +91,24 @@ ParameterLayout ParameterLayout::for_partition(const GptShape& s, const ModelPar
   };
   if (p.has_embedding || p.has_head) layout.add("wte", {Vp, C}, true, 1, Vp, C, r, n);
   if (p.has_embedding) whole("wpe", {s.seq_len, C}, true);
-  for (int i = p.layer_begin; i < p.layer_end; ++i) {
-    const std::string h = "h." + std::to_string(i) + ".";
-    whole(h + "ln1.weight", {C}, false);
-    whole(h + "ln1.bias", {C}, false);
-    // Column-parallel: each rank computes its heads' q, k and v.
-    layout.add(h + "attn.qkv.weight", {3 * C, C}, true, 3, C, C, r, n);
-    layout.add(h + "attn.qkv.bias", {3 * C}, false, 3, C, 1, r, n);
-    // Row-parallel: each rank multiplies its heads' outputs; the sum over ranks is the output.
-    layout.add(h + "attn.proj.weight", {C, C}, true, C, C, 1, r, n);
-    whole(h + "attn.proj.bias", {C}, false);
-    whole(h + "ln2.weight", {C}, false);
-    whole(h + "ln2.bias", {C}, false);
-    layout.add(h + "mlp.fc.weight", {4 * C, C}, true, 1, 4 * C, C, r, n);
-    layout.add(h + "mlp.fc.bias", {4 * C}, false, 1, 4 * C, 1, r, n);
-    layout.add(h + "mlp.proj.weight", {C, 4 * C}, true, C, 4 * C, 1, r, n);
-    whole(h + "mlp.proj.bias", {C}, false);
-  }
+  for (int c = 0; c < p.chunks(); ++c)
+    for (int i = p.chunk_layers(c).begin; i < p.chunk_layers(c).end; ++i) {
+      const std::string h = "h." + std::to_string(i) + ".";
+      whole(h + "ln1.weight", {C}, false);
+      whole(h + "ln1.bias", {C}, false);
+      // Column-parallel: each rank computes its heads' q, k and v.
+      layout.add(h + "attn.qkv.weight", {3 * C, C}, true, 3, C, C, r, n);
+      layout.add(h + "attn.qkv.bias", {3 * C}, false, 3, C, 1, r, n);
+      // Row-parallel: each rank multiplies its heads' outputs; the sum over ranks is the output.
+      layout.add(h + "attn.proj.weight", {C, C}, true, C, C, 1, r, n);
+      whole(h + "attn.proj.bias", {C}, false);
+      whole(h + "ln2.weight", {C}, false);
+      whole(h + "ln2.bias", {C}, false);
+      layout.add(h + "mlp.fc.weight", {4 * C, C}, true, 1, 4 * C, C, r, n);
+      layout.add(h + "mlp.fc.bias", {4 * C}, false, 1, 4 * C, 1, r, n);
+      layout.add(h + "mlp.proj.weight", {C, 4 * C}, true, C, 4 * C, 1, r, n);
+      whole(h + "mlp.proj.bias", {C}, false);
+    }
   if (p.has_head) {
     whole("lnf.weight", {C}, false);
     whole("lnf.bias", {C}, false);

@@ -13,10 +13,24 @@
 
 namespace strata {
 
+// Layers [begin, end) of the model.
+struct LayerRange {
+  int begin = 0, end = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+
 // Which part of the logical model one rank holds: a tensor-parallel shard (Megatron: heads and
 // MLP columns split, vocabulary rows split, LayerNorms and row-parallel biases replicated) of the
 // contiguous layer range of one pipeline stage; the first stage holds the embeddings, the last the
 // final LayerNorm and the head (tied to wte, so with several stages both ends hold wte).
+//
+// With virtual pipeline stages (parallel.virtual_stages v > 1: the interleaved and zbv
+// schedules, docs/ARCHITECTURE.md §2) a rank holds v chunks of layers, each a virtual stage of
+// its own: [layer_begin, layer_end) is its chunk 0 and `later_chunks` its chunks 1 … v−1, in
+// chunk order, which is also layer order under both placements. The embedding belongs to the
+// chunk holding layer 0 (always chunk 0) and the head to the one ending at the last layer (always
+// the last chunk); a rank holding both (zbv's rank 0) has the tied wte once, and both chunks add
+// to its gradients. A model (Gpt, CudaGpt) computes one chunk: chunk(c).
 struct ModelPartition {
   int tp_rank = 0;
   int tp_size = 1;
@@ -26,9 +40,16 @@ struct ModelPartition {
   bool has_head = true;
   // Activations outside attention/MLP (LayerNorm, residual) are sharded over the B·T rows.
   bool sequence_parallel = false;
+  std::vector<LayerRange> later_chunks;
 
   static ModelPartition whole(const GptShape& shape);
-  int layers() const { return layer_end - layer_begin; }
+  int chunks() const { return 1 + static_cast<int>(later_chunks.size()); }
+  LayerRange chunk_layers(int chunk) const;
+  // The layers of every chunk.
+  int layers() const;
+  // Chunk `chunk` alone: its layers, the embedding if it is chunk 0 of a rank that has it, the
+  // head if it is the last chunk of a rank that has it.
+  ModelPartition chunk(int chunk) const;
   bool operator==(const ModelPartition&) const = default;
 };
 

@@ -153,8 +153,11 @@ struct ParallelConfig {
   int dp = 0;  // 0 means auto: world / (tp * pp)
   int gpus_per_node = 8;
   PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;
+  // Chunks of layers per pipeline rank (virtual pipeline stages): >= 2 for interleaved, 2 for
+  // zbv, 1 for every other schedule.
+  int virtual_stages = 1;
   bool sequence_parallel = false;
-  std::vector<int> pp_layers;  // empty: balanced
+  std::vector<int> pp_layers;  // empty: balanced; one entry per virtual stage
   // How a CUDA run's ranks exchange device arrays: nccl (GPU to GPU; one GPU per rank), host
   // (staged through host memory over MPI; ranks may share a GPU), auto (nccl where it can run).
   DeviceComm device_comm = DeviceComm::automatic;

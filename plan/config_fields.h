@@ -99,6 +99,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("parallel.gpus_per_node", c.parallel.gpus_per_node);
   visit("parallel.pipeline_schedule",
         Choice{c.parallel.pipeline_schedule, kPipelineScheduleChoices});
+  visit("parallel.virtual_stages", c.parallel.virtual_stages);
   visit("parallel.sequence_parallel", c.parallel.sequence_parallel);
   visit("parallel.pp_layers", c.parallel.pp_layers);
   visit("parallel.device_comm", Choice{c.parallel.device_comm, kDeviceCommChoices});

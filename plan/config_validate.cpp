@@ -169,14 +169,35 @@ void validate_parallel(const Config& c, const Rules& rules) {
   if (p.device_comm == DeviceComm::nccl && c.device == Device::cpu)
     rules.fail("parallel.device_comm", "nccl needs device cuda or auto, not cpu");
 
-  // Every pipeline stage holds at least one layer.
+  // Chunks per rank: the schedule decides (pipeline_schedule.h).
+  rules.at_least("parallel.virtual_stages", p.virtual_stages, 1);
+  const std::string schedule = pipeline_schedule_name(p.pipeline_schedule);
+  if (p.pipeline_schedule == PipelineSchedule::interleaved && p.virtual_stages < 2)
+    rules.fail("parallel.virtual_stages", "must be >= 2 for pipeline_schedule interleaved (chunks ",
+               "of layers per rank), got ", p.virtual_stages);
+  if (p.pipeline_schedule == PipelineSchedule::zbv && p.virtual_stages != 2)
+    rules.fail("parallel.virtual_stages", "must be 2 for pipeline_schedule zbv (the two arms of ",
+               "the V), got ", p.virtual_stages);
+  const bool chunked = p.pipeline_schedule == PipelineSchedule::interleaved ||
+                       p.pipeline_schedule == PipelineSchedule::zbv;
+  if (!chunked && p.virtual_stages != 1)
+    rules.fail("parallel.virtual_stages", "must be 1 for pipeline_schedule ", schedule,
+               " (one chunk per rank; interleaved and zbv hold several), got ", p.virtual_stages);
+  if (chunked && p.pp < 2)
+    rules.fail("parallel.pipeline_schedule", schedule, " needs parallel.pp >= 2, got ", p.pp);
+  // Every (virtual) pipeline stage holds at least one layer.
+  const int stages = p.pp * std::max(1, p.virtual_stages);
   if (p.pp > c.model.n_layer)
     rules.fail("parallel.pp", "(", p.pp, ") must be <= model.n_layer (", c.model.n_layer, ")");
+  else if (stages > c.model.n_layer)
+    rules.fail("parallel.virtual_stages", "(", p.virtual_stages, ") times parallel.pp (", p.pp,
+               ") must be <= model.n_layer (", c.model.n_layer, "): one layer per virtual stage");
   if (!p.pp_layers.empty()) {
-    if (static_cast<int>(p.pp_layers.size()) != p.pp)
+    if (static_cast<int>(p.pp_layers.size()) != stages)
       rules.fail("parallel.pp_layers",
-                 "must have one entry per pipeline stage (parallel.pp = ", p.pp, "), got ",
-                 p.pp_layers.size());
+                 "must have one entry per pipeline stage (parallel.pp = ", p.pp,
+                 p.virtual_stages > 1 ? " times parallel.virtual_stages" : "", " = ", stages,
+                 "), got ", p.pp_layers.size());
     for (std::size_t i = 0; i < p.pp_layers.size(); ++i) {
       if (p.pp_layers[i] < 1)
         rules.fail("parallel.pp_layers", "entries must be >= 1, got ", p.pp_layers[i], " at index ",
@@ -248,6 +269,14 @@ MeshShape resolve_mesh(const Config& config, int world_size) {
   if (t.global_batch % sequences_per_pass != 0)
     fail("'train.global_batch' (", t.global_batch, ") must be divisible by micro_batch*dp (",
          t.micro_batch, "*", shape.dp, "=", sequences_per_pass, ")");
+  // Interleaved walks whole groups of pp micro-batches through each chunk.
+  const std::int64_t micro_batches = t.global_batch / sequences_per_pass;
+  if (p.pipeline_schedule == PipelineSchedule::interleaved && micro_batches % shape.pp != 0)
+    fail(
+        "'parallel.pipeline_schedule' interleaved needs the micro-batches per step "
+        "(train.global_batch / (micro_batch*dp) = ",
+        micro_batches, ") to be a multiple of parallel.pp (", shape.pp,
+        "): its order walks whole groups of pp micro-batches through each chunk");
   // ZeRO shards over the data-parallel group: with one data-parallel rank there is nothing to
   // shard, and asking for it is a mistake about the layout rather than a no-op to ignore.
   if (p.zero.stage > 0 && shape.dp == 1)

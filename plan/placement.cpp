@@ -45,9 +45,9 @@ ReductionPlacement reduction_placement(const Config& config, const GptShape& sha
                                stage,
                                mesh.pp,
                                config.parallel.zero.stage};
-  const bool first = stage == 0, last = stage == mesh.pp - 1;
-  if (first != last) {  // a pipeline end: the other end holds the tied wte too
-    const int peer = first ? mesh.pp - 1 : 0;
+  const ModelPartition& p = placement.partition;
+  if (mesh.pp > 1 && p.has_embedding != p.has_head) {  // the other end holds the tied wte too
+    const int peer = p.has_embedding ? mesh.pp - 1 : 0;
     placement.tied_peer_total =
         ParameterLayout::for_partition(shape, model_partition(config, mesh, tp_rank, peer)).total();
   }
@@ -56,14 +56,25 @@ ReductionPlacement reduction_placement(const Config& config, const GptShape& sha
 
 ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank,
                                int stage) {
-  const auto stages = stage_layer_ranges(config.model.n_layer, mesh.pp, config.parallel.pp_layers);
+  const int chunks = config.parallel.virtual_stages, virtual_stages = mesh.pp * chunks;
+  const PipelineLayout layout = pipeline_schedule_layout(config.parallel.pipeline_schedule, chunks);
+  const auto ranges =
+      stage_layer_ranges(config.model.n_layer, virtual_stages, config.parallel.pp_layers);
   ModelPartition p;
   p.tp_rank = tp_rank;
   p.tp_size = mesh.tp;
-  p.layer_begin = stages[static_cast<std::size_t>(stage)].first;
-  p.layer_end = stages[static_cast<std::size_t>(stage)].second;
-  p.has_embedding = stage == 0;
-  p.has_head = stage == mesh.pp - 1;
+  for (int c = 0; c < chunks; ++c) {
+    const auto& [begin, end] =
+        ranges[static_cast<std::size_t>(pipeline_virtual_stage(layout, mesh.pp, stage, c))];
+    if (c == 0) {
+      p.layer_begin = begin;
+      p.layer_end = end;
+    } else {
+      p.later_chunks.push_back({begin, end});
+    }
+  }
+  p.has_embedding = pipeline_stage_chunk(layout, mesh.pp, 0).stage == stage;
+  p.has_head = pipeline_stage_chunk(layout, mesh.pp, virtual_stages - 1).stage == stage;
   p.sequence_parallel = config.parallel.sequence_parallel;
   return p;
 }

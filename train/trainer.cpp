@@ -33,11 +33,16 @@ void check_mpi_support(const Config& c) {
 
 StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulation) {
   StepProgram step;
-  step.program = make_pipeline_schedule(c.parallel.pipeline_schedule, mesh.pp_size(), accumulation);
-  const PipelineSimulation simulation = pipeline_schedule_simulation(c.parallel.pipeline_schedule);
+  const PipelineSchedule kind = c.parallel.pipeline_schedule;
+  const int chunks = c.parallel.virtual_stages;
+  step.program = make_pipeline_schedule(kind, mesh.pp_size(), accumulation, chunks);
+  const PipelineSimulation simulation = pipeline_schedule_simulation(kind, chunks);
+  step.layout = simulation.layout;
   step.nonblocking_sends = simulation.nonblocking_sends;
   const PipelineStats stats = simulate_pipeline(step.program, accumulation, simulation);
-  step.slots = std::max(1, stats.max_activations_held[mesh.pp_rank()]);
+  step.slots.clear();
+  for (int held : stats.max_held_by_chunk[static_cast<std::size_t>(mesh.pp_rank())])
+    step.slots.push_back(std::max(1, held));
   return step;
 }
 
@@ -71,6 +76,7 @@ void Trainer::State::make_backend() {
   placement.partition = reduction.partition;
   placement.groups = &groups;
   placement.program = &step_program.program;
+  placement.layout = step_program.layout;
   placement.slots = step_program.slots;
   placement.nonblocking_sends = step_program.nonblocking_sends;
   const ParameterLayout layout = ParameterLayout::for_partition(shape, placement.partition);

@@ -23,6 +23,9 @@ void Trainer::State::print_startup() const {
             << (device == Device::cpu ? " (GEMMs on " + cpu::blas_library().describe() + ")" : "")
             << " | mesh tp " << mesh.tp_size() << " x dp " << mesh.dp_size() << " x pp "
             << mesh.pp_size() << " (" << kPipelineScheduleChoices.word(c.parallel.pipeline_schedule)
+            << (c.parallel.virtual_stages > 1
+                    ? ", " + std::to_string(c.parallel.virtual_stages) + " chunks per rank"
+                    : "")
             << (c.parallel.sequence_parallel ? ", sequence parallel" : "") << "), rank 0 holds "
             << backend->layout().total() << " | micro_batch " << c.train.micro_batch << " x "
             << settings.accumulation << " accumulation steps | "

@@ -29,7 +29,8 @@ namespace strata {
 // stage holds at once under it.
 struct StepProgram {
   PipelineProgram program;
-  int slots = 1;
+  PipelineLayout layout;           // where the chunks live
+  std::vector<int> slots{1};       // per chunk of this rank: micro-batches held at once
   bool nonblocking_sends = false;  // the executor's transfers (pipeline_executor.h)
 };
 

@@ -14,19 +14,7 @@ PipelineSchedule parse_pipeline_schedule(const std::string& name) {
   fail("unknown pipeline schedule '", name, "' (expected ", kPipelineScheduleChoices.list(), ")");
 }
 
-// The schedules that are not config choices have no word in kPipelineScheduleChoices.
 std::string pipeline_schedule_name(PipelineSchedule kind) {
-  switch (kind) {
-    case PipelineSchedule::interleaved:
-      return "interleaved";
-    case PipelineSchedule::zbv:
-      return "zbv";
-    case PipelineSchedule::gpipe:
-    case PipelineSchedule::one_f_one_b:
-    case PipelineSchedule::zb_h1:
-    case PipelineSchedule::zb_h2:
-      break;
-  }
   return std::string(kPipelineScheduleChoices.word(kind));
 }
 

@@ -38,10 +38,9 @@
 // needed), and an executor whose sends, receives and exchanges block until the peer joins never
 // deadlocks. Gradient reduction and the optimizer step come after the last op of every stage.
 //
-// Chunks and the split backward (interleaved 1F1B, ZB-H1, ZB-H2, ZBV). These exist as data: the
-// generators below produce them and simulate_pipeline checks them; the executor runs programs of
-// one chunk per rank, with the fused or the split backward, under rendezvous or with queued sends
-// (gpipe, 1f1b, zb-h1, zb-h2), and refuses programs of several chunks (interleaved, zbv).
+// Chunks and the split backward (interleaved 1F1B, ZB-H1, ZB-H2, ZBV): the generators below
+// produce them, simulate_pipeline checks them, and the executor runs them (several chunks per rank
+// with queued sends only).
 //
 //   chunk                every op carries the chunk (virtual stage on this rank) whose buffers it
 //                        computes or moves; 0 for gpipe and 1f1b. With v chunks per rank the
@@ -78,19 +77,17 @@ enum class PipelineSchedule {
   one_f_one_b,  // PipeDream-flush / Megatron-LM 1F1B
   zb_h1,        // zero bubble H1 (Qi et al., ICLR 2024): 1F1B with W moved into the bubbles
   zb_h2,        // zero bubble H2: more forwards in flight, no bubble between first and last op
-  // Generated and simulated only: the executor cannot run them yet (several chunks per rank),
-  // so they are deliberately not in kPipelineScheduleChoices and `parallel.pipeline_schedule`
-  // does not accept them.
   interleaved,  // Megatron-LM interleaved 1F1B (Narayanan et al., SC'21), v >= 2 looped chunks
   zbv,          // zero bubble V: two chunks per rank in a V
 };
 inline constexpr Choices kPipelineScheduleChoices{std::array{
     ChoiceWord{PipelineSchedule::one_f_one_b, "1f1b"}, ChoiceWord{PipelineSchedule::gpipe, "gpipe"},
-    ChoiceWord{PipelineSchedule::zb_h1, "zb-h1"}, ChoiceWord{PipelineSchedule::zb_h2, "zb-h2"}}};
+    ChoiceWord{PipelineSchedule::zb_h1, "zb-h1"}, ChoiceWord{PipelineSchedule::zb_h2, "zb-h2"},
+    ChoiceWord{PipelineSchedule::interleaved, "interleaved"},
+    ChoiceWord{PipelineSchedule::zbv, "zbv"}}};
 
-// The config strings of `parallel.pipeline_schedule`: "1f1b", "gpipe", "zb-h1" and "zb-h2". The
-// name of every kind (for messages), the generated-only ones included, which parse does not
-// accept.
+// The config strings of `parallel.pipeline_schedule`: "1f1b", "gpipe", "zb-h1", "zb-h2",
+// "interleaved" and "zbv", and back.
 PipelineSchedule parse_pipeline_schedule(const std::string& name);
 std::string pipeline_schedule_name(PipelineSchedule kind);
 
@@ -194,6 +191,8 @@ struct PipelineStats {
   double bubble_fraction = 0;             // 1 - sum(busy_slots) / (stages * makespan)
   std::vector<int> max_activations_held;  // per stage: most (chunk, micro-batch) pairs forwarded
                                           // and not yet through their W (or fused backward)
+  std::vector<std::vector<int>> max_held_by_chunk;  // [stage][chunk]: the same per chunk (the
+                                                    // activation slots of each chunk's model)
   // Per stage: idle slots between the start of its first compute and the end of its last, the
   // bubble left once the ramp-up and ramp-down of the pipeline are set aside.
   std::vector<int> interior_idle_slots;

@@ -43,9 +43,12 @@ class Simulator {
         head_sent_(program.size(), false),
         state_(program.size() * static_cast<std::size_t>(chunks_) *
                static_cast<std::size_t>(micro_batches)),
-        held_(program.size(), 0) {
+        held_(program.size(), 0),
+        held_by_chunk_(program.size() * static_cast<std::size_t>(chunks_), 0) {
     stats_.busy_slots.assign(program.size(), 0);
     stats_.max_activations_held.assign(program.size(), 0);
+    stats_.max_held_by_chunk.assign(program.size(),
+                                    std::vector<int>(static_cast<std::size_t>(chunks_), 0));
     stats_.interior_idle_slots.assign(program.size(), 0);
     last_end_.assign(program.size(), 0);
   }
@@ -278,11 +281,14 @@ class Simulator {
       }
       state.forwarded = true;
       stats_.max_activations_held[s] = std::max(stats_.max_activations_held[s], ++held_[s]);
+      int& by_chunk = stats_.max_held_by_chunk[s][static_cast<std::size_t>(op.chunk)];
+      by_chunk = std::max(by_chunk, ++chunk_held(s, op.chunk));
     } else if (op.kind == Kind::backward_weight) {
       require(!state.weight_grad_done, "weight gradient computed twice");
       require(state.input_grad_done, "before its input gradient (backward_input)");
       state.weight_grad_done = true;
       --held_[s];
+      --chunk_held(s, op.chunk);
     } else {  // backward or backward_input
       require(!state.input_grad_done, "backwarded twice");
       require(state.forwarded, "before its forward");
@@ -296,6 +302,7 @@ class Simulator {
       if (op.kind == Kind::backward) {
         state.weight_grad_done = true;
         --held_[s];
+        --chunk_held(s, op.chunk);
       }
     }
     if (first_start_[s] < 0) first_start_[s] = clock_[s];
@@ -381,7 +388,12 @@ class Simulator {
   std::vector<bool> head_sent_;         // per stage: the send half of its head already queued
   std::vector<MicroBatchState> state_;  // [stage][chunk][micro-batch]
   std::vector<int> held_;               // per stage: (chunk, micro-batch) forwarded, W not yet run
-  std::vector<Message> queue_;          // non-blocking sends not yet received
+  std::vector<int> held_by_chunk_;      // [stage][chunk]: the same per chunk
+  int& chunk_held(std::size_t stage, int chunk) {
+    return held_by_chunk_[stage * static_cast<std::size_t>(chunks_) +
+                          static_cast<std::size_t>(chunk)];
+  }
+  std::vector<Message> queue_;  // non-blocking sends not yet received
   PipelineStats stats_;
 };
 

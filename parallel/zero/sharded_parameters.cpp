@@ -53,6 +53,7 @@ ShardedParameters::ShardedParameters(std::vector<ParameterSegment> segments,
                "ZeRO++ hpZ and qgZ need the node groups");
   gathered_.held.resize(segments_.size());
   buckets_.held.resize(segments_.size());
+  readers_.assign(segments_.size(), 1);
   secondary_.resize(segments_.size());
 }
 
@@ -62,6 +63,12 @@ void ShardedParameters::bind(const float* weights, float* gradients, int backwar
   weights_ = weights;
   gradients_ = gradients;
   backward_passes_ = backward_passes;
+}
+
+void ShardedParameters::set_readers(std::vector<int> readers_per_segment) {
+  STRATA_CHECK(readers_per_segment.size() == segments_.size(), "readers of ",
+               readers_per_segment.size(), " segments for ", segments_.size());
+  readers_ = std::move(readers_per_segment);
 }
 
 const ParameterSegment& ShardedParameters::segment(int index) const {
@@ -162,7 +169,8 @@ void ShardedParameters::release_gradients(int index) {
   STRATA_CHECK(h.users > 0, "gradients of segment '", segment(index).name, "' released twice");
   if (--h.users > 0) return;
   ++h.passes;
-  if (options_.when == GradientReduction::micro_batch || h.passes == backward_passes_)
+  if (options_.when == GradientReduction::micro_batch ||
+      h.passes == backward_passes_ * readers_[static_cast<std::size_t>(index)])
     reduce_bucket(static_cast<std::size_t>(index));
 }
 

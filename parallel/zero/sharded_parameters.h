@@ -80,6 +80,10 @@ class ShardedParameters final : public ParameterAccess<float> {
   // zeroed by the caller before a step), not owned. `backward_passes`: how many backward passes
   // the step runs through this model (its micro-batches).
   void bind(const float* weights, float* gradients, int backward_passes);
+  // How many models read each segment (default 1 each): with several chunks per rank
+  // (model/chunk_parameters.h) a segment two chunks share (zbv's tied wte) has its gradients
+  // released twice per backward pass, and its bucket is due after them all.
+  void set_readers(std::vector<int> readers_per_segment);
 
   const float* acquire_weights(int index, WeightUse use) override;
   void release_weights(int index) override;
@@ -126,6 +130,7 @@ class ShardedParameters final : public ParameterAccess<float> {
   const float* weights_ = nullptr;
   float* gradients_ = nullptr;
   int backward_passes_ = 1;
+  std::vector<int> readers_;  // per segment
   Pool gathered_, buckets_;
   std::vector<std::vector<float>> secondary_;  // hpZ, per segment
   std::vector<float> received_;                // one reduce-scatter's part of this rank

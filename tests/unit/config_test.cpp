@@ -307,7 +307,8 @@ TEST(ConfigErrors, EnumsListTheChoices) {
       error_of("data: {train: t}\nprecision: {compute: BF16}"),
       "'precision.compute' must be fp32, bf16 or fp16, got 'BF16' (did you mean 'bf16'?)");
   EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pipeline_schedule: zb}"),
-                  "'parallel.pipeline_schedule' must be 1f1b, gpipe, zb-h1 or zb-h2, got 'zb'");
+                  "'parallel.pipeline_schedule' must be 1f1b, gpipe, zb-h1, zb-h2, interleaved or "
+                  "zbv, got 'zb'");
   EXPECT_CONTAINS(error_of("data: {train: t}\nrecompute: all"),
                   "'recompute' must be none, selective or full, got 'all'");
   EXPECT_CONTAINS(error_of("data: {train: t}\ndevice: gpu"),
@@ -409,6 +410,30 @@ TEST(ConfigErrors, LayoutsThatDoNotDivideTheModel) {
                   "'parallel.pp_layers' must sum to model.n_layer (4), got 3");
   EXPECT_CONTAINS(error_of("data: {train: t}\nparallel: {pp: 2, pp_layers: [4, 0]}"),
                   "'parallel.pp_layers' entries must be >= 1, got 0 at index 1");
+}
+
+TEST(ConfigErrors, VirtualStagesFollowTheSchedule) {
+  const std::string base = "data: {train: t}\nmodel: {n_layer: 8}\n";
+  EXPECT_CONTAINS(error_of(base + "parallel: {pp: 2, pipeline_schedule: interleaved}"),
+                  "'parallel.virtual_stages' must be >= 2 for pipeline_schedule interleaved");
+  EXPECT_CONTAINS(
+      error_of(base + "parallel: {pp: 2, pipeline_schedule: zbv, virtual_stages: 3}"),
+      "'parallel.virtual_stages' must be 2 for pipeline_schedule zbv (the two arms of the V), "
+      "got 3");
+  EXPECT_CONTAINS(error_of(base + "parallel: {pp: 2, virtual_stages: 2}"),
+                  "'parallel.virtual_stages' must be 1 for pipeline_schedule 1f1b");
+  EXPECT_CONTAINS(error_of(base + "parallel: {pp: 1, pipeline_schedule: zbv, virtual_stages: 2}"),
+                  "'parallel.pipeline_schedule' zbv needs parallel.pp >= 2, got 1");
+  EXPECT_CONTAINS(
+      error_of(base + "parallel: {pp: 4, pipeline_schedule: interleaved, virtual_stages: 3}"),
+      "'parallel.virtual_stages' (3) times parallel.pp (4) must be <= model.n_layer (8)");
+  EXPECT_CONTAINS(error_of(base + "parallel: {pp: 2, pipeline_schedule: zbv, virtual_stages: 2, "
+                                  "pp_layers: [4, 4]}"),
+                  "'parallel.pp_layers' must have one entry per pipeline stage (parallel.pp = 2 "
+                  "times parallel.virtual_stages = 4), got 2");
+  EXPECT_NO_THROW(parse_config(
+      base + "parallel: {pp: 2, pipeline_schedule: zbv, virtual_stages: 2, pp_layers: [1,2,3,2]}",
+      "c"));
 }
 
 TEST(ConfigErrors, EvalNeedsMoreThanOneSequenceOfTokens) {

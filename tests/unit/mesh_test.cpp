@@ -292,6 +292,22 @@ TEST(Mesh, ConfigLayoutsThatCannotRunAreRejectedWithTheirReason) {
                   "'parallel.tp' (4) must divide parallel.gpus_per_node (2)");
   EXPECT_EQ(layout_error({"train.global_batch=64", "train.micro_batch=8"}, 3),
             "'train.global_batch' (64) must be divisible by micro_batch*dp (8*3=24)");
+  // Interleaved walks groups of pp micro-batches: 64 / (8 · 1) = 8 per step is not a multiple of 3.
+  const std::vector<std::string> interleaved = {"model.n_layer=6",
+                                                "parallel.pp=3",
+                                                "parallel.pipeline_schedule=interleaved",
+                                                "parallel.virtual_stages=2",
+                                                "train.global_batch=64",
+                                                "train.micro_batch=8"};
+  EXPECT_EQ(layout_error(interleaved, 3),
+            "'parallel.pipeline_schedule' interleaved needs the micro-batches per step "
+            "(train.global_batch / (micro_batch*dp) = 8) to be a multiple of parallel.pp (3): its "
+            "order walks whole groups of pp micro-batches through each chunk");
+  EXPECT_EQ(
+      layout_error({"model.n_layer=4", "parallel.pp=2", "parallel.pipeline_schedule=interleaved",
+                    "parallel.virtual_stages=2", "train.global_batch=64", "train.micro_batch=8"},
+                   2),
+      "");
   EXPECT_EQ(resolve_data_parallel(parse_config("data: {train: t}\n", "c"), 4), 4);
 }
 

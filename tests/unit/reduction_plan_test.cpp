@@ -17,6 +17,8 @@
 #include "model/core/error.h"
 #include "parallel/mesh/mesh.h"
 #include "parallel/mesh/reduction_plan.h"
+#include "plan/config.h"
+#include "plan/placement.h"
 
 namespace strata {
 namespace {
@@ -328,6 +330,66 @@ TEST(ReductionPlan, ShardCountsSplitARangeAtShardBoundaries) {
   EXPECT_EQ(shard_counts(plan, {60, 140}, 4), (std::vector<std::size_t>{4, 64, 12, 0}));
   EXPECT_EQ(shard_counts(plan, {192, 256}, 4), (std::vector<std::size_t>{0, 0, 0, 64}));
   EXPECT_EQ(shard_counts(plan, {5, 5}, 4), (std::vector<std::size_t>{0, 0, 0, 0}));
+}
+
+// Virtual pipeline stages (interleaved, zbv): the partitions and plans the trainer builds
+// (plan/placement.h) hold every layer once over the pipeline, each in layer order, and the tied
+// wte is exchanged only between two different ranks: zbv's rank 0 holds the embedding and the
+// head, one wte for both, and exchanges nothing; every logical element is in some norm range once.
+TEST(ReductionPlan, VirtualStagePartitionsHoldEveryLayerOnce) {
+  struct Case {
+    std::string schedule;
+    int pp, chunks, zero_stage;
+  };
+  for (const Case& c : {Case{"interleaved", 2, 2, 0}, Case{"interleaved", 2, 3, 1},
+                        Case{"zbv", 2, 2, 0}, Case{"zbv", 4, 2, 2}, Case{"zbv", 2, 2, 3}}) {
+    SCOPED_TRACE(c.schedule + " pp " + std::to_string(c.pp) + " v " + std::to_string(c.chunks));
+    const int dp = c.zero_stage > 0 ? 2 : 1;
+    const Config config = parse_config(
+        "data: {train: t}\nmodel: {n_layer: 8, n_head: 4, d_model: 32, seq_len: 16, "
+        "vocab_size: 200}\nparallel: {pp: " +
+            std::to_string(c.pp) + ", dp: " + std::to_string(dp) +
+            ", pipeline_schedule: " + c.schedule + ", virtual_stages: " + std::to_string(c.chunks) +
+            ", zero: {stage: " + std::to_string(c.zero_stage) + "}}\n",
+        "c.yaml");
+    const GptShape shape{8, 4, 32, 16, 200};
+    const MeshShape mesh{1, c.pp, dp};
+    std::vector<int> layer_holders(8, 0);
+    std::map<std::string, std::vector<int>> counted;
+    const ParameterLayout whole = ParameterLayout::for_gpt(shape);
+    for (const TensorView& t : whole.tensors()) counted[t.name].assign(t.size, 0);
+    for (int stage = 0; stage < c.pp; ++stage) {
+      bool exchanges = false;  // some dp rank exchanges its owned part of wte
+      for (int dp_rank = 0; dp_rank < dp; ++dp_rank) {
+        const ReductionPlacement placement =
+            reduction_placement(config, shape, mesh, 0, stage, dp_rank);
+        const ModelPartition& p = placement.partition;
+        ASSERT_EQ(p.chunks(), c.chunks);
+        EXPECT_EQ(p.has_embedding, stage == 0);
+        EXPECT_EQ(p.has_head, c.schedule == "zbv" ? stage == 0 : stage == c.pp - 1);
+        if (dp_rank == 0)
+          for (int chunk = 0; chunk < p.chunks(); ++chunk)
+            for (int l = p.chunk_layers(chunk).begin; l < p.chunk_layers(chunk).end; ++l)
+              ++layer_holders[static_cast<std::size_t>(l)];
+        const ParameterLayout layout = ParameterLayout::for_partition(shape, p);
+        const ReductionPlan plan = make_reduction_plan(layout, placement);
+        for (const RangeReduction& op : plan.gradients)
+          exchanges = exchanges || op.kind == RangeReduction::Kind::tied_exchange;
+        if (dp_rank > 0 && !plan.sharded) continue;  // replicas count their copy once
+        for (const TensorView& t : layout.tensors())
+          for (const ElementRange& range : plan.norm_ranges) {
+            const ElementRange part = intersect(range, {t.offset, t.offset + t.size});
+            for (std::size_t i = part.begin; i < part.end; ++i)
+              ++counted[t.name][static_cast<std::size_t>(
+                  t.slice.logical_index(static_cast<std::int64_t>(i - t.offset)))];
+          }
+      }
+      EXPECT_EQ(exchanges, c.schedule == "interleaved" && (stage == 0 || stage == c.pp - 1));
+    }
+    EXPECT_EQ(layer_holders, std::vector<int>(8, 1));
+    for (const auto& [name, counts] : counted)
+      for (std::size_t i = 0; i < counts.size(); ++i) ASSERT_EQ(counts[i], 1) << name << i;
+  }
 }
 
 }  // namespace

@@ -17,18 +17,51 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
       groups_(placement.groups->reductions()),
       scratch_floats_(std::max(reduction_scratch_floats(plan_.gradients, *placement.groups),
                                reduction_scratch_floats(plan_.parameters, *placement.groups))),
-      model_(shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
-             placement.slots, gpt_options_of(config)),
+      layout_(ParameterLayout::for_partition(shape, placement.partition)),
+      compute_(config.precision.compute),
       params_(plan_.parameter_range.size(), 0.0f),
       grads_(plan_.gradient_range.size(), 0.0f),
-      optimizer_(model_.layout(), plan_.owned, config.optimizer),
-      parameters_(model_.segments(), plan_, placement.groups->sharding(),
-                  sharding_options(config.parallel.zero)),
-      stage_(model_),
-      executor_(stage_, placement.groups->pp(), *placement.program, config.train.micro_batch,
-                shape.seq_len, placement.nonblocking_sends) {
-  STRATA_CHECK(plan_.buffer_size >= model_.layout().total(), "the plan's buffer is too small");
+      optimizer_(layout_, plan_.owned, config.optimizer),
+      parameters_(layout_.segments(), plan_, placement.groups->sharding(),
+                  sharding_options(config.parallel.zero)) {
+  STRATA_CHECK(plan_.buffer_size >= layout_.total(), "the plan's buffer is too small");
+  const ModelPartition& partition = placement.partition;
+  const int chunks = partition.chunks();
+  STRATA_CHECK(static_cast<int>(placement.slots.size()) == chunks, "slots for ",
+               placement.slots.size(), " chunks, the partition has ", chunks);
+  ChunkSegments segments = chunk_segments(shape, partition);
+  parameters_.set_readers(segments.readers);
+  // Reserved: the stages and views point at the models and views before them.
+  models_.reserve(static_cast<std::size_t>(chunks));
+  chunk_parameters_.reserve(models_.capacity());
+  stages_.reserve(models_.capacity());
+  std::vector<PipelineStage*> stages;
+  for (int c = 0; c < chunks; ++c) {
+    const std::size_t i = static_cast<std::size_t>(c);
+    models_.emplace_back(shape, partition.chunk(c), &placement.groups->tp(),
+                         config.train.micro_batch, placement.slots[i], gpt_options_of(config));
+    chunk_parameters_.emplace_back(parameters_, std::move(segments.rank_index[i]));
+    stages_.emplace_back(models_.back());
+    stages.push_back(&stages_.back());
+  }
+  executor_ = std::make_unique<PipelineExecutor>(stages, placement.layout, placement.groups->pp(),
+                                                 *placement.program, config.train.micro_batch,
+                                                 shape.seq_len, placement.nonblocking_sends);
   refresh_compute_weights();
+}
+
+std::size_t CpuTraining::activation_bytes() const {
+  std::size_t bytes = 0;
+  for (const Gpt<float>& model : models_) bytes += model.activation_bytes();
+  return bytes;
+}
+
+// Every chunk's blocks keep the same per layer (one shape, one recompute policy) over their own
+// slots; a rank's layer keeps the most of them.
+std::size_t CpuTraining::activation_bytes_per_layer() const {
+  std::size_t most = 0;
+  for (const Gpt<float>& model : models_) most = std::max(most, model.activation_bytes_per_layer());
+  return most;
 }
 
 std::vector<std::vector<float>*> CpuTraining::state_values() {
@@ -75,18 +108,17 @@ const float* CpuTraining::compute_weights() const {
 }
 
 void CpuTraining::refresh_compute_weights() {
-  const cpu::ComputeDtype dtype = model_.options().compute;
-  if (dtype == cpu::ComputeDtype::fp32) return;
+  if (compute_ == cpu::ComputeDtype::fp32) return;
   weights_ = params_;
-  cpu::round_to_dtype(weights_.data(), static_cast<long>(weights_.size()), dtype);
+  cpu::round_to_dtype(weights_.data(), static_cast<long>(weights_.size()), compute_);
 }
 
 double CpuTraining::accumulate_gradients(int micro_batches, float loss_scale,
                                          const MicroBatchSource& source) {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   parameters_.bind(compute_weights(), grads_.data(), micro_batches);
-  stage_.bind(&parameters_);
-  const double loss = executor_.train_step(loss_scale, source);
+  bind_stages();
+  const double loss = executor_->train_step(loss_scale, source);
   STRATA_CHECK(!parameters_.has_pending_gradients(),
                "a gradient bucket was not reduced: the schedule ran fewer backward passes than ",
                micro_batches);
@@ -119,7 +151,7 @@ MemoryAccount CpuTraining::memory() const {
   m.compute_weights = weights_.size() * sizeof(float);  // bf16/fp16 emulated in fp32 storage
   m.gradients = grads_.size() * sizeof(float);
   m.optimizer_state = optimizer_.state_bytes();
-  m.activations = model_.activation_bytes();
+  m.activations = activation_bytes();
   m.secondary_weights = parameters_.secondary_bytes();
   m.gathered_weights = parameters_.peak_gathered_bytes();
   m.gradient_buckets = parameters_.peak_bucket_bytes();
@@ -129,8 +161,12 @@ MemoryAccount CpuTraining::memory() const {
 
 PipelineExecutor& CpuTraining::evaluator() {
   parameters_.bind(compute_weights(), nullptr, 0);
-  stage_.bind(&parameters_);
-  return executor_;
+  bind_stages();
+  return *executor_;
+}
+
+void CpuTraining::bind_stages() {
+  for (std::size_t c = 0; c < stages_.size(); ++c) stages_[c].bind(&chunk_parameters_[c]);
 }
 
 }  // namespace strata

@@ -1,5 +1,6 @@
 // The training backend on the CPU (train/backend/training_backend.h): this rank's part of the model
-// (Gpt<float>, its ModelPartition) with the fp32 master weights, the gradients and a compute-dtype
+// (a Gpt<float> per chunk of its ModelPartition, each reaching the rank's segments through
+// ChunkParameters) with the fp32 master weights, the gradients and a compute-dtype
 // copy of the weights (bf16/fp16 emulated by rounding, docs/ARCHITECTURE.md §6) in flat buffers
 // over the reduction plan's ranges (the whole padded layout, or under ZeRO 2/3 the owned shard of
 // the gradients, and under ZeRO 3 of the weights), the model reaching them through
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/chunk_parameters.h"
 #include "parallel/mesh/host_reduction.h"
 #include "parallel/zero/sharded_parameters.h"
 #include "train/backend/cpu_pipeline_stage.h"
@@ -24,7 +26,7 @@ class CpuTraining final : public TrainingBackend {
   CpuTraining(const Config& config, const GptShape& shape, const BackendPlacement& placement);
 
   std::string name() const override { return "cpu"; }
-  const ParameterLayout& layout() const override { return model_.layout(); }
+  const ParameterLayout& layout() const override { return layout_; }
   const ReductionPlan& plan() const override { return plan_; }
 
   std::vector<StateBuffer> state() override;
@@ -38,12 +40,10 @@ class CpuTraining final : public TrainingBackend {
   double gradient_sum_of_squares() override;
   void apply_optimizer(const OptimizerStep& step) override;
   PipelineExecutor& evaluator() override;
-  PipelineExecutor::Timing pipeline_timing() const override { return executor_.timing(); }
+  PipelineExecutor::Timing pipeline_timing() const override { return executor_->timing(); }
 
-  std::size_t activation_bytes() const override { return model_.activation_bytes(); }
-  std::size_t activation_bytes_per_layer() const override {
-    return model_.activation_bytes_per_layer();
-  }
+  std::size_t activation_bytes() const override;
+  std::size_t activation_bytes_per_layer() const override;
   MemoryAccount memory() const override;
 
  private:
@@ -54,17 +54,23 @@ class CpuTraining final : public TrainingBackend {
   // The weights the model reads: the masters in fp32, else their rounded copy.
   const float* compute_weights() const;
   void refresh_compute_weights();
+  // Each chunk's stage reaches parameters_ through its view.
+  void bind_stages();
 
   ReductionPlan plan_;
   ReductionGroups groups_;
   std::size_t scratch_floats_;  // the largest reduction scratch (memory accounting)
-  Gpt<float> model_;
+  ParameterLayout layout_;      // the rank's: every chunk's tensors
+  cpu::ComputeDtype compute_;
   // Over plan_.parameter_range, plan_.gradient_range and parameter_range (weights_: empty in fp32).
   std::vector<float> params_, grads_, weights_;
   AdamW optimizer_;
   ShardedParameters parameters_;
-  CpuPipelineStage stage_;
-  PipelineExecutor executor_;
+  // Per chunk (one without virtual stages): its model, its view of parameters_, its stage.
+  std::vector<Gpt<float>> models_;
+  std::vector<ChunkParameters<float>> chunk_parameters_;
+  std::vector<CpuPipelineStage> stages_;
+  std::unique_ptr<PipelineExecutor> executor_;
 };
 
 }  // namespace strata

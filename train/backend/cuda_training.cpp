@@ -93,7 +93,7 @@ class CudaTrainingOf final : public TrainingBackend {
         // A lone stage (pp 1) still trains through the fused forward_backward, bitwise what the
         // halves add, so its stash goes unused (the planner counts it all the same).
         model_(ctx_, shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
-               placement.slots, config.recompute, nccl_.tp.get(),
+               placement.slots.at(0), config.recompute, nccl_.tp.get(),
                pipeline_schedule_splits_backward(config.parallel.pipeline_schedule)),
         n_params_(static_cast<long>(plan_.parameter_range.size())),
         n_grads_(static_cast<long>(plan_.gradient_range.size())),

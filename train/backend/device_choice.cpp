@@ -63,7 +63,7 @@ int place_on_gpu(BackendPlacement& placement, const Config& config, int world_ra
           "through the host); use auto or host");
     placement.nccl = false;
   }
-  if (pp_size == 1) placement.slots = 1;
+  if (pp_size == 1) placement.slots = {1};
   return gpu;
 }
 

@@ -36,7 +36,9 @@ struct BackendPlacement {
   ModelPartition partition;
   const ProcessGroups* groups = nullptr;     // tp, dp and pp groups (not owned)
   const PipelineProgram* program = nullptr;  // the step's schedule, one list per stage
-  int slots = 1;                   // micro-batches this stage holds at once under that schedule
+  PipelineLayout layout;                     // where its chunks live (partition.chunks() per rank)
+  // Per chunk: micro-batches it holds at once under that schedule (its activation slots).
+  std::vector<int> slots{1};
   bool nonblocking_sends = false;  // the schedule's transfers need sends that queue
   ReductionPlan plan;              // make_reduction_plan for this partition and mesh position
   // CUDA: device arrays cross ranks over NCCL (every rank has a GPU of its own); otherwise they
