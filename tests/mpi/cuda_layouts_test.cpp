@@ -1,5 +1,6 @@
 // The CUDA backend under every parallel mode: runs of `device: cuda` at each (dp, tp, pp) layout,
-// with every schedule (zb-h1 and zb-h2 splitting the backward), sequence parallelism and
+// with every schedule (zb-h1, zb-h2 and zbv splitting the backward, interleaved and zbv holding
+// two chunks of layers per rank), sequence parallelism and
 // recomputation, train the fp32 run of one CPU process (loss and val_loss per step within 1e-4
 // relative, the bound between CPU layouts); a bf16 layout trains the bf16 run of one CUDA process;
 // and a checkpoint written by a CUDA layout resumes on the CPU at another layout and continues the
@@ -8,8 +9,8 @@
 // itself runs over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
-// Status: passed on an NVIDIA H200 (2026-11-26), all ranks on the one GPU; the zb-h1 and zb-h2
-// layouts (added 2026-11-27) have not run on a GPU yet.
+// Status: passed on an NVIDIA H200 (2026-11-26), all ranks on the one GPU; the zb-h1, zb-h2,
+// interleaved and zbv layouts (added 2026-11-27) have not run on a GPU yet.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -62,6 +63,8 @@ TEST_F(CudaLayouts, EveryLayoutTrainsTheRunOfOneCpuProcess) {
       Layout{2, 1, 2, "zb-h1", false, "selective"},
       Layout{1, 1, 4, "zb-h2"},  // queued sends
       Layout{2, 2, 2, "zb-h2", true},
+      Layout{1, 1, 2, "interleaved", false, "none", "fp32", "", 2},  // a model per chunk
+      Layout{2, 2, 2, "zbv", true, "selective", "fp32", "", 2},      // the V's turn in place
   };
   for (Layout layout : layouts) {
     layout.device = "cuda";
@@ -84,6 +87,8 @@ TEST_F(CudaLayouts, ZeroStagesTrainTheRunOfOneCpuProcess) {
       {Layout{2, 2, 1, "1f1b", true}, stage + "3"},
       {Layout{2, 1, 2}, stage + "3 --set parallel.zero.gradient_reduction=micro_batch"},
       {Layout{2, 1, 2, "zb-h1"}, stage + "2"},
+      {Layout{2, 1, 2, "zbv", false, "none", "fp32", "", 2}, stage + "2"},  // wte read twice
+      {Layout{2, 1, 2, "interleaved", false, "none", "fp32", "", 2}, stage + "3"},
       {Layout{4, 1, 1}, stage + "3 --set parallel.zero.hierarchical_partition=true"},
   };
   int index = 0;

@@ -22,6 +22,7 @@ struct Layout {
   std::string recompute = "none";
   std::string compute = "fp32";
   std::string device = "";  // empty: the config's (auto unless it says otherwise)
+  int virtual_stages = 1;   // chunks of layers per pipeline rank (interleaved, zbv)
 
   int ranks() const { return dp * tp * pp; }
   std::string name() const {
@@ -29,14 +30,16 @@ struct Layout {
            std::to_string(tp) + "pp" + std::to_string(pp) + schedule +
            (sequence_parallel ? "sp" : "") +
            (recompute == "none" ? "" : "_recompute_" + recompute) +
-           (compute == "fp32" ? "" : "_" + compute);
+           (compute == "fp32" ? "" : "_" + compute) +
+           (virtual_stages == 1 ? "" : "_v" + std::to_string(virtual_stages));
   }
   std::string overrides() const {
     return (device.empty() ? "" : " --set device=" + device) +
            " --set parallel.tp=" + std::to_string(tp) + " --set parallel.pp=" + std::to_string(pp) +
            " --set parallel.pipeline_schedule=" + schedule +
            " --set parallel.sequence_parallel=" + (sequence_parallel ? "true" : "false") +
-           " --set recompute=" + recompute + " --set precision.compute=" + compute;
+           " --set recompute=" + recompute + " --set precision.compute=" + compute +
+           " --set parallel.virtual_stages=" + std::to_string(virtual_stages);
   }
 };
 

@@ -30,14 +30,12 @@ class VirtualStages : public testing::LayoutSuite<VirtualStages> {
   static Layout reference() { return Layout{}; }
 };
 
+// A layout of two chunks per rank (three for interleaved_v3).
 Layout chunked(const std::string& schedule, int dp, int tp, int pp, bool sequence_parallel = false,
-               const std::string& recompute = "none") {
-  return Layout{dp, tp, pp, schedule, sequence_parallel, recompute};
-}
-
-// The chunks per rank each schedule is tested with (zbv: always 2).
-std::string chunks(const std::string& schedule, int v = 2) {
-  return " --set parallel.virtual_stages=" + std::to_string(schedule == "zbv" ? 2 : v);
+               const std::string& recompute = "none", int virtual_stages = 2) {
+  Layout layout{dp, tp, pp, schedule, sequence_parallel, recompute};
+  layout.virtual_stages = virtual_stages;
+  return layout;
 }
 
 const std::vector<std::string> kChunked = {"interleaved", "zbv"};
@@ -64,7 +62,7 @@ TEST_F(VirtualStages, ChunkedSchedulesTrainTheRunOfOneProcess) {
       const Layout layout = chunked(schedule, c.dp, c.tp, c.pp, c.sequence_parallel, c.recompute);
       const std::string name = layout.name() + c.tag;
       SCOPED_TRACE(name);
-      const std::string run = train(*dir_, layout, name, chunks(schedule) + c.extra);
+      const std::string run = train(*dir_, layout, name, c.extra);
       expect_close(metric(run, "loss"), reference, 0, "loss");
       expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss");
     }
@@ -72,9 +70,8 @@ TEST_F(VirtualStages, ChunkedSchedulesTrainTheRunOfOneProcess) {
   // Interleaved with 3 chunks: 6 virtual stages of a 6-layer model on 2 ranks.
   const std::string six = " --set model.n_layer=6";
   const std::string reference_six = train(*dir_, Layout{}, "reference_six_layers", six);
-  const Layout interleaved = chunked("interleaved", 1, 1, 2);
-  const std::string run =
-      train(*dir_, interleaved, "interleaved_v3", six + chunks("interleaved", 3));
+  const Layout interleaved = chunked("interleaved", 1, 1, 2, false, "none", 3);
+  const std::string run = train(*dir_, interleaved, interleaved.name(), six);
   expect_close(metric(run, "loss"), metric(reference_six, "loss"), 0, "loss, v 3");
 }
 
@@ -84,8 +81,7 @@ TEST_F(VirtualStages, FourStagesOfTwoChunksTrainTheRunOfOneProcess) {
   for (const std::string& schedule : kChunked) {
     const Layout layout = chunked(schedule, 1, 1, 4);
     SCOPED_TRACE(layout.name());
-    const std::string run =
-        train(*dir_, layout, layout.name() + "_eight", eight + chunks(schedule));
+    const std::string run = train(*dir_, layout, layout.name() + "_eight", eight);
     expect_close(metric(run, "loss"), reference, 0, "loss");
   }
 }
@@ -98,7 +94,7 @@ TEST_F(VirtualStages, ChunkedSchedulesTrainTheBf16RunOfOneProcess) {
     Layout layout = chunked(schedule, 1, 2, 2, true);
     layout.compute = "bf16";
     SCOPED_TRACE(layout.name());
-    const std::string run = train(*dir_, layout, layout.name(), chunks(schedule));
+    const std::string run = train(*dir_, layout, layout.name());
     // As for any layout in bf16 (parallel_layouts_test): fp32 reduction-order differences flip
     // some roundings to bf16's 8 significant bits.
     expect_close(metric(run, "loss"), metric(reference, "loss"), 0, "bf16 loss", 1e-3);
@@ -110,12 +106,11 @@ TEST_F(VirtualStages, ChunkedSchedulesResumeBitExactly) {
   for (const std::string& schedule : kChunked) {
     SCOPED_TRACE(schedule);
     const Layout layout = chunked(schedule, 2, 1, 2);
-    const std::string straight = train(*dir_, layout, schedule + "_straight", chunks(schedule));
+    const std::string straight = train(*dir_, layout, schedule + "_straight");
     const std::string first =
-        train(*dir_, layout, schedule + "_split", chunks(schedule) + " --set train.stop_after=10");
+        train(*dir_, layout, schedule + "_split", " --set train.stop_after=10");
     ASSERT_TRUE(fs::exists(first + "/checkpoints/step_00000010.h5"));
-    const std::string second =
-        train(*dir_, layout, schedule + "_split", chunks(schedule) + " --resume");
+    const std::string second = train(*dir_, layout, schedule + "_split", " --resume");
     EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
     EXPECT_EQ(metric(second, "val_loss"), metric(straight, "val_loss"));
   }
@@ -124,30 +119,27 @@ TEST_F(VirtualStages, ChunkedSchedulesResumeBitExactly) {
 TEST_F(VirtualStages, CheckpointsMoveBetweenChunkings) {
   namespace fs = std::filesystem;
   const auto reference = metric(reference_dir_, "loss");
-  const std::string interleaved =
-      train(*dir_, chunked("interleaved", 1, 1, 2), "interleaved_written",
-            chunks("interleaved") + " --set train.stop_after=10");
-  const std::string zbv = train(*dir_, chunked("zbv", 2, 1, 2), "zbv_written",
-                                chunks("zbv") + " --set train.stop_after=10");
+  const std::string interleaved = train(*dir_, chunked("interleaved", 1, 1, 2),
+                                        "interleaved_written", " --set train.stop_after=10");
+  const std::string zbv =
+      train(*dir_, chunked("zbv", 2, 1, 2), "zbv_written", " --set train.stop_after=10");
   struct Resume {
     std::string checkpoint;
     Layout layout;
-    std::string extra;
   };
   const std::string from_interleaved = interleaved + "/checkpoints/step_00000010.h5";
   const std::vector<Resume> resumes = {
-      {from_interleaved, chunked("zbv", 1, 2, 2), chunks("zbv")},
-      {from_interleaved, Layout{1, 1, 4}, ""},
-      {from_interleaved, Layout{2, 1, 1}, ""},
-      {zbv + "/checkpoints/step_00000010.h5", chunked("interleaved", 2, 2, 2, true),
-       chunks("interleaved")},
+      {from_interleaved, chunked("zbv", 1, 2, 2)},
+      {from_interleaved, Layout{1, 1, 4}},
+      {from_interleaved, Layout{2, 1, 1}},
+      {zbv + "/checkpoints/step_00000010.h5", chunked("interleaved", 2, 2, 2, true)},
   };
   for (const Resume& r : resumes) {
     ASSERT_TRUE(fs::exists(r.checkpoint)) << r.checkpoint;
     const std::string name = "moved_" + r.layout.name();
     SCOPED_TRACE(name);
     fs::create_directories(dir_->str() + "/runs/" + name);
-    const std::string run = train(*dir_, r.layout, name, r.extra + " --resume " + r.checkpoint);
+    const std::string run = train(*dir_, r.layout, name, " --resume " + r.checkpoint);
     expect_close(metric(run, "loss"), reference, 10, "loss after resume");
   }
 }
@@ -155,22 +147,22 @@ TEST_F(VirtualStages, CheckpointsMoveBetweenChunkings) {
 TEST_F(VirtualStages, DilocoWorkersRunChunkedStages) {
   // Two DiLoCo workers of two pipeline stages each: the workers' runs under interleaved and zbv
   // are their run under 1f1b.
-  const auto run = [&](const std::string& schedule, const std::string& extra) {
-    const Layout layout = chunked(schedule, 1, 1, 2);
+  const auto run = [&](const std::string& schedule, int virtual_stages) {
+    const Layout layout = chunked(schedule, 1, 1, 2, false, "none", virtual_stages);
     const std::string name = "diloco_" + schedule;
     const std::string command =
         testing::mpirun(2 * layout.ranks()) + testing::bin("train") + " " + dir_->str() +
-        "/config.yaml" + layout.overrides() + extra + " --set run.name=" + name +
+        "/config.yaml" + layout.overrides() + " --set run.name=" + name +
         " --set diloco.enabled=true --set diloco.workers=2 --set diloco.inner_steps=5";
     const auto result = testing::run_command(command);
     EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
     return dir_->str() + "/runs/" + name;
   };
-  const auto one_f_one_b = metric(run("1f1b", ""), "loss");
+  const auto one_f_one_b = metric(run("1f1b", 1), "loss");
   ASSERT_EQ(one_f_one_b.size(), 20u);
   for (const std::string& schedule : kChunked) {
     SCOPED_TRACE(schedule);
-    expect_close(metric(run(schedule, chunks(schedule)), "loss"), one_f_one_b, 0, "loss");
+    expect_close(metric(run(schedule, 2), "loss"), one_f_one_b, 0, "loss");
   }
 }
 

@@ -496,6 +496,36 @@ TEST_P(EveryChunkedLayout, ActivationsHeldStayWithinTheSchedulesBound) {
   }
 }
 
+// Each chunk's model gets max_held_by_chunk slots: per rank, they are at least the chunks' share
+// of the rank's peak and at most m each, and a program that needs a slot finds one.
+TEST_P(EveryChunkedLayout, EachChunkHoldsAtMostItsSlots) {
+  const int p = stages(), m = micro_batches(), v = chunks();
+  const PipelineProgram lists = program();
+  const PipelineStats stats =
+      simulate_pipeline(lists, m, simulation_for(kind(), v, PipelineCosts{1, 1, 1}));
+  ASSERT_EQ(static_cast<int>(stats.max_held_by_chunk.size()), p);
+  for (int stage = 0; stage < p; ++stage) {
+    const std::vector<int>& by_chunk = stats.max_held_by_chunk[static_cast<std::size_t>(stage)];
+    ASSERT_EQ(static_cast<int>(by_chunk.size()), v);
+    int sum = 0;
+    for (int held : by_chunk) {
+      EXPECT_GE(held, 1);
+      EXPECT_LE(held, m);
+      sum += held;
+    }
+    EXPECT_GE(sum, stats.max_activations_held[static_cast<std::size_t>(stage)]);
+    // Replayed from the list: (chunk, mb) pairs forwarded and not yet through W never exceed it.
+    std::vector<int> held(static_cast<std::size_t>(v), 0);
+    for (const PipelineOp& op : lists[static_cast<std::size_t>(stage)]) {
+      int& h = held[static_cast<std::size_t>(op.chunk)];
+      if (op.kind == Kind::forward) {
+        EXPECT_LE(++h, by_chunk[static_cast<std::size_t>(op.chunk)]);
+      }
+      if (op.kind == Kind::backward || op.kind == Kind::backward_weight) --h;
+    }
+  }
+}
+
 std::string chunked_layout_name(const ::testing::TestParamInfo<ChunkedLayout>& info) {
   std::string name = pipeline_schedule_name(std::get<0>(info.param));
   std::replace(name.begin(), name.end(), '-', '_');  // test names are identifiers

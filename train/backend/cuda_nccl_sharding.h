@@ -104,7 +104,8 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
     const std::size_t i = static_cast<std::size_t>(index);
     if (!buckets_.leave(i)) return;
     // Kept for the step's next pass (take() finds it as it is), or reduced now.
-    if (when_ == GradientReduction::step && ++passes_[i] < backward_passes_) return;
+    if (when_ == GradientReduction::step && ++passes_[i] < backward_passes_ * this->readers_[i])
+      return;
     passes_[i] = 0;
     const ElementRange range = segment(index).range;
     const ElementRange mine = intersect(range, plan_.owned);

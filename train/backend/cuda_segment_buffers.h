@@ -92,7 +92,8 @@ class DeviceParameterAccess : public ParameterAccess<T, float> {
         plan_(plan),
         ctx_(ctx),
         gathered_(segments_.size(), ctx.stream()),
-        buckets_(segments_.size(), ctx.stream()) {}
+        buckets_(segments_.size(), ctx.stream()),
+        readers_(segments_.size(), 1) {}
 
   // The device weights over plan.parameter_range and gradients over plan.gradient_range (zeroed
   // by the caller; null: forward passes only) of the next passes; `backward_passes`: how many
@@ -102,6 +103,14 @@ class DeviceParameterAccess : public ParameterAccess<T, float> {
   virtual void finish_step() = 0;
   // The bytes of the hpZ node copies.
   virtual std::size_t secondary_bytes() const = 0;
+  // How many models read each segment (default 1 each): a segment two chunks of a rank share
+  // (zbv's tied wte, model/chunk_parameters.h) has its gradients released twice per backward
+  // pass, and its bucket is due after them all.
+  virtual void set_readers(std::vector<int> readers_per_segment) {
+    STRATA_CHECK(readers_per_segment.size() == segments_.size(), "readers of ",
+                 readers_per_segment.size(), " segments for ", segments_.size());
+    readers_ = std::move(readers_per_segment);
+  }
   // Peaks so far of the gathered weights and the gradient buckets on the device.
   std::size_t peak_gathered_bytes() const { return gathered_.peak_bytes(); }
   std::size_t peak_bucket_bytes() const { return buckets_.peak_bytes(); }
@@ -132,6 +141,7 @@ class DeviceParameterAccess : public ParameterAccess<T, float> {
   const T* weights_ = nullptr;
   float* gradients_ = nullptr;
   DeviceSegmentBuffers gathered_, buckets_;  // on the device: gathered weights, gradient buckets
+  std::vector<int> readers_;                 // per segment
 };
 
 }  // namespace strata

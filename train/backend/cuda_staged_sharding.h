@@ -65,6 +65,11 @@ class StagedShardedParameters final : public DeviceParameterAccess<T> {
                backward_passes);
   }
 
+  void set_readers(std::vector<int> readers_per_segment) override {
+    host_.set_readers(readers_per_segment);
+    DeviceParameterAccess<T>::set_readers(std::move(readers_per_segment));
+  }
+
   // After the step's backward passes: the reduced owned gradients onto the device.
   void finish_step() override {
     if (!plan_.gradients_by_segment) return;

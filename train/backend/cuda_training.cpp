@@ -1,6 +1,7 @@
 // CudaTraining on the CUDA backend (built only with CUDA; cuda_training_absent.cpp otherwise).
 // Status: ran on an NVIDIA H200 (2026-11-26); its NCCL path between several GPUs never has, nor
-// have the schedules that split the backward (zb-h1).
+// have the schedules that split the backward (zb-h1, zb-h2, zbv) or hold several chunks per rank
+// (interleaved, zbv: one CudaGpt per chunk).
 #include "train/backend/cuda_training.h"
 
 #include <cuda_bf16.h>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "model/chunk_parameters.h"
 #include "model/core/error.h"
 #include "model/gpt_cuda.h"
 #include "model/kernels/cuda/accumulate.h"
@@ -89,12 +91,7 @@ class CudaTrainingOf final : public TrainingBackend {
         groups_(placement.groups->reductions()),
         ctx_(device),
         nccl_(placement),
-        // Zero-bubble schedules run the backward in two halves: the slots keep a weight stash.
-        // A lone stage (pp 1) still trains through the fused forward_backward, bitwise what the
-        // halves add, so its stash goes unused (the planner counts it all the same).
-        model_(ctx_, shape, placement.partition, &placement.groups->tp(), config.train.micro_batch,
-               placement.slots.at(0), config.recompute, nccl_.tp.get(),
-               pipeline_schedule_splits_backward(config.parallel.pipeline_schedule)),
+        layout_(ParameterLayout::for_partition(shape, placement.partition)),
         n_params_(static_cast<long>(plan_.parameter_range.size())),
         n_grads_(static_cast<long>(plan_.gradient_range.size())),
         owned_(plan_.owned),
@@ -103,9 +100,9 @@ class CudaTrainingOf final : public TrainingBackend {
                      reduction_scratch_floats(plan_.parameters, *placement.groups)))),
         buffers_(
             buffer_bytes(n_params_, n_grads_, static_cast<long>(owned_.size()), scratch_count_)),
-        decay_(restrict_to(model_.layout().decayed_ranges(), owned_)),
+        decay_(restrict_to(layout_.decayed_ranges(), owned_)),
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
-    STRATA_CHECK(plan_.buffer_size >= model_.layout().total() && owned_.end <= plan_.buffer_size,
+    STRATA_CHECK(plan_.buffer_size >= layout_.total() && owned_.end <= plan_.buffer_size,
                  "the reduction plan does not fit this partition's layout");
     master_ = buffers_.allocate<float>(n_params_);
     grads_ = buffers_.allocate<float>(n_grads_);
@@ -127,14 +124,36 @@ class CudaTrainingOf final : public TrainingBackend {
     // in the model's fused forward-backward pass instead.
     pp_ = &placement.groups->pp();
     parameters_ = make_parameter_access(config.parallel.zero, *placement.groups);
-    stage_ = std::make_unique<CudaPipelineStage<T>>(model_, *parameters_);
-    executor_ = std::make_unique<PipelineExecutor>(*stage_, *pp_, *placement.program,
-                                                   config.train.micro_batch, shape.seq_len,
-                                                   placement.nonblocking_sends);
+    // One model per chunk of the partition (one without virtual stages), each reaching the
+    // rank's segments through its ChunkParameters.
+    const ModelPartition& partition = placement.partition;
+    STRATA_CHECK(static_cast<int>(placement.slots.size()) == partition.chunks(), "slots for ",
+                 placement.slots.size(), " chunks, the partition has ", partition.chunks());
+    ChunkSegments segments = chunk_segments(shape, partition);
+    parameters_->set_readers(segments.readers);
+    std::vector<PipelineStage*> stages;
+    for (int c = 0; c < partition.chunks(); ++c) {
+      const std::size_t i = static_cast<std::size_t>(c);
+      // Zero-bubble schedules run the backward in two halves: the slots keep a weight stash. A
+      // lone stage (pp 1) still trains through the fused forward_backward, bitwise what the
+      // halves add, so its stash goes unused (the planner counts it all the same).
+      models_.push_back(std::make_unique<cuda::CudaGpt<T>>(
+          ctx_, shape, partition.chunk(c), &placement.groups->tp(), config.train.micro_batch,
+          placement.slots[i], config.recompute, nccl_.tp.get(),
+          pipeline_schedule_splits_backward(config.parallel.pipeline_schedule)));
+      chunk_parameters_.push_back(std::make_unique<ChunkParameters<T, float>>(
+          *parameters_, std::move(segments.rank_index[i])));
+      stages_.push_back(
+          std::make_unique<CudaPipelineStage<T>>(*models_.back(), *chunk_parameters_.back()));
+      stages.push_back(stages_.back().get());
+    }
+    executor_ = std::make_unique<PipelineExecutor>(stages, placement.layout, *pp_,
+                                                   *placement.program, config.train.micro_batch,
+                                                   shape.seq_len, placement.nonblocking_sends);
   }
 
   std::string name() const override { return nccl_.dp ? "cuda (nccl)" : "cuda"; }
-  const ParameterLayout& layout() const override { return model_.layout(); }
+  const ParameterLayout& layout() const override { return layout_; }
   const ReductionPlan& plan() const override { return plan_; }
 
   // The state's device arrays, in the order of state_buffers (train/backend/backend_state.h).
@@ -192,13 +211,14 @@ class CudaTrainingOf final : public TrainingBackend {
       parameters_->finish_step();
       return loss;
     }
-    const int B = config_.train.micro_batch, T_ = model_.shape().seq_len;
+    cuda::CudaGpt<T>& model = *models_.front();  // a lone stage: one chunk
+    const int B = config_.train.micro_batch, T_ = model.shape().seq_len;
     const std::size_t rows = static_cast<std::size_t>(B) * T_;
     STRATA_CHECK(static_cast<std::size_t>(micro_batches) * rows <= micro_losses_.size());
     for (int mb = 0; mb < micro_batches; ++mb) {
       source(mb, tokens_.data(), targets_.data());
-      model_.forward_backward(*parameters_, tokens_.data(), targets_.data(), B, T_, loss_scale);
-      STRATA_CUDA_CHECK(cudaMemcpyAsync(micro_losses_.data() + mb * rows, model_.losses(),
+      model.forward_backward(*parameters_, tokens_.data(), targets_.data(), B, T_, loss_scale);
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(micro_losses_.data() + mb * rows, model.losses(),
                                         rows * sizeof(float), cudaMemcpyDeviceToHost,
                                         ctx_.stream()));
     }
@@ -264,9 +284,17 @@ class CudaTrainingOf final : public TrainingBackend {
 
   void synchronize() override { ctx_.synchronize(); }
 
-  std::size_t activation_bytes() const override { return model_.activation_bytes(); }
+  std::size_t activation_bytes() const override {
+    std::size_t bytes = 0;
+    for (const auto& model : models_) bytes += model->activation_bytes();
+    return bytes;
+  }
+  // Every chunk's blocks keep the same per layer over their own slots; a rank's layer keeps the
+  // most of them.
   std::size_t activation_bytes_per_layer() const override {
-    return model_.activation_bytes_per_layer();
+    std::size_t most = 0;
+    for (const auto& model : models_) most = std::max(most, model->activation_bytes_per_layer());
+    return most;
   }
   MemoryAccount memory() const override {
     MemoryAccount m;
@@ -278,12 +306,14 @@ class CudaTrainingOf final : public TrainingBackend {
     m.gathered_weights = parameters_->peak_gathered_bytes();
     m.gradient_buckets = parameters_->peak_bucket_bytes();
     m.optimizer_state = 2 * owned_.size() * sizeof(float);
-    m.activations = model_.activation_bytes();
+    m.activations = activation_bytes();
     m.communication = static_cast<std::size_t>(scratch_count_) * sizeof(float);
     return m;
   }
   std::size_t device_bytes() const override {
-    return model_.device_bytes() + buffers_.capacity() + ctx_.workspace_bytes();
+    std::size_t models = 0;
+    for (const auto& model : models_) models += model->device_bytes();
+    return models + buffers_.capacity() + ctx_.workspace_bytes();
   }
 
  private:
@@ -312,10 +342,9 @@ class CudaTrainingOf final : public TrainingBackend {
     STRATA_CHECK(!zero_plus_plus || !plan_.gradients_by_segment || !nccl_.dp,
                  "ZeRO++ on CUDA runs through the host, not NCCL");
     if (nccl_.dp)
-      return std::make_unique<NcclShardedParameters<T>>(model_.layout().segments(), plan_,
-                                                        *nccl_.dp, nccl_.dp_prefetch.get(),
-                                                        options.when, ctx_);
-    return std::make_unique<StagedShardedParameters<T>>(model_.layout().segments(), plan_,
+      return std::make_unique<NcclShardedParameters<T>>(
+          layout_.segments(), plan_, *nccl_.dp, nccl_.dp_prefetch.get(), options.when, ctx_);
+    return std::make_unique<StagedShardedParameters<T>>(layout_.segments(), plan_,
                                                         groups.sharding(), options, ctx_);
   }
   // The weights the model reads: the masters in fp32, else their compute-dtype copy.
@@ -357,9 +386,9 @@ class CudaTrainingOf final : public TrainingBackend {
   ReductionGroups groups_;
   cuda::DeviceContext ctx_;  // before NCCL and the model: makes the device current
   NcclGroups nccl_;
-  cuda::CudaGpt<T> model_;
-  long n_params_;  // the master weights held: the buffer, or the owned shard (ZeRO 3)
-  long n_grads_;   // the gradients held: the buffer, or the owned shard (ZeRO 2, 3)
+  ParameterLayout layout_;  // the rank's: every chunk's tensors
+  long n_params_;           // the master weights held: the buffer, or the owned shard (ZeRO 3)
+  long n_grads_;            // the gradients held: the buffer, or the owned shard (ZeRO 2, 3)
   ElementRange owned_;
   long scratch_count_;
   cuda::DeviceArena buffers_;
@@ -374,7 +403,10 @@ class CudaTrainingOf final : public TrainingBackend {
   std::vector<float> host_buffer_;  // a buffer on the host, when reductions stage through it
   std::vector<std::int32_t> tokens_, targets_;
   std::unique_ptr<DeviceParameterAccess<T>> parameters_;
-  std::unique_ptr<CudaPipelineStage<T>> stage_;
+  // Per chunk of the partition: its model, its view of parameters_, its pipeline stage.
+  std::vector<std::unique_ptr<cuda::CudaGpt<T>>> models_;
+  std::vector<std::unique_ptr<ChunkParameters<T, float>>> chunk_parameters_;
+  std::vector<std::unique_ptr<CudaPipelineStage<T>>> stages_;
   Communicator* pp_ = nullptr;
   std::unique_ptr<PipelineExecutor> executor_;
 };
