@@ -1,7 +1,8 @@
 """scripts/bench_schedules.sh: the pipeline schedules side by side on 8 ranks.
 
 A 16-layer GPT (d_model 256, 4 heads, seq_len 128) trains STEPS steps on data/fortunes under
-every runnable schedule (gpipe, 1f1b, zb-h1, zb-h2) at pp 4 (dp 2) and pp 8, with 8 to 32
+every schedule (gpipe, 1f1b, zb-h1, zb-h2, and interleaved and zbv with two chunks of layers per
+rank) at pp 4 (dp 2) and pp 8, with 8 to 32
 micro-batches of one sequence per replica, ROUNDS times each (ranks bound to cores as the planner
 benchmark binds them; the round with the lowest median step is reported: 8 ranks on 2 cores make
 single rounds noisy). Per run: the median step time; per pipeline stage the time of its
@@ -18,13 +19,14 @@ from bench import explain, matrix, metrics
 
 MODEL = ["model.n_layer=16", "model.d_model=256", "model.n_head=4", "model.seq_len=128"]
 PLACEMENT = ("--oversubscribe", "--map-by", "core", "--bind-to", "core:overload-allowed")
-SCHEDULES = ["gpipe", "1f1b", "zb-h1", "zb-h2"]
+# (schedule, chunks of layers per rank: parallel.virtual_stages)
+SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("zb-h2", 1), ("interleaved", 2), ("zbv", 2)]
 # (pp, dp, micro-batches per replica)
 SHAPES = [(4, 2, 8), (4, 2, 32), (8, 1, 16), (8, 1, 32)]
 
 
-def overrides(pp, dp, micro_batches, schedule, steps):
-    return MODEL + [
+def overrides(pp, dp, micro_batches, schedule, chunks, steps):
+    return MODEL + [f"parallel.virtual_stages={chunks}",
         f"train.steps={steps}", "train.micro_batch=1", f"train.global_batch={dp * micro_batches}",
         "train.eval_every=0", "train.eval_tokens=129", "train.log_every=1", "checkpoint.every=0",
         f"parallel.pp={pp}", f"parallel.dp={dp}", f"parallel.pipeline_schedule={schedule}"]
@@ -85,13 +87,13 @@ def main(argv):
         for pp, dp, micro_batches in SHAPES:
             print(f"\n== pp {pp}, dp {dp}, {micro_batches} micro-batches of 1 x 128 tokens ==",
                   flush=True)
-            for schedule in SCHEDULES:
-                sets = overrides(pp, dp, micro_batches, schedule, steps)
+            for schedule, chunks in SCHEDULES:
+                sets = overrides(pp, dp, micro_batches, schedule, chunks, steps)
                 lines = fastest([metrics.read(matrix.train(
                     build_dir, ranks, sets, f"pp{pp}_m{micro_batches}_{schedule}_{r}", work,
                     mpirun=PLACEMENT)) for r in range(rounds)])
                 priced = [explain.explain(plan, "configs/fortunes.yaml", cluster, ranks,
                                           [f"run.dir={work}", *sets])
                           for cluster in (shared_cluster, alone_cluster)]
-                for row in run_rows(f"{schedule:>6}", lines, *priced):
+                for row in run_rows(f"{schedule:>11}", lines, *priced):
                     print(row, flush=True)

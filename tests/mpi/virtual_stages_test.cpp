@@ -3,9 +3,9 @@
 // holds the first and the last layers, the tied wte once) each train the run of one process
 // (loss per step within 1e-4 relative, fp32): at pp 2 with one layer per virtual stage, at
 // (dp 2, tp 2, pp 2) with sequence parallelism, with recomputation, under ZeRO stages 2 and 3,
-// and at pp 4 on a model of 8 layers; in bf16 the bf16 run; they resume bit-exactly; a checkpoint
-// written under interleaved continues the same run under zbv and under 1f1b (and zbv's under
-// interleaved); DiLoCo workers of chunked stages train their run under 1f1b.
+// and at pp 4 on a model of 8 layers; in bf16 and fp16 those runs; they resume bit-exactly; a
+// checkpoint written under interleaved continues the same run under zbv and under 1f1b (and zbv's
+// under interleaved); DiLoCo workers of chunked stages train their run under 1f1b.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -86,18 +86,21 @@ TEST_F(VirtualStages, FourStagesOfTwoChunksTrainTheRunOfOneProcess) {
   }
 }
 
-TEST_F(VirtualStages, ChunkedSchedulesTrainTheBf16RunOfOneProcess) {
-  Layout single;
-  single.compute = "bf16";
-  const std::string reference = train(*dir_, single, single.name());
-  for (const std::string& schedule : kChunked) {
-    Layout layout = chunked(schedule, 1, 2, 2, true);
-    layout.compute = "bf16";
-    SCOPED_TRACE(layout.name());
-    const std::string run = train(*dir_, layout, layout.name());
-    // As for any layout in bf16 (parallel_layouts_test): fp32 reduction-order differences flip
-    // some roundings to bf16's 8 significant bits.
-    expect_close(metric(run, "loss"), metric(reference, "loss"), 0, "bf16 loss", 1e-3);
+TEST_F(VirtualStages, ChunkedSchedulesTrainTheMixedPrecisionRunsOfOneProcess) {
+  for (const std::string compute : {"bf16", "fp16"}) {
+    Layout single;
+    single.compute = compute;
+    const std::string reference = train(*dir_, single, single.name());
+    for (const std::string& schedule : kChunked) {
+      Layout layout = chunked(schedule, 1, 2, 2, true);
+      layout.compute = compute;
+      SCOPED_TRACE(layout.name());
+      const std::string run = train(*dir_, layout, layout.name());
+      // As for any layout in bf16 (parallel_layouts_test): fp32 reduction-order differences flip
+      // some roundings to bf16's 8 significant bits (fp16's 11 and its dynamic loss scale
+      // stay within the same bound).
+      expect_close(metric(run, "loss"), metric(reference, "loss"), 0, compute + " loss", 1e-3);
+    }
   }
 }
 
