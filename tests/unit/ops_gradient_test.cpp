@@ -14,45 +14,15 @@
 #include "model/kernels/cpu/matmul.h"
 #include "model/kernels/cpu/residual.h"
 #include "model/kernels/cpu/vocab_parallel.h"
+#include "tests/support/finite_differences.h"
 
 namespace strata::cpu {
 namespace {
 
-using Vec = std::vector<double>;
-
-Vec random_vector(std::size_t n, std::mt19937_64& rng, double scale = 1.0) {
-  std::normal_distribution<double> normal(0.0, scale);
-  Vec v(n);
-  for (double& x : v) x = normal(rng);
-  return v;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Compares `analytic` with central differences of `loss` w.r.t. `x` (perturbed in place).
-void expect_matches_finite_differences(Vec& x, const Vec& analytic,
-                                       const std::function<double()>& loss, const char* what) {
-  const double h = 1e-6;
-  double max_error = 0, max_ref = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const double plus = loss();
-    x[i] = saved - h;
-    const double minus = loss();
-    x[i] = saved;
-    const double numeric = (plus - minus) / (2 * h);
-    max_error = std::max(max_error, std::abs(numeric - analytic[i]));
-    max_ref = std::max(max_ref, std::abs(numeric));
-  }
-  // Central differences in double are accurate to ~1e-9 relative at these magnitudes.
-  EXPECT_LE(max_error, 1e-6 * std::max(1.0, max_ref))
-      << what << ": max |numeric - analytic| = " << max_error;
-}
+using testing::dot;
+using testing::expect_matches_finite_differences;
+using testing::random_vector;
+using testing::Vec;
 
 TEST(OpsGradient, Matmul) {
   std::mt19937_64 rng(1);
@@ -286,7 +256,7 @@ TEST(OpsGradient, VocabParallelCrossEntropyWithPaddedVocabulary) {
       for (int n = 0; n < N; ++n)
         for (int j = 0; j < ce.shard_width(s); ++j)
           dfull[n * Vp + begins[s] + j] = dlogits[s][n * ce.shard_width(s) + j];
-    SCOPED_TRACE(testing::Message() << begins.size() << " shard(s)");
+    SCOPED_TRACE(::testing::Message() << begins.size() << " shard(s)");
     expect_matches_finite_differences(logits, dfull, loss, "logits");
     for (int n = 0; n < N; ++n)
       for (int v = V; v < Vp; ++v)
