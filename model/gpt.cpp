@@ -40,6 +40,8 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
       options_(options) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
   STRATA_CHECK(partition.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
+  if (shape.moe.enabled())
+    fail("model.moe: the CPU model does not run mixture-of-experts blocks yet");
   if (tp_ == nullptr) {
     STRATA_CHECK(partition.tp_size == 1, "a tensor-parallel partition needs its group");
     single_rank_ = std::make_unique<SingleRank>();

@@ -9,15 +9,28 @@
 
 namespace strata {
 
-std::int64_t GptShape::params_excluding_positions() const {
-  const std::int64_t C = d_model;
-  const std::int64_t per_layer =
-      12 * C * C + 13 * C;  // qkv 3C², proj C², fc 4C², proj 4C², biases, 2 LN
-  return static_cast<std::int64_t>(padded_vocab()) * C + n_layer * per_layer + 2 * C;
+namespace {
+// The parameters of a GPT whose MoE blocks use `experts_used` experts each.
+std::int64_t gpt_params(const GptShape& s, int experts_used) {
+  const std::int64_t C = s.d_model;
+  const std::int64_t mlp = 8 * C * C + 5 * C;        // fc 4C², proj 4C², their biases
+  const std::int64_t attention = 4 * C * C + 8 * C;  // qkv 3C², proj C², biases, 2 LN
+  std::int64_t blocks = 0;
+  for (int i = 0; i < s.n_layer; ++i)
+    blocks += attention +
+              (s.moe.is_moe_block(i) ? s.moe.experts * C + experts_used * mlp : mlp);  // router
+  return static_cast<std::int64_t>(s.padded_vocab()) * C + blocks + 2 * C;
+}
+}  // namespace
+
+std::int64_t GptShape::params_excluding_positions() const { return gpt_params(*this, moe.experts); }
+
+std::int64_t GptShape::active_params_excluding_positions() const {
+  return gpt_params(*this, moe.top_k);
 }
 
 double GptShape::flops_per_token() const {
-  return 6.0 * static_cast<double>(params_excluding_positions()) +
+  return 6.0 * static_cast<double>(active_params_excluding_positions()) +
          12.0 * n_layer * d_model * static_cast<double>(seq_len);
 }
 
@@ -91,24 +104,32 @@ ParameterLayout ParameterLayout::for_partition(const GptShape& s, const ModelPar
   };
   if (p.has_embedding || p.has_head) layout.add("wte", {Vp, C}, true, 1, Vp, C, r, n);
   if (p.has_embedding) whole("wpe", {s.seq_len, C}, true);
-  for (int c = 0; c < p.chunks(); ++c)
-    for (int i = p.chunk_layers(c).begin; i < p.chunk_layers(c).end; ++i) {
-      const std::string h = "h." + std::to_string(i) + ".";
-      whole(h + "ln1.weight", {C}, false);
-      whole(h + "ln1.bias", {C}, false);
-      // Column-parallel: each rank computes its heads' q, k and v.
-      layout.add(h + "attn.qkv.weight", {3 * C, C}, true, 3, C, C, r, n);
-      layout.add(h + "attn.qkv.bias", {3 * C}, false, 3, C, 1, r, n);
-      // Row-parallel: each rank multiplies its heads' outputs; the sum over ranks is the output.
-      layout.add(h + "attn.proj.weight", {C, C}, true, C, C, 1, r, n);
-      whole(h + "attn.proj.bias", {C}, false);
-      whole(h + "ln2.weight", {C}, false);
-      whole(h + "ln2.bias", {C}, false);
-      layout.add(h + "mlp.fc.weight", {4 * C, C}, true, 1, 4 * C, C, r, n);
-      layout.add(h + "mlp.fc.bias", {4 * C}, false, 1, 4 * C, 1, r, n);
-      layout.add(h + "mlp.proj.weight", {C, 4 * C}, true, C, 4 * C, 1, r, n);
-      whole(h + "mlp.proj.bias", {C}, false);
+  auto block = [&](int i) {
+    const std::string h = "h." + std::to_string(i) + ".";
+    whole(h + "ln1.weight", {C}, false);
+    whole(h + "ln1.bias", {C}, false);
+    // Column-parallel: each rank computes its heads' q, k and v.
+    layout.add(h + "attn.qkv.weight", {3 * C, C}, true, 3, C, C, r, n);
+    layout.add(h + "attn.qkv.bias", {3 * C}, false, 3, C, 1, r, n);
+    // Row-parallel: each rank multiplies its heads' outputs; the sum over ranks is the output.
+    layout.add(h + "attn.proj.weight", {C, C}, true, C, C, 1, r, n);
+    whole(h + "attn.proj.bias", {C}, false);
+    whole(h + "ln2.weight", {C}, false);
+    whole(h + "ln2.bias", {C}, false);
+    // The MLP, or the block's experts after their router (replicated), in model/moe/moe_layer.h's
+    // order: each expert's fc column-parallel and proj row-parallel, as the dense MLP's.
+    const bool moe = s.moe.is_moe_block(i);
+    if (moe) whole(h + "moe.router.weight", {s.moe.experts, C}, true);
+    for (int e = 0; e < (moe ? s.moe.experts : 1); ++e) {
+      const std::string m = moe ? h + "moe.experts." + std::to_string(e) + "." : h + "mlp.";
+      layout.add(m + "fc.weight", {4 * C, C}, true, 1, 4 * C, C, r, n);
+      layout.add(m + "fc.bias", {4 * C}, false, 1, 4 * C, 1, r, n);
+      layout.add(m + "proj.weight", {C, 4 * C}, true, C, 4 * C, 1, r, n);
+      whole(m + "proj.bias", {C}, false);
     }
+  };
+  for (int c = 0; c < p.chunks(); ++c)
+    for (int i = p.chunk_layers(c).begin; i < p.chunk_layers(c).end; ++i) block(i);
   if (p.has_head) {
     whole("lnf.weight", {C}, false);
     whole("lnf.bias", {C}, false);
@@ -206,8 +227,8 @@ void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& sh
       for (std::size_t i = first; i < last; ++i) out[i - first] = value;
       continue;
     }
-    const bool residual =
-        ends_with(t.name, "attn.proj.weight") || ends_with(t.name, "mlp.proj.weight");
+    // Every residual projection: attention's, the MLP's, each expert's.
+    const bool residual = ends_with(t.name, ".proj.weight");
     const double stddev = residual ? residual_std : 0.02;
     const std::uint64_t key = hash_combine(seed, hash_name(t.name));
     // Only real vocabulary rows of wte are drawn; padded rows stay 0 (they are never targets).

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/core/choice.h"
+#include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/recompute.h"
 #include "parallel/diloco/averaging.h"
@@ -53,6 +54,7 @@ struct ModelConfig {
   int d_model = 128;
   int seq_len = 128;
   int vocab_size = 4096;
+  MoeConfig moe;  // model.moe: experts 0 (the default) keeps every MLP dense
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -214,6 +216,11 @@ struct Config {
 
 // Parses YAML text (`source_name` names it in messages), applies overrides of the form
 // "key.path=value" (value parsed as YAML), validates, and returns the typed config.
+// The model's shape (what its layout and every size follow) from the `model` keys.
+inline GptShape gpt_shape_of(const ModelConfig& m) {
+  return GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, m.moe};
+}
+
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides = {});
 // Reads the file, then parse_config. A missing or unreadable file is an Error naming it.

@@ -59,6 +59,13 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("model.d_model", c.model.d_model);
   visit("model.seq_len", c.model.seq_len);
   visit("model.vocab_size", c.model.vocab_size);
+  visit("model.moe.experts", c.model.moe.experts);
+  visit("model.moe.top_k", c.model.moe.top_k);
+  visit("model.moe.every", c.model.moe.every);
+  visit("model.moe.capacity_factor", c.model.moe.capacity_factor);
+  visit("model.moe.group_sequences", c.model.moe.group_sequences);
+  visit("model.moe.aux_loss", c.model.moe.aux_loss);
+  visit("model.moe.z_loss", c.model.moe.z_loss);
 
   visit("data.train", TrainData{c.data.train, c.data.mixture});
   visit("data.val", c.data.val);

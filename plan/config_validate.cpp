@@ -60,6 +60,31 @@ bool has_validation(const DataConfig& data) {
          std::ranges::any_of(data.mixture, [](const DataSource& s) { return !s.val.empty(); });
 }
 
+// model.moe (model/moe/moe_config.h): only checked when experts > 0.
+void validate_moe(const Config& c, const Rules& rules) {
+  const MoeConfig& moe = c.model.moe;
+  rules.at_least("model.moe.experts", moe.experts, 0);
+  if (!moe.enabled()) return;
+  rules.at_least("model.moe.top_k", moe.top_k, 1);
+  if (moe.top_k > moe.experts)
+    rules.fail("model.moe.top_k", "(", moe.top_k, ") must be <= model.moe.experts (", moe.experts,
+               ")");
+  rules.at_least("model.moe.every", moe.every, 1);
+  if (moe.every > c.model.n_layer)
+    rules.fail("model.moe.every", "(", moe.every, ") must be <= model.n_layer (", c.model.n_layer,
+               "): block i has experts when i % every == every - 1");
+  if (!(moe.capacity_factor >= 0))
+    rules.fail("model.moe.capacity_factor", "must be >= 0 (0: dropless), got ",
+               moe.capacity_factor);
+  rules.at_least("model.moe.group_sequences", moe.group_sequences, 1);
+  if (c.train.micro_batch % moe.group_sequences != 0)
+    rules.fail("model.moe.group_sequences", "(", moe.group_sequences,
+               ") must divide train.micro_batch (", c.train.micro_batch,
+               "): capacity is counted over groups of whole sequences of a micro-batch");
+  if (!(moe.aux_loss >= 0)) rules.fail("model.moe.aux_loss", "must be >= 0, got ", moe.aux_loss);
+  if (!(moe.z_loss >= 0)) rules.fail("model.moe.z_loss", "must be >= 0, got ", moe.z_loss);
+}
+
 void validate_model(const Config& c, const Rules& rules) {
   const auto& m = c.model;
   rules.at_least("model.n_layer", m.n_layer, 1);
@@ -80,6 +105,7 @@ void validate_model(const Config& c, const Rules& rules) {
   if (parameters > kLimit || per_sequence > kLimit)
     rules.fail("model", "is too large to index: about ", parameters, " parameters and ",
                per_sequence, " activations per sequence layer (the limit is 2^50 elements)");
+  validate_moe(c, rules);
 }
 
 void validate_optimizer(const Config& c, const Rules& rules) {

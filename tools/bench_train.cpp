@@ -108,7 +108,7 @@ TrainSetup setup_from_config(const ToolArgs& args) {
 // What both forms derive from the config: the shape, the options, the device.
 void complete_setup(TrainSetup& setup) {
   const ModelConfig& m = setup.config.model;
-  setup.shape = GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  setup.shape = gpt_shape_of(m);
   setup.options = gpt_options_of(setup.config);
   // One process: the layout keys are not used, and one step is one micro-batch.
   setup.config.train.global_batch = setup.config.train.micro_batch;

@@ -21,10 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-GptShape shape_of(const ModelConfig& m) {
-  return GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
-}
-
 // What this MPI library cannot do for the config: refuse before any work.
 void check_mpi_support(const Config& c) {
   if (c.diloco.enabled && c.diloco.overlap && !mpi_thread_multiple())
@@ -54,7 +50,7 @@ Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh
       groups(w, c.diloco.enabled ? c.diloco.workers : 0, mesh_shape, c.parallel.gpus_per_node),
       mesh(groups.mesh()),
       reduction_groups(groups.reductions()),
-      shape(shape_of(c.model)),
+      shape(gpt_shape_of(c.model)),
       data(c),
       scaler(LossScaler::for_config(c.precision)) {
   settings.dp = mesh.dp_size();
@@ -179,7 +175,7 @@ std::unique_ptr<OuterLoop> Trainer::State::outer_loop() {
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
   // Before any work: a layout that does not fit the world, a device it cannot use.
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
-  const Device device = resolve_device(config, shape_of(config.model));
+  const Device device = resolve_device(config, gpt_shape_of(config.model));
   check_mpi_support(config);
   state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;

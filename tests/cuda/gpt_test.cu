@@ -55,11 +55,11 @@ struct Case {
 // (recompute's workspace pays off).
 const std::vector<Case>& cases() {
   static const std::vector<Case> all{
-      {{.n_layer = 2, .n_head = 4, .d_model = 64, .seq_len = 48, .vocab_size = 100}, 3, 37},
-      {{.n_layer = 2, .n_head = 2, .d_model = 128, .seq_len = 64, .vocab_size = 200}, 2, 64},
-      {{.n_layer = 1, .n_head = 3, .d_model = 96, .seq_len = 32, .vocab_size = 300}, 2, 19},
-      {{.n_layer = 1, .n_head = 2, .d_model = 96, .seq_len = 40, .vocab_size = 150}, 2, 33},
-      {{.n_layer = 1, .n_head = 1, .d_model = 128, .seq_len = 40, .vocab_size = 130}, 1, 40}};
+      {GptShape(2, 4, 64, 48, 100), 3, 37},
+      {GptShape(2, 2, 128, 64, 200), 2, 64},
+      {GptShape(1, 3, 96, 32, 300), 2, 19},
+      {GptShape(1, 2, 96, 40, 150), 2, 33},
+      {GptShape(1, 1, 128, 40, 130), 1, 40}};
   return all;
 }
 

@@ -412,6 +412,29 @@ TEST(ConfigErrors, LayoutsThatDoNotDivideTheModel) {
                   "'parallel.pp_layers' entries must be >= 1, got 0 at index 1");
 }
 
+TEST(ConfigErrors, MixtureOfExpertsKeys) {
+  const std::string base = "data: {train: t}\ntrain: {micro_batch: 4}\n";
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4, top_k: 5}}"),
+                  "'model.moe.top_k' (5) must be <= model.moe.experts (4)");
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4, group_sequences: 3}}"),
+                  "'model.moe.group_sequences' (3) must divide train.micro_batch (4)");
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4, every: 5}}"),
+                  "'model.moe.every' (5) must be <= model.n_layer (4)");
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4, capacity_factor: -1}}"),
+                  "'model.moe.capacity_factor' must be >= 0 (0: dropless), got -1");
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: -1}}"),
+                  "'model.moe.experts' must be >= 0, got -1");
+  // Experts 0 (the default) ignores the rest.
+  EXPECT_NO_THROW(parse_config(base + "model: {moe: {top_k: 9}}", "c"));
+  const Config c = parse_config(
+      base + "model: {moe: {experts: 8, top_k: 1, every: 2, capacity_factor: 0}}", "c");
+  EXPECT_EQ(c.model.moe.experts, 8);
+  EXPECT_EQ(c.model.moe.top_k, 1);
+  EXPECT_EQ(c.model.moe.every, 2);
+  EXPECT_EQ(c.model.moe.capacity_factor, 0.0);
+  EXPECT_EQ(parse_config(config_to_yaml(c), "again"), c);  // written back whole
+}
+
 TEST(ConfigErrors, VirtualStagesFollowTheSchedule) {
   const std::string base = "data: {train: t}\nmodel: {n_layer: 8}\n";
   EXPECT_CONTAINS(error_of(base + "parallel: {pp: 2, pipeline_schedule: interleaved}"),

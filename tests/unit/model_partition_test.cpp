@@ -210,5 +210,42 @@ TEST(ModelPartition, InitialisationDoesNotDependOnThePartition) {
   }
 }
 
+// Experts replace the MLP of every `every`-th block: the router (E, C) replicated, each expert's
+// fc and proj split over tp as the dense MLP's; the slices tile every logical tensor once, and
+// the parameter counts follow (all experts; active: top_k of them).
+TEST(ModelPartition, ExpertBlocksHaveARouterAndExpertsSplitLikeTheMlp) {
+  MoeConfig moe;
+  moe.experts = 3;
+  moe.top_k = 2;
+  moe.every = 2;
+  const GptShape shape(4, 4, 16, 8, 40, moe);
+  const ParameterLayout whole = ParameterLayout::for_gpt(shape);
+  EXPECT_TRUE(whole.has("h.0.mlp.fc.weight"));
+  EXPECT_FALSE(whole.has("h.1.mlp.fc.weight"));
+  EXPECT_EQ(whole.at("h.1.moe.router.weight").shape, (std::vector<std::int64_t>{3, 16}));
+  EXPECT_EQ(whole.at("h.3.moe.experts.2.proj.weight").shape, (std::vector<std::int64_t>{16, 64}));
+  EXPECT_EQ(static_cast<std::int64_t>(whole.total() - whole.at("wpe").size),
+            shape.params_excluding_positions());
+  const std::int64_t expert = 8 * 16 * 16 + 5 * 16;
+  EXPECT_EQ(shape.params_excluding_positions() - shape.active_params_excluding_positions(),
+            2 * expert);  // one unused expert in each of the two MoE blocks
+  std::vector<int> hits(whole.total(), 0);
+  for (int r = 0; r < 2; ++r) {
+    ModelPartition p = ModelPartition::whole(shape);
+    p.tp_rank = r;
+    p.tp_size = 2;
+    const ParameterLayout part = ParameterLayout::for_partition(shape, p);
+    EXPECT_EQ(part.at("h.1.moe.experts.0.fc.weight").shape, (std::vector<std::int64_t>{32, 16}));
+    EXPECT_EQ(part.at("h.1.moe.experts.0.proj.weight").shape, (std::vector<std::int64_t>{16, 32}));
+    for (const TensorView& t : part.tensors()) {
+      if (t.slice.is_whole() && r > 0) continue;  // replicated: count once
+      const TensorView& w = whole.at(t.name);
+      for (std::size_t i = 0; i < t.size; ++i)
+        ++hits[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
+    }
+  }
+  for (std::size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+}
+
 }  // namespace
 }  // namespace strata

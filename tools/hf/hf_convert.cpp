@@ -34,10 +34,6 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) fail("cannot write '", path, "'");
 }
 
-GptShape shape_of(const ModelConfig& m) {
-  return GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
-}
-
 }  // namespace
 
 HfExport export_hf_gpt2(const std::string& checkpoint_path, const std::string& out_dir) {
@@ -48,7 +44,11 @@ HfExport export_hf_gpt2(const std::string& checkpoint_path, const std::string& o
   } catch (const Error& e) {
     fail("checkpoint '", checkpoint_path, "' holds an invalid config: ", e.what());
   }
-  HfExport result{shape_of(config.model), false, config.diloco.enabled ? config.diloco.workers : 0};
+  if (config.model.moe.enabled())
+    fail("checkpoint '", checkpoint_path, "' is a mixture-of-experts model (model.moe.experts ",
+         config.model.moe.experts, "): GPT-2 has no experts, so it has no Hugging Face GPT-2 form");
+  HfExport result{gpt_shape_of(config.model), false,
+                  config.diloco.enabled ? config.diloco.workers : 0};
   const Checkpoint ckpt =
       read_checkpoint(checkpoint_path, ParameterLayout::for_gpt(result.shape), false);
   int eos_id = -1;
@@ -112,7 +112,7 @@ HfImport import_hf_gpt2(const std::string& dir, const std::string& out_checkpoin
   Config config;
   config.run.name = "hf_import";
   config.model = {result.shape.n_layer, result.shape.n_head, result.shape.d_model,
-                  result.shape.seq_len, result.shape.vocab_size};
+                  result.shape.seq_len, result.shape.vocab_size, MoeConfig{}};
   // A checkpoint's config names the data it was trained on; an imported model has none here.
   // `train --resume` takes the data from its own config.
   config.data.train = "hf-import:" + fs::absolute(dir).string();

@@ -19,7 +19,7 @@ SavedModel load_saved_model(const std::string& checkpoint_path, int max_batch) {
   if (m.n_layer > tensors)
     fail("checkpoint '", checkpoint_path, "' holds a config of ", m.n_layer, " layers but only ",
          tensors, " model tensors");
-  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  const GptShape shape = gpt_shape_of(m);
   // The tensors first: their shapes are checked against the config before the model that the
   // config describes (however large it claims to be) is built.
   Checkpoint ckpt = read_checkpoint(checkpoint_path, ParameterLayout::for_gpt(shape), false);
