@@ -54,12 +54,11 @@ struct Case {
 // hs 32, hs 48 (configs/fortunes.yaml's) and hs 128 ragged. The first two have two layers
 // (recompute's workspace pays off).
 const std::vector<Case>& cases() {
-  static const std::vector<Case> all{
-      {GptShape(2, 4, 64, 48, 100), 3, 37},
-      {GptShape(2, 2, 128, 64, 200), 2, 64},
-      {GptShape(1, 3, 96, 32, 300), 2, 19},
-      {GptShape(1, 2, 96, 40, 150), 2, 33},
-      {GptShape(1, 1, 128, 40, 130), 1, 40}};
+  static const std::vector<Case> all{{GptShape(2, 4, 64, 48, 100), 3, 37},
+                                     {GptShape(2, 2, 128, 64, 200), 2, 64},
+                                     {GptShape(1, 3, 96, 32, 300), 2, 19},
+                                     {GptShape(1, 2, 96, 40, 150), 2, 33},
+                                     {GptShape(1, 1, 128, 40, 130), 1, 40}};
   return all;
 }
 
