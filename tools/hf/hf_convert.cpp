@@ -111,7 +111,7 @@ HfImport import_hf_gpt2(const std::string& dir, const std::string& out_checkpoin
 
   Config config;
   config.run.name = "hf_import";
-  config.model = {result.shape.n_layer, result.shape.n_head, result.shape.d_model,
+  config.model = {result.shape.n_layer, result.shape.n_head,     result.shape.d_model,
                   result.shape.seq_len, result.shape.vocab_size, MoeConfig{}};
   // A checkpoint's config names the data it was trained on; an imported model has none here.
   // `train --resume` takes the data from its own config.
