@@ -57,7 +57,10 @@ AutoLayout choose_run_layout(const Config& config, int world_size, int ranks_on_
   if (rank == 0) {
     try {
       if (!error.empty()) fail(error);
-      const std::vector<PlanCost> plans = search_layouts(config, cluster, world);
+      // Several chunks per rank (interleaved, zbv) run on the CPU backend only so far.
+      SearchOptions options;
+      options.virtual_stages = cluster.backend == ClusterBackend::cpu;
+      const std::vector<PlanCost> plans = search_layouts(config, cluster, world, options);
       const PlanCost best = best_of(plans, cluster, world);
       std::ostringstream out;
       out << "ok\n";
