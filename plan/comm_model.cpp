@@ -124,11 +124,11 @@ class StepEvents {
     ring(g, kind, ring_chunk_bytes(whole, g.size()), g.size() - 1, phase, repeats, what);
   }
   void send(const GroupView& g, int peer, std::uint64_t bytes, CommPhase phase, int repeats,
-            const char* what) {
+            const char* what, int chunk = 0) {
     if (repeats == 0) return;
     const LinkClass link = g.link(g.rank, peer);
     out_.events.push_back(
-        CommEvent{"send", g.group, phase, {{link, bytes}}, 1, link, repeats, what});
+        CommEvent{"send", g.group, phase, {{link, bytes}}, 1, link, repeats, what, 1, chunk});
   }
   // An uneven all-to-all: bytes_to[p] to each other member p.
   void all_to_all(const GroupView& g, const std::vector<std::uint64_t>& bytes_to, CommPhase phase,
@@ -207,11 +207,24 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   gathers(CommPhase::backward, 2 * layers + recomputed, "layer gradient row gathers");
   if (partition.has_embedding) gathers(CommPhase::backward, 1, "embedding gradient gather");
 
-  // Pipeline messages, per micro-batch (parallel/pipeline/pipeline_executor.h).
-  if (stage + 1 < mesh.pp)
-    events.send(pp, stage + 1, boundary, CommPhase::pipeline, micro_batches, "activations");
-  if (stage > 0)
-    events.send(pp, stage - 1, boundary, CommPhase::pipeline, micro_batches, "gradients");
+  // Pipeline messages, per micro-batch and chunk (parallel/pipeline/pipeline_executor.h): every
+  // virtual stage sends its activations to the next and its input gradients to the previous,
+  // unless that one is on this rank too (the V's turn: handed over in place).
+  const PipelineLayout chunks =
+      pipeline_schedule_layout(config.parallel.pipeline_schedule, config.parallel.virtual_stages);
+  const int virtual_stages = mesh.pp * chunks.chunks;
+  for (int c = 0; c < chunks.chunks; ++c) {
+    const int here = pipeline_virtual_stage(chunks, mesh.pp, stage, c);
+    const auto stage_of = [&](int virtual_stage) {
+      return pipeline_stage_chunk(chunks, mesh.pp, virtual_stage).stage;
+    };
+    if (here + 1 < virtual_stages && stage_of(here + 1) != stage)
+      events.send(pp, stage_of(here + 1), boundary, CommPhase::pipeline, micro_batches,
+                  "activations", c);
+    if (here > 0 && stage_of(here - 1) != stage)
+      events.send(pp, stage_of(here - 1), boundary, CommPhase::pipeline, micro_batches, "gradients",
+                  c);
+  }
 
   // ZeRO 2 and 3: each segment's gradients reduce-scattered over dp after every backward pass
   // (micro_batch, or a step of one micro-batch) or once after the last (step).
@@ -247,8 +260,8 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
 
   // ZeRO 3: every use of a segment's weights is one gather, in the model's order.
   if (plan.parameters_by_segment && dp.size() > 1) {
-    const PipelineProgram program =
-        make_pipeline_schedule(config.parallel.pipeline_schedule, mesh.pp, micro_batches);
+    const PipelineProgram program = make_pipeline_schedule(
+        config.parallel.pipeline_schedule, mesh.pp, micro_batches, config.parallel.virtual_stages);
     const ZeroConfig& zero = config.parallel.zero;
     for (const SegmentGatherUse& g : zero3_gather_sequence(
              partition, segment_index(segments), program[static_cast<std::size_t>(stage)])) {

@@ -8,9 +8,10 @@
 // per-segment reduce-scatters (plain or qgZ's two int4 hops), ZeRO 3's per-segment gathers in
 // the model's gather order (plain, qwZ's int8 forward gathers, hpZ's backward gathers inside the
 // node), the tensor-parallel sums and gathers of every layer (recomputed ones included), the
-// pipeline's activation and gradient messages and the loss and norm scalars. So
-// `stats()` equals the `comm_bytes` of a training step in metrics.jsonl and `group_bytes` its
-// `comm_bytes_by_axis`, which tests/mpi/plan_memory_test.cpp checks on many layouts.
+// pipeline's activation and gradient messages (per chunk with virtual stages) and the loss and
+// norm scalars. So `stats()` equals the `comm_bytes` of a training step in metrics.jsonl and
+// `group_bytes` its `comm_bytes_by_axis`, which tests/mpi/plan_memory_test.cpp checks on many
+// layouts.
 //
 // For the step-time model each event also says when it happens (its phase), how many messages
 // it sends in sequence (the latency term) and the slowest link its pattern crosses (a ring runs
@@ -53,6 +54,9 @@ struct CommEvent {
   // nodes as several channels, one per NIC, so its node-crossing hop can use this many devices'
   // inter-node links at once (1 for transfers and all-to-alls: each uses its own device's link).
   int node_members = 1;
+  // Pipeline messages: the sending chunk of the rank (its virtual stage; 0 without virtual
+  // stages).
+  int chunk = 0;
 
   std::uint64_t total_bytes() const;
 };

@@ -86,7 +86,8 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
   const ModelPartition& partition = rank.partition;
   const ParameterLayout& layout = rank.layout;
   const ReductionPlan& plan = rank.plan;
-  const bool first = stage == 0, last = stage == mesh.pp - 1;
+  // The ends of the model: with virtual stages zbv's rank 0 holds both, its last rank neither.
+  const bool first = partition.has_embedding, last = partition.has_head;
 
   MemoryAccount account;
   account.master_weights = plan.parameter_range.size() * sizeof(float);
@@ -104,18 +105,26 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
   account.gradient_buckets =
       gradient_bucket_bytes(layout, plan, config.parallel.zero, accumulation, first, last);
 
-  // Activation slots: how many micro-batches this stage holds at once under the schedule.
-  const PipelineProgram program =
-      make_pipeline_schedule(config.parallel.pipeline_schedule, mesh.pp, accumulation);
-  const PipelineStats stats = simulate_pipeline(
-      program, accumulation, pipeline_schedule_simulation(config.parallel.pipeline_schedule));
+  // Activation slots: how many micro-batches each chunk holds at once under the schedule. Each
+  // chunk is a model of its own (one without virtual stages) with its slots and its recompute
+  // workspace.
+  const PipelineSchedule kind = config.parallel.pipeline_schedule;
+  const int chunks = config.parallel.virtual_stages;
+  const PipelineProgram program = make_pipeline_schedule(kind, mesh.pp, accumulation, chunks);
+  const PipelineStats stats =
+      simulate_pipeline(program, accumulation, pipeline_schedule_simulation(kind, chunks));
   account.gathered_weights =
       gathered_weight_bytes(layout, plan, partition, program[static_cast<std::size_t>(stage)]);
-  const int slots = std::max(1, stats.max_activations_held[static_cast<std::size_t>(stage)]);
-  const ActivationElements activations =
-      activation_elements(rank.shape, partition, config.train.micro_batch, config.recompute,
-                          pipeline_schedule_splits_backward(config.parallel.pipeline_schedule));
-  account.activations = (activations.workspace + slots * activations.per_slot) * sizeof(float);
+  const std::vector<int>& held = stats.max_held_by_chunk[static_cast<std::size_t>(stage)];
+  std::size_t activations = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int slots = std::max(1, held[static_cast<std::size_t>(c)]);
+    const ActivationElements a =
+        activation_elements(rank.shape, partition.chunk(c), config.train.micro_batch,
+                            config.recompute, pipeline_schedule_splits_backward(kind));
+    activations += a.workspace + slots * a.per_slot;
+  }
+  account.activations = activations * sizeof(float);
   return account;
 }
 

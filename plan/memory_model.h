@@ -10,8 +10,9 @@
 //
 // Every field is predicted, as the account stands from the second step on (all activation slots
 // in use, ZeRO 3's prefetch running). The test can check rank 0 only (the rank that reports
-// memory), i.e. a first pipeline stage; the last stage's order (the tied head) follows the same
-// code path but is unchecked so far.
+// memory), i.e. a first pipeline stage, which under zbv also holds the tied head; the last stage
+// of the other schedules follows the same code path. With virtual stages a rank's activations are
+// its chunk models' (one Gpt per chunk, each with its slots and its workspace).
 #pragma once
 
 #include "plan/config.h"

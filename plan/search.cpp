@@ -46,13 +46,15 @@ std::vector<std::string> PlanLayout::overrides() const {
           std::string("parallel.zero.quantized_weights=") + flag(qwz),
           std::string("parallel.zero.quantized_gradients=") + flag(qgz),
           "parallel.pp_layers=" + layers.str(),
-          "parallel.gpus_per_node=" + std::to_string(gpus_per_node)};
+          "parallel.gpus_per_node=" + std::to_string(gpus_per_node),
+          "parallel.virtual_stages=" + std::to_string(virtual_stages)};
 }
 
 std::string PlanLayout::name() const {
   std::ostringstream out;
   out << "tp" << tp << " pp" << pp << " dp" << dp << " mb" << micro_batch;
   if (pp > 1) out << " " << kPipelineScheduleChoices.word(schedule);
+  if (virtual_stages != 1) out << " v" << virtual_stages;
   if (sequence_parallel) out << " sp";
   if (zero_stage > 0) out << " zero" << zero_stage;
   if (zero_stage >= 2 && gradient_reduction != GradientReduction::step)
@@ -107,8 +109,33 @@ Config with_layout(const Config& base, const PlanLayout& layout) {
   p.zero.quantized_gradients = layout.qgz;
   p.pp_layers = layout.pp_layers;
   p.gpus_per_node = layout.gpus_per_node;
+  p.virtual_stages = layout.virtual_stages;
   config_detail::validate_config(config, config_detail::ConfigSource("plan"));
   return config;
+}
+
+// The pipeline schedules, each with its chunks per rank, worth pricing for `pp` stages of
+// `base`'s model with micro-batches of `micro_batch` sequences on `dp` data-parallel ranks (what
+// the trainer's validation would refuse is left out here, where it is cheap to see).
+std::vector<std::pair<PipelineSchedule, int>> schedules_for(const Config& base, int pp, int dp,
+                                                            int micro_batch,
+                                                            const SearchOptions& options) {
+  // One stage has no bubble: 1f1b is its plain accumulation loop.
+  if (pp == 1) return {{PipelineSchedule::one_f_one_b, 1}};
+  std::vector<std::pair<PipelineSchedule, int>> schedules = {{PipelineSchedule::one_f_one_b, 1},
+                                                             {PipelineSchedule::gpipe, 1},
+                                                             {PipelineSchedule::zb_h1, 1},
+                                                             {PipelineSchedule::zb_h2, 1}};
+  if (!options.virtual_stages) return schedules;
+  const int layers = base.model.n_layer;
+  // Interleaved walks whole groups of pp micro-batches; its chunks are capped at 4 to keep the
+  // search small (each more chunk adds a message per micro-batch and shrinks the bubble less).
+  const int micro_batches = base.train.global_batch / (micro_batch * dp);
+  if (micro_batches % pp == 0)
+    for (int chunks = 2; chunks <= 4 && pp * chunks <= layers; ++chunks)
+      schedules.push_back({PipelineSchedule::interleaved, chunks});
+  if (pp * 2 <= layers) schedules.push_back({PipelineSchedule::zbv, 2});
+  return schedules;
 }
 
 // The candidate layouts before the stage split (balanced layers).
@@ -124,10 +151,7 @@ std::vector<PlanLayout> enumerate_layouts(const Config& base, int world,
       const int dp = world / (tp * pp);
       if (base.train.global_batch % dp != 0) continue;
       for (int micro_batch : divisors(base.train.global_batch / dp))
-        for (PipelineSchedule schedule : {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe,
-                                          PipelineSchedule::zb_h1, PipelineSchedule::zb_h2}) {
-          // One stage has no bubble: 1f1b is its plain accumulation loop.
-          if (pp == 1 && schedule != PipelineSchedule::one_f_one_b) continue;
+        for (const auto& [schedule, chunks] : schedules_for(base, pp, dp, micro_batch, options)) {
           for (bool sp : {false, true}) {
             if (sp && tp == 1) continue;
             for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
@@ -154,7 +178,8 @@ std::vector<PlanLayout> enumerate_layouts(const Config& base, int world,
                                                  qwz,
                                                  qgz,
                                                  {},
-                                                 per_node});
+                                                 per_node,
+                                                 chunks});
                   }
                 }
           }
@@ -237,7 +262,8 @@ PlanCost cost_of(const Config& config, const ClusterSpec& cluster, int world_siz
                            p.zero.quantized_weights,
                            p.zero.quantized_gradients,
                            p.pp_layers,
-                           p.gpus_per_node};
+                           p.gpus_per_node,
+                           p.virtual_stages};
   plan.time = predict_step_time(config, cluster, world_size);
   plan.limit_bytes = static_cast<std::size_t>(cluster.device.memory_gib * 1024.0 * 1048576.0);
   for (int stage = 0; stage < mesh.pp; ++stage) {
@@ -277,7 +303,9 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
     int refined = 0;
     for (PlanCost& plan : plans) {
       if (refined >= 16) break;
-      if (plan.layout.pp == 1 || plan.fits() != any_fits) continue;
+      // The split is over stages: a plan of several chunks per rank keeps its balanced one.
+      if (plan.layout.pp == 1 || plan.layout.virtual_stages != 1 || plan.fits() != any_fits)
+        continue;
       // Each (stage, layers) cost prices every stage: keep the programme small.
       if (plan.layout.pp * plan.config.model.n_layer > 1024) continue;
       ++refined;

@@ -4,14 +4,16 @@
 // Enumerated (intra-operator choices, each checked by the trainer's own config validation):
 //   (tp, pp, dp) with tp·pp·dp = world, tp inside a node, tp dividing the heads, pp ≤ layers,
 //   dp dividing the global batch; micro-batch: every divisor of global_batch / dp; the pipeline
-//   schedule (1f1b, gpipe) when pp > 1; sequence parallelism when tp > 1; recompute (none,
+//   schedule when pp > 1: 1f1b, gpipe, zb-h1, zb-h2, and with several chunks of layers per rank
+//   interleaved (v = 2 to 4 chunks, pp·v ≤ layers, micro-batches a multiple of pp) and zbv
+//   (pp·2 ≤ layers); sequence parallelism when tp > 1; recompute (none,
 //   selective, full); ZeRO stage 0 to 3 when dp > 1, with either gradient reduction for stages
 //   2 and 3 and, on stage 3 of a layout spanning nodes, hpZ (exact), and with `quantized`
 //   allowed the lossy qwZ and qgZ too.
 // For pp > 1 the layers are split over the stages by dynamic programming (plan/stage_split.h,
 // Alpa's inter-operator pass): the slowest stage's forward + backward as small as possible, each
 // stage within the device memory; candidates start from the balanced split and the best ones
-// are re-split.
+// are re-split (those with one chunk per rank: a chunked plan keeps its balanced virtual stages).
 // Memory per device is the largest stage's predicted account (plan/memory_model.h; on a cuda
 // cluster computing in bf16/fp16, the compute weights and activations take 2 bytes, not the CPU
 // backend's 4), against device.memory_gib. Plans are ranked by predicted step time.
@@ -39,11 +41,12 @@ struct PlanLayout {
   bool hpz = false, qwz = false, qgz = false;
   std::vector<int> pp_layers;  // empty: balanced
   int gpus_per_node = 8;       // the cluster's nodes (parallel.gpus_per_node)
+  int virtual_stages = 1;      // chunks per rank (parallel.virtual_stages: interleaved, zbv)
 
   // The `--set` overrides that select this layout (every layout key, so the result does not
   // depend on what the config said).
   std::vector<std::string> overrides() const;
-  // e.g. "tp2 pp2 dp2 mb4 1f1b sp zero1 recompute=selective".
+  // e.g. "tp2 pp2 dp2 mb4 1f1b sp zero1 recompute=selective", "tp1 pp2 dp4 mb2 interleaved v3".
   std::string name() const;
 };
 
@@ -60,6 +63,8 @@ struct PlanCost {
 struct SearchOptions {
   bool quantized = false;  // allow qwZ and qgZ (lossy)
   bool rebalance = true;   // re-split the best pipelined plans by dynamic programming
+  // Consider the schedules with several chunks per rank (interleaved, zbv).
+  bool virtual_stages = true;
 };
 
 // Total bytes of an account.

@@ -70,15 +70,28 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
   }
   const bool overlap = cluster.backend == ClusterBackend::cuda;
 
-  std::vector<StageDurations> durations;
+  const PipelineSchedule kind = config.parallel.pipeline_schedule;
+  const int chunks = config.parallel.virtual_stages;
+  // Per stage, per chunk: its passes and its message to the next virtual stage.
+  std::vector<std::vector<StageDurations>> durations;
   for (int stage = 0; stage < mesh.pp; ++stage) {
     const RankModel rank = rank_model(config, world_size, stage, 0, 0);
-    const PassWork work = micro_batch_work(config, rank.partition, element_bytes);
+    // Each chunk is a model of its own layers (with virtual stages; else the stage's one).
+    std::vector<PassWork> works;
+    for (int c = 0; c < chunks; ++c)
+      works.push_back(micro_batch_work(config, rank.partition.chunk(c), element_bytes));
     StageTime t;
-    t.forward_compute = seconds_of(work.forward, cluster, compute, step.threads);
-    t.backward_compute = seconds_of(work.backward, cluster, compute, step.threads);
+    std::vector<double> forward_compute, backward_compute, weight_compute;
+    for (const PassWork& work : works) {
+      forward_compute.push_back(seconds_of(work.forward, cluster, compute, step.threads));
+      backward_compute.push_back(seconds_of(work.backward, cluster, compute, step.threads));
+      weight_compute.push_back(seconds_of(work.weight, cluster, compute, step.threads));
+      t.forward_compute += forward_compute.back();
+      t.backward_compute += backward_compute.back();
+    }
     const CommPrediction comm =
         predict_communication(config, world_size, stage, 0, 0, element_bytes);
+    std::vector<double> messages(static_cast<std::size_t>(chunks), 0.0);
     double forward_comm = 0, backward_comm = 0, gathers = 0;
     for (const CommEvent& e : comm.events) {
       const double seconds = event_seconds(e, cluster) * e.repeats;
@@ -93,7 +106,10 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
           backward_comm += seconds;
           break;
         case CommPhase::pipeline:
-          if (e.what == std::string("activations")) t.message = event_seconds(e, cluster);
+          if (e.what == std::string("activations")) {
+            messages[static_cast<std::size_t>(e.chunk)] = event_seconds(e, cluster);
+            t.message = std::max(t.message, messages[static_cast<std::size_t>(e.chunk)]);
+          }
           break;
         case CommPhase::gather:
           gathers += seconds;
@@ -111,25 +127,35 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     t.pass_comm = forward_comm + backward_comm;
     const double forward_share =
         t.forward_compute / std::max(1e-30, t.forward_compute + t.backward_compute);
-    t.forward =
-        t.forward_compute + (forward_comm + forward_share * t.gather_exposed) / micro_batches;
-    t.backward = t.backward_compute +
-                 (backward_comm + (1 - forward_share) * t.gather_exposed) / micro_batches;
+    // The rank's blocking communication per micro-batch, spread over its chunks' passes as their
+    // compute is (tensor-parallel sums and ZeRO 3 gathers go with the layers).
+    const double forward_extra = (forward_comm + forward_share * t.gather_exposed) / micro_batches;
+    const double backward_extra =
+        (backward_comm + (1 - forward_share) * t.gather_exposed) / micro_batches;
+    t.forward = t.forward_compute + forward_extra;
+    t.backward = t.backward_compute + backward_extra;
 
     t.optimizer =
         seconds_of(optimizer_work(config, rank.plan.owned.size(), rank.plan.gradient_range.size()),
                    cluster, compute, step.threads);
     if (stage == 0) step.rank0_comm = comm;
-    const double weight_half = seconds_of(work.weight, cluster, compute, step.threads);
-    durations.push_back(StageDurations{t.forward, t.backward, t.message, weight_half});
+    const auto share = [&](double part, double whole) {
+      return whole > 0 ? part / whole : 1.0 / chunks;
+    };
+    std::vector<StageDurations> stage_durations;
+    for (std::size_t c = 0; c < works.size(); ++c)
+      stage_durations.push_back(StageDurations{
+          forward_compute[c] + forward_extra * share(forward_compute[c], t.forward_compute),
+          backward_compute[c] + backward_extra * share(backward_compute[c], t.backward_compute),
+          messages[c], weight_compute[c]});
+    durations.push_back(std::move(stage_durations));
     step.stages.push_back(std::move(t));
   }
 
-  const PipelineProgram program =
-      make_pipeline_schedule(config.parallel.pipeline_schedule, mesh.pp, micro_batches);
-  const TimedPipeline clock = run_pipeline_clock(
-      program, durations, sharing,
-      pipeline_schedule_simulation(config.parallel.pipeline_schedule).nonblocking_sends);
+  const PipelineProgram program = make_pipeline_schedule(kind, mesh.pp, micro_batches, chunks);
+  const PipelineSimulation simulation = pipeline_schedule_simulation(kind, chunks);
+  const TimedPipeline clock = run_pipeline_clock(program, simulation.layout, durations, sharing,
+                                                 simulation.nonblocking_sends);
   step.pipeline = clock.makespan;
   step.bubble_fraction = clock.bubble_fraction;
   step.stage_pipeline = clock.finish;

@@ -9,6 +9,10 @@
 //                       the next segment while computing (hidden up to the compute time); on a cpu
 //                       cluster MPI progresses only inside calls, so nothing is hidden;
 //   message             one activation or gradient message to the neighbouring stage.
+// With virtual stages (interleaved, zbv: parallel.virtual_stages chunks per rank) each chunk is
+// priced on its own layers (its embedding or head where it holds them), the rank's blocking
+// collectives spread over its chunks' passes as their compute is, and its message is that of its
+// own boundary (none at the V's turn, where the next virtual stage is on the same rank).
 // The stages' passes and messages run on the pipeline clock (plan/timed_pipeline.h) under the
 // configured schedule; each stage then runs its end-of-step communication (gradient reductions,
 // norm and loss scalars), and after the slowest has, the optimizer and the updated-shard gathers:
@@ -31,10 +35,11 @@
 
 namespace strata {
 
+// A stage's figures; with virtual stages its passes are one micro-batch through all its chunks.
 struct StageTime {
   double forward_compute = 0, backward_compute = 0;  // one micro-batch
   double forward = 0, backward = 0;                  // one micro-batch, blocking comm included
-  double message = 0;                                // one message to the next stage
+  double message = 0;         // one message to the next stage (the slowest of its chunks')
   double pass_comm = 0;       // per step: the blocking collectives inside the passes
   double gather_exposed = 0;  // per step: ZeRO 3 gather time not hidden by compute
   double step_comm = 0;       // after the passes

@@ -32,8 +32,9 @@ double compute_seconds(const PipelineOp& op, const StageDurations& d) {
   }
 }
 
-// A queued message: (sender, receiver, gradient?, micro-batch).
-using MessageKey = std::tuple<std::size_t, std::size_t, bool, int>;
+// A queued message: (sender, receiver, gradient?, micro-batch, receiving chunk), the executor's
+// channel and tag.
+using MessageKey = std::tuple<std::size_t, std::size_t, bool, int, int>;
 
 // Whether an op's send or receive half carries a gradient (else an activation).
 bool carries_gradient(PipelineOpKind kind, bool send_half) {
@@ -55,12 +56,48 @@ bool carries_gradient(PipelineOpKind kind, bool send_half) {
 TimedPipeline run_pipeline_clock(const PipelineProgram& program,
                                  const std::vector<StageDurations>& durations,
                                  const CoreSharing& sharing, bool nonblocking_sends) {
+  std::vector<std::vector<StageDurations>> by_chunk;
+  for (const StageDurations& d : durations) by_chunk.push_back({d});
+  return run_pipeline_clock(program, PipelineLayout{}, by_chunk, sharing, nonblocking_sends);
+}
+
+TimedPipeline run_pipeline_clock(const PipelineProgram& program, const PipelineLayout& layout,
+                                 const std::vector<std::vector<StageDurations>>& durations,
+                                 const CoreSharing& sharing, bool nonblocking_sends) {
   const std::size_t stages = program.size();
+  const int virtual_stages = static_cast<int>(stages) * layout.chunks;
   STRATA_CHECK(durations.size() == stages, "one duration per pipeline stage");
-  for (const std::vector<PipelineOp>& ops : program)
-    for (const PipelineOp& op : ops)
-      STRATA_CHECK(op.chunk == 0, "pipeline clock: programs of one chunk per stage only, not ",
-                   to_string(op));
+  for (std::size_t s = 0; s < stages; ++s) {
+    STRATA_CHECK(static_cast<int>(durations[s].size()) == layout.chunks, "pipeline clock: stage ",
+                 s, " has durations for ", durations[s].size(), " chunks, the layout ",
+                 layout.chunks);
+    for (const PipelineOp& op : program[s])
+      STRATA_CHECK(op.chunk >= 0 && op.chunk < layout.chunks, "pipeline clock: stage ", s, "'s ",
+                   to_string(op), " names a chunk of ", layout.chunks);
+  }
+  // The virtual stage an op of `stage` talks to, and the durations of the lower of the two (whose
+  // `message` is the one between them).
+  struct Peer {
+    std::size_t stage = 0;
+    int chunk = 0;
+    double message = 0;
+  };
+  const auto peer_of = [&](std::size_t stage, const PipelineOp& op) {
+    const int here =
+        pipeline_virtual_stage(layout, static_cast<int>(stages), static_cast<int>(stage), op.chunk);
+    const int there = here + pipeline_op_peer_offset(op.kind);
+    STRATA_CHECK(there >= 0 && there < virtual_stages, "pipeline clock: stage ", stage, "'s ",
+                 to_string(op), " talks to a virtual stage that does not exist");
+    const StageChunk peer = pipeline_stage_chunk(layout, static_cast<int>(stages), there);
+    const StageChunk lower =
+        pipeline_stage_chunk(layout, static_cast<int>(stages), std::min(here, there));
+    STRATA_CHECK(peer.stage != static_cast<int>(stage), "pipeline clock: stage ", stage, "'s ",
+                 to_string(op), " talks to its own rank");
+    return Peer{
+        static_cast<std::size_t>(peer.stage), peer.chunk,
+        durations[static_cast<std::size_t>(lower.stage)][static_cast<std::size_t>(lower.chunk)]
+            .message};
+  };
   std::map<MessageKey, double> arrivals;  // queued messages: when each reaches its receiver
   std::vector<bool> sent(stages, false);  // queued exchanges: the send half is done
   std::vector<std::size_t> next(stages, 0);
@@ -87,19 +124,19 @@ TimedPipeline run_pipeline_clock(const PipelineProgram& program,
         const int offset = pipeline_op_peer_offset(op.kind);
         if (offset == 0) {
           activity[s] = Activity::computing;
-          remaining[s] = compute_seconds(op, durations[s]);
+          remaining[s] = compute_seconds(op, durations[s][static_cast<std::size_t>(op.chunk)]);
           started[s] = now;
           again = true;
           continue;
         }
-        const std::size_t peer = s + offset;
+        const Peer peer = peer_of(s, op);
         if (nonblocking_sends) {
           const bool exchange = pipeline_op_is_exchange(op.kind);
           const bool sends = exchange || op.kind == PipelineOpKind::send_activation ||
                              op.kind == PipelineOpKind::send_grad;
           if (sends && !sent[s]) {  // the send half: queued, arriving a message time later
-            arrivals[{s, peer, carries_gradient(op.kind, true), op.micro_batch}] =
-                now + durations[std::min(s, peer)].message;
+            arrivals[{s, peer.stage, carries_gradient(op.kind, true), op.micro_batch, peer.chunk}] =
+                now + peer.message;
             sent[s] = true;
             again = true;
           }
@@ -109,7 +146,8 @@ TimedPipeline run_pipeline_clock(const PipelineProgram& program,
             continue;
           }
           const int mb = exchange ? op.recv_micro_batch : op.micro_batch;
-          const auto message = arrivals.find({peer, s, carries_gradient(op.kind, false), mb});
+          const auto message =
+              arrivals.find({peer.stage, s, carries_gradient(op.kind, false), mb, op.chunk});
           if (message == arrivals.end()) continue;  // not sent yet
           activity[s] = Activity::transferring;
           remaining[s] = std::max(0.0, message->second - now);
@@ -118,12 +156,15 @@ TimedPipeline run_pipeline_clock(const PipelineProgram& program,
           again = true;
           continue;
         }
-        // The matching contract makes the peer's next op towards this stage the mirror.
-        if (activity[peer] != Activity::ready || next[peer] >= program[peer].size() ||
-            pipeline_op_peer_offset(program[peer][next[peer]].kind) != -offset)
+        // The matching contract makes the peer's next op towards this virtual stage the mirror.
+        const std::size_t other = peer.stage;
+        if (activity[other] != Activity::ready || next[other] >= program[other].size()) continue;
+        const PipelineOp& mirror = program[other][next[other]];
+        if (pipeline_op_peer_offset(mirror.kind) != -offset || mirror.chunk != peer.chunk ||
+            peer_of(other, mirror).stage != s)
           continue;
-        const double seconds = durations[std::min(s, peer)].message;
-        for (std::size_t x : {s, peer}) {
+        const double seconds = peer.message;
+        for (std::size_t x : {s, other}) {
           activity[x] = Activity::transferring;
           remaining[x] = seconds;
         }

@@ -1,6 +1,7 @@
 // The planner's memory and communication predictions (plan/memory_model.h, plan/comm_model.h)
 // equal the trainer's own accounts: for layouts over data, tensor (with sequence parallelism) and
-// pipeline parallelism, every runnable schedule (gpipe, 1f1b, zb-h1, zb-h2), ZeRO stages 0 to 3
+// pipeline parallelism, every runnable schedule (gpipe, 1f1b, zb-h1, zb-h2, and with two chunks
+// per rank interleaved and zbv), ZeRO stages 0 to 3
 // with either gradient reduction and ZeRO++ (hpZ, qwZ, qgZ, on simulated nodes of 2 ranks),
 // recompute and bf16, every predicted field of rank 0's `memory_bytes` in metrics.jsonl, byte for
 // byte, every pipeline stage's activations (reported to 0.001 MiB), and rank 0's bytes of a step by
@@ -132,6 +133,27 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
        4,
        {"parallel.tp=2", "parallel.zero.stage=2", "parallel.gpus_per_node=2",
         "recompute=selective"}},
+      // Several chunks per rank: a model (slots, workspace) per chunk; messages across every
+      // boundary between ranks (zbv turns in place on the last rank; its rank 0 holds both ends
+      // and gathers its one wte for both chunks).
+      {"pp2_interleaved_v2",
+       2,
+       {"parallel.pp=2", "parallel.pipeline_schedule=interleaved", "parallel.virtual_stages=2"}},
+      {"pp2_zbv",
+       2,
+       {"parallel.pp=2", "parallel.pipeline_schedule=zbv", "parallel.virtual_stages=2"}},
+      {"pp2dp2_interleaved_v2_zero2_micro_batch_full",
+       4,
+       {"parallel.pp=2", "parallel.pipeline_schedule=interleaved", "parallel.virtual_stages=2",
+        "parallel.zero.stage=2", "parallel.zero.gradient_reduction=micro_batch", "recompute=full"}},
+      {"pp2dp2_zbv_zero3_selective",
+       4,
+       {"parallel.pp=2", "parallel.pipeline_schedule=zbv", "parallel.virtual_stages=2",
+        "parallel.zero.stage=3", "recompute=selective"}},
+      {"pp2dp2_zbv_zero2_micro_batch",
+       4,
+       {"parallel.pp=2", "parallel.pipeline_schedule=zbv", "parallel.virtual_stages=2",
+        "parallel.zero.stage=2", "parallel.zero.gradient_reduction=micro_batch"}},
   };
   const std::vector<std::pair<std::string, std::size_t MemoryAccount::*>> fields = {
       {"master_weights", &MemoryAccount::master_weights},

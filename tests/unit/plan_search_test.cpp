@@ -1,11 +1,14 @@
 // The layout search (plan/search.h) and the DiLoCo verdict (plan/diloco_verdict.h): every plan
 // returned is a layout the trainer accepts, fitting plans come first, fastest first; a plan's
-// overrides select it again; a heavy head moves layers off the last stage; a model that fits
+// overrides select it again; the schedules with several chunks per rank are candidates and win
+// where the bubble dominates; a heavy head moves layers off the last stage; a model that fits
 // nowhere is a "nothing fits" error naming the closest plan and what exceeds the limit; over a
 // slow wide-area link DiLoCo wins past some H.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <utility>
 
 #include "model/core/error.h"
 #include "plan/cluster.h"
@@ -48,6 +51,51 @@ TEST(PlanSearch, PlansAreValidFittingFirstFastestFirst) {
     EXPECT_EQ(cost.memory_bytes, plans[i].memory_bytes);
   }
   EXPECT_EQ(best_layout(model(), cluster, 4).layout.name(), plans.front().layout.name());
+}
+
+TEST(PlanSearch, ChunkedSchedulesAreCandidatesAndWinWhereTheBubbleDominates) {
+  const ClusterSpec cluster = test_cluster(80);
+  const std::vector<PlanCost> plans = search_layouts(model(), cluster, 4);
+  std::set<std::pair<PipelineSchedule, int>> seen;
+  for (const PlanCost& plan : plans) {
+    const PlanLayout& l = plan.layout;
+    if (l.pp > 1) seen.insert({l.schedule, l.virtual_stages});
+    if (l.virtual_stages == 1) continue;
+    // Within the trainer's rules: a layer per virtual stage, whole groups of pp micro-batches.
+    EXPECT_LE(l.pp * l.virtual_stages, 8) << l.name();
+    if (l.schedule == PipelineSchedule::interleaved) {
+      EXPECT_EQ(16 / (l.micro_batch * l.dp) % l.pp, 0) << l.name();
+    }
+    EXPECT_NE(l.name().find(" v" + std::to_string(l.virtual_stages)), std::string::npos);
+  }
+  for (int v : {2, 3, 4}) EXPECT_TRUE(seen.contains({PipelineSchedule::interleaved, v})) << v;
+  EXPECT_TRUE(seen.contains({PipelineSchedule::zbv, 2}));
+
+  // Four stages, four micro-batches of 4 sequences: 1F1B idles 3/7 of the pipeline, so cutting
+  // each stage into chunks is the fastest way to run that layout.
+  const PlanCost* fastest = nullptr;
+  for (const PlanCost& plan : plans) {
+    const PlanLayout& l = plan.layout;
+    if (l.pp == 4 && l.micro_batch == 4 && plan.fits() && !fastest) fastest = &plan;
+  }
+  ASSERT_NE(fastest, nullptr);
+  EXPECT_GT(fastest->layout.virtual_stages, 1) << fastest->layout.name();
+
+  // A chunked plan's overrides select it again.
+  for (const PlanCost& plan : plans) {
+    if (plan.layout.virtual_stages == 1) continue;
+    const PlanCost again = cost_of(
+        parse_config(config_to_yaml(model()), "again", plan.layout.overrides()), cluster, 4);
+    EXPECT_EQ(again.layout.name(), plan.layout.name());
+    EXPECT_DOUBLE_EQ(again.time.seconds, plan.time.seconds);
+    EXPECT_EQ(again.memory_bytes, plan.memory_bytes);
+    break;
+  }
+  // parallel.auto on a cuda cluster leaves them out (the CUDA backend runs one chunk per rank).
+  SearchOptions one_chunk;
+  one_chunk.virtual_stages = false;
+  for (const PlanCost& plan : search_layouts(model(), cluster, 4, one_chunk))
+    EXPECT_EQ(plan.layout.virtual_stages, 1) << plan.layout.name();
 }
 
 TEST(PlanSearch, AHeavyHeadTakesLayersOffTheLastStage) {

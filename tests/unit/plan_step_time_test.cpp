@@ -64,6 +64,69 @@ TEST(PipelineClock, ZeroBubbleSchedulesGiveTheSimulatorsMakespanAndBubble) {
   EXPECT_DOUBLE_EQ(bubble(PipelineSchedule::zb_h1), bubble(PipelineSchedule::zb_h2));
 }
 
+TEST(PipelineClock, ChunkedSchedulesGiveTheSimulatorsMakespanAndBubble) {
+  // Several chunks per rank (interleaved looped, zbv in a V), F = 1, B = W = 1 slot per chunk, on
+  // queued sends as they run: the clock walks the virtual stages as the simulator does.
+  struct Kind {
+    PipelineSchedule kind;
+    int chunks;
+  };
+  for (const Kind& k : {Kind{PipelineSchedule::interleaved, 2},
+                        Kind{PipelineSchedule::interleaved, 3}, Kind{PipelineSchedule::zbv, 2}})
+    for (int p : {2, 3, 4})
+      for (int groups : {1, 2, 4}) {
+        // Interleaved walks whole groups of p micro-batches; zbv takes any count.
+        const int m = k.kind == PipelineSchedule::interleaved ? groups * p : 3 * groups - 2;
+        SCOPED_TRACE(pipeline_schedule_name(k.kind) + " v " + std::to_string(k.chunks) + " p " +
+                     std::to_string(p) + " m " + std::to_string(m));
+        const PipelineProgram program = make_pipeline_schedule(k.kind, p, m, k.chunks);
+        const PipelineSimulation simulation = pipeline_schedule_simulation(k.kind, k.chunks);
+        const PipelineStats slots = simulate_pipeline(program, m, simulation);
+        const std::vector<std::vector<StageDurations>> durations(
+            static_cast<std::size_t>(p),
+            std::vector<StageDurations>(static_cast<std::size_t>(k.chunks), {1, 2, 0, 1}));
+        const TimedPipeline clock = run_pipeline_clock(program, simulation.layout, durations, {},
+                                                       simulation.nonblocking_sends);
+        EXPECT_DOUBLE_EQ(clock.makespan, slots.makespan);
+        EXPECT_NEAR(clock.bubble_fraction, slots.bubble_fraction, 1e-12);
+      }
+}
+
+TEST(PipelineClock, ChunksShrinkTheBubble) {
+  // The same work per micro-batch and stage (F 1, B 2), cut into v chunks of F 1/v, B 2/v: the
+  // interleaved schedule idles about 1F1B's bubble divided by v, zbv less than zb-h2.
+  const int p = 4, m = 8;
+  const auto bubble = [&](PipelineSchedule kind, int chunks) {
+    const PipelineSimulation simulation = pipeline_schedule_simulation(kind, chunks);
+    const double v = chunks;
+    const std::vector<std::vector<StageDurations>> durations(
+        p, std::vector<StageDurations>(static_cast<std::size_t>(chunks), {1 / v, 2 / v, 0, 1 / v}));
+    return run_pipeline_clock(make_pipeline_schedule(kind, p, m, chunks), simulation.layout,
+                              durations, {}, simulation.nonblocking_sends)
+        .bubble_fraction;
+  };
+  const double one_f_one_b = bubble(PipelineSchedule::one_f_one_b, 1);
+  EXPECT_NEAR(one_f_one_b, 3.0 / 11, 1e-12);  // (p − 1) / (m + p − 1)
+  EXPECT_LT(bubble(PipelineSchedule::interleaved, 2), one_f_one_b);
+  EXPECT_LT(bubble(PipelineSchedule::interleaved, 4), bubble(PipelineSchedule::interleaved, 2));
+  EXPECT_LT(bubble(PipelineSchedule::zbv, 2), bubble(PipelineSchedule::zb_h1, 1));
+
+  // Messages lengthen a chunked schedule too (p·v − 1 boundaries to cross, on queued sends).
+  const auto makespan = [&](PipelineSchedule kind, int chunks, double message) {
+    const PipelineSimulation simulation = pipeline_schedule_simulation(kind, chunks);
+    const double v = chunks;
+    const std::vector<std::vector<StageDurations>> durations(
+        p, std::vector<StageDurations>(static_cast<std::size_t>(chunks),
+                                       {1 / v, 2 / v, message, 1 / v}));
+    return run_pipeline_clock(make_pipeline_schedule(kind, p, m, chunks), simulation.layout,
+                              durations, {}, simulation.nonblocking_sends)
+        .makespan;
+  };
+  EXPECT_GT(makespan(PipelineSchedule::interleaved, 2, 0.1),
+            makespan(PipelineSchedule::interleaved, 2, 0));
+  EXPECT_GT(makespan(PipelineSchedule::zbv, 2, 0.1), makespan(PipelineSchedule::zbv, 2, 0));
+}
+
 TEST(PipelineClock, QueuedMessagesDelayOnlyTheirReceiver) {
   // zb-h2 with messages: the makespan grows with them, by less than a message per op.
   const PipelineProgram program = make_pipeline_schedule(PipelineSchedule::zb_h2, 4, 8);
@@ -198,6 +261,78 @@ TEST(StepTime, TermsReactAsTheyMust) {
   EXPECT_EQ(alone.threads, 2);
   EXPECT_EQ(shared.threads, 1);
   EXPECT_GE(shared.seconds, alone.seconds - alone.stages[0].optimizer);
+}
+
+TEST(StepTime, ChunkedSchedulesArePricedOnTheirChunks) {
+  const ClusterSpec fast = test_cluster(80, 10);
+  // 8 layers on 4 stages, 8 micro-batches: 1F1B against the same stages in 2 chunks each.
+  const StepTime plain = predict_step_time(planner_config({"parallel.pp=4"}), fast, 4);
+  const StepTime interleaved =
+      predict_step_time(planner_config({"parallel.pp=4", "parallel.pipeline_schedule=interleaved",
+                                        "parallel.virtual_stages=2"}),
+                        fast, 4);
+  const StepTime zbv =
+      predict_step_time(planner_config({"parallel.pp=4", "parallel.pipeline_schedule=zbv",
+                                        "parallel.virtual_stages=2"}),
+                        fast, 4);
+  // Every stage computes as many layers (the embedding on stage 0, the head on the last one's
+  // chunk under interleaved, on stage 0's under zbv); the bubble shrinks. (Against zb-h1 zbv
+  // need not win: its order is made for equal chunks, and rank 0's holds the head as well.)
+  for (std::size_t s : {1u, 2u})
+    EXPECT_NEAR(interleaved.stages[s].forward_compute, plain.stages[s].forward_compute,
+                1e-9 * plain.stages[s].forward_compute);
+  EXPECT_LT(interleaved.bubble_fraction, plain.bubble_fraction);
+  EXPECT_LT(interleaved.pipeline, plain.pipeline);
+  EXPECT_LT(zbv.bubble_fraction, plain.bubble_fraction);
+  EXPECT_GT(zbv.stages[0].forward_compute, zbv.stages[1].forward_compute);  // embedding and head
+  for (const StepTime* t : {&interleaved, &zbv}) {
+    EXPECT_EQ(t->stage_pipeline.size(), 4u);
+    EXPECT_EQ(t->stage_idle.size(), 4u);
+    EXPECT_GT(t->stages[0].message, 0);
+  }
+}
+
+TEST(StepTime, ChunkedPipelinesMessageEveryBoundaryBetweenRanks) {
+  // Per micro-batch of 4 × 256 rows of 512 fp32 (8 of them), each virtual-stage boundary between
+  // two ranks carries an activation one way and its gradient back.
+  const std::uint64_t boundary = 4 * 256 * 512 * 4, m = 8;
+  const auto sent = [](const Config& config, int world, int stage) {
+    std::uint64_t bytes = 0;
+    for (const CommEvent& e : predict_communication(config, world, stage).events)
+      if (e.phase == CommPhase::pipeline) bytes += e.total_bytes() * e.repeats;
+    return bytes;
+  };
+  const auto total = [&](const Config& config, int pp) {
+    std::uint64_t bytes = 0;
+    for (int stage = 0; stage < pp; ++stage) bytes += sent(config, pp, stage);
+    return bytes;
+  };
+  // 1F1B: p − 1 boundaries. Interleaved: p·v − 1, all between ranks (the loop wraps from the last
+  // rank to rank 0). zbv: 2p − 1, of which the V's turn on the last rank is in place.
+  EXPECT_EQ(total(planner_config({"parallel.pp=2"}), 2), 2 * 1 * m * boundary);
+  for (int v : {2, 4}) {
+    const Config interleaved =
+        planner_config({"parallel.pp=2", "parallel.pipeline_schedule=interleaved",
+                        "parallel.virtual_stages=" + std::to_string(v)});
+    EXPECT_EQ(total(interleaved, 2), 2 * (2 * v - 1) * m * boundary) << "v " << v;
+  }
+  const Config zbv = planner_config(
+      {"parallel.pp=4", "parallel.pipeline_schedule=zbv", "parallel.virtual_stages=2"});
+  EXPECT_EQ(total(zbv, 4), 2 * (2 * 4 - 2) * m * boundary);
+  // zbv's rank 0 holds the first and the last virtual stage: an activation out of the first and
+  // a gradient out of the last, per micro-batch; the last rank turns the V in place.
+  EXPECT_EQ(sent(zbv, 4, 0), 2 * m * boundary);
+  EXPECT_EQ(sent(zbv, 4, 3), 2 * m * boundary);
+
+  // ZeRO 3 (pp 2, dp 2: 4 micro-batches of 2 layers per chunk) gathers per chunk model, zbv's
+  // rank 0 its wte for both chunks: per micro-batch, forward wte, wpe, 2 blocks (chunk 0), 2
+  // blocks, lnf, wte (chunk 1); B of chunk 1 wte, lnf, 2 blocks; B of chunk 0 its 2 blocks.
+  const Config zbv_zero3 = planner_config({"parallel.pp=2", "parallel.pipeline_schedule=zbv",
+                                           "parallel.virtual_stages=2", "parallel.zero.stage=3"});
+  int gathers = 0;
+  for (const CommEvent& e : predict_communication(zbv_zero3, 4).events)
+    gathers += e.what == "weight gather" ? e.repeats : 0;
+  EXPECT_EQ(gathers, 4 * 14);
 }
 
 }  // namespace
