@@ -40,8 +40,6 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
       options_(options) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
   STRATA_CHECK(partition.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
-  if (shape.moe.enabled())
-    fail("model.moe: the CPU model does not run mixture-of-experts blocks yet");
   if (tp_ == nullptr) {
     STRATA_CHECK(partition.tp_size == 1, "a tensor-parallel partition needs its group");
     single_rank_ = std::make_unique<SingleRank>();
@@ -52,6 +50,8 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
   STRATA_CHECK(shape.n_head % tp_size == 0 && shape.padded_vocab() % tp_size == 0,
                "tensor parallelism of ", tp_size, " does not divide the heads or the vocabulary");
   sequence_parallel_ = partition.sequence_parallel && tp_size > 1;
+  if (shape.moe.enabled())
+    moe_ = std::make_unique<MoeLayer<T>>(shape.d_model, shape.moe, tp_, options.compute);
   for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
   scratch_ = std::make_unique<Scratch>();
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
@@ -154,6 +154,7 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
     const std::size_t C = shape_.d_model;
     const std::size_t Nl = sequence_parallel_ ? N / tp : N;
     s.residual.resize((L + 1) * Nl * C);
+    if (moe_) s.moe.resize(L);  // each MoE layer's buffers grow at its first forward
     allocate(s.layers, options_.recompute == Recompute::none ? L : 0,
              options_.recompute == Recompute::full ? 0 : L);
     if (partition_.has_head) {
@@ -368,6 +369,7 @@ void Gpt<T>::backward_weight(int slot, ParameterAccess<T>& parameters) {
 template <class T>
 void Gpt<T>::backward_start(Slot& s, ParameterAccess<T>& parameters, const T* output_grad,
                             T loss_scale, WeightStash& w) {
+  s.loss_scale = loss_scale;
   if (partition_.has_head) {
     head_backward_input(s, parameters, loss_scale, w);
   } else {

@@ -44,6 +44,7 @@
 #include "model/core/collectives.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
+#include "model/moe/moe_layer.h"
 #include "model/parameter_access.h"
 #include "model/parameter_layout.h"
 #include "model/recompute.h"
@@ -135,6 +136,10 @@ class Gpt {
   // stream) and what recomputation does not drop.
   std::size_t activation_bytes_per_layer() const;
   const T* logits(int slot = 0) const;
+  // The MoE blocks' router losses of the forward in `slot` (model/moe/moe_layer.h: aux_loss · aux
+  // + z_loss · z summed over this model's MoE blocks; 0 without experts): the backward adds their
+  // gradients to the cross-entropy's, which forward returns alone.
+  T moe_loss(int slot = 0) const;
 
  private:
   struct LayerActivations;
@@ -207,6 +212,10 @@ class Gpt {
   bool sequence_parallel_;  // rows sharded (partition says so and tp_size > 1)
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<MoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
+  bool is_moe(int local_layer) const {
+    return shape_.moe.is_moe_block(partition_.layer_begin + local_layer);
+  }
 };
 
 extern template class Gpt<float>;

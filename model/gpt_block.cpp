@@ -20,11 +20,23 @@ template <class T>
 typename Gpt<T>::Block Gpt<T>::block_params(const T* base, int layer) const {
   const std::string h = "h." + std::to_string(layer) + ".";
   const int seg = block_segment(layer - partition_.layer_begin);
-  auto at = [&](const char* name) { return in_segment(base, seg, h + name); };
-  return Block{at("ln1.weight"),    at("ln1.bias"),         at("attn.qkv.weight"),
-               at("attn.qkv.bias"), at("attn.proj.weight"), at("attn.proj.bias"),
-               at("ln2.weight"),    at("ln2.bias"),         at("mlp.fc.weight"),
-               at("mlp.fc.bias"),   at("mlp.proj.weight"),  at("mlp.proj.bias")};
+  auto at = [&](const std::string& name) { return in_segment(base, seg, h + name); };
+  // An MoE block has its router (the experts after it) where a dense one has its MLP.
+  const bool moe = shape_.moe.is_moe_block(layer);
+  auto mlp = [&](const char* name) { return moe ? nullptr : at(std::string("mlp.") + name); };
+  return Block{at("ln1.weight"),
+               at("ln1.bias"),
+               at("attn.qkv.weight"),
+               at("attn.qkv.bias"),
+               at("attn.proj.weight"),
+               at("attn.proj.bias"),
+               at("ln2.weight"),
+               at("ln2.bias"),
+               mlp("fc.weight"),
+               mlp("fc.bias"),
+               mlp("proj.weight"),
+               mlp("proj.bias"),
+               moe ? at("moe.router.weight") : nullptr};
 }
 
 template <class T>
@@ -66,6 +78,7 @@ typename Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot& s, int l, bool
   a.fch_gelu = rest(&A::fch_gelu, N * Hl);
   a.qkv = attention(&A::qkv, 3 * N * Cl);
   a.atty = attention(&A::atty, N * Cl);
+  a.moe = is_moe(l) ? &s.moe[static_cast<std::size_t>(l)] : nullptr;
   return a;
 }
 
@@ -90,8 +103,16 @@ void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const Block
   residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
                              p.ln2_weight, p.ln2_bias, Nl, C, options_.compute);
 
-  // MLP: next = x2 + proj(gelu(fc(ln2(x2))))
+  // MLP: next = x2 + proj(gelu(fc(ln2(x2)))), or the experts: next = x2 + moe(ln2(x2)), their
+  // biases inside (model/moe/moe_layer.h).
   const T* ln2_full = gather_rows(a.ln2, a.ln2_full, N, C);
+  if (a.moe != nullptr) {
+    moe_->forward(*a.moe, ln2_full, N, T_, p.moe, partial);  // this rank's part, rounded
+    const T* z = sum_rows(partial, scratch_->reduced.data(), N, C);
+    residual_bias_forward(a.out, a.x2, z, static_cast<const T*>(nullptr), Nl, C);
+    round_to_compute(a.out, rows);
+    return;
+  }
   matmul_forward(a.fch, ln2_full, p.fc_weight, static_cast<const T*>(nullptr), N, C, Hl);
   bias_gelu_forward(a.fch_gelu, a.fch, p.fc_bias, N, Hl, options_.compute);  // (N, Hl) each
   matmul_forward(partial, a.fch_gelu, p.mlp_proj_weight, static_cast<const T*>(nullptr), N, Hl, C);
@@ -157,15 +178,20 @@ void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l
   // Row-parallel partial sums: summed in place when rows are not split, else reduce-scattered.
   auto partial_of = [&](T* local) { return sequence_parallel_ ? x_.dfull.data() : local; };
 
-  // MLP: next = x2 + proj(gelu(fc(ln2(x2)))) + bias
+  // MLP: next = x2 + proj(gelu(fc(ln2(x2)))) + bias, or the experts (their activation gradients
+  // stay in the slot's MoeActivations for the weight half).
   gather_rows_into(dres, in.dz, N, C);  // (N, C)
-  matmul_backward_input(dfch_gelu, in.dz, p.mlp_proj_weight, N, Hl, C);
-  round_to_compute(dfch_gelu, static_cast<long>(N) * Hl);
-  gelu_backward(in.dfch, a.fch, dfch_gelu, static_cast<long>(N) * Hl);
-  round_to_compute(in.dfch, static_cast<long>(N) * Hl);
   T* dln2_partial = partial_of(in.dln2);
-  matmul_backward_input(dln2_partial, in.dfch, p.fc_weight, N, C, Hl);
-  round_to_compute(dln2_partial, full);
+  if (a.moe != nullptr) {
+    moe_->backward_input(*a.moe, in.dz, s.loss_scale, p.moe, dln2_partial);  // rounded
+  } else {
+    matmul_backward_input(dfch_gelu, in.dz, p.mlp_proj_weight, N, Hl, C);
+    round_to_compute(dfch_gelu, static_cast<long>(N) * Hl);
+    gelu_backward(in.dfch, a.fch, dfch_gelu, static_cast<long>(N) * Hl);
+    round_to_compute(in.dfch, static_cast<long>(N) * Hl);
+    matmul_backward_input(dln2_partial, in.dfch, p.fc_weight, N, C, Hl);
+    round_to_compute(dln2_partial, full);
+  }
   sum_rows(dln2_partial, in.dln2, N, C);  // (Nl, C)
   layernorm_backward_input(dres, in.dln2, a.x2, p.ln2_weight, a.ln2_mean, a.ln2_rstd, Nl, C);
   round_to_compute(dres, rows);
@@ -245,10 +271,16 @@ void Gpt<T>::block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int 
   // without sequence parallelism), found at its place among the gathered rows.
   const long own_rows = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl * C : 0;
 
-  bias_backward(g("mlp.proj.bias"), in.dz + own_rows, Nl, C);
-  matmul_backward_weight(g("mlp.proj.weight"), static_cast<T*>(nullptr), in.dz, in.fch_gelu, N, Hl,
-                         C);
-  matmul_backward_weight(g("mlp.fc.weight"), g("mlp.fc.bias"), in.dfch, in.ln2_full, N, C, Hl);
+  if (is_moe(l)) {
+    const int own_begin = sequence_parallel_ ? partition_.tp_rank * Nl : 0;
+    moe_->backward_weight(s.moe[static_cast<std::size_t>(l)], g("moe.router.weight"), own_begin,
+                          sequence_parallel_ ? Nl : N);
+  } else {
+    bias_backward(g("mlp.proj.bias"), in.dz + own_rows, Nl, C);
+    matmul_backward_weight(g("mlp.proj.weight"), static_cast<T*>(nullptr), in.dz, in.fch_gelu, N,
+                           Hl, C);
+    matmul_backward_weight(g("mlp.fc.weight"), g("mlp.fc.bias"), in.dfch, in.ln2_full, N, C, Hl);
+  }
   layernorm_backward_weight(g("ln2.weight"), g("ln2.bias"), in.dln2, in.x2, in.ln2_mean,
                             in.ln2_rstd, Nl, C);
   bias_backward(g("attn.proj.bias"), in.dy + own_rows, Nl, C);
@@ -260,6 +292,15 @@ void Gpt<T>::block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int 
   parameters.release_gradients(segment);
 }
 
+template <class T>
+T Gpt<T>::moe_loss(int slot) const {
+  T sum = 0;
+  if (!moe_) return sum;
+  for (const MoeActivations<T>& a : slots_.at(static_cast<std::size_t>(slot))->moe)
+    if (a.tokens > 0) sum += moe_->loss(a);  // dense blocks leave theirs empty
+  return sum;
+}
+
 #define STRATA_INSTANTIATE_GPT_BLOCK(T)                                                           \
   template Gpt<T>::Block Gpt<T>::block_params(const T*, int) const;                               \
   template Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot&, int, bool);                  \
@@ -269,7 +310,8 @@ void Gpt<T>::block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int 
   template void Gpt<T>::block_backward_input(Slot&, ParameterAccess<T>&, int, WeightStash&, int); \
   template Gpt<T>::BlockWeightInputs Gpt<T>::block_weight_inputs(Slot&, int, WeightStash&, int);  \
   template void Gpt<T>::block_backward_weight(Slot&, ParameterAccess<T>&, int,                    \
-                                              const BlockWeightInputs&);
+                                              const BlockWeightInputs&);                          \
+  template T Gpt<T>::moe_loss(int) const;
 STRATA_INSTANTIATE_GPT_BLOCK(float)
 STRATA_INSTANTIATE_GPT_BLOCK(double)
 #undef STRATA_INSTANTIATE_GPT_BLOCK

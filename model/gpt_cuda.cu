@@ -104,6 +104,10 @@ ModelPartition checked_partition(const GptShape& shape, const ModelPartition& p,
   STRATA_CHECK(shape.n_layer > 0 && shape.d_model % shape.n_head == 0 && slots >= 1 &&
                max_batch >= 1);
   STRATA_CHECK(p.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
+  if (shape.moe.enabled())
+    fail(
+        "device cuda: mixture-of-experts blocks (model.moe) run on the CPU backend only so far; "
+        "use device: cpu");
   STRATA_CHECK(shape.n_head % p.tp_size == 0 && shape.padded_vocab() % p.tp_size == 0,
                "tensor-parallel degree ", p.tp_size, " does not divide the heads and vocabulary");
   STRATA_CHECK(!p.sequence_parallel || (max_batch * shape.seq_len) % p.tp_size == 0,

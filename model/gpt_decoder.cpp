@@ -27,13 +27,20 @@ GptDecoder<T>::GptDecoder(const Gpt<T>& model, const T* params) : shape_(model.s
   wpe_ = at("wpe");
   lnf_weight_ = at("lnf.weight");
   lnf_bias_ = at("lnf.bias");
+  if (shape_.moe.enabled()) {
+    MoeConfig dropless = shape_.moe;
+    dropless.capacity_factor = 0;
+    moe_ = std::make_unique<MoeLayer<T>>(shape_.d_model, dropless);
+  }
   for (int l = 0; l < shape_.n_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
+    const bool moe = shape_.moe.is_moe_block(l);
+    const auto mlp = [&](const char* name) { return moe ? nullptr : at(h + "mlp." + name); };
     blocks_.push_back(Block{at(h + "ln1.weight"), at(h + "ln1.bias"), at(h + "attn.qkv.weight"),
                             at(h + "attn.qkv.bias"), at(h + "attn.proj.weight"),
                             at(h + "attn.proj.bias"), at(h + "ln2.weight"), at(h + "ln2.bias"),
-                            at(h + "mlp.fc.weight"), at(h + "mlp.fc.bias"),
-                            at(h + "mlp.proj.weight"), at(h + "mlp.proj.bias")});
+                            mlp("fc.weight"), mlp("fc.bias"), mlp("proj.weight"), mlp("proj.bias"),
+                            moe ? at(h + "moe.router.weight") : nullptr});
   }
   const std::size_t T_max = shape_.seq_len, C = shape_.d_model;
   qkv_cache_.resize(static_cast<std::size_t>(shape_.n_layer) * T_max * 3 * C);
@@ -84,6 +91,11 @@ void GptDecoder<T>::block_forward(const Block& p, T* qkv_cache, int n) {
   residual_layernorm_forward(x2_.data(), ln_.data(), mean_.data(), rstd_.data(), x_.data(),
                              y_.data(), p.attn_proj_bias, p.ln2_weight, p.ln2_bias, n, C,
                              ComputeDtype::fp32);
+  if (p.moe != nullptr) {  // the experts: next = x2 + moe(ln2(x2)), the n rows one group
+    moe_->forward(moe_rows_, ln_.data(), n, n, p.moe, y_.data());
+    residual_bias_forward(x_.data(), x2_.data(), y_.data(), static_cast<const T*>(nullptr), n, C);
+    return;
+  }
   // MLP: next = x2 + proj(gelu(fc(ln2(x2))))
   matmul_forward(fch_.data(), ln_.data(), p.fc_weight, static_cast<const T*>(nullptr), n, C, H);
   bias_gelu_forward(fch_gelu_.data(), fch_.data(), p.fc_bias, n, H, ComputeDtype::fp32);  // (n, 4C)

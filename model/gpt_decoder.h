@@ -16,9 +16,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/gpt.h"
+#include "model/moe/moe_layer.h"
 
 namespace strata {
 
@@ -45,6 +47,7 @@ class GptDecoder {
   struct Block {
     const T *ln1_weight, *ln1_bias, *qkv_weight, *qkv_bias, *attn_proj_weight, *attn_proj_bias;
     const T *ln2_weight, *ln2_bias, *fc_weight, *fc_bias, *mlp_proj_weight, *mlp_proj_bias;
+    const T* moe;  // an MoE block's router, its experts after it; null for an MLP
   };
   void block_forward(const Block& p, T* qkv_cache, int n);
 
@@ -60,6 +63,9 @@ class GptDecoder {
   std::vector<T> atty_, y_;        // (seq_len, C) attention output, a projection before its bias
   std::vector<T> fch_, fch_gelu_;  // (seq_len, 4C)
   std::vector<T> logits_;          // (padded_vocab) of the last new row
+  // MoE blocks route every new token dropless: in decoding no token competes for capacity.
+  std::unique_ptr<MoeLayer<T>> moe_;
+  MoeActivations<T> moe_rows_;
 };
 
 extern template class GptDecoder<float>;

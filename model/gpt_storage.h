@@ -16,6 +16,7 @@ template <class T>
 struct Gpt<T>::Block {
   const T *ln1_weight, *ln1_bias, *qkv_weight, *qkv_bias, *attn_proj_weight, *attn_proj_bias;
   const T *ln2_weight, *ln2_bias, *fc_weight, *fc_bias, *mlp_proj_weight, *mlp_proj_bias;
+  const T* moe;  // an MoE block: its router, the experts after it (the MLP's pointers are null)
 };
 
 // The activations a block saves for its backward pass, packed layer after layer for the current
@@ -84,9 +85,14 @@ struct Gpt<T>::Slot : SlotState {
   std::vector<T> losses;                             // (N)
   std::vector<T> input_grad;                         // (Nl, C)
   WeightStash stash;  // split backward only: from the input pass to the weight pass
+  // Per layer, an MoE block's micro-batch (empty for dense blocks): kept under every recompute
+  // mode (a full recompute reruns the experts into it, to the same values).
+  std::vector<MoeActivations<T>> moe;
+  T loss_scale = 1;  // of the backward under way: the MoE losses' gradients take it too
 
   std::size_t elements() const {
     std::size_t n = layers.elements() + stash.elements();
+    for (const MoeActivations<T>& m : moe) n += m.elements();
     for (const std::vector<T>* v :
          {&residual, &lnf, &lnf_full, &lnf_mean, &lnf_rstd, &logits, &losses, &input_grad})
       n += v->size();
@@ -120,6 +126,7 @@ struct Gpt<T>::BlockActivations {
   T* out;      // block output (Nl, C)
   T *x2, *ln1, *ln2, *ln1_full, *ln2_full, *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
   T *qkv, *atty, *fch, *fch_gelu;
+  MoeActivations<T>* moe;  // an MoE block's, in the slot; null for a dense block
 };
 
 // What layer l's weight gradients are computed from: the activations its GEMMs and LayerNorms

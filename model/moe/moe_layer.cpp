@@ -10,150 +10,236 @@
 namespace strata {
 
 template <class T>
-MoeLayer<T>::MoeLayer(int d_model, const MoeConfig& config)
+std::size_t MoeActivations<T>::elements() const {
+  std::size_t n = 0;
+  for (const std::vector<T>* v :
+       {&x, &probs, &lse, &gates, &xe, &pre, &act, &out, &dout, &dpre, &dlogits})
+    n += v->size();
+  return n;
+}
+
+namespace {
+// Grows (never shrinks) a buffer to at least n elements: a slot keeps its largest micro-batch's.
+template <class V>
+void fit(V& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+}  // namespace
+
+template <class T>
+MoeLayer<T>::MoeLayer(int d_model, const MoeConfig& config, Collectives* tp,
+                      cpu::ComputeDtype compute)
     : C_(d_model),
+      H_(4 * d_model / (tp != nullptr ? tp->size() : 1)),
       config_(config),
-      at_{static_cast<std::size_t>(d_model), static_cast<std::size_t>(config.experts)} {
+      tp_(tp),
+      compute_(compute),
+      at_{static_cast<std::size_t>(d_model), static_cast<std::size_t>(config.experts),
+          static_cast<std::size_t>(H_)} {
   STRATA_CHECK(config.experts >= 1 && config.top_k >= 1 && config.top_k <= config.experts,
                "MoE layer: top_k ", config.top_k, " of ", config.experts, " experts");
 }
 
 template <class T>
-const MoeStats& MoeLayer<T>::forward(const T* x, int N, int seq_len, const T* weights, T* y) {
-  const int E = config_.experts, k = config_.top_k, C = C_, H = 4 * C_;
+void MoeLayer<T>::round(T* data, std::size_t n) const {
+  if (compute_ != cpu::ComputeDtype::fp32)
+    cpu::round_to_dtype(data, static_cast<long>(n), compute_);
+}
+
+template <class T>
+const MoeStats& MoeLayer<T>::forward(MoeActivations<T>& a, const T* x, int N, int seq_len,
+                                     const T* weights, T* y) const {
+  const int E = config_.experts, k = config_.top_k, C = C_, H = H_;
   const std::size_t n = static_cast<std::size_t>(N);
-  N_ = N;
-  x_.assign(x, x + n * C);
-  logits_.resize(n * E);
-  probs_.resize(n * E);
-  lse_.resize(n);
-  choices_.resize(n * k);
-  gates_.resize(n * k);
+  const bool bias_rank = tp_ == nullptr || tp_->rank() == 0;
+  a.tokens = N;
+  a.x.assign(x, x + n * C);
+  std::vector<T> logits(n * E);
+  fit(a.probs, n * E);
+  fit(a.lse, n);
+  a.choices.resize(n * k);
+  fit(a.gates, n * k);
   // Router: logits, probabilities, choices and gates per token.
-  cpu::matmul_forward(logits_.data(), x, weights + at_.router(), static_cast<const T*>(nullptr), N,
+  cpu::matmul_forward(logits.data(), x, weights + at_.router(), static_cast<const T*>(nullptr), N,
                       C, E);
   for (std::size_t t = 0; t < n; ++t) {
-    lse_[t] = moe_softmax(logits_.data() + t * E, E, probs_.data() + t * E);
-    moe_top_k(probs_.data() + t * E, E, k, choices_.data() + t * k);
-    moe_gates(probs_.data() + t * E, choices_.data() + t * k, k, gates_.data() + t * k);
+    a.lse[t] = moe_softmax(logits.data() + t * E, E, a.probs.data() + t * E);
+    moe_top_k(a.probs.data() + t * E, E, k, a.choices.data() + t * k);
+    moe_gates(a.probs.data() + t * E, a.choices.data() + t * k, k, a.gates.data() + t * k);
   }
-  const int group = config_.group_sequences * seq_len;
-  routing_ = route_tokens(choices_.data(), N, k, E, group, config_.capacity(group));
+  // Groups of group_sequences sequences; a micro-batch they do not divide (an evaluation's last)
+  // is one group.
+  const int sequences = N / seq_len;
+  const int group =
+      (sequences % config_.group_sequences == 0 ? config_.group_sequences : sequences) * seq_len;
+  a.routing = route_tokens(a.choices.data(), N, k, E, group, config_.capacity(group));
   // The losses: f_e from the choices before capacity, P_e the mean probability.
-  chosen_share_.assign(static_cast<std::size_t>(E), 0.0);
-  for (int e : choices_) chosen_share_[static_cast<std::size_t>(e)] += 1.0 / (double(N) * k);
-  stats_ = MoeStats{};
+  a.chosen_share.assign(static_cast<std::size_t>(E), 0.0);
+  for (int e : a.choices) a.chosen_share[static_cast<std::size_t>(e)] += 1.0 / (double(N) * k);
+  MoeStats& stats = a.stats;
+  stats = MoeStats{};
   for (int e = 0; e < E; ++e) {
     double mean = 0;
-    for (std::size_t t = 0; t < n; ++t) mean += probs_[t * E + static_cast<std::size_t>(e)];
-    stats_.aux += E * chosen_share_[static_cast<std::size_t>(e)] * mean / N;
+    for (std::size_t t = 0; t < n; ++t) mean += a.probs[t * E + static_cast<std::size_t>(e)];
+    stats.aux += E * a.chosen_share[static_cast<std::size_t>(e)] * mean / N;
   }
-  for (std::size_t t = 0; t < n; ++t) stats_.z += double(lse_[t]) * lse_[t] / N;
-  stats_.choices = static_cast<std::int64_t>(N) * k;
-  stats_.dropped = routing_.dropped();
-  for (int e = 0; e < E; ++e) stats_.tokens_per_expert.push_back(routing_.assigned(e));
+  for (std::size_t t = 0; t < n; ++t) stats.z += double(a.lse[t]) * a.lse[t] / N;
+  stats.choices = static_cast<std::int64_t>(N) * k;
+  stats.dropped = a.routing.dropped();
+  for (int e = 0; e < E; ++e) stats.tokens_per_expert.push_back(a.routing.assigned(e));
   // The experts, each on its assignments' rows (gathered in token order).
-  const std::size_t A = routing_.assignments.size();
-  row_.assign(n * k, -1);
-  xe_.resize(A * C);
-  pre_.resize(A * H);
-  act_.resize(A * H);
-  out_.resize(A * C);
+  const std::size_t A = a.routing.assignments.size();
+  a.row.assign(n * k, -1);
+  fit(a.xe, A * C);
+  fit(a.pre, A * H);
+  fit(a.act, A * H);
+  fit(a.out, A * C);
   for (std::size_t r = 0; r < A; ++r) {
-    const int a = routing_.assignments[r];
-    row_[static_cast<std::size_t>(a)] = static_cast<int>(r);
-    std::copy_n(x + static_cast<std::size_t>(a / k) * C, C, xe_.data() + r * C);
+    const int assignment = a.routing.assignments[r];
+    a.row[static_cast<std::size_t>(assignment)] = static_cast<int>(r);
+    std::copy_n(x + static_cast<std::size_t>(assignment / k) * C, C, a.xe.data() + r * C);
   }
   for (int e = 0; e < E; ++e) {
-    const int rows = routing_.assigned(e);
+    const int rows = a.routing.assigned(e);
     if (rows == 0) continue;
     const std::size_t first =
-        static_cast<std::size_t>(routing_.offsets[static_cast<std::size_t>(e)]);
-    cpu::matmul_forward(pre_.data() + first * H, xe_.data() + first * C, weights + at_.fc_weight(e),
+        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
+    T* pre = a.pre.data() + first * H;
+    T* act = a.act.data() + first * H;
+    T* out = a.out.data() + first * C;
+    const std::size_t hidden = static_cast<std::size_t>(rows) * H;
+    cpu::matmul_forward(pre, a.xe.data() + first * C, weights + at_.fc_weight(e),
                         weights + at_.fc_bias(e), rows, C, H);
-    cpu::gelu_forward(act_.data() + first * H, pre_.data() + first * H,
-                      static_cast<long>(rows) * H);
-    cpu::matmul_forward(out_.data() + first * C, act_.data() + first * H,
-                        weights + at_.proj_weight(e), weights + at_.proj_bias(e), rows, H, C);
+    round(pre, hidden);
+    cpu::gelu_forward(act, pre, static_cast<long>(hidden));
+    round(act, hidden);
+    cpu::matmul_forward(out, act, weights + at_.proj_weight(e),
+                        bias_rank ? weights + at_.proj_bias(e) : nullptr, rows, H, C);
+    round(out, static_cast<std::size_t>(rows) * C);
   }
   // Each token's experts added in choice order (the same order on any layout).
   std::fill_n(y, n * C, T(0));
   for (std::size_t t = 0; t < n; ++t)
     for (int j = 0; j < k; ++j) {
-      const int r = row_[t * k + static_cast<std::size_t>(j)];
+      const int r = a.row[t * k + static_cast<std::size_t>(j)];
       if (r < 0) continue;
-      const T g = gates_[t * k + static_cast<std::size_t>(j)];
-      const T* out = out_.data() + static_cast<std::size_t>(r) * C;
+      const T g = a.gates[t * k + static_cast<std::size_t>(j)];
+      const T* out = a.out.data() + static_cast<std::size_t>(r) * C;
       for (int c = 0; c < C; ++c) y[t * C + c] += g * out[c];
     }
-  return stats_;
+  round(y, n * C);
+  return stats;
 }
 
 template <class T>
-T MoeLayer<T>::loss() const {
-  return static_cast<T>(config_.aux_loss * stats_.aux + config_.z_loss * stats_.z);
+T MoeLayer<T>::loss(const MoeActivations<T>& a) const {
+  return static_cast<T>(config_.aux_loss * a.stats.aux + config_.z_loss * a.stats.z);
 }
 
 template <class T>
-void MoeLayer<T>::backward(const T* dy, T loss_scale, const T* weights, T* dx, T* dweights) {
-  const int E = config_.experts, k = config_.top_k, C = C_, H = 4 * C_, N = N_;
-  const std::size_t n = static_cast<std::size_t>(N), A = routing_.assignments.size();
-  // Gates and expert outputs: dgate = dy_t · out, dout = gate · dy_t.
-  std::vector<T> dgates(n * k, T(0)), dout(A * C), dact(A * H), dxe(A * C);
+void MoeLayer<T>::backward_input(MoeActivations<T>& a, const T* dy, T loss_scale, const T* weights,
+                                 T* dx) const {
+  const int E = config_.experts, k = config_.top_k, C = C_, H = H_, N = a.tokens;
+  const std::size_t n = static_cast<std::size_t>(N), A = a.routing.assignments.size();
+  const bool bias_rank = tp_ == nullptr || tp_->rank() == 0;
+  // Gates and expert outputs: dgate = dy_t · (the whole expert output), dout = gate · dy_t.
+  std::vector<T> dgates(n * k, T(0));
+  fit(a.dout, A * C);
+  fit(a.dpre, A * H);
   for (std::size_t r = 0; r < A; ++r) {
-    const std::size_t a = static_cast<std::size_t>(routing_.assignments[r]);
-    const T* dyt = dy + (a / k) * C;
-    const T* out = out_.data() + r * C;
+    const std::size_t assignment = static_cast<std::size_t>(a.routing.assignments[r]);
+    const T* dyt = dy + (assignment / k) * C;
+    const T* out = a.out.data() + r * C;
     T dot = 0;
     for (int c = 0; c < C; ++c) {
       dot += dyt[c] * out[c];
-      dout[r * C + c] = gates_[a] * dyt[c];
+      a.dout[r * C + c] = a.gates[assignment] * dyt[c];
     }
-    dgates[a] = dot;
+    dgates[assignment] = dot;
   }
+  round(a.dout.data(), A * C);
+  // Each rank's dot covers its part of the output (rank 0's with the proj bias): the sum is the
+  // whole output's.
+  if (tp_ != nullptr && tp_->size() > 1) tp_->all_reduce_sum(dgates.data(), dgates.size());
+  std::vector<T> dact(A * H), dxe(A * C);
   for (int e = 0; e < E; ++e) {
-    const int rows = routing_.assigned(e);
+    const int rows = a.routing.assigned(e);
     if (rows == 0) continue;
     const std::size_t first =
-        static_cast<std::size_t>(routing_.offsets[static_cast<std::size_t>(e)]);
-    cpu::matmul_backward(dact.data() + first * H, dweights + at_.proj_weight(e),
-                         dweights + at_.proj_bias(e), dout.data() + first * C,
-                         act_.data() + first * H, weights + at_.proj_weight(e), rows, H, C);
-    cpu::gelu_backward(dact.data() + first * H, pre_.data() + first * H, dact.data() + first * H,
-                       static_cast<long>(rows) * H);
-    cpu::matmul_backward(dxe.data() + first * C, dweights + at_.fc_weight(e),
-                         dweights + at_.fc_bias(e), dact.data() + first * H, xe_.data() + first * C,
-                         weights + at_.fc_weight(e), rows, C, H);
+        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
+    const std::size_t hidden = static_cast<std::size_t>(rows) * H;
+    cpu::matmul_backward_input(dact.data() + first * H, a.dout.data() + first * C,
+                               weights + at_.proj_weight(e), rows, H, C);
+    round(dact.data() + first * H, hidden);
+    cpu::gelu_backward(a.dpre.data() + first * H, a.pre.data() + first * H, dact.data() + first * H,
+                       static_cast<long>(hidden));
+    round(a.dpre.data() + first * H, hidden);
+    cpu::matmul_backward_input(dxe.data() + first * C, a.dpre.data() + first * H,
+                               weights + at_.fc_weight(e), rows, C, H);
+    round(dxe.data() + first * C, static_cast<std::size_t>(rows) * C);
   }
   // The router: the gates' gradient, the aux loss's (through P_e) and the z-loss's.
   const T aux_scale = static_cast<T>(loss_scale * config_.aux_loss * E / N);
   const T z_scale = static_cast<T>(loss_scale * config_.z_loss * 2.0 / N);
-  std::vector<T> dp(static_cast<std::size_t>(E)), dlogits(n * E);
+  std::vector<T> dp(static_cast<std::size_t>(E));
+  fit(a.dlogits, n * E);
   for (std::size_t t = 0; t < n; ++t) {
-    const T* p = probs_.data() + t * E;
+    const T* p = a.probs.data() + t * E;
     for (int e = 0; e < E; ++e)
       dp[static_cast<std::size_t>(e)] =
-          aux_scale * static_cast<T>(chosen_share_[static_cast<std::size_t>(e)]);
-    moe_gates_backward(p, choices_.data() + t * k, gates_.data() + t * k, dgates.data() + t * k, k,
-                       dp.data());
-    T* dl = dlogits.data() + t * E;
+          aux_scale * static_cast<T>(a.chosen_share[static_cast<std::size_t>(e)]);
+    moe_gates_backward(p, a.choices.data() + t * k, a.gates.data() + t * k, dgates.data() + t * k,
+                       k, dp.data());
+    T* dl = a.dlogits.data() + t * E;
     moe_softmax_backward(p, dp.data(), E, dl);
-    for (int e = 0; e < E; ++e) dl[e] += z_scale * lse_[t] * p[e];
+    for (int e = 0; e < E; ++e) dl[e] += z_scale * a.lse[t] * p[e];
   }
-  cpu::matmul_backward_input(dx, dlogits.data(), weights + at_.router(), N, C, E);
-  cpu::matmul_backward_weight(dweights + at_.router(), static_cast<T*>(nullptr), dlogits.data(),
-                              x_.data(), N, C, E);
+  if (bias_rank)
+    cpu::matmul_backward_input(dx, a.dlogits.data(), weights + at_.router(), N, C, E);
+  else
+    std::fill_n(dx, n * C, T(0));
   // Each token's experts' input gradients, in choice order.
   for (std::size_t t = 0; t < n; ++t)
     for (int j = 0; j < k; ++j) {
-      const int r = row_[t * k + static_cast<std::size_t>(j)];
+      const int r = a.row[t * k + static_cast<std::size_t>(j)];
       if (r < 0) continue;
       const T* g = dxe.data() + static_cast<std::size_t>(r) * C;
       for (int c = 0; c < C; ++c) dx[t * C + c] += g[c];
     }
+  round(dx, n * C);
+}
+
+template <class T>
+void MoeLayer<T>::backward_weight(MoeActivations<T>& a, T* dweights, int own_begin,
+                                  int own_count) const {
+  const int E = config_.experts, k = config_.top_k, C = C_, H = H_;
+  const std::size_t own_first = static_cast<std::size_t>(own_begin);
+  const std::size_t own_end = own_first + static_cast<std::size_t>(own_count);
+  for (int e = 0; e < E; ++e) {
+    const int rows = a.routing.assigned(e);
+    if (rows == 0) continue;
+    const std::size_t first =
+        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
+    cpu::matmul_backward_weight(dweights + at_.proj_weight(e), static_cast<T*>(nullptr),
+                                a.dout.data() + first * C, a.act.data() + first * H, rows, H, C);
+    // The replicated bias: the rows of this rank's tokens.
+    T* dbias = dweights + at_.proj_bias(e);
+    for (std::size_t r = first; r < first + static_cast<std::size_t>(rows); ++r) {
+      const std::size_t token = static_cast<std::size_t>(a.routing.assignments[r] / k);
+      if (token < own_first || token >= own_end) continue;
+      for (int c = 0; c < C; ++c) dbias[c] += a.dout[r * C + c];
+    }
+    cpu::matmul_backward_weight(dweights + at_.fc_weight(e), dweights + at_.fc_bias(e),
+                                a.dpre.data() + first * H, a.xe.data() + first * C, rows, C, H);
+  }
+  cpu::matmul_backward_weight(dweights + at_.router(), static_cast<T*>(nullptr),
+                              a.dlogits.data() + own_first * E, a.x.data() + own_first * C,
+                              own_count, C, E);
 }
 
 template class MoeLayer<float>;
 template class MoeLayer<double>;
+template struct MoeActivations<float>;
+template struct MoeActivations<double>;
 
 }  // namespace strata

@@ -7,34 +7,48 @@
 //   aux = E · Σ_e f_e · P_e   (Switch: f_e the share of the N·k choices that picked e before
 //                              capacity, P_e the mean of p_e; gradient through P only)
 //   z   = mean_t (log Σ_e exp logits_te)²
-// The model adds aux_loss · aux + z_loss · z to its loss (`loss()`), so their gradients are
+// The model adds aux_loss · aux + z_loss · z to its loss (`loss(a)`), so their gradients are
 // scaled like the cross-entropy's. Forward and backward by hand; the per-token arithmetic is
 // model/kernels/moe_routing.h, shared with the CUDA kernels.
 //
+// Tensor parallelism splits every expert as the dense MLP is split (fc by columns, proj by rows:
+// H = 4C / tp hidden columns here), so a rank holds its slice of every expert and sees every
+// token: the routing needs no exchange (every rank computes it from the same rows and the
+// replicated router), y is a partial sum the model sums over the group as it sums the MLP's, and
+// each proj bias enters on tp rank 0 only. The one collective is the gates' gradient: a gate
+// multiplies the expert's whole output, so dgate = dy · (Σ over ranks of their partial outputs)
+// is summed over the group. The input gradient is partial too (the router's part on rank 0), and
+// the replicated tensors' gradients (router, proj biases) cover `own` rows (the model's rows
+// under sequence parallelism, all of them otherwise), as the dense MLP's bias does.
+//
 // Weights, as they lie in the block's parameter segment (ParameterLayout): the router (E, C),
-// then per expert fc.weight (4C, C), fc.bias (4C), proj.weight (C, 4C), proj.bias (C).
-// Gradients lie the same way and are accumulated (+=).
+// then per expert fc.weight (H, C), fc.bias (H), proj.weight (C, H), proj.bias (C). Gradients lie
+// the same way and are accumulated (+=). The activations of one micro-batch live in a
+// MoeActivations the caller keeps (a slot of the model): forward fills it, backward_input
+// reads it and leaves the activation gradients backward_weight needs.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "model/core/collectives.h"
+#include "model/kernels/cpu/precision.h"
 #include "model/moe/moe_config.h"
 #include "model/moe/moe_routing.h"
 
 namespace strata {
 
-// Where the tensors of an MoE MLP lie from its router's first element.
+// Where the tensors of an MoE MLP lie from its router's first element (H: hidden columns held).
 struct MoeWeightOffsets {
-  std::size_t C, E;
+  std::size_t C, E, H;
   std::size_t router() const { return 0; }
   std::size_t expert(int e) const { return E * C + static_cast<std::size_t>(e) * expert_size(); }
   std::size_t fc_weight(int e) const { return expert(e); }
-  std::size_t fc_bias(int e) const { return expert(e) + 4 * C * C; }
-  std::size_t proj_weight(int e) const { return fc_bias(e) + 4 * C; }
-  std::size_t proj_bias(int e) const { return proj_weight(e) + 4 * C * C; }
-  std::size_t expert_size() const { return 8 * C * C + 5 * C; }
+  std::size_t fc_bias(int e) const { return expert(e) + H * C; }
+  std::size_t proj_weight(int e) const { return fc_bias(e) + H; }
+  std::size_t proj_bias(int e) const { return proj_weight(e) + C * H; }
+  std::size_t expert_size() const { return 2 * H * C + H + C; }
   std::size_t total() const { return E * C + E * expert_size(); }
 };
 
@@ -46,41 +60,60 @@ struct MoeStats {
   std::vector<int> tokens_per_expert;  // kept assignments per expert
 };
 
+// One micro-batch through one MoE layer: what backward needs, and what backward_input leaves for
+// backward_weight. Rows of the expert buffers are the kept assignments, grouped by expert.
+template <class T>
+struct MoeActivations {
+  int tokens = 0;
+  std::vector<T> x;                  // (N, C) the input
+  std::vector<T> probs, lse, gates;  // (N, E), (N), (N, k)
+  std::vector<int> choices, row;     // (N, k): experts chosen; row of the kept ones, or -1
+  std::vector<double> chosen_share;  // (E) f_e
+  MoeRouting routing;
+  std::vector<T> xe, pre, act, out;    // (A, C), (A, H), (A, H), (A, C) this rank's part
+  std::vector<T> dout, dpre, dlogits;  // backward_input → backward_weight
+  MoeStats stats;
+  std::size_t elements() const;
+};
+
 template <class T>
 class MoeLayer {
  public:
-  MoeLayer(int d_model, const MoeConfig& config);
+  // `tp`: the tensor-parallel group (null: one rank); H = 4C / its size. `compute`: op outputs
+  // and activation gradients are rounded to it as a kernel of that dtype would store them (the
+  // router, in fp32 as GPU routers are, is not).
+  MoeLayer(int d_model, const MoeConfig& config, Collectives* tp = nullptr,
+           cpu::ComputeDtype compute = cpu::ComputeDtype::fp32);
 
-  // Forward of x (N, C), N a multiple of the group (group_sequences · seq_len tokens): y (N, C)
-  // is overwritten with the experts' weighted outputs (no residual). `weights` points at the
-  // router (the layout above). Keeps what backward needs, including a copy of x.
-  const MoeStats& forward(const T* x, int N, int seq_len, const T* weights, T* y);
-  // aux_loss · aux + z_loss · z of the last forward.
-  T loss() const;
-  // From dy (N, C), the gradient of y: dx (N, C) overwritten; gradients of every weight (the
-  // router's through the gates and both losses, each loss term scaled by loss_scale, as the
-  // cross-entropy's gradient is) accumulated into dweights (the layout above).
-  void backward(const T* dy, T loss_scale, const T* weights, T* dx, T* dweights);
-
-  const MoeRouting& routing() const { return routing_; }
-  const std::vector<T>& probabilities() const { return probs_; }
-  const std::vector<T>& gates() const { return gates_; }
+  // Forward of x (N, C), N / seq_len whole sequences (capacity counts groups of group_sequences
+  // of them, or all of them when group_sequences does not divide their number): y (N, C)
+  // is overwritten with this rank's part of the experts' weighted outputs (no residual).
+  // `weights` points at the router (the layout above).
+  const MoeStats& forward(MoeActivations<T>& a, const T* x, int N, int seq_len, const T* weights,
+                          T* y) const;
+  // aux_loss · aux + z_loss · z of a's forward.
+  T loss(const MoeActivations<T>& a) const;
+  // From dy (N, C), the gradient of the whole y: dx (N, C) overwritten with this rank's part of
+  // the input gradient (the router's on rank 0), each loss term's gradient scaled by loss_scale
+  // as the cross-entropy's is.
+  void backward_input(MoeActivations<T>& a, const T* dy, T loss_scale, const T* weights,
+                      T* dx) const;
+  // Every weight gradient, accumulated into dweights (the layout above); the replicated ones
+  // (router, proj biases) over rows [own_begin, own_begin + own_count) only.
+  void backward_weight(MoeActivations<T>& a, T* dweights, int own_begin, int own_count) const;
 
  private:
-  int C_;
+  void round(T* data, std::size_t n) const;
+  int C_, H_;
   MoeConfig config_;
+  Collectives* tp_;
+  cpu::ComputeDtype compute_;
   MoeWeightOffsets at_;
-  int N_ = 0;
-  std::vector<T> x_, logits_, probs_, lse_, gates_;
-  std::vector<int> choices_;
-  MoeRouting routing_;
-  std::vector<int> row_;  // (N·k): the assignment's row in the expert buffers, or -1
-  std::vector<T> xe_, pre_, act_, out_;  // per kept assignment, grouped by expert
-  std::vector<double> chosen_share_;     // f_e
-  MoeStats stats_;
 };
 
 extern template class MoeLayer<float>;
 extern template class MoeLayer<double>;
+extern template struct MoeActivations<float>;
+extern template struct MoeActivations<double>;
 
 }  // namespace strata

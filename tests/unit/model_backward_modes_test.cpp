@@ -32,7 +32,18 @@ struct Layout {
   int tp = 1;
   bool sequence_parallel = false;
   std::vector<std::pair<int, int>> stage_layers = {{0, 3}};  // [begin, end) per stage
+  bool experts = false;  // the middle block an MoE block (4 experts, top-2, capacity drops)
   int pp() const { return static_cast<int>(stage_layers.size()); }
+  GptShape shape() const {
+    if (!experts) return kShape;
+    MoeConfig moe;
+    moe.experts = 4;
+    moe.top_k = 2;
+    moe.every = 2;
+    moe.capacity_factor = 1.0;
+    return GptShape(kShape.n_layer, kShape.n_head, kShape.d_model, kShape.seq_len,
+                    kShape.vocab_size, moe);
+  }
 };
 
 // Losses of every micro-batch, then every rank's gradient buffer (in stage, tp-rank order), every
@@ -51,10 +62,11 @@ struct Result {
 // pass, so each weight pass reads its stash after the other micro-batches' recomputation.
 template <class T>
 Result<T> run(const Layout& layout, const GptOptions& options) {
-  PartitionedRanks<T> grid(kShape, layout.stage_layers, layout.tp, layout.sequence_parallel, kBatch,
+  const GptShape shape = layout.shape();
+  PartitionedRanks<T> grid(shape, layout.stage_layers, layout.tp, layout.sequence_parallel, kBatch,
                            kMicroBatches, options, [&](const ParameterLayout& part) {
                              std::vector<float> init(part.total());
-                             initialize_gpt_parameters(part, kShape, 17, init.data());
+                             initialize_gpt_parameters(part, shape, 17, init.data());
                              std::vector<T> params(init.begin(), init.end());
                              // Round as the trainer's weight copy is (a no-op in fp32).
                              cpu::round_to_dtype(params.data(), static_cast<long>(params.size()),
@@ -67,9 +79,9 @@ Result<T> run(const Layout& layout, const GptOptions& options) {
   std::mt19937_64 rng(23);
   std::vector<std::vector<std::int32_t>> tokens(kMicroBatches), targets(kMicroBatches);
   for (int mb = 0; mb < kMicroBatches; ++mb) {
-    for (int i = 0; i < kBatch * kShape.seq_len; ++i) {
-      tokens[mb].push_back(static_cast<std::int32_t>(rng() % kShape.vocab_size));
-      targets[mb].push_back(static_cast<std::int32_t>(rng() % kShape.vocab_size));
+    for (int i = 0; i < kBatch * shape.seq_len; ++i) {
+      tokens[mb].push_back(static_cast<std::int32_t>(rng() % shape.vocab_size));
+      targets[mb].push_back(static_cast<std::int32_t>(rng() % shape.vocab_size));
     }
   }
   Result<T> result;
@@ -79,9 +91,8 @@ Result<T> run(const Layout& layout, const GptOptions& options) {
     for (int s = 0; s < layout.pp(); ++s) {
       groups[s]->run([&](int r) {
         const T* input = s == 0 ? nullptr : ranks[s - 1][r].model->output(mb);
-        const T loss =
-            ranks[s][r].model->forward(mb, ranks[s][r].params.data(), tokens[mb].data(), input,
-                                       targets[mb].data(), kBatch, kShape.seq_len);
+        const T loss = ranks[s][r].model->forward(mb, ranks[s][r].params.data(), tokens[mb].data(),
+                                                  input, targets[mb].data(), kBatch, shape.seq_len);
         if (s == last && r == 0) result.losses[mb] = loss;
       });
     }
@@ -101,7 +112,7 @@ Result<T> run(const Layout& layout, const GptOptions& options) {
         for (Rank& rank : ranks[s]) {
           const T* sent = rank.model->input_grad(mb);
           result.input_grads.emplace_back(
-              sent, sent + rank.model->activation_rows(kBatch, kShape.seq_len) * kShape.d_model);
+              sent, sent + rank.model->activation_rows(kBatch, shape.seq_len) * shape.d_model);
         }
     }
   }
@@ -217,6 +228,16 @@ TEST(SplitBackward, GradientsAreBitwiseTheFusedOnesUnderPipelineParallelism) {
   expect_split_is_exact<float>(Layout{2, true, {{0, 2}, {2, 3}}}, cpu::ComputeDtype::bf16);
   expect_split_is_exact<double>(Layout{2, false, {{0, 1}, {1, 2}, {2, 3}}},
                                 cpu::ComputeDtype::fp32);
+}
+
+// MoE blocks: their expert activation gradients stay in the slot from B to W; recomputation
+// reruns the experts to the same values.
+TEST(SplitBackward, ExpertBlocksSplitAndRecomputeExactly) {
+  for (const Layout& layout :
+       {Layout{1, false, {{0, 3}}, true}, Layout{2, true, {{0, 2}, {2, 3}}, true}}) {
+    expect_split_is_exact<float>(layout, cpu::ComputeDtype::fp32);
+    expect_recompute_is_exact<float>(layout, cpu::ComputeDtype::bf16);
+  }
 }
 
 TEST(SplitBackward, RefusesPassesOutOfOrder) {

@@ -50,20 +50,20 @@ std::vector<std::int32_t> random_tokens(int n, int vocab, std::uint64_t seed) {
 // for every prefix of a seq_len sequence fed as a prefill of `first` positions, then `step` at a
 // time.
 template <class T>
-double largest_relative_difference(int first, int step) {
-  Gpt<T> model(kShape, 1);
+double largest_relative_difference(int first, int step, const GptShape& shape = kShape) {
+  Gpt<T> model(shape, 1);
   const std::vector<T> params = random_params(model, 5);
-  const std::vector<std::int32_t> tokens = random_tokens(kShape.seq_len, kShape.vocab_size, 6);
+  const std::vector<std::int32_t> tokens = random_tokens(shape.seq_len, shape.vocab_size, 6);
   GptDecoder<T> decoder(model, params.data());
   double largest = 0;
-  for (int end = first; end <= kShape.seq_len; end += step) {
+  for (int end = first; end <= shape.seq_len; end += step) {
     const int begin = decoder.length();
     const T* cached = decoder.append(tokens.data() + begin, end - begin);
     EXPECT_EQ(decoder.length(), end);
     model.forward(params.data(), tokens.data(), nullptr, 1, end);
-    const T* full = model.logits() + static_cast<std::size_t>(end - 1) * kShape.padded_vocab();
+    const T* full = model.logits() + static_cast<std::size_t>(end - 1) * shape.padded_vocab();
     double difference = 0, scale = 0;
-    for (int v = 0; v < kShape.vocab_size; ++v) {
+    for (int v = 0; v < shape.vocab_size; ++v) {
       difference = std::max(difference, std::abs(double(cached[v]) - double(full[v])));
       scale = std::max(scale, std::abs(double(full[v])));
     }
@@ -81,6 +81,19 @@ TEST(Decoder, LogitsMatchTheFullForwardAtEveryPosition) {
   // In double the two differ by rounding only.
   EXPECT_LT(largest_relative_difference<double>(5, 1), 1e-12);
   EXPECT_LT(largest_relative_difference<double>(2, 5), 1e-12);
+}
+
+// Experts in both blocks, dropless (decoding routes every token: no capacity to compete for), so
+// the full forward routes the same.
+TEST(Decoder, ExpertBlocksMatchTheFullForward) {
+  MoeConfig moe;
+  moe.experts = 4;
+  moe.top_k = 2;
+  moe.capacity_factor = 0;
+  const GptShape shape(kShape.n_layer, kShape.n_head, kShape.d_model, kShape.seq_len,
+                       kShape.vocab_size, moe);
+  EXPECT_LT(largest_relative_difference<float>(5, 1, shape), 1e-5);
+  EXPECT_LT(largest_relative_difference<double>(2, 5, shape), 1e-12);
 }
 
 TEST(Decoder, ResetStartsAFreshSequence) {

@@ -44,25 +44,27 @@ TEST_P(MoeGradient, BackwardMatchesFiniteDifferences) {
   config.aux_loss = 0.3;  // large enough that both losses' gradients matter
   config.z_loss = 0.2;
   const int C = 6, T = 4, B = 3, N = B * T;
-  const MoeWeightOffsets at{C, 4};
+  const MoeWeightOffsets at{C, 4, 4 * C};
   std::mt19937_64 rng(7 + param.top_k);
   Vec x = random_vector(static_cast<std::size_t>(N) * C, rng);
   Vec w = random_vector(at.total(), rng, 0.5);
   const Vec probe = random_vector(static_cast<std::size_t>(N) * C, rng);  // L = Σ probe ⊙ y + loss
   MoeLayer<double> layer(C, config);
+  MoeActivations<double> a;
   Vec y(x.size());
   const auto loss = [&] {
-    layer.forward(x.data(), N, T, w.data(), y.data());
-    return dot(probe, y) + layer.loss();
+    MoeActivations<double> scratch;
+    layer.forward(scratch, x.data(), N, T, w.data(), y.data());
+    return dot(probe, y) + layer.loss(scratch);
   };
-  loss();
-  const MoeStats stats = layer.forward(x.data(), N, T, w.data(), y.data());
+  const MoeStats stats = layer.forward(a, x.data(), N, T, w.data(), y.data());
   if (param.capacity_factor > 0)
     EXPECT_GT(stats.dropped, 0) << "the case should drop some choices";
   else
     EXPECT_EQ(stats.dropped, 0);
   Vec dx(x.size()), dw(w.size(), 0.0);
-  layer.backward(probe.data(), 1.0, w.data(), dx.data(), dw.data());
+  layer.backward_input(a, probe.data(), 1.0, w.data(), dx.data());
+  layer.backward_weight(a, dw.data(), 0, N);
   expect_matches_finite_differences(x, dx, loss, "dx");
   expect_matches_finite_differences(w, dw, loss, "dweights");
 }
@@ -125,13 +127,14 @@ TEST(MoeLayer, LossesMatchTheirDirectFormulas) {
   config.aux_loss = 0.01;
   config.z_loss = 0.001;
   const int C = 16, T = 8, B = 4, N = B * T, E = 8;
-  const MoeWeightOffsets at{C, E};
+  const MoeWeightOffsets at{C, E, 4 * C};
   std::mt19937_64 rng(3);
   const Vec x = random_vector(static_cast<std::size_t>(N) * C, rng);
   const Vec w = random_vector(at.total(), rng, 0.3);
   MoeLayer<double> layer(C, config);
+  MoeActivations<double> a;
   Vec y(x.size());
-  const MoeStats stats = layer.forward(x.data(), N, T, w.data(), y.data());
+  const MoeStats stats = layer.forward(a, x.data(), N, T, w.data(), y.data());
   // Direct: logits, softmax, the top-2 counts, f and P.
   double aux = 0, z = 0;
   std::vector<double> chosen(E, 0.0), mean(E, 0.0);
@@ -155,7 +158,7 @@ TEST(MoeLayer, LossesMatchTheirDirectFormulas) {
   for (int e = 0; e < E; ++e) aux += E * chosen[e] * mean[e];
   EXPECT_NEAR(stats.aux, aux, 1e-12);
   EXPECT_NEAR(stats.z, z, 1e-12);
-  EXPECT_NEAR(layer.loss(), 0.01 * aux + 0.001 * z, 1e-14);
+  EXPECT_NEAR(layer.loss(a), 0.01 * aux + 0.001 * z, 1e-14);
   // Capacity: ceil(1.0 · 2 · 16 / 8) = 4 per expert per group of 2 sequences (16 tokens).
   int kept = 0;
   for (int count : stats.tokens_per_expert) {
@@ -173,19 +176,20 @@ TEST(MoeLayer, DroppedTokensPassThroughWithNothingAdded) {
   config.top_k = 1;
   config.capacity_factor = 0.25;  // ceil(0.25 · 1 · 4 / 2) = 1
   const int C = 4, T = 4, N = 4;
-  const MoeWeightOffsets at{C, 2};
+  const MoeWeightOffsets at{C, 2, 4 * C};
   std::mt19937_64 rng(5);
   const Vec x = random_vector(N * C, rng), w = random_vector(at.total(), rng);
   MoeLayer<double> layer(C, config);
+  MoeActivations<double> a;
   Vec y(x.size());
-  const MoeStats stats = layer.forward(x.data(), N, T, w.data(), y.data());
+  const MoeStats stats = layer.forward(a, x.data(), N, T, w.data(), y.data());
   EXPECT_EQ(stats.dropped, 2);
   int zero_rows = 0;
   for (int t = 0; t < N; ++t) {
     bool zero = true;
     for (int c = 0; c < C; ++c) zero = zero && y[t * C + c] == 0.0;
     zero_rows += zero;
-    EXPECT_EQ(zero, !layer.routing().kept[t]) << "token " << t;
+    EXPECT_EQ(zero, !a.routing.kept[t]) << "token " << t;
   }
   EXPECT_EQ(zero_rows, 2);
 }

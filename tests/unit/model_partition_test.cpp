@@ -20,6 +20,18 @@ using testing::slice_of;
 const GptShape kShape{3, 4, 16, 6, 37};  // 3 layers, 4 heads, C 16, T 6, vocab 37 (padded 128)
 constexpr int kBatch = 2;
 
+// The same with experts in its middle block: 4 experts, top-2, a capacity that drops tokens.
+GptShape moe_shape() {
+  MoeConfig moe;
+  moe.experts = 4;
+  moe.top_k = 2;
+  moe.every = 2;
+  moe.capacity_factor = 1.0;  // 3 of the 6 tokens of a sequence per expert
+  moe.aux_loss = 0.1;
+  moe.z_loss = 0.01;
+  return GptShape(3, 4, 16, 6, 37, moe);
+}
+
 struct Batch {
   std::vector<std::int32_t> tokens, targets;
 };
@@ -59,11 +71,11 @@ struct Result {
 };
 
 Result run_partitioned(const Layout& layout, const std::vector<double>& params,
-                       const std::vector<Batch>& batches) {
-  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+                       const std::vector<Batch>& batches, const GptShape& shape) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(shape);
   const int slots = static_cast<int>(batches.size());
   PartitionedRanks<double> grid(
-      kShape, layout.stage_layers, layout.tp, layout.sequence_parallel, kBatch, slots, GptOptions{},
+      shape, layout.stage_layers, layout.tp, layout.sequence_parallel, kBatch, slots, GptOptions{},
       [&](const ParameterLayout& part) { return slice_of(whole, part, params); });
   auto& groups = grid.groups;
   auto& ranks = grid.ranks;
@@ -115,8 +127,9 @@ Result run_partitioned(const Layout& layout, const std::vector<double>& params,
   return result;
 }
 
-Result run_whole(const std::vector<double>& params, const std::vector<Batch>& batches) {
-  Gpt<double> model(kShape, kBatch);
+Result run_whole(const std::vector<double>& params, const std::vector<Batch>& batches,
+                 const GptShape& shape) {
+  Gpt<double> model(shape, kBatch);
   Result result;
   result.grads.assign(model.layout().total(), 0.0);
   for (const Batch& b : batches) {
@@ -127,12 +140,12 @@ Result run_whole(const std::vector<double>& params, const std::vector<Batch>& ba
   return result;
 }
 
-void expect_same_run(const Layout& layout) {
-  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
+void expect_same_run(const Layout& layout, const GptShape& shape = kShape) {
+  const ParameterLayout whole = ParameterLayout::for_gpt(shape);
   const std::vector<double> params = random_params(whole);
   const std::vector<Batch> batches = {random_batch(1), random_batch(2)};
-  const Result expected = run_whole(params, batches);
-  const Result actual = run_partitioned(layout, params, batches);
+  const Result expected = run_whole(params, batches, shape);
+  const Result actual = run_partitioned(layout, params, batches, shape);
   for (std::size_t i = 0; i < batches.size(); ++i)
     EXPECT_NEAR(actual.losses[i], expected.losses[i], 1e-12 * std::abs(expected.losses[i]));
   double max_error = 0, max_grad = 0;
@@ -163,6 +176,16 @@ TEST(ModelPartition, PipelineStagesEqualWholeModel) {
   expect_same_run({1, 3, false, {{0, 1}, {1, 2}, {2, 3}}});
   expect_same_run({2, 2, true, {{0, 1}, {1, 3}}});
   expect_same_run({4, 2, false, {{0, 1}, {1, 3}}});
+}
+
+// Experts split over tp like the MLP (the gates' gradient summed over the group), their router
+// and biases replicated, under sequence parallelism and over pipeline stages: the whole model's
+// losses and gradients, the capacity dropping the same tokens everywhere.
+TEST(ModelPartition, ExpertBlocksEqualTheWholeModel) {
+  expect_same_run({2, 1, false, {{0, 3}}}, moe_shape());
+  expect_same_run({2, 1, true, {{0, 3}}}, moe_shape());
+  expect_same_run({1, 2, false, {{0, 2}, {2, 3}}}, moe_shape());
+  expect_same_run({2, 2, true, {{0, 1}, {1, 3}}}, moe_shape());
 }
 
 TEST(ModelPartition, SlicesTileEveryLogicalTensorExactlyOnce) {

@@ -14,8 +14,9 @@ namespace {
 
 GptShape tiny_shape() { return GptShape{2, 2, 8, 5, 11}; }
 
-TEST(Model, GradientMatchesFiniteDifferences) {
-  const GptShape shape = tiny_shape();
+// The whole model's backward against central differences of its loss (cross-entropy plus, with
+// experts, their router losses), every parameter.
+void expect_gradient_matches_finite_differences(const GptShape& shape) {
   Gpt<double> model(shape, 2);
   const std::size_t n = model.layout().total();
   std::vector<double> params(n), grads(n, 0.0);
@@ -28,8 +29,11 @@ TEST(Model, GradientMatchesFiniteDifferences) {
       for (std::size_t i = 0; i < t.size; ++i) params[t.offset + i] += 1.0;
   const std::vector<std::int32_t> tokens = {1, 4, 7, 2, 9, 10, 0, 3, 3, 5};
   const std::vector<std::int32_t> targets = {4, 7, 2, 9, 10, 0, 3, 3, 5, 6};
+  const auto loss = [&] {
+    return model.forward(params.data(), tokens.data(), targets.data(), 2, 5) + model.moe_loss();
+  };
 
-  model.forward(params.data(), tokens.data(), targets.data(), 2, 5);
+  loss();
   model.backward(params.data(), grads.data(), 1.0);
 
   const double h = 1e-6;
@@ -37,9 +41,9 @@ TEST(Model, GradientMatchesFiniteDifferences) {
   for (std::size_t i = 0; i < n; ++i) {
     const double saved = params[i];
     params[i] = saved + h;
-    const double plus = model.forward(params.data(), tokens.data(), targets.data(), 2, 5);
+    const double plus = loss();
     params[i] = saved - h;
-    const double minus = model.forward(params.data(), tokens.data(), targets.data(), 2, 5);
+    const double minus = loss();
     params[i] = saved;
     const double numeric = (plus - minus) / (2 * h);
     max_error = std::max(max_error, std::abs(numeric - grads[i]));
@@ -52,6 +56,24 @@ TEST(Model, GradientMatchesFiniteDifferences) {
   const TensorView& wte = model.layout().at("wte");
   for (std::size_t i = shape.vocab_size * shape.d_model; i < wte.size; ++i)
     ASSERT_EQ(grads[wte.offset + i], 0.0);
+}
+
+TEST(Model, GradientMatchesFiniteDifferences) {
+  expect_gradient_matches_finite_differences(tiny_shape());
+}
+
+// Experts in the second block (top-2 of 3, a capacity that drops choices), router losses on.
+TEST(Model, ExpertBlockGradientMatchesFiniteDifferences) {
+  MoeConfig moe;
+  moe.experts = 3;
+  moe.top_k = 2;
+  moe.every = 2;
+  moe.capacity_factor = 1.0;  // ceil(2 · 5 / 3) = 4 of a sequence's 10 choices per expert
+  moe.aux_loss = 0.1;
+  moe.z_loss = 0.05;
+  const GptShape base = tiny_shape();
+  expect_gradient_matches_finite_differences(
+      GptShape(base.n_layer, base.n_head, base.d_model, base.seq_len, base.vocab_size, moe));
 }
 
 TEST(Model, InitialisationIsAPureFunctionOfSeedNameAndIndex) {

@@ -6,6 +6,15 @@ namespace strata::cpu {
 
 template <class T>
 void residual_bias_forward(T* out, const T* x, const T* y, const T* bias, int N, int C) {
+  if (bias == nullptr) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      const long row = static_cast<long>(n) * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) out[row + c] = x[row + c] + y[row + c];
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const long row = static_cast<long>(n) * C;

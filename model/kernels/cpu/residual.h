@@ -4,7 +4,7 @@
 
 namespace strata::cpu {
 
-// out (N, C) = x + (y + bias). out may alias x.
+// out (N, C) = x + (y + bias); bias may be null (out = x + y). out may alias x.
 template <class T>
 void residual_bias_forward(T* out, const T* x, const T* y, const T* bias, int N, int C);
 

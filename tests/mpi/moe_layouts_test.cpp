@@ -1,0 +1,128 @@
+// Mixture-of-experts models on every layout the CPU backend runs (expert parallelism aside): a
+// 4-layer GPT whose blocks 1 and 3 have 4 experts (top-2, a capacity that drops choices, both
+// router losses on) trains one process's run (loss and val_loss per step within 1e-4 relative,
+// fp32) under dp 2, tp 2 with sequence parallelism, pp 2 under 1f1b, zb-h1 and zbv, ZeRO stages 2
+// and 3, and full recomputation; in bf16 the bf16 run; resumes bit-exactly; its checkpoint
+// continues the same run on another layout; `eval` measures the run's own val_loss on it and
+// `ckpt export-hf` refuses it with one error line.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/mpi/layout_runs.h"
+#include "tests/support/test_support.h"
+
+namespace strata {
+namespace {
+
+using testing::expect_close;
+using testing::Layout;
+using testing::metric;
+using testing::TempDir;
+
+const std::string kExperts =
+    " --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.every=2"
+    " --set model.moe.capacity_factor=1.0 --set model.moe.aux_loss=0.05"
+    " --set model.moe.z_loss=0.01";
+
+class MoeLayouts : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("moe_layouts");
+    testing::write_synthetic_dataset(*dir_ / "data", 64, 40000);
+    testing::write_layout_config(*dir_, 4);
+    reference_dir_ = train(Layout{}, "reference");
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string train(const Layout& layout, const std::string& name,
+                           const std::string& extra = "") {
+    return testing::train(*dir_, layout, name, kExperts + extra);
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string reference_dir_;
+};
+
+TEST_F(MoeLayouts, EveryLayoutTrainsTheRunOfOneProcess) {
+  const auto reference = metric(reference_dir_, "loss");
+  const auto reference_val = metric(reference_dir_, "val_loss");
+  ASSERT_EQ(reference.size(), 20u);
+  struct Case {
+    Layout layout;
+    std::string extra, tag;
+  };
+  Layout zbv{1, 1, 2, "zbv"};
+  zbv.virtual_stages = 2;
+  const std::vector<Case> cases = {
+      {Layout{2, 1, 1}, "", ""},
+      {Layout{1, 2, 1, "1f1b", true}, "", ""},
+      {Layout{1, 1, 2}, "", ""},
+      {Layout{1, 1, 2, "zb-h1"}, "", ""},
+      {zbv, "", ""},
+      {Layout{2, 2, 2, "1f1b", true, "full"}, "", ""},
+      {Layout{2, 1, 1}, " --set parallel.zero.stage=2", "_zero2"},
+      {Layout{2, 1, 2}, " --set parallel.zero.stage=3", "_zero3"},
+  };
+  for (const Case& c : cases) {
+    const std::string name = c.layout.name() + c.tag;
+    SCOPED_TRACE(name);
+    const std::string run = train(c.layout, name, c.extra);
+    expect_close(metric(run, "loss"), reference, 0, "loss");
+    expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss");
+  }
+}
+
+TEST_F(MoeLayouts, Bf16LayoutTrainsTheBf16RunOfOneProcess) {
+  Layout single;
+  single.compute = "bf16";
+  const std::string reference = train(single, single.name());
+  Layout layout{1, 2, 2, "1f1b", true};
+  layout.compute = "bf16";
+  const std::string run = train(layout, layout.name());
+  expect_close(metric(run, "loss"), metric(reference, "loss"), 0, "bf16 loss", 1e-3);
+}
+
+TEST_F(MoeLayouts, ResumesBitExactlyAndCheckpointsMoveBetweenLayouts) {
+  namespace fs = std::filesystem;
+  const Layout layout{1, 2, 2, "1f1b", true};
+  const std::string straight = train(layout, "straight");
+  const std::string first = train(layout, "split", " --set train.stop_after=10");
+  const std::string checkpoint = first + "/checkpoints/step_00000010.h5";
+  ASSERT_TRUE(fs::exists(checkpoint));
+  const std::string second = train(layout, "split", " --resume");
+  EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
+  // The same checkpoint, on one process and under dp 2: the run of one process goes on.
+  for (const Layout& moved : {Layout{}, Layout{2, 1, 1}}) {
+    const std::string name = "moved_" + moved.name();
+    fs::create_directories(dir_->str() + "/runs/" + name);
+    const std::string run = train(moved, name, " --resume " + checkpoint);
+    expect_close(metric(run, "loss"), metric(reference_dir_, "loss"), 10, "loss after resume");
+  }
+}
+
+TEST_F(MoeLayouts, ToolsEvaluateAndRefuseTheHuggingFaceExport) {
+  const std::string checkpoint = reference_dir_ + "/checkpoints/step_00000020.h5";
+  // eval reads the model the run trained: the run's own last val_loss.
+  const auto evaluated = testing::run_command(testing::bin("eval") + " --checkpoint " + checkpoint +
+                                              " --data " + dir_->str() + "/data/val");
+  ASSERT_EQ(evaluated.status, 0) << evaluated.output;
+  ASSERT_EQ(evaluated.output.rfind("val_loss ", 0), 0u) << evaluated.output;
+  EXPECT_NEAR(std::strtod(evaluated.output.c_str() + 9, nullptr),
+              metric(reference_dir_, "val_loss").back(), 1e-4);
+  const auto exported = testing::run_command(testing::bin("ckpt") + " export-hf " + checkpoint +
+                                             " " + dir_->str() + "/hf");
+  EXPECT_NE(exported.status, 0);
+  EXPECT_NE(exported.output.find("error: checkpoint '" + checkpoint +
+                                 "' is a mixture-of-experts model (model.moe.experts 4): GPT-2 "
+                                 "has no experts"),
+            std::string::npos)
+      << exported.output;
+}
+
+}  // namespace
+}  // namespace strata
