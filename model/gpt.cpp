@@ -50,8 +50,10 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
   STRATA_CHECK(shape.n_head % tp_size == 0 && shape.padded_vocab() % tp_size == 0,
                "tensor parallelism of ", tp_size, " does not divide the heads or the vocabulary");
   sequence_parallel_ = partition.sequence_parallel && tp_size > 1;
-  if (shape.moe.enabled())
+  if (shape.moe.enabled()) {
     moe_ = std::make_unique<MoeLayer<T>>(shape.d_model, shape.moe, tp_, options.compute);
+    moe_totals_.assign(shape.n_layer * MoeTotals::stride(shape.moe.experts), 0.0);
+  }
   for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
   scratch_ = std::make_unique<Scratch>();
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;

@@ -140,6 +140,10 @@ class Gpt {
   // + z_loss · z summed over this model's MoE blocks; 0 without experts): the backward adds their
   // gradients to the cross-entropy's, which forward returns alone.
   T moe_loss(int slot = 0) const;
+  // The MoE blocks' routing figures of the backward passes since the last call (MoeTotals, over
+  // the model's n_layer blocks: this model's at their layer index), added into `totals`; then
+  // starts counting afresh. Evaluation forwards (no backward) are not counted.
+  void take_moe_totals(std::vector<double>& totals);
 
  private:
   struct LayerActivations;
@@ -213,6 +217,7 @@ class Gpt {
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<MoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
+  std::vector<double> moe_totals_;    // MoeTotals over n_layer blocks, since take_moe_totals
   bool is_moe(int local_layer) const {
     return shape_.moe.is_moe_block(partition_.layer_begin + local_layer);
   }

@@ -184,6 +184,7 @@ void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l
   T* dln2_partial = partial_of(in.dln2);
   if (a.moe != nullptr) {
     moe_->backward_input(*a.moe, in.dz, s.loss_scale, p.moe, dln2_partial);  // rounded
+    MoeTotals::add(moe_totals_.data(), layer, shape_.moe.experts, a.moe->stats);
   } else {
     matmul_backward_input(dfch_gelu, in.dz, p.mlp_proj_weight, N, Hl, C);
     round_to_compute(dfch_gelu, static_cast<long>(N) * Hl);
@@ -301,6 +302,14 @@ T Gpt<T>::moe_loss(int slot) const {
   return sum;
 }
 
+template <class T>
+void Gpt<T>::take_moe_totals(std::vector<double>& totals) {
+  if (!moe_) return;
+  totals.resize(moe_totals_.size(), 0.0);
+  for (std::size_t i = 0; i < totals.size(); ++i) totals[i] += moe_totals_[i];
+  std::fill(moe_totals_.begin(), moe_totals_.end(), 0.0);
+}
+
 #define STRATA_INSTANTIATE_GPT_BLOCK(T)                                                           \
   template Gpt<T>::Block Gpt<T>::block_params(const T*, int) const;                               \
   template Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot&, int, bool);                  \
@@ -311,7 +320,8 @@ T Gpt<T>::moe_loss(int slot) const {
   template Gpt<T>::BlockWeightInputs Gpt<T>::block_weight_inputs(Slot&, int, WeightStash&, int);  \
   template void Gpt<T>::block_backward_weight(Slot&, ParameterAccess<T>&, int,                    \
                                               const BlockWeightInputs&);                          \
-  template T Gpt<T>::moe_loss(int) const;
+  template T Gpt<T>::moe_loss(int) const;                                                         \
+  template void Gpt<T>::take_moe_totals(std::vector<double>&);
 STRATA_INSTANTIATE_GPT_BLOCK(float)
 STRATA_INSTANTIATE_GPT_BLOCK(double)
 #undef STRATA_INSTANTIATE_GPT_BLOCK

@@ -221,10 +221,13 @@ int Trainer::run() {
     if (!result.stop) outer->end_inner_step(*s.backend, step);
     const double step_ms = watch.elapsed_ms();
     const JsonLine job_bytes = watch.job_link_bytes();
+    bool has_moe = false;
+    const JsonLine moe = s.moe_metrics(&has_moe);
     if (s.is_logger()) {
       const StepReport report{result, step, s.settings.lr, step_ms, tokens_per_step};
       JsonLine line = step_metrics(report, watch, *s.backend, s.reports_loss_scale);
       line.add("comm_bytes_job", job_bytes);
+      if (has_moe) line.add("moe", moe);
       if (s.data.is_mixture()) line.add("tokens_by_source", s.tokens_by_source());
       s.metrics->write(line);
       // A skipped step is always shown: the steps before a non-finite stop say how it came.

@@ -88,6 +88,37 @@ void Trainer::State::print_startup() const {
   std::fflush(stdout);
 }
 
+JsonLine Trainer::State::moe_metrics(bool* has_moe) {
+  const MoeConfig& moe = config.model.moe;
+  *has_moe = moe.enabled();
+  if (!moe.enabled()) return {};
+  const std::size_t stride = MoeTotals::stride(moe.experts);
+  std::vector<double> totals = backend->take_moe_totals();
+  totals.resize(static_cast<std::size_t>(config.model.n_layer) * stride, 0.0);
+  // A stage's tensor-parallel ranks route the same tokens: each block counted once per replica.
+  if (mesh.tp_rank() != 0) std::fill(totals.begin(), totals.end(), 0.0);
+  for (Communicator* group : {&groups.tp(), &groups.pp(), &groups.dp()})
+    group->all_reduce_sum(totals.data(), totals.size());
+  JsonLine blocks;
+  for (int l = 0; l < config.model.n_layer; ++l) {
+    const double* t = totals.data() + static_cast<std::size_t>(l) * stride;
+    const double micro_batches = t[MoeTotals::micro_batches];
+    if (!moe.is_moe_block(l) || micro_batches == 0) continue;
+    const double* tokens = t + MoeTotals::kFields;
+    const auto [least, most] = std::minmax_element(tokens, tokens + moe.experts);
+    double sum = 0;
+    for (int e = 0; e < moe.experts; ++e) sum += tokens[e];
+    blocks.add(
+        "h." + std::to_string(l),
+        JsonLine()
+            .add("aux_loss", t[MoeTotals::aux] / micro_batches)
+            .add("z_loss", t[MoeTotals::z] / micro_batches)
+            .add("dropped_fraction", t[MoeTotals::dropped] / t[MoeTotals::choices])
+            .add("tokens_per_expert", std::vector<double>{*least, sum / moe.experts, *most}));
+  }
+  return blocks;
+}
+
 void Trainer::State::report_done() {
   const float activation_mib = static_cast<float>(backend->activation_bytes() / 1048576.0);
   const std::size_t stages = static_cast<std::size_t>(groups.pp().size());

@@ -90,6 +90,12 @@ struct Trainer::State {
   // step · global_batch · seq_len · workers. DiLoCo's k workers together have read the first
   // data_position · k samples (sample_micro_batch).
   JsonLine tokens_by_source() const;
+  // An MoE model's training line: per MoE block "h.<i>", its aux_loss and z_loss (means over the
+  // step's micro-batches), dropped_fraction (of the step's choices) and tokens_per_expert
+  // ([min, mean, max] over the experts of the assignments they took in the step). Collective
+  // over the worker's tp, pp and dp groups (every rank calls it after each step); `has_moe`
+  // false without experts, and nothing is exchanged.
+  JsonLine moe_metrics(bool* has_moe);
   // A checkpoint of this step (once per step), collective; rank 0 prunes to checkpoint.keep.
   void save_checkpoint();
   CheckpointState checkpoint_state() const;

@@ -18,6 +18,17 @@ std::size_t MoeActivations<T>::elements() const {
   return n;
 }
 
+void MoeTotals::add(double* totals, int layer, int experts, const MoeStats& stats) {
+  double* t = totals + static_cast<std::size_t>(layer) * stride(experts);
+  t[micro_batches] += 1;
+  t[aux] += stats.aux;
+  t[z] += stats.z;
+  t[choices] += static_cast<double>(stats.choices);
+  t[dropped] += static_cast<double>(stats.dropped);
+  for (int e = 0; e < experts; ++e)
+    t[kFields + e] += stats.tokens_per_expert[static_cast<std::size_t>(e)];
+}
+
 namespace {
 // Grows (never shrinks) a buffer to at least n elements: a slot keeps its largest micro-batch's.
 template <class V>

@@ -60,6 +60,18 @@ struct MoeStats {
   std::vector<int> tokens_per_expert;  // kept assignments per expert
 };
 
+// A step's routing figures of the MoE blocks, as one flat array the ranks can sum: for each of
+// the model's n_layer blocks kFields + experts numbers (zeros for dense blocks and for blocks a
+// rank does not hold): the micro-batches counted, the sums of their aux and z losses, their
+// choices and dropped choices, then the kept assignments per expert.
+struct MoeTotals {
+  static constexpr int kFields = 5;
+  enum Field { micro_batches, aux, z, choices, dropped };
+  static std::size_t stride(int experts) { return kFields + static_cast<std::size_t>(experts); }
+  // Adds one micro-batch's stats into block `layer`'s numbers of `totals`.
+  static void add(double* totals, int layer, int experts, const MoeStats& stats);
+};
+
 // One micro-batch through one MoE layer: what backward needs, and what backward_input leaves for
 // backward_weight. Rows of the expert buffers are the kept assignments, grouped by expert.
 template <class T>

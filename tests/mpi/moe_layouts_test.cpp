@@ -2,11 +2,13 @@
 // 4-layer GPT whose blocks 1 and 3 have 4 experts (top-2, a capacity that drops choices, both
 // router losses on) trains one process's run (loss and val_loss per step within 1e-4 relative,
 // fp32) under dp 2, tp 2 with sequence parallelism, pp 2 under 1f1b, zb-h1 and zbv, ZeRO stages 2
-// and 3, and full recomputation; in bf16 the bf16 run; resumes bit-exactly; its checkpoint
+// and 3, and full recomputation, with the same routing figures in its metrics (tokens dropped,
+// assignments per expert, router losses); in bf16 the bf16 run; resumes bit-exactly; its checkpoint
 // continues the same run on another layout; `eval` measures the run's own val_loss on it and
 // `ckpt export-hf` refuses it with one error line.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -74,7 +76,18 @@ TEST_F(MoeLayouts, EveryLayoutTrainsTheRunOfOneProcess) {
     const std::string run = train(c.layout, name, c.extra);
     expect_close(metric(run, "loss"), reference, 0, "loss");
     expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss");
+    // The routing figures, summed over the ranks that hold each block: the same tokens dropped,
+    // the same assignments per expert, the same router losses.
+    for (const std::string key :
+         {"\"h.1\": {\"aux_loss\": ", "\"h.3\": {\"aux_loss\": ", "\"z_loss\": "}) {
+      const double expected = testing::logged(reference_dir_, 20, key);
+      EXPECT_NEAR(testing::logged(run, 20, key), expected, 1e-4 * std::abs(expected)) << key;
+    }
+    for (const std::string key : {"\"dropped_fraction\": ", "\"tokens_per_expert\": ["})
+      EXPECT_EQ(testing::logged(run, 20, key), testing::logged(reference_dir_, 20, key)) << key;
   }
+  EXPECT_GT(testing::logged(reference_dir_, 20, "\"dropped_fraction\": "), 0.0)
+      << "the capacity should drop some choices";
 }
 
 TEST_F(MoeLayouts, Bf16LayoutTrainsTheBf16RunOfOneProcess) {

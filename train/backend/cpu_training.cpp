@@ -50,6 +50,12 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
   refresh_compute_weights();
 }
 
+std::vector<double> CpuTraining::take_moe_totals() {
+  std::vector<double> totals;
+  for (Gpt<float>& model : models_) model.take_moe_totals(totals);
+  return totals;
+}
+
 std::size_t CpuTraining::activation_bytes() const {
   std::size_t bytes = 0;
   for (const Gpt<float>& model : models_) bytes += model.activation_bytes();

@@ -45,6 +45,7 @@ class CpuTraining final : public TrainingBackend {
   std::size_t activation_bytes() const override;
   std::size_t activation_bytes_per_layer() const override;
   MemoryAccount memory() const override;
+  std::vector<double> take_moe_totals() override;
 
  private:
   // The state's names and ranges (train/backend/backend_state.h) and, in the same order, its

@@ -91,6 +91,9 @@ class TrainingBackend {
   virtual MemoryAccount memory() const = 0;
   // Device memory reserved (0 on the CPU).
   virtual std::size_t device_bytes() const { return 0; }
+  // The MoE blocks' routing figures since the last call (model/moe/moe_layer.h MoeTotals over
+  // the model's n_layer blocks, this rank's at their index; empty without experts).
+  virtual std::vector<double> take_moe_totals() { return {}; }
   // Waits for queued device work (timing); nothing on the CPU.
   virtual void synchronize() {}
 };
