@@ -43,15 +43,29 @@ struct Layout {
   }
 };
 
-// Runs `train` on dir/config.yaml under the layout; returns the run directory.
-inline std::string train(const TempDir& dir, const Layout& layout, const std::string& run_name,
-                         const std::string& extra = "") {
-  const std::string command = mpirun(layout.ranks()) + bin("train") + " " + dir.str() +
-                              "/config.yaml" + layout.overrides() + " --set run.name=" + run_name +
-                              extra;
+// Runs `train` on `ranks` ranks on dir/config.yaml under the layout; returns the run directory.
+inline std::string train_ranks(const TempDir& dir, int ranks, const Layout& layout,
+                               const std::string& run_name, const std::string& extra) {
+  const std::string command = mpirun(ranks) + bin("train") + " " + dir.str() + "/config.yaml" +
+                              layout.overrides() + " --set run.name=" + run_name + extra;
   const auto result = run_command(command);
   EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
   return dir.str() + "/runs/" + run_name;
+}
+
+// Runs `train` on dir/config.yaml under the layout; returns the run directory.
+inline std::string train(const TempDir& dir, const Layout& layout, const std::string& run_name,
+                         const std::string& extra = "") {
+  return train_ranks(dir, layout.ranks(), layout, run_name, extra);
+}
+
+// Runs `train` as `workers` DiLoCo workers of the layout each (5 inner steps per outer sync);
+// returns the run directory.
+inline std::string train_diloco_workers(const TempDir& dir, const Layout& layout,
+                                        const std::string& run_name, int workers = 2) {
+  return train_ranks(dir, workers * layout.ranks(), layout, run_name,
+                     " --set diloco.enabled=true --set diloco.workers=" + std::to_string(workers) +
+                         " --set diloco.inner_steps=5");
 }
 
 // The config every layout suite trains, at dir/config.yaml: 4 layers (pipelines of up to 4

@@ -133,15 +133,8 @@ TEST_F(PipelineSchedules, DilocoWorkersRunZeroBubbleStages) {
   // Two DiLoCo workers of two pipeline stages each: the workers' runs under zb-h1 and zb-h2 are
   // their run under 1f1b (the outer loop sees only the weights the inner steps leave).
   const auto run = [&](const std::string& schedule) {
-    const Layout layout = with_schedule(Layout{1, 1, 2}, schedule);
-    const std::string name = "diloco_" + schedule;
-    const std::string command =
-        testing::mpirun(2 * layout.ranks()) + testing::bin("train") + " " + dir_->str() +
-        "/config.yaml" + layout.overrides() + " --set run.name=" + name +
-        " --set diloco.enabled=true --set diloco.workers=2 --set diloco.inner_steps=5";
-    const auto result = testing::run_command(command);
-    EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
-    return dir_->str() + "/runs/" + name;
+    return testing::train_diloco_workers(*dir_, with_schedule(Layout{1, 1, 2}, schedule),
+                                         "diloco_" + schedule);
   };
   const auto one_f_one_b = metric(run("1f1b"), "loss");
   ASSERT_EQ(one_f_one_b.size(), 20u);

@@ -151,15 +151,8 @@ TEST_F(VirtualStages, DilocoWorkersRunChunkedStages) {
   // Two DiLoCo workers of two pipeline stages each: the workers' runs under interleaved and zbv
   // are their run under 1f1b.
   const auto run = [&](const std::string& schedule, int virtual_stages) {
-    const Layout layout = chunked(schedule, 1, 1, 2, false, "none", virtual_stages);
-    const std::string name = "diloco_" + schedule;
-    const std::string command =
-        testing::mpirun(2 * layout.ranks()) + testing::bin("train") + " " + dir_->str() +
-        "/config.yaml" + layout.overrides() + " --set run.name=" + name +
-        " --set diloco.enabled=true --set diloco.workers=2 --set diloco.inner_steps=5";
-    const auto result = testing::run_command(command);
-    EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
-    return dir_->str() + "/runs/" + name;
+    return testing::train_diloco_workers(
+        *dir_, chunked(schedule, 1, 1, 2, false, "none", virtual_stages), "diloco_" + schedule);
   };
   const auto one_f_one_b = metric(run("1f1b", 1), "loss");
   ASSERT_EQ(one_f_one_b.size(), 20u);
