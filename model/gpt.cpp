@@ -29,7 +29,7 @@ Gpt<T>::Gpt(const GptShape& shape, int max_batch, const GptOptions& options)
 
 template <class T>
 Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives* tp, int max_batch,
-            int slots, const GptOptions& options)
+            int slots, const GptOptions& options, Collectives* ep)
     : shape_(shape),
       partition_(partition),
       layout_(ParameterLayout::for_partition(shape, partition)),
@@ -51,7 +51,10 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
                "tensor parallelism of ", tp_size, " does not divide the heads or the vocabulary");
   sequence_parallel_ = partition.sequence_parallel && tp_size > 1;
   if (shape.moe.enabled()) {
-    moe_ = std::make_unique<MoeLayer<T>>(shape.d_model, shape.moe, tp_, options.compute);
+    STRATA_CHECK(ep == nullptr ? partition.ep_size == 1
+                               : ep->size() == partition.ep_size && ep->rank() == partition.ep_rank,
+                 "an expert-parallel partition needs its group");
+    moe_ = std::make_unique<MoeLayer<T>>(shape.d_model, shape.moe, tp_, options.compute, ep);
     moe_totals_.assign(shape.n_layer * MoeTotals::stride(shape.moe.experts), 0.0);
   }
   for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());

@@ -65,9 +65,10 @@ class Gpt {
   // The whole model in one process, one activation slot.
   Gpt(const GptShape& shape, int max_batch, const GptOptions& options = {});
   // `partition` of the model; `tp` is its tensor-parallel group (size partition.tp_size, not
-  // owned; may be null when tp_size is 1). `slots`: micro-batches held at once.
+  // owned; may be null when tp_size is 1). `slots`: micro-batches held at once. `ep`: the
+  // expert-parallel group (size partition.ep_size, not owned; may be null when it is 1).
   Gpt(const GptShape& shape, const ModelPartition& partition, Collectives* tp, int max_batch,
-      int slots, const GptOptions& options = {});
+      int slots, const GptOptions& options = {}, Collectives* ep = nullptr);
   ~Gpt();
   Gpt(Gpt&&) noexcept;
   Gpt& operator=(Gpt&&) noexcept;

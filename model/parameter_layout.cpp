@@ -93,6 +93,9 @@ ParameterLayout ParameterLayout::for_partition(const GptShape& s, const ModelPar
     previous_end = r.end;
   }
   STRATA_CHECK(p.tp_size >= 1 && 0 <= p.tp_rank && p.tp_rank < p.tp_size);
+  STRATA_CHECK(p.ep_size >= 1 && 0 <= p.ep_rank && p.ep_rank < p.ep_size &&
+                   (!s.moe.enabled() || s.moe.experts % p.ep_size == 0),
+               "expert parallelism of ", p.ep_size, " does not divide ", s.moe.experts, " experts");
   const std::int64_t C = s.d_model, Vp = s.padded_vocab();
   const int r = p.tp_rank, n = p.tp_size;
   ParameterLayout layout;
@@ -120,7 +123,8 @@ ParameterLayout ParameterLayout::for_partition(const GptShape& s, const ModelPar
     // order: each expert's fc column-parallel and proj row-parallel, as the dense MLP's.
     const bool moe = s.moe.is_moe_block(i);
     if (moe) whole(h + "moe.router.weight", {s.moe.experts, C}, true);
-    for (int e = 0; e < (moe ? s.moe.experts : 1); ++e) {
+    const int first = moe ? p.first_expert(s.moe.experts) : 0;
+    for (int e = first; e < first + (moe ? p.experts_held(s.moe.experts) : 1); ++e) {
       const std::string m = moe ? h + "moe.experts." + std::to_string(e) + "." : h + "mlp.";
       layout.add(m + "fc.weight", {4 * C, C}, true, 1, 4 * C, C, r, n);
       layout.add(m + "fc.bias", {4 * C}, false, 1, 4 * C, 1, r, n);

@@ -31,6 +31,11 @@ struct LayerRange {
 // chunk holding layer 0 (always chunk 0) and the head to the one ending at the last layer (always
 // the last chunk); a rank holding both (zbv's rank 0) has the tied wte once, and both chunks add
 // to its gradients. A model (Gpt, CudaGpt) computes one chunk: chunk(c).
+//
+// Expert parallelism (parallel.ep, docs/ARCHITECTURE.md §2) splits each MoE block's experts over
+// the ep_size ranks of an expert-parallel group: this rank holds experts
+// [ep_rank · E/ep_size, (ep_rank + 1) · E/ep_size) of every MoE block (each, under tensor
+// parallelism, as its tp slice), named by their global index; everything else is as without it.
 struct ModelPartition {
   int tp_rank = 0;
   int tp_size = 1;
@@ -41,6 +46,8 @@ struct ModelPartition {
   // Activations outside attention/MLP (LayerNorm, residual) are sharded over the B·T rows.
   bool sequence_parallel = false;
   std::vector<LayerRange> later_chunks;
+  int ep_rank = 0;
+  int ep_size = 1;
 
   static ModelPartition whole(const GptShape& shape);
   int chunks() const { return 1 + static_cast<int>(later_chunks.size()); }
@@ -50,6 +57,9 @@ struct ModelPartition {
   // Chunk `chunk` alone: its layers, the embedding if it is chunk 0 of a rank that has it, the
   // head if it is the last chunk of a rank that has it.
   ModelPartition chunk(int chunk) const;
+  // The first of the experts this rank holds in each MoE block, and their number, of `experts`.
+  int first_expert(int experts) const { return ep_rank * (experts / ep_size); }
+  int experts_held(int experts) const { return experts / ep_size; }
   bool operator==(const ModelPartition&) const = default;
 };
 

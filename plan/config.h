@@ -160,6 +160,8 @@ struct ParallelConfig {
   int virtual_stages = 1;
   bool sequence_parallel = false;
   std::vector<int> pp_layers;  // empty: balanced; one entry per virtual stage
+  // Expert parallelism: model.moe's experts split over ep ranks of the data-parallel group.
+  int ep = 1;
   // How a CUDA run's ranks exchange device arrays: nccl (GPU to GPU; one GPU per rank), host
   // (staged through host memory over MPI; ranks may share a GPU), auto (nccl where it can run).
   DeviceComm device_comm = DeviceComm::automatic;

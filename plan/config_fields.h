@@ -103,6 +103,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("parallel.tp", c.parallel.tp);
   visit("parallel.pp", c.parallel.pp);
   visit("parallel.dp", AutoCount{c.parallel.dp, "world / (tp*pp)"});
+  visit("parallel.ep", c.parallel.ep);
   visit("parallel.gpus_per_node", c.parallel.gpus_per_node);
   visit("parallel.pipeline_schedule",
         Choice{c.parallel.pipeline_schedule, kPipelineScheduleChoices});

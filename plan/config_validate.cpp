@@ -150,6 +150,30 @@ void validate_train(const Config& c, const Rules& rules) {
                initial_scale);
 }
 
+// parallel.ep: experts split over ep ranks of the data-parallel group (ep dividing dp is checked
+// with the world, resolve_mesh). What it does not compose with yet is refused by name.
+void validate_expert_parallelism(const Config& c, const Rules& rules) {
+  const auto& p = c.parallel;
+  rules.at_least("parallel.ep", p.ep, 1);
+  if (p.ep <= 1) return;
+  const int experts = c.model.moe.experts;
+  if (experts == 0)
+    rules.fail("parallel.ep", "(", p.ep,
+               ") splits a mixture of experts over ranks: set model.moe.experts or use ep 1");
+  else if (experts % p.ep != 0)
+    rules.fail("parallel.ep", "(", p.ep, ") must divide model.moe.experts (", experts, ")");
+  if (p.zero.stage > 0)
+    rules.fail("parallel.ep", "(", p.ep, ") runs under parallel.zero.stage 0 so far, got stage ",
+               p.zero.stage,
+               " (the expert weights' own sharding over their replicas is not built)");
+  if (c.diloco.enabled)
+    rules.fail("parallel.ep", "(", p.ep, ") does not run under DiLoCo yet (diloco.enabled)");
+  if (c.device == Device::cuda)
+    rules.fail("parallel.ep", "(", p.ep,
+               ") runs on the CPU backend only so far (the CUDA model has no experts): use "
+               "device: cpu");
+}
+
 void validate_parallel(const Config& c, const Rules& rules) {
   const auto& p = c.parallel;
   rules.at_least("parallel.tp", p.tp, 1);
@@ -157,6 +181,7 @@ void validate_parallel(const Config& c, const Rules& rules) {
   rules.at_least("parallel.dp", p.dp, 0);
   rules.at_least("parallel.gpus_per_node", p.gpus_per_node, 1);
   rules.at_least("threads", c.threads, 0);  // 0 is auto
+  validate_expert_parallelism(c, rules);
   if (p.zero.stage < 0 || p.zero.stage > 3)
     rules.fail("parallel.zero.stage", "must be 0, 1, 2 or 3, got ", p.zero.stage);
   // ZeRO++ acts on the gathers and reduce-scatters of sharded weights: stage 3's.
@@ -289,7 +314,7 @@ MeshShape resolve_mesh(const Config& config, int world_size) {
   const auto& p = config.parallel;
   world_size = worker_world_size(config, world_size);
   const MeshShape shape =
-      resolve_mesh_shape(MeshRequest{p.tp, p.pp, p.dp, p.gpus_per_node}, world_size);
+      resolve_mesh_shape(MeshRequest{p.tp, p.pp, p.dp, p.gpus_per_node, p.ep}, world_size);
   const auto& t = config.train;
   const std::int64_t sequences_per_pass = std::int64_t{t.micro_batch} * shape.dp;
   if (t.global_batch % sequences_per_pass != 0)

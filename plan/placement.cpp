@@ -19,7 +19,8 @@ ShardingOptions sharding_options(const ZeroConfig& zero) {
 std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
                                      const ProcessGroups& groups) {
   return reduction_scratch_floats(
-      ops, MeshShape{groups.tp().size(), groups.pp().size(), groups.dp().size()});
+      ops, MeshShape{groups.tp().size(), groups.pp().size(), groups.dp().size(),
+                     groups.ep() != nullptr ? groups.ep()->size() : 1});
 }
 
 std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
@@ -28,10 +29,7 @@ std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
   for (const RangeReduction& op : ops) {
     if (op.kind == RangeReduction::Kind::tied_exchange) most = std::max(most, op.range.size());
     if (op.kind == RangeReduction::Kind::reduce_scatter) {
-      const int size = op.axis == ParallelAxis::tp   ? mesh.tp
-                       : op.axis == ParallelAxis::dp ? mesh.dp
-                                                     : mesh.pp;
-      most = std::max(most, op.range.size() / static_cast<std::size_t>(size));
+      most = std::max(most, op.range.size() / static_cast<std::size_t>(axis_size(mesh, op.axis)));
     }
   }
   return most;
@@ -45,7 +43,8 @@ ReductionPlacement reduction_placement(const Config& config, const GptShape& sha
                                stage,
                                mesh.pp,
                                config.parallel.zero.stage};
-  const ModelPartition& p = placement.partition;
+  ModelPartition& p = placement.partition;
+  p.ep_rank = dp_rank % p.ep_size;
   if (mesh.pp > 1 && p.has_embedding != p.has_head) {  // the other end holds the tied wte too
     const int peer = p.has_embedding ? mesh.pp - 1 : 0;
     placement.tied_peer_total =
@@ -76,6 +75,7 @@ ModelPartition model_partition(const Config& config, const MeshShape& mesh, int 
   p.has_embedding = pipeline_stage_chunk(layout, mesh.pp, 0).stage == stage;
   p.has_head = pipeline_stage_chunk(layout, mesh.pp, virtual_stages - 1).stage == stage;
   p.sequence_parallel = config.parallel.sequence_parallel;
+  p.ep_size = config.parallel.ep;
   return p;
 }
 

@@ -25,10 +25,11 @@ std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
 std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops, const MeshShape& mesh);
 
 // The part of the model that the ranks of pipeline stage `stage` and tensor-parallel rank
-// `tp_rank` hold under `config`'s layout on a mesh of `mesh`.
+// `tp_rank` hold under `config`'s layout on a mesh of `mesh` (under expert parallelism, as ep rank
+// 0: the ep ranks' partitions differ in which experts they hold only).
 ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank, int stage);
-// That rank's place for its reduction plan (dp rank `dp_rank`), with the tied wte's peer total
-// on a pipeline end.
+// That rank's place for its reduction plan (dp rank `dp_rank`, so ep rank dp_rank % ep), with the
+// tied wte's peer total on a pipeline end.
 ReductionPlacement reduction_placement(const Config& config, const GptShape& shape,
                                        const MeshShape& mesh, int tp_rank, int stage, int dp_rank);
 

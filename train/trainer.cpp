@@ -66,9 +66,8 @@ Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh
 
 void Trainer::State::make_backend() {
   BackendPlacement placement;
-  const ReductionPlacement reduction =
-      reduction_placement(config, shape, MeshShape{mesh.tp_size(), mesh.pp_size(), mesh.dp_size()},
-                          mesh.tp_rank(), mesh.pp_rank(), mesh.dp_rank());
+  const ReductionPlacement reduction = reduction_placement(
+      config, shape, mesh.shape(), mesh.tp_rank(), mesh.pp_rank(), mesh.dp_rank());
   placement.partition = reduction.partition;
   placement.groups = &groups;
   placement.program = &step_program.program;
@@ -83,7 +82,8 @@ void Trainer::State::make_backend() {
   checkpoint_writer =
       CheckpointWriter{&backend->layout(),
                        shape,
-                       checkpoint_write_ranges(backend->layout(), placement.partition, share),
+                       checkpoint_write_ranges(backend->layout(), placement.partition, share,
+                                               expert_replica_share(layout, reduction)),
                        &world,
                        {}};
   if (config.diloco.enabled) make_diloco(placement, share);

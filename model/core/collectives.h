@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <span>
 
 #include "model/core/data_type.h"
 
@@ -40,6 +41,14 @@ class Collectives {
   void reduce_scatter_sum(const T* in, T* out, std::size_t count) {
     reduce_scatter_sum_of(data_type_of<T>(), in, out, count);
   }
+  // Uneven all-to-all: `in` holds the chunks for members 0, 1, … (send_counts[r] elements for
+  // r), `out` receives the chunks from members 0, 1, … (recv_counts[r] from r), each laid out in
+  // rank order; a member's chunk to itself is copied. (Expert parallelism's token exchange.)
+  template <CollectivePayload T>
+  void all_to_all_v(const T* in, std::span<const std::size_t> send_counts, T* out,
+                    std::span<const std::size_t> recv_counts) {
+    all_to_all_v_of(data_type_of<T>(), in, send_counts, out, recv_counts);
+  }
 
  protected:
   // The typed calls above with the element type as a value; counts are elements of `type`.
@@ -47,6 +56,9 @@ class Collectives {
   virtual void all_gather_of(DataType type, const void* in, void* out, std::size_t count) = 0;
   virtual void reduce_scatter_sum_of(DataType type, const void* in, void* out,
                                      std::size_t count) = 0;
+  virtual void all_to_all_v_of(DataType type, const void* in,
+                               std::span<const std::size_t> send_counts, void* out,
+                               std::span<const std::size_t> recv_counts) = 0;
 };
 
 // The group of one rank: sums and gathers are copies.
@@ -62,6 +74,10 @@ class SingleRank final : public Collectives {
   }
   void reduce_scatter_sum_of(DataType type, const void* in, void* out, std::size_t count) override {
     copy(type, in, out, count);
+  }
+  void all_to_all_v_of(DataType type, const void* in, std::span<const std::size_t> send_counts,
+                       void* out, std::span<const std::size_t>) override {
+    copy(type, in, out, send_counts[0]);
   }
   static void copy(DataType type, const void* in, void* out, std::size_t count) {
     if (in != out) std::memcpy(out, in, count * size_of(type));

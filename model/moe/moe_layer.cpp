@@ -13,7 +13,7 @@ template <class T>
 std::size_t MoeActivations<T>::elements() const {
   std::size_t n = 0;
   for (const std::vector<T>* v :
-       {&x, &probs, &lse, &gates, &xe, &pre, &act, &out, &dout, &dpre, &dlogits})
+       {&x, &probs, &lse, &gates, &out, &xe, &pre, &act, &dout, &dpre, &dlogits})
     n += v->size();
   return n;
 }
@@ -39,16 +39,19 @@ void fit(V& v, std::size_t n) {
 
 template <class T>
 MoeLayer<T>::MoeLayer(int d_model, const MoeConfig& config, Collectives* tp,
-                      cpu::ComputeDtype compute)
+                      cpu::ComputeDtype compute, Collectives* ep)
     : C_(d_model),
       H_(4 * d_model / (tp != nullptr ? tp->size() : 1)),
       config_(config),
       tp_(tp),
       compute_(compute),
-      at_{static_cast<std::size_t>(d_model), static_cast<std::size_t>(config.experts),
-          static_cast<std::size_t>(H_)} {
+      ep_(ep != nullptr ? ep : &alone_),
+      at_(static_cast<std::size_t>(d_model), static_cast<std::size_t>(config.experts),
+          static_cast<std::size_t>(H_), static_cast<std::size_t>(config.experts / ep_->size())) {
   STRATA_CHECK(config.experts >= 1 && config.top_k >= 1 && config.top_k <= config.experts,
                "MoE layer: top_k ", config.top_k, " of ", config.experts, " experts");
+  STRATA_CHECK(config.experts % ep_->size() == 0, "expert parallelism of ", ep_->size(),
+               " does not divide ", config.experts, " experts");
 }
 
 template <class T>
@@ -98,36 +101,43 @@ const MoeStats& MoeLayer<T>::forward(MoeActivations<T>& a, const T* x, int N, in
   stats.choices = static_cast<std::int64_t>(N) * k;
   stats.dropped = a.routing.dropped();
   for (int e = 0; e < E; ++e) stats.tokens_per_expert.push_back(a.routing.assigned(e));
-  // The experts, each on its assignments' rows (gathered in token order).
+  // The assignments' rows (grouped by expert, in token order) go to their experts' ranks.
   const std::size_t A = a.routing.assignments.size();
   a.row.assign(n * k, -1);
-  fit(a.xe, A * C);
-  fit(a.pre, A * H);
-  fit(a.act, A * H);
-  fit(a.out, A * C);
+  std::vector<T> rows(A * C);
   for (std::size_t r = 0; r < A; ++r) {
     const int assignment = a.routing.assignments[r];
     a.row[static_cast<std::size_t>(assignment)] = static_cast<int>(r);
-    std::copy_n(x + static_cast<std::size_t>(assignment / k) * C, C, a.xe.data() + r * C);
+    std::copy_n(x + static_cast<std::size_t>(assignment / k) * C, C, rows.data() + r * C);
   }
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.routing.assigned(e);
-    if (rows == 0) continue;
+  a.exchange = plan_moe_exchange(a.routing, *ep_);
+  moe_dispatch(a.exchange, *ep_, rows.data(), C, a.xe);
+  // This rank's experts, each on its rows.
+  const std::size_t R = static_cast<std::size_t>(a.exchange.received());
+  fit(a.pre, R * H);
+  fit(a.act, R * H);
+  std::vector<T> out(R * C);
+  for (int j = 0; j < a.exchange.experts_per_member; ++j) {
+    const int count = a.exchange.expert_rows(j);
+    if (count == 0) continue;
     const std::size_t first =
-        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
+        static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
     T* pre = a.pre.data() + first * H;
     T* act = a.act.data() + first * H;
-    T* out = a.out.data() + first * C;
-    const std::size_t hidden = static_cast<std::size_t>(rows) * H;
-    cpu::matmul_forward(pre, a.xe.data() + first * C, weights + at_.fc_weight(e),
-                        weights + at_.fc_bias(e), rows, C, H);
+    const std::size_t hidden = static_cast<std::size_t>(count) * H;
+    cpu::matmul_forward(pre, a.xe.data() + first * C, weights + at_.fc_weight(j),
+                        weights + at_.fc_bias(j), count, C, H);
     round(pre, hidden);
     cpu::gelu_forward(act, pre, static_cast<long>(hidden));
     round(act, hidden);
-    cpu::matmul_forward(out, act, weights + at_.proj_weight(e),
-                        bias_rank ? weights + at_.proj_bias(e) : nullptr, rows, H, C);
-    round(out, static_cast<std::size_t>(rows) * C);
+    cpu::matmul_forward(out.data() + first * C, act, weights + at_.proj_weight(j),
+                        bias_rank ? weights + at_.proj_bias(j) : nullptr, count, H, C);
+    round(out.data() + first * C, static_cast<std::size_t>(count) * C);
   }
+  // The outputs come home, in the order their rows left.
+  moe_combine(a.exchange, *ep_, out.data(), C, a.out);
+  stats.exchanged_rows = static_cast<std::int64_t>(a.exchange.rows_to_others(ep_->rank()) +
+                                                   a.exchange.rows_from_others(ep_->rank()));
   // Each token's experts added in choice order (the same order on any layout).
   std::fill_n(y, n * C, T(0));
   for (std::size_t t = 0; t < n; ++t)
@@ -154,9 +164,7 @@ void MoeLayer<T>::backward_input(MoeActivations<T>& a, const T* dy, T loss_scale
   const std::size_t n = static_cast<std::size_t>(N), A = a.routing.assignments.size();
   const bool bias_rank = tp_ == nullptr || tp_->rank() == 0;
   // Gates and expert outputs: dgate = dy_t · (the whole expert output), dout = gate · dy_t.
-  std::vector<T> dgates(n * k, T(0));
-  fit(a.dout, A * C);
-  fit(a.dpre, A * H);
+  std::vector<T> dgates(n * k, T(0)), dout(A * C);
   for (std::size_t r = 0; r < A; ++r) {
     const std::size_t assignment = static_cast<std::size_t>(a.routing.assignments[r]);
     const T* dyt = dy + (assignment / k) * C;
@@ -164,31 +172,37 @@ void MoeLayer<T>::backward_input(MoeActivations<T>& a, const T* dy, T loss_scale
     T dot = 0;
     for (int c = 0; c < C; ++c) {
       dot += dyt[c] * out[c];
-      a.dout[r * C + c] = a.gates[assignment] * dyt[c];
+      dout[r * C + c] = a.gates[assignment] * dyt[c];
     }
     dgates[assignment] = dot;
   }
-  round(a.dout.data(), A * C);
+  round(dout.data(), A * C);
   // Each rank's dot covers its part of the output (rank 0's with the proj bias): the sum is the
   // whole output's.
   if (tp_ != nullptr && tp_->size() > 1) tp_->all_reduce_sum(dgates.data(), dgates.size());
-  std::vector<T> dact(A * H), dxe(A * C);
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.routing.assigned(e);
+  // The output gradients go to the experts' ranks as the rows did; the input gradients return.
+  moe_dispatch(a.exchange, *ep_, dout.data(), C, a.dout);
+  const std::size_t R = static_cast<std::size_t>(a.exchange.received());
+  fit(a.dpre, R * H);
+  std::vector<T> dact(R * H), dxe(R * C);
+  for (int j = 0; j < a.exchange.experts_per_member; ++j) {
+    const int rows = a.exchange.expert_rows(j);
     if (rows == 0) continue;
     const std::size_t first =
-        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
+        static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
     const std::size_t hidden = static_cast<std::size_t>(rows) * H;
     cpu::matmul_backward_input(dact.data() + first * H, a.dout.data() + first * C,
-                               weights + at_.proj_weight(e), rows, H, C);
+                               weights + at_.proj_weight(j), rows, H, C);
     round(dact.data() + first * H, hidden);
     cpu::gelu_backward(a.dpre.data() + first * H, a.pre.data() + first * H, dact.data() + first * H,
                        static_cast<long>(hidden));
     round(a.dpre.data() + first * H, hidden);
     cpu::matmul_backward_input(dxe.data() + first * C, a.dpre.data() + first * H,
-                               weights + at_.fc_weight(e), rows, C, H);
+                               weights + at_.fc_weight(j), rows, C, H);
     round(dxe.data() + first * C, static_cast<std::size_t>(rows) * C);
   }
+  std::vector<T> dinput;  // (A, C) this rank's assignments' input gradients
+  moe_combine(a.exchange, *ep_, dxe.data(), C, dinput);
   // The router: the gates' gradient, the aux loss's (through P_e) and the z-loss's.
   const T aux_scale = static_cast<T>(loss_scale * config_.aux_loss * E / N);
   const T z_scale = static_cast<T>(loss_scale * config_.z_loss * 2.0 / N);
@@ -214,7 +228,7 @@ void MoeLayer<T>::backward_input(MoeActivations<T>& a, const T* dy, T loss_scale
     for (int j = 0; j < k; ++j) {
       const int r = a.row[t * k + static_cast<std::size_t>(j)];
       if (r < 0) continue;
-      const T* g = dxe.data() + static_cast<std::size_t>(r) * C;
+      const T* g = dinput.data() + static_cast<std::size_t>(r) * C;
       for (int c = 0; c < C; ++c) dx[t * C + c] += g[c];
     }
   round(dx, n * C);
@@ -223,24 +237,19 @@ void MoeLayer<T>::backward_input(MoeActivations<T>& a, const T* dy, T loss_scale
 template <class T>
 void MoeLayer<T>::backward_weight(MoeActivations<T>& a, T* dweights, int own_begin,
                                   int own_count) const {
-  const int E = config_.experts, k = config_.top_k, C = C_, H = H_;
+  const int E = config_.experts, C = C_, H = H_;
   const std::size_t own_first = static_cast<std::size_t>(own_begin);
-  const std::size_t own_end = own_first + static_cast<std::size_t>(own_count);
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.routing.assigned(e);
+  for (int j = 0; j < a.exchange.experts_per_member; ++j) {
+    const int rows = a.exchange.expert_rows(j);
     if (rows == 0) continue;
     const std::size_t first =
-        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
-    cpu::matmul_backward_weight(dweights + at_.proj_weight(e), static_cast<T*>(nullptr),
-                                a.dout.data() + first * C, a.act.data() + first * H, rows, H, C);
-    // The replicated bias: the rows of this rank's tokens.
-    T* dbias = dweights + at_.proj_bias(e);
-    for (std::size_t r = first; r < first + static_cast<std::size_t>(rows); ++r) {
-      const std::size_t token = static_cast<std::size_t>(a.routing.assignments[r] / k);
-      if (token < own_first || token >= own_end) continue;
-      for (int c = 0; c < C; ++c) dbias[c] += a.dout[r * C + c];
-    }
-    cpu::matmul_backward_weight(dweights + at_.fc_weight(e), dweights + at_.fc_bias(e),
+        static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
+    const T* dout = a.dout.data() + first * C;
+    // The replicated bias (see the header for which rank counts the rows).
+    cpu::matmul_backward_weight(dweights + at_.proj_weight(j),
+                                own_begin == 0 ? dweights + at_.proj_bias(j) : nullptr, dout,
+                                a.act.data() + first * H, rows, H, C);
+    cpu::matmul_backward_weight(dweights + at_.fc_weight(j), dweights + at_.fc_bias(j),
                                 a.dpre.data() + first * H, a.xe.data() + first * C, rows, C, H);
   }
   cpu::matmul_backward_weight(dweights + at_.router(), static_cast<T*>(nullptr),

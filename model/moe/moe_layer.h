@@ -21,9 +21,18 @@
 // the replicated tensors' gradients (router, proj biases) cover `own` rows (the model's rows
 // under sequence parallelism, all of them otherwise), as the dense MLP's bias does.
 //
+// Expert parallelism (model/moe/moe_exchange.h) splits the experts over an `ep` group: a rank holds
+// E/ep of them and computes, for its experts, the rows every member of the group routed there;
+// the rows go out after the routing and come back before the combine, the output gradients go
+// out and the input gradients come back in backward_input. Routing, losses and the combine stay
+// with the tokens' rank, so they are those of one process. Experts held whole or split over tp
+// compose: each tensor-parallel rank exchanges with its counterparts (same tp rank) of the other
+// members, holding its H columns of the group's experts, so nothing else changes.
+//
 // Weights, as they lie in the block's parameter segment (ParameterLayout): the router (E, C),
-// then per expert fc.weight (H, C), fc.bias (H), proj.weight (C, H), proj.bias (C). Gradients lie
-// the same way and are accumulated (+=). The activations of one micro-batch live in a
+// then per expert held fc.weight (H, C), fc.bias (H), proj.weight (C, H), proj.bias (C).
+// Gradients lie the same way and are accumulated (+=). The activations of one micro-batch live in
+// a
 // MoeActivations the caller keeps (a slot of the model): forward fills it, backward_input
 // reads it and leaves the activation gradients backward_weight needs.
 #pragma once
@@ -35,13 +44,17 @@
 #include "model/core/collectives.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/moe/moe_config.h"
+#include "model/moe/moe_exchange.h"
 #include "model/moe/moe_routing.h"
 
 namespace strata {
 
-// Where the tensors of an MoE MLP lie from its router's first element (H: hidden columns held).
+// Where the tensors of an MoE MLP lie from its router's first element (H: hidden columns held;
+// `held` experts, E by default; e below counts the experts held).
 struct MoeWeightOffsets {
-  std::size_t C, E, H;
+  std::size_t C, E, H, held;
+  MoeWeightOffsets(std::size_t C_, std::size_t E_, std::size_t H_, std::size_t held_ = 0)
+      : C(C_), E(E_), H(H_), held(held_ == 0 ? E_ : held_) {}
   std::size_t router() const { return 0; }
   std::size_t expert(int e) const { return E * C + static_cast<std::size_t>(e) * expert_size(); }
   std::size_t fc_weight(int e) const { return expert(e); }
@@ -49,7 +62,7 @@ struct MoeWeightOffsets {
   std::size_t proj_weight(int e) const { return fc_bias(e) + H; }
   std::size_t proj_bias(int e) const { return proj_weight(e) + C * H; }
   std::size_t expert_size() const { return 2 * H * C + H + C; }
-  std::size_t total() const { return E * C + E * expert_size(); }
+  std::size_t total() const { return E * C + held * expert_size(); }
 };
 
 // What one forward pass saw, for the metrics (per MoE layer).
@@ -58,6 +71,9 @@ struct MoeStats {
   std::int64_t choices = 0;            // N · k
   std::int64_t dropped = 0;            // choices beyond capacity
   std::vector<int> tokens_per_expert;  // kept assignments per expert
+  // Expert parallelism: rows this rank sent to other members of its group in the forward pass
+  // (its tokens to their experts, then their tokens' outputs back).
+  std::int64_t exchanged_rows = 0;
 };
 
 // A step's routing figures of the MoE blocks, as one flat array the ranks can sum: for each of
@@ -73,7 +89,8 @@ struct MoeTotals {
 };
 
 // One micro-batch through one MoE layer: what backward needs, and what backward_input leaves for
-// backward_weight. Rows of the expert buffers are the kept assignments, grouped by expert.
+// backward_weight. This rank's tokens: A kept assignments, rows grouped by expert; its experts:
+// R rows, expert-major (model/moe/moe_exchange.h; with one rank in the group R = A, same order).
 template <class T>
 struct MoeActivations {
   int tokens = 0;
@@ -82,8 +99,10 @@ struct MoeActivations {
   std::vector<int> choices, row;     // (N, k): experts chosen; row of the kept ones, or -1
   std::vector<double> chosen_share;  // (E) f_e
   MoeRouting routing;
-  std::vector<T> xe, pre, act, out;    // (A, C), (A, H), (A, H), (A, C) this rank's part
-  std::vector<T> dout, dpre, dlogits;  // backward_input → backward_weight
+  MoeExchange exchange;
+  std::vector<T> out;                  // (A, C) this rank's part of its assignments' outputs
+  std::vector<T> xe, pre, act;         // (R, C), (R, H), (R, H) at its experts
+  std::vector<T> dout, dpre, dlogits;  // (R, C), (R, H), (N, E): backward_input → _weight
   MoeStats stats;
   std::size_t elements() const;
 };
@@ -93,9 +112,12 @@ class MoeLayer {
  public:
   // `tp`: the tensor-parallel group (null: one rank); H = 4C / its size. `compute`: op outputs
   // and activation gradients are rounded to it as a kernel of that dtype would store them (the
-  // router, in fp32 as GPU routers are, is not).
+  // router, in fp32 as GPU routers are, is not). `ep`: the expert-parallel group (null: one
+  // rank), member m holding experts [m·E/ep, (m+1)·E/ep).
   MoeLayer(int d_model, const MoeConfig& config, Collectives* tp = nullptr,
-           cpu::ComputeDtype compute = cpu::ComputeDtype::fp32);
+           cpu::ComputeDtype compute = cpu::ComputeDtype::fp32, Collectives* ep = nullptr);
+  MoeLayer(const MoeLayer&) = delete;  // ep_ may point at its own alone_
+  MoeLayer& operator=(const MoeLayer&) = delete;
 
   // Forward of x (N, C), N / seq_len whole sequences (capacity counts groups of group_sequences
   // of them, or all of them when group_sequences does not divide their number): y (N, C)
@@ -110,8 +132,12 @@ class MoeLayer {
   // as the cross-entropy's is.
   void backward_input(MoeActivations<T>& a, const T* dy, T loss_scale, const T* weights,
                       T* dx) const;
-  // Every weight gradient, accumulated into dweights (the layout above); the replicated ones
-  // (router, proj biases) over rows [own_begin, own_begin + own_count) only.
+  // Every weight gradient, accumulated into dweights (the layout above). The replicated ones count
+  // each row once over the tensor-parallel group: the router's over this rank's rows
+  // [own_begin, own_begin + own_count) (its tokens, or under sequence parallelism its share of
+  // them), the experts' proj biases over every row their experts computed on the rank whose
+  // own_begin is 0 (every rank without sequence parallelism, tp rank 0 with it: the expert rows
+  // came from several ranks' tokens, so no rank can tell its share of them apart).
   void backward_weight(MoeActivations<T>& a, T* dweights, int own_begin, int own_count) const;
 
  private:
@@ -120,6 +146,8 @@ class MoeLayer {
   MoeConfig config_;
   Collectives* tp_;
   cpu::ComputeDtype compute_;
+  SingleRank alone_;
+  Collectives* ep_;  // never null (alone_ without expert parallelism)
   MoeWeightOffsets at_;
 };
 

@@ -145,14 +145,7 @@ class Communicator : public Collectives {
   void all_to_all(const T* in, T* out, std::size_t count_per_rank) {
     all_to_all_of(data_type_of<T>(), in, out, count_per_rank);
   }
-  // Uneven all_to_all: `in` is the chunks for members 0, 1, … (send_counts[r] elements for r),
-  // `out` receives the chunks from members 0, 1, … (recv_counts[r] from r), each laid out in rank
-  // order. Counted as "all_to_all".
-  template <CollectivePayload T>
-  void all_to_all_v(const T* in, std::span<const std::size_t> send_counts, T* out,
-                    std::span<const std::size_t> recv_counts) {
-    all_to_all_v_of(data_type_of<T>(), in, send_counts, out, recv_counts);
-  }
+  // Uneven all_to_all (Collectives::all_to_all_v) is counted as "all_to_all".
 
   // Point-to-point with group rank `peer`. Blocking; messages between two ranks arrive in the
   // order they were sent, and a receive names the type and count that were sent. Two ranks that
@@ -219,9 +212,6 @@ class Communicator : public Collectives {
                                        std::span<const std::size_t> counts) = 0;
   virtual void all_gather_v_of(DataType type, const void* in, void* out,
                                std::span<const std::size_t> counts) = 0;
-  virtual void all_to_all_v_of(DataType type, const void* in,
-                               std::span<const std::size_t> send_counts, void* out,
-                               std::span<const std::size_t> recv_counts) = 0;
   virtual std::unique_ptr<PendingCollective> start_all_gather_v_of(
       DataType type, const void* in, void* out, std::span<const std::size_t> counts) = 0;
   virtual void send_of(DataType type, const void* data, std::size_t count, int peer) = 0;

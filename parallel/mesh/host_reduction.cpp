@@ -14,6 +14,10 @@ Communicator* ReductionGroups::of(ParallelAxis axis) const {
       return dp;
     case ParallelAxis::pp:
       return pp;
+    case ParallelAxis::ep:
+      return ep;
+    case ParallelAxis::expert_dp:
+      return expert_dp;
   }
   return nullptr;
 }

@@ -15,6 +15,8 @@ struct ReductionGroups {
   Communicator* tp = nullptr;
   Communicator* dp = nullptr;
   Communicator* pp = nullptr;
+  Communicator* ep = nullptr;         // expert parallelism (mesh.h: ep_group)
+  Communicator* expert_dp = nullptr;  // the ranks holding the same experts (dp without ep)
 
   Communicator* of(ParallelAxis axis) const;
 };

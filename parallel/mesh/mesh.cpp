@@ -16,6 +16,7 @@ MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size) {
   if (request.dp < 0) fail("'parallel.dp' must be 'auto' or a positive integer, got ", request.dp);
   if (request.gpus_per_node < 1)
     fail("'parallel.gpus_per_node' must be >= 1, got ", request.gpus_per_node);
+  if (request.ep < 1) fail("'parallel.ep' must be >= 1, got ", request.ep);
 
   // 64-bit products: tp, pp and dp are each an int, their products need not be.
   const std::int64_t model_parallel = std::int64_t{request.tp} * request.pp;
@@ -37,7 +38,10 @@ MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size) {
          request.gpus_per_node, ") when the world (", world_size,
          " ranks) spans several nodes: a tensor-parallel group communicates in every layer and "
          "must stay inside one node");
-  return MeshShape{request.tp, request.pp, static_cast<int>(dp)};
+  if (dp % request.ep != 0)
+    fail("'parallel.ep' (", request.ep, ") must divide the data-parallel degree (dp ", dp,
+         "): the experts are split over ep ranks of the data-parallel group");
+  return MeshShape{request.tp, request.pp, static_cast<int>(dp), request.ep};
 }
 
 int Mesh::world_rank_of(const MeshShape& shape, int tp_rank, int dp_rank, int pp_rank) {
@@ -58,7 +62,7 @@ Mesh::Mesh(int world_size, int world_rank, int tp, int pp, int dp, int gpus_per_
            gpus_per_node) {}
 
 Mesh::Mesh(const MeshShape& shape, int world_rank, int gpus_per_node)
-    : shape_(resolve_mesh_shape(MeshRequest{shape.tp, shape.pp, shape.dp, gpus_per_node},
+    : shape_(resolve_mesh_shape(MeshRequest{shape.tp, shape.pp, shape.dp, gpus_per_node, shape.ep},
                                 shape.world_size())),
       world_rank_(world_rank),
       gpus_per_node_(gpus_per_node) {
@@ -71,6 +75,11 @@ Mesh::Mesh(const MeshShape& shape, int world_rank, int gpus_per_node)
   dp_group_ = members_sharing([&](int r) { return std::pair{at(r).tp, at(r).pp}; });
   pp_group_ = members_sharing([&](int r) { return std::pair{at(r).tp, at(r).dp}; });
   node_group_ = members_sharing([&](int r) { return node_of(r); });
+  const int ep = shape_.ep;
+  ep_group_ = members_sharing([&](int r) { return std::tuple{at(r).tp, at(r).pp, at(r).dp / ep}; });
+  expert_dp_group_ = members_sharing([&](int r) {
+    return std::tuple{at(r).tp, at(r).pp, at(r).dp % ep};
+  });
   dp_intra_node_group_ = members_sharing([&](int r) {
     return std::tuple{at(r).tp, at(r).pp, node_of(r)};
   });

@@ -22,11 +22,13 @@
 
 namespace strata {
 
-// A resolved layout: tp·pp·dp is the world size.
+// A resolved layout: tp·pp·dp is the world size. ep (expert parallelism) divides dp: the dp
+// group is dp/ep expert-parallel groups of ep consecutive dp ranks.
 struct MeshShape {
   int tp = 1;
   int pp = 1;
   int dp = 1;
+  int ep = 1;
 
   int world_size() const { return tp * pp * dp; }
   bool operator==(const MeshShape&) const = default;
@@ -47,12 +49,14 @@ struct MeshRequest {
   int pp = 1;
   int dp = 0;
   int gpus_per_node = 8;
+  int ep = 1;
 };
 
 // Resolves dp and checks the layout against the world; a layout that cannot run is a
 // strata::Error naming the parallel.* key and the reason:
 //   - tp, pp >= 1, dp >= 0 (0 = auto), gpus_per_node >= 1, world_size >= 1;
 //   - tp·pp divides the world, and an explicit dp makes tp·pp·dp equal to it;
+//   - ep >= 1 divides dp;
 //   - once the world spans several nodes (world > gpus_per_node), tp divides gpus_per_node, so
 //     that no tensor-parallel group crosses a node boundary. A single partially used node accepts
 //     any tp (a CPU run of tp = 3 on one machine is fine with the default gpus_per_node = 8).
@@ -108,6 +112,17 @@ class Mesh {
   const std::vector<int>& dp_group() const { return dp_group_; }      // same tp, pp; by dp_rank
   const std::vector<int>& pp_group() const { return pp_group_; }      // same tp, dp; by stage
   const std::vector<int>& node_group() const { return node_group_; }  // this node, ascending
+  // Expert parallelism splits the dp group in two directions (ep consecutive dp ranks hold the
+  // experts between them; the ranks holding the same experts are one every ep):
+  //   ep_group:         the dp ranks [⌊d/ep⌋·ep, ⌊d/ep⌋·ep + ep) of this rank's dp group (the
+  //                     tokens' all-to-all; consecutive, so inside a node when ep·tp fits one);
+  //   expert_dp_group:  the dp ranks d' with d' % ep == d % ep (their expert weights' reductions).
+  // Group rank: ep rank d % ep, expert-dp rank ⌊d/ep⌋. Both are the dp group itself's parts; with
+  // ep 1 the first is this rank alone and the second the dp group.
+  const std::vector<int>& ep_group() const { return ep_group_; }
+  const std::vector<int>& expert_dp_group() const { return expert_dp_group_; }
+  int ep_size() const { return shape_.ep; }
+  int ep_rank() const { return coordinates_.dp % shape_.ep; }
 
   // The two factors of the dp group across nodes, for hierarchical data parallelism (ZeRO++ hpZ
   // keeps a secondary weight copy inside the node; a hierarchical all-reduce sums in the node,
@@ -138,7 +153,7 @@ class Mesh {
   int world_rank_ = 0;
   int gpus_per_node_ = 1;
   MeshCoordinates coordinates_;
-  std::vector<int> tp_group_, dp_group_, pp_group_, node_group_;
+  std::vector<int> tp_group_, dp_group_, pp_group_, node_group_, ep_group_, expert_dp_group_;
   std::vector<int> dp_intra_node_group_, dp_inter_node_group_;
 };
 

@@ -73,6 +73,11 @@ ProcessGroups::ProcessGroups(const Mesh& mesh, MpiCommunicator& job, int diloco_
   node_ = &add("node", mesh.node_group());
   dp_intra_node_ = &add("dp_intra_node", mesh.dp_intra_node_group());
   dp_inter_node_ = &add("dp_inter_node", mesh.dp_inter_node_group());
+  // Expert parallelism's two parts of dp, only when it splits dp (every rank alike).
+  if (mesh.ep_size() > 1) {
+    ep_ = &add("ep", mesh.ep_group());
+    expert_dp_ = &add("expert_dp", mesh.expert_dp_group());
+  }
 }
 
 Communicator& ProcessGroups::outer() const { return diloco_group(outer_, "outer"); }
@@ -85,7 +90,9 @@ Communicator& ProcessGroups::outer_metrics() const {
   return diloco_group(outer_metrics_, "outer_metrics");
 }
 
-ReductionGroups ProcessGroups::reductions() const { return ReductionGroups{tp_, dp_, pp_}; }
+ReductionGroups ProcessGroups::reductions() const {
+  return ReductionGroups{tp_, dp_, pp_, ep_, expert_dp_ != nullptr ? expert_dp_ : dp_};
+}
 
 ShardingGroups ProcessGroups::sharding() const {
   return ShardingGroups{dp_, NodeGroups{dp_intra_node_, dp_inter_node_}};

@@ -15,7 +15,8 @@
 //   mesh axes:    tp (same dp and pp), dp (same tp and pp), pp (same tp and dp, by stage), node
 //                 (the ranks of this rank's node), and the two node-wise factors of dp that
 //                 hierarchical schemes (ZeRO++ hpZ, a two-level all-reduce) use: dp_intra_node
-//                 and dp_inter_node (mesh.h says what they are, and when they factor dp); split
+//                 and dp_inter_node (mesh.h says what they are, and when they factor dp), and
+//                 with expert parallelism (ep > 1) ep and expert_dp (mesh.h); split
 //                 from world, group rank i being the i-th rank of the matching Mesh group, so
 //                 tp().rank() == mesh.tp_rank() and so on.
 // Further groups are added by name from any partition of world (add(): every rank passes its own
@@ -71,6 +72,10 @@ class ProcessGroups {
   Communicator& node() const { return *node_; }
   Communicator& dp_intra_node() const { return *dp_intra_node_; }
   Communicator& dp_inter_node() const { return *dp_inter_node_; }
+  // Expert parallelism's groups: null when the mesh has ep 1 (the tokens stay, and the expert
+  // weights are reduced over dp like every other).
+  Communicator* ep() const { return ep_; }
+  Communicator* expert_dp() const { return expert_dp_; }
 
   // The worker axis: the number of workers (1 without DiLoCo) and this rank's worker index.
   int workers() const { return workers_; }
@@ -116,6 +121,7 @@ class ProcessGroups {
   // The mesh groups, owned by groups_.
   Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *node_ = nullptr;
   Communicator *dp_intra_node_ = nullptr, *dp_inter_node_ = nullptr;
+  Communicator *ep_ = nullptr, *expert_dp_ = nullptr;
 };
 
 }  // namespace strata

@@ -14,7 +14,45 @@ bool is_tied_copy(const ModelPartition& partition, const TensorView& t) {
   return t.name == "wte" && !partition.has_embedding;
 }
 
+bool is_expert_tensor(const TensorView& t) {
+  return t.name.find(".moe.experts.") != std::string::npos;
+}
+
+int axis_size(const MeshShape& mesh, ParallelAxis axis) {
+  switch (axis) {
+    case ParallelAxis::tp:
+      return mesh.tp;
+    case ParallelAxis::dp:
+      return mesh.dp;
+    case ParallelAxis::pp:
+      return mesh.pp;
+    case ParallelAxis::ep:
+      return mesh.ep;
+    case ParallelAxis::expert_dp:
+      return mesh.dp / mesh.ep;
+  }
+  return 1;
+}
+
 namespace {
+// Expert parallelism, stage 0: each run of consecutive dense tensors summed over dp, each run of
+// expert tensors over the ranks holding the same experts (when there are several).
+void sum_over_replicas(const ParameterLayout& layout, int expert_replicas,
+                       std::vector<RangeReduction>& ops) {
+  std::vector<std::pair<bool, ElementRange>> runs;
+  for (const TensorView& t : layout.tensors()) {
+    const bool expert = is_expert_tensor(t);
+    if (!runs.empty() && runs.back().first == expert)
+      runs.back().second.end = t.offset + t.size;
+    else
+      runs.push_back({expert, {t.offset, t.offset + t.size}});
+  }
+  for (const auto& [expert, range] : runs)
+    if (!expert || expert_replicas > 1)
+      ops.push_back({RangeReduction::Kind::all_reduce,
+                     expert ? ParallelAxis::expert_dp : ParallelAxis::dp, range, -1});
+}
+
 // One pipeline end of two: the embedding's rank is stage 0 and the head's the last stage (a zbv
 // rank 0 holds both, and its one wte serves both).
 bool holds_tied_wte(const ReductionPlacement& placement) {
@@ -29,13 +67,22 @@ ElementRange replica_share(const ParameterLayout& layout, const ReductionPlaceme
   return ParameterLayout::shard_of(total, placement.dp_rank, placement.dp_size);
 }
 
+ElementRange expert_replica_share(const ParameterLayout& layout,
+                                  const ReductionPlacement& placement) {
+  const int ep = placement.partition.ep_size;
+  if (ep == 1) return replica_share(layout, placement);
+  return ParameterLayout::shard_of(layout.total(), placement.dp_rank / ep, placement.dp_size / ep);
+}
+
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,
                                   const ReductionPlacement& placement) {
   const ModelPartition& p = placement.partition;
   STRATA_CHECK(placement.zero_stage >= 0 && placement.zero_stage <= 3, "ZeRO stage ",
                placement.zero_stage, " does not exist");
   using Kind = RangeReduction::Kind;
-  const int dp = placement.dp_size;
+  const int dp = placement.dp_size, ep = p.ep_size;
+  STRATA_CHECK(ep == 1 || placement.zero_stage == 0,
+               "expert parallelism runs under ZeRO stage 0 so far, not ", placement.zero_stage);
   const bool sharded = placement.zero_stage >= 1 && dp > 1;
   const bool tied = holds_tied_wte(placement);
   ReductionPlan plan;
@@ -66,8 +113,10 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
     sum_replicated_over_tp(whole);
     if (sharded)
       plan.gradients.push_back({Kind::reduce_scatter, ParallelAxis::dp, whole, -1});
-    else if (dp > 1)
+    else if (dp > 1 && ep == 1)
       plan.gradients.push_back({Kind::all_reduce, ParallelAxis::dp, {0, layout.total()}, -1});
+    else if (dp > 1)
+      sum_over_replicas(layout, dp / ep, plan.gradients);
   }
   if (sharded && !plan.parameters_by_segment)
     plan.parameters.push_back({Kind::all_gather, ParallelAxis::dp, whole, -1});
@@ -82,12 +131,15 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
   }
   for (const TensorView& t : layout.tensors()) {
     if (is_tied_copy(p, t) || (replicated_over_tp(p, t) && p.tp_rank != 0)) continue;
+    // Expert parallelism: the ep ranks hold the same dense tensors, and different experts.
+    if (p.ep_rank != 0 && !is_expert_tensor(t)) continue;
     // One range per tensor, not merged: Σ g² adds per range, and this order is the one the
     // runs so far were made with (their grad_norm, and so their clipping, bit for bit).
     const ElementRange counted = intersect({t.offset, t.offset + t.size}, plan.owned);
     if (!counted.empty()) plan.norm_ranges.push_back(counted);
   }
   plan.norm_axes = {ParallelAxis::tp, ParallelAxis::pp};
+  if (ep > 1) plan.norm_axes.push_back(ParallelAxis::ep);
   if (sharded) plan.norm_axes.push_back(ParallelAxis::dp);
   return plan;
 }

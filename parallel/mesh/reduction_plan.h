@@ -8,7 +8,11 @@
 // 1. Sequence parallelism: tensors replicated over the tensor-parallel group (LayerNorms,
 //    row-parallel biases, wpe) saw only this rank's rows: their partial gradients are summed over
 //    the group. (Without it every rank computed the full gradient already.)
-// 2. Data parallelism: every gradient is summed over the data-parallel group.
+// 2. Data parallelism: every gradient is summed over the data-parallel group. Under expert
+//    parallelism (ep > 1, stage 0 only so far) the dp ranks hold different experts: the dense
+//    tensors are summed over dp and the expert tensors over expert_dp (the ranks holding the same
+//    experts), run by run of consecutive tensors; the norm counts the dense tensors on ep rank 0
+//    and every rank's experts, summed over ep too.
 // 3. Pipeline parallelism: the tied wte lives on the first and the last stage; their gradients
 //    (embedding and head), already summed over data parallelism, are exchanged and summed.
 //    In this order the two stages' copies stay bitwise equal whatever order an all-reduce sums
@@ -43,10 +47,14 @@
 
 #include "model/core/element_range.h"
 #include "model/parameter_layout.h"
+#include "parallel/mesh/mesh.h"
 
 namespace strata {
 
-enum class ParallelAxis { tp, dp, pp };
+// ep and expert_dp: expert parallelism's two parts of the dp group (parallel/mesh/mesh.h).
+enum class ParallelAxis { tp, dp, pp, ep, expert_dp };
+// The size of an axis's groups on a mesh of `mesh`.
+int axis_size(const MeshShape& mesh, ParallelAxis axis);
 
 // One operation on a range of the flat fp32 gradient (or parameter) buffer over one group.
 struct RangeReduction {
@@ -100,6 +108,10 @@ std::vector<std::size_t> shard_counts(const ReductionPlan& plan, const ElementRa
 // replica's dp ranks tile it: the elements each writes in checkpoints and, under DiLoCo, whose
 // outer state it holds and averages across workers.
 ElementRange replica_share(const ParameterLayout& layout, const ReductionPlacement& placement);
+// The same for the expert tensors under expert parallelism: the shares of the ranks holding the
+// same experts (expert_dp) tile the layout; with ep 1, replica_share.
+ElementRange expert_replica_share(const ParameterLayout& layout,
+                                  const ReductionPlacement& placement);
 
 // The plan of `placement` for `layout` (= ParameterLayout::for_partition of its partition).
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,
@@ -110,5 +122,8 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
 // (in norms, in checkpoints).
 bool replicated_over_tp(const ModelPartition& partition, const TensorView& t);
 bool is_tied_copy(const ModelPartition& partition, const TensorView& t);
+// Whether `t` is one expert's (h.<i>.moe.experts.<e>.*): under expert parallelism its gradient is
+// summed over expert_dp, not dp, and it is written by the expert_dp ranks.
+bool is_expert_tensor(const TensorView& t);
 
 }  // namespace strata

@@ -23,6 +23,7 @@ struct Layout {
   std::string compute = "fp32";
   std::string device = "";  // empty: the config's (auto unless it says otherwise)
   int virtual_stages = 1;   // chunks of layers per pipeline rank (interleaved, zbv)
+  int ep = 1;               // expert parallelism (divides dp)
 
   int ranks() const { return dp * tp * pp; }
   std::string name() const {
@@ -31,7 +32,8 @@ struct Layout {
            (sequence_parallel ? "sp" : "") +
            (recompute == "none" ? "" : "_recompute_" + recompute) +
            (compute == "fp32" ? "" : "_" + compute) +
-           (virtual_stages == 1 ? "" : "_v" + std::to_string(virtual_stages));
+           (virtual_stages == 1 ? "" : "_v" + std::to_string(virtual_stages)) +
+           (ep == 1 ? "" : "_ep" + std::to_string(ep));
   }
   std::string overrides() const {
     return (device.empty() ? "" : " --set device=" + device) +
@@ -39,7 +41,8 @@ struct Layout {
            " --set parallel.pipeline_schedule=" + schedule +
            " --set parallel.sequence_parallel=" + (sequence_parallel ? "true" : "false") +
            " --set recompute=" + recompute + " --set precision.compute=" + compute +
-           " --set parallel.virtual_stages=" + std::to_string(virtual_stages);
+           " --set parallel.virtual_stages=" + std::to_string(virtual_stages) +
+           (ep == 1 ? "" : " --set parallel.ep=" + std::to_string(ep));
   }
 };
 

@@ -25,6 +25,11 @@ using testing::Layout;
 using testing::metric;
 using testing::TempDir;
 
+Layout ep(Layout layout, int ep) {
+  layout.ep = ep;
+  return layout;
+}
+
 const std::string kExperts =
     " --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.every=2"
     " --set model.moe.capacity_factor=1.0 --set model.moe.aux_loss=0.05"
@@ -60,6 +65,8 @@ TEST_F(MoeLayouts, EveryLayoutTrainsTheRunOfOneProcess) {
   };
   Layout zbv{1, 1, 2, "zbv"};
   zbv.virtual_stages = 2;
+  Layout zbv_dp2 = zbv;
+  zbv_dp2.dp = 2;
   const std::vector<Case> cases = {
       {Layout{2, 1, 1}, "", ""},
       {Layout{1, 2, 1, "1f1b", true}, "", ""},
@@ -69,6 +76,15 @@ TEST_F(MoeLayouts, EveryLayoutTrainsTheRunOfOneProcess) {
       {Layout{2, 2, 2, "1f1b", true, "full"}, "", ""},
       {Layout{2, 1, 1}, " --set parallel.zero.stage=2", "_zero2"},
       {Layout{2, 1, 2}, " --set parallel.zero.stage=3", "_zero3"},
+      // Expert parallelism: the experts over the whole dp group, over part of it (two ranks hold
+      // each expert), with tp and sequence parallelism, with pipelines, with recomputation.
+      {ep(Layout{2, 1, 1}, 2), "", ""},
+      {ep(Layout{4, 1, 1}, 4), "", ""},
+      {ep(Layout{4, 1, 1}, 2), "", ""},
+      {ep(Layout{2, 2, 1, "1f1b", true}, 2), "", ""},
+      {ep(Layout{2, 1, 2, "zb-h1"}, 2), "", ""},
+      {ep(zbv_dp2, 2), "", ""},
+      {ep(Layout{2, 1, 1, "1f1b", false, "full"}, 2), "", ""},
   };
   for (const Case& c : cases) {
     const std::string name = c.layout.name() + c.tag;

@@ -6,6 +6,7 @@
 #include <barrier>
 #include <cstring>
 #include <functional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -15,7 +16,7 @@ namespace strata::testing {
 
 class ThreadGroup {
  public:
-  explicit ThreadGroup(int size) : size_(size), sync_(size), published_(size) {}
+  explicit ThreadGroup(int size) : size_(size), sync_(size), published_(size), counts_(size) {}
   int size() const { return size_; }
 
   // Runs body(rank) on `size` threads and joins them.
@@ -30,6 +31,7 @@ class ThreadGroup {
   int size_;
   std::barrier<> sync_;
   std::vector<const void*> published_;
+  std::vector<std::span<const std::size_t>> counts_;
 };
 
 class ThreadRank final : public Collectives {
@@ -66,6 +68,23 @@ class ThreadRank final : public Collectives {
     }
     group_.sync_.arrive_and_wait();  // every rank has read every input before any is overwritten
     std::memcpy(out, sum.data(), count * sizeof(T));
+    group_.sync_.arrive_and_wait();
+  }
+  void all_to_all_v_of(DataType type, const void* in, std::span<const std::size_t> send_counts,
+                       void* out, std::span<const std::size_t> recv_counts) override {
+    group_.published_[rank_] = in;
+    group_.counts_[rank_] = send_counts;
+    group_.sync_.arrive_and_wait();
+    char* to = static_cast<char*>(out);
+    for (int r = 0; r < size(); ++r) {
+      const std::span<const std::size_t> theirs = group_.counts_[r];
+      std::size_t before = 0;
+      for (int q = 0; q < rank_; ++q) before += theirs[q];
+      const std::size_t bytes = recv_counts[r] * size_of(type);
+      std::memcpy(to, static_cast<const char*>(group_.published_[r]) + before * size_of(type),
+                  bytes);
+      to += bytes;
+    }
     group_.sync_.arrive_and_wait();
   }
   // out (size·bytes) = every rank's `in` (bytes), in rank order.

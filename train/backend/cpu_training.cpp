@@ -39,7 +39,8 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
   for (int c = 0; c < chunks; ++c) {
     const std::size_t i = static_cast<std::size_t>(c);
     models_.emplace_back(shape, partition.chunk(c), &placement.groups->tp(),
-                         config.train.micro_batch, placement.slots[i], gpt_options_of(config));
+                         config.train.micro_batch, placement.slots[i], gpt_options_of(config),
+                         placement.groups->ep());
     chunk_parameters_.emplace_back(parameters_, std::move(segments.rank_index[i]));
     stages_.emplace_back(models_.back());
     stages.push_back(&stages_.back());

@@ -29,12 +29,14 @@ constexpr std::int64_t kParallelElements = 1 << 16;
 
 std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
                                                   const ModelPartition& partition,
-                                                  const ElementRange& share) {
+                                                  const ElementRange& share,
+                                                  const ElementRange& expert_share) {
   std::vector<ElementRange> writes;
   for (const TensorView& t : layout.tensors()) {
     if (is_tied_copy(partition, t) || (replicated_over_tp(partition, t) && partition.tp_rank != 0))
       continue;
-    append_merged(writes, intersect({t.offset, t.offset + t.size}, share));
+    append_merged(writes, intersect({t.offset, t.offset + t.size},
+                                    is_expert_tensor(t) ? expert_share : share));
   }
   return writes;
 }
