@@ -11,10 +11,23 @@ namespace strata {
 
 namespace {
 
-const char* const kAxisNames[3] = {"tp", "pp", "dp"};
+// The axes reported by name: tp, pp, dp, and with expert parallelism ep and expert_dp (their
+// groups are parts of dp, whose own figure leaves them out).
+const char* const kAxisNames[kReportedAxes] = {"tp", "pp", "dp", "ep", "expert_dp"};
 
-const Communicator& axis_group(const ProcessGroups& groups, int axis) {
-  return axis == 0 ? groups.tp() : axis == 1 ? groups.pp() : groups.dp();
+const Communicator* axis_group(const ProcessGroups& groups, int axis) {
+  switch (axis) {
+    case 0:
+      return &groups.tp();
+    case 1:
+      return &groups.pp();
+    case 2:
+      return &groups.dp();
+    case 3:
+      return groups.ep();
+    default:
+      return groups.expert_dp();
+  }
 }
 
 }  // namespace
@@ -36,7 +49,8 @@ StepWatch::StepWatch(const ProcessGroups& groups)
     : groups_(groups),
       start_(std::chrono::steady_clock::now()),
       total_before_(groups.total_stats()) {
-  for (int axis = 0; axis < 3; ++axis) axis_before_[axis] = axis_group(groups, axis).stats();
+  for (int axis = 0; axis < kReportedAxes; ++axis)
+    if (const Communicator* group = axis_group(groups, axis)) axis_before_[axis] = group->stats();
 }
 
 double StepWatch::elapsed_ms() const {
@@ -46,8 +60,10 @@ double StepWatch::elapsed_ms() const {
 
 void StepWatch::add_communication(JsonLine& line) const {
   JsonLine bytes, seconds;
-  for (int axis = 0; axis < 3; ++axis) {
-    const CommStats& now = axis_group(groups_, axis).stats();
+  for (int axis = 0; axis < kReportedAxes; ++axis) {
+    const Communicator* group = axis_group(groups_, axis);
+    if (group == nullptr) continue;
+    const CommStats& now = group->stats();
     bytes.add(kAxisNames[axis], now.total_bytes() - axis_before_[axis].total_bytes());
     seconds.add(kAxisNames[axis], now.total_seconds() - axis_before_[axis].total_seconds(), "%.6f");
   }

@@ -18,6 +18,10 @@ namespace strata {
 
 class MpiCommunicator;
 
+// Axes with a figure of their own in comm_bytes_by_axis: tp, pp, dp, ep, expert_dp (the last two
+// under expert parallelism only).
+inline constexpr int kReportedAxes = 5;
+
 class StepWatch {
  public:
   // The step's figures are those of groups.total_stats(): DiLoCo's outer group included.
@@ -34,7 +38,7 @@ class StepWatch {
   const ProcessGroups& groups_;
   std::chrono::steady_clock::time_point start_;
   CommStats total_before_;
-  CommStats axis_before_[3];  // tp, pp, dp
+  CommStats axis_before_[kReportedAxes];  // tp, pp, dp, ep, expert_dp
 };
 
 struct StepReport {

@@ -1,11 +1,13 @@
-// Mixture-of-experts models on every layout the CPU backend runs (expert parallelism aside): a
-// 4-layer GPT whose blocks 1 and 3 have 4 experts (top-2, a capacity that drops choices, both
-// router losses on) trains one process's run (loss and val_loss per step within 1e-4 relative,
-// fp32) under dp 2, tp 2 with sequence parallelism, pp 2 under 1f1b, zb-h1 and zbv, ZeRO stages 2
-// and 3, and full recomputation, with the same routing figures in its metrics (tokens dropped,
-// assignments per expert, router losses); in bf16 the bf16 run; resumes bit-exactly; its checkpoint
-// continues the same run on another layout; `eval` measures the run's own val_loss on it and
-// `ckpt export-hf` refuses it with one error line.
+// Mixture-of-experts models on every layout the CPU backend runs: a 4-layer GPT whose blocks 1 and
+// 3 have 4 experts (top-2, a capacity that drops choices, both router losses on) trains one
+// process's run (loss and val_loss per step within 1e-4 relative, fp32) under dp 2, tp 2 with
+// sequence parallelism, pp 2 under 1f1b, zb-h1 and zbv, ZeRO stages 2 and 3, full recomputation,
+// and expert parallelism (ep 2 and 4 of dp 2 and 4, with tp and sequence parallelism, with
+// pipelines, with recomputation), with the same routing figures in its metrics (tokens dropped,
+// assignments per expert, router losses); in bf16 and fp16 the run of one process in that dtype;
+// resumes bit-exactly (ep 4 too); its checkpoint continues the same run on another layout (ep 4's
+// on ep 1 and ep 2); `eval` measures the run's own val_loss on it and `ckpt export-hf` refuses it
+// with one error line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,10 +112,36 @@ TEST_F(MoeLayouts, Bf16LayoutTrainsTheBf16RunOfOneProcess) {
   Layout single;
   single.compute = "bf16";
   const std::string reference = train(single, single.name());
-  Layout layout{1, 2, 2, "1f1b", true};
-  layout.compute = "bf16";
+  for (Layout layout : {Layout{1, 2, 2, "1f1b", true}, ep(Layout{2, 2, 1, "1f1b", true}, 2)}) {
+    layout.compute = "bf16";
+    const std::string run = train(layout, layout.name());
+    expect_close(metric(run, "loss"), metric(reference, "loss"), 0, "bf16 loss", 1e-3);
+  }
+  // fp16 under its loss scaling: the experts' exchange carries the scaled gradients.
+  single.compute = "fp16";
+  const std::string fp16 = train(single, single.name());
+  Layout layout = ep(Layout{2, 1, 1}, 2);
+  layout.compute = "fp16";
   const std::string run = train(layout, layout.name());
-  expect_close(metric(run, "loss"), metric(reference, "loss"), 0, "bf16 loss", 1e-3);
+  expect_close(metric(run, "loss"), metric(fp16, "loss"), 0, "fp16 loss", 1e-3);
+}
+
+TEST_F(MoeLayouts, ExpertParallelRunsResumeBitExactlyAndReshardToFewerRanks) {
+  namespace fs = std::filesystem;
+  const Layout layout = ep(Layout{4, 1, 1}, 4);
+  const std::string straight = train(layout, "ep_straight");
+  const std::string first = train(layout, "ep_split", " --set train.stop_after=10");
+  const std::string checkpoint = first + "/checkpoints/step_00000010.h5";
+  ASSERT_TRUE(fs::exists(checkpoint));
+  const std::string second = train(layout, "ep_split", " --resume");
+  EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
+  // The experts written by four ranks, read by one (ep 1) and by two (ep 2): the same run.
+  for (const Layout& moved : {Layout{}, ep(Layout{2, 1, 1}, 2)}) {
+    const std::string name = "ep_moved_" + moved.name();
+    fs::create_directories(dir_->str() + "/runs/" + name);
+    const std::string run = train(moved, name, " --resume " + checkpoint);
+    expect_close(metric(run, "loss"), metric(reference_dir_, "loss"), 10, "loss after resume");
+  }
 }
 
 TEST_F(MoeLayouts, ResumesBitExactlyAndCheckpointsMoveBetweenLayouts) {

@@ -424,6 +424,24 @@ TEST(ConfigErrors, MixtureOfExpertsKeys) {
                   "'model.moe.capacity_factor' must be >= 0 (0: dropless), got -1");
   EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: -1}}"),
                   "'model.moe.experts' must be >= 0, got -1");
+  // Expert parallelism: of a mixture of experts, dividing its experts, what it composes with.
+  EXPECT_CONTAINS(error_of(base + "parallel: {ep: 2}"),
+                  "'parallel.ep' (2) splits a mixture of experts over ranks: set "
+                  "model.moe.experts or use ep 1");
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 6}}\nparallel: {ep: 4}"),
+                  "'parallel.ep' (4) must divide model.moe.experts (6)");
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 0}"),
+                  "'parallel.ep' must be >= 1, got 0");
+  EXPECT_CONTAINS(
+      error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2, zero: {stage: 1}}"),
+      "'parallel.ep' (2) runs under parallel.zero.stage 0 so far, got stage 1");
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2}\ndevice: cuda"),
+                  "'parallel.ep' (2) runs on the CPU backend only so far");
+  EXPECT_CONTAINS(
+      error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2}\ndiloco: {enabled: true}"),
+      "'parallel.ep' (2) does not run under DiLoCo yet");
+  EXPECT_EQ(parse_config(base + "model: {moe: {experts: 4}}\nparallel: {ep: 4}", "c").parallel.ep,
+            4);
   // Experts 0 (the default) ignores the rest.
   EXPECT_NO_THROW(parse_config(base + "model: {moe: {top_k: 9}}", "c"));
   const Config c = parse_config(

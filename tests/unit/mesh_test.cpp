@@ -53,6 +53,34 @@ TEST(Mesh, CoordinatesAndGroupsOfTwoByTwoByTwo) {
   EXPECT_EQ(two.world_rank_of(1, 0, 1), 5);
 }
 
+TEST(Mesh, ExpertParallelGroupsSplitTheDataParallelGroupBothWays) {
+  // tp 2, dp 4, ep 2 on 8 ranks: dp group of tp rank 1 is {1, 3, 5, 7}; ep groups are consecutive
+  // dp ranks {1, 3} and {5, 7}, the ranks holding the same experts every second one: {1, 5}, {3,
+  // 7}.
+  const MeshShape shape{2, 1, 4, 2};
+  for (int rank = 0; rank < 8; ++rank) {
+    const Mesh mesh(shape, rank, 8);
+    EXPECT_EQ(mesh.ep_rank(), mesh.dp_rank() % 2) << rank;
+  }
+  const Mesh five(shape, 5, 8);
+  EXPECT_EQ(five.dp_group(), (Group{1, 3, 5, 7}));
+  EXPECT_EQ(five.ep_group(), (Group{5, 7}));
+  EXPECT_EQ(five.expert_dp_group(), (Group{1, 5}));
+  EXPECT_EQ(five.ep_rank(), 0);
+  // ep = dp: one ep group, every rank its own experts; ep 1: the dp group holds them all.
+  EXPECT_EQ(Mesh(MeshShape{1, 1, 4, 4}, 2, 8).ep_group(), (Group{0, 1, 2, 3}));
+  EXPECT_EQ(Mesh(MeshShape{1, 1, 4, 4}, 2, 8).expert_dp_group(), (Group{2}));
+  EXPECT_EQ(Mesh(MeshShape{1, 1, 4, 1}, 2, 8).expert_dp_group(), (Group{0, 1, 2, 3}));
+  EXPECT_CONTAINS(error_of([] {
+                    resolve_mesh_shape(MeshRequest{1, 1, 4, 8, 3}, 4);
+                  }),
+                  "'parallel.ep' (3) must divide the data-parallel degree (dp 4)");
+  EXPECT_CONTAINS(error_of([] {
+                    resolve_mesh_shape(MeshRequest{1, 1, 0, 8, 0}, 4);
+                  }),
+                  "'parallel.ep' must be >= 1, got 0");
+}
+
 TEST(Mesh, MembersSharingAKeyFormAGroupInWorldRankOrder) {
   const Mesh mesh(8, 5, 1, 1, 0, 8);
   EXPECT_EQ(mesh.members_sharing([](int r) { return r % 2; }), (Group{1, 3, 5, 7}));
@@ -309,6 +337,11 @@ TEST(Mesh, ConfigLayoutsThatCannotRunAreRejectedWithTheirReason) {
                    2),
       "");
   EXPECT_EQ(resolve_data_parallel(parse_config("data: {train: t}\n", "c"), 4), 4);
+  // Expert parallelism takes ep of the data-parallel ranks: 6 ranks, dp 6, ep 4 does not split.
+  EXPECT_CONTAINS(layout_error({"model.moe.experts=4", "parallel.ep=4", "train.global_batch=48",
+                                "train.micro_batch=2"},
+                               6),
+                  "'parallel.ep' (4) must divide the data-parallel degree (dp 6)");
 }
 
 TEST(StageLayerRanges, BalancedGivesTheExtraLayersToTheEarliestStages) {

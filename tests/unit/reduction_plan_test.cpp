@@ -394,3 +394,72 @@ TEST(ReductionPlan, VirtualStagePartitionsHoldEveryLayerOnce) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// Expert parallelism at stage 0 (dp 4, ep 2): the dense tensors are summed over dp and the
+// experts over expert_dp, in runs that tile the buffer; the norm counts the dense tensors on ep
+// rank 0 only and adds the ep group; with ep = dp nothing sums the experts (each is held once).
+TEST(ReductionPlan, ExpertParallelismSumsExpertsOverTheirReplicasOnly) {
+  MoeConfig moe;
+  moe.experts = 4;
+  moe.every = 2;
+  const GptShape shape{4, 4, 32, 16, 200, moe};
+  for (const int ep : {2, 4}) {
+    for (int ep_rank = 0; ep_rank < ep; ++ep_rank) {
+      ModelPartition p = ModelPartition::whole(shape);
+      p.ep_rank = ep_rank;
+      p.ep_size = ep;
+      const ParameterLayout layout = ParameterLayout::for_partition(shape, p);
+      EXPECT_TRUE(layout.has("h.1.moe.experts." + std::to_string(ep_rank * 4 / ep) + ".fc.weight"));
+      EXPECT_FALSE(layout.has("h.1.moe.experts." + std::to_string((ep_rank + 1) % ep * 4 / ep) +
+                              ".fc.weight"));
+      ReductionPlacement placement{p, ep_rank, 4, 0, 1, 0};
+      const ReductionPlan plan = make_reduction_plan(layout, placement);
+      std::size_t covered = 0;
+      for (const RangeReduction& op : plan.gradients) {
+        ASSERT_EQ(op.kind, RangeReduction::Kind::all_reduce);
+        EXPECT_EQ(op.range.begin, covered) << "runs in layout order, expert runs skipped at ep 4";
+        // Every tensor of the run is of the run's kind.
+        for (const TensorView& t : layout.tensors()) {
+          if (op.range.begin <= t.offset && t.offset < op.range.end) {
+            EXPECT_EQ(op.axis, is_expert_tensor(t) ? ParallelAxis::expert_dp : ParallelAxis::dp)
+                << t.name;
+          }
+        }
+        covered = op.range.end;
+        // At ep 4 (= dp) the expert runs are absent: the next op starts after them.
+        if (ep == 4)
+          for (const TensorView& t : layout.tensors())
+            if (is_expert_tensor(t) && t.offset == covered) covered += t.size;
+      }
+      if (ep == 4)
+        for (const TensorView& t : layout.tensors())
+          if (is_expert_tensor(t) && t.offset == covered) covered += t.size;
+      EXPECT_EQ(covered, layout.total());
+      EXPECT_EQ(plan.norm_axes.back(), ParallelAxis::ep);
+      std::size_t counted = 0, experts = 0;
+      for (const ElementRange& r : plan.norm_ranges) counted += r.size();
+      for (const TensorView& t : layout.tensors())
+        if (is_expert_tensor(t)) experts += t.size;
+      EXPECT_EQ(counted, ep_rank == 0 ? layout.total() : experts);
+      // The expert shares of the ranks holding the same experts tile the layout.
+      std::size_t shared = 0;
+      for (int replica = 0; replica < 4 / ep; ++replica) {
+        ReductionPlacement r = placement;
+        r.dp_rank = replica * ep + ep_rank;
+        shared += expert_replica_share(layout, r).size();
+      }
+      EXPECT_EQ(shared, ParameterLayout::padded_size(layout.total(), 4 / ep));
+    }
+  }
+  ModelPartition p = ModelPartition::whole(shape);
+  p.ep_size = 2;
+  EXPECT_THROW(make_reduction_plan(ParameterLayout::for_partition(shape, p),
+                                   ReductionPlacement{p, 0, 4, 0, 1, 1}),
+               Error);
+}
+
+}  // namespace
+}  // namespace strata
