@@ -162,10 +162,10 @@ void validate_expert_parallelism(const Config& c, const Rules& rules) {
                ") splits a mixture of experts over ranks: set model.moe.experts or use ep 1");
   else if (experts % p.ep != 0)
     rules.fail("parallel.ep", "(", p.ep, ") must divide model.moe.experts (", experts, ")");
-  if (p.zero.stage > 0)
-    rules.fail("parallel.ep", "(", p.ep, ") runs under parallel.zero.stage 0 so far, got stage ",
-               p.zero.stage,
-               " (the expert weights' own sharding over their replicas is not built)");
+  if (p.zero.hierarchical_partition || p.zero.quantized_gradients)
+    rules.fail("parallel.ep", "(", p.ep,
+               ") shards over the ranks holding the same experts; ZeRO++ hpZ and qgZ, which split "
+               "the whole data-parallel group by node, do not run with it yet");
   if (c.diloco.enabled)
     rules.fail("parallel.ep", "(", p.ep, ") does not run under DiLoCo yet (diloco.enabled)");
   if (c.device == Device::cuda)
@@ -335,6 +335,12 @@ MeshShape resolve_mesh(const Config& config, int world_size) {
          ") shards the training state over the data-parallel ranks, but this layout has dp 1 "
          "(world ",
          world_size, " = tp ", shape.tp, " * pp ", shape.pp, "): use stage 0 or more ranks");
+  // Under expert parallelism the shards are the dp/ep ranks holding the same experts.
+  if (p.zero.stage > 0 && shape.ep > 1 && shape.dp == shape.ep)
+    fail("'parallel.zero.stage' (", p.zero.stage,
+         ") shards over the data-parallel ranks that hold ", "the same experts, but parallel.ep (",
+         shape.ep, ") equals dp (", shape.dp,
+         "): every rank holds its own; use stage 0 or dp > ep");
   // hpZ keeps a secondary weight partition over the data-parallel ranks of a node: every node
   // must hold the same number of each data-parallel group's ranks.
   // hpZ's secondary groups and qgZ's two hops split the dp group into nodes × ranks per node.

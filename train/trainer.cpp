@@ -82,8 +82,7 @@ void Trainer::State::make_backend() {
   checkpoint_writer =
       CheckpointWriter{&backend->layout(),
                        shape,
-                       checkpoint_write_ranges(backend->layout(), placement.partition, share,
-                                               expert_replica_share(layout, reduction)),
+                       checkpoint_write_ranges(backend->layout(), placement.partition, share),
                        &world,
                        {}};
   if (config.diloco.enabled) make_diloco(placement, share);

@@ -21,8 +21,11 @@ void Trainer::State::print_startup() const {
             << backend->name()
             // The CPU backend's GEMMs: which library, threading and kernels (blas.h).
             << (device == Device::cpu ? " (GEMMs on " + cpu::blas_library().describe() + ")" : "")
-            << " | mesh tp " << mesh.tp_size() << " x dp " << mesh.dp_size() << " x pp "
-            << mesh.pp_size() << " (" << kPipelineScheduleChoices.word(c.parallel.pipeline_schedule)
+            << " | mesh tp " << mesh.tp_size() << " x dp " << mesh.dp_size()
+            << (mesh.ep_size() > 1 ? " (experts over ep " + std::to_string(mesh.ep_size()) + ")"
+                                   : "")
+            << " x pp " << mesh.pp_size() << " ("
+            << kPipelineScheduleChoices.word(c.parallel.pipeline_schedule)
             << (c.parallel.virtual_stages > 1
                     ? ", " + std::to_string(c.parallel.virtual_stages) + " chunks per rank"
                     : "")

@@ -95,7 +95,8 @@ ReductionGroups ProcessGroups::reductions() const {
 }
 
 ShardingGroups ProcessGroups::sharding() const {
-  return ShardingGroups{dp_, NodeGroups{dp_intra_node_, dp_inter_node_}};
+  return ShardingGroups{expert_dp_ != nullptr ? expert_dp_ : dp_,
+                        NodeGroups{dp_intra_node_, dp_inter_node_}, ep_};
 }
 
 Communicator& ProcessGroups::add(const std::string& name, const std::vector<int>& members) {

@@ -35,10 +35,8 @@ int axis_size(const MeshShape& mesh, ParallelAxis axis) {
 }
 
 namespace {
-// Expert parallelism, stage 0: each run of consecutive dense tensors summed over dp, each run of
-// expert tensors over the ranks holding the same experts (when there are several).
-void sum_over_replicas(const ParameterLayout& layout, int expert_replicas,
-                       std::vector<RangeReduction>& ops) {
+// The layout as runs of consecutive tensors of one kind: (expert, range) in layout order.
+std::vector<std::pair<bool, ElementRange>> expert_and_dense_runs(const ParameterLayout& layout) {
   std::vector<std::pair<bool, ElementRange>> runs;
   for (const TensorView& t : layout.tensors()) {
     const bool expert = is_expert_tensor(t);
@@ -47,7 +45,21 @@ void sum_over_replicas(const ParameterLayout& layout, int expert_replicas,
     else
       runs.push_back({expert, {t.offset, t.offset + t.size}});
   }
-  for (const auto& [expert, range] : runs)
+  return runs;
+}
+
+std::vector<ElementRange> dense_runs(const ParameterLayout& layout) {
+  std::vector<ElementRange> dense;
+  for (const auto& [expert, range] : expert_and_dense_runs(layout))
+    if (!expert) dense.push_back(range);
+  return dense;
+}
+
+// Expert parallelism, stage 0: each run of consecutive dense tensors summed over dp, each run of
+// expert tensors over the ranks holding the same experts (when there are several).
+void sum_over_replicas(const ParameterLayout& layout, int expert_replicas,
+                       std::vector<RangeReduction>& ops) {
+  for (const auto& [expert, range] : expert_and_dense_runs(layout))
     if (!expert || expert_replicas > 1)
       ops.push_back({RangeReduction::Kind::all_reduce,
                      expert ? ParallelAxis::expert_dp : ParallelAxis::dp, range, -1});
@@ -64,14 +76,8 @@ ElementRange replica_share(const ParameterLayout& layout, const ReductionPlaceme
   const std::size_t total = holds_tied_wte(placement)
                                 ? std::max(layout.total(), placement.tied_peer_total)
                                 : layout.total();
-  return ParameterLayout::shard_of(total, placement.dp_rank, placement.dp_size);
-}
-
-ElementRange expert_replica_share(const ParameterLayout& layout,
-                                  const ReductionPlacement& placement) {
   const int ep = placement.partition.ep_size;
-  if (ep == 1) return replica_share(layout, placement);
-  return ParameterLayout::shard_of(layout.total(), placement.dp_rank / ep, placement.dp_size / ep);
+  return ParameterLayout::shard_of(total, placement.dp_rank / ep, placement.dp_size / ep);
 }
 
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,
@@ -81,17 +87,20 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
                placement.zero_stage, " does not exist");
   using Kind = RangeReduction::Kind;
   const int dp = placement.dp_size, ep = p.ep_size;
-  STRATA_CHECK(ep == 1 || placement.zero_stage == 0,
-               "expert parallelism runs under ZeRO stage 0 so far, not ", placement.zero_stage);
-  const bool sharded = placement.zero_stage >= 1 && dp > 1;
+  STRATA_CHECK(ep >= 1 && dp % ep == 0, "expert parallelism of ", ep, " in dp ", dp);
+  // ZeRO shards over the ranks that hold the same tensors: dp, or its expert_dp part.
+  const int shards = dp / ep, shard_rank = placement.dp_rank / ep;
+  const ParallelAxis shard_axis = ep > 1 ? ParallelAxis::expert_dp : ParallelAxis::dp;
+  const bool sharded = placement.zero_stage >= 1 && shards > 1;
   const bool tied = holds_tied_wte(placement);
   ReductionPlan plan;
   const std::size_t total =
       sharded && tied ? std::max(layout.total(), placement.tied_peer_total) : layout.total();
   plan.sharded = sharded;
-  plan.buffer_size = ParameterLayout::padded_size(total, sharded ? dp : 1);
-  plan.owned = sharded ? ParameterLayout::shard_of(total, placement.dp_rank, dp)
+  plan.buffer_size = ParameterLayout::padded_size(total, sharded ? shards : 1);
+  plan.owned = sharded ? ParameterLayout::shard_of(total, shard_rank, shards)
                        : ElementRange{0, plan.buffer_size};
+  if (sharded && ep > 1) plan.summed_over_ep = dense_runs(layout);
   const ElementRange whole{0, plan.buffer_size};
   plan.zero_stage = placement.zero_stage;
   plan.gradients_by_segment = sharded && placement.zero_stage >= 2;
@@ -111,15 +120,17 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
     sum_replicated_over_tp(plan.owned);
   } else {
     sum_replicated_over_tp(whole);
+    for (const ElementRange& dense : plan.summed_over_ep)
+      plan.gradients.push_back({Kind::all_reduce, ParallelAxis::ep, dense, -1});
     if (sharded)
-      plan.gradients.push_back({Kind::reduce_scatter, ParallelAxis::dp, whole, -1});
+      plan.gradients.push_back({Kind::reduce_scatter, shard_axis, whole, -1});
     else if (dp > 1 && ep == 1)
       plan.gradients.push_back({Kind::all_reduce, ParallelAxis::dp, {0, layout.total()}, -1});
     else if (dp > 1)
       sum_over_replicas(layout, dp / ep, plan.gradients);
   }
   if (sharded && !plan.parameters_by_segment)
-    plan.parameters.push_back({Kind::all_gather, ParallelAxis::dp, whole, -1});
+    plan.parameters.push_back({Kind::all_gather, shard_axis, whole, -1});
   if (tied) {
     const TensorView& wte = layout.at("wte");
     STRATA_CHECK(wte.offset == 0, "the tied exchange needs wte to lead the layout");
@@ -140,7 +151,7 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
   }
   plan.norm_axes = {ParallelAxis::tp, ParallelAxis::pp};
   if (ep > 1) plan.norm_axes.push_back(ParallelAxis::ep);
-  if (sharded) plan.norm_axes.push_back(ParallelAxis::dp);
+  if (sharded) plan.norm_axes.push_back(shard_axis);
   return plan;
 }
 

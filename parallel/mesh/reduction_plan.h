@@ -22,6 +22,13 @@
 // The gradient norm then sums Σ g² over norm_ranges (each logical element counted once over all
 // ranks: replicas over tp and the last stage's wte copy are left out) and over norm_axes.
 //
+// Under expert parallelism (ep > 1) ZeRO shards over expert_dp, the dp/ep ranks that hold the
+// same tensors (the same experts, and the dense tensors every dp rank holds), instead of dp: what
+// is said below of dp holds of expert_dp, and the dense tensors' gradients are first summed over
+// the ep group (summed_over_ep). The dense optimizer state is then sharded dp/ep ways, not dp
+// ways: each ep member keeps the same shard of it and updates it alike, the price of one
+// contiguous owned range per rank. It needs dp/ep > 1.
+//
 // ZeRO stage 1 (dp > 1): the buffers are padded to dp equal shards (ParameterLayout::shard) and
 // data-parallel rank r owns shard r: the optimizer state is its shard only. Step 2 becomes a
 // reduce-scatter of the whole buffer over the data-parallel group (each owner receives the sum of
@@ -95,6 +102,10 @@ struct ReductionPlan {
   ElementRange parameter_range;       // what the master weights hold: all, or owned (stage 3)
   bool gradients_by_segment = false;  // stage >= 2: the dp reduce-scatter runs per segment
   bool parameters_by_segment = false;  // stage 3: weights are gathered per segment when used
+  // ZeRO under expert parallelism: the dense runs of the layout, whose gradients are summed over
+  // ep before the shards' reduce-scatter over expert_dp (stage 1: ops of `gradients`; stages 2 and
+  // 3: each segment's bucket, parallel/zero/sharded_parameters.h). Empty otherwise.
+  std::vector<ElementRange> summed_over_ep;
 };
 
 // How a range of the flat buffer falls on the data-parallel shards of `plan`: counts[r] is the
@@ -107,11 +118,8 @@ std::vector<std::size_t> shard_counts(const ReductionPlan& plan, const ElementRa
 // tied wte, to the larger of the two ends' totals, so both ends cut wte alike). The shares of a
 // replica's dp ranks tile it: the elements each writes in checkpoints and, under DiLoCo, whose
 // outer state it holds and averages across workers.
+// Under expert parallelism the replica's ranks holding the same tensors (expert_dp) share them.
 ElementRange replica_share(const ParameterLayout& layout, const ReductionPlacement& placement);
-// The same for the expert tensors under expert parallelism: the shares of the ranks holding the
-// same experts (expert_dp) tile the layout; with ep 1, replica_share.
-ElementRange expert_replica_share(const ParameterLayout& layout,
-                                  const ReductionPlacement& placement);
 
 // The plan of `placement` for `layout` (= ParameterLayout::for_partition of its partition).
 ReductionPlan make_reduction_plan(const ParameterLayout& layout,

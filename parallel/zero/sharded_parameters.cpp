@@ -51,6 +51,8 @@ ShardedParameters::ShardedParameters(std::vector<ParameterSegment> segments,
   const bool by_node = options.hierarchical_partition || options.quantized_gradients;
   STRATA_CHECK(!by_node || (groups.nodes.intra != nullptr && groups.nodes.inter != nullptr),
                "ZeRO++ hpZ and qgZ need the node groups");
+  STRATA_CHECK(plan.summed_over_ep.empty() || (groups.ep != nullptr && !by_node),
+               "ZeRO under expert parallelism needs the ep group (and no hpZ or qgZ)");
   gathered_.held.resize(segments_.size());
   buckets_.held.resize(segments_.size());
   readers_.assign(segments_.size(), 1);
@@ -179,6 +181,11 @@ void ShardedParameters::reduce_bucket(std::size_t index) {
   const ElementRange range = segments_[index].range;
   const ElementRange mine = intersect(range, plan_.owned);
   const std::vector<std::size_t> counts = shard_counts(plan_, range, groups_.dp->size());
+  for (const ElementRange& dense : plan_.summed_over_ep) {
+    const ElementRange part = intersect(dense, range);
+    if (!part.empty())
+      groups_.ep->all_reduce_sum(h.values.data() + (part.begin - range.begin), part.size());
+  }
   received_.resize(mine.size());
   reduce_scatter_segment(*groups_.dp, counts, h.values.data(), received_.data(),
                          options_.quantized_gradients ? &groups_.nodes : nullptr);

@@ -3,11 +3,11 @@
 // process's run (loss and val_loss per step within 1e-4 relative, fp32) under dp 2, tp 2 with
 // sequence parallelism, pp 2 under 1f1b, zb-h1 and zbv, ZeRO stages 2 and 3, full recomputation,
 // and expert parallelism (ep 2 and 4 of dp 2 and 4, with tp and sequence parallelism, with
-// pipelines, with recomputation), with the same routing figures in its metrics (tokens dropped,
-// assignments per expert, router losses); in bf16 and fp16 the run of one process in that dtype;
-// resumes bit-exactly (ep 4 too); its checkpoint continues the same run on another layout (ep 4's
-// on ep 1 and ep 2); `eval` measures the run's own val_loss on it and `ckpt export-hf` refuses it
-// with one error line.
+// pipelines, with recomputation, under ZeRO 1, 2 and 3), with the same routing figures in its
+// metrics (tokens dropped, assignments per expert, router losses); in bf16 and fp16 the run of one
+// process in that dtype; resumes bit-exactly (ep 4, and ep 2 under ZeRO-2, too); its checkpoint
+// continues the same run on another layout (ep 4's on ep 1 and ep 2); `eval` measures the run's own
+// val_loss on it and `ckpt export-hf` refuses it with one error line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,6 +87,10 @@ TEST_F(MoeLayouts, EveryLayoutTrainsTheRunOfOneProcess) {
       {ep(Layout{2, 1, 2, "zb-h1"}, 2), "", ""},
       {ep(zbv_dp2, 2), "", ""},
       {ep(Layout{2, 1, 1, "1f1b", false, "full"}, 2), "", ""},
+      // ZeRO under expert parallelism: sharded over the ranks holding the same experts.
+      {ep(Layout{4, 1, 1}, 2), " --set parallel.zero.stage=1", "_zero1"},
+      {ep(Layout{4, 1, 1}, 2), " --set parallel.zero.stage=2", "_zero2"},
+      {ep(Layout{4, 1, 2}, 2), " --set parallel.zero.stage=3", "_zero3"},
   };
   for (const Case& c : cases) {
     const std::string name = c.layout.name() + c.tag;
@@ -128,6 +132,14 @@ TEST_F(MoeLayouts, Bf16LayoutTrainsTheBf16RunOfOneProcess) {
 
 TEST_F(MoeLayouts, ExpertParallelRunsResumeBitExactlyAndReshardToFewerRanks) {
   namespace fs = std::filesystem;
+  // ZeRO-2 over the pairs holding the same experts (ep 2 of dp 4): the sharded optimizer state too.
+  const Layout sharded = ep(Layout{4, 1, 1}, 2);
+  const std::string zero2 = " --set parallel.zero.stage=2";
+  const std::string sharded_straight = train(sharded, "ep_zero2_straight", zero2);
+  train(sharded, "ep_zero2_split", zero2 + " --set train.stop_after=10");
+  const std::string sharded_second = train(sharded, "ep_zero2_split", zero2 + " --resume");
+  EXPECT_EQ(metric(sharded_second, "loss"), metric(sharded_straight, "loss"));  // exact
+
   const Layout layout = ep(Layout{4, 1, 1}, 4);
   const std::string straight = train(layout, "ep_straight");
   const std::string first = train(layout, "ep_split", " --set train.stop_after=10");

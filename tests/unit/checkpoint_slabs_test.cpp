@@ -60,8 +60,7 @@ std::string write_from(const std::string& path, int tp_size, int owners) {
       write_checkpoint_elements(path,
                                 {&layout,
                                  kShape,
-                                 checkpoint_write_ranges(layout, p, layout.shard(owner, owners),
-                                                         layout.shard(owner, owners)),
+                                 checkpoint_write_ranges(layout, p, layout.shard(owner, owners)),
                                  nullptr,
                                  {}},
                                 buffers);
@@ -106,8 +105,8 @@ TEST(CheckpointSlabs, WriteRangesCoverEveryLogicalElementOnce) {
         const ModelPartition p = tp_partition(r, tp);
         const ParameterLayout layout = ParameterLayout::for_partition(kShape, p);
         for (int owner = 0; owner < owners; ++owner)
-          for (const ElementRange& w : checkpoint_write_ranges(
-                   layout, p, layout.shard(owner, owners), layout.shard(owner, owners)))
+          for (const ElementRange& w :
+               checkpoint_write_ranges(layout, p, layout.shard(owner, owners)))
             for (const TensorView& t : layout.tensors()) {
               auto& counts = written[t.name];
               counts.resize(static_cast<std::size_t>(t.slice.logical_size()));

@@ -432,9 +432,10 @@ TEST(ConfigErrors, MixtureOfExpertsKeys) {
                   "'parallel.ep' (4) must divide model.moe.experts (6)");
   EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 0}"),
                   "'parallel.ep' must be >= 1, got 0");
-  EXPECT_CONTAINS(
-      error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2, zero: {stage: 1}}"),
-      "'parallel.ep' (2) runs under parallel.zero.stage 0 so far, got stage 1");
+  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2, zero: {stage: 3, "
+                                  "hierarchical_partition: true}}"),
+                  "'parallel.ep' (2) shards over the ranks holding the same experts; ZeRO++ hpZ "
+                  "and qgZ");
   EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2}\ndevice: cuda"),
                   "'parallel.ep' (2) runs on the CPU backend only so far");
   EXPECT_CONTAINS(

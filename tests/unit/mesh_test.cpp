@@ -342,6 +342,11 @@ TEST(Mesh, ConfigLayoutsThatCannotRunAreRejectedWithTheirReason) {
                                 "train.micro_batch=2"},
                                6),
                   "'parallel.ep' (4) must divide the data-parallel degree (dp 6)");
+  EXPECT_CONTAINS(
+      layout_error({"model.moe.experts=4", "parallel.ep=2", "parallel.zero.stage=2"}, 2),
+      "'parallel.zero.stage' (2) shards over the data-parallel ranks that hold the "
+      "same experts, but parallel.ep (2) equals dp (2)");
+  EXPECT_EQ(layout_error({"model.moe.experts=4", "parallel.ep=2", "parallel.zero.stage=2"}, 4), "");
 }
 
 TEST(StageLayerRanges, BalancedGivesTheExtraLayersToTheEarliestStages) {

@@ -449,16 +449,29 @@ TEST(ReductionPlan, ExpertParallelismSumsExpertsOverTheirReplicasOnly) {
       for (int replica = 0; replica < 4 / ep; ++replica) {
         ReductionPlacement r = placement;
         r.dp_rank = replica * ep + ep_rank;
-        shared += expert_replica_share(layout, r).size();
+        shared += replica_share(layout, r).size();
       }
       EXPECT_EQ(shared, ParameterLayout::padded_size(layout.total(), 4 / ep));
     }
   }
+  // ZeRO stage 1 under ep 2 of dp 4: the dense runs summed over ep, then the shards of the two
+  // ranks holding the same experts reduce-scattered over expert_dp and gathered back.
   ModelPartition p = ModelPartition::whole(shape);
   p.ep_size = 2;
-  EXPECT_THROW(make_reduction_plan(ParameterLayout::for_partition(shape, p),
-                                   ReductionPlacement{p, 0, 4, 0, 1, 1}),
-               Error);
+  p.ep_rank = 1;
+  const ParameterLayout layout = ParameterLayout::for_partition(shape, p);
+  const ReductionPlan plan = make_reduction_plan(layout, ReductionPlacement{p, 3, 4, 0, 1, 1});
+  ASSERT_FALSE(plan.summed_over_ep.empty());
+  ASSERT_EQ(plan.gradients.size(), plan.summed_over_ep.size() + 1);
+  for (std::size_t i = 0; i < plan.summed_over_ep.size(); ++i)
+    EXPECT_EQ(plan.gradients[i], (RangeReduction{RangeReduction::Kind::all_reduce, ParallelAxis::ep,
+                                                 plan.summed_over_ep[i], -1}));
+  EXPECT_EQ(plan.gradients.back().kind, RangeReduction::Kind::reduce_scatter);
+  EXPECT_EQ(plan.gradients.back().axis, ParallelAxis::expert_dp);
+  EXPECT_EQ(plan.parameters.at(0).axis, ParallelAxis::expert_dp);
+  EXPECT_EQ(plan.owned, layout.shard(1, 2));  // dp rank 3 is expert_dp rank 1 of 2
+  EXPECT_EQ(plan.norm_axes, (std::vector<ParallelAxis>{ParallelAxis::tp, ParallelAxis::pp,
+                                                       ParallelAxis::ep, ParallelAxis::expert_dp}));
 }
 
 }  // namespace

@@ -29,14 +29,13 @@ constexpr std::int64_t kParallelElements = 1 << 16;
 
 std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
                                                   const ModelPartition& partition,
-                                                  const ElementRange& share,
-                                                  const ElementRange& expert_share) {
+                                                  const ElementRange& share) {
   std::vector<ElementRange> writes;
   for (const TensorView& t : layout.tensors()) {
     if (is_tied_copy(partition, t) || (replicated_over_tp(partition, t) && partition.tp_rank != 0))
       continue;
-    append_merged(writes, intersect({t.offset, t.offset + t.size},
-                                    is_expert_tensor(t) ? expert_share : share));
+    if (partition.ep_rank != 0 && !is_expert_tensor(t)) continue;
+    append_merged(writes, intersect({t.offset, t.offset + t.size}, share));
   }
   return writes;
 }

@@ -87,12 +87,11 @@ std::string checkpoint_file_name(std::int64_t step);  // "step_00000010.h5"
 // tensor-parallel ranks other than 0, the tensors replicated over the tensor-parallel group. The
 // data-parallel ranks of a replica are its writers, each with its own share (layout.shard of the
 // rank, or the ZeRO shard it owns): every logical element is then written once by the job.
-// Under expert parallelism the expert tensors are written by their own writers, the ranks holding
-// the same experts, each `expert_share` of them (reduction_plan.h: expert_replica_share).
+// Under expert parallelism the writers are the ranks holding the same tensors (replica_share
+// tiles each rank's layout over them), and only ep rank 0's write the dense tensors.
 std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
                                                   const ModelPartition& partition,
-                                                  const ElementRange& share,
-                                                  const ElementRange& expert_share);
+                                                  const ElementRange& share);
 
 // This rank's part in writing a checkpoint: its tensors (`layout`, slices of the logical model
 // `shape`) and the element ranges of them it writes. `world` spans every rank of the job; null
