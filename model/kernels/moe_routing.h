@@ -75,4 +75,21 @@ STRATA_HOST_DEVICE void moe_softmax_backward(const T* p, const T* dp, int E, T* 
   for (int e = 0; e < E; ++e) dlogits[e] = p[e] * (dp[e] - dot);
 }
 
+// One token's router gradient dlogits[0..E), from its probabilities p, its logsumexp lse, its
+// chosen experts and gates and the gates' gradient dgates (k each), plus the two router losses:
+//   load balancing  aux = E · Σ_e f_e · P_e, P_e = mean_t p_te, f_e held constant: every token's
+//                   p_e gets aux_scale · f_e (chosen_share[e] = f_e)
+//   z-loss          z = mean_t lse_t²: dlogits_e += z_scale · lse · p_e (d lse / d logits = p)
+// aux_scale and z_scale carry the losses' weights, the loss scale and 1/N: aux_scale =
+// loss_scale · aux_loss · E / N, z_scale = loss_scale · z_loss · 2 / N. dp[0..E) is scratch.
+template <class T>
+STRATA_HOST_DEVICE void moe_router_backward(const T* p, T lse, const int* experts, const T* gates,
+                                            const T* dgates, int k, int E, const T* chosen_share,
+                                            T aux_scale, T z_scale, T* dp, T* dlogits) {
+  for (int e = 0; e < E; ++e) dp[e] = aux_scale * chosen_share[e];
+  moe_gates_backward(p, experts, gates, dgates, k, dp);
+  moe_softmax_backward(p, dp, E, dlogits);
+  for (int e = 0; e < E; ++e) dlogits[e] += z_scale * lse * p[e];
+}
+
 }  // namespace strata

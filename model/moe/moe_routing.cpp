@@ -48,4 +48,19 @@ MoeRouting route_tokens(const int* choices, int tokens, int top_k, int experts, 
   return r;
 }
 
+int capacity_group_tokens(int tokens, int seq_len, int group_sequences) {
+  STRATA_CHECK(seq_len >= 1 && group_sequences >= 1, "capacity groups of ", group_sequences,
+               " sequences of ", seq_len, " tokens");
+  const int sequences = tokens / seq_len;
+  return (sequences % group_sequences == 0 ? group_sequences : sequences) * seq_len;
+}
+
+std::vector<double> chosen_shares(const int* choices, int tokens, int top_k, int experts) {
+  std::vector<double> share(static_cast<std::size_t>(experts), 0.0);
+  const std::size_t n = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(top_k);
+  for (std::size_t a = 0; a < n; ++a)
+    share[static_cast<std::size_t>(choices[a])] += 1.0 / (double(tokens) * top_k);
+  return share;
+}
+
 }  // namespace strata

@@ -35,4 +35,13 @@ struct MoeRouting {
 MoeRouting route_tokens(const int* choices, int tokens, int top_k, int experts, int group_tokens,
                         std::int64_t capacity);
 
+// The tokens of one capacity group of a micro-batch of `tokens` (whole sequences of seq_len):
+// group_sequences sequences, or all of them when group_sequences does not divide their number
+// (an evaluation's last micro-batch).
+int capacity_group_tokens(int tokens, int seq_len, int group_sequences);
+
+// The load-balancing loss's f_e (E): the share of the tokens · top_k choices that picked each
+// expert, before capacity, summed in choice order (so every backend gets the same doubles).
+std::vector<double> chosen_shares(const int* choices, int tokens, int top_k, int experts);
+
 }  // namespace strata

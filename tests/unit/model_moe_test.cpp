@@ -2,7 +2,9 @@
 // router, the load-balancing and z losses) against central finite differences of its forward in
 // double precision, with tokens dropped by capacity and without; capacity drops exactly as
 // specified on hand-built choices (claim order, groups, ties to the lower expert); the losses'
-// values against their direct formulas; top-1's gate is the probability itself.
+// values against their direct formulas; top-1's gate is the probability itself; one token's
+// router backward (moe_router_backward, shared with the CUDA kernels) against finite
+// differences; capacity groups and the load-balancing shares.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -116,6 +118,47 @@ TEST(MoeRouting, TiesGoToTheLowerExpertAndGatesRenormalise) {
   EXPECT_DOUBLE_EQ(gates[1], 0.5);
   moe_gates(p, experts, 1, gates);  // top-1: the probability itself
   EXPECT_DOUBLE_EQ(gates[0], 0.3);
+}
+
+TEST(MoeRouting, RouterBackwardIsTheGradientOfTheGatesAndBothLosses) {
+  // One token's L(logits) = Σ_j dg_j · gate_j + aux_scale · Σ_e f_e · p_e + z_scale / 2 · lse²,
+  // the choices held where the unperturbed logits put them (as a perturbation small enough to
+  // cross no routing boundary leaves them): moe_router_backward's dlogits is dL/dlogits.
+  const int E = 5;
+  for (int k = 1; k <= 3; ++k) {
+    std::mt19937_64 rng(20 + k);
+    Vec logits = random_vector(E, rng);
+    const Vec dgates = random_vector(static_cast<std::size_t>(k), rng);
+    const Vec share = random_vector(E, rng, 0.3);
+    const double aux_scale = 0.7, z_scale = 0.4;
+    std::vector<int> experts(static_cast<std::size_t>(k));
+    Vec p(E), gates(static_cast<std::size_t>(k));
+    const double lse = moe_softmax(logits.data(), E, p.data());
+    moe_top_k(p.data(), E, k, experts.data());
+    moe_gates(p.data(), experts.data(), k, gates.data());
+    Vec dp(E), dlogits(E);
+    moe_router_backward(p.data(), lse, experts.data(), gates.data(), dgates.data(), k, E,
+                        share.data(), aux_scale, z_scale, dp.data(), dlogits.data());
+    const auto loss = [&] {
+      Vec q(E), g(static_cast<std::size_t>(k));
+      const double l = moe_softmax(logits.data(), E, q.data());
+      moe_gates(q.data(), experts.data(), k, g.data());
+      return dot(dgates, g) + aux_scale * dot(share, q) + z_scale / 2 * l * l;
+    };
+    expect_matches_finite_differences(logits, dlogits, loss, "dlogits");
+  }
+}
+
+TEST(MoeRouting, GroupsAndChosenShares) {
+  // 4 sequences of 8: groups of 2 sequences; 3 do not divide 4, so one group of all of them.
+  EXPECT_EQ(capacity_group_tokens(32, 8, 2), 16);
+  EXPECT_EQ(capacity_group_tokens(32, 8, 3), 32);
+  // 3 tokens, 2 choices: expert 0 chosen 3 times of 6, expert 1 twice, expert 2 once.
+  const std::vector<int> choices = {0, 1, 1, 0, 2, 0};
+  const std::vector<double> share = chosen_shares(choices.data(), 3, 2, 3);
+  EXPECT_DOUBLE_EQ(share[0], 0.5);
+  EXPECT_DOUBLE_EQ(share[1], 2.0 / 6);
+  EXPECT_DOUBLE_EQ(share[2], 1.0 / 6);
 }
 
 TEST(MoeLayer, LossesMatchTheirDirectFormulas) {

@@ -1,0 +1,147 @@
+// A mixture-of-experts MLP on a CUDA device: the same function as the CPU reference
+// model/moe/moe_layer.h (same choices, same drops, same gates, same losses, the same gradients up
+// to rounding), on device pointers, with the kernels of model/kernels/cuda/moe.h and the
+// cuBLASLt linear layers of model/kernels/cuda/matmul.h. For N tokens x (N, C):
+//   router   logits = x·Wrᵀ (fp32), p = softmax, top-k choices and gates    one warp per token
+//   routing  the capacity rule on the host: route_tokens, as the CPU         one host sync
+//   gather   xe (A, C): the kept assignments' input rows, grouped by expert
+//   experts  per expert with rows: pre = xe·Wfcᵀ + b, act = gelu(pre), out = act·Wprojᵀ + b
+//   combine  y_t = Σ_j kept gate_tj · out_{row(t, j)}, in choice order
+// and the backward in two halves, as the CPU's: backward_input (dgates, dout = gate·dy, the
+// experts' input gradients, the router's gradient with the aux and z-loss terms, dx) and
+// backward_weight (every weight gradient, fp32, accumulated).
+//
+// Why the routing goes through the host: the capacity rule (GShard claim order, per group) is a
+// sequential scan, and every later step needs the per-expert row counts on the host anyway to
+// size the per-expert GEMMs. So forward copies the N·k choices (and the router losses' E + 1
+// totals) to the host, waits for the stream once, calls the CPU's own route_tokens (identical
+// drops on every backend and layout), and copies the kept assignments back. That is one stream
+// synchronisation per MoE layer per forward pass; backward_input and backward_weight never wait
+// (but for a host-staged tensor-parallel all-reduce of the gates' gradient).
+//
+// Dtypes: T (float, __nv_bfloat16, __half) for the weights, x, y, dy, dx and the experts'
+// activations; fp32 for the router (probabilities, logsumexps, gates, their gradients and the
+// logits' gradient) and for every parameter gradient. The router weight is held in T, like every
+// weight copy; its logits are fp32 sums of products of the T values, not rounded, which is what
+// the CPU reference computes for every compute dtype (cpu::matmul_forward on the dtype-rounded
+// fp32 values, its output left unrounded). Its weight gradient runs as an exact fp32 GEMM (x cast
+// to fp32, TF32 off whatever the context allows) for the same reason. The T arrays are rounded
+// where the CPU reference rounds, except that the GELU of the fc GEMM and the GELU derivative of
+// the proj input gradient are fused epilogues (in bf16/fp16 one rounding where the CPU has two),
+// as in CudaGpt's dense MLP.
+//
+// Tensor parallelism (model/moe/moe_layer.h): H = 4C / tp size hidden columns per expert, the
+// proj biases on rank 0, the router's input gradient on rank 0, and the gates' gradient summed
+// over the group (`tp`, device collectives; null: one rank).
+//
+// Weights and gradients lie as the CPU's (MoeWeightOffsets): the router (E, C), then per expert
+// fc.weight (H, C), fc.bias (H), proj.weight (C, H), proj.bias (C).
+//
+// Memory: a CudaMoeActivations holds one micro-batch's arrays, carved from a DeviceArena for at
+// most max_tokens tokens (A ≤ max_tokens·k rows per expert array). Kernel scratch comes from the
+// `scratch` arena given at construction and is released before each call returns. Everything is
+// queued on the context's compute stream.
+//
+// Status: compiled, never run on a GPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/device_collectives.h"
+#include "model/kernels/cuda/device_context.h"
+#include "model/moe/moe_config.h"
+#include "model/moe/moe_layer.h"
+#include "model/moe/moe_routing.h"
+
+namespace strata::cuda {
+
+// One micro-batch through one MoE layer (MoeActivations' counterpart): device arrays for at most
+// max_tokens tokens, and the host's copy of the routing. Rows of the expert arrays are the kept
+// assignments grouped by expert (routing.assignments). The layer's input x is not copied: the
+// caller keeps it, unchanged, from forward until backward_weight (the block's LayerNorm output,
+// which a CUDA model keeps for its own backward anyway).
+template <class T>
+struct CudaMoeActivations {
+  int max_tokens = 0;
+  int tokens = 0;
+  const T* x = nullptr;              // (N, C) the caller's input
+  float* probs = nullptr;            // (N, E)
+  float* lse = nullptr;              // (N)
+  float* gates = nullptr;            // (N, k)
+  int* choices = nullptr;            // (N, k) experts chosen, best first
+  int* row = nullptr;                // (N, k) row of the kept choices, −1 for the dropped
+  int* assignments = nullptr;        // (A) routing.assignments
+  float* chosen_share = nullptr;     // (E) f_e, rounded to fp32 as the CPU's T
+  double* router_sums = nullptr;     // (E + 1) Σ_t p_te per expert, Σ_t lse_t²
+  T *xe = nullptr, *out = nullptr;   // (A, C)
+  T *pre = nullptr, *act = nullptr;  // (A, H)
+  T* dout = nullptr;                 // (A, C) backward_input → backward_weight
+  T* dpre = nullptr;                 // (A, H) backward_input → backward_weight
+  float* dlogits = nullptr;          // (N, E) backward_input → backward_weight
+  // Host side, filled by forward.
+  std::vector<int> host_choices;       // (N, k)
+  std::vector<double> host_sums;       // (E + 1) router_sums
+  std::vector<double> host_share;      // (E) f_e
+  std::vector<float> host_share_fp32;  // (E) what chosen_share holds
+  MoeRouting routing;
+  MoeStats stats;
+};
+
+template <class T>
+class CudaMoeLayer {
+ public:
+  // `tp`: the tensor-parallel group's device collectives (null: one rank); H = 4C / its size.
+  // `scratch`: where kernels take temporary arrays (released before each call returns).
+  CudaMoeLayer(DeviceContext& ctx, DeviceArena& scratch, int d_model, const MoeConfig& config,
+               DeviceCollectives* tp = nullptr);
+
+  int hidden() const { return H_; }
+  const MoeWeightOffsets& offsets() const { return at_; }
+  // Device bytes of one CudaMoeActivations for max_tokens tokens (with the arena's alignment).
+  std::size_t activation_bytes(int max_tokens) const;
+  // The most scratch one call takes for max_tokens tokens.
+  std::size_t scratch_bytes(int max_tokens) const;
+  // Activations for at most max_tokens tokens, allocated from `arena`.
+  CudaMoeActivations<T> activations(DeviceArena& arena, int max_tokens) const;
+
+  // Forward of x (N, C), N / seq_len whole sequences (capacity groups as the CPU's): y (N, C) is
+  // overwritten with this rank's part of the experts' weighted outputs (no residual). `weights`
+  // points at the router (the layout above). Waits for the stream once (the routing).
+  const MoeStats& forward(CudaMoeActivations<T>& a, const T* x, int N, int seq_len,
+                          const T* weights, T* y);
+  // aux_loss · aux + z_loss · z of a's forward (host values).
+  float loss(const CudaMoeActivations<T>& a) const;
+  // From dy (N, C), the gradient of the whole y: dx (N, C) overwritten with this rank's part of
+  // the input gradient (the router's on rank 0); the router losses' gradients scaled by
+  // loss_scale as the cross-entropy's is.
+  void backward_input(CudaMoeActivations<T>& a, const T* dy, float loss_scale, const T* weights,
+                      T* dx);
+  // Every weight gradient, fp32, accumulated into dweights (the layout above). The replicated
+  // ones count each row once over the tensor-parallel group, as the CPU reference's: the router's
+  // over the tokens [own_begin, own_begin + own_count), the proj biases' over every expert row on
+  // the rank whose own_begin is 0 and nowhere else.
+  void backward_weight(CudaMoeActivations<T>& a, float* dweights, int own_begin, int own_count);
+
+ private:
+  bool bias_rank() const { return tp_ == nullptr || tp_->rank() == 0; }
+  DeviceContext& ctx_;
+  DeviceArena& scratch_;
+  int C_, H_;
+  MoeConfig config_;
+  DeviceCollectives* tp_;
+  MoeWeightOffsets at_;
+};
+
+extern template struct CudaMoeActivations<float>;
+extern template struct CudaMoeActivations<__nv_bfloat16>;
+extern template struct CudaMoeActivations<__half>;
+extern template class CudaMoeLayer<float>;
+extern template class CudaMoeLayer<__nv_bfloat16>;
+extern template class CudaMoeLayer<__half>;
+
+}  // namespace strata::cuda
