@@ -83,13 +83,10 @@ const MoeStats& MoeLayer<T>::forward(MoeActivations<T>& a, const T* x, int N, in
   }
   // Groups of group_sequences sequences; a micro-batch they do not divide (an evaluation's last)
   // is one group.
-  const int sequences = N / seq_len;
-  const int group =
-      (sequences % config_.group_sequences == 0 ? config_.group_sequences : sequences) * seq_len;
+  const int group = capacity_group_tokens(N, seq_len, config_.group_sequences);
   a.routing = route_tokens(a.choices.data(), N, k, E, group, config_.capacity(group));
   // The losses: f_e from the choices before capacity, P_e the mean probability.
-  a.chosen_share.assign(static_cast<std::size_t>(E), 0.0);
-  for (int e : a.choices) a.chosen_share[static_cast<std::size_t>(e)] += 1.0 / (double(N) * k);
+  a.chosen_share = chosen_shares(a.choices.data(), N, k, E);
   MoeStats& stats = a.stats;
   stats = MoeStats{};
   for (int e = 0; e < E; ++e) {
@@ -206,19 +203,15 @@ void MoeLayer<T>::backward_input(MoeActivations<T>& a, const T* dy, T loss_scale
   // The router: the gates' gradient, the aux loss's (through P_e) and the z-loss's.
   const T aux_scale = static_cast<T>(loss_scale * config_.aux_loss * E / N);
   const T z_scale = static_cast<T>(loss_scale * config_.z_loss * 2.0 / N);
-  std::vector<T> dp(static_cast<std::size_t>(E));
+  std::vector<T> dp(static_cast<std::size_t>(E)), share(static_cast<std::size_t>(E));
+  for (int e = 0; e < E; ++e)
+    share[static_cast<std::size_t>(e)] =
+        static_cast<T>(a.chosen_share[static_cast<std::size_t>(e)]);
   fit(a.dlogits, n * E);
-  for (std::size_t t = 0; t < n; ++t) {
-    const T* p = a.probs.data() + t * E;
-    for (int e = 0; e < E; ++e)
-      dp[static_cast<std::size_t>(e)] =
-          aux_scale * static_cast<T>(a.chosen_share[static_cast<std::size_t>(e)]);
-    moe_gates_backward(p, a.choices.data() + t * k, a.gates.data() + t * k, dgates.data() + t * k,
-                       k, dp.data());
-    T* dl = a.dlogits.data() + t * E;
-    moe_softmax_backward(p, dp.data(), E, dl);
-    for (int e = 0; e < E; ++e) dl[e] += z_scale * a.lse[t] * p[e];
-  }
+  for (std::size_t t = 0; t < n; ++t)
+    moe_router_backward(a.probs.data() + t * E, a.lse[t], a.choices.data() + t * k,
+                        a.gates.data() + t * k, dgates.data() + t * k, k, E, share.data(),
+                        aux_scale, z_scale, dp.data(), a.dlogits.data() + t * E);
   if (bias_rank)
     cpu::matmul_backward_input(dx, a.dlogits.data(), weights + at_.router(), N, C, E);
   else
