@@ -7,6 +7,7 @@ BENCHMARKS = {
     "cpu": "bench.cpu",
     "diloco": "bench.diloco",
     "layouts": "bench.layouts",
+    "moe": "bench.moe",
     "precision": "bench.precision",
     "schedules": "bench.schedules",
     "zero": "bench.zero",
