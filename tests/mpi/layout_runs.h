@@ -65,10 +65,11 @@ inline std::string train(const TempDir& dir, const Layout& layout, const std::st
 // Runs `train` as `workers` DiLoCo workers of the layout each (5 inner steps per outer sync);
 // returns the run directory.
 inline std::string train_diloco_workers(const TempDir& dir, const Layout& layout,
-                                        const std::string& run_name, int workers = 2) {
+                                        const std::string& run_name, int workers = 2,
+                                        const std::string& extra = "") {
   return train_ranks(dir, workers * layout.ranks(), layout, run_name,
                      " --set diloco.enabled=true --set diloco.workers=" + std::to_string(workers) +
-                         " --set diloco.inner_steps=5");
+                         " --set diloco.inner_steps=5" + extra);
 }
 
 // The config every layout suite trains, at dir/config.yaml: 4 layers (pipelines of up to 4

@@ -174,6 +174,22 @@ TEST_F(MoeLayouts, ResumesBitExactlyAndCheckpointsMoveBetweenLayouts) {
   }
 }
 
+TEST_F(MoeLayouts, DilocoWorkersUnderExpertParallelismTrainTheirRunWithoutIt) {
+  // Two DiLoCo workers of dp 2: with the experts split over each worker's two ranks (the outer
+  // state and the averaging per rank's share of its own experts), the run of ep 1.
+  const auto reference = metric(
+      testing::train_diloco_workers(*dir_, Layout{2, 1, 1}, "diloco_ep1", 2, kExperts), "loss");
+  ASSERT_EQ(reference.size(), 20u);
+  const std::string run =
+      testing::train_diloco_workers(*dir_, ep(Layout{2, 1, 1}, 2), "diloco_ep2", 2, kExperts);
+  expect_close(metric(run, "loss"), reference, 0, "loss");
+  // Each logical element counted once in the outer gradient's norm.
+  const std::string ep1 = dir_->str() + "/runs/diloco_ep1";
+  ASSERT_EQ(metric(ep1, "outer_grad_norm").size(), 4u);
+  expect_close(metric(run, "outer_grad_norm"), metric(ep1, "outer_grad_norm"), 0,
+               "outer_grad_norm");
+}
+
 TEST_F(MoeLayouts, ToolsEvaluateAndRefuseTheHuggingFaceExport) {
   const std::string checkpoint = reference_dir_ + "/checkpoints/step_00000020.h5";
   // eval reads the model the run trained: the run's own last val_loss.

@@ -438,9 +438,6 @@ TEST(ConfigErrors, MixtureOfExpertsKeys) {
                   "and qgZ");
   EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2}\ndevice: cuda"),
                   "'parallel.ep' (2) runs on the CPU backend only so far");
-  EXPECT_CONTAINS(
-      error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2}\ndiloco: {enabled: true}"),
-      "'parallel.ep' (2) does not run under DiLoCo yet");
   EXPECT_EQ(parse_config(base + "model: {moe: {experts: 4}}\nparallel: {ep: 4}", "c").parallel.ep,
             4);
   // Experts 0 (the default) ignores the rest.

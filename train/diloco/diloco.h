@@ -15,7 +15,11 @@
 // the anchor, the outer momentum and the error-feedback residual are held for that share, as ZeRO
 // holds optimizer state, and the rank averages it with the same share of every other worker (the
 // `outer` group: one rank per worker). Where the master weights are replicated over the worker's
-// data-parallel ranks (ZeRO < 3), the updated shares are then all-gathered over dp. The tied wte
+// data-parallel ranks (ZeRO < 3), the updated shares are then all-gathered over dp. Under expert
+// parallelism the shares tile each rank's layout over expert_dp (the ranks holding the same
+// experts) and are gathered over it: the ep members of a worker each average their share's dense
+// elements (the same values, so they stay equal), so the dense part of the outer traffic is ep
+// times what a share over dp would send, the price of one contiguous share per rank. The tied wte
 // is averaged in calls of its own, so both pipeline ends make identical calls and their copies
 // stay bitwise equal.
 //
@@ -60,8 +64,8 @@ struct DilocoPlacement {
   Communicator* outer = nullptr;    // this rank's counterpart in every worker; group rank = worker
   Communicator* metrics = nullptr;  // the same ranks, for metric-only sums (never reported)
   Communicator* worker_group = nullptr;  // every rank of this worker (metric sums)
-  Communicator* dp = nullptr;            // the worker's data-parallel group
-  ElementRange share;                    // replica_share of this rank
+  Communicator* dp = nullptr;   // the worker's data-parallel group (under ep: its expert_dp part)
+  ElementRange share;           // replica_share of this rank
   bool gather_over_dp = false;  // the master weights are replicated over dp (ZeRO stage < 3)
   // Tensors whose elements count once in the outer gradient norm (not a tp replica, not the last
   // stage's wte copy), as layout ranges.

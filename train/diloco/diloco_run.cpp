@@ -19,12 +19,15 @@ DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlace
   d.outer = &groups.outer();
   d.metrics = &groups.outer_metrics();
   d.worker_group = &groups.worker_metrics();
-  d.dp = &groups.dp();
+  // Under expert parallelism the shares tile a rank's layout over the ranks holding the same
+  // tensors (replica_share), so the updated shares are gathered over those.
+  d.dp = groups.expert_dp() != nullptr ? groups.expert_dp() : &groups.dp();
   d.share = share;
-  d.gather_over_dp = groups.dp().size() > 1 && !placement.plan.parameters_by_segment;
+  d.gather_over_dp = d.dp->size() > 1 && !placement.plan.parameters_by_segment;
   const ModelPartition& p = placement.partition;
   for (const TensorView& t : layout.tensors())
-    if (!is_tied_copy(p, t) && !(replicated_over_tp(p, t) && p.tp_rank != 0))
+    if (!is_tied_copy(p, t) && !(replicated_over_tp(p, t) && p.tp_rank != 0) &&
+        (p.ep_rank == 0 || is_expert_tensor(t)))
       d.counted.push_back({t.offset, t.offset + t.size});
   return d;
 }
