@@ -6,8 +6,9 @@
 // pipelines, with recomputation, under ZeRO 1, 2 and 3), with the same routing figures in its
 // metrics (tokens dropped, assignments per expert, router losses); in bf16 and fp16 the run of one
 // process in that dtype; resumes bit-exactly (ep 4, and ep 2 under ZeRO-2, too); its checkpoint
-// continues the same run on another layout (ep 4's on ep 1 and ep 2); `eval` measures the run's own
-// val_loss on it and `ckpt export-hf` refuses it with one error line.
+// continues the same run on another layout (ep 4's on ep 1 and ep 2); DiLoCo workers with ep 2
+// train their run of ep 1 (loss and outer gradient norm); `eval` measures the run's own val_loss
+// on it and `ckpt export-hf` refuses it with one error line.
 #include <gtest/gtest.h>
 
 #include <cmath>
