@@ -70,6 +70,8 @@ TEST_F(MoeLayouts, EveryLayoutTrainsTheRunOfOneProcess) {
   zbv.virtual_stages = 2;
   Layout zbv_dp2 = zbv;
   zbv_dp2.dp = 2;
+  Layout interleaved_dp2{2, 1, 2, "interleaved"};
+  interleaved_dp2.virtual_stages = 2;
   const std::vector<Case> cases = {
       {Layout{2, 1, 1}, "", ""},
       {Layout{1, 2, 1, "1f1b", true}, "", ""},
@@ -87,6 +89,8 @@ TEST_F(MoeLayouts, EveryLayoutTrainsTheRunOfOneProcess) {
       {ep(Layout{2, 2, 1, "1f1b", true}, 2), "", ""},
       {ep(Layout{2, 1, 2, "zb-h1"}, 2), "", ""},
       {ep(zbv_dp2, 2), "", ""},
+      {ep(interleaved_dp2, 2), "", ""},
+      {ep(Layout{2, 2, 2, "1f1b", true, "selective"}, 2), "", ""},
       {ep(Layout{2, 1, 1, "1f1b", false, "full"}, 2), "", ""},
       // ZeRO under expert parallelism: sharded over the ranks holding the same experts.
       {ep(Layout{4, 1, 1}, 2), " --set parallel.zero.stage=1", "_zero1"},
