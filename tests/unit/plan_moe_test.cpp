@@ -1,9 +1,10 @@
-// The planner on a mixture of experts (plan/: memory, compute, communication under
+// The planner on a mixture of experts (plan/: memory, compute, communication, search with
 // parallel.ep): expert parallelism divides the experts' weights, gradients and optimizer state per
 // rank by ep and ZeRO shards over expert_dp; the MoE blocks' activations and FLOPs are those of
 // balanced routing (the router, top_k experts per token, capacity-limited); the token exchange
 // sends the hand-computed bytes over the ep group's links, forward, backward and again under full
-// recompute, and its seconds are α–β over them.
+// recompute, and its seconds are α–β over them; the search tries ep, picks it where the experts
+// dominate memory, and proposes nothing the trainer refuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "plan/compute_model.h"
 #include "plan/config.h"
 #include "plan/memory_model.h"
+#include "plan/search.h"
 #include "plan/step_time.h"
 #include "tests/support/plan_support.h"
 
@@ -192,6 +194,97 @@ TEST(PlanMoe, TheExchangeIsPricedOnTheLinksOfTheEpGroup) {
   const StepTime apart = predict_step_time(
       moe({"parallel.dp=4", "parallel.ep=2", "parallel.gpus_per_node=1"}), cluster, 4);
   EXPECT_GT(apart.stages[0].pass_comm, 5 * step.stages[0].pass_comm);
+}
+
+// One host of 4 cores and 4 ranks with `memory_gib` each.
+ClusterSpec cpu_cluster(double memory_gib) {
+  ClusterSpec c = test_cluster(memory_gib, 10);
+  c.backend = ClusterBackend::cpu;
+  c.nodes = 1;
+  c.devices_per_node = 4;
+  c.cores_per_node = 4;
+  return c;
+}
+
+// 16 experts in every block of a small model: the experts are 97% of its parameters.
+Config expert_heavy(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets = {"model.n_layer=4",
+                                   "model.n_head=4",
+                                   "model.d_model=256",
+                                   "model.seq_len=64",
+                                   "model.vocab_size=1024",
+                                   "train.global_batch=8",
+                                   "train.micro_batch=2",
+                                   "model.moe.experts=16",
+                                   "model.moe.every=1",
+                                   "model.moe.top_k=2",
+                                   "model.moe.capacity_factor=1"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return planner_config(sets);
+}
+
+SearchOptions quick() {
+  SearchOptions options;
+  options.rebalance = false;
+  options.virtual_stages = false;
+  return options;
+}
+
+TEST(PlanMoe, TheSearchSplitsTheExpertsWhereTheyDominateMemory) {
+  // 4 blocks of 16 experts of 8·256² + 5·256 parameters: 34 M parameters, 0.54 GB of fp32
+  // weights, gradients and AdamW moments; 0.25 GiB per rank fits only a fraction of them.
+  const ClusterSpec cluster = cpu_cluster(0.25);
+  const std::vector<PlanCost> plans = search_layouts(expert_heavy(), cluster, 4, quick());
+  ASSERT_FALSE(plans.empty());
+  const PlanCost& best = best_of(plans, cluster, 4);
+  EXPECT_GT(best.layout.ep, 1) << best.layout.name();
+  EXPECT_NE(best.layout.name().find(" ep"), std::string::npos) << best.layout.name();
+  bool dense_dp_fits = false, tried_ep4 = false;
+  for (const PlanCost& plan : plans) {
+    const PlanLayout& l = plan.layout;
+    if (l.dp == 4 && l.ep == 1 && l.zero_stage == 0) dense_dp_fits |= plan.fits();
+    tried_ep4 |= l.ep == 4;
+  }
+  EXPECT_FALSE(dense_dp_fits);  // replicating every expert on every rank does not fit
+  EXPECT_TRUE(tried_ep4);
+  // The chosen plan's overrides (the --out fragment's keys) select it again.
+  const Config again =
+      parse_config(config_to_yaml(expert_heavy()), "again", best.layout.overrides());
+  EXPECT_EQ(again.parallel.ep, best.layout.ep);
+  const PlanCost cost = cost_of(again, cluster, 4);
+  EXPECT_EQ(cost.layout.name(), best.layout.name());
+  EXPECT_DOUBLE_EQ(cost.time.seconds, best.time.seconds);
+  EXPECT_EQ(cost.memory_bytes, best.memory_bytes);
+}
+
+TEST(PlanMoe, TheSearchProposesNoExpertLayoutTheTrainerRefuses) {
+  const ClusterSpec cluster = cpu_cluster(80);
+  const std::vector<PlanCost> plans = search_layouts(expert_heavy(), cluster, 4, quick());
+  for (const PlanCost& plan : plans) {
+    const PlanLayout& l = plan.layout;
+    EXPECT_EQ(l.dp % l.ep, 0) << l.name();
+    EXPECT_EQ(16 % l.ep, 0) << l.name();
+    if (l.ep == 1) continue;
+    EXPECT_FALSE(l.hpz || l.qgz) << l.name();
+    EXPECT_TRUE(l.zero_stage == 0 || l.dp > l.ep) << l.name();
+  }
+  // Every layout the trainer's validation accepts as a run config (its overrides re-parsed).
+  for (std::size_t i = 0; i < plans.size(); i += 11)
+    EXPECT_NO_THROW(
+        parse_config(config_to_yaml(expert_heavy()), "again", plans[i].layout.overrides()))
+        << plans[i].layout.name();
+  // No ep without experts, under DiLoCo, or where the CUDA model (no experts yet) would run.
+  const auto most_ep = [](const std::vector<PlanCost>& found) {
+    int most = 0;
+    for (const PlanCost& plan : found) most = std::max(most, plan.layout.ep);
+    return most;
+  };
+  EXPECT_EQ(most_ep(plans), 4);
+  EXPECT_EQ(most_ep(search_layouts(expert_heavy({"model.moe.experts=0"}), cluster, 4, quick())), 1);
+  EXPECT_EQ(most_ep(search_layouts(expert_heavy({"diloco.enabled=true", "diloco.workers=1"}),
+                                   cluster, 4, quick())),
+            1);
+  EXPECT_EQ(most_ep(search_layouts(expert_heavy(), test_cluster(80), 4, quick())), 1);
 }
 
 }  // namespace
