@@ -1,5 +1,9 @@
 #include "model/activation_sizes.h"
 
+#include <algorithm>
+
+#include "model/moe/moe_routing.h"
+
 namespace strata {
 namespace {
 
@@ -10,6 +14,26 @@ struct LayerElements {
 };
 
 }  // namespace
+
+std::size_t moe_balanced_assignments(const MoeConfig& moe, int tokens, int seq_len) {
+  if (!moe.enabled() || tokens == 0) return 0;
+  const int group = capacity_group_tokens(tokens, seq_len, moe.group_sequences);
+  const std::size_t groups = static_cast<std::size_t>(tokens / group);
+  const std::size_t chosen = static_cast<std::size_t>(group) * moe.top_k;
+  const std::int64_t capacity = moe.capacity(group);
+  if (capacity < 0) return groups * chosen;
+  return groups * std::min(chosen, static_cast<std::size_t>(moe.experts) *
+                                       static_cast<std::size_t>(capacity));
+}
+
+int moe_block_count(const GptShape& shape, const ModelPartition& partition) {
+  int blocks = 0;
+  for (int c = 0; c < partition.chunks(); ++c) {
+    const LayerRange layers = partition.chunk_layers(c);
+    for (int l = layers.begin; l < layers.end; ++l) blocks += shape.moe.is_moe_block(l);
+  }
+  return blocks;
+}
 
 ActivationElements activation_elements(const GptShape& shape, const ModelPartition& partition,
                                        int max_batch, Recompute recompute, bool split_backward) {
@@ -27,6 +51,8 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
                (sequence_parallel ? 2 * N * C : 0) +  // ln1_full, ln2_full
                4 * Nl +                               // LayerNorm means and rstds
                2 * N * Hl;                            // fch, fch_gelu
+  // (Gpt allocates every layer alike: an MoE block's slot keeps the dense fch and fch_gelu too,
+  // unused, as its weight stash keeps dfch; counted because they are held.)
   const bool drops_attention = recompute != Recompute::none;
   const bool drops_rest = recompute == Recompute::full;
 
@@ -46,6 +72,15 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
     if (partition.has_embedding) a.per_slot += N * C;                          // dembed
   }
   a.workspace = (drops_attention ? layer.attention : 0) + (drops_rest ? layer.rest + Nl * C : 0);
+
+  // The MoE blocks' MoeActivations (see the header for the formula and its assumption).
+  const std::size_t moe_blocks = static_cast<std::size_t>(moe_block_count(shape, partition));
+  if (moe_blocks > 0) {
+    const std::size_t E = shape.moe.experts, k = shape.moe.top_k;
+    const std::size_t A = moe_balanced_assignments(shape.moe, static_cast<int>(N), shape.seq_len);
+    const std::size_t R = A;
+    a.moe_per_slot = moe_blocks * (N * C + 2 * N * E + N + N * k + A * C + 2 * R * C + 3 * R * Hl);
+  }
   return a;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/activation_sizes.h"
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
 #include "parallel/mesh/mesh.h"
@@ -58,6 +59,10 @@ const char* comm_group_name(CommGroup group) {
       return "dp_intra_node";
     case CommGroup::dp_inter_node:
       return "dp_inter_node";
+    case CommGroup::ep:
+      return "ep";
+    case CommGroup::expert_dp:
+      return "expert_dp";
   }
   return "?";
 }
@@ -164,6 +169,10 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   const GroupView dp = view_of(CommGroup::dp, place.dp_group(), me, gpn);
   const GroupView intra = view_of(CommGroup::dp_intra_node, place.dp_intra_node_group(), me, gpn);
   const GroupView inter = view_of(CommGroup::dp_inter_node, place.dp_inter_node_group(), me, gpn);
+  const GroupView ep = view_of(CommGroup::ep, place.ep_group(), me, gpn);
+  const GroupView expert_dp = view_of(CommGroup::expert_dp, place.expert_dp_group(), me, gpn);
+  // ZeRO's shards: the ranks holding the same tensors (dp, or under expert parallelism expert_dp).
+  const GroupView& shards = mesh.ep > 1 ? expert_dp : dp;
 
   const ModelConfig& m = config.model;
   const ModelPartition& partition = rank.partition;
@@ -207,6 +216,36 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   gathers(CommPhase::backward, 2 * layers + recomputed, "layer gradient row gathers");
   if (partition.has_embedding) gathers(CommPhase::backward, 1, "embedding gradient gather");
 
+  // Mixture of experts, per MoE block and micro-batch (see the header): the gates' gradient sum
+  // over tp, and under expert parallelism the token exchange over ep, its rows under balanced
+  // routing.
+  const MoeConfig& moe = m.moe;
+  const int moe_blocks = moe_block_count(rank.shape, partition);
+  if (moe_blocks > 0) {
+    const int passes = moe_blocks * micro_batches;
+    events.all_reduce(tp, rows * moe.top_k * sizeof(float), CommPhase::backward, passes,
+                      "MoE gate gradient sums");
+    const std::uint64_t assignments =
+        moe_balanced_assignments(moe, static_cast<int>(rows), m.seq_len);
+    const std::vector<std::uint64_t> counts(
+        static_cast<std::size_t>(ep.size()),
+        static_cast<std::uint64_t>(moe.experts / mesh.ep) * sizeof(std::int32_t));
+    const std::vector<std::uint64_t> rows_out(
+        static_cast<std::size_t>(ep.size()),
+        assignments / static_cast<std::uint64_t>(mesh.ep) * m.d_model * row_element_bytes);
+    const auto exchange = [&](CommPhase phase, const char* counted, const char* out,
+                              const char* back) {
+      if (counted != nullptr) events.all_to_all(ep, counts, phase, passes, counted);
+      events.all_to_all(ep, rows_out, phase, passes, out);
+      events.all_to_all(ep, rows_out, phase, passes, back);
+    };
+    exchange(CommPhase::forward, "MoE token counts", "MoE token dispatch", "MoE token combine");
+    if (recompute == Recompute::full)
+      exchange(CommPhase::backward, "MoE recomputed token counts", "MoE recomputed dispatch",
+               "MoE recomputed combine");
+    exchange(CommPhase::backward, nullptr, "MoE gradient dispatch", "MoE gradient combine");
+  }
+
   // Pipeline messages, per micro-batch and chunk (parallel/pipeline/pipeline_executor.h): every
   // virtual stage sends its activations to the next and its input gradients to the previous,
   // unless that one is on this rank too (the V's turn: handed over in place).
@@ -226,23 +265,30 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
                   c);
   }
 
-  // ZeRO 2 and 3: each segment's gradients reduce-scattered over dp after every backward pass
-  // (micro_batch, or a step of one micro-batch) or once after the last (step).
+  // ZeRO 2 and 3: each segment's gradients reduce-scattered over the shards (dp, or expert_dp)
+  // after every backward pass (micro_batch, or a step of one micro-batch) or once after the last
+  // (step); under expert parallelism the segment's dense part is summed over ep first.
   const std::vector<ParameterSegment> segments = rank.layout.segments();
-  if (plan.gradients_by_segment && dp.size() > 1) {
+  if (plan.gradients_by_segment && shards.size() > 1) {
     const bool every_pass =
         config.parallel.zero.gradient_reduction == GradientReduction::micro_batch ||
         micro_batches == 1;
     const int repeats = every_pass ? micro_batches : 1;
     const CommPhase phase = every_pass ? CommPhase::backward : CommPhase::step;
     for (const ParameterSegment& segment : segments) {
-      const std::vector<std::size_t> counts = shard_counts(plan, segment.range, dp.size());
+      for (const ElementRange& dense : plan.summed_over_ep) {
+        const ElementRange part = intersect(dense, segment.range);
+        if (!part.empty())
+          events.all_reduce(ep, part.size() * sizeof(float), phase, repeats,
+                            "segment dense gradient sum over ep");
+      }
+      const std::vector<std::size_t> counts = shard_counts(plan, segment.range, shards.size());
       std::size_t total = 0;
       for (std::size_t c : counts) total += c;
-      const std::size_t n = static_cast<std::size_t>(dp.size());
+      const std::size_t n = static_cast<std::size_t>(shards.size());
       if (!config.parallel.zero.quantized_gradients || total < kGradientQuantBlock * n) {
-        events.ring(dp, "reduce_scatter", ring_reduce_scatter_v_bytes(counts, dp.rank, 4),
-                    dp.size() - 1, phase, repeats, "segment gradient reduce-scatter");
+        events.ring(shards, "reduce_scatter", ring_reduce_scatter_v_bytes(counts, shards.rank, 4),
+                    shards.size() - 1, phase, repeats, "segment gradient reduce-scatter");
         continue;
       }
       // qgZ (parallel/zero/segment_collectives.h): owner (node j, local l) = j·intra + l.
@@ -258,8 +304,8 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
     }
   }
 
-  // ZeRO 3: every use of a segment's weights is one gather, in the model's order.
-  if (plan.parameters_by_segment && dp.size() > 1) {
+  // ZeRO 3: every use of a segment's weights is one gather over the shards, in the model's order.
+  if (plan.parameters_by_segment && shards.size() > 1) {
     const PipelineProgram program = make_pipeline_schedule(
         config.parallel.pipeline_schedule, mesh.pp, micro_batches, config.parallel.virtual_stages);
     const ZeroConfig& zero = config.parallel.zero;
@@ -273,21 +319,33 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
         continue;
       }
       std::vector<std::size_t> counts =
-          shard_counts(plan, segments[static_cast<std::size_t>(g.segment)].range, dp.size());
+          shard_counts(plan, segments[static_cast<std::size_t>(g.segment)].range, shards.size());
       std::size_t element = sizeof(float);
       if (g.use == WeightUse::forward && zero.quantized_weights) {
         for (std::size_t& c : counts) c = weight_layout(c).bytes;
         element = 1;
       }
-      events.ring(dp, "all_gather", ring_all_gather_v_bytes(counts, dp.rank, element),
-                  dp.size() - 1, CommPhase::gather, 1,
+      events.ring(shards, "all_gather", ring_all_gather_v_bytes(counts, shards.rank, element),
+                  shards.size() - 1, CommPhase::gather, 1,
                   element == 1 ? "qwZ weight gather" : "weight gather");
     }
   }
 
   // After the passes: the plan's gradient reductions, the norm, the loss, the parameter gathers.
   const auto group_of = [&](ParallelAxis axis) -> const GroupView& {
-    return axis == ParallelAxis::tp ? tp : axis == ParallelAxis::pp ? pp : dp;
+    switch (axis) {
+      case ParallelAxis::tp:
+        return tp;
+      case ParallelAxis::pp:
+        return pp;
+      case ParallelAxis::ep:
+        return ep;
+      case ParallelAxis::expert_dp:
+        return expert_dp;
+      case ParallelAxis::dp:
+        break;
+    }
+    return dp;
   };
   using Kind = RangeReduction::Kind;
   const auto reductions = [&](const std::vector<RangeReduction>& ops, CommPhase phase,

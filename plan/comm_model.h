@@ -13,6 +13,19 @@
 // `group_bytes` its `comm_bytes_by_axis`, which tests/mpi/plan_memory_test.cpp checks on many
 // layouts.
 //
+// A mixture of experts adds, per MoE block and micro-batch (model/moe/moe_layer.h,
+// moe_exchange.h): under tensor parallelism the gates' gradient, an all-reduce of N·top_k fp32
+// over tp in the backward pass; under expert parallelism (ep > 1) the token exchange over the ep
+// group, forward the counts (an all-to-all of E/ep int32 to each member), the assignment rows to
+// the experts' ranks and their outputs back, backward the output gradients out and the input
+// gradients back (and a full recompute reruns the forward's three). Rows are C wide, in the
+// backend's row element size. How many rows go where is decided by the routing; the prediction
+// assumes balanced routing: of its A kept assignments (model/activation_sizes.h
+// moe_balanced_assignments: N·top_k dropless) a rank sends A/ep rows to each member and gets as
+// many back, so (ep − 1)·A/ep rows leave it per exchange. Exact where the routing fixes the rows
+// (top_k = experts), an estimate otherwise. ZeRO's shards and gathers run over expert_dp under
+// expert parallelism, each segment's dense part summed over ep first (reduction_plan.h).
+//
 // For the step-time model each event also says when it happens (its phase), how many messages
 // it sends in sequence (the latency term) and the slowest link its pattern crosses (a ring runs
 // at the pace of its slowest hop).
@@ -28,9 +41,11 @@
 
 namespace strata {
 
-// The communicator a call runs on: an axis of the mesh, or one of the data-parallel group's
-// node-wise factors (ZeRO++ hpZ and qgZ).
-enum class CommGroup { tp, pp, dp, dp_intra_node, dp_inter_node };
+// The communicator a call runs on: an axis of the mesh, one of the data-parallel group's
+// node-wise factors (ZeRO++ hpZ and qgZ), or under expert parallelism one of its two parts
+// (parallel/mesh/mesh.h): ep, the ep consecutive dp ranks that exchange tokens, and expert_dp,
+// the dp/ep ranks holding the same experts (ZeRO's shards and the expert gradients' sums).
+enum class CommGroup { tp, pp, dp, dp_intra_node, dp_inter_node, ep, expert_dp };
 
 enum class CommPhase {
   forward,   // inside every micro-batch's forward pass (blocking: on the critical path)
@@ -66,7 +81,8 @@ struct CommPrediction {
 
   // Bytes per step by kind and link class (zero entries left out), as comm_bytes reports them.
   std::map<std::string, std::map<LinkClass, std::uint64_t>> bytes_by_kind() const;
-  // Bytes per step on the tp, pp or dp communicator (comm_bytes_by_axis; node groups apart).
+  // Bytes per step on one communicator: tp, pp, dp, ep, expert_dp as comm_bytes_by_axis reports
+  // them (dp without its node groups, nor ep and expert_dp).
   std::uint64_t group_bytes(CommGroup group) const;
   std::uint64_t link_bytes(LinkClass link) const;
 };

@@ -1,5 +1,6 @@
 #include "plan/compute_model.h"
 
+#include "model/activation_sizes.h"
 #include "model/gpt.h"
 
 namespace strata {
@@ -22,18 +23,37 @@ namespace {
 
 struct Dims {
   double N, N_local, C, T, t, V;  // rows, residual rows, width, sequence, tp, padded vocabulary
+  // A mixture of experts: experts E, held per rank E/ep, and the rows R its experts compute per
+  // MoE block under balanced routing (model/activation_sizes.h moe_balanced_assignments).
+  double E = 0, held = 0, R = 0;
+  bool exchanges = false;  // expert parallelism: the rows are reordered around the all-to-alls
 };
 
 Dims dims_of(const Config& config, int tp, bool sequence_parallel) {
   const ModelConfig& m = config.model;
   const double N = static_cast<double>(config.train.micro_batch) * m.seq_len;
-  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
-  return Dims{N,
-              sequence_parallel && tp > 1 ? N / tp : N,
-              static_cast<double>(m.d_model),
-              static_cast<double>(m.seq_len),
-              static_cast<double>(tp),
-              static_cast<double>(shape.padded_vocab())};
+  const GptShape shape = gpt_shape_of(m);
+  Dims d{N,
+         sequence_parallel && tp > 1 ? N / tp : N,
+         static_cast<double>(m.d_model),
+         static_cast<double>(m.seq_len),
+         static_cast<double>(tp),
+         static_cast<double>(shape.padded_vocab())};
+  if (m.moe.enabled()) {
+    d.E = m.moe.experts;
+    d.held = d.E / config.parallel.ep;
+    d.R = static_cast<double>(
+        moe_balanced_assignments(m.moe, config.train.micro_batch * m.seq_len, m.seq_len));
+    d.exchanges = config.parallel.ep > 1;
+  }
+  return d;
+}
+
+// One layer's attention half: LayerNorm 1, qkv, attention, its projection, the residual and
+// LayerNorm 2 (8·N·C²/t of a dense layer's 24).
+Work attention_half(const Dims& d, double element_bytes) {
+  return Work{8 * d.N * d.C * d.C / d.t, 4 * d.N * d.T * d.C / d.t,
+              2 * element_bytes * 4 * d.N_local * d.C, 6, element_bytes * 4 * d.C * d.C / d.t};
 }
 
 // One layer's forward, and the part selective recomputation reruns.
@@ -47,17 +67,43 @@ Work attention_core(const Dims& d, double element_bytes) {
               element_bytes * 3 * d.C * d.C / d.t};
 }
 
-// One layer's weight half: dW += dYᵀ·X for its four GEMMs (their forward's FLOPs), the biases
-// and LayerNorm gains from the stashed gradients (8 calls).
-Work layer_weight_gradients(const Dims& d) { return Work{24 * d.N * d.C * d.C / d.t, 0, 0, 8, 0}; }
+// An MoE block's forward (model/moe/moe_layer.h): the attention half, then the router on all N
+// rows (2·N·C·E, every tensor-parallel rank; its fp32 weights) and the held experts' MLPs on the
+// R rows routed to them (2·R·C·4C/t each way: 16·R·C²/t, R = N·top_k dropless, fewer under
+// capacity); elementwise the softmax, GELU on R·4C/t, the copies of the A = R assignment rows out
+// and back (and under expert parallelism their expert-major reorder on both sides of the
+// all-to-alls); each held expert's two GEMMs and GELU are calls of their own.
+Work moe_layer_forward(const Dims& d, double element_bytes) {
+  const double H = 4 * d.C / d.t;
+  Work w = attention_half(d, element_bytes);
+  w += Work{
+      2 * d.N * d.C * d.E + 4 * d.R * d.C * H, 0,
+      2 * element_bytes * (d.N * d.E + d.R * H + 2 * d.R * d.C + (d.exchanges ? 2 * d.R * d.C : 0)),
+      4 + 3 * d.held, 4 * d.E * d.C + element_bytes * d.held * 2 * d.C * H};
+  return w;
+}
 
-PassWork layers_of(const Config& config, const Dims& d, int layers, double element_bytes) {
-  const Work forward = layer_forward(d, element_bytes);
+// One layer's weight half: dW += dYᵀ·X for its four GEMMs (their forward's FLOPs), the biases
+// and LayerNorm gains from the stashed gradients (8 calls). An MoE block's: the attention half's
+// four (8·N·C²/t), each held expert's two on its rows, the router's on this rank's own rows.
+Work layer_weight_gradients(const Dims& d) { return Work{24 * d.N * d.C * d.C / d.t, 0, 0, 8, 0}; }
+Work moe_weight_gradients(const Dims& d) {
+  return Work{8 * d.N * d.C * d.C / d.t + 16 * d.R * d.C * d.C / d.t + 2 * d.N_local * d.C * d.E, 0,
+              0, 5 + 2 * d.held, 0};
+}
+
+// `dense` dense blocks and `moe` MoE blocks.
+PassWork layers_of(const Config& config, const Dims& d, int dense, int moe, double element_bytes) {
+  Work forward = layer_forward(d, element_bytes) * dense;
+  if (moe > 0) forward += moe_layer_forward(d, element_bytes) * moe;
   Work backward = forward * 2;
   const Recompute recompute = config.recompute;
   if (recompute == Recompute::full) backward += forward;
-  if (recompute == Recompute::selective) backward += attention_core(d, element_bytes);
-  return PassWork{forward * layers, backward * layers, layer_weight_gradients(d) * layers};
+  if (recompute == Recompute::selective)
+    backward += attention_core(d, element_bytes) * (dense + moe);
+  Work weight = layer_weight_gradients(d) * dense;
+  if (moe > 0) weight += moe_weight_gradients(d) * moe;
+  return PassWork{forward, backward, weight};
 }
 
 }  // namespace
@@ -66,7 +112,8 @@ PassWork micro_batch_work(const Config& config, const ModelPartition& partition,
                           std::size_t element_bytes) {
   const Dims d = dims_of(config, partition.tp_size, config.parallel.sequence_parallel);
   const double e = static_cast<double>(element_bytes);
-  PassWork work = layers_of(config, d, partition.layers(), e);
+  const int moe = moe_block_count(gpt_shape_of(config.model), partition);
+  PassWork work = layers_of(config, d, partition.layers() - moe, moe, e);
   if (partition.has_embedding) {
     const Work embedding{0, 0, 2 * e * d.N * d.C, 2};
     work.forward += embedding;
@@ -83,9 +130,11 @@ PassWork micro_batch_work(const Config& config, const ModelPartition& partition,
   return work;
 }
 
-PassWork layer_work(const Config& config, int tp, int layers, std::size_t element_bytes) {
-  return layers_of(config, dims_of(config, tp, config.parallel.sequence_parallel), layers,
-                   static_cast<double>(element_bytes));
+PassWork layer_work(const Config& config, int tp, int begin, int end, std::size_t element_bytes) {
+  int moe = 0;
+  for (int l = begin; l < end; ++l) moe += config.model.moe.is_moe_block(l);
+  return layers_of(config, dims_of(config, tp, config.parallel.sequence_parallel),
+                   end - begin - moe, moe, static_cast<double>(element_bytes));
 }
 
 Work optimizer_work(const Config& config, std::size_t owned, std::size_t gradients) {

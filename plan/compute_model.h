@@ -16,9 +16,16 @@
 //   elementwise 4·N'·C + N·4C/t elements                  (2 LayerNorms, 2 residuals, GELU)
 // the embedding N·C elements, the head 2·N·C·V/t GEMM FLOPs and 3·N·V/t + N'·C elements (the
 // cross-entropy's passes, the final LayerNorm). Each elementwise element is read and written
-// once. A backward pass is twice its forward, plus what recomputation reruns (selective: the
-// qkv GEMM and attention; full: the whole layer forward). The optimizer (AdamW over the owned
-// elements) and the gradient zeroing are elementwise work of a step.
+// once. An MoE block (model.moe, model/moe/moe_layer.h) keeps the attention half (8·N·C²/t) and
+// replaces the MLP by the router, 2·N·C·E on every rank, and the experts held on the rows routed
+// to them, 16·R·C²/t with R = min(N·k, capacity-limited) under balanced routing
+// (model/activation_sizes.h moe_balanced_assignments; whatever ep, each rank's experts compute as
+// many rows as its tokens sent); its weight operands are the router's E·C fp32 and the E/ep held
+// experts' 8·C²/t each. Dropless this is the 6·N_active FLOPs per token of
+// GptShape::flops_per_token (router and top_k experts), which MFU counts. A backward pass is twice
+// its forward, plus what recomputation reruns (selective: the qkv GEMM and attention; full: the
+// whole layer forward). The optimizer (AdamW over the owned elements) and the gradient zeroing are
+// elementwise work of a step.
 #pragma once
 
 #include "model/parameter_layout.h"
@@ -51,7 +58,7 @@ struct PassWork {
 PassWork micro_batch_work(const Config& config, const ModelPartition& partition,
                           std::size_t element_bytes);
 // The same for layers [begin, end) alone (no embedding, no head): the stage split's layer cost.
-PassWork layer_work(const Config& config, int tp, int layers, std::size_t element_bytes);
+PassWork layer_work(const Config& config, int tp, int begin, int end, std::size_t element_bytes);
 // The end of a step on a rank that updates `owned` elements and holds `gradients` of them.
 Work optimizer_work(const Config& config, std::size_t owned, std::size_t gradients);
 

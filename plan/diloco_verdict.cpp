@@ -30,7 +30,7 @@ std::optional<DilocoVerdict> diloco_verdict(const Config& base, const ClusterSpe
   v.worker_step_seconds = worker.time.seconds;
   v.worker_layout = worker.layout.name();
   const ModelConfig& m = base.model;
-  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  const GptShape shape = gpt_shape_of(m);  // every expert: a worker holds them all
   const std::size_t parameters = static_cast<std::size_t>(shape.params_excluding_positions()) +
                                  static_cast<std::size_t>(m.seq_len) * m.d_model;
   v.outer_sync_bytes = averaging_bytes_sent(base.diloco.averaging, base.diloco.compression,

@@ -122,7 +122,7 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
     const ActivationElements a =
         activation_elements(rank.shape, partition.chunk(c), config.train.micro_batch,
                             config.recompute, pipeline_schedule_splits_backward(kind));
-    activations += a.workspace + slots * a.per_slot;
+    activations += a.workspace + slots * (a.per_slot + a.moe_per_slot);
   }
   account.activations = activations * sizeof(float);
   return account;

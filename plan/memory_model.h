@@ -6,7 +6,12 @@
 // (model_partition), its layout, the reduction plan of its ZeRO stage, the pipeline schedule's
 // simulated activation slots and the activation formula that Gpt checks its allocations against
 // (model/activation_sizes.h). So the prediction equals the trainer's figures exactly, which
-// tests/mpi/plan_memory_test.cpp checks on several layouts.
+// tests/mpi/plan_memory_test.cpp checks on several layouts. The exception is a mixture of
+// experts' routed rows: the MoE blocks' activations are priced under balanced routing
+// (activation_elements' moe_per_slot), exact only where the routing fixes the rows (the test's
+// MoE layouts route every token to every expert). Its parameters, gradients and optimizer state
+// are exact: under expert parallelism the layout holds the router and E/ep experts per MoE block
+// (ParameterLayout::for_partition with ep_size) and ZeRO shards over expert_dp.
 //
 // Every field is predicted, as the account stands from the second step on (all activation slots
 // in use, ZeRO 3's prefetch running). The test can check rank 0 only (the rank that reports

@@ -10,8 +10,7 @@ RankModel rank_model(const Config& config, int world_size, int stage, int tp_ran
   const MeshShape mesh = resolve_mesh(config, world_size);
   STRATA_CHECK(stage >= 0 && stage < mesh.pp && tp_rank >= 0 && tp_rank < mesh.tp && dp_rank >= 0 &&
                dp_rank < mesh.dp);
-  const ModelConfig& m = config.model;
-  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  const GptShape shape = gpt_shape_of(config.model);  // with model.moe: the experts' layout
   const ModelPartition partition = model_partition(config, mesh, tp_rank, stage);
   ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
   // The reduction plan as the trainer makes it (train/trainer.cpp make_backend).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "model/core/error.h"
@@ -47,12 +48,15 @@ std::vector<std::string> PlanLayout::overrides() const {
           std::string("parallel.zero.quantized_gradients=") + flag(qgz),
           "parallel.pp_layers=" + layers.str(),
           "parallel.gpus_per_node=" + std::to_string(gpus_per_node),
-          "parallel.virtual_stages=" + std::to_string(virtual_stages)};
+          "parallel.virtual_stages=" + std::to_string(virtual_stages),
+          "parallel.ep=" + std::to_string(ep)};
 }
 
 std::string PlanLayout::name() const {
   std::ostringstream out;
-  out << "tp" << tp << " pp" << pp << " dp" << dp << " mb" << micro_batch;
+  out << "tp" << tp << " pp" << pp << " dp" << dp;
+  if (ep > 1) out << " ep" << ep;
+  out << " mb" << micro_batch;
   if (pp > 1) out << " " << kPipelineScheduleChoices.word(schedule);
   if (virtual_stages != 1) out << " v" << virtual_stages;
   if (sequence_parallel) out << " sp";
@@ -110,6 +114,7 @@ Config with_layout(const Config& base, const PlanLayout& layout) {
   p.pp_layers = layout.pp_layers;
   p.gpus_per_node = layout.gpus_per_node;
   p.virtual_stages = layout.virtual_stages;
+  p.ep = layout.ep;
   config_detail::validate_config(config, config_detail::ConfigSource("plan"));
   return config;
 }
@@ -138,8 +143,16 @@ std::vector<std::pair<PipelineSchedule, int>> schedules_for(const Config& base, 
   return schedules;
 }
 
-// The candidate layouts before the stage split (balanced layers).
-std::vector<PlanLayout> enumerate_layouts(const Config& base, int world,
+// The expert-parallel degrees to try with `dp` data-parallel ranks: every divisor of dp and the
+// experts when `experts` is, else 1 alone.
+std::vector<int> expert_parallel_degrees(int dp, int experts) {
+  if (experts == 0) return {1};
+  return divisors(std::gcd(dp, experts));
+}
+
+// The candidate layouts before the stage split (balanced layers). `experts`: the experts that
+// expert parallelism may split (0: none, ep 1 only).
+std::vector<PlanLayout> enumerate_layouts(const Config& base, int world, int experts,
                                           const SearchOptions& options) {
   std::vector<PlanLayout> layouts;
   const int per_node = base.parallel.gpus_per_node;
@@ -150,40 +163,45 @@ std::vector<PlanLayout> enumerate_layouts(const Config& base, int world,
       if (pp > base.model.n_layer) continue;
       const int dp = world / (tp * pp);
       if (base.train.global_batch % dp != 0) continue;
-      for (int micro_batch : divisors(base.train.global_batch / dp))
-        for (const auto& [schedule, chunks] : schedules_for(base, pp, dp, micro_batch, options)) {
-          for (bool sp : {false, true}) {
-            if (sp && tp == 1) continue;
-            for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
-              for (int stage = 0; stage <= (dp > 1 ? 3 : 0); ++stage)
-                for (GradientReduction reduction :
-                     {GradientReduction::step, GradientReduction::micro_batch}) {
-                  if (stage < 2 && reduction != GradientReduction::step) continue;
-                  for (int plus = 0; plus < 8; ++plus) {
-                    const bool hpz = plus & 1, qwz = plus & 2, qgz = plus & 4;
-                    if (plus != 0 && stage != 3) continue;
-                    if (hpz && !spans_nodes) continue;
-                    if ((qwz || qgz) && !options.quantized) continue;
-                    if (qgz && !spans_nodes) continue;
-                    layouts.push_back(PlanLayout{tp,
-                                                 pp,
-                                                 dp,
-                                                 micro_batch,
-                                                 schedule,
-                                                 sp,
-                                                 recompute,
-                                                 stage,
-                                                 reduction,
-                                                 hpz,
-                                                 qwz,
-                                                 qgz,
-                                                 {},
-                                                 per_node,
-                                                 chunks});
+      for (int ep : expert_parallel_degrees(dp, experts))
+        for (int micro_batch : divisors(base.train.global_batch / dp))
+          for (const auto& [schedule, chunks] : schedules_for(base, pp, dp, micro_batch, options)) {
+            for (bool sp : {false, true}) {
+              if (sp && tp == 1) continue;
+              for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+                // ZeRO under expert parallelism shards over the dp/ep ranks holding the same
+                // experts: none to shard over when ep = dp.
+                for (int stage = 0; stage <= (dp / ep > 1 ? 3 : 0); ++stage)
+                  for (GradientReduction reduction :
+                       {GradientReduction::step, GradientReduction::micro_batch}) {
+                    if (stage < 2 && reduction != GradientReduction::step) continue;
+                    for (int plus = 0; plus < 8; ++plus) {
+                      const bool hpz = plus & 1, qwz = plus & 2, qgz = plus & 4;
+                      if (plus != 0 && stage != 3) continue;
+                      if (hpz && !spans_nodes) continue;
+                      if ((qwz || qgz) && !options.quantized) continue;
+                      if (qgz && !spans_nodes) continue;
+                      if ((hpz || qgz) && ep > 1) continue;  // they split all of dp by node
+                      layouts.push_back(PlanLayout{tp,
+                                                   pp,
+                                                   dp,
+                                                   micro_batch,
+                                                   schedule,
+                                                   sp,
+                                                   recompute,
+                                                   stage,
+                                                   reduction,
+                                                   hpz,
+                                                   qwz,
+                                                   qgz,
+                                                   {},
+                                                   per_node,
+                                                   chunks,
+                                                   ep});
+                    }
                   }
-                }
+            }
           }
-        }
     }
   }
   return layouts;
@@ -263,7 +281,8 @@ PlanCost cost_of(const Config& config, const ClusterSpec& cluster, int world_siz
                            p.zero.quantized_gradients,
                            p.pp_layers,
                            p.gpus_per_node,
-                           p.virtual_stages};
+                           p.virtual_stages,
+                           mesh.ep};
   plan.time = predict_step_time(config, cluster, world_size);
   plan.limit_bytes = static_cast<std::size_t>(cluster.device.memory_gib * 1024.0 * 1048576.0);
   for (int stage = 0; stage < mesh.pp; ++stage) {
@@ -285,8 +304,13 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
     base.parallel.gpus_per_node = cluster.devices_per_node;
   base.parallel.pp_layers.clear();
   base.diloco.enabled = false;
+  // Expert parallelism: the CPU backend alone runs experts, and not under DiLoCo (which the
+  // validation below cannot see, DiLoCo being off in `base`).
+  const int experts = cluster.backend == ClusterBackend::cpu && !base_config.diloco.enabled
+                          ? base.model.moe.experts
+                          : 0;
   std::vector<PlanCost> plans;
-  for (const PlanLayout& layout : enumerate_layouts(base, world_size, options)) {
+  for (const PlanLayout& layout : enumerate_layouts(base, world_size, experts, options)) {
     Config config;
     try {
       config = with_layout(base, layout);

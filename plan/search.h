@@ -9,7 +9,10 @@
 //   (pp·2 ≤ layers); sequence parallelism when tp > 1; recompute (none,
 //   selective, full); ZeRO stage 0 to 3 when dp > 1, with either gradient reduction for stages
 //   2 and 3 and, on stage 3 of a layout spanning nodes, hpZ (exact), and with `quantized`
-//   allowed the lossy qwZ and qgZ too.
+//   allowed the lossy qwZ and qgZ too; for a mixture of experts on a cpu cluster, expert
+//   parallelism ep over every divisor of gcd(dp, experts) (not with hpZ or qgZ, nor ZeRO when
+//   ep = dp, nor under DiLoCo: what the trainer refuses; the CUDA model runs no experts yet, so a
+//   cuda cluster keeps ep 1).
 // For pp > 1 the layers are split over the stages by dynamic programming (plan/stage_split.h,
 // Alpa's inter-operator pass): the slowest stage's forward + backward as small as possible, each
 // stage within the device memory; candidates start from the balanced split and the best ones
@@ -42,11 +45,13 @@ struct PlanLayout {
   std::vector<int> pp_layers;  // empty: balanced
   int gpus_per_node = 8;       // the cluster's nodes (parallel.gpus_per_node)
   int virtual_stages = 1;      // chunks per rank (parallel.virtual_stages: interleaved, zbv)
+  int ep = 1;                  // expert parallelism (parallel.ep), a divisor of dp and experts
 
   // The `--set` overrides that select this layout (every layout key, so the result does not
   // depend on what the config said).
   std::vector<std::string> overrides() const;
-  // e.g. "tp2 pp2 dp2 mb4 1f1b sp zero1 recompute=selective", "tp1 pp2 dp4 mb2 interleaved v3".
+  // e.g. "tp2 pp2 dp2 mb4 1f1b sp zero1 recompute=selective", "tp1 pp2 dp4 mb2 interleaved v3",
+  // "tp1 pp1 dp4 ep2 mb2".
   std::string name() const;
 };
 

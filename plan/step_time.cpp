@@ -53,7 +53,7 @@ double event_seconds(const CommEvent& e, const ClusterSpec& cluster) {
 StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int world_size) {
   const MeshShape mesh = resolve_mesh(config, world_size);
   const ModelConfig& m = config.model;
-  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  const GptShape shape = gpt_shape_of(m);  // MFU counts an MoE block's router and top_k experts
   const int micro_batches = config.train.global_batch / (config.train.micro_batch * mesh.dp);
   const cpu::ComputeDtype compute = config.precision.compute;
   const std::size_t element_bytes = activation_element_bytes(cluster, compute);

@@ -85,7 +85,7 @@ JsonLine link_bytes_json(const std::map<LinkClass, std::uint64_t>& by_link) {
 // formula from here instead of re-deriving it, and a run's line compares with it key by key.
 JsonLine explain_json(const PlanCost& p, const ClusterSpec& cluster, int world_size) {
   const ModelConfig& m = p.config.model;
-  const GptShape shape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size};
+  const GptShape shape = gpt_shape_of(m);
   std::vector<JsonLine> stages;
   for (const MemoryAccount& account : p.stage_memory) stages.push_back(memory_json(account));
   const CommPrediction& rank0 = p.time.rank0_comm;
@@ -95,10 +95,13 @@ JsonLine explain_json(const PlanCost& p, const ClusterSpec& cluster, int world_s
   by_axis.add("tp", rank0.group_bytes(CommGroup::tp))
       .add("pp", rank0.group_bytes(CommGroup::pp))
       .add("dp", rank0.group_bytes(CommGroup::dp));
+  const MeshShape mesh = resolve_mesh(p.config, world_size);
+  if (mesh.ep > 1)  // the trainer reports these two under expert parallelism only
+    by_axis.add("ep", rank0.group_bytes(CommGroup::ep))
+        .add("expert_dp", rank0.group_bytes(CommGroup::expert_dp));
   // Every rank's bytes, as the trainer sums them over the job. Under DiLoCo these are the inner
   // steps of the first worker's mesh times the workers: every worker's mesh sits alike on the
   // nodes (whole nodes each, or all in one: config validation), so it sends the same.
-  const MeshShape mesh = resolve_mesh(p.config, world_size);
   const std::size_t row_bytes = activation_element_bytes(cluster, p.config.precision.compute);
   std::map<LinkClass, std::uint64_t> job = {{LinkClass::intra_node, 0}, {LinkClass::inter_node, 0}};
   const std::uint64_t workers = p.config.diloco.enabled ? p.config.diloco.workers : 1;

@@ -220,11 +220,14 @@ int Trainer::run() {
     if (!result.stop) outer->end_inner_step(*s.backend, step);
     const double step_ms = watch.elapsed_ms();
     const JsonLine job_bytes = watch.job_link_bytes();
+    const StepReport report{result, step, s.settings.lr, step_ms, tokens_per_step};
+    // The step's communication is read before the MoE figures are summed over the ranks: that
+    // bookkeeping is no part of the training's traffic (as comm_bytes_job leaves it out too).
+    JsonLine line;
+    if (s.is_logger()) line = step_metrics(report, watch, *s.backend, s.reports_loss_scale);
     bool has_moe = false;
     const JsonLine moe = s.moe_metrics(&has_moe);
     if (s.is_logger()) {
-      const StepReport report{result, step, s.settings.lr, step_ms, tokens_per_step};
-      JsonLine line = step_metrics(report, watch, *s.backend, s.reports_loss_scale);
       line.add("comm_bytes_job", job_bytes);
       if (has_moe) line.add("moe", moe);
       if (s.data.is_mixture()) line.add("tokens_by_source", s.tokens_by_source());

@@ -6,7 +6,8 @@
 // recompute and bf16, every predicted field of rank 0's `memory_bytes` in metrics.jsonl, byte for
 // byte, every pipeline stage's activations (reported to 0.001 MiB), and rank 0's bytes of a step by
 // collective kind and link class
-// (`comm_bytes`) and by parallel axis (`comm_bytes_by_axis`).
+// (`comm_bytes`) and by parallel axis (`comm_bytes_by_axis`); and the same for mixtures of experts
+// with and without expert parallelism, routed so that their rows do not depend on the data.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -81,12 +82,78 @@ BytesByKind predicted_comm_bytes(const CommPrediction& prediction) {
   return bytes;
 }
 
+// Trains case `c` for two steps in `dir` (its config.yaml and data) and requires rank 0's
+// memory account, every stage's activations, and rank 0's communication by kind and link class
+// and on each of `axes` to equal the planner's prediction.
+void expect_prediction_equals_run(const TempDir& dir, const Case& c,
+                                  const std::vector<CommGroup>& axes) {
+  const std::vector<std::string> common = {"train.steps=2", "train.log_every=1",
+                                           "train.eval_every=0"};
+  const std::vector<std::pair<std::string, std::size_t MemoryAccount::*>> fields = {
+      {"master_weights", &MemoryAccount::master_weights},
+      {"compute_weights", &MemoryAccount::compute_weights},
+      {"gradients", &MemoryAccount::gradients},
+      {"optimizer_state", &MemoryAccount::optimizer_state},
+      {"communication", &MemoryAccount::communication},
+      {"activations", &MemoryAccount::activations},
+      {"gradient_buckets", &MemoryAccount::gradient_buckets},
+      {"secondary_weights", &MemoryAccount::secondary_weights},
+      {"gathered_weights", &MemoryAccount::gathered_weights},
+  };
+  std::vector<std::string> overrides = common;
+  overrides.insert(overrides.end(), c.overrides.begin(), c.overrides.end());
+  overrides.push_back("run.name=" + c.name);
+  std::ostringstream command;
+  command << mpirun(c.ranks) << bin("train") << " " << dir.str() << "/config.yaml";
+  for (const std::string& o : overrides) command << " --set '" << o << "'";
+  const auto result = run_command(command.str());
+  ASSERT_EQ(result.status, 0) << command.str() << "\n" << result.output;
+
+  const MemoryAccount predicted =
+      predict_memory(load_config(dir / "config.yaml", overrides), c.ranks);
+  const std::string run = dir.str() + "/runs/" + c.name;
+  for (const auto& [key, field] : fields)
+    EXPECT_EQ(logged(run, 2, "\"" + key + "\": "), static_cast<double>(predicted.*field))
+        << c.name << ": " << key;
+
+  // Every stage's activations, from the run's last line (MiB to 3 decimals).
+  const std::string lines = read_file(run + "/metrics.jsonl");
+  const std::string key = "\"activation_mib_by_stage\": [";
+  const std::size_t at = lines.rfind(key);
+  ASSERT_NE(at, std::string::npos) << c.name;
+  std::istringstream values(lines.substr(at + key.size(), lines.find(']', at) - at - key.size()));
+  const Config config = load_config(dir / "config.yaml", overrides);
+  const int stages = resolve_mesh(config, c.ranks).pp;
+  int stage = 0;
+  for (std::string value; std::getline(values, value, ','); ++stage)
+    EXPECT_NEAR(std::stod(value), predict_memory(config, c.ranks, stage).activations / 1048576.0,
+                0.0005)
+        << c.name << ": stage " << stage;
+  EXPECT_EQ(stage, stages) << c.name;
+
+  // Communication of steps 1 and 2 (the second with ZeRO 3's prefetch running).
+  const CommPrediction comm = predict_communication(config, c.ranks);
+  for (int step : {1, 2}) {
+    EXPECT_EQ(logged_comm_bytes(run, step), predicted_comm_bytes(comm))
+        << c.name << ": comm_bytes of step " << step;
+    for (CommGroup group : axes) {
+      const std::string axis = comm_group_name(group);
+      const std::string line = step_line(run, step);
+      const std::size_t by_axis = line.find("\"comm_bytes_by_axis\": {");
+      ASSERT_NE(by_axis, std::string::npos) << c.name;
+      const std::size_t at = line.find("\"" + axis + "\": ", by_axis);
+      ASSERT_NE(at, std::string::npos) << c.name << " " << axis;
+      EXPECT_EQ(std::stod(line.substr(at + axis.size() + 4)),
+                static_cast<double>(comm.group_bytes(group)))
+          << c.name << ": comm_bytes_by_axis." << axis << " of step " << step;
+    }
+  }
+}
+
 TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
   TempDir dir("plan_memory");
   write_synthetic_dataset(dir / "data", 64, 20000);
   write_layout_config(dir, 4);
-  const std::vector<std::string> common = {"train.steps=2", "train.log_every=1",
-                                           "train.eval_every=0"};
   const std::vector<Case> cases = {
       {"dp2", 2, {"parallel.dp=2"}},
       {"tp2sp", 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}},
@@ -155,67 +222,48 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
        {"parallel.pp=2", "parallel.pipeline_schedule=zbv", "parallel.virtual_stages=2",
         "parallel.zero.stage=2", "parallel.zero.gradient_reduction=micro_batch"}},
   };
-  const std::vector<std::pair<std::string, std::size_t MemoryAccount::*>> fields = {
-      {"master_weights", &MemoryAccount::master_weights},
-      {"compute_weights", &MemoryAccount::compute_weights},
-      {"gradients", &MemoryAccount::gradients},
-      {"optimizer_state", &MemoryAccount::optimizer_state},
-      {"communication", &MemoryAccount::communication},
-      {"activations", &MemoryAccount::activations},
-      {"gradient_buckets", &MemoryAccount::gradient_buckets},
-      {"secondary_weights", &MemoryAccount::secondary_weights},
-      {"gathered_weights", &MemoryAccount::gathered_weights},
+  for (const Case& c : cases)
+    expect_prediction_equals_run(dir, c, {CommGroup::tp, CommGroup::pp, CommGroup::dp});
+}
+
+// A mixture of experts, with and without expert parallelism: exact where the routing cannot
+// change the rows, so every token goes to all 4 experts (top_k = experts, no drops at the
+// default capacity factor): the balanced routing the planner assumes is then the routing itself
+// (each rank keeps N·4 assignments and sends N·4/ep rows to each ep member). Blocks 1 and 3 have
+// experts, so both pipeline stages hold one.
+TEST(PlanMemory, MoePredictionEqualsTheTrainersAccount) {
+  TempDir dir("plan_memory_moe");
+  write_synthetic_dataset(dir / "data", 64, 20000);
+  write_layout_config(dir, 4);
+  const std::vector<std::string> moe = {"model.moe.experts=4", "model.moe.top_k=4",
+                                        "model.moe.every=2"};
+  const auto with_moe = [&](std::vector<std::string> layout) {
+    layout.insert(layout.begin(), moe.begin(), moe.end());
+    return layout;
   };
-  for (const Case& c : cases) {
-    std::vector<std::string> overrides = common;
-    overrides.insert(overrides.end(), c.overrides.begin(), c.overrides.end());
-    overrides.push_back("run.name=" + c.name);
-    std::ostringstream command;
-    command << mpirun(c.ranks) << bin("train") << " " << dir.str() << "/config.yaml";
-    for (const std::string& o : overrides) command << " --set '" << o << "'";
-    const auto result = run_command(command.str());
-    ASSERT_EQ(result.status, 0) << command.str() << "\n" << result.output;
-
-    const MemoryAccount predicted =
-        predict_memory(load_config(dir / "config.yaml", overrides), c.ranks);
-    const std::string run = dir.str() + "/runs/" + c.name;
-    for (const auto& [key, field] : fields)
-      EXPECT_EQ(logged(run, 2, "\"" + key + "\": "), static_cast<double>(predicted.*field))
-          << c.name << ": " << key;
-
-    // Every stage's activations, from the run's last line (MiB to 3 decimals).
-    const std::string lines = read_file(run + "/metrics.jsonl");
-    const std::string key = "\"activation_mib_by_stage\": [";
-    const std::size_t at = lines.rfind(key);
-    ASSERT_NE(at, std::string::npos) << c.name;
-    std::istringstream values(lines.substr(at + key.size(), lines.find(']', at) - at - key.size()));
-    const Config config = load_config(dir / "config.yaml", overrides);
-    const int stages = resolve_mesh(config, c.ranks).pp;
-    int stage = 0;
-    for (std::string value; std::getline(values, value, ','); ++stage)
-      EXPECT_NEAR(std::stod(value), predict_memory(config, c.ranks, stage).activations / 1048576.0,
-                  0.0005)
-          << c.name << ": stage " << stage;
-    EXPECT_EQ(stage, stages) << c.name;
-
-    // Communication of steps 1 and 2 (the second with ZeRO 3's prefetch running).
-    const CommPrediction comm = predict_communication(config, c.ranks);
-    for (int step : {1, 2}) {
-      EXPECT_EQ(logged_comm_bytes(run, step), predicted_comm_bytes(comm))
-          << c.name << ": comm_bytes of step " << step;
-      for (CommGroup group : {CommGroup::tp, CommGroup::pp, CommGroup::dp}) {
-        const std::string axis = comm_group_name(group);
-        const std::string line = step_line(run, step);
-        const std::size_t by_axis = line.find("\"comm_bytes_by_axis\": {");
-        ASSERT_NE(by_axis, std::string::npos) << c.name;
-        const std::size_t at = line.find("\"" + axis + "\": ", by_axis);
-        ASSERT_NE(at, std::string::npos) << c.name << " " << axis;
-        EXPECT_EQ(std::stod(line.substr(at + axis.size() + 4)),
-                  static_cast<double>(comm.group_bytes(group)))
-            << c.name << ": comm_bytes_by_axis." << axis << " of step " << step;
-      }
-    }
-  }
+  const std::vector<CommGroup> dense_axes = {CommGroup::tp, CommGroup::pp, CommGroup::dp};
+  const std::vector<CommGroup> ep_axes = {CommGroup::tp, CommGroup::pp, CommGroup::dp,
+                                          CommGroup::ep, CommGroup::expert_dp};
+  const std::vector<std::pair<Case, std::vector<CommGroup>>> cases = {
+      {{"moe_dp2_zero1", 2, with_moe({"parallel.zero.stage=1"})}, dense_axes},
+      {{"moe_dp4_ep2", 4, with_moe({"parallel.ep=2"})}, ep_axes},
+      {{"moe_dp4_ep4_full", 4, with_moe({"parallel.ep=4", "recompute=full"})}, ep_axes},
+      {{"moe_dp4_ep2_zero1_2_per_node", 4,
+        with_moe({"parallel.ep=2", "parallel.zero.stage=1", "parallel.gpus_per_node=2"})},
+       ep_axes},
+      {{"moe_dp4_ep2_zero2_micro_batch", 4,
+        with_moe({"parallel.ep=2", "parallel.zero.stage=2",
+                  "parallel.zero.gradient_reduction=micro_batch"})},
+       ep_axes},
+      {{"moe_dp4_ep2_zero3_selective", 4,
+        with_moe({"parallel.ep=2", "parallel.zero.stage=3", "recompute=selective"})},
+       ep_axes},
+      {{"moe_tp2sp_pp2dp2_ep2_zb_h1", 8,
+        with_moe({"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.pp=2",
+                  "parallel.ep=2", "parallel.pipeline_schedule=zb-h1"})},
+       ep_axes},
+  };
+  for (const auto& [c, axes] : cases) expect_prediction_equals_run(dir, c, axes);
 }
 
 }  // namespace
