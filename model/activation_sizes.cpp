@@ -43,38 +43,41 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
   const std::size_t C = shape.d_model, Cl = C / tp, Hl = 4 * C / tp;
   const std::size_t Nl = sequence_parallel ? N / tp : N;
   const std::size_t L = static_cast<std::size_t>(partition.layers());
+  const std::size_t moe_blocks = static_cast<std::size_t>(moe_block_count(shape, partition));
+  const std::size_t D = L - moe_blocks;  // the dense MLPs' blocks
 
   LayerElements layer;
   // Attention's (T, T) probabilities are recomputed in the backward pass, never kept.
   layer.attention = N * 3 * Cl + N * Cl;              // qkv, atty
   layer.rest = 3 * Nl * C +                           // residual2, ln1, ln2
                (sequence_parallel ? 2 * N * C : 0) +  // ln1_full, ln2_full
-               4 * Nl +                               // LayerNorm means and rstds
-               2 * N * Hl;                            // fch, fch_gelu
-  // (Gpt allocates every layer alike: an MoE block's slot keeps the dense fch and fch_gelu too,
-  // unused, as its weight stash keeps dfch; counted because they are held.)
+               4 * Nl;                                // LayerNorm means and rstds
+  const std::size_t mlp = 2 * N * Hl;                 // fch, fch_gelu: dense blocks only
   const bool drops_attention = recompute != Recompute::none;
   const bool drops_rest = recompute == Recompute::full;
 
   ActivationElements a;
   a.per_slot = (L + 1) * Nl * C;  // residual: block inputs and the stage output
   if (!drops_attention) a.per_slot += L * layer.attention;
-  if (!drops_rest) a.per_slot += L * layer.rest;
+  if (!drops_rest) a.per_slot += L * layer.rest + D * mlp;
   if (partition.has_head)
     a.per_slot += Nl * C + (sequence_parallel ? N * C : 0) + 2 * Nl +  // lnf, lnf_full, stats
                   N * shape.padded_vocab() / tp + N;                   // logits, losses
   if (!partition.has_embedding) a.per_slot += Nl * C;                  // input_grad
   if (split_backward) {  // the weight stash (Gpt::WeightStash)
-    a.per_slot += L * (2 * N * C + N * Hl + 3 * N * Cl + 2 * Nl * C);  // dz, dy, dfch, dqkv, dln*
-    if (drops_attention) a.per_slot += L * N * Cl;                     // atty copy
-    if (drops_rest) a.per_slot += L * (Nl * C + 2 * N * C + N * Hl + 4 * Nl);  // x2, ln*, fch_gelu
-    if (partition.has_head) a.per_slot += Nl * C;                              // dlnf
-    if (partition.has_embedding) a.per_slot += N * C;                          // dembed
+    a.per_slot +=
+        L * (2 * N * C + 3 * N * Cl + 2 * Nl * C) + D * N * Hl;  // dz, dy, dqkv, dln*; dfch
+    if (drops_attention) a.per_slot += L * N * Cl;               // atty copy
+    if (drops_rest)
+      a.per_slot += L * (Nl * C + 2 * N * C + 4 * Nl) + D * N * Hl;  // x2, ln*; fch_gelu
+    if (partition.has_head) a.per_slot += Nl * C;                    // dlnf
+    if (partition.has_embedding) a.per_slot += N * C;                // dembed
   }
-  a.workspace = (drops_attention ? layer.attention : 0) + (drops_rest ? layer.rest + Nl * C : 0);
+  // The workspace holds one layer, a dense one's MLP included (when the partition has one).
+  a.workspace = (drops_attention ? layer.attention : 0) +
+                (drops_rest ? layer.rest + (D > 0 ? mlp : 0) + Nl * C : 0);
 
   // The MoE blocks' MoeActivations (see the header for the formula and its assumption).
-  const std::size_t moe_blocks = static_cast<std::size_t>(moe_block_count(shape, partition));
   if (moe_blocks > 0) {
     const std::size_t E = shape.moe.experts, k = shape.moe.top_k;
     const std::size_t A = moe_balanced_assignments(shape.moe, static_cast<int>(N), shape.seq_len);

@@ -57,6 +57,10 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
     moe_ = std::make_unique<MoeLayer<T>>(shape.d_model, shape.moe, tp_, options.compute, ep);
     moe_totals_.assign(shape.n_layer * MoeTotals::stride(shape.moe.experts), 0.0);
   }
+  for (int l = 0; l < partition.layers(); ++l) {
+    dense_index_.push_back(dense_layers_);
+    if (!is_moe(l)) ++dense_layers_;
+  }
   for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
   scratch_ = std::make_unique<Scratch>();
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
@@ -69,21 +73,22 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
   x.partial.resize(N * std::max(C, Hl));
   x.reduced.resize(Nl * C);
   x.datty.resize(N * Cl);
-  allocate_stash(x.stash, 1, false);
+  allocate_stash(x.stash, 1, 1, false);
   x.rows.resize(std::max<std::size_t>(tp_size, 2) * N);
   x.dlosses.resize(N);
   // The workspace holds one layer of what the slots drop.
   const bool drops_attention = options_.recompute != Recompute::none;
   const bool drops_rest = options_.recompute == Recompute::full;
-  allocate(x.recomputed, drops_attention ? 1 : 0, drops_rest ? 1 : 0);
+  allocate(x.recomputed, drops_attention ? 1 : 0, drops_rest ? 1 : 0,
+           drops_rest && dense_layers_ > 0 ? 1 : 0);
   if (drops_rest) x.recomputed_output.resize(Nl * C);
   STRATA_CHECK(x.recomputed.elements() + x.recomputed_output.size() ==
                activation_elements(shape, partition, max_batch, options_.recompute).workspace);
 }
 
 template <class T>
-void Gpt<T>::allocate(LayerActivations& a, std::size_t attention_layers,
-                      std::size_t other_layers) const {
+void Gpt<T>::allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers,
+                      std::size_t mlp_layers) const {
   const std::size_t tp = partition_.tp_size;
   const std::size_t N = static_cast<std::size_t>(max_batch_) * shape_.seq_len;
   const std::size_t C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
@@ -99,29 +104,31 @@ void Gpt<T>::allocate(LayerActivations& a, std::size_t attention_layers,
   }
   for (std::vector<T>* stats : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd})
     stats->resize(other_layers * Nl);
-  a.fch.resize(other_layers * N * Hl);
-  a.fch_gelu.resize(other_layers * N * Hl);
+  a.fch.resize(mlp_layers * N * Hl);
+  a.fch_gelu.resize(mlp_layers * N * Hl);
 }
 
 template <class T>
-void Gpt<T>::allocate_stash(WeightStash& w, std::size_t layers, bool copies) const {
+void Gpt<T>::allocate_stash(WeightStash& w, std::size_t layers, std::size_t mlp_layers,
+                            bool copies) const {
   const std::size_t tp = partition_.tp_size;
   const std::size_t N = static_cast<std::size_t>(max_batch_) * shape_.seq_len;
   const std::size_t C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
   const std::size_t Nl = sequence_parallel_ ? N / tp : N;
   w.dz.resize(layers * N * C);
   w.dy.resize(layers * N * C);
-  w.dfch.resize(layers * N * Hl);
+  w.dfch.resize(mlp_layers * N * Hl);
   w.dqkv.resize(layers * N * 3 * Cl);
   w.dln1.resize(layers * Nl * C);
   w.dln2.resize(layers * Nl * C);
   const std::size_t attention = copies && options_.recompute != Recompute::none ? layers : 0;
   const std::size_t rest = copies && options_.recompute == Recompute::full ? layers : 0;
+  const std::size_t mlp_rest = rest > 0 ? mlp_layers : 0;
   w.atty.resize(attention * N * Cl);
   w.x2.resize(rest * Nl * C);
   w.ln1_full.resize(rest * N * C);
   w.ln2_full.resize(rest * N * C);
-  w.fch_gelu.resize(rest * N * Hl);
+  w.fch_gelu.resize(mlp_rest * N * Hl);
   w.ln_stats.resize(rest * 4 * Nl);
   if (partition_.has_head) w.dlnf.resize(Nl * C);
   if (partition_.has_embedding) w.dembed.resize(N * C);
@@ -160,8 +167,9 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
     const std::size_t Nl = sequence_parallel_ ? N / tp : N;
     s.residual.resize((L + 1) * Nl * C);
     if (moe_) s.moe.resize(L);  // each MoE layer's buffers grow at its first forward
-    allocate(s.layers, options_.recompute == Recompute::none ? L : 0,
-             options_.recompute == Recompute::full ? 0 : L);
+    const bool keeps_rest = options_.recompute != Recompute::full;
+    allocate(s.layers, options_.recompute == Recompute::none ? L : 0, keeps_rest ? L : 0,
+             keeps_rest ? static_cast<std::size_t>(dense_layers_) : 0);
     if (partition_.has_head) {
       s.lnf.resize(Nl * C);
       if (sequence_parallel_) s.lnf_full.resize(N * C);
@@ -171,7 +179,8 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
       s.losses.resize(N);
     }
     if (!partition_.has_embedding) s.input_grad.resize(Nl * C);
-    if (options_.split_backward) allocate_stash(s.stash, L, true);
+    if (options_.split_backward)
+      allocate_stash(s.stash, L, static_cast<std::size_t>(dense_layers_), true);
     STRATA_CHECK(s.elements() == activation_elements(shape_, partition_, max_batch_,
                                                      options_.recompute, options_.split_backward)
                                      .per_slot);

@@ -161,7 +161,9 @@ class Gpt {
   int block_segment(int local_layer) const { return segment_.block(local_layer); }
   SlotLimits slot_limits() const;
   Slot& slot_for(int slot, int B, int T_);
-  void allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers) const;
+  // `mlp_layers` of the other layers' MLP buffers (fch, fch_gelu): the dense blocks' only.
+  void allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers,
+                std::size_t mlp_layers) const;
   // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output
   // goes to the workspace (the slot keeps the one computed by the forward).
   BlockActivations block_activations(Slot& s, int local_layer, bool recomputing);
@@ -180,7 +182,8 @@ class Gpt {
   // backward, every layer at its own index, dropped activations copied) or Scratch's (fused: one
   // layer at index 0, read right after). `stash_layer` is the layer's index in that stash.
   Slot& backward_slot(int slot);
-  void allocate_stash(WeightStash& w, std::size_t layers, bool copies) const;
+  void allocate_stash(WeightStash& w, std::size_t layers, std::size_t mlp_layers,
+                      bool copies) const;
   void backward_start(Slot& s, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale,
                       WeightStash& w);
   void backward_finish(Slot& s, WeightStash& w);
@@ -222,6 +225,10 @@ class Gpt {
   bool is_moe(int local_layer) const {
     return shape_.moe.is_moe_block(partition_.layer_begin + local_layer);
   }
+  // The dense MLP's buffers (fch, fch_gelu, dfch) are kept for dense blocks only: local layer l's
+  // are the dense_index_[l]-th (the dense blocks before it); dense_layers_ of them in all.
+  std::vector<int> dense_index_;
+  int dense_layers_ = 0;
 };
 
 extern template class Gpt<float>;

@@ -74,8 +74,11 @@ typename Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot& s, int l, bool
   a.ln1_rstd = rest(&A::ln1_rstd, Nl);
   a.ln2_mean = rest(&A::ln2_mean, Nl);
   a.ln2_rstd = rest(&A::ln2_rstd, Nl);
-  a.fch = rest(&A::fch, N * Hl);
-  a.fch_gelu = rest(&A::fch_gelu, N * Hl);
+  if (!is_moe(l)) {  // the dense MLP's buffers, kept by dense blocks only
+    const long dense = dense_index_[static_cast<std::size_t>(l)];
+    a.fch = keep_rest ? kept.fch.data() + dense * N * Hl : work.fch.data();
+    a.fch_gelu = keep_rest ? kept.fch_gelu.data() + dense * N * Hl : work.fch_gelu.data();
+  }
   a.qkv = attention(&A::qkv, 3 * N * Cl);
   a.atty = attention(&A::atty, N * Cl);
   a.moe = is_moe(l) ? &s.moe[static_cast<std::size_t>(l)] : nullptr;
@@ -166,7 +169,7 @@ void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l
     keep(a.x2, in.x2, rows);
     keep(sequence_parallel_ ? a.ln1_full : a.ln1, in.ln1_full, full);
     keep(sequence_parallel_ ? a.ln2_full : a.ln2, in.ln2_full, full);
-    keep(a.fch_gelu, in.fch_gelu, static_cast<long>(N) * Hl);
+    if (!is_moe(l)) keep(a.fch_gelu, in.fch_gelu, static_cast<long>(N) * Hl);
     for (const auto& [from, to] :
          {std::pair{a.ln1_mean, in.ln1_mean}, std::pair{a.ln1_rstd, in.ln1_rstd},
           std::pair{a.ln2_mean, in.ln2_mean}, std::pair{a.ln2_rstd, in.ln2_rstd}})
@@ -222,6 +225,8 @@ typename Gpt<T>::BlockWeightInputs Gpt<T>::block_weight_inputs(Slot& s, int l, W
   const int tp = partition_.tp_size, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
   const long C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
   const BlockActivations a = block_activations(s, l, true);
+  // The dense MLP's stash entries: the slot stash keeps dense blocks only; Scratch's has one.
+  const long mlp_at = &w == &scratch_->stash ? 0 : dense_index_[static_cast<std::size_t>(l)];
   BlockWeightInputs in{};
   in.x = a.x;
   in.x2 = a.x2;
@@ -239,7 +244,7 @@ typename Gpt<T>::BlockWeightInputs Gpt<T>::block_weight_inputs(Slot& s, int l, W
       in.x2 = w.x2.data() + at * Nl * C;
       in.ln1_full = w.ln1_full.data() + at * N * C;
       in.ln2_full = w.ln2_full.data() + at * N * C;
-      in.fch_gelu = w.fch_gelu.data() + at * N * Hl;
+      if (!is_moe(l)) in.fch_gelu = w.fch_gelu.data() + mlp_at * N * Hl;
       T* stats = w.ln_stats.data() + at * 4L * Nl;
       in.ln1_mean = stats;
       in.ln1_rstd = stats + Nl;
@@ -249,7 +254,7 @@ typename Gpt<T>::BlockWeightInputs Gpt<T>::block_weight_inputs(Slot& s, int l, W
   }
   in.dz = w.dz.data() + at * N * C;
   in.dy = w.dy.data() + at * N * C;
-  in.dfch = w.dfch.data() + at * N * Hl;
+  if (!is_moe(l)) in.dfch = w.dfch.data() + mlp_at * N * Hl;
   in.dqkv = w.dqkv.data() + at * N * 3 * Cl;
   in.dln1 = w.dln1.data() + at * Nl * C;
   in.dln2 = w.dln2.data() + at * Nl * C;

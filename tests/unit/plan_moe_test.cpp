@@ -83,9 +83,12 @@ TEST(PlanMoe, ActivationsAndFlopsAreThoseOfBalancedRouting) {
       activation_elements(shape, ModelPartition::whole(shape), 4, Recompute::none);
   EXPECT_EQ(a.moe_per_slot,
             kMoeBlocks * (N * kC + 2 * N * E + N + N * kTopK + A * kC + 2 * R * kC + 3 * R * H));
+  // The rest of the slot is the dense model's less the MoE blocks' unused MLP buffers (fch and
+  // fch_gelu, N·4C each).
   EXPECT_EQ(a.per_slot, activation_elements(gpt_shape_of(dense.model), ModelPartition::whole(shape),
                                             4, Recompute::none)
-                            .per_slot);
+                                .per_slot -
+                            kMoeBlocks * 2 * N * H);
 
   // An MoE block's GEMMs: the router (2·N·C·E) and k experts per token (16·N·k·C²) instead of
   // the dense MLP's 16·N·C².

@@ -21,12 +21,14 @@ Device resolve_device(const Config& config, const GptShape& shape) {
            " cpu");
     return Device::cuda;
   }
-  // auto
-  if (usable && cuda_supports_shape(shape)) return Device::cuda;
+  // auto; expert parallelism runs on the CPU backend only so far.
+  if (usable && cuda_supports_shape(shape) && config.parallel.ep == 1) return Device::cuda;
   if (config.parallel.device_comm == DeviceComm::nccl)
     fail("parallel.device_comm nccl: device auto trains on the CPU here (",
-         usable ? "head size " + std::to_string(shape.head_size()) + " has no attention kernel"
-                : std::string("no usable CUDA device"),
+         !usable ? std::string("no usable CUDA device")
+         : config.parallel.ep > 1
+             ? "parallel.ep " + std::to_string(config.parallel.ep) + " runs on the CPU backend only"
+             : "head size " + std::to_string(shape.head_size()) + " has no attention kernel",
          ") and NCCL carries device arrays only; use parallel.device_comm auto or host");
   return Device::cpu;
 }
