@@ -3,7 +3,8 @@
 // the passes are in gpt_cuda_forward.cu and gpt_cuda_backward.cu.
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
 // split backward's storage (slot weight stashes, the fused backward's one-layer stash) has not run
-// on a GPU yet.
+// on a GPU yet; the MoE blocks' storage, moe_loss and take_moe_totals: compiled, never run on a
+// GPU.
 #include "model/gpt_cuda.h"
 
 #include <algorithm>
@@ -25,8 +26,17 @@ namespace strata::cuda {
 namespace {
 
 // Kernel scratch (LayerNorm and bias column sums, the embedding sort, attention's row sums): a
-// few MiB at GPT-2 sizes; 64 MiB plus 256 bytes per row leaves ample room.
-std::size_t scratch_bytes(std::size_t rows) { return (std::size_t{64} << 20) + 256 * rows; }
+// few MiB at GPT-2 sizes; 64 MiB plus 256 bytes per row leaves ample room. The MoE layer takes its
+// scratch from the same arena, never while the model holds any: its own most on top.
+template <class T>
+std::size_t scratch_bytes(const GptShape& shape, const ModelPartition& p, int max_batch) {
+  const std::size_t rows = static_cast<std::size_t>(max_batch) * shape.seq_len;
+  const std::size_t moe = shape.moe.enabled()
+                              ? CudaMoeLayer<T>::scratch_bytes(shape.d_model, p.tp_size, shape.moe,
+                                                               static_cast<int>(rows))
+                              : 0;
+  return (std::size_t{64} << 20) + 256 * rows + moe;
+}
 
 }  // namespace
 
@@ -47,6 +57,16 @@ typename CudaGpt<T>::Dims CudaGpt<T>::dims_of(const GptShape& shape, const Model
   d.embedding = p.has_embedding;
   d.head = p.has_head;
   d.slots = static_cast<std::size_t>(slots);
+  d.moe.resize(d.L);
+  d.moe_layers = 0;
+  for (std::size_t l = 0; l < d.L; ++l) {
+    d.moe[l] = shape.moe.is_moe_block(p.layer_begin + static_cast<int>(l));
+    d.moe_layers += d.moe[l] ? 1 : 0;
+  }
+  d.moe_bytes = shape.moe.enabled()
+                    ? CudaMoeLayer<T>::activation_bytes(shape.d_model, p.tp_size, shape.moe,
+                                                        static_cast<int>(d.N))
+                    : 0;
   return d;
 }
 
@@ -65,15 +85,18 @@ std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver
   const bool keep_attention = recompute == Recompute::none;
   for (Slot& s : slots) {
     s.residual = c.take<T>((d.L + 1) * d.Nr * d.C);
-    s.kept.carve(c, keep_rest ? d.L : 0, keep_attention ? d.L : 0, d);
+    s.kept.carve(c, keep_rest ? d.L : 0, keep_attention ? d.L : 0, keep_rest ? d.mlp_layers() : 0,
+                 d);
     s.lnf = c.take<T>(d.head ? d.Nr * d.C : 0);
     s.lnf_full = c.take<T>(d.head && d.sp ? d.N * d.C : 0);
     s.lnf_mean = c.take<float>(d.head ? d.Nr : 0);
     s.lnf_rstd = c.take<float>(d.head ? d.Nr : 0);
     s.logits = c.take<T>(d.head ? d.N * d.Vl : 0);
-    if (split_backward) s.stash.carve(c, d, d.L, !keep_attention, !keep_rest);
+    if (split_backward) s.stash.carve(c, d, !keep_attention, !keep_rest);
+    s.moe_memory = c.take<char>(d.moe_layers * d.moe_bytes);
   }
-  b.work.carve(c, keep_rest ? 0 : 1, keep_attention ? 0 : 1, d);
+  b.work.carve(c, keep_rest ? 0 : 1, keep_attention ? 0 : 1,
+               keep_rest || d.mlp_layers() == 0 ? 0 : 1, d);
   b.recomputed_output = c.take<T>(keep_rest ? 0 : d.Nr * d.C);
   const std::size_t activations = c.used();
   for (Slot& s : slots) {
@@ -90,7 +113,7 @@ std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver
   // The fused backward reads dlnf before any block's input half writes layer 0, and dembed after
   // the last block's weight half has read it: both share layer 0's arrays.
   b.stash.layers.resize(1);
-  b.stash.layers[0].carve(c, d, false, false);
+  b.stash.layers[0].carve(c, d, false, false, d.mlp_layers() > 0);
   b.stash.dlnf = d.head ? b.stash.layers[0].dln1 : nullptr;
   b.stash.dembed = d.embedding ? b.stash.layers[0].dz : nullptr;
   b.dlosses = c.take<float>(d.N);
@@ -104,10 +127,10 @@ ModelPartition checked_partition(const GptShape& shape, const ModelPartition& p,
   STRATA_CHECK(shape.n_layer > 0 && shape.d_model % shape.n_head == 0 && slots >= 1 &&
                max_batch >= 1);
   STRATA_CHECK(p.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
-  if (shape.moe.enabled())
-    fail(
-        "device cuda: mixture-of-experts blocks (model.moe) run on the CPU backend only so far; "
-        "use device: cpu");
+  if (shape.moe.enabled() && p.ep_size != 1)
+    fail("device cuda: expert parallelism (parallel.ep ", p.ep_size,
+         ") runs on the CPU backend only so far: the CUDA model holds every expert of its MoE "
+         "blocks (no all-to-all exchange of tokens yet); use parallel.ep 1 or device: cpu");
   STRATA_CHECK(shape.n_head % p.tp_size == 0 && shape.padded_vocab() % p.tp_size == 0,
                "tensor-parallel degree ", p.tp_size, " does not divide the heads and vocabulary");
   STRATA_CHECK(!p.sequence_parallel || (max_batch * shape.seq_len) % p.tp_size == 0,
@@ -149,7 +172,7 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
       activations_(reservation_bytes(dims_of(shape, partition, max_batch, slots), recompute,
                                      split_backward)),
-      scratch_(scratch_bytes(static_cast<std::size_t>(max_batch) * shape.seq_len)),
+      scratch_(scratch_bytes<T>(shape, partition, max_batch)),
       slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
   const Dims d = dims();
@@ -167,6 +190,15 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
   if (partition.tp_size == 1) tp_ = nullptr;
   BufferCarver carver(static_cast<char*>(activations_.allocate(activations_.capacity())));
   activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute, split_backward);
+  if (shape.moe.enabled()) {
+    // Stateless but for where it reaches: the context, the kernels' scratch and the tensor-parallel
+    // group (its gates' gradient all-reduce).
+    moe_ = std::make_unique<CudaMoeLayer<T>>(ctx_, scratch_, shape.d_model, shape.moe, tp_);
+    STRATA_CHECK(moe_->activation_bytes(static_cast<int>(d.N)) == d.moe_bytes);
+    moe_totals_.assign(
+        static_cast<std::size_t>(shape.n_layer) * MoeTotals::stride(shape.moe.experts), 0.0);
+    lay_out_moe_activations();
+  }
   // One block's share over all slots: its input (the residual stream) and what recomputation
   // keeps of it.
   std::size_t per_layer = d.Nr * d.C * sizeof(T);  // the block input
@@ -181,6 +213,20 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
   // Last: the event is the one resource the destructor frees by hand, and the destructor does not
   // run when a constructor throws.
   STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
+}
+
+template <class T>
+void CudaGpt<T>::lay_out_moe_activations() {
+  const Dims d = dims();
+  for (Slot& s : slots_) {
+    s.moe.assign(d.L, CudaMoeActivations<T>{});
+    char* next = s.moe_memory;
+    for (std::size_t l = 0; l < d.L; ++l) {
+      if (!is_moe(static_cast<int>(l))) continue;
+      s.moe[l] = moe_->activations(next, static_cast<int>(d.N));
+      next += d.moe_bytes;
+    }
+  }
 }
 
 template <class T>
@@ -249,7 +295,7 @@ void CudaGpt<T>::upload_tokens(Slot& s, const std::int32_t* tokens, const std::i
 }
 
 template <class T>
-typename CudaGpt<T>::Layer CudaGpt<T>::layer(const Slot& s, int l, bool recomputing) const {
+typename CudaGpt<T>::Layer CudaGpt<T>::layer(Slot& s, int l, bool recomputing) const {
   const Buffers& b = *buffers_;
   const Dims d = dims();
   const bool keep_rest = recompute_ != Recompute::full;
@@ -258,6 +304,10 @@ typename CudaGpt<T>::Layer CudaGpt<T>::layer(const Slot& s, int l, bool recomput
   const GptLayerArrays<T>& attn = keep_attention ? s.kept : b.work;
   const std::size_t r = keep_rest ? static_cast<std::size_t>(l) : 0;
   const std::size_t a = keep_attention ? static_cast<std::size_t>(l) : 0;
+  // The dense MLP's arrays hold only the layers without experts: this one's among them.
+  std::size_t m = 0;
+  for (std::size_t earlier = 0; keep_rest && earlier < r; ++earlier) m += d.moe[earlier] ? 0 : 1;
+  const bool moe = d.moe[static_cast<std::size_t>(l)];
   const std::size_t rows = d.Nr * d.C, full = d.N * d.C;
   auto at = [](auto* base, std::size_t offset) { return base == nullptr ? base : base + offset; };
   Layer x{};
@@ -272,11 +322,12 @@ typename CudaGpt<T>::Layer CudaGpt<T>::layer(const Slot& s, int l, bool recomput
   x.ln1_rstd = rest.ln1_rstd + r * d.Nr;
   x.ln2_mean = rest.ln2_mean + r * d.Nr;
   x.ln2_rstd = rest.ln2_rstd + r * d.Nr;
-  x.fch = rest.fch + r * d.N * d.Hl;
-  x.fch_gelu = rest.fch_gelu + r * d.N * d.Hl;
+  x.fch = moe ? nullptr : rest.fch + m * d.N * d.Hl;
+  x.fch_gelu = moe ? nullptr : rest.fch_gelu + m * d.N * d.Hl;
   x.qkv = attn.qkv + a * d.N * 3 * d.Cl;
   x.atty = attn.atty + a * d.N * d.Cl;
   x.lse = attn.lse + a * d.N * d.NHl;
+  x.moe = moe ? &s.moe[static_cast<std::size_t>(l)] : nullptr;
   return x;
 }
 
@@ -367,6 +418,24 @@ double CudaGpt<T>::loss_sum(int slot) const {
   double sum = 0;
   for (float x : host) sum += x;
   return sum;
+}
+
+template <class T>
+float CudaGpt<T>::moe_loss(int slot) const {
+  STRATA_CHECK(slot >= 0 && slot < slots());
+  float sum = 0;
+  if (!moe_) return sum;
+  for (const CudaMoeActivations<T>& a : slots_[static_cast<std::size_t>(slot)].moe)
+    if (a.tokens > 0) sum += moe_->loss(a);  // dense blocks and unused slots have none
+  return sum;
+}
+
+template <class T>
+void CudaGpt<T>::take_moe_totals(std::vector<double>& totals) {
+  if (!moe_) return;
+  totals.resize(moe_totals_.size(), 0.0);
+  for (std::size_t i = 0; i < totals.size(); ++i) totals[i] += moe_totals_[i];
+  std::fill(moe_totals_.begin(), moe_totals_.end(), 0.0);
 }
 
 template class CudaGpt<float>;

@@ -6,6 +6,10 @@
 //   → atty·Wprojᵀ (partial) → [sum] → x2 = x + · + b and ln2 = LN(x2)   (one fused kernel)
 //   → [gather rows] → h = gelu(ln2·Wfcᵀ + b)  (GELU in the GEMM epilogue) → h·Wprojᵀ (partial)
 //   → [sum] → out = x2 + · + b
+// In an MoE block (model.moe, every `every`-th) the MLP's line is the experts instead, through one
+// CudaMoeLayer (model/moe/moe_layer_cuda.h, stateless like the CPU's MoeLayer):
+//   → [gather rows] → moe(ln2) (router, capacity, experts; this rank's H = 4C/tp columns of every
+//   expert, the proj biases on tp rank 0) → [sum] → out = x2 + ·
 // first stage: x = [sum](wte_shard[tokens]) + wpe; last stage: lnf = LN(x_L) → [gather rows] →
 // logits of this rank's vocabulary rows (N, Vp/tp) = lnf·wte_shardᵀ (head tied to wte) → softmax
 // cross-entropy from shard pieces (row maxima, then sums, combined over the group).
@@ -43,6 +47,15 @@
 // forward (collectives included) into a one-layer workspace. Recomputation runs the forward's own
 // code on the same inputs, so gradients are bitwise unchanged.
 //
+// Mixture of experts (docs/ARCHITECTURE.md §5 "Mixture of experts"), as the CPU model: each slot
+// holds, per MoE block, the experts' activations of its micro-batch (a CudaMoeActivations carved
+// from the same reservation, CudaMoeLayer's activation_bytes for max_batch·seq_len tokens), kept
+// under every recompute mode (a full recompute reruns the block's experts into them, routing
+// included, to the same values). The router losses' gradients enter each MoE block's backward,
+// scaled like the cross-entropy's; losses() stays the cross-entropy alone and moe_loss() gives the
+// router losses. Each MoE forward waits for the stream once (the capacity rule runs on the host).
+// Expert parallelism (partition.ep_size > 1) is refused: the CUDA model holds every expert.
+//
 // Everything is queued on the context's compute stream. Tokens travel through a page-locked
 // staging buffer: the host waits only until the previous micro-batch's tokens have left it (by
 // then that micro-batch's kernels are all queued), for the host-staged tensor-parallel
@@ -57,7 +70,7 @@
 //
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
 // split backward (backward_input, backward_weight, the weight stash, the fused backward routed
-// through the halves) has not run on a GPU yet.
+// through the halves) has not run on a GPU yet. MoE blocks: compiled, never run on a GPU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -78,6 +91,7 @@
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/staged_collectives.h"
+#include "model/moe/moe_layer_cuda.h"
 #include "model/parameter_access.h"
 #include "model/parameter_layout.h"
 
@@ -100,6 +114,7 @@ class CudaGpt {
   // `device_tp` (not owned) carries them device to device (NCCL). `slots`: micro-batches held at
   // once. `split_backward`: each slot keeps a weight stash, so that backward_input and
   // backward_weight may run (zero-bubble pipeline schedules); without it only the fused backward.
+  // Throws for a partition that splits the experts (partition.ep_size > 1: CPU backend only).
   CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
           Collectives* tp, int max_batch, int slots, Recompute recompute,
           DeviceCollectives* device_tp = nullptr, bool split_backward = false);
@@ -181,10 +196,20 @@ class CudaGpt {
   const T* logits(int slot = 0) const;
   // Σ losses of the slot's last pass (copies B·T_ floats to the host and waits for the stream).
   double loss_sum(int slot = 0) const;
+  // The MoE blocks' router losses of the slot's last forward (aux_loss · aux + z_loss · z summed
+  // over this model's MoE blocks; 0 without experts), from the host's copy of the router totals
+  // (no wait): the backward adds their gradients to the cross-entropy's, which losses() holds
+  // alone (Gpt::moe_loss).
+  float moe_loss(int slot = 0) const;
+  // The MoE blocks' routing figures of the backward passes since the last call (MoeTotals over the
+  // model's n_layer blocks: this model's at their layer index), added into `totals`; then counting
+  // starts afresh. Evaluation forwards (no backward) are not counted (Gpt::take_moe_totals).
+  void take_moe_totals(std::vector<double>& totals);
 
   // Device bytes of the activations kept between forward and backward (every slot: the layers,
-  // the head's logits, the weight stash; the recompute workspace), and of one block's share of
-  // them (all slots; without the stash).
+  // the MoE blocks' experts, the head's logits, the weight stash; the recompute workspace), and of
+  // one dense block's share of them (all slots; without the stash; an MoE block keeps its
+  // experts' activations besides).
   std::size_t activation_bytes() const { return activation_bytes_; }
   std::size_t activation_bytes_per_layer() const { return layer_bytes_; }
   // Device bytes this model reserved: activations, backward buffers, kernel scratch and the
@@ -205,7 +230,12 @@ class CudaGpt {
   void upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets, long N);
   SlotLimits slot_limits() const;
   Slot& slot_for(int slot, int B, int T_);
-  Layer layer(const Slot& s, int local_layer, bool recomputing) const;
+  bool is_moe(int local_layer) const {
+    return shape_.moe.is_moe_block(partition_.layer_begin + local_layer);
+  }
+  // Each slot's MoE activations in the block its carve reserved (moe_ built).
+  void lay_out_moe_activations();
+  Layer layer(Slot& s, int local_layer, bool recomputing) const;
   T* stage_residual_output(const Slot& s) const;
   // Tensor `name` in its segment's weights (or gradients) starting at `base`; a block's tensor
   // `tensor` of local layer `local_layer`.
@@ -251,7 +281,7 @@ class CudaGpt {
                             const GptWeightStash<T>& w);
   // The activations layer `local_layer`'s weight half reads: where the slot keeps them, or their
   // copies in `stash` (where it has them), or the workspace (the fused backward's recomputation).
-  Layer weight_inputs(const Slot& s, int local_layer, const GptStashLayer<T>& stash) const;
+  Layer weight_inputs(Slot& s, int local_layer, const GptStashLayer<T>& stash) const;
   void block_backward_weight(Slot& s, Parameters& parameters, int local_layer, const Layer& a,
                              const GptStashLayer<T>& stash);
   void embed_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
@@ -272,8 +302,10 @@ class CudaGpt {
   DeviceArena scratch_;
   std::vector<Slot> slots_;
   std::unique_ptr<Buffers> buffers_;
-  PinnedBuffer<std::int32_t> staging_;  // (2, max_batch·seq_len): tokens, targets
-  cudaEvent_t staging_free_ = nullptr;  // recorded after the copies out of staging_
+  std::unique_ptr<CudaMoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
+  std::vector<double> moe_totals_;        // MoeTotals over n_layer blocks, since take_moe_totals
+  PinnedBuffer<std::int32_t> staging_;    // (2, max_batch·seq_len): tokens, targets
+  cudaEvent_t staging_free_ = nullptr;    // recorded after the copies out of staging_
   std::size_t activation_bytes_ = 0;
   std::size_t layer_bytes_ = 0;
 };

@@ -3,7 +3,8 @@
 // (docs/ARCHITECTURE.md §5, the split backward), run back to back (backward) or apart
 // (backward_input, then backward_weight).
 // Status: ran on an NVIDIA H200 (2026-11-26) as part of gpt_cuda.cu, before this split (a move).
-// The split into input and weight halves has not run on a GPU yet.
+// The split into input and weight halves has not run on a GPU yet; the MoE blocks' backward:
+// compiled, never run on a GPU.
 #include "model/gpt_cuda.h"
 
 #include <algorithm>
@@ -43,6 +44,7 @@ void CudaGpt<T>::backward(int slot, Parameters& parameters, float loss_scale) {
 template <class T>
 void CudaGpt<T>::backward_pass(Slot& s, Parameters& parameters, float loss_scale, bool fused) {
   GptWeightStash<T>& w = buffers_->stash;
+  s.loss_scale = loss_scale;
   if (partition_.has_head) head_backward_input(s, parameters, loss_scale, fused, w);
   // The tied wte takes gradients from the head and from the embedding: one acquisition spans both.
   float* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
@@ -67,6 +69,7 @@ template <class T>
 void CudaGpt<T>::backward_input(int slot, Parameters& parameters, float loss_scale) {
   STRATA_CHECK(split_backward_, "backward_input needs a model built with split_backward");
   Slot& s = backward_slot(slot);
+  s.loss_scale = loss_scale;
   if (partition_.has_head) head_backward_input(s, parameters, loss_scale, false, s.stash);
   for (int l = partition_.layers() - 1; l >= 0; --l)
     block_backward_input(s, parameters, l, s.stash.layers[static_cast<std::size_t>(l)]);
@@ -153,7 +156,8 @@ void CudaGpt<T>::head_backward_weight(Slot& s, Parameters& parameters, float* wt
 // recomputing what the forward dropped. Into `stash`: the gradients of both projections' outputs
 // (all rows), of the fc output (GELU' fused in its GEMM's epilogue), of qkv and of both LayerNorm
 // outputs; and copies of the recomputed activations the weight half reads, where `stash` has room
-// for them (a slot's).
+// for them (a slot's). An MoE block leaves its experts' activation gradients in the slot's
+// CudaMoeActivations instead of dfch (a full recompute has rerun its forward into them first).
 template <class T>
 void CudaGpt<T>::block_backward_input(Slot& s, Parameters& parameters, int l,
                                       GptStashLayer<T>& stash) {
@@ -183,7 +187,7 @@ void CudaGpt<T>::block_backward_input(Slot& s, Parameters& parameters, int l,
   keep(stash.x2, a.x2, rows);
   keep(stash.ln1_full, sequence_parallel_ ? a.ln1_full : a.ln1, full);
   keep(stash.ln2_full, sequence_parallel_ ? a.ln2_full : a.ln2, full);
-  keep(stash.fch_gelu, a.fch_gelu, static_cast<std::size_t>(N) * Hl);
+  keep(stash.fch_gelu, a.fch_gelu, static_cast<std::size_t>(N) * Hl);  // none in an MoE block
   keep(stash.ln1_mean, a.ln1_mean, static_cast<std::size_t>(Nr));
   keep(stash.ln1_rstd, a.ln1_rstd, static_cast<std::size_t>(Nr));
   keep(stash.ln2_mean, a.ln2_mean, static_cast<std::size_t>(Nr));
@@ -191,13 +195,20 @@ void CudaGpt<T>::block_backward_input(Slot& s, Parameters& parameters, int l,
   // Row-parallel partial sums: added in place when rows are not split, else reduce-scattered.
   auto partial_of = [&](T* local) { return sequence_parallel_ ? b.dln : local; };
 
-  // MLP: out = x2 + [sum](h·Wprojᵀ) + b, h = gelu(fch); dres is d(loss)/d(out).
+  // MLP: out = x2 + [sum](h·Wprojᵀ) + b, h = gelu(fch); dres is d(loss)/d(out). Or the experts:
+  // out = x2 + [sum](moe(ln2)), their router losses' gradients scaled like the cross-entropy's.
   gather_rows_into(b.dres, stash.dz, N);  // (N, C)
-  matmul_backward_input(ctx_, stash.dfch, stash.dz, p("mlp.proj.weight"), a.fch, N, Hl,
-                        C);  // d/d(fch): GELU' in the epilogue
   T* dln2_partial = partial_of(stash.dln2);
-  matmul_backward_input(ctx_, dln2_partial, stash.dfch, p("mlp.fc.weight"),
-                        static_cast<const T*>(nullptr), N, C, Hl);
+  if (a.moe != nullptr) {
+    moe_->backward_input(*a.moe, stash.dz, s.loss_scale, p("moe.router.weight"), dln2_partial);
+    MoeTotals::add(moe_totals_.data(), partition_.layer_begin + l, shape_.moe.experts,
+                   a.moe->stats);
+  } else {
+    matmul_backward_input(ctx_, stash.dfch, stash.dz, p("mlp.proj.weight"), a.fch, N, Hl,
+                          C);  // d/d(fch): GELU' in the epilogue
+    matmul_backward_input(ctx_, dln2_partial, stash.dfch, p("mlp.fc.weight"),
+                          static_cast<const T*>(nullptr), N, C, Hl);
+  }
   sum_rows(dln2_partial, stash.dln2, N);  // (Nr, C)
   layernorm_backward_input(b.dres, stash.dln2, a.x2, p("ln2.weight"), a.ln2_mean, a.ln2_rstd, Nr, C,
                            stream);
@@ -217,7 +228,7 @@ void CudaGpt<T>::block_backward_input(Slot& s, Parameters& parameters, int l,
 }
 
 template <class T>
-typename CudaGpt<T>::Layer CudaGpt<T>::weight_inputs(const Slot& s, int l,
+typename CudaGpt<T>::Layer CudaGpt<T>::weight_inputs(Slot& s, int l,
                                                      const GptStashLayer<T>& stash) const {
   Layer a = layer(s, l, true);
   auto from_stash = [](auto*& at, auto* copy) {
@@ -261,10 +272,21 @@ void CudaGpt<T>::block_backward_weight(Slot& s, Parameters& parameters, int l, c
     return nullptr;
   };
 
-  matmul_backward_weight(ctx_, g("mlp.proj.weight"), row_parallel_bias("mlp.proj.bias", stash.dz),
-                         stash.dz, a.fch_gelu, N, Hl, C, scratch_);
-  matmul_backward_weight(ctx_, g("mlp.fc.weight"), g("mlp.fc.bias"), stash.dfch, ln2_full, N, C, Hl,
-                         scratch_);
+  if (a.moe != nullptr) {
+    // The router's weight gradient reads the block's ln2 rows: where this half finds them (the
+    // same values the forward routed; under a split full recompute the stash's copy, the workspace
+    // the forward's pointer names holding another layer by now). The router over this rank's own
+    // rows, the proj biases on the rank whose own rows start at 0 (model/moe/moe_layer.h).
+    a.moe->x = ln2_full;
+    moe_->backward_weight(*a.moe, g("moe.router.weight"),
+                          sequence_parallel_ ? partition_.tp_rank * Nr : 0,
+                          sequence_parallel_ ? Nr : N);
+  } else {
+    matmul_backward_weight(ctx_, g("mlp.proj.weight"), row_parallel_bias("mlp.proj.bias", stash.dz),
+                           stash.dz, a.fch_gelu, N, Hl, C, scratch_);
+    matmul_backward_weight(ctx_, g("mlp.fc.weight"), g("mlp.fc.bias"), stash.dfch, ln2_full, N, C,
+                           Hl, scratch_);
+  }
   layernorm_backward_weight(g("ln2.weight"), g("ln2.bias"), stash.dln2, a.x2, a.ln2_mean,
                             a.ln2_rstd, Nr, C, scratch_, stream);
   matmul_backward_weight(ctx_, g("attn.proj.weight"), row_parallel_bias("attn.proj.bias", stash.dy),

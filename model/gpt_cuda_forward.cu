@@ -1,6 +1,7 @@
 // CudaGpt's forward pass (model/gpt_cuda.h): the embedding, the blocks, the head and the
 // cross-entropy, and the fused forward-backward of a lone stage.
 // Status: ran on an NVIDIA H200 (2026-11-26) as part of gpt_cuda.cu, before this split (a move).
+// The MoE blocks' forward: compiled, never run on a GPU.
 #include "model/gpt_cuda.h"
 
 #include <algorithm>
@@ -75,8 +76,17 @@ void CudaGpt<T>::block_forward(const Layer& a, const T* w, int l, int B, int T_)
   const T* y = sum_rows(partial, buffers_->reduced, N);
   residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p("attn.proj.bias"),
                              p("ln2.weight"), p("ln2.bias"), Nr, C, stream);
-  // MLP: out = x2 + [sum](proj(gelu(fc(ln2)))) + b, GELU in the fc GEMM's epilogue.
   const T* ln2_full = gather_rows(a.ln2, a.ln2_full, N);
+  if (a.moe != nullptr) {
+    // The experts: out = x2 + [sum](moe(ln2)), their proj biases inside (on tp rank 0). The layer
+    // keeps a pointer to its input ln2_full (the slot's, or under full recompute the workspace's)
+    // for the router's weight gradient.
+    moe_->forward(*a.moe, ln2_full, N, T_, p("moe.router.weight"), partial);
+    const T* z = sum_rows(partial, buffers_->reduced, N);
+    residual_bias_forward(a.out, a.x2, z, static_cast<const T*>(nullptr), Nr, C, stream);
+    return;
+  }
+  // MLP: out = x2 + [sum](proj(gelu(fc(ln2)))) + b, GELU in the fc GEMM's epilogue.
   matmul_forward(ctx_, a.fch_gelu, a.fch, ln2_full, p("mlp.fc.weight"), p("mlp.fc.bias"), N, C, Hl);
   matmul_forward(ctx_, partial, static_cast<T*>(nullptr), a.fch_gelu, p("mlp.proj.weight"),
                  static_cast<const T*>(nullptr), N, Hl, C);

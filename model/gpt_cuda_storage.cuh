@@ -5,7 +5,8 @@
 // out and answers the accessors; gpt_cuda_forward.cu and gpt_cuda_backward.cu run the passes.
 // Internal to model/gpt_cuda*.cu.
 // Status: ran on an NVIDIA H200 (2026-11-26) as part of gpt_cuda.cu, before this split (a move).
-// The weight stash (the split backward) has not run on a GPU yet.
+// The weight stash (the split backward) has not run on a GPU yet; the MoE blocks' activations
+// (Slot::moe): compiled, never run on a GPU.
 #pragma once
 
 #include <cstddef>
@@ -40,12 +41,18 @@ class BufferCarver {
 
 // Sizes derived from the shape and the partition: N = B·T rows (max_batch sequences), Nr the
 // rows of the residual stream on this rank (N / tp with sequence parallelism), Cl = C / tp
-// attention channels, Hl = 4C / tp MLP channels, NHl heads and Vl vocabulary rows of this rank.
+// attention channels, Hl = 4C / tp MLP channels, NHl heads and Vl vocabulary rows of this rank;
+// of the stage's L layers, moe_layers are MoE blocks (moe[l]: local layer l is one), each keeping
+// moe_bytes of experts' activations per slot (CudaMoeLayer::activation_bytes for N tokens, a
+// multiple of the arena's alignment; 0 without experts) and no dense MLP arrays.
 template <class T>
 struct CudaGpt<T>::Dims {
   std::size_t L, C, Cl, Hl, NHl, Vl, N, Nr;
   bool sp, embedding, head;
   std::size_t slots;
+  std::vector<bool> moe;
+  std::size_t moe_layers, moe_bytes;
+  std::size_t mlp_layers() const { return L - moe_layers; }
 };
 
 // One block's activations: into a slot's kept per-layer arrays or, for what recomputation drops,
@@ -58,12 +65,15 @@ struct CudaGpt<T>::Layer {
   T *ln1_full, *ln2_full;      // (N, C) gathered rows; null without sequence parallelism
   float *ln1_mean, *ln1_rstd;  // (Nr)
   float *ln2_mean, *ln2_rstd;  // (Nr)
-  T *fch, *fch_gelu;           // (N, Hl) pre-activation and GELU
+  T *fch, *fch_gelu;           // (N, Hl) pre-activation and GELU; null in an MoE block
   T *qkv, *atty;               // (N, 3Cl), (N, Cl)
   float* lse;                  // (B, NHl, T) logsumexp per query row
+  // An MoE block's experts (in the slot under every recompute mode); null for a dense block.
+  CudaMoeActivations<T>* moe;
 };
 
-// Per-layer arrays (a count of layers of each: 0 where recomputation drops them).
+// Per-layer arrays (a count of layers of each: 0 where recomputation drops them; the dense MLP's
+// only for the layers that have one, in their order).
 template <class T>
 struct GptLayerArrays {
   T *ln1 = nullptr, *x2 = nullptr, *ln2 = nullptr, *fch = nullptr, *fch_gelu = nullptr;
@@ -72,9 +82,11 @@ struct GptLayerArrays {
   T *qkv = nullptr, *atty = nullptr;
   float* lse = nullptr;
 
-  // `rest_layers` layers of what `full` drops, `attention_layers` of what `selective` drops.
+  // `rest_layers` layers of what `full` drops, `attention_layers` of what `selective` drops, of
+  // which the dense MLP's for `mlp_layers` (the rest layers without experts).
   template <class D>
-  void carve(BufferCarver& c, std::size_t rest_layers, std::size_t attention_layers, const D& d) {
+  void carve(BufferCarver& c, std::size_t rest_layers, std::size_t attention_layers,
+             std::size_t mlp_layers, const D& d) {
     const std::size_t full_rows = d.sp ? rest_layers * d.N * d.C : 0;
     ln1 = c.take<T>(rest_layers * d.Nr * d.C);
     x2 = c.take<T>(rest_layers * d.Nr * d.C);
@@ -85,8 +97,8 @@ struct GptLayerArrays {
     ln1_rstd = c.take<float>(rest_layers * d.Nr);
     ln2_mean = c.take<float>(rest_layers * d.Nr);
     ln2_rstd = c.take<float>(rest_layers * d.Nr);
-    fch = c.take<T>(rest_layers * d.N * d.Hl);
-    fch_gelu = c.take<T>(rest_layers * d.N * d.Hl);
+    fch = c.take<T>(mlp_layers * d.N * d.Hl);
+    fch_gelu = c.take<T>(mlp_layers * d.N * d.Hl);
     qkv = c.take<T>(attention_layers * d.N * 3 * d.Cl);
     atty = c.take<T>(attention_layers * d.N * d.Cl);
     lse = c.take<float>(attention_layers * d.N * d.NHl);  // (B, NHl, T)
@@ -99,12 +111,13 @@ struct GptLayerArrays {
 // and a split backward's weight half runs after other layers were recomputed into it). Each array
 // is carved on its own, so every layer's pointers have the arena's alignment (cuBLASLt plans are
 // keyed by alignment: the split and fused backwards get the same GEMM algorithms). Row counts as
-// in Dims.
+// in Dims. An MoE block's layer has no dfch nor fch_gelu (its experts' gradients stay in the
+// slot's CudaMoeActivations).
 template <class T>
 struct GptStashLayer {
   T *dz = nullptr, *dy = nullptr;  // (N, C) gradients of the MLP's, attention's projection outputs
                                    // (all rows: gathered with sequence parallelism)
-  T* dfch = nullptr;               // (N, Hl) of the fc output (before GELU)
+  T* dfch = nullptr;               // (N, Hl) of the fc output (before GELU); null: MoE block
   T* dqkv = nullptr;               // (N, 3Cl)
   T *dln1 = nullptr, *dln2 = nullptr;  // (Nr, C) of the LayerNorm outputs
   // Copies: atty (selective and full recompute), the rest (full only); null when not copied.
@@ -114,11 +127,13 @@ struct GptStashLayer {
   T* fch_gelu = nullptr;                       // (N, Hl)
   float *ln1_mean = nullptr, *ln1_rstd = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;  // (Nr)
 
+  // `mlp`: the layer is a dense block's.
   template <class D>
-  void carve(BufferCarver& c, const D& d, bool copy_attention, bool copy_rest) {
+  void carve(BufferCarver& c, const D& d, bool copy_attention, bool copy_rest, bool mlp) {
+    const std::size_t mlp_arrays = mlp ? 1 : 0;
     dz = c.take<T>(d.N * d.C);
     dy = c.take<T>(d.N * d.C);
-    dfch = c.take<T>(d.N * d.Hl);
+    dfch = c.take<T>(mlp_arrays * d.N * d.Hl);
     dqkv = c.take<T>(d.N * 3 * d.Cl);
     dln1 = c.take<T>(d.Nr * d.C);
     dln2 = c.take<T>(d.Nr * d.C);
@@ -127,7 +142,7 @@ struct GptStashLayer {
     x2 = c.take<T>(rest * d.Nr * d.C);
     ln1_full = c.take<T>(rest * d.N * d.C);
     ln2_full = c.take<T>(rest * d.N * d.C);
-    fch_gelu = c.take<T>(rest * d.N * d.Hl);
+    fch_gelu = c.take<T>(rest * mlp_arrays * d.N * d.Hl);
     for (float** stats : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd})
       *stats = c.take<float>(rest * d.Nr);
   }
@@ -144,10 +159,10 @@ struct GptWeightStash {
   T* dembed = nullptr;  // (N, C)
 
   template <class D>
-  void carve(BufferCarver& c, const D& d, std::size_t layer_count, bool copy_attention,
-             bool copy_rest) {
-    layers.resize(layer_count);
-    for (GptStashLayer<T>& layer : layers) layer.carve(c, d, copy_attention, copy_rest);
+  void carve(BufferCarver& c, const D& d, bool copy_attention, bool copy_rest) {
+    layers.resize(d.L);
+    for (std::size_t l = 0; l < d.L; ++l)
+      layers[l].carve(c, d, copy_attention, copy_rest, !d.moe[l]);
     dlnf = c.take<T>(d.head ? d.Nr * d.C : 0);
     dembed = c.take<T>(d.embedding ? d.N * d.C : 0);
   }
@@ -167,6 +182,11 @@ struct CudaGpt<T>::Slot : SlotState {
   // (3, N) cross-entropy row statistics: max, Σ exp, target logit (kept for a later backward).
   float* ce_stats = nullptr;
   GptWeightStash<T> stash;  // split backward only: from the input half to the weight half
+  // (moe_layers, moe_bytes): the MoE blocks' activations, in layer order; and per local layer an
+  // MoE block's CudaMoeActivations over its part (default, empty, for a dense block).
+  char* moe_memory = nullptr;
+  std::vector<CudaMoeActivations<T>> moe;
+  float loss_scale = 1;  // of the backward under way: the router losses' gradients take it too
 };
 
 // Shared by every slot: the recomputation workspace, the partial results of row-parallel layers

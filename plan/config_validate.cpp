@@ -168,8 +168,8 @@ void validate_expert_parallelism(const Config& c, const Rules& rules) {
                "the whole data-parallel group by node, do not run with it yet");
   if (c.device == Device::cuda)
     rules.fail("parallel.ep", "(", p.ep,
-               ") runs on the CPU backend only so far (the CUDA model has no experts): use "
-               "device: cpu");
+               ") runs on the CPU backend only so far (the CUDA model holds every expert of its "
+               "MoE blocks on each rank): use device: cpu or parallel.ep 1");
 }
 
 void validate_parallel(const Config& c, const Rules& rules) {

@@ -4,6 +4,7 @@
 #include "model/moe/moe_layer_cuda.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "model/core/error.h"
@@ -81,12 +82,14 @@ CudaMoeLayer<T>::CudaMoeLayer(DeviceContext& ctx, DeviceArena& scratch, int d_mo
 }
 
 template <class T>
-std::size_t CudaMoeLayer<T>::activation_bytes(int max_tokens) const {
+std::size_t CudaMoeLayer<T>::activation_bytes(int d_model, int tp_size, const MoeConfig& config,
+                                              int max_tokens) {
   std::size_t bytes = 0;
   CudaMoeActivations<T> a;
-  lay_out(a, static_cast<std::size_t>(max_tokens), static_cast<std::size_t>(config_.top_k),
-          static_cast<std::size_t>(config_.experts), static_cast<std::size_t>(C_),
-          static_cast<std::size_t>(H_), [&](std::size_t count, std::size_t size) -> void* {
+  lay_out(a, static_cast<std::size_t>(max_tokens), static_cast<std::size_t>(config.top_k),
+          static_cast<std::size_t>(config.experts), static_cast<std::size_t>(d_model),
+          static_cast<std::size_t>(4 * d_model / tp_size),
+          [&](std::size_t count, std::size_t size) -> void* {
             bytes += aligned_bytes(count * size);
             return nullptr;
           });
@@ -94,11 +97,18 @@ std::size_t CudaMoeLayer<T>::activation_bytes(int max_tokens) const {
 }
 
 template <class T>
-std::size_t CudaMoeLayer<T>::scratch_bytes(int max_tokens) const {
+std::size_t CudaMoeLayer<T>::activation_bytes(int max_tokens) const {
+  return activation_bytes(C_, tp_size(), config_, max_tokens);
+}
+
+template <class T>
+std::size_t CudaMoeLayer<T>::scratch_bytes(int d_model, int tp_size, const MoeConfig& config,
+                                           int max_tokens) {
   const std::size_t N = static_cast<std::size_t>(max_tokens);
-  const std::size_t k = static_cast<std::size_t>(config_.top_k);
-  const std::size_t E = static_cast<std::size_t>(config_.experts);
-  const std::size_t C = static_cast<std::size_t>(C_), H = static_cast<std::size_t>(H_);
+  const std::size_t k = static_cast<std::size_t>(config.top_k);
+  const std::size_t E = static_cast<std::size_t>(config.experts);
+  const std::size_t C = static_cast<std::size_t>(d_model);
+  const std::size_t H = static_cast<std::size_t>(4 * d_model / tp_size);
   const std::size_t forward = aligned_bytes(N * E * sizeof(float));  // the logits
   // dgates, dxe, dp
   const std::size_t input = aligned_bytes(N * k * sizeof(float)) +
@@ -115,14 +125,32 @@ std::size_t CudaMoeLayer<T>::scratch_bytes(int max_tokens) const {
 }
 
 template <class T>
+std::size_t CudaMoeLayer<T>::scratch_bytes(int max_tokens) const {
+  return scratch_bytes(C_, tp_size(), config_, max_tokens);
+}
+
+template <class T>
 CudaMoeActivations<T> CudaMoeLayer<T>::activations(DeviceArena& arena, int max_tokens) const {
   STRATA_CHECK(max_tokens >= 1, "MoE activations for ", max_tokens, " tokens");
+  return activations(arena.allocate(activation_bytes(max_tokens)), max_tokens);
+}
+
+template <class T>
+CudaMoeActivations<T> CudaMoeLayer<T>::activations(void* base, int max_tokens) const {
+  constexpr std::size_t align = DeviceArena::kDefaultAlignment;
+  STRATA_CHECK(max_tokens >= 1, "MoE activations for ", max_tokens, " tokens");
+  STRATA_CHECK(base != nullptr && reinterpret_cast<std::uintptr_t>(base) % align == 0,
+               "MoE activations need a block at the arena's alignment of ", align, " bytes");
   CudaMoeActivations<T> a;
   a.max_tokens = max_tokens;
+  char* next = static_cast<char*>(base);
   lay_out(a, static_cast<std::size_t>(max_tokens), static_cast<std::size_t>(config_.top_k),
           static_cast<std::size_t>(config_.experts), static_cast<std::size_t>(C_),
-          static_cast<std::size_t>(H_),
-          [&](std::size_t count, std::size_t size) { return arena.allocate(count * size); });
+          static_cast<std::size_t>(H_), [&](std::size_t count, std::size_t size) -> void* {
+            void* at = next;
+            next += aligned_bytes(count * size);
+            return at;
+          });
   return a;
 }
 

@@ -102,12 +102,23 @@ class CudaMoeLayer {
 
   int hidden() const { return H_; }
   const MoeWeightOffsets& offsets() const { return at_; }
-  // Device bytes of one CudaMoeActivations for max_tokens tokens (with the arena's alignment).
+  // Device bytes of one CudaMoeActivations for max_tokens tokens (each array at the arena's
+  // alignment, so a multiple of it).
   std::size_t activation_bytes(int max_tokens) const;
   // The most scratch one call takes for max_tokens tokens.
   std::size_t scratch_bytes(int max_tokens) const;
+  // The same two for a layer of d_model channels whose experts are split over tp_size ranks,
+  // before one exists (a model sizing its reservations at construction).
+  static std::size_t activation_bytes(int d_model, int tp_size, const MoeConfig& config,
+                                      int max_tokens);
+  static std::size_t scratch_bytes(int d_model, int tp_size, const MoeConfig& config,
+                                   int max_tokens);
   // Activations for at most max_tokens tokens, allocated from `arena`.
   CudaMoeActivations<T> activations(DeviceArena& arena, int max_tokens) const;
+  // The same laid out from `base`: activation_bytes(max_tokens) device bytes at the arena's
+  // alignment that the caller reserved (a block of a model's one activation reservation), in the
+  // order the arena would hand them out.
+  CudaMoeActivations<T> activations(void* base, int max_tokens) const;
 
   // Forward of x (N, C), N / seq_len whole sequences (capacity groups as the CPU's): y (N, C) is
   // overwritten with this rank's part of the experts' weighted outputs (no residual). `weights`
@@ -129,6 +140,7 @@ class CudaMoeLayer {
 
  private:
   bool bias_rank() const { return tp_ == nullptr || tp_->rank() == 0; }
+  int tp_size() const { return tp_ != nullptr ? tp_->size() : 1; }
   DeviceContext& ctx_;
   DeviceArena& scratch_;
   int C_, H_;

@@ -6,10 +6,16 @@
 // run with backward_input (B) of both micro-batches first and backward_weight (W) of both after, as
 // a zero-bubble schedule does. The per-position losses, the gradient each stage hands to the
 // previous one and every rank's parameter gradients must be bitwise equal: the halves are the
-// fused backward's own kernel calls on the same values. Also: the slot state refuses a forward
-// into a slot whose W is pending, a W without its B, and B on a model built without the stash.
+// fused backward's own kernel calls on the same values. The same for a model with a
+// mixture-of-experts block (test_experts(): block 1 of 3), whose backward_weight reads the experts'
+// activation gradients its backward_input left in the slot, and under a full recompute the copy of
+// the block's LayerNorm output in the stash (the workspace holding another layer by then); its
+// router losses and routing figures must be bitwise equal too. Also: the slot state refuses a
+// forward into a slot whose W is pending, a W without its B, and B on a model built without the
+// stash.
 //
-// Status: written without a GPU (2026-11-27); has not run yet.
+// Status: written without a GPU (2026-11-27); has not run yet. The mixture-of-experts cases:
+// compiled, never run on a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -34,8 +40,11 @@ namespace {
 
 using namespace testing;
 
-// As gpt_partition_test.cu: 3 layers, 4 heads of 16, T 9, vocabulary 37 padded to 128.
+// As gpt_partition_test.cu: 3 layers, 4 heads of 16, T 9, vocabulary 37 padded to 128; and the
+// same with experts in block 1 (the MoE block in the first stage of {0, 2}, {2, 3} and in the
+// second of {0, 1}, {1, 3}).
 const GptShape kShape{3, 4, 64, 9, 37};
+const GptShape kMoeShape{3, 4, 64, 9, 37, test_experts()};
 constexpr int kBatch = 4;  // B·T = 36 rows: divisible by tp 2 (sequence parallelism)
 constexpr int kMicroBatches = 2;
 
@@ -58,13 +67,15 @@ struct Result {
   std::vector<std::vector<float>>
       input_grads;                        // [(stage, rank, micro-batch)] stages after the first
   std::vector<std::vector<float>> grads;  // [(stage, rank)] the rank's gradient buffer
+  // [(stage, rank)] the router losses of each micro-batch, then the routing figures (MoeTotals)
+  std::vector<std::vector<double>> moe;
 };
 
 template <class T>
-Result run(const Layout& layout, Recompute recompute, bool split, const std::vector<float>& params,
-           const std::vector<Batch>& batches) {
+Result run(const GptShape& shape, const Layout& layout, Recompute recompute, bool split,
+           const std::vector<float>& params, const std::vector<Batch>& batches) {
   PartitionedRanks<T> ranks(
-      kShape, {layout.tp, layout.sequence_parallel, layout.stage_layers, recompute, split}, kBatch,
+      shape, {layout.tp, layout.sequence_parallel, layout.stage_layers, recompute, split}, kBatch,
       kMicroBatches, params);
   using Rank = typename PartitionedRanks<T>::Rank;
   const int stages = ranks.stages();
@@ -90,7 +101,14 @@ Result run(const Layout& layout, Recompute recompute, bool split, const std::vec
       for (int s = stages - 1; s >= 0; --s)
         ranks.run(s, [&](int, Rank& me) { me.model->backward_weight(mb, *me.parameters); });
   for (int s = 0; s < stages; ++s)
-    for (int r = 0; r < layout.tp; ++r) result.grads.push_back(ranks.at(s, r).grads->download());
+    for (int r = 0; r < layout.tp; ++r) {
+      result.grads.push_back(ranks.at(s, r).grads->download());
+      CudaGpt<T>& model = *ranks.at(s, r).model;
+      std::vector<double> moe;
+      for (int mb = 0; mb < kMicroBatches; ++mb) moe.push_back(model.moe_loss(mb));
+      model.take_moe_totals(moe);
+      result.moe.push_back(moe);
+    }
   return result;
 }
 
@@ -117,18 +135,23 @@ TYPED_TEST_SUITE(GptSplitBackward, SplitDtypes, DtypeName);
 
 TYPED_TEST(GptSplitBackward, IsBitwiseTheFusedBackward) {
   std::mt19937_64 rng = test_rng();
-  const std::vector<float> params = random_parameters(kShape, rng);
-  const std::vector<Batch> batches = random_batches(
-      kMicroBatches, kShape.vocab_size, static_cast<std::size_t>(kBatch) * kShape.seq_len, rng);
-  for (const Layout& layout : kLayouts)
-    for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
-      SCOPED_TRACE(layout.name() + " recompute " + recompute_name(recompute));
-      const Result fused = run<TypeParam>(layout, recompute, false, params, batches);
-      const Result split = run<TypeParam>(layout, recompute, true, params, batches);
-      expect_bitwise(split.losses, fused.losses, "losses of micro-batch");
-      expect_bitwise(split.input_grads, fused.input_grads, "input gradient (stage, rank, mb)");
-      expect_bitwise(split.grads, fused.grads, "parameter gradients of (stage, rank)");
-    }
+  for (const GptShape& shape : {kShape, kMoeShape}) {
+    std::vector<float> params = random_parameters(shape, rng);
+    if (shape.moe.enabled()) sharpen_routers(shape, params);
+    const std::vector<Batch> batches = random_batches(
+        kMicroBatches, shape.vocab_size, static_cast<std::size_t>(kBatch) * shape.seq_len, rng);
+    for (const Layout& layout : kLayouts)
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+        SCOPED_TRACE(std::string(shape.moe.enabled() ? "moe " : "") + layout.name() +
+                     " recompute " + recompute_name(recompute));
+        const Result fused = run<TypeParam>(shape, layout, recompute, false, params, batches);
+        const Result split = run<TypeParam>(shape, layout, recompute, true, params, batches);
+        expect_bitwise(split.losses, fused.losses, "losses of micro-batch");
+        expect_bitwise(split.input_grads, fused.input_grads, "input gradient (stage, rank, mb)");
+        expect_bitwise(split.grads, fused.grads, "parameter gradients of (stage, rank)");
+        EXPECT_EQ(split.moe, fused.moe) << "router losses and routing figures";
+      }
+  }
 }
 
 TEST(GptSplitBackwardSlots, RefusesOutOfOrder) {

@@ -4,12 +4,17 @@
 // recompute modes, one whole training step (norm, clipping, AdamW) and the evaluation logits.
 // Shapes cover attention head sizes 16, 32, 48, 64 and 128, T not a multiple of the attention tile
 // rows (32 fp32, 64 bf16/fp16), B·T and the vocabulary not multiples of 128 (padded vocab rows).
+// A mixture-of-experts model (test_experts(): blocks 1 and 3 of 4 with 4 experts, top-2, a
+// capacity that drops choices, both router losses) in fp32: losses, router losses, the routing
+// figures (exactly) and every gradient against the CPU model, its recompute modes bitwise none,
+// and its evaluation forward.
 //
 // Tolerances (relative error norm, cuda_test_support.h): fp32 1e-5 per tensor, as for one op: the
 // device runs the CPU model's op order, only accumulation orders differ. bf16/fp16: see
 // ReducedPrecisionMatchesEmulatingCpu.
 //
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
+// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
+// mixture-of-experts cases (CudaGptMoe*): compiled, never run on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,23 +71,29 @@ Batch random_batch(const Case& c, std::mt19937_64& rng) {
   return testing::random_batch(c.shape.vocab_size, static_cast<std::size_t>(c.B) * c.T, rng);
 }
 
-// Per micro-batch: mean and per-position losses; the gradients accumulated over all of them.
+// Per micro-batch: mean and per-position losses and the router losses (0 without experts); the
+// gradients accumulated over all of them, and the MoE blocks' routing figures (MoeTotals; empty
+// without experts).
 struct Passes {
   std::vector<double> mean_loss;
   std::vector<std::vector<float>> losses;
   std::vector<float> grads;
+  std::vector<double> moe_loss;
+  std::vector<double> moe_totals;
 };
 
 Passes run_cpu(const Case& c, const GptOptions& options, const std::vector<float>& params,
                const std::vector<Batch>& batches, float loss_scale) {
   Gpt<float> model(c.shape, c.B, options);
-  Passes run{{}, {}, std::vector<float>(params.size(), 0.0f)};
+  Passes run{{}, {}, std::vector<float>(params.size(), 0.0f), {}, {}};
   for (const Batch& b : batches) {
     run.mean_loss.push_back(
         model.forward(params.data(), b.tokens.data(), b.targets.data(), c.B, c.T));
     run.losses.emplace_back(model.losses(), model.losses() + c.B * c.T);
+    run.moe_loss.push_back(model.moe_loss());
     model.backward(params.data(), run.grads.data(), loss_scale);
   }
+  model.take_moe_totals(run.moe_totals);
   return run;
 }
 
@@ -100,7 +111,9 @@ Passes run_device(DeviceContext& ctx, const Case& c, Recompute recompute,
                            loss_scale);
     run.mean_loss.push_back(model.loss_sum() / (c.B * c.T));
     run.losses.push_back(download(model.losses(), static_cast<std::size_t>(c.B) * c.T));
+    run.moe_loss.push_back(model.moe_loss());
   }
+  model.take_moe_totals(run.moe_totals);
   run.grads = grads.download();
   if (activation_bytes != nullptr) *activation_bytes = model.activation_bytes();
   return run;
@@ -126,7 +139,10 @@ void expect_run_near(const Passes& got, const Passes& want, const Case& c, doubl
         << c.name() << " micro-batch " << i;
     EXPECT_LT(relative_error(got.losses[i], want.losses[i]), loss_tolerance)
         << c.name() << " micro-batch " << i;
+    EXPECT_NEAR(got.moe_loss[i], want.moe_loss[i], loss_tolerance * std::abs(want.moe_loss[i]))
+        << c.name() << " router losses of micro-batch " << i;
   }
+  expect_same_routing(got.moe_totals, want.moe_totals, c.shape, loss_tolerance, c.name());
   expect_gradients_near(ParameterLayout::for_gpt(c.shape), got.grads, want.grads, grad_tolerance,
                         c.name());
 }
@@ -193,6 +209,19 @@ std::size_t bitwise_differences(const std::vector<float>& a, const std::vector<f
   return count;
 }
 
+// Losses, gradients, router losses and routing figures of the recompute modes, bit for bit.
+void expect_recompute_bitwise(const Case& c, const Passes& none, const Passes& selective,
+                              const Passes& full) {
+  for (const Passes* run : {&selective, &full}) {
+    const char* mode = run == &full ? " full" : " selective";
+    for (std::size_t i = 0; i < none.losses.size(); ++i)
+      EXPECT_EQ(bitwise_differences(run->losses[i], none.losses[i]), 0u) << c.name() << mode;
+    EXPECT_EQ(bitwise_differences(run->grads, none.grads), 0u) << c.name() << mode;
+    EXPECT_EQ(run->moe_loss, none.moe_loss) << c.name() << mode;
+    EXPECT_EQ(run->moe_totals, none.moe_totals) << c.name() << mode;
+  }
+}
+
 // Recomputation reruns the forward's own kernels on the same inputs, so losses and gradients are
 // bitwise those of `none`; memory shrinks none > selective > full with two layers (the one-layer
 // workspace is paid back by the layers that drop their activations).
@@ -208,12 +237,7 @@ TYPED_TEST(CudaGptRecompute, SelectiveAndFullAreBitwiseNoneInLessMemory) {
     const Passes selective =
         run_device<T>(ctx, c, Recompute::selective, params, batches, 0.5f, &bytes_selective);
     const Passes full = run_device<T>(ctx, c, Recompute::full, params, batches, 0.5f, &bytes_full);
-    for (const Passes* run : {&selective, &full}) {
-      const char* mode = run == &full ? " full" : " selective";
-      for (std::size_t i = 0; i < none.losses.size(); ++i)
-        EXPECT_EQ(bitwise_differences(run->losses[i], none.losses[i]), 0u) << c.name() << mode;
-      EXPECT_EQ(bitwise_differences(run->grads, none.grads), 0u) << c.name() << mode;
-    }
+    expect_recompute_bitwise(c, none, selective, full);
     EXPECT_GT(bytes_none, bytes_selective) << c.name();
     EXPECT_GT(bytes_selective, bytes_full) << c.name();
   }
@@ -317,6 +341,99 @@ TEST(CudaGpt, Fp32EvalForwardMatchesCpu) {
         << c.name();
     EXPECT_NEAR(model.loss_sum() / rows, want_loss, kFp32Tolerance * want_loss) << c.name();
   }
+}
+
+// The mixture-of-experts model: 4 layers, blocks 1 and 3 with experts (test_experts()), 4 heads of
+// 16, T 13 < seq_len 16 (capacity ceil(2·13/4) = 7 choices per expert and sequence), B·T = 39.
+const Case& moe_case() {
+  static const Case c{GptShape(4, 4, 64, 16, 100, test_experts()), 3, 13};
+  return c;
+}
+
+// Its inputs, from a fixed seed rather than the test's name: every comparison with the CPU needs
+// both sides to route every token alike, so no token's second and third probabilities may lie
+// within the backends' fp32 differences (~1e-6). With seed 3 the smallest such gap over both
+// micro-batches and both MoE blocks is 1.5e-3 on the CPU, and the capacity drops 120 of the 312
+// choices (measured on the CPU model).
+struct MoeInputs {
+  std::vector<float> params;
+  std::vector<Batch> batches;
+};
+
+MoeInputs moe_inputs() {
+  constexpr std::uint64_t kSeed = 3;
+  const Case& c = moe_case();
+  std::mt19937_64 rng(kSeed);
+  MoeInputs in;
+  in.params = random_parameters(c.shape, rng);
+  sharpen_routers(c.shape, in.params);
+  in.batches = random_batches(2, c.shape.vocab_size, static_cast<std::size_t>(c.B) * c.T, rng);
+  return in;
+}
+
+// Two accumulated micro-batches at loss scale 0.5, as Fp32LossesAndGradientsMatchCpu: the router
+// losses' gradients must take the scale too. Losses, router losses and every gradient (the
+// routers' and each expert's four tensors among them) to the fp32 bound; the routing exactly.
+TEST(CudaGptMoe, Fp32LossesAndGradientsMatchCpu) {
+  DeviceContext ctx;
+  const Case& c = moe_case();
+  const MoeInputs in = moe_inputs();
+  const Passes want = run_cpu(c, GptOptions{}, in.params, in.batches, 0.5f);
+  const Passes got = run_device<float>(ctx, c, Recompute::none, in.params, in.batches, 0.5f);
+  ASSERT_FALSE(want.moe_totals.empty());
+  double dropped = 0;
+  const std::size_t stride = MoeTotals::stride(c.shape.moe.experts);
+  for (int l = 0; l < c.shape.n_layer; ++l)
+    dropped += want.moe_totals[static_cast<std::size_t>(l) * stride + MoeTotals::dropped];
+  EXPECT_GT(dropped, 0) << "the capacity should drop some choices";
+  EXPECT_GT(want.moe_loss[0], 0) << "both router losses are on";
+  expect_run_near(got, want, c, kFp32Tolerance, kFp32Tolerance);
+}
+
+template <class T>
+class CudaGptMoeRecompute : public ::testing::Test {};
+TYPED_TEST_SUITE(CudaGptMoeRecompute, RecomputeDtypes, DtypeName);
+
+// The experts' activations stay in the slot under every mode; a full recompute reruns the MoE
+// forward into them (routing, its host synchronisation and the capacity rule included) before the
+// block's backward. The same bits in every mode.
+TYPED_TEST(CudaGptMoeRecompute, SelectiveAndFullAreBitwiseNone) {
+  using T = TypeParam;
+  DeviceContext ctx;
+  const Case& c = moe_case();
+  MoeInputs in = moe_inputs();
+  in.params = rounded<T>(in.params);
+  std::size_t bytes_none = 0, bytes_full = 0;
+  const Passes none =
+      run_device<T>(ctx, c, Recompute::none, in.params, in.batches, 0.5f, &bytes_none);
+  const Passes selective = run_device<T>(ctx, c, Recompute::selective, in.params, in.batches, 0.5f);
+  const Passes full =
+      run_device<T>(ctx, c, Recompute::full, in.params, in.batches, 0.5f, &bytes_full);
+  expect_recompute_bitwise(c, none, selective, full);
+  EXPECT_GT(bytes_none, bytes_full) << c.name();
+}
+
+// Evaluation: B below max_batch (MoE activations sized for more tokens than it routes), losses and
+// router losses as the CPU's; an evaluation forward is not counted in the routing figures.
+TEST(CudaGptMoe, Fp32EvalForwardMatchesCpu) {
+  DeviceContext ctx;
+  const Case& c = moe_case();
+  const MoeInputs in = moe_inputs();
+  const Batch& batch = in.batches[0];
+  const std::size_t rows = static_cast<std::size_t>(c.B) * c.T;
+  Gpt<float> cpu_model(c.shape, c.B);
+  CudaGpt<float> model(ctx, c.shape, c.B + 1, Recompute::none);
+  DeviceBuffer<float> weights(in.params);
+  const float want_loss =
+      cpu_model.forward(in.params.data(), batch.tokens.data(), batch.targets.data(), c.B, c.T);
+  const std::vector<float> want_losses(cpu_model.losses(), cpu_model.losses() + rows);
+  model.forward(weights.get(), batch.tokens.data(), batch.targets.data(), c.B, c.T);
+  EXPECT_LT(relative_error(download(model.losses(), rows), want_losses), kFp32Tolerance);
+  EXPECT_NEAR(model.loss_sum() / rows, want_loss, kFp32Tolerance * want_loss);
+  EXPECT_NEAR(model.moe_loss(), cpu_model.moe_loss(), kFp32Tolerance * cpu_model.moe_loss());
+  std::vector<double> totals;
+  model.take_moe_totals(totals);
+  for (double t : totals) EXPECT_EQ(t, 0.0) << "an evaluation forward counted in the totals";
 }
 
 }  // namespace

@@ -4,13 +4,17 @@
 // recomputation, train the fp32 run of one CPU process (loss and val_loss per step within 1e-4
 // relative, the bound between CPU layouts); a bf16 layout trains the bf16 run of one CUDA process;
 // and a checkpoint written by a CUDA layout resumes on the CPU at another layout and continues the
-// same run. ZeRO stages 1-3 and ZeRO++ on the device follow the CPU process too. On a machine with
-// one GPU all ranks share it through host-staged collectives (NCCL needs a GPU per rank) and NCCL
-// itself runs over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
+// same run. ZeRO stages 1-3 and ZeRO++ on the device follow the CPU process too. A
+// mixture-of-experts model (as tests/mpi/moe_layouts_test.cpp's) on the device trains the CPU
+// process's run with the same routing figures in its metrics, alone and under tp 2 with sequence
+// parallelism, pp 2 with zb-h1 and full recomputation, and dp 2. On a machine with one GPU all
+// ranks share it through host-staged collectives (NCCL needs a GPU per rank) and NCCL itself runs
+// over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
 // Status: passed on an NVIDIA H200 (2026-11-26), all ranks on the one GPU; the zb-h1, zb-h2,
-// interleaved and zbv layouts (added 2026-11-27) have not run on a GPU yet.
+// interleaved and zbv layouts (added 2026-11-27) have not run on a GPU yet, nor has the
+// mixture-of-experts case (compiled only).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -107,6 +111,38 @@ TEST_F(CudaLayouts, ZeroStagesTrainTheRunOfOneCpuProcess) {
                                     " --set parallel.zero.hierarchical_partition=true"
                                     " --set parallel.zero.quantized_gradients=true");
   expect_close(metric(run, "loss"), reference, 0, "loss", 1e-2);
+}
+
+// Mixture of experts on the device: 4 experts in blocks 1 and 3 (top-2, a capacity that drops
+// choices, both router losses), as tests/mpi/moe_layouts_test.cpp trains them on the CPU. The loss
+// and val_loss per step within 1e-4 of the CPU process's, and the routing figures of the last
+// step's metrics line (router losses within 1e-4, the dropped fraction and the assignments per
+// expert exactly: the same tokens went to the same experts).
+TEST_F(CudaLayouts, MixtureOfExpertsTrainsTheRunOfOneCpuProcess) {
+  const std::string experts =
+      " --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.every=2"
+      " --set model.moe.capacity_factor=1.0 --set model.moe.aux_loss=0.05"
+      " --set model.moe.z_loss=0.01";
+  const std::string cpu_run = train(*dir_, reference(), "moe_cpu", experts);
+  ASSERT_EQ(metric(cpu_run, "loss").size(), 20u);
+  EXPECT_GT(testing::logged(cpu_run, 20, "\"dropped_fraction\": "), 0.0)
+      << "the capacity should drop some choices";
+  for (Layout layout : {Layout{}, Layout{1, 2, 1, "1f1b", true},
+                        Layout{1, 1, 2, "zb-h1", false, "full"}, Layout{2, 1, 1}}) {
+    layout.device = "cuda";
+    SCOPED_TRACE(layout.name());
+    const std::string run = train(*dir_, layout, "moe_" + layout.name(), experts);
+    expect_close(metric(run, "loss"), metric(cpu_run, "loss"), 0, "loss", 1e-4);
+    expect_close(metric(run, "val_loss"), metric(cpu_run, "val_loss"), 0, "val_loss", 1e-4);
+    EXPECT_FALSE(metric(run, "device_mib").empty()) << "the run did not train on the GPU";
+    for (const std::string key :
+         {"\"h.1\": {\"aux_loss\": ", "\"h.3\": {\"aux_loss\": ", "\"z_loss\": "}) {
+      const double expected = testing::logged(cpu_run, 20, key);
+      EXPECT_NEAR(testing::logged(run, 20, key), expected, 1e-4 * std::abs(expected)) << key;
+    }
+    for (const std::string key : {"\"dropped_fraction\": ", "\"tokens_per_expert\": ["})
+      EXPECT_EQ(testing::logged(run, 20, key), testing::logged(cpu_run, 20, key)) << key;
+  }
 }
 
 // DiLoCo on the device: the outer step reads and writes the master weights through the backend.

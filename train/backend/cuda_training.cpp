@@ -1,7 +1,7 @@
 // CudaTraining on the CUDA backend (built only with CUDA; cuda_training_absent.cpp otherwise).
 // Status: ran on an NVIDIA H200 (2026-11-26); its NCCL path between several GPUs never has, nor
 // have the schedules that split the backward (zb-h1, zb-h2, zbv) or hold several chunks per rank
-// (interleaved, zbv: one CudaGpt per chunk).
+// (interleaved, zbv: one CudaGpt per chunk), nor a model with MoE blocks (take_moe_totals).
 #include "train/backend/cuda_training.h"
 
 #include <cuda_bf16.h>
@@ -283,6 +283,12 @@ class CudaTrainingOf final : public TrainingBackend {
   PipelineExecutor::Timing pipeline_timing() const override { return executor_->timing(); }
 
   void synchronize() override { ctx_.synchronize(); }
+
+  std::vector<double> take_moe_totals() override {
+    std::vector<double> totals;
+    for (const auto& model : models_) model->take_moe_totals(totals);
+    return totals;
+  }
 
   std::size_t activation_bytes() const override {
     std::size_t bytes = 0;

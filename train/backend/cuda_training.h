@@ -8,7 +8,10 @@
 // of squares, read once per step: the skip decision for non-finite steps needs the norm) and what
 // crosses ranks.
 //
-// Every layout of the CPU backend runs here too. Tensor parallelism runs inside the model;
+// Every layout of the CPU backend runs here too but expert parallelism (parallel.ep > 1: refused by
+// the config's validation; MoE blocks run with every expert on each rank, split over tp like the
+// MLP, and their routing figures reach the metrics through take_moe_totals). Tensor parallelism
+// runs inside the model;
 // pipeline parallelism runs the stage through the PipelineExecutor, boundary activations crossing
 // the host as fp32; a lone stage trains in the model's fused forward-backward pass. The reduction
 // plan runs on the device over NCCL (BackendPlacement::nccl: GPU to GPU and asynchronous, every
@@ -71,9 +74,10 @@ int place_on_gpu(BackendPlacement& placement, const Config& config, int world_ra
                  Communicator& team, int pp_size);
 
 // Decides where a run trains: Device::cpu or Device::cuda, from `device` (cpu | cuda | auto), the
-// shape and the devices present. auto picks cuda when a device is usable and the backend supports
-// the shape; cuda without a device, or with a shape it does not support, is an error, and so is
-// auto falling back to the CPU when parallel.device_comm asks for NCCL.
+// shape and the devices present. auto picks cuda when a device is usable, the backend supports
+// the shape and no experts are split over ranks (parallel.ep 1); cuda without a device, or with a
+// shape it does not support, is an error, and so is auto falling back to the CPU when
+// parallel.device_comm asks for NCCL.
 Device resolve_device(const Config& config, const GptShape& shape);
 
 }  // namespace strata
