@@ -17,7 +17,8 @@
 // totals) to the host, waits for the stream once, calls the CPU's own route_tokens (identical
 // drops on every backend and layout), and copies the kept assignments back. That is one stream
 // synchronisation per MoE layer per forward pass; backward_input and backward_weight never wait
-// (but for a host-staged tensor-parallel all-reduce of the gates' gradient).
+// (but for a host-staged tensor-parallel all-reduce of the gates' gradient and, under expert
+// parallelism, the exchange below).
 //
 // Dtypes: T (float, __nv_bfloat16, __half) for the weights, x, y, dy, dx and the experts'
 // activations; fp32 for the router (probabilities, logsumexps, gates, their gradients and the

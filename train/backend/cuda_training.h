@@ -76,10 +76,10 @@ int place_on_gpu(BackendPlacement& placement, const Config& config, int world_ra
                  Communicator& team, int pp_size);
 
 // Decides where a run trains: Device::cpu or Device::cuda, from `device` (cpu | cuda | auto), the
-// shape and the devices present. auto picks cuda when a device is usable, the backend supports
-// the shape and no experts are split over ranks (parallel.ep 1); cuda without a device, or with a
-// shape it does not support, is an error, and so is auto falling back to the CPU when
-// parallel.device_comm asks for NCCL.
+// shape and the devices present. auto picks cuda when a device is usable and the backend supports
+// the shape (expert parallelism included); cuda without a device, or with a shape it does not
+// support, is an error, and so is auto falling back to the CPU when parallel.device_comm asks for
+// NCCL.
 Device resolve_device(const Config& config, const GptShape& shape);
 
 }  // namespace strata
