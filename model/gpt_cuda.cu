@@ -33,7 +33,7 @@ std::size_t scratch_bytes(const GptShape& shape, const ModelPartition& p, int ma
   const std::size_t rows = static_cast<std::size_t>(max_batch) * shape.seq_len;
   const std::size_t moe = shape.moe.enabled()
                               ? CudaMoeLayer<T>::scratch_bytes(shape.d_model, p.tp_size, shape.moe,
-                                                               static_cast<int>(rows))
+                                                               static_cast<int>(rows), p.ep_size)
                               : 0;
   return (std::size_t{64} << 20) + 256 * rows + moe;
 }
@@ -65,7 +65,7 @@ typename CudaGpt<T>::Dims CudaGpt<T>::dims_of(const GptShape& shape, const Model
   }
   d.moe_bytes = shape.moe.enabled()
                     ? CudaMoeLayer<T>::activation_bytes(shape.d_model, p.tp_size, shape.moe,
-                                                        static_cast<int>(d.N))
+                                                        static_cast<int>(d.N), p.ep_size)
                     : 0;
   return d;
 }
@@ -127,10 +127,6 @@ ModelPartition checked_partition(const GptShape& shape, const ModelPartition& p,
   STRATA_CHECK(shape.n_layer > 0 && shape.d_model % shape.n_head == 0 && slots >= 1 &&
                max_batch >= 1);
   STRATA_CHECK(p.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
-  if (shape.moe.enabled() && p.ep_size != 1)
-    fail("device cuda: expert parallelism (parallel.ep ", p.ep_size,
-         ") runs on the CPU backend only so far: the CUDA model holds every expert of its MoE "
-         "blocks (no all-to-all exchange of tokens yet); use parallel.ep 1 or device: cpu");
   STRATA_CHECK(shape.n_head % p.tp_size == 0 && shape.padded_vocab() % p.tp_size == 0,
                "tensor-parallel degree ", p.tp_size, " does not divide the heads and vocabulary");
   STRATA_CHECK(!p.sequence_parallel || (max_batch * shape.seq_len) % p.tp_size == 0,
@@ -159,7 +155,7 @@ std::size_t CudaGpt<T>::reservation_bytes(const Dims& d, Recompute recompute, bo
 template <class T>
 CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
                     Collectives* tp, int max_batch, int slots, Recompute recompute,
-                    DeviceCollectives* device_tp, bool split_backward)
+                    DeviceCollectives* device_tp, bool split_backward, Collectives* ep)
     : ctx_(ctx),
       shape_(shape),
       partition_(checked_partition(shape, partition, max_batch, slots)),
@@ -191,9 +187,12 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
   BufferCarver carver(static_cast<char*>(activations_.allocate(activations_.capacity())));
   activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute, split_backward);
   if (shape.moe.enabled()) {
-    // Stateless but for where it reaches: the context, the kernels' scratch and the tensor-parallel
-    // group (its gates' gradient all-reduce).
-    moe_ = std::make_unique<CudaMoeLayer<T>>(ctx_, scratch_, shape.d_model, shape.moe, tp_);
+    STRATA_CHECK(ep == nullptr ? partition.ep_size == 1
+                               : ep->size() == partition.ep_size && ep->rank() == partition.ep_rank,
+                 "the expert-parallel group does not match the partition");
+    // Stateless but for where it reaches: the context, the kernels' scratch, the tensor-parallel
+    // group (its gates' gradient all-reduce) and the expert-parallel group (the rows' exchange).
+    moe_ = std::make_unique<CudaMoeLayer<T>>(ctx_, scratch_, shape.d_model, shape.moe, tp_, ep);
     STRATA_CHECK(moe_->activation_bytes(static_cast<int>(d.N)) == d.moe_bytes);
     moe_totals_.assign(
         static_cast<std::size_t>(shape.n_layer) * MoeTotals::stride(shape.moe.experts), 0.0);

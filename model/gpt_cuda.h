@@ -54,7 +54,9 @@
 // included, to the same values). The router losses' gradients enter each MoE block's backward,
 // scaled like the cross-entropy's; losses() stays the cross-entropy alone and moe_loss() gives the
 // router losses. Each MoE forward waits for the stream once (the capacity rule runs on the host).
-// Expert parallelism (partition.ep_size > 1) is refused: the CUDA model holds every expert.
+// Expert parallelism (partition.ep_size > 1): the rank holds E/ep experts of each MoE block and
+// exchanges the rows with its ep group through the host (model/moe/moe_layer_cuda.h), the
+// experts' arrays sized for ep·max_batch·seq_len·k rows.
 //
 // Everything is queued on the context's compute stream. Tokens travel through a page-locked
 // staging buffer: the host waits only until the previous micro-batch's tokens have left it (by
@@ -114,10 +116,12 @@ class CudaGpt {
   // `device_tp` (not owned) carries them device to device (NCCL). `slots`: micro-batches held at
   // once. `split_backward`: each slot keeps a weight stash, so that backward_input and
   // backward_weight may run (zero-bubble pipeline schedules); without it only the fused backward.
-  // Throws for a partition that splits the experts (partition.ep_size > 1: CPU backend only).
+  // `ep`: the expert-parallel group (host collectives, size partition.ep_size, not owned; may be
+  // null when it is 1).
   CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
           Collectives* tp, int max_batch, int slots, Recompute recompute,
-          DeviceCollectives* device_tp = nullptr, bool split_backward = false);
+          DeviceCollectives* device_tp = nullptr, bool split_backward = false,
+          Collectives* ep = nullptr);
   ~CudaGpt();
   CudaGpt(const CudaGpt&) = delete;
   CudaGpt& operator=(const CudaGpt&) = delete;

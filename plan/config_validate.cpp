@@ -166,10 +166,6 @@ void validate_expert_parallelism(const Config& c, const Rules& rules) {
     rules.fail("parallel.ep", "(", p.ep,
                ") shards over the ranks holding the same experts; ZeRO++ hpZ and qgZ, which split "
                "the whole data-parallel group by node, do not run with it yet");
-  if (c.device == Device::cuda)
-    rules.fail("parallel.ep", "(", p.ep,
-               ") runs on the CPU backend only so far (the CUDA model holds every expert of its "
-               "MoE blocks on each rank): use device: cpu or parallel.ep 1");
 }
 
 void validate_parallel(const Config& c, const Rules& rules) {

@@ -122,6 +122,7 @@ void moe_combine(const MoeExchange& x, Collectives& group, const T* expert_rows,
   template void moe_combine<T>(const MoeExchange&, Collectives&, const T*, int, std::vector<T>&);
 STRATA_MOE_EXCHANGE(float)
 STRATA_MOE_EXCHANGE(double)
+STRATA_MOE_EXCHANGE(std::uint8_t)
 #undef STRATA_MOE_EXCHANGE
 
 }  // namespace strata

@@ -46,6 +46,9 @@ MoeExchange plan_moe_exchange(const MoeRouting& routing, Collectives& group);
 
 // Origin → experts: `rows` (A, width), grouped by expert as routing.assignments, arrive at their
 // experts' members as `expert_rows` (R, width), expert-major (overwritten, resized to fit).
+// T: float or double (the CPU model's rows), or std::uint8_t for rows moved as raw bytes, `width`
+// then in bytes: a CUDA model's rows of any dtype (bf16 and fp16 as their exact 16 bits, no wider
+// than on the device) through the same code.
 template <class T>
 void moe_dispatch(const MoeExchange& x, Collectives& group, const T* rows, int width,
                   std::vector<T>& expert_rows);

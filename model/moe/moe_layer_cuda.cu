@@ -25,12 +25,13 @@ std::size_t aligned_bytes(std::size_t bytes) {
 // the bytes, once to allocate.
 template <class T, class Take>
 void lay_out(CudaMoeActivations<T>& a, std::size_t N, std::size_t k, std::size_t E, std::size_t C,
-             std::size_t H, Take&& take) {
+             std::size_t H, std::size_t P, Take&& take) {
   auto array = [&](auto*& pointer, std::size_t count) {
     using Element = std::remove_pointer_t<std::remove_reference_t<decltype(pointer)>>;
     pointer = static_cast<Element*>(take(count, sizeof(Element)));
   };
   const std::size_t A = N * k;  // every choice kept: the dropless bound
+  const std::size_t R = P * A;  // and every member's sent here (the header says why)
   array(a.probs, N * E);
   array(a.lse, N);
   array(a.gates, N * k);
@@ -39,12 +40,12 @@ void lay_out(CudaMoeActivations<T>& a, std::size_t N, std::size_t k, std::size_t
   array(a.assignments, A);
   array(a.chosen_share, E);
   array(a.router_sums, E + 1);
-  array(a.xe, A * C);
+  array(a.xe, R * C);
   array(a.out, A * C);
-  array(a.pre, A * H);
-  array(a.act, A * H);
-  array(a.dout, A * C);
-  array(a.dpre, A * H);
+  array(a.pre, R * H);
+  array(a.act, R * H);
+  array(a.dout, R * C);
+  array(a.dpre, R * H);
   array(a.dlogits, N * E);
 }
 
@@ -68,27 +69,69 @@ class ExactFp32 {
 
 template <class T>
 CudaMoeLayer<T>::CudaMoeLayer(DeviceContext& ctx, DeviceArena& scratch, int d_model,
-                              const MoeConfig& config, DeviceCollectives* tp)
+                              const MoeConfig& config, DeviceCollectives* tp, Collectives* ep)
     : ctx_(ctx),
       scratch_(scratch),
       C_(d_model),
       H_(4 * d_model / (tp != nullptr ? tp->size() : 1)),
       config_(config),
       tp_(tp),
+      ep_(ep != nullptr ? ep : &alone_),
       at_{static_cast<std::size_t>(d_model), static_cast<std::size_t>(config.experts),
-          static_cast<std::size_t>(H_)} {
+          static_cast<std::size_t>(H_), static_cast<std::size_t>(config.experts / ep_->size())} {
   STRATA_CHECK(config.experts >= 1 && config.top_k >= 1 && config.top_k <= config.experts,
                "MoE layer: top_k ", config.top_k, " of ", config.experts, " experts");
+  STRATA_CHECK(config.experts % ep_->size() == 0, "expert parallelism of ", ep_->size(),
+               " does not divide ", config.experts, " experts");
+}
+
+template <class T>
+void CudaMoeLayer<T>::dispatch_rows(const MoeExchange& x, const T* from, T* to) {
+  cudaStream_t stream = ctx_.stream();
+  const int row_bytes = C_ * static_cast<int>(sizeof(T));
+  std::size_t A = 0;
+  for (std::size_t rows : x.sent_rows) A += rows;
+  const std::size_t R = static_cast<std::size_t>(x.received());
+  host_sent_.resize(A * static_cast<std::size_t>(row_bytes));
+  if (A > 0)
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_sent_.data(), from, host_sent_.size(),
+                                      cudaMemcpyDeviceToHost, stream));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  moe_dispatch(x, *ep_, host_sent_.data(), row_bytes, host_received_);
+  // Pageable: staged before the call returns, so the host array may change afterwards.
+  if (R > 0)
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(to, host_received_.data(),
+                                      R * static_cast<std::size_t>(row_bytes),
+                                      cudaMemcpyHostToDevice, stream));
+}
+
+template <class T>
+void CudaMoeLayer<T>::combine_rows(const MoeExchange& x, const T* from, T* to) {
+  cudaStream_t stream = ctx_.stream();
+  const int row_bytes = C_ * static_cast<int>(sizeof(T));
+  std::size_t A = 0;
+  for (std::size_t rows : x.sent_rows) A += rows;
+  const std::size_t R = static_cast<std::size_t>(x.received());
+  host_received_.resize(R * static_cast<std::size_t>(row_bytes));
+  if (R > 0)
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_received_.data(), from, host_received_.size(),
+                                      cudaMemcpyDeviceToHost, stream));
+  STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  moe_combine(x, *ep_, host_received_.data(), row_bytes, host_sent_);
+  if (A > 0)
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(to, host_sent_.data(),
+                                      A * static_cast<std::size_t>(row_bytes),
+                                      cudaMemcpyHostToDevice, stream));
 }
 
 template <class T>
 std::size_t CudaMoeLayer<T>::activation_bytes(int d_model, int tp_size, const MoeConfig& config,
-                                              int max_tokens) {
+                                              int max_tokens, int ep_size) {
   std::size_t bytes = 0;
   CudaMoeActivations<T> a;
   lay_out(a, static_cast<std::size_t>(max_tokens), static_cast<std::size_t>(config.top_k),
           static_cast<std::size_t>(config.experts), static_cast<std::size_t>(d_model),
-          static_cast<std::size_t>(4 * d_model / tp_size),
+          static_cast<std::size_t>(4 * d_model / tp_size), static_cast<std::size_t>(ep_size),
           [&](std::size_t count, std::size_t size) -> void* {
             bytes += aligned_bytes(count * size);
             return nullptr;
@@ -98,35 +141,43 @@ std::size_t CudaMoeLayer<T>::activation_bytes(int d_model, int tp_size, const Mo
 
 template <class T>
 std::size_t CudaMoeLayer<T>::activation_bytes(int max_tokens) const {
-  return activation_bytes(C_, tp_size(), config_, max_tokens);
+  return activation_bytes(C_, tp_size(), config_, max_tokens, ep_->size());
 }
 
 template <class T>
 std::size_t CudaMoeLayer<T>::scratch_bytes(int d_model, int tp_size, const MoeConfig& config,
-                                           int max_tokens) {
+                                           int max_tokens, int ep_size) {
   const std::size_t N = static_cast<std::size_t>(max_tokens);
   const std::size_t k = static_cast<std::size_t>(config.top_k);
   const std::size_t E = static_cast<std::size_t>(config.experts);
   const std::size_t C = static_cast<std::size_t>(d_model);
   const std::size_t H = static_cast<std::size_t>(4 * d_model / tp_size);
-  const std::size_t forward = aligned_bytes(N * E * sizeof(float));  // the logits
-  // dgates, dxe, dp
-  const std::size_t input = aligned_bytes(N * k * sizeof(float)) +
-                            aligned_bytes(N * k * C * sizeof(T)) +
+  const std::size_t A = N * k, R = static_cast<std::size_t>(ep_size) * A;  // as lay_out's
+  const bool exchanged = ep_size > 1;
+  // The logits, then under expert parallelism the gathered rows (A, C) before the dispatch and
+  // the experts' outputs (R, C) before the combine.
+  const std::size_t forward = std::max(
+      aligned_bytes(N * E * sizeof(float)),
+      exchanged ? std::max(aligned_bytes(A * C * sizeof(T)), aligned_bytes(R * C * sizeof(T))) : 0);
+  // dgates, the origin's dout (A, C) under expert parallelism, dxe (R, C), the returned input
+  // gradients (A, C) under expert parallelism, dp
+  const std::size_t home = exchanged ? aligned_bytes(A * C * sizeof(T)) : 0;
+  const std::size_t input = aligned_bytes(N * k * sizeof(float)) + home +
+                            aligned_bytes(R * C * sizeof(T)) + home +
                             aligned_bytes(N * E * sizeof(float));
   // One at a time: a bias gradient's (matmul_backward_weight: OC floats, or where cuBLASLt
   // refuses the fused epilogue, bias_backward's partial sum per 256 rows of OC floats; OC ≤
   // max(H, C)), or the fp32 copy of x for the router's.
   const std::size_t widest = std::max(H, C);
   const std::size_t bias = aligned_bytes(widest * sizeof(float)) +
-                           aligned_bytes((N * k + 255) / 256 * widest * sizeof(float));
+                           aligned_bytes((R + 255) / 256 * widest * sizeof(float));
   const std::size_t router = std::is_same_v<T, float> ? 0 : aligned_bytes(N * C * sizeof(float));
   return std::max({forward, input, bias, router});
 }
 
 template <class T>
 std::size_t CudaMoeLayer<T>::scratch_bytes(int max_tokens) const {
-  return scratch_bytes(C_, tp_size(), config_, max_tokens);
+  return scratch_bytes(C_, tp_size(), config_, max_tokens, ep_->size());
 }
 
 template <class T>
@@ -146,7 +197,8 @@ CudaMoeActivations<T> CudaMoeLayer<T>::activations(void* base, int max_tokens) c
   char* next = static_cast<char*>(base);
   lay_out(a, static_cast<std::size_t>(max_tokens), static_cast<std::size_t>(config_.top_k),
           static_cast<std::size_t>(config_.experts), static_cast<std::size_t>(C_),
-          static_cast<std::size_t>(H_), [&](std::size_t count, std::size_t size) -> void* {
+          static_cast<std::size_t>(H_), static_cast<std::size_t>(ep_->size()),
+          [&](std::size_t count, std::size_t size) -> void* {
             void* at = next;
             next += aligned_bytes(count * size);
             return at;
@@ -210,19 +262,40 @@ const MoeStats& CudaMoeLayer<T>::forward(CudaMoeActivations<T>& a, const T* x, i
   // Rows of the dropped choices stay −1 (all bits set).
   STRATA_CUDA_CHECK(
       cudaMemsetAsync(a.row, 0xff, n * static_cast<std::size_t>(k) * sizeof(int), stream));
-  moe_gather_rows(a.xe, a.row, x, a.assignments, static_cast<int>(A), k, C, stream);
-  // The experts, each on its rows; GELU in the fc GEMM's epilogue, as the dense MLP's.
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.routing.assigned(e);
+  // The rows to their experts' members (counts first): without expert parallelism the gathered
+  // rows are the experts' rows, in place.
+  a.exchange = plan_moe_exchange(a.routing, *ep_);
+  const std::size_t R = static_cast<std::size_t>(a.exchange.received());
+  STRATA_CHECK(R <= static_cast<std::size_t>(ep_->size()) * a.max_tokens * k, "MoE layer: ", R,
+               " rows received, activations for ", ep_->size() * a.max_tokens * k);
+  if (!exchanges()) {
+    moe_gather_rows(a.xe, a.row, x, a.assignments, static_cast<int>(A), k, C, stream);
+  } else {
+    ArenaScope scope(scratch_);
+    T* rows = scratch_.allocate<T>(std::max<std::size_t>(A, 1) * C);
+    moe_gather_rows(rows, a.row, x, a.assignments, static_cast<int>(A), k, C, stream);
+    dispatch_rows(a.exchange, rows, a.xe);
+  }
+  // The experts held, each on its rows; GELU in the fc GEMM's epilogue, as the dense MLP's.
+  ArenaScope scope(scratch_);
+  T* out = exchanges() ? scratch_.allocate<T>(std::max<std::size_t>(R, 1) * C) : a.out;
+  for (int j = 0; j < a.exchange.experts_per_member; ++j) {
+    const int rows = a.exchange.expert_rows(j);
     if (rows == 0) continue;
     const std::size_t first =
-        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
+        static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
     matmul_forward(ctx_, a.act + first * H, a.pre + first * H, a.xe + first * C,
-                   weights + at_.fc_weight(e), weights + at_.fc_bias(e), rows, C, H);
-    matmul_forward(ctx_, a.out + first * C, static_cast<T*>(nullptr), a.act + first * H,
-                   weights + at_.proj_weight(e),
-                   bias_rank() ? weights + at_.proj_bias(e) : static_cast<const T*>(nullptr), rows,
+                   weights + at_.fc_weight(j), weights + at_.fc_bias(j), rows, C, H);
+    matmul_forward(ctx_, out + first * C, static_cast<T*>(nullptr), a.act + first * H,
+                   weights + at_.proj_weight(j),
+                   bias_rank() ? weights + at_.proj_bias(j) : static_cast<const T*>(nullptr), rows,
                    H, C);
+  }
+  // The outputs come home, in the order their rows left.
+  if (exchanges()) {
+    combine_rows(a.exchange, out, a.out);
+    stats.exchanged_rows = static_cast<std::int64_t>(a.exchange.rows_to_others(ep_->rank()) +
+                                                     a.exchange.rows_from_others(ep_->rank()));
   }
   moe_combine_rows(y, a.out, a.gates, a.row, N, k, C, stream);
   return stats;
@@ -245,22 +318,35 @@ void CudaMoeLayer<T>::backward_input(CudaMoeActivations<T>& a, const T* dy, floa
   float* dgates = scratch_.allocate<float>(n * static_cast<std::size_t>(k));
   STRATA_CUDA_CHECK(
       cudaMemsetAsync(dgates, 0, n * static_cast<std::size_t>(k) * sizeof(float), stream));
-  moe_gate_grads(dgates, a.dout, dy, a.out, a.gates, a.assignments, static_cast<int>(A), k, C,
+  const std::size_t R = static_cast<std::size_t>(a.exchange.received());
+  const std::size_t c = static_cast<std::size_t>(C);
+  // The origin's dout (A, C): the experts' own array without expert parallelism, else staged
+  // here and dispatched to the experts' members as the rows were.
+  T* dout = exchanges() ? scratch_.allocate<T>(std::max<std::size_t>(A, 1) * c) : a.dout;
+  moe_gate_grads(dgates, dout, dy, a.out, a.gates, a.assignments, static_cast<int>(A), k, C,
                  stream);
   // Each rank's dot covers its part of the output (rank 0's with the proj bias): the sum is the
   // whole output's.
   if (tp_ != nullptr && tp_->size() > 1) tp_->all_reduce_sum(dgates, n * k, stream);
+  if (exchanges()) dispatch_rows(a.exchange, dout, a.dout);
   // The experts' input gradients; GELU's derivative in the proj input gradient's epilogue.
-  T* dxe = A > 0 ? scratch_.allocate<T>(A * static_cast<std::size_t>(C)) : nullptr;
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.routing.assigned(e);
+  T* dxe = R > 0 ? scratch_.allocate<T>(R * c) : nullptr;
+  for (int j = 0; j < a.exchange.experts_per_member; ++j) {
+    const int rows = a.exchange.expert_rows(j);
     if (rows == 0) continue;
     const std::size_t first =
-        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
+        static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
     matmul_backward_input(ctx_, a.dpre + first * H, a.dout + first * C,
-                          weights + at_.proj_weight(e), a.pre + first * H, rows, H, C);
-    matmul_backward_input(ctx_, dxe + first * C, a.dpre + first * H, weights + at_.fc_weight(e),
+                          weights + at_.proj_weight(j), a.pre + first * H, rows, H, C);
+    matmul_backward_input(ctx_, dxe + first * C, a.dpre + first * H, weights + at_.fc_weight(j),
                           static_cast<const T*>(nullptr), rows, C, H);
+  }
+  // The input gradients come home (A, C), in the order their rows left.
+  const T* dinput = dxe;
+  if (exchanges()) {
+    T* home = scratch_.allocate<T>(std::max<std::size_t>(A, 1) * c);
+    combine_rows(a.exchange, dxe, home);
+    dinput = home;
   }
   // The router: the gates' gradient, the aux loss's (through P_e) and the z-loss's, with the
   // CPU reference's scales (computed in double from the fp32 loss scale, rounded to fp32).
@@ -270,8 +356,8 @@ void CudaMoeLayer<T>::backward_input(CudaMoeActivations<T>& a, const T* dy, floa
   moe_router_grads(a.dlogits, dp, a.probs, a.lse, a.choices, a.gates, dgates, a.chosen_share,
                    aux_scale, z_scale, N, E, k, stream);
   // dx: the router's part (rank 0) and each token's experts' input gradients, in choice order.
-  moe_input_grads(dx, a.dlogits, bias_rank() ? weights + at_.router() : nullptr, dxe, a.row, N, k,
-                  E, C, stream);
+  moe_input_grads(dx, a.dlogits, bias_rank() ? weights + at_.router() : nullptr, dinput, a.row, N,
+                  k, E, C, stream);
 }
 
 template <class T>
@@ -287,15 +373,15 @@ void CudaMoeLayer<T>::backward_weight(CudaMoeActivations<T>& a, float* dweights,
   // with it), as the CPU reference does; expert rows mix several ranks' tokens under sequence
   // parallelism, so no rank could tell its share apart.
   const bool bias_rows = own_begin == 0;
-  for (int e = 0; e < E; ++e) {
-    const int rows = a.routing.assigned(e);
+  for (int j = 0; j < a.exchange.experts_per_member; ++j) {
+    const int rows = a.exchange.expert_rows(j);
     if (rows == 0) continue;
     const std::size_t first =
-        static_cast<std::size_t>(a.routing.offsets[static_cast<std::size_t>(e)]);
-    matmul_backward_weight(ctx_, dweights + at_.proj_weight(e),
-                           bias_rows ? dweights + at_.proj_bias(e) : nullptr, a.dout + first * C,
+        static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
+    matmul_backward_weight(ctx_, dweights + at_.proj_weight(j),
+                           bias_rows ? dweights + at_.proj_bias(j) : nullptr, a.dout + first * C,
                            a.act + first * H, rows, H, C, scratch_);
-    matmul_backward_weight(ctx_, dweights + at_.fc_weight(e), dweights + at_.fc_bias(e),
+    matmul_backward_weight(ctx_, dweights + at_.fc_weight(j), dweights + at_.fc_bias(j),
                            a.dpre + first * H, a.xe + first * C, rows, C, H, scratch_);
   }
   // The router over this rank's tokens: dWr (E, C) += dlogitsᵀ · x in exact fp32.

@@ -17,7 +17,8 @@
 // totals) to the host, waits for the stream once, calls the CPU's own route_tokens (identical
 // drops on every backend and layout), and copies the kept assignments back. That is one stream
 // synchronisation per MoE layer per forward pass; backward_input and backward_weight never wait
-// (but for a host-staged tensor-parallel all-reduce of the gates' gradient).
+// (but for a host-staged tensor-parallel all-reduce of the gates' gradient and, under expert
+// parallelism, the exchange below).
 //
 // Dtypes: T (float, __nv_bfloat16, __half) for the weights, x, y, dy, dx and the experts'
 // activations; fp32 for the router (probabilities, logsumexps, gates, their gradients and the
@@ -35,12 +36,29 @@
 // over the group (`tp`, device collectives; null: one rank).
 //
 // Weights and gradients lie as the CPU's (MoeWeightOffsets): the router (E, C), then per expert
-// fc.weight (H, C), fc.bias (H), proj.weight (C, H), proj.bias (C).
+// held (E/P of them) fc.weight (H, C), fc.bias (H), proj.weight (C, H), proj.bias (C).
+//
+// Expert parallelism (model/moe/moe_exchange.h, the CPU's exchange): with an `ep` group of P
+// members the layer holds E/P experts (member m: [m·E/P, (m+1)·E/P)) and computes, for them, the
+// rows every member routed there. The exchange is staged through the host by the CPU's own code:
+// after the routing, plan_moe_exchange (one all-to-all of counts); the gathered rows (A, C) go
+// device → host, moe_dispatch sends them, the expert-major rows (R, C) come host → device; the
+// experts' outputs go back by moe_combine the same way before the gated sum. backward_input moves
+// the output gradients out and the experts' input gradients back alike. The rows travel as raw
+// bytes (moe_dispatch<std::uint8_t>, a row C·sizeof(T) bytes): bf16 and fp16 keep their exact
+// 16 bits and no more bytes move than the device holds, where a conversion to fp32 on the host
+// would double them and add a rounding step to reason about. Four host waits per MoE layer and
+// micro-batch more than at ep 1 (two in forward, two in backward_input); routing, losses and the
+// combine stay with the tokens' rank. With P = 1 (or no group) nothing is staged: the experts
+// read the gathered rows where they lie, R = A in the same order.
 //
 // Memory: a CudaMoeActivations holds one micro-batch's arrays, carved from a DeviceArena for at
-// most max_tokens tokens (A ≤ max_tokens·k rows per expert array). Kernel scratch comes from the
-// `scratch` arena given at construction and is released before each call returns. Everything is
-// queued on the context's compute stream.
+// most max_tokens tokens: the origin's arrays (out) for A ≤ max_tokens·k rows, the experts'
+// (xe, pre, act, dout, dpre) for R ≤ P·max_tokens·k rows, the dropless worst case of what one
+// member can receive (every member's every choice kept and routed to this member's experts; a
+// capacity factor bounds it lower, but this bound holds for every routing and capacity setting).
+// Kernel scratch comes from the `scratch` arena given at construction and is released before each
+// call returns. Everything is queued on the context's compute stream.
 //
 // Status: compiled, never run on a GPU.
 #pragma once
@@ -49,12 +67,15 @@
 #include <cuda_fp16.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
+#include "model/core/collectives.h"
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/moe/moe_config.h"
+#include "model/moe/moe_exchange.h"
 #include "model/moe/moe_layer.h"
 #include "model/moe/moe_routing.h"
 
@@ -78,10 +99,11 @@ struct CudaMoeActivations {
   int* assignments = nullptr;        // (A) routing.assignments
   float* chosen_share = nullptr;     // (E) f_e, rounded to fp32 as the CPU's T
   double* router_sums = nullptr;     // (E + 1) Σ_t p_te per expert, Σ_t lse_t²
-  T *xe = nullptr, *out = nullptr;   // (A, C)
-  T *pre = nullptr, *act = nullptr;  // (A, H)
-  T* dout = nullptr;                 // (A, C) backward_input → backward_weight
-  T* dpre = nullptr;                 // (A, H) backward_input → backward_weight
+  T* out = nullptr;                  // (A, C) this rank's assignments' expert outputs
+  T* xe = nullptr;                   // (R, C) the experts' input rows, expert-major
+  T *pre = nullptr, *act = nullptr;  // (R, H)
+  T* dout = nullptr;                 // (R, C) backward_input → backward_weight
+  T* dpre = nullptr;                 // (R, H) backward_input → backward_weight
   float* dlogits = nullptr;          // (N, E) backward_input → backward_weight
   // Host side, filled by forward.
   std::vector<int> host_choices;       // (N, k)
@@ -89,6 +111,7 @@ struct CudaMoeActivations {
   std::vector<double> host_share;      // (E) f_e
   std::vector<float> host_share_fp32;  // (E) what chosen_share holds
   MoeRouting routing;
+  MoeExchange exchange;  // which rows go where (R = A, the same order, without a group)
   MoeStats stats;
 };
 
@@ -97,8 +120,11 @@ class CudaMoeLayer {
  public:
   // `tp`: the tensor-parallel group's device collectives (null: one rank); H = 4C / its size.
   // `scratch`: where kernels take temporary arrays (released before each call returns).
+  // `ep`: the expert-parallel group (host collectives, not owned; null: one rank, every expert).
   CudaMoeLayer(DeviceContext& ctx, DeviceArena& scratch, int d_model, const MoeConfig& config,
-               DeviceCollectives* tp = nullptr);
+               DeviceCollectives* tp = nullptr, Collectives* ep = nullptr);
+  CudaMoeLayer(const CudaMoeLayer&) = delete;  // ep_ may point at its own alone_
+  CudaMoeLayer& operator=(const CudaMoeLayer&) = delete;
 
   int hidden() const { return H_; }
   const MoeWeightOffsets& offsets() const { return at_; }
@@ -107,12 +133,12 @@ class CudaMoeLayer {
   std::size_t activation_bytes(int max_tokens) const;
   // The most scratch one call takes for max_tokens tokens.
   std::size_t scratch_bytes(int max_tokens) const;
-  // The same two for a layer of d_model channels whose experts are split over tp_size ranks,
-  // before one exists (a model sizing its reservations at construction).
+  // The same two for a layer of d_model channels whose experts are split over tp_size ranks and
+  // spread over ep_size, before one exists (a model sizing its reservations at construction).
   static std::size_t activation_bytes(int d_model, int tp_size, const MoeConfig& config,
-                                      int max_tokens);
+                                      int max_tokens, int ep_size = 1);
   static std::size_t scratch_bytes(int d_model, int tp_size, const MoeConfig& config,
-                                   int max_tokens);
+                                   int max_tokens, int ep_size = 1);
   // Activations for at most max_tokens tokens, allocated from `arena`.
   CudaMoeActivations<T> activations(DeviceArena& arena, int max_tokens) const;
   // The same laid out from `base`: activation_bytes(max_tokens) device bytes at the arena's
@@ -141,12 +167,21 @@ class CudaMoeLayer {
  private:
   bool bias_rank() const { return tp_ == nullptr || tp_->rank() == 0; }
   int tp_size() const { return tp_ != nullptr ? tp_->size() : 1; }
+  bool exchanges() const { return ep_->size() > 1; }
+  // The host-staged exchange of rows (C·sizeof(T) bytes each) between device arrays: `from`
+  // (A rows, the origin's) to `to` (R rows, expert-major) by moe_dispatch, or back by moe_combine.
+  // Waits for the stream once.
+  void dispatch_rows(const MoeExchange& x, const T* from, T* to);
+  void combine_rows(const MoeExchange& x, const T* from, T* to);
   DeviceContext& ctx_;
   DeviceArena& scratch_;
   int C_, H_;
   MoeConfig config_;
   DeviceCollectives* tp_;
+  SingleRank alone_;
+  Collectives* ep_;  // never null (alone_ without expert parallelism)
   MoeWeightOffsets at_;
+  std::vector<std::uint8_t> host_sent_, host_received_;  // the exchange's staging
 };
 
 extern template struct CudaMoeActivations<float>;

@@ -6,7 +6,11 @@
 // dropped), several capacity groups and a group count that does not divide the micro-batch, 4 and
 // 8 experts, a row width that is not a multiple of 8 elements, and the weight gradients of a rank
 // that owns the second half of the rows (sequence parallelism). fp32 against MoeLayer<float>; bf16
-// and fp16 against MoeLayer<float> emulating the dtype's rounding.
+// and fp16 against MoeLayer<float> emulating the dtype's rounding. Expert parallelism: two ranks
+// (threads, each with its own context on the device) holding two halves of the experts and
+// exchanging their rows through the host compute, for each rank's tokens, what the whole CPU layer
+// computes for them (y, dx, routing, the router's gradient), each expert's gradient the sum of the
+// whole layer's over both ranks' tokens.
 //
 // The comparison of choices is exact only if no token's k-th and (k+1)-th probabilities are
 // within the two sides' rounding differences (~1e-7: both compute the router in fp32 from the
@@ -30,11 +34,14 @@
 #include "model/moe/moe_layer.h"
 #include "model/moe/moe_layer_cuda.h"
 #include "tests/cuda/cuda_test_support.h"
+#include "tests/support/thread_group.h"
 
 namespace strata::cuda {
 namespace {
 
 using namespace testing;
+using strata::testing::ThreadGroup;
+using strata::testing::ThreadRank;
 
 constexpr double kRoutingMargin = 1e-4;
 // Scales only the router losses' gradients (dy is the caller's, already scaled): not 1, so a
@@ -261,6 +268,94 @@ TEST(CudaMoeLayer, RepeatsBitwise) {
   EXPECT_EQ(first.dweights, second.dweights);
   EXPECT_EQ(first.stats.aux, second.stats.aux);
   EXPECT_EQ(first.stats.z, second.stats.z);
+}
+
+// Expert parallelism of 2 in fp32: rank 0 trains the case's tokens, rank 1 the same tokens in
+// reverse order (other capacity claims, the same routing margins), each with the router and its
+// half of the experts.
+TEST(CudaMoeLayer, ExpertParallelRanksComputeTheWholeLayerForTheirTokens) {
+  constexpr int kRanks = 2;
+  for (const MoeCase& c : {kCases[0], kCases[2]}) {
+    const int N = c.tokens(), E = c.experts, held = c.experts / kRanks;
+    const std::size_t C = static_cast<std::size_t>(c.d_model), H = 4 * C;
+    const MoeWeightOffsets whole{C, static_cast<std::size_t>(E), H};
+    const MoeWeightOffsets mine{C, static_cast<std::size_t>(E), H, static_cast<std::size_t>(held)};
+    std::vector<MoeInputs> inputs(kRanks, make_inputs(c, cpu::ComputeDtype::fp32));
+    auto reversed = [&](const std::vector<float>& rows) {
+      std::vector<float> out(rows.size());
+      for (int t = 0; t < N; ++t)
+        std::copy_n(rows.begin() + static_cast<long>(t * C), C,
+                    out.begin() + static_cast<long>((N - 1 - t) * C));
+      return out;
+    };
+    inputs[1].x = reversed(inputs[0].x);
+    inputs[1].dy = reversed(inputs[0].dy);
+    std::vector<LayerRun> want;
+    for (const MoeInputs& in : inputs) {
+      double margin = 0;
+      want.push_back(run_cpu(c, in, cpu::ComputeDtype::fp32, &margin));
+      ASSERT_GT(margin, kRoutingMargin) << c.name;
+    }
+    std::vector<LayerRun> got(kRanks);
+    ThreadGroup group(kRanks);
+    group.run([&](int rank) {
+      ThreadRank ep(group, rank);
+      const MoeInputs& in = inputs[static_cast<std::size_t>(rank)];
+      // The router and experts [rank·held, (rank + 1)·held) of the whole layer's weights.
+      std::vector<float> weights(in.weights.begin(),
+                                 in.weights.begin() + static_cast<long>(whole.expert(0)));
+      weights.insert(weights.end(),
+                     in.weights.begin() + static_cast<long>(whole.expert(rank * held)),
+                     in.weights.begin() + static_cast<long>(whole.expert((rank + 1) * held)));
+      DeviceContext ctx;
+      DeviceArena scratch(std::size_t{64} << 20);
+      CudaMoeLayer<float> layer(ctx, scratch, c.d_model, c.config(), nullptr, &ep);
+      EXPECT_EQ(layer.offsets().total(), mine.total());
+      DeviceArena arena(layer.activation_bytes(N));
+      CudaMoeActivations<float> a = layer.activations(arena, N);
+      DeviceBuffer<float> x(in.x), w(weights), dy(in.dy), y(in.x.size()), dx(in.x.size());
+      DeviceBuffer<float> dweights(std::vector<float>(mine.total(), 0.0f));
+      LayerRun& run = got[static_cast<std::size_t>(rank)];
+      layer.forward(a, x.get(), N, c.seq_len, w.get(), y.get());
+      run.loss = layer.loss(a);
+      layer.backward_input(a, dy.get(), kLossScale, w.get(), dx.get());
+      layer.backward_weight(a, dweights.get(), 0, N);
+      run.y = y.download();
+      run.dx = dx.download();
+      run.dweights = dweights.download();
+      run.stats = a.stats;
+      run.routing = a.routing;
+      EXPECT_EQ(scratch.used(), 0u) << c.name;
+      EXPECT_LE(scratch.peak(), layer.scratch_bytes(N)) << c.name;
+    });
+    for (int rank = 0; rank < kRanks; ++rank) {
+      const std::string where = std::string(c.name) + " rank " + std::to_string(rank);
+      const LayerRun& g = got[static_cast<std::size_t>(rank)];
+      const LayerRun& w = want[static_cast<std::size_t>(rank)];
+      EXPECT_EQ(g.routing.assignments, w.routing.assignments) << where;
+      EXPECT_EQ(g.stats.tokens_per_expert, w.stats.tokens_per_expert) << where;
+      EXPECT_EQ(g.stats.dropped, w.stats.dropped) << where;
+      EXPECT_GT(g.stats.exchanged_rows, 0) << where;
+      EXPECT_NEAR(g.loss, w.loss, kFp32Tolerance * std::abs(w.loss)) << where;
+      EXPECT_LT(relative_error(g.y, w.y), kFp32Tolerance) << where << ": y";
+      EXPECT_LT(relative_error(g.dx, w.dx), kFp32Tolerance) << where << ": dx";
+      ASSERT_EQ(g.dweights.size(), mine.total()) << where;
+      EXPECT_LT(relative_error(part(g.dweights, 0, whole.expert(0)),
+                               part(w.dweights, 0, whole.expert(0))),
+                kFp32Tolerance)
+          << where << ": router.weight";
+      for (int j = 0; j < held; ++j) {
+        const int e = rank * held + j;
+        std::vector<float> summed(whole.expert_size(), 0.0f);
+        for (const LayerRun& r : want)
+          for (std::size_t i = 0; i < summed.size(); ++i)
+            summed[i] += r.dweights[whole.expert(e) + i];
+        EXPECT_LT(relative_error(part(g.dweights, mine.expert(j), mine.expert_size()), summed),
+                  kFp32Tolerance)
+            << where << ": expert " << e;
+      }
+    }
+  }
 }
 
 template <class T>

@@ -7,19 +7,24 @@
 // same run. ZeRO stages 1-3 and ZeRO++ on the device follow the CPU process too. A
 // mixture-of-experts model (as tests/mpi/moe_layouts_test.cpp's) on the device trains the CPU
 // process's run with the same routing figures in its metrics, alone and under tp 2 with sequence
-// parallelism, pp 2 with zb-h1 and full recomputation, and dp 2. On a machine with one GPU all
+// parallelism, pp 2 with zb-h1 and full recomputation, and dp 2; and with its experts split
+// (expert parallelism, the rows exchanged through the host): ep 2 of dp 2, ep 2 of dp 4 under
+// ZeRO-2 (the dense gradients summed over ep before the reduce-scatter over expert_dp), and ep 2
+// of dp 2 under tp 2 with sequence parallelism. On a machine with one GPU all
 // ranks share it through host-staged collectives (NCCL needs a GPU per rank) and NCCL itself runs
 // over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
 // Status: passed on an NVIDIA H200 (2026-11-26), all ranks on the one GPU; the zb-h1, zb-h2,
 // interleaved and zbv layouts (added 2026-11-27) have not run on a GPU yet, nor has the
-// mixture-of-experts case (compiled only).
+// mixture-of-experts case, expert parallelism included (compiled only).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <utility>
 
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/test_support.h"
@@ -117,7 +122,8 @@ TEST_F(CudaLayouts, ZeroStagesTrainTheRunOfOneCpuProcess) {
 // choices, both router losses), as tests/mpi/moe_layouts_test.cpp trains them on the CPU. The loss
 // and val_loss per step within 1e-4 of the CPU process's, and the routing figures of the last
 // step's metrics line (router losses within 1e-4, the dropped fraction and the assignments per
-// expert exactly: the same tokens went to the same experts).
+// expert exactly: the same tokens went to the same experts), whether each rank holds every expert
+// or its ep group splits them.
 TEST_F(CudaLayouts, MixtureOfExpertsTrainsTheRunOfOneCpuProcess) {
   const std::string experts =
       " --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.every=2"
@@ -127,11 +133,25 @@ TEST_F(CudaLayouts, MixtureOfExpertsTrainsTheRunOfOneCpuProcess) {
   ASSERT_EQ(metric(cpu_run, "loss").size(), 20u);
   EXPECT_GT(testing::logged(cpu_run, 20, "\"dropped_fraction\": "), 0.0)
       << "the capacity should drop some choices";
-  for (Layout layout : {Layout{}, Layout{1, 2, 1, "1f1b", true},
-                        Layout{1, 1, 2, "zb-h1", false, "full"}, Layout{2, 1, 1}}) {
+  auto ep = [](Layout layout, int size) {
+    layout.ep = size;
+    return layout;
+  };
+  const std::pair<Layout, std::string> runs[] = {
+      {Layout{}, ""},
+      {Layout{1, 2, 1, "1f1b", true}, ""},
+      {Layout{1, 1, 2, "zb-h1", false, "full"}, ""},
+      {Layout{2, 1, 1}, ""},
+      {ep(Layout{2, 1, 1}, 2), ""},
+      {ep(Layout{4, 1, 1}, 2), " --set parallel.zero.stage=2"},
+      {ep(Layout{2, 2, 1, "1f1b", true}, 2), ""},
+  };
+  for (auto [layout, settings] : runs) {
     layout.device = "cuda";
-    SCOPED_TRACE(layout.name());
-    const std::string run = train(*dir_, layout, "moe_" + layout.name(), experts);
+    SCOPED_TRACE(layout.name() + settings);
+    const std::string run =
+        train(*dir_, layout, "moe_" + layout.name() + (settings.empty() ? "" : "_zero2"),
+              experts + settings);
     expect_close(metric(run, "loss"), metric(cpu_run, "loss"), 0, "loss", 1e-4);
     expect_close(metric(run, "val_loss"), metric(cpu_run, "val_loss"), 0, "val_loss", 1e-4);
     EXPECT_FALSE(metric(run, "device_mib").empty()) << "the run did not train on the GPU";

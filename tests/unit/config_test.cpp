@@ -436,8 +436,10 @@ TEST(ConfigErrors, MixtureOfExpertsKeys) {
                                   "hierarchical_partition: true}}"),
                   "'parallel.ep' (2) shards over the ranks holding the same experts; ZeRO++ hpZ "
                   "and qgZ");
-  EXPECT_CONTAINS(error_of(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2}\ndevice: cuda"),
-                  "'parallel.ep' (2) runs on the CPU backend only so far");
+  // Both backends split the experts.
+  EXPECT_EQ(parse_config(base + "model: {moe: {experts: 4}}\nparallel: {ep: 2}\ndevice: cuda", "c")
+                .parallel.ep,
+            2);
   EXPECT_EQ(parse_config(base + "model: {moe: {experts: 4}}\nparallel: {ep: 4}", "c").parallel.ep,
             4);
   // Experts 0 (the default) ignores the rest.

@@ -1,13 +1,16 @@
 // Expert parallelism's exchange (model/moe/moe_exchange.h) with ranks as threads of one process
 // (tests/support/thread_group.h), so it runs under the sanitizer builds: the counts and the
-// expert-major order on hand-built routings, dispatch then combine returning every row home, and
-// an MoE layer whose experts are split over 2 and 4 ranks computing, in double precision, what the
-// whole layer computes for each rank's tokens (outputs, input and router gradients; expert
-// gradients equal to the whole layer's summed over the ranks).
+// expert-major order on hand-built routings, dispatch then combine returning every row home, the
+// byte payload moving the rows the typed exchange moves, and an MoE layer whose experts are split
+// over 2 and 4 ranks computing, in double precision, what the whole layer computes for each rank's
+// tokens (outputs, input and router gradients; expert gradients equal to the whole layer's summed
+// over the ranks).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -76,6 +79,37 @@ TEST(MoeExchange, DispatchThenCombineBringsEveryRowHome) {
     moe_combine(x, me, at_experts.data(), width, home);
     home.resize(rows.size());
     EXPECT_EQ(home, rows) << "rank " << rank;
+  });
+}
+
+// The byte payload (a CUDA model's rows of 16-bit or fp32 values, width in bytes) moves each row's
+// exact bytes to where the typed exchange moves the row.
+TEST(MoeExchange, BytePayloadMovesTheRowsTheTypedExchangeMoves) {
+  const std::vector<std::vector<int>> choices = {{3, 0, 2, 2}, {1, 3, 3}};
+  ThreadGroup group(2);
+  group.run([&](int rank) {
+    ThreadRank me(group, rank);
+    const MoeRouting routing = routing_of(choices[static_cast<std::size_t>(rank)], 4);
+    const MoeExchange x = plan_moe_exchange(routing, me);
+    const int width = 5;
+    std::vector<float> rows(routing.assignments.size() * width);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      rows[i] = 0.25f * static_cast<float>(i) + 10.0f * static_cast<float>(rank);
+    std::vector<float> typed;
+    moe_dispatch(x, me, rows.data(), width, typed);
+    std::vector<std::uint8_t> bytes(rows.size() * sizeof(float)), moved, home;
+    std::memcpy(bytes.data(), rows.data(), bytes.size());
+    const int row_bytes = width * static_cast<int>(sizeof(float));
+    moe_dispatch(x, me, bytes.data(), row_bytes, moved);
+    const std::size_t R = static_cast<std::size_t>(x.received()) * width;
+    ASSERT_GE(moved.size(), R * sizeof(float));
+    std::vector<float> arrived(R);
+    std::memcpy(arrived.data(), moved.data(), R * sizeof(float));
+    typed.resize(R);
+    EXPECT_EQ(arrived, typed) << "rank " << rank;
+    moe_combine(x, me, moved.data(), row_bytes, home);
+    home.resize(bytes.size());
+    EXPECT_EQ(home, bytes) << "rank " << rank;
   });
 }
 

@@ -45,15 +45,21 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
       Base::segments_, Base::weights_;
 
  public:
-  // `prefetch`: a second communicator of the dp group for the prefetched gathers (null: none).
+  // `dp`: the sharding group (ProcessGroups::sharding: expert_dp under expert parallelism).
+  // `ep`: the expert-parallel group, over which plan.summed_over_ep is summed before a bucket's
+  // reduce-scatter (null without expert parallelism). `prefetch`: a second communicator of the
+  // sharding group for the prefetched gathers (null: none).
   NcclShardedParameters(std::vector<ParameterSegment> segments, const ReductionPlan& plan,
-                        NcclCommunicator& dp, NcclCommunicator* prefetch, GradientReduction when,
-                        cuda::DeviceContext& ctx)
+                        NcclCommunicator& dp, NcclCommunicator* ep, NcclCommunicator* prefetch,
+                        GradientReduction when, cuda::DeviceContext& ctx)
       : DeviceParameterAccess<T>(std::move(segments), plan, ctx),
         dp_(dp),
+        ep_(ep),
         prefetch_(prefetch),
         when_(when),
         passes_(this->segments_.size(), 0) {
+    STRATA_CHECK(plan.summed_over_ep.empty() || ep != nullptr,
+                 "ZeRO under expert parallelism needs the ep group");
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&fetched_, cudaEventDisableTiming));
   }
@@ -110,12 +116,20 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
     const ElementRange range = segment(index).range;
     const ElementRange mine = intersect(range, plan_.owned);
     const std::vector<std::size_t> counts = shard_counts(plan_, range, dp_.size());
+    // The tensors every ep member holds (the dense ones, the routers) are summed over ep first,
+    // so that the reduce-scatter over expert_dp covers every data-parallel rank, as the host's
+    // ShardedParameters::reduce_bucket does; the experts' own stay within expert_dp.
+    float* bucket = static_cast<float*>(buckets_.data(i));
+    for (const ElementRange& dense : plan_.summed_over_ep) {
+      const ElementRange part = intersect(dense, range);
+      if (!part.empty())
+        ep_->all_reduce_sum(bucket + (part.begin - range.begin), part.size(), ctx_.stream());
+    }
     float* received = nullptr;
     STRATA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&received),
                                       std::max<std::size_t>(mine.size(), 1) * sizeof(float),
                                       ctx_.stream()));
-    dp_.reduce_scatter_sum_v(static_cast<const float*>(buckets_.data(i)), received, counts,
-                             ctx_.stream());
+    dp_.reduce_scatter_sum_v(static_cast<const float*>(bucket), received, counts, ctx_.stream());
     if (!mine.empty())
       cuda::add_into(gradients_ + (mine.begin - plan_.owned.begin), received,
                      static_cast<long>(mine.size()), ctx_.stream());
@@ -159,6 +173,7 @@ class NcclShardedParameters final : public DeviceParameterAccess<T> {
   }
 
   NcclCommunicator& dp_;
+  NcclCommunicator* ep_;
   NcclCommunicator* prefetch_;
   GradientReduction when_;
   int backward_passes_ = 1;

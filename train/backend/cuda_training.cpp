@@ -1,7 +1,8 @@
 // CudaTraining on the CUDA backend (built only with CUDA; cuda_training_absent.cpp otherwise).
 // Status: ran on an NVIDIA H200 (2026-11-26); its NCCL path between several GPUs never has, nor
 // have the schedules that split the backward (zb-h1, zb-h2, zbv) or hold several chunks per rank
-// (interleaved, zbv: one CudaGpt per chunk), nor a model with MoE blocks (take_moe_totals).
+// (interleaved, zbv: one CudaGpt per chunk), nor a model with MoE blocks (take_moe_totals), nor
+// expert parallelism (the ep and expert_dp reductions, ZeRO's ep sums).
 #include "train/backend/cuda_training.h"
 
 #include <cuda_bf16.h>
@@ -38,22 +39,44 @@ namespace strata {
 namespace {
 
 // One NCCL communicator per parallel axis, made (in this order on every rank) from the MPI groups
-// of the placement; all null when the placement stages through the host.
+// of the placement; all null when the placement stages through the host. Under expert
+// parallelism also ep and expert_dp (the ranks holding the same experts), over which ZeRO shards
+// (ProcessGroups::sharding); without it expert_dp is dp's group and ep none.
 struct NcclGroups {
-  // dp_prefetch: a second one over the dp group for ZeRO 3's prefetched gathers.
-  std::unique_ptr<NcclCommunicator> tp, pp, dp, dp_prefetch;
+  // dp_prefetch: a second one over the sharding group for ZeRO 3's prefetched gathers.
+  std::unique_ptr<NcclCommunicator> tp, pp, dp, ep, expert_dp, dp_prefetch;
 
   explicit NcclGroups(const BackendPlacement& placement) {
     if (!placement.nccl) return;
-    tp = std::make_unique<NcclCommunicator>(placement.groups->tp());
-    pp = std::make_unique<NcclCommunicator>(placement.groups->pp());
-    dp = std::make_unique<NcclCommunicator>(placement.groups->dp());
+    const ProcessGroups& groups = *placement.groups;
+    tp = std::make_unique<NcclCommunicator>(groups.tp());
+    pp = std::make_unique<NcclCommunicator>(groups.pp());
+    dp = std::make_unique<NcclCommunicator>(groups.dp());
+    if (groups.ep() != nullptr) {
+      ep = std::make_unique<NcclCommunicator>(*groups.ep());
+      expert_dp = std::make_unique<NcclCommunicator>(*groups.expert_dp());
+    }
     if (placement.plan.parameters_by_segment)
-      dp_prefetch = std::make_unique<NcclCommunicator>(placement.groups->dp());
+      dp_prefetch = std::make_unique<NcclCommunicator>(*groups.sharding().dp);
   }
   NcclCommunicator* of(ParallelAxis axis) const {
-    return axis == ParallelAxis::tp ? tp.get() : axis == ParallelAxis::pp ? pp.get() : dp.get();
+    switch (axis) {
+      case ParallelAxis::tp:
+        return tp.get();
+      case ParallelAxis::pp:
+        return pp.get();
+      case ParallelAxis::dp:
+        return dp.get();
+      case ParallelAxis::ep:
+        STRATA_CHECK(ep != nullptr, "a reduction over ep without expert parallelism");
+        return ep.get();
+      case ParallelAxis::expert_dp:
+        return expert_dp != nullptr ? expert_dp.get() : dp.get();
+    }
+    fail("unknown parallel axis");
   }
+  // ZeRO's group (ProcessGroups::sharding().dp).
+  NcclCommunicator& sharding() const { return expert_dp != nullptr ? *expert_dp : *dp; }
 };
 
 // Device arrays over NCCL, queued on the compute stream (parallel/mesh/reduction_interpreter.h);
@@ -140,7 +163,8 @@ class CudaTrainingOf final : public TrainingBackend {
       models_.push_back(std::make_unique<cuda::CudaGpt<T>>(
           ctx_, shape, partition.chunk(c), &placement.groups->tp(), config.train.micro_batch,
           placement.slots[i], config.recompute, nccl_.tp.get(),
-          pipeline_schedule_splits_backward(config.parallel.pipeline_schedule)));
+          pipeline_schedule_splits_backward(config.parallel.pipeline_schedule),
+          placement.groups->ep()));
       chunk_parameters_.push_back(std::make_unique<ChunkParameters<T, float>>(
           *parameters_, std::move(segments.rank_index[i])));
       stages_.push_back(
@@ -348,8 +372,9 @@ class CudaTrainingOf final : public TrainingBackend {
     STRATA_CHECK(!zero_plus_plus || !plan_.gradients_by_segment || !nccl_.dp,
                  "ZeRO++ on CUDA runs through the host, not NCCL");
     if (nccl_.dp)
-      return std::make_unique<NcclShardedParameters<T>>(
-          layout_.segments(), plan_, *nccl_.dp, nccl_.dp_prefetch.get(), options.when, ctx_);
+      return std::make_unique<NcclShardedParameters<T>>(layout_.segments(), plan_, nccl_.sharding(),
+                                                        nccl_.ep.get(), nccl_.dp_prefetch.get(),
+                                                        options.when, ctx_);
     return std::make_unique<StagedShardedParameters<T>>(layout_.segments(), plan_,
                                                         groups.sharding(), options, ctx_);
   }

@@ -8,9 +8,11 @@
 // of squares, read once per step: the skip decision for non-finite steps needs the norm) and what
 // crosses ranks.
 //
-// Every layout of the CPU backend runs here too but expert parallelism (parallel.ep > 1: refused by
-// the config's validation; MoE blocks run with every expert on each rank, split over tp like the
-// MLP, and their routing figures reach the metrics through take_moe_totals). Tensor parallelism
+// Every layout of the CPU backend runs here too, expert parallelism included (parallel.ep > 1:
+// each rank holds E/ep experts of its MoE blocks and exchanges their rows with its ep group through
+// the host; the reductions over ep and expert_dp, and ZeRO's sums over ep, run as on the CPU; never
+// run on a GPU). MoE blocks split their experts over tp like the MLP, and their routing figures
+// reach the metrics through take_moe_totals. Tensor parallelism
 // runs inside the model;
 // pipeline parallelism runs the stage through the PipelineExecutor, boundary activations crossing
 // the host as fp32; a lone stage trains in the model's fused forward-backward pass. The reduction
@@ -74,10 +76,10 @@ int place_on_gpu(BackendPlacement& placement, const Config& config, int world_ra
                  Communicator& team, int pp_size);
 
 // Decides where a run trains: Device::cpu or Device::cuda, from `device` (cpu | cuda | auto), the
-// shape and the devices present. auto picks cuda when a device is usable, the backend supports
-// the shape and no experts are split over ranks (parallel.ep 1); cuda without a device, or with a
-// shape it does not support, is an error, and so is auto falling back to the CPU when
-// parallel.device_comm asks for NCCL.
+// shape and the devices present. auto picks cuda when a device is usable and the backend supports
+// the shape (expert parallelism included); cuda without a device, or with a shape it does not
+// support, is an error, and so is auto falling back to the CPU when parallel.device_comm asks for
+// NCCL.
 Device resolve_device(const Config& config, const GptShape& shape);
 
 }  // namespace strata

@@ -21,16 +21,11 @@ Device resolve_device(const Config& config, const GptShape& shape) {
            " cpu");
     return Device::cuda;
   }
-  // auto: expert parallelism runs on the CPU backend only so far (the CUDA model holds every
-  // expert of its MoE blocks).
-  const bool experts_split = config.parallel.ep > 1;
-  if (usable && cuda_supports_shape(shape) && !experts_split) return Device::cuda;
+  if (usable && cuda_supports_shape(shape)) return Device::cuda;
   if (config.parallel.device_comm == DeviceComm::nccl)
     fail("parallel.device_comm nccl: device auto trains on the CPU here (",
          !usable ? std::string("no usable CUDA device")
-         : experts_split
-             ? std::string("parallel.ep > 1 runs on the CPU backend only")
-             : "head size " + std::to_string(shape.head_size()) + " has no attention kernel",
+                 : "head size " + std::to_string(shape.head_size()) + " has no attention kernel",
          ") and NCCL carries device arrays only; use parallel.device_comm auto or host");
   return Device::cpu;
 }
