@@ -304,11 +304,8 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
     base.parallel.gpus_per_node = cluster.devices_per_node;
   base.parallel.pp_layers.clear();
   base.diloco.enabled = false;
-  // Expert parallelism: the CPU backend alone runs experts, and not under DiLoCo (which the
-  // validation below cannot see, DiLoCo being off in `base`).
-  const int experts = cluster.backend == ClusterBackend::cpu && !base_config.diloco.enabled
-                          ? base.model.moe.experts
-                          : 0;
+  // Expert parallelism: on either backend, and per DiLoCo worker.
+  const int experts = base.model.moe.experts;
   std::vector<PlanCost> plans;
   for (const PlanLayout& layout : enumerate_layouts(base, world_size, experts, options)) {
     Config config;

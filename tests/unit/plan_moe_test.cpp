@@ -276,7 +276,7 @@ TEST(PlanMoe, TheSearchProposesNoExpertLayoutTheTrainerRefuses) {
     EXPECT_NO_THROW(
         parse_config(config_to_yaml(expert_heavy()), "again", plans[i].layout.overrides()))
         << plans[i].layout.name();
-  // No ep without experts, under DiLoCo, or where the CUDA model (no experts yet) would run.
+  // No ep without experts; ep per DiLoCo worker and on GPU clusters too.
   const auto most_ep = [](const std::vector<PlanCost>& found) {
     int most = 0;
     for (const PlanCost& plan : found) most = std::max(most, plan.layout.ep);
@@ -284,10 +284,10 @@ TEST(PlanMoe, TheSearchProposesNoExpertLayoutTheTrainerRefuses) {
   };
   EXPECT_EQ(most_ep(plans), 4);
   EXPECT_EQ(most_ep(search_layouts(expert_heavy({"model.moe.experts=0"}), cluster, 4, quick())), 1);
-  EXPECT_EQ(most_ep(search_layouts(expert_heavy({"diloco.enabled=true", "diloco.workers=1"}),
+  EXPECT_GT(most_ep(search_layouts(expert_heavy({"diloco.enabled=true", "diloco.workers=1"}),
                                    cluster, 4, quick())),
             1);
-  EXPECT_EQ(most_ep(search_layouts(expert_heavy(), test_cluster(80), 4, quick())), 1);
+  EXPECT_GT(most_ep(search_layouts(expert_heavy(), test_cluster(80), 4, quick())), 1);
 }
 
 }  // namespace
