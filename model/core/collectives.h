@@ -80,7 +80,7 @@ class SingleRank final : public Collectives {
     copy(type, in, out, send_counts[0]);
   }
   static void copy(DataType type, const void* in, void* out, std::size_t count) {
-    if (in != out) std::memcpy(out, in, count * size_of(type));
+    if (in != out && count > 0) std::memcpy(out, in, count * size_of(type));  // empty: maybe null
   }
 };
 

@@ -81,8 +81,9 @@ class ThreadRank final : public Collectives {
       std::size_t before = 0;
       for (int q = 0; q < rank_; ++q) before += theirs[q];
       const std::size_t bytes = recv_counts[r] * size_of(type);
-      std::memcpy(to, static_cast<const char*>(group_.published_[r]) + before * size_of(type),
-                  bytes);
+      if (bytes > 0)  // an empty chunk's buffer may be null
+        std::memcpy(to, static_cast<const char*>(group_.published_[r]) + before * size_of(type),
+                    bytes);
       to += bytes;
     }
     group_.sync_.arrive_and_wait();
