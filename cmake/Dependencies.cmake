@@ -15,6 +15,8 @@ pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 find_package(nlohmann_json 3 REQUIRED)
 # XXH3-64, the byte checksum of checkpoints of format 4 (train/checkpoint/checkpoint_format.h).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# hiredis: the Redis client of elastic DiLoCo's rendezvous store (parallel/elastic/redis_store.h).
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 
 # BLAS: loaded at run time (model/kernels/cpu/blas.h: oneDNN, else OpenBLAS with its core type set
 # from the CPU's feature flags, which must happen before the library initialises). Nothing is
