@@ -17,6 +17,9 @@ find_package(nlohmann_json 3 REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 # hiredis: the Redis client of elastic DiLoCo's rendezvous store (parallel/elastic/redis_store.h).
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+# Gloo (TCP transport): the outer collectives between elastic DiLoCo's worker jobs
+# (parallel/elastic/gloo_communicator.h). Debian's package installs its CMake config.
+find_package(Gloo REQUIRED)
 
 # BLAS: loaded at run time (model/kernels/cpu/blas.h: oneDNN, else OpenBLAS with its core type set
 # from the CPU's feature flags, which must happen before the library initialises). Nothing is

@@ -188,6 +188,17 @@ struct DilocoConfig {
   bool overlap = false;         // the outer reduction in flight during the next inner step
   Averaging averaging = Averaging::all_reduce;
   double drop_probability = 0.0;  // simulated failures: [0, 1)
+  // Elastic DiLoCo (parallel/elastic/): this job is one worker of an open group of at most
+  // `workers` slots that meet in a rendezvous store, "file:///dir" or "redis://host:port"; empty:
+  // the workers are blocks of this job's ranks.
+  std::string join;
+  std::string group = "strata";  // the group's name in the store
+  int slot = -1;                 // the slot to hold; -1: the first free one
+  int min_workers = 1;           // a fresh group starts training when this many hold slots
+  double timeout = 60;           // seconds of silence (or of an unreachable store) that drop
+  std::string interface;         // Gloo's TCP interface ("eth0"); empty: the host name's address
+
+  bool elastic() const { return enabled && !join.empty(); }
 
   bool operator==(const DilocoConfig&) const = default;
 };

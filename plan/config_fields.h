@@ -136,6 +136,12 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("diloco.overlap", c.diloco.overlap);
   visit("diloco.averaging", Choice{c.diloco.averaging, kAveragingChoices});
   visit("diloco.drop_probability", c.diloco.drop_probability);
+  visit("diloco.join", c.diloco.join);
+  visit("diloco.group", c.diloco.group);
+  visit("diloco.slot", c.diloco.slot);
+  visit("diloco.min_workers", c.diloco.min_workers);
+  visit("diloco.timeout", c.diloco.timeout);
+  visit("diloco.interface", c.diloco.interface);
 }
 
 // The config's source name plus which keys a `--set` wrote, so that every message can say both

@@ -272,6 +272,24 @@ void validate_diloco(const Config& c, const Rules& rules) {
   if (d.inner_steps % d.fragments != 0)
     rules.fail("diloco.fragments", "(", d.fragments, ") must divide diloco.inner_steps (",
                d.inner_steps, "): fragment f syncs at offset f·H/F");
+  if (d.join.empty()) return;
+  if (!d.join.starts_with("file:///") && !d.join.starts_with("redis://"))
+    rules.fail("diloco.join", "must be file:///absolute/dir or redis://host:port, got '", d.join,
+               "'");
+  if (d.group.empty() || d.group.find_first_of(" /") != std::string::npos)
+    rules.fail("diloco.group", "must be a name without spaces or '/', got '", d.group, "'");
+  if (d.slot < -1 || d.slot >= d.workers)
+    rules.fail("diloco.slot", "must be -1 (the first free slot) or a slot below diloco.workers (",
+               d.workers, "), got ", d.slot);
+  if (d.min_workers < 1 || d.min_workers > d.workers)
+    rules.fail("diloco.min_workers", "must be between 1 and diloco.workers (", d.workers, "), got ",
+               d.min_workers);
+  rules.positive("diloco.timeout", d.timeout);
+  if (d.drop_probability > 0)
+    rules.fail("diloco.drop_probability",
+               "simulates failures of a job's own workers; an elastic group (diloco.join) has "
+               "real ones");
+  if (d.overlap) rules.fail("diloco.overlap", "is not supported with diloco.join yet");
 }
 
 }  // namespace
@@ -291,7 +309,8 @@ void validate_config(const Config& config, const ConfigSource& source) {
 // DiLoCo: every worker is a contiguous block of world/k ranks; the mesh is one worker's.
 int worker_world_size(const Config& config, int world_size) {
   const auto& d = config.diloco;
-  if (!d.enabled) return world_size;
+  // An elastic worker is a job of its own.
+  if (!d.enabled || d.elastic()) return world_size;
   if (world_size % d.workers != 0)
     fail("'diloco.workers' (", d.workers, ") must divide the world (", world_size,
          " ranks): each worker is world/workers ranks");

@@ -1,10 +1,12 @@
 #include "train/trainer.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "model/core/error.h"
@@ -47,7 +49,12 @@ StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulatio
 Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape)
     : config(c),
       world(w),
-      groups(w, c.diloco.enabled ? c.diloco.workers : 0, mesh_shape, c.parallel.gpus_per_node),
+      // An elastic worker is DiLoCo's one worker of this job; its group is over Gloo.
+      groups(w,
+             !c.diloco.enabled    ? 0
+             : c.diloco.elastic() ? 1
+                                  : c.diloco.workers,
+             mesh_shape, c.parallel.gpus_per_node),
       mesh(groups.mesh()),
       reduction_groups(groups.reductions()),
       shape(gpt_shape_of(c.model)),
@@ -62,6 +69,15 @@ Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh
   step_program = make_step_program(c, mesh, settings.accumulation);
   reports_loss_scale = c.precision.compute == cpu::ComputeDtype::fp16;
   state_prefix = diloco_state_prefix(groups.worker_index());
+  if (c.diloco.elastic()) elastic = std::make_unique<ElasticWorker>(c, mesh_shape, w);
+}
+
+int Trainer::State::data_stride() const {
+  return elastic ? config.diloco.workers : groups.workers();
+}
+
+int Trainer::State::data_offset() const {
+  return elastic ? elastic->slot() : groups.worker_index();
 }
 
 void Trainer::State::make_backend() {
@@ -102,7 +118,7 @@ void Trainer::State::sample_micro_batch(int a, std::int32_t* inputs, std::int32_
   const std::int64_t first = progress.data_position +
                              (static_cast<std::int64_t>(a) * settings.dp + mesh.dp_rank()) * micro;
   for (int b = 0; b < micro; ++b)
-    data.sample(static_cast<std::uint64_t>((first + b) * groups.workers() + groups.worker_index()),
+    data.sample(static_cast<std::uint64_t>((first + b) * data_stride() + data_offset()),
                 inputs + b * T, targets + b * T);
 }
 
@@ -147,7 +163,7 @@ void Trainer::State::evaluate() {
 
 JsonLine Trainer::State::tokens_by_source() const {
   const auto samples = static_cast<std::uint64_t>(progress.data_position) *
-                       static_cast<std::uint64_t>(groups.workers());
+                       static_cast<std::uint64_t>(data_stride());
   const std::vector<std::uint64_t> drawn = data.drawn_before(samples);
   JsonLine line;
   for (std::size_t s = 0; s < drawn.size(); ++s)
@@ -168,6 +184,9 @@ std::string Trainer::State::stop_reason() {
 
 std::unique_ptr<OuterLoop> Trainer::State::outer_loop() {
   if (!diloco) return std::make_unique<OuterLoop>();
+  if (elastic)
+    return make_elastic_loop(*diloco, *elastic, progress, config.train.global_batch, groups,
+                             is_logger() ? metrics.get() : nullptr);
   return make_diloco_loop(*diloco, groups, is_logger() ? metrics.get() : nullptr);
 }
 
@@ -203,12 +222,15 @@ int Trainer::run() {
   install_stop_signal_handlers();
   if (s.is_logger()) s.print_startup();
   const std::unique_ptr<OuterLoop> outer = s.outer_loop();
+  outer->start(*s.backend);
   double last_loss = 0;  // the last step's, for a sync that finish() applies
   ProgressBar bar(s.is_logger(), s.progress.step, c.train.steps);  // on a terminal only
 
+  const double least_step_seconds = test_step_seconds();
   while (s.progress.step < c.train.steps) {
     bar.draw(s.progress.step);
     const StepWatch watch(s.groups);
+    const auto step_start = std::chrono::steady_clock::now();
     outer->begin_inner_step();
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
     s.settings.inject_nonfinite_gradients = s.nonfinite_test_steps.contains(s.progress.step + 1);
@@ -217,6 +239,8 @@ int Trainer::run() {
     bar.erase();  // the step's log lines take its row
     const std::int64_t step = s.progress.step;
     // A step that stops the run is logged, but starts no outer sync.
+    if (least_step_seconds > 0)
+      std::this_thread::sleep_until(step_start + std::chrono::duration<double>(least_step_seconds));
     if (!result.stop) outer->end_inner_step(*s.backend, step);
     const double step_ms = watch.elapsed_ms();
     const JsonLine job_bytes = watch.job_link_bytes();
@@ -246,6 +270,7 @@ int Trainer::run() {
     if (const std::string why = s.stop_reason(); !why.empty()) {
       s.save_checkpoint();
       if (s.is_logger()) std::cout << why << "\n";
+      if (s.elastic) s.elastic->leave(why);
       return 0;
     }
   }
@@ -253,6 +278,7 @@ int Trainer::run() {
   s.evaluate();
   s.save_checkpoint();
   s.report_done();
+  if (s.elastic) s.elastic->leave("finished its " + std::to_string(c.train.steps) + " steps");
   return 0;
 }
 

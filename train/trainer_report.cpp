@@ -37,13 +37,18 @@ void Trainer::State::print_startup() const {
   if (data.is_mixture()) {
     const std::uint64_t samples_in_run = static_cast<std::uint64_t>(c.train.steps) *
                                          static_cast<std::uint64_t>(c.train.global_batch) *
-                                         static_cast<std::uint64_t>(groups.workers());
+                                         static_cast<std::uint64_t>(data_stride());
     data.describe(std::cout, c, samples_in_run);
   }
   if (c.diloco.enabled) {
     const DilocoConfig& d = c.diloco;
-    std::cout << "diloco: " << d.workers << " workers of " << groups.world().size()
-              << " ranks, outer step every " << d.inner_steps << " inner steps (lr " << d.outer_lr
+    if (elastic)
+      std::cout << "diloco: slot " << elastic->slot() << " of elastic group '" << d.group
+                << "' (at most " << d.workers << " workers, " << d.join << "), this worker "
+                << groups.world().size() << " ranks,";
+    else
+      std::cout << "diloco: " << d.workers << " workers of " << groups.world().size() << " ranks,";
+    std::cout << " outer step every " << d.inner_steps << " inner steps (lr " << d.outer_lr
               << ", momentum " << d.outer_momentum << (d.nesterov ? ", Nesterov" : "")
               << "), averaging " << kAveragingChoices.word(d.averaging) << ", compression "
               << kOuterCompressionChoices.word(d.compression)

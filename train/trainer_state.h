@@ -17,6 +17,7 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/diloco/diloco.h"
 #include "train/diloco/diloco_run.h"
+#include "train/diloco/elastic_worker.h"
 #include "train/diloco/outer_loop.h"
 #include "train/step_report.h"
 #include "train/trainer.h"
@@ -57,7 +58,8 @@ struct Trainer::State {
   std::unique_ptr<MetricsWriter> metrics;
   bool reports_loss_scale = false;  // fp16: metrics carry the loss scale each step used
   std::unique_ptr<Diloco> diloco;
-  std::string state_prefix;  // this worker's checkpoint names (diloco_state_prefix)
+  std::unique_ptr<ElasticWorker> elastic;  // elastic DiLoCo (diloco.join): this job's membership
+  std::string state_prefix;                // this worker's checkpoint names (diloco_state_prefix)
 
   State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape);
   bool is_logger() const { return world.rank() == 0; }
@@ -80,6 +82,10 @@ struct Trainer::State {
   // the corpus order from w (position p is sample p·k + w): k workers together read what one run
   // with a k times larger batch would, and one worker reads what plain training reads.
   void sample_micro_batch(int a, std::int32_t* inputs, std::int32_t* targets);
+  // The worker streams the corpus is dealt into, and this worker's: in-job, the workers and this
+  // one's index; elastic, diloco.workers and this job's slot (slot w reads worker w's samples).
+  int data_stride() const;
+  int data_offset() const;
   // The loss over the first eval_tokens of `split` (docs/ARCHITECTURE.md §5 "Evaluation").
   // Collective: every rank evaluates the same splits in the same order.
   double validation_loss(const TokenSource& split, const std::string& key);

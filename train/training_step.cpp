@@ -81,6 +81,11 @@ std::set<std::int64_t> test_nonfinite_steps() {
   return steps;
 }
 
+double test_step_seconds() {
+  const char* seconds = std::getenv("STRATA_TEST_STEP_SECONDS");
+  return seconds ? std::strtod(seconds, nullptr) : 0.0;
+}
+
 int max_nonfinite_in_a_row(const TrainConfig& train) {
   return train.nonfinite == NonfinitePolicy::stop ? 1 : train.nonfinite_limit;
 }

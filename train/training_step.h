@@ -54,6 +54,9 @@ int max_nonfinite_in_a_row(const TrainConfig& train);
 // The steps (1-based) whose gradients a test makes non-finite: STRATA_TEST_NONFINITE_STEPS, a
 // comma-separated list, read once at start-up. A test hook, deliberately not a config key.
 std::set<std::int64_t> test_nonfinite_steps();
+// Seconds each step is made to last at least: STRATA_TEST_STEP_SECONDS (0 when unset), so that a
+// test of elastic DiLoCo can act inside an inner phase on busy machines. A test hook too.
+double test_step_seconds();
 
 struct StepResult {
   double loss = 0;              // mean over the global batch, on every rank

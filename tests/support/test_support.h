@@ -30,7 +30,9 @@ class TempDir {
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
+  // STRATA_KEEP_TEST_DIRS=1 keeps it, to read a failing test's runs.
   ~TempDir() {
+    if (std::getenv("STRATA_KEEP_TEST_DIRS") != nullptr) return;
     std::error_code ignored;
     fs::remove_all(path_, ignored);
   }

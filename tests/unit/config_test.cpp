@@ -46,7 +46,8 @@ diloco:     {enabled: false, workers: 4, inner_steps: 500, outer_lr: 0.7, outer_
              nesterov: true, compression: none,             # none | fp16 | bf16 | int8 | int4
              error_feedback: false, fragments: 1, overlap: false,
              averaging: all_reduce,                         # all_reduce | butterfly | gossip | moshpit
-             drop_probability: 0.0}
+             drop_probability: 0.0, join: "", group: strata, slot: -1, min_workers: 1, timeout: 60,
+             interface: ""}
 )";
 
 // The message of the Error that parsing throws; fails the test when nothing is thrown.
@@ -394,6 +395,24 @@ TEST(ConfigErrors, OutOfRangeNamesTheKey) {
   }
 }
 
+TEST(ConfigErrors, ElasticDilocoKeysNameTheKey) {
+  const std::string elastic = "data: {train: t}\ndiloco: {enabled: true, workers: 3, join: ";
+  EXPECT_CONTAINS(error_of(elastic + "'ftp://x'}"),
+                  "'diloco.join' must be file:///absolute/dir or redis://host:port, got 'ftp://x'");
+  EXPECT_CONTAINS(error_of(elastic + "'file:///s', slot: 3}"),
+                  "'diloco.slot' must be -1 (the first free slot) or a slot below diloco.workers");
+  EXPECT_CONTAINS(error_of(elastic + "'file:///s', min_workers: 4}"),
+                  "'diloco.min_workers' must be between 1 and diloco.workers (3), got 4");
+  EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', group: 'a/b'}"),
+                  "'diloco.group' must be a name without spaces or '/'");
+  EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', timeout: 0}"), "'diloco.timeout' must be > 0");
+  EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', overlap: true}"),
+                  "'diloco.overlap' is not supported with diloco.join yet");
+  EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', drop_probability: 0.1}"),
+                  "'diloco.drop_probability' simulates failures of a job's own workers");
+  EXPECT_NO_THROW(parse_config(elastic + "'redis://h:1', slot: 2, min_workers: 3}", "ok.yaml"));
+}
+
 TEST(ConfigErrors, NcclOnTheCpuIsAnError) {
   EXPECT_CONTAINS(error_of("data: {train: t}\ndevice: cpu\nparallel: {device_comm: nccl}"),
                   "'parallel.device_comm' nccl needs device cuda or auto, not cpu");
@@ -667,9 +686,24 @@ TEST(ConfigYaml, RoundTripsExactly) {
   c.recompute = Recompute::full;
   c.device = Device::cpu;
   c.threads = 6;
-  c.diloco = {
-      true, 8, 100, 0.35, 0.0, false, OuterCompression::int4, true, 4, true, Averaging::moshpit,
-      0.25};
+  c.diloco = {true,
+              8,
+              100,
+              0.35,
+              0.0,
+              false,
+              OuterCompression::int4,
+              true,
+              4,
+              true,
+              Averaging::moshpit,
+              0.25,
+              "",
+              "g-1",
+              3,
+              2,
+              7.5,
+              "eth1"};  // join stays empty: drops and overlap are in-job
   const std::string yaml = config_to_yaml(c);
   EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;
 

@@ -73,6 +73,55 @@ std::int64_t Diloco::round_of(int fragment, std::int64_t step) const {
   return step <= offset ? 0 : (step - 1 - offset) / H + 1;
 }
 
+std::int64_t Diloco::previous_sync_step(std::int64_t step) const {
+  for (std::int64_t s = step - 1; s >= 1; --s)
+    if (!fragments_due(s).empty()) return s;
+  return -1;
+}
+
+std::int64_t Diloco::next_sync_step(std::int64_t step) const {
+  for (std::int64_t s = step + 1;; ++s)
+    if (!fragments_due(s).empty()) return s;
+}
+
+void Diloco::set_sync_group(const SyncGroup& group) {
+  STRATA_CHECK(group.outer != nullptr && group.metrics != nullptr &&
+                   group.outer->size() == group.workers && group.outer->rank() == group.worker &&
+                   static_cast<int>(group.joining.size()) == group.workers,
+               "DiLoCo: a sync group must hold one rank per member, ranked by member");
+  placement_.outer = group.outer;
+  placement_.metrics = group.metrics;
+  placement_.worker = group.worker;
+  placement_.workers = group.workers;
+  joining_ = group.joining;
+}
+
+void Diloco::hand_state_to_joiners(TrainingBackend& backend, int donor) {
+  Communicator& outer = *placement_.outer;
+  const std::size_t n = placement_.share.size();
+  const bool joiner = joining_.at(static_cast<std::size_t>(placement_.worker));
+  for (int member = 0; member < placement_.workers; ++member) {
+    if (!joining_[static_cast<std::size_t>(member)]) continue;
+    if (placement_.worker == donor) {
+      outer.send(optimizer_.anchor().data(), n, member);
+      outer.send(optimizer_.momentum().data(), n, member);
+    } else if (placement_.worker == member) {
+      outer.recv(optimizer_.anchor().data(), n, donor);
+      outer.recv(optimizer_.momentum().data(), n, donor);
+    }
+  }
+  if (!joiner) return;
+  std::fill(residual_.begin(), residual_.end(), 0.0f);
+  for (std::size_t f = 0; f < fragment_ranges_.size(); ++f) {
+    std::vector<float> anchor;  // the share's part of the fragment
+    for (const ElementRange& piece : pieces_[f]) {
+      const float* a = optimizer_.anchor().data() + (piece.begin - placement_.share.begin);
+      anchor.insert(anchor.end(), a, a + piece.size());
+    }
+    distribute(backend, static_cast<int>(f), anchor);
+  }
+}
+
 void Diloco::start(TrainingBackend& backend) {
   std::vector<float> params(placement_.share.size());
   backend.read_master_weights(placement_.share, params.data());
@@ -172,6 +221,9 @@ std::unique_ptr<Diloco::Sync> Diloco::prepare(TrainingBackend& backend, int frag
   // Fragments fail independently: the key of a sync is (seed, fragment, round).
   const std::uint64_t key = hash_combine(seed_, static_cast<std::uint64_t>(fragment));
   report.dropped = dropped_workers(key, report.round, placement_.workers, config_.drop_probability);
+  // Elastic: a joining member is left out as a dropped one is (it takes the state afterwards).
+  for (std::size_t w = 0; w < joining_.size() && w < report.dropped.size(); ++w)
+    if (joining_[w]) report.dropped[w] = true;
   sync->round = AveragingRound{report.round, key, report.dropped, 2};
   sync->dropped = report.dropped[static_cast<std::size_t>(placement_.worker)];
   for (const ElementRange& piece : pieces_[static_cast<std::size_t>(fragment)]) {

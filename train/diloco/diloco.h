@@ -85,6 +85,9 @@ struct OuterSyncReport {
   double hidden_seconds = 0;       // of which an inner step overlapped (diloco.overlap)
   std::vector<bool> dropped;       // per worker
   double consensus_distance = -1;  // gossip and drops: mean ‖θ_i − θ̄‖/‖θ̄‖ after it; else −1
+  // Elastic DiLoCo (slots; empty in-job): the sync's members, those of them that joined at it, and
+  // the members of the sync before that are gone.
+  std::vector<int> member_slots, joining_slots, lost_slots;
 };
 
 class Diloco {
@@ -118,6 +121,25 @@ class Diloco {
 
   // The fragment's sync count before step `step` (its round number at a sync after `step`).
   std::int64_t round_of(int fragment, std::int64_t step) const;
+  // The step of the sync before the one after `step` (-1: none), and of the next after `step`.
+  std::int64_t previous_sync_step(std::int64_t step) const;
+  std::int64_t next_sync_step(std::int64_t step) const;
+
+  // Elastic DiLoCo (train/diloco/elastic_worker.h): the members of the next sync replace the
+  // placement's outer and metrics groups, worker index and count. A joining member contributes
+  // nothing (it is left out of the averages as a dropped worker is) and takes the state after.
+  struct SyncGroup {
+    Communicator* outer = nullptr;
+    Communicator* metrics = nullptr;
+    int worker = 0, workers = 1;
+    std::vector<bool> joining;  // per member
+  };
+  void set_sync_group(const SyncGroup& group);
+  // After a sync with joiners, on every member: member `donor` (a contributor) sends its outer
+  // state over the share (anchor and momentum, as sent: bitwise) to each joiner, which takes it
+  // and continues from the anchor (θ := anchor on every fragment; its error-feedback residual
+  // starts at zero). Bytes: 2 · 4 · share elements per joiner, counted as "send".
+  void hand_state_to_joiners(TrainingBackend& backend, int donor);
 
  private:
   struct Sync;
@@ -144,6 +166,7 @@ class Diloco {
   std::vector<std::vector<ElementRange>> pieces_;
   std::vector<std::size_t> fragment_sizes_;  // logical elements per fragment
   std::unique_ptr<Sync> pending_;            // overlap: the sync in flight or about to start
+  std::vector<bool> joining_;                // elastic: per member of the next sync
 };
 
 // The DiLoCo state names of worker w in a checkpoint: "" for worker 0 (so /model, /optimizer

@@ -58,9 +58,13 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
     fail("MPI_Allreduce of the outer sync's seconds failed");
   if (metrics == nullptr) return;
   for (const OuterSyncReport& r : syncs) {
-    std::vector<double> dropped;  // worker indices
-    for (std::size_t w = 0; w < r.dropped.size(); ++w)
-      if (r.dropped[w]) dropped.push_back(static_cast<double>(w));
+    std::vector<double> dropped;  // worker indices; elastic: the slots gone since the last sync
+    const bool elastic = !r.member_slots.empty();
+    if (elastic)
+      dropped.assign(r.lost_slots.begin(), r.lost_slots.end());
+    else
+      for (std::size_t w = 0; w < r.dropped.size(); ++w)
+        if (r.dropped[w]) dropped.push_back(static_cast<double>(w));
     JsonLine line;
     line.add("step", r.step)
         .add("outer_step", r.round + 1)
@@ -74,6 +78,9 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
         .add("outer_hidden_s", std::max(0.0, slowest[0] - slowest[1]), "%.6f")
         .add("outer_comm_bytes_job", bytes);
     if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
+    if (elastic)
+      line.add("members", std::vector<double>(r.member_slots.begin(), r.member_slots.end()))
+          .add("joining", std::vector<double>(r.joining_slots.begin(), r.joining_slots.end()));
     metrics->write(line);
   }
   // "fragment 2/4 (1.2M of 4.9M parameters)", or "fragments 1+2/4 (...)" when two met at once.
@@ -89,6 +96,18 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
     other_links += ", " + human_bytes(static_cast<double>(link_bytes.inter_node)) + " inter-node";
   if (link_bytes.intra_node > 0)
     other_links += ", " + human_bytes(static_cast<double>(link_bytes.intra_node)) + " intra-node";
+  // Elastic: who met, who joined, who is gone.
+  const OuterSyncReport& first = syncs.front();
+  if (!first.member_slots.empty()) {
+    const auto slots = [](const std::vector<int>& list) {
+      std::string text;
+      for (int s : list) text += (text.empty() ? "" : ",") + std::to_string(s);
+      return text;
+    };
+    other_links += " | members " + slots(first.member_slots);
+    if (!first.joining_slots.empty()) other_links += ", joining " + slots(first.joining_slots);
+    if (!first.lost_slots.empty()) other_links += ", lost " + slots(first.lost_slots);
+  }
   std::printf(
       "outer sync after step %lld | %s/%d (%s of %s parameters) | outer grad norm %.4f | sent %s "
       "across workers%s\n",

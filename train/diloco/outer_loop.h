@@ -10,7 +10,9 @@
 #include "train/backend/training_backend.h"
 #include "train/diloco/diloco.h"
 #include "train/diloco/diloco_run.h"
+#include "train/diloco/elastic_worker.h"
 #include "train/metrics/metrics.h"
+#include "train/training_step.h"
 
 namespace strata {
 
@@ -18,6 +20,10 @@ namespace strata {
 class OuterLoop {
  public:
   virtual ~OuterLoop() = default;
+  // Before the first step. Elastic DiLoCo: meets the group (a fresh one: waits for
+  // diloco.min_workers; one that has synced past this run's step: joins it at its next sync,
+  // which moves `progress` to that step).
+  virtual void start(TrainingBackend&) {}
   // Before an inner step's work. DiLoCo: a sync's overlapped reduction is in flight from here,
   // and the syncs' bytes are counted from here.
   virtual void begin_inner_step() {}
@@ -34,5 +40,13 @@ class OuterLoop {
 // Nothing is owned.
 std::unique_ptr<OuterLoop> make_diloco_loop(Diloco& diloco, const ProcessGroups& groups,
                                             MetricsWriter* metrics);
+
+// Elastic DiLoCo's outer loop (train/diloco/elastic_worker.h): each sync's members are decided in
+// the group's store and average over Gloo; joiners take the state; a worker that a sync left out
+// joins the next one. `progress` is the run's (a join moves it to the group's step, whose data
+// position is step · global_batch). Nothing is owned.
+std::unique_ptr<OuterLoop> make_elastic_loop(Diloco& diloco, ElasticWorker& worker,
+                                             TrainingProgress& progress, int global_batch,
+                                             const ProcessGroups& groups, MetricsWriter* metrics);
 
 }  // namespace strata

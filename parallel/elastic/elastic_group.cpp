@@ -1,0 +1,296 @@
+#include "parallel/elastic/elastic_group.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace strata {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void sleep_s(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// How often a holder beats: ten times per timeout, so one late beat never drops it, within
+// [0.1 s, 2 s] so a long timeout still shows life.
+double heartbeat_period(double timeout_s) { return std::clamp(timeout_s / 10, 0.1, 2.0); }
+
+// A token no other holder shares: host, process and a random number.
+std::string holder_token() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::random_device random;
+  return std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(random());
+}
+
+}  // namespace
+
+int SyncMembers::index_of(int slot) const {
+  const auto at = std::find(slots.begin(), slots.end(), slot);
+  return at == slots.end() ? -1 : static_cast<int>(at - slots.begin());
+}
+
+std::string SyncMembers::text() const {
+  std::ostringstream out;
+  out << "step " << step << "\ngroup_step " << group_step << "\nmembers";
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    out << " " << slots[i] << ":" << holders[i] << ":" << (joining[i] ? 1 : 0);
+  out << "\nlost";
+  for (int slot : lost) out << " " << slot;
+  out << "\n";
+  return out.str();
+}
+
+SyncMembers SyncMembers::parse(const std::string& text) {
+  SyncMembers m;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string name;
+    words >> name;
+    if (name == "step") {
+      words >> m.step;
+    } else if (name == "group_step") {
+      words >> m.group_step;
+    } else if (name == "members") {
+      std::string member;
+      while (words >> member) {
+        int slot = 0, joining = 0;
+        long long holder = 0;
+        if (std::sscanf(member.c_str(), "%d:%lld:%d", &slot, &holder, &joining) != 3)
+          throw std::runtime_error("malformed sync membership '" + member + "' in the store");
+        m.slots.push_back(slot);
+        m.holders.push_back(holder);
+        m.joining.push_back(joining != 0);
+      }
+    } else if (name == "lost") {
+      int slot = 0;
+      while (words >> slot) m.lost.push_back(slot);
+    }
+  }
+  return m;
+}
+
+ElasticGroup::ElasticGroup(const ElasticGroupSettings& settings) : settings_(settings) {
+  if (settings_.group.empty()) throw std::runtime_error("diloco.group is empty");
+  store_ = open_rendezvous_store(settings_.store_url, std::min(settings_.timeout_s, 10.0));
+  check_settings();
+  take_slot();
+  heartbeat_ = std::thread([this] { beat(); });
+}
+
+ElasticGroup::~ElasticGroup() { leave("exit"); }
+
+void ElasticGroup::check_settings() {
+  const std::string& mine = settings_.shared_settings;
+  if (store_->create(key("settings"), store_bytes(mine))) return;
+  const auto stored = store_->get(key("settings"));
+  const std::string theirs = stored ? store_text(*stored) : "";
+  if (theirs == mine) return;
+  const std::string why = settings_.difference ? settings_.difference(theirs) : "settings differ";
+  if (!why.empty())
+    throw std::runtime_error("group '" + settings_.group + "' (" + settings_.store_url +
+                             "): " + why);
+}
+
+std::int64_t ElasticGroup::newest_holder(int slot) {
+  const std::string prefix = key("claim/" + std::to_string(slot) + "/");
+  std::int64_t newest = -1;
+  for (const std::string& k : store_->keys(prefix))
+    newest = std::max<std::int64_t>(newest, std::stoll(k.substr(prefix.size())));
+  return newest;
+}
+
+bool ElasticGroup::is_dead(int slot, std::int64_t generation) {
+  return store_->get(key("dead/" + std::to_string(slot) + "/" + std::to_string(generation)))
+      .has_value();
+}
+
+void ElasticGroup::take_slot() {
+  const std::string token = holder_token();
+  std::vector<int> candidates;
+  if (settings_.slot >= 0) {
+    if (settings_.slot >= settings_.slots)
+      throw std::runtime_error("diloco.slot " + std::to_string(settings_.slot) +
+                               " is not a slot of a group of " + std::to_string(settings_.slots) +
+                               " (diloco.workers)");
+    candidates.push_back(settings_.slot);
+  } else {
+    for (int w = 0; w < settings_.slots; ++w) candidates.push_back(w);
+  }
+  // Free slots first (never held, or left with a deathrattle); then the silent ones: a holder
+  // killed without a deathrattle is found by watching its heartbeat for the timeout.
+  const double start = now_s();
+  while (true) {
+    std::map<int, std::int64_t> silent;
+    for (int w : candidates) {
+      const std::int64_t g = newest_holder(w);
+      const bool free = g < 0 || is_dead(w, g);
+      if (free && store_->create(key("claim/" + std::to_string(w) + "/" + std::to_string(g + 1)),
+                                 store_bytes(token))) {
+        slot_ = w;
+        generation_ = g + 1;
+        store_->set(key("heartbeat/" + std::to_string(w) + "/" + std::to_string(generation_)),
+                    store_bytes("0"));
+        return;
+      }
+      if (!free) silent[w] = g;
+    }
+    if (silent.empty()) continue;  // lost a race for a free slot: look again
+    for (const auto& [w, g] : silent) {
+      const std::string beat = key("heartbeat/" + std::to_string(w) + "/" + std::to_string(g));
+      const auto value = store_->get(beat);
+      Observed& o = observed_[{w, g}];
+      const std::string v = value ? store_text(*value) : "";
+      if (o.since == 0 || v != o.value) o = {v, now_s()};
+      if (now_s() - o.since >= settings_.timeout_s)
+        store_->create(key("dead/" + std::to_string(w) + "/" + std::to_string(g)),
+                       store_bytes("missed heartbeats"));
+    }
+    if (now_s() - start > settings_.timeout_s * 2 + 1) {
+      if (settings_.slot >= 0)
+        throw std::runtime_error("diloco.slot " + std::to_string(settings_.slot) + " of group '" +
+                                 settings_.group + "' is held by a live worker");
+      throw std::runtime_error("group '" + settings_.group + "' is full: its " +
+                               std::to_string(settings_.slots) +
+                               " slots (diloco.workers) are held by live workers");
+    }
+    sleep_s(heartbeat_period(settings_.timeout_s));
+  }
+}
+
+void ElasticGroup::beat() {
+  const std::string beat_key =
+      key("heartbeat/" + std::to_string(slot_) + "/" + std::to_string(generation_));
+  std::int64_t count = 0;
+  bool warned = false;
+  while (!stopping_) {
+    try {
+      store_->set(beat_key, store_bytes(std::to_string(++count)));
+      if (warned) std::fprintf(stderr, "warning: the rendezvous store answers again\n");
+      warned = false;
+    } catch (const StoreUnavailable& e) {
+      if (!warned)
+        std::fprintf(stderr, "warning: heartbeat failed (%s); training goes on, retrying\n",
+                     e.what());
+      warned = true;
+    }
+    const double until = now_s() + heartbeat_period(settings_.timeout_s);
+    while (!stopping_ && now_s() < until) sleep_s(0.02);
+  }
+}
+
+void ElasticGroup::leave(const std::string& why) {
+  if (left_.exchange(true)) return;
+  stopping_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (slot_ < 0) return;
+  try {
+    store_->create(key("dead/" + std::to_string(slot_) + "/" + std::to_string(generation_)),
+                   store_bytes(why));
+  } catch (const StoreUnavailable&) {  // the others will find it silent instead
+  }
+}
+
+std::optional<std::int64_t> ElasticGroup::newest_sync() {
+  const std::string prefix = key("members/");
+  std::optional<std::int64_t> newest;
+  for (const std::string& k : store_->keys(prefix)) {
+    const std::int64_t step = std::stoll(k.substr(prefix.size()));
+    newest = std::max(newest.value_or(step), step);
+  }
+  return newest;
+}
+
+void ElasticGroup::wait_for_workers() {
+  const double start = now_s();
+  while (true) {
+    if (static_cast<int>(live_holders().size()) >= settings_.min_workers) return;
+    if (now_s() - start > settings_.timeout_s)
+      throw std::runtime_error("group '" + settings_.group + "' has fewer than " +
+                               std::to_string(settings_.min_workers) +
+                               " workers (diloco.min_workers) after " +
+                               std::to_string(static_cast<int>(settings_.timeout_s)) + " s");
+    sleep_s(0.05);
+  }
+}
+
+std::map<int, std::int64_t> ElasticGroup::live_holders() {
+  std::map<int, std::int64_t> live;
+  const double now = now_s();
+  for (int w = 0; w < settings_.slots; ++w) {
+    const std::int64_t g = newest_holder(w);
+    if (g < 0 || is_dead(w, g)) continue;
+    if (w == slot_ && g == generation_) {
+      live[w] = g;
+      continue;
+    }
+    const auto value = store_->get(key("heartbeat/" + std::to_string(w) + "/" + std::to_string(g)));
+    const std::string v = value ? store_text(*value) : "";
+    Observed& o = observed_[{w, g}];
+    if (o.since == 0 || v != o.value) o = {v, now};
+    if (now - o.since >= settings_.timeout_s) {
+      store_->create(key("dead/" + std::to_string(w) + "/" + std::to_string(g)),
+                     store_bytes("missed heartbeats"));
+      continue;
+    }
+    live[w] = g;
+  }
+  return live;
+}
+
+std::optional<SyncMembers> ElasticGroup::try_decide(std::int64_t step, std::int64_t previous) {
+  const std::string arrivals = key("arrive/" + std::to_string(step) + "/");
+  SyncMembers m;
+  m.step = step;
+  for (const auto& [w, g] : live_holders()) {
+    const auto arrived = store_->get(arrivals + std::to_string(w));
+    if (!arrived) return std::nullopt;  // a live holder is still on its way
+    long long holder = -1;
+    char role[16] = {};
+    if (std::sscanf(store_text(*arrived).c_str(), "%lld %15s", &holder, role) != 2 || holder != g)
+      return std::nullopt;  // an earlier holder's arrival: the new one is on its way
+    m.slots.push_back(w);
+    m.holders.push_back(g);
+    m.joining.push_back(std::string(role) == "joiner");
+  }
+  m.group_step = step;
+  if (previous >= 0) {
+    if (const auto before = store_->get(key("members/" + std::to_string(previous)))) {
+      const SyncMembers p = SyncMembers::parse(store_text(*before));
+      if (p.slots == m.slots && p.holders == m.holders) m.group_step = p.group_step;
+      for (int slot : p.slots)
+        if (m.index_of(slot) < 0) m.lost.push_back(slot);
+    }
+  }
+  store_->create(key("members/" + std::to_string(step)), store_bytes(m.text()));
+  // Whoever created it, the stored decision is the one.
+  return SyncMembers::parse(store_text(*store_->get(key("members/" + std::to_string(step)))));
+}
+
+SyncMembers ElasticGroup::sync(std::int64_t step, std::int64_t previous, bool joining) {
+  const std::string decided = key("members/" + std::to_string(step));
+  store_->set(key("arrive/" + std::to_string(step) + "/" + std::to_string(slot_)),
+              store_bytes(std::to_string(generation_) + (joining ? " joiner" : " contributor")));
+  while (true) {
+    if (const auto stored = store_->get(decided)) return SyncMembers::parse(store_text(*stored));
+    if (is_dead(slot_, generation_))
+      throw std::runtime_error("this worker was dropped from group '" + settings_.group +
+                               "' (found silent for diloco.timeout); restart it to rejoin");
+    if (auto m = try_decide(step, previous)) return *m;
+    sleep_s(0.02);
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,129 @@
+// Membership of an elastic DiLoCo group (docs/ARCHITECTURE.md §2 "Elastic DiLoCo"): independent
+// worker jobs that meet in a rendezvous store (rendezvous_store.h), each holding one of the
+// group's slots. One ElasticGroup runs on each worker's leader (its rank 0); the worker's other
+// ranks learn its decisions from it. No worker is special: every decision is a key that the first
+// worker to reach it creates (RendezvousStore::create), and every other reads.
+//
+// Keys, under "<group>/":
+//   settings             the group's settings, written by its first worker; a worker whose
+//                        settings differ is refused, naming the first key that differs
+//   claim/<w>/<g>        slot w's g-th holder (its token); g grows each time the slot is retaken
+//   heartbeat/<w>/<g>    a counter the holder advances every heartbeat period
+//   dead/<w>/<g>         its deathrattle: why it left (the end of its steps, a signal, an error),
+//                        or "missed heartbeats" when another worker found it silent for the
+//                        timeout (a holder is judged by whether its counter moves, on the
+//                        observer's own clock: hosts need no common time)
+//   arrive/<s>/<w>       slot w reached the sync after inner step s ("<g> contributor|joiner")
+//   members/<s>          the sync's decided membership (SyncMembers, as text)
+//
+// A sync is decided when every live slot holder has arrived: the members are those that arrived,
+// in slot order; holders found dead are left out (and their deathrattle written). A holder that
+// arrives after the decision, or finds itself left out, is not a member of it: it rejoins at the
+// next sync as a joiner. A joiner is a member that contributes nothing to the sync's average and
+// takes the group's state from a contributor afterwards (train/diloco/elastic_worker.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "parallel/elastic/rendezvous_store.h"
+
+namespace strata {
+
+struct ElasticGroupSettings {
+  std::string store_url;  // diloco.join
+  std::string group;      // diloco.group
+  int slots = 1;          // diloco.workers: the most workers the group holds
+  int slot = -1;          // diloco.slot: -1 takes the first free slot in order
+  int min_workers = 1;    // diloco.min_workers: a fresh group starts when this many hold slots
+  double timeout_s = 60;  // diloco.timeout: silence that drops a worker
+  // The settings every worker must share, as text (the trainer's: a config's YAML), and what
+  // makes a worker's differ from the group's: the message of the refusal, naming the key ("" when
+  // they agree after all, as two spellings of one config may).
+  std::string shared_settings;
+  std::function<std::string(const std::string& group_settings)> difference;
+};
+
+// One sync's members, in slot order.
+struct SyncMembers {
+  std::int64_t step = 0;              // the inner step the sync follows
+  std::vector<int> slots;             // member slots, ascending
+  std::vector<std::int64_t> holders;  // each member's claim generation g
+  std::vector<bool> joining;          // takes the state, contributes nothing
+  // The sync whose membership this one continues unchanged (its Gloo group is reused): this
+  // sync's own step when the members differ from the previous sync's.
+  std::int64_t group_step = 0;
+  // Slots that were members of the previous sync and are not now.
+  std::vector<int> lost;
+
+  int index_of(int slot) const;  // -1 when not a member
+  std::string text() const;
+  static SyncMembers parse(const std::string& text);
+  bool operator==(const SyncMembers&) const = default;
+};
+
+class ElasticGroup {
+ public:
+  // Opens the store, checks or writes the group's settings, takes a slot and starts the
+  // heartbeat. Errors (an unreachable store, settings that differ, a full group, a slot held by a
+  // live worker) throw std::runtime_error with the message of the `error:` line.
+  explicit ElasticGroup(const ElasticGroupSettings& settings);
+  // Leaves a deathrattle ("exit") unless leave() said why already.
+  ~ElasticGroup();
+  ElasticGroup(const ElasticGroup&) = delete;
+  ElasticGroup& operator=(const ElasticGroup&) = delete;
+
+  int slot() const { return slot_; }
+  std::int64_t holder() const { return generation_; }
+  RendezvousStore& store() { return *store_; }
+  const ElasticGroupSettings& settings() const { return settings_; }
+
+  // The step of the newest decided sync, or nullopt for a fresh group (none yet).
+  std::optional<std::int64_t> newest_sync();
+  // A fresh group: waits until min_workers slots have live holders (at most the timeout, then
+  // throws).
+  void wait_for_workers();
+
+  // The sync after inner step `step` (`previous`: the step of the sync before it in the schedule,
+  // or -1): arrives, waits for the decision (deciding it when it can) and returns it. This worker
+  // may not be among its members (it arrived late or was left out): then it joins the next one.
+  SyncMembers sync(std::int64_t step, std::int64_t previous, bool joining);
+
+  // The deathrattle: why this worker leaves; the heartbeat stops.
+  void leave(const std::string& why);
+
+ private:
+  std::string key(const std::string& name) const { return settings_.group + "/" + name; }
+  void check_settings();
+  void take_slot();
+  std::int64_t newest_holder(int slot);
+  bool is_dead(int slot, std::int64_t generation);
+  // The holders that are alive now, by slot (a silent one is declared dead here).
+  std::map<int, std::int64_t> live_holders();
+  std::optional<SyncMembers> try_decide(std::int64_t step, std::int64_t previous);
+  void beat();
+
+  ElasticGroupSettings settings_;
+  std::unique_ptr<RendezvousStore> store_;
+  int slot_ = -1;
+  std::int64_t generation_ = -1;
+  // Per (slot, generation): the last heartbeat value seen and when it last changed here.
+  struct Observed {
+    std::string value;
+    double since = 0;
+  };
+  std::map<std::pair<int, std::int64_t>, Observed> observed_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> left_{false};
+  std::thread heartbeat_;
+};
+
+}  // namespace strata

@@ -1,0 +1,167 @@
+#include "train/diloco/elastic_worker.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+
+#include "model/core/error.h"
+
+namespace strata {
+
+namespace {
+
+// Rank 0's text (a result, or the message of its error) to every rank of the job, on raw MPI:
+// group bookkeeping is no part of the training's counted traffic.
+std::string share_from_leader(MpiCommunicator& job, std::string text, bool failed) {
+  std::uint64_t header[2] = {failed ? 1u : 0u, text.size()};
+  if (MPI_Bcast(header, 2, MPI_UINT64_T, 0, job.comm()) != MPI_SUCCESS)
+    fail("MPI_Bcast of the elastic group's decision failed");
+  text.resize(header[1]);
+  if (header[1] > 0 &&
+      MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, 0, job.comm()) != MPI_SUCCESS)
+    fail("MPI_Bcast of the elastic group's decision failed");
+  if (header[0] != 0) fail_together(text);
+  return text;
+}
+
+// Runs `work` on rank 0 and hands its text result (or its error) to every rank.
+template <class Work>
+std::string on_leader(MpiCommunicator& job, Work&& work) {
+  std::string text;
+  bool failed = false;
+  if (job.rank() == 0) {
+    try {
+      text = work();
+    } catch (const std::exception& e) {
+      text = std::string("diloco.join: ") + e.what();
+      failed = true;
+    }
+  }
+  return share_from_leader(job, std::move(text), failed);
+}
+
+}  // namespace
+
+std::string elastic_shared_settings(const Config& config, const MeshShape& mesh) {
+  Config shared;
+  shared.model = config.model;
+  shared.optimizer = config.optimizer;
+  shared.train.steps = config.train.steps;
+  shared.train.global_batch = config.train.global_batch;
+  // Keys each worker chooses for itself, set so that the subset is a valid config of its own.
+  shared.train.micro_batch = 1;
+  shared.data.train = "(each worker's own)";
+  const DilocoConfig defaults;
+  shared.diloco = config.diloco;
+  shared.diloco.join = defaults.join;
+  shared.diloco.group = defaults.group;
+  shared.diloco.slot = defaults.slot;
+  shared.diloco.min_workers = defaults.min_workers;
+  shared.diloco.timeout = defaults.timeout;
+  shared.diloco.interface = defaults.interface;
+  shared.parallel.tp = mesh.tp;
+  shared.parallel.pp = mesh.pp;
+  shared.parallel.dp = mesh.dp;
+  shared.parallel.ep = mesh.ep;
+  shared.parallel.virtual_stages = config.parallel.virtual_stages;
+  shared.parallel.pp_layers = config.parallel.pp_layers;
+  shared.parallel.zero = config.parallel.zero;
+  return config_to_yaml(shared);
+}
+
+ElasticWorker::ElasticWorker(const Config& config, const MeshShape& mesh, MpiCommunicator& job)
+    : job_(job),
+      url_(config.diloco.join),
+      group_name_(config.diloco.group),
+      timeout_s_(config.diloco.timeout),
+      interface_(config.diloco.interface) {
+  const std::string slot = on_leader(job, [&] {
+    const std::string mine = elastic_shared_settings(config, mesh);
+    ElasticGroupSettings s;
+    s.store_url = config.diloco.join;
+    s.group = config.diloco.group;
+    s.slots = config.diloco.workers;
+    s.slot = config.diloco.slot;
+    s.min_workers = config.diloco.min_workers;
+    s.timeout_s = config.diloco.timeout;
+    s.shared_settings = mine;
+    s.difference = [mine](const std::string& theirs) -> std::string {
+      const Config group = parse_config(theirs, "the group's settings");
+      const Config here = parse_config(mine, "this worker's settings");
+      const std::vector<ConfigChange> changes = config_changes(group, here);
+      if (changes.empty()) return "";
+      const ConfigChange& c = changes.front();
+      return c.key + " is " + c.after + " here but " + c.before +
+             " in the group: every worker of a group shares it";
+    };
+    group_ = std::make_unique<ElasticGroup>(s);
+    return std::to_string(group_->slot());
+  });
+  slot_ = std::stoi(slot);
+}
+
+ElasticWorker::~ElasticWorker() = default;
+
+std::optional<std::int64_t> ElasticWorker::newest_sync() {
+  const std::string text = on_leader(job_, [&] {
+    const std::optional<std::int64_t> newest = group_->newest_sync();
+    return newest ? std::to_string(*newest) : std::string();
+  });
+  if (text.empty()) return std::nullopt;
+  return std::stoll(text);
+}
+
+void ElasticWorker::wait_for_workers() {
+  on_leader(job_, [&] {
+    group_->wait_for_workers();
+    return std::string();
+  });
+}
+
+SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool joining) {
+  const SyncMembers members = SyncMembers::parse(
+      on_leader(job_, [&] { return group_->sync(step, previous, joining).text(); }));
+  const int me = members.index_of(slot_);
+  if (me < 0 || members.group_step == group_step_) return members;
+  // A new membership: every rank meets the same rank of the other members in Gloo groups of
+  // their own, named by the sync that formed it and this rank's place in its job.
+  if (outer_) retired_ += outer_->stats();
+  outer_.reset();
+  metrics_.reset();
+  GlooMembers gloo;
+  gloo.rank = me;
+  gloo.size = static_cast<int>(members.slots.size());
+  gloo.slots = members.slots;
+  gloo.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s_ * 1000));
+  gloo.interface = interface_;
+  try {
+    // The leader uses its group's connection to the store; the other ranks open their own.
+    if (job_.rank() != 0 && !store_) store_ = open_rendezvous_store(url_, timeout_s_);
+    RendezvousStore& store = job_.rank() == 0 ? group_->store() : *store_;
+    const std::string prefix = group_name_ + "/gloo/" + std::to_string(members.group_step) + "/" +
+                               std::to_string(job_.rank()) + "/";
+    gloo.prefix = prefix + "outer";
+    outer_ = std::make_unique<GlooCommunicator>(store, gloo);
+    gloo.prefix = prefix + "metrics";
+    metrics_ = std::make_unique<GlooCommunicator>(store, gloo);
+  } catch (const std::exception& e) {
+    fail("diloco.join: could not connect to the group's members at step ", step, " (", e.what(),
+         ")");
+  }
+  group_step_ = members.group_step;
+  return members;
+}
+
+CommStats ElasticWorker::outer_stats() const {
+  CommStats total = retired_;
+  if (outer_) total += outer_->stats();
+  return total;
+}
+
+void ElasticWorker::leave(const std::string& why) {
+  if (group_) group_->leave(why);
+}
+
+}  // namespace strata
