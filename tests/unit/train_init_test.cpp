@@ -1,6 +1,6 @@
 // `train --init CKPT` (train/main.cpp, Trainer::State::load_state): a new run from a checkpoint's
 // weights alone. It trains exactly as a resume of a checkpoint holding those weights, zero AdamW
-// moments, step 0 and data position 0 would; every layout (tp, pp, ZeRO 3, DiLoCo workers and
+// moments, step 0 and data position 0 would; every layout (tp, pp, ZeRO 3, ep, DiLoCo workers and
 // their anchor) starts from the checkpoint's fp32 weights bitwise; a DiLoCo checkpoint gives its
 // first worker's weights; its runs resume as any run; and a checkpoint of another model, a
 // missing or damaged file, or --init with --resume is one error line before any training.
@@ -216,6 +216,30 @@ TEST_F(TrainInitTest, ADilocoCheckpointGivesItsFirstWorkersWeights) {
   ASSERT_FALSE(bitwise_equal(first_worker, tensors_in(diloco_base(), "/diloco/worker_1/model/")));
   const std::string started = started_from(diloco_base(), "from_diloco", 2, "parallel: {tp: 2}\n");
   EXPECT_TRUE(bitwise_equal(tensors_in(started, "/model/"), first_worker));
+}
+
+// Expert parallelism reads each rank's experts of a mixture-of-experts checkpoint; the MoE keys
+// that only shape training (capacity_factor here) may change, the number of experts may not.
+TEST_F(TrainInitTest, ExpertParallelRanksStartFromAnMoeCheckpointsWeights) {
+  const std::string moe = "--set model.moe.experts=4 --set model.moe.top_k=2 ";
+  const auto base = train(1, config("moe_base"), moe + "--set train.steps=2");
+  ASSERT_EQ(base.status, 0) << base.output;
+  const std::string source = checkpoint("moe_base", 2);
+  const auto r =
+      train(2, config("moe_ep2", "parallel: {ep: 2}\n"),
+            moe + "--init " + source + " --set train.steps=1 --set model.moe.capacity_factor=2",
+            "STRATA_TEST_NONFINITE_STEPS=1");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("(experts over ep 2)"), std::string::npos) << r.output;
+  EXPECT_TRUE(bitwise_equal(tensors_in(checkpoint("moe_ep2", 1), "/model/"),
+                            tensors_in(source, "/model/")));
+  const auto other =
+      train(1, config("moe_other"), moe + "--init " + source + " --set model.moe.experts=2");
+  EXPECT_NE(other.status, 0);
+  EXPECT_NE(other.output.find("error: --init " + source +
+                              ": model.moe.experts is 4 in the checkpoint but 2 in this run"),
+            std::string::npos)
+      << other.output;
 }
 
 // Each refusal is one error line, before any step (and before any checkpoint of the new run).
