@@ -1,5 +1,8 @@
-// train CONFIG.yaml [MORE.yaml]... [--set key.path=value]... [--resume [CHECKPOINT]]
+// train CONFIG.yaml [MORE.yaml]... [--set key.path=value]...
+//       [--resume [CHECKPOINT] | --init CHECKPOINT]
 // Several configs merge in order (plan/config.h, load_configs), then the overrides apply.
+// --resume continues a run; --init starts a new one from a checkpoint's weights only (fresh
+// optimizer state, step 0, the schedule and the data from their start), on any layout.
 // One process per data-parallel rank under mpirun. Errors print one `error: ...` line (from rank
 // 0 when every rank fails the same way during set-up) and exit non-zero.
 #include <iostream>
@@ -22,10 +25,12 @@ struct Arguments {
   std::vector<std::string> config_paths;
   std::vector<std::string> overrides;
   std::optional<std::string> resume_from;
+  std::optional<std::string> init_from;
 };
 
 constexpr const char* kUsage =
-    "usage: train CONFIG.yaml [MORE.yaml]... [--set key.path=value]... [--resume [CHECKPOINT]]";
+    "usage: train CONFIG.yaml [MORE.yaml]... [--set key.path=value]... "
+    "[--resume [CHECKPOINT] | --init CHECKPOINT]";
 
 Arguments parse_arguments(int argc, char** argv) {
   Arguments args;
@@ -44,6 +49,13 @@ Arguments parse_arguments(int argc, char** argv) {
       if (i + 1 < argc && !std::string(argv[i + 1]).starts_with("--")) args.resume_from = argv[++i];
     } else if (arg.starts_with("--resume=")) {
       args.resume_from = arg.substr(9);
+    } else if (arg == "--init") {
+      if (i + 1 >= argc || std::string(argv[i + 1]).starts_with("--"))
+        strata::fail("--init needs a CHECKPOINT (", kUsage, ")");
+      args.init_from = argv[++i];
+    } else if (arg.starts_with("--init=")) {
+      args.init_from = arg.substr(7);
+      if (args.init_from->empty()) strata::fail("--init needs a CHECKPOINT (", kUsage, ")");
     } else if (arg.starts_with("-")) {
       strata::fail("unknown option '", arg, "' (", kUsage, ")");
     } else {
@@ -51,6 +63,8 @@ Arguments parse_arguments(int argc, char** argv) {
     }
   }
   if (args.config_paths.empty()) strata::fail("missing CONFIG.yaml (", kUsage, ")");
+  // A resume continues a run; --init starts a new one.
+  if (args.resume_from && args.init_from) strata::fail("--init and --resume cannot be combined");
   return args;
 }
 
@@ -81,8 +95,8 @@ int main(int argc, char** argv) {
         mpi.ranks_on_host(),
         config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);
     world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
-    trainer =
-        std::make_unique<strata::Trainer>(config, *world, strata::TrainerOptions{args.resume_from});
+    trainer = std::make_unique<strata::Trainer>(
+        config, *world, strata::TrainerOptions{args.resume_from, args.init_from});
     set_up = true;
     // Said once set-up has succeeded: a set-up error stays the run's one line of output.
     if (rank == 0) {

@@ -200,13 +200,19 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   s.device = device;
   s.tokenizer_model = s.data.check(config);
   s.make_backend();
-  s.load_state(options.resume_from);
+  s.load_state(options);
   if (s.is_logger()) {
     const std::string run_dir = config.run_directory();
     fs::create_directories(run_dir);
     std::ofstream(fs::path(run_dir) / "config.yaml") << config_to_yaml(config);
     s.metrics = std::make_unique<MetricsWriter>((fs::path(run_dir) / "metrics.jsonl").string(),
                                                 options.resume_from ? s.progress.step : -1);
+    // The run's first line says where its weights came from; a resume keeps it (step 0).
+    if (options.init_from)
+      s.metrics->write(JsonLine()
+                           .add("step", std::int64_t{0})
+                           .add("init", *options.init_from)
+                           .add("init_step", *s.init_step));
   }
 }
 

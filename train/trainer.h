@@ -18,6 +18,9 @@ namespace strata {
 struct TrainerOptions {
   // Resume: nullopt = fresh run; "" = newest checkpoint of the run; otherwise a checkpoint path.
   std::optional<std::string> resume_from;
+  // A fresh run (no resume_from) whose parameters are this checkpoint's weights rather than the
+  // seed's (`train --init`): its optimizer state, step, schedule and data start afresh.
+  std::optional<std::string> init_from;
 };
 
 class Trainer {

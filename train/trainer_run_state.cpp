@@ -1,7 +1,8 @@
-// Trainer::State (trainer_state.h): the run's state, fresh or from a checkpoint, and the
-// checkpoints it writes.
+// Trainer::State (trainer_state.h): the run's state, fresh (the seed's parameters, or the weights
+// of an --init checkpoint) or from a checkpoint, and the checkpoints it writes.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,19 +33,27 @@ void Trainer::State::set_named_state(std::vector<StateBuffer> buffers) {
   backend->set_state(backend_buffers);
 }
 
-void Trainer::State::load_state(const std::optional<std::string>& resume_from) {
+void Trainer::State::load_state(const TrainerOptions& options) {
+  const std::optional<std::string>& resume_from = options.resume_from;
   const std::string ckpt_dir = config.checkpoint_directory();
   if (!resume_from) {
     if (latest_checkpoint(ckpt_dir))
       fail("run '", config.run.name, "' already has checkpoints in '", ckpt_dir,
            "'; use --resume to continue it, or choose another run.name");
-    // Every DiLoCo worker starts from the same parameters (those of the run's seed).
+    // Every DiLoCo worker starts from the same parameters (the --init checkpoint's, or those of
+    // the run's seed), and DiLoCo's anchor is them: start() is given the parameters set here.
     std::vector<StateBuffer> buffers = backend->state();
     StateBuffer& params = buffers.at(0);
-    initialize_gpt_parameters(backend->layout(), shape, config.run.seed, params.values.data(),
-                              params.range);
+    if (options.init_from)
+      init_step = read_init_weights(*options.init_from, params);
+    else
+      initialize_gpt_parameters(backend->layout(), shape, config.run.seed, params.values.data(),
+                                params.range);
     backend->set_state(buffers);
     if (diloco) diloco->start(*backend);
+    if (options.init_from && is_logger())
+      std::cout << "initialised from " << *options.init_from << " (step " << *init_step
+                << " of its run)\n";
     return;
   }
   std::vector<StateBuffer> buffers = named_state();
@@ -75,6 +84,29 @@ void Trainer::State::load_state(const std::optional<std::string>& resume_from) {
          "' is not the tokenizer of checkpoint '", path, "' (its model bytes differ)");
   if (is_logger()) warn_changed_keys(meta.config_yaml, path);
   if (is_logger()) std::cout << "resumed from " << path << " at step " << progress.step << "\n";
+}
+
+std::int64_t Trainer::State::read_init_weights(const std::string& path, StateBuffer& params) {
+  // "model" without this worker's prefix: a DiLoCo checkpoint's first worker's weights.
+  std::vector<StateBuffer> weights{{"model", params.range, {}}};
+  CheckpointMeta meta;
+  try {
+    if (const std::optional<ConfigChange> change = checkpoint_model_difference(path, config.model))
+      fail(change->key, " is ", change->before, " in the checkpoint but ", change->after,
+           " in this run (set model: in the config to match)");
+    meta = read_checkpoint(path, backend->layout(), weights);
+  } catch (const CollectiveError&) {
+    throw;
+  } catch (const Error& e) {
+    fail("--init ", path, ": ", e.what());
+  }
+  // Another tokenizer would give the ids the weights learned other meanings.
+  if (!meta.tokenizer_model.empty() && !tokenizer_model.empty() &&
+      meta.tokenizer_model != tokenizer_model)
+    fail("--init ", path, ": data.tokenizer '", config.data.tokenizer,
+         "' is not the checkpoint's tokenizer (its model bytes differ)");
+  params.values = std::move(weights.front().values);
+  return meta.state.step;
 }
 
 void Trainer::State::warn_changed_keys(const std::string& saved_yaml,

@@ -55,6 +55,8 @@ struct Trainer::State {
   std::string tokenizer_model;
   TrainingProgress progress;
   std::int64_t last_checkpoint_step = -1;
+  // --init: the step of the run whose checkpoint gave the weights (nullopt without --init).
+  std::optional<std::int64_t> init_step;
   std::unique_ptr<MetricsWriter> metrics;
   bool reports_loss_scale = false;  // fp16: metrics carry the loss scale each step used
   std::unique_ptr<Diloco> diloco;
@@ -71,8 +73,13 @@ struct Trainer::State {
   std::vector<StateBuffer> named_state();
   // Hands buffers read under named_state()'s names back to the backend and to DiLoCo.
   void set_named_state(std::vector<StateBuffer> buffers);
-  // Fresh parameters, or the state of a checkpoint.
-  void load_state(const std::optional<std::string>& resume_from);
+  // Fresh parameters (the seed's, or an --init checkpoint's weights), or the state of a
+  // checkpoint (--resume).
+  void load_state(const TrainerOptions& options);
+  // --init: the weights of checkpoint `path` into `params` (this rank's range of the master
+  // weights): its first worker's, stored under the plain /model names, read from the logical
+  // tensors into this layout, bitwise. Returns the step of the run that wrote them.
+  std::int64_t read_init_weights(const std::string& path, StateBuffer& params);
   // A resumed run may change keys (a longer run, another learning rate), but says which: the
   // model's shape was checked (check_resumable).
   void warn_changed_keys(const std::string& saved_yaml, const std::string& path) const;

@@ -1,7 +1,7 @@
 // Hugging Face GPT-2 export and import (tools/hf/hf_convert.h): export then import gives back the
 // parameters bitwise, the exported tensors have GPT-2's names and Conv1D orientation, F16 and
 // BF16 files widen exactly, every malformed file or model is a one-line error naming it, and an
-// imported checkpoint is one that `train --resume` fine-tunes from.
+// imported checkpoint is one that `train --resume` (or `--init`) fine-tunes from.
 // (transformers' own reading of the exported folder is tests/python/hf_gpt2_test.cpp.)
 #include <gtest/gtest.h>
 
@@ -285,8 +285,8 @@ TEST(HfConvert, ImportRejectsModelsItCannotHoldWithOneLineErrors) {
 }
 
 // The tools end to end: a run trained 30 steps, exported and imported with `ckpt`, is resumed
-// by `train --resume` (another run, the same model) from the imported weights, and a run of
-// another model shape is refused.
+// by `train --resume` (another run, the same model) from the imported weights, `train --init`
+// trains alike, and a run of another model shape is refused.
 // A DiLoCo checkpoint's export once wrote worker 0's weights without saying whose they were.
 TEST(HfConvert, ADilocoCheckpointsExportSaysWhoseWeightsItWrites) {
   TempDir dir("hf_diloco");
@@ -370,6 +370,15 @@ TEST(HfConvert, TrainResumesFromAnImportedCheckpoint) {
   ASSERT_EQ(tuned_loss.size(), 2u);
   EXPECT_LT(tuned_loss[0], base_loss.front() - 0.5);
   EXPECT_NEAR(tuned_loss[0], base_loss.back(), 0.3);
+  // An imported checkpoint is a plain one at step 0 with zero moments: --init, which takes its
+  // weights alone, trains exactly as that resume does.
+  const auto init = testing::run_command(testing::bin("train") + " " + config("init") +
+                                         " --set train.steps=2 --init " + imported);
+  ASSERT_EQ(init.status, 0) << init.output;
+  EXPECT_NE(init.output.find("initialised from " + imported + " (step 0 of its run)"),
+            std::string::npos)
+      << init.output;
+  EXPECT_EQ(testing::metric_values(dir / "runs/init/metrics.jsonl", "loss"), tuned_loss);
 
   const auto other = testing::run_command(testing::bin("train") + " " + config("other") +
                                           " --set model.d_model=64 --resume " + imported);

@@ -239,4 +239,25 @@ void check_resumable(const std::string& path, const ModelConfig& model, int work
          " but this run's model is ", model_text(model), " (set model: in the config to match)");
 }
 
+std::optional<ConfigChange> checkpoint_model_difference(const std::string& path,
+                                                        const ModelConfig& model) {
+  const std::string saved_yaml = read_checkpoint_config(path);  // a damaged file: its error
+  Config saved, run;
+  try {
+    saved.model = parse_config(saved_yaml, path + " (config attribute)").model;
+  } catch (const Error&) {
+    return std::nullopt;  // a config this version cannot read
+  }
+  run.model = model;
+  const bool moe = saved.model.moe.enabled() || model.moe.enabled();
+  for (const ConfigChange& change : config_changes(saved, run)) {
+    if (!change.key.starts_with("model.")) continue;
+    if (change.key.starts_with("model.moe.") && change.key != "model.moe.experts" &&
+        !(moe && (change.key == "model.moe.top_k" || change.key == "model.moe.every")))
+      continue;  // a training setting, or a key of experts neither model has
+    return change;
+  }
+  return std::nullopt;
+}
+
 }  // namespace strata

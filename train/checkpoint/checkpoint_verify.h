@@ -69,4 +69,13 @@ std::string choose_resume_checkpoint(const std::string& requested, const std::st
 // another size, say: n_head changes no tensor's shape, so the tensors' checks alone would miss it).
 void check_resumable(const std::string& path, const ModelConfig& model, int workers);
 
+// The first key of `model:` that defines the network (its tensors' shapes, or what they compute:
+// n_head, the experts' routing) on which the checkpoint's config differs from `model`; `before`
+// is the checkpoint's value, `after` this run's. The MoE keys that only shape training
+// (capacity_factor, group_sequences, aux_loss, z_loss) may differ. nullopt when the models agree,
+// or when the checkpoint's config is not one this version reads (its tensors' shape checks then
+// still apply). `train --init` refuses a checkpoint of another model with it.
+std::optional<ConfigChange> checkpoint_model_difference(const std::string& path,
+                                                        const ModelConfig& model);
+
 }  // namespace strata
