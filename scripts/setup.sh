@@ -8,11 +8,13 @@
 # (data/compressed_stream.h). libssl-dev: OpenSSL's libcrypto computes SHA-256 (data/sha256.h).
 # libxxhash-dev: XXH3-64, the checkpoints' byte checksum (train/checkpoint/checkpoint_format.h).
 # nlohmann-json3-dev: the JSON parser behind data/json_value.h.
+# iproute2 and iptables: scripts/wan.sh (an emulated WAN between namespaces: ip, tc; iptables for
+# its delay line on kernels without tc netem).
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev libhdf5-dev
           libsentencepiece-dev zlib1g-dev libzstd-dev libssl-dev libxxhash-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin libopenblas0-openmp libdnnl2 libgtest-dev fortunes python3-venv
-          python3-matplotlib python3-yaml "$@")
+          python3-matplotlib python3-yaml iproute2 iptables "$@")
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
