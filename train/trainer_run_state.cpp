@@ -120,6 +120,10 @@ void Trainer::State::warn_changed_keys(const std::string& saved_yaml,
   for (const ConfigChange& change : config_changes(saved, config)) {
     // run.seed has a warning of its own; train.stop_after says when this invocation stops.
     if (change.key == "run.seed" || change.key == "train.stop_after") continue;
+    // An elastic worker's place in its group is chosen anew at every start.
+    if (change.key == "diloco.slot" || change.key == "diloco.min_workers" ||
+        change.key == "diloco.timeout" || change.key == "diloco.interface")
+      continue;
     std::cerr << "warning: --resume: " << change.key << " is " << change.after << ", "
               << change.before << " in the checkpoint's run";
     if (change.key == "train.steps" || change.key == "optimizer.lr" ||

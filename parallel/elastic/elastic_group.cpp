@@ -48,6 +48,8 @@ std::string SyncMembers::text() const {
   out << "\nlost";
   for (int slot : lost) out << " " << slot;
   out << "\n";
+  if (alone) out << "alone\n";
+  if (own_slot >= 0) out << "own_slot " << own_slot << "\n";
   return out.str();
 }
 
@@ -77,6 +79,10 @@ SyncMembers SyncMembers::parse(const std::string& text) {
     } else if (name == "lost") {
       int slot = 0;
       while (words >> slot) m.lost.push_back(slot);
+    } else if (name == "alone") {
+      m.alone = true;
+    } else if (name == "own_slot") {
+      words >> m.own_slot;
     }
   }
   return m;
@@ -139,6 +145,7 @@ void ElasticGroup::take_slot() {
       const bool free = g < 0 || is_dead(w, g);
       if (free && store_->create(key("claim/" + std::to_string(w) + "/" + std::to_string(g + 1)),
                                  store_bytes(token))) {
+        const std::lock_guard<std::mutex> lock(holder_mutex_);
         slot_ = w;
         generation_ = g + 1;
         store_->set(key("heartbeat/" + std::to_string(w) + "/" + std::to_string(generation_)),
@@ -170,14 +177,17 @@ void ElasticGroup::take_slot() {
   }
 }
 
+std::string ElasticGroup::heartbeat_key() {
+  const std::lock_guard<std::mutex> lock(holder_mutex_);
+  return key("heartbeat/" + std::to_string(slot_) + "/" + std::to_string(generation_));
+}
+
 void ElasticGroup::beat() {
-  const std::string beat_key =
-      key("heartbeat/" + std::to_string(slot_) + "/" + std::to_string(generation_));
   std::int64_t count = 0;
   bool warned = false;
   while (!stopping_) {
     try {
-      store_->set(beat_key, store_bytes(std::to_string(++count)));
+      store_->set(heartbeat_key(), store_bytes(std::to_string(++count)));
       if (warned) std::fprintf(stderr, "warning: the rendezvous store answers again\n");
       warned = false;
     } catch (const StoreUnavailable& e) {
@@ -280,15 +290,59 @@ std::optional<SyncMembers> ElasticGroup::try_decide(std::int64_t step, std::int6
 }
 
 SyncMembers ElasticGroup::sync(std::int64_t step, std::int64_t previous, bool joining) {
+  SyncMembers m = decide(step, previous, joining);
+  m.own_slot = slot_;
+  return m;
+}
+
+SyncMembers ElasticGroup::decide(std::int64_t step, std::int64_t previous, bool joining) {
   const std::string decided = key("members/" + std::to_string(step));
-  store_->set(key("arrive/" + std::to_string(step) + "/" + std::to_string(slot_)),
-              store_bytes(std::to_string(generation_) + (joining ? " joiner" : " contributor")));
+  bool arrived = false;
+  double unreachable_since = -1;
   while (true) {
-    if (const auto stored = store_->get(decided)) return SyncMembers::parse(store_text(*stored));
-    if (is_dead(slot_, generation_))
-      throw std::runtime_error("this worker was dropped from group '" + settings_.group +
-                               "' (found silent for diloco.timeout); restart it to rejoin");
-    if (auto m = try_decide(step, previous)) return *m;
+    try {
+      if (is_dead(slot_, generation_)) {
+        // Found silent while the store was out of its reach: it holds no slot any more.
+        take_slot();
+        std::printf("rejoining group '%s' as slot %d (this worker was found silent)\n",
+                    settings_.group.c_str(), slot_);
+        joining = true;
+        arrived = false;
+      }
+      if (!arrived)
+        store_->set(
+            key("arrive/" + std::to_string(step) + "/" + std::to_string(slot_)),
+            store_bytes(std::to_string(generation_) + (joining ? " joiner" : " contributor")));
+      arrived = true;
+      if (const auto stored = store_->get(decided)) return SyncMembers::parse(store_text(*stored));
+      if (auto m = try_decide(step, previous)) return *m;
+      if (unreachable_since >= 0)
+        std::fprintf(stderr, "warning: the rendezvous store answers again\n");
+      unreachable_since = -1;
+    } catch (const StoreUnavailable& e) {
+      const double now = now_s();
+      if (unreachable_since < 0) {
+        unreachable_since = now;
+        std::fprintf(stderr,
+                     "warning: the rendezvous store does not answer at the sync after step %lld "
+                     "(%s); retrying for %g s\n",
+                     static_cast<long long>(step), e.what(), settings_.timeout_s);
+      }
+      if (now - unreachable_since >= settings_.timeout_s) {
+        std::fprintf(stderr,
+                     "warning: the rendezvous store is still unreachable: the sync after step %lld "
+                     "applies this worker's outer step alone; it rejoins when the store is back\n",
+                     static_cast<long long>(step));
+        SyncMembers m;
+        m.step = step;
+        m.slots = {slot_};
+        m.holders = {generation_};
+        m.joining = {false};
+        m.group_step = -1 - step;  // a Gloo group of its own, made without the store
+        m.alone = true;
+        return m;
+      }
+    }
     sleep_s(0.02);
   }
 }

@@ -63,6 +63,12 @@ struct SyncMembers {
   std::int64_t group_step = 0;
   // Slots that were members of the previous sync and are not now.
   std::vector<int> lost;
+  // This worker could not reach the store for the timeout: a group of one, decided alone (never
+  // stored). It joins the group again at its next sync.
+  bool alone = false;
+  // The slot of the worker it was returned to (its slot may change when it takes one again);
+  // -1 in the stored decision.
+  int own_slot = -1;
 
   int index_of(int slot) const;  // -1 when not a member
   std::string text() const;
@@ -95,6 +101,9 @@ class ElasticGroup {
   // The sync after inner step `step` (`previous`: the step of the sync before it in the schedule,
   // or -1): arrives, waits for the decision (deciding it when it can) and returns it. This worker
   // may not be among its members (it arrived late or was left out): then it joins the next one.
+  // A store that does not answer is retried, saying so, for the timeout; then the sync is this
+  // worker alone (SyncMembers::alone). A worker that others found silent meanwhile (its claim
+  // marked dead) takes a slot again and arrives as a joiner.
   SyncMembers sync(std::int64_t step, std::int64_t previous, bool joining);
 
   // The deathrattle: why this worker leaves; the heartbeat stops.
@@ -104,10 +113,13 @@ class ElasticGroup {
   std::string key(const std::string& name) const { return settings_.group + "/" + name; }
   void check_settings();
   void take_slot();
+  // The key of this holder's heartbeat (read by the heartbeat thread: the holder may change).
+  std::string heartbeat_key();
   std::int64_t newest_holder(int slot);
   bool is_dead(int slot, std::int64_t generation);
   // The holders that are alive now, by slot (a silent one is declared dead here).
   std::map<int, std::int64_t> live_holders();
+  SyncMembers decide(std::int64_t step, std::int64_t previous, bool joining);
   std::optional<SyncMembers> try_decide(std::int64_t step, std::int64_t previous);
   void beat();
 
@@ -121,6 +133,7 @@ class ElasticGroup {
     double since = 0;
   };
   std::map<std::pair<int, std::int64_t>, Observed> observed_;
+  std::mutex holder_mutex_;  // slot_ and generation_, which the heartbeat thread reads
   std::atomic<bool> stopping_{false};
   std::atomic<bool> left_{false};
   std::thread heartbeat_;

@@ -97,7 +97,7 @@ struct GlooCommunicator::Transfer {
   int peer = 0;
 };
 
-GlooCommunicator::GlooCommunicator(RendezvousStore& store, const GlooMembers& members)
+GlooCommunicator::GlooCommunicator(RendezvousStore* store, const GlooMembers& members)
     : rank_(members.rank), size_(members.size), timeout_(members.timeout) {
   STRATA_CHECK(members.size >= 1 && members.rank >= 0 && members.rank < members.size &&
                    static_cast<int>(members.slots.size()) == members.size,
@@ -106,11 +106,12 @@ GlooCommunicator::GlooCommunicator(RendezvousStore& store, const GlooMembers& me
   set_topology(members.slots, 1);
   set_ranks_per_worker(1);
   if (size_ == 1) return;
+  STRATA_CHECK(store != nullptr, "a Gloo group of ", size_, " needs the rendezvous store");
   gloo::transport::tcp::attr attr;
   if (!members.interface.empty()) attr.iface = members.interface;
   try {
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-    GlooStore adapter(store, timeout_);
+    GlooStore adapter(*store, timeout_);
     gloo::rendezvous::PrefixStore prefixed(members.prefix, adapter);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     context->setTimeout(timeout_);

@@ -51,8 +51,9 @@ struct GlooMembers {
 class GlooCommunicator final : public Communicator {
  public:
   // Collective over the members: each connects to every other through the store (a full mesh of
-  // TCP connections). Throws PeerLost when a member does not appear within the timeout.
-  GlooCommunicator(RendezvousStore& store, const GlooMembers& members);
+  // TCP connections). Throws PeerLost when a member does not appear within the timeout. A group
+  // of one connects nothing: `store` may then be null.
+  GlooCommunicator(RendezvousStore* store, const GlooMembers& members);
   ~GlooCommunicator() override;
   GlooCommunicator(const GlooCommunicator&) = delete;
   GlooCommunicator& operator=(const GlooCommunicator&) = delete;

@@ -9,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -54,6 +56,8 @@ class Background {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   std::string output() const { return read_file(log_); }
+  // The process sh ran (the command itself when it starts with `exec`).
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
@@ -72,7 +76,7 @@ class RedisServer {
           std::string::npos)
         break;
     }
-    server_ = std::make_unique<Background>("redis-server --port " + std::to_string(port_) +
+    server_ = std::make_unique<Background>("exec redis-server --port " + std::to_string(port_) +
                                                " --bind 127.0.0.1 --save '' --appendonly no",
                                            "/dev/null");
     for (int i = 0; i < 100; ++i) {
@@ -84,6 +88,9 @@ class RedisServer {
     ADD_FAILURE() << "redis-server did not answer on port " << port_;
   }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  // Stops it answering (SIGSTOP: connections stay open, requests wait), and lets it go on.
+  void pause() { ::kill(server_->pid(), SIGSTOP); }
+  void resume() { ::kill(server_->pid(), SIGCONT); }
 
  private:
   int port_ = 0;
@@ -97,7 +104,10 @@ class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
   static Layout reference() { return Layout{}; }
 
  protected:
-  static void kill_and_join(const std::string& store, const std::string& tag);
+  // `resume`: the killed worker restarts with --resume (from its checkpoint at step 10) instead
+  // of a fresh one joining.
+  static void kill_and_join(const std::string& store, const std::string& tag, bool resume);
+  static void expect_the_in_job_run(const std::string& tag, const std::string& extra);
 
   // `train` on one rank as slot `slot` (-1: the first free) of `group` in `store`.
   static std::string worker_command(const std::string& store, const std::string& group, int slot,
@@ -108,6 +118,13 @@ class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
            " --set diloco.slot=" + std::to_string(slot) + " --set diloco.interface=lo" + extra;
   }
   static std::string run_dir(const std::string& name) { return dir_->str() + "/runs/" + name; }
+  // The run's newest checkpoint.
+  static std::string checkpoint(const std::string& run) {
+    std::string newest;  // step_<8 digits>.h5: the last in name order
+    for (const auto& entry : std::filesystem::directory_iterator(run + "/checkpoints"))
+      newest = std::max(newest, entry.path().string());
+    return newest;
+  }
 
   // The outer_step line of `step` in the run's metrics ("" when there is none).
   static std::string outer_line(const std::string& run, std::int64_t step) {
@@ -117,6 +134,15 @@ class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
           line.starts_with("{\"step\": " + std::to_string(step) + ","))
         return line;
     return "";
+  }
+  // The steps of the run's outer_step lines.
+  static std::vector<std::int64_t> outer_steps(const std::string& run) {
+    std::vector<std::int64_t> steps;
+    std::ifstream in(run + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"outer_step\"") != std::string::npos)
+        steps.push_back(std::strtoll(line.c_str() + 9, nullptr, 10));  // after {"step":
+    return steps;
   }
   // The number after "key": in that line (-1 when there is none).
   static double number_at(const std::string& run, const std::string& key, std::int64_t step) {
@@ -143,54 +169,142 @@ class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
 };
 
 // Three worker jobs with a file store train what one job of three in-job workers trains: every
-// outer step's norm, each worker's loss at every sync, and the final val_loss within 1e-4.
-TEST_F(ElasticRuns, CleanGroupTrainsTheInJobRun) {
-  const std::string in_job = testing::train_diloco_workers(*dir_, Layout{}, "in_job", 3);
-  const std::string store = "file://" + dir_->str() + "/store_clean";
+// outer step's norm, each worker's loss at every sync, and the final val_loss within 1e-4; the
+// bytes they send across the worker boundary add up to the in-job run's. `extra`: the DiLoCo
+// settings of both.
+void ElasticRuns::expect_the_in_job_run(const std::string& tag, const std::string& extra) {
+  const std::string in_job =
+      testing::train_ranks(*dir_, 3, Layout{}, tag + "_in_job",
+                           " --set diloco.enabled=true --set diloco.workers=3" + extra);
+  const std::string store = "file://" + dir_->str() + "/store_" + tag;
   std::vector<std::unique_ptr<Background>> jobs;
+  const auto name = [&](int w) { return tag + "_" + std::to_string(w); };
   for (int w = 0; w < 3; ++w)
     jobs.push_back(std::make_unique<Background>(
-        worker_command(store, "clean", w, "clean_" + std::to_string(w),
-                       " --set diloco.inner_steps=5 --set diloco.min_workers=3"),
-        dir_->str() + "/clean_" + std::to_string(w) + ".log"));
+        worker_command(store, tag, w, name(w), extra + " --set diloco.min_workers=3"),
+        dir_->str() + "/" + name(w) + ".log"));
   for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();
   const std::vector<double> norms = metric(in_job, "outer_grad_norm");
-  ASSERT_EQ(norms.size(), 4u);  // syncs after steps 5, 10, 15 and 20
+  ASSERT_FALSE(norms.empty()) << tag;
+  const std::vector<std::int64_t> syncs = outer_steps(in_job);
+  ASSERT_GE(syncs.size(), 4u) << tag;
+  std::vector<double> sent(syncs.size(), 0.0);
   for (int w = 0; w < 3; ++w) {
-    const std::string run = run_dir("clean_" + std::to_string(w));
-    testing::expect_close(metric(run, "outer_grad_norm"), norms, 0,
-                          "outer_grad_norm of slot " + std::to_string(w));
-    testing::expect_close(metric(run, "val_loss"), metric(in_job, "val_loss"), 0, "val_loss");
-    for (int step = 5; step <= 20; step += 5) {
-      const std::vector<double> in_job_losses = array_at(in_job, "worker_loss", step);
+    const std::string run = run_dir(name(w));
+    ASSERT_EQ(outer_steps(run), syncs) << tag;
+    // The in-job run reports its first worker's norm and evaluates its model (gossip and
+    // moshpit leave the workers apart); the consensus distance is every worker's.
+    if (w == 0) {
+      testing::expect_close(metric(run, "outer_grad_norm"), norms, 0, tag + ": outer_grad_norm");
+      testing::expect_close(metric(run, "val_loss"), metric(in_job, "val_loss"), 0,
+                            tag + ": val_loss");
+    }
+    testing::expect_close(metric(run, "consensus_distance"), metric(in_job, "consensus_distance"),
+                          0, tag + ": consensus_distance");
+    for (std::size_t i = 0; i < syncs.size(); ++i) {
+      const std::vector<double> in_job_losses = array_at(in_job, "worker_loss", syncs[i]);
       ASSERT_EQ(in_job_losses.size(), 3u);
-      EXPECT_NEAR(testing::logged(run, step, "\"loss\": "), in_job_losses[w],
-                  1e-4 * in_job_losses[w])
-          << "slot " << w << ", step " << step;
-      EXPECT_EQ(array_at(run, "members", step), (std::vector<double>{0, 1, 2}));
-      // Each worker's sync sends a ring all-reduce of its parameters across the worker boundary
-      // (the tied wte, vocabulary padded to 128 × d_model 32, in a call of its own), a third of
-      // what the in-job run's three workers send together.
-      const auto params = static_cast<std::uint64_t>(number_at(run, "fragment_params", step));
-      const std::uint64_t wte = 128 * 32;
-      const double sent = number_at(run, "inter_worker", step);
-      EXPECT_EQ(sent, static_cast<double>(ring_all_reduce_bytes(4 * wte, 3) +
-                                          ring_all_reduce_bytes(4 * (params - wte), 3)));
-      EXPECT_EQ(3 * sent, number_at(in_job, "inter_worker", step));
+      EXPECT_NEAR(testing::logged(run, static_cast<int>(syncs[i]), "\"loss\": "),
+                  in_job_losses[static_cast<std::size_t>(w)],
+                  1e-4 * in_job_losses[static_cast<std::size_t>(w)])
+          << tag << ": slot " << w << ", step " << syncs[i];
+      EXPECT_EQ(array_at(run, "members", syncs[i]), (std::vector<double>{0, 1, 2}));
+      // A worker that sent nothing (gossip's odd one out) has no inter_worker entry.
+      sent[i] += std::max(0.0, number_at(run, "inter_worker", syncs[i]));
     }
   }
+  for (std::size_t i = 0; i < syncs.size(); ++i)
+    EXPECT_EQ(sent[i], number_at(in_job, "inter_worker", syncs[i])) << tag << ", step " << syncs[i];
+}
+
+TEST_F(ElasticRuns, CleanGroupTrainsTheInJobRun) {
+  expect_the_in_job_run("clean", " --set diloco.inner_steps=5");
+  // Each worker's sync sends a ring all-reduce of its parameters (the tied wte, vocabulary padded
+  // to 128 × d_model 32, in a call of its own).
+  const std::string run = run_dir("clean_1");
+  const auto params = static_cast<std::uint64_t>(number_at(run, "fragment_params", 5));
+  const std::uint64_t wte = 128 * 32;
+  EXPECT_EQ(number_at(run, "inter_worker", 5),
+            static_cast<double>(ring_all_reduce_bytes(4 * wte, 3) +
+                                ring_all_reduce_bytes(4 * (params - wte), 3)));
+}
+
+// The other averagings, compression with error feedback, and streaming fragments, between jobs.
+TEST_F(ElasticRuns, EveryAveragingCompressionAndStreamingTrainsTheInJobRun) {
+  expect_the_in_job_run("butterfly",
+                        " --set diloco.inner_steps=5 --set diloco.averaging=butterfly"
+                        " --set diloco.compression=int8 --set diloco.error_feedback=true");
+  expect_the_in_job_run("gossip",
+                        " --set diloco.inner_steps=5 --set diloco.averaging=gossip"
+                        " --set diloco.compression=bf16");
+  expect_the_in_job_run("moshpit",
+                        " --set diloco.inner_steps=4 --set diloco.averaging=moshpit"
+                        " --set diloco.compression=fp16 --set diloco.fragments=2");
 }
 
 // Kills slot 2 in its inner phase: slots 0 and 1 complete the next sync without it (its
 // deathrattle written for it) and go on; a fresh worker then takes slot 2, joins at the sync
 // after, holds the group's state bitwise and contributes from there.
 TEST_F(ElasticRuns, KilledWorkerIsDroppedAndAFreshOneJoinsWithAFileStore) {
-  kill_and_join("file://" + dir_->str() + "/store_kill", "kill_file");
+  kill_and_join("file://" + dir_->str() + "/store_kill", "kill_file", false);
 }
 
-TEST_F(ElasticRuns, KilledWorkerIsDroppedAndAFreshOneJoinsWithRedis) {
+// The same with Redis, the killed worker restarted from its checkpoint: the group has moved on,
+// so it takes the group's anchor rather than its own.
+TEST_F(ElasticRuns, KilledWorkerIsDroppedAndRejoinsOnResumeWithRedis) {
   const RedisServer redis;
-  kill_and_join(redis.url(), "kill_redis");
+  kill_and_join(redis.url(), "kill_redis", true);
+}
+
+// The store stops answering (a paused Redis server) in the inner phase: both workers train on,
+// saying so, apply the next sync alone when the store stays silent for the timeout, and when it
+// answers again meet at the sync after as joiners, where the first slot's state becomes both's.
+TEST_F(ElasticRuns, AWorkerThatLosesTheStoreSyncsAloneAndRejoins) {
+  RedisServer redis;
+  const std::string extra =
+      " --set diloco.inner_steps=10 --set train.steps=40 --set train.eval_every=0"
+      " --set diloco.timeout=2 --set diloco.min_workers=2 --set diloco.workers=2";
+  std::vector<std::unique_ptr<Background>> jobs;
+  const auto name = [](int w) { return "outage_" + std::to_string(w); };
+  for (int w = 0; w < 2; ++w)
+    jobs.push_back(std::make_unique<Background>(
+        "STRATA_TEST_STEP_SECONDS=0.1 " + worker_command(redis.url(), "outage", w, name(w), extra),
+        dir_->str() + "/" + name(w) + ".log"));
+  const auto wait_for = [&](const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  };
+  ASSERT_TRUE(wait_for([&] {
+    return read_file(run_dir(name(0)) + "/metrics.jsonl").find("{\"step\": 13,") !=
+           std::string::npos;
+  })) << jobs[0]->output();
+  redis.pause();
+  const std::string alone = "applies this worker's outer step alone";
+  ASSERT_TRUE(wait_for([&] {
+    return jobs[0]->output().find(alone) != std::string::npos &&
+           jobs[1]->output().find(alone) != std::string::npos;
+  })) << jobs[0]->output()
+      << jobs[1]->output();
+  redis.resume();
+  for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();
+  for (int w = 0; w < 2; ++w) {
+    const std::string run = run_dir(name(w));
+    EXPECT_NE(jobs[static_cast<std::size_t>(w)]->output().find("training goes on, retrying"),
+              std::string::npos);
+    EXPECT_EQ(array_at(run, "members", 10), (std::vector<double>{0, 1}));
+    EXPECT_EQ(array_at(run, "members", 20), (std::vector<double>{static_cast<double>(w)}));
+    EXPECT_EQ(array_at(run, "members", 30), (std::vector<double>{0, 1}));
+    EXPECT_EQ(array_at(run, "joining", 30), (std::vector<double>{0, 1}));
+    EXPECT_EQ(array_at(run, "joining", 40), (std::vector<double>{}));
+  }
+  const auto diff = run_command(testing::bin("ckpt") + " diff " + checkpoint(run_dir(name(0))) +
+                                " " + checkpoint(run_dir(name(1))));
+  for (const char* tensor : {"model/", "outer/"})
+    EXPECT_EQ(diff.output.find(tensor), std::string::npos) << diff.output;
 }
 
 // Bad settings, an unreachable store and a group whose settings differ: one `error:` line each.
@@ -220,17 +334,18 @@ TEST_F(ElasticRuns, BadJoinsAreOneErrorLine) {
                "model.n_layer is 2 here but 4 in the group");
 }
 
-void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag) {
+void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag, bool resume) {
   // Steps of at least 0.1 s: the victim is surely in its inner phase when killed at step 13
   // (syncs after steps 10, 20, 30, 40), whatever else runs on the machine.
   const std::string extra =
       " --set diloco.inner_steps=10 --set train.steps=40 --set train.eval_every=0"
-      " --set diloco.timeout=3 --set diloco.min_workers=3";
+      " --set diloco.timeout=3 --set diloco.min_workers=3 --set checkpoint.every=10";
   const std::string env = "STRATA_TEST_STEP_SECONDS=0.1 ";
   const auto name = [&](int i) { return tag + "_" + std::to_string(i); };
-  const auto start = [&](int slot, int i) {
-    return std::make_unique<Background>(env + worker_command(store, tag, slot, name(i), extra),
-                                        dir_->str() + "/" + name(i) + ".log");
+  const auto start = [&](int slot, int i, const std::string& more = "") {
+    return std::make_unique<Background>(
+        env + worker_command(store, tag, slot, name(i), extra + more),
+        dir_->str() + "/" + name(i) + (more.empty() ? "" : "_again") + ".log");
   };
   std::vector<std::unique_ptr<Background>> jobs;
   for (int w = 0; w < 3; ++w) jobs.push_back(start(w, w));
@@ -254,7 +369,10 @@ void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag
   std::printf("from the kill to the survivors' next completed sync: %.1f s (timeout 3 s)\n",
               recovery);
   // A fresh worker takes the first free slot: 2.
-  jobs.push_back(start(-1, 3));
+  if (resume)
+    jobs.push_back(start(-1, 2, " --resume"));
+  else
+    jobs.push_back(start(-1, 3));
   for (int i : {0, 1, 3})
     ASSERT_EQ(jobs[static_cast<std::size_t>(i)]->wait(), 0)
         << jobs[static_cast<std::size_t>(i)]->output();
@@ -267,21 +385,18 @@ void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag
     EXPECT_EQ(array_at(run, "joining", 30), (std::vector<double>{2}));
     EXPECT_EQ(array_at(run, "joining", 40), (std::vector<double>{}));
   }
-  const std::string joined = run_dir(name(3));
+  const std::string joined = run_dir(name(resume ? 2 : 3));
   EXPECT_NE(jobs[3]->output().find("slot 2 joined the group at step 30"), std::string::npos)
       << jobs[3]->output();
   EXPECT_EQ(array_at(joined, "joining", 30), (std::vector<double>{2}));
   EXPECT_EQ(array_at(joined, "members", 40), (std::vector<double>{0, 1, 2}));
-  // It trained steps 31 to 40 only, and ends with the group's parameters and outer state, bit
-  // for bit (the inner optimizer's moments are each worker's own).
-  const std::vector<double> steps = metric(joined, "step");
+  // It trained steps 31 to 40 only (after the resumed run's 1 to 10), and ends with the group's
+  // parameters and outer state, bit for bit (the inner optimizer's moments are its own).
+  std::vector<double> steps;
+  for (const double step : metric(joined, "step"))
+    if (step > 10 || !resume) steps.push_back(step);
   ASSERT_FALSE(steps.empty());
   EXPECT_EQ(steps.front(), 30);  // the sync it joined at
-  const auto checkpoint = [](const std::string& run) {
-    for (const auto& entry : std::filesystem::directory_iterator(run + "/checkpoints"))
-      return entry.path().string();
-    return std::string();
-  };
   const auto diff = run_command(testing::bin("ckpt") + " diff " + checkpoint(run_dir(name(0))) +
                                 " " + checkpoint(joined));
   for (const char* tensor : {"model/", "outer/"})

@@ -99,9 +99,10 @@ void Diloco::set_sync_group(const SyncGroup& group) {
 void Diloco::hand_state_to_joiners(TrainingBackend& backend, int donor) {
   Communicator& outer = *placement_.outer;
   const std::size_t n = placement_.share.size();
-  const bool joiner = joining_.at(static_cast<std::size_t>(placement_.worker));
+  const bool joiner =
+      joining_.at(static_cast<std::size_t>(placement_.worker)) && placement_.worker != donor;
   for (int member = 0; member < placement_.workers; ++member) {
-    if (!joining_[static_cast<std::size_t>(member)]) continue;
+    if (!joining_[static_cast<std::size_t>(member)] || member == donor) continue;
     if (placement_.worker == donor) {
       outer.send(optimizer_.anchor().data(), n, member);
       outer.send(optimizer_.momentum().data(), n, member);

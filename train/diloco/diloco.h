@@ -135,10 +135,11 @@ class Diloco {
     std::vector<bool> joining;  // per member
   };
   void set_sync_group(const SyncGroup& group);
-  // After a sync with joiners, on every member: member `donor` (a contributor) sends its outer
-  // state over the share (anchor and momentum, as sent: bitwise) to each joiner, which takes it
-  // and continues from the anchor (θ := anchor on every fragment; its error-feedback residual
-  // starts at zero). Bytes: 2 · 4 · share elements per joiner, counted as "send".
+  // After a sync with joiners, on every member: member `donor` (a contributor, or a joiner when
+  // every member joins, as after a store outage) sends its outer state over the share (anchor and
+  // momentum, as sent: bitwise) to each joiner, which takes it and continues from the anchor (θ :=
+  // anchor on every fragment; its error-feedback residual starts at zero). Bytes: 2 · 4 · share
+  // elements per joiner, counted as "send".
   void hand_state_to_joiners(TrainingBackend& backend, int donor);
 
  private:

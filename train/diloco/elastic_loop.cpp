@@ -32,7 +32,7 @@ class ElasticLoop final : public OuterLoop {
   void begin_inner_step() override { before_ = worker_.outer_stats(); }
   void end_inner_step(TrainingBackend& backend, std::int64_t step) override {
     if (diloco_.fragments_due(step).empty()) return;
-    if (std::optional<std::vector<OuterSyncReport>> reports = run_sync(backend, step, false)) {
+    if (std::optional<std::vector<OuterSyncReport>> reports = run_sync(backend, step, rejoining_)) {
       syncs_ = std::move(*reports);
       return;
     }
@@ -85,8 +85,12 @@ class ElasticLoop final : public OuterLoop {
       else if (donor < 0)
         donor = i;
     }
-    // With no contributor left, the joiners keep their own parameters: they are the group now.
-    if (!joined.empty() && donor >= 0) diloco_.hand_state_to_joiners(backend, donor);
+    // When every member joins (after a store outage each applied its outer step alone), the
+    // first one's state becomes the group's.
+    if (donor < 0) donor = 0;
+    if (members > 1 && !joined.empty()) diloco_.hand_state_to_joiners(backend, donor);
+    // A sync this worker applied alone: it joins the group again at the next one.
+    rejoining_ = m.alone;
     for (OuterSyncReport& r : reports) {
       r.member_slots = m.slots;
       r.joining_slots = joined;
@@ -103,6 +107,7 @@ class ElasticLoop final : public OuterLoop {
   MetricsWriter* metrics_;
   CommStats before_;
   std::vector<OuterSyncReport> syncs_;
+  bool rejoining_ = false;  // the last sync was this worker's alone
 };
 
 }  // namespace

@@ -123,6 +123,7 @@ void ElasticWorker::wait_for_workers() {
 SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool joining) {
   const SyncMembers members = SyncMembers::parse(
       on_leader(job_, [&] { return group_->sync(step, previous, joining).text(); }));
+  slot_ = members.own_slot;
   const int me = members.index_of(slot_);
   if (me < 0 || members.group_step == group_step_) return members;
   // A new membership: every rank meets the same rank of the other members in Gloo groups of
@@ -136,6 +137,12 @@ SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool j
   gloo.slots = members.slots;
   gloo.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s_ * 1000));
   gloo.interface = interface_;
+  if (members.alone) {  // a group of one needs no rendezvous
+    outer_ = std::make_unique<GlooCommunicator>(nullptr, gloo);
+    metrics_ = std::make_unique<GlooCommunicator>(nullptr, gloo);
+    group_step_ = members.group_step;
+    return members;
+  }
   try {
     // The leader uses its group's connection to the store; the other ranks open their own.
     if (job_.rank() != 0 && !store_) store_ = open_rendezvous_store(url_, timeout_s_);
@@ -143,9 +150,9 @@ SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool j
     const std::string prefix = group_name_ + "/gloo/" + std::to_string(members.group_step) + "/" +
                                std::to_string(job_.rank()) + "/";
     gloo.prefix = prefix + "outer";
-    outer_ = std::make_unique<GlooCommunicator>(store, gloo);
+    outer_ = std::make_unique<GlooCommunicator>(&store, gloo);
     gloo.prefix = prefix + "metrics";
-    metrics_ = std::make_unique<GlooCommunicator>(store, gloo);
+    metrics_ = std::make_unique<GlooCommunicator>(&store, gloo);
   } catch (const std::exception& e) {
     fail("diloco.join: could not connect to the group's members at step ", step, " (", e.what(),
          ")");
