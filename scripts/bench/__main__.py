@@ -6,6 +6,7 @@ import sys
 BENCHMARKS = {
     "cpu": "bench.cpu",
     "diloco": "bench.diloco",
+    "elastic": "bench.elastic",
     "layouts": "bench.layouts",
     "moe": "bench.moe",
     "precision": "bench.precision",

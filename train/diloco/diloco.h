@@ -88,6 +88,9 @@ struct OuterSyncReport {
   // Elastic DiLoCo (slots; empty in-job): the sync's members, those of them that joined at it, and
   // the members of the sync before that are gone.
   std::vector<int> member_slots, joining_slots, lost_slots;
+  // Elastic: the sync's whole wall time on this rank, waiting for the members and connecting
+  // included (`seconds` is the averaging's alone).
+  double wall_seconds = 0;
 };
 
 class Diloco {

@@ -80,7 +80,8 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
     if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
     if (elastic)
       line.add("members", std::vector<double>(r.member_slots.begin(), r.member_slots.end()))
-          .add("joining", std::vector<double>(r.joining_slots.begin(), r.joining_slots.end()));
+          .add("joining", std::vector<double>(r.joining_slots.begin(), r.joining_slots.end()))
+          .add("outer_wall_s", r.wall_seconds, "%.6f");
     metrics->write(line);
   }
   // "fragment 2/4 (1.2M of 4.9M parameters)", or "fragments 1+2/4 (...)" when two met at once.

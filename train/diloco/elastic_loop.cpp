@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <vector>
@@ -70,6 +71,7 @@ class ElasticLoop final : public OuterLoop {
   // The sync after `step` if this worker is among its members.
   std::optional<std::vector<OuterSyncReport>> run_sync(TrainingBackend& backend, std::int64_t step,
                                                        bool joining) {
+    const auto start = std::chrono::steady_clock::now();
     const SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), joining);
     const int me = m.index_of(worker_.slot());
     if (me < 0) return std::nullopt;
@@ -91,7 +93,10 @@ class ElasticLoop final : public OuterLoop {
     if (members > 1 && !joined.empty()) diloco_.hand_state_to_joiners(backend, donor);
     // A sync this worker applied alone: it joins the group again at the next one.
     rejoining_ = m.alone;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (OuterSyncReport& r : reports) {
+      r.wall_seconds = wall;
       r.member_slots = m.slots;
       r.joining_slots = joined;
       r.lost_slots = m.lost;
