@@ -26,6 +26,10 @@ enum class LrSchedule { cosine, linear, constant };
 inline constexpr Choices kLrScheduleChoices{
     std::array{ChoiceWord{LrSchedule::cosine, "cosine"}, ChoiceWord{LrSchedule::linear, "linear"},
                ChoiceWord{LrSchedule::constant, "constant"}}};
+// optimizer.name (train/optimizer/optimizer.h): the update the inner optimizer applies.
+enum class OptimizerName { adamw, adafactor };
+inline constexpr Choices kOptimizerNameChoices{std::array{
+    ChoiceWord{OptimizerName::adamw, "adamw"}, ChoiceWord{OptimizerName::adafactor, "adafactor"}}};
 enum class NonfinitePolicy { skip, stop };
 inline constexpr Choices kNonfinitePolicyChoices{std::array{
     ChoiceWord{NonfinitePolicy::skip, "skip"}, ChoiceWord{NonfinitePolicy::stop, "stop"}}};
@@ -89,7 +93,23 @@ struct DataConfig {
 // corpora/code/train/*.h5 -> code, books.h5 -> books.
 std::string source_name_of(const std::string& path);
 
+// optimizer.adafactor (train/optimizer/adafactor.h; Shazeer & Stern 2018, in the form of
+// torch.optim.Adafactor): factored second moments of every matrix, a full one of every vector.
+struct AdafactorConfig {
+  double beta1 = 0;             // first moment of the clipped update; 0 keeps none
+  double decay_rate = -0.8;     // 1 − β2 at update t is t^decay_rate
+  double eps1 = 1.1920929e-07;  // floor of the variance (squared) and of its row mean
+  double eps2 = 1e-3;           // floor of RMS(θ) in the relative step
+  double clip_threshold = 1.0;  // d: the update is divided by max(1, RMS(update) / d)
+  // false: the step size is optimizer.lr and its schedule. true: the paper's relative step,
+  // max(eps2, RMS(θ)) · min(lr, 1/√t), lr the scheduled one.
+  bool relative_step = false;
+
+  bool operator==(const AdafactorConfig&) const = default;
+};
+
 struct OptimizerConfig {
+  OptimizerName name = OptimizerName::adamw;
   double lr = 1e-3;
   double min_lr = 1e-4;
   int warmup_steps = 100;
@@ -99,6 +119,7 @@ struct OptimizerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
+  AdafactorConfig adafactor;
 
   bool operator==(const OptimizerConfig&) const = default;
 };

@@ -71,6 +71,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("data.val", c.data.val);
   visit("data.tokenizer", c.data.tokenizer);
 
+  visit("optimizer.name", Choice{c.optimizer.name, kOptimizerNameChoices});
   visit("optimizer.lr", c.optimizer.lr);
   visit("optimizer.min_lr", c.optimizer.min_lr);
   visit("optimizer.warmup_steps", c.optimizer.warmup_steps);
@@ -80,6 +81,12 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("optimizer.beta2", c.optimizer.beta2);
   visit("optimizer.eps", c.optimizer.eps);
   visit("optimizer.grad_clip", c.optimizer.grad_clip);
+  visit("optimizer.adafactor.beta1", c.optimizer.adafactor.beta1);
+  visit("optimizer.adafactor.decay_rate", c.optimizer.adafactor.decay_rate);
+  visit("optimizer.adafactor.eps1", c.optimizer.adafactor.eps1);
+  visit("optimizer.adafactor.eps2", c.optimizer.adafactor.eps2);
+  visit("optimizer.adafactor.clip_threshold", c.optimizer.adafactor.clip_threshold);
+  visit("optimizer.adafactor.relative_step", c.optimizer.adafactor.relative_step);
 
   visit("train.steps", c.train.steps);
   visit("train.global_batch", c.train.global_batch);

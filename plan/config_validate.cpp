@@ -119,6 +119,13 @@ void validate_optimizer(const Config& c, const Rules& rules) {
   rules.unit_interval("optimizer.beta2", o.beta2);
   rules.positive("optimizer.eps", o.eps);
   rules.at_least("optimizer.grad_clip", o.grad_clip, 0.0);
+  const AdafactorConfig& a = o.adafactor;
+  rules.unit_interval("optimizer.adafactor.beta1", a.beta1);
+  if (!(a.decay_rate >= -1 && a.decay_rate < 0))
+    rules.fail("optimizer.adafactor.decay_rate", "must be in [-1, 0), got ", a.decay_rate);
+  rules.positive("optimizer.adafactor.eps1", a.eps1);
+  rules.positive("optimizer.adafactor.eps2", a.eps2);
+  rules.positive("optimizer.adafactor.clip_threshold", a.clip_threshold);
 }
 
 void validate_train(const Config& c, const Rules& rules) {

@@ -107,9 +107,11 @@ void Trainer::State::make_backend() {
 void Trainer::State::make_diloco(const BackendPlacement& placement, ElementRange share) {
   diloco = std::make_unique<Diloco>(config.diloco, config.run.seed, backend->layout(), shape,
                                     diloco_placement(groups, placement, backend->layout(), share));
-  // Every worker's buffers are datasets of the checkpoint.
+  // Every worker's buffers are datasets of the checkpoint (those of per-tensor buffers are created
+  // by their writers).
   std::vector<std::string> names;
-  for (const StateBuffer& b : named_state()) names.push_back(b.name.substr(state_prefix.size()));
+  for (const StateBuffer& b : named_state())
+    if (!b.per_tensor) names.push_back(b.name.substr(state_prefix.size()));
   checkpoint_writer.dataset_names = every_workers_names(names, groups.workers());
 }
 

@@ -58,7 +58,7 @@ void Trainer::State::load_state(const TrainerOptions& options) {
   }
   std::vector<StateBuffer> buffers = named_state();
   const std::string path = choose_resume_checkpoint(*resume_from, ckpt_dir, world);
-  check_resumable(path, config.model, groups.workers());
+  check_resumable(path, config.model, groups.workers(), config.optimizer.name);
   const CheckpointMeta meta = read_checkpoint(path, backend->layout(), buffers);
   set_named_state(std::move(buffers));
   if (diloco) diloco->resume(*backend, meta.state.step);

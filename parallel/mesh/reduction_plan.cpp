@@ -97,6 +97,7 @@ ReductionPlan make_reduction_plan(const ParameterLayout& layout,
   const std::size_t total =
       sharded && tied ? std::max(layout.total(), placement.tied_peer_total) : layout.total();
   plan.sharded = sharded;
+  plan.shard_axis = shard_axis;
   plan.buffer_size = ParameterLayout::padded_size(total, sharded ? shards : 1);
   plan.owned = sharded ? ParameterLayout::shard_of(total, shard_rank, shards)
                        : ElementRange{0, plan.buffer_size};

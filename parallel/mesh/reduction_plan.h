@@ -89,12 +89,13 @@ struct ReductionPlacement {
 };
 
 struct ReductionPlan {
-  std::vector<RangeReduction> gradients;   // after the backward passes, before the norm
-  std::vector<RangeReduction> parameters;  // after the optimizer (gathers updated shards)
-  ElementRange owned;                      // the elements this rank's optimizer updates
-  bool sharded = false;                    // owned is this rank's ZeRO shard (dp > 1)
-  std::vector<ElementRange> norm_ranges;   // Σ g² over these (sorted, disjoint, by tensor) ...
-  std::vector<ParallelAxis> norm_axes;     // ... then summed over these groups
+  std::vector<RangeReduction> gradients;       // after the backward passes, before the norm
+  std::vector<RangeReduction> parameters;      // after the optimizer (gathers updated shards)
+  ElementRange owned;                          // the elements this rank's optimizer updates
+  bool sharded = false;                        // owned is this rank's ZeRO shard (dp > 1)
+  ParallelAxis shard_axis = ParallelAxis::dp;  // the group of the shards: dp, or expert_dp (ep > 1)
+  std::vector<ElementRange> norm_ranges;  // Σ g² over these (sorted, disjoint, by tensor) ...
+  std::vector<ParallelAxis> norm_axes;    // ... then summed over these groups
   // The flat buffers' length on this rank: the layout padded for its shards.
   std::size_t buffer_size = 0;
   int zero_stage = 0;                 // as configured (0 or 1 leaves everything replicated at dp 1)

@@ -6,6 +6,7 @@ import sys
 BENCHMARKS = {
     "cpu": "bench.cpu",
     "diloco": "bench.diloco",
+    "diloco_warm": "bench.diloco_warm",
     "elastic": "bench.elastic",
     "layouts": "bench.layouts",
     "moe": "bench.moe",

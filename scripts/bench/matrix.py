@@ -72,13 +72,13 @@ def sets(overrides):
 
 
 def train(build_dir, ranks, overrides, name, work, config="configs/fortunes.yaml",
-          mpirun=("--oversubscribe",), fail="exit"):
-    """Runs `train CONFIG --set run.name=NAME --set run.dir=WORK --set OVERRIDES...` on `ranks`
-    ranks, its output in WORK/NAME.log; returns the run's metrics.jsonl. On failure, fail="exit"
-    prints the log to stderr and stops the benchmark; fail="return" returns None."""
+          mpirun=("--oversubscribe",), fail="exit", extra=()):
+    """Runs `train CONFIG --set run.name=NAME --set run.dir=WORK --set OVERRIDES... EXTRA...` on
+    `ranks` ranks, its output in WORK/NAME.log; returns the run's metrics.jsonl. On failure,
+    fail="exit" prints the log to stderr and stops the benchmark; fail="return" returns None."""
     log = os.path.join(work, f"{name}.log")
     args = ["mpirun", *mpirun, "-np", str(ranks), os.path.join(build_dir, "bin", "train"), config,
-            *sets([f"run.name={name}", f"run.dir={work}", *overrides])]
+            *sets([f"run.name={name}", f"run.dir={work}", *overrides]), *extra]
     with open(log, "w") as out:
         status = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT).returncode
     if status != 0:

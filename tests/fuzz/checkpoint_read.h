@@ -18,7 +18,7 @@ namespace strata::fuzz {
 
 inline void read_checkpoint_file(const std::string& path, const ModelConfig& run_model) {
   expect_user_errors_only([&] { verify_checkpoint(path); });  // ckpt verify, --resume's choice
-  expect_user_errors_only([&] { check_resumable(path, run_model, 1); });
+  expect_user_errors_only([&] { check_resumable(path, run_model, 1, OptimizerName::adamw); });
   expect_user_errors_only([&] {  // ckpt diff
     for_each_checkpoint_tensor(path, [](const std::string&, const std::vector<float>&) {});
   });

@@ -413,6 +413,28 @@ TEST(ConfigErrors, ElasticDilocoKeysNameTheKey) {
   EXPECT_NO_THROW(parse_config(elastic + "'redis://h:1', slot: 2, min_workers: 3}", "ok.yaml"));
 }
 
+TEST(ConfigErrors, OptimizerKeysNameTheKey) {
+  const std::string data = "data: {train: t}\n";
+  EXPECT_CONTAINS(error_of(data + "optimizer: {name: lion}"),
+                  "'optimizer.name' must be adamw or adafactor, got 'lion'");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {adafactor: {beta1: 1}}"),
+                  "'optimizer.adafactor.beta1' must be in [0, 1), got 1");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {adafactor: {decay_rate: 0.5}}"),
+                  "'optimizer.adafactor.decay_rate' must be in [-1, 0), got 0.5");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {adafactor: {eps1: 0}}"),
+                  "'optimizer.adafactor.eps1' must be > 0");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {adafactor: {clip_threshold: -1}}"),
+                  "'optimizer.adafactor.clip_threshold' must be > 0");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {adafactor: {relative: true}}"),
+                  "optimizer.adafactor.relative");
+  const Config c = parse_config(
+      data + "optimizer: {name: adafactor, adafactor: {beta1: 0.9, relative_step: true}}", "ok");
+  EXPECT_EQ(c.optimizer.name, OptimizerName::adafactor);
+  EXPECT_EQ(c.optimizer.adafactor.beta1, 0.9);
+  EXPECT_TRUE(c.optimizer.adafactor.relative_step);
+  EXPECT_EQ(c.optimizer.adafactor.decay_rate, -0.8);  // the default
+}
+
 TEST(ConfigErrors, NcclOnTheCpuIsAnError) {
   EXPECT_CONTAINS(error_of("data: {train: t}\ndevice: cpu\nparallel: {device_comm: nccl}"),
                   "'parallel.device_comm' nccl needs device cuda or auto, not cpu");

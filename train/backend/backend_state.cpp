@@ -11,11 +11,34 @@ std::vector<StateBuffer> state_buffers(ElementRange parameters, ElementRange own
   return buffers;
 }
 
+std::vector<StateBuffer> state_buffers(ElementRange parameters, ElementRange owned,
+                                       const std::vector<OptimizerState>& optimizer) {
+  std::vector<StateBuffer> buffers{{"model", parameters, {}}};
+  for (const OptimizerState& s : optimizer)
+    buffers.push_back({"optimizer/" + s.name,
+                       s.per_tensor ? ElementRange{} : owned,
+                       {},
+                       s.per_tensor,
+                       s.statistics});
+  return buffers;
+}
+
+namespace {
+// The number of values a buffer shaped like `b` holds.
+std::size_t value_count(const StateBuffer& b) {
+  if (!b.per_tensor) return b.range.size();
+  std::size_t n = 0;
+  for (const TensorStatistic& s : b.statistics) n += static_cast<std::size_t>(s.size);
+  return n;
+}
+}  // namespace
+
 std::size_t match_state_buffer(const std::vector<StateBuffer>& held, const StateBuffer& given,
                                std::string_view backend) {
   for (std::size_t i = 0; i < held.size(); ++i)
     if (held[i].name == given.name && held[i].range == given.range &&
-        given.values.size() == given.range.size())
+        held[i].per_tensor == given.per_tensor && held[i].statistics == given.statistics &&
+        given.values.size() == value_count(given))
       return i;
   fail("state buffer '", given.name, "' does not fit the ", backend, " backend");
 }

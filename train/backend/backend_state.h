@@ -13,6 +13,7 @@
 
 #include "model/core/element_range.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/optimizer/optimizer.h"
 
 namespace strata {
 
@@ -23,9 +24,13 @@ inline const std::vector<std::string> kAdamWMoments = {"m", "v"};
 // "optimizer/<moment>" over `owned` for each of `moments`.
 std::vector<StateBuffer> state_buffers(ElementRange parameters, ElementRange owned,
                                        const std::vector<std::string>& moments);
+// The same for an optimizer's state buffers (its per-tensor ones with their statistics).
+std::vector<StateBuffer> state_buffers(ElementRange parameters, ElementRange owned,
+                                       const std::vector<OptimizerState>& optimizer);
 
 // The index in `held` (state_buffers) of the buffer `given` names; an error naming it unless its
-// name, range and number of values match one of them (`backend` names the backend in it).
+// name, range (or statistics) and number of values match one of them (`backend` names the backend
+// in it).
 std::size_t match_state_buffer(const std::vector<StateBuffer>& held, const StateBuffer& given,
                                std::string_view backend);
 

@@ -21,7 +21,8 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
       compute_(config.precision.compute),
       params_(plan_.parameter_range.size(), 0.0f),
       grads_(plan_.gradient_range.size(), 0.0f),
-      optimizer_(layout_, plan_.owned, config.optimizer),
+      optimizer_(make_optimizer(layout_, plan_.owned, config.optimizer,
+                                optimizer_groups(plan_, *placement.groups))),
       parameters_(layout_.segments(), plan_, placement.groups->sharding(),
                   sharding_options(config.parallel.zero)) {
   STRATA_CHECK(plan_.buffer_size >= layout_.total(), "the plan's buffer is too small");
@@ -73,14 +74,12 @@ std::size_t CpuTraining::activation_bytes_per_layer() const {
 
 std::vector<std::vector<float>*> CpuTraining::state_values() {
   std::vector<std::vector<float>*> values{&params_};
-  for (const OptimizerState& s : optimizer_.state()) values.push_back(s.values);
+  for (const OptimizerState& s : optimizer_->state()) values.push_back(s.values);
   return values;
 }
 
 std::vector<StateBuffer> CpuTraining::held_state() {
-  std::vector<std::string> moments;
-  for (const OptimizerState& s : optimizer_.state()) moments.push_back(s.name);
-  return state_buffers(plan_.parameter_range, optimizer_.range(), moments);
+  return state_buffers(plan_.parameter_range, optimizer_->range(), optimizer_->state());
 }
 
 std::vector<StateBuffer> CpuTraining::state() {
@@ -145,9 +144,9 @@ double CpuTraining::gradient_sum_of_squares() {
 }
 
 void CpuTraining::apply_optimizer(const OptimizerStep& step) {
-  const ElementRange owned = optimizer_.range();
-  optimizer_.update(params_.data() + (owned.begin - plan_.parameter_range.begin),
-                    grads_.data() + (owned.begin - plan_.gradient_range.begin), step);
+  const ElementRange owned = optimizer_->range();
+  optimizer_->update(params_.data() + (owned.begin - plan_.parameter_range.begin),
+                     grads_.data() + (owned.begin - plan_.gradient_range.begin), step);
   run_reductions(plan_.parameters, params_.data(), groups_, plan_.parameter_range.begin);
   refresh_compute_weights();
 }
@@ -157,7 +156,7 @@ MemoryAccount CpuTraining::memory() const {
   m.master_weights = params_.size() * sizeof(float);
   m.compute_weights = weights_.size() * sizeof(float);  // bf16/fp16 emulated in fp32 storage
   m.gradients = grads_.size() * sizeof(float);
-  m.optimizer_state = optimizer_.state_bytes();
+  m.optimizer_state = optimizer_->state_bytes();
   m.activations = activation_bytes();
   m.secondary_weights = parameters_.secondary_bytes();
   m.gathered_weights = parameters_.peak_gathered_bytes();

@@ -4,8 +4,8 @@
 // copy of the weights (bf16/fp16 emulated by rounding, docs/ARCHITECTURE.md §6) in flat buffers
 // over the reduction plan's ranges (the whole padded layout, or under ZeRO 2/3 the owned shard of
 // the gradients, and under ZeRO 3 of the weights), the model reaching them through
-// ShardedParameters, AdamW on the plan's owned range, and the pipeline executor that runs every
-// step's micro-batches through this stage.
+// ShardedParameters, the optimizer (optimizer.name) on the plan's owned range, and the pipeline
+// executor that runs every step's micro-batches through this stage.
 #pragma once
 
 #include <memory>
@@ -65,7 +65,7 @@ class CpuTraining final : public TrainingBackend {
   cpu::ComputeDtype compute_;
   // Over plan_.parameter_range, plan_.gradient_range and parameter_range (weights_: empty in fp32).
   std::vector<float> params_, grads_, weights_;
-  AdamW optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;
   ShardedParameters parameters_;
   // Per chunk (one without virtual stages): its model, its view of parameters_, its stage.
   std::vector<Gpt<float>> models_;

@@ -6,12 +6,23 @@
 
 namespace strata {
 
+OptimizerGroups optimizer_groups(const ReductionPlan& plan, const ProcessGroups& groups) {
+  OptimizerGroups og;
+  if (plan.sharded) og.owners = groups.reductions().of(plan.shard_axis);
+  if (groups.tp().size() > 1) og.tp = &groups.tp();
+  return og;
+}
+
 std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Config& config,
                                                        const GptShape& shape,
                                                        BackendPlacement placement) {
   STRATA_CHECK(placement.groups != nullptr && placement.program != nullptr,
                "a training backend needs its groups and its pipeline program");
   if (device == Device::cuda) {
+    if (config.optimizer.name != OptimizerName::adamw)
+      fail("optimizer.name: ", kOptimizerNameChoices.word(config.optimizer.name),
+           " runs on the CPU backend only so far; the CUDA backend runs adamw (device: cpu "
+           "runs it)");
     const int gpu = place_on_gpu(placement, config, placement.groups->job().rank(),
                                  placement.groups->world(), placement.groups->mesh().pp_size());
     return make_cuda_training(config, shape, placement, gpu);

@@ -98,6 +98,10 @@ class TrainingBackend {
   virtual void synchronize() {}
 };
 
+// The groups an optimizer on `plan`'s owned range sums its statistics over (optimizer.h): the
+// shard group when the range is a ZeRO shard, tp when it has more than one rank.
+OptimizerGroups optimizer_groups(const ReductionPlan& plan, const ProcessGroups& groups);
+
 // The backend of `device` (cpu or cuda, as resolve_device decides: train/backend/device_choice.cpp)
 // for `config` and this rank's placement. On CUDA it also chooses, collectively over the ranks that
 // train one model (groups->world()), the rank's GPU (by its rank in the job, groups->job()) and

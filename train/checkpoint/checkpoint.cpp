@@ -40,6 +40,14 @@ std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
   return writes;
 }
 
+bool writes_statistic(const ParameterLayout& layout, const std::vector<ElementRange>& writes,
+                      const std::string& tensor) {
+  const TensorView& t = layout.at(tensor);
+  if (t.size == 0 || t.slice.logical_index(0) != 0) return false;
+  return std::any_of(writes.begin(), writes.end(),
+                     [&](const ElementRange& w) { return w.contains(t.offset); });
+}
+
 namespace {
 
 std::vector<std::uint64_t> logical_dims(const TensorView& t) {
@@ -92,6 +100,58 @@ void write_elements(hid_t file, const std::string& path, const float* values, co
 }
 
 std::string dataset_group(const std::string& buffer_name) { return "/" + buffer_name + "/"; }
+
+// A statistic of `size` values as a whole 1-D tensor (its checksum's view).
+TensorSlice statistic_slice(std::int64_t size) {
+  TensorSlice s;
+  s.logical_shape = {size};
+  s.mid = s.mid_count = size;
+  return s;
+}
+
+// The statistics of a per-tensor buffer this writer writes, each a whole dataset of its own.
+void write_statistics(hid_t file, const CheckpointWriter& writer, const StateBuffer& buffer) {
+  std::size_t at = 0;
+  for (const TensorStatistic& s : buffer.statistics) {
+    const float* values = buffer.values.data() + at;
+    at += static_cast<std::size_t>(s.size);
+    if (!writes_statistic(*writer.layout, writer.writes, s.tensor)) continue;
+    const std::vector<std::uint64_t> dims{static_cast<std::uint64_t>(s.size)};
+    write_dataset<float>(file, dataset_group(buffer.name) + s.tensor,
+                         std::span<const float>(values, dims[0]), dims);
+    H5Id dataset = open_dataset(file, dataset_group(buffer.name) + s.tensor);
+    write_attribute_i64(
+        dataset.get(), "checksum",
+        static_cast<std::int64_t>(checksum_slice(values, statistic_slice(s.size), 0, s.size)));
+  }
+  STRATA_CHECK(at == buffer.values.size(), "state buffer '", buffer.name,
+               "' does not hold its statistics");
+}
+
+void check_statistic_shape(hid_t file, const std::string& file_path, const std::string& path,
+                           std::int64_t size) {
+  if (!has_object(file, path)) fail("checkpoint '", file_path, "' has no tensor '", path, "'");
+  const std::vector<std::uint64_t> dims = dataset_dims(file, path);
+  const std::vector<std::uint64_t> expected{static_cast<std::uint64_t>(size)};
+  if (dims != expected)
+    fail("checkpoint '", file_path, "': tensor '", path, "' has shape [", shape_text(dims),
+         "], the optimizer needs [", size, "]");
+}
+
+// Every statistic of a per-tensor buffer, whole, checksums verified.
+void read_statistics(hid_t file, const std::string& file_path, StateBuffer& buffer) {
+  buffer.values.clear();
+  for (const TensorStatistic& s : buffer.statistics) {
+    const std::string path = dataset_group(buffer.name) + s.tensor;
+    const std::vector<float> values = read_dataset_f32(file, path);
+    H5Id dataset = open_dataset(file, path);
+    if (checksum_slice(values.data(), statistic_slice(s.size), 0, s.size) !=
+        static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum")))
+      fail("checkpoint '", file_path, "': tensor '", path,
+           "' fails its checksum (file is damaged)");
+    buffer.values.insert(buffer.values.end(), values.begin(), values.end());
+  }
+}
 
 void check_logical_tensor_shape(hid_t file, const std::string& file_path, const std::string& path,
                                 const TensorView& t) {
@@ -192,6 +252,10 @@ void write_checkpoint_elements(const std::string& path, const CheckpointWriter& 
                                const std::vector<StateBuffer>& buffers) {
   H5File file = H5File::open_write(path);
   for (const StateBuffer& buffer : buffers) {
+    if (buffer.per_tensor) {
+      write_statistics(file.id(), writer, buffer);
+      continue;
+    }
     STRATA_CHECK(buffer.values.size() == buffer.range.size(), "state buffer '", buffer.name,
                  "' does not hold its range");
     for (const TensorView& t : writer.layout->tensors()) {
@@ -213,7 +277,8 @@ std::vector<std::string> dataset_names(const CheckpointWriter& writer,
                                        const std::vector<StateBuffer>& buffers) {
   if (!writer.dataset_names.empty()) return writer.dataset_names;
   std::vector<std::string> names;
-  for (const StateBuffer& b : buffers) names.push_back(b.name);
+  for (const StateBuffer& b : buffers)
+    if (!b.per_tensor) names.push_back(b.name);
   return names;
 }
 
@@ -340,15 +405,24 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
   ckpt.config_yaml = read_attribute_string(file.id(), "config");
   // Every shape before any buffer is allocated: a layout that is not the file's (a config that
   // claims a larger model, say) is an error, not an allocation of the size it claims.
-  for (const TensorView& t : layout.tensors())
-    for (const StateBuffer& buffer : buffers)
+  for (const StateBuffer& buffer : buffers) {
+    for (const TensorStatistic& s : buffer.statistics)
+      check_statistic_shape(file.id(), path, dataset_group(buffer.name) + s.tensor, s.size);
+    if (buffer.per_tensor) continue;
+    for (const TensorView& t : layout.tensors())
       if (!intersect({t.offset, t.offset + t.size}, buffer.range).empty())
         check_logical_tensor_shape(file.id(), path, dataset_group(buffer.name) + t.name, t);
-  for (StateBuffer& buffer : buffers) buffer.values.assign(buffer.range.size(), 0.0f);
+  }
+  for (StateBuffer& buffer : buffers)
+    if (buffer.per_tensor)
+      read_statistics(file.id(), path, buffer);
+    else
+      buffer.values.assign(buffer.range.size(), 0.0f);
   std::vector<float> whole;  // one logical tensor at a time
   for (const TensorView& t : layout.tensors()) {
     const ElementRange tensor{t.offset, t.offset + t.size};
     for (StateBuffer& buffer : buffers) {
+      if (buffer.per_tensor) continue;
       const ElementRange part = intersect(tensor, buffer.range);
       if (part.empty()) continue;
       read_logical_tensor(file.id(), path, dataset_group(buffer.name) + t.name, t, whole);

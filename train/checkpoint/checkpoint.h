@@ -51,12 +51,27 @@ struct CheckpointState {
   std::int64_t loss_scale_clean_steps = -1;
 };
 
+// A statistic an optimizer keeps of a whole tensor rather than of each element (Adafactor's
+// row and column means): `size` values, the same on every rank that holds part of `tensor`
+// (train/optimizer/optimizer.h).
+struct TensorStatistic {
+  std::string tensor;
+  std::int64_t size = 0;
+  bool operator==(const TensorStatistic&) const = default;
+};
+
 // A flat buffer of training state: `values[i]` is element range.begin + i of the layout. Stored
 // under /<name>/<tensor> ("model" holds the parameters: /model/<tensor>).
+// A per-tensor buffer instead (`range` unused): `values` holds its `statistics` one after another
+// (this rank's tensors': possibly none), each stored whole as the 1-D dataset /<name>/<tensor>,
+// written by the one rank that writes its tensor's first logical element (writes_statistic) and
+// read by every rank that holds part of the tensor.
 struct StateBuffer {
   std::string name;
   ElementRange range;
   std::vector<float> values;
+  bool per_tensor = false;
+  std::vector<TensorStatistic> statistics{};
 };
 
 // Everything of a checkpoint but the tensors.
@@ -93,6 +108,11 @@ std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
                                                   const ModelPartition& partition,
                                                   const ElementRange& share);
 
+// Whether the writer of element ranges `writes` of `layout` writes the statistics of `tensor`: it
+// writes the tensor's first logical element.
+bool writes_statistic(const ParameterLayout& layout, const std::vector<ElementRange>& writes,
+                      const std::string& tensor);
+
 // This rank's part in writing a checkpoint: its tensors (`layout`, slices of the logical model
 // `shape`) and the element ranges of them it writes. `world` spans every rank of the job; null
 // for a single process.
@@ -101,8 +121,8 @@ struct CheckpointWriter {
   GptShape shape;
   std::vector<ElementRange> writes;
   Communicator* world = nullptr;
-  // Every buffer name of the job, when ranks hold buffers of different names (DiLoCo workers);
-  // empty: the names of rank 0's buffers.
+  // Every name of an element-range buffer of the job, when ranks hold buffers of different names
+  // (DiLoCo workers); empty: the names of rank 0's element-range buffers.
   std::vector<std::string> dataset_names;
 };
 
@@ -120,7 +140,8 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
 // every dataset of the buffers' names with a zero checksum, the state, config and tokenizer),
 // then, one writer at a time, each writer's elements of its buffers, then (rank 0)
 // seal_checkpoint_file (checkpoint_seal.h).
-// The datasets a job's checkpoint holds: writer.dataset_names, or the names of `buffers`.
+// The datasets of whole tensors a job's checkpoint holds: writer.dataset_names, or the names of
+// `buffers` of element ranges (each per-tensor buffer's writer creates its datasets).
 std::vector<std::string> dataset_names(const CheckpointWriter& writer,
                                        const std::vector<StateBuffer>& buffers);
 void create_checkpoint_file(const std::string& path, const GptShape& shape,

@@ -222,18 +222,27 @@ std::string model_text(const ModelConfig& m) {
 }
 }  // namespace
 
-void check_resumable(const std::string& path, const ModelConfig& model, int workers) {
+void check_resumable(const std::string& path, const ModelConfig& model, int workers,
+                     OptimizerName optimizer) {
   const int checkpoint_workers = read_checkpoint_workers(path);
   if (checkpoint_workers != workers)
     fail("--resume: checkpoint '", path, "' holds ", checkpoint_workers,
          " DiLoCo worker(s) but this run has ", workers,
          " (diloco.workers; resume with the same number)");
   ModelConfig saved;
+  OptimizerName saved_optimizer;
   try {
-    saved = parse_config(read_checkpoint_config(path), path + " (config attribute)").model;
+    const Config config = parse_config(read_checkpoint_config(path), path + " (config attribute)");
+    saved = config.model;
+    saved_optimizer = config.optimizer.name;
   } catch (const Error&) {
     return;  // a config this version cannot read: the tensors' shape checks still apply
   }
+  if (saved_optimizer != optimizer)
+    fail("--resume: checkpoint '", path, "' holds the state of optimizer.name ",
+         kOptimizerNameChoices.word(saved_optimizer), " but this run's optimizer.name is ",
+         kOptimizerNameChoices.word(optimizer),
+         " (resume with the same optimizer, or start a new run from its weights with --init)");
   if (saved != model)
     fail("--resume: checkpoint '", path, "' holds a model of ", model_text(saved),
          " but this run's model is ", model_text(model), " (set model: in the config to match)");

@@ -66,8 +66,10 @@ std::string choose_resume_checkpoint(const std::string& requested, const std::st
 
 // Refuses, naming why, a checkpoint that this run cannot continue: one of another number of DiLoCo
 // workers (it lacks, or has more of, their state), or of another model (an imported GPT-2 of
-// another size, say: n_head changes no tensor's shape, so the tensors' checks alone would miss it).
-void check_resumable(const std::string& path, const ModelConfig& model, int workers);
+// another size, say: n_head changes no tensor's shape, so the tensors' checks alone would miss it),
+// or of another optimizer (its state is another optimizer's).
+void check_resumable(const std::string& path, const ModelConfig& model, int workers,
+                     OptimizerName optimizer);
 
 // The first key of `model:` that defines the network (its tensors' shapes, or what they compute:
 // n_head, the experts' routing) on which the checkpoint's config differs from `model`; `before`

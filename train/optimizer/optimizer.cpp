@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/kernels/cpu/adamw.h"
+#include "train/optimizer/adafactor.h"
 
 namespace strata {
 
@@ -35,6 +36,17 @@ void AdamW::update(float* params, const float* grads, const OptimizerStep& step)
     next = r.end;
   }
   run(next, range_.size(), 0.0f);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const ParameterLayout& layout, ElementRange range,
+                                          const OptimizerConfig& config, OptimizerGroups groups) {
+  switch (config.name) {
+    case OptimizerName::adamw:
+      return std::make_unique<AdamW>(layout, range, config);
+    case OptimizerName::adafactor:
+      return std::make_unique<Adafactor>(layout, range, config, groups);
+  }
+  return nullptr;
 }
 
 double clip_factor(double norm, double max_norm) {

@@ -4,18 +4,25 @@
 // gradients and writes the fp32 master weights of the range. The update count lives in the training
 // state and is passed in, so optimizers are interchangeable and checkpoints restore it once.
 //
-// AdamW is one implementation (DiLoCo's outer Nesterov step and later optimizers are others).
-// Weight decay applies to the layout's decayed ranges (2-D weights); gradient clipping scales by
-// grad_clip / ‖g‖ when the global norm exceeds grad_clip (clip_factor).
+// AdamW is one implementation, Adafactor (train/optimizer/adafactor.h) another; make_optimizer
+// builds the one optimizer.name names. Weight decay applies to the layout's decayed ranges (2-D
+// weights); gradient clipping scales by grad_clip / ‖g‖ when the global norm exceeds grad_clip
+// (clip_factor).
+//
+// An optimizer whose update needs more than its elements (a statistic of a whole tensor, which
+// ZeRO shards and tensor parallelism split) sums partial statistics over OptimizerGroups: the
+// ranks sharing the range's tensors (the ZeRO shard group) and the tensor-parallel group.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "model/core/collectives.h"
 #include "model/core/element_range.h"
 #include "model/parameter_layout.h"
 #include "plan/config.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace strata {
 
@@ -28,10 +35,23 @@ struct OptimizerStep {
 };
 
 // A named state buffer of an optimizer: `range().size()` floats, element i belonging to layout
-// element range().begin + i. Checkpoints store it as /optimizer/<name>/<tensor>.
+// element range().begin + i. Checkpoints store it as /optimizer/<name>/<tensor>. A per-tensor
+// buffer holds the `statistics` instead, one after another (StateBuffer,
+// train/checkpoint/checkpoint.h).
 struct OptimizerState {
   std::string name;
   std::vector<float>* values;
+  bool per_tensor = false;
+  std::vector<TensorStatistic> statistics{};
+};
+
+// The groups an optimizer sums partial statistics over (null: none to sum over).
+struct OptimizerGroups {
+  // The ranks whose ranges tile the same tensors: the ZeRO shard group when range is a shard;
+  // null when the range is the whole layout.
+  Collectives* owners = nullptr;
+  // The tensor-parallel group, whose members hold slices of the split tensors; null at tp 1.
+  Collectives* tp = nullptr;
 };
 
 class Optimizer {
@@ -53,7 +73,9 @@ class AdamW final : public Optimizer {
 
   ElementRange range() const override { return range_; }
   void update(float* params, const float* grads, const OptimizerStep& step) override;
-  std::vector<OptimizerState> state() override { return {{"m", &m_}, {"v", &v_}}; }
+  std::vector<OptimizerState> state() override {
+    return {{"m", &m_, false, {}}, {"v", &v_, false, {}}};
+  }
   std::size_t state_bytes() const override { return (m_.size() + v_.size()) * sizeof(float); }
 
   // The decayed elements of the range, relative to range().begin; and the weight decay itself.
@@ -66,6 +88,10 @@ class AdamW final : public Optimizer {
   std::vector<ElementRange> decayed_;
   std::vector<float> m_, v_;
 };
+
+// The optimizer config.name names, on `range` of `layout`.
+std::unique_ptr<Optimizer> make_optimizer(const ParameterLayout& layout, ElementRange range,
+                                          const OptimizerConfig& config, OptimizerGroups groups);
 
 // Factor that clips a gradient of global norm `norm` to `max_norm` (1 when below or disabled).
 double clip_factor(double norm, double max_norm);

@@ -1,0 +1,145 @@
+// The optimizers other than AdamW (optimizer.name, train/optimizer/) on every kind of layout:
+// Adafactor under ZeRO 1-3, tensor parallelism (its statistics summed over the shards and
+// slices: train/optimizer/adafactor.h), pipelines (the tied wte on both ends), sequence
+// parallelism and DiLoCo trains the one-process run (loss and val_loss within 1e-4 per step);
+// it resumes bit-exactly; its checkpoints (the statistics as whole per-tensor datasets) resume on
+// other layouts and pass `ckpt verify`; resuming it under another optimizer is one error line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/mpi/layout_runs.h"
+#include "tests/support/test_support.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_close;
+using testing::Layout;
+using testing::metric;
+using testing::TempDir;
+using testing::train;
+
+const std::string kAdafactor = " --set optimizer.name=adafactor";
+
+std::string zero(int stage) { return " --set parallel.zero.stage=" + std::to_string(stage); }
+
+class Optimizers : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("optimizers");
+    testing::write_synthetic_dataset(*dir_ / "data", 64, 40000);
+    testing::write_layout_config(*dir_, 4);
+    reference_dir_ = train(*dir_, Layout{}, "reference", kAdafactor);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string reference_dir_;
+};
+
+TEST_F(Optimizers, AdafactorOnEveryLayoutTrainsTheOneProcessRun) {
+  const auto reference = metric(reference_dir_, "loss");
+  const auto reference_val = metric(reference_dir_, "val_loss");
+  ASSERT_EQ(reference.size(), 20u);
+  // And it is not AdamW's run.
+  const std::string adamw = train(*dir_, Layout{}, "adamw");
+  EXPECT_GT(std::abs(metric(adamw, "loss").back() - reference.back()), 1e-3);
+  const std::pair<Layout, std::string> runs[] = {
+      {Layout{2, 1, 1}, zero(0)},
+      {Layout{4, 1, 1}, zero(1)},
+      {Layout{2, 1, 1}, zero(2)},
+      {Layout{2, 1, 1}, zero(3)},
+      {Layout{1, 2, 1}, zero(0)},
+      {Layout{1, 1, 2}, zero(0)},
+      {Layout{2, 1, 2}, zero(2)},  // each pipeline end sums its own wte statistics
+      {Layout{2, 2, 2}, zero(1)},
+      {Layout{2, 2, 1, "1f1b", true}, zero(3)},  // sequence parallelism
+      {Layout{2, 2, 2, "zbv", false, "none", "fp32", "", 2}, zero(1)},
+  };
+  for (const auto& [layout, stage] : runs) {
+    SCOPED_TRACE(layout.name() + stage);
+    const std::string run = train(*dir_, layout, "adafactor_" + layout.name() + "_z" + stage.back(),
+                                  kAdafactor + stage);
+    expect_close(metric(run, "loss"), reference, 0, "loss");
+    expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss");
+  }
+}
+
+TEST_F(Optimizers, AdafactorsOptionsTrainTheOneProcessRunSharded) {
+  const std::string options =
+      kAdafactor +
+      " --set optimizer.adafactor.relative_step=true --set optimizer.adafactor.beta1=0.9";
+  const std::string single = train(*dir_, Layout{}, "options_single", options);
+  const std::string sharded = train(*dir_, Layout{2, 2, 1}, "options_sharded", options + zero(2));
+  expect_close(metric(sharded, "loss"), metric(single, "loss"), 0, "loss");
+  EXPECT_GT(std::abs(metric(single, "loss").back() - metric(reference_dir_, "loss").back()), 1e-4)
+      << "the options changed nothing";
+}
+
+TEST_F(Optimizers, AdafactorResumesBitExactlyAndOnOtherLayouts) {
+  const Layout layout{2, 2, 2};
+  const std::string extra = kAdafactor + zero(2) + " --set optimizer.adafactor.beta1=0.9";
+  const std::string straight = train(*dir_, layout, "resume_straight", extra);
+  const std::string first =
+      train(*dir_, layout, "resume_split", extra + " --set train.stop_after=10");
+  const std::string checkpoint = first + "/checkpoints/step_00000010.h5";
+  ASSERT_TRUE(fs::exists(checkpoint));
+  const auto verify = testing::run_command(testing::bin("ckpt") + " verify " + checkpoint);
+  EXPECT_EQ(verify.status, 0) << verify.output;
+  const std::string second = train(*dir_, layout, "resume_split", extra + " --resume");
+  EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
+  EXPECT_EQ(metric(second, "val_loss"), metric(straight, "val_loss"));
+  const std::pair<Layout, std::string> resumes[] = {
+      {Layout{1, 1, 1}, zero(0)}, {Layout{4, 1, 1}, zero(3)}, {Layout{1, 2, 2}, zero(0)}};
+  for (const auto& [other, stage] : resumes) {
+    SCOPED_TRACE("resumed at " + other.name() + stage);
+    const std::string name = "resumed_" + other.name() + "_z" + stage.back();
+    fs::create_directories(dir_->str() + "/runs/" + name);
+    const std::string run = train(
+        *dir_, other, name,
+        kAdafactor + stage + " --set optimizer.adafactor.beta1=0.9" + " --resume " + checkpoint);
+    expect_close(metric(run, "loss"), metric(straight, "loss"), 10, "loss after resume");
+  }
+}
+
+TEST_F(Optimizers, ResumingUnderAnotherOptimizerIsOneErrorLine) {
+  const std::string first =
+      train(*dir_, Layout{}, "switch", kAdafactor + " --set train.stop_after=10");
+  const std::string command = testing::mpirun(1) + testing::bin("train") + " " + dir_->str() +
+                              "/config.yaml --set run.name=switch --resume";
+  const auto result = testing::run_command(command);
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.output.find("error: --resume: checkpoint '" + first +
+                               "/checkpoints/step_00000010.h5' holds the state of optimizer.name "
+                               "adafactor but this run's optimizer.name is adamw"),
+            std::string::npos)
+      << result.output;
+  // Its weights start a new AdamW run.
+  const std::string init =
+      train(*dir_, Layout{}, "switch_init", " --init " + first + "/checkpoints/step_00000010.h5");
+  EXPECT_EQ(metric(init, "loss").size(), 20u);
+}
+
+TEST_F(Optimizers, AdafactorIsDilocosInnerOptimizer) {
+  // Two workers of one rank each against two workers of (dp 2, ZeRO 2) each; and a resume.
+  const std::string extra = kAdafactor + " --set diloco.enabled=true --set diloco.workers=2" +
+                            " --set diloco.inner_steps=5 --set train.global_batch=8";
+  const std::string single = testing::train_ranks(*dir_, 2, Layout{}, "diloco_single", extra);
+  const std::string sharded =
+      testing::train_ranks(*dir_, 4, Layout{2, 1, 1}, "diloco_sharded", extra + zero(2));
+  expect_close(metric(sharded, "loss"), metric(single, "loss"), 0, "loss");
+  expect_close(metric(sharded, "outer_grad_norm"), metric(single, "outer_grad_norm"), 0,
+               "outer grad norm");
+  testing::train_ranks(*dir_, 4, Layout{2, 1, 1}, "diloco_split",
+                       extra + zero(2) + " --set train.stop_after=10");
+  const std::string resumed = testing::train_ranks(*dir_, 4, Layout{2, 1, 1}, "diloco_split",
+                                                   extra + zero(2) + " --resume");
+  EXPECT_EQ(metric(resumed, "loss"), metric(sharded, "loss"));  // exact
+}
+
+}  // namespace
+}  // namespace strata
