@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "model/core/error.h"
 #include "model/parameter_layout.h"
 #include "tests/support/thread_group.h"
 #include "train/optimizer/adafactor.h"
@@ -246,7 +247,7 @@ TEST(AdafactorState, FactorsMatricesAndKeepsVectorsWhole) {
   const std::size_t buffer = layout.padded_total(1);
   Adafactor optimizer(layout, {0, buffer}, adafactor_config(false, 0.0), {});
   std::map<std::string, std::vector<TensorStatistic>> by_name;
-  for (const OptimizerState& s : optimizer.state()) {
+  for (const StateBuffer& s : optimizer.save()) {
     EXPECT_TRUE(s.per_tensor) << s.name;
     by_name[s.name] = s.statistics;
   }
@@ -262,8 +263,16 @@ TEST(AdafactorState, FactorsMatricesAndKeepsVectorsWhole) {
   // Far less than AdamW's two values per element.
   EXPECT_LT(optimizer.state_bytes(), layout.total() * sizeof(float) / 4);
   Adafactor with_momentum(layout, {0, buffer}, adafactor_config(false, 0.9), {});
-  EXPECT_EQ(with_momentum.state().front().name, "m");
-  EXPECT_FALSE(with_momentum.state().front().per_tensor);
+  const std::vector<StateBuffer> buffers = with_momentum.save();
+  EXPECT_EQ(buffers.front().name, "m");
+  EXPECT_FALSE(buffers.front().per_tensor);
+  EXPECT_EQ(buffers.front().values.size(), buffer);
+  // load() takes its own buffers back and refuses others.
+  with_momentum.load(buffers);
+  std::vector<StateBuffer> wrong = buffers;
+  wrong.front().values.pop_back();
+  EXPECT_THROW(with_momentum.load(wrong), Error);
+  EXPECT_THROW(with_momentum.load({{"moment", {}, {}}}), Error);
 }
 
 }  // namespace

@@ -44,9 +44,9 @@ RangeRun run_range(const ParameterLayout& layout, ElementRange range, std::size_
     optimizer.update(params.data() + range.begin, grads.data() + range.begin,
                      OptimizerStep{1e-2, 0.5, step});
   }
-  const auto state = optimizer.state();
+  const auto state = optimizer.save();
   return {std::vector<float>(params.begin() + range.begin, params.begin() + range.end),
-          *state.at(0).values, *state.at(1).values};
+          state.at(0).values, state.at(1).values};
 }
 
 TEST(AdamWOnRanges, ARangeEqualsTheWholeBufferRestrictedToIt) {

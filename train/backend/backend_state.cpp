@@ -7,19 +7,18 @@ namespace strata {
 std::vector<StateBuffer> state_buffers(ElementRange parameters, ElementRange owned,
                                        const std::vector<std::string>& moments) {
   std::vector<StateBuffer> buffers{{"model", parameters, {}}};
-  for (const std::string& moment : moments) buffers.push_back({"optimizer/" + moment, owned, {}});
+  for (const std::string& moment : moments)
+    buffers.push_back({kOptimizerPrefix + moment, owned, {}});
   return buffers;
 }
 
-std::vector<StateBuffer> state_buffers(ElementRange parameters, ElementRange owned,
-                                       const std::vector<OptimizerState>& optimizer) {
+std::vector<StateBuffer> state_buffers(ElementRange parameters,
+                                       const std::vector<StateBuffer>& optimizer) {
   std::vector<StateBuffer> buffers{{"model", parameters, {}}};
-  for (const OptimizerState& s : optimizer)
-    buffers.push_back({"optimizer/" + s.name,
-                       s.per_tensor ? ElementRange{} : owned,
-                       {},
-                       s.per_tensor,
-                       s.statistics});
+  for (StateBuffer b : optimizer) {
+    b.name = kOptimizerPrefix + b.name;
+    buffers.push_back(std::move(b));
+  }
   return buffers;
 }
 

@@ -17,6 +17,9 @@
 
 namespace strata {
 
+// The prefix of the optimizer's buffers' names.
+inline const std::string kOptimizerPrefix = "optimizer/";
+
 // The moments of the AdamW optimizer (train/optimizer/optimizer.h), in the order of its state().
 inline const std::vector<std::string> kAdamWMoments = {"m", "v"};
 
@@ -24,9 +27,10 @@ inline const std::vector<std::string> kAdamWMoments = {"m", "v"};
 // "optimizer/<moment>" over `owned` for each of `moments`.
 std::vector<StateBuffer> state_buffers(ElementRange parameters, ElementRange owned,
                                        const std::vector<std::string>& moments);
-// The same for an optimizer's state buffers (its per-tensor ones with their statistics).
-std::vector<StateBuffer> state_buffers(ElementRange parameters, ElementRange owned,
-                                       const std::vector<OptimizerState>& optimizer);
+// "model" over `parameters`, then an optimizer's buffers (Optimizer::shapes) as
+// "optimizer/<name>".
+std::vector<StateBuffer> state_buffers(ElementRange parameters,
+                                       const std::vector<StateBuffer>& optimizer);
 
 // The index in `held` (state_buffers) of the buffer `given` names; an error naming it unless its
 // name, range (or statistics) and number of values match one of them (`backend` names the backend

@@ -72,27 +72,24 @@ std::size_t CpuTraining::activation_bytes_per_layer() const {
   return most;
 }
 
-std::vector<std::vector<float>*> CpuTraining::state_values() {
-  std::vector<std::vector<float>*> values{&params_};
-  for (const OptimizerState& s : optimizer_->state()) values.push_back(s.values);
-  return values;
-}
-
-std::vector<StateBuffer> CpuTraining::held_state() {
-  return state_buffers(plan_.parameter_range, optimizer_->range(), optimizer_->state());
-}
-
 std::vector<StateBuffer> CpuTraining::state() {
-  std::vector<StateBuffer> buffers = held_state();
-  const std::vector<std::vector<float>*> values = state_values();
-  for (std::size_t i = 0; i < buffers.size(); ++i) buffers[i].values = *values[i];
+  std::vector<StateBuffer> buffers = state_buffers(plan_.parameter_range, optimizer_->save());
+  buffers.front().values = params_;
   return buffers;
 }
 
 void CpuTraining::set_state(const std::vector<StateBuffer>& buffers) {
-  const std::vector<StateBuffer> held = held_state();
-  const std::vector<std::vector<float>*> values = state_values();
-  for (const StateBuffer& b : buffers) *values[match_state_buffer(held, b, "CPU")] = b.values;
+  const std::vector<StateBuffer> held = state_buffers(plan_.parameter_range, optimizer_->shapes());
+  std::vector<StateBuffer> optimizer;
+  for (const StateBuffer& b : buffers) {
+    if (match_state_buffer(held, b, "CPU") == 0) {
+      params_ = b.values;
+      continue;
+    }
+    optimizer.push_back(b);
+    optimizer.back().name = b.name.substr(kOptimizerPrefix.size());
+  }
+  optimizer_->load(optimizer);
   refresh_compute_weights();
 }
 

@@ -48,10 +48,6 @@ class CpuTraining final : public TrainingBackend {
   std::vector<double> take_moe_totals() override;
 
  private:
-  // The state's names and ranges (train/backend/backend_state.h) and, in the same order, its
-  // values.
-  std::vector<StateBuffer> held_state();
-  std::vector<std::vector<float>*> state_values();
   // The weights the model reads: the masters in fp32, else their rounded copy.
   const float* compute_weights() const;
   void refresh_compute_weights();

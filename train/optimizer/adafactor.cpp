@@ -184,15 +184,22 @@ void Adafactor::update(float* params, const float* grads, const OptimizerStep& s
   }
 }
 
-std::vector<OptimizerState> Adafactor::state() {
-  std::vector<OptimizerState> states;
-  if (!m_.empty()) states.push_back({"m", &m_, false, {}});
+std::vector<StateBuffer> Adafactor::save() const {
+  std::vector<StateBuffer> buffers;
+  if (!m_.empty()) buffers.push_back({"m", range_, m_});
   // A rank holding no matrix (or no vector) has an empty buffer of that kind: the buffer is kept
   // so that every rank names the same buffers.
-  states.push_back({"row", &row_, true, row_stats_});
-  states.push_back({"col", &col_, true, col_stats_});
-  states.push_back({"v", &v_, true, v_stats_});
-  return states;
+  buffers.push_back({"row", {}, row_, true, row_stats_});
+  buffers.push_back({"col", {}, col_, true, col_stats_});
+  buffers.push_back({"v", {}, v_, true, v_stats_});
+  return buffers;
+}
+
+void Adafactor::load(const std::vector<StateBuffer>& buffers) {
+  std::vector<std::pair<std::string, std::vector<float>*>> held{
+      {"row", &row_}, {"col", &col_}, {"v", &v_}};
+  if (!m_.empty()) held.emplace_back("m", &m_);
+  load_state_values(buffers, held, "Adafactor");
 }
 
 std::size_t Adafactor::state_bytes() const {

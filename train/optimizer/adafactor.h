@@ -38,7 +38,8 @@ class Adafactor final : public Optimizer {
   void update(float* params, const float* grads, const OptimizerStep& step) override;
   // "row" and "col" (each matrix's), "v" (each vector's): per-tensor statistics; "m" over the
   // range when beta1 > 0.
-  std::vector<OptimizerState> state() override;
+  std::vector<StateBuffer> save() const override;
+  void load(const std::vector<StateBuffer>& buffers) override;
   std::size_t state_bytes() const override;
 
  private:

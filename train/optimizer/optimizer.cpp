@@ -1,7 +1,9 @@
 #include "train/optimizer/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "model/core/error.h"
 #include "model/kernels/cpu/adamw.h"
 #include "train/optimizer/adafactor.h"
 
@@ -13,6 +15,31 @@ AdamW::AdamW(const ParameterLayout& layout, ElementRange range, const OptimizerC
       decayed_(restrict_to(layout.decayed_ranges(), range)),
       m_(range.size(), 0.0f),
       v_(range.size(), 0.0f) {}
+
+std::vector<StateBuffer> AdamW::save() const { return {{"m", range_, m_}, {"v", range_, v_}}; }
+
+void AdamW::load(const std::vector<StateBuffer>& buffers) {
+  load_state_values(buffers, {{"m", &m_}, {"v", &v_}}, "AdamW");
+}
+
+std::vector<StateBuffer> Optimizer::shapes() const {
+  std::vector<StateBuffer> buffers = save();
+  for (StateBuffer& b : buffers) b.values = {};
+  return buffers;
+}
+
+void load_state_values(const std::vector<StateBuffer>& buffers,
+                       const std::vector<std::pair<std::string, std::vector<float>*>>& held,
+                       const char* optimizer) {
+  for (const StateBuffer& b : buffers) {
+    const auto it =
+        std::find_if(held.begin(), held.end(), [&](const auto& h) { return h.first == b.name; });
+    if (it == held.end() || it->second->size() != b.values.size())
+      fail("optimizer state '", b.name, "' of ", b.values.size(), " values does not fit ",
+           optimizer, "'s state");
+    *it->second = b.values;
+  }
+}
 
 void AdamW::update(float* params, const float* grads, const OptimizerStep& step) {
   cpu::AdamWHyper hyper{static_cast<float>(step.lr),

@@ -34,17 +34,6 @@ struct OptimizerStep {
   long long count = 1;
 };
 
-// A named state buffer of an optimizer: `range().size()` floats, element i belonging to layout
-// element range().begin + i. Checkpoints store it as /optimizer/<name>/<tensor>. A per-tensor
-// buffer holds the `statistics` instead, one after another (StateBuffer,
-// train/checkpoint/checkpoint.h).
-struct OptimizerState {
-  std::string name;
-  std::vector<float>* values;
-  bool per_tensor = false;
-  std::vector<TensorStatistic> statistics{};
-};
-
 // The groups an optimizer sums partial statistics over (null: none to sum over).
 struct OptimizerGroups {
   // The ranks whose ranges tile the same tensors: the ZeRO shard group when range is a shard;
@@ -61,9 +50,18 @@ class Optimizer {
   virtual ElementRange range() const = 0;
   // params and grads hold the range's elements (params[i] is layout element range().begin + i).
   virtual void update(float* params, const float* grads, const OptimizerStep& step) = 0;
-  // Its state buffers, for checkpoints and for a device backend that keeps its own copy.
-  virtual std::vector<OptimizerState> state() = 0;
+  // Its state as buffers (train/checkpoint/checkpoint.h StateBuffer; checkpoints store buffer
+  // <name> as /optimizer/<name>/<tensor>): per element over range() (element i belonging to
+  // layout element range().begin + i), or per tensor. save() copies the values out, in a fixed
+  // order of names; load() copies buffers of those names and shapes back in (any subset; an error
+  // for a buffer it does not hold). The values may be held otherwise (compacted, quantized): the
+  // buffers are the state's logical form, the same under any layout.
+  virtual std::vector<StateBuffer> save() const = 0;
+  virtual void load(const std::vector<StateBuffer>& buffers) = 0;
+  // Bytes of state held (the memory account).
   virtual std::size_t state_bytes() const = 0;
+  // save()'s buffers without their values.
+  std::vector<StateBuffer> shapes() const;
 };
 
 class AdamW final : public Optimizer {
@@ -73,9 +71,8 @@ class AdamW final : public Optimizer {
 
   ElementRange range() const override { return range_; }
   void update(float* params, const float* grads, const OptimizerStep& step) override;
-  std::vector<OptimizerState> state() override {
-    return {{"m", &m_, false, {}}, {"v", &v_, false, {}}};
-  }
+  std::vector<StateBuffer> save() const override;
+  void load(const std::vector<StateBuffer>& buffers) override;
   std::size_t state_bytes() const override { return (m_.size() + v_.size()) * sizeof(float); }
 
   // The decayed elements of the range, relative to range().begin; and the weight decay itself.
@@ -88,6 +85,13 @@ class AdamW final : public Optimizer {
   std::vector<ElementRange> decayed_;
   std::vector<float> m_, v_;
 };
+
+// Copies each of `buffers` into the one of `held` (name, values) it names: an error naming the
+// buffer when none has its name or its values are not of that one's size (`optimizer` names the
+// optimizer in it). The optimizers' load().
+void load_state_values(const std::vector<StateBuffer>& buffers,
+                       const std::vector<std::pair<std::string, std::vector<float>*>>& held,
+                       const char* optimizer);
 
 // The optimizer config.name names, on `range` of `layout`.
 std::unique_ptr<Optimizer> make_optimizer(const ParameterLayout& layout, ElementRange range,
