@@ -27,9 +27,10 @@ inline constexpr Choices kLrScheduleChoices{
     std::array{ChoiceWord{LrSchedule::cosine, "cosine"}, ChoiceWord{LrSchedule::linear, "linear"},
                ChoiceWord{LrSchedule::constant, "constant"}}};
 // optimizer.name (train/optimizer/optimizer.h): the update the inner optimizer applies.
-enum class OptimizerName { adamw, adafactor };
+enum class OptimizerName { adamw, adafactor, muon };
 inline constexpr Choices kOptimizerNameChoices{std::array{
-    ChoiceWord{OptimizerName::adamw, "adamw"}, ChoiceWord{OptimizerName::adafactor, "adafactor"}}};
+    ChoiceWord{OptimizerName::adamw, "adamw"}, ChoiceWord{OptimizerName::adafactor, "adafactor"},
+    ChoiceWord{OptimizerName::muon, "muon"}}};
 enum class NonfinitePolicy { skip, stop };
 inline constexpr Choices kNonfinitePolicyChoices{std::array{
     ChoiceWord{NonfinitePolicy::skip, "skip"}, ChoiceWord{NonfinitePolicy::stop, "stop"}}};
@@ -108,6 +109,17 @@ struct AdafactorConfig {
   bool operator==(const AdafactorConfig&) const = default;
 };
 
+// optimizer.muon (train/optimizer/muon.h; Jordan et al. 2024): momentum orthogonalised by
+// Newton-Schulz iterations for the blocks' matrices; AdamW (optimizer.lr, beta1, ...) for the rest.
+struct MuonConfig {
+  double lr = 0.02;  // the matrices' peak step size; its schedule is optimizer.lr's, scaled
+  double momentum = 0.95;
+  int ns_steps = 5;  // Newton-Schulz iterations
+  bool nesterov = true;
+
+  bool operator==(const MuonConfig&) const = default;
+};
+
 struct OptimizerConfig {
   OptimizerName name = OptimizerName::adamw;
   double lr = 1e-3;
@@ -120,6 +132,7 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
   AdafactorConfig adafactor;
+  MuonConfig muon;
 
   bool operator==(const OptimizerConfig&) const = default;
 };

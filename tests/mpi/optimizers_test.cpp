@@ -1,9 +1,10 @@
 // The optimizers other than AdamW (optimizer.name, train/optimizer/) on every kind of layout:
-// Adafactor under ZeRO 1-3, tensor parallelism (its statistics summed over the shards and
-// slices: train/optimizer/adafactor.h), pipelines (the tied wte on both ends), sequence
-// parallelism and DiLoCo trains the one-process run (loss and val_loss within 1e-4 per step);
-// it resumes bit-exactly; its checkpoints (the statistics as whole per-tensor datasets) resume on
-// other layouts and pass `ckpt verify`; resuming it under another optimizer is one error line.
+// Adafactor and Muon under ZeRO 1-3, tensor parallelism (Adafactor's statistics summed over the
+// shards and slices, Muon's matrices gathered whole), pipelines (the tied wte on both ends),
+// sequence parallelism and zbv train the one-process run (loss and val_loss within 1e-4 per
+// step), Adafactor also as DiLoCo's inner optimizer; they resume bit-exactly; their checkpoints
+// (Adafactor's statistics as whole per-tensor datasets) resume on other layouts and pass `ckpt
+// verify`; resuming under another optimizer is one error line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -22,6 +23,7 @@ using testing::TempDir;
 using testing::train;
 
 const std::string kAdafactor = " --set optimizer.name=adafactor";
+const std::string kMuon = " --set optimizer.name=muon --set optimizer.muon.lr=0.01";
 
 std::string zero(int stage) { return " --set parallel.zero.stage=" + std::to_string(stage); }
 
@@ -31,22 +33,23 @@ class Optimizers : public ::testing::Test {
     dir_ = new TempDir("optimizers");
     testing::write_synthetic_dataset(*dir_ / "data", 64, 40000);
     testing::write_layout_config(*dir_, 4);
-    reference_dir_ = train(*dir_, Layout{}, "reference", kAdafactor);
   }
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
   }
   static inline TempDir* dir_ = nullptr;
-  static inline std::string reference_dir_;
 };
 
-TEST_F(Optimizers, AdafactorOnEveryLayoutTrainsTheOneProcessRun) {
-  const auto reference = metric(reference_dir_, "loss");
-  const auto reference_val = metric(reference_dir_, "val_loss");
+// Every kind of layout trains the one-process run of optimizer `extra` (loss and val_loss per
+// step within 1e-4), which is not AdamW's.
+void expect_every_layout_trains(const TempDir& dir, const std::string& name,
+                                const std::string& extra) {
+  const std::string single = train(dir, Layout{}, name + "_single", extra);
+  const auto reference = metric(single, "loss");
+  const auto reference_val = metric(single, "val_loss");
   ASSERT_EQ(reference.size(), 20u);
-  // And it is not AdamW's run.
-  const std::string adamw = train(*dir_, Layout{}, "adamw");
+  const std::string adamw = train(dir, Layout{}, name + "_adamw");
   EXPECT_GT(std::abs(metric(adamw, "loss").back() - reference.back()), 1e-3);
   const std::pair<Layout, std::string> runs[] = {
       {Layout{2, 1, 1}, zero(0)},
@@ -55,18 +58,40 @@ TEST_F(Optimizers, AdafactorOnEveryLayoutTrainsTheOneProcessRun) {
       {Layout{2, 1, 1}, zero(3)},
       {Layout{1, 2, 1}, zero(0)},
       {Layout{1, 1, 2}, zero(0)},
-      {Layout{2, 1, 2}, zero(2)},  // each pipeline end sums its own wte statistics
+      {Layout{2, 1, 2}, zero(2)},  // each pipeline end updates its own wte
       {Layout{2, 2, 2}, zero(1)},
       {Layout{2, 2, 1, "1f1b", true}, zero(3)},  // sequence parallelism
       {Layout{2, 2, 2, "zbv", false, "none", "fp32", "", 2}, zero(1)},
   };
   for (const auto& [layout, stage] : runs) {
-    SCOPED_TRACE(layout.name() + stage);
-    const std::string run = train(*dir_, layout, "adafactor_" + layout.name() + "_z" + stage.back(),
-                                  kAdafactor + stage);
+    SCOPED_TRACE(name + " " + layout.name() + stage);
+    const std::string run =
+        train(dir, layout, name + "_" + layout.name() + "_z" + stage.back(), extra + stage);
     expect_close(metric(run, "loss"), reference, 0, "loss");
     expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss");
   }
+}
+
+TEST_F(Optimizers, AdafactorOnEveryLayoutTrainsTheOneProcessRun) {
+  expect_every_layout_trains(*dir_, "adafactor", kAdafactor);
+}
+
+TEST_F(Optimizers, MuonOnEveryLayoutTrainsTheOneProcessRun) {
+  expect_every_layout_trains(*dir_, "muon", kMuon);
+}
+
+TEST_F(Optimizers, MuonResumesBitExactlyAndOnOtherLayouts) {
+  const std::string extra = kMuon + zero(1);
+  const std::string straight = train(*dir_, Layout{2, 2, 1}, "muon_straight", extra);
+  const std::string first =
+      train(*dir_, Layout{2, 2, 1}, "muon_split", extra + " --set train.stop_after=10");
+  const std::string checkpoint = first + "/checkpoints/step_00000010.h5";
+  const std::string second = train(*dir_, Layout{2, 2, 1}, "muon_split", extra + " --resume");
+  EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
+  fs::create_directories(dir_->str() + "/runs/muon_resumed");
+  const std::string other =
+      train(*dir_, Layout{2, 1, 2}, "muon_resumed", kMuon + zero(3) + " --resume " + checkpoint);
+  expect_close(metric(other, "loss"), metric(straight, "loss"), 10, "loss after resume");
 }
 
 TEST_F(Optimizers, AdafactorsOptionsTrainTheOneProcessRunSharded) {
@@ -76,7 +101,8 @@ TEST_F(Optimizers, AdafactorsOptionsTrainTheOneProcessRunSharded) {
   const std::string single = train(*dir_, Layout{}, "options_single", options);
   const std::string sharded = train(*dir_, Layout{2, 2, 1}, "options_sharded", options + zero(2));
   expect_close(metric(sharded, "loss"), metric(single, "loss"), 0, "loss");
-  EXPECT_GT(std::abs(metric(single, "loss").back() - metric(reference_dir_, "loss").back()), 1e-4)
+  const std::string defaults = train(*dir_, Layout{}, "options_defaults", kAdafactor);
+  EXPECT_GT(std::abs(metric(single, "loss").back() - metric(defaults, "loss").back()), 1e-4)
       << "the options changed nothing";
 }
 

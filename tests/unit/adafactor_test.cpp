@@ -10,14 +10,15 @@
 
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
-#include "tests/support/thread_group.h"
+#include "tests/support/optimizer_runs.h"
 #include "train/optimizer/adafactor.h"
 
 namespace strata {
 namespace {
 
-const GptShape kShape{2, 2, 32, 16, 100};
-constexpr int kSteps = 4;
+using testing::kOptimizerShape;
+using testing::kOptimizerSteps;
+constexpr double kTolerance = 2e-6;
 
 OptimizerConfig adafactor_config(bool relative_step, double beta1) {
   OptimizerConfig config;
@@ -30,62 +31,23 @@ OptimizerConfig adafactor_config(bool relative_step, double beta1) {
   return config;
 }
 
-double lr_of(int step) { return 1e-2 / step; }  // a schedule: each step its own lr
-
-// Values that are a function of (seed, tensor, logical index): the same under any layout.
-// (A splitmix64 hash mapped to [-1, 1).)
-float logical_value(std::uint64_t seed, std::size_t tensor, std::int64_t logical) {
-  std::uint64_t z = seed * 0x9E3779B97F4A7C15u + tensor * 0xBF58476D1CE4E5B9u +
-                    static_cast<std::uint64_t>(logical) * 0x94D049BB133111EBu;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
-  z ^= z >> 31;
-  return static_cast<float>(static_cast<double>(z >> 11) * 0x1p-52 - 1.0);
-}
-
-// The index of tensor `name` in the whole model's layout.
-std::size_t whole_index(const std::string& name) {
-  const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
-  std::size_t k = 0;
-  while (whole.tensors().at(k).name != name) ++k;
-  return k;
-}
-
-// The layout's elements filled with logical_value (0 in the padding).
-std::vector<float> layout_values(const ParameterLayout& layout, std::size_t buffer,
-                                 std::uint64_t seed) {
-  std::vector<float> values(buffer, 0.0f);
-  for (const TensorView& t : layout.tensors()) {
-    const std::size_t k = whole_index(t.name);
-    for (std::size_t i = 0; i < t.size; ++i)
-      values[t.offset + i] =
-          logical_value(seed, k, t.slice.logical_index(static_cast<std::int64_t>(i)));
-  }
-  return values;
-}
-
 // The reference: the update rule on each whole logical tensor, in double.
-struct Reference {
-  std::vector<std::vector<double>> params;  // per tensor of the whole layout, logical order
-};
-Reference reference_run(const OptimizerConfig& config, double grad_scale) {
-  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
+testing::ReferenceParams reference_run(const OptimizerConfig& config, double grad_scale) {
+  const ParameterLayout layout = ParameterLayout::for_gpt(testing::kOptimizerShape);
   const AdafactorConfig& a = config.adafactor;
-  Reference out;
+  testing::ReferenceParams out;
   const auto& tensors = layout.tensors();
   for (std::size_t k = 0; k < tensors.size(); ++k) {
     const TensorView& t = tensors[k];
     const bool matrix = t.shape.size() == 2;
     const std::int64_t rows = matrix ? t.shape[0] : 1, cols = matrix ? t.shape[1] : t.shape[0];
     const std::size_t n = t.size;
-    std::vector<double> p(n), m(n, 0.0), row(rows, 0.0), col(cols, 0.0), v(n, 0.0);
-    for (std::size_t i = 0; i < n; ++i) p[i] = logical_value(1, k, static_cast<std::int64_t>(i));
-    for (int step = 1; step <= kSteps; ++step) {
-      const double lr = lr_of(step), w = std::pow(step, a.decay_rate);
-      std::vector<double> g(n), u(n);
-      for (std::size_t i = 0; i < n; ++i)
-        g[i] = static_cast<double>(logical_value(100 + step, k, static_cast<std::int64_t>(i))) *
-               static_cast<float>(grad_scale);
+    std::vector<double> p = testing::initial_params(k, n), m(n, 0.0), row(rows, 0.0),
+                        col(cols, 0.0), v(n, 0.0);
+    for (int step = 1; step <= kOptimizerSteps; ++step) {
+      const double lr = testing::step_lr(step), w = std::pow(step, a.decay_rate);
+      const std::vector<double> g = testing::step_grads(k, n, step, grad_scale);
+      std::vector<double> u(n);
       if (matrix) {
         double row_total = 0;
         for (std::int64_t r = 0; r < rows; ++r) {
@@ -128,43 +90,9 @@ Reference reference_run(const OptimizerConfig& config, double grad_scale) {
         }
       }
     }
-    out.params.push_back(std::move(p));
+    out.push_back(std::move(p));
   }
   return out;
-}
-
-// kSteps updates of `range` of a buffer over `layout` (a partition of kShape) by this rank.
-std::vector<float> optimizer_run(const ParameterLayout& layout, ElementRange range,
-                                 std::size_t buffer, const OptimizerConfig& config,
-                                 OptimizerGroups groups, double grad_scale) {
-  Adafactor optimizer(layout, range, config, groups);
-  std::vector<float> params = layout_values(layout, buffer, 1);
-  for (int step = 1; step <= kSteps; ++step) {
-    const std::vector<float> grads = layout_values(layout, buffer, 100 + step);
-    optimizer.update(params.data() + range.begin, grads.data() + range.begin,
-                     OptimizerStep{lr_of(step), grad_scale, step});
-  }
-  return params;
-}
-
-// Every element of `range` of a run over `layout` against the reference, by logical index.
-void expect_reference(const Reference& ref, const ParameterLayout& layout, ElementRange range,
-                      const std::vector<float>& params, const std::string& what) {
-  int checked = 0;
-  for (const TensorView& t : layout.tensors()) {
-    const std::size_t k = whole_index(t.name);
-    for (std::size_t i = 0; i < t.size; ++i) {
-      if (!range.contains(t.offset + i)) continue;
-      const double expected =
-          ref.params[k]
-                    [static_cast<std::size_t>(t.slice.logical_index(static_cast<std::int64_t>(i)))];
-      const double got = params[t.offset + i];
-      ASSERT_NEAR(got, expected, 2e-6 * (1 + std::abs(expected)))
-          << what << ": " << t.name << " element " << i;
-      ++checked;
-    }
-  }
-  EXPECT_GT(checked, 0) << what;
 }
 
 class AdafactorRule : public ::testing::TestWithParam<std::pair<bool, double>> {};
@@ -172,70 +100,19 @@ class AdafactorRule : public ::testing::TestWithParam<std::pair<bool, double>> {
 TEST_P(AdafactorRule, TheWholeBufferFollowsTheUpdateRuleInDouble) {
   const auto [relative_step, beta1] = GetParam();
   const OptimizerConfig config = adafactor_config(relative_step, beta1);
-  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
-  const std::size_t buffer = layout.padded_total(1);
-  const std::vector<float> params =
-      optimizer_run(layout, {0, buffer}, buffer, config, {}, /*grad_scale=*/0.5);
-  expect_reference(reference_run(config, 0.5), layout, {0, buffer}, params, "whole");
-  // The padding past the layout is never touched.
-  for (std::size_t i = layout.total(); i < buffer; ++i) EXPECT_EQ(params[i], 0.0f);
+  testing::expect_whole_run(reference_run(config, 0.5), config, kTolerance);
 }
 
 TEST_P(AdafactorRule, ZeroShardsSumTheirStatisticsToTheWholeBuffers) {
   const auto [relative_step, beta1] = GetParam();
   const OptimizerConfig config = adafactor_config(relative_step, beta1);
-  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
-  const Reference ref = reference_run(config, 1.0);
-  for (int shards : {2, 3, 4}) {
-    const std::size_t buffer = layout.padded_total(shards);
-    testing::ThreadGroup group(shards);
-    std::vector<std::vector<float>> results(shards);
-    group.run([&](int r) {
-      testing::ThreadRank owners(group, r);
-      results[r] = optimizer_run(layout, layout.shard(r, shards), buffer, config,
-                                 OptimizerGroups{&owners, nullptr}, 1.0);
-    });
-    for (int r = 0; r < shards; ++r)
-      expect_reference(ref, layout, layout.shard(r, shards), results[r],
-                       "shard " + std::to_string(r) + " of " + std::to_string(shards));
-  }
+  testing::expect_shard_runs(reference_run(config, 1.0), config, kTolerance);
 }
 
 TEST_P(AdafactorRule, TensorParallelSlicesAndShardsOfThemSumToTheWholeTensors) {
   const auto [relative_step, beta1] = GetParam();
   const OptimizerConfig config = adafactor_config(relative_step, beta1);
-  const Reference ref = reference_run(config, 1.0);
-  constexpr int kTp = 2, kShards = 2;
-  // Rank (s, t): shard s of tp rank t's layout; owners groups over s, tp groups over t.
-  std::vector<ParameterLayout> layouts;
-  for (int t = 0; t < kTp; ++t) {
-    ModelPartition p = ModelPartition::whole(kShape);
-    p.tp_rank = t;
-    p.tp_size = kTp;
-    layouts.push_back(ParameterLayout::for_partition(kShape, p));
-  }
-  for (int shards : {1, kShards}) {
-    std::vector<std::unique_ptr<testing::ThreadGroup>> owner_groups, tp_groups;
-    for (int t = 0; t < kTp; ++t)
-      owner_groups.push_back(std::make_unique<testing::ThreadGroup>(shards));
-    for (int s = 0; s < shards; ++s)
-      tp_groups.push_back(std::make_unique<testing::ThreadGroup>(kTp));
-    testing::ThreadGroup all(kTp * shards);
-    std::vector<std::vector<float>> results(kTp * shards);
-    all.run([&](int rank) {
-      const int t = rank / shards, s = rank % shards;
-      testing::ThreadRank owners(*owner_groups[t], s), tp(*tp_groups[s], t);
-      const std::size_t buffer = layouts[t].padded_total(shards);
-      results[rank] = optimizer_run(layouts[t], layouts[t].shard(s, shards), buffer, config,
-                                    OptimizerGroups{shards > 1 ? &owners : nullptr, &tp}, 1.0);
-    });
-    for (int rank = 0; rank < kTp * shards; ++rank) {
-      const int t = rank / shards, s = rank % shards;
-      expect_reference(ref, layouts[t], layouts[t].shard(s, shards), results[rank],
-                       "tp rank " + std::to_string(t) + ", shard " + std::to_string(s) + " of " +
-                           std::to_string(shards));
-    }
-  }
+  testing::expect_tensor_parallel_runs(reference_run(config, 1.0), config, kTolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(StepSizes, AdafactorRule,
@@ -243,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(StepSizes, AdafactorRule,
                                            std::pair{false, 0.9}));
 
 TEST(AdafactorState, FactorsMatricesAndKeepsVectorsWhole) {
-  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
+  const ParameterLayout layout = ParameterLayout::for_gpt(kOptimizerShape);
   const std::size_t buffer = layout.padded_total(1);
   Adafactor optimizer(layout, {0, buffer}, adafactor_config(false, 0.0), {});
   std::map<std::string, std::vector<TensorStatistic>> by_name;
@@ -252,13 +129,13 @@ TEST(AdafactorState, FactorsMatricesAndKeepsVectorsWhole) {
     by_name[s.name] = s.statistics;
   }
   ASSERT_EQ(by_name.size(), 3u);  // row, col, v: no first moment at beta1 0
-  const TensorStatistic qkv_rows{"h.0.attn.qkv.weight", 3 * kShape.d_model};
-  const TensorStatistic qkv_cols{"h.0.attn.qkv.weight", kShape.d_model};
+  const TensorStatistic qkv_rows{"h.0.attn.qkv.weight", 3 * kOptimizerShape.d_model};
+  const TensorStatistic qkv_cols{"h.0.attn.qkv.weight", kOptimizerShape.d_model};
   EXPECT_NE(std::find(by_name["row"].begin(), by_name["row"].end(), qkv_rows),
             by_name["row"].end());
   EXPECT_NE(std::find(by_name["col"].begin(), by_name["col"].end(), qkv_cols),
             by_name["col"].end());
-  const TensorStatistic ln{"h.1.ln2.bias", kShape.d_model};
+  const TensorStatistic ln{"h.1.ln2.bias", kOptimizerShape.d_model};
   EXPECT_NE(std::find(by_name["v"].begin(), by_name["v"].end(), ln), by_name["v"].end());
   // Far less than AdamW's two values per element.
   EXPECT_LT(optimizer.state_bytes(), layout.total() * sizeof(float) / 4);

@@ -416,7 +416,12 @@ TEST(ConfigErrors, ElasticDilocoKeysNameTheKey) {
 TEST(ConfigErrors, OptimizerKeysNameTheKey) {
   const std::string data = "data: {train: t}\n";
   EXPECT_CONTAINS(error_of(data + "optimizer: {name: lion}"),
-                  "'optimizer.name' must be adamw or adafactor, got 'lion'");
+                  "'optimizer.name' must be adamw, adafactor or muon, got 'lion'");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {muon: {ns_steps: 0}}"),
+                  "'optimizer.muon.ns_steps' must be >= 1, got 0");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {muon: {momentum: 1.5}}"),
+                  "'optimizer.muon.momentum' must be in [0, 1), got 1.5");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {muon: {lr: 0}}"), "'optimizer.muon.lr' must be > 0");
   EXPECT_CONTAINS(error_of(data + "optimizer: {adafactor: {beta1: 1}}"),
                   "'optimizer.adafactor.beta1' must be in [0, 1), got 1");
   EXPECT_CONTAINS(error_of(data + "optimizer: {adafactor: {decay_rate: 0.5}}"),

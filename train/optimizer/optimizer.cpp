@@ -6,6 +6,7 @@
 #include "model/core/error.h"
 #include "model/kernels/cpu/adamw.h"
 #include "train/optimizer/adafactor.h"
+#include "train/optimizer/muon.h"
 
 namespace strata {
 
@@ -41,14 +42,18 @@ void load_state_values(const std::vector<StateBuffer>& buffers,
   }
 }
 
+cpu::AdamWHyper adamw_hyper(const OptimizerConfig& config, const OptimizerStep& step) {
+  return {static_cast<float>(step.lr),
+          static_cast<float>(config.beta1),
+          static_cast<float>(config.beta2),
+          static_cast<float>(config.eps),
+          0.0f,
+          step.count,
+          static_cast<float>(step.grad_scale)};
+}
+
 void AdamW::update(float* params, const float* grads, const OptimizerStep& step) {
-  cpu::AdamWHyper hyper{static_cast<float>(step.lr),
-                        static_cast<float>(config_.beta1),
-                        static_cast<float>(config_.beta2),
-                        static_cast<float>(config_.eps),
-                        0.0f,
-                        step.count,
-                        static_cast<float>(step.grad_scale)};
+  cpu::AdamWHyper hyper = adamw_hyper(config_, step);
   // Alternate runs without and with decay, in element order.
   auto run = [&](std::size_t begin, std::size_t end, float decay) {
     if (end <= begin) return;
@@ -72,6 +77,8 @@ std::unique_ptr<Optimizer> make_optimizer(const ParameterLayout& layout, Element
       return std::make_unique<AdamW>(layout, range, config);
     case OptimizerName::adafactor:
       return std::make_unique<Adafactor>(layout, range, config, groups);
+    case OptimizerName::muon:
+      return std::make_unique<Muon>(layout, range, config, groups);
   }
   return nullptr;
 }

@@ -20,6 +20,7 @@
 
 #include "model/core/collectives.h"
 #include "model/core/element_range.h"
+#include "model/kernels/cpu/adamw.h"
 #include "model/parameter_layout.h"
 #include "plan/config.h"
 #include "train/checkpoint/checkpoint.h"
@@ -85,6 +86,9 @@ class AdamW final : public Optimizer {
   std::vector<ElementRange> decayed_;
   std::vector<float> m_, v_;
 };
+
+// AdamW's constants for one update (weight decay 0: set per run of decayed tensors).
+cpu::AdamWHyper adamw_hyper(const OptimizerConfig& config, const OptimizerStep& step);
 
 // Copies each of `buffers` into the one of `held` (name, values) it names: an error naming the
 // buffer when none has its name or its values are not of that one's size (`optimizer` names the
