@@ -11,6 +11,7 @@
 #include "parallel/zero/segment_collectives.h"
 #include "parallel/zero/sharded_parameters.h"
 #include "plan/memory_account.h"
+#include "plan/optimizer_state.h"
 #include "plan/placement.h"
 #include "plan/rank_model.h"
 #include "plan/zero3_gathers.h"
@@ -367,6 +368,42 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   events.all_reduce(pp, kScalar, CommPhase::step, 1, "loss");
   events.all_reduce(dp, kScalar, CommPhase::step, 1, "loss");
   reductions(plan.parameters, CommPhase::update, "updated shard gather");
+
+  // The optimizer's own collectives (plan/optimizer_state.h), before its update.
+  const ParameterLayout& layout = rank.layout;
+  const OptimizerConfig& o = config.optimizer;
+  if (o.name == OptimizerName::adafactor) {
+    // Its sums of statistics and of the update's and the weights' squares, in double: the tied
+    // wte's all-reduce and the other tensors' over the shards; the split tensors' over tp.
+    const AdafactorSums s = adafactor_sums(layout);
+    for (const std::size_t wte : {s.wte_statistics, s.wte_norms}) {
+      if (plan.sharded && wte > 0)
+        events.all_reduce(shards, wte * sizeof(double), CommPhase::step, 1, "Adafactor sums");
+      if (mesh.tp > 1 && s.wte_split && wte > 0)
+        events.all_reduce(tp, wte * sizeof(double), CommPhase::step, 1, "Adafactor sums");
+    }
+    for (const auto& [rest, split] : {std::pair{s.other_statistics, s.split_statistics},
+                                      std::pair{s.other_norms, s.split_norms}}) {
+      if (plan.sharded && rest > 0)
+        events.all_reduce(shards, rest * sizeof(double), CommPhase::step, 1, "Adafactor sums");
+      if (mesh.tp > 1 && split > 0)
+        events.all_reduce(tp, split * sizeof(double), CommPhase::step, 1, "Adafactor sums");
+    }
+  }
+  if (o.name == OptimizerName::muon) {
+    // Each matrix gathered whole: its owned part to every other shard, then the tp slices.
+    for (const TensorView& t : layout.tensors()) {
+      if (!muon_updates(t)) continue;
+      const std::uint64_t held =
+          intersect({t.offset, t.offset + t.size}, plan.owned).size() * sizeof(float);
+      if (plan.sharded)
+        events.all_to_all(shards, std::vector<std::uint64_t>(shards.size(), held), CommPhase::step,
+                          1, "Muon matrix gather");
+      if (mesh.tp > 1 && held > 0 && !t.slice.is_whole())
+        events.chunked(tp, "all_gather", t.size * mesh.tp * sizeof(float), CommPhase::step, 1,
+                       "Muon matrix gather");
+    }
+  }
   return out;
 }
 

@@ -8,10 +8,11 @@
 // per-segment reduce-scatters (plain or qgZ's two int4 hops), ZeRO 3's per-segment gathers in
 // the model's gather order (plain, qwZ's int8 forward gathers, hpZ's backward gathers inside the
 // node), the tensor-parallel sums and gathers of every layer (recomputed ones included), the
-// pipeline's activation and gradient messages (per chunk with virtual stages) and the loss and
-// norm scalars. So `stats()` equals the `comm_bytes` of a training step in metrics.jsonl and
-// `group_bytes` its `comm_bytes_by_axis`, which tests/mpi/plan_memory_test.cpp checks on many
-// layouts.
+// pipeline's activation and gradient messages (per chunk with virtual stages), the loss and
+// norm scalars, and the optimizer's own collectives (Adafactor's sums of statistics, Muon's
+// gathers of whole matrices: plan/optimizer_state.h). So `stats()` equals the `comm_bytes` of a
+// training step in metrics.jsonl and `group_bytes` its `comm_bytes_by_axis`, which
+// tests/mpi/plan_memory_test.cpp checks on many layouts.
 //
 // A mixture of experts adds, per MoE block and micro-batch (model/moe/moe_layer.h,
 // moe_exchange.h): under tensor parallelism the gates' gradient, an all-reduce of N·top_k fp32

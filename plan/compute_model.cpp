@@ -137,15 +137,6 @@ PassWork layer_work(const Config& config, int tp, int begin, int end, std::size_
                    end - begin - moe, moe, static_cast<double>(element_bytes));
 }
 
-Work optimizer_work(const Config& config, std::size_t owned, std::size_t gradients) {
-  // AdamW reads weight, gradient, m and v and writes weight, m and v (28 bytes), the norm reads
-  // the gradient again, a reduced-precision run writes its compute copy; the next step's
-  // accumulation starts from zeroed gradients.
-  const double per_owned = 28 + 4 + (config.precision.compute == cpu::ComputeDtype::fp32 ? 0 : 4);
-  return Work{0, 0, per_owned * static_cast<double>(owned) + 4.0 * static_cast<double>(gradients),
-              4};
-}
-
 double seconds_of(const Work& work, const ClusterSpec& cluster, cpu::ComputeDtype compute,
                   int threads) {
   const DeviceSpec& d = cluster.device;

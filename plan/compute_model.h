@@ -24,8 +24,8 @@
 // experts' 8·C²/t each. Dropless this is the 6·N_active FLOPs per token of
 // GptShape::flops_per_token (router and top_k experts), which MFU counts. A backward pass is twice
 // its forward, plus what recomputation reruns (selective: the qkv GEMM and attention; full: the
-// whole layer forward). The optimizer (AdamW over the owned elements) and the gradient zeroing are
-// elementwise work of a step.
+// whole layer forward). The optimizer (over the owned elements: plan/optimizer_state.h) and the
+// gradient zeroing are elementwise work of a step.
 #pragma once
 
 #include "model/parameter_layout.h"
@@ -60,7 +60,6 @@ PassWork micro_batch_work(const Config& config, const ModelPartition& partition,
 // The same for layers [begin, end) alone (no embedding, no head): the stage split's layer cost.
 PassWork layer_work(const Config& config, int tp, int begin, int end, std::size_t element_bytes);
 // The end of a step on a rank that updates `owned` elements and holds `gradients` of them.
-Work optimizer_work(const Config& config, std::size_t owned, std::size_t gradients);
 
 // Seconds of `work` on one device of `cluster` computing in precision.compute `compute` with
 // `threads` cores (a cpu cluster's rates are per core; a cuda device has one).

@@ -7,6 +7,7 @@
 #include "model/parameter_layout.h"
 #include "parallel/mesh/reduction_plan.h"
 #include "parallel/pipeline/pipeline_schedule.h"
+#include "plan/optimizer_state.h"
 #include "plan/rank_model.h"
 #include "plan/zero3_gathers.h"
 
@@ -95,7 +96,7 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
   if (config.precision.compute != cpu::ComputeDtype::fp32)
     account.compute_weights = account.master_weights;
   account.gradients = plan.gradient_range.size() * sizeof(float);
-  account.optimizer_state = 2 * plan.owned.size() * sizeof(float);  // AdamW's m and v
+  account.optimizer_state = optimizer_state_bytes(layout, plan.owned, config.optimizer);
   account.communication = std::max(reduction_scratch_floats(plan.gradients, mesh),
                                    reduction_scratch_floats(plan.parameters, mesh)) *
                           sizeof(float);

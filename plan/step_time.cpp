@@ -8,6 +8,7 @@
 #include "parallel/pipeline/pipeline_schedule.h"
 #include "plan/compute_model.h"
 #include "plan/memory_account.h"
+#include "plan/optimizer_state.h"
 #include "plan/placement.h"
 #include "plan/rank_model.h"
 #include "plan/timed_pipeline.h"
@@ -135,9 +136,9 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     t.forward = t.forward_compute + forward_extra;
     t.backward = t.backward_compute + backward_extra;
 
-    t.optimizer =
-        seconds_of(optimizer_work(config, rank.plan.owned.size(), rank.plan.gradient_range.size()),
-                   cluster, compute, step.threads);
+    t.optimizer = seconds_of(
+        optimizer_work(config, rank.layout, rank.plan.owned, rank.plan.gradient_range.size()),
+        cluster, compute, step.threads);
     if (stage == 0) step.rank0_comm = comm;
     const auto share = [&](double part, double whole) {
       return whole > 0 ? part / whole : 1.0 / chunks;

@@ -203,6 +203,13 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       // Several chunks per rank: a model (slots, workspace) per chunk; messages across every
       // boundary between ranks (zbv turns in place on the last rank; its rank 0 holds both ends
       // and gathers its one wte for both chunks).
+      // The optimizers' state (plan/optimizer_state.h): Adafactor's per-tensor statistics on ZeRO
+      // shards and tp slices, Muon's momentum and AdamW's v of the tensors it leaves to AdamW.
+      {"tp2dp2_zero1_adafactor",
+       4,
+       {"parallel.tp=2", "parallel.zero.stage=1", "optimizer.name=adafactor",
+        "optimizer.adafactor.beta1=0.9"}},
+      {"pp2dp2_zero2_muon", 4, {"parallel.pp=2", "parallel.zero.stage=2", "optimizer.name=muon"}},
       {"pp2_interleaved_v2",
        2,
        {"parallel.pp=2", "parallel.pipeline_schedule=interleaved", "parallel.virtual_stages=2"}},

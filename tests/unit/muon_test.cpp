@@ -11,6 +11,7 @@
 
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
+#include "plan/optimizer_state.h"
 #include "tests/support/optimizer_runs.h"
 #include "train/optimizer/muon.h"
 #include "train/optimizer/newton_schulz.h"
@@ -43,7 +44,7 @@ testing::ReferenceParams reference_run(const OptimizerConfig& config, double gra
     for (int step = 1; step <= kOptimizerSteps; ++step) {
       const double lr = testing::step_lr(step);
       const std::vector<double> g = testing::step_grads(k, n, step, grad_scale);
-      if (Muon::updates(t)) {
+      if (muon_updates(t)) {
         const int rows = static_cast<int>(t.shape[0]), cols = static_cast<int>(t.shape[1]);
         std::vector<double> o(n);
         for (std::size_t i = 0; i < n; ++i) {
@@ -126,7 +127,7 @@ TEST(MuonState, KeepsTheSecondMomentOfTheAdamWTensorsOnly) {
   Muon optimizer(layout, {0, buffer}, muon_config(true), {});
   std::size_t matrices = 0;
   for (const TensorView& t : layout.tensors())
-    if (Muon::updates(t)) matrices += t.size;
+    if (muon_updates(t)) matrices += t.size;
   EXPECT_GT(matrices, layout.total() / 2);
   EXPECT_EQ(optimizer.state_bytes(), (2 * buffer - matrices - (buffer - layout.total())) * 4);
   // save() and load() round-trip; a buffer of another size is refused.

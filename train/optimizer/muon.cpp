@@ -6,13 +6,10 @@
 
 #include "model/core/error.h"
 #include "model/kernels/cpu/adamw.h"
+#include "plan/optimizer_state.h"
 #include "train/optimizer/newton_schulz.h"
 
 namespace strata {
-
-bool Muon::updates(const TensorView& t) {
-  return t.decay && t.name != "wte" && t.name != "wpe" && !t.name.ends_with("router.weight");
-}
 
 Muon::Muon(const ParameterLayout& layout, ElementRange range, const OptimizerConfig& config,
            OptimizerGroups groups)
@@ -36,7 +33,7 @@ Muon::Muon(const ParameterLayout& layout, ElementRange range, const OptimizerCon
   for (const TensorView& t : layout.tensors()) {
     const ElementRange elements{t.offset, t.offset + t.size};
     const ElementRange held = intersect(elements, range_);
-    if (updates(t)) {
+    if (muon_updates(t)) {
       Matrix m;
       m.slice = t.slice;
       m.elements = elements;

@@ -39,10 +39,6 @@ class Muon final : public Optimizer {
   void load(const std::vector<StateBuffer>& buffers) override;
   std::size_t state_bytes() const override;
 
-  // Whether Muon (not AdamW) updates the tensor: a decayed (2-D) weight other than the
-  // embeddings and the router.
-  static bool updates(const TensorView& t);
-
  private:
   // A matrix Muon updates, with its part in every owner's range.
   struct Matrix {

@@ -1,0 +1,93 @@
+#include "plan/optimizer_state.h"
+
+#include <algorithm>
+
+namespace strata {
+
+bool muon_updates(const TensorView& t) {
+  return t.decay && t.name != "wte" && t.name != "wpe" && !t.name.ends_with("router.weight");
+}
+
+std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange owned,
+                                  const OptimizerConfig& config) {
+  std::size_t floats = 0;
+  switch (config.name) {
+    case OptimizerName::adamw:
+      floats = 2 * owned.size();
+      break;
+    case OptimizerName::adafactor:
+      if (config.adafactor.beta1 > 0) floats += owned.size();
+      for (const TensorView& t : layout.tensors()) {
+        if (intersect({t.offset, t.offset + t.size}, owned).empty()) continue;
+        const auto& shape = t.slice.logical_shape;
+        floats += static_cast<std::size_t>(shape.size() == 2 ? shape[0] + shape[1] : shape[0]);
+      }
+      break;
+    case OptimizerName::muon:
+      floats = owned.size();
+      for (const TensorView& t : layout.tensors())
+        if (!muon_updates(t)) floats += intersect({t.offset, t.offset + t.size}, owned).size();
+      break;
+  }
+  return floats * sizeof(float);
+}
+
+AdafactorSums adafactor_sums(const ParameterLayout& layout) {
+  AdafactorSums s;
+  for (const TensorView& t : layout.tensors()) {
+    const auto& shape = t.slice.logical_shape;
+    const std::size_t statistics =
+        static_cast<std::size_t>(shape.size() == 2 ? shape[0] + shape[1] : shape[0]);
+    const bool split = !t.slice.is_whole();
+    if (t.name == "wte") {
+      s.wte_statistics = statistics;
+      s.wte_norms = 2;
+      s.wte_split = split;
+      continue;
+    }
+    s.other_statistics += statistics;
+    s.other_norms += 2;
+    if (split) {
+      s.split_statistics += statistics;
+      s.split_norms += 2;
+    }
+  }
+  return s;
+}
+
+Work optimizer_work(const Config& config, const ParameterLayout& layout, ElementRange owned,
+                    std::size_t gradients) {
+  // Bytes per owned element: AdamW reads weight, gradient, m and v and writes weight, m and v
+  // (28); Adafactor reads the gradient in three passes (squares, RMS of the update, the update)
+  // and the weight in two, writes the weight (24), and m read and written with beta1; Muon reads
+  // the gradient and reads and writes m and the weight (20) on its matrices, AdamW's 28
+  // elsewhere. The norm reads the gradient again; a reduced-precision run writes its compute
+  // copy; the next step's accumulation starts from zeroed gradients.
+  const double extra = 4 + (config.precision.compute == cpu::ComputeDtype::fp32 ? 0 : 4);
+  Work work{0, 0, 4.0 * static_cast<double>(gradients), 4};
+  const OptimizerConfig& o = config.optimizer;
+  // AdamW updates the padding past the layout too (zeros that stay zero); the others skip it.
+  double covered = 0;
+  for (const TensorView& t : layout.tensors()) {
+    const double n = static_cast<double>(intersect({t.offset, t.offset + t.size}, owned).size());
+    if (n == 0) continue;
+    covered += n;
+    double per_element = 28;
+    if (o.name == OptimizerName::adafactor) per_element = o.adafactor.beta1 > 0 ? 32 : 24;
+    if (o.name == OptimizerName::muon && muon_updates(t)) {
+      per_element = 20;
+      // Newton-Schulz on the whole matrix, r <= k: X·Xᵀ, A·A and B·X per step.
+      const double rows = static_cast<double>(t.slice.logical_shape[0]);
+      const double cols = static_cast<double>(t.slice.logical_shape[1]);
+      const double r = std::min(rows, cols), k = std::max(rows, cols);
+      work.gemm_flops += o.muon.ns_steps * (2 * r * r * k + 2 * r * r * r + 2 * r * r * k);
+      work.kernels += 3 * o.muon.ns_steps;
+    }
+    work.elementwise_bytes += (per_element + extra) * n;
+  }
+  if (o.name == OptimizerName::adamw)
+    work.elementwise_bytes += (28 + extra) * (static_cast<double>(owned.size()) - covered);
+  return work;
+}
+
+}  // namespace strata

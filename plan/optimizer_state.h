@@ -1,0 +1,46 @@
+// What each optimizer (optimizer.name; train/optimizer/) keeps and does per step, as the planner
+// counts it (docs/ARCHITECTURE.md §2: optimizers). The optimizers' own memory accounts equal
+// these counts (tests/unit/optimizer_state_test.cpp), so the planner's memory prediction stays
+// byte-exact whichever optimizer a run takes.
+//   adamw      m and v: 8 bytes per owned element
+//   adafactor  per tensor the range meets: rows + cols floats of a matrix, the size of a vector
+//              (whole, on every holder); plus 4 bytes per owned element with adafactor.beta1 > 0
+//   muon       the momentum over the owned elements, AdamW's v over the owned elements of the
+//              tensors Muon leaves to AdamW: 4 bytes per matrix element, 8 elsewhere
+#pragma once
+
+#include <cstddef>
+
+#include "model/core/element_range.h"
+#include "model/parameter_layout.h"
+#include "plan/compute_model.h"
+#include "plan/config.h"
+
+namespace strata {
+
+// Whether Muon, not its AdamW, updates the tensor: a decayed (2-D) weight other than the
+// embeddings and the MoE router (the blocks' attention and MLP matrices, each expert's).
+bool muon_updates(const TensorView& t);
+
+// The bytes of state `config`'s optimizer keeps for `owned` of `layout`.
+std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange owned,
+                                  const OptimizerConfig& config);
+
+// The values Adafactor sums over its groups each step (train/optimizer/adafactor.h): its
+// statistics (rows + cols of each matrix, the size of each vector) and 2 squares per tensor, of
+// the tied wte, of the other tensors, and of those split over tp (a part of the others).
+struct AdafactorSums {
+  std::size_t wte_statistics = 0, wte_norms = 0;
+  bool wte_split = false;
+  std::size_t other_statistics = 0, other_norms = 0;
+  std::size_t split_statistics = 0, split_norms = 0;
+};
+AdafactorSums adafactor_sums(const ParameterLayout& layout);
+
+// One update of `owned` of `layout` (and the zeroing of `gradients` elements for the next step):
+// the element traffic of the optimizer's passes over its elements, and Muon's Newton-Schulz
+// GEMMs on every matrix the range meets.
+Work optimizer_work(const Config& config, const ParameterLayout& layout, ElementRange owned,
+                    std::size_t gradients);
+
+}  // namespace strata
