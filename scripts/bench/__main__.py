@@ -10,6 +10,7 @@ BENCHMARKS = {
     "elastic": "bench.elastic",
     "layouts": "bench.layouts",
     "moe": "bench.moe",
+    "optimizers": "bench.optimizers",
     "precision": "bench.precision",
     "schedules": "bench.schedules",
     "zero": "bench.zero",

@@ -48,6 +48,8 @@ def variants(steps):
         (f"h{mid}", f"{h}{mid}"),
         (f"h{large}", f"{h}{large}"),
         (f"h{large}_int8", f"{h}{large} diloco.compression=int8"),
+        (f"h{large}_int4", f"{h}{large} diloco.compression=int4 diloco.error_feedback=true"),
+        (f"h{large}_lr2", f"{h}{large} optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
         (f"h{large}_tuned", f"{h}{large} {tuned}"),
         (f"h{large}_int8_tuned", f"{h}{large} diloco.compression=int8 {tuned}"),
     ]
