@@ -83,22 +83,31 @@ def main(argv):
               "train.log_every=100", "checkpoint.every=0", "parallel.gpus_per_node=1"]
     with matrix.Scratch() as work:
         print(matrix.header(f"steps {steps} workers {workers} batch {batch} per worker"))
-        print("| run | settings | val_loss | vs data-parallel | bytes across workers | fewer bytes |")
-        print("|---|---|---|---|---|---|", flush=True)
-        for name, settings in variants(steps):
-            if chosen != ["all"] and name not in chosen:
-                continue
-            keys = settings.split()
-            if name.startswith("baseline"):
-                keys.append(f"train.global_batch={workers * batch}")
-            else:
-                keys += [f"train.global_batch={batch}", "diloco.enabled=true",
-                         f"diloco.workers={workers}"]
-            path = matrix.train(build_dir, workers, common + keys, name, work, fail="return")
-            if path is None:
-                error = matrix.first_error(os.path.join(work, f"{name}.log"))
-                print(f"| {name} | failed: {error} |", flush=True)
-                continue
-            base = os.path.join(work, "baseline", "metrics.jsonl")
-            print(row(name, settings, metrics.read(path),
-                      metrics.read(base) if os.path.exists(base) else None), flush=True)
+        table(build_dir, work, workers, batch, common, variants(steps), chosen)
+
+
+def table(build_dir, work, workers, batch, common, runs, chosen, extra=()):
+    """Trains each (name, settings) of `runs` that `chosen` names ("all": every one) under
+    `common` overrides and prints its row: names starting "baseline" data-parallel on `workers`
+    ranks at global batch workers·batch, the others `workers` DiLoCo workers of `batch`
+    sequences; `extra` train arguments for every run (e.g. --init)."""
+    print("| run | settings | val_loss | vs data-parallel | bytes across workers | fewer bytes |")
+    print("|---|---|---|---|---|---|", flush=True)
+    for name, settings in runs:
+        if chosen != ["all"] and name not in chosen:
+            continue
+        keys = settings.split()
+        if name.startswith("baseline"):
+            keys.append(f"train.global_batch={workers * batch}")
+        else:
+            keys += [f"train.global_batch={batch}", "diloco.enabled=true",
+                     f"diloco.workers={workers}"]
+        path = matrix.train(build_dir, workers, common + keys, name, work, fail="return",
+                            extra=extra)
+        if path is None:
+            error = matrix.first_error(os.path.join(work, f"{name}.log"))
+            print(f"| {name} | failed: {error} |", flush=True)
+            continue
+        base = os.path.join(work, "baseline", "metrics.jsonl")
+        print(row(name, settings, metrics.read(path),
+                  metrics.read(base) if os.path.exists(base) else None), flush=True)

@@ -17,7 +17,7 @@ import os
 import subprocess
 
 from bench import matrix, metrics
-from bench.diloco import row
+from bench.diloco import table
 
 DOCS = "/usr/share/doc/python3.11/html/_sources"
 CORPUS = "data/pydocs"
@@ -76,25 +76,8 @@ def main(argv):
                      model + [f"train.steps={warm}", f"train.global_batch={workers * batch}",
                               "train.eval_every=0", f"checkpoint.every={warm}"], "warm", work)
         start = os.path.join(work, "warm", "checkpoints", f"step_{warm:08d}.h5")
-        print(f"warm-up: val_loss {metrics.last_with(metrics.read(os.path.join(work, 'warm', 'metrics.jsonl')), 'val_loss')['val_loss']:.4f}")
-        print("| run | settings | val_loss | vs data-parallel | bytes across workers | fewer bytes |")
-        print("|---|---|---|---|---|---|", flush=True)
+        warm_lines = metrics.read(os.path.join(work, "warm", "metrics.jsonl"))
+        print(f"warm-up: val_loss {metrics.last_with(warm_lines, 'val_loss')['val_loss']:.4f}")
         common = model + [f"train.steps={steps}", "train.eval_every=0", "checkpoint.every=0"]
-        for name, settings in variants(steps):
-            if chosen != ["all"] and name not in chosen:
-                continue
-            keys = settings.split()
-            if name.startswith("baseline"):
-                keys.append(f"train.global_batch={workers * batch}")
-            else:
-                keys += [f"train.global_batch={batch}", "diloco.enabled=true",
-                         f"diloco.workers={workers}"]
-            path = matrix.train(build_dir, workers, common + keys, name, work, fail="return",
-                                extra=["--init", start])
-            if path is None:
-                error = matrix.first_error(os.path.join(work, f"{name}.log"))
-                print(f"| {name} | failed: {error} |", flush=True)
-                continue
-            base = os.path.join(work, "baseline", "metrics.jsonl")
-            print(row(name, settings, metrics.read(path),
-                      metrics.read(base) if os.path.exists(base) else None), flush=True)
+        table(build_dir, work, workers, batch, common, variants(steps), chosen,
+              extra=["--init", start])
