@@ -390,6 +390,15 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
         events.all_reduce(tp, split * sizeof(double), CommPhase::step, 1, "Adafactor sums");
     }
   }
+  if (o.name == OptimizerName::adamw8bit) {
+    // The blocks' maxima (two int64 per block): all of them over the shards, the split tensors'
+    // over tp.
+    const AdamW8bitBlocks b = adamw8bit_blocks(layout, o.adamw8bit.block_size);
+    if (plan.sharded && b.all > 0)
+      events.all_reduce(shards, 16 * b.all, CommPhase::step, 1, "AdamW8bit block maxima");
+    if (mesh.tp > 1 && b.split > 0)
+      events.all_reduce(tp, 16 * b.split, CommPhase::step, 1, "AdamW8bit block maxima");
+  }
   if (o.name == OptimizerName::muon) {
     // Each matrix gathered whole: its owned part to every other shard, then the tp slices.
     for (const TensorView& t : layout.tensors()) {

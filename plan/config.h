@@ -27,10 +27,10 @@ inline constexpr Choices kLrScheduleChoices{
     std::array{ChoiceWord{LrSchedule::cosine, "cosine"}, ChoiceWord{LrSchedule::linear, "linear"},
                ChoiceWord{LrSchedule::constant, "constant"}}};
 // optimizer.name (train/optimizer/optimizer.h): the update the inner optimizer applies.
-enum class OptimizerName { adamw, adafactor, muon };
+enum class OptimizerName { adamw, adafactor, adamw8bit, muon };
 inline constexpr Choices kOptimizerNameChoices{std::array{
     ChoiceWord{OptimizerName::adamw, "adamw"}, ChoiceWord{OptimizerName::adafactor, "adafactor"},
-    ChoiceWord{OptimizerName::muon, "muon"}}};
+    ChoiceWord{OptimizerName::adamw8bit, "adamw8bit"}, ChoiceWord{OptimizerName::muon, "muon"}}};
 enum class NonfinitePolicy { skip, stop };
 inline constexpr Choices kNonfinitePolicyChoices{std::array{
     ChoiceWord{NonfinitePolicy::skip, "skip"}, ChoiceWord{NonfinitePolicy::stop, "stop"}}};
@@ -120,6 +120,15 @@ struct MuonConfig {
   bool operator==(const MuonConfig&) const = default;
 };
 
+// optimizer.adamw8bit (train/optimizer/adamw8bit.h; Dettmers et al. 2022): AdamW whose moments
+// are stored as one byte per element in blocks of block_size consecutive logical elements of a
+// tensor, each block with its own scale (its largest magnitude).
+struct AdamW8bitConfig {
+  int block_size = 2048;
+
+  bool operator==(const AdamW8bitConfig&) const = default;
+};
+
 struct OptimizerConfig {
   OptimizerName name = OptimizerName::adamw;
   double lr = 1e-3;
@@ -132,6 +141,7 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
   AdafactorConfig adafactor;
+  AdamW8bitConfig adamw8bit;
   MuonConfig muon;
 
   bool operator==(const OptimizerConfig&) const = default;

@@ -87,6 +87,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("optimizer.adafactor.eps2", c.optimizer.adafactor.eps2);
   visit("optimizer.adafactor.clip_threshold", c.optimizer.adafactor.clip_threshold);
   visit("optimizer.adafactor.relative_step", c.optimizer.adafactor.relative_step);
+  visit("optimizer.adamw8bit.block_size", c.optimizer.adamw8bit.block_size);
   visit("optimizer.muon.lr", c.optimizer.muon.lr);
   visit("optimizer.muon.momentum", c.optimizer.muon.momentum);
   visit("optimizer.muon.ns_steps", c.optimizer.muon.ns_steps);

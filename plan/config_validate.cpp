@@ -126,6 +126,9 @@ void validate_optimizer(const Config& c, const Rules& rules) {
   rules.positive("optimizer.adafactor.eps1", a.eps1);
   rules.positive("optimizer.adafactor.eps2", a.eps2);
   rules.positive("optimizer.adafactor.clip_threshold", a.clip_threshold);
+  if (!(o.adamw8bit.block_size >= 1 && o.adamw8bit.block_size <= (1 << 24)))
+    rules.fail("optimizer.adamw8bit.block_size", "must be in [1, 16777216], got ",
+               o.adamw8bit.block_size);
   rules.positive("optimizer.muon.lr", o.muon.lr);
   rules.unit_interval("optimizer.muon.momentum", o.muon.momentum);
   rules.at_least("optimizer.muon.ns_steps", o.muon.ns_steps, 1);

@@ -23,6 +23,10 @@ std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange ow
         floats += static_cast<std::size_t>(shape.size() == 2 ? shape[0] + shape[1] : shape[0]);
       }
       break;
+    case OptimizerName::adamw8bit: {
+      const AdamW8bitBlocks b = adamw8bit_blocks(layout, config.adamw8bit.block_size);
+      return 2 * owned.size() + 24 * b.all;
+    }
     case OptimizerName::muon:
       floats = owned.size();
       for (const TensorView& t : layout.tensors())
@@ -30,6 +34,17 @@ std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange ow
       break;
   }
   return floats * sizeof(float);
+}
+
+AdamW8bitBlocks adamw8bit_blocks(const ParameterLayout& layout, int block_size) {
+  AdamW8bitBlocks b;
+  for (const TensorView& t : layout.tensors()) {
+    const auto blocks =
+        static_cast<std::size_t>((t.slice.logical_size() + block_size - 1) / block_size);
+    b.all += blocks;
+    if (!t.slice.is_whole()) b.split += blocks;
+  }
+  return b;
 }
 
 AdafactorSums adafactor_sums(const ParameterLayout& layout) {
@@ -59,7 +74,8 @@ Work optimizer_work(const Config& config, const ParameterLayout& layout, Element
                     std::size_t gradients) {
   // Bytes per owned element: AdamW reads weight, gradient, m and v and writes weight, m and v
   // (28); Adafactor reads the gradient in three passes (squares, RMS of the update, the update)
-  // and the weight in two, writes the weight (24), and m read and written with beta1; Muon reads
+  // and the weight in two, writes the weight (24), and m read and written with beta1; AdamW8bit
+  // runs its update twice (26: see below); Muon reads
   // the gradient and reads and writes m and the weight (20) on its matrices, AdamW's 28
   // elsewhere. The norm reads the gradient again; a reduced-precision run writes its compute
   // copy; the next step's accumulation starts from zeroed gradients.
@@ -74,6 +90,9 @@ Work optimizer_work(const Config& config, const ParameterLayout& layout, Element
     covered += n;
     double per_element = 28;
     if (o.name == OptimizerName::adafactor) per_element = o.adafactor.beta1 > 0 ? 32 : 24;
+    // Two passes, each reading the gradient, the weight and both codes; the second writes the
+    // weight and the codes.
+    if (o.name == OptimizerName::adamw8bit) per_element = 2 * 10 + 6;
     if (o.name == OptimizerName::muon && muon_updates(t)) {
       per_element = 20;
       // Newton-Schulz on the whole matrix, r <= k: X·Xᵀ, A·A and B·X per step.

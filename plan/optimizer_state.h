@@ -5,6 +5,8 @@
 //   adamw      m and v: 8 bytes per owned element
 //   adafactor  per tensor the range meets: rows + cols floats of a matrix, the size of a vector
 //              (whole, on every holder); plus 4 bytes per owned element with adafactor.beta1 > 0
+//   adamw8bit  one byte each of m and v per owned element; per block of the layout's tensors
+//              (every holder keeps all of them) the two scales and the two maxima exchanged: 24
 //   muon       the momentum over the owned elements, AdamW's v over the owned elements of the
 //              tensors Muon leaves to AdamW: 4 bytes per matrix element, 8 elsewhere
 #pragma once
@@ -25,6 +27,13 @@ bool muon_updates(const TensorView& t);
 // The bytes of state `config`'s optimizer keeps for `owned` of `layout`.
 std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange owned,
                                   const OptimizerConfig& config);
+
+// The 8-bit optimizer's blocks (train/optimizer/adamw8bit.h) in the layout's tensors, and in
+// those tensor parallelism splits (whose maxima are agreed over tp too).
+struct AdamW8bitBlocks {
+  std::size_t all = 0, split = 0;
+};
+AdamW8bitBlocks adamw8bit_blocks(const ParameterLayout& layout, int block_size);
 
 // The values Adafactor sums over its groups each step (train/optimizer/adafactor.h): its
 // statistics (rows + cols of each matrix, the size of each vector) and 2 squares per tensor, of

@@ -109,10 +109,10 @@ void Trainer::State::make_diloco(const BackendPlacement& placement, ElementRange
                                     diloco_placement(groups, placement, backend->layout(), share));
   // Every worker's buffers are datasets of the checkpoint (those of per-tensor buffers are created
   // by their writers).
-  std::vector<std::string> names;
+  std::vector<StateDatasets> datasets;
   for (const StateBuffer& b : named_state())
-    if (!b.per_tensor) names.push_back(b.name.substr(state_prefix.size()));
-  checkpoint_writer.dataset_names = every_workers_names(names, groups.workers());
+    if (!b.per_tensor) datasets.push_back({b.name.substr(state_prefix.size()), b.stored});
+  checkpoint_writer.datasets = every_workers_datasets(datasets, groups.workers());
 }
 
 void Trainer::State::sample_micro_batch(int a, std::int32_t* inputs, std::int32_t* targets) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <span>
 
@@ -31,6 +32,9 @@ class Collectives {
   void all_reduce_sum(T* data, std::size_t count) {
     all_reduce_sum_of(data_type_of<T>(), data, count);
   }
+  // In-place element-wise maximum over the group (flags such as "a signal arrived"; the 8-bit
+  // optimizer's block scales, whose non-negative float bits order as integers).
+  virtual void all_reduce_max(std::int64_t* data, std::size_t count) = 0;
   // out (size·count) = the `in` (count) of every rank, in rank order.
   template <CollectivePayload T>
   void all_gather(const T* in, T* out, std::size_t count) {
@@ -66,6 +70,7 @@ class SingleRank final : public Collectives {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  void all_reduce_max(std::int64_t*, std::size_t) override {}
 
  private:
   void all_reduce_sum_of(DataType, void*, std::size_t) override {}

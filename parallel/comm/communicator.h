@@ -96,10 +96,8 @@ std::uint64_t ring_all_gather_v_bytes(std::span<const std::size_t> counts, int r
 // Bytes in the accounting are always elements × size_of(type).
 class Communicator : public Collectives {
  public:
-  // rank(), size(), all_reduce_sum, all_gather and reduce_scatter_sum: see Collectives.
-
-  // In-place maximum (used to agree on flags such as "a signal arrived").
-  virtual void all_reduce_max(std::int64_t* data, std::size_t count) = 0;
+  // rank(), size(), all_reduce_sum, all_reduce_max, all_gather and reduce_scatter_sum: see
+  // Collectives.
   virtual void barrier() = 0;
 
   // Root's `data` to every member: `data.size()` elements, or `bytes` raw bytes of any trivially

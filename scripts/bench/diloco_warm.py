@@ -44,12 +44,20 @@ def variants(steps):
     return [
         ("baseline", ""),
         ("baseline_lr2", "optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
+        ("baseline_lr3", "optimizer.lr=6.0e-3 optimizer.min_lr=6.0e-4"),
+        ("baseline_lr4", "optimizer.lr=8.0e-3 optimizer.min_lr=8.0e-4"),
         (f"h{small}", f"{h}{small}"),
         (f"h{mid}", f"{h}{mid}"),
         (f"h{large}", f"{h}{large}"),
         (f"h{large}_int8", f"{h}{large} diloco.compression=int8"),
         (f"h{large}_int4", f"{h}{large} diloco.compression=int4 diloco.error_feedback=true"),
         (f"h{large}_lr2", f"{h}{large} optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
+        (f"h{large}_lr3", f"{h}{large} optimizer.lr=6.0e-3 optimizer.min_lr=6.0e-4"),
+        (f"h{large}_lr4", f"{h}{large} optimizer.lr=8.0e-3 optimizer.min_lr=8.0e-4"),
+        (f"h{large}_lr2_outer1", f"{h}{large} optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4 "
+                                 "diloco.outer_lr=1.0"),
+        (f"h{large}_int4_lr2", f"{h}{large} diloco.compression=int4 diloco.error_feedback=true "
+                               "optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
         (f"h{large}_tuned", f"{h}{large} {tuned}"),
         (f"h{large}_int8_tuned", f"{h}{large} diloco.compression=int8 {tuned}"),
     ]

@@ -11,11 +11,12 @@ from bench import matrix, metrics
 
 GPT2 = ["model.n_layer=12", "model.d_model=768", "model.n_head=12", "model.seq_len=512",
         "model.vocab_size=50304"]
-OPTIMIZERS = ["adamw", "adafactor", "muon"]
+OPTIMIZERS = os.environ.get("OPTIMIZERS", "adamw adafactor adamw8bit muon").split()
 # Each optimizer's learning-rate grid for the quality runs: its step-size key and values.
 GRIDS = {
     "adamw": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3"]),
     "adafactor": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3"]),
+    "adamw8bit": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3"]),
     "muon": ("optimizer.muon.lr", ["0.01", "0.02", "0.04"]),
 }
 

@@ -1,10 +1,12 @@
 // The optimizers other than AdamW (optimizer.name, train/optimizer/) on every kind of layout:
-// Adafactor and Muon under ZeRO 1-3, tensor parallelism (Adafactor's statistics summed over the
-// shards and slices, Muon's matrices gathered whole), pipelines (the tied wte on both ends),
-// sequence parallelism and zbv train the one-process run (loss and val_loss within 1e-4 per
-// step), Adafactor also as DiLoCo's inner optimizer; they resume bit-exactly; their checkpoints
-// (Adafactor's statistics as whole per-tensor datasets) resume on other layouts and pass `ckpt
-// verify`; resuming under another optimizer is one error line.
+// Adafactor, AdamW8bit and Muon under ZeRO 1-3, tensor parallelism (Adafactor's statistics summed
+// over the shards and slices, the 8-bit blocks' scales agreed over them, Muon's matrices gathered
+// whole), pipelines (the tied wte on both ends), sequence parallelism and zbv train the
+// one-process run (loss and val_loss within 1e-4 per step), Adafactor and AdamW8bit also as
+// DiLoCo's inner optimizer; they resume bit-exactly; their checkpoints (Adafactor's statistics
+// and the 8-bit scales as whole per-tensor datasets, the 8-bit codes as int8 and uint8 ones)
+// resume on other layouts and pass `ckpt verify`; resuming under another optimizer is one error
+// line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -24,6 +26,9 @@ using testing::train;
 
 const std::string kAdafactor = " --set optimizer.name=adafactor";
 const std::string kMuon = " --set optimizer.name=muon --set optimizer.muon.lr=0.01";
+// Blocks of 64 elements: ZeRO shards and tensor-parallel slices cut them.
+const std::string kAdamW8bit =
+    " --set optimizer.name=adamw8bit --set optimizer.adamw8bit.block_size=64";
 
 std::string zero(int stage) { return " --set parallel.zero.stage=" + std::to_string(stage); }
 
@@ -42,15 +47,15 @@ class Optimizers : public ::testing::Test {
 };
 
 // Every kind of layout trains the one-process run of optimizer `extra` (loss and val_loss per
-// step within 1e-4), which is not AdamW's.
+// step within 1e-4), whose last loss differs from AdamW's by more than `from_adamw`.
 void expect_every_layout_trains(const TempDir& dir, const std::string& name,
-                                const std::string& extra) {
+                                const std::string& extra, double from_adamw = 1e-3) {
   const std::string single = train(dir, Layout{}, name + "_single", extra);
   const auto reference = metric(single, "loss");
   const auto reference_val = metric(single, "val_loss");
   ASSERT_EQ(reference.size(), 20u);
   const std::string adamw = train(dir, Layout{}, name + "_adamw");
-  EXPECT_GT(std::abs(metric(adamw, "loss").back() - reference.back()), 1e-3);
+  EXPECT_GT(std::abs(metric(adamw, "loss").back() - reference.back()), from_adamw);
   const std::pair<Layout, std::string> runs[] = {
       {Layout{2, 1, 1}, zero(0)},
       {Layout{4, 1, 1}, zero(1)},
@@ -74,6 +79,11 @@ void expect_every_layout_trains(const TempDir& dir, const std::string& name,
 
 TEST_F(Optimizers, AdafactorOnEveryLayoutTrainsTheOneProcessRun) {
   expect_every_layout_trains(*dir_, "adafactor", kAdafactor);
+}
+
+TEST_F(Optimizers, AdamW8bitOnEveryLayoutTrainsTheOneProcessRun) {
+  // It tracks AdamW closely (1.3e-4 apart after 20 steps), but not exactly.
+  expect_every_layout_trains(*dir_, "adamw8bit", kAdamW8bit, 1e-5);
 }
 
 TEST_F(Optimizers, MuonOnEveryLayoutTrainsTheOneProcessRun) {
@@ -106,30 +116,40 @@ TEST_F(Optimizers, AdafactorsOptionsTrainTheOneProcessRunSharded) {
       << "the options changed nothing";
 }
 
-TEST_F(Optimizers, AdafactorResumesBitExactlyAndOnOtherLayouts) {
+// A run of `optimizer` on (dp 2, tp 2, pp 2, ZeRO 2) stopped at step 10 resumes bit-exactly, its
+// checkpoint passes `ckpt verify` and resumes on other layouts.
+void expect_resumes(const TempDir& dir, const std::string& name, const std::string& optimizer) {
   const Layout layout{2, 2, 2};
-  const std::string extra = kAdafactor + zero(2) + " --set optimizer.adafactor.beta1=0.9";
-  const std::string straight = train(*dir_, layout, "resume_straight", extra);
+  const std::string extra = optimizer + zero(2);
+  const std::string straight = train(dir, layout, name + "_straight", extra);
   const std::string first =
-      train(*dir_, layout, "resume_split", extra + " --set train.stop_after=10");
+      train(dir, layout, name + "_split", extra + " --set train.stop_after=10");
   const std::string checkpoint = first + "/checkpoints/step_00000010.h5";
   ASSERT_TRUE(fs::exists(checkpoint));
   const auto verify = testing::run_command(testing::bin("ckpt") + " verify " + checkpoint);
   EXPECT_EQ(verify.status, 0) << verify.output;
-  const std::string second = train(*dir_, layout, "resume_split", extra + " --resume");
+  const std::string second = train(dir, layout, name + "_split", extra + " --resume");
   EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
   EXPECT_EQ(metric(second, "val_loss"), metric(straight, "val_loss"));
   const std::pair<Layout, std::string> resumes[] = {
       {Layout{1, 1, 1}, zero(0)}, {Layout{4, 1, 1}, zero(3)}, {Layout{1, 2, 2}, zero(0)}};
   for (const auto& [other, stage] : resumes) {
     SCOPED_TRACE("resumed at " + other.name() + stage);
-    const std::string name = "resumed_" + other.name() + "_z" + stage.back();
-    fs::create_directories(dir_->str() + "/runs/" + name);
-    const std::string run = train(
-        *dir_, other, name,
-        kAdafactor + stage + " --set optimizer.adafactor.beta1=0.9" + " --resume " + checkpoint);
+    const std::string run_name = name + "_resumed_" + other.name() + "_z" + stage.back();
+    fs::create_directories(dir.str() + "/runs/" + run_name);
+    const std::string run =
+        train(dir, other, run_name, optimizer + stage + " --resume " + checkpoint);
     expect_close(metric(run, "loss"), metric(straight, "loss"), 10, "loss after resume");
   }
+}
+
+TEST_F(Optimizers, AdafactorResumesBitExactlyAndOnOtherLayouts) {
+  expect_resumes(*dir_, "adafactor", kAdafactor + " --set optimizer.adafactor.beta1=0.9");
+}
+
+// Its codes stored as int8 and uint8 datasets, its scales per tensor.
+TEST_F(Optimizers, AdamW8bitResumesBitExactlyAndOnOtherLayouts) {
+  expect_resumes(*dir_, "adamw8bit", kAdamW8bit);
 }
 
 TEST_F(Optimizers, ResumingUnderAnotherOptimizerIsOneErrorLine) {
@@ -150,21 +170,31 @@ TEST_F(Optimizers, ResumingUnderAnotherOptimizerIsOneErrorLine) {
   EXPECT_EQ(metric(init, "loss").size(), 20u);
 }
 
-TEST_F(Optimizers, AdafactorIsDilocosInnerOptimizer) {
-  // Two workers of one rank each against two workers of (dp 2, ZeRO 2) each; and a resume.
-  const std::string extra = kAdafactor + " --set diloco.enabled=true --set diloco.workers=2" +
+// Two workers of one rank each against two workers of (dp 2, ZeRO 2) each; and a resume.
+void expect_diloco_inner(const TempDir& dir, const std::string& name,
+                         const std::string& optimizer) {
+  const std::string extra = optimizer + " --set diloco.enabled=true --set diloco.workers=2" +
                             " --set diloco.inner_steps=5 --set train.global_batch=8";
-  const std::string single = testing::train_ranks(*dir_, 2, Layout{}, "diloco_single", extra);
+  const std::string single = testing::train_ranks(dir, 2, Layout{}, name + "_single", extra);
   const std::string sharded =
-      testing::train_ranks(*dir_, 4, Layout{2, 1, 1}, "diloco_sharded", extra + zero(2));
+      testing::train_ranks(dir, 4, Layout{2, 1, 1}, name + "_sharded", extra + zero(2));
   expect_close(metric(sharded, "loss"), metric(single, "loss"), 0, "loss");
   expect_close(metric(sharded, "outer_grad_norm"), metric(single, "outer_grad_norm"), 0,
                "outer grad norm");
-  testing::train_ranks(*dir_, 4, Layout{2, 1, 1}, "diloco_split",
+  testing::train_ranks(dir, 4, Layout{2, 1, 1}, name + "_split",
                        extra + zero(2) + " --set train.stop_after=10");
-  const std::string resumed = testing::train_ranks(*dir_, 4, Layout{2, 1, 1}, "diloco_split",
-                                                   extra + zero(2) + " --resume");
+  const std::string resumed =
+      testing::train_ranks(dir, 4, Layout{2, 1, 1}, name + "_split", extra + zero(2) + " --resume");
   EXPECT_EQ(metric(resumed, "loss"), metric(sharded, "loss"));  // exact
+}
+
+TEST_F(Optimizers, AdafactorIsDilocosInnerOptimizer) {
+  expect_diloco_inner(*dir_, "diloco_adafactor", kAdafactor);
+}
+
+// Each worker's codes are datasets of their own (int8 and uint8 under the worker's prefix).
+TEST_F(Optimizers, AdamW8bitIsDilocosInnerOptimizer) {
+  expect_diloco_inner(*dir_, "diloco_adamw8bit", kAdamW8bit);
 }
 
 }  // namespace

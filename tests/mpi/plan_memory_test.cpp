@@ -204,12 +204,17 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       // boundary between ranks (zbv turns in place on the last rank; its rank 0 holds both ends
       // and gathers its one wte for both chunks).
       // The optimizers' state (plan/optimizer_state.h): Adafactor's per-tensor statistics on ZeRO
-      // shards and tp slices, Muon's momentum and AdamW's v of the tensors it leaves to AdamW.
+      // shards and tp slices, Muon's momentum and AdamW's v of the tensors it leaves to AdamW,
+      // the 8-bit codes and block scales (and the blocks' maxima agreed over shards and tp).
       {"tp2dp2_zero1_adafactor",
        4,
        {"parallel.tp=2", "parallel.zero.stage=1", "optimizer.name=adafactor",
         "optimizer.adafactor.beta1=0.9"}},
       {"pp2dp2_zero2_muon", 4, {"parallel.pp=2", "parallel.zero.stage=2", "optimizer.name=muon"}},
+      {"tp2dp2_zero2_adamw8bit",
+       4,
+       {"parallel.tp=2", "parallel.zero.stage=2", "optimizer.name=adamw8bit",
+        "optimizer.adamw8bit.block_size=64"}},
       {"pp2_interleaved_v2",
        2,
        {"parallel.pp=2", "parallel.pipeline_schedule=interleaved", "parallel.virtual_stages=2"}},

@@ -39,6 +39,9 @@ class ThreadRank final : public Collectives {
   ThreadRank(ThreadGroup& group, int rank) : group_(group), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return group_.size(); }
+  void all_reduce_max(std::int64_t* d, std::size_t n) override {
+    reduce(d, d, n, 0, [](std::int64_t a, std::int64_t b) { return a > b ? a : b; });
+  }
 
  private:
   void all_reduce_sum_of(DataType type, void* d, std::size_t n) override {
@@ -56,15 +59,16 @@ class ThreadRank final : public Collectives {
       reduce(static_cast<const T*>(in), static_cast<T*>(out), n, n * rank_);
     });
   }
-  // out (count) = Σ_r in_r[first .. first+count), summed in rank order.
-  template <class T>
-  void reduce(const T* in, T* out, std::size_t count, std::size_t first) {
+  // out (count) = in_r[first .. first+count) combined over r in rank order (a sum by default).
+  template <class T, class Combine = std::plus<T>>
+  void reduce(const T* in, T* out, std::size_t count, std::size_t first, Combine combine = {}) {
     group_.published_[rank_] = in;
     group_.sync_.arrive_and_wait();
-    std::vector<T> sum(count, T(0));
-    for (int r = 0; r < size(); ++r) {
+    std::vector<T> sum(static_cast<const T*>(group_.published_[0]) + first,
+                       static_cast<const T*>(group_.published_[0]) + first + count);
+    for (int r = 1; r < size(); ++r) {
       const T* src = static_cast<const T*>(group_.published_[r]) + first;
-      for (std::size_t i = 0; i < count; ++i) sum[i] += src[i];
+      for (std::size_t i = 0; i < count; ++i) sum[i] = combine(sum[i], src[i]);
     }
     group_.sync_.arrive_and_wait();  // every rank has read every input before any is overwritten
     std::memcpy(out, sum.data(), count * sizeof(T));

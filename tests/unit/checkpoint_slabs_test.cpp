@@ -54,7 +54,7 @@ std::string write_from(const std::string& path, int tp_size, int owners) {
     const ModelPartition p = tp_partition(tp, tp_size);
     const ParameterLayout layout = ParameterLayout::for_partition(kShape, p);
     const std::vector<StateBuffer> buffers = state_of(layout, layout.padded_total(owners));
-    if (!created) create_checkpoint_file(path, kShape, meta, dataset_names({}, buffers));
+    if (!created) create_checkpoint_file(path, kShape, meta, state_datasets({}, buffers));
     created = true;
     for (int owner = 0; owner < owners; ++owner)
       write_checkpoint_elements(path,

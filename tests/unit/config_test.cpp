@@ -416,7 +416,9 @@ TEST(ConfigErrors, ElasticDilocoKeysNameTheKey) {
 TEST(ConfigErrors, OptimizerKeysNameTheKey) {
   const std::string data = "data: {train: t}\n";
   EXPECT_CONTAINS(error_of(data + "optimizer: {name: lion}"),
-                  "'optimizer.name' must be adamw, adafactor or muon, got 'lion'");
+                  "'optimizer.name' must be adamw, adafactor, adamw8bit or muon, got 'lion'");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {adamw8bit: {block_size: 0}}"),
+                  "'optimizer.adamw8bit.block_size' must be in [1, 16777216], got 0");
   EXPECT_CONTAINS(error_of(data + "optimizer: {muon: {ns_steps: 0}}"),
                   "'optimizer.muon.ns_steps' must be >= 1, got 0");
   EXPECT_CONTAINS(error_of(data + "optimizer: {muon: {momentum: 1.5}}"),

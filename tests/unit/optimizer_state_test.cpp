@@ -1,6 +1,7 @@
 // The planner's count of each optimizer's state (plan/optimizer_state.h) is what the optimizers
 // hold (their state_bytes, the runs' memory account), on whole layouts, ZeRO shards of 1 to 8
 // ranks and tensor-parallel slices; and the counts rank the optimizers as their designs say.
+// (The 8-bit optimizer built with no groups here: its constructor does not communicate.)
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -14,11 +15,14 @@ namespace {
 const GptShape kShape{3, 4, 64, 32, 200};
 
 std::vector<OptimizerConfig> configs() {
-  std::vector<OptimizerConfig> all(4);
+  std::vector<OptimizerConfig> all(6);
   all[1].name = OptimizerName::adafactor;
   all[2].name = OptimizerName::adafactor;
   all[2].adafactor.beta1 = 0.9;
   all[3].name = OptimizerName::muon;
+  all[4].name = OptimizerName::adamw8bit;
+  all[5].name = OptimizerName::adamw8bit;
+  all[5].adamw8bit.block_size = 100;  // blocks that tensors and shards cut
   return all;
 }
 
@@ -39,7 +43,7 @@ TEST(OptimizerState, ThePlannersCountIsWhatEachOptimizerHolds) {
   }
 }
 
-TEST(OptimizerState, AdafactorAndMuonKeepLessThanAdamW) {
+TEST(OptimizerState, AdafactorMuonAndAdamW8bitKeepLessThanAdamW) {
   const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
   const ElementRange all{0, layout.padded_total(1)};
   const std::vector<OptimizerConfig> c = configs();
@@ -50,6 +54,9 @@ TEST(OptimizerState, AdafactorAndMuonKeepLessThanAdamW) {
   const std::size_t muon = optimizer_state_bytes(layout, all, c[3]);
   EXPECT_LT(muon, adamw);
   EXPECT_GT(muon, adamw / 2);
+  // A quarter, and the scales: 24 bytes per block of 2048.
+  EXPECT_GT(optimizer_state_bytes(layout, all, c[4]), adamw / 4);
+  EXPECT_LT(optimizer_state_bytes(layout, all, c[4]), adamw / 4 + adamw / 100);
 }
 
 }  // namespace

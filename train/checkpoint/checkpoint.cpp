@@ -78,11 +78,24 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> logical_runs(const TensorVi
   return runs;
 }
 
+hid_t file_type(StoredType stored) {
+  switch (stored) {
+    case StoredType::int8:
+      return H5T_STD_I8LE;
+    case StoredType::uint8:
+      return H5T_STD_U8LE;
+    case StoredType::float32:
+      break;
+  }
+  return H5T_IEEE_F32LE;
+}
+
 // Creates every logical dataset of `logical` under `group` with a zero checksum.
-void create_tensors(hid_t file, const std::string& group, const ParameterLayout& logical) {
+void create_tensors(hid_t file, const std::string& group, const ParameterLayout& logical,
+                    StoredType stored) {
   for (const TensorView& t : logical.tensors()) {
     const std::vector<std::uint64_t> dims = logical_dims(t);
-    H5Id dataset = create_dataset(file, group + t.name, H5T_IEEE_F32LE, dims);
+    H5Id dataset = create_dataset(file, group + t.name, file_type(stored), dims);
     write_attribute_i64(dataset.get(), "checksum", 0);
   }
 }
@@ -92,6 +105,7 @@ void create_tensors(hid_t file, const std::string& group, const ParameterLayout&
 void write_elements(hid_t file, const std::string& path, const float* values, const TensorView& t,
                     std::int64_t first, std::int64_t count) {
   H5Id dataset = open_dataset(file, path);
+  // (An int8 or uint8 dataset: HDF5 converts the fp32 values, integers in its range.)
   write_dataset_runs_f32(dataset.get(), logical_runs(t, first, count), values);
   const std::uint64_t sum =
       static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum")) +
@@ -111,6 +125,8 @@ TensorSlice statistic_slice(std::int64_t size) {
 
 // The statistics of a per-tensor buffer this writer writes, each a whole dataset of its own.
 void write_statistics(hid_t file, const CheckpointWriter& writer, const StateBuffer& buffer) {
+  STRATA_CHECK(buffer.stored == StoredType::float32, "per-tensor buffer '", buffer.name,
+               "' must be float32");
   std::size_t at = 0;
   for (const TensorStatistic& s : buffer.statistics) {
     const float* values = buffer.values.data() + at;
@@ -223,12 +239,14 @@ CheckpointState read_state_attributes(hid_t group) {
 }  // namespace
 
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
-                            const CheckpointMeta& ckpt, const std::vector<std::string>& names) {
+                            const CheckpointMeta& ckpt,
+                            const std::vector<StateDatasets>& datasets) {
   const ParameterLayout logical = ParameterLayout::for_gpt(shape);
   H5File file = H5File::create(path, kSealBytes);
   write_attribute_string(file.id(), "format", kCheckpointFormat);
   write_attribute_string(file.id(), "config", ckpt.config_yaml);
-  for (const std::string& name : names) create_tensors(file.id(), dataset_group(name), logical);
+  for (const StateDatasets& d : datasets)
+    create_tensors(file.id(), dataset_group(d.name), logical, d.stored);
   H5Id state = create_group(file.id(), "/state");
   write_state_attributes(state.get(), ckpt.state);
   for (std::size_t w = 0; w < ckpt.worker_states.size(); ++w) {
@@ -273,13 +291,13 @@ void write_checkpoint_elements(const std::string& path, const CheckpointWriter& 
   file.close();
 }
 
-std::vector<std::string> dataset_names(const CheckpointWriter& writer,
-                                       const std::vector<StateBuffer>& buffers) {
-  if (!writer.dataset_names.empty()) return writer.dataset_names;
-  std::vector<std::string> names;
+std::vector<StateDatasets> state_datasets(const CheckpointWriter& writer,
+                                          const std::vector<StateBuffer>& buffers) {
+  if (!writer.datasets.empty()) return writer.datasets;
+  std::vector<StateDatasets> datasets;
   for (const StateBuffer& b : buffers)
-    if (!b.per_tensor) names.push_back(b.name);
-  return names;
+    if (!b.per_tensor) datasets.push_back({b.name, b.stored});
+  return datasets;
 }
 
 std::string write_checkpoint(const std::string& directory, const CheckpointWriter& writer,
@@ -304,7 +322,7 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
   if (rank == 0) {
     try {
       fs::create_directories(directory);
-      create_checkpoint_file(temp_path, writer.shape, ckpt, dataset_names(writer, buffers));
+      create_checkpoint_file(temp_path, writer.shape, ckpt, state_datasets(writer, buffers));
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -60,18 +60,25 @@ struct TensorStatistic {
   bool operator==(const TensorStatistic&) const = default;
 };
 
+// The element type of a state buffer's datasets.
+enum class StoredType { float32, int8, uint8 };
+
 // A flat buffer of training state: `values[i]` is element range.begin + i of the layout. Stored
 // under /<name>/<tensor> ("model" holds the parameters: /model/<tensor>).
 // A per-tensor buffer instead (`range` unused): `values` holds its `statistics` one after another
 // (this rank's tensors': possibly none), each stored whole as the 1-D dataset /<name>/<tensor>,
 // written by the one rank that writes its tensor's first logical element (writes_statistic) and
-// read by every rank that holds part of the tensor.
+// read by every rank that holds part of the tensor (always float32).
 struct StateBuffer {
   std::string name;
   ElementRange range;
   std::vector<float> values;
   bool per_tensor = false;
   std::vector<TensorStatistic> statistics{};
+  // The element type of its datasets: values of an int8 or uint8 buffer are integers in that
+  // type's range (the 8-bit optimizer's codes), held as floats and converted by HDF5 on write and
+  // read.
+  StoredType stored = StoredType::float32;
 };
 
 // Everything of a checkpoint but the tensors.
@@ -113,6 +120,13 @@ std::vector<ElementRange> checkpoint_write_ranges(const ParameterLayout& layout,
 bool writes_statistic(const ParameterLayout& layout, const std::vector<ElementRange>& writes,
                       const std::string& tensor);
 
+// The datasets of one element-range buffer: /<name>/<tensor> for every tensor, of type `stored`.
+struct StateDatasets {
+  std::string name;
+  StoredType stored = StoredType::float32;
+  bool operator==(const StateDatasets&) const = default;
+};
+
 // This rank's part in writing a checkpoint: its tensors (`layout`, slices of the logical model
 // `shape`) and the element ranges of them it writes. `world` spans every rank of the job; null
 // for a single process.
@@ -121,9 +135,9 @@ struct CheckpointWriter {
   GptShape shape;
   std::vector<ElementRange> writes;
   Communicator* world = nullptr;
-  // Every name of an element-range buffer of the job, when ranks hold buffers of different names
-  // (DiLoCo workers); empty: the names of rank 0's element-range buffers.
-  std::vector<std::string> dataset_names;
+  // Every element-range buffer of the job, when ranks hold buffers of different names (DiLoCo
+  // workers); empty: rank 0's element-range buffers.
+  std::vector<StateDatasets> datasets;
 };
 
 // Writes atomically (temporary name + rename) into `directory` (created if missing); returns the
@@ -140,12 +154,12 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
 // every dataset of the buffers' names with a zero checksum, the state, config and tokenizer),
 // then, one writer at a time, each writer's elements of its buffers, then (rank 0)
 // seal_checkpoint_file (checkpoint_seal.h).
-// The datasets of whole tensors a job's checkpoint holds: writer.dataset_names, or the names of
-// `buffers` of element ranges (each per-tensor buffer's writer creates its datasets).
-std::vector<std::string> dataset_names(const CheckpointWriter& writer,
-                                       const std::vector<StateBuffer>& buffers);
+// The datasets of whole tensors a job's checkpoint holds: writer.datasets, or those of `buffers`
+// of element ranges (each per-tensor buffer's writer creates its datasets).
+std::vector<StateDatasets> state_datasets(const CheckpointWriter& writer,
+                                          const std::vector<StateBuffer>& buffers);
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
-                            const CheckpointMeta& meta, const std::vector<std::string>& names);
+                            const CheckpointMeta& meta, const std::vector<StateDatasets>& datasets);
 void write_checkpoint_elements(const std::string& path, const CheckpointWriter& writer,
                                const std::vector<StateBuffer>& buffers);
 

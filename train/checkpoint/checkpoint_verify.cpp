@@ -41,7 +41,9 @@ std::uint64_t stored_checksum(hid_t file, const std::string& path, const std::st
   return static_cast<std::uint64_t>(read_attribute_i64(dataset.get(), "checksum"));
 }
 
-// Checks one dataset against its checksum; fp32 ones are handed to `visit`.
+// Checks one dataset against its checksum; fp32 ones are handed to `visit`. Tensors (fp32, and the
+// 8-bit optimizer's int8 and uint8 codes) carry the checksum of their values as fp32; other
+// datasets (the tokenizer's bytes) one of their bytes.
 void check_dataset(
     hid_t file, const std::string& path, const std::string& name, CheckpointFormat format,
     CheckpointSummary& summary,
@@ -52,7 +54,7 @@ void check_dataset(
     H5Id dataset = open_dataset(file, name);
     type_class = dataset_type_class(dataset.get());
   }
-  if (type_class == H5T_FLOAT) {
+  if (type_class == H5T_FLOAT || (type_class == H5T_INTEGER && !name.starts_with("/tokenizer/"))) {
     const std::vector<float> values = read_dataset_f32(file, name);
     // The whole tensor in logical order: logical index = flat index.
     TensorSlice whole;
@@ -61,7 +63,7 @@ void check_dataset(
       fail("checkpoint '", path, "': tensor '", name, "' fails its checksum (file is damaged)");
     summary.tensors += 1;
     summary.values += static_cast<std::int64_t>(values.size());
-    if (visit) visit(name, values);
+    if (visit && type_class == H5T_FLOAT) visit(name, values);
   } else {
     const std::vector<std::uint8_t> bytes = read_dataset<std::uint8_t>(file, name);
     if (checksum_bytes(bytes.data(), bytes.size(), format) != expected)

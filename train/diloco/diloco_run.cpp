@@ -32,10 +32,12 @@ DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlace
   return d;
 }
 
-std::vector<std::string> every_workers_names(const std::vector<std::string>& names, int workers) {
-  std::vector<std::string> all;
+std::vector<StateDatasets> every_workers_datasets(const std::vector<StateDatasets>& datasets,
+                                                  int workers) {
+  std::vector<StateDatasets> all;
   for (int w = 0; w < workers; ++w)
-    for (const std::string& name : names) all.push_back(diloco_state_prefix(w) + name);
+    for (const StateDatasets& d : datasets)
+      all.push_back({diloco_state_prefix(w) + d.name, d.stored});
   return all;
 }
 

@@ -18,9 +18,10 @@ namespace strata {
 DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlacement& placement,
                                  const ParameterLayout& layout, ElementRange share);
 
-// The checkpoint datasets of every worker: `names` (one worker's state buffers) under each
+// The checkpoint datasets of every worker: `datasets` (one worker's state buffers) under each
 // worker's prefix (diloco_state_prefix).
-std::vector<std::string> every_workers_names(const std::vector<std::string>& names, int workers);
+std::vector<StateDatasets> every_workers_datasets(const std::vector<StateDatasets>& datasets,
+                                                  int workers);
 
 // One `outer_step` metrics line per sync after a step (`metrics`: rank 0's writer, null on the
 // others): the outer gradient norm, every worker's `loss` of the step, the bytes the job sent in

@@ -6,6 +6,7 @@
 #include "model/core/error.h"
 #include "model/kernels/cpu/adamw.h"
 #include "train/optimizer/adafactor.h"
+#include "train/optimizer/adamw8bit.h"
 #include "train/optimizer/muon.h"
 
 namespace strata {
@@ -77,6 +78,8 @@ std::unique_ptr<Optimizer> make_optimizer(const ParameterLayout& layout, Element
       return std::make_unique<AdamW>(layout, range, config);
     case OptimizerName::adafactor:
       return std::make_unique<Adafactor>(layout, range, config, groups);
+    case OptimizerName::adamw8bit:
+      return std::make_unique<AdamW8bit>(layout, range, config, groups);
     case OptimizerName::muon:
       return std::make_unique<Muon>(layout, range, config, groups);
   }

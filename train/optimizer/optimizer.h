@@ -4,8 +4,9 @@
 // gradients and writes the fp32 master weights of the range. The update count lives in the training
 // state and is passed in, so optimizers are interchangeable and checkpoints restore it once.
 //
-// AdamW is one implementation, Adafactor (train/optimizer/adafactor.h) another; make_optimizer
-// builds the one optimizer.name names. Weight decay applies to the layout's decayed ranges (2-D
+// AdamW is one implementation; Adafactor (train/optimizer/adafactor.h), AdamW with 8-bit moments
+// (adamw8bit.h) and Muon (muon.h) are the others; make_optimizer builds the one optimizer.name
+// names. Weight decay applies to the layout's decayed ranges (2-D
 // weights); gradient clipping scales by grad_clip / ‖g‖ when the global norm exceeds grad_clip
 // (clip_factor).
 //

@@ -1,0 +1,166 @@
+#include "train/optimizer/adamw8bit.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "model/core/error.h"
+#include "model/kernels/adamw_element.h"
+#include "model/kernels/dynamic_quant.h"
+
+namespace strata {
+namespace {
+
+// Non-negative floats order as their bits do.
+std::int64_t order_bits(float nonnegative) {
+  return static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(nonnegative));
+}
+float from_order_bits(std::int64_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+}
+
+// Below this many segments the loops run on one thread (waking the team costs more).
+constexpr std::size_t kParallelSegments = 64;
+
+}  // namespace
+
+AdamW8bit::AdamW8bit(const ParameterLayout& layout, ElementRange range,
+                     const OptimizerConfig& config, OptimizerGroups groups)
+    : range_(range), config_(config), groups_(groups), m_(range.size(), 0), v_(range.size(), 0) {
+  const auto block = static_cast<std::int64_t>(config.adamw8bit.block_size);
+  // The whole tensors' blocks first, then those of the tensors tensor parallelism splits (the
+  // part of the maxima agreed over tp).
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) split_blocks_begin_ = blocks_;
+    for (const TensorView& t : layout.tensors()) {
+      if (t.slice.is_whole() == (pass == 1)) continue;
+      const std::int64_t logical_size = t.slice.logical_size();
+      const std::size_t first_block = blocks_;
+      const std::int64_t tensor_blocks = (logical_size + block - 1) / block;
+      blocks_ += static_cast<std::size_t>(tensor_blocks);
+      scale_stats_.push_back({t.name, tensor_blocks});
+      const ElementRange held = intersect({t.offset, t.offset + t.size}, range_);
+      // Local order is logical order within each (mid_count · inner) run of the slice.
+      const std::int64_t run = t.slice.mid_count * t.slice.inner;
+      for (auto local = static_cast<std::int64_t>(held.begin - t.offset),
+                end = static_cast<std::int64_t>(held.end - t.offset);
+           local < end;) {
+        const std::int64_t logical = t.slice.logical_index(local);
+        const std::int64_t count =
+            std::min({end - local, (local / run + 1) * run - local, block - logical % block});
+        segments_.push_back({t.offset + static_cast<std::size_t>(local) - range_.begin,
+                             static_cast<std::size_t>(count),
+                             first_block + static_cast<std::size_t>(logical / block), t.decay});
+        local += count;
+      }
+    }
+  }
+  m_scale_.assign(blocks_, 0.0f);
+  v_scale_.assign(blocks_, 0.0f);
+  maxima_.assign(2 * blocks_, 0);
+}
+
+template <class Body>
+void AdamW8bit::for_segments(Body body) const {
+  const auto n = static_cast<std::ptrdiff_t>(segments_.size());
+#pragma omp parallel for schedule(dynamic, 16) if (segments_.size() >= kParallelSegments)
+  for (std::ptrdiff_t s = 0; s < n; ++s) body(segments_[static_cast<std::size_t>(s)]);
+}
+
+void AdamW8bit::update(float* params, const float* grads, const OptimizerStep& step) {
+  const AdamWConstants h =
+      adamw_constants(static_cast<float>(step.lr), static_cast<float>(config_.beta1),
+                      static_cast<float>(config_.beta2), static_cast<float>(config_.eps),
+                      static_cast<float>(step.grad_scale), step.count);
+  const float decay = static_cast<float>(config_.weight_decay);
+  const float* magnitude = dynamic_codes().magnitude.data();
+  const float* unsigned_code = dynamic_codes().unsigned_code.data();
+  // The new moments of element i, from the stored ones; p updated when `store`.
+  auto step_element = [&](const Segment& s, std::size_t i, float& p, float& m, float& v) {
+    m = dequantize_signed(magnitude, m_[i], m_scale_[s.block]);
+    v = dequantize_unsigned(unsigned_code, v_[i], v_scale_[s.block]);
+    adamw_element(p, m, v, grads[i], s.decay ? decay : 0.0f, h);
+  };
+
+  // Pass 1: every block's largest new |m| and v over the elements held here.
+  std::vector<float> segment_m(segments_.size()), segment_v(segments_.size());
+  for_segments([&](const Segment& s) {
+    float largest_m = 0.0f, largest_v = 0.0f;
+    for (std::size_t i = s.at; i < s.at + s.count; ++i) {
+      float p = params[i], m, v;
+      step_element(s, i, p, m, v);
+      largest_m = std::max(largest_m, std::fabs(m));
+      largest_v = std::max(largest_v, v);
+    }
+    const std::size_t k = static_cast<std::size_t>(&s - segments_.data());
+    segment_m[k] = largest_m;
+    segment_v[k] = largest_v;
+  });
+  std::fill(maxima_.begin(), maxima_.end(), 0);
+  for (std::size_t k = 0; k < segments_.size(); ++k) {
+    std::int64_t* block = maxima_.data() + 2 * segments_[k].block;
+    block[0] = std::max(block[0], order_bits(segment_m[k]));
+    block[1] = std::max(block[1], order_bits(segment_v[k]));
+  }
+  // Over every holder of each block.
+  if (groups_.owners) groups_.owners->all_reduce_max(maxima_.data(), maxima_.size());
+  if (groups_.tp && blocks_ > split_blocks_begin_)
+    groups_.tp->all_reduce_max(maxima_.data() + 2 * split_blocks_begin_,
+                               2 * (blocks_ - split_blocks_begin_));
+
+  // Pass 2: the update, the moments stored under the agreed scales (a value a rounding above its
+  // block's scale takes the largest code).
+  for_segments([&](const Segment& s) {
+    const float m_scale = from_order_bits(maxima_[2 * s.block]);
+    const float v_scale = from_order_bits(maxima_[2 * s.block + 1]);
+    for (std::size_t i = s.at; i < s.at + s.count; ++i) {
+      float m, v;
+      step_element(s, i, params[i], m, v);
+      m_[i] = quantize_signed(magnitude, m, m_scale);
+      v_[i] = quantize_unsigned(unsigned_code, v, v_scale);
+    }
+  });
+  for (std::size_t b = 0; b < blocks_; ++b) {
+    m_scale_[b] = from_order_bits(maxima_[2 * b]);
+    v_scale_[b] = from_order_bits(maxima_[2 * b + 1]);
+  }
+}
+
+std::vector<StateBuffer> AdamW8bit::save() const {
+  std::vector<StateBuffer> buffers{{"m", range_, std::vector<float>(m_.begin(), m_.end())},
+                                   {"v", range_, std::vector<float>(v_.begin(), v_.end())},
+                                   {"m_scale", {}, {}, true, scale_stats_},
+                                   {"v_scale", {}, {}, true, scale_stats_}};
+  buffers[0].stored = StoredType::int8;
+  buffers[1].stored = StoredType::uint8;
+  // The statistics in scale_stats_ order, which is the order of the blocks.
+  buffers[2].values = m_scale_;
+  buffers[3].values = v_scale_;
+  return buffers;
+}
+
+void AdamW8bit::load(const std::vector<StateBuffer>& buffers) {
+  // The codes arrive as floats (a checkpoint's int8 and uint8 datasets, read as fp32); only the
+  // buffers given are replaced.
+  std::vector<float> m(m_.begin(), m_.end()), v(v_.begin(), v_.end());
+  load_state_values(buffers, {{"m_scale", &m_scale_}, {"v_scale", &v_scale_}, {"m", &m}, {"v", &v}},
+                    "AdamW8bit");
+  auto check_codes = [](const std::vector<float>& values, float low, float high, const char* name) {
+    for (const float c : values)
+      if (!(c >= low && c <= high) || c != std::nearbyint(c))
+        fail("optimizer state '", name, "' holds ", c, ", not a code in [", low, ", ", high, "]");
+  };
+  check_codes(m, -127.0f, 127.0f, "m");
+  check_codes(v, 0.0f, 255.0f, "v");
+  std::transform(m.begin(), m.end(), m_.begin(),
+                 [](float c) { return static_cast<std::int8_t>(c); });
+  std::transform(v.begin(), v.end(), v_.begin(),
+                 [](float c) { return static_cast<std::uint8_t>(c); });
+}
+
+std::size_t AdamW8bit::state_bytes() const {
+  return m_.size() + v_.size() + (m_scale_.size() + v_scale_.size()) * sizeof(float) +
+         maxima_.size() * sizeof(std::int64_t);
+}
+
+}  // namespace strata
