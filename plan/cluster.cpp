@@ -149,6 +149,7 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
       fail(source_name, ": 'busy_latency_us' needs 'cores_per_node' (ranks sharing cores)");
     cluster.busy_latency_us = top.non_negative("busy_latency_us");
   }
+  if (top.child("offload_gbs", false)) cluster.offload_gbs = top.positive("offload_gbs");
   Section device = top.section("device");
   DeviceSpec& d = cluster.device;
   d.name = device.text("name");
@@ -198,6 +199,7 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
   if (c.cores_per_node > 0) out << "cores_per_node: " << c.cores_per_node << "\n";
   if (c.waiting_share > 0) out << "waiting_share: " << c.waiting_share << "\n";
   if (c.busy_latency_us > 0) out << "busy_latency_us: " << c.busy_latency_us << "\n";
+  if (c.offload_gbs > 0) out << "offload_gbs: " << c.offload_gbs << "\n";
   out << "device:\n"
       << "  name: " << YAML::Node(d.name) << "\n"
       << "  memory_gib: " << d.memory_gib << "\n"

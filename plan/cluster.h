@@ -83,6 +83,10 @@ struct DeviceSpec {
   bool operator==(const DeviceSpec&) const = default;
 };
 
+// The disk rate the step-time model assumes when a cluster gives no offload_gbs: one NVMe
+// drive's sequential rate.
+inline constexpr double kOffloadGbs = 2.0;
+
 struct ClusterSpec {
   std::string name;
   ClusterBackend backend = ClusterBackend::cuda;
@@ -91,6 +95,9 @@ struct ClusterSpec {
   int cores_per_node = 0;      // cpu: the cores its ranks share (0: one each)
   double waiting_share = 0;    // cpu: a core's share a rank waiting in MPI takes (0 to 1)
   double busy_latency_us = 0;  // cpu: a message's latency while the other ranks compute
+  // GB/s each rank streams an offloaded optimizer state at (optimizer.offload disk: the local
+  // disk's share of one rank), read and written; 0: not given (the model assumes kOffloadGbs).
+  double offload_gbs = 0;
   DeviceSpec device;
   LinkSpec intra_node;
   LinkSpec inter_node;

@@ -31,6 +31,10 @@ enum class OptimizerName { adamw, adafactor, adamw8bit, muon };
 inline constexpr Choices kOptimizerNameChoices{std::array{
     ChoiceWord{OptimizerName::adamw, "adamw"}, ChoiceWord{OptimizerName::adafactor, "adafactor"},
     ChoiceWord{OptimizerName::adamw8bit, "adamw8bit"}, ChoiceWord{OptimizerName::muon, "muon"}}};
+enum class OptimizerOffload { none, host, disk };
+inline constexpr Choices kOptimizerOffloadChoices{std::array{
+    ChoiceWord{OptimizerOffload::none, "none"}, ChoiceWord{OptimizerOffload::host, "host"},
+    ChoiceWord{OptimizerOffload::disk, "disk"}}};
 enum class NonfinitePolicy { skip, stop };
 inline constexpr Choices kNonfinitePolicyChoices{std::array{
     ChoiceWord{NonfinitePolicy::skip, "skip"}, ChoiceWord{NonfinitePolicy::stop, "stop"}}};
@@ -140,6 +144,12 @@ struct OptimizerConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // 0 disables clipping
+  // Where AdamW's state lives between updates (train/optimizer/chunked_state.h): none (in place),
+  // host (an arena of its own, updated in chunks), disk (a file in offload_dir, streamed through
+  // three chunks of offload_chunk elements).
+  OptimizerOffload offload = OptimizerOffload::none;
+  std::string offload_dir;
+  std::int64_t offload_chunk = 1 << 20;
   AdafactorConfig adafactor;
   AdamW8bitConfig adamw8bit;
   MuonConfig muon;

@@ -81,6 +81,9 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("optimizer.beta2", c.optimizer.beta2);
   visit("optimizer.eps", c.optimizer.eps);
   visit("optimizer.grad_clip", c.optimizer.grad_clip);
+  visit("optimizer.offload", Choice{c.optimizer.offload, kOptimizerOffloadChoices});
+  visit("optimizer.offload_dir", c.optimizer.offload_dir);
+  visit("optimizer.offload_chunk", c.optimizer.offload_chunk);
   visit("optimizer.adafactor.beta1", c.optimizer.adafactor.beta1);
   visit("optimizer.adafactor.decay_rate", c.optimizer.adafactor.decay_rate);
   visit("optimizer.adafactor.eps1", c.optimizer.adafactor.eps1);

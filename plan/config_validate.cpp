@@ -119,6 +119,19 @@ void validate_optimizer(const Config& c, const Rules& rules) {
   rules.unit_interval("optimizer.beta2", o.beta2);
   rules.positive("optimizer.eps", o.eps);
   rules.at_least("optimizer.grad_clip", o.grad_clip, 0.0);
+  if (o.offload != OptimizerOffload::none) {
+    if (o.name != OptimizerName::adamw)
+      rules.fail("optimizer.offload", kOptimizerOffloadChoices.word(o.offload),
+                 " keeps AdamW's state so far, not optimizer.name ",
+                 kOptimizerNameChoices.word(o.name), "'s");
+    if (c.device == Device::cuda)
+      rules.fail("optimizer.offload", kOptimizerOffloadChoices.word(o.offload),
+                 " runs on the CPU backend only so far (device: cpu)");
+    if (o.offload == OptimizerOffload::disk && o.offload_dir.empty())
+      rules.fail("optimizer.offload_dir", "must name a directory for optimizer.offload disk");
+  }
+  if (!(o.offload_chunk >= 1024 && o.offload_chunk <= (std::int64_t{1} << 30)))
+    rules.fail("optimizer.offload_chunk", "must be in [1024, 1073741824], got ", o.offload_chunk);
   const AdafactorConfig& a = o.adafactor;
   rules.unit_interval("optimizer.adafactor.beta1", a.beta1);
   if (!(a.decay_rate >= -1 && a.decay_rate < 0))

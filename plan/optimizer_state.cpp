@@ -13,6 +13,9 @@ std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange ow
   std::size_t floats = 0;
   switch (config.name) {
     case OptimizerName::adamw:
+      // optimizer.offload disk holds three chunks of m and v in memory (chunked_state.h).
+      if (config.offload == OptimizerOffload::disk)
+        return 24 * std::min(owned.size(), static_cast<std::size_t>(config.offload_chunk));
       floats = 2 * owned.size();
       break;
     case OptimizerName::adafactor:

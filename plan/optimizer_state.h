@@ -2,7 +2,8 @@
 // counts it (docs/ARCHITECTURE.md §2: optimizers). The optimizers' own memory accounts equal
 // these counts (tests/unit/optimizer_state_test.cpp), so the planner's memory prediction stays
 // byte-exact whichever optimizer a run takes.
-//   adamw      m and v: 8 bytes per owned element
+//   adamw      m and v: 8 bytes per owned element; with optimizer.offload disk the three chunks
+//              of the stream, 24 bytes per element of min(offload_chunk, owned)
 //   adafactor  per tensor the range meets: rows + cols floats of a matrix, the size of a vector
 //              (whole, on every holder); plus 4 bytes per owned element with adafactor.beta1 > 0
 //   adamw8bit  one byte each of m and v per owned element; per block of the layout's tensors

@@ -46,6 +46,7 @@ def variants(steps):
         ("baseline_lr2", "optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
         ("baseline_lr3", "optimizer.lr=6.0e-3 optimizer.min_lr=6.0e-4"),
         ("baseline_lr4", "optimizer.lr=8.0e-3 optimizer.min_lr=8.0e-4"),
+        ("baseline_lr6", "optimizer.lr=1.2e-2 optimizer.min_lr=1.2e-3"),
         (f"h{small}", f"{h}{small}"),
         (f"h{mid}", f"{h}{mid}"),
         (f"h{large}", f"{h}{large}"),
@@ -54,6 +55,7 @@ def variants(steps):
         (f"h{large}_lr2", f"{h}{large} optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
         (f"h{large}_lr3", f"{h}{large} optimizer.lr=6.0e-3 optimizer.min_lr=6.0e-4"),
         (f"h{large}_lr4", f"{h}{large} optimizer.lr=8.0e-3 optimizer.min_lr=8.0e-4"),
+        (f"h{large}_lr6", f"{h}{large} optimizer.lr=1.2e-2 optimizer.min_lr=1.2e-3"),
         (f"h{large}_lr2_outer1", f"{h}{large} optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4 "
                                  "diloco.outer_lr=1.0"),
         (f"h{large}_int4_lr2", f"{h}{large} diloco.compression=int4 diloco.error_feedback=true "

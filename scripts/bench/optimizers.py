@@ -1,8 +1,9 @@
 """scripts/bench_optimizers.sh: the optimizers side by side (optimizer.name).
 
 Memory: a GPT-2 124M-shaped model (T 512, micro-batch 1) on DP data-parallel ranks for STEPS
-steps under each optimizer, at ZeRO stage 0 and 1: rank 0's optimizer state (its memory account,
-which the planner predicts byte for byte) and peak RSS, and the median step time.
+steps under each optimizer (and AdamW with optimizer.offload host and disk), at ZeRO stage 0 and
+1: rank 0's optimizer state in memory (its memory account, which the planner predicts byte for
+byte) and peak RSS, and the median step time.
 Quality (QUALITY=1): the demo model (configs/fortunes.yaml) for 400 steps on 2 ranks, each
 optimizer at each learning rate of its grid; val_loss per run, the best per optimizer marked."""
 import os
@@ -11,7 +12,10 @@ from bench import matrix, metrics
 
 GPT2 = ["model.n_layer=12", "model.d_model=768", "model.n_head=12", "model.seq_len=512",
         "model.vocab_size=50304"]
-OPTIMIZERS = os.environ.get("OPTIMIZERS", "adamw adafactor adamw8bit muon").split()
+# An entry is optimizer.name, or name+offload (optimizer.offload host or disk: AdamW's state in an
+# arena of its own, or streamed from a file in the scratch directory).
+OPTIMIZERS = os.environ.get(
+    "OPTIMIZERS", "adamw adamw+host adamw+disk adafactor adamw8bit muon").split()
 # Each optimizer's learning-rate grid for the quality runs: its step-size key and values.
 GRIDS = {
     "adamw": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3"]),
@@ -26,16 +30,19 @@ def memory(build_dir, work, dp, steps):
     print("|---|---|---|---|---|---|", flush=True)
     for stage in (0, 1):
         adamw = None
-        for name in OPTIMIZERS:
-            run = f"memory_{name}_z{stage}"
+        for entry in OPTIMIZERS:
+            name, _, offload = entry.partition("+")
+            run = f"memory_{name}_{offload or 'none'}_z{stage}"
             lines = metrics.read(matrix.train(build_dir, dp, GPT2 + [
-                f"optimizer.name={name}", f"parallel.zero.stage={stage}", f"train.steps={steps}",
+                f"optimizer.name={name}", f"optimizer.offload={offload or 'none'}",
+                f"optimizer.offload_dir={os.path.join(work, 'offload')}",
+                f"parallel.zero.stage={stage}", f"train.steps={steps}",
                 "train.micro_batch=1", f"train.global_batch={dp}", "train.eval_every=0",
                 "train.eval_tokens=513", "train.log_every=1", "checkpoint.every=0"], run, work))
             train = metrics.training(lines)
             state = train[-1]["memory_bytes"]["optimizer_state"]
             adamw = adamw or state
-            print(f"| {name} | {stage} | {state / 2**20:.1f} | {state / adamw:.3f} |"
+            print(f"| {entry} | {stage} | {state / 2**20:.1f} | {state / adamw:.3f} |"
                   f" {lines[-1]['peak_rss_mib']:.0f} | {metrics.median_step_ms(train):.0f} |",
                   flush=True)
 
@@ -43,7 +50,7 @@ def memory(build_dir, work, dp, steps):
 def quality(build_dir, work):
     print("| optimizer | step size | val_loss after 400 steps |")
     print("|---|---|---|", flush=True)
-    for name in OPTIMIZERS:
+    for name in [entry for entry in OPTIMIZERS if "+" not in entry]:
         key, values = GRIDS[name]
         results = []
         for value in values:

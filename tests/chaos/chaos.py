@@ -4,7 +4,8 @@ moment (or just as a checkpoint is being written), dies, is resumed with `--resu
 until it completes; its final checkpoint and its whole loss trace must then be bitwise those of an
 uninterrupted run (fp32 on the CPU).
 
-For each variant (4 ranks: tp 2 x dp 2; ZeRO-3 over dp 4; two DiLoCo workers of tp 2), one
+For each variant (4 ranks: tp 2 x dp 2; ZeRO-3 over dp 4; two DiLoCo workers of tp 2; ZeRO-1
+over dp 4 with AdamW's state streamed from disk, optimizer.offload), one
 uninterrupted reference run, then chaos trials until the variant has taken its kills. A kill's
 moment is one of
   random      a uniform time into the attempt (start-up, steps, evaluation, checkpoints alike),
@@ -34,20 +35,27 @@ VARIANTS = {
         "diloco: {enabled: true, workers: 2, inner_steps: 4, outer_lr: 0.7,"
         " outer_momentum: 0.9}\n"
     ),
+    # AdamW's state streamed from a file in chunks of 1024 elements: kills land mid-update.
+    "offload_disk": "parallel: {tp: 1, gpus_per_node: 4, zero: {stage: 1}}\n",
+}
+# Optimizer keys of a variant, beside the common ones ({run_dir}: the variant's run directory).
+OPTIMIZER_KEYS = {
+    "offload_disk": ", offload: disk, offload_dir: {run_dir}/offload, offload_chunk: 1024",
 }
 
 
-def write_config(path, name, run_dir, data, steps, vocab, extra):
+def write_config(path, name, run_dir, data, steps, vocab, variant):
+    optimizer = OPTIMIZER_KEYS.get(variant, "").format(run_dir=run_dir)
     path.write_text(
         f"run: {{name: {name}, dir: {run_dir}, seed: 11}}\n"
         f"model: {{n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab_size: {vocab}}}\n"
         f"data: {{train: {data}/train, val: {data}/val}}\n"
-        "optimizer: {lr: 3.0e-3, warmup_steps: 2}\n"
+        f"optimizer: {{lr: 3.0e-3, warmup_steps: 2{optimizer}}}\n"
         f"train: {{steps: {steps}, global_batch: 8, micro_batch: 2, eval_every: 6,"
         " eval_tokens: 1024, log_every: 1}\n"
         "checkpoint: {every: 2, keep: 2}\n"
         "device: cpu\n"
-        "threads: 1\n" + extra
+        "threads: 1\n" + VARIANTS[variant]
     )
 
 
@@ -179,7 +187,7 @@ def run_variant(args, variant, kills_wanted, rng, data, counts):
     work.mkdir(parents=True, exist_ok=True)
     run_dir = work / "runs"
     reference = work / "reference.yaml"
-    write_config(reference, "reference", run_dir, data, args.steps, args.vocab, VARIANTS[variant])
+    write_config(reference, "reference", run_dir, data, args.steps, args.vocab, variant)
     started = time.monotonic()
     first = Attempt(args, reference, work / "reference.log", False)
     if first.wait(600) != 0:
@@ -193,7 +201,7 @@ def run_variant(args, variant, kills_wanted, rng, data, counts):
         trial += 1
         name = f"chaos_{trial}"
         config = work / f"{name}.yaml"
-        write_config(config, name, run_dir, data, args.steps, args.vocab, VARIANTS[variant])
+        write_config(config, name, run_dir, data, args.steps, args.vocab, variant)
         checkpoints = run_dir / name / "checkpoints"
         attempts, outcome, resumes = 0, None, []
         while outcome is None:

@@ -152,6 +152,55 @@ TEST_F(Optimizers, AdamW8bitResumesBitExactlyAndOnOtherLayouts) {
   expect_resumes(*dir_, "adamw8bit", kAdamW8bit);
 }
 
+// optimizer.offload host and disk (chunks of 1024 elements: every tensor cut) train bit for bit
+// the run that keeps AdamW's state in place, on ZeRO shards and on tp × pp; a disk run stopped at
+// step 10 resumes bit-exactly from its checkpoint (the state file itself is scratch).
+TEST_F(Optimizers, OffloadedAdamWTrainsBitForBitAsInPlace) {
+  const std::string chunk = " --set optimizer.offload_chunk=1024";
+  const std::string disk =
+      " --set optimizer.offload=disk --set optimizer.offload_dir=" + dir_->str() + "/offload";
+  const std::pair<Layout, std::string> runs[] = {{Layout{2, 1, 1}, zero(1)},
+                                                 {Layout{1, 2, 2}, zero(0)}};
+  for (const auto& [layout, stage] : runs) {
+    SCOPED_TRACE(layout.name() + stage);
+    const std::string name = "offload_" + layout.name();
+    const std::string in_place = train(*dir_, layout, name + "_none", stage);
+    const std::string host =
+        train(*dir_, layout, name + "_host", stage + chunk + " --set optimizer.offload=host");
+    const std::string on_disk = train(*dir_, layout, name + "_disk", stage + chunk + disk);
+    for (const std::string& run : {host, on_disk}) {
+      EXPECT_EQ(metric(run, "loss"), metric(in_place, "loss"));  // exact
+      EXPECT_EQ(metric(run, "val_loss"), metric(in_place, "val_loss"));
+    }
+  }
+  const std::string extra = zero(1) + chunk + disk;
+  const std::string straight = train(*dir_, Layout{2, 1, 1}, "offload_straight", extra);
+  train(*dir_, Layout{2, 1, 1}, "offload_split", extra + " --set train.stop_after=10");
+  const std::string second = train(*dir_, Layout{2, 1, 1}, "offload_split", extra + " --resume");
+  EXPECT_EQ(metric(second, "loss"), metric(straight, "loss"));  // exact
+}
+
+// Every rank SIGKILLs itself in the middle of update 8 (after its second chunk of 1024: weights
+// and the state file half updated); the run resumes from its step-5 checkpoint and ends bit for
+// bit as the run that was never killed.
+TEST_F(Optimizers, ADiskOffloadKilledMidUpdateResumesBitExactly) {
+  const std::string extra =
+      zero(1) + " --set optimizer.offload=disk --set optimizer.offload_dir=" + dir_->str() +
+      "/offload_kill --set optimizer.offload_chunk=1024" + " --set checkpoint.every=5";
+  const std::string straight = train(*dir_, Layout{2, 1, 1}, "kill_straight", extra);
+  const std::string command = "STRATA_TEST_KILL_IN_UPDATE=8 " + testing::mpirun(2) +
+                              testing::bin("train") + " " + dir_->str() + "/config.yaml" +
+                              Layout{2, 1, 1}.overrides() + " --set run.name=kill_split" + extra;
+  const auto killed = testing::run_command(command);
+  ASSERT_NE(killed.status, 0) << killed.output;
+  const std::string run = dir_->str() + "/runs/kill_split";
+  ASSERT_TRUE(fs::exists(run + "/checkpoints/step_00000005.h5"));
+  ASSERT_FALSE(fs::exists(run + "/checkpoints/step_00000010.h5"));
+  const std::string resumed = train(*dir_, Layout{2, 1, 1}, "kill_split", extra + " --resume");
+  EXPECT_EQ(metric(resumed, "loss"), metric(straight, "loss"));  // exact
+  EXPECT_EQ(metric(resumed, "val_loss"), metric(straight, "val_loss"));
+}
+
 TEST_F(Optimizers, ResumingUnderAnotherOptimizerIsOneErrorLine) {
   const std::string first =
       train(*dir_, Layout{}, "switch", kAdafactor + " --set train.stop_after=10");

@@ -103,6 +103,8 @@ void expect_prediction_equals_run(const TempDir& dir, const Case& c,
   std::vector<std::string> overrides = common;
   overrides.insert(overrides.end(), c.overrides.begin(), c.overrides.end());
   overrides.push_back("run.name=" + c.name);
+  // A disk offload's state file goes into the test's directory.
+  overrides.push_back("optimizer.offload_dir=" + dir.str() + "/offload");
   std::ostringstream command;
   command << mpirun(c.ranks) << bin("train") << " " << dir.str() << "/config.yaml";
   for (const std::string& o : overrides) command << " --set '" << o << "'";
@@ -205,12 +207,16 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       // and gathers its one wte for both chunks).
       // The optimizers' state (plan/optimizer_state.h): Adafactor's per-tensor statistics on ZeRO
       // shards and tp slices, Muon's momentum and AdamW's v of the tensors it leaves to AdamW,
-      // the 8-bit codes and block scales (and the blocks' maxima agreed over shards and tp).
+      // the 8-bit codes and block scales (and the blocks' maxima agreed over shards and tp), a
+      // disk offload's three chunks.
       {"tp2dp2_zero1_adafactor",
        4,
        {"parallel.tp=2", "parallel.zero.stage=1", "optimizer.name=adafactor",
         "optimizer.adafactor.beta1=0.9"}},
       {"pp2dp2_zero2_muon", 4, {"parallel.pp=2", "parallel.zero.stage=2", "optimizer.name=muon"}},
+      {"dp2_zero1_offload_disk",
+       2,
+       {"parallel.zero.stage=1", "optimizer.offload=disk", "optimizer.offload_chunk=1024"}},
       {"tp2dp2_zero2_adamw8bit",
        4,
        {"parallel.tp=2", "parallel.zero.stage=2", "optimizer.name=adamw8bit",

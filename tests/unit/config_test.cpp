@@ -419,6 +419,16 @@ TEST(ConfigErrors, OptimizerKeysNameTheKey) {
                   "'optimizer.name' must be adamw, adafactor, adamw8bit or muon, got 'lion'");
   EXPECT_CONTAINS(error_of(data + "optimizer: {adamw8bit: {block_size: 0}}"),
                   "'optimizer.adamw8bit.block_size' must be in [1, 16777216], got 0");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {offload: host, name: muon}"),
+                  "'optimizer.offload' host keeps AdamW's state so far, not optimizer.name muon's");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {offload: disk}"),
+                  "'optimizer.offload_dir' must name a directory for optimizer.offload disk");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {offload: nvme}"),
+                  "'optimizer.offload' must be none, host or disk, got 'nvme'");
+  EXPECT_CONTAINS(error_of(data + "device: cuda\noptimizer: {offload: host}"),
+                  "'optimizer.offload' host runs on the CPU backend only so far (device: cpu)");
+  EXPECT_CONTAINS(error_of(data + "optimizer: {offload_chunk: 10}"),
+                  "'optimizer.offload_chunk' must be in [1024, 1073741824], got 10");
   EXPECT_CONTAINS(error_of(data + "optimizer: {muon: {ns_steps: 0}}"),
                   "'optimizer.muon.ns_steps' must be >= 1, got 0");
   EXPECT_CONTAINS(error_of(data + "optimizer: {muon: {momentum: 1.5}}"),

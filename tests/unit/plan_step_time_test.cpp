@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "model/parameter_layout.h"
 #include "parallel/pipeline/pipeline_schedule.h"
 #include "plan/cluster.h"
 #include "plan/comm_model.h"
@@ -261,6 +262,28 @@ TEST(StepTime, TermsReactAsTheyMust) {
   EXPECT_EQ(alone.threads, 2);
   EXPECT_EQ(shared.threads, 1);
   EXPECT_GE(shared.seconds, alone.seconds - alone.stages[0].optimizer);
+}
+
+// optimizer.offload disk streams 16 bytes per owned element at the cluster's offload_gbs (or
+// kOffloadGbs), overlapped with the update: the slower of the two; host adds nothing on the CPU.
+TEST(StepTime, ADiskOffloadedStateStreamsAtTheClustersRate) {
+  ClusterSpec cluster = test_cluster(80, 10);
+  const StepTime in_place = predict_step_time(planner_config({}), cluster, 1);
+  const std::vector<std::string> disk = {"optimizer.offload=disk", "optimizer.offload_dir=/tmp"};
+  cluster.offload_gbs = 0.001;  // slow enough that the stream decides
+  const StepTime slow = predict_step_time(planner_config(disk), cluster, 1);
+  const ElementRange owned{
+      0, ParameterLayout::padded_size(
+             ParameterLayout::for_gpt(gpt_shape_of(planner_config({}).model)).total(), 1)};
+  EXPECT_NEAR(slow.stages[0].optimizer, 16.0 * static_cast<double>(owned.size()) / 1e6,
+              1e-9 * slow.stages[0].optimizer);
+  EXPECT_GT(slow.seconds, in_place.seconds);
+  cluster.offload_gbs = 0;  // the default rate
+  const StepTime nvme = predict_step_time(planner_config(disk), cluster, 1);
+  EXPECT_GE(nvme.stages[0].optimizer,
+            16.0 * static_cast<double>(owned.size()) / (kOffloadGbs * 1e9));
+  EXPECT_EQ(predict_step_time(planner_config({"optimizer.offload=host"}), cluster, 1).seconds,
+            in_place.seconds);
 }
 
 TEST(StepTime, ChunkedSchedulesArePricedOnTheirChunks) {

@@ -23,6 +23,9 @@ std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Conf
       fail("optimizer.name: ", kOptimizerNameChoices.word(config.optimizer.name),
            " runs on the CPU backend only so far; the CUDA backend runs adamw (device: cpu "
            "runs it)");
+    if (config.optimizer.offload != OptimizerOffload::none)
+      fail("optimizer.offload: ", kOptimizerOffloadChoices.word(config.optimizer.offload),
+           " runs on the CPU backend only so far (device: cpu runs it)");
     const int gpu = place_on_gpu(placement, config, placement.groups->job().rank(),
                                  placement.groups->world(), placement.groups->mesh().pp_size());
     return make_cuda_training(config, shape, placement, gpu);

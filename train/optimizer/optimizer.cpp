@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 
 #include "model/core/error.h"
 #include "model/kernels/cpu/adamw.h"
@@ -15,13 +17,21 @@ AdamW::AdamW(const ParameterLayout& layout, ElementRange range, const OptimizerC
     : range_(range),
       config_(config),
       decayed_(restrict_to(layout.decayed_ranges(), range)),
-      m_(range.size(), 0.0f),
-      v_(range.size(), 0.0f) {}
+      state_(ChunkedState::make(config.offload, range.size(),
+                                static_cast<std::size_t>(config.offload_chunk),
+                                config.offload_dir)) {}
 
-std::vector<StateBuffer> AdamW::save() const { return {{"m", range_, m_}, {"v", range_, v_}}; }
+std::vector<StateBuffer> AdamW::save() const {
+  std::vector<float> m(range_.size()), v(range_.size());
+  state_->read_all(m.data(), v.data());
+  return {{"m", range_, std::move(m)}, {"v", range_, std::move(v)}};
+}
 
 void AdamW::load(const std::vector<StateBuffer>& buffers) {
-  load_state_values(buffers, {{"m", &m_}, {"v", &v_}}, "AdamW");
+  std::vector<float> m(range_.size()), v(range_.size());
+  state_->read_all(m.data(), v.data());
+  load_state_values(buffers, {{"m", &m}, {"v", &v}}, "AdamW");
+  state_->write_all(m.data(), v.data());
 }
 
 std::vector<StateBuffer> Optimizer::shapes() const {
@@ -53,22 +63,39 @@ cpu::AdamWHyper adamw_hyper(const OptimizerConfig& config, const OptimizerStep& 
           static_cast<float>(step.grad_scale)};
 }
 
+namespace {
+// A test's SIGKILL in the middle of update number STRATA_TEST_KILL_IN_UPDATE, after its second
+// chunk: weights and offloaded state half updated (tests/mpi/optimizers_test.cpp).
+long long test_kill_in_update() {
+  static const long long count = [] {
+    const char* text = std::getenv("STRATA_TEST_KILL_IN_UPDATE");
+    return text ? std::atoll(text) : 0LL;
+  }();
+  return count;
+}
+}  // namespace
+
 void AdamW::update(float* params, const float* grads, const OptimizerStep& step) {
   cpu::AdamWHyper hyper = adamw_hyper(config_, step);
-  // Alternate runs without and with decay, in element order.
-  auto run = [&](std::size_t begin, std::size_t end, float decay) {
-    if (end <= begin) return;
-    hyper.weight_decay = decay;
-    cpu::adamw_update(params + begin, grads + begin, m_.data() + begin, v_.data() + begin,
-                      static_cast<long>(end - begin), hyper);
-  };
-  std::size_t next = 0;
-  for (const ElementRange& r : decayed_) {
-    run(next, r.begin, 0.0f);
-    run(r.begin, r.end, static_cast<float>(config_.weight_decay));
-    next = r.end;
-  }
-  run(next, range_.size(), 0.0f);
+  // Chunk by chunk of the state; in each, alternate runs without and with decay, in element order.
+  state_->visit([&](std::size_t first, std::size_t count, float* m, float* v) {
+    const ElementRange chunk{first, first + count};
+    auto run = [&](std::size_t begin, std::size_t end, float decay) {
+      const ElementRange part = intersect({begin, end}, chunk);
+      if (part.empty()) return;
+      hyper.weight_decay = decay;
+      cpu::adamw_update(params + part.begin, grads + part.begin, m + (part.begin - first),
+                        v + (part.begin - first), static_cast<long>(part.size()), hyper);
+    };
+    std::size_t next = 0;
+    for (const ElementRange& r : decayed_) {
+      run(next, r.begin, 0.0f);
+      run(r.begin, r.end, static_cast<float>(config_.weight_decay));
+      next = r.end;
+    }
+    run(next, range_.size(), 0.0f);
+    if (first > 0 && step.count == test_kill_in_update()) std::raise(SIGKILL);
+  });
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const ParameterLayout& layout, ElementRange range,

@@ -25,6 +25,7 @@
 #include "model/parameter_layout.h"
 #include "plan/config.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/optimizer/chunked_state.h"
 
 namespace strata {
 
@@ -75,7 +76,7 @@ class AdamW final : public Optimizer {
   void update(float* params, const float* grads, const OptimizerStep& step) override;
   std::vector<StateBuffer> save() const override;
   void load(const std::vector<StateBuffer>& buffers) override;
-  std::size_t state_bytes() const override { return (m_.size() + v_.size()) * sizeof(float); }
+  std::size_t state_bytes() const override { return state_->resident_bytes(); }
 
   // The decayed elements of the range, relative to range().begin; and the weight decay itself.
   const std::vector<ElementRange>& decayed() const { return decayed_; }
@@ -85,7 +86,8 @@ class AdamW final : public Optimizer {
   ElementRange range_;
   OptimizerConfig config_;
   std::vector<ElementRange> decayed_;
-  std::vector<float> m_, v_;
+  // m and v, where optimizer.offload keeps them (train/optimizer/chunked_state.h).
+  std::unique_ptr<ChunkedState> state_;
 };
 
 // AdamW's constants for one update (weight decay 0: set per run of decayed tensors).
