@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The optimizers (optimizer.name: adamw, adafactor, adamw8bit, muon) side by side, for docs/PERFORMANCE.md.
 #
-#   scripts/bench_optimizers.sh   # BUILD_DIR=build DP=2 STEPS=3 QUALITY=0 OPTIMIZERS="adamw adamw+host adamw+disk adafactor adamw8bit muon"
+#   scripts/bench_optimizers.sh   # BUILD_DIR=build DP=2 STEPS=3 QUALITY=0 MEMORY=1 QUALITY_VALUES=
+#     OPTIMIZERS="adamw adamw+host adamw+disk adafactor adamw8bit muon"
 #
 # A GPT-2 124M-shaped model (T 512, micro-batch 1) at DP ranks, ZeRO 0 and 1: rank 0's optimizer
 # state, peak RSS and step time per optimizer. QUALITY=1 adds the demo model's val_loss after 400

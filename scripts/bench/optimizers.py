@@ -5,7 +5,8 @@ steps under each optimizer (and AdamW with optimizer.offload host and disk), at 
 1: rank 0's optimizer state in memory (its memory account, which the planner predicts byte for
 byte) and peak RSS, and the median step time.
 Quality (QUALITY=1): the demo model (configs/fortunes.yaml) for 400 steps on 2 ranks, each
-optimizer at each learning rate of its grid; val_loss per run, the best per optimizer marked."""
+optimizer at each learning rate of its grid (QUALITY_VALUES: only those values of the grids);
+val_loss per run, the best per optimizer marked. MEMORY=0 skips the memory table."""
 import os
 
 from bench import matrix, metrics
@@ -50,8 +51,10 @@ def memory(build_dir, work, dp, steps):
 def quality(build_dir, work):
     print("| optimizer | step size | val_loss after 400 steps |")
     print("|---|---|---|", flush=True)
+    only = os.environ.get("QUALITY_VALUES", "").split()
     for name in [entry for entry in OPTIMIZERS if "+" not in entry]:
         key, values = GRIDS[name]
+        values = [v for v in values if v in only] if only else values
         results = []
         for value in values:
             run = f"quality_{name}_{value}"
@@ -74,6 +77,7 @@ def main(argv):
     matrix.prepare_fortunes()
     with matrix.Scratch() as work:
         print(matrix.header(f"dp {dp} steps {steps}"), flush=True)
-        memory(build_dir, work, dp, steps)
+        if os.environ.get("MEMORY", "1") == "1":
+            memory(build_dir, work, dp, steps)
         if os.environ.get("QUALITY", "0") == "1":
             quality(build_dir, work)
