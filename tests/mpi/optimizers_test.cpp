@@ -241,6 +241,11 @@ TEST_F(Optimizers, AdafactorIsDilocosInnerOptimizer) {
   expect_diloco_inner(*dir_, "diloco_adafactor", kAdafactor);
 }
 
+// Each worker's ZeRO-2 shards gather the matrices Muon orthogonalises within the worker.
+TEST_F(Optimizers, MuonIsDilocosInnerOptimizer) {
+  expect_diloco_inner(*dir_, "diloco_muon", kMuon);
+}
+
 // Each worker's codes are datasets of their own (int8 and uint8 under the worker's prefix).
 TEST_F(Optimizers, AdamW8bitIsDilocosInnerOptimizer) {
   expect_diloco_inner(*dir_, "diloco_adamw8bit", kAdamW8bit);
