@@ -33,6 +33,38 @@ std::string holder_token() {
   return std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(random());
 }
 
+// The store's name of attempt `attempt` of the sync after inner step `step`.
+std::string sync_name(std::int64_t step, int attempt) {
+  return std::to_string(step) + (attempt > 0 ? "." + std::to_string(attempt) : "");
+}
+
+// A store that stops answering during one wait: warns once, says when it has been silent for the
+// timeout, and says so when it answers again.
+class StoreOutage {
+ public:
+  explicit StoreOutage(double timeout_s) : timeout_s_(timeout_s) {}
+  // After a call that failed (`when`: what the worker was doing): true once the timeout passed.
+  bool expired(const StoreUnavailable& e, const std::string& when) {
+    const double now = now_s();
+    if (since_ < 0) {
+      since_ = now;
+      std::fprintf(stderr,
+                   "warning: the rendezvous store does not answer %s (%s); retrying for %g s\n",
+                   when.c_str(), e.what(), timeout_s_);
+    }
+    return now - since_ >= timeout_s_;
+  }
+  // After a call that succeeded.
+  void answered() {
+    if (since_ >= 0) std::fprintf(stderr, "warning: the rendezvous store answers again\n");
+    since_ = -1;
+  }
+
+ private:
+  double timeout_s_;
+  double since_ = -1;
+};
+
 }  // namespace
 
 int SyncMembers::index_of(int slot) const {
@@ -45,6 +77,8 @@ std::string SyncMembers::text() const {
   out << "step " << step << "\ngroup_step " << group_step << "\nmembers";
   for (std::size_t i = 0; i < slots.size(); ++i)
     out << " " << slots[i] << ":" << holders[i] << ":" << (joining[i] ? 1 : 0);
+  if (attempt > 0) out << "\nattempt " << attempt;
+  if (group_attempt > 0) out << "\ngroup_attempt " << group_attempt;
   out << "\nlost";
   for (int slot : lost) out << " " << slot;
   out << "\n";
@@ -65,6 +99,10 @@ SyncMembers SyncMembers::parse(const std::string& text) {
       words >> m.step;
     } else if (name == "group_step") {
       words >> m.group_step;
+    } else if (name == "attempt") {
+      words >> m.attempt;
+    } else if (name == "group_attempt") {
+      words >> m.group_attempt;
     } else if (name == "members") {
       std::string member;
       while (words >> member) {
@@ -236,34 +274,53 @@ void ElasticGroup::wait_for_workers() {
   }
 }
 
+bool ElasticGroup::found_dead(int slot, std::int64_t generation) {
+  if (is_dead(slot, generation)) return true;
+  if (slot == slot_ && generation == generation_) return false;
+  const std::string name = std::to_string(slot) + "/" + std::to_string(generation);
+  const auto value = store_->get(key("heartbeat/" + name));
+  const std::string v = value ? store_text(*value) : "";
+  const double now = now_s();
+  Observed& o = observed_[{slot, generation}];
+  if (o.since == 0 || v != o.value) o = {v, now};
+  if (now - o.since < settings_.timeout_s) return false;
+  store_->create(key("dead/" + name), store_bytes("missed heartbeats"));
+  return true;
+}
+
 std::map<int, std::int64_t> ElasticGroup::live_holders() {
   std::map<int, std::int64_t> live;
-  const double now = now_s();
   for (int w = 0; w < settings_.slots; ++w) {
     const std::int64_t g = newest_holder(w);
-    if (g < 0 || is_dead(w, g)) continue;
-    if (w == slot_ && g == generation_) {
-      live[w] = g;
-      continue;
-    }
-    const auto value = store_->get(key("heartbeat/" + std::to_string(w) + "/" + std::to_string(g)));
-    const std::string v = value ? store_text(*value) : "";
-    Observed& o = observed_[{w, g}];
-    if (o.since == 0 || v != o.value) o = {v, now};
-    if (now - o.since >= settings_.timeout_s) {
-      store_->create(key("dead/" + std::to_string(w) + "/" + std::to_string(g)),
-                     store_bytes("missed heartbeats"));
-      continue;
-    }
-    live[w] = g;
+    if (g >= 0 && !found_dead(w, g)) live[w] = g;
   }
   return live;
 }
 
-std::optional<SyncMembers> ElasticGroup::try_decide(std::int64_t step, std::int64_t previous) {
-  const std::string arrivals = key("arrive/" + std::to_string(step) + "/");
+std::optional<SyncMembers> ElasticGroup::final_decision(std::int64_t step) {
+  const std::string prefix = key("members/");
+  const std::string name = std::to_string(step);
+  int last = -1;
+  for (const std::string& k : store_->keys(prefix + name)) {
+    const std::string rest = k.substr(prefix.size());
+    if (rest == name)
+      last = std::max(last, 0);
+    else if (rest.starts_with(name + "."))
+      last = std::max(last, std::stoi(rest.substr(name.size() + 1)));
+  }
+  if (last < 0) return std::nullopt;
+  const auto stored = store_->get(key("members/" + sync_name(step, last)));
+  if (!stored) return std::nullopt;
+  return SyncMembers::parse(store_text(*stored));
+}
+
+std::optional<SyncMembers> ElasticGroup::try_decide(std::int64_t step, std::int64_t previous,
+                                                    int attempt) {
+  const std::string name = sync_name(step, attempt);
+  const std::string arrivals = key("arrive/" + name + "/");
   SyncMembers m;
   m.step = step;
+  m.attempt = attempt;
   for (const auto& [w, g] : live_holders()) {
     const auto arrived = store_->get(arrivals + std::to_string(w));
     if (!arrived) return std::nullopt;  // a live holder is still on its way
@@ -275,30 +332,42 @@ std::optional<SyncMembers> ElasticGroup::try_decide(std::int64_t step, std::int6
     m.holders.push_back(g);
     m.joining.push_back(std::string(role) == "joiner");
   }
+  // A retry always forms a new Gloo group (the last one failed); a first attempt continues the
+  // previous sync's when its members are the same.
   m.group_step = step;
-  if (previous >= 0) {
-    if (const auto before = store_->get(key("members/" + std::to_string(previous)))) {
-      const SyncMembers p = SyncMembers::parse(store_text(*before));
-      if (p.slots == m.slots && p.holders == m.holders) m.group_step = p.group_step;
-      for (int slot : p.slots)
-        if (m.index_of(slot) < 0) m.lost.push_back(slot);
+  m.group_attempt = attempt;
+  std::optional<SyncMembers> before;
+  if (attempt > 0) {
+    if (const auto stored = store_->get(key("members/" + sync_name(step, attempt - 1))))
+      before = SyncMembers::parse(store_text(*stored));
+  } else if (previous >= 0) {
+    before = final_decision(previous);
+    if (before && before->slots == m.slots && before->holders == m.holders) {
+      m.group_step = before->group_step;
+      m.group_attempt = before->group_attempt;
     }
   }
-  store_->create(key("members/" + std::to_string(step)), store_bytes(m.text()));
+  if (before)
+    for (int slot : before->slots)
+      if (m.index_of(slot) < 0) m.lost.push_back(slot);
+  store_->create(key("members/" + name), store_bytes(m.text()));
   // Whoever created it, the stored decision is the one.
-  return SyncMembers::parse(store_text(*store_->get(key("members/" + std::to_string(step)))));
+  return SyncMembers::parse(store_text(*store_->get(key("members/" + name))));
 }
 
-SyncMembers ElasticGroup::sync(std::int64_t step, std::int64_t previous, bool joining) {
-  SyncMembers m = decide(step, previous, joining);
+SyncMembers ElasticGroup::sync(std::int64_t step, std::int64_t previous, bool joining,
+                               int attempt) {
+  SyncMembers m = decide(step, previous, joining, attempt);
   m.own_slot = slot_;
   return m;
 }
 
-SyncMembers ElasticGroup::decide(std::int64_t step, std::int64_t previous, bool joining) {
-  const std::string decided = key("members/" + std::to_string(step));
+SyncMembers ElasticGroup::decide(std::int64_t step, std::int64_t previous, bool joining,
+                                 int attempt) {
+  const std::string name = sync_name(step, attempt);
+  const std::string decided = key("members/" + name);
   bool arrived = false;
-  double unreachable_since = -1;
+  StoreOutage outage(settings_.timeout_s);
   while (true) {
     try {
       if (is_dead(slot_, generation_)) {
@@ -311,24 +380,14 @@ SyncMembers ElasticGroup::decide(std::int64_t step, std::int64_t previous, bool 
       }
       if (!arrived)
         store_->set(
-            key("arrive/" + std::to_string(step) + "/" + std::to_string(slot_)),
+            key("arrive/" + name + "/" + std::to_string(slot_)),
             store_bytes(std::to_string(generation_) + (joining ? " joiner" : " contributor")));
       arrived = true;
       if (const auto stored = store_->get(decided)) return SyncMembers::parse(store_text(*stored));
-      if (auto m = try_decide(step, previous)) return *m;
-      if (unreachable_since >= 0)
-        std::fprintf(stderr, "warning: the rendezvous store answers again\n");
-      unreachable_since = -1;
+      if (auto m = try_decide(step, previous, attempt)) return *m;
+      outage.answered();
     } catch (const StoreUnavailable& e) {
-      const double now = now_s();
-      if (unreachable_since < 0) {
-        unreachable_since = now;
-        std::fprintf(stderr,
-                     "warning: the rendezvous store does not answer at the sync after step %lld "
-                     "(%s); retrying for %g s\n",
-                     static_cast<long long>(step), e.what(), settings_.timeout_s);
-      }
-      if (now - unreachable_since >= settings_.timeout_s) {
+      if (outage.expired(e, "at the sync after step " + std::to_string(step))) {
         std::fprintf(stderr,
                      "warning: the rendezvous store is still unreachable: the sync after step %lld "
                      "applies this worker's outer step alone; it rejoins when the store is back\n",
@@ -338,10 +397,50 @@ SyncMembers ElasticGroup::decide(std::int64_t step, std::int64_t previous, bool 
         m.slots = {slot_};
         m.holders = {generation_};
         m.joining = {false};
+        m.attempt = attempt;
         m.group_step = -1 - step;  // a Gloo group of its own, made without the store
+        m.group_attempt = attempt;
         m.alone = true;
         return m;
       }
+    }
+    sleep_s(0.02);
+  }
+}
+
+ElasticGroup::Outcome ElasticGroup::settle(const SyncMembers& m, bool averaged) {
+  if (m.alone) return averaged ? Outcome::commit : Outcome::retry;
+  const std::string prefix = key("outcome/" + sync_name(m.step, m.attempt) + "/");
+  const std::string mine = std::to_string(slot_) + "." + std::to_string(generation_);
+  StoreOutage outage(settings_.timeout_s);
+  bool posted = false;
+  while (true) {
+    try {
+      if (!posted)
+        store_->set(prefix + mine + (averaged ? ":averaged" : ":failed"), store_bytes("1"));
+      posted = true;
+      // Nobody applies an average that a member failed to complete.
+      if (!averaged) return Outcome::retry;
+      std::vector<std::string> reported;
+      for (const std::string& k : store_->keys(prefix)) {
+        const std::string rest = k.substr(prefix.size());
+        if (rest.ends_with(":failed")) return Outcome::retry;
+        reported.push_back(rest.substr(0, rest.find(':')));
+      }
+      bool everyone = true;
+      for (std::size_t i = 0; i < m.slots.size() && everyone; ++i) {
+        const std::string id = std::to_string(m.slots[i]) + "." + std::to_string(m.holders[i]);
+        if (std::find(reported.begin(), reported.end(), id) == reported.end() &&
+            !found_dead(m.slots[i], m.holders[i]))
+          everyone = false;  // alive and still averaging
+      }
+      if (everyone) return Outcome::commit;
+      outage.answered();
+    } catch (const StoreUnavailable& e) {
+      // A failed average is discarded whatever the others learn: they find it silent.
+      if (!averaged) return Outcome::retry;
+      if (outage.expired(e, "after the averaging of the sync after step " + std::to_string(m.step)))
+        return Outcome::commit_and_rejoin;
     }
     sleep_s(0.02);
   }

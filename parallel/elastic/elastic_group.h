@@ -15,12 +15,23 @@
 //                        observer's own clock: hosts need no common time)
 //   arrive/<s>/<w>       slot w reached the sync after inner step s ("<g> contributor|joiner")
 //   members/<s>          the sync's decided membership (SyncMembers, as text)
+//   outcome/<s>/<w>.<g>:averaged|failed
+//                        how the averaging went on member w's job (every rank of it), the
+//                        outcome in the key's name so that one listing reads them all
+// A sync that had to be retried names its attempts a ≥ 1 "<s>.<a>" in the last three keys.
 //
 // A sync is decided when every live slot holder has arrived: the members are those that arrived,
 // in slot order; holders found dead are left out (and their deathrattle written). A holder that
 // arrives after the decision, or finds itself left out, is not a member of it: it rejoins at the
 // next sync as a joiner. A joiner is a member that contributes nothing to the sync's average and
 // takes the group's state from a contributor afterwards (train/diloco/elastic_worker.h).
+//
+// A member can die during the averaging itself, leaving the others with a collective that failed
+// on some ranks and perhaps completed on others. So the averaging is a transaction: each member
+// posts its outcome and applies the average only when every member either averaged or is dead
+// (the survivors then hold the same complete average, bit for bit). One failed outcome makes
+// every member discard its average and meet again at attempt a + 1 of the same sync, decided
+// like the first among the holders still alive: the sync is retried without the lost member.
 #pragma once
 
 #include <atomic>
@@ -61,6 +72,8 @@ struct SyncMembers {
   // The sync whose membership this one continues unchanged (its Gloo group is reused): this
   // sync's own step when the members differ from the previous sync's.
   std::int64_t group_step = 0;
+  int attempt = 0;        // this decision's attempt (0 unless the sync was retried)
+  int group_attempt = 0;  // the attempt of the decision group_step names
   // Slots that were members of the previous sync and are not now.
   std::vector<int> lost;
   // This worker could not reach the store for the timeout: a group of one, decided alone (never
@@ -104,7 +117,15 @@ class ElasticGroup {
   // A store that does not answer is retried, saying so, for the timeout; then the sync is this
   // worker alone (SyncMembers::alone). A worker that others found silent meanwhile (its claim
   // marked dead) takes a slot again and arrives as a joiner.
-  SyncMembers sync(std::int64_t step, std::int64_t previous, bool joining);
+  SyncMembers sync(std::int64_t step, std::int64_t previous, bool joining, int attempt = 0);
+
+  // After the averaging of the sync `m` (this worker's outcome: `averaged` on every rank of its
+  // job): posts it and waits for every other member's, or for its death. Commit when every member
+  // averaged or died; retry (attempt + 1) when one failed. A store that does not answer for the
+  // timeout after this worker averaged: it applies its average and rejoins the group at its next
+  // sync (whatever the others decided, it then takes their state).
+  enum class Outcome { commit, retry, commit_and_rejoin };
+  Outcome settle(const SyncMembers& m, bool averaged);
 
   // The deathrattle: why this worker leaves; the heartbeat stops.
   void leave(const std::string& why);
@@ -119,8 +140,13 @@ class ElasticGroup {
   bool is_dead(int slot, std::int64_t generation);
   // The holders that are alive now, by slot (a silent one is declared dead here).
   std::map<int, std::int64_t> live_holders();
-  SyncMembers decide(std::int64_t step, std::int64_t previous, bool joining);
-  std::optional<SyncMembers> try_decide(std::int64_t step, std::int64_t previous);
+  SyncMembers decide(std::int64_t step, std::int64_t previous, bool joining, int attempt);
+  std::optional<SyncMembers> try_decide(std::int64_t step, std::int64_t previous, int attempt);
+  // The decision the sync after `step` ended with (its last attempt's), if any.
+  std::optional<SyncMembers> final_decision(std::int64_t step);
+  // True once member `slot`'s holder `generation` has a deathrattle or has been silent for the
+  // timeout (written as its deathrattle then).
+  bool found_dead(int slot, std::int64_t generation);
   void beat();
 
   ElasticGroupSettings settings_;

@@ -1,6 +1,8 @@
 // Elastic DiLoCo (train/diloco/elastic_worker.h) end to end: worker jobs, each its own mpirun,
 // meet in a rendezvous store. A clean group of k jobs trains the in-job run of k workers; a worker
-// killed in its inner phase is dropped and the others go on without it; a fresh worker joins,
+// killed in its inner phase is dropped and the others go on without it; one killed in the middle
+// of the averaging makes the others meet again without it, as if it had died before; a fresh
+// worker joins,
 // takes the group's state bitwise and contributes from the next sync; bad settings and an
 // unreachable store are one `error:` line. With a file store, then with a Redis server the test
 // starts on a loopback port.
@@ -104,9 +106,13 @@ class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
   static Layout reference() { return Layout{}; }
 
  protected:
+  // When slot 2 dies: 7 steps before the sync after step 20, or between the two pieces of its
+  // averaging (STRATA_TEST_KILL_IN_AVERAGING).
+  enum class Death { inner_phase, averaging };
   // `resume`: the killed worker restarts with --resume (from its checkpoint at step 10) instead
-  // of a fresh one joining.
-  static void kill_and_join(const std::string& store, const std::string& tag, bool resume);
+  // of a fresh one joining. `more`: settings added to every worker's.
+  static void kill_and_join(const std::string& store, const std::string& tag, bool resume,
+                            Death death = Death::inner_phase, const std::string& more = "");
   static void expect_the_in_job_run(const std::string& tag, const std::string& extra);
 
   // `train` on one rank as slot `slot` (-1: the first free) of `group` in `store`.
@@ -249,6 +255,29 @@ TEST_F(ElasticRuns, KilledWorkerIsDroppedAndAFreshOneJoinsWithAFileStore) {
   kill_and_join("file://" + dir_->str() + "/store_kill", "kill_file", false);
 }
 
+// Slot 2 dies between the two pieces of its averaging at the sync after step 20: the others'
+// averaging fails part-way (the first piece averaged, the second lost), they discard it and meet
+// again without slot 2 once it is found silent. The group then holds what it holds when slot 2
+// dies in its inner phase instead: both runs end bitwise equal, the error-feedback residual that
+// the failed averaging had moved included.
+TEST_F(ElasticRuns, WorkerKilledWhileAveragingIsRetriedWithoutIt) {
+  const std::string more = " --set diloco.compression=int8 --set diloco.error_feedback=true";
+  kill_and_join("file://" + dir_->str() + "/store_inner", "inner", false, Death::inner_phase, more);
+  kill_and_join("file://" + dir_->str() + "/store_averaging", "averaging", false, Death::averaging,
+                more);
+  for (const char* tag : {"averaging_0", "averaging_1"}) {
+    const std::string line = outer_line(run_dir(tag), 20);
+    EXPECT_NE(line.find("\"sync_attempts\": 2"), std::string::npos) << line;
+  }
+  for (const char* slot : {"0", "1", "3"}) {
+    const auto diff = run_command(testing::bin("ckpt") + " diff " +
+                                  checkpoint(run_dir("inner_" + std::string(slot))) + " " +
+                                  checkpoint(run_dir("averaging_" + std::string(slot))));
+    for (const char* tensor : {"model/", "outer/"})
+      EXPECT_EQ(diff.output.find(tensor), std::string::npos) << slot << ": " << diff.output;
+  }
+}
+
 // The same with Redis, the killed worker restarted from its checkpoint: the group has moved on,
 // so it takes the group's anchor rather than its own.
 TEST_F(ElasticRuns, KilledWorkerIsDroppedAndRejoinsOnResumeWithRedis) {
@@ -334,17 +363,22 @@ TEST_F(ElasticRuns, BadJoinsAreOneErrorLine) {
                "model.n_layer is 2 here but 4 in the group");
 }
 
-void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag, bool resume) {
+void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag, bool resume,
+                                Death death, const std::string& more_settings) {
   // Steps of at least 0.1 s: the victim is surely in its inner phase when killed at step 13
   // (syncs after steps 10, 20, 30, 40), whatever else runs on the machine.
   const std::string extra =
       " --set diloco.inner_steps=10 --set train.steps=40 --set train.eval_every=0"
-      " --set diloco.timeout=3 --set diloco.min_workers=3 --set checkpoint.every=10";
+      " --set diloco.timeout=3 --set diloco.min_workers=3 --set checkpoint.every=10" +
+      more_settings;
   const std::string env = "STRATA_TEST_STEP_SECONDS=0.1 ";
   const auto name = [&](int i) { return tag + "_" + std::to_string(i); };
   const auto start = [&](int slot, int i, const std::string& more = "") {
+    const std::string kill = death == Death::averaging && i == 2 && more.empty()
+                                 ? "STRATA_TEST_KILL_IN_AVERAGING=20 "
+                                 : "";
     return std::make_unique<Background>(
-        env + worker_command(store, tag, slot, name(i), extra + more),
+        env + kill + worker_command(store, tag, slot, name(i), extra + more),
         dir_->str() + "/" + name(i) + (more.empty() ? "" : "_again") + ".log");
   };
   std::vector<std::unique_ptr<Background>> jobs;
@@ -357,11 +391,15 @@ void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag
     }
     return true;
   };
-  ASSERT_TRUE(wait_for(run_dir(name(2)), "{\"step\": 13,")) << jobs[2]->output();
-  const std::string victim = "^" + testing::bin("train") + " .*run.name=" + name(2) + " ";
-  ASSERT_EQ(run_command("pkill -KILL -f '" + victim + "'").status, 0);
-  const auto killed = std::chrono::steady_clock::now();
+  if (death == Death::inner_phase) {
+    ASSERT_TRUE(wait_for(run_dir(name(2)), "{\"step\": 13,")) << jobs[2]->output();
+    const std::string victim = "^" + testing::bin("train") + " .*run.name=" + name(2) + " ";
+    ASSERT_EQ(run_command("pkill -KILL -f '" + victim + "'").status, 0);
+  }
+  // Killing itself, the victim is seen dead when its mpirun ends (a little after the kill).
+  auto killed = std::chrono::steady_clock::now();
   EXPECT_NE(jobs[2]->wait(), 0);
+  if (death == Death::averaging) killed = std::chrono::steady_clock::now();
   // The survivors' next sync completes without it.
   ASSERT_TRUE(wait_for(run_dir(name(0)), "{\"step\": 20, \"outer_step\"")) << jobs[0]->output();
   const double recovery =
@@ -391,7 +429,8 @@ void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag
   EXPECT_EQ(array_at(joined, "joining", 30), (std::vector<double>{2}));
   EXPECT_EQ(array_at(joined, "members", 40), (std::vector<double>{0, 1, 2}));
   // It trained steps 31 to 40 only (after the resumed run's 1 to 10), and ends with the group's
-  // parameters and outer state, bit for bit (the inner optimizer's moments are its own).
+  // parameters and outer state, bit for bit (the inner optimizer's moments and an error-feedback
+  // residual are its own).
   std::vector<double> steps;
   for (const double step : metric(joined, "step"))
     if (step > 10 || !resume) steps.push_back(step);
@@ -399,7 +438,7 @@ void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag
   EXPECT_EQ(steps.front(), 30);  // the sync it joined at
   const auto diff = run_command(testing::bin("ckpt") + " diff " + checkpoint(run_dir(name(0))) +
                                 " " + checkpoint(joined));
-  for (const char* tensor : {"model/", "outer/"})
+  for (const char* tensor : {"model/", "outer/anchor", "outer/momentum"})
     EXPECT_EQ(diff.output.find(tensor), std::string::npos) << diff.output;
 }
 

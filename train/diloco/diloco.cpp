@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <numeric>
 #include <thread>
@@ -17,6 +19,17 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A test's SIGKILL in the middle of the averaging of the sync after step
+// STRATA_TEST_KILL_IN_AVERAGING, between its two pieces: the others hold part of an average
+// (tests/mpi/elastic_diloco_test.cpp).
+std::int64_t test_kill_in_averaging() {
+  static const std::int64_t step = [] {
+    const char* text = std::getenv("STRATA_TEST_KILL_IN_AVERAGING");
+    return text ? std::atoll(text) : -1LL;
+  }();
+  return step;
 }
 
 }  // namespace
@@ -156,17 +169,38 @@ std::vector<OuterSyncReport> Diloco::after_inner_step(TrainingBackend& backend, 
     reports.push_back(apply(backend, *pending_));
     pending_.reset();
   }
+  if (!config_.overlap) {
+    average_due(backend, step);
+    std::vector<OuterSyncReport> applied = apply_averaged(backend);
+    reports.insert(reports.end(), applied.begin(), applied.end());
+    return reports;
+  }
   for (int f : fragments_due(step)) {
-    std::unique_ptr<Sync> sync = prepare(backend, f, step);
-    if (config_.overlap) {
-      STRATA_CHECK(!pending_, "DiLoCo: two syncs in flight");
-      pending_ = std::move(sync);
-      continue;
-    }
-    average(*sync);
-    reports.push_back(apply(backend, *sync));
+    STRATA_CHECK(!pending_, "DiLoCo: two syncs in flight");
+    pending_ = prepare(backend, f, step);
   }
   return reports;
+}
+
+void Diloco::average_due(TrainingBackend& backend, std::int64_t step) {
+  STRATA_CHECK(averaged_.empty(), "DiLoCo: averaged syncs neither applied nor discarded");
+  residual_before_ = residual_;
+  for (int f : fragments_due(step)) {
+    averaged_.push_back(prepare(backend, f, step));
+    average(*averaged_.back());
+  }
+}
+
+std::vector<OuterSyncReport> Diloco::apply_averaged(TrainingBackend& backend) {
+  std::vector<OuterSyncReport> reports;
+  for (const std::unique_ptr<Sync>& sync : averaged_) reports.push_back(apply(backend, *sync));
+  averaged_.clear();
+  return reports;
+}
+
+void Diloco::discard_averaged() {
+  if (!residual_before_.empty()) residual_ = residual_before_;
+  averaged_.clear();
 }
 
 void Diloco::begin_inner_step() {
@@ -245,6 +279,7 @@ void Diloco::average(Sync& sync) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(sync.report.fragment)];
   for (std::size_t p = 0; p < pieces.size(); ++p) {
+    if (p == 1 && sync.report.step == test_kill_in_averaging()) std::raise(SIGKILL);
     float* residual =
         residual_.empty() ? nullptr : residual_.data() + (pieces[p].begin - placement_.share.begin);
     average_across_workers(*placement_.outer, averaging_, sync.values[p].data(), pieces[p].size(),

@@ -91,6 +91,7 @@ struct OuterSyncReport {
   // Elastic: the sync's whole wall time on this rank, waiting for the members and connecting
   // included (`seconds` is the averaging's alone).
   double wall_seconds = 0;
+  int attempts = 1;  // elastic: how many times it was decided (a member lost while averaging)
 };
 
 class Diloco {
@@ -144,6 +145,12 @@ class Diloco {
   // anchor on every fragment; its error-feedback residual starts at zero). Bytes: 2 · 4 · share
   // elements per joiner, counted as "send".
   void hand_state_to_joiners(TrainingBackend& backend, int donor);
+  // Elastic: the syncs due after `step` averaged and held, not applied (never with overlap), so
+  // that a member lost during the averaging costs nothing: apply_averaged applies them,
+  // discard_averaged drops them and restores the error-feedback residual the averaging moved.
+  void average_due(TrainingBackend& backend, std::int64_t step);
+  std::vector<OuterSyncReport> apply_averaged(TrainingBackend& backend);
+  void discard_averaged();
 
  private:
   struct Sync;
@@ -168,9 +175,11 @@ class Diloco {
   // averages (split at the end of wte).
   std::vector<ElementRange> fragment_ranges_;
   std::vector<std::vector<ElementRange>> pieces_;
-  std::vector<std::size_t> fragment_sizes_;  // logical elements per fragment
-  std::unique_ptr<Sync> pending_;            // overlap: the sync in flight or about to start
-  std::vector<bool> joining_;                // elastic: per member of the next sync
+  std::vector<std::size_t> fragment_sizes_;      // logical elements per fragment
+  std::unique_ptr<Sync> pending_;                // overlap: the sync in flight or about to start
+  std::vector<bool> joining_;                    // elastic: per member of the next sync
+  std::vector<std::unique_ptr<Sync>> averaged_;  // average_due's syncs, not yet applied
+  std::vector<float> residual_before_;           // the residual before them
 };
 
 // The DiLoCo state names of worker w in a checkpoint: "" for worker 0 (so /model, /optimizer

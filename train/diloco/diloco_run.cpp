@@ -83,7 +83,8 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
     if (elastic)
       line.add("members", std::vector<double>(r.member_slots.begin(), r.member_slots.end()))
           .add("joining", std::vector<double>(r.joining_slots.begin(), r.joining_slots.end()))
-          .add("outer_wall_s", r.wall_seconds, "%.6f");
+          .add("outer_wall_s", r.wall_seconds, "%.6f")
+          .add("sync_attempts", r.attempts);
     metrics->write(line);
   }
   // "fragment 2/4 (1.2M of 4.9M parameters)", or "fragments 1+2/4 (...)" when two met at once.

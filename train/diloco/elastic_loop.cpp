@@ -1,9 +1,11 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <vector>
 
 #include "model/core/error.h"
+#include "parallel/elastic/gloo_communicator.h"
 #include "train/diloco/outer_loop.h"
 
 namespace strata {
@@ -68,40 +70,97 @@ class ElasticLoop final : public OuterLoop {
     }
   }
 
-  // The sync after `step` if this worker is among its members.
+  // The sync after `step` if this worker is among its members. A member lost during the
+  // averaging (or before its Gloo groups connect) fails it on some ranks: then every member
+  // discards its average and the sync is decided again without the lost one
+  // (parallel/elastic/elastic_group.h), at most kMaxFailedAttempts times in a row with nobody lost.
   std::optional<std::vector<OuterSyncReport>> run_sync(TrainingBackend& backend, std::int64_t step,
                                                        bool joining) {
+    constexpr int kMaxFailedAttempts = 3;
     const auto start = std::chrono::steady_clock::now();
-    const SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), joining);
-    const int me = m.index_of(worker_.slot());
-    if (me < 0) return std::nullopt;
+    std::vector<int> lost;
+    int unchanged_failures = 0;
+    for (int attempt = 0;; ++attempt) {
+      const SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), joining, attempt);
+      const int me = m.index_of(worker_.slot());
+      if (me < 0) return std::nullopt;
+      for (int slot : m.lost)
+        if (std::find(lost.begin(), lost.end(), slot) == lost.end()) lost.push_back(slot);
+      const int members = static_cast<int>(m.slots.size());
+      std::string why = "could not connect to every member";
+      bool averaged = worker_.connected();
+      if (averaged) {
+        diloco_.set_sync_group({&worker_.outer(), &worker_.metrics(), me, members, m.joining});
+        try {
+          diloco_.average_due(backend, step);
+        } catch (const PeerLost& e) {
+          averaged = false;
+          why = e.what();
+        }
+      }
+      const ElasticGroup::Outcome outcome = worker_.settle(m, averaged);
+      if (outcome == ElasticGroup::Outcome::retry) {
+        diloco_.discard_averaged();
+        unchanged_failures = m.lost.empty() && attempt > 0 ? unchanged_failures + 1 : 1;
+        if (unchanged_failures >= kMaxFailedAttempts)
+          fail("diloco.join: the sync after step ", step, " failed ", unchanged_failures,
+               " times in a row with every member alive (last: ", why, ")");
+        if (metrics_ != nullptr)
+          std::printf("slot %d: the sync after step %lld failed on a member (%s); meeting again\n",
+                      worker_.slot(), static_cast<long long>(step),
+                      averaged ? "another member's averaging failed" : why.c_str());
+        continue;
+      }
+      std::vector<OuterSyncReport> reports = diloco_.apply_averaged(backend);
+      const bool handover_failed = hand_state(backend, m);
+      // A sync applied alone (or whose verdict the store could not give), or a handover that
+      // failed: this worker joins the group again at the next one.
+      rejoining_ =
+          m.alone || outcome == ElasticGroup::Outcome::commit_and_rejoin || handover_failed;
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::vector<int> joined;
+      for (int i = 0; i < members; ++i)
+        if (m.joining[static_cast<std::size_t>(i)])
+          joined.push_back(m.slots[static_cast<std::size_t>(i)]);
+      for (OuterSyncReport& r : reports) {
+        r.wall_seconds = wall;
+        r.member_slots = m.slots;
+        r.joining_slots = joined;
+        r.lost_slots = lost;
+        r.attempts = attempt + 1;
+      }
+      return reports;
+    }
+  }
+
+  // After a sync with joiners: a contributor hands them the group's state. True for a joiner
+  // whose handover failed on any of its ranks (the donor lost): it joins again at the next sync;
+  // the others need nothing from it.
+  bool hand_state(TrainingBackend& backend, const SyncMembers& m) {
     const int members = static_cast<int>(m.slots.size());
-    diloco_.set_sync_group({&worker_.outer(), &worker_.metrics(), me, members, m.joining});
-    std::vector<OuterSyncReport> reports = diloco_.after_inner_step(backend, step);
-    std::vector<int> joined;
     int donor = -1;
+    bool any_joiner = false;
     for (int i = 0; i < members; ++i) {
-      const auto at = static_cast<std::size_t>(i);
-      if (m.joining[at])
-        joined.push_back(m.slots[at]);
+      if (m.joining[static_cast<std::size_t>(i)])
+        any_joiner = true;
       else if (donor < 0)
         donor = i;
     }
+    if (members < 2 || !any_joiner) return false;
     // When every member joins (after a store outage each applied its outer step alone), the
     // first one's state becomes the group's.
     if (donor < 0) donor = 0;
-    if (members > 1 && !joined.empty()) diloco_.hand_state_to_joiners(backend, donor);
-    // A sync this worker applied alone: it joins the group again at the next one.
-    rejoining_ = m.alone;
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (OuterSyncReport& r : reports) {
-      r.wall_seconds = wall;
-      r.member_slots = m.slots;
-      r.joining_slots = joined;
-      r.lost_slots = m.lost;
+    bool handed = true;
+    try {
+      diloco_.hand_state_to_joiners(backend, donor);
+    } catch (const PeerLost& e) {
+      handed = false;
+      std::fprintf(stderr, "warning: the handover of the group's state failed (%s)\n", e.what());
     }
-    return reports;
+    const bool joiner = m.joining[static_cast<std::size_t>(m.index_of(worker_.slot()))] &&
+                        m.index_of(worker_.slot()) != donor;
+    return !worker_.all_ranks(handed) && joiner;
   }
 
   Diloco& diloco_;

@@ -96,8 +96,8 @@ ElasticWorker::ElasticWorker(const Config& config, const MeshShape& mesh, MpiCom
       return c.key + " is " + c.after + " here but " + c.before +
              " in the group: every worker of a group shares it";
     };
-    group_ = std::make_unique<ElasticGroup>(s);
-    return std::to_string(group_->slot());
+    leader_ = std::make_unique<ElasticGroup>(s);
+    return std::to_string(leader_->slot());
   });
   slot_ = std::stoi(slot);
 }
@@ -106,7 +106,7 @@ ElasticWorker::~ElasticWorker() = default;
 
 std::optional<std::int64_t> ElasticWorker::newest_sync() {
   const std::string text = on_leader(job_, [&] {
-    const std::optional<std::int64_t> newest = group_->newest_sync();
+    const std::optional<std::int64_t> newest = leader_->newest_sync();
     return newest ? std::to_string(*newest) : std::string();
   });
   if (text.empty()) return std::nullopt;
@@ -115,22 +115,22 @@ std::optional<std::int64_t> ElasticWorker::newest_sync() {
 
 void ElasticWorker::wait_for_workers() {
   on_leader(job_, [&] {
-    group_->wait_for_workers();
+    leader_->wait_for_workers();
     return std::string();
   });
 }
 
-SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool joining) {
+SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool joining,
+                                int attempt) {
   const SyncMembers members = SyncMembers::parse(
-      on_leader(job_, [&] { return group_->sync(step, previous, joining).text(); }));
+      on_leader(job_, [&] { return leader_->sync(step, previous, joining, attempt).text(); }));
   slot_ = members.own_slot;
   const int me = members.index_of(slot_);
-  if (me < 0 || members.group_step == group_step_) return members;
+  const std::pair<std::int64_t, int> id{members.group_step, members.group_attempt};
+  if (me < 0 || membership_ == id) return members;
   // A new membership: every rank meets the same rank of the other members in Gloo groups of
-  // their own, named by the sync that formed it and this rank's place in its job.
-  if (outer_) retired_ += outer_->stats();
-  outer_.reset();
-  metrics_.reset();
+  // their own, named by the decision that formed it and this rank's place in its job.
+  close_groups();
   GlooMembers gloo;
   gloo.rank = me;
   gloo.size = static_cast<int>(members.slots.size());
@@ -140,25 +140,56 @@ SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool j
   if (members.alone) {  // a group of one needs no rendezvous
     outer_ = std::make_unique<GlooCommunicator>(nullptr, gloo);
     metrics_ = std::make_unique<GlooCommunicator>(nullptr, gloo);
-    group_step_ = members.group_step;
+    membership_ = id;
     return members;
   }
   try {
     // The leader uses its group's connection to the store; the other ranks open their own.
     if (job_.rank() != 0 && !store_) store_ = open_rendezvous_store(url_, timeout_s_);
-    RendezvousStore& store = job_.rank() == 0 ? group_->store() : *store_;
-    const std::string prefix = group_name_ + "/gloo/" + std::to_string(members.group_step) + "/" +
-                               std::to_string(job_.rank()) + "/";
+    RendezvousStore& store = job_.rank() == 0 ? leader_->store() : *store_;
+    const std::string prefix =
+        group_name_ + "/gloo/" + std::to_string(members.group_step) +
+        (members.group_attempt > 0 ? "." + std::to_string(members.group_attempt) : std::string()) +
+        "/" + std::to_string(job_.rank()) + "/";
     gloo.prefix = prefix + "outer";
     outer_ = std::make_unique<GlooCommunicator>(&store, gloo);
     gloo.prefix = prefix + "metrics";
     metrics_ = std::make_unique<GlooCommunicator>(&store, gloo);
+    membership_ = id;
   } catch (const std::exception& e) {
-    fail("diloco.join: could not connect to the group's members at step ", step, " (", e.what(),
-         ")");
+    // A member gone between the decision and the connection: the sync's outcome says so
+    // (settle), and the group meets again without it.
+    std::fprintf(stderr,
+                 "warning: could not connect to the members of the sync after step %lld (%s)\n",
+                 static_cast<long long>(step), e.what());
+    close_groups();
   }
-  group_step_ = members.group_step;
   return members;
+}
+
+void ElasticWorker::close_groups() {
+  if (outer_) retired_ += outer_->stats();
+  outer_.reset();
+  metrics_.reset();
+  membership_.reset();
+}
+
+bool ElasticWorker::all_ranks(bool ok) {
+  int all = ok ? 1 : 0;
+  if (MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, job_.comm()) != MPI_SUCCESS)
+    fail("MPI_Allreduce of the elastic sync's outcome failed");
+  return all != 0;
+}
+
+ElasticGroup::Outcome ElasticWorker::settle(const SyncMembers& m, bool averaged) {
+  // Closed at once, so that the members waiting on this rank stop waiting.
+  if (!averaged) close_groups();
+  const bool job_averaged = all_ranks(averaged);
+  const std::string verdict = on_leader(
+      job_, [&] { return std::to_string(static_cast<int>(leader_->settle(m, job_averaged))); });
+  const auto outcome = static_cast<ElasticGroup::Outcome>(std::stoi(verdict));
+  if (outcome == ElasticGroup::Outcome::retry) close_groups();
+  return outcome;
 }
 
 CommStats ElasticWorker::outer_stats() const {
@@ -168,7 +199,7 @@ CommStats ElasticWorker::outer_stats() const {
 }
 
 void ElasticWorker::leave(const std::string& why) {
-  if (group_) group_->leave(why);
+  if (leader_) leader_->leave(why);
 }
 
 }  // namespace strata

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "parallel/comm/mpi_communicator.h"
 #include "parallel/elastic/elastic_group.h"
@@ -39,10 +40,19 @@ class ElasticWorker {
   std::optional<std::int64_t> newest_sync();
   // A fresh group: waits until diloco.min_workers slots are held; collective.
   void wait_for_workers();
-  // The sync after inner step `step` (`previous`: the sync before it in the schedule, or -1):
-  // the decided members, with this rank's Gloo groups for them ready (outer() and metrics())
-  // when this worker is a member. Collective over the job.
-  SyncMembers sync(std::int64_t step, std::int64_t previous, bool joining);
+  // Attempt `attempt` of the sync after inner step `step` (`previous`: the sync before it in the
+  // schedule, or -1): the decided members, with this rank's Gloo groups for them (outer() and
+  // metrics()) when this worker is a member and connected() says they could be made (a member
+  // that died before connecting makes them fail). Collective over the job.
+  SyncMembers sync(std::int64_t step, std::int64_t previous, bool joining, int attempt);
+  bool connected() const { return outer_ != nullptr; }
+  // After the averaging of sync `m` (`averaged`: it completed on this rank): the group's verdict
+  // (ElasticGroup::settle), from this job's outcome (every rank's) and every other member's.
+  // On a retry the Gloo groups are closed, so that members still waiting on this one stop.
+  // Collective over the job.
+  ElasticGroup::Outcome settle(const SyncMembers& m, bool averaged);
+  // Every rank of the job says `ok` (raw MPI, uncounted); true when all do.
+  bool all_ranks(bool ok);
   Communicator& outer() { return *outer_; }
   Communicator& metrics() { return *metrics_; }
   // Every Gloo group's counted traffic so far, the retired ones included.
@@ -51,14 +61,17 @@ class ElasticWorker {
   void leave(const std::string& why);
 
  private:
+  void close_groups();
+
   MpiCommunicator& job_;
   std::string url_, group_name_;
   double timeout_s_;
   std::string interface_;
-  std::unique_ptr<ElasticGroup> group_;     // rank 0 only
+  std::unique_ptr<ElasticGroup> leader_;    // rank 0 only
   std::unique_ptr<RendezvousStore> store_;  // the other ranks' connection (Gloo's rendezvous)
   int slot_ = -1;
-  std::int64_t group_step_ = -1;  // the membership the Gloo groups belong to
+  // The membership the Gloo groups belong to: (group_step, group_attempt) of its decision.
+  std::optional<std::pair<std::int64_t, int>> membership_;
   std::unique_ptr<GlooCommunicator> outer_, metrics_;
   CommStats retired_;
 };
