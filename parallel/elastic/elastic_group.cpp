@@ -149,10 +149,11 @@ void ElasticGroup::check_settings() {
 }
 
 std::int64_t ElasticGroup::newest_holder(int slot) {
-  const std::string prefix = key("claim/" + std::to_string(slot) + "/");
-  std::int64_t newest = -1;
-  for (const std::string& k : store_->keys(prefix))
-    newest = std::max<std::int64_t>(newest, std::stoll(k.substr(prefix.size())));
+  // Generations only grow: probe upwards from the newest one seen (reads of single keys, not a
+  // listing, which on Redis scans the whole store).
+  std::int64_t& newest = newest_seen_.try_emplace(slot, -1).first->second;
+  while (store_->get(key("claim/" + std::to_string(slot) + "/" + std::to_string(newest + 1))))
+    ++newest;
   return newest;
 }
 
@@ -298,20 +299,12 @@ std::map<int, std::int64_t> ElasticGroup::live_holders() {
 }
 
 std::optional<SyncMembers> ElasticGroup::final_decision(std::int64_t step) {
-  const std::string prefix = key("members/");
-  const std::string name = std::to_string(step);
-  int last = -1;
-  for (const std::string& k : store_->keys(prefix + name)) {
-    const std::string rest = k.substr(prefix.size());
-    if (rest == name)
-      last = std::max(last, 0);
-    else if (rest.starts_with(name + "."))
-      last = std::max(last, std::stoi(rest.substr(name.size() + 1)));
+  std::optional<SyncMembers> last;
+  for (int attempt = 0;; ++attempt) {
+    const auto stored = store_->get(key("members/" + sync_name(step, attempt)));
+    if (!stored) return last;
+    last = SyncMembers::parse(store_text(*stored));
   }
-  if (last < 0) return std::nullopt;
-  const auto stored = store_->get(key("members/" + sync_name(step, last)));
-  if (!stored) return std::nullopt;
-  return SyncMembers::parse(store_text(*stored));
 }
 
 std::optional<SyncMembers> ElasticGroup::try_decide(std::int64_t step, std::int64_t previous,
@@ -416,22 +409,18 @@ ElasticGroup::Outcome ElasticGroup::settle(const SyncMembers& m, bool averaged) 
   bool posted = false;
   while (true) {
     try {
-      if (!posted)
-        store_->set(prefix + mine + (averaged ? ":averaged" : ":failed"), store_bytes("1"));
+      if (!posted) store_->set(prefix + mine, store_bytes(averaged ? "averaged" : "failed"));
       posted = true;
       // Nobody applies an average that a member failed to complete.
       if (!averaged) return Outcome::retry;
-      std::vector<std::string> reported;
-      for (const std::string& k : store_->keys(prefix)) {
-        const std::string rest = k.substr(prefix.size());
-        if (rest.ends_with(":failed")) return Outcome::retry;
-        reported.push_back(rest.substr(0, rest.find(':')));
-      }
+      // One read per member (not a listing: a Redis listing scans the whole store).
       bool everyone = true;
-      for (std::size_t i = 0; i < m.slots.size() && everyone; ++i) {
+      for (std::size_t i = 0; i < m.slots.size(); ++i) {
         const std::string id = std::to_string(m.slots[i]) + "." + std::to_string(m.holders[i]);
-        if (std::find(reported.begin(), reported.end(), id) == reported.end() &&
-            !found_dead(m.slots[i], m.holders[i]))
+        if (id == mine) continue;
+        const auto outcome = store_->get(prefix + id);
+        if (outcome && store_text(*outcome) == "failed") return Outcome::retry;
+        if (!outcome && everyone && !found_dead(m.slots[i], m.holders[i]))
           everyone = false;  // alive and still averaging
       }
       if (everyone) return Outcome::commit;

@@ -15,9 +15,8 @@
 //                        observer's own clock: hosts need no common time)
 //   arrive/<s>/<w>       slot w reached the sync after inner step s ("<g> contributor|joiner")
 //   members/<s>          the sync's decided membership (SyncMembers, as text)
-//   outcome/<s>/<w>.<g>:averaged|failed
-//                        how the averaging went on member w's job (every rank of it), the
-//                        outcome in the key's name so that one listing reads them all
+//   outcome/<s>/<w>.<g>  how the averaging went on member w's job (every rank of it): "averaged"
+//                        or "failed"
 // A sync that had to be retried names its attempts a ≥ 1 "<s>.<a>" in the last three keys.
 //
 // A sync is decided when every live slot holder has arrived: the members are those that arrived,
@@ -159,6 +158,7 @@ class ElasticGroup {
     double since = 0;
   };
   std::map<std::pair<int, std::int64_t>, Observed> observed_;
+  std::map<int, std::int64_t> newest_seen_;  // per slot: the newest claim generation seen
   std::mutex holder_mutex_;  // slot_ and generation_, which the heartbeat thread reads
   std::atomic<bool> stopping_{false};
   std::atomic<bool> left_{false};
