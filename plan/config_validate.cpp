@@ -315,7 +315,6 @@ void validate_diloco(const Config& c, const Rules& rules) {
     rules.fail("diloco.drop_probability",
                "simulates failures of a job's own workers; an elastic group (diloco.join) has "
                "real ones");
-  if (d.overlap) rules.fail("diloco.overlap", "is not supported with diloco.join yet");
 }
 
 }  // namespace

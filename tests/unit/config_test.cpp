@@ -406,11 +406,10 @@ TEST(ConfigErrors, ElasticDilocoKeysNameTheKey) {
   EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', group: 'a/b'}"),
                   "'diloco.group' must be a name without spaces or '/'");
   EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', timeout: 0}"), "'diloco.timeout' must be > 0");
-  EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', overlap: true}"),
-                  "'diloco.overlap' is not supported with diloco.join yet");
   EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', drop_probability: 0.1}"),
                   "'diloco.drop_probability' simulates failures of a job's own workers");
   EXPECT_NO_THROW(parse_config(elastic + "'redis://h:1', slot: 2, min_workers: 3}", "ok.yaml"));
+  EXPECT_NO_THROW(parse_config(elastic + "'redis://h:1', overlap: true}", "overlap.yaml"));
 }
 
 TEST(ConfigErrors, OptimizerKeysNameTheKey) {

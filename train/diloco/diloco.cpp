@@ -175,11 +175,44 @@ std::vector<OuterSyncReport> Diloco::after_inner_step(TrainingBackend& backend, 
     reports.insert(reports.end(), applied.begin(), applied.end());
     return reports;
   }
+  prepare_due(backend, step);
+  return reports;
+}
+
+void Diloco::prepare_due(TrainingBackend& backend, std::int64_t step) {
   for (int f : fragments_due(step)) {
     STRATA_CHECK(!pending_, "DiLoCo: two syncs in flight");
+    residual_before_ = residual_;
     pending_ = prepare(backend, f, step);
   }
+}
+
+void Diloco::wait_pending() {
+  if (pending_->started)
+    join(*pending_);
+  else
+    average(*pending_);
+}
+
+void Diloco::average_pending_again() {
+  if (pending_->thread.joinable()) pending_->thread.join();
+  pending_->error = nullptr;
+  if (!residual_before_.empty()) residual_ = residual_before_;
+  set_members(*pending_);
+  average(*pending_);
+}
+
+std::vector<OuterSyncReport> Diloco::apply_pending(TrainingBackend& backend) {
+  std::vector<OuterSyncReport> reports{apply(backend, *pending_)};
+  pending_.reset();
   return reports;
+}
+
+void Diloco::drop_pending() {
+  if (!pending_) return;
+  if (pending_->thread.joinable()) pending_->thread.join();
+  if (!residual_before_.empty()) residual_ = residual_before_;
+  pending_.reset();
 }
 
 void Diloco::average_due(TrainingBackend& backend, std::int64_t step) {
@@ -217,11 +250,7 @@ void Diloco::begin_inner_step() {
 }
 
 void Diloco::resume(TrainingBackend& backend, std::int64_t step) {
-  if (!config_.overlap) return;
-  for (int f : fragments_due(step)) {
-    STRATA_CHECK(!pending_, "DiLoCo: two syncs in flight");
-    pending_ = prepare(backend, f, step);
-  }
+  if (config_.overlap) prepare_due(backend, step);
 }
 
 std::vector<OuterSyncReport> Diloco::finish(TrainingBackend& backend) {
@@ -253,26 +282,35 @@ std::unique_ptr<Diloco::Sync> Diloco::prepare(TrainingBackend& backend, int frag
   report.model_elements =
       std::accumulate(fragment_sizes_.begin(), fragment_sizes_.end(), std::size_t{0});
   report.round = round_of(fragment, step);
+  for (const ElementRange& piece : pieces_[static_cast<std::size_t>(fragment)]) {
+    std::vector<float> theta(piece.size());
+    backend.read_master_weights(piece, theta.data());
+    sync->start.push_back(std::move(theta));
+  }
+  set_members(*sync);
+  return sync;
+}
+
+void Diloco::set_members(Sync& sync) const {
+  OuterSyncReport& report = sync.report;
   // Fragments fail independently: the key of a sync is (seed, fragment, round).
-  const std::uint64_t key = hash_combine(seed_, static_cast<std::uint64_t>(fragment));
+  const std::uint64_t key = hash_combine(seed_, static_cast<std::uint64_t>(report.fragment));
   report.dropped = dropped_workers(key, report.round, placement_.workers, config_.drop_probability);
   // Elastic: a joining member is left out as a dropped one is (it takes the state afterwards).
   for (std::size_t w = 0; w < joining_.size() && w < report.dropped.size(); ++w)
     if (joining_[w]) report.dropped[w] = true;
-  sync->round = AveragingRound{report.round, key, report.dropped, 2};
-  sync->dropped = report.dropped[static_cast<std::size_t>(placement_.worker)];
-  for (const ElementRange& piece : pieces_[static_cast<std::size_t>(fragment)]) {
-    std::vector<float> theta(piece.size());
-    backend.read_master_weights(piece, theta.data());
-    std::vector<float> values = theta;
+  sync.round = AveragingRound{report.round, key, report.dropped, 2};
+  sync.dropped = report.dropped[static_cast<std::size_t>(placement_.worker)];
+  const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(report.fragment)];
+  sync.values.clear();
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    std::vector<float> values = sync.start[p];
     if (compression_ != OuterCompression::none) {
-      const float* anchor = optimizer_.anchor().data() + (piece.begin - placement_.share.begin);
-      for (std::size_t i = 0; i < values.size(); ++i) values[i] = anchor[i] - theta[i];
+      const float* anchor = optimizer_.anchor().data() + (pieces[p].begin - placement_.share.begin);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = anchor[i] - sync.start[p][i];
     }
-    sync->start.push_back(std::move(theta));
-    sync->values.push_back(std::move(values));
+    sync.values.push_back(std::move(values));
   }
-  return sync;
 }
 
 void Diloco::average(Sync& sync) {

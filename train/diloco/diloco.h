@@ -100,6 +100,7 @@ class Diloco {
          const GptShape& shape, const DilocoPlacement& placement);
 
   const DilocoPlacement& placement() const { return placement_; }
+  bool overlaps() const { return config_.overlap; }
   // The fragments that meet after inner step `step` (1-based count of optimizer steps).
   std::vector<int> fragments_due(std::int64_t step) const;
   // A fresh run: every anchor := the backend's parameters.
@@ -151,10 +152,24 @@ class Diloco {
   void average_due(TrainingBackend& backend, std::int64_t step);
   std::vector<OuterSyncReport> apply_averaged(TrainingBackend& backend);
   void discard_averaged();
+  // Elastic with overlap: the sync due after step s is prepared (prepare_due) once its members
+  // are decided, and averaged on its thread while step s+1 computes (begin_inner_step). After
+  // step s+1 it is waited for (wait_pending: a member lost rethrows the thread's PeerLost),
+  // averaged again synchronously from θ_s for the members of a retry (average_pending_again: the
+  // residual restored, the members' dropped flags anew), then applied (apply_pending, with step
+  // s+1's progress kept) or dropped (drop_pending: a worker that rejoins instead).
+  bool has_pending() const { return pending_ != nullptr; }
+  void prepare_due(TrainingBackend& backend, std::int64_t step);
+  void wait_pending();
+  void average_pending_again();
+  std::vector<OuterSyncReport> apply_pending(TrainingBackend& backend);
+  void drop_pending();
 
  private:
   struct Sync;
   std::unique_ptr<Sync> prepare(TrainingBackend& backend, int fragment, std::int64_t step);
+  // The sync's dropped members and the vectors it averages, for the current members.
+  void set_members(Sync& sync) const;
   void average(Sync& sync);
   OuterSyncReport apply(TrainingBackend& backend, Sync& sync);
   void join(Sync& sync);
@@ -179,7 +194,7 @@ class Diloco {
   std::unique_ptr<Sync> pending_;                // overlap: the sync in flight or about to start
   std::vector<bool> joining_;                    // elastic: per member of the next sync
   std::vector<std::unique_ptr<Sync>> averaged_;  // average_due's syncs, not yet applied
-  std::vector<float> residual_before_;           // the residual before them
+  std::vector<float> residual_before_;           // the residual before them (or before pending_)
 };
 
 // The DiLoCo state names of worker w in a checkpoint: "" for worker 0 (so /model, /optimizer

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "model/core/error.h"
@@ -24,43 +25,81 @@ class ElasticLoop final : public OuterLoop {
 
   void start(TrainingBackend& backend) override {
     before_ = worker_.outer_stats();
-    const std::optional<std::int64_t> newest = worker_.newest_sync();
-    if (!newest) {
-      worker_.wait_for_workers();
-    } else if (*newest > progress_.step) {
+    std::optional<std::int64_t> newest = worker_.newest_sync();
+    bool behind = newest && *newest > progress_.step;
+    // Resumed with overlap after a sync's step: the checkpoint holds θ from before that sync,
+    // which the group has applied since (or retried without this worker): it joins instead.
+    if (diloco_.has_pending()) {
+      diloco_.drop_pending();
+      newest = std::max(newest.value_or(progress_.step), progress_.step);
+      behind = true;
+    }
+    if (behind) {
       join(backend, *newest);
       report(0.0);  // no step of this worker's went into the sync it joined at
+    } else if (!newest) {
+      worker_.wait_for_workers();
     }
   }
-  void begin_inner_step() override { before_ = worker_.outer_stats(); }
+  void begin_inner_step() override {
+    before_ = worker_.outer_stats();
+    diloco_.begin_inner_step();
+  }
   void end_inner_step(TrainingBackend& backend, std::int64_t step) override {
+    if (in_flight_) {
+      settle_in_flight(backend, step);
+      if (progress_.step != step) return;  // left out of it: joined a later sync
+    }
     if (diloco_.fragments_due(step).empty()) return;
-    if (std::optional<std::vector<OuterSyncReport>> reports = run_sync(backend, step, rejoining_)) {
-      syncs_ = std::move(*reports);
+    if (diloco_.overlaps() && !rejoining_) {
+      if (start_in_flight(backend, step)) return;
+    } else if (std::optional<std::vector<OuterSyncReport>> reports =
+                   run_sync(backend, step, rejoining_)) {
+      append(std::move(*reports));
       return;
     }
-    // Left out (late, or found silent): this worker's θ since the last sync is lost; it meets
-    // the group at its next sync and goes on from there.
-    if (metrics_ != nullptr)
-      std::printf("slot %d was left out of the sync after step %lld; joining the next one\n",
-                  worker_.slot(), static_cast<long long>(step));
-    join(backend, step);
+    left_out(backend, step);
   }
   void report(double loss) override {
     if (!syncs_.empty())
       report_outer_syncs(syncs_, loss, worker_.outer_stats() - before_, groups_, metrics_);
     syncs_.clear();
   }
+  void finish(TrainingBackend& backend, double loss) override {
+    before_ = worker_.outer_stats();
+    if (in_flight_) settle_in_flight(backend, progress_.step);
+    report(loss);
+  }
 
  private:
-  // Joins the group at the first sync after `newest` that takes this worker.
+  // A sync whose averaging runs while the next inner step computes (diloco.overlap).
+  struct InFlight {
+    SyncMembers members;
+    std::chrono::steady_clock::time_point start;
+  };
+
+  void append(std::vector<OuterSyncReport> reports) {
+    syncs_.insert(syncs_.end(), reports.begin(), reports.end());
+  }
+
+  // Left out (late, or found silent): this worker's θ since the last sync is lost; it meets the
+  // group at its next sync and goes on from there.
+  void left_out(TrainingBackend& backend, std::int64_t step) {
+    if (metrics_ != nullptr)
+      std::printf("slot %d was left out of the sync after step %lld; joining the next one\n",
+                  worker_.slot(), static_cast<long long>(step));
+    join(backend, step);
+  }
+
+  // Joins the group at the first sync after `newest` that takes this worker (synchronously: a
+  // joining sync never overlaps a step).
   void join(TrainingBackend& backend, std::int64_t newest) {
     while (true) {
       const std::int64_t step = diloco_.next_sync_step(newest);
       if (std::optional<std::vector<OuterSyncReport>> reports = run_sync(backend, step, true)) {
         progress_.step = step;
         progress_.data_position = step * global_batch_;
-        syncs_ = std::move(*reports);
+        append(std::move(*reports));
         if (metrics_ != nullptr)
           std::printf("slot %d joined the group at step %lld\n", worker_.slot(),
                       static_cast<long long>(step));
@@ -70,67 +109,138 @@ class ElasticLoop final : public OuterLoop {
     }
   }
 
-  // The sync after `step` if this worker is among its members. A member lost during the
-  // averaging (or before its Gloo groups connect) fails it on some ranks: then every member
-  // discards its average and the sync is decided again without the lost one
-  // (parallel/elastic/elastic_group.h), at most kMaxFailedAttempts times in a row with nobody lost.
+  // Overlap: decides the sync after `step` and prepares it; its averaging starts as the next
+  // step begins. False when this worker is not a member (it joins the next sync instead).
+  bool start_in_flight(TrainingBackend& backend, std::int64_t step) {
+    const auto start = std::chrono::steady_clock::now();
+    const SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), false, 0);
+    const int me = m.index_of(worker_.slot());
+    if (me < 0) return false;
+    if (!worker_.connected()) {  // settled (and retried) now, without overlap
+      diloco_.prepare_due(backend, step);
+      if (auto reports =
+              settle(backend, m, false, "could not connect to every member", true, start)) {
+        append(std::move(*reports));
+        return true;
+      }
+      diloco_.drop_pending();
+      return false;
+    }
+    diloco_.set_sync_group(
+        {&worker_.outer(), &worker_.metrics(), me, static_cast<int>(m.slots.size()), m.joining});
+    diloco_.prepare_due(backend, step);
+    in_flight_ = InFlight{m, start};
+    return true;
+  }
+
+  // Overlap, after the step that the averaging overlapped (`step`): waits for it, settles it
+  // with the group and applies it, or joins the next sync when a retry left this worker out.
+  void settle_in_flight(TrainingBackend& backend, std::int64_t step) {
+    const InFlight flight = *in_flight_;
+    in_flight_.reset();
+    bool averaged = true;
+    std::string why;
+    try {
+      diloco_.wait_pending();
+    } catch (const PeerLost& e) {
+      averaged = false;
+      why = e.what();
+    }
+    if (auto reports = settle(backend, flight.members, averaged, why, true, flight.start)) {
+      append(std::move(*reports));
+      return;
+    }
+    diloco_.drop_pending();
+    left_out(backend, step);
+  }
+
+  // The sync after `step`, synchronously, if this worker is among its members.
   std::optional<std::vector<OuterSyncReport>> run_sync(TrainingBackend& backend, std::int64_t step,
                                                        bool joining) {
-    constexpr int kMaxFailedAttempts = 3;
     const auto start = std::chrono::steady_clock::now();
-    std::vector<int> lost;
+    const SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), joining, 0);
+    if (m.index_of(worker_.slot()) < 0) return std::nullopt;
+    std::string why;
+    const bool averaged = average(backend, m, false, why);
+    return settle(backend, m, averaged, why, false, start);
+  }
+
+  // Averages the sync for members `m` (in_flight: the prepared sync again, from θ_s); false with
+  // `why` when a member was lost on this rank, or its Gloo groups could not be made.
+  bool average(TrainingBackend& backend, const SyncMembers& m, bool in_flight, std::string& why) {
+    if (!worker_.connected()) {
+      why = "could not connect to every member";
+      return false;
+    }
+    diloco_.set_sync_group({&worker_.outer(), &worker_.metrics(), m.index_of(worker_.slot()),
+                            static_cast<int>(m.slots.size()), m.joining});
+    try {
+      if (in_flight)
+        diloco_.average_pending_again();
+      else
+        diloco_.average_due(backend, m.step);
+    } catch (const PeerLost& e) {
+      why = e.what();
+      return false;
+    }
+    return true;
+  }
+
+  // Settles sync `m` after its averaging (`averaged` on this rank) and applies it; a member lost
+  // during the averaging (or before its Gloo groups connect) fails it on some ranks: then every
+  // member discards its average and the sync is decided again without the lost one
+  // (parallel/elastic/elastic_group.h), at most kMaxFailedAttempts times in a row with nobody
+  // lost. nullopt: a retry left this worker out. `in_flight`: the sync is Diloco's pending one.
+  std::optional<std::vector<OuterSyncReport>> settle(TrainingBackend& backend, SyncMembers m,
+                                                     bool averaged, std::string why, bool in_flight,
+                                                     std::chrono::steady_clock::time_point start) {
+    constexpr int kMaxFailedAttempts = 3;
+    const bool joining = m.joining[static_cast<std::size_t>(m.index_of(worker_.slot()))];
+    std::vector<int> lost = m.lost;
     int unchanged_failures = 0;
-    for (int attempt = 0;; ++attempt) {
-      const SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), joining, attempt);
-      const int me = m.index_of(worker_.slot());
-      if (me < 0) return std::nullopt;
+    while (true) {
+      const ElasticGroup::Outcome outcome = worker_.settle(m, averaged);
+      if (outcome != ElasticGroup::Outcome::retry) {
+        std::vector<OuterSyncReport> reports =
+            in_flight ? diloco_.apply_pending(backend) : diloco_.apply_averaged(backend);
+        const bool handover_failed = hand_state(backend, m);
+        // A sync applied alone (or whose verdict the store could not give), or a handover that
+        // failed: this worker joins the group again at the next one.
+        rejoining_ =
+            m.alone || outcome == ElasticGroup::Outcome::commit_and_rejoin || handover_failed;
+        describe(reports, m, lost, start);
+        return reports;
+      }
+      if (!in_flight) diloco_.discard_averaged();
+      unchanged_failures = m.lost.empty() && m.attempt > 0 ? unchanged_failures + 1 : 1;
+      if (unchanged_failures >= kMaxFailedAttempts)
+        fail("diloco.join: the sync after step ", m.step, " failed ", unchanged_failures,
+             " times in a row with every member alive (last: ", why, ")");
+      if (metrics_ != nullptr)
+        std::printf("slot %d: the sync after step %lld failed on a member (%s); meeting again\n",
+                    worker_.slot(), static_cast<long long>(m.step),
+                    averaged ? "another member's averaging failed" : why.c_str());
+      m = worker_.sync(m.step, diloco_.previous_sync_step(m.step), joining, m.attempt + 1);
+      if (m.index_of(worker_.slot()) < 0) return std::nullopt;
       for (int slot : m.lost)
         if (std::find(lost.begin(), lost.end(), slot) == lost.end()) lost.push_back(slot);
-      const int members = static_cast<int>(m.slots.size());
-      std::string why = "could not connect to every member";
-      bool averaged = worker_.connected();
-      if (averaged) {
-        diloco_.set_sync_group({&worker_.outer(), &worker_.metrics(), me, members, m.joining});
-        try {
-          diloco_.average_due(backend, step);
-        } catch (const PeerLost& e) {
-          averaged = false;
-          why = e.what();
-        }
-      }
-      const ElasticGroup::Outcome outcome = worker_.settle(m, averaged);
-      if (outcome == ElasticGroup::Outcome::retry) {
-        diloco_.discard_averaged();
-        unchanged_failures = m.lost.empty() && attempt > 0 ? unchanged_failures + 1 : 1;
-        if (unchanged_failures >= kMaxFailedAttempts)
-          fail("diloco.join: the sync after step ", step, " failed ", unchanged_failures,
-               " times in a row with every member alive (last: ", why, ")");
-        if (metrics_ != nullptr)
-          std::printf("slot %d: the sync after step %lld failed on a member (%s); meeting again\n",
-                      worker_.slot(), static_cast<long long>(step),
-                      averaged ? "another member's averaging failed" : why.c_str());
-        continue;
-      }
-      std::vector<OuterSyncReport> reports = diloco_.apply_averaged(backend);
-      const bool handover_failed = hand_state(backend, m);
-      // A sync applied alone (or whose verdict the store could not give), or a handover that
-      // failed: this worker joins the group again at the next one.
-      rejoining_ =
-          m.alone || outcome == ElasticGroup::Outcome::commit_and_rejoin || handover_failed;
-      const double wall =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::vector<int> joined;
-      for (int i = 0; i < members; ++i)
-        if (m.joining[static_cast<std::size_t>(i)])
-          joined.push_back(m.slots[static_cast<std::size_t>(i)]);
-      for (OuterSyncReport& r : reports) {
-        r.wall_seconds = wall;
-        r.member_slots = m.slots;
-        r.joining_slots = joined;
-        r.lost_slots = lost;
-        r.attempts = attempt + 1;
-      }
-      return reports;
+      averaged = average(backend, m, in_flight, why);
+    }
+  }
+
+  void describe(std::vector<OuterSyncReport>& reports, const SyncMembers& m,
+                const std::vector<int>& lost, std::chrono::steady_clock::time_point start) const {
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::vector<int> joined;
+    for (std::size_t i = 0; i < m.slots.size(); ++i)
+      if (m.joining[i]) joined.push_back(m.slots[i]);
+    for (OuterSyncReport& r : reports) {
+      r.wall_seconds = wall;
+      r.member_slots = m.slots;
+      r.joining_slots = joined;
+      r.lost_slots = lost;
+      r.attempts = m.attempt + 1;
     }
   }
 
@@ -171,7 +281,8 @@ class ElasticLoop final : public OuterLoop {
   MetricsWriter* metrics_;
   CommStats before_;
   std::vector<OuterSyncReport> syncs_;
-  bool rejoining_ = false;  // the last sync was this worker's alone
+  bool rejoining_ = false;  // the next sync joins (the last was this worker's alone)
+  std::optional<InFlight> in_flight_;
 };
 
 }  // namespace
