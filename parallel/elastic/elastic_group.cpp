@@ -311,10 +311,24 @@ std::optional<SyncMembers> ElasticGroup::try_decide(std::int64_t step, std::int6
                                                     int attempt) {
   const std::string name = sync_name(step, attempt);
   const std::string arrivals = key("arrive/" + name + "/");
+  // A retry is among the last attempt's members still alive: a worker that took a slot since is
+  // on its way to a later sync (it read the sync as decided), and is not waited for.
+  std::optional<SyncMembers> before;
+  std::map<int, std::int64_t> expected;
+  if (attempt > 0) {
+    const auto stored = store_->get(key("members/" + sync_name(step, attempt - 1)));
+    if (!stored) return std::nullopt;
+    before = SyncMembers::parse(store_text(*stored));
+    for (std::size_t i = 0; i < before->slots.size(); ++i)
+      if (!found_dead(before->slots[i], before->holders[i]))
+        expected[before->slots[i]] = before->holders[i];
+  } else {
+    expected = live_holders();
+  }
   SyncMembers m;
   m.step = step;
   m.attempt = attempt;
-  for (const auto& [w, g] : live_holders()) {
+  for (const auto& [w, g] : expected) {
     const auto arrived = store_->get(arrivals + std::to_string(w));
     if (!arrived) return std::nullopt;  // a live holder is still on its way
     long long holder = -1;
@@ -329,11 +343,7 @@ std::optional<SyncMembers> ElasticGroup::try_decide(std::int64_t step, std::int6
   // previous sync's when its members are the same.
   m.group_step = step;
   m.group_attempt = attempt;
-  std::optional<SyncMembers> before;
-  if (attempt > 0) {
-    if (const auto stored = store_->get(key("members/" + sync_name(step, attempt - 1))))
-      before = SyncMembers::parse(store_text(*stored));
-  } else if (previous >= 0) {
+  if (attempt == 0 && previous >= 0) {
     before = final_decision(previous);
     if (before && before->slots == m.slots && before->holders == m.holders) {
       m.group_step = before->group_step;

@@ -1,6 +1,7 @@
 #include "parallel/elastic/gloo_communicator.h"
 
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/context.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
@@ -89,6 +90,19 @@ std::vector<std::size_t> offsets_of(std::span<const std::size_t> counts) {
 
 int wrap(int r, int n) { return ((r % n) + n) % n; }
 
+// Runs a Gloo call; its failures become PeerLost("<what>: <reason>"): Gloo's I/O errors, and its
+// state checks (GLOO_ENFORCE, not a gloo::Exception) that a pair whose peer died can trip.
+template <class Call>
+void lost_on_failure(const std::string& what, Call&& call) {
+  try {
+    call();
+  } catch (const gloo::Exception& e) {
+    throw PeerLost(what + ": " + e.what());
+  } catch (const gloo::EnforceNotMet& e) {
+    throw PeerLost(what + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 struct GlooCommunicator::Transfer {
@@ -109,7 +123,7 @@ GlooCommunicator::GlooCommunicator(RendezvousStore* store, const GlooMembers& me
   STRATA_CHECK(store != nullptr, "a Gloo group of ", size_, " needs the rendezvous store");
   gloo::transport::tcp::attr attr;
   if (!members.interface.empty()) attr.iface = members.interface;
-  try {
+  lost_on_failure("Gloo could not connect the group", [&] {
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
     GlooStore adapter(*store, timeout_);
     gloo::rendezvous::PrefixStore prefixed(members.prefix, adapter);
@@ -117,9 +131,7 @@ GlooCommunicator::GlooCommunicator(RendezvousStore* store, const GlooMembers& me
     context->setTimeout(timeout_);
     context->connectFullMesh(prefixed, device);
     context_ = std::move(context);
-  } catch (const gloo::Exception& e) {
-    throw PeerLost(std::string("Gloo could not connect the group (") + e.what() + ")");
-  }
+  });
 }
 
 GlooCommunicator::~GlooCommunicator() = default;
@@ -136,13 +148,11 @@ std::unique_ptr<GlooCommunicator::Transfer> GlooCommunicator::post_send(const vo
   transfer->sending = true;
   transfer->peer = peer;
   if (bytes == 0) return transfer;
-  try {
+  lost_on_failure("Gloo send to member " + std::to_string(peer), [&] {
     // Gloo's buffers are not const; a send only reads it.
     transfer->buffer = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
     transfer->buffer->send(peer, slot);
-  } catch (const gloo::Exception& e) {
-    throw PeerLost(std::string("Gloo send to member ") + std::to_string(peer) + ": " + e.what());
-  }
+  });
   return transfer;
 }
 
@@ -152,26 +162,20 @@ std::unique_ptr<GlooCommunicator::Transfer> GlooCommunicator::post_recv(void* da
   auto transfer = std::make_unique<Transfer>();
   transfer->peer = peer;
   if (bytes == 0) return transfer;
-  try {
+  lost_on_failure("Gloo receive from member " + std::to_string(peer), [&] {
     transfer->buffer = context_->createUnboundBuffer(data, bytes);
     transfer->buffer->recv(peer, slot);
-  } catch (const gloo::Exception& e) {
-    throw PeerLost(std::string("Gloo receive from member ") + std::to_string(peer) + ": " +
-                   e.what());
-  }
+  });
   return transfer;
 }
 
 void GlooCommunicator::finish(Transfer& transfer) {
   if (!transfer.buffer) return;
   bool done = false;
-  try {
+  lost_on_failure("Gloo transfer with member " + std::to_string(transfer.peer) + " failed", [&] {
     done = transfer.sending ? transfer.buffer->waitSend(timeout_)
                             : transfer.buffer->waitRecv(timeout_);
-  } catch (const gloo::Exception& e) {
-    throw PeerLost(std::string("Gloo transfer with member ") + std::to_string(transfer.peer) +
-                   " failed: " + e.what());
-  }
+  });
   if (!done)
     throw PeerLost("Gloo transfer with member " + std::to_string(transfer.peer) + " was aborted");
   transfer.buffer.reset();

@@ -394,13 +394,15 @@ void ElasticRuns::expect_retry_without_the_dead(const std::string& tag, const st
 
 void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag, bool resume,
                                 Death death, const std::string& more_settings) {
-  // Steps of at least 0.1 s: the victim is surely in its inner phase when killed at step 13
-  // (syncs after steps 10, 20, 30, 40), whatever else runs on the machine.
+  // Steps of at least 0.15 s: the victim is surely in its inner phase when killed at step 13
+  // (syncs after steps 10, 20, 30, 40), whatever else runs on the machine, and the fresh worker,
+  // started once the survivors have synced after step 20, has about 1.4 s to start and take its
+  // slot before they meet for the sync after step 30 (under overlap a step less).
   const std::string extra =
       " --set diloco.inner_steps=10 --set train.steps=40 --set train.eval_every=0"
       " --set diloco.timeout=3 --set diloco.min_workers=3 --set checkpoint.every=10" +
       more_settings;
-  const std::string env = "STRATA_TEST_STEP_SECONDS=0.1 ";
+  const std::string env = "STRATA_TEST_STEP_SECONDS=0.15 ";
   const auto name = [&](int i) { return tag + "_" + std::to_string(i); };
   const auto start = [&](int slot, int i, const std::string& more = "") {
     const std::string kill = death == Death::averaging && i == 2 && more.empty()

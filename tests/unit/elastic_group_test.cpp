@@ -3,14 +3,20 @@
 // its own heartbeat. A sync's decision; the transaction around its averaging (every outcome
 // "averaged": commit; one "failed": every member retries; a member dead without an outcome does
 // not hold the others); a retry decided as a new attempt of the same sync, without the lost
-// member and in a Gloo group of its own, which the next sync continues.
+// member and in a Gloo group of its own, which the next sync continues; a worker that takes a slot
+// during a retry is not waited for.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <latch>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -147,6 +153,26 @@ TEST_F(ElasticGroupTest, AMemberSilentForTheTimeoutIsLeftOutOfTheRetry) {
   EXPECT_EQ(again[1], as_seen_by(again[0], 1));
   EXPECT_EQ(settle({0, 1}, again[0], {true, true, false}),
             (std::vector<Outcome>{Outcome::commit, Outcome::commit, Outcome::retry}));
+}
+
+// A worker that takes a dead member's slot while the others retry that member's sync reads the
+// sync as decided and heads for the next one: the retry does not wait for it.
+TEST_F(ElasticGroupTest, ARetryDoesNotWaitForAWorkerThatTookASlotSince) {
+  const std::vector<SyncMembers> m = sync({0, 1, 2}, 10, -1, 0);
+  workers_[2]->leave("killed");
+  EXPECT_EQ(settle({0, 1}, m[0], {false, false, false}), (std::vector<Outcome>(3, Outcome::retry)));
+  ElasticGroupSettings s = workers_[2]->settings();
+  workers_[2] = std::make_unique<ElasticGroup>(s);  // slot 2's next holder, alive
+  EXPECT_EQ(workers_[2]->holder(), 1);
+  EXPECT_EQ(workers_[2]->newest_sync(), std::optional<std::int64_t>(10));
+  auto deciding = std::async(std::launch::async, [&] { return sync({0, 1}, 10, -1, 1); });
+  if (deciding.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    std::fprintf(stderr, "the retry still waits for slot 2's new holder after 20 s\n");
+    std::_Exit(1);  // the blocked threads cannot be joined
+  }
+  const std::vector<SyncMembers> again = deciding.get();
+  EXPECT_EQ(again[0].slots, (std::vector<int>{0, 1}));
+  EXPECT_EQ(again[0].lost, (std::vector<int>{2}));
 }
 
 TEST(SyncMembers, TextRoundTripsTheAttempts) {
