@@ -120,10 +120,6 @@ void validate_optimizer(const Config& c, const Rules& rules) {
   rules.positive("optimizer.eps", o.eps);
   rules.at_least("optimizer.grad_clip", o.grad_clip, 0.0);
   if (o.offload != OptimizerOffload::none) {
-    if (o.name != OptimizerName::adamw)
-      rules.fail("optimizer.offload", kOptimizerOffloadChoices.word(o.offload),
-                 " keeps AdamW's state so far, not optimizer.name ",
-                 kOptimizerNameChoices.word(o.name), "'s");
     if (c.device == Device::cuda)
       rules.fail("optimizer.offload", kOptimizerOffloadChoices.word(o.offload),
                  " runs on the CPU backend only so far (device: cpu)");

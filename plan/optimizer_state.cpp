@@ -8,35 +8,65 @@ bool muon_updates(const TensorView& t) {
   return t.decay && t.name != "wte" && t.name != "wpe" && !t.name.ends_with("router.weight");
 }
 
-std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange owned,
-                                  const OptimizerConfig& config) {
-  std::size_t floats = 0;
+std::vector<ChunkedPart> chunked_parts(const ParameterLayout& layout, ElementRange owned,
+                                       const OptimizerConfig& config) {
   switch (config.name) {
     case OptimizerName::adamw:
-      // optimizer.offload disk holds three chunks of m and v in memory (chunked_state.h).
-      if (config.offload == OptimizerOffload::disk)
-        return 24 * std::min(owned.size(), static_cast<std::size_t>(config.offload_chunk));
-      floats = 2 * owned.size();
-      break;
+      return {{owned.size(), {4, 4}}};
     case OptimizerName::adafactor:
-      if (config.adafactor.beta1 > 0) floats += owned.size();
-      for (const TensorView& t : layout.tensors()) {
-        if (intersect({t.offset, t.offset + t.size}, owned).empty()) continue;
-        const auto& shape = t.slice.logical_shape;
-        floats += static_cast<std::size_t>(shape.size() == 2 ? shape[0] + shape[1] : shape[0]);
-      }
-      break;
-    case OptimizerName::adamw8bit: {
-      const AdamW8bitBlocks b = adamw8bit_blocks(layout, config.adamw8bit.block_size);
-      return 2 * owned.size() + 24 * b.all;
-    }
-    case OptimizerName::muon:
-      floats = owned.size();
+      if (config.adafactor.beta1 > 0) return {{owned.size(), {4}}};
+      return {};
+    case OptimizerName::adamw8bit:
+      return {{owned.size(), {1, 1}}};
+    case OptimizerName::muon: {
+      ChunkedPart adamw{0, {4, 4}}, momentum{0, {4}};
       for (const TensorView& t : layout.tensors())
-        if (!muon_updates(t)) floats += intersect({t.offset, t.offset + t.size}, owned).size();
-      break;
+        (muon_updates(t) ? momentum : adamw).elements +=
+            intersect({t.offset, t.offset + t.size}, owned).size();
+      return {adamw, momentum};
+    }
   }
-  return floats * sizeof(float);
+  return {};
+}
+
+std::size_t chunk_buffer_bytes(std::size_t count, const std::vector<std::size_t>& widths) {
+  std::size_t bytes = 0;
+  for (const std::size_t w : widths) bytes += (count * w + 7) / 8 * 8;
+  return bytes;
+}
+
+std::size_t offload_stream_bytes(const ParameterLayout& layout, ElementRange owned,
+                                 const OptimizerConfig& config) {
+  const std::size_t passes = config.name == OptimizerName::adamw8bit ? 3 : 2;
+  std::size_t bytes = 0;
+  for (const ChunkedPart& part : chunked_parts(layout, owned, config))
+    for (const std::size_t w : part.widths) bytes += passes * part.elements * w;
+  return bytes;
+}
+
+std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange owned,
+                                  const OptimizerConfig& config) {
+  std::size_t bytes = 0;
+  for (const ChunkedPart& part : chunked_parts(layout, owned, config)) {
+    if (config.offload == OptimizerOffload::disk) {
+      const auto chunk = std::min(part.elements, static_cast<std::size_t>(config.offload_chunk));
+      bytes += 3 * chunk_buffer_bytes(chunk, part.widths);
+    } else {
+      for (const std::size_t w : part.widths) bytes += part.elements * w;
+    }
+  }
+  // What stays resident whatever the offload: Adafactor's statistics, the 8-bit blocks' scales
+  // and maxima.
+  if (config.name == OptimizerName::adafactor)
+    for (const TensorView& t : layout.tensors()) {
+      if (intersect({t.offset, t.offset + t.size}, owned).empty()) continue;
+      const auto& shape = t.slice.logical_shape;
+      bytes += sizeof(float) *
+               static_cast<std::size_t>(shape.size() == 2 ? shape[0] + shape[1] : shape[0]);
+    }
+  if (config.name == OptimizerName::adamw8bit)
+    bytes += 24 * adamw8bit_blocks(layout, config.adamw8bit.block_size).all;
+  return bytes;
 }
 
 AdamW8bitBlocks adamw8bit_blocks(const ParameterLayout& layout, int block_size) {

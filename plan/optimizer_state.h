@@ -2,17 +2,21 @@
 // counts it (docs/ARCHITECTURE.md §2: optimizers). The optimizers' own memory accounts equal
 // these counts (tests/unit/optimizer_state_test.cpp), so the planner's memory prediction stays
 // byte-exact whichever optimizer a run takes.
-//   adamw      m and v: 8 bytes per owned element; with optimizer.offload disk the three chunks
-//              of the stream, 24 bytes per element of min(offload_chunk, owned)
+//   adamw      m and v: 8 bytes per owned element (padding included)
 //   adafactor  per tensor the range meets: rows + cols floats of a matrix, the size of a vector
-//              (whole, on every holder); plus 4 bytes per owned element with adafactor.beta1 > 0
+//              (whole, on every holder); plus m, 4 bytes per owned element, with adafactor.beta1
+//              > 0
 //   adamw8bit  one byte each of m and v per owned element; per block of the layout's tensors
 //              (every holder keeps all of them) the two scales and the two maxima exchanged: 24
-//   muon       the momentum over the owned elements, AdamW's v over the owned elements of the
-//              tensors Muon leaves to AdamW: 4 bytes per matrix element, 8 elsewhere
+//   muon       the momentum over the owned elements of its matrices (4 bytes each), AdamW's m
+//              and v over those of the tensors Muon leaves to AdamW (8 bytes each)
+// The per-element part (chunked_parts) is what optimizer.offload moves (chunked_state.h): host
+// keeps the same bytes in an arena of its own; disk keeps three chunks of each part in memory,
+// chunk_buffer_bytes(min(offload_chunk, elements)) each.
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "model/core/element_range.h"
 #include "model/parameter_layout.h"
@@ -24,6 +28,22 @@ namespace strata {
 // Whether Muon, not its AdamW, updates the tensor: a decayed (2-D) weight other than the
 // embeddings and the MoE router (the blocks' attention and MLP matrices, each expert's).
 bool muon_updates(const TensorView& t);
+
+// The per-element state of an optimizer over a part of its range: `elements` values in each
+// plane, plane p's of widths[p] bytes (train/optimizer/chunked_state.h holds one such part).
+struct ChunkedPart {
+  std::size_t elements = 0;
+  std::vector<std::size_t> widths;
+};
+// `config`'s optimizer's parts over `owned` of `layout`, in the order the optimizer makes them.
+std::vector<ChunkedPart> chunked_parts(const ParameterLayout& layout, ElementRange owned,
+                                       const OptimizerConfig& config);
+// One chunk of `count` elements of planes `widths`, each plane starting at a multiple of 8 bytes.
+std::size_t chunk_buffer_bytes(std::size_t count, const std::vector<std::size_t>& widths);
+// The bytes optimizer.offload disk streams per update: each part read and written back once
+// (AdamW8bit reads it twice: its maxima pass, then its update).
+std::size_t offload_stream_bytes(const ParameterLayout& layout, ElementRange owned,
+                                 const OptimizerConfig& config);
 
 // The bytes of state `config`'s optimizer keeps for `owned` of `layout`.
 std::size_t optimizer_state_bytes(const ParameterLayout& layout, ElementRange owned,

@@ -140,11 +140,11 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
         optimizer_work(config, rank.layout, rank.plan.owned, rank.plan.gradient_range.size()),
         cluster, compute, step.threads);
     if (config.optimizer.offload == OptimizerOffload::disk) {
-      // The state streamed in and out (16 bytes per owned element) while the update runs: the
-      // slower of the two.
+      // The state streamed in and out while the update runs: the slower of the two.
       const double gbs = cluster.offload_gbs > 0 ? cluster.offload_gbs : kOffloadGbs;
-      t.optimizer =
-          std::max(t.optimizer, 16.0 * static_cast<double>(rank.plan.owned.size()) / (gbs * 1e9));
+      const double streamed =
+          static_cast<double>(offload_stream_bytes(rank.layout, rank.plan.owned, config.optimizer));
+      t.optimizer = std::max(t.optimizer, streamed / (gbs * 1e9));
     }
     if (stage == 0) step.rank0_comm = comm;
     const auto share = [&](double part, double whole) {

@@ -156,25 +156,39 @@ TEST_F(Optimizers, AdamW8bitResumesBitExactlyAndOnOtherLayouts) {
   expect_resumes(*dir_, "adamw8bit", kAdamW8bit);
 }
 
+// Each optimizer with its per-element state offloaded (Adafactor with its first moment).
+const std::pair<std::string, std::string> kOffloaded[] = {
+    {"adamw", ""},
+    {"adafactor", kAdafactor + " --set optimizer.adafactor.beta1=0.9"},
+    {"adamw8bit", kAdamW8bit},
+    {"muon", kMuon}};
+
 // optimizer.offload host and disk (chunks of 1024 elements: every tensor cut) train bit for bit
-// the run that keeps AdamW's state in place, on ZeRO shards and on tp × pp; a disk run stopped at
-// step 10 resumes bit-exactly from its checkpoint (the state file itself is scratch).
-TEST_F(Optimizers, OffloadedAdamWTrainsBitForBitAsInPlace) {
+// the run that keeps the optimizer's state in place: every optimizer on ZeRO shards, AdamW and
+// Muon (whose split matrices are gathered between chunks) on tp × pp too
+// (tests/unit/optimizer_offload_test.cpp covers every optimizer element by element); an AdamW disk
+// run stopped at step 10 resumes bit-exactly from its checkpoint (the state file itself is scratch;
+// the next test resumes every optimizer).
+TEST_F(Optimizers, OffloadedStateTrainsBitForBitAsInPlace) {
   const std::string chunk = " --set optimizer.offload_chunk=1024";
   const std::string disk =
       " --set optimizer.offload=disk --set optimizer.offload_dir=" + dir_->str() + "/offload";
   const std::pair<Layout, std::string> runs[] = {{Layout{2, 1, 1}, zero(1)},
                                                  {Layout{1, 2, 2}, zero(0)}};
-  for (const auto& [layout, stage] : runs) {
-    SCOPED_TRACE(layout.name() + stage);
-    const std::string name = "offload_" + layout.name();
-    const std::string in_place = train(*dir_, layout, name + "_none", stage);
-    const std::string host =
-        train(*dir_, layout, name + "_host", stage + chunk + " --set optimizer.offload=host");
-    const std::string on_disk = train(*dir_, layout, name + "_disk", stage + chunk + disk);
-    for (const std::string& run : {host, on_disk}) {
-      EXPECT_EQ(metric(run, "loss"), metric(in_place, "loss"));  // exact
-      EXPECT_EQ(metric(run, "val_loss"), metric(in_place, "val_loss"));
+  for (const auto& [optimizer, flags] : kOffloaded) {
+    for (const auto& [layout, stage] : runs) {
+      if (layout.tp > 1 && optimizer != "adamw" && optimizer != "muon") continue;
+      SCOPED_TRACE(optimizer + " " + layout.name() + stage);
+      const std::string name = "offload_" + optimizer + "_" + layout.name();
+      const std::string in_place = train(*dir_, layout, name + "_none", flags + stage);
+      const std::string host = train(*dir_, layout, name + "_host",
+                                     flags + stage + chunk + " --set optimizer.offload=host");
+      const std::string on_disk =
+          train(*dir_, layout, name + "_disk", flags + stage + chunk + disk);
+      for (const std::string& run : {host, on_disk}) {
+        EXPECT_EQ(metric(run, "loss"), metric(in_place, "loss"));  // exact
+        EXPECT_EQ(metric(run, "val_loss"), metric(in_place, "val_loss"));
+      }
     }
   }
   const std::string extra = zero(1) + chunk + disk;
@@ -186,23 +200,30 @@ TEST_F(Optimizers, OffloadedAdamWTrainsBitForBitAsInPlace) {
 
 // Every rank SIGKILLs itself in the middle of update 8 (after its second chunk of 1024: weights
 // and the state file half updated); the run resumes from its step-5 checkpoint and ends bit for
-// bit as the run that was never killed.
+// bit as the run that was never killed. For every optimizer (AdamW8bit dies in its second pass,
+// Muon in its AdamW part, before the matrices).
 TEST_F(Optimizers, ADiskOffloadKilledMidUpdateResumesBitExactly) {
-  const std::string extra =
-      zero(1) + " --set optimizer.offload=disk --set optimizer.offload_dir=" + dir_->str() +
-      "/offload_kill --set optimizer.offload_chunk=1024" + " --set checkpoint.every=5";
-  const std::string straight = train(*dir_, Layout{2, 1, 1}, "kill_straight", extra);
-  const std::string command = "STRATA_TEST_KILL_IN_UPDATE=8 " + testing::mpirun(2) +
-                              testing::bin("train") + " " + dir_->str() + "/config.yaml" +
-                              Layout{2, 1, 1}.overrides() + " --set run.name=kill_split" + extra;
-  const auto killed = testing::run_command(command);
-  ASSERT_NE(killed.status, 0) << killed.output;
-  const std::string run = dir_->str() + "/runs/kill_split";
-  ASSERT_TRUE(fs::exists(run + "/checkpoints/step_00000005.h5"));
-  ASSERT_FALSE(fs::exists(run + "/checkpoints/step_00000010.h5"));
-  const std::string resumed = train(*dir_, Layout{2, 1, 1}, "kill_split", extra + " --resume");
-  EXPECT_EQ(metric(resumed, "loss"), metric(straight, "loss"));  // exact
-  EXPECT_EQ(metric(resumed, "val_loss"), metric(straight, "val_loss"));
+  for (const auto& [optimizer, flags] : kOffloaded) {
+    SCOPED_TRACE(optimizer);
+    const std::string extra =
+        flags + zero(1) +
+        " --set optimizer.offload=disk --set optimizer.offload_dir=" + dir_->str() +
+        "/offload_kill --set optimizer.offload_chunk=1024" + " --set checkpoint.every=5";
+    const std::string name = "kill_" + optimizer;
+    const std::string straight = train(*dir_, Layout{2, 1, 1}, name + "_straight", extra);
+    const std::string command = "STRATA_TEST_KILL_IN_UPDATE=8 " + testing::mpirun(2) +
+                                testing::bin("train") + " " + dir_->str() + "/config.yaml" +
+                                Layout{2, 1, 1}.overrides() + " --set run.name=" + name + "_split" +
+                                extra;
+    const auto killed = testing::run_command(command);
+    ASSERT_NE(killed.status, 0) << killed.output;
+    const std::string run = dir_->str() + "/runs/" + name + "_split";
+    ASSERT_TRUE(fs::exists(run + "/checkpoints/step_00000005.h5"));
+    ASSERT_FALSE(fs::exists(run + "/checkpoints/step_00000010.h5"));
+    const std::string resumed = train(*dir_, Layout{2, 1, 1}, name + "_split", extra + " --resume");
+    EXPECT_EQ(metric(resumed, "loss"), metric(straight, "loss"));  // exact
+    EXPECT_EQ(metric(resumed, "val_loss"), metric(straight, "val_loss"));
+  }
 }
 
 TEST_F(Optimizers, ResumingUnderAnotherOptimizerIsOneErrorLine) {

@@ -208,7 +208,7 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       // The optimizers' state (plan/optimizer_state.h): Adafactor's per-tensor statistics on ZeRO
       // shards and tp slices, Muon's momentum and AdamW's v of the tensors it leaves to AdamW,
       // the 8-bit codes and block scales (and the blocks' maxima agreed over shards and tp), a
-      // disk offload's three chunks.
+      // disk offload's three chunks (Muon's: three of each of its two streams).
       {"tp2dp2_zero1_adafactor",
        4,
        {"parallel.tp=2", "parallel.zero.stage=1", "optimizer.name=adafactor",
@@ -217,6 +217,10 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
       {"dp2_zero1_offload_disk",
        2,
        {"parallel.zero.stage=1", "optimizer.offload=disk", "optimizer.offload_chunk=1024"}},
+      {"pp2dp2_zero1_muon_offload_disk",
+       4,
+       {"parallel.pp=2", "parallel.zero.stage=1", "optimizer.name=muon", "optimizer.offload=disk",
+        "optimizer.offload_chunk=1024"}},
       {"tp2dp2_zero2_adamw8bit",
        4,
        {"parallel.tp=2", "parallel.zero.stage=2", "optimizer.name=adamw8bit",

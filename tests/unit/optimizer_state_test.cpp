@@ -1,12 +1,14 @@
 // The planner's count of each optimizer's state (plan/optimizer_state.h) is what the optimizers
 // hold (their state_bytes, the runs' memory account), on whole layouts, ZeRO shards of 1 to 8
-// ranks and tensor-parallel slices; and the counts rank the optimizers as their designs say.
-// (The 8-bit optimizer built with no groups here: its constructor does not communicate.)
+// ranks and tensor-parallel slices, with the state in place, in a host arena or on disk; and the
+// counts rank the optimizers as their designs say. (The 8-bit optimizer built with no groups here:
+// its constructor does not communicate.)
 #include <gtest/gtest.h>
 
 #include <memory>
 
 #include "plan/optimizer_state.h"
+#include "tests/support/test_support.h"
 #include "train/optimizer/optimizer.h"
 
 namespace strata {
@@ -27,19 +29,26 @@ std::vector<OptimizerConfig> configs() {
 }
 
 TEST(OptimizerState, ThePlannersCountIsWhatEachOptimizerHolds) {
+  const testing::TempDir dir("optimizer_state");
   for (int tp : {1, 2}) {
     ModelPartition partition = ModelPartition::whole(kShape);
     partition.tp_size = tp;
     const ParameterLayout layout = ParameterLayout::for_partition(kShape, partition);
     for (int shards : {1, 2, 3, 8})
       for (int r = 0; r < shards; ++r)
-        for (const OptimizerConfig& config : configs()) {
-          const ElementRange range = layout.shard(r, shards);
-          const auto optimizer = make_optimizer(layout, range, config, {});
-          EXPECT_EQ(optimizer->state_bytes(), optimizer_state_bytes(layout, range, config))
-              << kOptimizerNameChoices.word(config.name) << " tp " << tp << " shard " << r << " of "
-              << shards;
-        }
+        for (OptimizerConfig config : configs())
+          for (OptimizerOffload where :
+               {OptimizerOffload::none, OptimizerOffload::host, OptimizerOffload::disk}) {
+            config.offload = where;
+            config.offload_dir = dir.str();
+            config.offload_chunk = 1024;
+            const ElementRange range = layout.shard(r, shards);
+            const auto optimizer = make_optimizer(layout, range, config, {});
+            EXPECT_EQ(optimizer->state_bytes(), optimizer_state_bytes(layout, range, config))
+                << kOptimizerNameChoices.word(config.name) << " offload "
+                << kOptimizerOffloadChoices.word(where) << " tp " << tp << " shard " << r << " of "
+                << shards;
+          }
   }
 }
 

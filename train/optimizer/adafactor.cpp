@@ -63,7 +63,11 @@ Adafactor::Adafactor(const ParameterLayout& layout, ElementRange range,
   }
   sums_.assign(sums, 0.0);
   norms_.assign(norms, 0.0);
-  if (config_.adafactor.beta1 > 0) m_.assign(range_.size(), 0.0f);
+  // m (with beta1 > 0) where optimizer.offload keeps it; without m, nothing to keep but the
+  // visit's chunks.
+  const std::vector<ChunkedPart> parts = chunked_parts(layout, range_, config_);
+  m_ = parts.empty() ? ChunkedState::make(OptimizerOffload::none, range_.size(), {}, 0, "")
+                     : make_chunked_state(parts[0], config_);
 }
 
 void Adafactor::sum_over_groups(std::vector<double>& values, const Sections& sections) const {
@@ -160,6 +164,7 @@ void Adafactor::update(float* params, const float* grads, const OptimizerStep& s
   sum_over_groups(norms_, norms_sections_);
 
   const double lr = step.lr;
+  std::vector<AdafactorStep> steps(tensors_.size());
   for (std::size_t k = 0; k < tensors_.size(); ++k) {
     const Tensor& t = tensors_[k];
     if (t.held.empty()) continue;
@@ -169,24 +174,38 @@ void Adafactor::update(float* params, const float* grads, const OptimizerStep& s
     if (a.relative_step)
       alpha = std::max(a.eps2, std::sqrt(norms_[t.norms_at + 1] / size)) *
               std::min(lr, 1.0 / std::sqrt(t_count));
-    const AdafactorStep s{static_cast<float>(alpha),
-                          static_cast<float>(std::max(1.0, rms_u / a.clip_threshold)),
-                          t.decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f,
-                          static_cast<float>(a.beta1)};
-    for (std::size_t e = t.held.begin; e < t.held.end; ++e) {
-      const std::size_t i = e - range_.begin;
-      const std::int64_t logical =
-          t.slice.logical_index(static_cast<std::int64_t>(e - t.elements.begin));
-      const float u =
-          adafactor_update(grads[i] * grad_scale, variance(t, logical, row_means[k]), eps1_squared);
-      adafactor_apply(params[i], m_.empty() ? nullptr : &m_[i], u, s);
-    }
+    steps[k] = {static_cast<float>(alpha),
+                static_cast<float>(std::max(1.0, rms_u / a.clip_threshold)),
+                t.decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f,
+                static_cast<float>(a.beta1)};
   }
+  // The update, chunk by chunk of m: each tensor's elements in the chunk.
+  m_->visit([&](const ChunkedState::Chunk& c) {
+    const ElementRange chunk{range_.begin + c.first, range_.begin + c.first + c.count};
+    float* m = m_->widths().empty() ? nullptr : c.plane<float>(0);
+    for (std::size_t k = 0; k < tensors_.size(); ++k) {
+      const Tensor& t = tensors_[k];
+      const ElementRange part = intersect(t.held, chunk);
+      for (std::size_t e = part.begin; e < part.end; ++e) {
+        const std::size_t i = e - range_.begin;
+        const std::int64_t logical =
+            t.slice.logical_index(static_cast<std::int64_t>(e - t.elements.begin));
+        const float u = adafactor_update(grads[i] * grad_scale, variance(t, logical, row_means[k]),
+                                         eps1_squared);
+        adafactor_apply(params[i], m ? m + (i - c.first) : nullptr, u, steps[k]);
+      }
+    }
+    test_kill_in_update(step.count, c.first);
+  });
 }
 
 std::vector<StateBuffer> Adafactor::save() const {
   std::vector<StateBuffer> buffers;
-  if (!m_.empty()) buffers.push_back({"m", range_, m_});
+  if (!m_->widths().empty()) {
+    std::vector<float> m(range_.size());
+    m_->read_all({m.data()});
+    buffers.push_back({"m", range_, std::move(m)});
+  }
   // A rank holding no matrix (or no vector) has an empty buffer of that kind: the buffer is kept
   // so that every rank names the same buffers.
   buffers.push_back({"row", {}, row_, true, row_stats_});
@@ -198,12 +217,18 @@ std::vector<StateBuffer> Adafactor::save() const {
 void Adafactor::load(const std::vector<StateBuffer>& buffers) {
   std::vector<std::pair<std::string, std::vector<float>*>> held{
       {"row", &row_}, {"col", &col_}, {"v", &v_}};
-  if (!m_.empty()) held.emplace_back("m", &m_);
+  std::vector<float> m;
+  if (!m_->widths().empty()) {
+    m.resize(range_.size());
+    m_->read_all({m.data()});
+    held.emplace_back("m", &m);
+  }
   load_state_values(buffers, held, "Adafactor");
+  if (!m.empty()) m_->write_all({m.data()});
 }
 
 std::size_t Adafactor::state_bytes() const {
-  return (row_.size() + col_.size() + v_.size() + m_.size()) * sizeof(float);
+  return (row_.size() + col_.size() + v_.size()) * sizeof(float) + m_->resident_bytes();
 }
 
 }  // namespace strata

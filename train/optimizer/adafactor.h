@@ -22,6 +22,7 @@
 // whose buffers differ, add its sums in the same order and keep their copies equal.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,7 +77,10 @@ class Adafactor final : public Optimizer {
   std::vector<Tensor> tensors_;  // wte first, then the whole tensors, then the split ones
   Sections sums_sections_, norms_sections_;
   std::vector<double> sums_, norms_;
-  std::vector<float> row_, col_, v_, m_;
+  std::vector<float> row_, col_, v_;
+  // The first moment over the range (beta1 > 0; else no planes), where optimizer.offload keeps
+  // it; the statistics above stay in memory.
+  std::unique_ptr<ChunkedState> m_;
   std::vector<TensorStatistic> row_stats_, col_stats_, v_stats_;
 };
 

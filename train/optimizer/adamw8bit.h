@@ -19,9 +19,13 @@
 // Exchange per step: 16 bytes per block of the layout (m's and v's maxima, each the bits of a
 // non-negative float as an int64, which order as the floats do) over the owners, and 16 per block
 // of the split tensors over tp: 0.2% of the gradient's bytes at block_size 2048.
+//
+// Offload (optimizer.offload): the codes are one ChunkedState of two byte planes, visited twice
+// per update (read only for the maxima, then to store); the scales stay in memory.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,18 +55,19 @@ class AdamW8bit final : public Optimizer {
     std::size_t block = 0;  // in the scales
     bool decay = false;
   };
-  // Runs `body(segment index)` over the segments, in parallel.
+  // Runs `body(segment)` over the chunk's segments, in parallel.
   template <class Body>
-  void for_segments(Body body) const;
+  void for_segments(const ChunkedState::Chunk& c, Body body) const;
 
   ElementRange range_;
   OptimizerConfig config_;
   OptimizerGroups groups_;
-  std::vector<Segment> segments_;
+  // The moments' codes (m int8, v uint8), where optimizer.offload keeps them.
+  std::unique_ptr<ChunkedState> state_;
+  std::vector<Segment> segments_;            // in element order, none across a chunk of the state
+  std::vector<std::size_t> chunk_segments_;  // chunk k's: [chunk_segments_[k], [k + 1])
   std::size_t blocks_ = 0, split_blocks_begin_ = 0;  // blocks [begin, blocks_) of split tensors
   std::vector<TensorStatistic> scale_stats_;         // the layout's tensors: blocks each
-  std::vector<std::int8_t> m_;
-  std::vector<std::uint8_t> v_;
   std::vector<float> m_scale_, v_scale_;
   std::vector<std::int64_t> maxima_;  // per block: m's, v's (float bits)
 };

@@ -29,7 +29,7 @@ Muon::Muon(const ParameterLayout& layout, ElementRange range, const OptimizerCon
                    "Muon: the owners' ranges do not tile the buffer in rank order");
     }
   }
-  std::size_t v_size = 0;
+  std::size_t adamw_size = 0, momentum_size = 0;
   for (const TensorView& t : layout.tensors()) {
     const ElementRange elements{t.offset, t.offset + t.size};
     const ElementRange held = intersect(elements, range_);
@@ -41,15 +41,20 @@ Muon::Muon(const ParameterLayout& layout, ElementRange range, const OptimizerCon
       m.rows = static_cast<int>(t.slice.logical_shape.at(0));
       m.cols = static_cast<int>(t.slice.logical_shape.at(1));
       m.split = !t.slice.is_whole();
+      m.momentum_at = momentum_size;
+      momentum_size += held.size();
       for (const ElementRange& o : owners) m.owner_counts.push_back(intersect(elements, o).size());
       matrices_.push_back(std::move(m));
     } else if (!held.empty()) {
-      adamw_.push_back({{held.begin - range_.begin, held.end - range_.begin}, v_size, t.decay});
-      v_size += held.size();
+      adamw_.push_back({{held.begin - range_.begin, held.end - range_.begin}, adamw_size, t.decay});
+      adamw_size += held.size();
     }
   }
-  m_.assign(range_.size(), 0.0f);
-  v_.assign(v_size, 0.0f);
+  const std::vector<ChunkedPart> parts = chunked_parts(layout, range_, config_);
+  STRATA_CHECK(parts.at(0).elements == adamw_size && parts.at(1).elements == momentum_size,
+               "Muon: its state's parts differ from the planner's");
+  adamw_state_ = make_chunked_state(parts[0], config_);
+  momentum_ = make_chunked_state(parts[1], config_);
 }
 
 std::vector<float> Muon::gather_owners(const Matrix& m, const std::vector<float>& held_u) const {
@@ -82,28 +87,32 @@ std::vector<float> Muon::gather_tp(const Matrix& m, const std::vector<float>& lo
 void Muon::update(float* params, const float* grads, const OptimizerStep& step) {
   const float grad_scale = static_cast<float>(step.grad_scale);
   cpu::AdamWHyper hyper = adamw_hyper(config_, step);
-  for (const AdamWRun& run : adamw_) {
-    hyper.weight_decay = run.decay ? static_cast<float>(config_.weight_decay) : 0.0f;
-    const std::size_t at = run.elements.begin;
-    cpu::adamw_update(params + at, grads + at, m_.data() + at, v_.data() + run.v_at,
-                      static_cast<long>(run.elements.size()), hyper);
-  }
+  adamw_state_->visit([&](const ChunkedState::Chunk& c) {
+    const ElementRange chunk{c.first, c.first + c.count};
+    for (const AdamWRun& run : adamw_) {
+      const ElementRange part = intersect({run.at, run.at + run.elements.size()}, chunk);
+      if (part.empty()) continue;
+      hyper.weight_decay = run.decay ? static_cast<float>(config_.weight_decay) : 0.0f;
+      const std::size_t i = run.elements.begin + (part.begin - run.at);
+      cpu::adamw_update(params + i, grads + i, c.plane<float>(0) + (part.begin - c.first),
+                        c.plane<float>(1) + (part.begin - c.first), static_cast<long>(part.size()),
+                        hyper);
+    }
+    test_kill_in_update(step.count, c.first);
+  });
 
   const MuonConfig& muon = config_.muon;
   const float momentum = static_cast<float>(muon.momentum);
   const double lr = muon.lr * step.lr / config_.lr;
   const float decay = static_cast<float>(1.0 - lr * config_.weight_decay);
-  for (const Matrix& m : matrices_) {
-    std::vector<float> u(m.held.size());
-    for (std::size_t e = m.held.begin; e < m.held.end; ++e) {
-      const std::size_t i = e - range_.begin;
-      const float g = grads[i] * grad_scale;
-      m_[i] = momentum * m_[i] + g;
-      u[e - m.held.begin] = muon.nesterov ? g + momentum * m_[i] : m_[i];
-    }
+  // The matrices in order, each finished (gathered, orthogonalised, applied: collective over its
+  // holders) as soon as the visit has formed all of its u.
+  std::vector<float> u;
+  std::size_t next = 0;
+  auto finish = [&](const Matrix& m) {
     std::vector<float> local = gather_owners(m, u);
     // The tp ranks of a group hold the same parts of their slices: all skip, or none.
-    if (m.held.empty()) continue;
+    if (m.held.empty()) return;
     std::vector<float> whole = m.split ? gather_tp(m, local) : std::move(local);
     newton_schulz(whole.data(), m.rows, m.cols, muon.ns_steps);
     const float rate =
@@ -114,29 +123,79 @@ void Muon::update(float* params, const float* grads, const OptimizerStep& step) 
           m.slice.logical_index(static_cast<std::int64_t>(e - m.elements.begin));
       params[i] = params[i] * decay - rate * whole[static_cast<std::size_t>(logical)];
     }
+  };
+  momentum_->visit([&](const ChunkedState::Chunk& c) {
+    const ElementRange chunk{c.first, c.first + c.count};
+    for (; next < matrices_.size(); ++next) {
+      const Matrix& m = matrices_[next];
+      const ElementRange held{m.momentum_at, m.momentum_at + m.held.size()};
+      u.resize(m.held.size());
+      const ElementRange part = intersect(held, chunk);
+      float* buf = c.plane<float>(0);
+      for (std::size_t j = part.begin; j < part.end; ++j) {
+        const std::size_t i = m.held.begin - range_.begin + (j - held.begin);
+        const float g = grads[i] * grad_scale;
+        float& b = buf[j - c.first];
+        b = momentum * b + g;
+        u[j - held.begin] = muon.nesterov ? g + momentum * b : b;
+      }
+      if (held.end > chunk.end) break;  // the rest of its u in the next chunk
+      finish(m);
+    }
+  });
+  for (; next < matrices_.size(); ++next) {  // those this range holds nothing of, after the last
+    u.clear();
+    finish(matrices_[next]);
   }
 }
 
+std::pair<std::vector<float>, std::vector<float>> Muon::state_over_range() const {
+  std::vector<float> adamw_m(adamw_state_->elements()), adamw_v(adamw_state_->elements()),
+      buf(momentum_->elements());
+  adamw_state_->read_all({adamw_m.data(), adamw_v.data()});
+  momentum_->read_all({buf.data()});
+  std::vector<float> m(range_.size(), 0.0f), v(range_.size(), 0.0f);
+  for (const AdamWRun& run : adamw_) {
+    const auto at = static_cast<std::ptrdiff_t>(run.at);
+    const auto to = static_cast<std::ptrdiff_t>(run.elements.begin);
+    const auto n = static_cast<std::ptrdiff_t>(run.elements.size());
+    std::copy(adamw_m.begin() + at, adamw_m.begin() + at + n, m.begin() + to);
+    std::copy(adamw_v.begin() + at, adamw_v.begin() + at + n, v.begin() + to);
+  }
+  for (const Matrix& mat : matrices_)
+    std::copy_n(buf.begin() + static_cast<std::ptrdiff_t>(mat.momentum_at), mat.held.size(),
+                m.begin() + static_cast<std::ptrdiff_t>(mat.held.begin - range_.begin));
+  return {std::move(m), std::move(v)};
+}
+
 std::vector<StateBuffer> Muon::save() const {
-  std::vector<float> v(range_.size(), 0.0f);
-  for (const AdamWRun& run : adamw_)
-    std::copy_n(v_.begin() + static_cast<std::ptrdiff_t>(run.v_at), run.elements.size(),
-                v.begin() + static_cast<std::ptrdiff_t>(run.elements.begin));
-  return {{"m", range_, m_}, {"v", range_, std::move(v)}};
+  auto [m, v] = state_over_range();
+  return {{"m", range_, std::move(m)}, {"v", range_, std::move(v)}};
 }
 
 void Muon::load(const std::vector<StateBuffer>& buffers) {
-  std::vector<float> m = m_, v(range_.size(), 0.0f);
+  // Only the buffers given are replaced.
+  auto [m, v] = state_over_range();
   load_state_values(buffers, {{"m", &m}, {"v", &v}}, "Muon");
-  m_ = std::move(m);
-  const bool has_v = std::any_of(buffers.begin(), buffers.end(),
-                                 [](const StateBuffer& b) { return b.name == "v"; });
-  if (!has_v) return;
-  for (const AdamWRun& run : adamw_)
-    std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(run.elements.begin), run.elements.size(),
-                v_.begin() + static_cast<std::ptrdiff_t>(run.v_at));
+  std::vector<float> adamw_m(adamw_state_->elements()), adamw_v(adamw_state_->elements()),
+      buf(momentum_->elements());
+  for (const AdamWRun& run : adamw_) {
+    const auto from = static_cast<std::ptrdiff_t>(run.elements.begin);
+    const auto n = static_cast<std::ptrdiff_t>(run.elements.size());
+    std::copy(m.begin() + from, m.begin() + from + n,
+              adamw_m.begin() + static_cast<std::ptrdiff_t>(run.at));
+    std::copy(v.begin() + from, v.begin() + from + n,
+              adamw_v.begin() + static_cast<std::ptrdiff_t>(run.at));
+  }
+  for (const Matrix& mat : matrices_)
+    std::copy_n(m.begin() + static_cast<std::ptrdiff_t>(mat.held.begin - range_.begin),
+                mat.held.size(), buf.begin() + static_cast<std::ptrdiff_t>(mat.momentum_at));
+  adamw_state_->write_all({adamw_m.data(), adamw_v.data()});
+  momentum_->write_all({buf.data()});
 }
 
-std::size_t Muon::state_bytes() const { return (m_.size() + v_.size()) * sizeof(float); }
+std::size_t Muon::state_bytes() const {
+  return adamw_state_->resident_bytes() + momentum_->resident_bytes();
+}
 
 }  // namespace strata

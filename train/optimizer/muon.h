@@ -16,11 +16,15 @@
 // every other owner (the matrices' fp32 size times owners − 1, as ZeRO-1's parameter all-gather),
 // and over tp each slice to every other tp rank; the Newton-Schulz GEMMs run on every holder.
 //
-// State: the momentum (Muon's buf, AdamW's first moment) over the range, and AdamW's second
-// moment over the AdamW tensors only: 4 bytes per matrix element instead of AdamW's 8. save()
-// writes both as element buffers "m" and "v" over the range (v zero on the matrices).
+// State: Muon's momentum over the range's matrix elements, AdamW's m and v over its other
+// elements: 4 bytes per matrix element instead of AdamW's 8. Each is a ChunkedState of its own
+// (optimizer.offload): the matrices' u is formed chunk by chunk of the momentum and a matrix is
+// finished as soon as its last chunk is visited. save() writes both as element buffers "m" and
+// "v" over the range (v zero on the matrices).
 #pragma once
 
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "train/optimizer/optimizer.h"
@@ -47,14 +51,19 @@ class Muon final : public Optimizer {
     ElementRange held;      // the part in range_
     int rows = 0, cols = 0;
     bool split = false;                     // over tp
+    std::size_t momentum_at = 0;            // its held part's place in momentum_
     std::vector<std::size_t> owner_counts;  // its elements in each owner's range, in order
   };
-  // An AdamW run of the range (relative to range_.begin), where its v sits, and its decay.
+  // An AdamW run of the range (relative to range_.begin), where its m and v sit in
+  // adamw_state_, and its decay.
   struct AdamWRun {
     ElementRange elements;
-    std::size_t v_at = 0;
+    std::size_t at = 0;
     bool decay = false;
   };
+
+  // m and v over the range, as save() writes them.
+  std::pair<std::vector<float>, std::vector<float>> state_over_range() const;
 
   // The matrix's u of the whole tensor in this tp rank's local order, gathered over the owners.
   std::vector<float> gather_owners(const Matrix& m, const std::vector<float>& held_u) const;
@@ -66,7 +75,8 @@ class Muon final : public Optimizer {
   OptimizerGroups groups_;
   std::vector<Matrix> matrices_;  // every matrix of the layout, in layout order
   std::vector<AdamWRun> adamw_;
-  std::vector<float> m_, v_;
+  std::unique_ptr<ChunkedState> adamw_state_;  // m, v of the AdamW runs, one after another
+  std::unique_ptr<ChunkedState> momentum_;     // of the matrices' held parts, in matrix order
 };
 
 }  // namespace strata

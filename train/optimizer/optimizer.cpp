@@ -17,21 +17,25 @@ AdamW::AdamW(const ParameterLayout& layout, ElementRange range, const OptimizerC
     : range_(range),
       config_(config),
       decayed_(restrict_to(layout.decayed_ranges(), range)),
-      state_(ChunkedState::make(config.offload, range.size(),
-                                static_cast<std::size_t>(config.offload_chunk),
-                                config.offload_dir)) {}
+      state_(make_chunked_state(chunked_parts(layout, range, config).at(0), config)) {}
 
 std::vector<StateBuffer> AdamW::save() const {
   std::vector<float> m(range_.size()), v(range_.size());
-  state_->read_all(m.data(), v.data());
+  state_->read_all({m.data(), v.data()});
   return {{"m", range_, std::move(m)}, {"v", range_, std::move(v)}};
 }
 
 void AdamW::load(const std::vector<StateBuffer>& buffers) {
   std::vector<float> m(range_.size()), v(range_.size());
-  state_->read_all(m.data(), v.data());
+  state_->read_all({m.data(), v.data()});
   load_state_values(buffers, {{"m", &m}, {"v", &v}}, "AdamW");
-  state_->write_all(m.data(), v.data());
+  state_->write_all({m.data(), v.data()});
+}
+
+std::unique_ptr<ChunkedState> make_chunked_state(const ChunkedPart& part,
+                                                 const OptimizerConfig& config) {
+  return ChunkedState::make(config.offload, part.elements, part.widths,
+                            static_cast<std::size_t>(config.offload_chunk), config.offload_dir);
 }
 
 std::vector<StateBuffer> Optimizer::shapes() const {
@@ -63,23 +67,22 @@ cpu::AdamWHyper adamw_hyper(const OptimizerConfig& config, const OptimizerStep& 
           static_cast<float>(step.grad_scale)};
 }
 
-namespace {
-// A test's SIGKILL in the middle of update number STRATA_TEST_KILL_IN_UPDATE, after its second
-// chunk: weights and offloaded state half updated (tests/mpi/optimizers_test.cpp).
-long long test_kill_in_update() {
-  static const long long count = [] {
+void test_kill_in_update(long long count, std::size_t chunk_first) {
+  static const long long kill_at = [] {
     const char* text = std::getenv("STRATA_TEST_KILL_IN_UPDATE");
     return text ? std::atoll(text) : 0LL;
   }();
-  return count;
+  if (chunk_first > 0 && count == kill_at) std::raise(SIGKILL);
 }
-}  // namespace
 
 void AdamW::update(float* params, const float* grads, const OptimizerStep& step) {
   cpu::AdamWHyper hyper = adamw_hyper(config_, step);
   // Chunk by chunk of the state; in each, alternate runs without and with decay, in element order.
-  state_->visit([&](std::size_t first, std::size_t count, float* m, float* v) {
-    const ElementRange chunk{first, first + count};
+  state_->visit([&](const ChunkedState::Chunk& c) {
+    const std::size_t first = c.first;
+    const ElementRange chunk{first, first + c.count};
+    float* m = c.plane<float>(0);
+    float* v = c.plane<float>(1);
     auto run = [&](std::size_t begin, std::size_t end, float decay) {
       const ElementRange part = intersect({begin, end}, chunk);
       if (part.empty()) return;
@@ -94,7 +97,7 @@ void AdamW::update(float* params, const float* grads, const OptimizerStep& step)
       next = r.end;
     }
     run(next, range_.size(), 0.0f);
-    if (first > 0 && step.count == test_kill_in_update()) std::raise(SIGKILL);
+    test_kill_in_update(step.count, first);
   });
 }
 

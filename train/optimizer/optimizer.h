@@ -24,6 +24,7 @@
 #include "model/kernels/cpu/adamw.h"
 #include "model/parameter_layout.h"
 #include "plan/config.h"
+#include "plan/optimizer_state.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/optimizer/chunked_state.h"
 
@@ -99,6 +100,13 @@ cpu::AdamWHyper adamw_hyper(const OptimizerConfig& config, const OptimizerStep& 
 void load_state_values(const std::vector<StateBuffer>& buffers,
                        const std::vector<std::pair<std::string, std::vector<float>*>>& held,
                        const char* optimizer);
+
+// The state of `part` (plan/optimizer_state.h chunked_parts) where config.offload keeps it.
+std::unique_ptr<ChunkedState> make_chunked_state(const ChunkedPart& part,
+                                                 const OptimizerConfig& config);
+// A test's SIGKILL in the middle of update number STRATA_TEST_KILL_IN_UPDATE, in the visit of a
+// chunk after the first: weights and offloaded state half updated (tests/mpi/optimizers_test.cpp).
+void test_kill_in_update(long long count, std::size_t chunk_first);
 
 // The optimizer config.name names, on `range` of `layout`.
 std::unique_ptr<Optimizer> make_optimizer(const ParameterLayout& layout, ElementRange range,
