@@ -1,7 +1,7 @@
 """scripts/bench_optimizers.sh: the optimizers side by side (optimizer.name).
 
 Memory: a GPT-2 124M-shaped model (T 512, micro-batch 1) on DP data-parallel ranks for STEPS
-steps under each optimizer (and AdamW with optimizer.offload host and disk), at ZeRO stage 0 and
+steps under each optimizer (and with optimizer.offload host or disk), at ZeRO stage 0 and
 1: rank 0's optimizer state in memory (its memory account, which the planner predicts byte for
 byte) and peak RSS, and the median step time.
 Quality (QUALITY=1): the demo model (configs/fortunes.yaml) for 400 steps on 2 ranks, each
@@ -13,16 +13,18 @@ from bench import matrix, metrics
 
 GPT2 = ["model.n_layer=12", "model.d_model=768", "model.n_head=12", "model.seq_len=512",
         "model.vocab_size=50304"]
-# An entry is optimizer.name, or name+offload (optimizer.offload host or disk: AdamW's state in an
-# arena of its own, or streamed from a file in the scratch directory).
+# An entry is optimizer.name, or name+offload (optimizer.offload host or disk: the optimizer's
+# per-element state in an arena of its own, or streamed from a file in the scratch directory).
 OPTIMIZERS = os.environ.get(
-    "OPTIMIZERS", "adamw adamw+host adamw+disk adafactor adamw8bit muon").split()
-# Each optimizer's learning-rate grid for the quality runs: its step-size key and values.
+    "OPTIMIZERS", "adamw adamw+host adamw+disk adafactor adafactor+disk adamw8bit adamw8bit+disk"
+    " muon muon+disk").split()
+# Each optimizer's learning-rate grid for the quality runs: its step-size key and values, doubling
+# (a grid whose best value is at its top edge was extended until it was not).
 GRIDS = {
-    "adamw": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3"]),
-    "adafactor": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3"]),
-    "adamw8bit": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3"]),
-    "muon": ("optimizer.muon.lr", ["0.01", "0.02", "0.04"]),
+    "adamw": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3", "8.0e-3"]),
+    "adafactor": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3", "8.0e-3"]),
+    "adamw8bit": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3", "8.0e-3"]),
+    "muon": ("optimizer.muon.lr", ["0.01", "0.02", "0.04", "0.08"]),
 }
 
 
