@@ -29,9 +29,13 @@ std::vector<ChunkedPart> chunked_parts(const ParameterLayout& layout, ElementRan
   return {};
 }
 
+std::size_t chunk_plane_bytes(std::size_t count, std::size_t width) {
+  return (count * width + 7) / 8 * 8;
+}
+
 std::size_t chunk_buffer_bytes(std::size_t count, const std::vector<std::size_t>& widths) {
   std::size_t bytes = 0;
-  for (const std::size_t w : widths) bytes += (count * w + 7) / 8 * 8;
+  for (const std::size_t w : widths) bytes += chunk_plane_bytes(count, w);
   return bytes;
 }
 

@@ -38,7 +38,9 @@ struct ChunkedPart {
 // `config`'s optimizer's parts over `owned` of `layout`, in the order the optimizer makes them.
 std::vector<ChunkedPart> chunked_parts(const ParameterLayout& layout, ElementRange owned,
                                        const OptimizerConfig& config);
-// One chunk of `count` elements of planes `widths`, each plane starting at a multiple of 8 bytes.
+// One plane of `count` values of `width` bytes in a chunk, rounded up to a multiple of 8 bytes
+// so that the next plane starts aligned; and one chunk of planes `widths`.
+std::size_t chunk_plane_bytes(std::size_t count, std::size_t width);
 std::size_t chunk_buffer_bytes(std::size_t count, const std::vector<std::size_t>& widths);
 // The bytes optimizer.offload disk streams per update: each part read and written back once
 // (AdamW8bit reads it twice: its maxima pass, then its update).

@@ -87,7 +87,7 @@ class FileState final : public ChunkedState {
       auto* data = reinterpret_cast<std::byte*>(buffers_[k % 3].data());
       for (std::size_t p = 0; p < widths_.size(); ++p) {
         c.planes[p] = data;
-        data += round_up8(c.count * widths_[p]);
+        data += chunk_plane_bytes(c.count, widths_[p]);
       }
       body(c);
       if (!read_only)
@@ -101,7 +101,6 @@ class FileState final : public ChunkedState {
   }
 
  private:
-  static std::size_t round_up8(std::size_t bytes) { return (bytes + 7) / 8 * 8; }
   std::size_t last_count(std::size_t chunks) const { return elements_ - (chunks - 1) * chunk_; }
 
   // Reads chunk k into buffer b, or writes it from there.
