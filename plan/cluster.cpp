@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "data/documents.h"
 #include "model/core/error.h"
@@ -150,6 +151,13 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& sourc
     cluster.busy_latency_us = top.non_negative("busy_latency_us");
   }
   if (top.child("offload_gbs", false)) cluster.offload_gbs = top.positive("offload_gbs");
+  for (auto [key, value] : {std::pair{"host_link_gbs", &cluster.host_link_gbs},
+                            std::pair{"host_update_gbs", &cluster.host_update_gbs}}) {
+    if (!top.child(key, false)) continue;
+    if (cluster.backend != ClusterBackend::cuda)
+      fail(source_name, ": '", key, "' is for a cuda cluster (backend: cuda)");
+    *value = top.positive(key);
+  }
   Section device = top.section("device");
   DeviceSpec& d = cluster.device;
   d.name = device.text("name");
@@ -200,6 +208,8 @@ std::string cluster_to_yaml(const ClusterSpec& c) {
   if (c.waiting_share > 0) out << "waiting_share: " << c.waiting_share << "\n";
   if (c.busy_latency_us > 0) out << "busy_latency_us: " << c.busy_latency_us << "\n";
   if (c.offload_gbs > 0) out << "offload_gbs: " << c.offload_gbs << "\n";
+  if (c.host_link_gbs > 0) out << "host_link_gbs: " << c.host_link_gbs << "\n";
+  if (c.host_update_gbs > 0) out << "host_update_gbs: " << c.host_update_gbs << "\n";
   out << "device:\n"
       << "  name: " << YAML::Node(d.name) << "\n"
       << "  memory_gib: " << d.memory_gib << "\n"

@@ -9,6 +9,9 @@
 //                                  # still takes from the others (it polls); default 0
 //   busy_latency_us: 800           # cpu only, optional: a point-to-point message's latency while
 //                                  # the other ranks compute (its peer waits for a core); default 0
+//   offload_gbs: 2                 # optional: a rank's disk rate for optimizer.offload disk
+//   host_link_gbs: 20              # cuda only, optional: a rank's device-host copy rate, and
+//   host_update_gbs: 30            # its host update's memory rate (optimizer.offload host, disk)
 //   device:
 //     name: NVIDIA H100 SXM5 80GB
 //     memory_gib: 80               # usable by one rank
@@ -86,6 +89,12 @@ struct DeviceSpec {
 // The disk rate the step-time model assumes when a cluster gives no offload_gbs: one NVMe
 // drive's sequential rate.
 inline constexpr double kOffloadGbs = 2.0;
+// What a cuda cluster's rank gets for an update offloaded to the host (optimizer.offload host or
+// disk) when its file gives no host_link_gbs or host_update_gbs: a share of one PCIe 5 x16
+// link per direction (about 55 GB/s peak, shared by the GPUs on a switch), and a share of a
+// host's memory bandwidth (a socket's ~300 GB/s over 8 GPUs' updates).
+inline constexpr double kHostLinkGbs = 20.0;
+inline constexpr double kHostUpdateGbs = 30.0;
 
 struct ClusterSpec {
   std::string name;
@@ -98,6 +107,11 @@ struct ClusterSpec {
   // GB/s each rank streams an offloaded optimizer state at (optimizer.offload disk: the local
   // disk's share of one rank), read and written; 0: not given (the model assumes kOffloadGbs).
   double offload_gbs = 0;
+  // cuda: a rank's copy rate between device and host (one direction), and the bytes per second
+  // its update reads and writes on the host, for optimizer.offload host or disk; 0: not given
+  // (kHostLinkGbs, kHostUpdateGbs).
+  double host_link_gbs = 0;
+  double host_update_gbs = 0;
   DeviceSpec device;
   LinkSpec intra_node;
   LinkSpec inter_node;

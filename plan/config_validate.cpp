@@ -119,13 +119,15 @@ void validate_optimizer(const Config& c, const Rules& rules) {
   rules.unit_interval("optimizer.beta2", o.beta2);
   rules.positive("optimizer.eps", o.eps);
   rules.at_least("optimizer.grad_clip", o.grad_clip, 0.0);
-  if (o.offload != OptimizerOffload::none) {
-    if (c.device == Device::cuda)
-      rules.fail("optimizer.offload", kOptimizerOffloadChoices.word(o.offload),
-                 " runs on the CPU backend only so far (device: cpu)");
-    if (o.offload == OptimizerOffload::disk && o.offload_dir.empty())
-      rules.fail("optimizer.offload_dir", "must name a directory for optimizer.offload disk");
-  }
+  if (o.offload == OptimizerOffload::disk && o.offload_dir.empty())
+    rules.fail("optimizer.offload_dir", "must name a directory for optimizer.offload disk");
+  // The CUDA backend's own update is AdamW's fused kernel; offloaded, every optimizer runs on the
+  // host (train/backend/cuda_training.h). device auto is checked once it resolves to cuda.
+  if (c.device == Device::cuda && o.name != OptimizerName::adamw &&
+      o.offload == OptimizerOffload::none)
+    rules.fail("optimizer.name", kOptimizerNameChoices.word(o.name),
+               " has no CUDA kernel: on device cuda it needs optimizer.offload host or disk "
+               "(the update on the host's cores)");
   if (!(o.offload_chunk >= 1024 && o.offload_chunk <= (std::int64_t{1} << 30)))
     rules.fail("optimizer.offload_chunk", "must be in [1024, 1073741824], got ", o.offload_chunk);
   const AdafactorConfig& a = o.adafactor;

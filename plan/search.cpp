@@ -77,12 +77,15 @@ std::string PlanLayout::name() const {
 namespace {
 
 // The account as the cluster's backend holds it: the CPU backend keeps reduced-precision compute
-// weights and activations in fp32; CUDA in 2 bytes.
+// weights and activations in fp32; CUDA in 2 bytes, and an offloaded optimizer's state in host
+// memory (train/backend/cuda_training.cpp update_on_host), not on the device.
 MemoryAccount on_device(MemoryAccount m, const ClusterSpec& cluster, const Config& config) {
   if (activation_element_bytes(cluster, config.precision.compute) == 2) {
     m.compute_weights /= 2;
     m.activations /= 2;
   }
+  if (cluster.backend == ClusterBackend::cuda && config.optimizer.offload != OptimizerOffload::none)
+    m.optimizer_state = 0;
   return m;
 }
 

@@ -136,9 +136,19 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
     t.forward = t.forward_compute + forward_extra;
     t.backward = t.backward_compute + backward_extra;
 
-    t.optimizer = seconds_of(
-        optimizer_work(config, rank.layout, rank.plan.owned, rank.plan.gradient_range.size()),
-        cluster, compute, step.threads);
+    const Work update =
+        optimizer_work(config, rank.layout, rank.plan.owned, rank.plan.gradient_range.size());
+    t.optimizer = seconds_of(update, cluster, compute, step.threads);
+    if (config.optimizer.offload != OptimizerOffload::none &&
+        cluster.backend == ClusterBackend::cuda) {
+      // The update on the host (train/backend/cuda_training.cpp update_on_host): the owned
+      // master weights and gradients cross down and the weights back up, 12 bytes per element
+      // over the host link, and the update's bytes stream at the host's memory rate.
+      const double link = cluster.host_link_gbs > 0 ? cluster.host_link_gbs : kHostLinkGbs;
+      const double host = cluster.host_update_gbs > 0 ? cluster.host_update_gbs : kHostUpdateGbs;
+      t.optimizer = 12.0 * static_cast<double>(rank.plan.owned.size()) / (link * 1e9) +
+                    update.elementwise_bytes / (host * 1e9);
+    }
     if (config.optimizer.offload == OptimizerOffload::disk) {
       // The state streamed in and out while the update runs: the slower of the two.
       const double gbs = cluster.offload_gbs > 0 ? cluster.offload_gbs : kOffloadGbs;

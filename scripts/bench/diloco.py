@@ -78,7 +78,7 @@ def main(argv):
     chosen = os.environ.get("VARIANTS", "all").split()
     matrix.allow_mpirun_as_root()
     matrix.build(build_dir, ["train", "tokenize"])
-    matrix.prepare_fortunes()
+    matrix.prepare_fortunes(build_dir)
     common = [f"train.steps={steps}", f"train.micro_batch={batch}", "train.eval_every=0",
               "train.log_every=100", "checkpoint.every=0", "parallel.gpus_per_node=1"]
     with matrix.Scratch() as work:

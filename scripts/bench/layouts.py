@@ -53,7 +53,7 @@ def main(argv):
     os.environ["OMP_NUM_THREADS"] = "1"
     matrix.allow_mpirun_as_root()
     matrix.build(build_dir, ["train", "tokenize", "plan"])
-    matrix.prepare_fortunes()
+    matrix.prepare_fortunes(build_dir)
     plan = os.path.join(build_dir, "bin", "plan")
     with matrix.Scratch() as work:
         print(matrix.header(f"steps {steps}"), flush=True)

@@ -17,9 +17,11 @@ def build(build_dir, targets):
     subprocess.run(["ninja", "-C", build_dir, *targets], check=True, stdout=subprocess.DEVNULL)
 
 
-def prepare_fortunes():
-    """data/fortunes, tokenized unless it is there (scripts/prepare_fortunes.sh)."""
-    subprocess.run(["bash", "scripts/prepare_fortunes.sh"], check=True)
+def prepare_fortunes(build_dir):
+    """data/fortunes, tokenized by `build_dir`'s tokenize unless it is there
+    (scripts/prepare_fortunes.sh)."""
+    env = dict(os.environ, STRATA_BIN_DIR=os.path.join(build_dir, "bin"))
+    subprocess.run(["bash", "scripts/prepare_fortunes.sh"], check=True, env=env)
 
 
 def allow_mpirun_as_root():

@@ -76,7 +76,7 @@ def main(argv):
     steps = int(os.environ.get("STEPS", "3"))
     matrix.allow_mpirun_as_root()
     matrix.build(build_dir, ["train", "tokenize"])
-    matrix.prepare_fortunes()
+    matrix.prepare_fortunes(build_dir)
     with matrix.Scratch() as work:
         print(matrix.header(f"dp {dp} steps {steps}"), flush=True)
         if os.environ.get("MEMORY", "1") == "1":

@@ -103,7 +103,7 @@ def main(argv):
     rounds = int(os.environ.get("ROUNDS", "2"))
     matrix.allow_mpirun_as_root()
     matrix.build(build_dir, ["train", "tokenize", "plan", "bench"])
-    matrix.prepare_fortunes()
+    matrix.prepare_fortunes(build_dir)
     bin_dir = os.path.join(build_dir, "bin")
     with matrix.Scratch() as work:
         cluster = os.path.join(work, "cluster.yaml")

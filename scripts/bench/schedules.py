@@ -72,7 +72,7 @@ def main(argv):
     os.environ["OMP_NUM_THREADS"] = "1"
     matrix.allow_mpirun_as_root()
     matrix.build(build_dir, ["train", "tokenize", "plan", "bench"])
-    matrix.prepare_fortunes()
+    matrix.prepare_fortunes(build_dir)
     bin_dir = os.path.join(build_dir, "bin")
     with matrix.Scratch() as work:
         shared_cluster = os.path.join(work, "cluster.yaml")

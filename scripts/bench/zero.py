@@ -67,7 +67,7 @@ def main(argv):
     stages = [int(s) for s in os.environ.get("STAGES", "0 1 2 3").split()]
     matrix.allow_mpirun_as_root()
     matrix.build(build_dir, ["train", "tokenize", "plan"])
-    matrix.prepare_fortunes()
+    matrix.prepare_fortunes(build_dir)
     plan = os.path.join(build_dir, "bin", "plan")
     with matrix.Scratch() as work:
         print(matrix.header(f"steps {steps} dp {dp} gpus_per_node {per_node}"), flush=True)

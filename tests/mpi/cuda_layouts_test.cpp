@@ -4,7 +4,8 @@
 // recomputation, train the fp32 run of one CPU process (loss and val_loss per step within 1e-4
 // relative, the bound between CPU layouts); a bf16 layout trains the bf16 run of one CUDA process;
 // and a checkpoint written by a CUDA layout resumes on the CPU at another layout and continues the
-// same run. ZeRO stages 1-3 and ZeRO++ on the device follow the CPU process too. A
+// same run. ZeRO stages 1-3 and ZeRO++ on the device follow the CPU process too, and so does
+// every optimizer run on the host (optimizer.offload; never run on a GPU yet). A
 // mixture-of-experts model (as tests/mpi/moe_layouts_test.cpp's) on the device trains the CPU
 // process's run with the same routing figures in its metrics, alone and under tp 2 with sequence
 // parallelism, pp 2 with zb-h1 and full recomputation, and dp 2; and with its experts split
@@ -222,6 +223,47 @@ TEST_F(CudaLayouts, CheckpointsOfACudaLayoutResumeOnTheCpu) {
   fs::create_directories(dir_->str() + "/runs/resumed");
   const std::string run = train(*dir_, resumed, "resumed", " --resume " + checkpoint);
   expect_close(metric(run, "loss"), reference, 10, "loss after resume", 1e-4);
+}
+
+// The optimizer on the host (optimizer.offload host or disk, ZeRO-Offload): each optimizer on a
+// CUDA layout trains the run of one CPU process with that optimizer (the host's update is the CPU
+// backend's code), alone, at dp 2 under ZeRO-1 and at tp 2; AdamW's state streamed from disk
+// too; and a checkpoint of the offloaded CUDA run resumes on the CPU in place.
+TEST_F(CudaLayouts, OffloadedOptimizersTrainTheRunOfOneCpuProcess) {
+  namespace fs = std::filesystem;
+  const std::string disk =
+      " --set optimizer.offload=disk --set optimizer.offload_dir=" + dir_->str() +
+      "/offload --set optimizer.offload_chunk=1024";
+  for (const std::string name : {"adamw", "adafactor", "adamw8bit", "muon"}) {
+    const std::string optimizer = " --set optimizer.name=" + name;
+    const std::string cpu_run = train(*dir_, reference(), "offload_cpu_" + name, optimizer);
+    ASSERT_EQ(metric(cpu_run, "loss").size(), 20u);
+    const std::pair<Layout, std::string> runs[] = {
+        {Layout{}, " --set optimizer.offload=host"},
+        {Layout{2, 1, 1}, " --set optimizer.offload=host --set parallel.zero.stage=1"},
+        {Layout{1, 2, 1}, " --set optimizer.offload=host"},
+        {Layout{}, disk},
+    };
+    int index = 0;
+    for (auto [layout, settings] : runs) {
+      layout.device = "cuda";
+      SCOPED_TRACE(name + " " + layout.name() + settings);
+      const std::string run = train(
+          *dir_, layout, "offload_" + name + "_" + std::to_string(index++), optimizer + settings);
+      expect_close(metric(run, "loss"), metric(cpu_run, "loss"), 0, "loss", 1e-4);
+      expect_close(metric(run, "val_loss"), metric(cpu_run, "val_loss"), 0, "val_loss", 1e-4);
+      EXPECT_FALSE(metric(run, "device_mib").empty()) << "the run did not train on the GPU";
+    }
+  }
+  Layout written;
+  written.device = "cuda";
+  const std::string first = train(*dir_, written, "offload_written",
+                                  " --set optimizer.offload=host --set train.stop_after=10");
+  const std::string checkpoint = first + "/checkpoints/step_00000010.h5";
+  ASSERT_TRUE(fs::exists(checkpoint));
+  fs::create_directories(dir_->str() + "/runs/offload_resumed");
+  const std::string run = train(*dir_, reference(), "offload_resumed", " --resume " + checkpoint);
+  expect_close(metric(run, "loss"), metric(reference_dir_, "loss"), 10, "loss after resume", 1e-4);
 }
 
 // parallel.device_comm on a machine with one GPU: NCCL runs over a group of one rank (every

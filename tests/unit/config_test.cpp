@@ -424,8 +424,13 @@ TEST(ConfigErrors, OptimizerKeysNameTheKey) {
                   "'optimizer.offload_dir' must name a directory for optimizer.offload disk");
   EXPECT_CONTAINS(error_of(data + "optimizer: {offload: nvme}"),
                   "'optimizer.offload' must be none, host or disk, got 'nvme'");
-  EXPECT_CONTAINS(error_of(data + "device: cuda\noptimizer: {offload: host}"),
-                  "'optimizer.offload' host runs on the CPU backend only so far (device: cpu)");
+  // On CUDA: AdamW on the device or any optimizer offloaded to the host; the others need offload.
+  EXPECT_NO_THROW(parse_config(data + "device: cuda\noptimizer: {offload: host}", "ok"));
+  EXPECT_NO_THROW(
+      parse_config(data + "device: cuda\noptimizer: {offload: host, name: muon}", "ok"));
+  EXPECT_CONTAINS(error_of(data + "device: cuda\noptimizer: {name: adafactor}"),
+                  "'optimizer.name' adafactor has no CUDA kernel: on device cuda it needs "
+                  "optimizer.offload host or disk");
   EXPECT_CONTAINS(error_of(data + "optimizer: {offload_chunk: 10}"),
                   "'optimizer.offload_chunk' must be in [1024, 1073741824], got 10");
   EXPECT_CONTAINS(error_of(data + "optimizer: {muon: {ns_steps: 0}}"),

@@ -40,6 +40,13 @@ links:
   inter_node: {bandwidth_gbs: 20, latency_us: 6}
 )";
 
+// kValid as a cpu cluster.
+std::string cpu_cluster() {
+  std::string cpu = kValid;
+  cpu.replace(cpu.find("backend: cuda"), 13, "backend: cpu");
+  return cpu;
+}
+
 TEST(ClusterSpec, ParsesEveryField) {
   const ClusterSpec c = parse_cluster(kValid, "c.yaml");
   EXPECT_EQ(c.name, "test");
@@ -67,6 +74,20 @@ TEST(ClusterSpec, WeightOperandRateIsOptional) {
   const ClusterSpec c = parse_cluster(yaml, "c.yaml");
   EXPECT_EQ(c.device.weight_rate_gbs(), 25);
   EXPECT_EQ(parse_cluster(cluster_to_yaml(c), "round trip"), c);
+}
+
+// The offloaded update's rates (optimizer.offload on a cuda cluster) are optional, cuda only.
+TEST(ClusterSpec, HostRatesAreOptionalAndCudaOnly) {
+  const ClusterSpec c = parse_cluster(kValid + "host_link_gbs: 12\nhost_update_gbs: 40\n", "c");
+  EXPECT_EQ(c.host_link_gbs, 12);
+  EXPECT_EQ(c.host_update_gbs, 40);
+  EXPECT_EQ(parse_cluster(cluster_to_yaml(c), "round trip"), c);
+  EXPECT_EQ(parse_cluster(kValid, "c").host_link_gbs, 0);  // absent: kHostLinkGbs
+  const std::string cpu = cpu_cluster();
+  EXPECT_EQ(error_of(cpu + "host_update_gbs: 40\n"),
+            "c.yaml: 'host_update_gbs' is for a cuda cluster (backend: cuda)");
+  EXPECT_EQ(error_of(kValid + "host_link_gbs: 0\n"),
+            "c.yaml: 'host_link_gbs' must be positive, got 0");
 }
 
 TEST(ClusterSpec, ShippedFilesParseAndRoundTrip) {
@@ -106,8 +127,7 @@ TEST(ClusterSpec, BadFilesNameTheKey) {
   EXPECT_EQ(error_of(yaml), "c.yaml: missing key 'device.sustained.elementwise_gbs'");
   yaml = kValid + "waiting_share: 0.1\n";
   EXPECT_EQ(error_of(yaml), "c.yaml: 'waiting_share' needs 'cores_per_node' (ranks sharing cores)");
-  std::string cpu = kValid;
-  cpu.replace(cpu.find("backend: cuda"), 13, "backend: cpu");
+  const std::string cpu = cpu_cluster();
   EXPECT_EQ(error_of(cpu + "cores_per_node: 2\nwaiting_share: 1.5\n"),
             "c.yaml: 'waiting_share' must be at most 1");
   EXPECT_EQ(error_of(cpu + "cores_per_node: 2\nbusy_latency_us: -1\n"),

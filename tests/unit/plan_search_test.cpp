@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "model/core/error.h"
+#include "model/parameter_layout.h"
 #include "plan/cluster.h"
 #include "plan/config.h"
 #include "plan/diloco_verdict.h"
@@ -51,6 +52,17 @@ TEST(PlanSearch, PlansAreValidFittingFirstFastestFirst) {
     EXPECT_EQ(cost.memory_bytes, plans[i].memory_bytes);
   }
   EXPECT_EQ(best_layout(model(), cluster, 4).layout.name(), plans.front().layout.name());
+}
+
+// On a cuda cluster an offloaded optimizer's state lives in host memory: the plan's device
+// memory is the in-place plan's less that state (AdamW's 8 bytes per owned element).
+TEST(PlanSearch, AnOffloadedStateLeavesTheDevicesMemory) {
+  const ClusterSpec cluster = test_cluster(80);
+  const PlanCost in_place = cost_of(model(), cluster, 1);
+  const PlanCost host = cost_of(model({"optimizer.offload=host"}), cluster, 1);
+  const std::size_t owned = ParameterLayout::padded_size(
+      ParameterLayout::for_gpt(gpt_shape_of(model().model)).total(), 1);
+  EXPECT_EQ(host.memory_bytes + 8 * owned, in_place.memory_bytes);
 }
 
 TEST(PlanSearch, ChunkedSchedulesAreCandidatesAndWinWhereTheBubbleDominates) {

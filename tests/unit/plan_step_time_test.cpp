@@ -268,6 +268,7 @@ TEST(StepTime, TermsReactAsTheyMust) {
 // kOffloadGbs), overlapped with the update: the slower of the two; host adds nothing on the CPU.
 TEST(StepTime, ADiskOffloadedStateStreamsAtTheClustersRate) {
   ClusterSpec cluster = test_cluster(80, 10);
+  cluster.backend = ClusterBackend::cpu;
   const StepTime in_place = predict_step_time(planner_config({}), cluster, 1);
   const std::vector<std::string> disk = {"optimizer.offload=disk", "optimizer.offload_dir=/tmp"};
   cluster.offload_gbs = 0.001;  // slow enough that the stream decides
@@ -284,6 +285,33 @@ TEST(StepTime, ADiskOffloadedStateStreamsAtTheClustersRate) {
             16.0 * static_cast<double>(owned.size()) / (kOffloadGbs * 1e9));
   EXPECT_EQ(predict_step_time(planner_config({"optimizer.offload=host"}), cluster, 1).seconds,
             in_place.seconds);
+}
+
+// On a cuda cluster an offloaded update runs on the host: 12 bytes per owned element over the
+// host link (weights and gradients down, weights up) plus the update's bytes at the host's rate,
+// whichever optimizer; a host slower than the device makes the step slower.
+TEST(StepTime, AnOffloadedUpdateOnCudaCrossesTheHostLink) {
+  ClusterSpec cluster = test_cluster(80, 10);
+  const ElementRange owned{
+      0, ParameterLayout::padded_size(
+             ParameterLayout::for_gpt(gpt_shape_of(planner_config({}).model)).total(), 1)};
+  const double elements = static_cast<double>(owned.size());
+  for (const std::string name : {"adamw", "muon"}) {
+    SCOPED_TRACE(name);
+    const StepTime in_place =
+        predict_step_time(planner_config({"optimizer.name=" + name}), cluster, 1);
+    cluster.host_link_gbs = 0.001;  // slow enough that the crossing decides
+    const StepTime host = predict_step_time(
+        planner_config({"optimizer.name=" + name, "optimizer.offload=host"}), cluster, 1);
+    EXPECT_GT(host.stages[0].optimizer, 12.0 * elements / 1e6);
+    EXPECT_LT(host.stages[0].optimizer, 12.0 * elements / 1e6 * 1.01);
+    EXPECT_GT(host.seconds, in_place.seconds);
+    cluster.host_link_gbs = 0;  // the defaults: kHostLinkGbs and kHostUpdateGbs
+    const StepTime defaults = predict_step_time(
+        planner_config({"optimizer.name=" + name, "optimizer.offload=host"}), cluster, 1);
+    EXPECT_GT(defaults.stages[0].optimizer, 12.0 * elements / (kHostLinkGbs * 1e9));
+    EXPECT_GT(defaults.stages[0].optimizer, in_place.stages[0].optimizer);
+  }
 }
 
 TEST(StepTime, ChunkedSchedulesArePricedOnTheirChunks) {

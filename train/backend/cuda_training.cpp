@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 #include <type_traits>
 
 #include "model/chunk_parameters.h"
@@ -34,6 +36,7 @@
 #include "train/backend/cuda_nccl_sharding.h"
 #include "train/backend/cuda_pipeline_stage.h"
 #include "train/backend/cuda_staged_sharding.h"
+#include "train/optimizer/optimizer.h"
 
 namespace strata {
 namespace {
@@ -121,22 +124,31 @@ class CudaTrainingOf final : public TrainingBackend {
         scratch_count_(static_cast<long>(
             std::max(reduction_scratch_floats(plan_.gradients, *placement.groups),
                      reduction_scratch_floats(plan_.parameters, *placement.groups)))),
-        buffers_(
-            buffer_bytes(n_params_, n_grads_, static_cast<long>(owned_.size()), scratch_count_)),
+        host_optimizer_(config.optimizer.offload == OptimizerOffload::none
+                            ? nullptr
+                            : make_optimizer(layout_, owned_, config.optimizer,
+                                             optimizer_groups(plan_, *placement.groups))),
+        moments_on_device_(host_optimizer_ == nullptr ? static_cast<long>(owned_.size()) : 0),
+        buffers_(buffer_bytes(n_params_, n_grads_, moments_on_device_, scratch_count_)),
         decay_(restrict_to(layout_.decayed_ranges(), owned_)),
         micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
     STRATA_CHECK(plan_.buffer_size >= layout_.total() && owned_.end <= plan_.buffer_size,
                  "the reduction plan does not fit this partition's layout");
     master_ = buffers_.allocate<float>(n_params_);
     grads_ = buffers_.allocate<float>(n_grads_);
-    m_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
-    v_ = buffers_.allocate<float>(static_cast<long>(owned_.size()));
+    m_ = buffers_.allocate<float>(moments_on_device_);
+    v_ = buffers_.allocate<float>(moments_on_device_);
     // cudaMalloc leaves memory as it finds it: the state starts at zero, as the CPU backend's
     // vectors do (bench train writes only the weights; AdamW's moments must start at zero).
     for (float* buffer : {master_, m_, v_}) {
       const std::size_t count =
-          buffer == master_ ? static_cast<std::size_t>(n_params_) : owned_.size();
-      STRATA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, count * sizeof(float), ctx_.stream()));
+          static_cast<std::size_t>(buffer == master_ ? n_params_ : moments_on_device_);
+      if (count > 0)
+        STRATA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, count * sizeof(float), ctx_.stream()));
+    }
+    if (host_optimizer_ != nullptr) {
+      host_master_ = cuda::PinnedBuffer<float>(owned_.size());
+      host_grads_ = cuda::PinnedBuffer<float>(owned_.size());
     }
     if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_params_);
     norms_ = buffers_.allocate<double>(kMaxNormRanges);
@@ -176,7 +188,11 @@ class CudaTrainingOf final : public TrainingBackend {
                                                    shape.seq_len, placement.nonblocking_sends);
   }
 
-  std::string name() const override { return nccl_.dp ? "cuda (nccl)" : "cuda"; }
+  std::string name() const override {
+    std::string name = nccl_.dp ? "cuda (nccl)" : "cuda";
+    if (host_optimizer_ != nullptr) name += ", optimizer on the host";
+    return name;
+  }
   const ParameterLayout& layout() const override { return layout_; }
   const ReductionPlan& plan() const override { return plan_; }
 
@@ -184,6 +200,14 @@ class CudaTrainingOf final : public TrainingBackend {
   std::vector<float*> state_arrays() const { return {master_, m_, v_}; }
 
   std::vector<StateBuffer> state() override {
+    if (host_optimizer_ != nullptr) {
+      std::vector<StateBuffer> buffers =
+          state_buffers(plan_.parameter_range, host_optimizer_->save());
+      buffers.front().values.resize(buffers.front().range.size());
+      download(buffers.front().values, master_);
+      ctx_.synchronize();
+      return buffers;
+    }
     std::vector<StateBuffer> buffers = state_buffers(plan_.parameter_range, owned_, kAdamWMoments);
     const std::vector<float*> arrays = state_arrays();
     for (std::size_t i = 0; i < buffers.size(); ++i) {
@@ -195,6 +219,10 @@ class CudaTrainingOf final : public TrainingBackend {
   }
 
   void set_state(const std::vector<StateBuffer>& buffers) override {
+    if (host_optimizer_ != nullptr) {
+      set_offloaded_state(buffers);
+      return;
+    }
     const std::vector<StateBuffer> held =
         state_buffers(plan_.parameter_range, owned_, kAdamWMoments);
     const std::vector<float*> arrays = state_arrays();
@@ -282,6 +310,18 @@ class CudaTrainingOf final : public TrainingBackend {
   }
 
   void apply_optimizer(const OptimizerStep& step) override {
+    if (host_optimizer_ != nullptr)
+      update_on_host(step);
+    else
+      update_on_device(step);
+    if (plan_.parameters.empty()) return;
+    run_on_device(plan_.parameters, master_, plan_.parameter_range);
+    if constexpr (!std::is_same_v<T, float>)
+      cuda::cast(weights_, master_, n_params_, ctx_.stream());
+  }
+
+  // The fused AdamW kernel over the owned range's master weights, moments and compute copy.
+  void update_on_device(const OptimizerStep& step) {
     const OptimizerConfig& o = config_.optimizer;
     const cpu::AdamWHyper hyper{static_cast<float>(step.lr),        static_cast<float>(o.beta1),
                                 static_cast<float>(o.beta2),        static_cast<float>(o.eps),
@@ -293,10 +333,52 @@ class CudaTrainingOf final : public TrainingBackend {
     cuda::adamw_update<T>(master_ + at, copy, grads_ + (owned_.begin - plan_.gradient_range.begin),
                           m_, v_, static_cast<long>(owned_.size()), 0, decay_, hyper, nullptr,
                           ctx_.stream());
-    if (plan_.parameters.empty()) return;
-    run_on_device(plan_.parameters, master_, plan_.parameter_range);
+  }
+
+  // optimizer.offload host or disk (ZeRO-Offload): the owned range's master weights and
+  // gradients cross to page-locked host buffers, the CPU backend's optimizer (any of
+  // train/optimizer/, its state in host memory or streamed from disk) updates them on the host's
+  // cores, and the weights cross back with their compute copy: 4 bytes per owned element each way
+  // plus the gradients' 4 down. The same optimizer object and arithmetic as device: cpu, so a run
+  // follows the CPU process's.
+  void update_on_host(const OptimizerStep& step) {
+    const std::size_t count = owned_.size();
+    if (count == 0) return;
+    float* master = master_ + (owned_.begin - plan_.parameter_range.begin);
+    const float* grads = grads_ + (owned_.begin - plan_.gradient_range.begin);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_master_.data(), master, count * sizeof(float),
+                                      cudaMemcpyDeviceToHost, ctx_.stream()));
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_grads_.data(), grads, count * sizeof(float),
+                                      cudaMemcpyDeviceToHost, ctx_.stream()));
+    ctx_.synchronize();
+    host_optimizer_->update(host_master_.data(), host_grads_.data(), step);
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(master, host_master_.data(), count * sizeof(float),
+                                      cudaMemcpyHostToDevice, ctx_.stream()));
+    if constexpr (!std::is_same_v<T, float>)
+      cuda::cast(weights_ + (owned_.begin - plan_.parameter_range.begin), master,
+                 static_cast<long>(count), ctx_.stream());
+    // The host buffers are written again only after the next update's synchronize, which
+    // follows this copy on the same stream.
+  }
+
+  // set_state with the optimizer on the host: "model" to the device, the rest to the optimizer
+  // (as the CPU backend's set_state).
+  void set_offloaded_state(const std::vector<StateBuffer>& buffers) {
+    const std::vector<StateBuffer> held =
+        state_buffers(plan_.parameter_range, host_optimizer_->shapes());
+    std::vector<StateBuffer> optimizer;
+    for (const StateBuffer& b : buffers) {
+      if (match_state_buffer(held, b, "CUDA") == 0) {
+        upload(master_, b.values);
+        continue;
+      }
+      optimizer.push_back(b);
+      optimizer.back().name = b.name.substr(kOptimizerPrefix.size());
+    }
+    host_optimizer_->load(optimizer);
     if constexpr (!std::is_same_v<T, float>)
       cuda::cast(weights_, master_, n_params_, ctx_.stream());
+    ctx_.synchronize();  // the host vectors may change once this returns
   }
 
   PipelineExecutor& evaluator() override {
@@ -335,7 +417,8 @@ class CudaTrainingOf final : public TrainingBackend {
     m.secondary_weights = parameters_->secondary_bytes();  // on the host: hpZ stages through it
     m.gathered_weights = parameters_->peak_gathered_bytes();
     m.gradient_buckets = parameters_->peak_bucket_bytes();
-    m.optimizer_state = 2 * owned_.size() * sizeof(float);
+    // With the optimizer on the host its state holds no device memory.
+    m.optimizer_state = static_cast<std::size_t>(moments_on_device_) * 2 * sizeof(float);
     m.activations = activation_bytes();
     m.communication = static_cast<std::size_t>(scratch_count_) * sizeof(float);
     return m;
@@ -350,15 +433,15 @@ class CudaTrainingOf final : public TrainingBackend {
   // Separate ranges one gradient norm may sum (tensor parallelism splits the counted tensors).
   static constexpr std::size_t kMaxNormRanges = 4096;
 
-  // Master weights (params) and gradients (grads), both moments (owned), the compute copy, the
+  // Master weights (params) and gradients (grads), both moments (moments), the compute copy, the
   // norm results, the norm scratch (up to 1024 doubles), and the reductions' scratch: each
   // rounded up to the arena's alignment.
-  static std::size_t buffer_bytes(long params, long grads, long owned, long scratch) {
+  static std::size_t buffer_bytes(long params, long grads, long moments, long scratch) {
     const std::size_t align = cuda::DeviceArena::kDefaultAlignment;
     auto rounded = [&](std::size_t bytes) { return (bytes + align - 1) / align * align; };
     const std::size_t weights_copy = std::is_same_v<T, float> ? 0 : rounded(params * sizeof(T));
     return rounded(params * sizeof(float)) + rounded(grads * sizeof(float)) +
-           2 * rounded(owned * sizeof(float)) + weights_copy +
+           2 * rounded(moments * sizeof(float)) + weights_copy +
            rounded(kMaxNormRanges * sizeof(double)) + rounded(1024 * sizeof(double)) +
            rounded(scratch * sizeof(float)) + align;
   }
@@ -422,11 +505,16 @@ class CudaTrainingOf final : public TrainingBackend {
   long n_grads_;            // the gradients held: the buffer, or the owned shard (ZeRO 2, 3)
   ElementRange owned_;
   long scratch_count_;
+  // optimizer.offload host or disk: the optimizer on the host (update_on_host); null otherwise.
+  std::unique_ptr<Optimizer> host_optimizer_;
+  long moments_on_device_;  // AdamW's m and v elements on the device: owned, or 0 when offloaded
   cuda::DeviceArena buffers_;
   cuda::DeviceRanges decay_;  // the decayed elements of the owned range, relative to its start
   // Page-locked: device-to-host copies into it are truly asynchronous, so the losses of every
   // micro-batch are collected without waiting for the device in between.
   cuda::PinnedBuffer<float> micro_losses_;
+  // Page-locked staging of the owned range for update_on_host (empty without offload).
+  cuda::PinnedBuffer<float> host_master_, host_grads_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   T* weights_ = nullptr;            // null in fp32: the masters are the weights
   double* norms_ = nullptr;         // (kMaxNormRanges) one sum of squares per range

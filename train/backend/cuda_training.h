@@ -8,6 +8,11 @@
 // of squares, read once per step: the skip decision for non-finite steps needs the norm) and what
 // crosses ranks.
 //
+// optimizer.offload host or disk moves the update to the host (ZeRO-Offload): the device keeps
+// no optimizer state, the owned range's weights and gradients cross to page-locked host memory,
+// the CPU backend's optimizer (any optimizer.name) updates them there and the weights cross back
+// (docs/ARCHITECTURE.md, optimizer offload). Written and compiled; never run on a GPU.
+//
 // Every layout of the CPU backend runs here too, expert parallelism included (parallel.ep > 1:
 // each rank holds E/ep experts of its MoE blocks and exchanges their rows with its ep group through
 // the host; the reductions over ep and expert_dp, and ZeRO's sums over ep, run as on the CPU; never

@@ -19,13 +19,11 @@ std::unique_ptr<TrainingBackend> make_training_backend(Device device, const Conf
   STRATA_CHECK(placement.groups != nullptr && placement.program != nullptr,
                "a training backend needs its groups and its pipeline program");
   if (device == Device::cuda) {
-    if (config.optimizer.name != OptimizerName::adamw)
+    // As config validation says of device: cuda, for device: auto resolved to it.
+    if (config.optimizer.name != OptimizerName::adamw &&
+        config.optimizer.offload == OptimizerOffload::none)
       fail("optimizer.name: ", kOptimizerNameChoices.word(config.optimizer.name),
-           " runs on the CPU backend only so far; the CUDA backend runs adamw (device: cpu "
-           "runs it)");
-    if (config.optimizer.offload != OptimizerOffload::none)
-      fail("optimizer.offload: ", kOptimizerOffloadChoices.word(config.optimizer.offload),
-           " runs on the CPU backend only so far (device: cpu runs it)");
+           " has no CUDA kernel: on device cuda it needs optimizer.offload host or disk");
     const int gpu = place_on_gpu(placement, config, placement.groups->job().rank(),
                                  placement.groups->world(), placement.groups->mesh().pp_size());
     return make_cuda_training(config, shape, placement, gpu);

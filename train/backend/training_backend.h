@@ -50,7 +50,8 @@ class TrainingBackend {
  public:
   virtual ~TrainingBackend() = default;
 
-  // "cpu", "cuda" or "cuda (nccl)", for the startup line.
+  // "cpu", "cuda" or "cuda (nccl)" (with ", optimizer on the host" under optimizer.offload), for
+  // the startup line.
   virtual std::string name() const = 0;
   virtual const ParameterLayout& layout() const = 0;
   virtual const ReductionPlan& plan() const = 0;
