@@ -24,7 +24,7 @@ GRIDS = {
     "adamw": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3", "8.0e-3"]),
     "adafactor": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3", "8.0e-3"]),
     "adamw8bit": ("optimizer.lr", ["1.0e-3", "2.0e-3", "4.0e-3", "8.0e-3"]),
-    "muon": ("optimizer.muon.lr", ["0.01", "0.02", "0.04", "0.08"]),
+    "muon": ("optimizer.muon.lr", ["0.005", "0.01", "0.02", "0.04", "0.08"]),
 }
 
 
