@@ -3,8 +3,8 @@
 // is a few planes, each one value per element of a width of its own (AdamW: m and v, 4 bytes
 // each; AdamW8bit: its two codes, 1 byte each; Muon: its momentum; Adafactor: its first moment).
 //   none  the planes in memory, visited as one chunk (the state in place: no copy).
-//   host  an arena of its own, visited chunk by chunk (on CUDA it would be pinned host memory
-//         with the update on the host's cores; the CPU backend runs this same path).
+//   host  an arena of its own, visited chunk by chunk (on CUDA the whole update runs on the
+//         host's cores over this same path: train/backend/cuda_training.h).
 //   disk  a file in optimizer.offload_dir, streamed through a bounded buffer of three chunks:
 //         while the update works on chunk k, an I/O thread reads chunk k+1 and writes chunk k−1
 //         back (ZeRO-Infinity's NVMe mode), so memory holds three chunks whatever the state's
