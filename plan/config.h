@@ -31,6 +31,11 @@ enum class OptimizerName { adamw, adafactor, adamw8bit, muon };
 inline constexpr Choices kOptimizerNameChoices{std::array{
     ChoiceWord{OptimizerName::adamw, "adamw"}, ChoiceWord{OptimizerName::adafactor, "adafactor"},
     ChoiceWord{OptimizerName::adamw8bit, "adamw8bit"}, ChoiceWord{OptimizerName::muon, "muon"}}};
+// diloco.outer_schedule (train/diloco/outer_optimizer.h): the outer step's extrapolation constant,
+// or following the inner learning-rate schedule (warmed up and annealed with it).
+enum class OuterSchedule { constant, inner };
+inline constexpr Choices kOuterScheduleChoices{std::array{
+    ChoiceWord{OuterSchedule::constant, "constant"}, ChoiceWord{OuterSchedule::inner, "inner"}}};
 enum class OptimizerOffload { none, host, disk };
 inline constexpr Choices kOptimizerOffloadChoices{std::array{
     ChoiceWord{OptimizerOffload::none, "none"}, ChoiceWord{OptimizerOffload::host, "host"},
@@ -236,6 +241,7 @@ struct DilocoConfig {
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   bool nesterov = true;
+  OuterSchedule outer_schedule = OuterSchedule::constant;
   OuterCompression compression = OuterCompression::none;
   bool error_feedback = false;  // compression's residual added to the next outer gradient
   int fragments = 1;            // streaming: fragments of ~1/F of the model synced in turn

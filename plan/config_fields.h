@@ -145,6 +145,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("diloco.outer_lr", c.diloco.outer_lr);
   visit("diloco.outer_momentum", c.diloco.outer_momentum);
   visit("diloco.nesterov", c.diloco.nesterov);
+  visit("diloco.outer_schedule", Choice{c.diloco.outer_schedule, kOuterScheduleChoices});
   visit("diloco.compression", Choice{c.diloco.compression, kOuterCompressionChoices});
   visit("diloco.error_feedback", c.diloco.error_feedback);
   visit("diloco.fragments", c.diloco.fragments);

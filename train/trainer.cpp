@@ -106,7 +106,8 @@ void Trainer::State::make_backend() {
 
 void Trainer::State::make_diloco(const BackendPlacement& placement, ElementRange share) {
   diloco = std::make_unique<Diloco>(config.diloco, config.run.seed, backend->layout(), shape,
-                                    diloco_placement(groups, placement, backend->layout(), share));
+                                    diloco_placement(groups, placement, backend->layout(), share),
+                                    config.optimizer, config.train.steps);
   // Every worker's buffers are datasets of the checkpoint (those of per-tensor buffers are created
   // by their writers).
   std::vector<StateDatasets> datasets;

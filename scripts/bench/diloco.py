@@ -86,6 +86,23 @@ def main(argv):
         table(build_dir, work, workers, batch, common, variants(steps), chosen)
 
 
+def train_variant(build_dir, work, workers, batch, common, name, settings, extra=()):
+    """Trains one (name, settings) under `common` overrides and `extra` arguments: a name starting
+    "baseline" data-parallel on `workers` ranks at global batch workers·batch, any other
+    `workers` DiLoCo workers of `batch` sequences. Returns its metrics.jsonl, or None after
+    printing the failed row."""
+    keys = settings.split()
+    if name.startswith("baseline"):
+        keys.append(f"train.global_batch={workers * batch}")
+    else:
+        keys += [f"train.global_batch={batch}", "diloco.enabled=true", f"diloco.workers={workers}"]
+    path = matrix.train(build_dir, workers, common + keys, name, work, fail="return", extra=extra)
+    if path is None:
+        error = matrix.first_error(os.path.join(work, f"{name}.log"))
+        print(f"| {name} | failed: {error} |", flush=True)
+    return path
+
+
 def table(build_dir, work, workers, batch, common, runs, chosen, extra=()):
     """Trains each (name, settings) of `runs` that `chosen` names ("all": every one) under
     `common` overrides and prints its row: names starting "baseline" data-parallel on `workers`
@@ -96,17 +113,8 @@ def table(build_dir, work, workers, batch, common, runs, chosen, extra=()):
     for name, settings in runs:
         if chosen != ["all"] and name not in chosen:
             continue
-        keys = settings.split()
-        if name.startswith("baseline"):
-            keys.append(f"train.global_batch={workers * batch}")
-        else:
-            keys += [f"train.global_batch={batch}", "diloco.enabled=true",
-                     f"diloco.workers={workers}"]
-        path = matrix.train(build_dir, workers, common + keys, name, work, fail="return",
-                            extra=extra)
+        path = train_variant(build_dir, work, workers, batch, common, name, settings, extra)
         if path is None:
-            error = matrix.first_error(os.path.join(work, f"{name}.log"))
-            print(f"| {name} | failed: {error} |", flush=True)
             continue
         base = os.path.join(work, "baseline", "metrics.jsonl")
         print(row(name, settings, metrics.read(path),

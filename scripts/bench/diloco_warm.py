@@ -6,18 +6,19 @@ The corpus is Python 3.11's documentation (Debian's python3.11-doc: the reStruct
 of the tutorial, the library and language references, the HOWTOs and the FAQ, about 11 MB of
 English prose and code), tokenized once into data/pydocs with a vocabulary of 4096. The model is
 as small as the tests' (2 layers, d_model 64, 4 heads, T 64). A data-parallel warm-up of WARM
-steps on WORKERS ranks (global batch WORKERS·BATCH sequences) writes a checkpoint; every run then
-starts from its weights (`train --init`, the optimizer and schedule fresh) for STEPS more steps:
-data parallelism on WORKERS ranks at that global batch, and DiLoCo with WORKERS workers of one
-rank and BATCH sequences each, so every run computes the same tokens. One table row per run:
-final val_loss, its gap to data parallelism, the bytes across workers (data parallelism: across
-nodes, every rank a node of its own) and how many times fewer."""
+steps on WORKERS ranks of WARM_BATCH sequences each (peak lr WARM_LR) writes a checkpoint; every
+run then starts from its weights (`train --init`, the optimizer and schedule fresh) for STEPS
+more steps: data parallelism on WORKERS ranks at a global batch of WORKERS·BATCH sequences, and
+DiLoCo with WORKERS workers of one rank and BATCH sequences each, so every run computes the same
+tokens. One table row per run: final val_loss, its gap to the best data-parallel run of the same
+inner optimizer and to the best data-parallel run of all, the bytes across workers (data
+parallelism: across nodes, every rank a node of its own) and how many times fewer."""
 import glob
 import os
 import subprocess
 
 from bench import matrix, metrics
-from bench.diloco import table
+from bench.diloco import summary, train_variant
 
 DOCS = "/usr/share/doc/python3.11/html/_sources"
 CORPUS = "data/pydocs"
@@ -35,59 +36,98 @@ def prepare_corpus(build_dir):
                     "--threads", "2"], check=True, stdout=subprocess.DEVNULL)
 
 
-def variants(steps):
-    """(name, settings) in table order. H spans STEPS/150 to STEPS/30 (10 to 50 at 1500 steps, 30
-    or more outer steps each); "tuned": what PERFORMANCE.md found closes most of the gap."""
-    small, mid, large = steps // 150, steps // 60, steps // 30
-    h = "diloco.inner_steps="
-    tuned = "diloco.outer_momentum=0.5 optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"
+def lr(peak):
+    """A peak learning rate and its cosine's floor (a tenth)."""
+    return f"optimizer.lr={peak} optimizer.min_lr={peak / 10:.1e}"
+
+
+def variants(h):
+    """(name, settings) in table order. Names starting "baseline" are data-parallel: AdamW over an
+    lr grid (its best decides the gap) and Muon. The DiLoCo rows: the paper's outer settings (lr
+    0.7, Nesterov momentum 0.9), federated averaging (outer lr 1, no momentum), outer lr 1 with
+    momentum 0.5 (what PERFORMANCE.md found best here), then the same with Muon as the inner
+    optimizer (MuLoCo), int4 with error feedback, and H halved and doubled."""
+    muon = "optimizer.name=muon optimizer.muon.lr=0.02"
+    paper, fedavg = "", "diloco.outer_lr=1.0 diloco.outer_momentum=0"
+    best = "diloco.outer_lr=1.0 diloco.outer_momentum=0.5"
+    int4 = "diloco.compression=int4 diloco.error_feedback=true"
+    steps = f"diloco.inner_steps={h}"
     return [
-        ("baseline", ""),
-        ("baseline_lr2", "optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
-        ("baseline_lr3", "optimizer.lr=6.0e-3 optimizer.min_lr=6.0e-4"),
-        ("baseline_lr4", "optimizer.lr=8.0e-3 optimizer.min_lr=8.0e-4"),
-        ("baseline_lr6", "optimizer.lr=1.2e-2 optimizer.min_lr=1.2e-3"),
-        (f"h{small}", f"{h}{small}"),
-        (f"h{mid}", f"{h}{mid}"),
-        (f"h{large}", f"{h}{large}"),
-        (f"h{large}_int8", f"{h}{large} diloco.compression=int8"),
-        (f"h{large}_int4", f"{h}{large} diloco.compression=int4 diloco.error_feedback=true"),
-        (f"h{large}_lr2", f"{h}{large} optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
-        (f"h{large}_lr3", f"{h}{large} optimizer.lr=6.0e-3 optimizer.min_lr=6.0e-4"),
-        (f"h{large}_lr4", f"{h}{large} optimizer.lr=8.0e-3 optimizer.min_lr=8.0e-4"),
-        (f"h{large}_lr6", f"{h}{large} optimizer.lr=1.2e-2 optimizer.min_lr=1.2e-3"),
-        (f"h{large}_lr2_outer1", f"{h}{large} optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4 "
-                                 "diloco.outer_lr=1.0"),
-        (f"h{large}_int4_lr2", f"{h}{large} diloco.compression=int4 diloco.error_feedback=true "
-                               "optimizer.lr=4.0e-3 optimizer.min_lr=4.0e-4"),
-        (f"h{large}_tuned", f"{h}{large} {tuned}"),
-        (f"h{large}_int8_tuned", f"{h}{large} diloco.compression=int8 {tuned}"),
+        ("baseline_lr4e-3", lr(4.0e-3)),
+        ("baseline_lr8e-3", lr(8.0e-3)),
+        ("baseline_lr1.2e-2", lr(1.2e-2)),
+        ("baseline_lr1.6e-2", lr(1.6e-2)),
+        ("baseline_lr2.4e-2", lr(2.4e-2)),
+        ("baseline_muon", f"{muon} {lr(1.6e-2)}"),
+        (f"h{h}_paper", f"{steps} {lr(8.0e-3)} {paper}".strip()),
+        (f"h{h}_fedavg", f"{steps} {lr(1.2e-2)} {fedavg}"),
+        (f"h{h}_m0.5", f"{steps} {lr(1.2e-2)} {best}"),
+        (f"h{h}_muon_paper", f"{steps} {muon} {lr(8.0e-3)}"),
+        (f"h{h}_muon_m0.5", f"{steps} {muon} {lr(8.0e-3)} {best}"),
+        (f"h{h}_muon_m0.5_int4", f"{steps} {muon} {lr(8.0e-3)} {best} {int4}"),
+        (f"h{h // 2}_muon_m0.5", f"diloco.inner_steps={h // 2} {muon} {lr(8.0e-3)} {best}"),
+        (f"h{2 * h}_muon_m0.5", f"diloco.inner_steps={2 * h} {muon} {lr(8.0e-3)} {best}"),
     ]
+
+
+def inner_optimizer(settings):
+    return "muon" if "optimizer.name=muon" in settings else "adamw"
 
 
 def main(argv):
     build_dir = os.environ.get("BUILD_DIR", "build")
-    warm = int(os.environ.get("WARM", "1000"))
-    steps = int(os.environ.get("STEPS", "1500"))
-    batch = int(os.environ.get("BATCH", "8"))
+    warm = int(os.environ.get("WARM", "1500"))
+    warm_batch = int(os.environ.get("WARM_BATCH", "8"))
+    warm_lr = float(os.environ.get("WARM_LR", "4.0e-3"))
+    steps = int(os.environ.get("STEPS", "420"))
+    batch = int(os.environ.get("BATCH", "32"))
     workers = int(os.environ.get("WORKERS", "4"))
+    h = int(os.environ.get("H", "14"))
     chosen = os.environ.get("VARIANTS", "all").split()
     matrix.allow_mpirun_as_root()
     matrix.build(build_dir, ["train", "tokenize"])
     prepare_corpus(build_dir)
     model = ["model.n_layer=2", "model.n_head=4", "model.d_model=64", "model.seq_len=64",
              "model.vocab_size=4096", f"data.train={CORPUS}/train", f"data.val={CORPUS}/val",
-             f"data.tokenizer={CORPUS}/tokenizer.model", f"train.micro_batch={batch}",
-             "train.eval_tokens=65536", "train.log_every=100", "parallel.gpus_per_node=1"]
+             f"data.tokenizer={CORPUS}/tokenizer.model", "train.eval_tokens=65536",
+             "train.log_every=100", "parallel.gpus_per_node=1"]
     with matrix.Scratch() as work:
-        print(matrix.header(f"warm-up {warm} steps, then {steps} steps; workers {workers}, "
-                            f"batch {batch} per worker, corpus {CORPUS}"))
+        print(matrix.header(f"warm-up {warm} steps of {workers}×{warm_batch} sequences, then "
+                            f"{steps} steps; workers {workers}, batch {batch} per worker, "
+                            f"corpus {CORPUS}"))
         matrix.train(build_dir, workers,
-                     model + [f"train.steps={warm}", f"train.global_batch={workers * batch}",
+                     model + [f"train.steps={warm}", f"train.global_batch={workers * warm_batch}",
+                              f"train.micro_batch={warm_batch}", *lr(warm_lr).split(),
                               "train.eval_every=0", f"checkpoint.every={warm}"], "warm", work)
         start = os.path.join(work, "warm", "checkpoints", f"step_{warm:08d}.h5")
         warm_lines = metrics.read(os.path.join(work, "warm", "metrics.jsonl"))
         print(f"warm-up: val_loss {metrics.last_with(warm_lines, 'val_loss')['val_loss']:.4f}")
-        common = model + [f"train.steps={steps}", "train.eval_every=0", "checkpoint.every=0"]
-        table(build_dir, work, workers, batch, common, variants(steps), chosen,
-              extra=["--init", start])
+        common = model + [f"train.steps={steps}", f"train.micro_batch={batch}",
+                          "train.eval_every=0", "checkpoint.every=0"]
+        print("| run | settings | val_loss | vs data-parallel, same optimizer | vs the best "
+              "data-parallel | bytes across workers | fewer bytes |")
+        print("|---|---|---|---|---|---|---|", flush=True)
+        best = {}  # inner optimizer: (val_loss, bytes) of its best data-parallel run so far
+        for name, settings in variants(h):
+            if chosen != ["all"] and name not in chosen:
+                continue
+            path = train_variant(build_dir, work, workers, batch, common, name, settings,
+                                 ["--init", start])
+            if path is None:
+                continue
+            val, cross, _, _ = summary(metrics.read(path))
+            optimizer = inner_optimizer(settings)
+            if name.startswith("baseline"):
+                if optimizer not in best or val < best[optimizer][0]:
+                    best[optimizer] = (val, cross)
+            label = settings.replace("diloco.", "").replace("optimizer.", "")
+            if name.startswith("baseline"):
+                label = f"data-parallel, batch {workers * batch}, " + label
+
+            def gap(reference):
+                return f"{(val - reference[0]) / reference[0] * 100:+.2f}%" if reference else ""
+            same = best.get(optimizer)
+            overall = min(best.values()) if best else None
+            ratio = f"{overall[1] / cross:.0f}×" if overall and cross else ""
+            print(f"| {name} | {label} | {val:.4f} | {gap(same)} | {gap(overall)} | "
+                  f"{cross / 1e6:.1f} MB | {ratio} |", flush=True)

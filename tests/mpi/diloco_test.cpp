@@ -17,6 +17,7 @@
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/test_support.h"
 #include "train/diloco/diloco_fragments.h"
+#include "train/optimizer/lr_schedule.h"
 #include "train/step_report.h"
 
 namespace strata {
@@ -134,6 +135,7 @@ TEST_F(DilocoRuns, ResumesBitExactlyInTheMiddleOfAPeriod) {
               " --set diloco.compression=int4 --set diloco.error_feedback=true "
               "--set diloco.drop_probability=0.3")},
       {"streaming", diloco(2, 4, " --set diloco.fragments=2 --set diloco.compression=bf16")},
+      {"outer_schedule", diloco(2, 4, " --set diloco.outer_schedule=inner")},
       // fp16: every worker's own dynamic loss scale and AdamW step count are checkpointed.
       {"fp16", diloco(2, 4, " --set precision.compute=fp16")},
       // Step 10 is a sync of its own: its reduction, to overlap step 11, is still to start.
@@ -156,6 +158,35 @@ TEST_F(DilocoRuns, ResumesBitExactlyInTheMiddleOfAPeriod) {
     EXPECT_EQ(metric(second, "val_loss"), metric(straight, "val_loss"));
     EXPECT_EQ(metric(second, "outer_grad_norm"), metric(straight, "outer_grad_norm"));
   }
+}
+
+// diloco.outer_schedule inner: each outer step's scale is the inner learning rate of the period's
+// last step over its peak (in the warm-up and as the cosine decays), and the run differs from the
+// constant schedule's from the first scaled step on.
+TEST_F(DilocoRuns, TheInnerOuterScheduleScalesEachOuterStepByTheInnerRate) {
+  const std::string constant = train(2, Layout{}, "schedule_constant", diloco(2, 4));
+  const std::string inner =
+      train(2, Layout{}, "schedule_inner", diloco(2, 4, " --set diloco.outer_schedule=inner"));
+  EXPECT_TRUE(lines_with(constant, "outer_scale").empty());
+  const std::vector<std::string> lines = lines_with(inner, "outer_scale");
+  ASSERT_EQ(lines.size(), 5u);  // after steps 4, 8, … 20
+  OptimizerConfig schedule;     // the suite's (tests/mpi/layout_runs.h)
+  schedule.lr = 3.0e-3;
+  schedule.min_lr = 3.0e-4;
+  schedule.warmup_steps = 4;
+  for (const std::string& line : lines) {
+    const auto step = static_cast<int>(number_after(line, "step"));
+    const double expected = learning_rate(schedule, step - 1, 20) / schedule.lr;
+    EXPECT_NEAR(number_after(line, "outer_scale"), expected, 1e-6) << line;
+  }
+  EXPECT_LT(number_after(lines.back(), "outer_scale"), 0.11);  // annealed near min_lr / lr
+  // Steps 1-4 are the same; the first outer step (scale 1 after the warm-up's 4th step) too, so
+  // the runs part after the second.
+  const std::vector<double> a = metric(constant, "loss"), b = metric(inner, "loss");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+  EXPECT_NE(a[8], b[8]);
 }
 
 TEST_F(DilocoRuns, ACheckpointResumesUnderAnotherInnerLayout) {

@@ -43,7 +43,8 @@ parallel:
 recompute: none                                             # none | selective | full
 device: auto                                                # cpu | cuda | auto
 diloco:     {enabled: false, workers: 4, inner_steps: 500, outer_lr: 0.7, outer_momentum: 0.9,
-             nesterov: true, compression: none,             # none | fp16 | bf16 | int8 | int4
+             nesterov: true, outer_schedule: constant,      # constant | inner
+             compression: none,                             # none | fp16 | bf16 | int8 | int4
              error_feedback: false, fragments: 1, overlap: false,
              averaging: all_reduce,                         # all_reduce | butterfly | gossip | moshpit
              drop_probability: 0.0, join: "", group: strata, slot: -1, min_workers: 1, timeout: 60,
@@ -321,6 +322,8 @@ TEST(ConfigErrors, EnumsListTheChoices) {
   EXPECT_CONTAINS(
       error_of("data: {train: t}\ndiloco: {averaging: ring}"),
       "'diloco.averaging' must be all_reduce, butterfly, gossip or moshpit, got 'ring'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {outer_schedule: cosine}"),
+                  "'diloco.outer_schedule' must be constant or inner, got 'cosine'");
 }
 
 TEST(ConfigErrors, OutOfRangeNamesTheKey) {
@@ -735,6 +738,7 @@ TEST(ConfigYaml, RoundTripsExactly) {
               0.35,
               0.0,
               false,
+              OuterSchedule::inner,
               OuterCompression::int4,
               true,
               4,

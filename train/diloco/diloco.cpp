@@ -12,6 +12,7 @@
 #include "model/core/counter_rng.h"
 #include "model/core/error.h"
 #include "train/diloco/diloco_fragments.h"
+#include "train/optimizer/lr_schedule.h"
 
 namespace strata {
 
@@ -39,8 +40,11 @@ std::string diloco_state_prefix(int worker) {
 }
 
 Diloco::Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLayout& layout,
-               const GptShape& shape, const DilocoPlacement& placement)
+               const GptShape& shape, const DilocoPlacement& placement,
+               const OptimizerConfig& inner, int total_steps)
     : config_(config),
+      inner_(inner),
+      total_steps_(total_steps),
       seed_(seed),
       placement_(placement),
       averaging_(config.averaging),
@@ -326,8 +330,18 @@ void Diloco::average(Sync& sync) {
   sync.report.seconds = seconds_since(start);
 }
 
+double Diloco::outer_scale(std::int64_t step) const {
+  if (config_.outer_schedule == OuterSchedule::constant) return 1;
+  // The rate of the period's last inner step (0-based step − 1) over the peak: below 1 in the
+  // warm-up and while the schedule decays.
+  const double rate = learning_rate(inner_, static_cast<int>(step - 1), total_steps_) / inner_.lr;
+  return std::clamp(rate, 0.0, 1.0);
+}
+
 OuterSyncReport Diloco::apply(TrainingBackend& backend, Sync& sync) {
   OuterSyncReport report = sync.report;
+  const double scale = outer_scale(report.step);
+  if (config_.outer_schedule == OuterSchedule::inner) report.outer_scale = scale;
   report.hidden_seconds = sync.started ? std::max(0.0, report.seconds - sync.wait_seconds) : 0;
   const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(report.fragment)];
   std::vector<std::vector<float>> deltas, updated;
@@ -347,7 +361,7 @@ OuterSyncReport Diloco::apply(TrainingBackend& backend, Sync& sync) {
       next = now;
     } else {
       for (std::size_t i = 0; i < n; ++i) delta[i] = anchor[i] - mean[i];
-      optimizer_.step(piece, mean.data(), next.data());
+      optimizer_.step(piece, mean.data(), next.data(), scale);
       if (sync.started)  // the overlapped step's own progress, kept
         for (std::size_t i = 0; i < n; ++i) next[i] += now[i] - start[i];
     }

@@ -85,6 +85,7 @@ struct OuterSyncReport {
   double hidden_seconds = 0;       // of which an inner step overlapped (diloco.overlap)
   std::vector<bool> dropped;       // per worker
   double consensus_distance = -1;  // gossip and drops: mean ‖θ_i − θ̄‖/‖θ̄‖ after it; else −1
+  double outer_scale = -1;  // diloco.outer_schedule inner: the outer step's scale; else −1
   // Elastic DiLoCo (slots; empty in-job): the sync's members, those of them that joined at it, and
   // the members of the sync before that are gone.
   std::vector<int> member_slots, joining_slots, lost_slots;
@@ -96,8 +97,10 @@ struct OuterSyncReport {
 
 class Diloco {
  public:
+  // `inner` and `total_steps`: the inner optimizer's schedule (diloco.outer_schedule: inner).
   Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLayout& layout,
-         const GptShape& shape, const DilocoPlacement& placement);
+         const GptShape& shape, const DilocoPlacement& placement, const OptimizerConfig& inner,
+         int total_steps);
 
   const DilocoPlacement& placement() const { return placement_; }
   bool overlaps() const { return config_.overlap; }
@@ -168,6 +171,9 @@ class Diloco {
  private:
   struct Sync;
   std::unique_ptr<Sync> prepare(TrainingBackend& backend, int fragment, std::int64_t step);
+  // The outer step's scale after inner step `step` (outer_optimizer.h): 1, or with
+  // diloco.outer_schedule inner the inner learning rate of that step over its peak.
+  double outer_scale(std::int64_t step) const;
   // The sync's dropped members and the vectors it averages, for the current members.
   void set_members(Sync& sync) const;
   void average(Sync& sync);
@@ -180,6 +186,8 @@ class Diloco {
                             const std::vector<std::vector<float>>& values) const;
 
   DilocoConfig config_;
+  OptimizerConfig inner_;
+  int total_steps_;
   std::uint64_t seed_;
   DilocoPlacement placement_;
   Averaging averaging_;

@@ -80,6 +80,7 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
         .add("outer_hidden_s", std::max(0.0, slowest[0] - slowest[1]), "%.6f")
         .add("outer_comm_bytes_job", bytes);
     if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
+    if (r.outer_scale >= 0) line.add("outer_scale", r.outer_scale, "%.6f");
     if (elastic)
       line.add("members", std::vector<double>(r.member_slots.begin(), r.member_slots.end()))
           .add("joining", std::vector<double>(r.joining_slots.begin(), r.joining_slots.end()))

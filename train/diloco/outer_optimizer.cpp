@@ -22,8 +22,11 @@ void OuterOptimizer::set_anchor(ElementRange part, const float* params) {
   std::copy_n(params, part.size(), anchor_.begin() + offset_in(range_, part));
 }
 
-void OuterOptimizer::step(ElementRange part, const float* mean, float* params) {
-  const float lr = static_cast<float>(config_.lr), mu = static_cast<float>(config_.momentum);
+void OuterOptimizer::step(ElementRange part, const float* mean, float* params, double scale) {
+  STRATA_CHECK(scale >= 0 && scale <= 1, "outer optimizer: scale ", scale, " outside [0, 1]");
+  // scale 1 uses the configured values as they are (1 − (1 − lr) may round).
+  const float lr = static_cast<float>(scale == 1 ? config_.lr : 1 - (1 - config_.lr) * scale);
+  const float mu = static_cast<float>(config_.momentum * scale);
   const std::size_t at = offset_in(range_, part);
   float* anchor = anchor_.data() + at;
   float* momentum = momentum_.data() + at;
