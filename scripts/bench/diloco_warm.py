@@ -43,30 +43,39 @@ def lr(peak):
 
 def variants(h):
     """(name, settings) in table order. Names starting "baseline" are data-parallel: AdamW over an
-    lr grid (its best decides the gap) and Muon. The DiLoCo rows: the paper's outer settings (lr
-    0.7, Nesterov momentum 0.9), federated averaging (outer lr 1, no momentum), outer lr 1 with
-    momentum 0.5 (what PERFORMANCE.md found best here), then the same with Muon as the inner
-    optimizer (MuLoCo), int4 with error feedback, and H halved and doubled."""
-    muon = "optimizer.name=muon optimizer.muon.lr=0.02"
-    paper, fedavg = "", "diloco.outer_lr=1.0 diloco.outer_momentum=0"
-    best = "diloco.outer_lr=1.0 diloco.outer_momentum=0.5"
+    lr grid around its best (its best decides the gap) and Muon. The DiLoCo rows, AdamW inside:
+    the paper's outer settings (lr 0.7, Nesterov momentum 0.9), federated averaging (outer lr 1,
+    no momentum), outer lr 1 with momentum 0.5, the paper's settings under diloco.outer_schedule
+    inner, and that with H halved and doubled; then Muon inside (MuLoCo) the same way, at the inner
+    lr of AdamW's rows and at data parallelism's (the best, with int4 and error feedback too)."""
+    adamw = lr(8.0e-3)
+    muon = f"optimizer.name=muon optimizer.muon.lr=0.02 {lr(8.0e-3)}"
+    muon_lr2 = f"optimizer.name=muon optimizer.muon.lr=0.02 {lr(1.6e-2)}"
+    fedavg = f"{lr(1.2e-2)} diloco.outer_lr=1.0 diloco.outer_momentum=0"
+    half = "diloco.outer_lr=1.0 diloco.outer_momentum=0.5"
+    inner = "diloco.outer_schedule=inner"
     int4 = "diloco.compression=int4 diloco.error_feedback=true"
-    steps = f"diloco.inner_steps={h}"
+
+    def every(steps):
+        return f"diloco.inner_steps={steps}"
     return [
-        ("baseline_lr4e-3", lr(4.0e-3)),
-        ("baseline_lr8e-3", lr(8.0e-3)),
         ("baseline_lr1.2e-2", lr(1.2e-2)),
         ("baseline_lr1.6e-2", lr(1.6e-2)),
         ("baseline_lr2.4e-2", lr(2.4e-2)),
-        ("baseline_muon", f"{muon} {lr(1.6e-2)}"),
-        (f"h{h}_paper", f"{steps} {lr(8.0e-3)} {paper}".strip()),
-        (f"h{h}_fedavg", f"{steps} {lr(1.2e-2)} {fedavg}"),
-        (f"h{h}_m0.5", f"{steps} {lr(1.2e-2)} {best}"),
-        (f"h{h}_muon_paper", f"{steps} {muon} {lr(8.0e-3)}"),
-        (f"h{h}_muon_m0.5", f"{steps} {muon} {lr(8.0e-3)} {best}"),
-        (f"h{h}_muon_m0.5_int4", f"{steps} {muon} {lr(8.0e-3)} {best} {int4}"),
-        (f"h{h // 2}_muon_m0.5", f"diloco.inner_steps={h // 2} {muon} {lr(8.0e-3)} {best}"),
-        (f"h{2 * h}_muon_m0.5", f"diloco.inner_steps={2 * h} {muon} {lr(8.0e-3)} {best}"),
+        ("baseline_muon", muon_lr2),
+        (f"h{h}_paper", f"{every(h)} {adamw}"),
+        (f"h{h}_fedavg", f"{every(h)} {fedavg}"),
+        (f"h{h}_m0.5", f"{every(h)} {lr(1.2e-2)} {half}"),
+        (f"h{h}_inner", f"{every(h)} {adamw} {inner}"),
+        (f"h{h // 2}_inner", f"{every(h // 2)} {adamw} {inner}"),
+        (f"h{2 * h}_inner", f"{every(2 * h)} {adamw} {inner}"),
+        (f"h{h}_muon_paper", f"{every(h)} {muon}"),
+        (f"h{h}_muon_m0.5", f"{every(h)} {muon} {half}"),
+        (f"h{h}_muon_inner", f"{every(h)} {muon} {inner}"),
+        (f"h{h // 2}_muon_inner", f"{every(h // 2)} {muon} {inner}"),
+        (f"h{2 * h}_muon_inner", f"{every(2 * h)} {muon} {inner}"),
+        (f"h{h}_muon_lr1.6e-2_inner", f"{every(h)} {muon_lr2} {inner}"),
+        (f"h{h}_muon_lr1.6e-2_inner_int4", f"{every(h)} {muon_lr2} {inner} {int4}"),
     ]
 
 
