@@ -36,6 +36,11 @@ inline constexpr Choices kOptimizerNameChoices{std::array{
 enum class OuterSchedule { constant, inner };
 inline constexpr Choices kOuterScheduleChoices{std::array{
     ChoiceWord{OuterSchedule::constant, "constant"}, ChoiceWord{OuterSchedule::inner, "inner"}}};
+// diloco.layouts (train/diloco/logical_replica.h): an elastic group's workers share one layout and
+// average share by share, or each has its own and they average the logical model from rank 0.
+enum class WorkerLayouts { same, any };
+inline constexpr Choices kWorkerLayoutsChoices{
+    std::array{ChoiceWord{WorkerLayouts::same, "same"}, ChoiceWord{WorkerLayouts::any, "any"}}};
 enum class OptimizerOffload { none, host, disk };
 inline constexpr Choices kOptimizerOffloadChoices{std::array{
     ChoiceWord{OptimizerOffload::none, "none"}, ChoiceWord{OptimizerOffload::host, "host"},
@@ -257,6 +262,9 @@ struct DilocoConfig {
   int min_workers = 1;           // a fresh group starts training when this many hold slots
   double timeout = 60;           // seconds of silence (or of an unreachable store) that drop
   std::string interface;         // Gloo's TCP interface ("eth0"); empty: the host name's address
+  // same: every worker has this layout, and rank r averages its share with rank r of the others;
+  // any: each worker its own layout (parallel keys), rank 0 averages the logical model.
+  WorkerLayouts layouts = WorkerLayouts::same;
 
   bool elastic() const { return enabled && !join.empty(); }
 

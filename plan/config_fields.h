@@ -158,6 +158,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("diloco.min_workers", c.diloco.min_workers);
   visit("diloco.timeout", c.diloco.timeout);
   visit("diloco.interface", c.diloco.interface);
+  visit("diloco.layouts", Choice{c.diloco.layouts, kWorkerLayoutsChoices});
 }
 
 // The config's source name plus which keys a `--set` wrote, so that every message can say both

@@ -296,6 +296,13 @@ void validate_diloco(const Config& c, const Rules& rules) {
   if (d.inner_steps % d.fragments != 0)
     rules.fail("diloco.fragments", "(", d.fragments, ") must divide diloco.inner_steps (",
                d.inner_steps, "): fragment f syncs at offset f·H/F");
+  if (d.layouts == WorkerLayouts::any && d.join.empty())
+    rules.fail("diloco.layouts",
+               "any is for elastic groups (diloco.join): the workers of one job "
+               "share its layout");
+  if (d.layouts == WorkerLayouts::any && c.parallel.ep > 1)
+    rules.fail("diloco.layouts", "any does not take parallel.ep > 1 (", c.parallel.ep,
+               "): a worker of experts split over ranks needs diloco.layouts same");
   if (d.join.empty()) return;
   if (!d.join.starts_with("file:///") && !d.join.starts_with("redis://"))
     rules.fail("diloco.join", "must be file:///absolute/dir or redis://host:port, got '", d.join,

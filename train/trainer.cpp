@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -94,20 +95,33 @@ void Trainer::State::make_backend() {
   placement.plan = make_reduction_plan(layout, reduction);
   backend = make_training_backend(device, config, shape, placement);
   // The data-parallel ranks share the writing: each its ZeRO shard, or its share of the layout.
-  const ElementRange share = replica_share(layout, reduction);
+  share = replica_share(layout, reduction);
   checkpoint_writer =
       CheckpointWriter{&backend->layout(),
                        shape,
                        checkpoint_write_ranges(backend->layout(), placement.partition, share),
                        &world,
                        {}};
-  if (config.diloco.enabled) make_diloco(placement, share);
+  if (config.diloco.enabled) make_diloco(placement);
 }
 
-void Trainer::State::make_diloco(const BackendPlacement& placement, ElementRange share) {
-  diloco = std::make_unique<Diloco>(config.diloco, config.run.seed, backend->layout(), shape,
-                                    diloco_placement(groups, placement, backend->layout(), share),
-                                    config.optimizer, config.train.steps);
+void Trainer::State::make_diloco(const BackendPlacement& placement) {
+  const DilocoPlacement local = diloco_placement(groups, placement, backend->layout(), share);
+  if (config.diloco.layouts == WorkerLayouts::any) {
+    // The replica's weights: under ZeRO < 3 the whole layout, otherwise the share.
+    const ElementRange held = local.gather_over_dp
+                                  ? ElementRange{0, std::max(backend->layout().total(), share.end)}
+                                  : share;
+    logical = std::make_unique<LogicalReplica>(backend->layout(), shape, checkpoint_writer.writes,
+                                               held, world);
+    diloco = std::make_unique<Diloco>(
+        config.diloco, config.run.seed, logical->logical_layout(), shape,
+        logical_diloco_placement(groups, logical->leads(), logical->size()), config.optimizer,
+        config.train.steps);
+  } else {
+    diloco = std::make_unique<Diloco>(config.diloco, config.run.seed, backend->layout(), shape,
+                                      local, config.optimizer, config.train.steps);
+  }
   // Every worker's buffers are datasets of the checkpoint (those of per-tensor buffers are created
   // by their writers).
   std::vector<StateDatasets> datasets;
@@ -188,8 +202,8 @@ std::string Trainer::State::stop_reason() {
 std::unique_ptr<OuterLoop> Trainer::State::outer_loop() {
   if (!diloco) return std::make_unique<OuterLoop>();
   if (elastic)
-    return make_elastic_loop(*diloco, *elastic, progress, config.train.global_batch, groups,
-                             is_logger() ? metrics.get() : nullptr);
+    return make_elastic_loop(*diloco, *elastic, logical.get(), progress, config.train.global_batch,
+                             groups, is_logger() ? metrics.get() : nullptr);
   return make_diloco_loop(*diloco, groups, is_logger() ? metrics.get() : nullptr);
 }
 

@@ -18,19 +18,44 @@ std::vector<StateBuffer> Trainer::State::named_state() {
   std::vector<StateBuffer> buffers = backend->state();
   for (StateBuffer& b : buffers) b.name = state_prefix + b.name;
   if (diloco)
-    for (StateBuffer& b : diloco->state(state_prefix)) buffers.push_back(std::move(b));
+    for (StateBuffer& b : outer_state()) buffers.push_back(std::move(b));
   return buffers;
 }
 
 void Trainer::State::set_named_state(std::vector<StateBuffer> buffers) {
-  if (diloco) diloco->set_state(buffers, state_prefix);
-  std::vector<StateBuffer> backend_buffers;
-  for (StateBuffer& b : buffers)
-    if (!b.name.starts_with(state_prefix + "outer/")) {
+  std::vector<StateBuffer> backend_buffers, outer;
+  for (StateBuffer& b : buffers) {
+    if (b.name.starts_with(state_prefix + "outer/")) {
+      outer.push_back(std::move(b));
+    } else {
       b.name = b.name.substr(state_prefix.size());
       backend_buffers.push_back(std::move(b));
     }
+  }
+  if (diloco) set_outer_state(std::move(outer));
   backend->set_state(backend_buffers);
+}
+
+std::vector<StateBuffer> Trainer::State::outer_state() {
+  if (!logical) return diloco->state(state_prefix);
+  return logical->to_layout(diloco->state(state_prefix), share);
+}
+
+void Trainer::State::set_outer_state(std::vector<StateBuffer> buffers) {
+  if (logical) buffers = logical->to_logical(std::move(buffers), share);
+  diloco->set_state(buffers, state_prefix);
+}
+
+void Trainer::State::start_diloco() {
+  if (!logical) return diloco->start(*backend);
+  logical->pull(*backend);
+  if (logical->leads()) diloco->start(*logical);
+}
+
+void Trainer::State::resume_diloco(std::int64_t step) {
+  if (!logical) return diloco->resume(*backend, step);
+  logical->pull(*backend);
+  if (logical->leads()) diloco->resume(*logical, step);
 }
 
 void Trainer::State::load_state(const TrainerOptions& options) {
@@ -50,7 +75,7 @@ void Trainer::State::load_state(const TrainerOptions& options) {
       initialize_gpt_parameters(backend->layout(), shape, config.run.seed, params.values.data(),
                                 params.range);
     backend->set_state(buffers);
-    if (diloco) diloco->start(*backend);
+    if (diloco) start_diloco();
     if (options.init_from && is_logger())
       std::cout << "initialised from " << *options.init_from << " (step " << *init_step
                 << " of its run)\n";
@@ -61,7 +86,7 @@ void Trainer::State::load_state(const TrainerOptions& options) {
   check_resumable(path, config.model, groups.workers(), config.optimizer.name);
   const CheckpointMeta meta = read_checkpoint(path, backend->layout(), buffers);
   set_named_state(std::move(buffers));
-  if (diloco) diloco->resume(*backend, meta.state.step);
+  if (diloco) resume_diloco(meta.state.step);
   const CheckpointState& mine =
       groups.worker_index() == 0
           ? meta.state

@@ -18,6 +18,7 @@
 #include "train/diloco/diloco.h"
 #include "train/diloco/diloco_run.h"
 #include "train/diloco/elastic_worker.h"
+#include "train/diloco/logical_replica.h"
 #include "train/diloco/outer_loop.h"
 #include "train/step_report.h"
 #include "train/trainer.h"
@@ -61,13 +62,23 @@ struct Trainer::State {
   bool reports_loss_scale = false;  // fp16: metrics carry the loss scale each step used
   std::unique_ptr<Diloco> diloco;
   std::unique_ptr<ElasticWorker> elastic;  // elastic DiLoCo (diloco.join): this job's membership
-  std::string state_prefix;                // this worker's checkpoint names (diloco_state_prefix)
+  // diloco.layouts any: the job's logical copy, on which rank 0 alone runs `diloco`.
+  std::unique_ptr<LogicalReplica> logical;
+  ElementRange share;        // this rank's replica share (checkpoint buffers of the outer state)
+  std::string state_prefix;  // this worker's checkpoint names (diloco_state_prefix)
 
   State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape);
   bool is_logger() const { return world.rank() == 0; }
   // The backend on this rank's part of the model, its checkpoint writer, and DiLoCo if enabled.
   void make_backend();
-  void make_diloco(const BackendPlacement& placement, ElementRange share);
+  void make_diloco(const BackendPlacement& placement);
+  // DiLoCo's outer state under named_state()'s names, and back (with a logical replica: over the
+  // logical model on rank 0, so these are collective).
+  std::vector<StateBuffer> outer_state();
+  void set_outer_state(std::vector<StateBuffer> buffers);
+  // DiLoCo's anchors from the parameters (fresh), or its pending sync prepared (resume).
+  void start_diloco();
+  void resume_diloco(std::int64_t step);
   // The training state this rank holds under the names it takes in checkpoints: the backend's,
   // and DiLoCo's outer state, with this worker's prefix.
   std::vector<StateBuffer> named_state();

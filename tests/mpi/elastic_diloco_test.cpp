@@ -99,6 +99,12 @@ class RedisServer {
   std::unique_ptr<Background> server_;
 };
 
+// A worker job's layout: its ranks and their settings.
+struct WorkerLayout {
+  int ranks = 1;
+  std::string settings;
+};
+
 class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
  public:
   static constexpr const char* kTag = "elastic";
@@ -110,21 +116,28 @@ class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
   // averaging (STRATA_TEST_KILL_IN_AVERAGING).
   enum class Death { inner_phase, averaging };
   // `resume`: the killed worker restarts with --resume (from its checkpoint at step 10) instead
-  // of a fresh one joining. `more`: settings added to every worker's.
+  // of a fresh one joining. `more`: settings added to every worker's. `layouts`: workers 0 to 2's
+  // and the fresh one's, with diloco.layouts any (empty: one rank each).
   static void kill_and_join(const std::string& store, const std::string& tag, bool resume,
-                            Death death = Death::inner_phase, const std::string& more = "");
-  static void expect_the_in_job_run(const std::string& tag, const std::string& extra);
+                            Death death = Death::inner_phase, const std::string& more = "",
+                            const std::vector<WorkerLayout>& layouts = {});
+  // `layouts`: each slot's, with diloco.layouts any (empty: one rank each).
+  static void expect_the_in_job_run(const std::string& tag, const std::string& extra,
+                                    const std::vector<WorkerLayout>& layouts = {});
   // Slot 2 killed in the averaging of the sync after step 20, and (another group) in its inner
   // phase: the same training, bit for bit.
   static void expect_retry_without_the_dead(const std::string& tag, const std::string& more);
 
-  // `train` on one rank as slot `slot` (-1: the first free) of `group` in `store`.
+  // `train` on one rank (or on `layout`) as slot `slot` (-1: the first free) of `group` in
+  // `store`.
   static std::string worker_command(const std::string& store, const std::string& group, int slot,
-                                    const std::string& name, const std::string& extra) {
-    return testing::mpirun(1) + testing::bin("train") + " " + dir_->str() + "/config.yaml" +
-           " --set run.name=" + name + " --set diloco.enabled=true --set diloco.workers=3" +
-           " --set diloco.join=" + store + " --set diloco.group=" + group +
-           " --set diloco.slot=" + std::to_string(slot) + " --set diloco.interface=lo" + extra;
+                                    const std::string& name, const std::string& extra,
+                                    const WorkerLayout& layout = WorkerLayout{}) {
+    return testing::mpirun(layout.ranks) + testing::bin("train") + " " + dir_->str() +
+           "/config.yaml" + layout.settings + " --set run.name=" + name +
+           " --set diloco.enabled=true --set diloco.workers=3" + " --set diloco.join=" + store +
+           " --set diloco.group=" + group + " --set diloco.slot=" + std::to_string(slot) +
+           " --set diloco.interface=lo" + extra;
   }
   static std::string run_dir(const std::string& name) { return dir_->str() + "/runs/" + name; }
   // The run's newest checkpoint.
@@ -181,7 +194,8 @@ class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
 // outer step's norm, each worker's loss at every sync, and the final val_loss within 1e-4; the
 // bytes they send across the worker boundary add up to the in-job run's. `extra`: the DiLoCo
 // settings of both.
-void ElasticRuns::expect_the_in_job_run(const std::string& tag, const std::string& extra) {
+void ElasticRuns::expect_the_in_job_run(const std::string& tag, const std::string& extra,
+                                        const std::vector<WorkerLayout>& layouts) {
   const std::string in_job =
       testing::train_ranks(*dir_, 3, Layout{}, tag + "_in_job",
                            " --set diloco.enabled=true --set diloco.workers=3" + extra);
@@ -190,7 +204,10 @@ void ElasticRuns::expect_the_in_job_run(const std::string& tag, const std::strin
   const auto name = [&](int w) { return tag + "_" + std::to_string(w); };
   for (int w = 0; w < 3; ++w)
     jobs.push_back(std::make_unique<Background>(
-        worker_command(store, tag, w, name(w), extra + " --set diloco.min_workers=3"),
+        worker_command(store, tag, w, name(w),
+                       extra + " --set diloco.min_workers=3" +
+                           (layouts.empty() ? "" : " --set diloco.layouts=any"),
+                       layouts.empty() ? WorkerLayout{} : layouts[static_cast<std::size_t>(w)]),
         dir_->str() + "/" + name(w) + ".log"));
   for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();
   const bool overlap = extra.find("diloco.overlap=true") != std::string::npos;
@@ -263,6 +280,85 @@ TEST_F(ElasticRuns, OverlappedSyncsTrainTheInJobRun) {
                         " --set diloco.inner_steps=4 --set diloco.overlap=true"
                         " --set diloco.fragments=2 --set diloco.compression=int8"
                         " --set diloco.error_feedback=true");
+}
+
+// Workers of different layouts (diloco.layouts any) average the logical model from their rank 0:
+// a group of one rank, tp 2 × pp 2 (tensor slices, the tied wte on both pipeline ends) and dp 2
+// under ZeRO-3 (the weights sharded, padding) trains the in-job run of one-rank workers within
+// 1e-4, sending what one-rank workers send; so does one of dp 2 under ZeRO-1 (the weights
+// replicated), tp 2 and one rank with overlapped syncs and streaming fragments.
+const std::vector<WorkerLayout> kMixedLayouts{
+    {1, ""}, {4, " --set parallel.tp=2 --set parallel.pp=2"}, {2, " --set parallel.zero.stage=3"}};
+
+TEST_F(ElasticRuns, WorkersOfDifferentLayoutsTrainTheInJobRun) {
+  expect_the_in_job_run("layouts",
+                        " --set diloco.inner_steps=5 --set diloco.compression=int8"
+                        " --set diloco.error_feedback=true",
+                        kMixedLayouts);
+  expect_the_in_job_run(
+      "layouts_overlap",
+      " --set diloco.inner_steps=4 --set diloco.overlap=true --set diloco.fragments=2",
+      {{2, " --set parallel.zero.stage=1"}, {2, " --set parallel.tp=2"}, {1, ""}});
+}
+
+// A group of different layouts stopped mid-period and resumed (each worker from its checkpoint:
+// the outer state scattered into its layout's shares and gathered back) ends bitwise where the
+// uninterrupted group ends; a worker resumed with another layout (tp 2 × pp 2 as dp 2 under
+// ZeRO-1) takes its outer state through the logical checkpoint and ends within 1e-4. The resumed
+// group meets in a fresh store, so that min_workers holds its first sync until all three are back
+// (in the old one, the first back would sync without the others, which then join).
+TEST_F(ElasticRuns, WorkersOfDifferentLayoutsResume) {
+  const std::string settings =
+      " --set diloco.inner_steps=5 --set diloco.compression=int8 --set diloco.error_feedback=true"
+      " --set diloco.layouts=any --set diloco.min_workers=3 --set checkpoint.every=5";
+  const auto group = [&](const std::string& tag, const std::string& more,
+                         const std::vector<WorkerLayout>& layouts, bool resume) {
+    std::vector<std::unique_ptr<Background>> jobs;
+    for (int w = 0; w < 3; ++w)
+      jobs.push_back(std::make_unique<Background>(
+          worker_command("file://" + dir_->str() + "/store_" + tag + (resume ? "_again" : ""), tag,
+                         w, tag + "_" + std::to_string(w),
+                         settings + more + (resume ? " --resume" : ""),
+                         layouts[static_cast<std::size_t>(w)]),
+          dir_->str() + "/" + tag + "_" + std::to_string(w) + (resume ? "_resumed" : "") + ".log"));
+    for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();
+  };
+  group("whole", "", kMixedLayouts, false);
+  group("resumed", " --set train.stop_after=7", kMixedLayouts, false);
+  group("resumed", "", kMixedLayouts, true);
+  std::vector<WorkerLayout> relaid = kMixedLayouts;
+  relaid[1] = {2, " --set parallel.zero.stage=1"};
+  group("relaid", " --set train.stop_after=7", kMixedLayouts, false);
+  group("relaid", "", relaid, true);
+  for (int w = 0; w < 3; ++w) {
+    const std::string slot = "_" + std::to_string(w);
+    const auto diff =
+        run_command(testing::bin("ckpt") + " diff " + checkpoint(run_dir("whole" + slot)) + " " +
+                    checkpoint(run_dir("resumed" + slot)));
+    for (const char* tensor : {"model/", "outer/"})
+      EXPECT_EQ(diff.output.find(tensor), std::string::npos) << slot << ": " << diff.output;
+    testing::expect_close(metric(run_dir("relaid" + slot), "val_loss"),
+                          metric(run_dir("whole" + slot), "val_loss"), 0, "relaid" + slot);
+    testing::expect_close(metric(run_dir("relaid" + slot), "outer_grad_norm"),
+                          metric(run_dir("whole" + slot), "outer_grad_norm"), 0, "relaid" + slot);
+  }
+}
+
+// Workers of different layouts (diloco.layouts any): slot 2 (dp 2 under ZeRO-3) dies in the
+// middle of its rank 0's averaging, which fails on the others' rank 0 alone; their jobs agree, and
+// retry without it; a fresh worker of tp 2 then joins and, through its rank 0, ends with the
+// group's parameters and outer state bitwise.
+TEST_F(ElasticRuns, WorkersOfDifferentLayoutsRetryWithoutTheDeadAndTakeAJoiner) {
+  kill_and_join("file://" + dir_->str() + "/store_layouts_kill", "layouts_kill", false,
+                Death::averaging, "",
+                {{2, " --set parallel.tp=2"},
+                 {2, " --set parallel.zero.stage=1"},
+                 {2, " --set parallel.zero.stage=3"},
+                 {2, " --set parallel.tp=2"}});
+  for (const char* slot : {"_0", "_1"}) {
+    const std::string line = outer_line(run_dir(std::string("layouts_kill") + slot), 20);
+    EXPECT_NE(line.find("\"sync_attempts\": 2"), std::string::npos) << line;
+  }
 }
 
 // Kills slot 2 in its inner phase: slots 0 and 1 complete the next sync without it (its
@@ -393,7 +489,8 @@ void ElasticRuns::expect_retry_without_the_dead(const std::string& tag, const st
 }
 
 void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag, bool resume,
-                                Death death, const std::string& more_settings) {
+                                Death death, const std::string& more_settings,
+                                const std::vector<WorkerLayout>& layouts) {
   // Steps of at least 0.15 s: the victim is surely in its inner phase when killed at step 13
   // (syncs after steps 10, 20, 30, 40), whatever else runs on the machine, and the fresh worker,
   // started once the survivors have synced after step 20, has about 1.4 s to start and take its
@@ -401,15 +498,19 @@ void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag
   const std::string extra =
       " --set diloco.inner_steps=10 --set train.steps=40 --set train.eval_every=0"
       " --set diloco.timeout=3 --set diloco.min_workers=3 --set checkpoint.every=10" +
-      more_settings;
-  const std::string env = "STRATA_TEST_STEP_SECONDS=0.15 ";
+      more_settings + (layouts.empty() ? "" : " --set diloco.layouts=any");
+  // A fresh worker of several ranks starts more slowly: steps of 0.3 s give it about 2.8 s.
+  const std::string env =
+      layouts.empty() ? "STRATA_TEST_STEP_SECONDS=0.15 " : "STRATA_TEST_STEP_SECONDS=0.3 ";
   const auto name = [&](int i) { return tag + "_" + std::to_string(i); };
   const auto start = [&](int slot, int i, const std::string& more = "") {
     const std::string kill = death == Death::averaging && i == 2 && more.empty()
                                  ? "STRATA_TEST_KILL_IN_AVERAGING=20 "
                                  : "";
     return std::make_unique<Background>(
-        env + kill + worker_command(store, tag, slot, name(i), extra + more),
+        env + kill +
+            worker_command(store, tag, slot, name(i), extra + more,
+                           layouts.empty() ? WorkerLayout{} : layouts[static_cast<std::size_t>(i)]),
         dir_->str() + "/" + name(i) + (more.empty() ? "" : "_again") + ".log");
   };
   std::vector<std::unique_ptr<Background>> jobs;

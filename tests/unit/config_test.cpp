@@ -48,7 +48,7 @@ diloco:     {enabled: false, workers: 4, inner_steps: 500, outer_lr: 0.7, outer_
              error_feedback: false, fragments: 1, overlap: false,
              averaging: all_reduce,                         # all_reduce | butterfly | gossip | moshpit
              drop_probability: 0.0, join: "", group: strata, slot: -1, min_workers: 1, timeout: 60,
-             interface: ""}
+             interface: "", layouts: same}                  # same | any
 )";
 
 // The message of the Error that parsing throws; fails the test when nothing is thrown.
@@ -413,6 +413,18 @@ TEST(ConfigErrors, ElasticDilocoKeysNameTheKey) {
                   "'diloco.drop_probability' simulates failures of a job's own workers");
   EXPECT_NO_THROW(parse_config(elastic + "'redis://h:1', slot: 2, min_workers: 3}", "ok.yaml"));
   EXPECT_NO_THROW(parse_config(elastic + "'redis://h:1', overlap: true}", "overlap.yaml"));
+  // Workers of any layout: an elastic group's, without expert parallelism.
+  const Config any = parse_config(elastic + "'redis://h:1', layouts: any}", "any.yaml");
+  EXPECT_EQ(any.diloco.layouts, WorkerLayouts::any);
+  EXPECT_EQ(parse_config(config_to_yaml(any), "written"), any);
+  EXPECT_CONTAINS(error_of(elastic + "'redis://h:1', layouts: mixed}"),
+                  "'diloco.layouts' must be same or any, got 'mixed'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {enabled: true, layouts: any}"),
+                  "'diloco.layouts' any is for elastic groups (diloco.join)");
+  EXPECT_CONTAINS(
+      error_of("data: {train: t}\nmodel: {moe: {experts: 4}}\nparallel: {dp: 2, ep: 2}\n"
+               "diloco: {enabled: true, join: 'redis://h:1', layouts: any}"),
+      "'diloco.layouts' any does not take parallel.ep > 1 (2)");
 }
 
 TEST(ConfigErrors, OptimizerKeysNameTheKey) {

@@ -26,6 +26,7 @@
 #include "plan/config.h"
 #include "plan/memory_account.h"
 #include "plan/placement.h"
+#include "train/backend/master_weights.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/optimizer/optimizer.h"
 
@@ -46,7 +47,7 @@ struct BackendPlacement {
   bool nccl = false;
 };
 
-class TrainingBackend {
+class TrainingBackend : public MasterWeights {
  public:
   virtual ~TrainingBackend() = default;
 
@@ -63,11 +64,7 @@ class TrainingBackend {
   virtual std::vector<StateBuffer> state() = 0;
   virtual void set_state(const std::vector<StateBuffer>& buffers) = 0;
 
-  // DiLoCo's outer step (train/diloco/diloco.h) on the fp32 master weights of `range` (layout
-  // elements): read copies them out, elements this rank does not hold (padding past the layout)
-  // as 0; write replaces those it holds and refreshes their compute-dtype copy.
-  virtual void read_master_weights(ElementRange range, float* out) = 0;
-  virtual void write_master_weights(ElementRange range, const float* in) = 0;
+  // DiLoCo's outer step reads and writes the fp32 master weights (MasterWeights).
 
   // Zeroes the gradients and runs micro-batches 0 … micro_batches−1 of `source` through the
   // pipeline schedule (gradients of loss_scale · mean loss each, accumulated). Returns the sum of

@@ -113,7 +113,7 @@ void Diloco::set_sync_group(const SyncGroup& group) {
   joining_ = group.joining;
 }
 
-void Diloco::hand_state_to_joiners(TrainingBackend& backend, int donor) {
+void Diloco::hand_state_to_joiners(MasterWeights& weights, int donor) {
   Communicator& outer = *placement_.outer;
   const std::size_t n = placement_.share.size();
   const bool joiner =
@@ -136,13 +136,13 @@ void Diloco::hand_state_to_joiners(TrainingBackend& backend, int donor) {
       const float* a = optimizer_.anchor().data() + (piece.begin - placement_.share.begin);
       anchor.insert(anchor.end(), a, a + piece.size());
     }
-    distribute(backend, static_cast<int>(f), anchor);
+    distribute(weights, static_cast<int>(f), anchor);
   }
 }
 
-void Diloco::start(TrainingBackend& backend) {
+void Diloco::start(MasterWeights& weights) {
   std::vector<float> params(placement_.share.size());
-  backend.read_master_weights(placement_.share, params.data());
+  weights.read_master_weights(placement_.share, params.data());
   optimizer_.set_anchor(params.data());
   std::fill(optimizer_.momentum().begin(), optimizer_.momentum().end(), 0.0f);
   std::fill(residual_.begin(), residual_.end(), 0.0f);
@@ -166,28 +166,28 @@ Diloco::~Diloco() {
   if (pending_ && pending_->thread.joinable()) pending_->thread.join();
 }
 
-std::vector<OuterSyncReport> Diloco::after_inner_step(TrainingBackend& backend, std::int64_t step) {
+std::vector<OuterSyncReport> Diloco::after_inner_step(MasterWeights& weights, std::int64_t step) {
   std::vector<OuterSyncReport> reports;
   if (pending_ && pending_->started) {
     join(*pending_);
-    reports.push_back(apply(backend, *pending_));
+    reports.push_back(apply(weights, *pending_));
     pending_.reset();
   }
   if (!config_.overlap) {
-    average_due(backend, step);
-    std::vector<OuterSyncReport> applied = apply_averaged(backend);
+    average_due(weights, step);
+    std::vector<OuterSyncReport> applied = apply_averaged(weights);
     reports.insert(reports.end(), applied.begin(), applied.end());
     return reports;
   }
-  prepare_due(backend, step);
+  prepare_due(weights, step);
   return reports;
 }
 
-void Diloco::prepare_due(TrainingBackend& backend, std::int64_t step) {
+void Diloco::prepare_due(MasterWeights& weights, std::int64_t step) {
   for (int f : fragments_due(step)) {
     STRATA_CHECK(!pending_, "DiLoCo: two syncs in flight");
     residual_before_ = residual_;
-    pending_ = prepare(backend, f, step);
+    pending_ = prepare(weights, f, step);
   }
 }
 
@@ -206,8 +206,8 @@ void Diloco::average_pending_again() {
   average(*pending_);
 }
 
-std::vector<OuterSyncReport> Diloco::apply_pending(TrainingBackend& backend) {
-  std::vector<OuterSyncReport> reports{apply(backend, *pending_)};
+std::vector<OuterSyncReport> Diloco::apply_pending(MasterWeights& weights) {
+  std::vector<OuterSyncReport> reports{apply(weights, *pending_)};
   pending_.reset();
   return reports;
 }
@@ -219,18 +219,18 @@ void Diloco::drop_pending() {
   pending_.reset();
 }
 
-void Diloco::average_due(TrainingBackend& backend, std::int64_t step) {
+void Diloco::average_due(MasterWeights& weights, std::int64_t step) {
   STRATA_CHECK(averaged_.empty(), "DiLoCo: averaged syncs neither applied nor discarded");
   residual_before_ = residual_;
   for (int f : fragments_due(step)) {
-    averaged_.push_back(prepare(backend, f, step));
+    averaged_.push_back(prepare(weights, f, step));
     average(*averaged_.back());
   }
 }
 
-std::vector<OuterSyncReport> Diloco::apply_averaged(TrainingBackend& backend) {
+std::vector<OuterSyncReport> Diloco::apply_averaged(MasterWeights& weights) {
   std::vector<OuterSyncReport> reports;
-  for (const std::unique_ptr<Sync>& sync : averaged_) reports.push_back(apply(backend, *sync));
+  for (const std::unique_ptr<Sync>& sync : averaged_) reports.push_back(apply(weights, *sync));
   averaged_.clear();
   return reports;
 }
@@ -253,17 +253,17 @@ void Diloco::begin_inner_step() {
   });
 }
 
-void Diloco::resume(TrainingBackend& backend, std::int64_t step) {
-  if (config_.overlap) prepare_due(backend, step);
+void Diloco::resume(MasterWeights& weights, std::int64_t step) {
+  if (config_.overlap) prepare_due(weights, step);
 }
 
-std::vector<OuterSyncReport> Diloco::finish(TrainingBackend& backend) {
+std::vector<OuterSyncReport> Diloco::finish(MasterWeights& weights) {
   if (!pending_) return {};
   if (pending_->started)
     join(*pending_);
   else
     average(*pending_);
-  std::vector<OuterSyncReport> reports{apply(backend, *pending_)};
+  std::vector<OuterSyncReport> reports{apply(weights, *pending_)};
   pending_.reset();
   return reports;
 }
@@ -275,7 +275,7 @@ void Diloco::join(Sync& sync) {
   if (sync.error) std::rethrow_exception(sync.error);
 }
 
-std::unique_ptr<Diloco::Sync> Diloco::prepare(TrainingBackend& backend, int fragment,
+std::unique_ptr<Diloco::Sync> Diloco::prepare(MasterWeights& weights, int fragment,
                                               std::int64_t step) {
   auto sync = std::make_unique<Sync>();
   OuterSyncReport& report = sync->report;
@@ -288,7 +288,7 @@ std::unique_ptr<Diloco::Sync> Diloco::prepare(TrainingBackend& backend, int frag
   report.round = round_of(fragment, step);
   for (const ElementRange& piece : pieces_[static_cast<std::size_t>(fragment)]) {
     std::vector<float> theta(piece.size());
-    backend.read_master_weights(piece, theta.data());
+    weights.read_master_weights(piece, theta.data());
     sync->start.push_back(std::move(theta));
   }
   set_members(*sync);
@@ -338,7 +338,7 @@ double Diloco::outer_scale(std::int64_t step) const {
   return std::clamp(rate, 0.0, 1.0);
 }
 
-OuterSyncReport Diloco::apply(TrainingBackend& backend, Sync& sync) {
+OuterSyncReport Diloco::apply(MasterWeights& weights, Sync& sync) {
   OuterSyncReport report = sync.report;
   const double scale = outer_scale(report.step);
   if (config_.outer_schedule == OuterSchedule::inner) report.outer_scale = scale;
@@ -351,7 +351,7 @@ OuterSyncReport Diloco::apply(TrainingBackend& backend, Sync& sync) {
     const std::vector<float>& start = sync.start[p];
     // θ now: θ_s, or θ_{s+1} when the sync overlapped a step.
     std::vector<float> now = start;
-    if (sync.started) backend.read_master_weights(piece, now.data());
+    if (sync.started) weights.read_master_weights(piece, now.data());
     const float* anchor = optimizer_.anchor().data() + (piece.begin - placement_.share.begin);
     std::vector<float> mean = sync.values[p], delta(n, 0.0f), next(n);
     if (compression_ != OuterCompression::none)
@@ -370,18 +370,18 @@ OuterSyncReport Diloco::apply(TrainingBackend& backend, Sync& sync) {
   }
   std::vector<float> joined;  // the pieces are consecutive: the share's part of the fragment
   for (const std::vector<float>& u : updated) joined.insert(joined.end(), u.begin(), u.end());
-  distribute(backend, report.fragment, joined);
+  distribute(weights, report.fragment, joined);
   report.outer_gradient_norm = outer_gradient_norm(pieces, deltas);
   if (placement_.workers > 1 && (averaging_ == Averaging::gossip || config_.drop_probability > 0))
     report.consensus_distance = consensus_distance(pieces, updated);
   return report;
 }
 
-void Diloco::distribute(TrainingBackend& backend, int fragment, const std::vector<float>& updated) {
+void Diloco::distribute(MasterWeights& weights, int fragment, const std::vector<float>& updated) {
   const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(fragment)];
   if (!placement_.gather_over_dp) {
     if (!pieces.empty())
-      backend.write_master_weights({pieces.front().begin, pieces.back().end}, updated.data());
+      weights.write_master_weights({pieces.front().begin, pieces.back().end}, updated.data());
     return;
   }
   // Every dp rank's share of the fragment, in rank order: together the fragment's elements.
@@ -397,7 +397,7 @@ void Diloco::distribute(TrainingBackend& backend, int fragment, const std::vecto
                "DiLoCo: the share's part of fragment ", fragment, " is not where expected");
   std::vector<float> gathered(whole.size());
   dp.all_gather_v(updated.data(), gathered.data(), counts);
-  if (!whole.empty()) backend.write_master_weights(whole, gathered.data());
+  if (!whole.empty()) weights.write_master_weights(whole, gathered.data());
 }
 
 double Diloco::outer_gradient_norm(const std::vector<ElementRange>& pieces,
@@ -442,7 +442,9 @@ std::vector<StateBuffer> Diloco::state(const std::string& prefix) const {
   std::vector<StateBuffer> buffers{
       {prefix + "outer/anchor", placement_.share, optimizer_.anchor()},
       {prefix + "outer/momentum", placement_.share, optimizer_.momentum()}};
-  if (!residual_.empty())
+  // Named by the settings, not by the residual's size: every rank lists the same buffers, an
+  // empty share's (a logical replica's other ranks, logical_replica.h) included.
+  if (config_.error_feedback && compression_ != OuterCompression::none)
     buffers.push_back({prefix + "outer/residual", placement_.share, residual_});
   return buffers;
 }

@@ -52,7 +52,7 @@
 #include "parallel/diloco/outer_compression.h"
 #include "parallel/diloco/worker_averaging.h"
 #include "plan/config.h"
-#include "train/backend/training_backend.h"
+#include "train/backend/master_weights.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/diloco/outer_optimizer.h"
 
@@ -107,20 +107,20 @@ class Diloco {
   // The fragments that meet after inner step `step` (1-based count of optimizer steps).
   std::vector<int> fragments_due(std::int64_t step) const;
   // A fresh run: every anchor := the backend's parameters.
-  void start(TrainingBackend& backend);
+  void start(MasterWeights& weights);
   ~Diloco();
   Diloco(const Diloco&) = delete;
   Diloco& operator=(const Diloco&) = delete;
 
   // Runs the syncs due after inner step `step` (with overlap: applies the one in flight, prepares
   // the next); one report per fragment synchronised.
-  std::vector<OuterSyncReport> after_inner_step(TrainingBackend& backend, std::int64_t step);
+  std::vector<OuterSyncReport> after_inner_step(MasterWeights& weights, std::int64_t step);
   // Overlap: starts the prepared reduction; call as inner step s+1 begins.
   void begin_inner_step();
   // Overlap, after a resume at `step`: prepares the sync due then, as the stopped run had.
-  void resume(TrainingBackend& backend, std::int64_t step);
+  void resume(MasterWeights& weights, std::int64_t step);
   // Overlap: applies a sync still pending at the end of training (none: no report).
-  std::vector<OuterSyncReport> finish(TrainingBackend& backend);
+  std::vector<OuterSyncReport> finish(MasterWeights& weights);
 
   // The outer state as checkpoint buffers named `prefix` + "outer/anchor", "outer/momentum" (and
   // "outer/residual" with error feedback) over the share.
@@ -148,12 +148,12 @@ class Diloco {
   // momentum, as sent: bitwise) to each joiner, which takes it and continues from the anchor (θ :=
   // anchor on every fragment; its error-feedback residual starts at zero). Bytes: 2 · 4 · share
   // elements per joiner, counted as "send".
-  void hand_state_to_joiners(TrainingBackend& backend, int donor);
+  void hand_state_to_joiners(MasterWeights& weights, int donor);
   // Elastic: the syncs due after `step` averaged and held, not applied (never with overlap), so
   // that a member lost during the averaging costs nothing: apply_averaged applies them,
   // discard_averaged drops them and restores the error-feedback residual the averaging moved.
-  void average_due(TrainingBackend& backend, std::int64_t step);
-  std::vector<OuterSyncReport> apply_averaged(TrainingBackend& backend);
+  void average_due(MasterWeights& weights, std::int64_t step);
+  std::vector<OuterSyncReport> apply_averaged(MasterWeights& weights);
   void discard_averaged();
   // Elastic with overlap: the sync due after step s is prepared (prepare_due) once its members
   // are decided, and averaged on its thread while step s+1 computes (begin_inner_step). After
@@ -162,24 +162,24 @@ class Diloco {
   // residual restored, the members' dropped flags anew), then applied (apply_pending, with step
   // s+1's progress kept) or dropped (drop_pending: a worker that rejoins instead).
   bool has_pending() const { return pending_ != nullptr; }
-  void prepare_due(TrainingBackend& backend, std::int64_t step);
+  void prepare_due(MasterWeights& weights, std::int64_t step);
   void wait_pending();
   void average_pending_again();
-  std::vector<OuterSyncReport> apply_pending(TrainingBackend& backend);
+  std::vector<OuterSyncReport> apply_pending(MasterWeights& weights);
   void drop_pending();
 
  private:
   struct Sync;
-  std::unique_ptr<Sync> prepare(TrainingBackend& backend, int fragment, std::int64_t step);
+  std::unique_ptr<Sync> prepare(MasterWeights& weights, int fragment, std::int64_t step);
   // The outer step's scale after inner step `step` (outer_optimizer.h): 1, or with
   // diloco.outer_schedule inner the inner learning rate of that step over its peak.
   double outer_scale(std::int64_t step) const;
   // The sync's dropped members and the vectors it averages, for the current members.
   void set_members(Sync& sync) const;
   void average(Sync& sync);
-  OuterSyncReport apply(TrainingBackend& backend, Sync& sync);
+  OuterSyncReport apply(MasterWeights& weights, Sync& sync);
   void join(Sync& sync);
-  void distribute(TrainingBackend& backend, int fragment, const std::vector<float>& updated);
+  void distribute(MasterWeights& weights, int fragment, const std::vector<float>& updated);
   double outer_gradient_norm(const std::vector<ElementRange>& pieces,
                              const std::vector<std::vector<float>>& deltas) const;
   double consensus_distance(const std::vector<ElementRange>& pieces,

@@ -32,6 +32,20 @@ DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlace
   return d;
 }
 
+DilocoPlacement logical_diloco_placement(const ProcessGroups& groups, bool leads,
+                                         std::size_t elements) {
+  DilocoPlacement d;
+  // The elastic worker's one-rank groups until each sync's members replace outer and metrics;
+  // rank 0's norm sums are its own.
+  d.outer = &groups.outer();
+  d.metrics = &groups.outer_metrics();
+  d.worker_group = &groups.outer();
+  d.dp = &groups.outer();
+  d.share = leads ? ElementRange{0, elements} : ElementRange{0, 0};
+  d.counted = {d.share};
+  return d;
+}
+
 std::vector<StateDatasets> every_workers_datasets(const std::vector<StateDatasets>& datasets,
                                                   int workers) {
   std::vector<StateDatasets> all;

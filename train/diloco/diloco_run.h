@@ -17,6 +17,11 @@ namespace strata {
 // replicate the weights, and the tensors its outer gradient norm counts once.
 DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlacement& placement,
                                  const ParameterLayout& layout, ElementRange share);
+// The placement of DiLoCo on a logical replica (train/diloco/logical_replica.h): one worker of a
+// group it meets through elastic_worker.h, the whole logical model of `elements` on rank 0
+// (`leads`) and nothing on the other ranks, which never run it.
+DilocoPlacement logical_diloco_placement(const ProcessGroups& groups, bool leads,
+                                         std::size_t elements);
 
 // The checkpoint datasets of every worker: `datasets` (one worker's state buffers) under each
 // worker's prefix (diloco_state_prefix).

@@ -14,10 +14,12 @@ namespace {
 
 class ElasticLoop final : public OuterLoop {
  public:
-  ElasticLoop(Diloco& diloco, ElasticWorker& worker, TrainingProgress& progress, int global_batch,
-              const ProcessGroups& groups, MetricsWriter* metrics)
+  ElasticLoop(Diloco& diloco, ElasticWorker& worker, LogicalReplica* logical,
+              TrainingProgress& progress, int global_batch, const ProcessGroups& groups,
+              MetricsWriter* metrics)
       : diloco_(diloco),
         worker_(worker),
+        logical_(logical),
         progress_(progress),
         global_batch_(global_batch),
         groups_(groups),
@@ -29,8 +31,8 @@ class ElasticLoop final : public OuterLoop {
     bool behind = newest && *newest > progress_.step;
     // Resumed with overlap after a sync's step: the checkpoint holds θ from before that sync,
     // which the group has applied since (or retried without this worker): it joins instead.
-    if (diloco_.has_pending()) {
-      diloco_.drop_pending();
+    if (has_pending()) {
+      if (leads()) diloco_.drop_pending();
       newest = std::max(newest.value_or(progress_.step), progress_.step);
       behind = true;
     }
@@ -43,7 +45,7 @@ class ElasticLoop final : public OuterLoop {
   }
   void begin_inner_step() override {
     before_ = worker_.outer_stats();
-    diloco_.begin_inner_step();
+    if (leads()) diloco_.begin_inner_step();
   }
   void end_inner_step(TrainingBackend& backend, std::int64_t step) override {
     if (in_flight_) {
@@ -117,18 +119,19 @@ class ElasticLoop final : public OuterLoop {
     const int me = m.index_of(worker_.slot());
     if (me < 0) return false;
     if (!worker_.connected()) {  // settled (and retried) now, without overlap
-      diloco_.prepare_due(backend, step);
+      prepare_due(backend, step);
       if (auto reports =
               settle(backend, m, false, "could not connect to every member", true, start)) {
         append(std::move(*reports));
         return true;
       }
-      diloco_.drop_pending();
+      if (leads()) diloco_.drop_pending();
       return false;
     }
-    diloco_.set_sync_group(
-        {&worker_.outer(), &worker_.metrics(), me, static_cast<int>(m.slots.size()), m.joining});
-    diloco_.prepare_due(backend, step);
+    if (leads())
+      diloco_.set_sync_group(
+          {&worker_.outer(), &worker_.metrics(), me, static_cast<int>(m.slots.size()), m.joining});
+    prepare_due(backend, step);
     in_flight_ = InFlight{m, start};
     return true;
   }
@@ -141,7 +144,7 @@ class ElasticLoop final : public OuterLoop {
     bool averaged = true;
     std::string why;
     try {
-      diloco_.wait_pending();
+      if (leads()) diloco_.wait_pending();
     } catch (const PeerLost& e) {
       averaged = false;
       why = e.what();
@@ -150,7 +153,7 @@ class ElasticLoop final : public OuterLoop {
       append(std::move(*reports));
       return;
     }
-    diloco_.drop_pending();
+    if (leads()) diloco_.drop_pending();
     left_out(backend, step);
   }
 
@@ -172,13 +175,15 @@ class ElasticLoop final : public OuterLoop {
       why = "could not connect to every member";
       return false;
     }
+    if (!in_flight && logical_ != nullptr) logical_->pull(backend);
+    if (!leads()) return true;
     diloco_.set_sync_group({&worker_.outer(), &worker_.metrics(), m.index_of(worker_.slot()),
                             static_cast<int>(m.slots.size()), m.joining});
     try {
       if (in_flight)
         diloco_.average_pending_again();
       else
-        diloco_.average_due(backend, m.step);
+        diloco_.average_due(weights(backend), m.step);
     } catch (const PeerLost& e) {
       why = e.what();
       return false;
@@ -201,8 +206,7 @@ class ElasticLoop final : public OuterLoop {
     while (true) {
       const ElasticGroup::Outcome outcome = worker_.settle(m, averaged);
       if (outcome != ElasticGroup::Outcome::retry) {
-        std::vector<OuterSyncReport> reports =
-            in_flight ? diloco_.apply_pending(backend) : diloco_.apply_averaged(backend);
+        std::vector<OuterSyncReport> reports = apply(backend, in_flight);
         const bool handover_failed = hand_state(backend, m);
         // A sync applied alone (or whose verdict the store could not give), or a handover that
         // failed: this worker joins the group again at the next one.
@@ -211,7 +215,7 @@ class ElasticLoop final : public OuterLoop {
         describe(reports, m, lost, start);
         return reports;
       }
-      if (!in_flight) diloco_.discard_averaged();
+      if (!in_flight && leads()) diloco_.discard_averaged();
       unchanged_failures = m.lost.empty() && m.attempt > 0 ? unchanged_failures + 1 : 1;
       if (unchanged_failures >= kMaxFailedAttempts)
         fail("diloco.join: the sync after step ", m.step, " failed ", unchanged_failures,
@@ -263,18 +267,52 @@ class ElasticLoop final : public OuterLoop {
     if (donor < 0) donor = 0;
     bool handed = true;
     try {
-      diloco_.hand_state_to_joiners(backend, donor);
+      if (leads()) diloco_.hand_state_to_joiners(weights(backend), donor);
     } catch (const PeerLost& e) {
       handed = false;
       std::fprintf(stderr, "warning: the handover of the group's state failed (%s)\n", e.what());
     }
     const bool joiner = m.joining[static_cast<std::size_t>(m.index_of(worker_.slot()))] &&
                         m.index_of(worker_.slot()) != donor;
-    return !worker_.all_ranks(handed) && joiner;
+    const bool every_rank_handed = worker_.all_ranks(handed);
+    // A joiner's rank 0 holds the group's anchor as its weights now: so does every rank.
+    if (joiner && every_rank_handed && logical_ != nullptr) logical_->push(backend);
+    return !every_rank_handed && joiner;
+  }
+
+  // With workers of any layout (logical_replica.h) rank 0 alone runs the outer step, on the
+  // logical copy of the job's weights; otherwise every rank on its backend.
+  bool leads() const { return logical_ == nullptr || logical_->leads(); }
+  MasterWeights& weights(TrainingBackend& backend) {
+    return logical_ != nullptr ? static_cast<MasterWeights&>(*logical_) : backend;
+  }
+  bool has_pending() {
+    if (logical_ == nullptr) return diloco_.has_pending();
+    return logical_->from_leader(leads() && diloco_.has_pending() ? 1 : 0) != 0;
+  }
+  // The sync due after `step`, prepared from θ_s (diloco.overlap).
+  void prepare_due(TrainingBackend& backend, std::int64_t step) {
+    if (logical_ != nullptr) logical_->pull(backend);
+    if (leads()) diloco_.prepare_due(weights(backend), step);
+  }
+  // The averaged (or, in flight, the pending) sync applied to the weights. On the other ranks of
+  // a logical replica: as many reports as rank 0's, for report_outer_syncs, which they join.
+  std::vector<OuterSyncReport> apply(TrainingBackend& backend, bool in_flight) {
+    if (logical_ == nullptr)
+      return in_flight ? diloco_.apply_pending(backend) : diloco_.apply_averaged(backend);
+    if (in_flight) logical_->pull(backend);  // θ_{s+1}: the overlapped step's progress is kept
+    std::vector<OuterSyncReport> reports;
+    if (leads())
+      reports = in_flight ? diloco_.apply_pending(*logical_) : diloco_.apply_averaged(*logical_);
+    logical_->push(backend);
+    reports.resize(
+        static_cast<std::size_t>(logical_->from_leader(static_cast<std::int64_t>(reports.size()))));
+    return reports;
   }
 
   Diloco& diloco_;
   ElasticWorker& worker_;
+  LogicalReplica* logical_;  // diloco.layouts any; null otherwise
   TrainingProgress& progress_;
   std::int64_t global_batch_;
   const ProcessGroups& groups_;
@@ -288,9 +326,11 @@ class ElasticLoop final : public OuterLoop {
 }  // namespace
 
 std::unique_ptr<OuterLoop> make_elastic_loop(Diloco& diloco, ElasticWorker& worker,
-                                             TrainingProgress& progress, int global_batch,
-                                             const ProcessGroups& groups, MetricsWriter* metrics) {
-  return std::make_unique<ElasticLoop>(diloco, worker, progress, global_batch, groups, metrics);
+                                             LogicalReplica* logical, TrainingProgress& progress,
+                                             int global_batch, const ProcessGroups& groups,
+                                             MetricsWriter* metrics) {
+  return std::make_unique<ElasticLoop>(diloco, worker, logical, progress, global_batch, groups,
+                                       metrics);
 }
 
 }  // namespace strata

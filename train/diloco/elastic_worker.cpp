@@ -61,6 +61,8 @@ std::string elastic_shared_settings(const Config& config, const MeshShape& mesh)
   shared.diloco.min_workers = defaults.min_workers;
   shared.diloco.timeout = defaults.timeout;
   shared.diloco.interface = defaults.interface;
+  // Workers of any layout average the logical model: their parallel keys are their own.
+  if (config.diloco.layouts == WorkerLayouts::any) return config_to_yaml(shared);
   shared.parallel.tp = mesh.tp;
   shared.parallel.pp = mesh.pp;
   shared.parallel.dp = mesh.dp;
@@ -76,7 +78,8 @@ ElasticWorker::ElasticWorker(const Config& config, const MeshShape& mesh, MpiCom
       url_(config.diloco.join),
       group_name_(config.diloco.group),
       timeout_s_(config.diloco.timeout),
-      interface_(config.diloco.interface) {
+      interface_(config.diloco.interface),
+      leader_only_(config.diloco.layouts == WorkerLayouts::any) {
   const std::string slot = on_leader(job, [&] {
     const std::string mine = elastic_shared_settings(config, mesh);
     ElasticGroupSettings s;
@@ -128,9 +131,23 @@ SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool j
   const int me = members.index_of(slot_);
   const std::pair<std::int64_t, int> id{members.group_step, members.group_attempt};
   if (me < 0 || membership_ == id) return members;
+  close_groups();
+  if (!leader_only_ || job_.rank() == 0) connect(members, step);
+  if (leader_only_) {  // the other ranks follow rank 0
+    int connected = outer_ != nullptr ? 1 : 0;
+    if (MPI_Bcast(&connected, 1, MPI_INT, 0, job_.comm()) != MPI_SUCCESS)
+      fail("MPI_Bcast of the elastic group's connection failed");
+    leader_connected_ = connected != 0;
+    if (leader_connected_) membership_ = id;
+  }
+  return members;
+}
+
+void ElasticWorker::connect(const SyncMembers& members, std::int64_t step) {
   // A new membership: every rank meets the same rank of the other members in Gloo groups of
   // their own, named by the decision that formed it and this rank's place in its job.
-  close_groups();
+  const std::pair<std::int64_t, int> id{members.group_step, members.group_attempt};
+  const int me = members.index_of(slot_);
   GlooMembers gloo;
   gloo.rank = me;
   gloo.size = static_cast<int>(members.slots.size());
@@ -141,7 +158,7 @@ SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool j
     outer_ = std::make_unique<GlooCommunicator>(nullptr, gloo);
     metrics_ = std::make_unique<GlooCommunicator>(nullptr, gloo);
     membership_ = id;
-    return members;
+    return;
   }
   try {
     // The leader uses its group's connection to the store; the other ranks open their own.
@@ -164,7 +181,6 @@ SyncMembers ElasticWorker::sync(std::int64_t step, std::int64_t previous, bool j
                  static_cast<long long>(step), e.what());
     close_groups();
   }
-  return members;
 }
 
 void ElasticWorker::close_groups() {
@@ -172,6 +188,7 @@ void ElasticWorker::close_groups() {
   outer_.reset();
   metrics_.reset();
   membership_.reset();
+  leader_connected_ = false;
 }
 
 bool ElasticWorker::all_ranks(bool ok) {
@@ -185,6 +202,8 @@ ElasticGroup::Outcome ElasticWorker::settle(const SyncMembers& m, bool averaged)
   // Closed at once, so that the members waiting on this rank stop waiting.
   if (!averaged) close_groups();
   const bool job_averaged = all_ranks(averaged);
+  // Rank 0 alone averaged: its failure closes its groups, and the other ranks follow it.
+  if (leader_only_ && !job_averaged) close_groups();
   const std::string verdict = on_leader(
       job_, [&] { return std::to_string(static_cast<int>(leader_->settle(m, job_averaged))); });
   const auto outcome = static_cast<ElasticGroup::Outcome>(std::stoi(verdict));

@@ -3,7 +3,9 @@
 // (diloco.join). Its rank 0 holds the group membership (parallel/elastic/elastic_group.h: slot,
 // heartbeat, each sync's decided members) and tells the job's other ranks; every rank then
 // averages its replica share with the same rank of every other member over Gloo
-// (parallel/elastic/gloo_communicator.h), a new Gloo group whenever the members change.
+// (parallel/elastic/gloo_communicator.h), a new Gloo group whenever the members change. Workers of
+// different layouts (diloco.layouts any) average the logical model from their rank 0 alone
+// (train/diloco/logical_replica.h).
 //
 // What a worker job reads and does is what the in-job mode's worker of the same index does: slot
 // w reads the samples worker w reads (every diloco.workers-th from w), so a full group that never
@@ -45,7 +47,9 @@ class ElasticWorker {
   // metrics()) when this worker is a member and connected() says they could be made (a member
   // that died before connecting makes them fail). Collective over the job.
   SyncMembers sync(std::int64_t step, std::int64_t previous, bool joining, int attempt);
-  bool connected() const { return outer_ != nullptr; }
+  // With diloco.layouts any only rank 0 meets the other members (train/diloco/logical_replica.h):
+  // the other ranks make no Gloo groups and are connected when rank 0 is.
+  bool connected() const { return leader_only_ ? leader_connected_ : outer_ != nullptr; }
   // After the averaging of sync `m` (`averaged`: it completed on this rank): the group's verdict
   // (ElasticGroup::settle), from this job's outcome (every rank's) and every other member's.
   // On a retry the Gloo groups are closed, so that members still waiting on this one stop.
@@ -61,12 +65,16 @@ class ElasticWorker {
   void leave(const std::string& why);
 
  private:
+  // This rank's Gloo groups for `members` (none when a member cannot be reached).
+  void connect(const SyncMembers& members, std::int64_t step);
   void close_groups();
 
   MpiCommunicator& job_;
   std::string url_, group_name_;
   double timeout_s_;
   std::string interface_;
+  bool leader_only_ = false;  // diloco.layouts any
+  bool leader_connected_ = false;
   std::unique_ptr<ElasticGroup> leader_;    // rank 0 only
   std::unique_ptr<RendezvousStore> store_;  // the other ranks' connection (Gloo's rendezvous)
   int slot_ = -1;
@@ -77,8 +85,8 @@ class ElasticWorker {
 };
 
 // The settings every worker of a group shares, as the config YAML of just those keys: the model,
-// the DiLoCo algorithm, the optimizer and its schedule (train.steps), the batch and the resolved
-// layout (each rank meets the same rank of the other workers).
+// the DiLoCo algorithm, the optimizer and its schedule (train.steps), the batch and, unless
+// diloco.layouts is any, the resolved layout (each rank meets the same rank of the other workers).
 std::string elastic_shared_settings(const Config& config, const MeshShape& mesh);
 
 }  // namespace strata

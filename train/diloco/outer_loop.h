@@ -11,6 +11,7 @@
 #include "train/diloco/diloco.h"
 #include "train/diloco/diloco_run.h"
 #include "train/diloco/elastic_worker.h"
+#include "train/diloco/logical_replica.h"
 #include "train/metrics/metrics.h"
 #include "train/training_step.h"
 
@@ -44,9 +45,11 @@ std::unique_ptr<OuterLoop> make_diloco_loop(Diloco& diloco, const ProcessGroups&
 // Elastic DiLoCo's outer loop (train/diloco/elastic_worker.h): each sync's members are decided in
 // the group's store and average over Gloo; joiners take the state; a worker that a sync left out
 // joins the next one. `progress` is the run's (a join moves it to the group's step, whose data
-// position is step · global_batch). Nothing is owned.
+// position is step · global_batch). `logical`: with workers of any layout (diloco.layouts any),
+// the job's logical copy on which rank 0 alone runs `diloco`; null otherwise. Nothing is owned.
 std::unique_ptr<OuterLoop> make_elastic_loop(Diloco& diloco, ElasticWorker& worker,
-                                             TrainingProgress& progress, int global_batch,
-                                             const ProcessGroups& groups, MetricsWriter* metrics);
+                                             LogicalReplica* logical, TrainingProgress& progress,
+                                             int global_batch, const ProcessGroups& groups,
+                                             MetricsWriter* metrics);
 
 }  // namespace strata
