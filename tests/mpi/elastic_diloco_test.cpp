@@ -467,6 +467,18 @@ TEST_F(ElasticRuns, BadJoinsAreOneErrorLine) {
   expect_error(worker_command(store, "settings", 1, "settings_second",
                               " --set train.steps=2 --set model.n_layer=2"),
                "model.n_layer is 2 here but 4 in the group");
+  // A worker of its own layout cannot join a group whose workers share theirs.
+  expect_error(worker_command(store, "settings", 1, "settings_any",
+                              " --set train.steps=2 --set diloco.layouts=any"),
+               "diloco.layouts is any here but same in the group");
+  // In a group of any layouts, the model is still the group's.
+  const std::string any_store = "file://" + dir_->str() + "/store_settings_any";
+  const std::string any = " --set train.steps=2 --set diloco.layouts=any";
+  const auto any_first = run_command(worker_command(any_store, "settings", 0, "any_first", any));
+  ASSERT_EQ(any_first.status, 0) << any_first.output;
+  expect_error(worker_command(any_store, "settings", 1, "any_second",
+                              any + " --set model.n_layer=2", {2, " --set parallel.tp=2"}),
+               "model.n_layer is 2 here but 4 in the group");
 }
 
 void ElasticRuns::expect_retry_without_the_dead(const std::string& tag, const std::string& more) {

@@ -61,8 +61,12 @@ std::string elastic_shared_settings(const Config& config, const MeshShape& mesh)
   shared.diloco.min_workers = defaults.min_workers;
   shared.diloco.timeout = defaults.timeout;
   shared.diloco.interface = defaults.interface;
-  // Workers of any layout average the logical model: their parallel keys are their own.
-  if (config.diloco.layouts == WorkerLayouts::any) return config_to_yaml(shared);
+  // Workers of any layout average the logical model: their parallel keys are their own (and the
+  // subset names a store, as a valid config with layouts any must).
+  if (config.diloco.layouts == WorkerLayouts::any) {
+    shared.diloco.join = "file:///(each worker's own)";
+    return config_to_yaml(shared);
+  }
   shared.parallel.tp = mesh.tp;
   shared.parallel.pp = mesh.pp;
   shared.parallel.dp = mesh.dp;
@@ -93,7 +97,9 @@ ElasticWorker::ElasticWorker(const Config& config, const MeshShape& mesh, MpiCom
     s.difference = [mine](const std::string& theirs) -> std::string {
       const Config group = parse_config(theirs, "the group's settings");
       const Config here = parse_config(mine, "this worker's settings");
-      const std::vector<ConfigChange> changes = config_changes(group, here);
+      std::vector<ConfigChange> changes = config_changes(group, here);
+      // diloco.join is each worker's own; its stand-in differs only with diloco.layouts.
+      std::erase_if(changes, [](const ConfigChange& c) { return c.key == "diloco.join"; });
       if (changes.empty()) return "";
       const ConfigChange& c = changes.front();
       return c.key + " is " + c.after + " here but " + c.before +
