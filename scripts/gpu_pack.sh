@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the CUDA backend (Release, sm_90a) into build-gpu/ and copies what validating it on a GPU
-# host needs into .gpu/: the tools `train` and `bench`, and the `cuda` tests (tests/cuda/*_test.cu,
-# tests/mpi/cuda_*_test.cpp), plus the libraries the runtime-library bundle lacks (.gpu/lib), and
+# Builds the CUDA backend (Release, sm_90a) into build-gpu/ (through the compiler cache,
+# scripts/compiler_cache.sh) and copies what validating it on a GPU host needs into .gpu/: the
+# tools `train` and `bench`, and the `cuda` tests (tests/cuda/*_test.cu, tests/mpi/cuda_*_test.cpp),
+# plus the libraries the runtime-library bundle lacks (.gpu/lib), and
 # packs it as .gpu.tar.gz. scripts/gpu_check.sh runs them there, from the repository root.
 # The `run` job's inputs travel too: the fortunes corpus tokenized here (.gpu/data/fortunes) and
 # the CPU fp32 reference runs of configs/fortunes.yaml (.gpu/ref: 20 steps and 400 steps, a loss
@@ -23,9 +24,11 @@ for source in tests/cuda/*_test.cu tests/mpi/cuda_*_test.cpp; do
   name=$(basename "$source")
   tests+=("${name%%.*}")
 done
+# shellcheck source=scripts/compiler_cache.sh
+source scripts/compiler_cache.sh
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DSTRATA_NATIVE=OFF \
   -DSTRATA_SANITIZE=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DSTRATA_CUDNN_BENCH="${STRATA_CUDNN_BENCH:-ON}" >/dev/null
+  -DSTRATA_CUDNN_BENCH="${STRATA_CUDNN_BENCH:-ON}" "${compiler_cache_args[@]}" >/dev/null
 # Only what .gpu/ holds: the CPU unit and MPI tests are not needed on the GPU host.
 ninja -C build-gpu train bench tokenize "${tests[@]}"
 rm -rf .gpu

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of user input (tests/fuzz): builds the libFuzzer targets with clang under
-# ASan + UBSan into build-fuzz/, then runs each for FUZZ_SECONDS (default 10) starting from its
-# seeds in tests/fuzz/corpus/<target>/, and prints executions, coverage and findings per target.
+# ASan + UBSan into build-fuzz/ (through the compiler cache, scripts/compiler_cache.sh), then runs
+# each for FUZZ_SECONDS (default 10) starting from its seeds in tests/fuzz/corpus/<target>/, and
+# prints executions, coverage and findings per target.
 # A finding stops the script with a non-zero status; the input that caused it is saved as
 # build-fuzz/findings/<target>/crash-* (copy it into tests/fuzz/corpus/<target>/ as finding-<what>
 # once fixed, so that the fuzz.replay ctests keep it fixed). Needs clang and its runtimes
@@ -11,8 +12,10 @@ cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-10}
 targets=${FUZZ_TARGETS:-config documents shard shard_fields checkpoint checkpoint_fields}
 
+# shellcheck source=scripts/compiler_cache.sh
+source scripts/compiler_cache.sh
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DSTRATA_FUZZ=ON -DSTRATA_CUDA=OFF -DSTRATA_NATIVE=OFF >/dev/null
+  -DSTRATA_FUZZ=ON -DSTRATA_CUDA=OFF -DSTRATA_NATIVE=OFF "${compiler_cache_args[@]}" >/dev/null
 # shellcheck disable=SC2046
 ninja -C build-fuzz $(for t in $targets; do echo "${t}_fuzzer"; done)
 

@@ -17,8 +17,8 @@ TEST(Chaos, EveryKilledAndResumedRunEndsBitwiseEqualToTheUninterruptedOne) {
   testing::write_synthetic_dataset(dir / "data", 64, 60000);
   const int kills_per_variant = 2;
   const auto r = testing::run_command(
-      "python3 " + std::string(STRATA_SOURCE_DIR) + "/tests/chaos/chaos.py --build " +
-      testing::bin("..") + " --work " + (dir / "work") + " --data " + (dir / "data") + " --kills " +
+      "python3 " + testing::source_dir() + "/tests/chaos/chaos.py --build " + testing::bin("..") +
+      " --work " + (dir / "work") + " --data " + (dir / "data") + " --kills " +
       std::to_string(kills_per_variant) + " --seed 3");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("chaos: 8 kills"), std::string::npos) << r.output;

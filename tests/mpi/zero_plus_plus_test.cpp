@@ -188,7 +188,8 @@ TEST(ZeroPlusPlusFortunes, TwoHundredStepsReachTheValLossOfStage3WithinOnePercen
   namespace fs = std::filesystem;
   TempDir dir("zero_plus_plus_fortunes");
   // The fortunes corpus (Debian's fortunes package, which the setup installs), tokenized here.
-  const std::string files = testing::run_command(STRATA_SOURCE_DIR "/scripts/fortunes.sh").output;
+  const std::string files =
+      testing::run_command(testing::source_dir() + "/scripts/fortunes.sh").output;
   ASSERT_FALSE(files.empty());
   std::string inputs;
   for (char c : files) inputs += c == '\n' ? ' ' : c;

@@ -20,8 +20,8 @@
 namespace strata {
 namespace {
 
-const std::string kPython = std::string(STRATA_SOURCE_DIR) + "/.venv-test/bin/python";
-const std::string kScript = std::string(STRATA_SOURCE_DIR) + "/tests/python/adafactor_torch.py";
+const std::string kPython = testing::source_dir() + "/.venv-test/bin/python";
+const std::string kScript = testing::source_dir() + "/tests/python/adafactor_torch.py";
 
 OptimizerConfig torch_defaults(bool relative_step) {
   OptimizerConfig config;

@@ -30,11 +30,11 @@ double final_loss(const std::string& line) {
 }
 
 TEST(BenchTorch, CpuLinesFromFlagsAndConfig) {
-  const std::string python = std::string(STRATA_SOURCE_DIR) + "/.venv-test/bin/python";
+  const std::string python = testing::source_dir() + "/.venv-test/bin/python";
   ASSERT_TRUE(fs::exists(python))
       << python << " is missing: run scripts/setup_python.sh (it makes .venv-test, with "
       << "PyTorch from PyPI, which tools/bench_torch.py runs on)";
-  const std::string bench = python + " " + STRATA_SOURCE_DIR + "/tools/bench_torch.py" +
+  const std::string bench = python + " " + testing::source_dir() + "/tools/bench_torch.py" +
                             " --steps 2 --warmup 1 --threads 1 --n-head 2 --d-model 64";
   const std::string tiny = " --n-layer 2 --seq-len 32 --vocab 256";
 

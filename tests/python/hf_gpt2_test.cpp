@@ -31,7 +31,7 @@ void write_documents(const std::string& dir) {
 }
 
 TEST(HuggingFace, TransformersReadsTheExportAndWritesWhatImportReads) {
-  const std::string python = std::string(STRATA_SOURCE_DIR) + "/.venv-test/bin/python";
+  const std::string python = testing::source_dir() + "/.venv-test/bin/python";
   ASSERT_TRUE(fs::exists(python))
       << python << " is missing: run scripts/setup_python.sh (it makes .venv-test, with "
       << "transformers and PyTorch from PyPI, which this test loads the exported model with)";
@@ -80,7 +80,7 @@ TEST(HuggingFace, TransformersReadsTheExportAndWritesWhatImportReads) {
       evaluated.output.substr(at + 9, evaluated.output.find('\n', at) - at - 9);
 
   const auto checked = testing::run_command(
-      python + " " + STRATA_SOURCE_DIR + "/tests/python/hf_gpt2.py --bin " +
+      python + " " + testing::source_dir() + "/tests/python/hf_gpt2.py --bin " +
       fs::path(testing::bin("ckpt")).parent_path().string() + " --work " + dir.str() + " --hf " +
       (dir / "hf") + " --tokens " + (dir / "tokens.i32") + " --data " + (dir / "data/val") +
       " --tokenizer " + (dir / "data/tokenizer.model") + " --logits " + (dir / "logits.npy") +

@@ -12,7 +12,7 @@
 namespace strata {
 namespace {
 
-const std::string kScript = std::string(STRATA_SOURCE_DIR) + "/scripts/kernel_profile.py";
+const std::string kScript = testing::source_dir() + "/scripts/kernel_profile.py";
 
 std::string csv_row(int id, const std::string& kernel, const std::string& unit,
                     const std::string& value) {

@@ -15,7 +15,7 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(TensorBoard, ReadsTheScalarsOfEveryMetricsLineOfAResumedRun) {
-  const std::string python = std::string(STRATA_SOURCE_DIR) + "/.venv-test/bin/python";
+  const std::string python = testing::source_dir() + "/.venv-test/bin/python";
   ASSERT_TRUE(fs::exists(python))
       << python << " is missing: run scripts/setup_python.sh (it makes .venv-test, with "
       << "TensorBoard from PyPI, which this test reads the event files with)";
@@ -42,7 +42,7 @@ TEST(TensorBoard, ReadsTheScalarsOfEveryMetricsLineOfAResumedRun) {
     event_files += entry.path().filename().string().starts_with("events.out.tfevents.") ? 1 : 0;
   EXPECT_EQ(event_files, 2);
 
-  const auto read = testing::run_command(python + " " + STRATA_SOURCE_DIR +
+  const auto read = testing::run_command(python + " " + testing::source_dir() +
                                          "/tests/python/tensorboard_read.py " + run);
   EXPECT_EQ(read.status, 0) << read.output;
   EXPECT_NE(read.output.find("tags match metrics.jsonl"), std::string::npos) << read.output;

@@ -17,6 +17,7 @@
 #include "data/token_shards.h"
 #include "model/core/error.h"
 #include "tests/support/error_of.h"
+#include "tests/support/test_paths.h"
 
 namespace strata::testing {
 
@@ -100,11 +101,8 @@ inline CommandResult run_command(const std::string& command) {
   return result;
 }
 
-// The build's tool; $STRATA_BIN_DIR overrides the build directory (tests run on another machine).
-inline std::string bin(const std::string& tool) {
-  const char* dir = std::getenv("STRATA_BIN_DIR");
-  return std::string(dir != nullptr ? dir : STRATA_BIN_DIR) + "/" + tool;
-}
+// The build's tool (test_paths.h: $STRATA_BIN_DIR overrides, for tests run on another machine).
+inline std::string bin(const std::string& tool) { return bin_dir() + "/" + tool; }
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -163,7 +163,7 @@ TEST(CheckpointSeal, AFormat3FileOfAnEarlierVersionIsRead) {
   testing::TempDir dir("seal_earlier");
   const std::string path = dir / "step_00000003.h5";
   std::filesystem::copy_file(
-      std::string(STRATA_SOURCE_DIR) + "/tests/fuzz/corpus/checkpoint/seed-valid-checkpoint", path);
+      testing::source_dir() + "/tests/fuzz/corpus/checkpoint/seed-valid-checkpoint", path);
   EXPECT_EQ(error_of(path), "");
   EXPECT_EQ(verify_checkpoint(path).format, CheckpointFormat::v3);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/core/error.h"
+#include "tests/support/test_paths.h"
 
 namespace strata {
 namespace {
@@ -891,7 +892,7 @@ TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
       {"fortunes.yaml", 2}, {"mixture.yaml", 2}, {"gpt2_1.5b.yaml", 16}};
   int checked = 0;
   for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(STRATA_SOURCE_DIR) + "/configs")) {
+       std::filesystem::directory_iterator(testing::source_dir() + "/configs")) {
     if (entry.path().extension() != ".yaml") continue;
     const std::string name = entry.path().filename().string();
     SCOPED_TRACE(name);

@@ -13,7 +13,7 @@ namespace strata {
 namespace {
 
 std::string source_file(const std::string& path) {
-  return testing::read_file(std::string(STRATA_SOURCE_DIR) + "/" + path);
+  return testing::read_file(testing::source_dir() + "/" + path);
 }
 
 // The tools a script runs: the X of every build/bin/X, also as "${STRATA_BIN_DIR:-build/bin}/X".

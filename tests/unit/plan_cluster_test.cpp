@@ -7,6 +7,7 @@
 
 #include "model/core/error.h"
 #include "plan/cluster.h"
+#include "tests/support/test_paths.h"
 
 namespace strata {
 namespace {
@@ -93,7 +94,7 @@ TEST(ClusterSpec, HostRatesAreOptionalAndCudaOnly) {
 TEST(ClusterSpec, ShippedFilesParseAndRoundTrip) {
   int files = 0;
   for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(STRATA_SOURCE_DIR) + "/configs/clusters")) {
+       std::filesystem::directory_iterator(testing::source_dir() + "/configs/clusters")) {
     const ClusterSpec c = load_cluster(entry.path().string());
     EXPECT_EQ(parse_cluster(cluster_to_yaml(c), "round trip"), c) << entry.path();
     ++files;

@@ -39,8 +39,7 @@ std::string slurp(const std::string& path) {
 
 RunResult run_tokenize(const std::string& args, const TempDir& scratch) {
   const std::string out = scratch / "stdout.txt", err = scratch / "stderr.txt";
-  const std::string command =
-      std::string(STRATA_BIN_DIR) + "/tokenize " + args + " >" + out + " 2>" + err;
+  const std::string command = testing::bin_dir() + "/tokenize " + args + " >" + out + " 2>" + err;
   const int raw = std::system(command.c_str());
   RunResult result;
   result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
