@@ -3,8 +3,8 @@
 # options for this clone and puts cmake's launcher arguments (C, C++ and nvcc) into the array
 # compiler_cache_args.
 #  - The cache lives outside the clone: $CCACHE_DIR, by default ~/.cache/strata-ccache, capped at
-#    $CCACHE_MAXSIZE (default 5G; ccache evicts the least recently used entries). Three builds of
-#    the tree (sanitizer, fuzz, Release with CUDA) take about 0.6 GB of it.
+#    $CCACHE_MAXSIZE (default 5G; ccache evicts the least recently used entries). CI's three
+#    builds of the tree (sanitizer, fuzz, Release with CUDA) take about 90 MB of it, compressed.
 #  - Clones in any folder share it: base_dir is the clone's root, so ccache rewrites the paths
 #    inside the clone relative to the build folder before hashing; hash_dir is off, so builds with
 #    debug info (sanitizer, fuzz) do not hash the build folder either (their line tables then name
