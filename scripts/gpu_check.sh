@@ -291,12 +291,12 @@ if [[ $mode == run || $mode == all ]]; then
     --set data.tokenizer="$data/tokenizer.model")
   compare=(env -u LD_LIBRARY_PATH python3 "$root/scripts/compare_runs.py")
   step run_fortunes_fp32_20 "$gpu_dir/bin/train" "${fortunes[@]}" --set run.name=fp32_20 \
-    --set train.steps=20 --set train.log_every=1 --set precision.compute=fp32
+    --overwrite --set train.steps=20 --set train.log_every=1 --set precision.compute=fp32
   cp "$runs/fp32_20/metrics.jsonl" "$work/fp32_20.metrics.jsonl" 2>/dev/null || true
   step compare_fp32_20_losses "${compare[@]}" losses "$gpu_dir/ref/fp32_20.metrics.jsonl" \
     "$runs/fp32_20/metrics.jsonl" --steps 20 --tolerance 1e-4
   step run_fortunes_bf16_400 "$gpu_dir/bin/train" "${fortunes[@]}" --set run.name=bf16_400 \
-    --set precision.compute=bf16
+    --overwrite --set precision.compute=bf16
   cp "$runs/bf16_400/metrics.jsonl" "$work/bf16_400.metrics.jsonl" 2>/dev/null || true
   step compare_bf16_400_val_loss "${compare[@]}" val_loss "$gpu_dir/ref/fp32_400.metrics.jsonl" \
     "$runs/bf16_400/metrics.jsonl" --tolerance 0.01

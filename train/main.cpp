@@ -1,8 +1,10 @@
 // train CONFIG.yaml [MORE.yaml]... [--set key.path=value]...
-//       [--resume [CHECKPOINT] | --init CHECKPOINT]
+//       [--resume [CHECKPOINT] | --init CHECKPOINT] [--overwrite]
 // Several configs merge in order (plan/config.h, load_configs), then the overrides apply.
 // --resume continues a run; --init starts a new one from a checkpoint's weights only (fresh
 // optimizer state, step 0, the schedule and the data from their start), on any layout.
+// --overwrite starts a fresh run in a run directory that holds an earlier run's files (without
+// it, that is an error: train/run_directory.h).
 // One process per data-parallel rank under mpirun. Errors print one `error: ...` line (from rank
 // 0 when every rank fails the same way during set-up) and exit non-zero.
 #include <iostream>
@@ -26,11 +28,12 @@ struct Arguments {
   std::vector<std::string> overrides;
   std::optional<std::string> resume_from;
   std::optional<std::string> init_from;
+  bool overwrite = false;
 };
 
 constexpr const char* kUsage =
     "usage: train CONFIG.yaml [MORE.yaml]... [--set key.path=value]... "
-    "[--resume [CHECKPOINT] | --init CHECKPOINT]";
+    "[--resume [CHECKPOINT] | --init CHECKPOINT] [--overwrite]";
 
 Arguments parse_arguments(int argc, char** argv) {
   Arguments args;
@@ -56,6 +59,8 @@ Arguments parse_arguments(int argc, char** argv) {
     } else if (arg.starts_with("--init=")) {
       args.init_from = arg.substr(7);
       if (args.init_from->empty()) strata::fail("--init needs a CHECKPOINT (", kUsage, ")");
+    } else if (arg == "--overwrite") {
+      args.overwrite = true;
     } else if (arg.starts_with("-")) {
       strata::fail("unknown option '", arg, "' (", kUsage, ")");
     } else {
@@ -65,6 +70,9 @@ Arguments parse_arguments(int argc, char** argv) {
   if (args.config_paths.empty()) strata::fail("missing CONFIG.yaml (", kUsage, ")");
   // A resume continues a run; --init starts a new one.
   if (args.resume_from && args.init_from) strata::fail("--init and --resume cannot be combined");
+  // --overwrite replaces a run; --resume continues it.
+  if (args.resume_from && args.overwrite)
+    strata::fail("--overwrite and --resume cannot be combined");
   return args;
 }
 
@@ -96,7 +104,7 @@ int main(int argc, char** argv) {
         config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);
     world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
     trainer = std::make_unique<strata::Trainer>(
-        config, *world, strata::TrainerOptions{args.resume_from, args.init_from});
+        config, *world, strata::TrainerOptions{args.resume_from, args.init_from, args.overwrite});
     set_up = true;
     // Said once set-up has succeeded: a set-up error stays the run's one line of output.
     if (rank == 0) {

@@ -16,6 +16,8 @@
 #include "train/evaluate.h"
 #include "train/metrics/progress_bar.h"
 #include "train/optimizer/lr_schedule.h"
+#include "train/run_directory.h"
+#include "train/run_lock.h"
 #include "train/stop_signal.h"
 #include "train/trainer_state.h"
 
@@ -217,6 +219,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   s.device = device;
   s.tokenizer_model = s.data.check(config);
   s.make_backend();
+  claim_run(config, world, options);
   s.load_state(options);
   if (s.is_logger()) {
     const std::string run_dir = config.run_directory();
@@ -234,6 +237,33 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
 }
 
 Trainer::~Trainer() = default;
+
+// Rank 0 takes the run directory's lock and, for a fresh run, claims the directories from an
+// earlier run (train/run_directory.h); when either fails, every rank stops alike. Rank 0 alone
+// decides: it writes the run's config and metrics right after, which a slower rank's own look
+// would take for an earlier run's.
+void Trainer::claim_run(const Config& config, MpiCommunicator& world,
+                        const TrainerOptions& options) {
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      run_lock_ = std::make_unique<RunLock>(config.run_directory());
+      if (!options.resume_from) claim_run_directory(config, options.overwrite);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  // Rank 0's verdict to every rank, through MPI itself: set-up bookkeeping, not the training's
+  // traffic that the communicator counts (a broadcast kind would appear in every step's
+  // comm_bytes).
+  long long size = static_cast<long long>(error.size());
+  MPI_Bcast(&size, 1, MPI_LONG_LONG, 0, world.comm());
+  error.resize(static_cast<std::size_t>(size));
+  MPI_Bcast(error.data(), static_cast<int>(size), MPI_CHAR, 0, world.comm());
+  if (!error.empty()) fail_together(error);
+  if (run_lock_ && !run_lock_->takeover().empty())
+    std::cout << "note: " << run_lock_->takeover() << std::endl;
+}
 
 int Trainer::run() {
   State& s = *state_;

@@ -15,12 +15,18 @@
 
 namespace strata {
 
+class RunLock;
+
 struct TrainerOptions {
   // Resume: nullopt = fresh run; "" = newest checkpoint of the run; otherwise a checkpoint path.
   std::optional<std::string> resume_from;
   // A fresh run (no resume_from) whose parameters are this checkpoint's weights rather than the
   // seed's (`train --init`): its optimizer state, step, schedule and data start afresh.
   std::optional<std::string> init_from;
+  // A fresh run that replaces an earlier run's files in its run directory (`train --overwrite`):
+  // its checkpoints are removed, its metrics and config rewritten. Without it, such a directory
+  // is an error (train/run_directory.h).
+  bool overwrite = false;
 };
 
 class Trainer {
@@ -35,6 +41,9 @@ class Trainer {
 
  private:
   struct State;
+  void claim_run(const Config& config, MpiCommunicator& world, const TrainerOptions& options);
+  // Rank 0's lock on the run directory (train/run_lock.h), released after the state is gone.
+  std::unique_ptr<RunLock> run_lock_;
   std::unique_ptr<State> state_;
 };
 

@@ -62,9 +62,6 @@ void Trainer::State::load_state(const TrainerOptions& options) {
   const std::optional<std::string>& resume_from = options.resume_from;
   const std::string ckpt_dir = config.checkpoint_directory();
   if (!resume_from) {
-    if (latest_checkpoint(ckpt_dir))
-      fail("run '", config.run.name, "' already has checkpoints in '", ckpt_dir,
-           "'; use --resume to continue it, or choose another run.name");
     // Every DiLoCo worker starts from the same parameters (the --init checkpoint's, or those of
     // the run's seed), and DiLoCo's anchor is them: start() is given the parameters set here.
     std::vector<StateBuffer> buffers = backend->state();

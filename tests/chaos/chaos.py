@@ -62,7 +62,9 @@ def write_config(path, name, run_dir, data, steps, vocab, variant):
 def mpirun_command(build, ranks, config, resume):
     command = ["mpirun", "--oversubscribe", "-np", str(ranks), str(build / "bin" / "train"),
                str(config)]
-    return command + (["--resume"] if resume else [])
+    # Without a checkpoint to resume from, an attempt starts afresh over what the killed one left
+    # (its metrics and config): --overwrite.
+    return command + (["--resume"] if resume else ["--overwrite"])
 
 
 def environment():
@@ -127,10 +129,33 @@ def trace(metrics):
     return lines
 
 
+def gone(pid):
+    """Whether process `pid` has ended (a zombie, ended but not yet reaped, counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def finish_off(ranks):
+    """SIGKILLs the ranks of a killed job that outlive it (mpirun can end while a rank still waits
+    in a collective for the dead one, its heartbeat going on) and waits until they are gone, as a
+    scheduler ends a failed job: the next attempt then finds the run directory's lock dead."""
+    for pid in ranks.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 60
+    while not all(gone(pid) for pid in ranks.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 class Attempt:
     """One launch of the job, optionally killed."""
 
     def __init__(self, args, config, log_path, resume):
+        self.ranks = {}  # {rank: pid}, known once kill_one_rank has looked
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.started = time.monotonic()
@@ -174,6 +199,7 @@ def kill_one_rank(attempt, rng, mode, checkpoints, duration):
         phase = "start-up"
     else:
         phase = "step"
+    attempt.ranks = ranks
     victim = rng.choice(sorted(ranks))
     try:
         os.kill(ranks[victim], signal.SIGKILL)
@@ -213,6 +239,7 @@ def run_variant(args, variant, kills_wanted, rng, data, counts):
                 mode = "checkpoint" if rng.random() < args.checkpoint_share else "random"
                 killed = kill_one_rank(attempt, rng, mode, checkpoints, duration)
             status = attempt.wait(600)
+            finish_off(attempt.ranks)
             log = attempt.log_path.read_text()
             resumed = re.search(r"^resumed from \S+ at step (\d+)", log, re.MULTILINE)
             if resumed:

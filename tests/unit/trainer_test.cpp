@@ -162,6 +162,66 @@ TEST_F(TrainerTest, BadInputGetsOneClearErrorAndLeavesCheckpointsUntouched) {
   EXPECT_EQ(testing::read_file(ckpt), before);
 }
 
+// A fresh run into a directory that holds an earlier run is refused (its metrics, config and
+// checkpoints untouched), also when that run wrote no checkpoint there (checkpoint.dir elsewhere);
+// --overwrite replaces it, removing its checkpoints so that no later --resume takes one of them.
+TEST_F(TrainerTest, AFreshRunNeverReplacesAnEarlierOneUnlessTold) {
+  const std::string elsewhere = dir_ / "elsewhere";
+  const std::string config = write_config(dir_, "earlier");
+  const std::string short_run =
+      "--set train.steps=2 --set train.eval_every=0 --set checkpoint.dir=" + elsewhere;
+  ASSERT_EQ(testing::run_command(train_command(config, short_run)).status, 0);
+  const std::string metrics = run_dir("earlier") + "/metrics.jsonl";
+  const std::string before = testing::read_file(metrics);
+  ASSERT_FALSE(before.empty());
+  expect_clean_error(testing::run_command(train_command(config, short_run)),
+                     "run 'earlier' already holds an earlier run (" + metrics);
+  EXPECT_EQ(testing::read_file(metrics), before);
+  const auto replaced =
+      testing::run_command(train_command(config, short_run + " --set run.seed=6 --overwrite"));
+  ASSERT_EQ(replaced.status, 0) << replaced.output;
+  EXPECT_NE(replaced.output.find("--overwrite: run 'earlier' starts afresh"), std::string::npos)
+      << replaced.output;
+  EXPECT_NE(testing::read_file(metrics), before);  // another seed, other losses
+  // Checkpoints at 10 and 20 in the run's own directory: refused, then replaced by a run of 10
+  // steps, whose step 10 is the only checkpoint left.
+  const std::string twice = write_config(dir_, "twice");
+  ASSERT_EQ(testing::run_command(train_command(twice)).status, 0);
+  expect_clean_error(testing::run_command(train_command(twice)), "2 checkpoints in");
+  ASSERT_EQ(testing::run_command(train_command(twice, "--set train.steps=10 --overwrite")).status,
+            0);
+  EXPECT_TRUE(fs::exists(run_dir("twice") + "/checkpoints/step_00000010.h5"));
+  EXPECT_FALSE(fs::exists(run_dir("twice") + "/checkpoints/step_00000020.h5"));
+  expect_clean_error(testing::run_command(train_command(twice, "--resume --overwrite")),
+                     "--overwrite and --resume cannot be combined");
+}
+
+// One job at a time writes a run: a --resume started while the run trains is refused, naming the
+// holder of the run directory's lock; once the holder is killed (SIGKILL: its lock left behind),
+// the next job takes the lock over, saying so, and resumes.
+TEST_F(TrainerTest, OneJobAtATimeWritesARunAndADeadOnesLockIsTakenOver) {
+  const std::string config = write_config(dir_, "locked");
+  const std::string run = "--set train.steps=60 --set checkpoint.every=5 --set train.log_every=1";
+  const std::string log = dir_ / "locked.log";
+  const auto both = testing::run_command(
+      "(STRATA_TEST_STEP_SECONDS=0.2 " + train_command(config, run) + " > " + log +
+      " 2>&1 & pid=$!; for i in $(seq 1200); do grep -q 'step *6/' " + log +
+      " && break; sleep 0.05; done; " + train_command(config, run + " --resume") +
+      "; echo second=$?; kill -KILL $pid; wait $pid; echo first=$?)");
+  EXPECT_NE(both.output.find("error: run directory '" + run_dir("locked") +
+                             "' is in use by another job (host "),
+            std::string::npos)
+      << both.output;
+  EXPECT_NE(both.output.find("second=1"), std::string::npos) << both.output;
+  EXPECT_NE(both.output.find("first=137"), std::string::npos) << both.output;  // killed
+  const auto resumed = testing::run_command(train_command(config, run + " --resume"));
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("note: took over the lock of run directory"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("its pid is gone"), std::string::npos) << resumed.output;
+  EXPECT_FALSE(fs::exists(run_dir("locked") + "/run.lock"));  // released at the end
+}
+
 TEST(DeviceChoice, CudaWhereADeviceAndTheShapeAllowIt) {
   Config config;
   const GptShape supported{2, 2, 64, 16, 64};    // head size 32
