@@ -456,6 +456,20 @@ void check_utf8(const std::string& text, const std::string& where) {
 
 namespace {
 // One file's (or text's) top-level map of sections.
+// A key given twice in one map of one file, named with its line: yaml-cpp keeps both entries, and
+// merging files (merge_into) would lay the second onto the first before check_keys could see it.
+void reject_duplicate_keys(const YAML::Node& map, const std::string& prefix,
+                           const std::string& source_name) {
+  std::set<std::string> seen;
+  for (const auto& entry : map) {
+    if (!entry.first.IsScalar()) continue;  // check_keys names it
+    const std::string path = config_detail::join(prefix, entry.first.Scalar());
+    if (!seen.insert(entry.first.Scalar()).second)
+      fail(source_name, ", line ", entry.first.Mark().line + 1, ": duplicate key '", path, "'");
+    if (entry.second.IsMap()) reject_duplicate_keys(entry.second, path, source_name);
+  }
+}
+
 YAML::Node top_level_map(const std::string& yaml_text, const std::string& source_name) {
   check_utf8(yaml_text, source_name);
   YAML::Node root = config_detail::load_yaml(yaml_text, source_name);
@@ -463,6 +477,7 @@ YAML::Node top_level_map(const std::string& yaml_text, const std::string& source
   if (!root.IsMap())
     fail(source_name, ": expected a map of sections at the top level, got ",
          config_detail::describe(root));
+  reject_duplicate_keys(root, "", source_name);
   return root;
 }
 

@@ -250,6 +250,30 @@ TEST(ConfigErrors, DuplicateKey) {
                   "duplicate key 'train.steps'");
 }
 
+// A key given twice in one file is refused naming the file and line, whether the file is read
+// alone or merged with others (the merge once kept the last value silently: 7 steps, rc 0).
+TEST(ConfigErrors, DuplicateKeyInAFileNamesItsLine) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("strata_config_duplicate_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string twice = dir / "twice.yaml", other = dir / "other.yaml";
+  std::ofstream(twice) << "data: {train: t}\ntrain:\n  steps: 5\n  steps: 7\n";
+  std::ofstream(other) << "run: {name: x}\n";
+  const auto error_of_files = [](const std::vector<std::string>& paths) -> std::string {
+    try {
+      load_configs(paths);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_of_files({twice}), twice + ", line 4: duplicate key 'train.steps'");
+  EXPECT_EQ(error_of_files({other, twice}), twice + ", line 4: duplicate key 'train.steps'");
+  std::ofstream(twice) << "data: {train: t}\ndata: {val: v}\n";
+  EXPECT_EQ(error_of_files({other, twice}), twice + ", line 2: duplicate key 'data'");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ConfigErrors, WrongTypes) {
   EXPECT_EQ(error_of("data: {train: t}\ntrain: {steps: abc}"),
             "config.yaml: 'train.steps' must be an integer, got 'abc'");
