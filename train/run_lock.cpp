@@ -33,27 +33,28 @@ std::string host_name() {
   return name;
 }
 
-// Whether process `pid` of this host has ended: kill(pid, 0) fails with ESRCH (EPERM: a process
-// of another user lives), or it is a zombie (ended, not yet reaped by its parent).
-bool process_gone(long pid) {
-  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+// Process `pid` of this host as /proc/<pid>/stat tells it: its state letter ('Z': a zombie, ended
+// but not yet reaped) and its parent's pid; state '\0' when there is no such process.
+struct ProcessStat {
+  char state = '\0';
+  long parent = 0;
+};
+ProcessStat process_stat(long pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const std::size_t name_end = text.rfind(')');  // the state follows the parenthesised name
-  return name_end != std::string::npos && text.size() > name_end + 2 && text[name_end + 2] == 'Z';
+  const std::size_t name_end = text.rfind(')');  // the fields follow the parenthesised name
+  ProcessStat result;
+  if (name_end == std::string::npos) return result;
+  std::istringstream fields(text.substr(name_end + 1));
+  fields >> result.state >> result.parent;
+  return result;
 }
 
-// The parent pid of process `pid` of this host (0 when unknown): field 4 of /proc/<pid>/stat.
-long parent_of(long pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const std::size_t name_end = text.rfind(')');
-  if (name_end == std::string::npos) return 0;
-  std::istringstream fields(text.substr(name_end + 1));
-  std::string state;
-  long parent = 0;
-  fields >> state >> parent;
-  return parent;
+// Whether process `pid` of this host has ended: kill(pid, 0) fails with ESRCH (EPERM: a process
+// of another user lives), or it is a zombie.
+bool process_gone(long pid) {
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  return process_stat(pid).state == 'Z';
 }
 
 // Why the holder is dead ("" while it lives): a heartbeat older than the timeout, or on this host
@@ -68,7 +69,7 @@ std::string death_of(const RunLockHolder& holder, const std::string& host, doubl
   }
   if (holder.host != host || holder.pid <= 0) return "";
   if (process_gone(holder.pid)) return "its pid is gone";
-  if (holder.parent > 0 && parent_of(holder.pid) != holder.parent)
+  if (holder.parent > 0 && process_stat(holder.pid).parent != holder.parent)
     return "its mpirun (pid " + std::to_string(holder.parent) + ") has ended";
   return "";
 }
