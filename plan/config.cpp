@@ -310,46 +310,60 @@ class FieldReader {
 };
 
 // Emits fields in visit order as nested block maps, opening and closing sections as the path
-// prefix changes.
+// prefix changes. With `sources`, each value is followed by a comment naming where it came from.
 class FieldWriter {
  public:
-  FieldWriter(YAML::Emitter& out, const Config& config) : out_(out), config_(config) {}
+  FieldWriter(YAML::Emitter& out, const Config& config, const ConfigSources* sources)
+      : out_(out), config_(config), sources_(sources) {}
   ~FieldWriter() { close_to(0); }
 
   template <class Int>
   requires std::is_integral_v<Int>
-  void operator()(std::string_view path, const Int& value) { key(path) << value; }
+  void operator()(std::string_view path, const Int& value) {
+    key(path) << value;
+    note(path);
+  }
   void operator()(std::string_view path, const double& value) {
     // Shortest text that parses back to the same double, so the written config reproduces the run.
     char text[32];
     const auto result = std::to_chars(text, text + sizeof text, value);
     key(path) << std::string(text, result.ptr);
+    note(path);
   }
   void operator()(std::string_view path, const std::string& value) {
     key(path) << value;
-    if (path == "checkpoint.dir" && value.empty())
-      out_ << YAML::Comment("empty: " + config_.checkpoint_directory());
+    note(path, path == "checkpoint.dir" && value.empty()
+                   ? "empty: " + config_.checkpoint_directory()
+                   : "");
   }
   void operator()(std::string_view path, const std::vector<int>& values) {
     key(path) << YAML::Flow << YAML::BeginSeq;
     for (const int value : values) out_ << value;
     out_ << YAML::EndSeq;
+    note(path);
   }
   template <class E, std::size_t N>
   void operator()(std::string_view path, const Choice<E, N>& choice) {
     key(path) << std::string(choice.choices.word(choice.value));
+    note(path);
   }
   void operator()(std::string_view path, const AutoCount& count) {
     if (count.value == 0) {
-      key(path) << "auto" << YAML::Comment(count.auto_means);
+      key(path) << "auto";
+      note(path, count.auto_means);
     } else {
       key(path) << count.value;
+      note(path);
     }
   }
-  void operator()(std::string_view path, const LossScale& scale) { key(path) << scale.value; }
+  void operator()(std::string_view path, const LossScale& scale) {
+    key(path) << scale.value;
+    note(path);
+  }
   void operator()(std::string_view path, const TrainData& data) {
     key(path);
     write_train_data(out_, data);
+    note(path);
   }
 
  private:
@@ -370,8 +384,19 @@ class FieldWriter {
     for (; open_.size() > depth; open_.pop_back()) out_ << YAML::EndMap;
   }
 
+  // One comment after a value: what it means (`remark`), then where it came from.
+  void note(std::string_view path, const std::string& remark = "") {
+    std::string text = remark;
+    if (sources_ != nullptr) {
+      const auto it = sources_->find(std::string(path));
+      text += (text.empty() ? "" : "; ") + (it == sources_->end() ? "default" : it->second);
+    }
+    if (!text.empty()) out_ << YAML::Comment(text);
+  }
+
   YAML::Emitter& out_;
   const Config& config_;
+  const ConfigSources* sources_;
   std::vector<std::string> open_;
 };
 
@@ -520,6 +545,10 @@ Config config_from_root(YAML::Node root, const std::string& source_name,
 
   Config config;
   config_detail::visit_fields(config, config_detail::FieldReader(root, source));
+  // zbv allows only 2 (the V's two arms): left out, the key takes it; given, it is validated.
+  if (config.parallel.pipeline_schedule == PipelineSchedule::zbv &&
+      !config_detail::find_node(root, "parallel.virtual_stages"))
+    config.parallel.virtual_stages = 2;
   config_detail::validate_config(config, source);
   return config;
 }
@@ -536,23 +565,48 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 
 Config load_configs(const std::vector<std::string>& paths,
                     const std::vector<std::string>& overrides) {
-  STRATA_CHECK(!paths.empty());
-  YAML::Node merged(YAML::NodeType::Map);
-  std::string source_name;
-  for (const std::string& path : paths) {
-    merge_into(merged, top_level_map(read_config_text(path), path), path);
-    source_name += (source_name.empty() ? "" : " + ") + path;
-  }
-  return config_from_root(merged, source_name, overrides);
+  return load_configs_with_sources(paths, overrides).config;
 }
 
-std::string config_to_yaml(const Config& config) {
+LoadedConfig load_configs_with_sources(const std::vector<std::string>& paths,
+                                       const std::vector<std::string>& overrides) {
+  STRATA_CHECK(!paths.empty());
+  YAML::Node merged(YAML::NodeType::Map);
+  std::vector<YAML::Node> files;
+  std::string source_name;
+  for (const std::string& path : paths) {
+    files.push_back(top_level_map(read_config_text(path), path));
+    merge_into(merged, files.back(), path);
+    source_name += (source_name.empty() ? "" : " + ") + path;
+  }
+  LoadedConfig loaded{config_from_root(merged, source_name, overrides), {}};
+  // The last --set that assigns the key or a section above it, else the last file giving it.
+  Config copy = loaded.config;
+  config_detail::visit_fields(copy, [&](std::string_view path, auto&&) {
+    for (auto text = overrides.rbegin(); text != overrides.rend(); ++text) {
+      const std::string key = text->substr(0, text->find('='));
+      if (path == key || (path.starts_with(key) && path[key.size()] == '.')) {
+        loaded.sources[std::string(path)] = "--set '" + *text + "'";
+        return;
+      }
+    }
+    for (std::size_t i = files.size(); i-- > 0;) {
+      if (config_detail::find_node(files[i], path)) {
+        loaded.sources[std::string(path)] = paths[i];
+        return;
+      }
+    }
+  });
+  return loaded;
+}
+
+std::string config_to_yaml(const Config& config, const ConfigSources* sources) {
   YAML::Emitter out;
   out << YAML::Comment("Strata run config (every key; see docs/ARCHITECTURE.md §3)");
   out << YAML::BeginMap;
   {
     Config copy = config;  // visit_fields hands out mutable references; the writer only reads
-    config_detail::FieldWriter writer(out, config);
+    config_detail::FieldWriter writer(out, config, sources);
     config_detail::visit_fields(copy, writer);
   }
   out << YAML::EndMap;

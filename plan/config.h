@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -310,6 +311,19 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 // merged, lists replaced whole), so `train base.yaml plan.yaml` applies a plan's fragment.
 Config load_configs(const std::vector<std::string>& paths,
                     const std::vector<std::string>& overrides = {});
+// Where each key's value came from, by key path: the last file that gives it, or "--set 'k=v'";
+// a key missing from the map holds its default (`train --print-config`).
+using ConfigSources = std::map<std::string, std::string>;
+struct LoadedConfig {
+  Config config;
+  ConfigSources sources;
+};
+// load_configs, also saying where each value came from.
+LoadedConfig load_configs_with_sources(const std::vector<std::string>& paths,
+                                       const std::vector<std::string>& overrides = {});
+// Lines a user should see although the config is legal: values that are surely not meant
+// (optimizer.warmup_steps ≥ train.steps never reaches optimizer.lr). Each without "warning: ".
+std::vector<std::string> config_warnings(const Config& config);
 // The layout of this config on a world of `world_size` ranks: the checks that need the world size
 // (resolve_mesh_shape: tp*pp divides the world, an explicit dp matches it, tensor-parallel groups
 // stay inside a node) and global_batch divisible by micro_batch*dp. Together with the checks of
@@ -320,7 +334,8 @@ MeshShape resolve_mesh(const Config& config, int world_size);
 // resolve_mesh(config, world_size).dp.
 int resolve_data_parallel(const Config& config, int world_size);
 // The effective config as YAML (every key, resolved defaults); parse_config(to_yaml(c)) == c.
-std::string config_to_yaml(const Config& config);
+// With `sources`, each value is followed by a comment naming its source ("default" when absent).
+std::string config_to_yaml(const Config& config, const ConfigSources* sources = nullptr);
 
 // A key whose value differs between two configs, each value as the effective config writes it.
 struct ConfigChange {

@@ -100,11 +100,12 @@ DataSource read_source(const YAML::Node& item, const std::string& key, std::size
     source.fail_key(key + ".path", path ? "must not be empty" : "is missing",
                     ": every source names its training shards (a file, directory or glob)");
   result.path = *path;
-  const auto weight = text("weight");
-  if (!weight) source.fail_key(key + ".weight", "is missing: every source needs a weight > 0");
-  const auto number = parse_number(*weight);
-  if (!number) source.fail_key(key + ".weight", "must be a number, got '", *weight, "'");
-  result.weight = *number;
+  // A source without a weight draws as much as one of weight 1 (ARCHITECTURE §3).
+  if (const auto weight = text("weight")) {
+    const auto number = parse_number(*weight);
+    if (!number) source.fail_key(key + ".weight", "must be a number, got '", *weight, "'");
+    result.weight = *number;
+  }
   result.val = text("val").value_or("");
   result.name = text("name").value_or("");
   if (result.name.empty()) result.name = source_name_of(result.path);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "model/core/error.h"
 #include "model/gpt_shape.h"
@@ -401,6 +403,18 @@ MeshShape resolve_mesh(const Config& config, int world_size) {
 
 int resolve_data_parallel(const Config& config, int world_size) {
   return resolve_mesh(config, world_size).dp;
+}
+
+std::vector<std::string> config_warnings(const Config& config) {
+  std::vector<std::string> warnings;
+  const OptimizerConfig& o = config.optimizer;
+  if (o.warmup_steps > 0 && o.warmup_steps >= config.train.steps)
+    warnings.push_back(
+        "optimizer.warmup_steps (" + std::to_string(o.warmup_steps) + ") >= train.steps (" +
+        std::to_string(config.train.steps) +
+        "): the learning rate is still warming up when the run ends and never reaches "
+        "optimizer.lr");
+  return warnings;
 }
 
 }  // namespace strata

@@ -51,8 +51,8 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
-int positive(const ToolArgs& args, const char* flag, long long fallback) {
-  const long long value = args.integer(flag, fallback);
+int positive(const ToolArgs& args, const char* flag) {
+  const long long value = args.integer(flag);
   if (value <= 0) fail(flag, " must be positive, got ", value);
   return static_cast<int>(value);
 }
@@ -82,20 +82,22 @@ double sgemm_gflops(int m, int n, int k, int repeats) {
   return 2.0 * m * n * k / median(times) * 1e-9;
 }
 
+CommandSpec sgemm_command() {
+  return {"usage: bench sgemm [--m M] [--n N] [--k K] [--repeats R]",
+          "Times the float GEMM C (M, N) = A (M, K) · B (K, N) of the CPU's BLAS library with this "
+          "process's threads: one JSON line with GFLOP/s (median of the repeats after a warm-up) "
+          "and the library's name, version and threading.",
+          {{"--m", "M", "2048", "rows of A and C"},
+           {"--n", "N", "768", "columns of B and C"},
+           {"--k", "K", "256", "columns of A, rows of B"},
+           {"--repeats", "R", "20", "timed products"}}};
+}
+
 namespace {
 
-constexpr const char* kUsage =
-    "usage: bench train --config CONFIG.yaml [--set key.path=value]... [--steps N] [--warmup N] "
-    "[--peak TFLOPS] | bench train [--n-layer N --n-head N --d-model N --seq-len N --vocab N "
-    "--micro-batch N --steps N --warmup N --peak TFLOPS] | bench sgemm [--m M --n N --k K "
-    "--repeats R] | bench calibrate [--out FILE --name NAME --rows N --width C --seq-len T --heads "
-    "H --repeats R] | bench attention [--batch B --seq-len T --heads H --head-size D --dtype "
-    "fp32|bf16|fp16 --repeats R] | bench checkpoint [--n-layer N --n-head N --d-model N "
-    "--seq-len N --vocab N --dir DIR]";
-
 void bench_sgemm(const ToolArgs& args) {
-  const int m = positive(args, "--m", 2048), n = positive(args, "--n", 768);
-  const int k = positive(args, "--k", 256), repeats = positive(args, "--repeats", 20);
+  const int m = positive(args, "--m"), n = positive(args, "--n");
+  const int k = positive(args, "--k"), repeats = positive(args, "--repeats");
   const double gflops = sgemm_gflops(m, n, k, repeats);
   JsonLine json = JsonLine()
                       .add("bench", "sgemm")
@@ -107,31 +109,44 @@ void bench_sgemm(const ToolArgs& args) {
   std::printf("%s\n", json.str().c_str());
 }
 
+struct Benchmark {
+  const char* name;
+  CommandSpec (*command)();
+};
+const Benchmark kBenchmarks[] = {{"train", train_command},
+                                 {"attention", attention_command},
+                                 {"calibrate", calibrate_command},
+                                 {"checkpoint", checkpoint_command},
+                                 {"sgemm", sgemm_command}};
+
+// `bench --help`: every benchmark's usage.
+CommandSpec tool_command() {
+  CommandSpec tool{"usage: bench train|attention|calibrate|checkpoint|sgemm [FLAGS]",
+                   "Measures: each benchmark prints one JSON line on stdout. `bench NAME --help` "
+                   "prints a benchmark's own flags and defaults.",
+                   {},
+                   ""};
+  for (const Benchmark& benchmark : kBenchmarks)
+    tool.notes += "  " + benchmark.command().usage.substr(std::string("usage: ").size()) + "\n";
+  tool.notes.pop_back();
+  return tool;
+}
+
 void run(int argc, char** argv) {
-  exit_with_usage_on_help(argc, argv, kUsage);
-  if (argc < 2) fail("missing benchmark name (", kUsage, ")");
-  const std::string name = argv[1];
-  if (name == "train") {
-    bench_train(argc, argv, 2);
-  } else if (name == "attention") {
-    bench_attention(ToolArgs(
-        argc, argv, 2, {"--batch", "--seq-len", "--heads", "--head-size", "--dtype", "--repeats"},
-        kUsage));
-  } else if (name == "calibrate") {
-    bench_calibrate(
-        argc, argv,
-        ToolArgs(argc, argv, 2,
-                 {"--out", "--name", "--rows", "--width", "--seq-len", "--heads", "--repeats"},
-                 kUsage));
-  } else if (name == "checkpoint") {
-    bench_checkpoint(
-        ToolArgs(argc, argv, 2,
-                 {"--n-layer", "--n-head", "--d-model", "--seq-len", "--vocab", "--dir"}, kUsage));
-  } else if (name == "sgemm") {
-    bench_sgemm(ToolArgs(argc, argv, 2, {"--m", "--n", "--k", "--repeats"}, kUsage));
-  } else {
-    fail("unknown benchmark '", name, "' (", kUsage, ")");
+  const CommandSpec tool = tool_command();
+  if (argc < 2 || std::string(argv[1]).starts_with("-")) {
+    exit_with_help(argc, argv, tool);
+    fail("missing benchmark name (", tool.usage, ")");
   }
+  const std::string name = argv[1];
+  const auto known = std::ranges::find(kBenchmarks, name, &Benchmark::name);
+  if (known == std::end(kBenchmarks)) fail("unknown benchmark '", name, "' (", tool.usage, ")");
+  if (name == "train") return bench_train(argc, argv, 2);
+  const ToolArgs args(argc, argv, 2, known->command());
+  if (name == "attention") return bench_attention(args);
+  if (name == "calibrate") return bench_calibrate(argc, argv, args);
+  if (name == "checkpoint") return bench_checkpoint(args);
+  bench_sgemm(args);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <vector>
 
-#include "tools/tool_args.h"
+#include "model/core/command_line.h"
 #include "train/metrics/metrics.h"
 
 namespace strata::bench {
@@ -19,8 +19,8 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start);
 // Median of per-repeat times: robust to the odd scheduler hiccup on a shared machine.
 double median(std::vector<double> values);
-// The integer value of `flag` (or `fallback`), which must be > 0.
-int positive(const ToolArgs& args, const char* flag, long long fallback);
+// The integer value of `flag` (or its default), which must be > 0.
+int positive(const ToolArgs& args, const char* flag);
 
 // The BLAS library's name, version, threading and kernels as keys blas, blas_version,
 // blas_threading, blas_kernels.
@@ -28,6 +28,13 @@ void add_blas_library(JsonLine& json);
 // The float GEMM rate (model/kernels/cpu/blas.h's library), GFLOP/s: C (m, n) = A (m, k) · B (k, n)
 // on random data, median of `repeats` products after one warm-up, with this process's threads.
 double sgemm_gflops(int m, int n, int k, int repeats);
+
+// Each benchmark's flags, defaults and help (ToolArgs parses with them; --help prints them).
+CommandSpec train_command();
+CommandSpec attention_command();
+CommandSpec calibrate_command();
+CommandSpec checkpoint_command();
+CommandSpec sgemm_command();
 
 // `bench train ...`: argv[first..] are its flags.
 void bench_train(int argc, char** argv, int first);

@@ -392,11 +392,26 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
 }  // namespace
 #endif
 
+CommandSpec attention_command() {
+  return {
+      "usage: bench attention [--batch B] [--seq-len T] [--heads H] [--head-size D] "
+      "[--dtype fp32|bf16|fp16] [--repeats R]",
+      "Times Strata's fused causal attention on the GPU, forward and backward, beside "
+      "cuDNN's where that comparison is built in: one JSON line (needs the CUDA backend and a "
+      "GPU).",
+      {{"--batch", "B", "8", "sequences"},
+       {"--seq-len", "T", "1024", "tokens a sequence"},
+       {"--heads", "H", "12", "attention heads"},
+       {"--head-size", "D", "64", "channels a head: a multiple of 16 up to 128"},
+       {"--dtype", "fp32|bf16|fp16", "bf16", "the activations' type"},
+       {"--repeats", "R", "20", "timed runs (median reported)"}}};
+}
+
 void bench_attention(const ToolArgs& args) {
-  const int B = positive(args, "--batch", 8), T_ = positive(args, "--seq-len", 1024);
-  const int NH = positive(args, "--heads", 12), hs = positive(args, "--head-size", 64);
-  const int repeats = positive(args, "--repeats", 20);
-  const std::string dtype = args.get("--dtype", "bf16");
+  const int B = positive(args, "--batch"), T_ = positive(args, "--seq-len");
+  const int NH = positive(args, "--heads"), hs = positive(args, "--head-size");
+  const int repeats = positive(args, "--repeats");
+  const std::string dtype = args.get("--dtype");
   const auto compute = cpu::kComputeDtypeChoices.find(dtype);
   if (!compute) fail("--dtype must be ", cpu::kComputeDtypeChoices.list(), ", got '", dtype, "'");
 #if STRATA_HAVE_CUDA

@@ -16,6 +16,23 @@
 
 namespace strata::bench {
 
+CommandSpec calibrate_command() {
+  const CalibrationShape shape;
+  return {
+      "usage: mpirun -np N bench calibrate [--out FILE] [--name NAME] [--rows R] [--width C] "
+      "[--seq-len T] [--heads H] [--repeats R]",
+      "Measures this machine for the planner (plan/calibrate.h): N ranks describe N devices "
+      "on one node. Prints the rates as one JSON line, then the cluster description (or "
+      "writes it to --out).",
+      {{"--out", "FILE", "", "write the description here (through a temporary file)", "print it"},
+       {"--name", "NAME", "", "the cluster's name", "this host's name"},
+       {"--rows", "R", std::to_string(shape.rows), "rows of the timed matmuls (batch · seq)"},
+       {"--width", "C", std::to_string(shape.width), "model width of the timed layers"},
+       {"--seq-len", "T", std::to_string(shape.seq_len), "sequence length of the attention"},
+       {"--heads", "H", std::to_string(shape.heads), "attention heads"},
+       {"--repeats", "R", std::to_string(shape.repeats), "timed repeats of each kernel"}}};
+}
+
 void bench_calibrate(int argc, char** argv, const ToolArgs& args) {
   MpiRuntime mpi(&argc, &argv);
   if (mpi.world_size() < 2)
@@ -23,11 +40,11 @@ void bench_calibrate(int argc, char** argv, const ToolArgs& args) {
         "bench calibrate measures the links between ranks: run it under mpirun -np N (N >= 2, "
         "the ranks a job will run on this machine)");
   CalibrationShape shape;
-  shape.rows = positive(args, "--rows", shape.rows);
-  shape.width = positive(args, "--width", shape.width);
-  shape.seq_len = positive(args, "--seq-len", shape.seq_len);
-  shape.heads = positive(args, "--heads", shape.heads);
-  shape.repeats = positive(args, "--repeats", shape.repeats);
+  shape.rows = positive(args, "--rows");
+  shape.width = positive(args, "--width");
+  shape.seq_len = positive(args, "--seq-len");
+  shape.heads = positive(args, "--heads");
+  shape.repeats = positive(args, "--repeats");
   const ClusterSpec c = calibrate_this_machine(shape, mpi.ranks_on_host(), args.get("--name"));
   if (mpi.world_rank() != 0) return;
   const std::string text = "# Written by `mpirun -np " + std::to_string(mpi.world_size()) +

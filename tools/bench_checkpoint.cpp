@@ -32,12 +32,26 @@ namespace {
 double gib_per_s(double bytes, double seconds) { return bytes / seconds / double(1 << 30); }
 }  // namespace
 
+CommandSpec checkpoint_command() {
+  return {
+      "usage: bench checkpoint [--n-layer N] [--n-head N] [--d-model N] [--seq-len N] "
+      "[--vocab N] [--dir DIR]",
+      "Times writing, verifying and reading a checkpoint of a GPT of this shape with AdamW's "
+      "moments: one JSON line with GiB/s.",
+      {{"--n-layer", "N", "12", "transformer blocks"},
+       {"--n-head", "N", "12", "attention heads"},
+       {"--d-model", "N", "768", "model width"},
+       {"--seq-len", "N", "1024", "context length"},
+       {"--vocab", "N", "50257", "vocabulary size"},
+       {"--dir", "DIR", (fs::temp_directory_path() / "strata-bench-checkpoint").string(),
+        "where the checkpoint is written (and removed)"}}};
+}
+
 void bench_checkpoint(const ToolArgs& args) {
-  const GptShape shape{positive(args, "--n-layer", 12), positive(args, "--n-head", 12),
-                       positive(args, "--d-model", 768), positive(args, "--seq-len", 1024),
-                       positive(args, "--vocab", 50257)};
-  const fs::path directory =
-      args.get("--dir", (fs::temp_directory_path() / "strata-bench-checkpoint").string());
+  const GptShape shape{positive(args, "--n-layer"), positive(args, "--n-head"),
+                       positive(args, "--d-model"), positive(args, "--seq-len"),
+                       positive(args, "--vocab")};
+  const fs::path directory = args.get("--dir");
   const ParameterLayout layout = ParameterLayout::for_gpt(shape);
   const ElementRange all{0, layout.total()};
   // Moments that differ from the parameters, so no two datasets hold the same bytes.

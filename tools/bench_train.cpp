@@ -58,11 +58,6 @@
 namespace strata::bench {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: bench train --config CONFIG.yaml [--set key.path=value]... [--steps N] [--warmup N] "
-    "[--peak TFLOPS] | bench train [--n-layer N --n-head N --d-model N --seq-len N --vocab N "
-    "--micro-batch N --steps N --warmup N --peak TFLOPS]";
-
 // The shape flags of the flag form and the config keys that replace them under --config.
 constexpr std::pair<const char*, const char*> kShapeFlags[] = {
     {"--n-layer", "model.n_layer"},  {"--n-head", "model.n_head"},
@@ -81,13 +76,13 @@ struct TrainSetup {
 TrainSetup setup_from_flags(const ToolArgs& args) {
   TrainSetup setup;
   ModelConfig& m = setup.config.model;
-  m.n_layer = positive(args, "--n-layer", 4);
-  m.n_head = positive(args, "--n-head", 4);
-  m.d_model = positive(args, "--d-model", 256);
-  m.seq_len = positive(args, "--seq-len", 256);
-  m.vocab_size = positive(args, "--vocab", 2048);
+  m.n_layer = positive(args, "--n-layer");
+  m.n_head = positive(args, "--n-head");
+  m.d_model = positive(args, "--d-model");
+  m.seq_len = positive(args, "--seq-len");
+  m.vocab_size = positive(args, "--vocab");
   if (m.d_model % m.n_head != 0) fail("--d-model must be a multiple of --n-head");
-  setup.config.train.micro_batch = positive(args, "--micro-batch", 8);
+  setup.config.train.micro_batch = positive(args, "--micro-batch");
   setup.config.optimizer.lr = 1e-4;  // the flag form's learning rate since its first version
   setup.config.run.seed = 1234;
   setup.config.precision.compute = cpu::ComputeDtype::fp32;
@@ -225,7 +220,7 @@ struct Peak {
 // (run after the steps, see the header comment).
 Peak peak_for(const ToolArgs& args, const TrainSetup& setup, const TrainTiming& timing) {
   if (args.has("--peak")) {
-    const double tflops = args.number("--peak", 0);
+    const double tflops = args.number("--peak");
     if (!(tflops > 0) || !std::isfinite(tflops))
       fail("--peak must be a positive number of TFLOP/s, got '", args.get("--peak"), "'");
     return {tflops, "--peak"};
@@ -242,16 +237,37 @@ Peak peak_for(const ToolArgs& args, const TrainSetup& setup, const TrainTiming& 
 
 }  // namespace
 
+CommandSpec train_command() {
+  return {
+      "usage: bench train --config CONFIG.yaml [--set key.path=value]... [--steps N] [--warmup N] "
+      "[--peak TFLOPS] | bench train [--n-layer N --n-head N --d-model N --seq-len N --vocab N "
+      "--micro-batch N --steps N --warmup N --peak TFLOPS]",
+      "Times training steps on one rank, of a run's config (--config, on its device, "
+      "precision and recomputation) or of a GPT given by the shape flags (fp32 on the CPU): one "
+      "JSON line with step time, tokens/s, TFLOP/s and MFU against --peak (default: the GPU's "
+      "datasheet peak, or the CPU's measured sgemm rate).",
+      {{"--config", "CONFIG.yaml", "", "a run config: its model, batch and device are timed"},
+       {"--set", "key.path=value", "", "override a key of --config", "", false, true},
+       {"--steps", "N", "20", "timed steps"},
+       {"--warmup", "N", "3", "untimed steps first"},
+       {"--peak", "TFLOPS", "", "the peak MFU is measured against", "the device's"},
+       {"--n-layer", "N", "4", "transformer blocks (flag form)"},
+       {"--n-head", "N", "4", "attention heads (flag form)"},
+       {"--d-model", "N", "256", "model width (flag form)"},
+       {"--seq-len", "N", "256", "context length (flag form)"},
+       {"--vocab", "N", "2048", "vocabulary size (flag form)"},
+       {"--micro-batch", "N", "8", "sequences a step (flag form)"}}};
+}
+
 void bench_train(int argc, char** argv, int first) {
-  const ToolArgs args(argc, argv, first,
-                      {"--config", "--set", "--steps", "--warmup", "--peak", "--n-layer",
-                       "--n-head", "--d-model", "--seq-len", "--vocab", "--micro-batch"},
-                      kUsage, {"--set"});
-  if (args.has("--set") && !args.has("--config")) fail("--set needs --config (", kUsage, ")");
+  const CommandSpec command = train_command();
+  const ToolArgs args(argc, argv, first, command);
+  if (args.has("--set") && !args.has("--config"))
+    fail("--set needs --config (", command.usage, ")");
   TrainSetup setup = args.has("--config") ? setup_from_config(args) : setup_from_flags(args);
   complete_setup(setup);
-  const int steps = positive(args, "--steps", 20);
-  const long long warmup = args.integer("--warmup", 3);
+  const int steps = positive(args, "--steps");
+  const long long warmup = args.integer("--warmup");
   if (warmup < 0) fail("--warmup must be >= 0, got ", warmup);
 
   const MpiRuntime mpi(&argc, &argv);  // the step reduces over groups, here of one rank

@@ -1,19 +1,6 @@
-// ckpt inspect CKPT        step, data position, loss scale, the run's config, every tensor with
-//                          shape and norm
-// ckpt verify CKPT...      checks each file whole (its seal, every checksum, no model built): a
-//                          line per file, `ok ...` ending with its format or `error: ...` (for a
-//                          file that fails its seal, also the damaged tensor where one is); exit 1
-//                          when any is damaged
-// ckpt diff A B            compares every tensor bitwise: a line per differing tensor; exit 0
-//                          when identical, 1 when they differ, 2 on an error
-// ckpt export-hf CKPT OUT_DIR [--force]
-//                          a Hugging Face GPT-2 folder: config.json, model.safetensors and the
-//                          SentencePiece tokenizer.model (tools/hf/hf_convert.h); a non-empty
-//                          OUT_DIR is refused unless --force
-// ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]
-//                          a Strata checkpoint (step 0) from a GPT-2 folder's config.json and
-//                          model.safetensors; the tokenizer is MODEL, else DIR/tokenizer.model
-// ckpt convert             (not implemented yet: reported as an error)
+// ckpt: a checkpoint's contents, its integrity, the difference of two, and the Hugging Face GPT-2
+// format both ways. Each subcommand's arguments and help are its CommandSpec below.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,18 +10,84 @@
 #include <string>
 #include <vector>
 
+#include "model/core/command_line.h"
 #include "model/core/error.h"
 #include "tools/hf/hf_convert.h"
-#include "tools/tool_args.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checkpoint_verify.h"
 #include "train/checkpoint/saved_model.h"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: ckpt inspect CKPT | ckpt verify CKPT... | ckpt diff A B | "
-    "ckpt export-hf CKPT OUT_DIR [--force] | ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]";
+using strata::CommandSpec;
+
+const CommandSpec kInspect{
+    "usage: ckpt inspect CKPT",
+    "Prints a checkpoint's step, data position, seed, loss scale, optimizer steps and tokenizer, "
+    "every tensor with its shape and L2 norm, and the run's config.",
+    {},
+    "",
+    1,
+    1};
+const CommandSpec kVerify{
+    "usage: ckpt verify CKPT...",
+    "Checks each file whole (its seal and every checksum; no model is built): one line a file, "
+    "`ok ...` with its step, tensors and format, or `error: ...` naming what is damaged (for a "
+    "file that fails its seal, the damaged tensor where one is). Exit status 1 when any file is "
+    "damaged.",
+    {},
+    "",
+    1,
+    -1};
+const CommandSpec kDiff{
+    "usage: ckpt diff A B",
+    "Compares every tensor of two checkpoints bitwise: one line a differing tensor (how many "
+    "values differ and the largest difference). Exit status 0 when identical, 1 when they "
+    "differ, 2 on an error.",
+    {},
+    "",
+    2,
+    2};
+const CommandSpec kExportHf{
+    "usage: ckpt export-hf CKPT OUT_DIR [--force]",
+    "Writes a Hugging Face GPT-2 folder: config.json, model.safetensors and the SentencePiece "
+    "tokenizer.model (docs/ARCHITECTURE.md §5), loadable with transformers' "
+    "GPT2LMHeadModel.from_pretrained(OUT_DIR).",
+    {{"--force", "", "", "write into an OUT_DIR that is not empty (its files are replaced)"}},
+    "",
+    2,
+    2};
+const CommandSpec kImportHf{
+    "usage: ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]",
+    "Writes a Strata checkpoint (step 0) from a GPT-2 folder's config.json and "
+    "model.safetensors, to evaluate, sample, or start a run from with train --init.",
+    {{"--tokenizer", "MODEL", "", "the SentencePiece model stored with it", "DIR/tokenizer.model"}},
+    "",
+    2,
+    2};
+
+struct Subcommand {
+  const char* name;
+  const CommandSpec* spec;
+};
+const Subcommand kSubcommands[] = {{"inspect", &kInspect},
+                                   {"verify", &kVerify},
+                                   {"diff", &kDiff},
+                                   {"export-hf", &kExportHf},
+                                   {"import-hf", &kImportHf}};
+
+// `ckpt --help`: every subcommand's usage and first sentence.
+CommandSpec tool_command() {
+  CommandSpec tool{"usage: ckpt inspect|verify|diff|export-hf|import-hf ...",
+                   "Reads, checks, compares and converts checkpoints. `ckpt COMMAND --help` "
+                   "prints a command's own help.",
+                   {},
+                   ""};
+  for (const Subcommand& command : kSubcommands)
+    tool.notes += "  " + command.spec->usage.substr(std::string("usage: ").size()) + "\n";
+  tool.notes.pop_back();
+  return tool;
+}
 
 std::string shape_line(const strata::GptShape& s) {
   return "n_layer " + std::to_string(s.n_layer) + ", n_head " + std::to_string(s.n_head) +
@@ -62,17 +115,15 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, bool fo
   return 0;
 }
 
-int import_hf(int argc, char** argv) {
-  if (argc < 4) strata::fail("import-hf takes DIR and OUT_CKPT (", kUsage, ")");
-  const strata::ToolArgs args(argc, argv, 4, {"--tokenizer"}, kUsage);
-  const strata::HfImport done = strata::import_hf_gpt2(argv[2], argv[3], args.get("--tokenizer"));
-  std::printf("imported %s (%s weights; %s) to %s\n", argv[2], done.weights_dtype.c_str(),
-              shape_line(done.shape).c_str(), argv[3]);
+int import_hf(const std::string& dir, const std::string& out, const std::string& tokenizer) {
+  const strata::HfImport done = strata::import_hf_gpt2(dir, out, tokenizer);
+  std::printf("imported %s (%s weights; %s) to %s\n", dir.c_str(), done.weights_dtype.c_str(),
+              shape_line(done.shape).c_str(), out.c_str());
   if (done.tokenizer_path.empty())
     std::fprintf(stderr,
                  "warning: no tokenizer (no --tokenizer and no %s/tokenizer.model): eval reads "
                  "token shards without one, generate needs one\n",
-                 argv[2]);
+                 dir.c_str());
   else
     std::printf("tokenizer %s\n", done.tokenizer_path.c_str());
   return 0;
@@ -186,36 +237,29 @@ int diff(const std::string& a, const std::string& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  strata::exit_with_usage_on_help(argc, argv, kUsage);
   try {
-    if (argc < 2) strata::fail("missing command (", kUsage, ")");
+    const CommandSpec tool = tool_command();
+    if (argc < 2 || std::string(argv[1]).starts_with("-")) {
+      strata::exit_with_help(argc, argv, tool);
+      strata::fail("missing command (", tool.usage, ")");
+    }
     const std::string command = argv[1];
-    if (command == "inspect") {
-      if (argc != 3) strata::fail("inspect takes one checkpoint path (", kUsage, ")");
-      return inspect(argv[2]);
-    }
-    if (command == "verify") {
-      if (argc < 3) strata::fail("verify takes one or more checkpoint paths (", kUsage, ")");
-      return verify(std::vector<std::string>(argv + 2, argv + argc));
-    }
-    if (command == "diff") {
-      if (argc != 4) strata::fail("diff takes two checkpoint paths (", kUsage, ")");
-      try {
-        return diff(argv[2], argv[3]);
-      } catch (const std::exception& e) {
-        std::cerr << "error: " << e.what() << std::endl;
-        return 2;
-      }
-    }
-    if (command == "export-hf") {
-      const bool force = argc == 5 && std::strcmp(argv[4], "--force") == 0;
-      if (argc != 4 && !force)
-        strata::fail("export-hf takes CKPT, OUT_DIR and perhaps --force (", kUsage, ")");
-      return export_hf(argv[2], argv[3], force);
-    }
-    if (command == "import-hf") return import_hf(argc, argv);
+    const auto known = std::ranges::find(kSubcommands, command, &Subcommand::name);
     if (command == "convert") strata::fail("'ckpt ", command, "' is not implemented yet");
-    strata::fail("unknown command '", command, "' (", kUsage, ")");
+    if (known == std::end(kSubcommands))
+      strata::fail("unknown command '", command, "' (", tool.usage, ")");
+    const strata::ToolArgs args(argc, argv, 2, *known->spec);
+    const std::vector<std::string>& paths = args.positionals();
+    if (command == "inspect") return inspect(paths[0]);
+    if (command == "verify") return verify(paths);
+    if (command == "export-hf") return export_hf(paths[0], paths[1], args.has("--force"));
+    if (command == "import-hf") return import_hf(paths[0], paths[1], args.get("--tokenizer"));
+    try {
+      return diff(paths[0], paths[1]);
+    } catch (const std::exception& e) {
+      std::cerr << "error: " << e.what() << std::endl;
+      return 2;
+    }
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;
     return 1;

@@ -7,22 +7,38 @@
 
 #include "data/sha256.h"
 #include "data/token_shards.h"
+#include "model/core/command_line.h"
 #include "tools/eval_logits.h"
-#include "tools/tool_args.h"
 #include "train/checkpoint/saved_model.h"
 #include "train/evaluate.h"
 
+namespace {
+
+const strata::CommandSpec kCommand{
+    "usage: eval --checkpoint CKPT --data PATH [--tokens N] [--logits FILE.npy]",
+    "Prints `val_loss X`: the mean cross-entropy of the checkpoint's model over the first N "
+    "tokens of PATH, cut into windows of seq_len+1 tokens (docs/ARCHITECTURE.md §5, "
+    "Evaluation).",
+    {
+        {"--checkpoint", "CKPT", "", "a checkpoint written by train or ckpt import-hf", "", true},
+        {"--data", "PATH", "", "token shards: a file, directory or glob", "", true},
+        {"--tokens", "N", "", "tokens of PATH evaluated, at least 2",
+         "the run's train.eval_tokens"},
+        {"--logits", "FILE.npy", "", "also write the logits of those windows (float32)"},
+    },
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  constexpr const char* kUsage =
-      "usage: eval --checkpoint CKPT --data PATH [--tokens N] [--logits FILE.npy]";
   try {
-    const strata::ToolArgs args(argc, argv, 1, {"--checkpoint", "--data", "--tokens", "--logits"},
-                                kUsage);
-    const std::string checkpoint = args.required("--checkpoint", kUsage);
-    const std::string data = args.required("--data", kUsage);
+    const strata::ToolArgs args(argc, argv, 1, kCommand);
+    const std::string checkpoint = args.get("--checkpoint");
+    const std::string data = args.get("--data");
     strata::SavedModel saved = strata::load_saved_model(checkpoint, 0);
     const int micro_batch = saved.config.train.micro_batch;
-    const long long tokens = args.integer("--tokens", saved.config.train.eval_tokens);
+    const long long tokens =
+        args.has("--tokens") ? args.integer("--tokens") : saved.config.train.eval_tokens;
     if (tokens < 2) strata::fail("--tokens must be at least 2, got ", tokens);
     const strata::TokenSource split = strata::TokenSource::open(data);
     if (split.info().vocab_size > saved.config.model.vocab_size)

@@ -14,24 +14,39 @@
 
 #include "data/text_stream.h"
 #include "data/tokenizer.h"
+#include "model/core/command_line.h"
 #include "model/gpt_generation.h"
-#include "tools/tool_args.h"
 #include "train/checkpoint/saved_model.h"
 
+namespace {
+
+const strata::CommandSpec kCommand{
+    "usage: generate --checkpoint CKPT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] "
+    "[--seed S]",
+    "Samples a continuation of TEXT with the checkpoint's model and tokenizer on the CPU and "
+    "prints the prompt and the continuation as they are drawn; the speed goes to stderr. A seed "
+    "reproduces its text.",
+    {
+        {"--checkpoint", "CKPT", "", "a checkpoint written by train or ckpt import-hf", "", true},
+        {"--prompt", "TEXT", "", "the text to continue; empty starts a new document", "", true},
+        {"--tokens", "N", "64", "tokens drawn at most (fewer at the end-of-document token)"},
+        {"--temperature", "T", "0.8", "softmax temperature; 0 is greedy decoding"},
+        {"--top-k", "K", "40", "draw among the K likeliest tokens; 0 among all"},
+        {"--seed", "S", "1", "the draws' seed"},
+    },
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  constexpr const char* kUsage =
-      "usage: generate --checkpoint CKPT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] "
-      "[--seed S]";
   try {
-    const strata::ToolArgs args(
-        argc, argv, 1,
-        {"--checkpoint", "--prompt", "--tokens", "--temperature", "--top-k", "--seed"}, kUsage);
-    const std::string checkpoint = args.required("--checkpoint", kUsage);
-    const std::string prompt = args.required("--prompt", kUsage);
-    const long long n_tokens = args.integer("--tokens", 64);
-    const double temperature = args.number("--temperature", 0.8);
-    const long long top_k = args.integer("--top-k", 40);
-    const long long seed = args.integer("--seed", 1);
+    const strata::ToolArgs args(argc, argv, 1, kCommand);
+    const std::string checkpoint = args.get("--checkpoint");
+    const std::string prompt = args.get("--prompt");
+    const long long n_tokens = args.integer("--tokens");
+    const double temperature = args.number("--temperature");
+    const long long top_k = args.integer("--top-k");
+    const long long seed = args.integer("--seed");
     if (n_tokens < 1) strata::fail("--tokens must be at least 1, got ", n_tokens);
     if (temperature < 0) strata::fail("--temperature must be >= 0, got ", temperature);
     if (top_k < 0) strata::fail("--top-k must be >= 0, got ", top_k);

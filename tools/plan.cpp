@@ -1,23 +1,7 @@
 // plan: the layout planner's tool (plan/search.h). Prices every layout of a config's model on a
-// cluster and prints the best ones:
-//
-//   plan CONFIG.yaml --cluster CLUSTER.yaml [--world N] [--top K] [--explain K]
-//        [--quantized true] [--layout search|given] [--json true] [--set key.path=value]...
-//        [--out FRAGMENT.yaml]
-//
-//   --world      devices to plan for (default: the whole cluster)
-//   --top        rows of the table (default 10)
-//   --explain    break plan K of the table (1 = the best) down: time per stage and term, memory
-//                per stage and field, communication per collective
-//   --quantized  also consider ZeRO++'s lossy qwZ and qgZ
-//   --layout     given: price the config's own layout only (no search)
-//   --json       true: one JSON line per plan of the table instead of the text; with --explain K,
-//                plan K's line also holds "explain": the parameter count, the memory per stage,
-//                and rank 0's and the whole job's bytes per step in metrics.jsonl's own fields
-//                (what scripts/bench compares its runs with)
-//   --out        write the best plan's keys as a YAML fragment to merge into a config
-// The best plan is also printed as `--set` overrides for `train`. When the cluster's nodes are
-// joined by a slow link, the DiLoCo verdict follows (plan/diloco_verdict.h).
+// cluster and prints the best ones; its flags are kCommand's. The best plan is also printed as
+// `--set` overrides for `train`. When the cluster's nodes are joined by a slow link, the DiLoCo
+// verdict follows (plan/diloco_verdict.h).
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
@@ -26,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "model/core/command_line.h"
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
 #include "plan/comm_model.h"
@@ -33,17 +18,36 @@
 #include "plan/config.h"
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
-#include "tools/tool_args.h"
 #include "train/metrics/metrics.h"
 #include "train/step_report.h"
 
 namespace strata {
 namespace {
 
-constexpr const char* kUsage =
+const CommandSpec kCommand{
     "usage: plan CONFIG.yaml --cluster CLUSTER.yaml [--world N] [--top K] [--explain K] "
     "[--quantized true|false] [--layout search|given] [--json true|false] "
-    "[--set key.path=value]... [--out FRAGMENT.yaml]";
+    "[--set key.path=value]... [--out FRAGMENT.yaml]",
+    "Prices every layout (tp, pp, dp, schedule, ZeRO, recomputation, micro-batch) of CONFIG's "
+    "model on a cluster and prints the best, with the `train --set` overrides that run it "
+    "(docs/PLANNER.md).",
+    {{"--cluster", "CLUSTER.yaml", "", "the cluster (configs/clusters/, or bench calibrate's)", "",
+      true},
+     {"--world", "N", "", "devices to plan for", "the whole cluster"},
+     {"--top", "K", "10", "rows of the table"},
+     {"--explain", "K", "",
+      "break plan K of the table (1 = the best) down: time per stage and term, memory per "
+      "stage and field, communication per collective"},
+     {"--quantized", "true|false", "false", "also consider ZeRO++'s lossy qwZ and qgZ"},
+     {"--layout", "search|given", "search", "given: price the config's own layout only"},
+     {"--json", "true|false", "false",
+      "one JSON line per plan instead of the table; with --explain K, plan K's line holds "
+      "\"explain\": parameters, memory per stage, rank 0's and the job's bytes per step"},
+     {"--set", "key.path=value", "", "override a key of CONFIG", "", false, true},
+     {"--out", "FRAGMENT.yaml", "", "write the best plan's keys as a YAML fragment to merge"}},
+    "",
+    1,
+    1};
 
 double mib(double bytes) { return bytes / 1048576.0; }
 
@@ -225,26 +229,23 @@ void write_fragment(const std::string& path, const PlanLayout& layout) {
 }
 
 int run(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]).starts_with("--"))
-    fail("missing CONFIG.yaml (", kUsage, ")");
-  const ToolArgs args(argc, argv, 2,
-                      {"--cluster", "--world", "--top", "--explain", "--quantized", "--layout",
-                       "--json", "--set", "--out"},
-                      kUsage, {"--set"});
-  const Config config = load_config(argv[1], args.all("--set"));
-  const ClusterSpec cluster = load_cluster(args.required("--cluster", kUsage));
-  const int world = static_cast<int>(args.integer("--world", cluster.devices()));
-  const int top = static_cast<int>(args.integer("--top", 10));
+  const ToolArgs args(argc, argv, 1, kCommand);
+  const std::string config_path = args.positionals().at(0);
+  const Config config = load_config(config_path, args.all("--set"));
+  const ClusterSpec cluster = load_cluster(args.get("--cluster"));
+  const int world =
+      args.has("--world") ? static_cast<int>(args.integer("--world")) : cluster.devices();
+  const int top = static_cast<int>(args.integer("--top"));
   if (top < 1) fail("--top must be positive");
-  const std::string quantized = args.get("--quantized", "false");
+  const std::string quantized = args.get("--quantized");
   if (quantized != "true" && quantized != "false") fail("--quantized must be true or false");
   SearchOptions options;
   options.quantized = quantized == "true";
 
-  const std::string layout = args.get("--layout", "search"), json = args.get("--json", "false");
+  const std::string layout = args.get("--layout"), json = args.get("--json");
   if (layout != "search" && layout != "given") fail("--layout must be search or given");
   if (json != "true" && json != "false") fail("--json must be true or false");
-  const long long explained = args.has("--explain") ? args.integer("--explain", 1) : 0;
+  const long long explained = args.has("--explain") ? args.integer("--explain") : 0;
   if (layout == "given") {
     const std::vector<PlanCost> given = {cost_of(config, cluster, world)};
     if (args.has("--explain") && explained != 1)
@@ -268,11 +269,11 @@ int run(int argc, char** argv) {
   for (const PlanCost& p : plans) fitting += p.fits();
   std::printf(
       "plan for %s on %d devices of cluster '%s' (%s, %s each): %zu layouts priced, %d fit\n\n",
-      argv[1], world, cluster.name.c_str(), cluster.device.name.c_str(),
+      config_path.c_str(), world, cluster.name.c_str(), cluster.device.name.c_str(),
       gib_text(cluster.device.memory_gib * 1024.0 * 1048576.0).c_str(), plans.size(), fitting);
   print_table(plans, top);
   const PlanCost best = best_of(plans, cluster, world);  // the error if none fits
-  std::printf("\nbest: %s\n  train %s", best.layout.name().c_str(), argv[1]);
+  std::printf("\nbest: %s\n  train %s", best.layout.name().c_str(), config_path.c_str());
   for (const std::string& set : best.layout.overrides()) std::printf(" --set %s", set.c_str());
   std::printf("\n");
   if (explained > 0) explain(plans[static_cast<std::size_t>(explained - 1)], cluster);
@@ -294,7 +295,6 @@ int run(int argc, char** argv) {
 }  // namespace strata
 
 int main(int argc, char** argv) {
-  strata::exit_with_usage_on_help(argc, argv, strata::kUsage);
   try {
     return strata::run(argc, argv);
   } catch (const std::exception& e) {

@@ -1,10 +1,7 @@
 // train CONFIG.yaml [MORE.yaml]... [--set key.path=value]...
-//       [--resume [CHECKPOINT] | --init CHECKPOINT] [--overwrite]
-// Several configs merge in order (plan/config.h, load_configs), then the overrides apply.
-// --resume continues a run; --init starts a new one from a checkpoint's weights only (fresh
-// optimizer state, step 0, the schedule and the data from their start), on any layout.
-// --overwrite starts a fresh run in a run directory that holds an earlier run's files (without
-// it, that is an error: train/run_directory.h).
+//       [--resume [CHECKPOINT] | --init CHECKPOINT] [--overwrite] [--print-config]
+// Several configs merge in order (plan/config.h, load_configs), then the overrides apply. The
+// flags and what they do are kCommand's (`train --help`).
 // One process per data-parallel rank under mpirun. Errors print one `error: ...` line (from rank
 // 0 when every rank fails the same way during set-up) and exit non-zero.
 #include <iostream>
@@ -13,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/command_line.h"
 #include "model/core/error.h"
 #include "model/kernels/cpu/thread_budget.h"
 #include "parallel/comm/mpi_communicator.h"
@@ -29,18 +27,47 @@ struct Arguments {
   std::optional<std::string> resume_from;
   std::optional<std::string> init_from;
   bool overwrite = false;
+  bool print_config = false;
 };
 
-constexpr const char* kUsage =
+// The help; the flags are parsed below by hand, as --resume's value is optional.
+const strata::CommandSpec kCommand{
     "usage: train CONFIG.yaml [MORE.yaml]... [--set key.path=value]... "
-    "[--resume [CHECKPOINT] | --init CHECKPOINT] [--overwrite]";
+    "[--resume [CHECKPOINT] | --init CHECKPOINT] [--overwrite] [--print-config]",
+    "Trains the GPT a config describes, on the layout it gives (one process per rank under "
+    "mpirun -np N). Several configs merge in order, a later file winning key by key; then the "
+    "--set overrides apply. Outputs go to <run.dir>/<run.name>/: config.yaml, metrics.jsonl, "
+    "TensorBoard events, checkpoints.",
+    {{"--set", "key.path=value", "", "override one config key (the value is YAML)", "", false,
+      true},
+     {"--resume", "[CHECKPOINT]", "",
+      "continue the run: from CHECKPOINT, or its newest intact checkpoint when none is named"},
+     {"--init", "CHECKPOINT", "",
+      "start a new run from a checkpoint's weights only (fresh optimizer state, step 0), on any "
+      "layout"},
+     {"--overwrite", "", "",
+      "start a fresh run in a run directory that holds an earlier run's files, replacing them "
+      "(its checkpoints are removed)"},
+     {"--print-config", "", "",
+      "print the merged, validated config (every key, each with the file or --set it came "
+      "from, or `default`) and exit without touching the run directory"}},
+    "Every config key, its default and its rule: docs/ARCHITECTURE.md §3 (Configuration); a "
+    "commented example: configs/fortunes.yaml.\n\n"
+    "  mpirun -np 4 build/bin/train configs/fortunes.yaml --set parallel.tp=2\n"
+    "  build/bin/train configs/fortunes.yaml --print-config"};
+const std::string& kUsage = kCommand.usage;
+
+// Whether `text` names a YAML file: what a config looks like on the command line.
+bool looks_like_config(const std::string& text) {
+  return text.ends_with(".yaml") || text.ends_with(".yml");
+}
 
 Arguments parse_arguments(int argc, char** argv) {
   Arguments args;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage << "\n";
+      std::cout << strata::help_text(kCommand) << std::flush;
       std::exit(0);
     } else if (arg == "--set") {
       if (i + 1 >= argc) strata::fail("--set needs key.path=value");
@@ -61,12 +88,21 @@ Arguments parse_arguments(int argc, char** argv) {
       if (args.init_from->empty()) strata::fail("--init needs a CHECKPOINT (", kUsage, ")");
     } else if (arg == "--overwrite") {
       args.overwrite = true;
+    } else if (arg == "--print-config") {
+      args.print_config = true;
     } else if (arg.starts_with("-")) {
       strata::fail("unknown option '", arg, "' (", kUsage, ")");
     } else {
       args.config_paths.push_back(arg);
     }
   }
+  // `train --resume x.yaml`: the flag took a config as its CHECKPOINT; say what it swallowed.
+  for (const auto& [flag, value] :
+       {std::pair{"--resume", args.resume_from}, std::pair{"--init", args.init_from}})
+    if (value && looks_like_config(*value))
+      strata::fail(flag, " took '", *value,
+                   "' as its CHECKPOINT, but that names a config: give the configs first (train ",
+                   *value, " ", flag, ")");
   if (args.config_paths.empty()) strata::fail("missing CONFIG.yaml (", kUsage, ")");
   // A resume continues a run; --init starts a new one.
   if (args.resume_from && args.init_from) strata::fail("--init and --resume cannot be combined");
@@ -74,6 +110,16 @@ Arguments parse_arguments(int argc, char** argv) {
   if (args.resume_from && args.overwrite)
     strata::fail("--overwrite and --resume cannot be combined");
   return args;
+}
+
+// --print-config: the effective config with each value's source; the warnings on stderr.
+void print_config(const strata::LoadedConfig& loaded) {
+  if (loaded.config.parallel.auto_layout)
+    std::cout << "# parallel.auto: at start-up the planner replaces the layout keys below with its "
+                 "choice for the job's ranks\n";
+  std::cout << strata::config_to_yaml(loaded.config, &loaded.sources);
+  for (const std::string& warning : strata::config_warnings(loaded.config))
+    std::cerr << "warning: " << warning << std::endl;
 }
 
 }  // namespace
@@ -90,11 +136,16 @@ int main(int argc, char** argv) {
   bool set_up = false;
   try {
     const Arguments args = parse_arguments(argc, argv);
+    strata::LoadedConfig loaded =
+        strata::load_configs_with_sources(args.config_paths, args.overrides);
+    if (args.print_config) {
+      if (rank == 0) print_config(loaded);
+      return 0;
+    }
     // parallel.auto: the planner fills the layout keys (plan/auto_layout.h), before the thread
     // budget, as its measurement of this machine sets its own.
     const strata::AutoLayout chosen =
-        strata::choose_run_layout(strata::load_configs(args.config_paths, args.overrides),
-                                  mpi.world_size(), mpi.ranks_on_host());
+        strata::choose_run_layout(std::move(loaded.config), mpi.world_size(), mpi.ranks_on_host());
     const strata::Config& config = chosen.config;
     // Before any kernel runs: OpenMP and OpenBLAS would otherwise start a thread per core in
     // every rank, and ranks sharing a host would preempt each other
@@ -110,6 +161,8 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       if (!chosen.report.empty()) std::cout << chosen.report << std::endl;
       std::cout << strata::describe(threads) << std::endl;
+      for (const std::string& warning : strata::config_warnings(config))
+        std::cerr << "warning: " << warning << std::endl;
     }
     return trainer->run();
   } catch (const strata::CollectiveError& e) {

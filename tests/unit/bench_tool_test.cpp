@@ -197,8 +197,7 @@ TEST_F(BenchTool, BadRequestsEndWithOneErrorLine) {
     expect_error_line(bench("attention --repeats 1"), "CUDA");
   }
   expect_error_line(bench("attention --dtype fp8"), "--dtype must be fp32, bf16 or fp16");
-  expect_error_line(bench("train --config " + config_ + " --bogus 1"),
-                    "unknown argument '--bogus'");
+  expect_error_line(bench("train --config " + config_ + " --bogus 1"), "unknown option '--bogus'");
   expect_error_line(bench("train --config " + config_ + " --steps"), "--steps needs a value");
   expect_error_line(bench("train --config " + config_ + " --steps 0"), "--steps must be positive");
   expect_error_line(bench("train --config " + config_ + " --peak fast"), "--peak must be a number");

@@ -577,6 +577,13 @@ TEST(ConfigErrors, VirtualStagesFollowTheSchedule) {
   EXPECT_NO_THROW(parse_config(
       base + "parallel: {pp: 2, pipeline_schedule: zbv, virtual_stages: 2, pp_layers: [1,2,3,2]}",
       "c"));
+  // zbv's only value is what the key takes when left out.
+  EXPECT_EQ(
+      parse_config(base + "parallel: {pp: 2, pipeline_schedule: zbv}", "c").parallel.virtual_stages,
+      2);
+  EXPECT_EQ(parse_config(base + "parallel: {pp: 2}", "c", {"parallel.pipeline_schedule=zbv"})
+                .parallel.virtual_stages,
+            2);
 }
 
 TEST(ConfigErrors, EvalNeedsMoreThanOneSequenceOfTokens) {
@@ -869,8 +876,8 @@ TEST(ConfigMixture, MistakesNameTheSourceAndTheKey) {
             "config.yaml: 'data.train[1].weight' must be > 0, got 0");
   EXPECT_EQ(error_of(mixture("{path: b, weight: lots}")),
             "config.yaml: 'data.train[1].weight' must be a number, got 'lots'");
-  EXPECT_EQ(error_of(mixture("{path: b}")),
-            "config.yaml: 'data.train[1].weight' is missing: every source needs a weight > 0");
+  // A source without a weight weighs 1 (ARCHITECTURE §3).
+  EXPECT_EQ(parse_config(mixture("{path: b}"), "c").data.mixture.at(1).weight, 1.0);
   EXPECT_EQ(error_of(mixture("{weight: 1}")),
             "config.yaml: 'data.train[1].path' is missing: every source names its training "
             "shards (a file, directory or glob)");
@@ -930,6 +937,26 @@ TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
     ++checked;
   }
   EXPECT_GE(checked, 7);
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+TEST(ConfigWarnings, AWarmUpAsLongAsTheRunIsSaid) {
+  Config config = parse_config(kMinimal, "c");
+  config.train.steps = 50;
+  config.optimizer.warmup_steps = 10;
+  EXPECT_TRUE(config_warnings(config).empty());
+  config.optimizer.warmup_steps = 50;
+  ASSERT_EQ(config_warnings(config).size(), 1u);
+  EXPECT_EQ(config_warnings(config)[0].substr(0, 53),
+            "optimizer.warmup_steps (50) >= train.steps (50): the ");
+  config.optimizer.warmup_steps = 0;  // no warm-up at all is meant
+  config.train.steps = 0;
+  EXPECT_TRUE(config_warnings(config).empty());
 }
 
 }  // namespace
