@@ -70,7 +70,8 @@ def import_matplotlib():
 
 # The keys drawn, by kind of line; each must be a number or null (a non-finite value).
 NUMBERS = {"train": ("loss", "lr", "grad_norm", "tokens_per_s"), "eval": ("val_loss",),
-           "outer": ("outer_grad_norm", "outer_sync_s", "outer_hidden_s", "consensus_distance")}
+           "outer": ("outer_grad_norm", "outer_sync_s", "outer_hidden_s", "consensus_distance",
+                     "outer_wait_s", "outer_wall_s")}
 
 
 def is_number(value):
@@ -374,6 +375,55 @@ def draw_consensus(chart, ax):
           r"mean $\Vert\theta_i - \bar\theta\Vert \,/\, \Vert\bar\theta\Vert$")
 
 
+def slots_of(line, key):
+    """The slot list `key` of an elastic sync line ([] when absent or not a list of numbers)."""
+    value = line.get(key, [])
+    return [v for v in value if is_number(v)] if isinstance(value, list) else []
+
+
+def draw_members(chart, ax):
+    """Elastic DiLoCo: the members of each sync, the slots that joined at it and those lost."""
+    for i, run in enumerate(chart.runs):
+        steps, members, joins, losses = [], [], ([], []), ([], [])
+        for (step, _), line in sorted(run.outer.items()):
+            if "members" not in line:
+                continue
+            steps.append(step)
+            members.append(len(slots_of(line, "members")))
+            for slots, points in ((slots_of(line, "joining"), joins),
+                                  (slots_of(line, "dropped_workers"), losses)):
+                for slot in slots:
+                    points[0].append(step)
+                    points[1].append(slot)
+        ax.step(steps, members, where="post", color=color(i), marker="o", markersize=3,
+                label=chart.label(run, "members"))
+        ax.scatter(joins[0], joins[1], color=color(i), marker="^", s=40,
+                   label=chart.label(run, "joined (its slot)"))
+        ax.scatter(losses[0], losses[1], color=color(i), marker="x", s=40,
+                   label=chart.label(run, "lost (its slot)"))
+        chart.count(run, "members", len(members))
+        chart.count(run, "joins", len(joins[0]))
+        chart.count(run, "lost", len(losses[0]))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(bottom=-0.5)
+    style(ax, "elastic group: members, joins, lost workers", "step", "workers / slot")
+
+
+def draw_member_waits(chart, ax):
+    """Elastic DiLoCo: each sync's wait for its members beside its whole wall time."""
+    for i, run in enumerate(chart.runs):
+        steps, wait = run.series(run.outer, "outer_wait_s")
+        wall_steps, wall = run.series(run.outer, "outer_wall_s")
+        ax.plot(wall_steps, wall, color=color(i), marker="o", markersize=3,
+                label=chart.label(run, "whole sync (outer_wall_s)"))
+        ax.plot(steps, wait, color=color(i), linestyle=":", marker="x", markersize=4,
+                label=chart.label(run, "waiting for members (outer_wait_s)"))
+        chart.count(run, "outer_wall_s", len(wall))
+        chart.count(run, "outer_wait_s", len(wait))
+    ax.set_ylim(bottom=0)
+    style(ax, "elastic sync: wait for members", "step", "seconds")
+
+
 def write_charts(runs, out):
     os.makedirs(out, exist_ok=True)
 
@@ -397,6 +447,12 @@ def write_charts(runs, out):
                                          draw_sync_seconds, draw_consensus)):
             draw(chart, ax)
         save(chart, "outer.png", "DiLoCo outer steps")
+    elastic = [run for run in diloco if any("members" in line for line in run.outer.values())]
+    if elastic:
+        chart = Chart(elastic, 2, 2)
+        draw_members(chart, chart.axes[0])
+        draw_member_waits(chart, chart.axes[1])
+        save(chart, "elastic.png", "elastic DiLoCo group")
     chart = Chart(runs, 6 if diloco else 5, 3)
     draw_loss(chart, chart.axes[0], against_tokens=False)
     draw_loss(chart, chart.axes[1], against_tokens=True)

@@ -205,7 +205,7 @@ std::unique_ptr<OuterLoop> Trainer::State::outer_loop() {
   if (!diloco) return std::make_unique<OuterLoop>();
   if (elastic)
     return make_elastic_loop(*diloco, *elastic, logical.get(), progress, config.train.global_batch,
-                             groups, is_logger() ? metrics.get() : nullptr);
+                             config.train.steps, groups, is_logger() ? metrics.get() : nullptr);
   return make_diloco_loop(*diloco, groups, is_logger() ? metrics.get() : nullptr);
 }
 
@@ -275,7 +275,10 @@ int Trainer::run() {
   install_stop_signal_handlers();
   if (s.is_logger()) s.print_startup();
   const std::unique_ptr<OuterLoop> outer = s.outer_loop();
-  outer->start(*s.backend);
+  if (!outer->start(*s.backend)) {
+    if (s.elastic) s.elastic->leave("found its group finished");
+    return 0;
+  }
   double last_loss = 0;  // the last step's, for a sync that finish() applies
   ProgressBar bar(s.is_logger(), s.progress.step, c.train.steps);  // on a terminal only
 
@@ -295,7 +298,8 @@ int Trainer::run() {
     if (least_step_seconds > 0)
       std::this_thread::sleep_until(step_start + std::chrono::duration<double>(least_step_seconds));
     if (!result.stop) outer->end_inner_step(*s.backend, step);
-    const double step_ms = watch.elapsed_ms();
+    // The wait for other workers at a sync is the sync's (its line's outer_wait_s), not the step's.
+    const double step_ms = watch.elapsed_ms() - 1e3 * outer->member_wait_seconds();
     const JsonLine job_bytes = watch.job_link_bytes();
     const StepReport report{result, step, s.settings.lr, step_ms, tokens_per_step};
     // The step's communication is read before the MoE figures are summed over the ranks: that

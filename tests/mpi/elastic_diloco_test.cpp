@@ -391,6 +391,44 @@ TEST_F(ElasticRuns, KilledWorkerIsDroppedAndRejoinsOnResumeWithRedis) {
   kill_and_join(redis.url(), "kill_redis", true);
 }
 
+// A worker started after its group has held its last sync says so and ends, training nothing and
+// writing no checkpoint (it once joined past train.steps and wrote its untrained weights as the
+// result). One started after every member left mid-run joins at the next sync alone and says that
+// it goes on from its own weights.
+TEST_F(ElasticRuns, ALateJoinerIsToldTheTruth) {
+  const std::string store = "file://" + dir_->str() + "/store_late";
+  const std::string group =
+      " --set diloco.workers=2 --set diloco.min_workers=1"
+      " --set diloco.inner_steps=2 --set train.eval_every=0";
+  const auto first = run_command(
+      worker_command(store, "finished", 0, "finished_0", group + " --set train.steps=4"));
+  ASSERT_EQ(first.status, 0) << first.output;
+  const auto late = run_command(
+      worker_command(store, "finished", 1, "finished_1", group + " --set train.steps=4"));
+  EXPECT_EQ(late.status, 0) << late.output;
+  EXPECT_NE(late.output.find("group 'finished' has finished: its last sync was after step 4 and "
+                             "train.steps is 4"),
+            std::string::npos)
+      << late.output;
+  EXPECT_EQ(late.output.find("joined the group"), std::string::npos) << late.output;
+  EXPECT_EQ(late.output.find("done:"), std::string::npos) << late.output;
+  EXPECT_FALSE(std::filesystem::exists(run_dir("finished_1") + "/checkpoints")) << late.output;
+
+  const auto left = run_command(worker_command(
+      store, "left", 0, "left_0", group + " --set train.steps=8 --set train.stop_after=4"));
+  ASSERT_EQ(left.status, 0) << left.output;
+  const auto alone =
+      run_command(worker_command(store, "left", 1, "left_1", group + " --set train.steps=8"));
+  ASSERT_EQ(alone.status, 0) << alone.output;
+  EXPECT_NE(alone.output.find("slot 1 joined the group at step 6"), std::string::npos)
+      << alone.output;
+  EXPECT_NE(alone.output.find("slot 1: no member of the group held its state (every earlier "
+                              "member has left): this worker goes on alone from its own weights, "
+                              "at the group's step 6"),
+            std::string::npos)
+      << alone.output;
+}
+
 // The store stops answering (a paused Redis server) in the inner phase: both workers train on,
 // saying so, apply the next sync alone when the store stays silent for the timeout, and when it
 // answers again meet at the sync after as joiners, where the first slot's state becomes both's.
@@ -566,6 +604,13 @@ void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag
     EXPECT_EQ(array_at(run, "members", 30), (std::vector<double>{0, 1, 2}));
     EXPECT_EQ(array_at(run, "joining", 30), (std::vector<double>{2}));
     EXPECT_EQ(array_at(run, "joining", 40), (std::vector<double>{}));
+    if (death == Death::inner_phase) {
+      // The wait for the dead slot (until its timeout) is the sync's, in its own line, and not
+      // step 20's time.
+      const double waited = number_at(run, "outer_wait_s", 20);
+      EXPECT_GT(waited, 1.0) << outer_line(run, 20);
+      EXPECT_LT(testing::logged(run, 20, "\"step_ms\": "), 1e3 * waited) << outer_line(run, 20);
+    }
   }
   const std::string joined = run_dir(name(resume ? 2 : 3));
   EXPECT_NE(jobs[3]->output().find("slot 2 joined the group at step 30"), std::string::npos)

@@ -189,6 +189,45 @@ TEST(PlotTool, DrawsDiLoCoOuterStepsAndComparesTwoRuns) {
   EXPECT_EQ(both.at("overview.png").at("diloco").at("outer_grad_norm"), 4) << compared.output;
 }
 
+// An elastic worker's run, written by hand: slot 1 lost before the sync after step 4 (after a
+// 3.2 s wait for it) and back as a joiner at step 6.
+TEST(PlotTool, DrawsAnElasticGroupsMembersJoinsLossesAndWaits) {
+  testing::TempDir dir("plot_elastic");
+  const std::string run = dir / "runs/elastic";
+  write_diloco_run(run);
+  {
+    std::ofstream metrics(run + "/metrics.jsonl");
+    const char* const syncs[] = {"[0, 1], \"joining\": [], \"dropped_workers\": [",
+                                 "[0], \"joining\": [], \"dropped_workers\": [1",
+                                 "[0, 1], \"joining\": [1], \"dropped_workers\": ["};
+    const char* const waits[] = {"0.01", "3.2", "0.02"};
+    for (int step = 1; step <= 6; ++step) {
+      metrics << "{\"step\": " << step << ", \"loss\": 4, \"lr\": 0.001, \"grad_norm\": 0.5, "
+              << "\"tokens_per_s\": 1000, \"step_ms\": 64}\n";
+      if (step % 2 == 0)
+        metrics << "{\"step\": " << step << ", \"outer_step\": " << step / 2
+                << ", \"outer_grad_norm\": 0.2, \"worker_loss\": [4], \"members\": "
+                << syncs[step / 2 - 1] << "], \"outer_sync_s\": 0.01, \"outer_wall_s\": 3.5, "
+                << "\"outer_wait_s\": " << waits[step / 2 - 1] << "}\n";
+    }
+  }
+  const auto result = testing::run_command(plot(run));
+  ASSERT_EQ(result.status, 0) << result.output;
+  expect_readable_png(run + "/plots/elastic.png");
+  const Report report = parse_report(result.output);
+  const auto& elastic = report.at("elastic.png").at("elastic");
+  EXPECT_EQ(elastic.at("members"), 3) << result.output;
+  EXPECT_EQ(elastic.at("joins"), 1) << result.output;
+  EXPECT_EQ(elastic.at("lost"), 1) << result.output;
+  EXPECT_EQ(elastic.at("outer_wait_s"), 3) << result.output;
+  EXPECT_EQ(elastic.at("outer_wall_s"), 3) << result.output;
+  // An in-job DiLoCo run has no group to draw.
+  const std::string in_job = dir / "runs/in_job";
+  write_diloco_run(in_job);
+  ASSERT_EQ(testing::run_command(plot(in_job)).status, 0);
+  EXPECT_FALSE(fs::exists(in_job + "/plots/elastic.png"));
+}
+
 // One `error:` line naming the problem, non-zero exit, and no chart written.
 void expect_error(const std::string& arguments, const std::string& message) {
   const auto result = testing::run_command(plot(arguments));

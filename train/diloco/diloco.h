@@ -92,6 +92,9 @@ struct OuterSyncReport {
   // Elastic: the sync's whole wall time on this rank, waiting for the members and connecting
   // included (`seconds` is the averaging's alone).
   double wall_seconds = 0;
+  // Elastic: of wall_seconds, the time spent deciding the members: waiting for every live member
+  // to arrive, or for a silent one's timeout (not the step's, so not in its step_ms).
+  double wait_seconds = 0;
   int attempts = 1;  // elastic: how many times it was decided (a member lost while averaging)
 };
 

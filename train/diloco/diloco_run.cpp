@@ -99,6 +99,7 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
       line.add("members", std::vector<double>(r.member_slots.begin(), r.member_slots.end()))
           .add("joining", std::vector<double>(r.joining_slots.begin(), r.joining_slots.end()))
           .add("outer_wall_s", r.wall_seconds, "%.6f")
+          .add("outer_wait_s", r.wait_seconds, "%.6f")
           .add("sync_attempts", r.attempts);
     metrics->write(line);
   }
@@ -126,6 +127,12 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
     other_links += " | members " + slots(first.member_slots);
     if (!first.joining_slots.empty()) other_links += ", joining " + slots(first.joining_slots);
     if (!first.lost_slots.empty()) other_links += ", lost " + slots(first.lost_slots);
+    // Shown when it is more than the store's round trips: a member late, or a silent one's timeout.
+    if (first.wait_seconds >= 0.1) {
+      char waited[64];
+      std::snprintf(waited, sizeof waited, ", waited %.1f s for members", first.wait_seconds);
+      other_links += waited;
+    }
   }
   std::printf(
       "outer sync after step %lld | %s/%d (%s of %s parameters) | outer grad norm %.4f | sent %s "

@@ -15,17 +15,18 @@ namespace {
 class ElasticLoop final : public OuterLoop {
  public:
   ElasticLoop(Diloco& diloco, ElasticWorker& worker, LogicalReplica* logical,
-              TrainingProgress& progress, int global_batch, const ProcessGroups& groups,
-              MetricsWriter* metrics)
+              TrainingProgress& progress, int global_batch, std::int64_t total_steps,
+              const ProcessGroups& groups, MetricsWriter* metrics)
       : diloco_(diloco),
         worker_(worker),
         logical_(logical),
         progress_(progress),
         global_batch_(global_batch),
+        total_steps_(total_steps),
         groups_(groups),
         metrics_(metrics) {}
 
-  void start(TrainingBackend& backend) override {
+  bool start(TrainingBackend& backend) override {
     before_ = worker_.outer_stats();
     std::optional<std::int64_t> newest = worker_.newest_sync();
     bool behind = newest && *newest > progress_.step;
@@ -36,14 +37,27 @@ class ElasticLoop final : public OuterLoop {
       newest = std::max(newest.value_or(progress_.step), progress_.step);
       behind = true;
     }
+    // The group has held its last sync: joining would train nothing and write, as this run's
+    // result, weights that never met the group's.
+    if (behind && diloco_.next_sync_step(*newest) > total_steps_) {
+      if (metrics_ != nullptr)
+        std::printf(
+            "group '%s' has finished: its last sync was after step %lld and train.steps is %lld, "
+            "so no sync is left to join (no step, evaluation or checkpoint)\n",
+            worker_.group_name().c_str(), static_cast<long long>(*newest),
+            static_cast<long long>(total_steps_));
+      return false;
+    }
     if (behind) {
       join(backend, *newest);
       report(0.0);  // no step of this worker's went into the sync it joined at
     } else if (!newest) {
       worker_.wait_for_workers();
     }
+    return true;
   }
   void begin_inner_step() override {
+    step_waited_ = 0;
     before_ = worker_.outer_stats();
     if (leads()) diloco_.begin_inner_step();
   }
@@ -62,6 +76,7 @@ class ElasticLoop final : public OuterLoop {
     }
     left_out(backend, step);
   }
+  double member_wait_seconds() const override { return step_waited_; }
   void report(double loss) override {
     if (!syncs_.empty())
       report_outer_syncs(syncs_, loss, worker_.outer_stats() - before_, groups_, metrics_);
@@ -78,7 +93,20 @@ class ElasticLoop final : public OuterLoop {
   struct InFlight {
     SyncMembers members;
     std::chrono::steady_clock::time_point start;
+    double waited = 0;  // deciding its members
   };
+
+  // worker_.sync, timed: the wait for the members goes to the sync's report (`waited`) and out of
+  // the step's time.
+  SyncMembers meet(std::int64_t step, bool joining, int attempt, double& waited) {
+    const auto start = std::chrono::steady_clock::now();
+    SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), joining, attempt);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    waited += seconds;
+    step_waited_ += seconds;
+    return m;
+  }
 
   void append(std::vector<OuterSyncReport> reports) {
     syncs_.insert(syncs_.end(), reports.begin(), reports.end());
@@ -101,27 +129,46 @@ class ElasticLoop final : public OuterLoop {
       if (std::optional<std::vector<OuterSyncReport>> reports = run_sync(backend, step, true)) {
         progress_.step = step;
         progress_.data_position = step * global_batch_;
+        if (metrics_ != nullptr) say_joined(reports->front());
         append(std::move(*reports));
-        if (metrics_ != nullptr)
-          std::printf("slot %d joined the group at step %lld\n", worker_.slot(),
-                      static_cast<long long>(step));
         return;
       }
       newest = step;
     }
   }
 
+  // The join, and where its state came from when no member held the group's: every member of
+  // the sync joined at it (all earlier members left), so no contributor could hand it over.
+  void say_joined(const OuterSyncReport& sync) const {
+    std::printf("slot %d joined the group at step %lld\n", worker_.slot(),
+                static_cast<long long>(sync.step));
+    if (sync.joining_slots.size() != sync.member_slots.size()) return;
+    const int first = sync.member_slots.front();
+    if (first == worker_.slot())
+      std::printf(
+          "slot %d: no member of the group held its state (every earlier member has left): this "
+          "worker goes on %s from its own weights, at the group's step %lld\n",
+          worker_.slot(), sync.member_slots.size() == 1 ? "alone" : "with the joiners",
+          static_cast<long long>(sync.step));
+    else
+      std::printf(
+          "slot %d: no member of the group held its state (every earlier member has left): this "
+          "worker takes slot %d's own weights, at the group's step %lld\n",
+          worker_.slot(), first, static_cast<long long>(sync.step));
+  }
+
   // Overlap: decides the sync after `step` and prepares it; its averaging starts as the next
   // step begins. False when this worker is not a member (it joins the next sync instead).
   bool start_in_flight(TrainingBackend& backend, std::int64_t step) {
     const auto start = std::chrono::steady_clock::now();
-    const SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), false, 0);
+    double waited = 0;
+    const SyncMembers m = meet(step, false, 0, waited);
     const int me = m.index_of(worker_.slot());
     if (me < 0) return false;
     if (!worker_.connected()) {  // settled (and retried) now, without overlap
       prepare_due(backend, step);
       if (auto reports =
-              settle(backend, m, false, "could not connect to every member", true, start)) {
+              settle(backend, m, false, "could not connect to every member", true, start, waited)) {
         append(std::move(*reports));
         return true;
       }
@@ -132,7 +179,7 @@ class ElasticLoop final : public OuterLoop {
       diloco_.set_sync_group(
           {&worker_.outer(), &worker_.metrics(), me, static_cast<int>(m.slots.size()), m.joining});
     prepare_due(backend, step);
-    in_flight_ = InFlight{m, start};
+    in_flight_ = InFlight{m, start, waited};
     return true;
   }
 
@@ -149,7 +196,8 @@ class ElasticLoop final : public OuterLoop {
       averaged = false;
       why = e.what();
     }
-    if (auto reports = settle(backend, flight.members, averaged, why, true, flight.start)) {
+    if (auto reports =
+            settle(backend, flight.members, averaged, why, true, flight.start, flight.waited)) {
       append(std::move(*reports));
       return;
     }
@@ -161,11 +209,12 @@ class ElasticLoop final : public OuterLoop {
   std::optional<std::vector<OuterSyncReport>> run_sync(TrainingBackend& backend, std::int64_t step,
                                                        bool joining) {
     const auto start = std::chrono::steady_clock::now();
-    const SyncMembers m = worker_.sync(step, diloco_.previous_sync_step(step), joining, 0);
+    double waited = 0;
+    const SyncMembers m = meet(step, joining, 0, waited);
     if (m.index_of(worker_.slot()) < 0) return std::nullopt;
     std::string why;
     const bool averaged = average(backend, m, false, why);
-    return settle(backend, m, averaged, why, false, start);
+    return settle(backend, m, averaged, why, false, start, waited);
   }
 
   // Averages the sync for members `m` (in_flight: the prepared sync again, from θ_s); false with
@@ -196,9 +245,11 @@ class ElasticLoop final : public OuterLoop {
   // member discards its average and the sync is decided again without the lost one
   // (parallel/elastic/elastic_group.h), at most kMaxFailedAttempts times in a row with nobody
   // lost. nullopt: a retry left this worker out. `in_flight`: the sync is Diloco's pending one.
+  // `waited`: the seconds spent deciding its members so far.
   std::optional<std::vector<OuterSyncReport>> settle(TrainingBackend& backend, SyncMembers m,
                                                      bool averaged, std::string why, bool in_flight,
-                                                     std::chrono::steady_clock::time_point start) {
+                                                     std::chrono::steady_clock::time_point start,
+                                                     double waited) {
     constexpr int kMaxFailedAttempts = 3;
     const bool joining = m.joining[static_cast<std::size_t>(m.index_of(worker_.slot()))];
     std::vector<int> lost = m.lost;
@@ -212,7 +263,7 @@ class ElasticLoop final : public OuterLoop {
         // failed: this worker joins the group again at the next one.
         rejoining_ =
             m.alone || outcome == ElasticGroup::Outcome::commit_and_rejoin || handover_failed;
-        describe(reports, m, lost, start);
+        describe(reports, m, lost, start, waited);
         return reports;
       }
       if (!in_flight && leads()) diloco_.discard_averaged();
@@ -224,7 +275,7 @@ class ElasticLoop final : public OuterLoop {
         std::printf("slot %d: the sync after step %lld failed on a member (%s); meeting again\n",
                     worker_.slot(), static_cast<long long>(m.step),
                     averaged ? "another member's averaging failed" : why.c_str());
-      m = worker_.sync(m.step, diloco_.previous_sync_step(m.step), joining, m.attempt + 1);
+      m = meet(m.step, joining, m.attempt + 1, waited);
       if (m.index_of(worker_.slot()) < 0) return std::nullopt;
       for (int slot : m.lost)
         if (std::find(lost.begin(), lost.end(), slot) == lost.end()) lost.push_back(slot);
@@ -233,7 +284,8 @@ class ElasticLoop final : public OuterLoop {
   }
 
   void describe(std::vector<OuterSyncReport>& reports, const SyncMembers& m,
-                const std::vector<int>& lost, std::chrono::steady_clock::time_point start) const {
+                const std::vector<int>& lost, std::chrono::steady_clock::time_point start,
+                double waited) const {
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::vector<int> joined;
@@ -241,6 +293,7 @@ class ElasticLoop final : public OuterLoop {
       if (m.joining[i]) joined.push_back(m.slots[i]);
     for (OuterSyncReport& r : reports) {
       r.wall_seconds = wall;
+      r.wait_seconds = waited;
       r.member_slots = m.slots;
       r.joining_slots = joined;
       r.lost_slots = lost;
@@ -315,10 +368,12 @@ class ElasticLoop final : public OuterLoop {
   LogicalReplica* logical_;  // diloco.layouts any; null otherwise
   TrainingProgress& progress_;
   std::int64_t global_batch_;
+  std::int64_t total_steps_;
   const ProcessGroups& groups_;
   MetricsWriter* metrics_;
   CommStats before_;
   std::vector<OuterSyncReport> syncs_;
+  double step_waited_ = 0;  // this inner step's wait for members (member_wait_seconds)
   bool rejoining_ = false;  // the next sync joins (the last was this worker's alone)
   std::optional<InFlight> in_flight_;
 };
@@ -327,10 +382,10 @@ class ElasticLoop final : public OuterLoop {
 
 std::unique_ptr<OuterLoop> make_elastic_loop(Diloco& diloco, ElasticWorker& worker,
                                              LogicalReplica* logical, TrainingProgress& progress,
-                                             int global_batch, const ProcessGroups& groups,
-                                             MetricsWriter* metrics) {
-  return std::make_unique<ElasticLoop>(diloco, worker, logical, progress, global_batch, groups,
-                                       metrics);
+                                             int global_batch, std::int64_t total_steps,
+                                             const ProcessGroups& groups, MetricsWriter* metrics) {
+  return std::make_unique<ElasticLoop>(diloco, worker, logical, progress, global_batch, total_steps,
+                                       groups, metrics);
 }
 
 }  // namespace strata

@@ -38,6 +38,7 @@ class ElasticWorker {
   ElasticWorker& operator=(const ElasticWorker&) = delete;
 
   int slot() const { return slot_; }
+  const std::string& group_name() const { return group_name_; }  // diloco.group
   // The newest decided sync of the group (nullopt: a fresh group); collective.
   std::optional<std::int64_t> newest_sync();
   // A fresh group: waits until diloco.min_workers slots are held; collective.
