@@ -18,21 +18,20 @@
 #include "model/chunk_parameters.h"
 #include "model/core/error.h"
 #include "model/gpt_cuda.h"
-#include "model/kernels/cuda/accumulate.h"
 #include "model/kernels/cuda/adamw.h"
 #include "model/kernels/cuda/arena.h"
-#include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/cast.h"
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/device_buffer.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/grad_norm.h"
 #include "parallel/comm/communicator.h"
-#include "parallel/comm/nccl_communicator.h"
 #include "parallel/mesh/host_reduction.h"
 #include "parallel/mesh/process_groups.h"
 #include "parallel/mesh/reduction_interpreter.h"
 #include "train/backend/backend_state.h"
+#include "train/backend/cuda_host_optimizer.h"
+#include "train/backend/cuda_nccl_groups.h"
 #include "train/backend/cuda_nccl_sharding.h"
 #include "train/backend/cuda_pipeline_stage.h"
 #include "train/backend/cuda_staged_sharding.h"
@@ -40,72 +39,6 @@
 
 namespace strata {
 namespace {
-
-// One NCCL communicator per parallel axis, made (in this order on every rank) from the MPI groups
-// of the placement; all null when the placement stages through the host. Under expert
-// parallelism also ep and expert_dp (the ranks holding the same experts), over which ZeRO shards
-// (ProcessGroups::sharding); without it expert_dp is dp's group and ep none.
-struct NcclGroups {
-  // dp_prefetch: a second one over the sharding group for ZeRO 3's prefetched gathers.
-  std::unique_ptr<NcclCommunicator> tp, pp, dp, ep, expert_dp, dp_prefetch;
-
-  explicit NcclGroups(const BackendPlacement& placement) {
-    if (!placement.nccl) return;
-    const ProcessGroups& groups = *placement.groups;
-    tp = std::make_unique<NcclCommunicator>(groups.tp());
-    pp = std::make_unique<NcclCommunicator>(groups.pp());
-    dp = std::make_unique<NcclCommunicator>(groups.dp());
-    if (groups.ep() != nullptr) {
-      ep = std::make_unique<NcclCommunicator>(*groups.ep());
-      expert_dp = std::make_unique<NcclCommunicator>(*groups.expert_dp());
-    }
-    if (placement.plan.parameters_by_segment)
-      dp_prefetch = std::make_unique<NcclCommunicator>(*groups.sharding().dp);
-  }
-  NcclCommunicator* of(ParallelAxis axis) const {
-    switch (axis) {
-      case ParallelAxis::tp:
-        return tp.get();
-      case ParallelAxis::pp:
-        return pp.get();
-      case ParallelAxis::dp:
-        return dp.get();
-      case ParallelAxis::ep:
-        STRATA_CHECK(ep != nullptr, "a reduction over ep without expert parallelism");
-        return ep.get();
-      case ParallelAxis::expert_dp:
-        return expert_dp != nullptr ? expert_dp.get() : dp.get();
-    }
-    fail("unknown parallel axis");
-  }
-  // ZeRO's group (ProcessGroups::sharding().dp).
-  NcclCommunicator& sharding() const { return expert_dp != nullptr ? *expert_dp : *dp; }
-};
-
-// Device arrays over NCCL, queued on the compute stream (parallel/mesh/reduction_interpreter.h);
-// `scratch` holds what one operation receives.
-struct NcclTransport {
-  const NcclGroups& groups;
-  float* scratch;
-  cudaStream_t stream;
-
-  NcclCommunicator* group(ParallelAxis axis) const { return groups.of(axis); }
-  void all_reduce(NcclCommunicator& group, float* data, std::size_t count) {
-    group.all_reduce_sum(data, count, stream);
-  }
-  void reduce_scatter(NcclCommunicator& group, float* data, std::size_t chunk) {
-    group.reduce_scatter_sum(data, scratch, chunk, stream);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(data + group.rank() * chunk, scratch, chunk * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, stream));
-  }
-  void all_gather(NcclCommunicator& group, float* data, std::size_t chunk) {
-    group.all_gather(data + group.rank() * chunk, data, chunk, stream);
-  }
-  void exchange_add(NcclCommunicator& group, float* data, std::size_t count, int peer) {
-    group.exchange(data, scratch, count, peer, stream);
-    cuda::add_into(data, scratch, static_cast<long>(count), stream);  // a + b = b + a
-  }
-};
 
 template <class T>
 class CudaTrainingOf final : public TrainingBackend {
@@ -126,8 +59,10 @@ class CudaTrainingOf final : public TrainingBackend {
                      reduction_scratch_floats(plan_.parameters, *placement.groups)))),
         host_optimizer_(config.optimizer.offload == OptimizerOffload::none
                             ? nullptr
-                            : make_optimizer(layout_, owned_, config.optimizer,
-                                             optimizer_groups(plan_, *placement.groups))),
+                            : std::make_unique<HostOffloadedOptimizer>(
+                                  make_optimizer(layout_, owned_, config.optimizer,
+                                                 optimizer_groups(plan_, *placement.groups)),
+                                  owned_.size())),
         moments_on_device_(host_optimizer_ == nullptr ? static_cast<long>(owned_.size()) : 0),
         buffers_(buffer_bytes(n_params_, n_grads_, moments_on_device_, scratch_count_)),
         decay_(restrict_to(layout_.decayed_ranges(), owned_)),
@@ -145,10 +80,6 @@ class CudaTrainingOf final : public TrainingBackend {
           static_cast<std::size_t>(buffer == master_ ? n_params_ : moments_on_device_);
       if (count > 0)
         STRATA_CUDA_CHECK(cudaMemsetAsync(buffer, 0, count * sizeof(float), ctx_.stream()));
-    }
-    if (host_optimizer_ != nullptr) {
-      host_master_ = cuda::PinnedBuffer<float>(owned_.size());
-      host_grads_ = cuda::PinnedBuffer<float>(owned_.size());
     }
     if constexpr (!std::is_same_v<T, float>) weights_ = buffers_.allocate<T>(n_params_);
     norms_ = buffers_.allocate<double>(kMaxNormRanges);
@@ -202,7 +133,7 @@ class CudaTrainingOf final : public TrainingBackend {
   std::vector<StateBuffer> state() override {
     if (host_optimizer_ != nullptr) {
       std::vector<StateBuffer> buffers =
-          state_buffers(plan_.parameter_range, host_optimizer_->save());
+          state_buffers(plan_.parameter_range, host_optimizer_->optimizer().save());
       buffers.front().values.resize(buffers.front().range.size());
       download(buffers.front().values, master_);
       ctx_.synchronize();
@@ -335,37 +266,21 @@ class CudaTrainingOf final : public TrainingBackend {
                           ctx_.stream());
   }
 
-  // optimizer.offload host or disk (ZeRO-Offload): the owned range's master weights and
-  // gradients cross to page-locked host buffers, the CPU backend's optimizer (any of
-  // train/optimizer/, its state in host memory or streamed from disk) updates them on the host's
-  // cores, and the weights cross back with their compute copy: 4 bytes per owned element each way
-  // plus the gradients' 4 down. The same optimizer object and arithmetic as device: cpu, so a run
-  // follows the CPU process's.
+  // optimizer.offload host or disk: the update on the host (cuda_host_optimizer.h), then the
+  // compute copy of the weights that came back.
   void update_on_host(const OptimizerStep& step) {
-    const std::size_t count = owned_.size();
-    if (count == 0) return;
-    float* master = master_ + (owned_.begin - plan_.parameter_range.begin);
-    const float* grads = grads_ + (owned_.begin - plan_.gradient_range.begin);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_master_.data(), master, count * sizeof(float),
-                                      cudaMemcpyDeviceToHost, ctx_.stream()));
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(host_grads_.data(), grads, count * sizeof(float),
-                                      cudaMemcpyDeviceToHost, ctx_.stream()));
-    ctx_.synchronize();
-    host_optimizer_->update(host_master_.data(), host_grads_.data(), step);
-    STRATA_CUDA_CHECK(cudaMemcpyAsync(master, host_master_.data(), count * sizeof(float),
-                                      cudaMemcpyHostToDevice, ctx_.stream()));
+    const std::size_t at = owned_.begin - plan_.parameter_range.begin;
+    host_optimizer_->update(master_ + at, grads_ + (owned_.begin - plan_.gradient_range.begin),
+                            step, ctx_.stream());
     if constexpr (!std::is_same_v<T, float>)
-      cuda::cast(weights_ + (owned_.begin - plan_.parameter_range.begin), master,
-                 static_cast<long>(count), ctx_.stream());
-    // The host buffers are written again only after the next update's synchronize, which
-    // follows this copy on the same stream.
+      cuda::cast(weights_ + at, master_ + at, static_cast<long>(owned_.size()), ctx_.stream());
   }
 
   // set_state with the optimizer on the host: "model" to the device, the rest to the optimizer
   // (as the CPU backend's set_state).
   void set_offloaded_state(const std::vector<StateBuffer>& buffers) {
     const std::vector<StateBuffer> held =
-        state_buffers(plan_.parameter_range, host_optimizer_->shapes());
+        state_buffers(plan_.parameter_range, host_optimizer_->optimizer().shapes());
     std::vector<StateBuffer> optimizer;
     for (const StateBuffer& b : buffers) {
       if (match_state_buffer(held, b, "CUDA") == 0) {
@@ -375,7 +290,7 @@ class CudaTrainingOf final : public TrainingBackend {
       optimizer.push_back(b);
       optimizer.back().name = b.name.substr(kOptimizerPrefix.size());
     }
-    host_optimizer_->load(optimizer);
+    host_optimizer_->optimizer().load(optimizer);
     if constexpr (!std::is_same_v<T, float>)
       cuda::cast(weights_, master_, n_params_, ctx_.stream());
     ctx_.synchronize();  // the host vectors may change once this returns
@@ -506,15 +421,13 @@ class CudaTrainingOf final : public TrainingBackend {
   ElementRange owned_;
   long scratch_count_;
   // optimizer.offload host or disk: the optimizer on the host (update_on_host); null otherwise.
-  std::unique_ptr<Optimizer> host_optimizer_;
+  std::unique_ptr<HostOffloadedOptimizer> host_optimizer_;
   long moments_on_device_;  // AdamW's m and v elements on the device: owned, or 0 when offloaded
   cuda::DeviceArena buffers_;
   cuda::DeviceRanges decay_;  // the decayed elements of the owned range, relative to its start
   // Page-locked: device-to-host copies into it are truly asynchronous, so the losses of every
   // micro-batch are collected without waiting for the device in between.
   cuda::PinnedBuffer<float> micro_losses_;
-  // Page-locked staging of the owned range for update_on_host (empty without offload).
-  cuda::PinnedBuffer<float> host_master_, host_grads_;
   float *master_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   T* weights_ = nullptr;            // null in fp32: the masters are the weights
   double* norms_ = nullptr;         // (kMaxNormRanges) one sum of squares per range
@@ -531,37 +444,6 @@ class CudaTrainingOf final : public TrainingBackend {
 };
 
 }  // namespace
-
-int cuda_device_count() {
-  int count = 0;
-  // No driver or no device is not an error here: the answer is 0.
-  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
-  return count;
-}
-
-std::string cuda_device_identity(int device) {
-  cudaDeviceProp properties{};
-  STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id;
-  for (char byte : properties.uuid.bytes) {
-    const auto b = static_cast<unsigned char>(byte);
-    id += kHex[b >> 4];
-    id += kHex[b & 15];
-  }
-  return id;
-}
-
-bool cuda_supports_shape(const GptShape& shape) {
-  return shape.n_head > 0 && shape.d_model % shape.n_head == 0 &&
-         cuda::attention_head_size_supported(shape.head_size());
-}
-
-std::string cuda_device_name(int device) {
-  cudaDeviceProp properties{};
-  STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
-  return properties.name;
-}
 
 std::unique_ptr<TrainingBackend> make_cuda_training(const Config& config, const GptShape& shape,
                                                     const BackendPlacement& placement, int device) {
