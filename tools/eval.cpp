@@ -1,8 +1,12 @@
-// eval --checkpoint CKPT --data PATH [--tokens N] [--logits FILE.npy]
-// Prints one line `val_loss <float>`: the mean cross-entropy over the first N tokens of PATH (the
-// windows of docs/ARCHITECTURE.md §5; N defaults to the run's train.eval_tokens). --logits also
-// writes the logits of those windows (tools/eval_logits.h).
+// eval --checkpoint CKPT [--data PATH] [--tokens N] [--logits FILE.npy]
+//      [--multiple-choice FILE.jsonl] [--scores FILE.jsonl]
+// With --data, one line `val_loss <float>`: the mean cross-entropy over the first N tokens of
+// PATH (the windows of docs/ARCHITECTURE.md §5; N defaults to the run's train.eval_tokens);
+// --logits also writes the logits of those windows (tools/eval_logits.h). With --multiple-choice,
+// one line `mc_acc A mc_acc_norm B over N examples` (train/multiple_choice.h), and --scores writes
+// each example's token ids and ending scores, one JSON object a line.
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "data/sha256.h"
@@ -11,35 +15,108 @@
 #include "tools/tool_args.h"
 #include "train/checkpoint/saved_model.h"
 #include "train/evaluate.h"
+#include "train/metrics/metrics.h"
+#include "train/multiple_choice.h"
+
+namespace {
+
+void print_val_loss(const strata::ToolArgs& args, strata::SavedModel& saved) {
+  const std::string data = args.get("--data");
+  const int micro_batch = saved.config.train.micro_batch;
+  const long long tokens = args.integer("--tokens", saved.config.train.eval_tokens);
+  if (tokens < 2) strata::fail("--tokens must be at least 2, got ", tokens);
+  const strata::TokenSource split = strata::TokenSource::open(data);
+  if (split.info().vocab_size > saved.config.model.vocab_size)
+    strata::fail("--data: the shards use a vocabulary of ", split.info().vocab_size,
+                 " tokens but the model has ", saved.config.model.vocab_size);
+  if (!saved.tokenizer_model.empty())
+    strata::check_shards_tokenizer(split, strata::sha256_hex(saved.tokenizer_model), "--data");
+  const strata::LossSum loss =
+      strata::evaluate_loss(*saved.model, saved.params.data(), split, tokens, micro_batch, 0, 1);
+  if (loss.count == 0)
+    strata::fail("--data '", data, "' has fewer than seq_len+1 = ", saved.config.model.seq_len + 1,
+                 " tokens in the first ", tokens);
+  if (args.has("--logits"))
+    strata::write_eval_logits(args.get("--logits"), *saved.model, saved.params.data(), split,
+                              tokens, micro_batch);
+  std::printf("val_loss %.6f\n", loss.sum / static_cast<double>(loss.count));
+}
+
+// Each example's ids and scores (for a reader that checks them, as tests/python/hf_gpt2.py does).
+void write_scores(const std::string& path,
+                  const std::vector<strata::MultipleChoiceExample>& examples,
+                  const std::vector<std::vector<double>>& scores) {
+  std::ofstream out(path);
+  if (!out) strata::fail("--scores: cannot write '", path, "'");
+  for (std::size_t e = 0; e < examples.size(); ++e) {
+    std::vector<strata::JsonLine> endings;
+    for (std::size_t k = 0; k < scores[e].size(); ++k)
+      endings.push_back(
+          strata::JsonLine().add("tokens", examples[e].endings[k]).add("logprob", scores[e][k]));
+    out << strata::JsonLine()
+               .add("line", examples[e].line)
+               .add("label", examples[e].label)
+               .add("context", examples[e].context)
+               .add("endings", endings)
+               .add("chosen", strata::chosen_ending(scores[e], examples[e], false))
+               .add("chosen_norm", strata::chosen_ending(scores[e], examples[e], true))
+               .str()
+        << "\n";
+  }
+  if (!out) strata::fail("--scores: cannot write '", path, "'");
+}
+
+void print_multiple_choice(const strata::ToolArgs& args, strata::SavedModel& saved) {
+  if (saved.tokenizer_model.empty())
+    strata::fail("--multiple-choice needs the run's tokenizer, which the checkpoint does not hold");
+  const strata::Tokenizer tokenizer = strata::Tokenizer::from_serialized(saved.tokenizer_model);
+  if (tokenizer.vocab_size() > saved.config.model.vocab_size)
+    strata::fail("the tokenizer has ", tokenizer.vocab_size(), " tokens but the model only ",
+                 saved.config.model.vocab_size);
+  const auto examples = strata::read_multiple_choice(args.get("--multiple-choice"), tokenizer,
+                                                     saved.config.model.seq_len);
+  const auto scores = strata::score_endings(*saved.model, saved.params.data(), examples,
+                                            saved.config.train.micro_batch);
+  if (args.has("--scores")) write_scores(args.get("--scores"), examples, scores);
+  const strata::MultipleChoiceTally tally = strata::tally_multiple_choice(examples, scores);
+  std::printf("mc_acc %.6f mc_acc_norm %.6f over %lld examples\n", tally.accuracy(),
+              tally.accuracy_norm(), static_cast<long long>(tally.examples));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   constexpr const char* kUsage =
-      "usage: eval --checkpoint CKPT --data PATH [--tokens N] [--logits FILE.npy]";
+      "usage: eval --checkpoint CKPT [--data PATH] [--tokens N] [--logits FILE.npy] "
+      "[--multiple-choice FILE.jsonl] [--scores FILE.jsonl]";
+  constexpr const char* kHelp =
+      "usage: eval --checkpoint CKPT [--data PATH] [--tokens N] [--logits FILE.npy] "
+      "[--multiple-choice FILE.jsonl] [--scores FILE.jsonl]\n"
+      "  --data PATH                  token shards: prints val_loss over their first N tokens\n"
+      "  --tokens N                   N (default: the checkpoint's train.eval_tokens)\n"
+      "  --logits FILE.npy            also writes the logits of those windows\n"
+      "  --multiple-choice FILE.jsonl HellaSwag's layout: prints mc_acc and mc_acc_norm\n"
+      "  --scores FILE.jsonl          with --multiple-choice: each example's ids and scores\n"
+      "multiple choice: every example of the file counts; an ending (tokenized as it reads after\n"
+      "ctx and a space) scores the summed log-likelihood of its tokens after ctx, the context cut\n"
+      "from the left to fit seq_len; mc_acc_norm divides it by the ending's token count; ties\n"
+      "choose the first ending; an empty ending, one over seq_len tokens or a bad line is "
+      "refused,\n"
+      "naming FILE:LINE";
   try {
-    const strata::ToolArgs args(argc, argv, 1, {"--checkpoint", "--data", "--tokens", "--logits"},
-                                kUsage);
+    strata::exit_with_usage_on_help(argc, argv, kHelp);
+    const strata::ToolArgs args(
+        argc, argv, 1,
+        {"--checkpoint", "--data", "--tokens", "--logits", "--multiple-choice", "--scores"},
+        kUsage);
     const std::string checkpoint = args.required("--checkpoint", kUsage);
-    const std::string data = args.required("--data", kUsage);
+    if (!args.has("--data") && !args.has("--multiple-choice"))
+      strata::fail("give --data or --multiple-choice (", kUsage, ")");
+    if (args.has("--scores") && !args.has("--multiple-choice"))
+      strata::fail("--scores needs --multiple-choice");
     strata::SavedModel saved = strata::load_saved_model(checkpoint, 0);
-    const int micro_batch = saved.config.train.micro_batch;
-    const long long tokens = args.integer("--tokens", saved.config.train.eval_tokens);
-    if (tokens < 2) strata::fail("--tokens must be at least 2, got ", tokens);
-    const strata::TokenSource split = strata::TokenSource::open(data);
-    if (split.info().vocab_size > saved.config.model.vocab_size)
-      strata::fail("--data: the shards use a vocabulary of ", split.info().vocab_size,
-                   " tokens but the model has ", saved.config.model.vocab_size);
-    if (!saved.tokenizer_model.empty())
-      strata::check_shards_tokenizer(split, strata::sha256_hex(saved.tokenizer_model), "--data");
-    const strata::LossSum loss =
-        strata::evaluate_loss(*saved.model, saved.params.data(), split, tokens, micro_batch, 0, 1);
-    if (loss.count == 0)
-      strata::fail("--data '", data,
-                   "' has fewer than seq_len+1 = ", saved.config.model.seq_len + 1,
-                   " tokens in the first ", tokens);
-    if (args.has("--logits"))
-      strata::write_eval_logits(args.get("--logits"), *saved.model, saved.params.data(), split,
-                                tokens, micro_batch);
-    std::printf("val_loss %.6f\n", loss.sum / static_cast<double>(loss.count));
+    if (args.has("--data")) print_val_loss(args, saved);
+    if (args.has("--multiple-choice")) print_multiple_choice(args, saved);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;

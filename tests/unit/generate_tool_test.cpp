@@ -6,12 +6,10 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "model/parameter_layout.h"
 #include "tests/support/checkpoint_support.h"
 #include "tests/support/test_support.h"
 
@@ -23,23 +21,6 @@ using testing::TempDir;
 // seq_len 8: twelve generated tokens slide the window twice. 320 pieces: the small tokenizer's
 // smallest vocabulary with "▁beta" as one piece (300 spells it ▁, b, eta).
 const GptShape kShape{2, 2, 16, 8, 320};
-
-// A model that always predicts `target`: with every LayerNorm gain zero, the blocks add nothing
-// (their LayerNorms output their zero biases) and the final LayerNorm outputs its bias, here the
-// first unit vector, so the tied head's logits are channel 0 of the wte rows, largest at
-// `target`'s.
-std::vector<float> always_predicting(int target) {
-  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
-  std::vector<float> params(layout.total(), 0.0f);
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  const TensorView& wte = layout.at("wte");
-  for (std::size_t i = 0; i < static_cast<std::size_t>(kShape.vocab_size) * kShape.d_model; ++i)
-    params[wte.offset + i] = normal(rng);
-  params[wte.offset + static_cast<std::size_t>(target) * kShape.d_model] = 1.0f;
-  params[layout.at("lnf.bias").offset] = 1.0f;
-  return params;
-}
 
 struct ToolRun {
   int status = -1;
@@ -60,7 +41,7 @@ TEST(GenerateTool, PrintsThePromptAndTheContinuationAsOneText) {
   const std::vector<int> beta = tokenizer.encode("beta");
   ASSERT_EQ(beta.size(), 1u) << "'▁beta' is one piece of the small tokenizer";
   const std::string checkpoint = testing::write_strata_checkpoint(
-      dir / "ckpt", kShape, always_predicting(beta[0]), tokenizer.serialized());
+      dir / "ckpt", kShape, testing::always_predicting(kShape, beta[0]), tokenizer.serialized());
 
   const ToolRun run =
       run_generate("--checkpoint " + checkpoint + " --prompt The --tokens 12 --temperature 0", dir);
