@@ -1,10 +1,13 @@
 // eval --checkpoint CKPT [--data PATH] [--tokens N] [--logits FILE.npy]
-//      [--multiple-choice FILE.jsonl] [--scores FILE.jsonl]
-// With --data, one line `val_loss <float>`: the mean cross-entropy over the first N tokens of
-// PATH (the windows of docs/ARCHITECTURE.md §5; N defaults to the run's train.eval_tokens);
+//      [--multiple-choice FILE.jsonl] [--scores FILE.jsonl] [--threads N]
+// With --data, one line `val_loss <float> over M tokens in W windows (...)`: the mean
+// cross-entropy over the first N tokens of PATH (the windows of docs/ARCHITECTURE.md §5, M their
+// targets), saying where N came from (--tokens, the run's train.eval_tokens, or the default where
+// the checkpoint was imported by `ckpt import-hf` and so records no run's);
 // --logits also writes the logits of those windows (tools/eval_logits.h). With --multiple-choice,
 // one line `mc_acc A mc_acc_norm B over N examples` (train/multiple_choice.h), and --scores writes
-// each example's token ids and ending scores, one JSON object a line.
+// each example's token ids and ending scores, one JSON object a line. Threads:
+// tools/tool_threads.h.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -13,6 +16,7 @@
 #include "data/token_shards.h"
 #include "tools/eval_logits.h"
 #include "tools/tool_args.h"
+#include "tools/tool_threads.h"
 #include "train/checkpoint/saved_model.h"
 #include "train/evaluate.h"
 #include "train/metrics/metrics.h"
@@ -39,7 +43,16 @@ void print_val_loss(const strata::ToolArgs& args, strata::SavedModel& saved) {
   if (args.has("--logits"))
     strata::write_eval_logits(args.get("--logits"), *saved.model, saved.params.data(), split,
                               tokens, micro_batch);
-  std::printf("val_loss %.6f\n", loss.sum / static_cast<double>(loss.count));
+  // ckpt import-hf writes the default eval_tokens into the config of a run that never was.
+  const bool imported = saved.config.data.train.starts_with("hf-import:");
+  const std::string from = args.has("--tokens") ? "from --tokens"
+                           : imported ? "the default: a checkpoint of ckpt import-hf records no "
+                                        "run's train.eval_tokens"
+                                      : "from the checkpoint's train.eval_tokens";
+  std::printf(
+      "val_loss %.6f over %lld tokens in %lld windows (the first %lld tokens of --data, %s)\n",
+      loss.sum / static_cast<double>(loss.count), static_cast<long long>(loss.count),
+      static_cast<long long>(loss.count / saved.config.model.seq_len), tokens, from.c_str());
 }
 
 // Each example's ids and scores (for a reader that checks them, as tests/python/hf_gpt2.py does).
@@ -88,33 +101,40 @@ void print_multiple_choice(const strata::ToolArgs& args, strata::SavedModel& sav
 int main(int argc, char** argv) {
   constexpr const char* kUsage =
       "usage: eval --checkpoint CKPT [--data PATH] [--tokens N] [--logits FILE.npy] "
-      "[--multiple-choice FILE.jsonl] [--scores FILE.jsonl]";
+      "[--multiple-choice FILE.jsonl] [--scores FILE.jsonl] [--threads N]";
   constexpr const char* kHelp =
       "usage: eval --checkpoint CKPT [--data PATH] [--tokens N] [--logits FILE.npy] "
-      "[--multiple-choice FILE.jsonl] [--scores FILE.jsonl]\n"
+      "[--multiple-choice FILE.jsonl] [--scores FILE.jsonl] [--threads N]\n"
       "  --data PATH                  token shards: prints val_loss over their first N tokens\n"
       "  --tokens N                   N (default: the checkpoint's train.eval_tokens)\n"
       "  --logits FILE.npy            also writes the logits of those windows\n"
       "  --multiple-choice FILE.jsonl HellaSwag's layout: prints mc_acc and mc_acc_norm\n"
       "  --scores FILE.jsonl          with --multiple-choice: each example's ids and scores\n"
+      "  --threads N                  CPU threads (default: OMP_NUM_THREADS, else 1 per 50 MFLOP "
+      "of a "
+      "pass, at most the cores)\n"
       "multiple choice: every example of the file counts; an ending (tokenized as it reads after\n"
       "ctx and a space) scores the summed log-likelihood of its tokens after ctx, the context cut\n"
       "from the left to fit seq_len; mc_acc_norm divides it by the ending's token count; ties\n"
       "choose the first ending; an empty ending, one over seq_len tokens or a bad line is "
       "refused,\n"
       "naming FILE:LINE";
+  strata::passive_openmp_wait(argv);
   try {
     strata::exit_with_usage_on_help(argc, argv, kHelp);
-    const strata::ToolArgs args(
-        argc, argv, 1,
-        {"--checkpoint", "--data", "--tokens", "--logits", "--multiple-choice", "--scores"},
-        kUsage);
+    const strata::ToolArgs args(argc, argv, 1,
+                                {"--checkpoint", "--data", "--tokens", "--logits",
+                                 "--multiple-choice", "--scores", "--threads"},
+                                kUsage);
     const std::string checkpoint = args.required("--checkpoint", kUsage);
     if (!args.has("--data") && !args.has("--multiple-choice"))
       strata::fail("give --data or --multiple-choice (", kUsage, ")");
     if (args.has("--scores") && !args.has("--multiple-choice"))
       strata::fail("--scores needs --multiple-choice");
     strata::SavedModel saved = strata::load_saved_model(checkpoint, 0);
+    // A pass is micro_batch windows of seq_len tokens.
+    strata::set_tool_threads(args, 2.0 * static_cast<double>(saved.params.size()) *
+                                       saved.config.train.micro_batch * saved.config.model.seq_len);
     if (args.has("--data")) print_val_loss(args, saved);
     if (args.has("--multiple-choice")) print_multiple_choice(args, saved);
     return 0;

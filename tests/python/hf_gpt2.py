@@ -74,7 +74,7 @@ def run(command):
 def strata_val_loss(args, checkpoint, n_tokens):
     out = run([args.bin + "/eval", "--checkpoint", checkpoint, "--data", args.data,
                "--tokens", str(n_tokens)])
-    return float(re.search(r"^val_loss (\S+)$", out, re.M).group(1))
+    return float(re.search(r"^val_loss (\S+) ", out, re.M).group(1))
 
 
 def relative(a, b):

@@ -78,7 +78,7 @@ TEST(HuggingFace, TransformersReadsTheExportAndWritesWhatImportReads) {
   const auto at = evaluated.output.find("val_loss ");
   ASSERT_NE(at, std::string::npos) << evaluated.output;
   const std::string val_loss =
-      evaluated.output.substr(at + 9, evaluated.output.find('\n', at) - at - 9);
+      evaluated.output.substr(at + 9, evaluated.output.find(' ', at + 9) - at - 9);
 
   // Multiple-choice examples of the corpus's words: endings of 1 or 2 words (the tokens of this
   // 300-piece vocabulary stay within seq_len), every third context past seq_len.

@@ -1,7 +1,10 @@
-// `eval --multiple-choice` on a model whose answers are forced: it always predicts "▁beta", so an
-// ending's score is known from its tokens, and the file's mc_acc and mc_acc_norm (with the
-// rules of train/multiple_choice.h: sums against sums per token, ties to the first ending, a
-// context cut from the left) are known exactly. Bad files are one error line naming file and line.
+// The `eval` tool. `--multiple-choice` on a model whose answers are forced: it always predicts
+// "▁beta", so an ending's score is known from its tokens, and the file's mc_acc and mc_acc_norm
+// (with the rules of train/multiple_choice.h: sums against sums per token, ties to the first
+// ending, a context cut from the left) are known exactly; bad files are one error line naming file
+// and line. `--data`: the val_loss line says what was measured and where N came from (an imported
+// checkpoint once evaluated the default 65,536 tokens without a word). Its OpenMP threads wait
+// passively (tools/tool_threads.h).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -99,6 +102,69 @@ TEST(EvalMultipleChoice, BadLinesAreOneErrorNamingFileAndLine) {
     EXPECT_EQ(run.output.rfind("error: " + path + ":2: " + reason, 0), 0u) << run.output;
     EXPECT_EQ(run.output.find('\n'), run.output.size() - 1) << "one line: " << run.output;
   }
+}
+
+// The val_loss line: what was measured, and where N came from.
+TEST(EvalTool, SaysWhatItMeasuredAndWhereTheTokenCountCameFrom) {
+  const Fixture f;
+  testing::write_synthetic_dataset(f.dir / "data", 64, 4000);
+  const std::string eval = "OMP_NUM_THREADS=1 " + testing::bin("eval") + " --data " +
+                           (f.dir / "data/val") + " --checkpoint ";
+  // The checkpoint's config has the default train.eval_tokens, 65536, more than the split.
+  const auto own = testing::run_command(eval + f.checkpoint);
+  ASSERT_EQ(own.status, 0) << own.output;
+  EXPECT_NE(own.output.find(" (the first 65536 tokens of --data, from the checkpoint's "
+                            "train.eval_tokens)\n"),
+            std::string::npos)
+      << own.output;
+  const auto counted = testing::run_command(eval + f.checkpoint + " --tokens 33");
+  ASSERT_EQ(counted.status, 0) << counted.output;
+  // Windows of 8 in the first 33 tokens: 4, of 8 targets each.
+  EXPECT_EQ(counted.output.rfind("val_loss ", 0), 0u) << counted.output;
+  EXPECT_NE(counted.output.find(" over 32 tokens in 4 windows (the first 33 tokens of --data, from "
+                                "--tokens)\n"),
+            std::string::npos)
+      << counted.output;
+
+  const std::string ckpt = testing::bin("ckpt");
+  const auto exported =
+      testing::run_command(ckpt + " export-hf " + f.checkpoint + " " + (f.dir / "hf"));
+  ASSERT_EQ(exported.status, 0) << exported.output;
+  const auto imported =
+      testing::run_command(ckpt + " import-hf " + (f.dir / "hf") + " " + (f.dir / "imported.h5"));
+  ASSERT_EQ(imported.status, 0) << imported.output;
+  const auto from_hf = testing::run_command(eval + (f.dir / "imported.h5"));
+  ASSERT_EQ(from_hf.status, 0) << from_hf.output;
+  EXPECT_NE(from_hf.output.find("(the first 65536 tokens of --data, the default: a checkpoint of "
+                                "ckpt import-hf records no run's train.eval_tokens)\n"),
+            std::string::npos)
+      << from_hf.output;
+}
+
+// libgomp reads its wait policy when it loads: eval re-executes itself with OMP_WAIT_POLICY=PASSIVE
+// so that the runtime it runs on spins 0 times (OMP_DISPLAY_ENV=verbose shows each runtime's
+// GOMP_SPINCOUNT: 300000 by default); a policy the user set is kept.
+TEST(EvalTool, OpenMpWaitsPassivelyUnlessTheUserSaysOtherwise) {
+  const Fixture f;
+  const std::string command = testing::bin("eval") + " --checkpoint " + f.checkpoint +
+                              " --threads 2 --multiple-choice " + (f.dir / "choices.jsonl");
+  std::ofstream(f.dir / "choices.jsonl")
+      << "{\"ctx\": \"alpha\", \"endings\": [\"gamma\", \"beta\"], \"label\": 1}\n";
+  auto last_spin_count = [](const std::string& output) {
+    const auto at = output.rfind("GOMP_SPINCOUNT = '");
+    return at == std::string::npos ? std::string("none")
+                                   : output.substr(at + 18, output.find('\'', at + 18) - at - 18);
+  };
+  const auto passive = testing::run_command("OMP_DISPLAY_ENV=verbose " + command);
+  ASSERT_EQ(passive.status, 0) << passive.output;
+  EXPECT_EQ(last_spin_count(passive.output), "0") << passive.output;
+  EXPECT_NE(passive.output.find("mc_acc 1.000000 mc_acc_norm 1.000000 over 1 examples"),
+            std::string::npos)
+      << passive.output;
+  const auto active =
+      testing::run_command("OMP_DISPLAY_ENV=verbose OMP_WAIT_POLICY=active " + command);
+  ASSERT_EQ(active.status, 0) << active.output;
+  EXPECT_EQ(last_spin_count(active.output), "30000000000") << active.output;
 }
 
 }  // namespace
