@@ -83,6 +83,13 @@ std::vector<int> Tokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+std::vector<int> Tokenizer::encode_after_space(std::string_view text) const {
+  // A dummy prefix shows as the word-boundary mark U+2581 opening the first piece of a word.
+  const std::vector<int> probe = encode("x");
+  const bool dummy_prefix = !probe.empty() && processor_->IdToPiece(probe[0]).starts_with("\u2581");
+  return encode(dummy_prefix ? std::string(text) : " " + std::string(text));
+}
+
 std::string Tokenizer::decode(const std::vector<int>& ids) const {
   std::string text;
   const auto status = processor_->Decode(ids, &text);

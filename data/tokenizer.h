@@ -36,6 +36,10 @@ class Tokenizer {
 
   // SentencePiece's EncodeAsIds on the whole text (no EOS appended).
   std::vector<int> encode(std::string_view text) const;
+  // The ids of `text` where it follows other text after one space (as a HellaSwag ending follows
+  // its context): EncodeAsIds(text) when the model adds SentencePiece's dummy prefix, whose '▁'
+  // is that space (every model `tokenize` trains does), else EncodeAsIds(" " + text).
+  std::vector<int> encode_after_space(std::string_view text) const;
   std::string decode(const std::vector<int>& ids) const;
 
   int vocab_size() const;

@@ -174,6 +174,9 @@ struct TrainConfig {
   int micro_batch = 8;    // sequences per forward/backward on one rank
   int eval_every = 200;   // 0 disables periodic evaluation
   std::int64_t eval_tokens = 65536;
+  // A multiple-choice file (HellaSwag's layout, data/multiple_choice.h) scored at every
+  // evaluation with data.tokenizer; empty: none.
+  std::string eval_multiple_choice;
   int log_every = 10;
   int stop_after = 0;  // stop (with a checkpoint) once this many steps are done; 0: run to `steps`
   // A step whose loss or gradients are non-finite (not an fp16 overflow, which the loss scale

@@ -101,6 +101,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("train.micro_batch", c.train.micro_batch);
   visit("train.eval_every", c.train.eval_every);
   visit("train.eval_tokens", c.train.eval_tokens);
+  visit("train.eval_multiple_choice", c.train.eval_multiple_choice);
   visit("train.log_every", c.train.log_every);
   visit("train.stop_after", c.train.stop_after);
   visit("train.nonfinite", Choice{c.train.nonfinite, kNonfinitePolicyChoices});

@@ -161,6 +161,9 @@ void validate_train(const Config& c, const Rules& rules) {
   if (t.eval_every > 0 && has_validation(c.data) && t.eval_tokens <= c.model.seq_len)
     rules.fail("train.eval_tokens", "(", t.eval_tokens, ") must be more than model.seq_len (",
                c.model.seq_len, ") to evaluate at least one sequence");
+  // Its text becomes ids with the run's tokenizer, which only data.tokenizer names.
+  if (!t.eval_multiple_choice.empty() && c.data.tokenizer.empty())
+    rules.fail("train.eval_multiple_choice", "needs data.tokenizer to tokenize its text");
   rules.at_least("train.log_every", t.log_every, 1);
   rules.at_least("train.stop_after", t.stop_after, 0);
   rules.at_least("train.nonfinite_limit", t.nonfinite_limit, 1);

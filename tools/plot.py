@@ -8,10 +8,12 @@
 #   lr.png          the learning rate
 #   throughput.png  tokens/s
 #   grad_norm.png   the gradient norm before clipping
+#   multiple_choice.png  runs with train.eval_multiple_choice only: mc_acc and mc_acc_norm at each
+#                   evaluation
 #   outer.png       DiLoCo runs only: each outer sync's outer gradient norm, the workers' losses,
 #                   the sync's seconds (and how many an inner step hid), the consensus distance
-#   overview.png    the loss, lr, throughput and grad-norm panels (and the outer gradient norm) in
-#                   one picture
+#   overview.png    the loss, lr, throughput and grad-norm panels (and the outer gradient norm, the
+#                   multiple-choice accuracy) in one picture
 # and prints one line per file: its path, then per run each series it drew and its points
 # (`plot: runs/a/plots/loss.png | a: loss 400, val_loss 4`), which the tests check.
 #
@@ -20,7 +22,8 @@
 # so a DiLoCo run and a data-parallel run at equal compute line up. tokens_per_s is scaled the same
 # way (metrics.jsonl's is the first worker's).
 #
-# Lines: training lines have `loss`, evaluation lines `val_loss`, DiLoCo sync lines `outer_step`;
+# Lines: training lines have `loss`, evaluation lines `val_loss` or `mc_acc`, DiLoCo sync lines
+# `outer_step`;
 # the final summary line is not drawn. A step written twice keeps its last line (a resumed run
 # truncates the file at its checkpoint, but a copy may hold both). null values (a non-finite loss)
 # are left out of the curves. A last line without its newline that does not parse is a line
@@ -69,7 +72,8 @@ def import_matplotlib():
 
 
 # The keys drawn, by kind of line; each must be a number or null (a non-finite value).
-NUMBERS = {"train": ("loss", "lr", "grad_norm", "tokens_per_s"), "eval": ("val_loss",),
+NUMBERS = {"train": ("loss", "lr", "grad_norm", "tokens_per_s"),
+           "eval": ("val_loss", "mc_acc", "mc_acc_norm"),
            "outer": ("outer_grad_norm", "outer_sync_s", "outer_hidden_s", "consensus_distance",
                      "outer_wait_s", "outer_wall_s")}
 
@@ -148,7 +152,7 @@ def read_metrics(run):
         step = line["step"]
         if "outer_step" in line:
             kind, table, at = "outer", run.outer, (step, line.get("fragment", 0))
-        elif "val_loss" in line:
+        elif "val_loss" in line or "mc_acc" in line:
             kind, table, at = "eval", run.evals, step
         elif "loss" in line:
             kind, table, at = "train", run.train, step
@@ -422,6 +426,20 @@ def draw_member_waits(chart, ax):
         chart.count(run, "outer_wait_s", len(wait))
     ax.set_ylim(bottom=0)
     style(ax, "elastic sync: wait for members", "step", "seconds")
+def has_multiple_choice(run):
+    return any("mc_acc" in line for line in run.evals.values())
+
+
+def draw_multiple_choice(chart, ax):
+    for i, run in enumerate(chart.runs):
+        for key, what, line_style in (("mc_acc", "acc", "-"), ("mc_acc_norm", "acc_norm", "--")):
+            steps, accuracy = run.series(run.evals, key)
+            if accuracy:
+                ax.plot(steps, accuracy, color=color(i), linestyle=line_style, marker="o",
+                        markersize=4, label=chart.label(run, what))
+                chart.count(run, key, len(accuracy))
+    ax.set_ylim(0, 1)
+    style(ax, "multiple-choice accuracy", "step", "fraction of examples right")
 
 
 def write_charts(runs, out):
@@ -453,7 +471,12 @@ def write_charts(runs, out):
         draw_members(chart, chart.axes[0])
         draw_member_waits(chart, chart.axes[1])
         save(chart, "elastic.png", "elastic DiLoCo group")
-    chart = Chart(runs, 6 if diloco else 5, 3)
+    choice = any(has_multiple_choice(run) for run in runs)
+    if choice:
+        chart = Chart(runs, 1, 1)
+        draw_multiple_choice(chart, chart.axes[0])
+        save(chart, "multiple_choice.png", "multiple choice")
+    chart = Chart(runs, 5 + bool(diloco) + choice, 3)
     draw_loss(chart, chart.axes[0], against_tokens=False)
     draw_loss(chart, chart.axes[1], against_tokens=True)
     draw_lr(chart, chart.axes[2])
@@ -461,6 +484,8 @@ def write_charts(runs, out):
     draw_grad_norm(chart, chart.axes[4])
     if diloco:
         draw_outer_grad_norm(chart, chart.axes[5])
+    if choice:
+        draw_multiple_choice(chart, chart.axes[5 + bool(diloco)])
     save(chart, "overview.png", "overview")
 
 

@@ -1,5 +1,7 @@
 #include "train/evaluate.h"
 
+#include <algorithm>
+
 #include "data/loader.h"
 
 namespace strata {
@@ -19,55 +21,95 @@ std::vector<std::vector<std::uint64_t>> eval_batches(const TokenSource& split,
   return batches;
 }
 
-namespace {
-void fill_windows(const TokenSource& split, const std::vector<std::uint64_t>& windows, int T,
-                  std::int32_t* inputs, std::int32_t* targets) {
-  for (std::size_t b = 0; b < windows.size(); ++b)
-    eval_window(split, windows[b], T, inputs + b * T, targets + b * T);
+std::vector<std::vector<std::uint64_t>> window_batches(std::uint64_t count, int micro_batch) {
+  std::vector<std::vector<std::uint64_t>> batches;
+  for (std::uint64_t w = 0; w < count; ++w) {
+    if (batches.empty() || static_cast<int>(batches.back().size()) == micro_batch)
+      batches.emplace_back();
+    batches.back().push_back(w);
+  }
+  return batches;
 }
+
+void forward_windows(Gpt<float>& model, const float* params,
+                     const std::vector<std::vector<std::uint64_t>>& batches, const FillWindow& fill,
+                     const TakeWindowLosses& take) {
+  const int T = model.shape().seq_len;
+  std::size_t most = 0;
+  for (const auto& windows : batches) most = std::max(most, windows.size());
+  std::vector<std::int32_t> inputs(most * T), targets(inputs.size());
+  for (const auto& windows : batches) {
+    for (std::size_t b = 0; b < windows.size(); ++b)
+      fill(windows[b], inputs.data() + b * T, targets.data() + b * T);
+    model.forward(params, inputs.data(), targets.data(), static_cast<int>(windows.size()), T);
+    for (std::size_t b = 0; b < windows.size(); ++b) take(windows[b], model.losses() + b * T);
+  }
+}
+
+void forward_windows(PipelineExecutor& executor, int seq_len,
+                     const std::vector<std::vector<std::uint64_t>>& batches, std::size_t passes,
+                     const FillWindow& fill, const TakeWindowLosses& take) {
+  const std::size_t counted = batches.size();
+  std::vector<int> sizes;
+  for (const auto& windows : batches) sizes.push_back(static_cast<int>(windows.size()));
+  sizes.resize(std::max(passes, counted), 1);
+  executor.forward_only(
+      sizes,
+      [&](int mb, std::int32_t* inputs, std::int32_t* targets) {
+        const auto m = static_cast<std::size_t>(mb);
+        if (m >= counted) {
+          std::fill(inputs, inputs + seq_len, 0);
+          std::fill(targets, targets + seq_len, 0);
+          return;
+        }
+        for (std::size_t b = 0; b < batches[m].size(); ++b)
+          fill(batches[m][b], inputs + b * seq_len, targets + b * seq_len);
+      },
+      [&](int mb, const float* losses, int) {
+        const auto m = static_cast<std::size_t>(mb);
+        if (m >= counted) return;
+        for (std::size_t b = 0; b < batches[m].size(); ++b)
+          take(batches[m][b], losses + b * seq_len);
+      });
+}
+
+namespace {
+
+// val_loss's windows: the split's, and their losses summed in double so that the mean does not
+// depend on batching.
+FillWindow split_windows(const TokenSource& split, int T) {
+  return [&split, T](std::uint64_t w, std::int32_t* inputs, std::int32_t* targets) {
+    eval_window(split, w, T, inputs, targets);
+  };
+}
+TakeWindowLosses add_losses(LossSum& total, int T) {
+  return [&total, T](std::uint64_t, const float* losses) {
+    for (int i = 0; i < T; ++i) total.sum += losses[i];
+    total.count += T;
+  };
+}
+
 }  // namespace
 
 LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource& split,
                       std::int64_t n_tokens, int micro_batch, int shard_rank, int shard_count) {
   const int T = model.shape().seq_len;
-  std::vector<std::int32_t> inputs(static_cast<std::size_t>(micro_batch) * T),
-      targets(inputs.size());
   LossSum total;
-  for (const auto& windows :
-       eval_batches(split, n_tokens, T, micro_batch, shard_rank, shard_count)) {
-    const int batch = static_cast<int>(windows.size());
-    fill_windows(split, windows, T, inputs.data(), targets.data());
-    model.forward(params, inputs.data(), targets.data(), batch, T);
-    // Sum in double from the per-position losses so the mean does not depend on batching.
-    for (int i = 0; i < batch * T; ++i) total.sum += model.losses()[i];
-    total.count += static_cast<std::int64_t>(batch) * T;
-  }
+  forward_windows(model, params,
+                  eval_batches(split, n_tokens, T, micro_batch, shard_rank, shard_count),
+                  split_windows(split, T), add_losses(total, T));
   return total;
 }
 
 LossSum evaluate_loss(PipelineExecutor& executor, const TokenSource& split, std::int64_t n_tokens,
                       int seq_len, int micro_batch, int shard_rank, int shard_count) {
-  auto batches = eval_batches(split, n_tokens, seq_len, micro_batch, shard_rank, shard_count);
-  // Every shard runs as many forward passes as shard 0 (which has the most): under ZeRO stage 3
-  // each pass gathers weights over the shards, so they must all take part. The extra passes
-  // (one window each) are not counted.
-  const std::size_t counted = batches.size();
+  // Shard 0 has the most batches.
   const std::size_t passes =
       eval_batches(split, n_tokens, seq_len, micro_batch, 0, shard_count).size();
-  while (batches.size() < passes) batches.push_back({0});
-  std::vector<int> sizes;
-  for (const auto& windows : batches) sizes.push_back(static_cast<int>(windows.size()));
   LossSum total;
-  executor.forward_only(
-      sizes,
-      [&](int mb, std::int32_t* inputs, std::int32_t* targets) {
-        fill_windows(split, batches[mb], seq_len, inputs, targets);
-      },
-      [&](int mb, const float* losses, int count) {
-        if (static_cast<std::size_t>(mb) >= counted) return;
-        for (int i = 0; i < count; ++i) total.sum += losses[i];
-        total.count += count;
-      });
+  forward_windows(executor, seq_len,
+                  eval_batches(split, n_tokens, seq_len, micro_batch, shard_rank, shard_count),
+                  passes, split_windows(split, seq_len), add_losses(total, seq_len));
   return total;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "data/token_shards.h"
@@ -26,6 +27,28 @@ LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource&
 // stage): the sums arrive on the last stage; other stages return zeros.
 LossSum evaluate_loss(PipelineExecutor& executor, const TokenSource& split, std::int64_t n_tokens,
                       int seq_len, int micro_batch, int shard_rank, int shard_count);
+
+// Fills the inputs and targets (T each) of window `w`.
+using FillWindow =
+    std::function<void(std::uint64_t w, std::int32_t* inputs, std::int32_t* targets)>;
+// Takes the T per-position losses (−log p(target)) of window `w`.
+using TakeWindowLosses = std::function<void(std::uint64_t w, const float* losses)>;
+
+// The forward passes of evaluation, shared by val_loss and multiple-choice scoring: each batch of
+// `batches` (window ids, at most micro_batch each) is one forward.
+void forward_windows(Gpt<float>& model, const float* params,
+                     const std::vector<std::vector<std::uint64_t>>& batches, const FillWindow& fill,
+                     const TakeWindowLosses& take);
+// The same through a pipeline, on the rank of the last stage (`take` is not called elsewhere).
+// Under ZeRO stage 3 each pass gathers weights over the data-parallel shards, so all of them must
+// run the same number of passes: a shard with fewer than `passes` batches runs the rest on one
+// window of zeros, whose losses are not taken.
+void forward_windows(PipelineExecutor& executor, int seq_len,
+                     const std::vector<std::vector<std::uint64_t>>& batches, std::size_t passes,
+                     const FillWindow& fill, const TakeWindowLosses& take);
+
+// Window ids [0, count) in forward passes of at most micro_batch.
+std::vector<std::vector<std::uint64_t>> window_batches(std::uint64_t count, int micro_batch);
 
 // The windows shard `shard_rank` evaluates, grouped into forward passes of at most micro_batch.
 std::vector<std::vector<std::uint64_t>> eval_batches(const TokenSource& split,

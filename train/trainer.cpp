@@ -15,6 +15,7 @@
 #include "train/backend/cuda_training.h"
 #include "train/evaluate.h"
 #include "train/metrics/progress_bar.h"
+#include "train/multiple_choice.h"
 #include "train/optimizer/lr_schedule.h"
 #include "train/run_directory.h"
 #include "train/run_lock.h"
@@ -153,8 +154,21 @@ double Trainer::State::validation_loss(const TokenSource& split, const std::stri
   return totals[0] / totals[1];
 }
 
+MultipleChoiceTally Trainer::State::multiple_choice_tally() {
+  const MultipleChoiceTally local =
+      evaluate_multiple_choice(backend->evaluator(), multiple_choice, config.model.seq_len,
+                               config.train.micro_batch, mesh.dp_rank(), mesh.dp_size());
+  // The tallies arrive on the last stage of every replica; counts are exact in a double.
+  double totals[3] = {static_cast<double>(local.examples), static_cast<double>(local.correct),
+                      static_cast<double>(local.correct_norm)};
+  groups.pp().all_reduce_sum(totals, 3);
+  groups.dp().all_reduce_sum(totals, 3);
+  return {static_cast<std::int64_t>(totals[0]), static_cast<std::int64_t>(totals[1]),
+          static_cast<std::int64_t>(totals[2])};
+}
+
 void Trainer::State::evaluate() {
-  if (!data.evaluates()) return;
+  if (!data.evaluates() && multiple_choice.empty()) return;
   const std::vector<double> weights = data.evaluation_weights();
   JsonLine by_source;
   std::string by_source_text;
@@ -170,13 +184,28 @@ void Trainer::State::evaluate() {
     by_source_text += (by_source_text.empty() ? "" : ", ") + source.name + number;
   }
   const double val_loss = data.val() ? validation_loss(*data.val(), "data.val") : mixed;
+  const MultipleChoiceTally choice =
+      multiple_choice.empty() ? MultipleChoiceTally{} : multiple_choice_tally();
   if (!is_logger()) return;
-  std::printf("eval step %lld | val_loss %.4f%s%s\n", static_cast<long long>(progress.step),
-              val_loss, by_source_text.empty() ? "" : " | by source: ", by_source_text.c_str());
-  std::fflush(stdout);
   JsonLine line;
-  line.add("step", progress.step).add("val_loss", val_loss);
-  if (!by_source_text.empty()) line.add("val_loss_by_source", by_source);
+  line.add("step", progress.step);
+  std::string text = "eval step " + std::to_string(progress.step);
+  char number[96];
+  if (data.evaluates()) {
+    std::snprintf(number, sizeof number, " | val_loss %.4f", val_loss);
+    text += number + (by_source_text.empty() ? "" : " | by source: " + by_source_text);
+    line.add("val_loss", val_loss);
+    if (!by_source_text.empty()) line.add("val_loss_by_source", by_source);
+  }
+  if (choice.examples > 0) {
+    std::snprintf(number, sizeof number, " | mc_acc %.4f mc_acc_norm %.4f over %lld examples",
+                  choice.accuracy(), choice.accuracy_norm(),
+                  static_cast<long long>(choice.examples));
+    text += number;
+    line.add("mc_acc", choice.accuracy()).add("mc_acc_norm", choice.accuracy_norm());
+  }
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
   metrics->write(line);
 }
 
@@ -209,6 +238,16 @@ std::unique_ptr<OuterLoop> Trainer::State::outer_loop() {
   return make_diloco_loop(*diloco, groups, is_logger() ? metrics.get() : nullptr);
 }
 
+void Trainer::State::read_multiple_choice() {
+  const std::string& path = config.train.eval_multiple_choice;
+  if (path.empty()) return;
+  const Tokenizer tokenizer = Tokenizer::from_serialized(tokenizer_model, config.data.tokenizer);
+  if (tokenizer.vocab_size() > config.model.vocab_size)
+    fail("train.eval_multiple_choice: data.tokenizer has ", tokenizer.vocab_size(),
+         " tokens but the model only ", config.model.vocab_size);
+  multiple_choice = strata::read_multiple_choice(path, tokenizer, config.model.seq_len);
+}
+
 Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOptions& options) {
   // Before any work: a layout that does not fit the world, a device it cannot use.
   const MeshShape mesh_shape = resolve_mesh(config, world.size());
@@ -218,6 +257,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   State& s = *state_;
   s.device = device;
   s.tokenizer_model = s.data.check(config);
+  s.read_multiple_choice();
   s.make_backend();
   claim_run(config, world, options);
   s.load_state(options);

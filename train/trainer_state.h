@@ -20,6 +20,7 @@
 #include "train/diloco/elastic_worker.h"
 #include "train/diloco/logical_replica.h"
 #include "train/diloco/outer_loop.h"
+#include "train/multiple_choice.h"
 #include "train/step_report.h"
 #include "train/trainer.h"
 #include "train/training_data.h"
@@ -54,6 +55,7 @@ struct Trainer::State {
   TrainingData data;
   LossScaler scaler;
   std::string tokenizer_model;
+  std::vector<MultipleChoiceExample> multiple_choice;  // train.eval_multiple_choice
   TrainingProgress progress;
   std::int64_t last_checkpoint_step = -1;
   // --init: the step of the run whose checkpoint gave the weights (nullopt without --init).
@@ -107,8 +109,13 @@ struct Trainer::State {
   // The loss over the first eval_tokens of `split` (docs/ARCHITECTURE.md §5 "Evaluation").
   // Collective: every rank evaluates the same splits in the same order.
   double validation_loss(const TokenSource& split, const std::string& key);
+  // train.eval_multiple_choice's examples (data/multiple_choice.h) tokenized with data.tokenizer,
+  // read at set-up so that a bad file stops the run before any work; none without the key.
+  void read_multiple_choice();
+  // Their tally over the mesh (train/multiple_choice.h), the same on every rank. Collective.
+  MultipleChoiceTally multiple_choice_tally();
   // val_loss (training_data.h: data.val's, else the sources' weighted by share) and, for each
-  // source with a val, its own.
+  // source with a val, its own; mc_acc and mc_acc_norm with train.eval_multiple_choice.
   void evaluate();
   // A mixture's training line: the tokens each source has given the job so far, summing to
   // step · global_batch · seq_len · workers. DiLoCo's k workers together have read the first

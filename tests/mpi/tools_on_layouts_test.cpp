@@ -1,10 +1,13 @@
 // The tools on a checkpoint written under a non-trivial layout: a run trained at (tp 2, pp 2)
 // writes the logical full model, which `eval` and `generate` load whole in one process. On it,
-// eval gives the val_loss the run itself measured, and both tools give what they give on the same
-// run trained in one process: val_loss within 1e-4 relative, the same greedy and seeded text.
+// eval gives the val_loss and the multiple-choice accuracies the run itself measured (through
+// the pipeline, with tensor-parallel layers and, in a third run, data-parallel shards under ZeRO
+// stage 3), and both tools give what they give on the same run trained in one process: val_loss
+// within 1e-4 relative, the same accuracies, the same greedy and seeded text.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <utility>
@@ -38,7 +41,29 @@ void write_corpus(const std::string& path) {
   }
 }
 
+// Multiple-choice examples over the corpus's words (train.eval_multiple_choice): 23 contexts,
+// every third past seq_len (16), each with 4 endings of 1 or 2 words drawn apart (at most 16
+// tokens), so that sums and sums per token choose differently.
+void write_choices(const std::string& path) {
+  static const char* const kWords[] = {"model", "learns", "data", "token", "small", "piece",
+                                       "text",  "large",  "runs", "train", "hours", "loss"};
+  std::mt19937 rng(5);
+  auto words = [&](int n) {
+    std::string text;
+    for (int w = 0; w < n; ++w) text += std::string(w ? " " : "") + kWords[rng() % 12];
+    return text;
+  };
+  std::ofstream out(path);
+  for (int e = 0; e < 23; ++e) {
+    out << "{\"ctx\": \"The " << words(e % 3 == 0 ? 20 : 3) << "\", \"endings\": [";
+    for (int k = 0; k < 4; ++k)
+      out << (k ? ", " : "") << "\"" << words(1 + static_cast<int>(rng() % 2)) << "\"";
+    out << "], \"label\": " << e % 4 << "}\n";
+  }
+}
+
 std::string write_config(const TempDir& dir) {
+  write_choices(dir / "choices.jsonl");
   const std::string path = dir / "config.yaml";
   const std::string data = dir / "data";
   std::ofstream(path) << "run: {name: base, dir: " << dir.str() << "/runs, seed: 7}\n"
@@ -48,17 +73,19 @@ std::string write_config(const TempDir& dir) {
                       << "/val, tokenizer: " << data << "/tokenizer.model}\n"
                       << "optimizer: {lr: 3.0e-3, min_lr: 3.0e-4, warmup_steps: 4}\n"
                       << "train: {steps: 20, global_batch: 8, micro_batch: 2, eval_every: 0, "
-                         "eval_tokens: 2048, log_every: 10}\n"
+                         "eval_tokens: 2048, log_every: 10, eval_multiple_choice: "
+                      << dir.str() << "/choices.jsonl}\n"
                       << "checkpoint: {every: 0, keep: 1}\n";
   return path;
 }
 
-// Trains the run on tp·pp ranks; returns its run directory.
-std::string train(const TempDir& dir, int tp, int pp, const std::string& name) {
-  const std::string command = testing::mpirun(tp * pp) + testing::bin("train") + " " + dir.str() +
-                              "/config.yaml" + " --set parallel.tp=" + std::to_string(tp) +
-                              " --set parallel.pp=" + std::to_string(pp) +
-                              " --set run.name=" + name;
+// Trains the run on dp·tp·pp ranks; returns its run directory.
+std::string train(const TempDir& dir, int tp, int pp, const std::string& name,
+                  const std::string& extra = "", int dp = 1) {
+  const std::string command =
+      testing::mpirun(dp * tp * pp) + testing::bin("train") + " " + dir.str() + "/config.yaml" +
+      " --set parallel.tp=" + std::to_string(tp) + " --set parallel.pp=" + std::to_string(pp) +
+      " --set run.name=" + name + extra;
   const auto result = testing::run_command(command);
   EXPECT_EQ(result.status, 0) << command << "\n" << result.output;
   return dir.str() + "/runs/" + name;
@@ -98,6 +125,27 @@ TEST(ToolsOnLayouts, EvalAndGenerateOnATensorAndPipelineParallelCheckpoint) {
   ASSERT_FALSE(measured.empty());
   EXPECT_NEAR(layout_loss, measured.back(), 1e-5 * measured.back());
   EXPECT_NEAR(layout_loss, single_loss, 1e-4 * single_loss);
+
+  // The accuracies the runs measured at their end, as one process measures them on their
+  // checkpoints; 23 examples deal unevenly over dp 2 under ZeRO stage 3, whose passes must match.
+  const std::string sharded =
+      train(dir, 1, 1, "dp2zero3", " --set parallel.zero.stage=3 --set train.eval_every=10", 2);
+  const std::string choices = " --multiple-choice " + (dir / "choices.jsonl");
+  for (const std::string& run : {single, layout, sharded}) {
+    SCOPED_TRACE(run);
+    const auto acc = testing::metric_values(run + "/metrics.jsonl", "mc_acc");
+    const auto acc_norm = testing::metric_values(run + "/metrics.jsonl", "mc_acc_norm");
+    ASSERT_FALSE(acc.empty());
+    ASSERT_FALSE(acc_norm.empty());
+    char expected[96];
+    std::snprintf(expected, sizeof expected, "mc_acc %.6f mc_acc_norm %.6f over 23 examples\n",
+                  acc.back(), acc_norm.back());
+    EXPECT_EQ(tool("eval", "--checkpoint " + run + checkpoint + choices), expected);
+  }
+  EXPECT_EQ(testing::metric_values(layout + "/metrics.jsonl", "mc_acc"),
+            testing::metric_values(single + "/metrics.jsonl", "mc_acc"));
+  EXPECT_EQ(testing::metric_values(layout + "/metrics.jsonl", "mc_acc_norm"),
+            testing::metric_values(single + "/metrics.jsonl", "mc_acc_norm"));
 
   // Equal text is not guaranteed bit for bit: the two runs' weights differ by reduction-order
   // rounding, so a token flips where the top two logits (greedy) or a seeded draw and the edge of

@@ -7,6 +7,10 @@ Run by hf_gpt2_test.cpp with .venv-test's Python, after it trained a small model
           evaluation windows of docs/ARCHITECTURE.md §5 equal those `eval --logits` wrote (max
           |difference| <= 1e-4) and the mean cross-entropy over those windows equals `eval`'s
           val_loss (relative 1e-5).
+  multiple choice  `eval --multiple-choice --scores` on the same checkpoint: each ending's summed
+          log-likelihood after its context (the last seq_len + 1 ids of context and ending,
+          docs/ARCHITECTURE.md §5 "Multiple choice") equals transformers' (|difference| <= 1e-4),
+          and the accuracies it printed are those transformers' scores give, exactly.
   import  GPT-2 models that transformers makes (random weights) and saves with save_pretrained:
           a GPT2LMHeadModel (names `transformer.…`), its GPT2Model (names without the prefix) and
           a bfloat16 copy; each is read by `ckpt import-hf`, and `eval` on the checkpoint gives
@@ -18,6 +22,7 @@ differs and exits 1.
 
 import argparse
 import copy
+import json
 import re
 import subprocess
 import sys
@@ -29,6 +34,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 LOGIT_TOLERANCE = 1e-4  # max |difference|: both are fp32 sums in different orders
 LOSS_TOLERANCE = 1e-5   # relative; eval prints 6 decimals (under 2e-7 relative at loss ~5)
+SCORE_TOLERANCE = 1e-4  # |difference| of an ending's log-likelihood, a sum of a few fp32 terms
 
 failures = []
 
@@ -68,7 +74,7 @@ def run(command):
 def strata_val_loss(args, checkpoint, n_tokens):
     out = run([args.bin + "/eval", "--checkpoint", checkpoint, "--data", args.data,
                "--tokens", str(n_tokens)])
-    return float(re.search(r"^val_loss (\S+)$", out, re.M).group(1))
+    return float(re.search(r"^val_loss (\S+) ", out, re.M).group(1))
 
 
 def relative(a, b):
@@ -87,6 +93,40 @@ def check_export(args, inputs, targets):
               f"export: logits max |strata - transformers| = {diff:.3g} <= {LOGIT_TOLERANCE}")
     check(relative(args.val_loss, loss) <= LOSS_TOLERANCE,
           f"export: val_loss strata {args.val_loss:.6f} vs transformers {loss:.6f}")
+
+
+def chosen(values):
+    """The first of the largest, as train/multiple_choice.h chooses."""
+    return max(range(len(values)), key=lambda k: (values[k], -k))
+
+
+def check_multiple_choice(args):
+    model = GPT2LMHeadModel.from_pretrained(args.hf)
+    model.eval()
+    examples = [json.loads(line) for line in open(args.choice_scores)]
+    worst, correct, correct_norm, agree = 0.0, 0, 0, True
+    for example in examples:
+        scores = []
+        for ending in example["endings"]:
+            ids = (example["context"] + ending["tokens"])[-(args.seq_len + 1):]
+            with torch.no_grad():
+                logits = model(torch.tensor([ids[:-1]])).logits[0].double()
+            logprobs = torch.log_softmax(logits, dim=-1)
+            n = len(ending["tokens"])
+            positions = range(len(ids) - 1 - n, len(ids) - 1)
+            scores.append(sum(logprobs[i, ids[i + 1]].item() for i in positions))
+            worst = max(worst, abs(scores[-1] - ending["logprob"]))
+        norm = [score / len(e["tokens"]) for score, e in zip(scores, example["endings"])]
+        correct += chosen(scores) == example["label"]
+        correct_norm += chosen(norm) == example["label"]
+        agree &= (chosen(scores), chosen(norm)) == (example["chosen"], example["chosen_norm"])
+    check(worst <= SCORE_TOLERANCE, f"multiple choice: {len(examples)} examples, ending scores "
+          f"max |strata - transformers| = {worst:.3g} <= {SCORE_TOLERANCE}")
+    check(agree, "multiple choice: every example's chosen endings agree")
+    line = (f"mc_acc {correct / len(examples):.6f} mc_acc_norm "
+            f"{correct_norm / len(examples):.6f} over {len(examples)} examples")
+    check(line == args.choice_line, f"multiple choice: eval printed '{args.choice_line}', "
+          f"transformers gives '{line}'")
 
 
 def check_import(args, inputs, targets, n_tokens):
@@ -127,6 +167,9 @@ def main():
     parser.add_argument("--tokenizer", required=True, help="the split's SentencePiece model")
     parser.add_argument("--logits", required=True, help="what eval --logits wrote")
     parser.add_argument("--val-loss", type=float, required=True, help="what eval printed")
+    parser.add_argument("--choice-scores", required=True,
+                        help="what eval --multiple-choice --scores wrote")
+    parser.add_argument("--choice-line", required=True, help="what it printed")
     parser.add_argument("--seq-len", type=int, required=True)
     parser.add_argument("--vocab-size", type=int, required=True)
     args = parser.parse_args()
@@ -138,6 +181,7 @@ def main():
     print(f"{len(tokens)} tokens, {len(inputs)} windows of {args.seq_len}; "
           f"torch {torch.__version__}")
     check_export(args, inputs, targets)
+    check_multiple_choice(args)
     check_import(args, inputs, targets, len(tokens))
     if failures:
         print(f"hf_gpt2: {len(failures)} check(s) failed")

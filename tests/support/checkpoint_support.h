@@ -53,6 +53,24 @@ inline void rewrite_as_format_3(const std::string& path) {
   seal_checkpoint_file(path, CheckpointFormat::v3);
 }
 
+// The parameters of a model of `shape` that always predicts `target`: with every LayerNorm gain
+// zero, the blocks add nothing (their LayerNorms output their zero biases) and the final LayerNorm
+// outputs its bias, here the first unit vector, so the tied head's logits are channel 0 of the
+// wte rows: 1 for `target`, the others about 0 (normal, stddev 0.02). So `target`'s
+// log-probability is about 1 more than any other token's.
+inline std::vector<float> always_predicting(const GptShape& shape, int target) {
+  const ParameterLayout layout = ParameterLayout::for_gpt(shape);
+  std::vector<float> params(layout.total(), 0.0f);
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const TensorView& wte = layout.at("wte");
+  for (std::size_t i = 0; i < static_cast<std::size_t>(shape.vocab_size) * shape.d_model; ++i)
+    params[wte.offset + i] = normal(rng);
+  params[wte.offset + static_cast<std::size_t>(target) * shape.d_model] = 1.0f;
+  params[layout.at("lnf.bias").offset] = 1.0f;
+  return params;
+}
+
 // A SentencePiece model of `vocab` pieces, trained on a few repetitive documents of the words
 // alpha, beta, gamma, delta, epsilon, zeta, theta, kappa.
 inline Tokenizer small_tokenizer(int vocab) {

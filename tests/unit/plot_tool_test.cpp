@@ -228,6 +228,25 @@ TEST(PlotTool, DrawsAnElasticGroupsMembersJoinsLossesAndWaits) {
   EXPECT_FALSE(fs::exists(in_job + "/plots/elastic.png"));
 }
 
+// A run with train.eval_multiple_choice: its evaluation lines carry mc_acc and mc_acc_norm, one
+// of them without val_loss (a run without a validation split), and get a chart of their own.
+TEST(PlotTool, DrawsMultipleChoiceAccuracy) {
+  testing::TempDir dir("plot_choice");
+  const std::string run = dir / "runs/choice";
+  write_plain_run(run, 4);
+  std::ofstream(run + "/metrics.jsonl", std::ios::app)
+      << "{\"step\": 2, \"mc_acc\": 0.25, \"mc_acc_norm\": 0.3}\n"
+      << "{\"step\": 4, \"val_loss\": 4.0, \"mc_acc\": 0.3, \"mc_acc_norm\": 0.35}\n";
+  const auto plotted = testing::run_command(plot(run));
+  ASSERT_EQ(plotted.status, 0) << plotted.output;
+  expect_readable_png(run + "/plots/multiple_choice.png");
+  const Report report = parse_report(plotted.output);
+  EXPECT_EQ(report.at("multiple_choice.png").at("choice").at("mc_acc"), 2) << plotted.output;
+  EXPECT_EQ(report.at("multiple_choice.png").at("choice").at("mc_acc_norm"), 2) << plotted.output;
+  EXPECT_EQ(report.at("overview.png").at("choice").at("mc_acc"), 2) << plotted.output;
+  EXPECT_EQ(report.at("loss.png").at("choice").at("val_loss"), 1) << plotted.output;
+}
+
 // One `error:` line naming the problem, non-zero exit, and no chart written.
 void expect_error(const std::string& arguments, const std::string& message) {
   const auto result = testing::run_command(plot(arguments));

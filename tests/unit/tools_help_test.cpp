@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -23,11 +24,17 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// The help's line that starts with `flag` (after the indent), or "".
+// The help's entry of `flag`: its line (after the indent) and the lines that continue it, or "".
 std::string flag_line(const std::string& help, const std::string& flag) {
-  const std::size_t at = help.find("\n  " + flag + " ");
+  std::size_t at = help.find("\n  " + flag + " ");
   if (at == std::string::npos) return "";
-  return help.substr(at + 1, help.find('\n', at + 1) - at - 1);
+  std::string entry;
+  do {
+    const std::size_t end = std::min(help.find('\n', at + 1), help.size());
+    entry += help.substr(at + 1, end - at - 1);
+    at = end;
+  } while (at < help.size() && help.compare(at, 4, "\n   ") == 0);
+  return entry;
 }
 
 TEST(ToolsHelp, EveryToolAndSubcommandPrintsItsOwnHelp) {
