@@ -1,6 +1,7 @@
 // tokenize --input FILE|DIR... --out DIR [--vocab-size N | --tokenizer MODEL] [--val-fraction F]
 //          [--split file|paragraphs|lines] [--text-field NAME] [--sample-mb M] [--threads N]
 //          [--shard-tokens N] [--force]
+// tokenize --verify DIR                                         (tools/tokenize_verify.cpp)
 //
 // Turns text into token shards (docs/ARCHITECTURE.md §4, §5). Inputs are read as streams
 // (data/documents.h): plain text = one document, or one per paragraph or line with --split;
@@ -41,6 +42,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +54,8 @@
 #include "data/tokenizer.h"
 #include "data/training_sample.h"
 #include "model/core/error.h"
+#include "tools/tokenize_modes.h"
+#include "tools/tokenize_output.h"
 #include "train/metrics/progress_bar.h"
 
 namespace strata {
@@ -71,7 +75,10 @@ constexpr const char* kHelp =
     "text (one document, or one per paragraph or line with --split); .gz and .zst are "
     "decompressed; a directory stands for its files in name order\n"
     "  --sample-mb: the tokenizer trains on every line of the corpus while they fit in M MB "
-    "(default 256), on a deterministic uniform sample of them beyond";
+    "(default 256), on a deterministic uniform sample of them beyond\n"
+    "usage: tokenize --verify DIR\n"
+    "  --verify: checks every shard of DIR (its train/ and val/, or a split) against its "
+    "checksums and vocabulary; exit status 1 if any fails";
 
 struct Options {
   std::vector<std::string> inputs;
@@ -87,6 +94,8 @@ struct Options {
   bool force = false;  // replace a corpus already in --out
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::uint64_t shard_tokens = 100'000'000;
+  std::string verify;           // --verify mode (tools/tokenize_modes.h)
+  std::set<std::string> given;  // every flag on the command line, for the modes' exclusions
 };
 
 template <class T>
@@ -98,6 +107,13 @@ T parse_number(const std::string& flag, const std::string& text, T min, T max) {
   }
   if (value < min || value > max) fail(flag, " must be in [", min, ", ", max, "], got ", text);
   return value;
+}
+
+// The flags of --verify (tools/tokenize_modes.h) against the rest.
+void check_modes(const Options& options) {
+  if (!options.verify.empty()) {
+    if (options.given.size() > 1) fail("--verify DIR takes no other option");
+  }
 }
 
 // Accepts `--flag value` and `--flag=value`; --input takes every following non-flag argument.
@@ -112,6 +128,7 @@ Options parse_options(int argc, char** argv) {
       flag = flag.substr(0, equals);
       has_inline_value = true;
     }
+    options.given.insert(flag);
     const auto value = [&]() -> std::string {
       if (has_inline_value) return inline_value;
       if (i + 1 >= argc || std::string(argv[i + 1]).starts_with("--")) {
@@ -128,6 +145,8 @@ Options parse_options(int argc, char** argv) {
         options.inputs.emplace_back(argv[++i]);
       }
       if (!has_inline_value && options.inputs.empty()) fail("option --input needs a file");
+    } else if (flag == "--verify") {
+      options.verify = value();
     } else if (flag == "--out") {
       options.out = value();
     } else if (flag == "--vocab-size") {
@@ -159,6 +178,8 @@ Options parse_options(int argc, char** argv) {
       fail("unexpected argument '", flag, "' (", kUsage, ")");
     }
   }
+  check_modes(options);
+  if (!options.verify.empty()) return options;
   if (options.inputs.empty()) fail("no input files: --input FILE... is required (", kUsage, ")");
   if (options.out.empty()) fail("--out DIR is required (", kUsage, ")");
   if (options.vocab_size_given && !options.tokenizer.empty()) {
@@ -229,88 +250,11 @@ class ProgressLine {
   Clock::time_point last_;
 };
 
-// The staging directory: created on construction, removed on destruction unless committed.
-class StagedOutput {
- public:
-  explicit StagedOutput(const std::string& out) : out_(out) {
-    std::error_code ec;
-    fs::create_directories(out_, ec);
-    if (ec || !fs::is_directory(out_)) {
-      fail("cannot create output directory '", out, "': ", ec ? ec.message() : "not a directory");
-    }
-    staging_ = out_ / (".tokenize-staging-" + std::to_string(::getpid()));
-    fs::remove_all(staging_, ec);
-    fs::create_directories(staging_ / "train", ec);
-    if (!ec) fs::create_directories(staging_ / "val", ec);
-    if (ec) fail("cannot create '", staging_.string(), "': ", ec.message());
-  }
-  ~StagedOutput() {
-    std::error_code ignored;
-    fs::remove_all(staging_, ignored);
-  }
-  fs::path path(const std::string& name) const { return staging_ / name; }
-
-  // Replaces DIR/<name> by the staged one for each name; a staged entry that is missing or an
-  // empty directory (val/ with --val-fraction 0) removes the old one, so no output of an earlier
-  // run is left mixed with this one.
-  void commit() {
-    for (const char* name : {"tokenizer.model", "train", "val"}) {
-      std::error_code ec;
-      fs::remove_all(out_ / name, ec);
-      if (ec) fail("cannot replace '", (out_ / name).string(), "': ", ec.message());
-      const fs::path staged = staging_ / name;
-      if (!fs::exists(staged) || (fs::is_directory(staged) && fs::is_empty(staged))) continue;
-      fs::rename(staging_ / name, out_ / name, ec);
-      if (ec) fail("cannot move output into '", (out_ / name).string(), "': ", ec.message());
-    }
-  }
-
- private:
-  fs::path out_;
-  fs::path staging_;
-};
-
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream file(path, std::ios::binary);
   file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   file.close();
   if (!file) fail("cannot write '", path.string(), "'");
-}
-
-const char* plural(std::size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
-
-// Before any work: a corpus already in --out is replaced only on request.
-void check_output_is_free(const Options& options) {
-  if (options.force) return;
-  for (const char* name : {"tokenizer.model", "train", "val"}) {
-    std::error_code ec;
-    if (fs::exists(fs::path(options.out) / name, ec))
-      fail("--out '", options.out, "' already holds a tokenized corpus ('", name,
-           "'); choose another folder, or pass --force to replace it");
-  }
-}
-
-// The input files: each --input, a directory replaced by its regular, non-hidden files in name
-// order.
-std::vector<std::string> list_input_files(const std::vector<std::string>& inputs) {
-  std::vector<std::string> files;
-  for (const std::string& input : inputs) {
-    std::error_code ec;
-    if (!fs::is_directory(input, ec)) {
-      files.push_back(input);
-      continue;
-    }
-    std::vector<std::string> listed;
-    for (const fs::directory_entry& entry : fs::directory_iterator(input, ec)) {
-      if (entry.is_regular_file() && !entry.path().filename().string().starts_with("."))
-        listed.push_back(entry.path().string());
-    }
-    if (ec) fail("cannot list input directory '", input, "': ", ec.message());
-    if (listed.empty()) fail("input directory '", input, "' holds no files");
-    std::sort(listed.begin(), listed.end());
-    files.insert(files.end(), listed.begin(), listed.end());
-  }
-  return files;
 }
 
 std::uint64_t total_file_bytes(const std::vector<std::string>& files) {
@@ -351,7 +295,7 @@ CorpusCount read_corpus(const Options& options, const std::vector<std::string>& 
 }
 
 void run(const Options& options) {
-  check_output_is_free(options);
+  check_output_is_free(options.out, options.force);
   const std::vector<std::string> files = list_input_files(options.inputs);
 
   const bool train_new = options.tokenizer.empty();
@@ -452,7 +396,9 @@ void run(const Options& options) {
 
 int main(int argc, char** argv) {
   try {
-    strata::run(strata::parse_options(argc, argv));
+    const strata::Options options = strata::parse_options(argc, argv);
+    if (!options.verify.empty()) return strata::verify_shards(options.verify);
+    strata::run(options);
     return 0;
   } catch (const std::exception& e) {
     std::fflush(stdout);

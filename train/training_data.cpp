@@ -103,6 +103,16 @@ std::string TrainingData::check(const Config& config) const {
   return tokenizer_model;
 }
 
+std::string TrainingData::missing_checksums_note() const {
+  std::vector<std::pair<std::string, const TokenSource*>> splits;
+  for (const Source& s : sources_) {
+    splits.emplace_back(train_key(s, is_mixture_), &s.train);
+    if (s.val) splits.emplace_back(s.key + ".val", &*s.val);
+  }
+  if (val_) splits.emplace_back("data.val", &*val_);
+  return strata::missing_checksums_note(splits);
+}
+
 bool TrainingData::evaluates() const {
   if (val_) return true;
   for (const Source& s : sources_)
