@@ -295,6 +295,13 @@ void check_shards_tokenizer(const TokenSource& shards, const std::string& tokeni
                             const std::string& what) {
   const std::string& made_with = shards.info().tokenizer_sha256;
   if (made_with.empty() || tokenizer_sha256.empty() || made_with == tokenizer_sha256) return;
+  if (made_with == kNoTokenizer)
+    fail(what, ": the shards ('", shards.files().front(), "'...) hold ids converted without a ",
+         "tokenizer (tokenizer_sha256 \"none\"), not ids of the tokenizer with sha256 ",
+         tokenizer_sha256.substr(0, 12), "...");
+  if (tokenizer_sha256 == kNoTokenizer)
+    fail(what, ": the shards ('", shards.files().front(), "'...) were made with a tokenizer ",
+         "(sha256 ", made_with.substr(0, 12), "...), but the run's ids were converted without one");
   fail(what, ": the shards ('", shards.files().front(), "'...) were made with another tokenizer ",
        "(sha256 ", made_with.substr(0, 12), "..., not ", tokenizer_sha256.substr(0, 12), "...)");
 }

@@ -8,7 +8,8 @@
 //   /checksums       1-D uint64, one XXH3-64 per chunk of ids (data/shard_checksums.h); absent
 //                    in shards written before checksums existed, which are read unchecked.
 //   root attributes  vocab_size (int64), eos_id (int64), tokenizer_sha256 (string, 64 hex digits:
-//                    SHA-256 of the tokenizer .model file that produced the ids).
+//                    SHA-256 of the tokenizer .model file that produced the ids, or kNoTokenizer
+//                    for ids converted from another trainer's token files without one).
 // Shards are written to "<path>.tmp" and renamed, so a shard that exists is complete.
 //
 // A TokenSource checks a checksum chunk the first time it reads from it (then remembers it), so a
@@ -36,6 +37,9 @@ namespace strata {
 inline constexpr std::uint64_t kShardChunkTokens = 65536;  // 128 KiB of uint16 per chunk
 // A reader refuses shards in larger chunks (HDF5 would allocate whole chunks to read a window).
 inline constexpr std::uint64_t kMaxShardChunkBytes = 64ull << 20;
+// tokenizer_sha256 of shards whose ids came without a tokenizer (tokenize --from-tokens): train
+// and eval take their ids, generate has no text to give.
+inline constexpr const char* kNoTokenizer = "none";
 
 struct ShardInfo {
   int vocab_size = 0;

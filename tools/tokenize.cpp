@@ -1,6 +1,8 @@
 // tokenize --input FILE|DIR... --out DIR [--vocab-size N | --tokenizer MODEL] [--val-fraction F]
 //          [--split file|paragraphs|lines] [--text-field NAME] [--sample-mb M] [--threads N]
 //          [--shard-tokens N] [--force]
+// tokenize --from-tokens FILE|DIR... --format llmc|raw-uint16 --vocab-size N --eos-id ID --out DIR
+//          [--val-fraction F] [--shard-tokens N] [--force]      (tools/tokenize_from_tokens.cpp)
 // tokenize --verify DIR                                         (tools/tokenize_verify.cpp)
 //
 // Turns text into token shards (docs/ARCHITECTURE.md §4, §5). Inputs are read as streams
@@ -76,6 +78,13 @@ constexpr const char* kHelp =
     "decompressed; a directory stands for its files in name order\n"
     "  --sample-mb: the tokenizer trains on every line of the corpus while they fit in M MB "
     "(default 256), on a deterministic uniform sample of them beyond\n"
+    "usage: tokenize --from-tokens FILE|DIR... --format llmc|raw-uint16 --vocab-size N --eos-id ID "
+    "--out DIR [--val-fraction F] [--shard-tokens N] [--force]\n"
+    "  --from-tokens: shards from llm.c's or nanoGPT's token files instead of text; documents are "
+    "cut at --eos-id (an EOS before each document, llm.c's, moves after it); no tokenizer\n"
+    "  --format: llmc (llm.c's .bin: 1024-byte header, uint16 or uint32 ids) or raw-uint16 "
+    "(nanoGPT's train.bin: uint16 ids only)\n"
+    "  --eos-id: the id that ends documents in the token files (GPT-2's <|endoftext|>: 50256)\n"
     "usage: tokenize --verify DIR\n"
     "  --verify: checks every shard of DIR (its train/ and val/, or a split) against its "
     "checksums and vocabulary; exit status 1 if any fails";
@@ -94,7 +103,10 @@ struct Options {
   bool force = false;  // replace a corpus already in --out
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::uint64_t shard_tokens = 100'000'000;
-  std::string verify;           // --verify mode (tools/tokenize_modes.h)
+  std::vector<std::string> from_tokens;  // --from-tokens mode (tools/tokenize_modes.h)
+  std::string format;
+  int eos_id = -1;
+  std::string verify;           // --verify mode
   std::set<std::string> given;  // every flag on the command line, for the modes' exclusions
 };
 
@@ -109,10 +121,21 @@ T parse_number(const std::string& flag, const std::string& text, T min, T max) {
   return value;
 }
 
-// The flags of --verify (tools/tokenize_modes.h) against the rest.
+// The flags of --verify and --from-tokens (tools/tokenize_modes.h) against the rest.
 void check_modes(const Options& options) {
+  const auto refuse = [&](const char* mode, std::initializer_list<const char*> flags) {
+    for (const char* flag : flags)
+      if (options.given.contains(flag)) fail(flag, " does not go with ", mode);
+  };
   if (!options.verify.empty()) {
     if (options.given.size() > 1) fail("--verify DIR takes no other option");
+  } else if (!options.from_tokens.empty()) {
+    refuse("--from-tokens (ids need no tokenizer)",
+           {"--input", "--tokenizer", "--split", "--text-field", "--sample-mb", "--threads"});
+    for (const char* flag : {"--format", "--vocab-size", "--eos-id", "--out"})
+      if (!options.given.contains(flag)) fail("--from-tokens needs ", flag);
+  } else {
+    refuse("--input: they are for --from-tokens", {"--format", "--eos-id"});
   }
 }
 
@@ -139,12 +162,17 @@ Options parse_options(int argc, char** argv) {
     if (flag == "--help" || flag == "-h") {
       std::cout << kUsage << "\n" << kHelp << "\n";
       std::exit(0);
-    } else if (flag == "--input") {
-      if (has_inline_value) options.inputs.push_back(inline_value);
+    } else if (flag == "--input" || flag == "--from-tokens") {
+      std::vector<std::string>& files = flag == "--input" ? options.inputs : options.from_tokens;
+      if (has_inline_value) files.push_back(inline_value);
       while (i + 1 < argc && !std::string(argv[i + 1]).starts_with("--")) {
-        options.inputs.emplace_back(argv[++i]);
+        files.emplace_back(argv[++i]);
       }
-      if (!has_inline_value && options.inputs.empty()) fail("option --input needs a file");
+      if (!has_inline_value && files.empty()) fail("option ", flag, " needs a file");
+    } else if (flag == "--format") {
+      options.format = value();
+    } else if (flag == "--eos-id") {
+      options.eos_id = parse_number<int>(flag, value(), 0, (1 << 30) - 1);
     } else if (flag == "--verify") {
       options.verify = value();
     } else if (flag == "--out") {
@@ -179,7 +207,7 @@ Options parse_options(int argc, char** argv) {
     }
   }
   check_modes(options);
-  if (!options.verify.empty()) return options;
+  if (!options.verify.empty() || !options.from_tokens.empty()) return options;
   if (options.inputs.empty()) fail("no input files: --input FILE... is required (", kUsage, ")");
   if (options.out.empty()) fail("--out DIR is required (", kUsage, ")");
   if (options.vocab_size_given && !options.tokenizer.empty()) {
@@ -398,7 +426,12 @@ int main(int argc, char** argv) {
   try {
     const strata::Options options = strata::parse_options(argc, argv);
     if (!options.verify.empty()) return strata::verify_shards(options.verify);
-    strata::run(options);
+    if (!options.from_tokens.empty())
+      strata::convert_token_files(
+          {options.from_tokens, strata::parse_token_file_format(options.format), options.vocab_size,
+           options.eos_id, options.out, options.val_fraction, options.shard_tokens, options.force});
+    else
+      strata::run(options);
     return 0;
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -21,8 +21,8 @@ class StagedOutput {
   std::filesystem::path path(const std::string& name) const { return staging_ / name; }
 
   // Replaces DIR/<name> by the staged one for each of tokenizer.model, train and val; a staged
-  // entry that is missing or an empty directory (val/ with --val-fraction 0) removes the old one,
-  // so no output of an earlier run is left mixed with this one.
+  // entry that is missing or an empty directory (val/ with --val-fraction 0, tokenizer.model of
+  // converted ids) removes the old one, so no output of an earlier run is left mixed with this one.
   void commit();
 
  private:

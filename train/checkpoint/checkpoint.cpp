@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "data/hdf5_handle.h"
+#include "data/token_shards.h"
 #include "model/core/error.h"
 #include "parallel/mesh/reduction_plan.h"
 #include "train/checkpoint/checkpoint_seal.h"
@@ -245,6 +246,7 @@ void create_checkpoint_file(const std::string& path, const GptShape& shape,
   H5File file = H5File::create(path, kSealBytes);
   write_attribute_string(file.id(), "format", kCheckpointFormat);
   write_attribute_string(file.id(), "config", ckpt.config_yaml);
+  if (ckpt.without_tokenizer) write_attribute_string(file.id(), "tokenizer_sha256", kNoTokenizer);
   for (const StateDatasets& d : datasets)
     create_tensors(file.id(), dataset_group(d.name), logical, d.stored);
   H5Id state = create_group(file.id(), "/state");
@@ -372,8 +374,9 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
     buffers.push_back({"optimizer/v", all, ckpt.adam_v});
   }
   const CheckpointWriter writer{&layout, shape, {all}, nullptr, {}};
-  return write_checkpoint(directory, writer,
-                          {ckpt.config_yaml, ckpt.state, ckpt.tokenizer_model, {}}, buffers);
+  return write_checkpoint(
+      directory, writer,
+      {ckpt.config_yaml, ckpt.state, ckpt.tokenizer_model, {}, ckpt.without_tokenizer}, buffers);
 }
 
 H5File open_checkpoint(const std::string& path, bool check_seal) {
@@ -421,6 +424,8 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
   H5File file = open_checkpoint(path);
   CheckpointMeta ckpt;
   ckpt.config_yaml = read_attribute_string(file.id(), "config");
+  ckpt.without_tokenizer = has_attribute(file.id(), "tokenizer_sha256") &&
+                           read_attribute_string(file.id(), "tokenizer_sha256") == kNoTokenizer;
   // Every shape before any buffer is allocated: a layout that is not the file's (a config that
   // claims a larger model, say) is an error, not an allocation of the size it claims.
   for (const StateBuffer& buffer : buffers) {
@@ -479,8 +484,13 @@ Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layou
     buffers.push_back({"optimizer/v", all, {}});
   }
   CheckpointMeta meta = read_checkpoint(path, layout, buffers);
-  Checkpoint ckpt{std::move(meta.config_yaml),    meta.state, std::move(buffers[0].values), {}, {},
-                  std::move(meta.tokenizer_model)};
+  Checkpoint ckpt{std::move(meta.config_yaml),
+                  meta.state,
+                  std::move(buffers[0].values),
+                  {},
+                  {},
+                  std::move(meta.tokenizer_model),
+                  meta.without_tokenizer};
   if (with_optimizer) {
     ckpt.adam_m = std::move(buffers[1].values);
     ckpt.adam_v = std::move(buffers[2].values);
