@@ -13,7 +13,8 @@ pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 # nlohmann-json: the JSON parser behind data/json_value.h (header-only).
 find_package(nlohmann_json 3 REQUIRED)
-# XXH3-64, the byte checksum of checkpoints of format 4 (train/checkpoint/checkpoint_format.h).
+# XXH3-64, the byte checksum of checkpoints of format 4 (train/checkpoint/checkpoint_format.h)
+# and of token shards' chunks (data/shard_checksums.h).
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 # hiredis: the Redis client of elastic DiLoCo's rendezvous store (parallel/elastic/redis_store.h).
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)

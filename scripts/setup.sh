@@ -6,7 +6,8 @@
 # The CPU GEMMs load oneDNN (libdnnl2) or else the OpenMP build of OpenBLAS at run time
 # (model/kernels/cpu/blas.h). zlib1g-dev and libzstd-dev: `tokenize` reads .gz and .zst inputs
 # (data/compressed_stream.h). libssl-dev: OpenSSL's libcrypto computes SHA-256 (data/sha256.h).
-# libxxhash-dev: XXH3-64, the checkpoints' byte checksum (train/checkpoint/checkpoint_format.h).
+# libxxhash-dev: XXH3-64, the checkpoints' byte checksum (train/checkpoint/checkpoint_format.h)
+# and the token shards' chunk checksums (data/shard_checksums.h).
 # nlohmann-json3-dev: the JSON parser behind data/json_value.h.
 # libhiredis-dev and redis-server: elastic DiLoCo's rendezvous store (parallel/elastic/redis_store.h)
 # and its tests; libgloo-dev: Gloo, the collectives between elastic DiLoCo's worker jobs.

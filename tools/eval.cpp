@@ -42,6 +42,9 @@ void print_val_loss(const strata::ToolArgs& args, strata::SavedModel& saved) {
                  " tokens but the model has ", saved.config.model.vocab_size);
   if (!saved.tokenizer_model.empty())
     strata::check_shards_tokenizer(split, strata::sha256_hex(saved.tokenizer_model), "--data");
+  // On stderr: stdout is the one val_loss line that scripts read.
+  if (const std::string note = strata::missing_checksums_note({{"--data", &split}}); !note.empty())
+    std::cerr << note << std::endl;
   const strata::LossSum loss =
       strata::evaluate_loss(*saved.model, saved.params.data(), split, tokens, micro_batch, 0, 1);
   if (loss.count == 0)

@@ -60,6 +60,11 @@ int main(int argc, char** argv) {
     if (top_k < 0) strata::fail("--top-k must be >= 0, got ", top_k);
 
     strata::SavedModel saved = strata::load_saved_model(checkpoint, 1);
+    if (saved.without_tokenizer)
+      strata::fail("checkpoint '", checkpoint,
+                   "' was trained on token shards without a tokenizer (tokenizer_sha256 \"none\", "
+                   "from tokenize --from-tokens): generate has no tokenizer to turn text into its "
+                   "ids and back");
     const int threads =
         strata::set_tool_threads(args, 2.0 * static_cast<double>(saved.params.size()));
     strata::Tokenizer tokenizer = [&] {

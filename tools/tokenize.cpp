@@ -1,6 +1,9 @@
 // tokenize --input FILE|DIR... --out DIR [--vocab-size N | --tokenizer MODEL] [--val-fraction F]
 //          [--split file|paragraphs|lines] [--text-field NAME] [--sample-mb M] [--threads N]
 //          [--shard-tokens N] [--force]
+// tokenize --from-tokens FILE|DIR... --format llmc|raw-uint16 --vocab-size N --eos-id ID --out DIR
+//          [--val-fraction F] [--shard-tokens N] [--force]      (tools/tokenize_from_tokens.cpp)
+// tokenize --verify DIR                                         (tools/tokenize_verify.cpp)
 //
 // Turns text into token shards (docs/ARCHITECTURE.md §4, §5). Inputs are read as streams
 // (data/documents.h): plain text = one document, or one per paragraph or line with --split;
@@ -41,6 +44,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,7 +55,10 @@
 #include "data/split.h"
 #include "data/tokenizer.h"
 #include "data/training_sample.h"
+#include "model/core/command_line.h"
 #include "model/core/error.h"
+#include "tools/tokenize_modes.h"
+#include "tools/tokenize_output.h"
 #include "train/metrics/progress_bar.h"
 
 namespace strata {
@@ -60,18 +67,49 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kUsage =
+// The help (model/core/command_line.h); the parser below is tokenize's own, as --input and
+// --from-tokens take several values. Errors quote the usage line alone.
+const CommandSpec kCommand{
     "usage: tokenize --input FILE|DIR... --out DIR [--vocab-size N | --tokenizer MODEL] "
     "[--val-fraction F] [--split file|paragraphs|lines] [--text-field NAME] [--sample-mb M] "
-    "[--threads N] [--shard-tokens N] [--force]";
-// --help's lines after kUsage (errors quote kUsage alone: they stay one line).
-constexpr const char* kHelp =
-    "  inputs: .jsonl (one JSON object per line, its --text-field string is a document; default "
-    "\"text\", a dotted path like meta.content reaches nested objects), any other name plain "
-    "text (one document, or one per paragraph or line with --split); .gz and .zst are "
-    "decompressed; a directory stands for its files in name order\n"
-    "  --sample-mb: the tokenizer trains on every line of the corpus while they fit in M MB "
-    "(default 256), on a deterministic uniform sample of them beyond";
+    "[--threads N] [--shard-tokens N] [--force]",
+    "Text corpora to token shards (docs/ARCHITECTURE.md §5): trains a SentencePiece tokenizer "
+    "on the corpus (or loads --tokenizer), splits whole documents into train/ and val/, and writes "
+    "HDF5 shards with a checksum per chunk into --out, with tokenizer.model. Also: `tokenize "
+    "--from-tokens FILE|DIR... --format llmc|raw-uint16 --vocab-size N --eos-id ID --out DIR "
+    "[--val-fraction F] [--shard-tokens N] [--force]` converts llm.c's and nanoGPT's token "
+    "files; `tokenize --verify DIR` checks every shard of DIR against its checksums and "
+    "vocabulary (exit status 1 if any fails).",
+    {{"--input", "FILE|DIR...", "",
+      ".jsonl (a JSON object a line, its --text-field string a document), any other name plain "
+      "text; .gz and .zst decompressed; a directory stands for its files in name order"},
+     {"--out", "DIR", "",
+      "where the corpus goes (train/, val/, tokenizer.model); required except with --verify"},
+     {"--vocab-size", "N", "4096", "the vocabulary of the tokenizer trained (or of --from-tokens)"},
+     {"--tokenizer", "MODEL", "", "encode with this SentencePiece model instead of training one"},
+     {"--val-fraction", "F", "0.05", "of the documents go to val/, in [0, 0.99]"},
+     {"--split", "file|paragraphs|lines", "file",
+      "a plain text file is one document, or one per paragraph or line"},
+     {"--text-field", "NAME", "text",
+      "the .jsonl field holding the text; a dotted path (meta.content) reaches nested objects"},
+     {"--sample-mb", "M", "256",
+      "the tokenizer trains on every line while they fit in M MB, on a deterministic uniform "
+      "sample beyond"},
+     {"--threads", "N", "", "threads that train the tokenizer and encode documents", "the cores"},
+     {"--shard-tokens", "N", "100000000", "tokens a shard holds at most"},
+     {"--force", "", "", "replace a corpus already in --out"},
+     {"--from-tokens", "FILE|DIR...", "",
+      "shards from llm.c's or nanoGPT's token files instead of text; documents are cut at "
+      "--eos-id (an EOS before each document, llm.c's, moves after it); no tokenizer"},
+     {"--format", "llmc|raw-uint16", "",
+      "with --from-tokens: llmc (llm.c's .bin: 1024-byte header, uint16 or uint32 ids) or "
+      "raw-uint16 (nanoGPT's train.bin: uint16 ids only)"},
+     {"--eos-id", "ID", "",
+      "with --from-tokens: the id that ends documents (GPT-2's <|endoftext|>: 50256)"},
+     {"--verify", "DIR", "",
+      "check every shard of DIR (its train/ and val/, or a split) against its checksums and "
+      "vocabulary"}}};
+const std::string& kUsage = kCommand.usage;
 
 struct Options {
   std::vector<std::string> inputs;
@@ -87,6 +125,11 @@ struct Options {
   bool force = false;  // replace a corpus already in --out
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::uint64_t shard_tokens = 100'000'000;
+  std::vector<std::string> from_tokens;  // --from-tokens mode (tools/tokenize_modes.h)
+  std::string format;
+  int eos_id = -1;
+  std::string verify;           // --verify mode
+  std::set<std::string> given;  // every flag on the command line, for the modes' exclusions
 };
 
 template <class T>
@@ -98,6 +141,24 @@ T parse_number(const std::string& flag, const std::string& text, T min, T max) {
   }
   if (value < min || value > max) fail(flag, " must be in [", min, ", ", max, "], got ", text);
   return value;
+}
+
+// The flags of --verify and --from-tokens (tools/tokenize_modes.h) against the rest.
+void check_modes(const Options& options) {
+  const auto refuse = [&](const char* mode, std::initializer_list<const char*> flags) {
+    for (const char* flag : flags)
+      if (options.given.contains(flag)) fail(flag, " does not go with ", mode);
+  };
+  if (!options.verify.empty()) {
+    if (options.given.size() > 1) fail("--verify DIR takes no other option");
+  } else if (!options.from_tokens.empty()) {
+    refuse("--from-tokens (ids need no tokenizer)",
+           {"--input", "--tokenizer", "--split", "--text-field", "--sample-mb", "--threads"});
+    for (const char* flag : {"--format", "--vocab-size", "--eos-id", "--out"})
+      if (!options.given.contains(flag)) fail("--from-tokens needs ", flag);
+  } else {
+    refuse("--input: they are for --from-tokens", {"--format", "--eos-id"});
+  }
 }
 
 // Accepts `--flag value` and `--flag=value`; --input takes every following non-flag argument.
@@ -112,6 +173,7 @@ Options parse_options(int argc, char** argv) {
       flag = flag.substr(0, equals);
       has_inline_value = true;
     }
+    options.given.insert(flag);
     const auto value = [&]() -> std::string {
       if (has_inline_value) return inline_value;
       if (i + 1 >= argc || std::string(argv[i + 1]).starts_with("--")) {
@@ -120,14 +182,21 @@ Options parse_options(int argc, char** argv) {
       return argv[++i];
     };
     if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage << "\n" << kHelp << "\n";
+      std::cout << help_text(kCommand) << std::flush;
       std::exit(0);
-    } else if (flag == "--input") {
-      if (has_inline_value) options.inputs.push_back(inline_value);
+    } else if (flag == "--input" || flag == "--from-tokens") {
+      std::vector<std::string>& files = flag == "--input" ? options.inputs : options.from_tokens;
+      if (has_inline_value) files.push_back(inline_value);
       while (i + 1 < argc && !std::string(argv[i + 1]).starts_with("--")) {
-        options.inputs.emplace_back(argv[++i]);
+        files.emplace_back(argv[++i]);
       }
-      if (!has_inline_value && options.inputs.empty()) fail("option --input needs a file");
+      if (!has_inline_value && files.empty()) fail("option ", flag, " needs a file");
+    } else if (flag == "--format") {
+      options.format = value();
+    } else if (flag == "--eos-id") {
+      options.eos_id = parse_number<int>(flag, value(), 0, (1 << 30) - 1);
+    } else if (flag == "--verify") {
+      options.verify = value();
     } else if (flag == "--out") {
       options.out = value();
     } else if (flag == "--vocab-size") {
@@ -159,6 +228,8 @@ Options parse_options(int argc, char** argv) {
       fail("unexpected argument '", flag, "' (", kUsage, ")");
     }
   }
+  check_modes(options);
+  if (!options.verify.empty() || !options.from_tokens.empty()) return options;
   if (options.inputs.empty()) fail("no input files: --input FILE... is required (", kUsage, ")");
   if (options.out.empty()) fail("--out DIR is required (", kUsage, ")");
   if (options.vocab_size_given && !options.tokenizer.empty()) {
@@ -229,88 +300,11 @@ class ProgressLine {
   Clock::time_point last_;
 };
 
-// The staging directory: created on construction, removed on destruction unless committed.
-class StagedOutput {
- public:
-  explicit StagedOutput(const std::string& out) : out_(out) {
-    std::error_code ec;
-    fs::create_directories(out_, ec);
-    if (ec || !fs::is_directory(out_)) {
-      fail("cannot create output directory '", out, "': ", ec ? ec.message() : "not a directory");
-    }
-    staging_ = out_ / (".tokenize-staging-" + std::to_string(::getpid()));
-    fs::remove_all(staging_, ec);
-    fs::create_directories(staging_ / "train", ec);
-    if (!ec) fs::create_directories(staging_ / "val", ec);
-    if (ec) fail("cannot create '", staging_.string(), "': ", ec.message());
-  }
-  ~StagedOutput() {
-    std::error_code ignored;
-    fs::remove_all(staging_, ignored);
-  }
-  fs::path path(const std::string& name) const { return staging_ / name; }
-
-  // Replaces DIR/<name> by the staged one for each name; a staged entry that is missing or an
-  // empty directory (val/ with --val-fraction 0) removes the old one, so no output of an earlier
-  // run is left mixed with this one.
-  void commit() {
-    for (const char* name : {"tokenizer.model", "train", "val"}) {
-      std::error_code ec;
-      fs::remove_all(out_ / name, ec);
-      if (ec) fail("cannot replace '", (out_ / name).string(), "': ", ec.message());
-      const fs::path staged = staging_ / name;
-      if (!fs::exists(staged) || (fs::is_directory(staged) && fs::is_empty(staged))) continue;
-      fs::rename(staging_ / name, out_ / name, ec);
-      if (ec) fail("cannot move output into '", (out_ / name).string(), "': ", ec.message());
-    }
-  }
-
- private:
-  fs::path out_;
-  fs::path staging_;
-};
-
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream file(path, std::ios::binary);
   file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   file.close();
   if (!file) fail("cannot write '", path.string(), "'");
-}
-
-const char* plural(std::size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
-
-// Before any work: a corpus already in --out is replaced only on request.
-void check_output_is_free(const Options& options) {
-  if (options.force) return;
-  for (const char* name : {"tokenizer.model", "train", "val"}) {
-    std::error_code ec;
-    if (fs::exists(fs::path(options.out) / name, ec))
-      fail("--out '", options.out, "' already holds a tokenized corpus ('", name,
-           "'); choose another folder, or pass --force to replace it");
-  }
-}
-
-// The input files: each --input, a directory replaced by its regular, non-hidden files in name
-// order.
-std::vector<std::string> list_input_files(const std::vector<std::string>& inputs) {
-  std::vector<std::string> files;
-  for (const std::string& input : inputs) {
-    std::error_code ec;
-    if (!fs::is_directory(input, ec)) {
-      files.push_back(input);
-      continue;
-    }
-    std::vector<std::string> listed;
-    for (const fs::directory_entry& entry : fs::directory_iterator(input, ec)) {
-      if (entry.is_regular_file() && !entry.path().filename().string().starts_with("."))
-        listed.push_back(entry.path().string());
-    }
-    if (ec) fail("cannot list input directory '", input, "': ", ec.message());
-    if (listed.empty()) fail("input directory '", input, "' holds no files");
-    std::sort(listed.begin(), listed.end());
-    files.insert(files.end(), listed.begin(), listed.end());
-  }
-  return files;
 }
 
 std::uint64_t total_file_bytes(const std::vector<std::string>& files) {
@@ -351,7 +345,7 @@ CorpusCount read_corpus(const Options& options, const std::vector<std::string>& 
 }
 
 void run(const Options& options) {
-  check_output_is_free(options);
+  check_output_is_free(options.out, options.force);
   const std::vector<std::string> files = list_input_files(options.inputs);
 
   const bool train_new = options.tokenizer.empty();
@@ -452,7 +446,14 @@ void run(const Options& options) {
 
 int main(int argc, char** argv) {
   try {
-    strata::run(strata::parse_options(argc, argv));
+    const strata::Options options = strata::parse_options(argc, argv);
+    if (!options.verify.empty()) return strata::verify_shards(options.verify);
+    if (!options.from_tokens.empty())
+      strata::convert_token_files(
+          {options.from_tokens, strata::parse_token_file_format(options.format), options.vocab_size,
+           options.eos_id, options.out, options.val_fraction, options.shard_tokens, options.force});
+    else
+      strata::run(options);
     return 0;
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -34,6 +34,9 @@ void Trainer::State::print_startup() const {
             << settings.accumulation << " accumulation steps | "
             << static_cast<std::int64_t>(c.train.global_batch) * c.model.seq_len
             << " tokens/step\n";
+  // Said once, by the logger: every rank opened the same shards.
+  if (const std::string note = data.missing_checksums_note(); !note.empty())
+    std::cerr << note << "\n";
   if (data.is_mixture()) {
     const std::uint64_t samples_in_run = static_cast<std::uint64_t>(c.train.steps) *
                                          static_cast<std::uint64_t>(c.train.global_batch) *

@@ -160,7 +160,8 @@ void Trainer::State::warn_changed_keys(const std::string& saved_yaml,
 
 void Trainer::State::save_checkpoint() {
   if (last_checkpoint_step == progress.step) return;
-  CheckpointMeta meta{config_to_yaml(config), checkpoint_state(), tokenizer_model, {}};
+  CheckpointMeta meta{
+      config_to_yaml(config), checkpoint_state(), tokenizer_model, {}, data.without_tokenizer()};
   if (diloco) {  // every worker's counters reach the first (uncounted: metrics' duplicate)
     std::vector<CheckpointState> all(static_cast<std::size_t>(groups.workers()));
     groups.outer_metrics().all_gather(reinterpret_cast<const std::uint8_t*>(&meta.state),

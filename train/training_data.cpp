@@ -84,6 +84,10 @@ std::string TrainingData::check(const Config& config) const {
     digest = tokenizer.sha256();
     tokenizer_model = tokenizer.serialized();
     const std::string& made_with = sources_.front().train.info().tokenizer_sha256;
+    if (!is_mixture_ && made_with == kNoTokenizer)
+      fail("data.tokenizer '", config.data.tokenizer,
+           "': the training shards hold ids converted without a tokenizer (tokenizer_sha256 "
+           "\"none\", tokenize --from-tokens); leave data.tokenizer out to train on their ids");
     if (!is_mixture_ && !made_with.empty() && made_with != digest)
       fail("data.tokenizer '", config.data.tokenizer,
            "' is not the tokenizer the training shards were made with (sha256 differs)");
@@ -101,6 +105,20 @@ std::string TrainingData::check(const Config& config) const {
   }
   if (val_) check_shards_tokenizer(*val_, digest, "data.val");
   return tokenizer_model;
+}
+
+bool TrainingData::without_tokenizer() const {
+  return sources_.front().train.info().tokenizer_sha256 == kNoTokenizer;
+}
+
+std::string TrainingData::missing_checksums_note() const {
+  std::vector<std::pair<std::string, const TokenSource*>> splits;
+  for (const Source& s : sources_) {
+    splits.emplace_back(train_key(s, is_mixture_), &s.train);
+    if (s.val) splits.emplace_back(s.key + ".val", &*s.val);
+  }
+  if (val_) splits.emplace_back("data.val", &*val_);
+  return strata::missing_checksums_note(splits);
 }
 
 bool TrainingData::evaluates() const {

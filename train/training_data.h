@@ -48,6 +48,11 @@ class TrainingData {
   // against each other, all made with one tokenizer); returns the tokenizer's model bytes for
   // checkpoints ("" without one). strata::Error naming the key otherwise.
   std::string check(const Config& config) const;
+  // The shards' ids came without a tokenizer (tokenizer_sha256 kNoTokenizer, which check() makes
+  // every split share): checkpoints record it, so that generate can say why it has no text.
+  bool without_tokenizer() const;
+  // The `note:` line for the splits whose shards have no checksums ("" when all have them).
+  std::string missing_checksums_note() const;
 
   // Fills inputs[0..T) and targets[0..T) for global sample g.
   void sample(std::uint64_t global_sample, std::int32_t* inputs, std::int32_t* targets) const {

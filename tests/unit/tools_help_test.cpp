@@ -67,6 +67,9 @@ TEST(ToolsHelp, FlagsComeWithOneLineAndTheirDefaults) {
   EXPECT_TRUE(contains(flag_line(generate, "--checkpoint"), "(required)")) << generate;
   const std::string eval = testing::run_command(testing::bin("eval") + " --help").output;
   EXPECT_TRUE(contains(flag_line(eval, "--tokens"), "train.eval_tokens")) << eval;
+  const std::string tokenize = testing::run_command(testing::bin("tokenize") + " --help").output;
+  EXPECT_TRUE(contains(flag_line(tokenize, "--val-fraction"), "(default: 0.05)")) << tokenize;
+  EXPECT_FALSE(flag_line(tokenize, "--verify").empty()) << tokenize;
   const std::string sgemm = testing::run_command(testing::bin("bench sgemm") + " --help").output;
   EXPECT_TRUE(contains(flag_line(sgemm, "--repeats"), "(default: 20)")) << sgemm;
   const std::string import = testing::run_command(testing::bin("ckpt import-hf --help")).output;

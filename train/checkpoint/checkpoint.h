@@ -89,6 +89,9 @@ struct CheckpointMeta {
   // DiLoCo workers 1 … k−1 (worker 0's is `state`), stored as /state/worker_<w>: their AdamW
   // step counts and loss scales differ when steps are skipped. Empty without DiLoCo.
   std::vector<CheckpointState> worker_states;
+  // The run trained on ids converted without a tokenizer (shards' tokenizer_sha256 "none"):
+  // stored as the root attribute tokenizer_sha256 = "none", so that generate can say so.
+  bool without_tokenizer = false;
 };
 
 // A whole checkpoint as one process holds it (tools, tests): the parameters and, when loaded,
@@ -100,6 +103,7 @@ struct Checkpoint {
   std::vector<float> adam_m;  // empty when not loaded
   std::vector<float> adam_v;
   std::string tokenizer_model;
+  bool without_tokenizer = false;  // as CheckpointMeta's
 };
 
 std::string checkpoint_file_name(std::int64_t step);  // "step_00000010.h5"

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "data/hdf5_handle.h"
+#include "data/token_shards.h"
 #include "model/core/error.h"
 #include "parallel/mesh/reduction_plan.h"
 #include "train/checkpoint/checkpoint_datasets.h"
@@ -119,6 +120,8 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
   H5File file = open_checkpoint(path);
   CheckpointMeta ckpt;
   ckpt.config_yaml = read_attribute_string(file.id(), "config");
+  ckpt.without_tokenizer = has_attribute(file.id(), "tokenizer_sha256") &&
+                           read_attribute_string(file.id(), "tokenizer_sha256") == kNoTokenizer;
   // Every shape before any buffer is allocated: a layout that is not the file's (a config that
   // claims a larger model, say) is an error, not an allocation of the size it claims.
   for (const StateBuffer& buffer : buffers) {
@@ -177,8 +180,13 @@ Checkpoint read_checkpoint(const std::string& path, const ParameterLayout& layou
     buffers.push_back({"optimizer/v", all, {}});
   }
   CheckpointMeta meta = read_checkpoint(path, layout, buffers);
-  Checkpoint ckpt{std::move(meta.config_yaml),    meta.state, std::move(buffers[0].values), {}, {},
-                  std::move(meta.tokenizer_model)};
+  Checkpoint ckpt{std::move(meta.config_yaml),
+                  meta.state,
+                  std::move(buffers[0].values),
+                  {},
+                  {},
+                  std::move(meta.tokenizer_model),
+                  meta.without_tokenizer};
   if (with_optimizer) {
     ckpt.adam_m = std::move(buffers[1].values);
     ckpt.adam_v = std::move(buffers[2].values);

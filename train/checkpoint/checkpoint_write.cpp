@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "data/hdf5_handle.h"
+#include "data/token_shards.h"
 #include "model/core/error.h"
 #include "parallel/mesh/reduction_plan.h"
 #include "train/checkpoint/checkpoint_datasets.h"
@@ -145,6 +146,7 @@ void create_checkpoint_file(const std::string& path, const GptShape& shape,
   H5File file = H5File::create(path, kSealBytes);
   write_attribute_string(file.id(), "format", kCheckpointFormat);
   write_attribute_string(file.id(), "config", ckpt.config_yaml);
+  if (ckpt.without_tokenizer) write_attribute_string(file.id(), "tokenizer_sha256", kNoTokenizer);
   for (const StateDatasets& d : datasets)
     create_tensors(file.id(), dataset_group(d.name), logical, d.stored);
   H5Id state = create_group(file.id(), "/state");
@@ -272,8 +274,9 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
     buffers.push_back({"optimizer/v", all, ckpt.adam_v});
   }
   const CheckpointWriter writer{&layout, shape, {all}, nullptr, {}};
-  return write_checkpoint(directory, writer,
-                          {ckpt.config_yaml, ckpt.state, ckpt.tokenizer_model, {}}, buffers);
+  return write_checkpoint(
+      directory, writer,
+      {ckpt.config_yaml, ckpt.state, ckpt.tokenizer_model, {}, ckpt.without_tokenizer}, buffers);
 }
 
 }  // namespace strata

@@ -29,6 +29,7 @@ SavedModel load_saved_model(const std::string& checkpoint_path, int max_batch) {
   saved.state = ckpt.state;
   saved.params = std::move(ckpt.params);
   saved.tokenizer_model = std::move(ckpt.tokenizer_model);
+  saved.without_tokenizer = ckpt.without_tokenizer;
   return saved;
 }
 

@@ -17,7 +17,8 @@ struct SavedModel {
   CheckpointState state;
   std::unique_ptr<Gpt<float>> model;
   std::vector<float> params;
-  std::string tokenizer_model;  // serialized SentencePiece model; empty if the run had none
+  std::string tokenizer_model;     // serialized SentencePiece model; empty if the run had none
+  bool without_tokenizer = false;  // trained on ids converted without a tokenizer
 };
 
 // max_batch: the most sequences one forward will hold (0: the run's train.micro_batch).
