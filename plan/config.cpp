@@ -331,7 +331,8 @@ class FieldWriter {
     note(path);
   }
   void operator()(std::string_view path, const std::string& value) {
-    key(path) << value;
+    key(path);
+    emit_string(out_, value);
     note(path, path == "checkpoint.dir" && value.empty()
                    ? "empty: " + config_.checkpoint_directory()
                    : "");
@@ -401,6 +402,14 @@ class FieldWriter {
 };
 
 }  // namespace
+
+void emit_string(YAML::Emitter& out, const std::string& value) {
+  const bool control = std::any_of(value.begin(), value.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  if (control) out << YAML::DoubleQuoted;
+  out << value;
+}
 
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {

@@ -195,6 +195,10 @@ class ConfigSource {
 
 // "a map", "a list", "'text'" or "nothing": what a node is, for messages.
 std::string describe(const YAML::Node& node);
+// Emits a string value so that it reads back the same: double-quoted (control characters escaped)
+// when it holds one, which yaml-cpp would otherwise write raw (a lone carriage return then reads
+// back as a line break: found by fuzzing, docs/FUZZING.md).
+void emit_string(YAML::Emitter& out, const std::string& value);
 // A finite number written as YAML/JSON writes one ("1e-3", "+2"); std::nullopt otherwise.
 std::optional<double> parse_number(std::string_view text);
 

@@ -137,14 +137,18 @@ void read_train_data(const YAML::Node& node, const std::string& path, TrainData 
 
 void write_train_data(YAML::Emitter& out, const TrainData& data) {
   if (data.mixture.empty()) {
-    out << data.path;
+    emit_string(out, data.path);
     return;
   }
   out << YAML::BeginSeq;
   for (const DataSource& s : data.mixture) {
-    out << YAML::BeginMap << YAML::Key << "path" << YAML::Value << s.path << YAML::Key << "weight"
-        << YAML::Value << shortest_text(s.weight);
-    if (!s.val.empty()) out << YAML::Key << "val" << YAML::Value << s.val;
+    out << YAML::BeginMap << YAML::Key << "path" << YAML::Value;
+    emit_string(out, s.path);
+    out << YAML::Key << "weight" << YAML::Value << shortest_text(s.weight);
+    if (!s.val.empty()) {
+      out << YAML::Key << "val" << YAML::Value;
+      emit_string(out, s.val);
+    }
     out << YAML::Key << "name" << YAML::Value << s.name << YAML::EndMap;
   }
   out << YAML::EndSeq;
