@@ -5,6 +5,7 @@
 
 #include "model/core/error.h"
 #include "model/kernels/adafactor_element.h"
+#include "train/optimizer/tensor_parts.h"
 
 namespace strata {
 
@@ -12,27 +13,21 @@ Adafactor::Adafactor(const ParameterLayout& layout, ElementRange range,
                      const OptimizerConfig& config, OptimizerGroups groups)
     : range_(range), config_(config), groups_(groups) {
   // wte first (its own section), then the whole tensors, then the split ones.
-  std::vector<const TensorView*> order;
-  for (int pass = 0; pass < 3; ++pass)
-    for (const TensorView& t : layout.tensors()) {
-      const bool wte = t.name == "wte", split = !t.slice.is_whole();
-      if ((pass == 0 && wte) || (pass == 1 && !wte && !split) || (pass == 2 && !wte && split))
-        order.push_back(&t);
-    }
   std::size_t sums = 0, norms = 0;
-  for (const TensorView* view : order) {
+  for (const TensorPart& part : tensor_parts(layout, range_, TensorOrder::wte_whole_split)) {
+    const TensorView* view = part.view;
     Tensor t;
     t.slice = view->slice;
-    t.elements = {view->offset, view->offset + view->size};
-    t.held = intersect(t.elements, range_);
+    t.elements = part.elements;
+    t.held = part.held;
     const std::vector<std::int64_t>& shape = view->slice.logical_shape;
     STRATA_CHECK(shape.size() == 1 || shape.size() == 2, "Adafactor: tensor '", view->name,
                  "' is neither a vector nor a matrix");
-    t.matrix = shape.size() == 2;
+    t.matrix = part.matrix();
     t.rows = t.matrix ? shape[0] : 1;
     t.cols = t.matrix ? shape[1] : shape[0];
     t.decay = view->decay;
-    t.split = !view->slice.is_whole();
+    t.split = part.split;
     t.sums_at = sums;
     t.norms_at = norms;
     sums += static_cast<std::size_t>(t.matrix ? t.rows + t.cols : t.cols);

@@ -7,6 +7,7 @@
 #include "model/core/error.h"
 #include "model/kernels/adamw_element.h"
 #include "model/kernels/dynamic_quant.h"
+#include "train/optimizer/tensor_parts.h"
 
 namespace strata {
 namespace {
@@ -35,32 +36,35 @@ AdamW8bit::AdamW8bit(const ParameterLayout& layout, ElementRange range,
   const auto chunk = static_cast<std::int64_t>(state_->chunk_elements());
   // The whole tensors' blocks first, then those of the tensors tensor parallelism splits (the
   // part of the maxima agreed over tp).
-  for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1) split_blocks_begin_ = blocks_;
-    for (const TensorView& t : layout.tensors()) {
-      if (t.slice.is_whole() == (pass == 1)) continue;
-      const std::int64_t logical_size = t.slice.logical_size();
-      const std::size_t first_block = blocks_;
-      const std::int64_t tensor_blocks = (logical_size + block - 1) / block;
-      blocks_ += static_cast<std::size_t>(tensor_blocks);
-      scale_stats_.push_back({t.name, tensor_blocks});
-      const ElementRange held = intersect({t.offset, t.offset + t.size}, range_);
-      // Local order is logical order within each (mid_count · inner) run of the slice.
-      const std::int64_t run = t.slice.mid_count * t.slice.inner;
-      for (auto local = static_cast<std::int64_t>(held.begin - t.offset),
-                end = static_cast<std::int64_t>(held.end - t.offset);
-           local < end;) {
-        const std::int64_t logical = t.slice.logical_index(local);
-        const std::size_t at = t.offset + static_cast<std::size_t>(local) - range_.begin;
-        const std::int64_t count =
-            std::min({end - local, (local / run + 1) * run - local, block - logical % block,
-                      chunk - static_cast<std::int64_t>(at) % chunk});
-        segments_.push_back({at, static_cast<std::size_t>(count),
-                             first_block + static_cast<std::size_t>(logical / block), t.decay});
-        local += count;
-      }
+  bool in_split = false;
+  for (const TensorPart& part : tensor_parts(layout, range_, TensorOrder::whole_first)) {
+    const TensorView& t = *part.view;
+    if (part.split && !in_split) {
+      split_blocks_begin_ = blocks_;
+      in_split = true;
+    }
+    const std::int64_t logical_size = t.slice.logical_size();
+    const std::size_t first_block = blocks_;
+    const std::int64_t tensor_blocks = (logical_size + block - 1) / block;
+    blocks_ += static_cast<std::size_t>(tensor_blocks);
+    scale_stats_.push_back({t.name, tensor_blocks});
+    const ElementRange& held = part.held;
+    // Local order is logical order within each (mid_count · inner) run of the slice.
+    const std::int64_t run = t.slice.mid_count * t.slice.inner;
+    for (auto local = static_cast<std::int64_t>(held.begin - t.offset),
+              end = static_cast<std::int64_t>(held.end - t.offset);
+         local < end;) {
+      const std::int64_t logical = t.slice.logical_index(local);
+      const std::size_t at = t.offset + static_cast<std::size_t>(local) - range_.begin;
+      const std::int64_t count =
+          std::min({end - local, (local / run + 1) * run - local, block - logical % block,
+                    chunk - static_cast<std::int64_t>(at) % chunk});
+      segments_.push_back({at, static_cast<std::size_t>(count),
+                           first_block + static_cast<std::size_t>(logical / block), t.decay});
+      local += count;
     }
   }
+  if (!in_split) split_blocks_begin_ = blocks_;
   // In element order, each chunk's segments a run of their own.
   std::sort(segments_.begin(), segments_.end(),
             [](const Segment& a, const Segment& b) { return a.at < b.at; });

@@ -8,6 +8,7 @@
 #include "model/kernels/cpu/adamw.h"
 #include "plan/optimizer_state.h"
 #include "train/optimizer/newton_schulz.h"
+#include "train/optimizer/tensor_parts.h"
 
 namespace strata {
 
@@ -30,9 +31,9 @@ Muon::Muon(const ParameterLayout& layout, ElementRange range, const OptimizerCon
     }
   }
   std::size_t adamw_size = 0, momentum_size = 0;
-  for (const TensorView& t : layout.tensors()) {
-    const ElementRange elements{t.offset, t.offset + t.size};
-    const ElementRange held = intersect(elements, range_);
+  for (const TensorPart& part : tensor_parts(layout, range_, TensorOrder::layout)) {
+    const TensorView& t = *part.view;
+    const ElementRange &elements = part.elements, &held = part.held;
     if (muon_updates(t)) {
       Matrix m;
       m.slice = t.slice;
@@ -40,7 +41,7 @@ Muon::Muon(const ParameterLayout& layout, ElementRange range, const OptimizerCon
       m.held = held;
       m.rows = static_cast<int>(t.slice.logical_shape.at(0));
       m.cols = static_cast<int>(t.slice.logical_shape.at(1));
-      m.split = !t.slice.is_whole();
+      m.split = part.split;
       m.momentum_at = momentum_size;
       momentum_size += held.size();
       for (const ElementRange& o : owners) m.owner_counts.push_back(intersect(elements, o).size());
