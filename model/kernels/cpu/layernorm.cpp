@@ -43,17 +43,17 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 }
 
 template <class T>
-void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* x, const T* y,
-                                const T* bias, const T* weight, const T* ln_bias, int N, int C,
+void residual_layernorm_forward(T* sum_out, T* out, T* mean, T* rstd, const T* residual, const T* y,
+                                const T* y_bias, const T* weight, const T* bias, int N, int C,
                                 ComputeDtype dtype) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const long row = static_cast<long>(n) * C;
-    T* s = sum + row;
+    T* s = sum_out + row;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) s[c] = x[row + c] + (y[row + c] + bias[c]);
+    for (int c = 0; c < C; ++c) s[c] = residual[row + c] + (y[row + c] + y_bias[c]);
     round_span(s, C, dtype);
-    layernorm_row(out + row, mean[n], rstd[n], s, weight, ln_bias, C);
+    layernorm_row(out + row, mean[n], rstd[n], s, weight, bias, C);
     round_span(out + row, C, dtype);
   }
 }

@@ -16,11 +16,13 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 
 // The residual add that closes an attention block and the LayerNorm that opens the MLP, in one
 // pass over each row (the row is still in cache when the LayerNorm reads it):
-//   sum = x + (y + bias), rounded to `dtype`;  out = LayerNorm(sum), rounded to `dtype`
+//   sum_out = residual + (y + y_bias), rounded to `dtype`;
+//   out = LayerNorm(sum_out; weight, bias), rounded to `dtype`
 // Exactly residual_bias_forward (residual.h), round_to_dtype, layernorm_forward, round_to_dtype.
+// The arguments are the CUDA kernel's (model/kernels/cuda/layernorm.h), name for name.
 template <class T>
-void residual_layernorm_forward(T* sum, T* out, T* mean, T* rstd, const T* x, const T* y,
-                                const T* bias, const T* weight, const T* ln_bias, int N, int C,
+void residual_layernorm_forward(T* sum_out, T* out, T* mean, T* rstd, const T* residual, const T* y,
+                                const T* y_bias, const T* weight, const T* bias, int N, int C,
                                 ComputeDtype dtype);
 
 // dinp (N, C) += ...; dweight, dbias (C) += ... (accumulated).
