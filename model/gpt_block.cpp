@@ -123,8 +123,8 @@ void Gpt<T>::attention_core_forward(const BlockActivations& a, int B, int T_, co
   const int C = shape_.d_model, tp = partition_.tp_size;
   const int Cl = C / tp, NHl = shape_.n_head / tp, N = B * T_;
   ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, C, 3 * Cl,
-                      Epilogue::bias);                    // (N, 3Cl)
-  ops_.attention_forward(a.atty, a.qkv, B, T_, Cl, NHl);  // (N, Cl)
+                      Epilogue::bias);                             // (N, 3Cl)
+  ops_.attention_forward(a.atty, nullptr, a.qkv, B, T_, Cl, NHl);  // (N, Cl)
 }
 
 // The input half of the block's backward: activation gradients, rounded to the compute dtype like
@@ -188,7 +188,7 @@ void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l
   // Attention: x2 = x + proj(attn(qkv(ln1(x)))) + bias
   gather_rows_into(dres, in.dy, N, C);
   ops_.matmul_backward_input(x_.datty.data(), in.dy, p.attn_proj_weight, N, Cl, C);
-  ops_.attention_backward(in.dqkv, x_.datty.data(), a.qkv, B, T_, Cl, NHl);
+  ops_.attention_backward(in.dqkv, x_.datty.data(), a.qkv, a.atty, nullptr, B, T_, Cl, NHl);
   T* dln1_partial = partial_of(in.dln1);
   ops_.matmul_backward_input(dln1_partial, in.dqkv, p.qkv_weight, N, C, 3 * Cl);
   sum_rows(dln1_partial, in.dln1, N, C);

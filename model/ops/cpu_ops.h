@@ -27,6 +27,8 @@ class CpuOps {
   using Grad = T;    // parameter gradients
   using Stat = T;    // LayerNorm statistics
   using Scalar = T;  // loss scale, losses
+  // Attention statistics kept per (row, head) for the backward: none, it recomputes them.
+  static constexpr long kLsePerRow = 0;
 
   explicit CpuOps(cpu::ComputeDtype compute) : compute_(compute) {}
   cpu::ComputeDtype compute() const { return compute_; }
@@ -75,12 +77,14 @@ class CpuOps {
   void residual_bias_forward(Value* out, const Value* x, const Value* y, const Value* bias, int N,
                              int C);
 
-  // Causal attention on packed qkv (B·T_, 3C) → out (B·T_, C), rounded. The backward recomputes
-  // the probabilities, rounded to the compute dtype as the forward had written them, and
-  // overwrites dqkv (rounded).
-  void attention_forward(Value* out, const Value* qkv, int B, int T_, int C, int NH);
-  void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, int B, int T_, int C,
-                          int NH);
+  // Causal attention on packed qkv (B·T_, 3C) → out (B·T_, C), rounded; lse: kLsePerRow·B·T_·NH
+  // statistics for the backward (here none: null). The backward recomputes the probabilities
+  // from qkv alone (it reads neither the forward's out nor lse), rounded to the compute dtype as
+  // the forward had written them, and overwrites dqkv (rounded). out and lse are in the
+  // signature because a backend that keeps the statistics (CUDA) reads them.
+  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH);
+  void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
+                          const Stat* lse, int B, int T_, int C, int NH);
 
  private:
   cpu::ComputeDtype compute_;

@@ -226,12 +226,13 @@ TYPED_TEST(OpsCpu, Attention) {
     std::vector<T> scratch, out(rows * AC), a_out(rows * AC);
     cpu::attention_forward(out.data(), qkv.data(), B, T_, AC, NH, scratch);
     round(out, dtype);
-    ops.attention_forward(a_out.data(), qkv.data(), B, T_, AC, NH);
+    ops.attention_forward(a_out.data(), nullptr, qkv.data(), B, T_, AC, NH);
     expect_bitwise(out, a_out);
     std::vector<T> dqkv(rows * 3 * AC), a_dqkv(rows * 3 * AC);
     cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), B, T_, AC, NH, dtype, scratch);
     round(dqkv, dtype);
-    ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), B, T_, AC, NH);
+    ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), nullptr, B, T_, AC,
+                           NH);
     expect_bitwise(dqkv, a_dqkv);
   }
 }
