@@ -37,7 +37,8 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
       segment_(segment_index(segments_)),
       tp_(tp),
       max_batch_(max_batch),
-      options_(options) {
+      options_(options),
+      ops_(options.compute) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
   STRATA_CHECK(partition.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
   if (tp_ == nullptr) {
@@ -188,11 +189,6 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
   s.batch = B;
   s.time = T_;
   return s;
-}
-
-template <class T>
-void Gpt<T>::round_to_compute(T* data, long n) const {
-  if (options_.compute != cpu::ComputeDtype::fp32) cpu::round_to_dtype(data, n, options_.compute);
 }
 
 template <class T>

@@ -30,8 +30,9 @@
 // Mixed precision (GptOptions::compute, ARCHITECTURE §6) is emulated: `params` is expected to be
 // the caller's rounded copy of the fp32 master weights, and every op output the model stores and
 // every activation gradient it passes backward is rounded to the compute dtype where a GPU kernel
-// would write it (round_to_compute in gpt.cpp); GEMMs and reductions accumulate in T, parameter
-// gradients accumulate in T. fp32 rounds nothing.
+// would write it (the block's by its ops, model/ops/cpu_ops.h; the embedding's and the head's by
+// round_to_compute in gpt.cpp); GEMMs and reductions accumulate in T, parameter gradients
+// accumulate in T. fp32 rounds nothing.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +46,7 @@
 #include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/moe/moe_layer.h"
+#include "model/ops/cpu_ops.h"
 #include "model/parameter_access.h"
 #include "model/parameter_layout.h"
 #include "model/recompute.h"
@@ -167,9 +169,10 @@ class Gpt {
   // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output
   // goes to the workspace (the slot keeps the one computed by the forward).
   BlockActivations block_activations(Slot& s, int local_layer, bool recomputing);
-  // Rounds an op output (or activation gradient) to the compute dtype, as a kernel of that dtype
-  // would store it; nothing in fp32.
-  void round_to_compute(T* data, long n) const;
+  // Rounds an op output (or activation gradient) of the embedding and the head to the compute
+  // dtype, as a kernel of that dtype would store it; nothing in fp32. The block's ops round their
+  // own (ops_).
+  void round_to_compute(T* data, long n) const { ops_.round_to_compute(data, n); }
 
   void embed(Slot& s, ParameterAccess<T>& parameters);
   void block_forward(const BlockActivations& a, int B, int T_, const Block& p);
@@ -217,6 +220,7 @@ class Gpt {
   std::unique_ptr<Collectives> single_rank_;  // used when no group is given
   int max_batch_;
   GptOptions options_;
+  CpuOps<T> ops_;  // the block's kernels, each rounding its own outputs (model/ops/cpu_ops.h)
   bool sequence_parallel_;  // rows sharded (partition says so and tp_size > 1)
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<Scratch> scratch_;

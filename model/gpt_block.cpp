@@ -6,15 +6,8 @@
 
 #include "model/gpt.h"
 #include "model/gpt_storage.h"
-#include "model/kernels/cpu/attention.h"
-#include "model/kernels/cpu/gelu.h"
-#include "model/kernels/cpu/layernorm.h"
-#include "model/kernels/cpu/matmul.h"
-#include "model/kernels/cpu/residual.h"
 
 namespace strata {
-
-using namespace cpu;
 
 template <class T>
 typename Gpt<T>::Block Gpt<T>::block_params(const T* base, int layer) const {
@@ -85,26 +78,24 @@ typename Gpt<T>::BlockActivations Gpt<T>::block_activations(Slot& s, int l, bool
   return a;
 }
 
-// Every op output below is rounded to the compute dtype before the next op reads it; GEMMs and
-// reductions (including the tensor-parallel sums of partial outputs) accumulate in T.
+// Every op output below is rounded to the compute dtype by its op (ops_) before the next op reads
+// it; GEMMs and reductions (including the tensor-parallel sums of partial outputs) accumulate in T.
 template <class T>
 void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const Block& p) {
   const int C = shape_.d_model, tp = partition_.tp_size;
   const int Hl = 4 * C / tp;
   const int N = B * T_, Nl = activation_rows(B, T_);
-  const long rows = static_cast<long>(Nl) * C, full = static_cast<long>(N) * C;
   T* partial = scratch_->partial.data();
 
   // Attention: x2 = x + proj(attn(qkv(ln1(x))))
-  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p.ln1_weight, p.ln1_bias, Nl, C);
-  round_to_compute(a.ln1, rows);                                              // (Nl, C)
+  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p.ln1_weight, p.ln1_bias, Nl, C);
   attention_core_forward(a, B, T_, p, gather_rows(a.ln1, a.ln1_full, N, C));  // (N, Cl)
-  matmul_forward(partial, a.atty, p.attn_proj_weight, static_cast<const T*>(nullptr), N, C / tp, C);
-  round_to_compute(partial, full);
+  ops_.matmul_forward(partial, nullptr, a.atty, p.attn_proj_weight, nullptr, N, C / tp, C,
+                      Epilogue::bias);
   const T* y = sum_rows(partial, scratch_->reduced.data(), N, C);  // (Nl, C)
   // x2 = x + y + bias and ln2(x2), both rounded, in one pass over each row.
-  residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
-                             p.ln2_weight, p.ln2_bias, Nl, C, options_.compute);
+  ops_.residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
+                                  p.ln2_weight, p.ln2_bias, Nl, C);
 
   // MLP: next = x2 + proj(gelu(fc(ln2(x2)))), or the experts: next = x2 + moe(ln2(x2)), their
   // biases inside (model/moe/moe_layer.h).
@@ -112,17 +103,16 @@ void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const Block
   if (a.moe != nullptr) {
     moe_->forward(*a.moe, ln2_full, N, T_, p.moe, partial);  // this rank's part, rounded
     const T* z = sum_rows(partial, scratch_->reduced.data(), N, C);
-    residual_bias_forward(a.out, a.x2, z, static_cast<const T*>(nullptr), Nl, C);
-    round_to_compute(a.out, rows);
+    ops_.residual_bias_forward(a.out, a.x2, z, nullptr, Nl, C);
     return;
   }
-  matmul_forward(a.fch, ln2_full, p.fc_weight, static_cast<const T*>(nullptr), N, C, Hl);
-  bias_gelu_forward(a.fch_gelu, a.fch, p.fc_bias, N, Hl, options_.compute);  // (N, Hl) each
-  matmul_forward(partial, a.fch_gelu, p.mlp_proj_weight, static_cast<const T*>(nullptr), N, Hl, C);
-  round_to_compute(partial, full);
+  // (N, Hl) each: the bias after the bias-free product, with the GELU in one pass.
+  ops_.matmul_forward(a.fch_gelu, a.fch, ln2_full, p.fc_weight, p.fc_bias, N, C, Hl,
+                      Epilogue::bias_gelu);
+  ops_.matmul_forward(partial, nullptr, a.fch_gelu, p.mlp_proj_weight, nullptr, N, Hl, C,
+                      Epilogue::bias);
   const T* z = sum_rows(partial, scratch_->reduced.data(), N, C);
-  residual_bias_forward(a.out, a.x2, z, p.mlp_proj_bias, Nl, C);
-  round_to_compute(a.out, rows);
+  ops_.residual_bias_forward(a.out, a.x2, z, p.mlp_proj_bias, Nl, C);
 }
 
 // ln1 (all N rows) → qkv → attention output: the part selective recomputation
@@ -132,10 +122,9 @@ void Gpt<T>::attention_core_forward(const BlockActivations& a, int B, int T_, co
                                     const T* ln1_full) {
   const int C = shape_.d_model, tp = partition_.tp_size;
   const int Cl = C / tp, NHl = shape_.n_head / tp, N = B * T_;
-  matmul_forward(a.qkv, ln1_full, p.qkv_weight, p.qkv_bias, N, C, 3 * Cl);  // (N, 3Cl)
-  round_to_compute(a.qkv, 3 * static_cast<long>(N) * Cl);
-  attention_forward(a.atty, a.qkv, B, T_, Cl, NHl, scratch_->attention);  // (N, Cl)
-  round_to_compute(a.atty, static_cast<long>(N) * Cl);
+  ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, C, 3 * Cl,
+                      Epilogue::bias);                             // (N, 3Cl)
+  ops_.attention_forward(a.atty, nullptr, a.qkv, B, T_, Cl, NHl);  // (N, Cl)
 }
 
 // The input half of the block's backward: activation gradients, rounded to the compute dtype like
@@ -189,31 +178,22 @@ void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l
     moe_->backward_input(*a.moe, in.dz, s.loss_scale, p.moe, dln2_partial);  // rounded
     MoeTotals::add(moe_totals_.data(), layer, shape_.moe.experts, a.moe->stats);
   } else {
-    matmul_backward_input(dfch_gelu, in.dz, p.mlp_proj_weight, N, Hl, C);
-    round_to_compute(dfch_gelu, static_cast<long>(N) * Hl);
-    gelu_backward(in.dfch, a.fch, dfch_gelu, static_cast<long>(N) * Hl);
-    round_to_compute(in.dfch, static_cast<long>(N) * Hl);
-    matmul_backward_input(dln2_partial, in.dfch, p.fc_weight, N, C, Hl);
-    round_to_compute(dln2_partial, full);
+    ops_.matmul_backward_input(dfch_gelu, in.dz, p.mlp_proj_weight, N, Hl, C);
+    ops_.gelu_backward(in.dfch, a.fch, dfch_gelu, static_cast<long>(N) * Hl);
+    ops_.matmul_backward_input(dln2_partial, in.dfch, p.fc_weight, N, C, Hl);
   }
   sum_rows(dln2_partial, in.dln2, N, C);  // (Nl, C)
-  layernorm_backward_input(dres, in.dln2, a.x2, p.ln2_weight, a.ln2_mean, a.ln2_rstd, Nl, C);
-  round_to_compute(dres, rows);
+  ops_.layernorm_backward_input(dres, in.dln2, a.x2, p.ln2_weight, a.ln2_mean, a.ln2_rstd, Nl, C);
 
   // Attention: x2 = x + proj(attn(qkv(ln1(x)))) + bias
   gather_rows_into(dres, in.dy, N, C);
-  matmul_backward_input(x_.datty.data(), in.dy, p.attn_proj_weight, N, Cl, C);
-  round_to_compute(x_.datty.data(), static_cast<long>(N) * Cl);
-  attention_backward(in.dqkv, x_.datty.data(), a.qkv, B, T_, Cl, NHl, options_.compute,
-                     x_.attention);
-  round_to_compute(in.dqkv, 3 * static_cast<long>(N) * Cl);
+  ops_.matmul_backward_input(x_.datty.data(), in.dy, p.attn_proj_weight, N, Cl, C);
+  ops_.attention_backward(in.dqkv, x_.datty.data(), a.qkv, a.atty, nullptr, B, T_, Cl, NHl);
   T* dln1_partial = partial_of(in.dln1);
-  matmul_backward_input(dln1_partial, in.dqkv, p.qkv_weight, N, C, 3 * Cl);
-  round_to_compute(dln1_partial, full);
+  ops_.matmul_backward_input(dln1_partial, in.dqkv, p.qkv_weight, N, C, 3 * Cl);
   sum_rows(dln1_partial, in.dln1, N, C);
-  layernorm_backward_input(dres, in.dln1, a.x, p.ln1_weight, a.ln1_mean, a.ln1_rstd, Nl, C);
+  ops_.layernorm_backward_input(dres, in.dln1, a.x, p.ln1_weight, a.ln1_mean, a.ln1_rstd, Nl, C);
   parameters.release_weights(segment);
-  round_to_compute(dres, rows);
 }
 
 // Layer l's weight-gradient inputs in stash layer `at` of `w`: activations the slot keeps are read
@@ -273,28 +253,28 @@ void Gpt<T>::block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int 
   T* grads = parameters.acquire_gradients(segment);
   const std::string h = "h." + std::to_string(layer) + ".";
   auto g = [&](const char* name) { return in_segment(grads, segment, h + name); };
-  // A row-parallel layer's bias is replicated: each rank adds its own rows' share (all of them
-  // without sequence parallelism), found at its place among the gathered rows.
-  const long own_rows = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl * C : 0;
+  // A row-parallel layer's bias (and the router's gradient) is replicated: each rank adds its own
+  // rows' share (all of them without sequence parallelism, Nl = N), found at its place among the
+  // gathered rows.
+  const RowRange own_rows{sequence_parallel_ ? partition_.tp_rank * Nl : 0, Nl};
 
   if (is_moe(l)) {
-    const int own_begin = sequence_parallel_ ? partition_.tp_rank * Nl : 0;
-    moe_->backward_weight(s.moe[static_cast<std::size_t>(l)], g("moe.router.weight"), own_begin,
-                          sequence_parallel_ ? Nl : N);
+    moe_->backward_weight(s.moe[static_cast<std::size_t>(l)], g("moe.router.weight"),
+                          own_rows.begin, own_rows.count);
   } else {
-    bias_backward(g("mlp.proj.bias"), in.dz + own_rows, Nl, C);
-    matmul_backward_weight(g("mlp.proj.weight"), static_cast<T*>(nullptr), in.dz, in.fch_gelu, N,
-                           Hl, C);
-    matmul_backward_weight(g("mlp.fc.weight"), g("mlp.fc.bias"), in.dfch, in.ln2_full, N, C, Hl);
+    ops_.matmul_backward_weight_rows(g("mlp.proj.weight"), g("mlp.proj.bias"), in.dz, in.fch_gelu,
+                                     N, Hl, C, own_rows);
+    ops_.matmul_backward_weight(g("mlp.fc.weight"), g("mlp.fc.bias"), in.dfch, in.ln2_full, N, C,
+                                Hl);
   }
-  layernorm_backward_weight(g("ln2.weight"), g("ln2.bias"), in.dln2, in.x2, in.ln2_mean,
-                            in.ln2_rstd, Nl, C);
-  bias_backward(g("attn.proj.bias"), in.dy + own_rows, Nl, C);
-  matmul_backward_weight(g("attn.proj.weight"), static_cast<T*>(nullptr), in.dy, in.atty, N, Cl, C);
-  matmul_backward_weight(g("attn.qkv.weight"), g("attn.qkv.bias"), in.dqkv, in.ln1_full, N, C,
-                         3 * Cl);
-  layernorm_backward_weight(g("ln1.weight"), g("ln1.bias"), in.dln1, in.x, in.ln1_mean, in.ln1_rstd,
-                            Nl, C);
+  ops_.layernorm_backward_weight(g("ln2.weight"), g("ln2.bias"), in.dln2, in.x2, in.ln2_mean,
+                                 in.ln2_rstd, Nl, C);
+  ops_.matmul_backward_weight_rows(g("attn.proj.weight"), g("attn.proj.bias"), in.dy, in.atty, N,
+                                   Cl, C, own_rows);
+  ops_.matmul_backward_weight(g("attn.qkv.weight"), g("attn.qkv.bias"), in.dqkv, in.ln1_full, N, C,
+                              3 * Cl);
+  ops_.layernorm_backward_weight(g("ln1.weight"), g("ln1.bias"), in.dln1, in.x, in.ln1_mean,
+                                 in.ln1_rstd, Nl, C);
   parameters.release_gradients(segment);
 }
 

@@ -113,7 +113,6 @@ struct Gpt<T>::Scratch {
   WeightStash stash;                 // one layer, no copies: the fused backward's
   std::vector<T> rows;               // (tp·N) per-row values gathered over the group, (2N) sums
   std::vector<T> dlosses;            // (N)
-  std::vector<T> attention;          // attention's per-thread scratch (kernels/cpu/attention.h)
   LayerActivations recomputed;       // one layer of what the slots drop
   std::vector<T> recomputed_output;  // (Nl, C) the block output a full recompute produces again
 };

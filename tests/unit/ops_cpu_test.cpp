@@ -1,0 +1,254 @@
+// CpuOps<T> (model/ops/cpu_ops.h) against the kernel sequences the GPT block ran before the ops
+// existed: each op must be its kernels followed by round_to_dtype of what they wrote, bit for bit,
+// for float and double in every compute dtype. That is what keeps the model's training bitwise
+// unchanged by the ops layer (scripts/compare_builds.sh checks the whole model).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "model/kernels/cpu/attention.h"
+#include "model/kernels/cpu/gelu.h"
+#include "model/kernels/cpu/layernorm.h"
+#include "model/kernels/cpu/matmul.h"
+#include "model/kernels/cpu/precision.h"
+#include "model/kernels/cpu/residual.h"
+#include "model/ops/cpu_ops.h"
+
+namespace strata {
+namespace {
+
+using cpu::ComputeDtype;
+constexpr ComputeDtype kDtypes[] = {ComputeDtype::fp32, ComputeDtype::bf16, ComputeDtype::fp16};
+
+template <class T>
+std::vector<T> random_vector(std::size_t n, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<T> v(n);
+  for (T& x : v) x = static_cast<T>(normal(rng));
+  return v;
+}
+
+// Bitwise, so that -0.0 ≠ 0.0 and NaNs compare by their bits too.
+template <class T>
+void expect_bitwise(const std::vector<T>& expected, const std::vector<T>& actual) {
+  ASSERT_EQ(expected.size(), actual.size());
+  EXPECT_EQ(std::memcmp(expected.data(), actual.data(), expected.size() * sizeof(T)), 0);
+}
+
+template <class T>
+void round(std::vector<T>& v, ComputeDtype dtype) {
+  if (dtype != ComputeDtype::fp32)
+    cpu::round_to_dtype(v.data(), static_cast<long>(v.size()), dtype);
+}
+
+template <class T>
+class OpsCpu : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(OpsCpu, Types);
+
+// Shapes not multiples of a vector width; values in fp16's range.
+constexpr int N = 13, IC = 19, OC = 23, C = 24;
+
+TYPED_TEST(OpsCpu, MatmulForwardEpilogues) {
+  using T = TypeParam;
+  std::mt19937_64 rng(1);
+  const auto inp = random_vector<T>(N * IC, rng), weight = random_vector<T>(OC * IC, rng),
+             bias = random_vector<T>(OC, rng);
+  for (ComputeDtype dtype : kDtypes) {
+    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
+    CpuOps<T> ops(dtype);
+    {  // bias: the product with its bias, rounded
+      std::vector<T> expected(N * OC), actual(N * OC);
+      cpu::matmul_forward(expected.data(), inp.data(), weight.data(), bias.data(), N, IC, OC);
+      round(expected, dtype);
+      ops.matmul_forward(actual.data(), nullptr, inp.data(), weight.data(), bias.data(), N, IC, OC,
+                         Epilogue::bias);
+      expect_bitwise(expected, actual);
+    }
+    {  // gelu: the bias inside the product, rounded, GELU, rounded (the MoE experts' order)
+      std::vector<T> pre(N * OC), out(N * OC), actual_pre(N * OC), actual_out(N * OC);
+      cpu::matmul_forward(pre.data(), inp.data(), weight.data(), bias.data(), N, IC, OC);
+      round(pre, dtype);
+      cpu::gelu_forward(out.data(), pre.data(), static_cast<long>(N) * OC);
+      round(out, dtype);
+      ops.matmul_forward(actual_out.data(), actual_pre.data(), inp.data(), weight.data(),
+                         bias.data(), N, IC, OC, Epilogue::gelu);
+      expect_bitwise(pre, actual_pre);
+      expect_bitwise(out, actual_out);
+    }
+    {  // bias_gelu: a bias-free product, then the bias and GELU in one pass (the dense MLP's)
+      std::vector<T> pre(N * OC), out(N * OC), actual_pre(N * OC), actual_out(N * OC);
+      cpu::matmul_forward(pre.data(), inp.data(), weight.data(), static_cast<const T*>(nullptr), N,
+                          IC, OC);
+      cpu::bias_gelu_forward(out.data(), pre.data(), bias.data(), N, OC, dtype);
+      ops.matmul_forward(actual_out.data(), actual_pre.data(), inp.data(), weight.data(),
+                         bias.data(), N, IC, OC, Epilogue::bias_gelu);
+      expect_bitwise(pre, actual_pre);
+      expect_bitwise(out, actual_out);
+    }
+  }
+}
+
+TYPED_TEST(OpsCpu, MatmulBackward) {
+  using T = TypeParam;
+  std::mt19937_64 rng(2);
+  const auto dout = random_vector<T>(N * OC, rng), inp = random_vector<T>(N * IC, rng),
+             weight = random_vector<T>(OC * IC, rng), dweight0 = random_vector<T>(OC * IC, rng),
+             dbias0 = random_vector<T>(OC, rng);
+  for (ComputeDtype dtype : kDtypes) {
+    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
+    CpuOps<T> ops(dtype);
+    std::vector<T> dinp(N * IC), actual(N * IC);
+    cpu::matmul_backward_input(dinp.data(), dout.data(), weight.data(), N, IC, OC);
+    round(dinp, dtype);
+    ops.matmul_backward_input(actual.data(), dout.data(), weight.data(), N, IC, OC);
+    expect_bitwise(dinp, actual);
+
+    // Parameter gradients accumulate in T, unrounded.
+    auto dweight = dweight0, dbias = dbias0, actual_dweight = dweight0, actual_dbias = dbias0;
+    cpu::matmul_backward_weight(dweight.data(), dbias.data(), dout.data(), inp.data(), N, IC, OC);
+    ops.matmul_backward_weight(actual_dweight.data(), actual_dbias.data(), dout.data(), inp.data(),
+                               N, IC, OC);
+    expect_bitwise(dweight, actual_dweight);
+    expect_bitwise(dbias, actual_dbias);
+
+    // The row-parallel form: the replicated bias over this rank's rows only (sequence
+    // parallelism) or all of them, summed row by row, before the weight GEMM without a bias.
+    for (const RowRange rows : {RowRange{0, N}, RowRange{5, 4}}) {
+      dweight = actual_dweight = dweight0;
+      dbias = actual_dbias = dbias0;
+      cpu::bias_backward(dbias.data(), dout.data() + static_cast<long>(rows.begin) * OC, rows.count,
+                         OC);
+      cpu::matmul_backward_weight(dweight.data(), static_cast<T*>(nullptr), dout.data(), inp.data(),
+                                  N, IC, OC);
+      ops.matmul_backward_weight_rows(actual_dweight.data(), actual_dbias.data(), dout.data(),
+                                      inp.data(), N, IC, OC, rows);
+      expect_bitwise(dweight, actual_dweight);
+      expect_bitwise(dbias, actual_dbias);
+    }
+  }
+}
+
+TYPED_TEST(OpsCpu, Gelu) {
+  using T = TypeParam;
+  std::mt19937_64 rng(4);
+  const long n = static_cast<long>(N) * C;
+  const auto inp = random_vector<T>(n, rng), dout = random_vector<T>(n, rng);
+  for (ComputeDtype dtype : kDtypes) {
+    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
+    CpuOps<T> ops(dtype);
+    std::vector<T> out(n), actual(n);
+    cpu::gelu_forward(out.data(), inp.data(), n);
+    round(out, dtype);
+    ops.gelu_forward(actual.data(), inp.data(), n);
+    expect_bitwise(out, actual);
+    std::vector<T> dinp(n), actual_dinp(n);
+    cpu::gelu_backward(dinp.data(), inp.data(), dout.data(), n);
+    round(dinp, dtype);
+    ops.gelu_backward(actual_dinp.data(), inp.data(), dout.data(), n);
+    expect_bitwise(dinp, actual_dinp);
+  }
+}
+
+TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
+  using T = TypeParam;
+  std::mt19937_64 rng(5);
+  const auto x = random_vector<T>(N * C, rng), y = random_vector<T>(N * C, rng),
+             dout = random_vector<T>(N * C, rng), dinp0 = random_vector<T>(N * C, rng),
+             weight = random_vector<T>(C, rng), bias = random_vector<T>(C, rng),
+             y_bias = random_vector<T>(C, rng), dweight0 = random_vector<T>(C, rng),
+             dbias0 = random_vector<T>(C, rng);
+  for (ComputeDtype dtype : kDtypes) {
+    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
+    CpuOps<T> ops(dtype);
+    // LayerNorm forward: out rounded, statistics as computed.
+    std::vector<T> out(N * C), mean(N), rstd(N), a_out(N * C), a_mean(N), a_rstd(N);
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(),
+                           bias.data(), N, C);
+    round(out, dtype);
+    ops.layernorm_forward(a_out.data(), a_mean.data(), a_rstd.data(), x.data(), weight.data(),
+                          bias.data(), N, C);
+    expect_bitwise(out, a_out);
+    expect_bitwise(mean, a_mean);
+    expect_bitwise(rstd, a_rstd);
+
+    // The fused residual add and LayerNorm: the kernel with the compute dtype.
+    std::vector<T> sum(N * C), a_sum(N * C);
+    cpu::residual_layernorm_forward(sum.data(), out.data(), mean.data(), rstd.data(), x.data(),
+                                    y.data(), y_bias.data(), weight.data(), bias.data(), N, C,
+                                    dtype);
+    ops.residual_layernorm_forward(a_sum.data(), a_out.data(), a_mean.data(), a_rstd.data(),
+                                   x.data(), y.data(), y_bias.data(), weight.data(), bias.data(), N,
+                                   C);
+    expect_bitwise(sum, a_sum);
+    expect_bitwise(out, a_out);
+    expect_bitwise(mean, a_mean);
+    expect_bitwise(rstd, a_rstd);
+
+    // Backward: dinp += ..., then rounded; parameter gradients accumulated unrounded.
+    auto dinp = dinp0, a_dinp = dinp0;
+    cpu::layernorm_backward_input(dinp.data(), dout.data(), x.data(), weight.data(), mean.data(),
+                                  rstd.data(), N, C);
+    round(dinp, dtype);
+    ops.layernorm_backward_input(a_dinp.data(), dout.data(), x.data(), weight.data(), mean.data(),
+                                 rstd.data(), N, C);
+    expect_bitwise(dinp, a_dinp);
+    auto dweight = dweight0, dbias = dbias0, a_dweight = dweight0, a_dbias = dbias0;
+    cpu::layernorm_backward_weight(dweight.data(), dbias.data(), dout.data(), x.data(), mean.data(),
+                                   rstd.data(), N, C);
+    ops.layernorm_backward_weight(a_dweight.data(), a_dbias.data(), dout.data(), x.data(),
+                                  mean.data(), rstd.data(), N, C);
+    expect_bitwise(dweight, a_dweight);
+    expect_bitwise(dbias, a_dbias);
+
+    // The residual add closing a row-parallel layer, with and without its bias; out may be x.
+    for (const T* b : {y_bias.data(), static_cast<const T*>(nullptr)}) {
+      std::vector<T> r(N * C), a_r = x;
+      cpu::residual_bias_forward(r.data(), x.data(), y.data(), b, N, C);
+      round(r, dtype);
+      ops.residual_bias_forward(a_r.data(), a_r.data(), y.data(), b, N, C);
+      expect_bitwise(r, a_r);
+    }
+  }
+}
+
+TYPED_TEST(OpsCpu, Attention) {
+  using T = TypeParam;
+  const int B = 2, T_ = 7, AC = 8, NH = 2;  // head size 4
+  const long rows = static_cast<long>(B) * T_;
+  std::mt19937_64 rng(6);
+  const auto qkv = random_vector<T>(rows * 3 * AC, rng), dout = random_vector<T>(rows * AC, rng);
+  for (ComputeDtype dtype : kDtypes) {
+    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
+    CpuOps<T> ops(dtype);
+    std::vector<T> scratch, out(rows * AC), a_out(rows * AC);
+    cpu::attention_forward(out.data(), qkv.data(), B, T_, AC, NH, scratch);
+    round(out, dtype);
+    ops.attention_forward(a_out.data(), nullptr, qkv.data(), B, T_, AC, NH);
+    expect_bitwise(out, a_out);
+    std::vector<T> dqkv(rows * 3 * AC), a_dqkv(rows * 3 * AC);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), B, T_, AC, NH, dtype, scratch);
+    round(dqkv, dtype);
+    ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), nullptr, B, T_, AC,
+                           NH);
+    expect_bitwise(dqkv, a_dqkv);
+  }
+}
+
+TYPED_TEST(OpsCpu, RoundToCompute) {
+  using T = TypeParam;
+  std::mt19937_64 rng(7);
+  const auto v = random_vector<T>(N * C, rng);
+  for (ComputeDtype dtype : kDtypes) {
+    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
+    auto expected = v, actual = v;
+    round(expected, dtype);
+    CpuOps<T>(dtype).round_to_compute(actual.data(), static_cast<long>(actual.size()));
+    expect_bitwise(expected, actual);
+  }
+}
+
+}  // namespace
+}  // namespace strata
