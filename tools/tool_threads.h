@@ -14,7 +14,8 @@
 // OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, before main runs, so setting them
 // in main is too late: passive_openmp_wait sets OMP_WAIT_POLICY=PASSIVE and re-executes the tool
 // (/proc/self/exe, the same arguments) so that the runtime starts with it. A value the user set
-// for either variable is kept. OMP_DISPLAY_ENV=true shows the policy the runtime took.
+// for either variable is kept. OMP_DISPLAY_ENV=verbose shows it took: GOMP_SPINCOUNT '0' (plain
+// OMP_DISPLAY_ENV=true prints PASSIVE even for the spinning default).
 #pragma once
 
 #include <unistd.h>
