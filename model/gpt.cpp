@@ -6,13 +6,8 @@
 #include "model/activation_sizes.h"
 #include "model/core/error.h"
 #include "model/gpt_storage.h"
-#include "model/kernels/cpu/layernorm.h"
-#include "model/kernels/cpu/matmul.h"
-#include "model/kernels/cpu/vocab_parallel.h"
 
 namespace strata {
-
-using namespace cpu;
 
 Recompute recompute_from_name(std::string_view name) {
   if (const auto recompute = kRecomputeChoices.find(name)) return *recompute;
@@ -35,22 +30,25 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
       layout_(ParameterLayout::for_partition(shape, partition)),
       segments_(layout_.segments()),
       segment_(segment_index(segments_)),
-      tp_(tp),
+      single_rank_(tp == nullptr ? std::make_unique<SingleRank>() : nullptr),
+      tp_(tp == nullptr ? single_rank_.get() : tp),
       max_batch_(max_batch),
       options_(options),
-      ops_(options.compute) {
+      ops_(options.compute, tp_, partition.sequence_parallel) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
   STRATA_CHECK(partition.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
-  if (tp_ == nullptr) {
-    STRATA_CHECK(partition.tp_size == 1, "a tensor-parallel partition needs its group");
-    single_rank_ = std::make_unique<SingleRank>();
-    tp_ = single_rank_.get();
-  }
+  STRATA_CHECK(tp != nullptr || partition.tp_size == 1,
+               "a tensor-parallel partition needs its group");
   STRATA_CHECK(tp_->size() == partition.tp_size && tp_->rank() == partition.tp_rank);
   const int tp_size = partition.tp_size;
   STRATA_CHECK(shape.n_head % tp_size == 0 && shape.padded_vocab() % tp_size == 0,
                "tensor parallelism of ", tp_size, " does not divide the heads or the vocabulary");
   sequence_parallel_ = partition.sequence_parallel && tp_size > 1;
+  if (layout_.has("wte")) {
+    const TensorView& wte = layout_.at("wte");
+    vocab_ = {static_cast<int>(wte.slice.mid_begin), static_cast<int>(wte.slice.mid_count),
+              shape.vocab_size};
+  }
   if (shape.moe.enabled()) {
     STRATA_CHECK(ep == nullptr ? partition.ep_size == 1
                                : ep->size() == partition.ep_size && ep->rank() == partition.ep_rank,
@@ -65,18 +63,15 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
   for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
   scratch_ = std::make_unique<Scratch>();
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
-  const std::size_t C = shape.d_model, Cl = C / tp_size, Hl = 4 * C / tp_size;
+  const std::size_t C = shape.d_model, Cl = C / tp_size;
   const std::size_t Nl = sequence_parallel_ ? N / tp_size : N;
   Scratch& x = *scratch_;
   x.dresidual.resize(Nl * C);
-  x.dlocal.resize(Nl * C);
   x.dfull.resize(N * C);
-  x.partial.resize(N * std::max(C, Hl));
+  x.partial.resize(N * C);
   x.reduced.resize(Nl * C);
   x.datty.resize(N * Cl);
   allocate_stash(x.stash, 1, 1, false);
-  x.rows.resize(std::max<std::size_t>(tp_size, 2) * N);
-  x.dlosses.resize(N);
   // The workspace holds one layer of what the slots drop.
   const bool drops_attention = options_.recompute != Recompute::none;
   const bool drops_rest = options_.recompute == Recompute::full;
@@ -192,28 +187,6 @@ typename Gpt<T>::Slot& Gpt<T>::slot_for(int slot, int B, int T_) {
 }
 
 template <class T>
-const T* Gpt<T>::sum_rows(T* partial, T* local_out, long N, int C) {
-  if (!sequence_parallel_) {
-    tp_->all_reduce_sum(partial, static_cast<std::size_t>(N) * C);  // no-op for one rank
-    return partial;
-  }
-  tp_->reduce_scatter_sum(partial, local_out, static_cast<std::size_t>(N / tp_->size()) * C);
-  return local_out;
-}
-
-template <class T>
-const T* Gpt<T>::gather_rows(const T* local, T* full, long N, int C) {
-  if (!sequence_parallel_) return local;
-  tp_->all_gather(local, full, static_cast<std::size_t>(N / tp_->size()) * C);
-  return full;
-}
-
-template <class T>
-void Gpt<T>::gather_rows_into(const T* local, T* full, long N, int C) {
-  if (gather_rows(local, full, N, C) == local) std::copy_n(local, N * C, full);
-}
-
-template <class T>
 T Gpt<T>::forward(int slot, ParameterAccess<T>& parameters, const std::int32_t* tokens,
                   const T* input, const std::int32_t* targets, int B, int T_) {
   if (slot >= 0 && slot < slots()) check_slot_free(*slots_[slot], slot);
@@ -246,62 +219,41 @@ T Gpt<T>::forward(int slot, ParameterAccess<T>& parameters, const std::int32_t* 
 template <class T>
 void Gpt<T>::embed(Slot& s, ParameterAccess<T>& parameters) {
   const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
-  const TensorView& wte = layout_.at("wte");
-  T* partial = scratch_->partial.data();
-  embedding_shard_forward(partial, s.tokens.data(),
-                          parameters.acquire_weights(segment_.wte, WeightUse::forward),
-                          static_cast<int>(wte.slice.mid_begin),
-                          static_cast<int>(wte.slice.mid_count), N, C);  // (N, C) partial
+  // Each rank looks up the tokens of its vocabulary rows (zeros elsewhere); the sum over the
+  // group is the embedding. Without sequence parallelism straight into the residual stream.
+  T* lookup = sequence_parallel_ ? scratch_->partial.data() : s.residual.data();
+  ops_.embedding_forward(lookup, s.tokens.data(),
+                         parameters.acquire_weights(segment_.wte, WeightUse::forward), vocab_, N,
+                         C);  // (N, C)
   parameters.release_weights(segment_.wte);
-  const T* x = sum_rows(partial, s.residual.data(), N, C);  // (Nl, C)
-  if (x != s.residual.data()) std::copy_n(x, static_cast<long>(Nl) * C, s.residual.data());
+  ops_.sum_rows(lookup, s.residual.data(), N, C);  // (Nl, C), in the residual stream either way
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
-  position_embedding_forward(s.residual.data(),
-                             parameters.acquire_weights(segment_.wpe, WeightUse::forward),
-                             row_begin, Nl, s.time, C);
+  ops_.position_embedding_forward(s.residual.data(),
+                                  parameters.acquire_weights(segment_.wpe, WeightUse::forward),
+                                  row_begin, Nl, s.time, C);
   parameters.release_weights(segment_.wpe);
-  round_to_compute(s.residual.data(), static_cast<long>(Nl) * C);
 }
 
 template <class T>
 T Gpt<T>::head_forward(Slot& s, ParameterAccess<T>& parameters) {
-  const int C = shape_.d_model, V = shape_.vocab_size, N = s.batch * s.time;
+  const int C = shape_.d_model, N = s.batch * s.time;
   const int Nl = activation_rows(s.batch, s.time);
-  const TensorView& wte = layout_.at("wte");
-  const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
-  const int Vl = static_cast<int>(wte.slice.mid_count);
   const T* x = s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C;
   const T* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::forward);
-  layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
-                    in_segment(lnf, segment_.lnf, "lnf.weight"),
-                    in_segment(lnf, segment_.lnf, "lnf.bias"), Nl, C);
+  ops_.layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), x,
+                         in_segment(lnf, segment_.lnf, "lnf.weight"),
+                         in_segment(lnf, segment_.lnf, "lnf.bias"), Nl, C);
   parameters.release_weights(segment_.lnf);
-  round_to_compute(s.lnf.data(), static_cast<long>(Nl) * C);
-  const T* lnf_full = gather_rows(s.lnf.data(), s.lnf_full.data(), N, C);
-  matmul_forward(s.logits.data(), lnf_full,
-                 parameters.acquire_weights(segment_.wte, WeightUse::forward),
-                 static_cast<const T*>(nullptr), N, C, Vl);  // (N, Vl), head tied to wte
+  const T* lnf_full = ops_.gather_rows(s.lnf.data(), s.lnf_full.data(), N, C);
+  // (N, Vl), the head tied to wte; the loss is computed in T from the rounded logits (as fused
+  // classifier kernels do).
+  ops_.matmul_forward(s.logits.data(), nullptr, lnf_full,
+                      parameters.acquire_weights(segment_.wte, WeightUse::forward), nullptr, N, C,
+                      vocab_.rows, Epilogue::bias);
   parameters.release_weights(segment_.wte);
-  // The loss itself is computed in T from the rounded logits (as fused classifier kernels do).
-  round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
   if (!s.has_targets) return T(0);
-
-  // Cross-entropy from shard pieces: global row maxima, then global sums of exp and target logit.
-  const int tp = partition_.tp_size;
-  T* rows = scratch_->rows.data();
-  T* row_max = scratch_->dlosses.data();  // free until backward
-  crossentropy_shard_max(row_max, s.logits.data(), vocab_begin, V, N, Vl);
-  if (tp > 1) {
-    tp_->all_gather(row_max, rows, static_cast<std::size_t>(N));  // (tp, N)
-    for (int n = 0; n < N; ++n)
-      for (int r = 0; r < tp; ++r) row_max[n] = std::max(row_max[n], rows[r * N + n]);
-  }
-  T* sums = rows;  // (2, N): sum of exp, target logit
-  crossentropy_shard_sums(sums, sums + N, s.logits.data(), s.targets.data(), row_max, vocab_begin,
-                          V, N, Vl);
-  tp_->all_reduce_sum(sums, 2 * static_cast<std::size_t>(N));
-  crossentropy_shard_finish(s.losses.data(), s.logits.data(), s.logits.data(), row_max, sums,
-                            sums + N, vocab_begin, V, N, Vl);
+  ops_.cross_entropy_forward(s.losses.data(), nullptr, s.logits.data(), s.targets.data(), vocab_,
+                             N);
   T sum = 0;
   for (int i = 0; i < N; ++i) sum += s.losses[i];
   return sum / static_cast<T>(N);
@@ -384,8 +336,8 @@ void Gpt<T>::backward_start(Slot& s, ParameterAccess<T>& parameters, const T* ou
     head_backward_input(s, parameters, loss_scale, w);
   } else {
     STRATA_CHECK(output_grad != nullptr, "a stage before the last needs its output gradient");
-    std::copy_n(output_grad, static_cast<long>(activation_rows(s.batch, s.time)) * shape_.d_model,
-                scratch_->dresidual.data());
+    ops_.copy(scratch_->dresidual.data(), output_grad,
+              static_cast<std::size_t>(activation_rows(s.batch, s.time)) * shape_.d_model);
   }
 }
 
@@ -393,55 +345,48 @@ template <class T>
 void Gpt<T>::backward_finish(Slot& s, WeightStash& w) {
   const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
   if (partition_.has_embedding)  // the embedding's weight half reads all rows of its gradient
-    gather_rows_into(scratch_->dresidual.data(), w.dembed.data(), N, C);
+    ops_.gather_rows_into(scratch_->dresidual.data(), w.dembed.data(), N, C);
   else
-    std::copy_n(scratch_->dresidual.data(), static_cast<long>(Nl) * C, s.input_grad.data());
+    ops_.copy(s.input_grad.data(), scratch_->dresidual.data(), static_cast<std::size_t>(Nl) * C);
 }
 
 template <class T>
 void Gpt<T>::head_backward_input(Slot& s, ParameterAccess<T>& parameters, T loss_scale,
                                  WeightStash& w) {
-  const int C = shape_.d_model, V = shape_.vocab_size, N = s.batch * s.time;
+  const int C = shape_.d_model, N = s.batch * s.time;
   const int Nl = activation_rows(s.batch, s.time);
-  const TensorView& wte = layout_.at("wte");
-  const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
-  const int Vl = static_cast<int>(wte.slice.mid_count);
   Scratch& x = *scratch_;
-  std::fill(x.dlosses.begin(), x.dlosses.begin() + N, loss_scale / static_cast<T>(N));
   // dlogits overwrite the probabilities in place (and stay there for the weight half).
-  crossentropy_shard_backward(s.logits.data(), s.logits.data(), s.targets.data(), x.dlosses.data(),
-                              vocab_begin, V, N, Vl);
-  // With fp16 this is where a too large loss scale first overflows to inf.
-  round_to_compute(s.logits.data(), static_cast<long>(N) * Vl);
+  ops_.cross_entropy_backward(s.losses.data(), nullptr, s.logits.data(), s.targets.data(),
+                              loss_scale, vocab_, N);
   // Partial sums over the vocabulary shards, summed in place when the rows are not split.
   T* partial = sequence_parallel_ ? x.dfull.data() : w.dlnf.data();
-  matmul_backward_input(partial, s.logits.data(),
-                        parameters.acquire_weights(segment_.wte, WeightUse::backward), N, C, Vl);
+  ops_.matmul_backward_input(partial, s.logits.data(),
+                             parameters.acquire_weights(segment_.wte, WeightUse::backward), nullptr,
+                             N, C, vocab_.rows);
   parameters.release_weights(segment_.wte);
-  round_to_compute(partial, static_cast<long>(N) * C);
-  sum_rows(partial, w.dlnf.data(), N, C);  // (Nl, C) into the stash
-  std::fill(x.dresidual.begin(), x.dresidual.begin() + static_cast<long>(Nl) * C, T(0));
+  ops_.sum_rows(partial, w.dlnf.data(), N, C);  // (Nl, C) into the stash
+  ops_.zero(x.dresidual.data(), static_cast<std::size_t>(Nl) * C);
   const T* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::backward);
-  layernorm_backward_input(x.dresidual.data(), w.dlnf.data(),
-                           s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
-                           in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean.data(),
-                           s.lnf_rstd.data(), Nl, C);
+  ops_.layernorm_backward_input(x.dresidual.data(), w.dlnf.data(),
+                                s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
+                                in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean.data(),
+                                s.lnf_rstd.data(), Nl, C);
   parameters.release_weights(segment_.lnf);
-  round_to_compute(x.dresidual.data(), static_cast<long>(Nl) * C);
 }
 
 template <class T>
 void Gpt<T>::head_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
                                   const WeightStash& w) {
   const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
-  const int Vl = static_cast<int>(layout_.at("wte").slice.mid_count);
   const T* lnf_full = sequence_parallel_ ? s.lnf_full.data() : s.lnf.data();
-  matmul_backward_weight(wte_grads, static_cast<T*>(nullptr), s.logits.data(), lnf_full, N, C, Vl);
+  ops_.matmul_backward_weight(wte_grads, nullptr, s.logits.data(), lnf_full, N, C, vocab_.rows);
   T* lnf_grads = parameters.acquire_gradients(segment_.lnf);
-  layernorm_backward_weight(in_segment(lnf_grads, segment_.lnf, "lnf.weight"),
-                            in_segment(lnf_grads, segment_.lnf, "lnf.bias"), w.dlnf.data(),
-                            s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C,
-                            s.lnf_mean.data(), s.lnf_rstd.data(), Nl, C);
+  ops_.layernorm_backward_weight(
+      in_segment(lnf_grads, segment_.lnf, "lnf.weight"),
+      in_segment(lnf_grads, segment_.lnf, "lnf.bias"), w.dlnf.data(),
+      s.residual.data() + static_cast<long>(partition_.layers()) * Nl * C, s.lnf_mean.data(),
+      s.lnf_rstd.data(), Nl, C);
   parameters.release_gradients(segment_.lnf);
 }
 
@@ -449,14 +394,11 @@ template <class T>
 void Gpt<T>::embed_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
                                    const WeightStash& w) {
   const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
-  const TensorView& wte = layout_.at("wte");
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
-  position_embedding_backward(parameters.acquire_gradients(segment_.wpe),
-                              w.dembed.data() + row_begin * C, row_begin, Nl, s.time, C);
+  ops_.position_embedding_backward(parameters.acquire_gradients(segment_.wpe),
+                                   w.dembed.data() + row_begin * C, row_begin, Nl, s.time, C);
   parameters.release_gradients(segment_.wpe);
-  embedding_shard_backward(wte_grads, w.dembed.data(), s.tokens.data(),
-                           static_cast<int>(wte.slice.mid_begin),
-                           static_cast<int>(wte.slice.mid_count), N, C);
+  ops_.embedding_backward(wte_grads, w.dembed.data(), s.tokens.data(), vocab_, N, C);
 }
 
 template <class T>

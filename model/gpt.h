@@ -30,9 +30,9 @@
 // Mixed precision (GptOptions::compute, ARCHITECTURE §6) is emulated: `params` is expected to be
 // the caller's rounded copy of the fp32 master weights, and every op output the model stores and
 // every activation gradient it passes backward is rounded to the compute dtype where a GPU kernel
-// would write it (the block's by its ops, model/ops/cpu_ops.h; the embedding's and the head's by
-// round_to_compute in gpt.cpp); GEMMs and reductions accumulate in T, parameter gradients
-// accumulate in T. fp32 rounds nothing.
+// would write it, by the op that wrote it (model/ops/cpu_ops.h: the model's passes call nothing
+// else); GEMMs and reductions accumulate in T, parameter gradients accumulate in T. fp32 rounds
+// nothing.
 #pragma once
 
 #include <cstddef>
@@ -169,10 +169,6 @@ class Gpt {
   // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output
   // goes to the workspace (the slot keeps the one computed by the forward).
   BlockActivations block_activations(Slot& s, int local_layer, bool recomputing);
-  // Rounds an op output (or activation gradient) of the embedding and the head to the compute
-  // dtype, as a kernel of that dtype would store it; nothing in fp32. The block's ops round their
-  // own (ops_).
-  void round_to_compute(T* data, long n) const { ops_.round_to_compute(data, n); }
 
   void embed(Slot& s, ParameterAccess<T>& parameters);
   void block_forward(const BlockActivations& a, int B, int T_, const Block& p);
@@ -203,25 +199,20 @@ class Gpt {
   void embed_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
                              const WeightStash& w);
 
-  // Tensor-parallel communication on (N, C) activations, N = B·T rows:
-  // sum of partial results into this rank's rows (all-reduce in place, or reduce-scatter),
-  // and this rank's rows to all rows (all-gather; returns `local` itself when not sharded).
-  const T* sum_rows(T* partial, T* local_out, long N, int C);
-  const T* gather_rows(const T* local, T* full, long N, int C);
-  // The same into `full` always (a copy when not sharded).
-  void gather_rows_into(const T* local, T* full, long N, int C);
-
   GptShape shape_;
   ModelPartition partition_;
   ParameterLayout layout_;
   std::vector<ParameterSegment> segments_;
-  SegmentIndex segment_;  // of segments_
-  Collectives* tp_;
+  SegmentIndex segment_;                      // of segments_
   std::unique_ptr<Collectives> single_rank_;  // used when no group is given
+  Collectives* tp_;
   int max_batch_;
   GptOptions options_;
-  CpuOps<T> ops_;  // the block's kernels, each rounding its own outputs (model/ops/cpu_ops.h)
+  // Every kernel of the passes, each rounding its own outputs, and the tensor-parallel row
+  // collectives over tp_ (model/ops/cpu_ops.h).
+  CpuOps<T> ops_;
   bool sequence_parallel_;  // rows sharded (partition says so and tp_size > 1)
+  VocabShard vocab_;        // this rank's rows of wte (the embedding and the tied head), if any
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<MoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null

@@ -89,20 +89,20 @@ void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const Block
 
   // Attention: x2 = x + proj(attn(qkv(ln1(x))))
   ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p.ln1_weight, p.ln1_bias, Nl, C);
-  attention_core_forward(a, B, T_, p, gather_rows(a.ln1, a.ln1_full, N, C));  // (N, Cl)
+  attention_core_forward(a, B, T_, p, ops_.gather_rows(a.ln1, a.ln1_full, N, C));  // (N, Cl)
   ops_.matmul_forward(partial, nullptr, a.atty, p.attn_proj_weight, nullptr, N, C / tp, C,
                       Epilogue::bias);
-  const T* y = sum_rows(partial, scratch_->reduced.data(), N, C);  // (Nl, C)
+  const T* y = ops_.sum_rows(partial, scratch_->reduced.data(), N, C);  // (Nl, C)
   // x2 = x + y + bias and ln2(x2), both rounded, in one pass over each row.
   ops_.residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
                                   p.ln2_weight, p.ln2_bias, Nl, C);
 
   // MLP: next = x2 + proj(gelu(fc(ln2(x2)))), or the experts: next = x2 + moe(ln2(x2)), their
   // biases inside (model/moe/moe_layer.h).
-  const T* ln2_full = gather_rows(a.ln2, a.ln2_full, N, C);
+  const T* ln2_full = ops_.gather_rows(a.ln2, a.ln2_full, N, C);
   if (a.moe != nullptr) {
     moe_->forward(*a.moe, ln2_full, N, T_, p.moe, partial);  // this rank's part, rounded
-    const T* z = sum_rows(partial, scratch_->reduced.data(), N, C);
+    const T* z = ops_.sum_rows(partial, scratch_->reduced.data(), N, C);
     ops_.residual_bias_forward(a.out, a.x2, z, nullptr, Nl, C);
     return;
   }
@@ -111,7 +111,7 @@ void Gpt<T>::block_forward(const BlockActivations& a, int B, int T_, const Block
                       Epilogue::bias_gelu);
   ops_.matmul_forward(partial, nullptr, a.fch_gelu, p.mlp_proj_weight, nullptr, N, Hl, C,
                       Epilogue::bias);
-  const T* z = sum_rows(partial, scratch_->reduced.data(), N, C);
+  const T* z = ops_.sum_rows(partial, scratch_->reduced.data(), N, C);
   ops_.residual_bias_forward(a.out, a.x2, z, p.mlp_proj_bias, Nl, C);
 }
 
@@ -151,8 +151,8 @@ void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l
     attention_core_forward(a, B, T_, p, sequence_parallel_ ? a.ln1_full : a.ln1);
   const BlockWeightInputs in = block_weight_inputs(s, l, w, at);
   if (&w != &scratch_->stash) {  // the weight half runs later: keep what the workspace will lose
-    auto keep = [](const T* from, T* to, long n) {
-      if (from != to) std::copy_n(from, n, to);
+    auto keep = [this](const T* from, T* to, long n) {
+      if (from != to) ops_.copy(to, from, static_cast<std::size_t>(n));
     };
     keep(a.atty, in.atty, static_cast<long>(N) * Cl);
     keep(a.x2, in.x2, rows);
@@ -166,32 +166,30 @@ void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l
   }
   Scratch& x_ = *scratch_;
   T* dres = x_.dresidual.data();  // running d(loss)/d(residual stream), (Nl, C)
-  T* dfch_gelu = x_.partial.data();
   // Row-parallel partial sums: summed in place when rows are not split, else reduce-scattered.
   auto partial_of = [&](T* local) { return sequence_parallel_ ? x_.dfull.data() : local; };
 
   // MLP: next = x2 + proj(gelu(fc(ln2(x2)))) + bias, or the experts (their activation gradients
   // stay in the slot's MoeActivations for the weight half).
-  gather_rows_into(dres, in.dz, N, C);  // (N, C)
+  ops_.gather_rows_into(dres, in.dz, N, C);  // (N, C)
   T* dln2_partial = partial_of(in.dln2);
   if (a.moe != nullptr) {
     moe_->backward_input(*a.moe, in.dz, s.loss_scale, p.moe, dln2_partial);  // rounded
     MoeTotals::add(moe_totals_.data(), layer, shape_.moe.experts, a.moe->stats);
   } else {
-    ops_.matmul_backward_input(dfch_gelu, in.dz, p.mlp_proj_weight, N, Hl, C);
-    ops_.gelu_backward(in.dfch, a.fch, dfch_gelu, static_cast<long>(N) * Hl);
-    ops_.matmul_backward_input(dln2_partial, in.dfch, p.fc_weight, N, C, Hl);
+    ops_.matmul_backward_input(in.dfch, in.dz, p.mlp_proj_weight, a.fch, N, Hl, C);  // GELU'
+    ops_.matmul_backward_input(dln2_partial, in.dfch, p.fc_weight, nullptr, N, C, Hl);
   }
-  sum_rows(dln2_partial, in.dln2, N, C);  // (Nl, C)
+  ops_.sum_rows(dln2_partial, in.dln2, N, C);  // (Nl, C)
   ops_.layernorm_backward_input(dres, in.dln2, a.x2, p.ln2_weight, a.ln2_mean, a.ln2_rstd, Nl, C);
 
   // Attention: x2 = x + proj(attn(qkv(ln1(x)))) + bias
-  gather_rows_into(dres, in.dy, N, C);
-  ops_.matmul_backward_input(x_.datty.data(), in.dy, p.attn_proj_weight, N, Cl, C);
+  ops_.gather_rows_into(dres, in.dy, N, C);
+  ops_.matmul_backward_input(x_.datty.data(), in.dy, p.attn_proj_weight, nullptr, N, Cl, C);
   ops_.attention_backward(in.dqkv, x_.datty.data(), a.qkv, a.atty, nullptr, B, T_, Cl, NHl);
   T* dln1_partial = partial_of(in.dln1);
-  ops_.matmul_backward_input(dln1_partial, in.dqkv, p.qkv_weight, N, C, 3 * Cl);
-  sum_rows(dln1_partial, in.dln1, N, C);
+  ops_.matmul_backward_input(dln1_partial, in.dqkv, p.qkv_weight, nullptr, N, C, 3 * Cl);
+  ops_.sum_rows(dln1_partial, in.dln1, N, C);
   ops_.layernorm_backward_input(dres, in.dln1, a.x, p.ln1_weight, a.ln1_mean, a.ln1_rstd, Nl, C);
   parameters.release_weights(segment);
 }

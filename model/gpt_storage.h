@@ -105,14 +105,11 @@ struct Gpt<T>::Slot : SlotState {
 template <class T>
 struct Gpt<T>::Scratch {
   std::vector<T> dresidual;          // (Nl, C)
-  std::vector<T> dlocal;             // (Nl, C)
   std::vector<T> dfull;              // (N, C)
-  std::vector<T> partial;            // (N, max(C, Hl)): row-parallel partial sums, GELU gradients
+  std::vector<T> partial;            // (N, C): row-parallel partial sums, the embedding's lookup
   std::vector<T> reduced;            // (Nl, C)
   std::vector<T> datty;              // (N, Cl)
   WeightStash stash;                 // one layer, no copies: the fused backward's
-  std::vector<T> rows;               // (tp·N) per-row values gathered over the group, (2N) sums
-  std::vector<T> dlosses;            // (N)
   LayerActivations recomputed;       // one layer of what the slots drop
   std::vector<T> recomputed_output;  // (Nl, C) the block output a full recompute produces again
 };

@@ -8,8 +8,41 @@
 #include "model/kernels/cpu/layernorm.h"
 #include "model/kernels/cpu/matmul.h"
 #include "model/kernels/cpu/residual.h"
+#include "model/kernels/cpu/vocab_parallel.h"
 
 namespace strata {
+
+STRATA_CHECK_GPT_OPS(CpuOps<float>);
+STRATA_CHECK_GPT_OPS(CpuOps<double>);
+
+template <class T>
+CpuOps<T>::CpuOps(cpu::ComputeDtype compute, Collectives* tp, bool sequence_parallel)
+    : compute_(compute),
+      alone_(tp == nullptr ? std::make_unique<SingleRank>() : nullptr),
+      tp_(tp == nullptr ? alone_.get() : tp),
+      sequence_parallel_(sequence_parallel && tp_->size() > 1) {}
+
+template <class T>
+auto CpuOps<T>::sum_rows(Value* partial, Value* local_out, int N, int C) -> const Value* {
+  if (!sequence_parallel_) {
+    tp_->all_reduce_sum(partial, static_cast<std::size_t>(N) * C);  // no-op for one rank
+    return partial;
+  }
+  tp_->reduce_scatter_sum(partial, local_out, static_cast<std::size_t>(N / tp_->size()) * C);
+  return local_out;
+}
+
+template <class T>
+auto CpuOps<T>::gather_rows(const Value* local, Value* full, int N, int C) -> const Value* {
+  if (!sequence_parallel_) return local;
+  tp_->all_gather(local, full, static_cast<std::size_t>(N / tp_->size()) * C);
+  return full;
+}
+
+template <class T>
+void CpuOps<T>::gather_rows_into(const Value* local, Value* full, int N, int C) {
+  if (gather_rows(local, full, N, C) == local) std::copy_n(local, static_cast<long>(N) * C, full);
+}
 
 template <class T>
 void CpuOps<T>::round_to_compute(Value* data, long n) const {
@@ -40,10 +73,18 @@ void CpuOps<T>::matmul_forward(Value* out, Value* pre_gelu, const Value* inp, co
 }
 
 template <class T>
-void CpuOps<T>::matmul_backward_input(Value* dinp, const Value* dout, const Value* weight, int N,
-                                      int IC, int OC) {
-  cpu::matmul_backward_input(dinp, dout, weight, N, IC, OC);
-  round_to_compute(dinp, static_cast<long>(N) * IC);
+void CpuOps<T>::matmul_backward_input(Value* dinp, const Value* dout, const Value* weight,
+                                      const Value* pre_gelu, int N, int IC, int OC) {
+  const long n = static_cast<long>(N) * IC;
+  if (pre_gelu == nullptr) {
+    cpu::matmul_backward_input(dinp, dout, weight, N, IC, OC);
+    round_to_compute(dinp, n);
+    return;
+  }
+  if (gelu_grad_.size() < static_cast<std::size_t>(n)) gelu_grad_.resize(n);
+  cpu::matmul_backward_input(gelu_grad_.data(), dout, weight, N, IC, OC);
+  round_to_compute(gelu_grad_.data(), n);
+  gelu_backward(dinp, pre_gelu, gelu_grad_.data(), n);
 }
 
 template <class T>
@@ -125,6 +166,76 @@ void CpuOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value* 
                                    int NH) {
   cpu::attention_backward(dqkv, dout, qkv, B, T_, C, NH, compute_, attention_);
   round_to_compute(dqkv, 3L * B * T_ * C);
+}
+
+template <class T>
+void CpuOps<T>::embedding_forward(Value* out, const Ids* tokens, const Value* wte_shard,
+                                  VocabShard vocab, int N, int C) {
+  cpu::embedding_shard_forward(out, tokens, wte_shard, vocab.begin, vocab.rows, N, C);
+}
+
+template <class T>
+void CpuOps<T>::embedding_backward(Grad* dwte_shard, const Value* dout, const Ids* tokens,
+                                   VocabShard vocab, int N, int C) {
+  cpu::embedding_shard_backward(dwte_shard, dout, tokens, vocab.begin, vocab.rows, N, C);
+}
+
+template <class T>
+void CpuOps<T>::position_embedding_forward(Value* x, const Value* wpe, long row_begin, int rows,
+                                           int T_, int C) {
+  cpu::position_embedding_forward(x, wpe, row_begin, rows, T_, C);
+  round_to_compute(x, static_cast<long>(rows) * C);
+}
+
+template <class T>
+void CpuOps<T>::position_embedding_backward(Grad* dwpe, const Value* dx, long row_begin, int rows,
+                                            int T_, int C) {
+  cpu::position_embedding_backward(dwpe, dx, row_begin, rows, T_, C);
+}
+
+// Global row maxima (each shard's, then the largest over the group: gathered, there being no
+// float maximum among the collectives), then global sums of exp and the target logits.
+template <class T>
+void CpuOps<T>::cross_entropy_forward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
+                                      VocabShard vocab, int N) {
+  STRATA_CHECK(stats == nullptr, "the CPU's cross-entropy keeps no row statistics");
+  const int tp = tp_->size(), V = vocab.vocab_size, Vl = vocab.rows;
+  rows_.resize(static_cast<std::size_t>(std::max(tp, 2)) * N);
+  row_max_.resize(static_cast<std::size_t>(N));
+  T* row_max = row_max_.data();
+  cpu::crossentropy_shard_max(row_max, logits, vocab.begin, V, N, Vl);
+  if (tp > 1) {
+    tp_->all_gather(row_max, rows_.data(), static_cast<std::size_t>(N));  // (tp, N)
+    for (int n = 0; n < N; ++n)
+      for (int r = 0; r < tp; ++r) row_max[n] = std::max(row_max[n], rows_[r * N + n]);
+  }
+  T* sums = rows_.data();  // (2, N): sum of exp, target logit
+  cpu::crossentropy_shard_sums(sums, sums + N, logits, targets, row_max, vocab.begin, V, N, Vl);
+  tp_->all_reduce_sum(sums, 2 * static_cast<std::size_t>(N));
+  cpu::crossentropy_shard_finish(losses, logits, logits, row_max, sums, sums + N, vocab.begin, V, N,
+                                 Vl);
+}
+
+template <class T>
+void CpuOps<T>::cross_entropy_backward(Stat* /*losses*/, const Stat* stats, Value* logits,
+                                       const Ids* targets, Scalar loss_scale, VocabShard vocab,
+                                       int N) {
+  STRATA_CHECK(stats == nullptr, "the CPU's cross-entropy keeps no row statistics");
+  row_max_.resize(static_cast<std::size_t>(N));
+  T* dlosses = row_max_.data();  // the maxima are not needed any more
+  std::fill_n(dlosses, N, loss_scale / static_cast<T>(N));
+  // dlogits overwrite the probabilities in place.
+  cpu::crossentropy_shard_backward(logits, logits, targets, dlosses, vocab.begin, vocab.vocab_size,
+                                   N, vocab.rows);
+  round_to_compute(logits, static_cast<long>(N) * vocab.rows);
+}
+
+template <class T>
+void CpuOps<T>::cross_entropy_forward_backward(Stat* losses, Stat* stats, Value* logits,
+                                               const Ids* targets, Scalar loss_scale,
+                                               VocabShard vocab, int N) {
+  cross_entropy_forward(losses, stats, logits, targets, vocab, N);
+  cross_entropy_backward(losses, stats, logits, targets, loss_scale, vocab, N);
 }
 
 template class CpuOps<float>;

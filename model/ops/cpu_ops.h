@@ -9,12 +9,22 @@
 // accumulate in T. Shapes: N rows, IC/OC a linear layer's in/out channels ([out, in] weights),
 // C channels, B·T_ = N rows of attention with NH heads.
 //
-// One object serves one model: it owns attention's scratch, which two calls must not share at
-// once (kernels/cpu/attention.h).
+// The tensor-parallel row collectives (gpt.h: "[sum]" and "[gather rows]") are ops too, over the
+// group the ops were built with; they round nothing (a sum of rounded partials stays in T, as a
+// kernel summing in its accumulator would leave it before its own output's rounding).
+//
+// One object serves one model: it owns attention's and the cross-entropy's scratch, which two
+// calls must not share at once (kernels/cpu/attention.h). It stays movable: the one-rank group it
+// makes when given none lives on the heap.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "model/core/collectives.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/ops/ops.h"
 
@@ -27,11 +37,39 @@ class CpuOps {
   using Grad = T;    // parameter gradients
   using Stat = T;    // LayerNorm statistics
   using Scalar = T;  // loss scale, losses
+  using Ids = std::int32_t;
   // Attention statistics kept per (row, head) for the backward: none, it recomputes them.
   static constexpr long kLsePerRow = 0;
+  // The cross-entropy's statistics kept per row for the backward: none, the forward leaves the
+  // softmax probabilities in place of the logits instead.
+  static constexpr long kCrossEntropyStatsPerRow = 0;
 
-  explicit CpuOps(cpu::ComputeDtype compute) : compute_(compute) {}
+  // `tp`: the tensor-parallel group (not owned); null for one rank. `sequence_parallel`: the rows
+  // of the residual stream are split over the group (only meaningful with more than one rank).
+  explicit CpuOps(cpu::ComputeDtype compute, Collectives* tp = nullptr,
+                  bool sequence_parallel = false);
   cpu::ComputeDtype compute() const { return compute_; }
+  int tp_rank() const { return tp_->rank(); }
+  int tp_size() const { return tp_->size(); }
+  bool sequence_parallel() const { return sequence_parallel_; }
+
+  // Tensor-parallel rows of (N, C) activations, N = B·T over the whole group. sum_rows: the
+  // partial results of every rank summed into this rank's rows (all-reduce in place, returning
+  // `partial`; with sequence parallelism reduce-scatter into `local_out`, returning it).
+  // gather_rows: this rank's rows to all N rows (all-gather into `full`; without sequence
+  // parallelism `local` itself is every row and is returned). gather_rows_into: the same, into
+  // `full` always (a copy without sequence parallelism).
+  const Value* sum_rows(Value* partial, Value* local_out, int N, int C);
+  const Value* gather_rows(const Value* local, Value* full, int N, int C);
+  void gather_rows_into(const Value* local, Value* full, int N, int C);
+  template <class U>
+  void copy(U* to, const U* from, std::size_t n) {
+    std::copy_n(from, n, to);
+  }
+  template <class U>
+  void zero(U* data, std::size_t n) {
+    std::fill_n(data, n, U(0));
+  }
 
   // data[0, n) rounded to the compute dtype in place; nothing in fp32.
   void round_to_compute(Value* data, long n) const;
@@ -41,9 +79,11 @@ class CpuOps {
   // bias, out = gelu(pre_gelu), both rounded (ops.h says where each adds the bias).
   void matmul_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
                       const Value* bias, int N, int IC, int OC, Epilogue epilogue);
-  // dinp (N, IC) = dout·weight, overwritten and rounded.
-  void matmul_backward_input(Value* dinp, const Value* dout, const Value* weight, int N, int IC,
-                             int OC);
+  // dinp (N, IC) = dout·weight, overwritten and rounded. With pre_gelu (N, IC) (the forward's
+  // GELU input): dinp = gelu'(pre_gelu) ⊙ (dout·weight), the product rounded first, as the GELU
+  // had its own kernel.
+  void matmul_backward_input(Value* dinp, const Value* dout, const Value* weight,
+                             const Value* pre_gelu, int N, int IC, int OC);
   // dweight (OC, IC) += doutᵀ·inp, dbias (OC) += Σ_n dout (may be null); not rounded.
   void matmul_backward_weight(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
                               int N, int IC, int OC);
@@ -86,9 +126,42 @@ class CpuOps {
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
                           const Stat* lse, int B, int T_, int C, int NH);
 
+  // The vocabulary-parallel ends (kernels/cpu/vocab_parallel.h). embedding_forward: out (N, C) =
+  // this shard's rows of the tokens (zeros for ids outside it), to be summed over the group.
+  // position_embedding_forward: x (rows, C) += wpe rows of positions row_begin.. (mod T_), x
+  // rounded. The backwards add into the parameter gradients (not rounded).
+  void embedding_forward(Value* out, const Ids* tokens, const Value* wte_shard, VocabShard vocab,
+                         int N, int C);
+  void embedding_backward(Grad* dwte_shard, const Value* dout, const Ids* tokens, VocabShard vocab,
+                          int N, int C);
+  void position_embedding_forward(Value* x, const Value* wpe, long row_begin, int rows, int T_,
+                                  int C);
+  void position_embedding_backward(Grad* dwpe, const Value* dx, long row_begin, int rows, int T_,
+                                   int C);
+
+  // Softmax cross-entropy of logits (N, vocab.rows), this rank's vocabulary shard, over the
+  // group's shards (the collectives inside). forward: losses (N) per row, computed in T from the
+  // rounded logits; the logits become the softmax probabilities (stats: kCrossEntropyStatsPerRow·N,
+  // here none: null). backward: the logits (probabilities here) become d(loss_scale · mean
+  // loss)/d(logits), rounded (with fp16, where a too large loss scale first overflows to inf);
+  // losses stay. forward_backward: the losses of forward and the gradient of backward in one call
+  // (here exactly the two; a backend may fuse them into one pass, as CUDA's one shard does).
+  void cross_entropy_forward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
+                             VocabShard vocab, int N);
+  void cross_entropy_backward(Stat* losses, const Stat* stats, Value* logits, const Ids* targets,
+                              Scalar loss_scale, VocabShard vocab, int N);
+  void cross_entropy_forward_backward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
+                                      Scalar loss_scale, VocabShard vocab, int N);
+
  private:
   cpu::ComputeDtype compute_;
+  std::unique_ptr<Collectives> alone_;  // the group of one, when none was given
+  Collectives* tp_;
+  bool sequence_parallel_;
   std::vector<T> attention_;  // attention's per-thread scratch, grown as needed and kept
+  std::vector<T> gelu_grad_;  // matmul_backward_input's product before the GELU' (N, IC)
+  std::vector<T> rows_;       // the cross-entropy's row pieces: (max(tp, 2), N)
+  std::vector<T> row_max_;    // and its row maxima (N); the backward's d(loss)/d(loss_n) (N)
 };
 
 extern template class CpuOps<float>;

@@ -14,6 +14,7 @@
 #include "model/kernels/cpu/matmul.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/kernels/cpu/residual.h"
+#include "model/kernels/cpu/vocab_parallel.h"
 #include "model/ops/cpu_ops.h"
 
 namespace strata {
@@ -103,8 +104,18 @@ TYPED_TEST(OpsCpu, MatmulBackward) {
     std::vector<T> dinp(N * IC), actual(N * IC);
     cpu::matmul_backward_input(dinp.data(), dout.data(), weight.data(), N, IC, OC);
     round(dinp, dtype);
-    ops.matmul_backward_input(actual.data(), dout.data(), weight.data(), N, IC, OC);
+    ops.matmul_backward_input(actual.data(), dout.data(), weight.data(), nullptr, N, IC, OC);
     expect_bitwise(dinp, actual);
+    // With the forward's GELU input: the product rounded, then GELU' (rounded), as two kernels.
+    const auto pre_gelu = random_vector<T>(N * IC, rng);
+    std::vector<T> product(N * IC), dpre(N * IC), actual_dpre(N * IC);
+    cpu::matmul_backward_input(product.data(), dout.data(), weight.data(), N, IC, OC);
+    round(product, dtype);
+    cpu::gelu_backward(dpre.data(), pre_gelu.data(), product.data(), static_cast<long>(N) * IC);
+    round(dpre, dtype);
+    ops.matmul_backward_input(actual_dpre.data(), dout.data(), weight.data(), pre_gelu.data(), N,
+                              IC, OC);
+    expect_bitwise(dpre, actual_dpre);
 
     // Parameter gradients accumulate in T, unrounded.
     auto dweight = dweight0, dbias = dbias0, actual_dweight = dweight0, actual_dbias = dbias0;
@@ -235,6 +246,84 @@ TYPED_TEST(OpsCpu, Attention) {
                            NH);
     expect_bitwise(dqkv, a_dqkv);
   }
+}
+
+// The vocabulary-parallel ends on one rank's shard [3, 3 + Vl) of a padded vocabulary whose last
+// ids are padding (id >= V).
+TYPED_TEST(OpsCpu, EmbeddingAndCrossEntropy) {
+  using T = TypeParam;
+  const int V = 11, Vl = 10, T_ = 5, rows = 6;
+  const VocabShard vocab{3, Vl, V};
+  std::mt19937_64 rng(8);
+  const std::vector<std::int32_t> tokens = {0, 3, 10, 5, 7, 3, 10, 4, 9, 1, 2, 6, 8};  // N ids
+  const auto wte = random_vector<T>(Vl * C, rng), wpe = random_vector<T>(T_ * C, rng),
+             x0 = random_vector<T>(rows * C, rng), dout = random_vector<T>(N * C, rng),
+             logits0 = random_vector<T>(N * Vl, rng), dwte0 = random_vector<T>(Vl * C, rng),
+             dwpe0 = random_vector<T>(T_ * C, rng);
+  for (ComputeDtype dtype : kDtypes) {
+    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
+    CpuOps<T> ops(dtype);
+    std::vector<T> out(N * C), a_out(N * C);
+    cpu::embedding_shard_forward(out.data(), tokens.data(), wte.data(), vocab.begin, Vl, N, C);
+    ops.embedding_forward(a_out.data(), tokens.data(), wte.data(), vocab, N, C);
+    expect_bitwise(out, a_out);
+    auto x = x0, a_x = x0;  // rows 4.. of the flattened positions, rounded after the addition
+    cpu::position_embedding_forward(x.data(), wpe.data(), 4, rows, T_, C);
+    round(x, dtype);
+    ops.position_embedding_forward(a_x.data(), wpe.data(), 4, rows, T_, C);
+    expect_bitwise(x, a_x);
+    auto dwte = dwte0, a_dwte = dwte0, dwpe = dwpe0, a_dwpe = dwpe0;
+    cpu::embedding_shard_backward(dwte.data(), dout.data(), tokens.data(), vocab.begin, Vl, N, C);
+    ops.embedding_backward(a_dwte.data(), dout.data(), tokens.data(), vocab, N, C);
+    expect_bitwise(dwte, a_dwte);
+    cpu::position_embedding_backward(dwpe.data(), dout.data(), 4, rows, T_, C);
+    ops.position_embedding_backward(a_dwpe.data(), dout.data(), 4, rows, T_, C);
+    expect_bitwise(dwpe, a_dwpe);
+
+    // Cross-entropy over the one shard: losses, the probabilities in place of the logits, then
+    // the logits' gradient of loss_scale · mean, rounded.
+    const T loss_scale = 3;
+    std::vector<T> row_max(N), sums(2 * N), losses(N), a_losses(N);
+    auto logits = logits0, a_logits = logits0;
+    cpu::crossentropy_shard_max(row_max.data(), logits.data(), vocab.begin, V, N, Vl);
+    cpu::crossentropy_shard_sums(sums.data(), sums.data() + N, logits.data(), tokens.data(),
+                                 row_max.data(), vocab.begin, V, N, Vl);
+    cpu::crossentropy_shard_finish(losses.data(), logits.data(), logits.data(), row_max.data(),
+                                   sums.data(), sums.data() + N, vocab.begin, V, N, Vl);
+    ops.cross_entropy_forward(a_losses.data(), nullptr, a_logits.data(), tokens.data(), vocab, N);
+    expect_bitwise(losses, a_losses);
+    expect_bitwise(logits, a_logits);
+    const std::vector<T> dlosses(N, loss_scale / static_cast<T>(N));
+    cpu::crossentropy_shard_backward(logits.data(), logits.data(), tokens.data(), dlosses.data(),
+                                     vocab.begin, V, N, Vl);
+    round(logits, dtype);
+    ops.cross_entropy_backward(a_losses.data(), nullptr, a_logits.data(), tokens.data(), loss_scale,
+                               vocab, N);
+    expect_bitwise(logits, a_logits);
+    auto fused = logits0;  // forward_backward is exactly the two
+    ops.cross_entropy_forward_backward(a_losses.data(), nullptr, fused.data(), tokens.data(),
+                                       loss_scale, vocab, N);
+    expect_bitwise(logits, fused);
+    expect_bitwise(losses, a_losses);
+  }
+}
+
+// One rank: the row collectives are nothing (the sum stays in place, the gather returns its
+// input) except gather_rows_into's copy; never a rounding.
+TYPED_TEST(OpsCpu, RowsOfOneRank) {
+  using T = TypeParam;
+  std::mt19937_64 rng(9);
+  const auto v = random_vector<T>(N * C, rng);
+  CpuOps<T> ops(ComputeDtype::bf16, nullptr, true);
+  EXPECT_FALSE(ops.sequence_parallel());
+  EXPECT_EQ(ops.tp_size(), 1);
+  auto partial = v;
+  std::vector<T> out(N * C);
+  EXPECT_EQ(ops.sum_rows(partial.data(), out.data(), N, C), partial.data());
+  expect_bitwise(v, partial);
+  EXPECT_EQ(ops.gather_rows(v.data(), out.data(), N, C), v.data());
+  ops.gather_rows_into(v.data(), out.data(), N, C);
+  expect_bitwise(v, out);
 }
 
 TYPED_TEST(OpsCpu, RoundToCompute) {
