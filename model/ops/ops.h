@@ -1,7 +1,22 @@
 // What every backend's ops object shares: the names an op call uses for choices that are not
-// plain shapes. A model's passes call one ops object (CpuOps<T> in cpu_ops.h today) whose ops
-// each round their own outputs, so the passes themselves contain no rounding.
+// plain shapes, and the one list of op signatures both backends must have.
+//
+// A model's passes call one ops object (CpuOps<T>, model/ops/cpu_ops.h; CudaOps<T> on a GPU) whose
+// ops each round their own outputs, so the passes themselves contain no rounding. An ops class
+// names its types:
+//   Value   activations, activation gradients, weights (the compute dtype's storage type)
+//   Grad    parameter gradients (CPU: T; CUDA: fp32)
+//   Stat    LayerNorm statistics, attention logsumexps, losses and the cross-entropy's row
+//           statistics (CPU: T; CUDA: fp32)
+//   Scalar  the loss scale
+//   Ids     token ids
+// and OpsSignatures<Ops> below spells every op in those types once: STRATA_CHECK_GPT_OPS(Ops)
+// asserts, op by op, that a backend declares exactly that signature, so the two backends' ops
+// agree argument for argument.
 #pragma once
+
+#include <cstddef>
+#include <type_traits>
 
 namespace strata {
 
@@ -20,5 +35,86 @@ enum class Epilogue {
 struct RowRange {
   int begin = 0, count = 0;
 };
+
+// This rank's rows of the vocabulary-parallel embedding table and tied head: global ids
+// [begin, begin + rows) of the padded vocabulary; ids >= vocab_size are padding.
+struct VocabShard {
+  int begin = 0, rows = 0, vocab_size = 0;
+};
+
+// The member-function type of every op, in the ops class's own types (see the header comment).
+template <class Ops>
+struct OpsSignatures {
+  using V = typename Ops::Value;
+  using G = typename Ops::Grad;
+  using S = typename Ops::Stat;
+  using Sc = typename Ops::Scalar;
+  using I = typename Ops::Ids;
+  using sum_rows = const V* (Ops::*)(V*, V*, int, int);
+  using gather_rows = const V* (Ops::*)(const V*, V*, int, int);
+  using gather_rows_into = void (Ops::*)(const V*, V*, int, int);
+  using matmul_forward = void (Ops::*)(V*, V*, const V*, const V*, const V*, int, int, int,
+                                       Epilogue);
+  using matmul_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, int, int, int);
+  using matmul_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, int, int, int);
+  using matmul_backward_weight_rows = void (Ops::*)(G*, G*, const V*, const V*, int, int, int,
+                                                    RowRange);
+  using gelu_forward = void (Ops::*)(V*, const V*, long);
+  using gelu_backward = void (Ops::*)(V*, const V*, const V*, long);
+  using layernorm_forward = void (Ops::*)(V*, S*, S*, const V*, const V*, const V*, int, int);
+  using residual_layernorm_forward = void (Ops::*)(V*, V*, S*, S*, const V*, const V*, const V*,
+                                                   const V*, const V*, int, int);
+  using layernorm_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, const S*,
+                                                 const S*, int, int);
+  using layernorm_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, const S*, const S*,
+                                                  int, int);
+  using residual_bias_forward = void (Ops::*)(V*, const V*, const V*, const V*, int, int);
+  using attention_forward = void (Ops::*)(V*, S*, const V*, int, int, int, int);
+  using attention_backward = void (Ops::*)(V*, const V*, const V*, const V*, const S*, int, int,
+                                           int, int);
+  using embedding_forward = void (Ops::*)(V*, const I*, const V*, VocabShard, int, int);
+  using embedding_backward = void (Ops::*)(G*, const V*, const I*, VocabShard, int, int);
+  using position_embedding_forward = void (Ops::*)(V*, const V*, long, int, int, int);
+  using position_embedding_backward = void (Ops::*)(G*, const V*, long, int, int, int);
+  using cross_entropy_forward = void (Ops::*)(S*, S*, V*, const I*, VocabShard, int);
+  using cross_entropy_backward = void (Ops::*)(S*, const S*, V*, const I*, Sc, VocabShard, int);
+  using cross_entropy_forward_backward = void (Ops::*)(S*, S*, V*, const I*, Sc, VocabShard, int);
+};
+
+#define STRATA_CHECK_GPT_OP(Ops, op)                                                        \
+  static_assert(std::is_same_v<decltype(&Ops::op), typename ::strata::OpsSignatures<Ops>::op>, \
+                #Ops "::" #op " differs from its signature in model/ops/ops.h")
+
+// Every op of OpsSignatures, declared by `Ops` with exactly that signature; and the copies.
+#define STRATA_CHECK_GPT_OPS(Ops)                                                           \
+  STRATA_CHECK_GPT_OP(Ops, sum_rows);                                                       \
+  STRATA_CHECK_GPT_OP(Ops, gather_rows);                                                    \
+  STRATA_CHECK_GPT_OP(Ops, gather_rows_into);                                               \
+  STRATA_CHECK_GPT_OP(Ops, matmul_forward);                                                 \
+  STRATA_CHECK_GPT_OP(Ops, matmul_backward_input);                                          \
+  STRATA_CHECK_GPT_OP(Ops, matmul_backward_weight);                                         \
+  STRATA_CHECK_GPT_OP(Ops, matmul_backward_weight_rows);                                    \
+  STRATA_CHECK_GPT_OP(Ops, gelu_forward);                                                   \
+  STRATA_CHECK_GPT_OP(Ops, gelu_backward);                                                  \
+  STRATA_CHECK_GPT_OP(Ops, layernorm_forward);                                              \
+  STRATA_CHECK_GPT_OP(Ops, residual_layernorm_forward);                                     \
+  STRATA_CHECK_GPT_OP(Ops, layernorm_backward_input);                                       \
+  STRATA_CHECK_GPT_OP(Ops, layernorm_backward_weight);                                      \
+  STRATA_CHECK_GPT_OP(Ops, residual_bias_forward);                                          \
+  STRATA_CHECK_GPT_OP(Ops, attention_forward);                                              \
+  STRATA_CHECK_GPT_OP(Ops, attention_backward);                                             \
+  STRATA_CHECK_GPT_OP(Ops, embedding_forward);                                              \
+  STRATA_CHECK_GPT_OP(Ops, embedding_backward);                                             \
+  STRATA_CHECK_GPT_OP(Ops, position_embedding_forward);                                     \
+  STRATA_CHECK_GPT_OP(Ops, position_embedding_backward);                                    \
+  STRATA_CHECK_GPT_OP(Ops, cross_entropy_forward);                                          \
+  STRATA_CHECK_GPT_OP(Ops, cross_entropy_backward);                                         \
+  STRATA_CHECK_GPT_OP(Ops, cross_entropy_forward_backward);                                 \
+  static_assert(requires(Ops & ops, typename Ops::Value * v, typename Ops::Stat * s,         \
+                         std::size_t n) {                                                   \
+    ops.copy(v, static_cast<const typename Ops::Value*>(v), n);                              \
+    ops.copy(s, static_cast<const typename Ops::Stat*>(s), n);                               \
+    ops.zero(v, n);                                                                          \
+  }, #Ops " lacks copy or zero")
 
 }  // namespace strata
