@@ -1,6 +1,6 @@
 // CudaGpt (model/gpt_cuda.h): its construction, the layout of its storage in one device reservation
-// (model/gpt_cuda_storage.cuh), the slots, the tensor-parallel row collectives and the accessors;
-// the passes are in gpt_cuda_forward.cu and gpt_cuda_backward.cu.
+// (model/gpt_cuda_storage.cuh), the slots and the accessors; the passes are in gpt_cuda_forward.cu
+// and gpt_cuda_backward.cu, their kernels in CudaOps (model/ops/cuda_ops.h).
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
 // split backward's storage (slot weight stashes, the fused backward's one-layer stash) has not run
 // on a GPU yet; the MoE blocks' storage, moe_loss and take_moe_totals: compiled, never run on a
@@ -15,18 +15,14 @@
 #include "model/gpt_cuda_storage.cuh"
 #include "model/kernels/cuda/attention.h"
 #include "model/kernels/cuda/check.h"
-#include "model/kernels/cuda/crossentropy.h"
-#include "model/kernels/cuda/embedding.h"
-#include "model/kernels/cuda/layernorm.h"
-#include "model/kernels/cuda/matmul.h"
-#include "model/kernels/cuda/residual.h"
 
 namespace strata::cuda {
 
 namespace {
 
-// Kernel scratch (LayerNorm and bias column sums, the embedding sort, attention's row sums): a
-// few MiB at GPT-2 sizes; 64 MiB plus 256 bytes per row leaves ample room. The MoE layer takes its
+// Kernel scratch, taken by the ops (model/ops/cuda_ops.h): LayerNorm and bias column sums, the
+// embedding sort, attention's row sums, the cross-entropy's loss gradient (4 bytes per row); a few
+// MiB at GPT-2 sizes; 64 MiB plus 256 bytes per row leaves ample room. The MoE layer takes its
 // scratch from the same arena, never while the model holds any: its own most on top.
 template <class T>
 std::size_t scratch_bytes(const GptShape& shape, const ModelPartition& p, int max_batch) {
@@ -116,7 +112,6 @@ std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver
   b.stash.layers[0].carve(c, d, false, false, d.mlp_layers() > 0);
   b.stash.dlnf = d.head ? b.stash.layers[0].dln1 : nullptr;
   b.stash.dembed = d.embedding ? b.stash.layers[0].dz : nullptr;
-  b.dlosses = c.take<float>(d.N);
   return activations;
 }
 
@@ -135,6 +130,27 @@ ModelPartition checked_partition(const GptShape& shape, const ModelPartition& p,
     fail("device cuda: head size ", shape.head_size(),
          " (d_model / n_head) has no attention kernel (a multiple of 16 up to 128)");
   return p;
+}
+
+// The staging of the tensor-parallel collectives through the host, when no device group carries
+// them: `elements` per call at most.
+std::unique_ptr<StagedCollectives> staged_group(const ModelPartition& p, Collectives* tp,
+                                                DeviceCollectives* device_tp,
+                                                std::size_t elements) {
+  if (device_tp != nullptr || p.tp_size == 1) return nullptr;
+  STRATA_CHECK(tp != nullptr, "a tensor-parallel partition needs its group");
+  return std::make_unique<StagedCollectives>(*tp, elements);
+}
+
+// The group the model's collectives run over: null with tp 1 (a group of one carries nothing, so
+// the model skips its collectives altogether).
+DeviceCollectives* tensor_parallel_group(const ModelPartition& p, DeviceCollectives* device_tp,
+                                         StagedCollectives* staged) {
+  DeviceCollectives* group = device_tp != nullptr ? device_tp : staged;
+  STRATA_CHECK(p.tp_size == 1 ||
+                   (group != nullptr && group->size() == p.tp_size && group->rank() == p.tp_rank),
+               "the tensor-parallel group does not match the partition");
+  return p.tp_size == 1 ? nullptr : group;
 }
 
 }  // namespace
@@ -169,21 +185,13 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       activations_(reservation_bytes(dims_of(shape, partition, max_batch, slots), recompute,
                                      split_backward)),
       scratch_(scratch_bytes<T>(shape, partition, max_batch)),
+      staged_tp_(staged_group(partition, tp, device_tp,
+                              static_cast<std::size_t>(max_batch) * shape.seq_len * shape.d_model)),
+      tp_(tensor_parallel_group(partition, device_tp, staged_tp_.get())),
+      ops_(ctx_, scratch_, tp_, sequence_parallel_),
       slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
   const Dims d = dims();
-  if (device_tp != nullptr) {
-    tp_ = device_tp;
-  } else if (partition.tp_size > 1) {
-    STRATA_CHECK(tp != nullptr, "a tensor-parallel partition needs its group");
-    staged_tp_ = std::make_unique<StagedCollectives>(*tp, d.N * d.C);
-    tp_ = staged_tp_.get();
-  }
-  STRATA_CHECK(partition.tp_size == 1 || (tp_ != nullptr && tp_->size() == partition.tp_size &&
-                                          tp_->rank() == partition.tp_rank),
-               "the tensor-parallel group does not match the partition");
-  // A group of one carries nothing: the model skips its collectives altogether.
-  if (partition.tp_size == 1) tp_ = nullptr;
   BufferCarver carver(static_cast<char*>(activations_.allocate(activations_.capacity())));
   activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute, split_backward);
   if (shape.moe.enabled()) {
@@ -331,32 +339,10 @@ typename CudaGpt<T>::Layer CudaGpt<T>::layer(Slot& s, int l, bool recomputing) c
 }
 
 template <class T>
-const T* CudaGpt<T>::sum_rows(T* partial, T* local_out, int N) {
-  if (!tp_) return partial;
-  const std::size_t C = static_cast<std::size_t>(shape_.d_model);
-  if (!sequence_parallel_) {
-    tp_->all_reduce_sum(partial, static_cast<std::size_t>(N) * C, ctx_.stream());
-    return partial;
-  }
-  tp_->reduce_scatter_sum(partial, local_out, static_cast<std::size_t>(N / tp_->size()) * C,
-                          ctx_.stream());
-  return local_out;
-}
-
-template <class T>
-const T* CudaGpt<T>::gather_rows(const T* local, T* full, int N) {
-  if (!sequence_parallel_) return local;
-  const std::size_t C = static_cast<std::size_t>(shape_.d_model);
-  tp_->all_gather(local, full, static_cast<std::size_t>(N / tp_->size()) * C, ctx_.stream());
-  return full;
-}
-
-template <class T>
-void CudaGpt<T>::gather_rows_into(const T* local, T* full, int N) {
-  if (gather_rows(local, full, N) != local) return;
-  STRATA_CUDA_CHECK(cudaMemcpyAsync(full, local,
-                                    static_cast<std::size_t>(N) * shape_.d_model * sizeof(T),
-                                    cudaMemcpyDeviceToDevice, ctx_.stream()));
+VocabShard CudaGpt<T>::vocab_shard() const {
+  const TensorView& wte = layout_.at("wte");
+  return {static_cast<int>(wte.slice.mid_begin), static_cast<int>(wte.slice.mid_count),
+          shape_.vocab_size};
 }
 
 template <class T>

@@ -1,6 +1,10 @@
 // GPT-2 (docs/ARCHITECTURE.md §5) on a CUDA device: the part of the model one rank holds
-// (ModelPartition, as the CPU model model/gpt.h), forward and backward with the kernels of
-// model/kernels/cuda, in the CPU model's op order so that fp32 runs agree with it to rounding.
+// (ModelPartition, as the CPU model model/gpt.h), forward and backward in the CPU model's op order
+// so that fp32 runs agree with it to rounding. The passes launch no kernel themselves: every
+// kernel of the embedding, the blocks, the head, the cross-entropy and the backward, and the
+// tensor-parallel row collectives, is an op of one CudaOps<T> (model/ops/cuda_ops.h, over the
+// kernels of model/kernels/cuda), the ops interface the CPU model's CpuOps shares (ops.h); the
+// MoE blocks' experts run in CudaMoeLayer.
 // Per block, N = B·T rows:
 //   ln1 = LN(x) → [gather rows] → qkv = ln1·Wqkvᵀ + b (this rank's heads) → atty = attention(qkv)
 //   → atty·Wprojᵀ (partial) → [sum] → x2 = x + · + b and ln2 = LN(x2)   (one fused kernel)
@@ -72,7 +76,8 @@
 //
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
 // split backward (backward_input, backward_weight, the weight stash, the fused backward routed
-// through the halves) has not run on a GPU yet. MoE blocks: compiled, never run on a GPU.
+// through the halves) has not run on a GPU yet, nor have the passes since their kernel launches
+// moved into CudaOps. MoE blocks: compiled, never run on a GPU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -94,6 +99,7 @@
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/staged_collectives.h"
 #include "model/moe/moe_layer_cuda.h"
+#include "model/ops/cuda_ops.h"
 #include "model/parameter_access.h"
 #include "model/parameter_layout.h"
 
@@ -248,12 +254,8 @@ class CudaGpt {
   template <class P>
   P* in_block(P* base, int local_layer, const char* tensor) const;
   int block_segment(int local_layer) const { return segment_.block(local_layer); }
-  // The tensor-parallel collectives on (N, C) rows (gpt.h): partial sums to this rank's rows, and
-  // this rank's rows to all rows; each returns where its result is (possibly its input).
-  const T* sum_rows(T* partial, T* local_out, int N);
-  const T* gather_rows(const T* local, T* full, int N);
-  // The same into `full` always (a copy without sequence parallelism).
-  void gather_rows_into(const T* local, T* full, int N);
+  // This rank's rows of wte and of the head's logits.
+  VocabShard vocab_shard() const;
   using Parameters = ParameterAccess<T, float>;
   void embed(Slot& s, Parameters& parameters);
   // `block_weights`: the block's segment of weights, from its first element.
@@ -262,10 +264,6 @@ class CudaGpt {
                               int T_, const T* ln1_full);
   void blocks_forward(Slot& s, Parameters& parameters);
   void head_forward(Slot& s, Parameters& parameters);
-  // Loss from the logits; fused_scale > 0: the logit gradient of fused_scale · mean loss
-  // overwrites the logits (training in one pass), else the logits stay and the slot keeps the
-  // row statistics head_backward_input derives their gradient from.
-  void cross_entropy(Slot& s, float fused_scale);
 
   // The backward pass in parts. Input halves run the activation gradients down the stage (dres)
   // and write what the weight halves read into a stash: the slot's (split backward: every layer
@@ -300,10 +298,11 @@ class CudaGpt {
   Recompute recompute_;
   bool split_backward_;
   bool sequence_parallel_;
-  std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
-  DeviceCollectives* tp_ = nullptr;               // null with tp 1
   DeviceArena activations_;
   DeviceArena scratch_;
+  std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
+  DeviceCollectives* tp_ = nullptr;               // null with tp 1
+  CudaOps<T> ops_;                                // every kernel of the passes
   std::vector<Slot> slots_;
   std::unique_ptr<Buffers> buffers_;
   std::unique_ptr<CudaMoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null

@@ -1,10 +1,10 @@
 // CudaGpt's backward pass (model/gpt_cuda.h): the head, the blocks (with their recomputation)
 // and the embedding, in the CPU model's order, each an input half and a weight half
 // (docs/ARCHITECTURE.md §5, the split backward), run back to back (backward) or apart
-// (backward_input, then backward_weight).
+// (backward_input, then backward_weight); each kernel an op of ops_ (model/ops/cuda_ops.h).
 // Status: ran on an NVIDIA H200 (2026-11-26) as part of gpt_cuda.cu, before this split (a move).
-// The split into input and weight halves has not run on a GPU yet; the MoE blocks' backward:
-// compiled, never run on a GPU.
+// The split into input and weight halves and the move of its launches into CudaOps have not run on
+// a GPU yet; the MoE blocks' backward: compiled, never run on a GPU.
 #include "model/gpt_cuda.h"
 
 #include <algorithm>
@@ -13,14 +13,6 @@
 
 #include "model/core/error.h"
 #include "model/gpt_cuda_storage.cuh"
-#include "model/kernels/cuda/accumulate.h"
-#include "model/kernels/cuda/attention.h"
-#include "model/kernels/cuda/check.h"
-#include "model/kernels/cuda/crossentropy.h"
-#include "model/kernels/cuda/embedding.h"
-#include "model/kernels/cuda/layernorm.h"
-#include "model/kernels/cuda/matmul.h"
-#include "model/kernels/cuda/residual.h"
 
 namespace strata::cuda {
 
@@ -106,33 +98,23 @@ void CudaGpt<T>::backward_weight(int slot, Parameters& parameters) {
 template <class T>
 void CudaGpt<T>::head_backward_input(Slot& s, Parameters& parameters, float loss_scale, bool fused,
                                      GptWeightStash<T>& w) {
-  const int C = shape_.d_model, V = shape_.vocab_size;
-  const int N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
-  const TensorView& wte = layout_.at("wte");
-  const int vocab_begin = static_cast<int>(wte.slice.mid_begin);
-  const int Vl = static_cast<int>(wte.slice.mid_count);
+  const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
+  const VocabShard vocab = vocab_shard();
   Buffers& b = *buffers_;
-  cudaStream_t stream = ctx_.stream();
-  if (!fused) {  // dlogits overwrite the logits in place, from the forward's row statistics
-    fill(b.dlosses, loss_scale / static_cast<float>(N), N, stream);
-    // Rewrites the forward's losses with the same values (the same formula on the same inputs).
-    crossentropy_shard_finish_backward(s.losses, s.logits, s.logits, s.targets, b.dlosses,
-                                       s.ce_stats, s.ce_stats + N, s.ce_stats + 2 * N, vocab_begin,
-                                       V, N, Vl, stream);
-  }
+  if (!fused)  // dlogits overwrite the logits in place, from the forward's row statistics
+    ops_.cross_entropy_backward(s.losses, s.ce_stats, s.logits, s.targets, loss_scale, vocab, N);
   // Row-parallel partial sums: added in place when rows are not split, else reduce-scattered.
   T* dlnf_partial = sequence_parallel_ ? b.dln : w.dlnf;
   const T* wte_weights = parameters.acquire_weights(segment_.wte, WeightUse::backward);
-  matmul_backward_input(ctx_, dlnf_partial, s.logits, in_segment(wte_weights, segment_.wte, "wte"),
-                        static_cast<const T*>(nullptr), N, C, Vl);
+  ops_.matmul_backward_input(dlnf_partial, s.logits, in_segment(wte_weights, segment_.wte, "wte"),
+                             nullptr, N, C, vocab.rows);
   parameters.release_weights(segment_.wte);
-  sum_rows(dlnf_partial, w.dlnf, N);  // (Nr, C)
-  STRATA_CUDA_CHECK(
-      cudaMemsetAsync(b.dres, 0, static_cast<std::size_t>(Nr) * C * sizeof(T), stream));
+  ops_.sum_rows(dlnf_partial, w.dlnf, N, C);  // (Nr, C)
+  ops_.zero(b.dres, static_cast<std::size_t>(Nr) * C);
   const T* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::backward);
-  layernorm_backward_input(b.dres, w.dlnf, stage_residual_output(s),
-                           in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean, s.lnf_rstd, Nr,
-                           C, stream);
+  ops_.layernorm_backward_input(b.dres, w.dlnf, stage_residual_output(s),
+                                in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean, s.lnf_rstd,
+                                Nr, C);
   parameters.release_weights(segment_.lnf);
 }
 
@@ -140,15 +122,13 @@ template <class T>
 void CudaGpt<T>::head_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
                                       const GptWeightStash<T>& w) {
   const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
-  const int Vl = static_cast<int>(layout_.at("wte").slice.mid_count);
   const T* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
-  matmul_backward_weight(ctx_, in_segment(wte_grads, segment_.wte, "wte"), nullptr, s.logits,
-                         lnf_full, N, C, Vl, scratch_);
+  ops_.matmul_backward_weight(in_segment(wte_grads, segment_.wte, "wte"), nullptr, s.logits,
+                              lnf_full, N, C, vocab_shard().rows);
   float* lnf_grads = parameters.acquire_gradients(segment_.lnf);
-  layernorm_backward_weight(in_segment(lnf_grads, segment_.lnf, "lnf.weight"),
-                            in_segment(lnf_grads, segment_.lnf, "lnf.bias"), w.dlnf,
-                            stage_residual_output(s), s.lnf_mean, s.lnf_rstd, Nr, C, scratch_,
-                            ctx_.stream());
+  ops_.layernorm_backward_weight(in_segment(lnf_grads, segment_.lnf, "lnf.weight"),
+                                 in_segment(lnf_grads, segment_.lnf, "lnf.bias"), w.dlnf,
+                                 stage_residual_output(s), s.lnf_mean, s.lnf_rstd, Nr, C);
   parameters.release_gradients(segment_.lnf);
 }
 
@@ -167,7 +147,6 @@ void CudaGpt<T>::block_backward_input(Slot& s, Parameters& parameters, int l,
   // One acquisition of the weights serves the recomputation and the backward pass.
   const T* w = parameters.acquire_weights(segment, WeightUse::backward);
   auto p = [&](const char* name) { return in_block(w, l, name); };
-  cudaStream_t stream = ctx_.stream();
   Buffers& b = *buffers_;
   const Layer a = layer(s, l, true);
   // Bring back what the forward dropped, by the forward's own code on the same inputs.
@@ -177,9 +156,7 @@ void CudaGpt<T>::block_backward_input(Slot& s, Parameters& parameters, int l,
     attention_core_forward(a, w, l, B, T_, sequence_parallel_ ? a.ln1_full : a.ln1);
   // The next layer's recomputation overwrites the workspace: keep what the weight half reads.
   auto keep = [&](auto* to, const auto* from, std::size_t count) {
-    if (to != nullptr)
-      STRATA_CUDA_CHECK(
-          cudaMemcpyAsync(to, from, count * sizeof(*from), cudaMemcpyDeviceToDevice, stream));
+    if (to != nullptr) ops_.copy(to, from, count);
   };
   const std::size_t rows = static_cast<std::size_t>(Nr) * C;
   const std::size_t full = static_cast<std::size_t>(N) * C;
@@ -197,33 +174,29 @@ void CudaGpt<T>::block_backward_input(Slot& s, Parameters& parameters, int l,
 
   // MLP: out = x2 + [sum](h·Wprojᵀ) + b, h = gelu(fch); dres is d(loss)/d(out). Or the experts:
   // out = x2 + [sum](moe(ln2)), their router losses' gradients scaled like the cross-entropy's.
-  gather_rows_into(b.dres, stash.dz, N);  // (N, C)
+  ops_.gather_rows_into(b.dres, stash.dz, N, C);  // (N, C)
   T* dln2_partial = partial_of(stash.dln2);
   if (a.moe != nullptr) {
     moe_->backward_input(*a.moe, stash.dz, s.loss_scale, p("moe.router.weight"), dln2_partial);
     MoeTotals::add(moe_totals_.data(), partition_.layer_begin + l, shape_.moe.experts,
                    a.moe->stats);
   } else {
-    matmul_backward_input(ctx_, stash.dfch, stash.dz, p("mlp.proj.weight"), a.fch, N, Hl,
-                          C);  // d/d(fch): GELU' in the epilogue
-    matmul_backward_input(ctx_, dln2_partial, stash.dfch, p("mlp.fc.weight"),
-                          static_cast<const T*>(nullptr), N, C, Hl);
+    ops_.matmul_backward_input(stash.dfch, stash.dz, p("mlp.proj.weight"), a.fch, N, Hl,
+                               C);  // d/d(fch): GELU' in the epilogue
+    ops_.matmul_backward_input(dln2_partial, stash.dfch, p("mlp.fc.weight"), nullptr, N, C, Hl);
   }
-  sum_rows(dln2_partial, stash.dln2, N);  // (Nr, C)
-  layernorm_backward_input(b.dres, stash.dln2, a.x2, p("ln2.weight"), a.ln2_mean, a.ln2_rstd, Nr, C,
-                           stream);
+  ops_.sum_rows(dln2_partial, stash.dln2, N, C);  // (Nr, C)
+  ops_.layernorm_backward_input(b.dres, stash.dln2, a.x2, p("ln2.weight"), a.ln2_mean, a.ln2_rstd,
+                                Nr, C);
   // Attention: x2 = x + [sum](atty·Wprojᵀ) + b; dres is now d(loss)/d(x2).
-  gather_rows_into(b.dres, stash.dy, N);
-  matmul_backward_input(ctx_, b.datty, stash.dy, p("attn.proj.weight"),
-                        static_cast<const T*>(nullptr), N, Cl, C);
-  attention_backward(stash.dqkv, b.datty, a.qkv, a.atty, a.lse, B, T_, Cl, shape_.n_head / tp,
-                     scratch_, stream);
+  ops_.gather_rows_into(b.dres, stash.dy, N, C);
+  ops_.matmul_backward_input(b.datty, stash.dy, p("attn.proj.weight"), nullptr, N, Cl, C);
+  ops_.attention_backward(stash.dqkv, b.datty, a.qkv, a.atty, a.lse, B, T_, Cl, shape_.n_head / tp);
   T* dln1_partial = partial_of(stash.dln1);
-  matmul_backward_input(ctx_, dln1_partial, stash.dqkv, p("attn.qkv.weight"),
-                        static_cast<const T*>(nullptr), N, C, 3 * Cl);
-  sum_rows(dln1_partial, stash.dln1, N);
-  layernorm_backward_input(b.dres, stash.dln1, a.x, p("ln1.weight"), a.ln1_mean, a.ln1_rstd, Nr, C,
-                           stream);
+  ops_.matmul_backward_input(dln1_partial, stash.dqkv, p("attn.qkv.weight"), nullptr, N, C, 3 * Cl);
+  ops_.sum_rows(dln1_partial, stash.dln1, N, C);
+  ops_.layernorm_backward_input(b.dres, stash.dln1, a.x, p("ln1.weight"), a.ln1_mean, a.ln1_rstd,
+                                Nr, C);
   parameters.release_weights(segment);
 }
 
@@ -257,20 +230,13 @@ void CudaGpt<T>::block_backward_weight(Slot& s, Parameters& parameters, int l, c
   const int Hl = 4 * C / tp;
   float* grads = parameters.acquire_gradients(block_segment(l));
   auto g = [&](const char* name) { return in_block(grads, l, name); };
-  cudaStream_t stream = ctx_.stream();
   const T* ln1_full = sequence_parallel_ ? a.ln1_full : a.ln1;
   const T* ln2_full = sequence_parallel_ ? a.ln2_full : a.ln2;
   // A row-parallel layer's bias is replicated: with sequence parallelism each rank adds its rows'
   // share (the trainer sums replicated gradients over the group), found at their place among the
-  // gathered rows of dout (copies of dres, bit for bit); otherwise the GEMM's epilogue adds the
-  // whole from the same pass.
-  const std::size_t own_rows =
-      sequence_parallel_ ? static_cast<std::size_t>(partition_.tp_rank) * Nr * C : 0;
-  auto row_parallel_bias = [&](const char* name, const T* dout) -> float* {
-    if (!sequence_parallel_) return g(name);
-    bias_backward(g(name), dout + own_rows, Nr, C, scratch_, stream);
-    return nullptr;
-  };
+  // gathered rows of dout (copies of dres, bit for bit); otherwise (all N rows) the GEMM's
+  // epilogue adds the whole from the same pass.
+  const RowRange own_rows{sequence_parallel_ ? partition_.tp_rank * Nr : 0, Nr};
 
   if (a.moe != nullptr) {
     // The router's weight gradient reads the block's ln2 rows: where this half finds them (the
@@ -282,40 +248,39 @@ void CudaGpt<T>::block_backward_weight(Slot& s, Parameters& parameters, int l, c
                           sequence_parallel_ ? partition_.tp_rank * Nr : 0,
                           sequence_parallel_ ? Nr : N);
   } else {
-    matmul_backward_weight(ctx_, g("mlp.proj.weight"), row_parallel_bias("mlp.proj.bias", stash.dz),
-                           stash.dz, a.fch_gelu, N, Hl, C, scratch_);
-    matmul_backward_weight(ctx_, g("mlp.fc.weight"), g("mlp.fc.bias"), stash.dfch, ln2_full, N, C,
-                           Hl, scratch_);
+    ops_.matmul_backward_weight_rows(g("mlp.proj.weight"), g("mlp.proj.bias"), stash.dz, a.fch_gelu,
+                                     N, Hl, C, own_rows);
+    ops_.matmul_backward_weight(g("mlp.fc.weight"), g("mlp.fc.bias"), stash.dfch, ln2_full, N, C,
+                                Hl);
   }
-  layernorm_backward_weight(g("ln2.weight"), g("ln2.bias"), stash.dln2, a.x2, a.ln2_mean,
-                            a.ln2_rstd, Nr, C, scratch_, stream);
-  matmul_backward_weight(ctx_, g("attn.proj.weight"), row_parallel_bias("attn.proj.bias", stash.dy),
-                         stash.dy, a.atty, N, Cl, C, scratch_);
-  matmul_backward_weight(ctx_, g("attn.qkv.weight"), g("attn.qkv.bias"), stash.dqkv, ln1_full, N, C,
-                         3 * Cl, scratch_);
-  layernorm_backward_weight(g("ln1.weight"), g("ln1.bias"), stash.dln1, a.x, a.ln1_mean, a.ln1_rstd,
-                            Nr, C, scratch_, stream);
+  ops_.layernorm_backward_weight(g("ln2.weight"), g("ln2.bias"), stash.dln2, a.x2, a.ln2_mean,
+                                 a.ln2_rstd, Nr, C);
+  ops_.matmul_backward_weight_rows(g("attn.proj.weight"), g("attn.proj.bias"), stash.dy, a.atty, N,
+                                   Cl, C, own_rows);
+  ops_.matmul_backward_weight(g("attn.qkv.weight"), g("attn.qkv.bias"), stash.dqkv, ln1_full, N, C,
+                              3 * Cl);
+  ops_.layernorm_backward_weight(g("ln1.weight"), g("ln1.bias"), stash.dln1, a.x, a.ln1_mean,
+                                 a.ln1_rstd, Nr, C);
   parameters.release_gradients(block_segment(l));
 }
 
 template <class T>
 void CudaGpt<T>::backward_finish(GptWeightStash<T>& w, int N) {
-  if (partition_.has_embedding) gather_rows_into(buffers_->dres, w.dembed, N);  // (N, C)
+  if (partition_.has_embedding)
+    ops_.gather_rows_into(buffers_->dres, w.dembed, N, shape_.d_model);  // (N, C)
 }
 
 template <class T>
 void CudaGpt<T>::embed_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
                                        const GptWeightStash<T>& w) {
   const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
-  const TensorView& wte = layout_.at("wte");
   const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nr : 0;
   float* wpe_grads = parameters.acquire_gradients(segment_.wpe);
-  position_embedding_backward(in_segment(wpe_grads, segment_.wpe, "wpe"), w.dembed + row_begin * C,
-                              row_begin, Nr, s.time, C, ctx_.stream());
+  ops_.position_embedding_backward(in_segment(wpe_grads, segment_.wpe, "wpe"),
+                                   w.dembed + row_begin * C, row_begin, Nr, s.time, C);
   parameters.release_gradients(segment_.wpe);
-  embedding_shard_backward(in_segment(wte_grads, segment_.wte, "wte"), w.dembed, s.tokens,
-                           static_cast<int>(wte.slice.mid_begin),
-                           static_cast<int>(wte.slice.mid_count), N, C, scratch_, ctx_.stream());
+  ops_.embedding_backward(in_segment(wte_grads, segment_.wte, "wte"), w.dembed, s.tokens,
+                          vocab_shard(), N, C);
 }
 
 template class CudaGpt<float>;

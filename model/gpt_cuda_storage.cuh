@@ -201,9 +201,8 @@ struct CudaGpt<T>::Buffers {
   // (N, C) partial gradient of a LayerNorm output before its reduce-scatter (sequence
   // parallelism; without it the partial sums are added in place, in the stash).
   T* dln = nullptr;
-  T* datty = nullptr;        // (N, Cl)
-  GptWeightStash<T> stash;   // the fused backward's: one layer, no copies
-  float* dlosses = nullptr;  // (N)
+  T* datty = nullptr;       // (N, Cl)
+  GptWeightStash<T> stash;  // the fused backward's: one layer, no copies
 };
 
 // Parameter views, by name, into a segment of weights (T) or gradients (fp32) that starts at

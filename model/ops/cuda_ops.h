@@ -1,0 +1,155 @@
+// CudaOps<T>: the CUDA device's ops for the GPT's passes (T = float, __nv_bfloat16, __half), over
+// the kernels of model/kernels/cuda; the op list and its types are model/ops/ops.h's, the meaning
+// of each op that of CpuOps (model/ops/cpu_ops.h).
+//
+// Each op is the launcher sequence CudaGpt queued inline for that step before the ops existed
+// (same kernels, same arguments, same order), so the model's results are bitwise unchanged. The
+// kernels round their own outputs to T in their epilogues: round_to_compute does nothing.
+// Everything is queued on the context's compute stream; no op waits for the device, but for the
+// host-staged tensor-parallel collectives (model/kernels/cuda/staged_collectives.h).
+//
+// Types: activations, activation gradients and weights in T; parameter gradients, LayerNorm
+// statistics, attention logsumexps (kLsePerRow: one per (row, head)), losses and the
+// cross-entropy's row statistics (kCrossEntropyStatsPerRow: row max, Σ exp, target logit) in fp32.
+//
+// What it reaches, none of it owned: the device context (stream, cuBLASLt), the kernels' scratch
+// arena (the weight halves' column sums, the embedding's sort, attention's row sums, the
+// cross-entropy's loss gradient; each op releases what it takes before returning), and the
+// tensor-parallel group (null for one rank), over which the row collectives and the sharded
+// cross-entropy run, whatever carries them (staged through the host or NCCL).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_collectives.h"
+#include "model/kernels/cuda/device_context.h"
+#include "model/ops/ops.h"
+
+namespace strata::cuda {
+
+template <class T>
+class CudaOps {
+ public:
+  using Value = T;       // activations, activation gradients, weights
+  using Grad = float;    // parameter gradients
+  using Stat = float;    // LayerNorm statistics, logsumexps, losses, cross-entropy row statistics
+  using Scalar = float;  // the loss scale
+  using Ids = std::int32_t;
+  // Attention keeps the logsumexp of each (row, head) for its backward.
+  static constexpr long kLsePerRow = 1;
+  // The cross-entropy keeps per row its maximum, Σ exp and target logit (crossentropy.h).
+  static constexpr long kCrossEntropyStatsPerRow = 3;
+
+  // `tp`: the tensor-parallel group; null for one rank (then there are no collectives).
+  // `sequence_parallel`: the rows of the residual stream are split over the group.
+  CudaOps(DeviceContext& ctx, DeviceArena& scratch, DeviceCollectives* tp, bool sequence_parallel)
+      : ctx_(ctx),
+        scratch_(scratch),
+        tp_(tp),
+        sequence_parallel_(tp != nullptr && sequence_parallel) {}
+
+  // The tensor-parallel row collectives on (N, C) rows (CpuOps's): sum_rows returns `partial`
+  // (all-reduced in place) or, with sequence parallelism, `local_out` (reduce-scattered);
+  // gather_rows returns `local` or, with sequence parallelism, `full` (all-gathered);
+  // gather_rows_into always leaves all rows in `full`.
+  const Value* sum_rows(Value* partial, Value* local_out, int N, int C);
+  const Value* gather_rows(const Value* local, Value* full, int N, int C);
+  void gather_rows_into(const Value* local, Value* full, int N, int C);
+  // Device to device, n elements, queued on the stream.
+  template <class U>
+  void copy(U* to, const U* from, std::size_t n) {
+    STRATA_CUDA_CHECK(
+        cudaMemcpyAsync(to, from, n * sizeof(U), cudaMemcpyDeviceToDevice, ctx_.stream()));
+  }
+  template <class U>
+  void zero(U* data, std::size_t n) {
+    STRATA_CUDA_CHECK(cudaMemsetAsync(data, 0, n * sizeof(U), ctx_.stream()));
+  }
+  // Nothing: every kernel stores its outputs in T already.
+  void round_to_compute(Value*, long) const {}
+
+  // Linear layers through cuBLASLt (kernels/cuda/matmul.h). `bias`: pre_gelu unused. `gelu` and
+  // `bias_gelu` (one function here): the GELU epilogue, pre_gelu (N, OC) kept.
+  void matmul_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
+                      const Value* bias, int N, int IC, int OC, Epilogue epilogue);
+  // pre_gelu non-null: GELU' in the epilogue (DGELU).
+  void matmul_backward_input(Value* dinp, const Value* dout, const Value* weight,
+                             const Value* pre_gelu, int N, int IC, int OC);
+  // dbias from the same pass over dout (BGRADB).
+  void matmul_backward_weight(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
+                              int N, int IC, int OC);
+  // All N rows (bias_rows.count == N): exactly matmul_backward_weight. Fewer (sequence
+  // parallelism): bias_backward's column sums over the range, then the GEMM without bias.
+  void matmul_backward_weight_rows(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
+                                   int N, int IC, int OC, RowRange bias_rows);
+
+  void gelu_forward(Value* out, const Value* inp, long n);
+  void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);
+
+  void layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp, const Value* weight,
+                         const Value* bias, int N, int C);
+  void residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
+                                  const Value* residual, const Value* y, const Value* y_bias,
+                                  const Value* weight, const Value* bias, int N, int C);
+  void layernorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
+                                const Value* weight, const Stat* mean, const Stat* rstd, int N,
+                                int C);
+  void layernorm_backward_weight(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
+                                 const Stat* mean, const Stat* rstd, int N, int C);
+
+  void residual_bias_forward(Value* out, const Value* x, const Value* y, const Value* bias, int N,
+                             int C);
+
+  // lse: (B, NH, T_) logsumexps, written by the forward and read by the backward (which reads out
+  // too; kernels/cuda/attention.h).
+  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH);
+  void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
+                          const Stat* lse, int B, int T_, int C, int NH);
+
+  void embedding_forward(Value* out, const Ids* tokens, const Value* wte_shard, VocabShard vocab,
+                         int N, int C);
+  void embedding_backward(Grad* dwte_shard, const Value* dout, const Ids* tokens, VocabShard vocab,
+                          int N, int C);
+  void position_embedding_forward(Value* x, const Value* wpe, long row_begin, int rows, int T_,
+                                  int C);
+  void position_embedding_backward(Grad* dwpe, const Value* dx, long row_begin, int rows, int T_,
+                                   int C);
+
+  // Softmax cross-entropy over the group's vocabulary shards. forward: losses and the row
+  // statistics (stats: 3N), the logits kept. backward: the logits become their gradient from the
+  // logits and stats, the losses rewritten with the same values. forward_backward: losses and the
+  // gradient in one pass (one shard: one launch), stats used as the shards' workspace.
+  void cross_entropy_forward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
+                             VocabShard vocab, int N);
+  void cross_entropy_backward(Stat* losses, const Stat* stats, Value* logits, const Ids* targets,
+                              Scalar loss_scale, VocabShard vocab, int N);
+  void cross_entropy_forward_backward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
+                                      Scalar loss_scale, VocabShard vocab, int N);
+
+ private:
+  // Several shards: the global row maxima into stats[0, N), then the global Σ exp and target
+  // logits into stats[N, 3N).
+  void cross_entropy_shard_statistics(Stat* stats, const Value* logits, const Ids* targets,
+                                      VocabShard vocab, int N);
+  // d(loss_scale · mean loss)/d(loss_n) = loss_scale / N for every row, in N floats of scratch (the
+  // caller releases them).
+  float* loss_gradient(Scalar loss_scale, int N);
+
+  DeviceContext& ctx_;
+  DeviceArena& scratch_;
+  DeviceCollectives* tp_;
+  bool sequence_parallel_;
+};
+
+extern template class CudaOps<float>;
+extern template class CudaOps<__nv_bfloat16>;
+extern template class CudaOps<__half>;
+
+}  // namespace strata::cuda
