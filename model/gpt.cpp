@@ -59,6 +59,8 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
   for (int l = 0; l < partition.layers(); ++l) {
     dense_index_.push_back(dense_layers_);
     if (!is_moe(l)) ++dense_layers_;
+    block_offsets_.push_back(BlockOffsets::of(layout_, segments_[block_segment(l)],
+                                              partition.layer_begin + l, is_moe(l)));
   }
   for (int i = 0; i < slots; ++i) slots_.push_back(std::make_unique<Slot>());
   scratch_ = std::make_unique<Scratch>();
@@ -208,8 +210,8 @@ T Gpt<T>::forward(int slot, ParameterAccess<T>& parameters, const std::int32_t* 
   }
   for (int l = 0; l < partition_.layers(); ++l) {
     const T* weights = parameters.acquire_weights(block_segment(l), WeightUse::forward);
-    block_forward(block_activations(s, l, false), B, T_,
-                  block_params(weights, partition_.layer_begin + l));
+    block().forward(block_activations(s, l, false), B, T_,
+                    typename Block::Weights(weights, block_offsets_[static_cast<std::size_t>(l)]));
     parameters.release_weights(block_segment(l));
   }
   s.forwarded = true;
@@ -286,7 +288,7 @@ void Gpt<T>::backward(int slot, ParameterAccess<T>& parameters, const T* output_
   }
   for (int l = partition_.layers() - 1; l >= 0; --l) {
     block_backward_input(s, parameters, l, w, 0);
-    block_backward_weight(s, parameters, l, block_weight_inputs(s, l, w, 0));
+    block_backward_weight(s, parameters, l, w, 0);
   }
   backward_finish(s, w);
   if (partition_.has_embedding) {
@@ -320,7 +322,7 @@ void Gpt<T>::backward_weight(int slot, ParameterAccess<T>& parameters) {
     if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
   }
   for (int l = partition_.layers() - 1; l >= 0; --l)
-    block_backward_weight(s, parameters, l, block_weight_inputs(s, l, s.stash, l));
+    block_backward_weight(s, parameters, l, s.stash, l);
   if (partition_.has_embedding) {
     embed_backward_weight(s, parameters, wte_grads, s.stash);
     parameters.release_gradients(segment_.wte);

@@ -43,6 +43,7 @@
 
 #include "model/activation_slots.h"
 #include "model/core/collectives.h"
+#include "model/gpt_block_pass.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/moe/moe_layer.h"
@@ -152,14 +153,13 @@ class Gpt {
   struct LayerActivations;
   struct Slot;
   struct Scratch;
-  struct Block;
-  struct BlockActivations;
   struct WeightStash;
-  struct BlockWeightInputs;
-  // Layer `layer`'s tensors in its segment's weights (or gradients) starting at `base`.
+  // The block's passes (model/gpt_block_pass.h) over this model's ops, MoE layer and scratch.
+  using Block = GptBlock<CpuOps<T>, MoeLayer<T>>;
+  Block block();
+  // A named tensor in its segment's weights (or gradients) starting at `base`.
   template <class P>
   P* in_segment(P* base, int segment, const std::string& name) const;
-  Block block_params(const T* base, int layer) const;
   int block_segment(int local_layer) const { return segment_.block(local_layer); }
   SlotLimits slot_limits() const;
   Slot& slot_for(int slot, int B, int T_);
@@ -168,12 +168,13 @@ class Gpt {
                 std::size_t mlp_layers) const;
   // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output
   // goes to the workspace (the slot keeps the one computed by the forward).
-  BlockActivations block_activations(Slot& s, int local_layer, bool recomputing);
+  typename Block::Activations block_activations(Slot& s, int local_layer, bool recomputing);
+  // Layer `stash_layer` of `w` as the block's passes see it (copies only where `w` has them),
+  // for slot `s`'s micro-batch.
+  typename Block::Stash stash_layer(const Slot& s, WeightStash& w, int local_layer,
+                                    int stash_layer);
 
   void embed(Slot& s, ParameterAccess<T>& parameters);
-  void block_forward(const BlockActivations& a, int B, int T_, const Block& p);
-  void attention_core_forward(const BlockActivations& a, int B, int T_, const Block& p,
-                              const T* ln1_full);
   T head_forward(Slot& s, ParameterAccess<T>& parameters);
 
   // The backward pass in parts. Input parts compute activation gradients (dresidual, running
@@ -189,13 +190,12 @@ class Gpt {
   void head_backward_input(Slot& s, ParameterAccess<T>& parameters, T loss_scale, WeightStash& w);
   void block_backward_input(Slot& s, ParameterAccess<T>& parameters, int local_layer,
                             WeightStash& w, int stash_layer);
-  BlockWeightInputs block_weight_inputs(Slot& s, int local_layer, WeightStash& w, int stash_layer);
   // Weight parts; wte_grads: the gradients of the wte segment (tied: both the head and the
   // embedding add to it).
   void head_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
                             const WeightStash& w);
   void block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int local_layer,
-                             const BlockWeightInputs& in);
+                             WeightStash& w, int stash_layer);
   void embed_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
                              const WeightStash& w);
 
@@ -213,6 +213,7 @@ class Gpt {
   CpuOps<T> ops_;
   bool sequence_parallel_;  // rows sharded (partition says so and tp_size > 1)
   VocabShard vocab_;        // this rank's rows of wte (the embedding and the tied head), if any
+  std::vector<BlockOffsets> block_offsets_;  // per local layer: its tensors in its segment
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<MoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null

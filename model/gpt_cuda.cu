@@ -109,7 +109,7 @@ std::size_t CudaGpt<T>::carve(std::vector<Slot>& slots, Buffers& b, BufferCarver
   // The fused backward reads dlnf before any block's input half writes layer 0, and dembed after
   // the last block's weight half has read it: both share layer 0's arrays.
   b.stash.layers.resize(1);
-  b.stash.layers[0].carve(c, d, false, false, d.mlp_layers() > 0);
+  carve_stash_layer(b.stash.layers[0], c, d, false, false, d.mlp_layers() > 0);
   b.stash.dlnf = d.head ? b.stash.layers[0].dln1 : nullptr;
   b.stash.dembed = d.embedding ? b.stash.layers[0].dz : nullptr;
   return activations;
@@ -192,6 +192,9 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
   const Dims d = dims();
+  for (int l = 0; l < partition.layers(); ++l)
+    block_offsets_.push_back(BlockOffsets::of(layout_, segments_[block_segment(l)],
+                                              partition.layer_begin + l, is_moe(l)));
   BufferCarver carver(static_cast<char*>(activations_.allocate(activations_.capacity())));
   activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute, split_backward);
   if (shape.moe.enabled()) {
@@ -299,6 +302,13 @@ void CudaGpt<T>::upload_tokens(Slot& s, const std::int32_t* tokens, const std::i
                                       ctx_.stream()));
   }
   STRATA_CUDA_CHECK(cudaEventRecord(staging_free_, ctx_.stream()));
+}
+
+template <class T>
+typename CudaGpt<T>::Block CudaGpt<T>::block() {
+  Buffers& b = *buffers_;
+  return Block(ops_, moe_.get(), GptBlockDims(shape_, partition_), recompute_,
+               {b.partial, b.reduced, b.dres, b.dln, b.datty});
 }
 
 template <class T>

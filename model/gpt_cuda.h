@@ -4,7 +4,8 @@
 // kernel of the embedding, the blocks, the head, the cross-entropy and the backward, and the
 // tensor-parallel row collectives, is an op of one CudaOps<T> (model/ops/cuda_ops.h, over the
 // kernels of model/kernels/cuda), the ops interface the CPU model's CpuOps shares (ops.h); the
-// MoE blocks' experts run in CudaMoeLayer.
+// MoE blocks' experts run in CudaMoeLayer. The block's passes are the CPU model's own code,
+// GptBlock (model/gpt_block_pass.h), over this model's storage.
 // Per block, N = B·T rows:
 //   ln1 = LN(x) → [gather rows] → qkv = ln1·Wqkvᵀ + b (this rank's heads) → atty = attention(qkv)
 //   → atty·Wprojᵀ (partial) → [sum] → x2 = x + · + b and ln2 = LN(x2)   (one fused kernel)
@@ -77,7 +78,8 @@
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
 // split backward (backward_input, backward_weight, the weight stash, the fused backward routed
 // through the halves) has not run on a GPU yet, nor have the passes since their kernel launches
-// moved into CudaOps. MoE blocks: compiled, never run on a GPU.
+// moved into CudaOps and the block's passes into GptBlock. MoE blocks: compiled, never run on a
+// GPU.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -92,6 +94,7 @@
 #include "model/activation_slots.h"
 #include "model/core/collectives.h"
 #include "model/gpt.h"
+#include "model/gpt_block_pass.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/device_buffer.h"
@@ -107,7 +110,7 @@ namespace strata::cuda {
 
 class BufferCarver;  // gpt_cuda_storage.cuh
 template <class T>
-struct GptStashLayer;
+using GptStashLayer = StashLayer<T, float>;
 template <class T>
 struct GptWeightStash;
 
@@ -227,7 +230,6 @@ class CudaGpt {
   std::size_t device_bytes() const;
 
  private:
-  struct Layer;    // one block's activation pointers
   struct Slot;     // one micro-batch's kept activations and its state
   struct Buffers;  // the workspace and backward buffers every slot shares
   struct Dims;     // sizes derived from the shape and partition
@@ -245,23 +247,20 @@ class CudaGpt {
   }
   // Each slot's MoE activations in the block its carve reserved (moe_ built).
   void lay_out_moe_activations();
+  // The block's passes (model/gpt_block_pass.h) over this model's ops, MoE layer and buffers.
+  using Block = GptBlock<CudaOps<T>, CudaMoeLayer<T>>;
+  using Layer = typename Block::Activations;  // one block's activation pointers
+  Block block();
   Layer layer(Slot& s, int local_layer, bool recomputing) const;
   T* stage_residual_output(const Slot& s) const;
-  // Tensor `name` in its segment's weights (or gradients) starting at `base`; a block's tensor
-  // `tensor` of local layer `local_layer`.
+  // Tensor `name` in its segment's weights (or gradients) starting at `base`.
   template <class P>
   P* in_segment(P* base, int segment, const std::string& name) const;
-  template <class P>
-  P* in_block(P* base, int local_layer, const char* tensor) const;
   int block_segment(int local_layer) const { return segment_.block(local_layer); }
   // This rank's rows of wte and of the head's logits.
   VocabShard vocab_shard() const;
   using Parameters = ParameterAccess<T, float>;
   void embed(Slot& s, Parameters& parameters);
-  // `block_weights`: the block's segment of weights, from its first element.
-  void block_forward(const Layer& a, const T* block_weights, int local_layer, int B, int T_);
-  void attention_core_forward(const Layer& a, const T* block_weights, int local_layer, int B,
-                              int T_, const T* ln1_full);
   void blocks_forward(Slot& s, Parameters& parameters);
   void head_forward(Slot& s, Parameters& parameters);
 
@@ -281,10 +280,9 @@ class CudaGpt {
   // embedding add to it).
   void head_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
                             const GptWeightStash<T>& w);
-  // The activations layer `local_layer`'s weight half reads: where the slot keeps them, or their
-  // copies in `stash` (where it has them), or the workspace (the fused backward's recomputation).
-  Layer weight_inputs(Slot& s, int local_layer, const GptStashLayer<T>& stash) const;
-  void block_backward_weight(Slot& s, Parameters& parameters, int local_layer, const Layer& a,
+  // Reads the activations where the slot keeps them, or their copies in `stash` (where it has
+  // them), or the workspace (the fused backward's recomputation).
+  void block_backward_weight(Slot& s, Parameters& parameters, int local_layer,
                              const GptStashLayer<T>& stash);
   void embed_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
                              const GptWeightStash<T>& w);
@@ -293,7 +291,8 @@ class CudaGpt {
   ModelPartition partition_;
   ParameterLayout layout_;
   std::vector<ParameterSegment> segments_;
-  SegmentIndex segment_;  // of segments_
+  SegmentIndex segment_;                     // of segments_
+  std::vector<BlockOffsets> block_offsets_;  // per local layer: its tensors in its segment
   int max_batch_;
   Recompute recompute_;
   bool split_backward_;

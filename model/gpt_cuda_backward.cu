@@ -47,7 +47,7 @@ void CudaGpt<T>::backward_pass(Slot& s, Parameters& parameters, float loss_scale
   GptStashLayer<T>& layer = w.layers[0];
   for (int l = partition_.layers() - 1; l >= 0; --l) {
     block_backward_input(s, parameters, l, layer);
-    block_backward_weight(s, parameters, l, weight_inputs(s, l, layer), layer);
+    block_backward_weight(s, parameters, l, layer);
   }
   backward_finish(w, s.batch * s.time);
   if (partition_.has_embedding) {
@@ -82,8 +82,7 @@ void CudaGpt<T>::backward_weight(int slot, Parameters& parameters) {
     if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
   }
   for (int l = partition_.layers() - 1; l >= 0; --l) {
-    const GptStashLayer<T>& layer = s.stash.layers[static_cast<std::size_t>(l)];
-    block_backward_weight(s, parameters, l, weight_inputs(s, l, layer), layer);
+    block_backward_weight(s, parameters, l, s.stash.layers[static_cast<std::size_t>(l)]);
   }
   if (partition_.has_embedding) {
     embed_backward_weight(s, parameters, wte_grads, s.stash);
@@ -132,136 +131,33 @@ void CudaGpt<T>::head_backward_weight(Slot& s, Parameters& parameters, float* wt
   parameters.release_gradients(segment_.lnf);
 }
 
-// The block's input half: dres from d(loss)/d(block output) down to d(loss)/d(block input), after
-// recomputing what the forward dropped. Into `stash`: the gradients of both projections' outputs
-// (all rows), of the fc output (GELU' fused in its GEMM's epilogue), of qkv and of both LayerNorm
-// outputs; and copies of the recomputed activations the weight half reads, where `stash` has room
-// for them (a slot's). An MoE block leaves its experts' activation gradients in the slot's
-// CudaMoeActivations instead of dfch (a full recompute has rerun its forward into them first).
+// The block's input half (GptBlock::backward_input): dres from d(loss)/d(block output) down to
+// d(loss)/d(block input), after recomputing what the forward dropped, the gradients and copies
+// the weight half reads into `stash`. One acquisition of the weights serves the recomputation and
+// the backward pass.
 template <class T>
 void CudaGpt<T>::block_backward_input(Slot& s, Parameters& parameters, int l,
                                       GptStashLayer<T>& stash) {
-  const int B = s.batch, T_ = s.time, C = shape_.d_model, tp = partition_.tp_size;
-  const int N = B * T_, Nr = activation_rows(B, T_), Cl = C / tp, Hl = 4 * C / tp;
   const int segment = block_segment(l);
-  // One acquisition of the weights serves the recomputation and the backward pass.
-  const T* w = parameters.acquire_weights(segment, WeightUse::backward);
-  auto p = [&](const char* name) { return in_block(w, l, name); };
-  Buffers& b = *buffers_;
-  const Layer a = layer(s, l, true);
-  // Bring back what the forward dropped, by the forward's own code on the same inputs.
-  if (recompute_ == Recompute::full)
-    block_forward(a, w, l, B, T_);
-  else if (recompute_ == Recompute::selective)
-    attention_core_forward(a, w, l, B, T_, sequence_parallel_ ? a.ln1_full : a.ln1);
-  // The next layer's recomputation overwrites the workspace: keep what the weight half reads.
-  auto keep = [&](auto* to, const auto* from, std::size_t count) {
-    if (to != nullptr) ops_.copy(to, from, count);
-  };
-  const std::size_t rows = static_cast<std::size_t>(Nr) * C;
-  const std::size_t full = static_cast<std::size_t>(N) * C;
-  keep(stash.atty, a.atty, static_cast<std::size_t>(N) * Cl);
-  keep(stash.x2, a.x2, rows);
-  keep(stash.ln1_full, sequence_parallel_ ? a.ln1_full : a.ln1, full);
-  keep(stash.ln2_full, sequence_parallel_ ? a.ln2_full : a.ln2, full);
-  keep(stash.fch_gelu, a.fch_gelu, static_cast<std::size_t>(N) * Hl);  // none in an MoE block
-  keep(stash.ln1_mean, a.ln1_mean, static_cast<std::size_t>(Nr));
-  keep(stash.ln1_rstd, a.ln1_rstd, static_cast<std::size_t>(Nr));
-  keep(stash.ln2_mean, a.ln2_mean, static_cast<std::size_t>(Nr));
-  keep(stash.ln2_rstd, a.ln2_rstd, static_cast<std::size_t>(Nr));
-  // Row-parallel partial sums: added in place when rows are not split, else reduce-scattered.
-  auto partial_of = [&](T* local) { return sequence_parallel_ ? b.dln : local; };
-
-  // MLP: out = x2 + [sum](h·Wprojᵀ) + b, h = gelu(fch); dres is d(loss)/d(out). Or the experts:
-  // out = x2 + [sum](moe(ln2)), their router losses' gradients scaled like the cross-entropy's.
-  ops_.gather_rows_into(b.dres, stash.dz, N, C);  // (N, C)
-  T* dln2_partial = partial_of(stash.dln2);
-  if (a.moe != nullptr) {
-    moe_->backward_input(*a.moe, stash.dz, s.loss_scale, p("moe.router.weight"), dln2_partial);
-    MoeTotals::add(moe_totals_.data(), partition_.layer_begin + l, shape_.moe.experts,
-                   a.moe->stats);
-  } else {
-    ops_.matmul_backward_input(stash.dfch, stash.dz, p("mlp.proj.weight"), a.fch, N, Hl,
-                               C);  // d/d(fch): GELU' in the epilogue
-    ops_.matmul_backward_input(dln2_partial, stash.dfch, p("mlp.fc.weight"), nullptr, N, C, Hl);
-  }
-  ops_.sum_rows(dln2_partial, stash.dln2, N, C);  // (Nr, C)
-  ops_.layernorm_backward_input(b.dres, stash.dln2, a.x2, p("ln2.weight"), a.ln2_mean, a.ln2_rstd,
-                                Nr, C);
-  // Attention: x2 = x + [sum](atty·Wprojᵀ) + b; dres is now d(loss)/d(x2).
-  ops_.gather_rows_into(b.dres, stash.dy, N, C);
-  ops_.matmul_backward_input(b.datty, stash.dy, p("attn.proj.weight"), nullptr, N, Cl, C);
-  ops_.attention_backward(stash.dqkv, b.datty, a.qkv, a.atty, a.lse, B, T_, Cl, shape_.n_head / tp);
-  T* dln1_partial = partial_of(stash.dln1);
-  ops_.matmul_backward_input(dln1_partial, stash.dqkv, p("attn.qkv.weight"), nullptr, N, C, 3 * Cl);
-  ops_.sum_rows(dln1_partial, stash.dln1, N, C);
-  ops_.layernorm_backward_input(b.dres, stash.dln1, a.x, p("ln1.weight"), a.ln1_mean, a.ln1_rstd,
-                                Nr, C);
+  const typename Block::Weights p(parameters.acquire_weights(segment, WeightUse::backward),
+                                  block_offsets_[static_cast<std::size_t>(l)]);
+  block().backward_input(layer(s, l, true), stash, p, s.batch, s.time, s.loss_scale,
+                         moe_totals_.data(), partition_.layer_begin + l);
   parameters.release_weights(segment);
-}
-
-template <class T>
-typename CudaGpt<T>::Layer CudaGpt<T>::weight_inputs(Slot& s, int l,
-                                                     const GptStashLayer<T>& stash) const {
-  Layer a = layer(s, l, true);
-  auto from_stash = [](auto*& at, auto* copy) {
-    if (copy != nullptr) at = copy;
-  };
-  from_stash(a.atty, stash.atty);
-  from_stash(a.x2, stash.x2);
-  from_stash(sequence_parallel_ ? a.ln1_full : a.ln1, stash.ln1_full);
-  from_stash(sequence_parallel_ ? a.ln2_full : a.ln2, stash.ln2_full);
-  from_stash(a.fch_gelu, stash.fch_gelu);
-  from_stash(a.ln1_mean, stash.ln1_mean);
-  from_stash(a.ln1_rstd, stash.ln1_rstd);
-  from_stash(a.ln2_mean, stash.ln2_mean);
-  from_stash(a.ln2_rstd, stash.ln2_rstd);
-  return a;
 }
 
 // The block's weight half: every parameter gradient, added (+=) in fp32 by the calls the backward
 // made before it was split in two (matmul_backward_weight; layernorm_backward is exactly its two
 // halves).
 template <class T>
-void CudaGpt<T>::block_backward_weight(Slot& s, Parameters& parameters, int l, const Layer& a,
+void CudaGpt<T>::block_backward_weight(Slot& s, Parameters& parameters, int l,
                                        const GptStashLayer<T>& stash) {
-  const int C = shape_.d_model, tp = partition_.tp_size;
-  const int N = s.batch * s.time, Nr = activation_rows(s.batch, s.time), Cl = C / tp;
-  const int Hl = 4 * C / tp;
-  float* grads = parameters.acquire_gradients(block_segment(l));
-  auto g = [&](const char* name) { return in_block(grads, l, name); };
-  const T* ln1_full = sequence_parallel_ ? a.ln1_full : a.ln1;
-  const T* ln2_full = sequence_parallel_ ? a.ln2_full : a.ln2;
-  // A row-parallel layer's bias is replicated: with sequence parallelism each rank adds its rows'
-  // share (the trainer sums replicated gradients over the group), found at their place among the
-  // gathered rows of dout (copies of dres, bit for bit); otherwise (all N rows) the GEMM's
-  // epilogue adds the whole from the same pass.
-  const RowRange own_rows{sequence_parallel_ ? partition_.tp_rank * Nr : 0, Nr};
-
-  if (a.moe != nullptr) {
-    // The router's weight gradient reads the block's ln2 rows: where this half finds them (the
-    // same values the forward routed; under a split full recompute the stash's copy, the workspace
-    // the forward's pointer names holding another layer by now). The router over this rank's own
-    // rows, the proj biases on the rank whose own rows start at 0 (model/moe/moe_layer.h).
-    a.moe->x = ln2_full;
-    moe_->backward_weight(*a.moe, g("moe.router.weight"),
-                          sequence_parallel_ ? partition_.tp_rank * Nr : 0,
-                          sequence_parallel_ ? Nr : N);
-  } else {
-    ops_.matmul_backward_weight_rows(g("mlp.proj.weight"), g("mlp.proj.bias"), stash.dz, a.fch_gelu,
-                                     N, Hl, C, own_rows);
-    ops_.matmul_backward_weight(g("mlp.fc.weight"), g("mlp.fc.bias"), stash.dfch, ln2_full, N, C,
-                                Hl);
-  }
-  ops_.layernorm_backward_weight(g("ln2.weight"), g("ln2.bias"), stash.dln2, a.x2, a.ln2_mean,
-                                 a.ln2_rstd, Nr, C);
-  ops_.matmul_backward_weight_rows(g("attn.proj.weight"), g("attn.proj.bias"), stash.dy, a.atty, N,
-                                   Cl, C, own_rows);
-  ops_.matmul_backward_weight(g("attn.qkv.weight"), g("attn.qkv.bias"), stash.dqkv, ln1_full, N, C,
-                              3 * Cl);
-  ops_.layernorm_backward_weight(g("ln1.weight"), g("ln1.bias"), stash.dln1, a.x, a.ln1_mean,
-                                 a.ln1_rstd, Nr, C);
-  parameters.release_gradients(block_segment(l));
+  const int segment = block_segment(l);
+  const typename Block::Grads g(parameters.acquire_gradients(segment),
+                                block_offsets_[static_cast<std::size_t>(l)]);
+  block().backward_weight(Block::weight_inputs(layer(s, l, true), stash, sequence_parallel_), stash,
+                          g, s.batch * s.time);
+  parameters.release_gradients(segment);
 }
 
 template <class T>

@@ -39,51 +39,6 @@ void CudaGpt<T>::embed(Slot& s, Parameters& parameters) {
   parameters.release_weights(segment_.wpe);
 }
 
-// ln1 (all N rows) → qkv (N, 3Cl) → attention output (N, Cl) and logsumexp: what selective
-// recomputation reruns (from the kept ln1 rows, no communication), one function for both.
-template <class T>
-void CudaGpt<T>::attention_core_forward(const Layer& a, const T* w, int l, int B, int T_,
-                                        const T* ln1_full) {
-  const int C = shape_.d_model, tp = partition_.tp_size, N = B * T_;
-  const int Cl = C / tp;
-  ops_.matmul_forward(a.qkv, nullptr, ln1_full, in_block(w, l, "attn.qkv.weight"),
-                      in_block(w, l, "attn.qkv.bias"), N, C, 3 * Cl, Epilogue::bias);
-  ops_.attention_forward(a.atty, a.lse, a.qkv, B, T_, Cl, shape_.n_head / tp);
-}
-
-template <class T>
-void CudaGpt<T>::block_forward(const Layer& a, const T* w, int l, int B, int T_) {
-  const int C = shape_.d_model, tp = partition_.tp_size, N = B * T_;
-  const int Nr = activation_rows(B, T_), Cl = C / tp, Hl = 4 * C / tp;
-  auto p = [&](const char* name) { return in_block(w, l, name); };
-  T* partial = buffers_->partial;
-  // Attention: x2 = x + [sum](proj(attn(qkv(ln1(x))))) + b, then ln2 = LN(x2) in the same kernel.
-  ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p("ln1.weight"), p("ln1.bias"), Nr, C);
-  attention_core_forward(a, w, l, B, T_, ops_.gather_rows(a.ln1, a.ln1_full, N, C));
-  ops_.matmul_forward(partial, nullptr, a.atty, p("attn.proj.weight"), nullptr, N, Cl, C,
-                      Epilogue::bias);
-  const T* y = ops_.sum_rows(partial, buffers_->reduced, N, C);
-  ops_.residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p("attn.proj.bias"),
-                                  p("ln2.weight"), p("ln2.bias"), Nr, C);
-  const T* ln2_full = ops_.gather_rows(a.ln2, a.ln2_full, N, C);
-  if (a.moe != nullptr) {
-    // The experts: out = x2 + [sum](moe(ln2)), their proj biases inside (on tp rank 0). The layer
-    // keeps a pointer to its input ln2_full (the slot's, or under full recompute the workspace's)
-    // for the router's weight gradient.
-    moe_->forward(*a.moe, ln2_full, N, T_, p("moe.router.weight"), partial);
-    const T* z = ops_.sum_rows(partial, buffers_->reduced, N, C);
-    ops_.residual_bias_forward(a.out, a.x2, z, nullptr, Nr, C);
-    return;
-  }
-  // MLP: out = x2 + [sum](proj(gelu(fc(ln2)))) + b, GELU in the fc GEMM's epilogue.
-  ops_.matmul_forward(a.fch_gelu, a.fch, ln2_full, p("mlp.fc.weight"), p("mlp.fc.bias"), N, C, Hl,
-                      Epilogue::bias_gelu);
-  ops_.matmul_forward(partial, nullptr, a.fch_gelu, p("mlp.proj.weight"), nullptr, N, Hl, C,
-                      Epilogue::bias);
-  const T* z = ops_.sum_rows(partial, buffers_->reduced, N, C);
-  ops_.residual_bias_forward(a.out, a.x2, z, p("mlp.proj.bias"), Nr, C);
-}
-
 template <class T>
 void CudaGpt<T>::head_forward(Slot& s, Parameters& parameters) {
   const int C = shape_.d_model, N = s.batch * s.time, Nr = activation_rows(s.batch, s.time);
@@ -106,7 +61,8 @@ template <class T>
 void CudaGpt<T>::blocks_forward(Slot& s, Parameters& parameters) {
   for (int l = 0; l < partition_.layers(); ++l) {
     const T* weights = parameters.acquire_weights(block_segment(l), WeightUse::forward);
-    block_forward(layer(s, l, false), weights, l, s.batch, s.time);
+    block().forward(layer(s, l, false), s.batch, s.time,
+                    typename Block::Weights(weights, block_offsets_[static_cast<std::size_t>(l)]));
     parameters.release_weights(block_segment(l));
   }
 }

@@ -55,23 +55,6 @@ struct CudaGpt<T>::Dims {
   std::size_t mlp_layers() const { return L - moe_layers; }
 };
 
-// One block's activations: into a slot's kept per-layer arrays or, for what recomputation drops,
-// the one-layer workspace. Row counts as in Dims.
-template <class T>
-struct CudaGpt<T>::Layer {
-  const T* x;                  // block input (Nr, C): the residual stream, always kept
-  T* out;                      // block output (Nr, C)
-  T *ln1, *x2, *ln2;           // (Nr, C)
-  T *ln1_full, *ln2_full;      // (N, C) gathered rows; null without sequence parallelism
-  float *ln1_mean, *ln1_rstd;  // (Nr)
-  float *ln2_mean, *ln2_rstd;  // (Nr)
-  T *fch, *fch_gelu;           // (N, Hl) pre-activation and GELU; null in an MoE block
-  T *qkv, *atty;               // (N, 3Cl), (N, Cl)
-  float* lse;                  // (B, NHl, T) logsumexp per query row
-  // An MoE block's experts (in the slot under every recompute mode); null for a dense block.
-  CudaMoeActivations<T>* moe;
-};
-
 // Per-layer arrays (a count of layers of each: 0 where recomputation drops them; the dense MLP's
 // only for the layers that have one, in their order).
 template <class T>
@@ -105,48 +88,31 @@ struct GptLayerArrays {
   }
 };
 
-// One layer of what the backward's input half leaves for its weight half (docs/ARCHITECTURE.md §5,
-// the split backward): the activation gradients the weight gradients are computed from, and
-// copies of the activations they read that recomputation dropped (the workspace holds one layer,
-// and a split backward's weight half runs after other layers were recomputed into it). Each array
-// is carved on its own, so every layer's pointers have the arena's alignment (cuBLASLt plans are
-// keyed by alignment: the split and fused backwards get the same GEMM algorithms). Row counts as
-// in Dims. An MoE block's layer has no dfch nor fch_gelu (its experts' gradients stay in the
-// slot's CudaMoeActivations).
-template <class T>
-struct GptStashLayer {
-  T *dz = nullptr, *dy = nullptr;  // (N, C) gradients of the MLP's, attention's projection outputs
-                                   // (all rows: gathered with sequence parallelism)
-  T* dfch = nullptr;               // (N, Hl) of the fc output (before GELU); null: MoE block
-  T* dqkv = nullptr;               // (N, 3Cl)
-  T *dln1 = nullptr, *dln2 = nullptr;  // (Nr, C) of the LayerNorm outputs
-  // Copies: atty (selective and full recompute), the rest (full only); null when not copied.
-  T* atty = nullptr;                           // (N, Cl)
-  T* x2 = nullptr;                             // (Nr, C)
-  T *ln1_full = nullptr, *ln2_full = nullptr;  // (N, C) all rows of the LayerNorm outputs
-  T* fch_gelu = nullptr;                       // (N, Hl)
-  float *ln1_mean = nullptr, *ln1_rstd = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;  // (Nr)
-
-  // `mlp`: the layer is a dense block's.
-  template <class D>
-  void carve(BufferCarver& c, const D& d, bool copy_attention, bool copy_rest, bool mlp) {
-    const std::size_t mlp_arrays = mlp ? 1 : 0;
-    dz = c.take<T>(d.N * d.C);
-    dy = c.take<T>(d.N * d.C);
-    dfch = c.take<T>(mlp_arrays * d.N * d.Hl);
-    dqkv = c.take<T>(d.N * 3 * d.Cl);
-    dln1 = c.take<T>(d.Nr * d.C);
-    dln2 = c.take<T>(d.Nr * d.C);
-    atty = c.take<T>(copy_attention ? d.N * d.Cl : 0);
-    const std::size_t rest = copy_rest ? 1 : 0;
-    x2 = c.take<T>(rest * d.Nr * d.C);
-    ln1_full = c.take<T>(rest * d.N * d.C);
-    ln2_full = c.take<T>(rest * d.N * d.C);
-    fch_gelu = c.take<T>(rest * mlp_arrays * d.N * d.Hl);
-    for (float** stats : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd})
-      *stats = c.take<float>(rest * d.Nr);
-  }
-};
+// Carves one layer of a weight stash (GptStashLayer, model/gpt_block_pass.h's StashLayer): each
+// array on its own, so every layer's pointers have the arena's alignment (cuBLASLt plans are
+// keyed by alignment: the split and fused backwards get the same GEMM algorithms). Copies of
+// atty where `copy_attention` (selective and full recompute), of the rest where `copy_rest`
+// (full); `mlp`: the layer is a dense block's (an MoE block's has no dfch nor fch_gelu). Row
+// counts as in Dims.
+template <class T, class D>
+void carve_stash_layer(GptStashLayer<T>& w, BufferCarver& c, const D& d, bool copy_attention,
+                       bool copy_rest, bool mlp) {
+  const std::size_t mlp_arrays = mlp ? 1 : 0;
+  w.dz = c.take<T>(d.N * d.C);
+  w.dy = c.take<T>(d.N * d.C);
+  w.dfch = c.take<T>(mlp_arrays * d.N * d.Hl);
+  w.dqkv = c.take<T>(d.N * 3 * d.Cl);
+  w.dln1 = c.take<T>(d.Nr * d.C);
+  w.dln2 = c.take<T>(d.Nr * d.C);
+  w.atty = c.take<T>(copy_attention ? d.N * d.Cl : 0);
+  const std::size_t rest = copy_rest ? 1 : 0;
+  w.x2 = c.take<T>(rest * d.Nr * d.C);
+  w.ln1_full = c.take<T>(rest * d.N * d.C);
+  w.ln2_full = c.take<T>(rest * d.N * d.C);
+  w.fch_gelu = c.take<T>(rest * mlp_arrays * d.N * d.Hl);
+  for (float** stats : {&w.ln1_mean, &w.ln1_rstd, &w.ln2_mean, &w.ln2_rstd})
+    *stats = c.take<float>(rest * d.Nr);
+}
 
 // A stage's weight stash: its layers', and the gradients of the final LayerNorm's output (last
 // stage) and of the embedding's output (first stage, all rows). A slot's holds every layer, with
@@ -162,7 +128,7 @@ struct GptWeightStash {
   void carve(BufferCarver& c, const D& d, bool copy_attention, bool copy_rest) {
     layers.resize(d.L);
     for (std::size_t l = 0; l < d.L; ++l)
-      layers[l].carve(c, d, copy_attention, copy_rest, !d.moe[l]);
+      carve_stash_layer(layers[l], c, d, copy_attention, copy_rest, !d.moe[l]);
     dlnf = c.take<T>(d.head ? d.Nr * d.C : 0);
     dembed = c.take<T>(d.embedding ? d.N * d.C : 0);
   }
@@ -212,13 +178,6 @@ template <class P>
 P* CudaGpt<T>::in_segment(P* base, int segment, const std::string& name) const {
   return base +
          (layout_.at(name).offset - segments_[static_cast<std::size_t>(segment)].range.begin);
-}
-
-template <class T>
-template <class P>
-P* CudaGpt<T>::in_block(P* base, int l, const char* tensor) const {
-  return in_segment(base, block_segment(l),
-                    "h." + std::to_string(partition_.layer_begin + l) + "." + tensor);
 }
 
 }  // namespace strata::cuda

@@ -1,6 +1,6 @@
-// Internal to model/gpt*.cpp: the definitions of Gpt's private nested types (parameter views of a
-// block, activation storage of slots and of the recompute workspace, scratch) shared by gpt.cpp
-// (storage, embedding, head, the passes) and gpt_block.cpp (the transformer block).
+// Internal to model/gpt*.cpp: the definitions of Gpt's private nested types (activation storage of
+// slots and of the recompute workspace, the weight stash, scratch) shared by gpt.cpp (storage,
+// embedding, head, the passes) and gpt_block.cpp (the block's views of them).
 #pragma once
 
 #include <cstddef>
@@ -11,13 +11,6 @@
 #include "model/gpt.h"
 
 namespace strata {
-
-template <class T>
-struct Gpt<T>::Block {
-  const T *ln1_weight, *ln1_bias, *qkv_weight, *qkv_bias, *attn_proj_weight, *attn_proj_bias;
-  const T *ln2_weight, *ln2_bias, *fc_weight, *fc_bias, *mlp_proj_weight, *mlp_proj_bias;
-  const T* moe;  // an MoE block: its router, the experts after it (the MLP's pointers are null)
-};
 
 // The activations a block saves for its backward pass, packed layer after layer for the current
 // micro-batch. N = B·T rows in all, Nl = rows of the residual stream on this rank; Cl = C/tp
@@ -112,28 +105,6 @@ struct Gpt<T>::Scratch {
   WeightStash stash;                 // one layer, no copies: the fused backward's
   LayerActivations recomputed;       // one layer of what the slots drop
   std::vector<T> recomputed_output;  // (Nl, C) the block output a full recompute produces again
-};
-
-// One layer's activations for the current micro-batch: pointers into the slot where they are
-// kept, into the recompute workspace where they are dropped.
-template <class T>
-struct Gpt<T>::BlockActivations {
-  const T* x;  // block input (Nl, C)
-  T* out;      // block output (Nl, C)
-  T *x2, *ln1, *ln2, *ln1_full, *ln2_full, *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-  T *qkv, *atty, *fch, *fch_gelu;
-  MoeActivations<T>* moe;  // an MoE block's, in the slot; null for a dense block
-};
-
-// What layer l's weight gradients are computed from: the activations its GEMMs and LayerNorms
-// read (where they are kept, or their copies in a stash) and the activation gradients the input
-// pass left in the stash. dz and dy hold all N rows (gathered under sequence parallelism).
-template <class T>
-struct Gpt<T>::BlockWeightInputs {
-  const T* x;  // kept in the slot whatever the recomputation
-  T *x2, *ln1_full, *ln2_full, *atty, *fch_gelu;
-  T *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-  T *dz, *dfch, *dln2, *dy, *dqkv, *dln1;
 };
 
 // A named tensor inside a segment's weights (or gradients) that start at `base`.

@@ -110,6 +110,7 @@ struct MoeActivations {
 template <class T>
 class MoeLayer {
  public:
+  using Activations = MoeActivations<T>;
   // `tp`: the tensor-parallel group (null: one rank); H = 4C / its size. `compute`: op outputs
   // and activation gradients are rounded to it as a kernel of that dtype would store them (the
   // router, in fp32 as GPU routers are, is not). `ep`: the expert-parallel group (null: one
@@ -139,6 +140,12 @@ class MoeLayer {
   // own_begin is 0 (every rank without sequence parallelism, tp rank 0 with it: the expert rows
   // came from several ranks' tokens, so no rank can tell its share of them apart).
   void backward_weight(MoeActivations<T>& a, T* dweights, int own_begin, int own_count) const;
+  // The same, given the layer's input as the caller keeps it (the block's LayerNorm rows, as
+  // CudaMoeLayer takes it): here read from the layer's own copy of it, the same values.
+  void backward_weight(MoeActivations<T>& a, const T* /*x*/, T* dweights, int own_begin,
+                       int own_count) const {
+    backward_weight(a, dweights, own_begin, own_count);
+  }
 
  private:
   void round(T* data, std::size_t n) const;

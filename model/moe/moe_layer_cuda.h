@@ -118,6 +118,7 @@ struct CudaMoeActivations {
 template <class T>
 class CudaMoeLayer {
  public:
+  using Activations = CudaMoeActivations<T>;
   // `tp`: the tensor-parallel group's device collectives (null: one rank); H = 4C / its size.
   // `scratch`: where kernels take temporary arrays (released before each call returns).
   // `ep`: the expert-parallel group (host collectives, not owned; null: one rank, every expert).
@@ -163,6 +164,13 @@ class CudaMoeLayer {
   // over the tokens [own_begin, own_begin + own_count), the proj biases' over every expert row on
   // the rank whose own_begin is 0 and nowhere else.
   void backward_weight(CudaMoeActivations<T>& a, float* dweights, int own_begin, int own_count);
+  // The same, given where the caller keeps the layer's input x now (the router's gradient reads
+  // it): the rows the forward routed, possibly moved since (a split backward's stash copy).
+  void backward_weight(CudaMoeActivations<T>& a, const T* x, float* dweights, int own_begin,
+                       int own_count) {
+    a.x = x;
+    backward_weight(a, dweights, own_begin, own_count);
+  }
 
  private:
   bool bias_rank() const { return tp_ == nullptr || tp_->rank() == 0; }
