@@ -44,6 +44,7 @@
 #include "model/activation_slots.h"
 #include "model/core/collectives.h"
 #include "model/gpt_block_pass.h"
+#include "model/gpt_passes.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/moe/moe_layer.h"
@@ -63,7 +64,10 @@ struct GptOptions {
 };
 
 template <class T>
-class Gpt {
+class Gpt : public GptPasses<Gpt<T>, CpuOps<T>, MoeLayer<T>> {
+  using Passes = GptPasses<Gpt<T>, CpuOps<T>, MoeLayer<T>>;
+  friend Passes;
+
  public:
   // The whole model in one process, one activation slot.
   Gpt(const GptShape& shape, int max_batch, const GptOptions& options = {});
@@ -76,11 +80,8 @@ class Gpt {
   Gpt(Gpt&&) noexcept;
   Gpt& operator=(Gpt&&) noexcept;
 
-  const GptShape& shape() const { return shape_; }
-  const ModelPartition& partition() const { return partition_; }
-  const ParameterLayout& layout() const { return layout_; }
-  // The layout's segments: what a ParameterAccess is asked for, by index.
-  const std::vector<ParameterSegment>& segments() const { return segments_; }
+  // shape(), partition(), layout(), segments(), activation_rows(B, T_) and take_moe_totals come
+  // from GptPasses (model/gpt_passes.h).
   const GptOptions& options() const { return options_; }
   int slots() const;
 
@@ -101,7 +102,7 @@ class Gpt {
   // their output in output(slot).
   T forward(int slot, const T* params, const std::int32_t* tokens, const T* input,
             const std::int32_t* targets, int B, int T_) {
-    FlatParameters<T> flat(segments_, params, nullptr);
+    FlatParameters<T> flat(this->segments(), params, nullptr);
     return forward(slot, flat, tokens, input, targets, B, T_);
   }
   // The same, reaching the weights segment by segment through `parameters`.
@@ -112,7 +113,7 @@ class Gpt {
   // last stage, where the loss starts the pass as loss_scale · mean). Afterwards, on a stage
   // other than the first, input_grad(slot) is the gradient to send to the previous stage.
   void backward(int slot, const T* params, T* grads, const T* output_grad, T loss_scale) {
-    FlatParameters<T> flat(segments_, params, grads);
+    FlatParameters<T> flat(this->segments(), params, grads);
     backward(slot, flat, output_grad, loss_scale);
   }
   void backward(int slot, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale);
@@ -125,8 +126,6 @@ class Gpt {
   void backward_input(int slot, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale);
   void backward_weight(int slot, ParameterAccess<T>& parameters);
 
-  // Rows of the residual stream on this rank: B·T_, or B·T_/tp with sequence parallelism.
-  int activation_rows(int B, int T_) const;
   const T* output(int slot) const;
   const T* input_grad(int slot) const;
   // Last stage, after a forward: per-position losses (B·T_) when it had targets; logits of this
@@ -144,66 +143,42 @@ class Gpt {
   // + z_loss · z summed over this model's MoE blocks; 0 without experts): the backward adds their
   // gradients to the cross-entropy's, which forward returns alone.
   T moe_loss(int slot = 0) const;
-  // The MoE blocks' routing figures of the backward passes since the last call (MoeTotals, over
-  // the model's n_layer blocks: this model's at their layer index), added into `totals`; then
-  // starts counting afresh. Evaluation forwards (no backward) are not counted.
-  void take_moe_totals(std::vector<double>& totals);
 
  private:
   struct LayerActivations;
   struct Slot;
   struct Scratch;
   struct WeightStash;
-  // The block's passes (model/gpt_block_pass.h) over this model's ops, MoE layer and scratch.
-  using Block = GptBlock<CpuOps<T>, MoeLayer<T>>;
+  using Passes::block_segment;
+  using Passes::is_moe;
+  using Passes::partition_;
+  using Passes::sequence_parallel_;
+  using Passes::shape_;
+  using typename Passes::Block;
+  // What GptPasses reaches (model/gpt_passes.h): the block's passes over this model's ops, MoE
+  // layer and scratch; where block l's activations of slot `s` live (`recomputing`: its output
+  // goes to the workspace, the slot keeping the forward's); layer `stash_layer` of `w` for block
+  // l (copies only where `w` has them); the fused backward's stash; the shared buffers; and the
+  // residual stream after the stage's last block.
   Block block();
-  // A named tensor in its segment's weights (or gradients) starting at `base`.
-  template <class P>
-  P* in_segment(P* base, int segment, const std::string& name) const;
-  int block_segment(int local_layer) const { return segment_.block(local_layer); }
+  typename Block::Activations layer(Slot& s, int local_layer, bool recomputing);
+  typename Block::Stash stash_layer(const Slot& s, WeightStash& w, int local_layer,
+                                    int stash_layer);
+  WeightStash& fused_stash();
+  GptBlockBuffers<T> buffers();
+  T* stage_output(const Slot& s) const;
+
   SlotLimits slot_limits() const;
   Slot& slot_for(int slot, int B, int T_);
+  Slot& backward_slot(int slot);
+  // A stage before the last: the gradient of its output into the buffer the backward starts from.
+  void take_output_grad(const Slot& s, const T* output_grad);
   // `mlp_layers` of the other layers' MLP buffers (fch, fch_gelu): the dense blocks' only.
   void allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers,
                 std::size_t mlp_layers) const;
-  // Where layer `local_layer`'s activations of slot `s` live; `recomputing`: the block output
-  // goes to the workspace (the slot keeps the one computed by the forward).
-  typename Block::Activations block_activations(Slot& s, int local_layer, bool recomputing);
-  // Layer `stash_layer` of `w` as the block's passes see it (copies only where `w` has them),
-  // for slot `s`'s micro-batch.
-  typename Block::Stash stash_layer(const Slot& s, WeightStash& w, int local_layer,
-                                    int stash_layer);
-
-  void embed(Slot& s, ParameterAccess<T>& parameters);
-  T head_forward(Slot& s, ParameterAccess<T>& parameters);
-
-  // The backward pass in parts. Input parts compute activation gradients (dresidual, running
-  // down the stage) and write what the weight parts read into a stash: the slot's (split
-  // backward, every layer at its own index, dropped activations copied) or Scratch's (fused: one
-  // layer at index 0, read right after). `stash_layer` is the layer's index in that stash.
-  Slot& backward_slot(int slot);
   void allocate_stash(WeightStash& w, std::size_t layers, std::size_t mlp_layers,
                       bool copies) const;
-  void backward_start(Slot& s, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale,
-                      WeightStash& w);
-  void backward_finish(Slot& s, WeightStash& w);
-  void head_backward_input(Slot& s, ParameterAccess<T>& parameters, T loss_scale, WeightStash& w);
-  void block_backward_input(Slot& s, ParameterAccess<T>& parameters, int local_layer,
-                            WeightStash& w, int stash_layer);
-  // Weight parts; wte_grads: the gradients of the wte segment (tied: both the head and the
-  // embedding add to it).
-  void head_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
-                            const WeightStash& w);
-  void block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int local_layer,
-                             WeightStash& w, int stash_layer);
-  void embed_backward_weight(Slot& s, ParameterAccess<T>& parameters, T* wte_grads,
-                             const WeightStash& w);
 
-  GptShape shape_;
-  ModelPartition partition_;
-  ParameterLayout layout_;
-  std::vector<ParameterSegment> segments_;
-  SegmentIndex segment_;                      // of segments_
   std::unique_ptr<Collectives> single_rank_;  // used when no group is given
   Collectives* tp_;
   int max_batch_;
@@ -211,16 +186,9 @@ class Gpt {
   // Every kernel of the passes, each rounding its own outputs, and the tensor-parallel row
   // collectives over tp_ (model/ops/cpu_ops.h).
   CpuOps<T> ops_;
-  bool sequence_parallel_;  // rows sharded (partition says so and tp_size > 1)
-  VocabShard vocab_;        // this rank's rows of wte (the embedding and the tied head), if any
-  std::vector<BlockOffsets> block_offsets_;  // per local layer: its tensors in its segment
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<MoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
-  std::vector<double> moe_totals_;    // MoeTotals over n_layer blocks, since take_moe_totals
-  bool is_moe(int local_layer) const {
-    return shape_.moe.is_moe_block(partition_.layer_begin + local_layer);
-  }
   // The dense MLP's buffers (fch, fch_gelu, dfch) are kept for dense blocks only: local layer l's
   // are the dense_index_[l]-th (the dense blocks before it); dense_layers_ of them in all.
   std::vector<int> dense_index_;

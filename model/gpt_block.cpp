@@ -1,6 +1,6 @@
 // The transformer block of Gpt (see gpt.h) over its storage: where a block's activations and its
-// stash layer live under each recompute mode, and the two halves of its backward around the
-// shared passes (model/gpt_block_pass.h), which acquire and release its weights and gradients.
+// stash layer live under each recompute mode, as the shared passes (model/gpt_passes.h,
+// model/gpt_block_pass.h) see them.
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -12,15 +12,13 @@ namespace strata {
 
 template <class T>
 typename Gpt<T>::Block Gpt<T>::block() {
-  Scratch& x = *scratch_;
-  return Block(
-      ops_, moe_.get(), GptBlockDims(shape_, partition_), options_.recompute,
-      {x.partial.data(), x.reduced.data(), x.dresidual.data(), x.dfull.data(), x.datty.data()});
+  return Block(ops_, moe_.get(), GptBlockDims(shape_, partition_), options_.recompute, buffers());
 }
 
 template <class T>
-typename Gpt<T>::Block::Activations Gpt<T>::block_activations(Slot& s, int l, bool recomputing) {
-  const int tp = partition_.tp_size, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+typename Gpt<T>::Block::Activations Gpt<T>::layer(Slot& s, int l, bool recomputing) {
+  const int tp = partition_.tp_size, N = s.batch * s.time,
+            Nl = this->activation_rows(s.batch, s.time);
   const long C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
   const bool keep_attention = options_.recompute == Recompute::none;
   const bool keep_rest = options_.recompute != Recompute::full;
@@ -69,7 +67,7 @@ typename Gpt<T>::Block::Activations Gpt<T>::block_activations(Slot& s, int l, bo
 template <class T>
 typename Gpt<T>::Block::Stash Gpt<T>::stash_layer(const Slot& s, WeightStash& w, int l, int at) {
   const int tp = partition_.tp_size;
-  const long N = static_cast<long>(s.batch) * s.time, Nl = activation_rows(s.batch, s.time);
+  const long N = static_cast<long>(s.batch) * s.time, Nl = this->activation_rows(s.batch, s.time);
   const long C = shape_.d_model, Cl = C / tp, Hl = 4 * C / tp;
   const long mlp_at = &w == &scratch_->stash ? 0 : dense_index_[static_cast<std::size_t>(l)];
   // Layer i of `v` (per_layer elements each); null where `w` has no such array.
@@ -98,60 +96,16 @@ typename Gpt<T>::Block::Stash Gpt<T>::stash_layer(const Slot& s, WeightStash& w,
   return stash;
 }
 
-// The input half of the block's backward (GptBlock::backward_input), from dresidual = d(loss)/
-// d(block output) down to d(loss)/d(block input); what the weight half reads goes to stash layer
-// `at` of `w`. One acquisition of the weights serves the recomputation and the backward pass.
-template <class T>
-void Gpt<T>::block_backward_input(Slot& s, ParameterAccess<T>& parameters, int l, WeightStash& w,
-                                  int at) {
-  const int segment = block_segment(l);
-  const typename Block::Weights p(parameters.acquire_weights(segment, WeightUse::backward),
-                                  block_offsets_[static_cast<std::size_t>(l)]);
-  block().backward_input(block_activations(s, l, true), stash_layer(s, w, l, at), p, s.batch,
-                         s.time, s.loss_scale, moe_totals_.data(), partition_.layer_begin + l);
-  parameters.release_weights(segment);
-}
-
-// The weight half: every parameter gradient of the block, added (+=) in T, by the kernels the
-// fused backward used (matmul_backward and layernorm_backward are exactly their two halves).
-template <class T>
-void Gpt<T>::block_backward_weight(Slot& s, ParameterAccess<T>& parameters, int l, WeightStash& w,
-                                   int at) {
-  const int segment = block_segment(l);
-  const typename Block::Stash stash = stash_layer(s, w, l, at);
-  const typename Block::Grads g(parameters.acquire_gradients(segment),
-                                block_offsets_[static_cast<std::size_t>(l)]);
-  block().backward_weight(
-      Block::weight_inputs(block_activations(s, l, true), stash, sequence_parallel_), stash, g,
-      s.batch * s.time);
-  parameters.release_gradients(segment);
-}
-
 template <class T>
 T Gpt<T>::moe_loss(int slot) const {
-  T sum = 0;
-  if (!moe_) return sum;
-  for (const MoeActivations<T>& a : slots_.at(static_cast<std::size_t>(slot))->moe)
-    if (a.tokens > 0) sum += moe_->loss(a);  // dense blocks leave theirs empty
-  return sum;
+  return this->moe_loss_of(*slots_.at(static_cast<std::size_t>(slot)));
 }
 
-template <class T>
-void Gpt<T>::take_moe_totals(std::vector<double>& totals) {
-  if (!moe_) return;
-  totals.resize(moe_totals_.size(), 0.0);
-  for (std::size_t i = 0; i < totals.size(); ++i) totals[i] += moe_totals_[i];
-  std::fill(moe_totals_.begin(), moe_totals_.end(), 0.0);
-}
-
-#define STRATA_INSTANTIATE_GPT_BLOCK(T)                                                            \
-  template Gpt<T>::Block Gpt<T>::block();                                                          \
-  template Gpt<T>::Block::Activations Gpt<T>::block_activations(Slot&, int, bool);                 \
-  template Gpt<T>::Block::Stash Gpt<T>::stash_layer(const Slot&, WeightStash&, int, int);          \
-  template void Gpt<T>::block_backward_input(Slot&, ParameterAccess<T>&, int, WeightStash&, int);  \
-  template void Gpt<T>::block_backward_weight(Slot&, ParameterAccess<T>&, int, WeightStash&, int); \
-  template T Gpt<T>::moe_loss(int) const;                                                          \
-  template void Gpt<T>::take_moe_totals(std::vector<double>&);
+#define STRATA_INSTANTIATE_GPT_BLOCK(T)                                                   \
+  template Gpt<T>::Block Gpt<T>::block();                                                 \
+  template Gpt<T>::Block::Activations Gpt<T>::layer(Slot&, int, bool);                    \
+  template Gpt<T>::Block::Stash Gpt<T>::stash_layer(const Slot&, WeightStash&, int, int); \
+  template T Gpt<T>::moe_loss(int) const;
 STRATA_INSTANTIATE_GPT_BLOCK(float)
 STRATA_INSTANTIATE_GPT_BLOCK(double)
 #undef STRATA_INSTANTIATE_GPT_BLOCK

@@ -1,6 +1,7 @@
 // CudaGpt (model/gpt_cuda.h): its construction, the layout of its storage in one device reservation
-// (model/gpt_cuda_storage.cuh), the slots and the accessors; the passes are in gpt_cuda_forward.cu
-// and gpt_cuda_backward.cu, their kernels in CudaOps (model/ops/cuda_ops.h).
+// (model/gpt_cuda_storage.cuh), the slots, the accessors and the entry points of the passes; the
+// passes themselves are the CPU model's (GptPasses, model/gpt_passes.h), their kernels in CudaOps
+// (model/ops/cuda_ops.h).
 // Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
 // split backward's storage (slot weight stashes, the fused backward's one-layer stash) has not run
 // on a GPU yet; the MoE blocks' storage, moe_loss and take_moe_totals: compiled, never run on a
@@ -172,16 +173,10 @@ template <class T>
 CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
                     Collectives* tp, int max_batch, int slots, Recompute recompute,
                     DeviceCollectives* device_tp, bool split_backward, Collectives* ep)
-    : ctx_(ctx),
-      shape_(shape),
-      partition_(checked_partition(shape, partition, max_batch, slots)),
-      layout_(ParameterLayout::for_partition(shape, partition)),
-      segments_(layout_.segments()),
-      segment_(segment_index(segments_)),
+    : Passes(shape, checked_partition(shape, partition, max_batch, slots), recompute),
+      ctx_(ctx),
       max_batch_(max_batch),
-      recompute_(recompute),
       split_backward_(split_backward),
-      sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
       activations_(reservation_bytes(dims_of(shape, partition, max_batch, slots), recompute,
                                      split_backward)),
       scratch_(scratch_bytes<T>(shape, partition, max_batch)),
@@ -192,9 +187,7 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
       slots_(static_cast<std::size_t>(slots)),
       buffers_(std::make_unique<Buffers>()) {
   const Dims d = dims();
-  for (int l = 0; l < partition.layers(); ++l)
-    block_offsets_.push_back(BlockOffsets::of(layout_, segments_[block_segment(l)],
-                                              partition.layer_begin + l, is_moe(l)));
+  this->find_block_offsets();
   BufferCarver carver(static_cast<char*>(activations_.allocate(activations_.capacity())));
   activation_bytes_ = carve(slots_, *buffers_, carver, d, recompute, split_backward);
   if (shape.moe.enabled()) {
@@ -205,8 +198,6 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
     // group (its gates' gradient all-reduce) and the expert-parallel group (the rows' exchange).
     moe_ = std::make_unique<CudaMoeLayer<T>>(ctx_, scratch_, shape.d_model, shape.moe, tp_, ep);
     STRATA_CHECK(moe_->activation_bytes(static_cast<int>(d.N)) == d.moe_bytes);
-    moe_totals_.assign(
-        static_cast<std::size_t>(shape.n_layer) * MoeTotals::stride(shape.moe.experts), 0.0);
     lay_out_moe_activations();
   }
   // One block's share over all slots: its input (the residual stream) and what recomputation
@@ -264,11 +255,6 @@ SlotLimits CudaGpt<T>::slot_limits() const {
 }
 
 template <class T>
-int CudaGpt<T>::activation_rows(int B, int T_) const {
-  return sequence_parallel_ ? B * T_ / partition_.tp_size : B * T_;
-}
-
-template <class T>
 typename CudaGpt<T>::Slot& CudaGpt<T>::slot_for(int slot, int B, int T_) {
   check_slot_batch(slot_limits(), slot, B, T_);
   Slot& s = slots_[static_cast<std::size_t>(slot)];
@@ -306,17 +292,31 @@ void CudaGpt<T>::upload_tokens(Slot& s, const std::int32_t* tokens, const std::i
 
 template <class T>
 typename CudaGpt<T>::Block CudaGpt<T>::block() {
-  Buffers& b = *buffers_;
-  return Block(ops_, moe_.get(), GptBlockDims(shape_, partition_), recompute_,
-               {b.partial, b.reduced, b.dres, b.dln, b.datty});
+  return Block(ops_, moe_.get(), GptBlockDims(shape_, partition_), this->recompute_, buffers());
+}
+
+template <class T>
+GptBlockBuffers<T> CudaGpt<T>::buffers() const {
+  const Buffers& b = *buffers_;
+  return {b.partial, b.reduced, b.dres, b.dln, b.datty};
+}
+
+template <class T>
+GptStashLayer<T> CudaGpt<T>::stash_layer(const Slot&, GptWeightStash<T>& w, int, int at) const {
+  return w.layers[static_cast<std::size_t>(at)];
+}
+
+template <class T>
+GptWeightStash<T>& CudaGpt<T>::fused_stash() {
+  return buffers_->stash;
 }
 
 template <class T>
 typename CudaGpt<T>::Layer CudaGpt<T>::layer(Slot& s, int l, bool recomputing) const {
   const Buffers& b = *buffers_;
   const Dims d = dims();
-  const bool keep_rest = recompute_ != Recompute::full;
-  const bool keep_attention = recompute_ == Recompute::none;
+  const bool keep_rest = this->recompute_ != Recompute::full;
+  const bool keep_attention = this->recompute_ == Recompute::none;
   const GptLayerArrays<T>& rest = keep_rest ? s.kept : b.work;
   const GptLayerArrays<T>& attn = keep_attention ? s.kept : b.work;
   const std::size_t r = keep_rest ? static_cast<std::size_t>(l) : 0;
@@ -349,13 +349,6 @@ typename CudaGpt<T>::Layer CudaGpt<T>::layer(Slot& s, int l, bool recomputing) c
 }
 
 template <class T>
-VocabShard CudaGpt<T>::vocab_shard() const {
-  const TensorView& wte = layout_.at("wte");
-  return {static_cast<int>(wte.slice.mid_begin), static_cast<int>(wte.slice.mid_count),
-          shape_.vocab_size};
-}
-
-template <class T>
 T* CudaGpt<T>::stage_input(int slot) {
   STRATA_CHECK(slot >= 0 && slot < slots() && !partition_.has_embedding);
   return slots_[static_cast<std::size_t>(slot)].residual;
@@ -364,13 +357,13 @@ T* CudaGpt<T>::stage_input(int slot) {
 template <class T>
 const T* CudaGpt<T>::stage_output(int slot) const {
   STRATA_CHECK(slot >= 0 && slot < slots() && !partition_.has_head);
-  return stage_residual_output(slots_[static_cast<std::size_t>(slot)]);
+  return stage_output(slots_[static_cast<std::size_t>(slot)]);
 }
 
 // The residual stream after the stage's last block: block inputs are strided by the rows of
 // max_batch sequences (layer()), whatever the micro-batch holds.
 template <class T>
-T* CudaGpt<T>::stage_residual_output(const Slot& s) const {
+T* CudaGpt<T>::stage_output(const Slot& s) const {
   const Dims d = dims();
   return s.residual + d.L * d.Nr * d.C;
 }
@@ -418,19 +411,65 @@ double CudaGpt<T>::loss_sum(int slot) const {
 template <class T>
 float CudaGpt<T>::moe_loss(int slot) const {
   STRATA_CHECK(slot >= 0 && slot < slots());
-  float sum = 0;
-  if (!moe_) return sum;
-  for (const CudaMoeActivations<T>& a : slots_[static_cast<std::size_t>(slot)].moe)
-    if (a.tokens > 0) sum += moe_->loss(a);  // dense blocks and unused slots have none
-  return sum;
+  return this->moe_loss_of(slots_[static_cast<std::size_t>(slot)]);  // unused slots have none
+}
+
+// The passes (GptPasses, model/gpt_passes.h) only queue kernels: each release comes once the
+// kernels that read a segment's weights (or add to its gradients) are queued on the compute
+// stream, not once they have run. A ParameterAccess that frees, reuses or reduces a segment's
+// memory on release must order that after them (work on the compute stream, or wait for an event
+// recorded there); FlatParameters does nothing on release.
+template <class T>
+void CudaGpt<T>::forward(int slot, Parameters& parameters, const std::int32_t* tokens,
+                         const std::int32_t* targets, int B, int T_) {
+  Slot& s = slot_for(slot, B, T_);
+  const bool has_head = partition_.has_head;
+  if (partition_.has_embedding) STRATA_CHECK(tokens != nullptr, "the first stage needs tokens");
+  upload_tokens(s, partition_.has_embedding ? tokens : nullptr, has_head ? targets : nullptr,
+                static_cast<long>(B) * T_);
+  s.has_targets = has_head && targets != nullptr;
+  this->forward_pass(s, parameters);  // with targets: losses and row statistics; logits stay
 }
 
 template <class T>
-void CudaGpt<T>::take_moe_totals(std::vector<double>& totals) {
-  if (!moe_) return;
-  totals.resize(moe_totals_.size(), 0.0);
-  for (std::size_t i = 0; i < totals.size(); ++i) totals[i] += moe_totals_[i];
-  std::fill(moe_totals_.begin(), moe_totals_.end(), 0.0);
+void CudaGpt<T>::forward_backward(Parameters& parameters, const std::int32_t* tokens,
+                                  const std::int32_t* targets, int B, int T_, float loss_scale) {
+  STRATA_CHECK(partition_.has_embedding && partition_.has_head,
+               "forward_backward runs a whole pipeline; stages use forward and backward");
+  STRATA_CHECK(targets != nullptr, "training needs targets");
+  STRATA_CHECK(loss_scale > 0, "the loss scale must be positive");
+  Slot& s = slot_for(0, B, T_);
+  upload_tokens(s, tokens, targets, static_cast<long>(B) * T_);
+  this->forward_backward_pass(s, parameters, loss_scale);
+}
+
+template <class T>
+typename CudaGpt<T>::Slot& CudaGpt<T>::backward_slot(int slot) {
+  const bool held = slot >= 0 && slot < slots();
+  check_slot_backward(slot_limits(), held ? slots_[static_cast<std::size_t>(slot)] : SlotState{},
+                      slot, partition_.has_head);
+  return slots_[static_cast<std::size_t>(slot)];
+}
+
+// A stage before the last starts from the output gradient its caller wrote into dres
+// (stage_output_grad).
+template <class T>
+void CudaGpt<T>::backward(int slot, Parameters& parameters, float loss_scale) {
+  this->backward_pass(backward_slot(slot), parameters, loss_scale, false);
+}
+
+template <class T>
+void CudaGpt<T>::backward_input(int slot, Parameters& parameters, float loss_scale) {
+  STRATA_CHECK(split_backward_, "backward_input needs a model built with split_backward");
+  this->backward_input_pass(backward_slot(slot), parameters, loss_scale);
+}
+
+template <class T>
+void CudaGpt<T>::backward_weight(int slot, Parameters& parameters) {
+  check_slot_weight_backward(
+      slot_limits(),
+      slot >= 0 && slot < slots() ? slots_[static_cast<std::size_t>(slot)] : SlotState{}, slot);
+  this->backward_weight_pass(slots_[static_cast<std::size_t>(slot)], parameters);
 }
 
 template class CudaGpt<float>;

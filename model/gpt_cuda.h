@@ -95,6 +95,7 @@
 #include "model/core/collectives.h"
 #include "model/gpt.h"
 #include "model/gpt_block_pass.h"
+#include "model/gpt_passes.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/device_buffer.h"
@@ -115,7 +116,10 @@ template <class T>
 struct GptWeightStash;
 
 template <class T>
-class CudaGpt {
+class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
+  using Passes = GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>>;
+  friend Passes;
+
  public:
   // The whole model, one activation slot. Throws when the head size has no attention kernel
   // (attention_head_size_supported).
@@ -135,18 +139,13 @@ class CudaGpt {
   CudaGpt(const CudaGpt&) = delete;
   CudaGpt& operator=(const CudaGpt&) = delete;
 
-  const GptShape& shape() const { return shape_; }
-  const ModelPartition& partition() const { return partition_; }
-  const ParameterLayout& layout() const { return layout_; }
-  // The layout's segments: what a ParameterAccess is asked for, by index.
-  const std::vector<ParameterSegment>& segments() const { return segments_; }
-  Recompute recompute() const { return recompute_; }
+  // shape(), partition(), layout(), segments(), activation_rows(B, T_) and take_moe_totals come
+  // from GptPasses (model/gpt_passes.h).
+  Recompute recompute() const { return this->recompute_; }
   bool split_backward() const { return split_backward_; }
   DeviceContext& context() const { return ctx_; }
   int slots() const;
   int max_batch() const { return max_batch_; }
-  // Rows of the residual stream on this rank: B·T_, or B·T_/tp with sequence parallelism.
-  int activation_rows(int B, int T_) const;
 
   // Training, one micro-batch through a partition that is a whole pipeline (first and last
   // stage), slot 0: forward, loss and backward in one pass (the cross-entropy gradient is fused
@@ -155,7 +154,7 @@ class CudaGpt {
   // (checked). The B·T_ per-position losses stay on the device: losses().
   void forward_backward(const T* weights, float* grads, const std::int32_t* tokens,
                         const std::int32_t* targets, int B, int T_, float loss_scale) {
-    FlatParameters<T, float> flat(segments_, weights, grads);
+    FlatParameters<T, float> flat(this->segments(), weights, grads);
     forward_backward(flat, tokens, targets, B, T_, loss_scale);
   }
   // The same, reaching the weights and gradients segment by segment through `parameters`.
@@ -178,11 +177,11 @@ class CudaGpt {
   // stage_input_grad() holds the gradient to send to the previous stage (until the next backward).
   void forward(int slot, const T* weights, const std::int32_t* tokens, const std::int32_t* targets,
                int B, int T_) {
-    FlatParameters<T, float> flat(segments_, weights, nullptr);
+    FlatParameters<T, float> flat(this->segments(), weights, nullptr);
     forward(slot, flat, tokens, targets, B, T_);
   }
   void backward(int slot, const T* weights, float* grads, float loss_scale) {
-    FlatParameters<T, float> flat(segments_, weights, grads);
+    FlatParameters<T, float> flat(this->segments(), weights, grads);
     backward(slot, flat, loss_scale);
   }
   // The same, reaching the weights (and gradients) segment by segment through `parameters`.
@@ -214,10 +213,6 @@ class CudaGpt {
   // (no wait): the backward adds their gradients to the cross-entropy's, which losses() holds
   // alone (Gpt::moe_loss).
   float moe_loss(int slot = 0) const;
-  // The MoE blocks' routing figures of the backward passes since the last call (MoeTotals over the
-  // model's n_layer blocks: this model's at their layer index), added into `totals`; then counting
-  // starts afresh. Evaluation forwards (no backward) are not counted (Gpt::take_moe_totals).
-  void take_moe_totals(std::vector<double>& totals);
 
   // Device bytes of the activations kept between forward and backward (every slot: the layers,
   // the MoE blocks' experts, the head's logits, the weight stash; the recompute workspace), and of
@@ -233,6 +228,13 @@ class CudaGpt {
   struct Slot;     // one micro-batch's kept activations and its state
   struct Buffers;  // the workspace and backward buffers every slot shares
   struct Dims;     // sizes derived from the shape and partition
+  using Passes::block_segment;
+  using Passes::is_moe;
+  using Passes::partition_;
+  using Passes::segments_;
+  using Passes::sequence_parallel_;
+  using Passes::shape_;
+  using typename Passes::Block;
   static Dims dims_of(const GptShape& shape, const ModelPartition& partition, int max_batch,
                       int slots);
   Dims dims() const;
@@ -242,61 +244,25 @@ class CudaGpt {
   void upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets, long N);
   SlotLimits slot_limits() const;
   Slot& slot_for(int slot, int B, int T_);
-  bool is_moe(int local_layer) const {
-    return shape_.moe.is_moe_block(partition_.layer_begin + local_layer);
-  }
+  Slot& backward_slot(int slot);
   // Each slot's MoE activations in the block its carve reserved (moe_ built).
   void lay_out_moe_activations();
-  // The block's passes (model/gpt_block_pass.h) over this model's ops, MoE layer and buffers.
-  using Block = GptBlock<CudaOps<T>, CudaMoeLayer<T>>;
-  using Layer = typename Block::Activations;  // one block's activation pointers
+  // What GptPasses reaches (model/gpt_passes.h): the block's passes over this model's ops, MoE
+  // layer and buffers; one block's activation pointers in a slot (or the workspace); layer `at`
+  // of a stash; the fused backward's stash; the shared buffers; and the residual stream after the
+  // stage's last block.
+  using Layer = typename Block::Activations;
   Block block();
   Layer layer(Slot& s, int local_layer, bool recomputing) const;
-  T* stage_residual_output(const Slot& s) const;
-  // Tensor `name` in its segment's weights (or gradients) starting at `base`.
-  template <class P>
-  P* in_segment(P* base, int segment, const std::string& name) const;
-  int block_segment(int local_layer) const { return segment_.block(local_layer); }
-  // This rank's rows of wte and of the head's logits.
-  VocabShard vocab_shard() const;
+  GptStashLayer<T> stash_layer(const Slot& s, GptWeightStash<T>& w, int local_layer, int at) const;
+  GptWeightStash<T>& fused_stash();
+  GptBlockBuffers<T> buffers() const;
+  T* stage_output(const Slot& s) const;
   using Parameters = ParameterAccess<T, float>;
-  void embed(Slot& s, Parameters& parameters);
-  void blocks_forward(Slot& s, Parameters& parameters);
-  void head_forward(Slot& s, Parameters& parameters);
 
-  // The backward pass in parts. Input halves run the activation gradients down the stage (dres)
-  // and write what the weight halves read into a stash: the slot's (split backward: every layer
-  // at its index, dropped activations copied) or Buffers' (fused: one layer, read right after).
-  Slot& backward_slot(int slot);
-  void backward_pass(Slot& s, Parameters& parameters, float loss_scale, bool fused);
-  // fused: the logits already hold their gradient (forward_backward's cross-entropy).
-  void head_backward_input(Slot& s, Parameters& parameters, float loss_scale, bool fused,
-                           GptWeightStash<T>& w);
-  void block_backward_input(Slot& s, Parameters& parameters, int local_layer,
-                            GptStashLayer<T>& stash);
-  // The embedding's weight half reads all rows of the embedding output's gradient.
-  void backward_finish(GptWeightStash<T>& w, int N);
-  // Weight halves; wte_grads: the gradients of the wte segment (tied: both the head and the
-  // embedding add to it).
-  void head_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
-                            const GptWeightStash<T>& w);
-  // Reads the activations where the slot keeps them, or their copies in `stash` (where it has
-  // them), or the workspace (the fused backward's recomputation).
-  void block_backward_weight(Slot& s, Parameters& parameters, int local_layer,
-                             const GptStashLayer<T>& stash);
-  void embed_backward_weight(Slot& s, Parameters& parameters, float* wte_grads,
-                             const GptWeightStash<T>& w);
   DeviceContext& ctx_;
-  GptShape shape_;
-  ModelPartition partition_;
-  ParameterLayout layout_;
-  std::vector<ParameterSegment> segments_;
-  SegmentIndex segment_;                     // of segments_
-  std::vector<BlockOffsets> block_offsets_;  // per local layer: its tensors in its segment
   int max_batch_;
-  Recompute recompute_;
   bool split_backward_;
-  bool sequence_parallel_;
   DeviceArena activations_;
   DeviceArena scratch_;
   std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
@@ -305,7 +271,6 @@ class CudaGpt {
   std::vector<Slot> slots_;
   std::unique_ptr<Buffers> buffers_;
   std::unique_ptr<CudaMoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
-  std::vector<double> moe_totals_;        // MoeTotals over n_layer blocks, since take_moe_totals
   PinnedBuffer<std::int32_t> staging_;    // (2, max_batch·seq_len): tokens, targets
   cudaEvent_t staging_free_ = nullptr;    // recorded after the copies out of staging_
   std::size_t activation_bytes_ = 0;

@@ -145,6 +145,7 @@ struct CudaGpt<T>::Slot : SlotState {
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;  // (Nr)
   T* logits = nullptr;                             // (N, Vl): logits, then (trained) their gradient
   float* losses = nullptr;                         // (N)
+  T* input_grad = nullptr;  // none: a later stage's input gradient is read from dres
   // (3, N) cross-entropy row statistics: max, Σ exp, target logit (kept for a later backward).
   float* ce_stats = nullptr;
   GptWeightStash<T> stash;  // split backward only: from the input half to the weight half

@@ -76,8 +76,9 @@ struct Gpt<T>::Slot : SlotState {
   std::vector<T> lnf, lnf_full, lnf_mean, lnf_rstd;  // (Nl, C), (N, C), (Nl)
   std::vector<T> logits;                             // (N, Vp/tp)
   std::vector<T> losses;                             // (N)
-  std::vector<T> input_grad;                         // (Nl, C)
-  WeightStash stash;  // split backward only: from the input pass to the weight pass
+  std::vector<T> ce_stats;    // none: the cross-entropy leaves probabilities in the logits instead
+  std::vector<T> input_grad;  // (Nl, C)
+  WeightStash stash;          // split backward only: from the input pass to the weight pass
   // Per layer, an MoE block's micro-batch (empty for dense blocks): kept under every recompute
   // mode (a full recompute reruns the experts into it, to the same values).
   std::vector<MoeActivations<T>> moe;
@@ -106,13 +107,5 @@ struct Gpt<T>::Scratch {
   LayerActivations recomputed;       // one layer of what the slots drop
   std::vector<T> recomputed_output;  // (Nl, C) the block output a full recompute produces again
 };
-
-// A named tensor inside a segment's weights (or gradients) that start at `base`.
-template <class T>
-template <class P>
-P* Gpt<T>::in_segment(P* base, int segment, const std::string& name) const {
-  return base +
-         (layout_.at(name).offset - segments_[static_cast<std::size_t>(segment)].range.begin);
-}
 
 }  // namespace strata

@@ -1,0 +1,380 @@
+// The GPT's passes, written once for both backends (docs/ARCHITECTURE.md §5, "One model for both
+// backends"): GptPasses<Model, Ops, Moe> is the base of Gpt<T> (Model = Gpt<T>, Ops = CpuOps<T>)
+// and of cuda::CudaGpt<T> (CudaOps<T>), and runs the embedding, the blocks (GptBlock,
+// model/gpt_block_pass.h), the head and its cross-entropy forward, the backward in parts (head,
+// each block, embedding; each an input half and a weight half, fused or split), and the MoE
+// blocks' losses and routing figures. It holds what both models are made of (shape, partition,
+// parameter layout, the block's tensor offsets, the MoE figures) and reaches the rest through the
+// model, which keeps its own storage and hands the passes views of it:
+//   ops_, moe_                       the ops object and the MoE layer (null without experts)
+//   Slot                             with tokens, targets, residual, lnf, lnf_full, lnf_mean,
+//                                    lnf_rstd, logits, losses, ce_stats, input_grad (each a
+//                                    pointer or a vector; an empty or null one: none), stash, moe,
+//                                    loss_scale and the SlotState flags
+//   layer(s, l, recomputing)         block l's BlockActivations (recomputing: the output goes to
+//                                    the workspace)
+//   stash_layer(s, w, l, at)         layer `at` of stash `w` for block l (a StashLayer)
+//   fused_stash()                    the one-layer stash of the fused backward
+//   buffers()                        the shared GptBlockBuffers
+//   stage_output(s)                  the residual stream after the stage's last block
+// The model's own entry points (Gpt::forward, CudaGpt::forward, ...) put the micro-batch's ids or
+// input activation into the slot, call these passes, and read the results their own way.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt_block_pass.h"
+#include "model/gpt_shape.h"
+#include "model/parameter_access.h"
+#include "model/parameter_layout.h"
+#include "model/recompute.h"
+
+namespace strata {
+
+// A slot's array as a pointer: a vector's data (null when empty) or the pointer itself.
+template <class U>
+U* data_of(std::vector<U>& v) {
+  return v.empty() ? nullptr : v.data();
+}
+template <class U>
+const U* data_of(const std::vector<U>& v) {
+  return v.empty() ? nullptr : v.data();
+}
+template <class U>
+U* data_of(U* p) {
+  return p;
+}
+
+template <class Model, class Ops, class Moe>
+class GptPasses {
+ public:
+  using Value = typename Ops::Value;
+  using Grad = typename Ops::Grad;
+  using Scalar = typename Ops::Scalar;
+  using Parameters = ParameterAccess<Value, Grad>;
+  using Block = GptBlock<Ops, Moe>;
+
+  const GptShape& shape() const { return shape_; }
+  const ModelPartition& partition() const { return partition_; }
+  const ParameterLayout& layout() const { return layout_; }
+  // The layout's segments: what a ParameterAccess is asked for, by index.
+  const std::vector<ParameterSegment>& segments() const { return segments_; }
+  // Rows of the residual stream on this rank: B·T_, or B·T_/tp with sequence parallelism.
+  int activation_rows(int B, int T_) const {
+    return sequence_parallel_ ? B * T_ / partition_.tp_size : B * T_;
+  }
+  // The MoE blocks' routing figures of the backward passes since the last call (MoeTotals over the
+  // model's n_layer blocks: this model's at their layer index), added into `totals`; then
+  // counting starts afresh. Evaluation forwards (no backward) are not counted.
+  void take_moe_totals(std::vector<double>& totals) {
+    if (moe_totals_.empty()) return;
+    totals.resize(moe_totals_.size(), 0.0);
+    for (std::size_t i = 0; i < totals.size(); ++i) totals[i] += moe_totals_[i];
+    std::fill(moe_totals_.begin(), moe_totals_.end(), 0.0);
+  }
+
+ protected:
+  GptPasses(const GptShape& shape, const ModelPartition& partition, Recompute recompute)
+      : shape_(shape),
+        partition_(partition),
+        layout_(ParameterLayout::for_partition(shape, partition)),
+        segments_(layout_.segments()),
+        segment_(segment_index(segments_)),
+        sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
+        recompute_(recompute) {
+    if (layout_.has("wte")) {
+      const TensorView& wte = layout_.at("wte");
+      vocab_ = {static_cast<int>(wte.slice.mid_begin), static_cast<int>(wte.slice.mid_count),
+                shape.vocab_size};
+    }
+    if (shape.moe.enabled())
+      moe_totals_.assign(shape.n_layer * MoeTotals::stride(shape.moe.experts), 0.0);
+  }
+  // Where each block's tensors are: once the model has checked its partition.
+  void find_block_offsets() {
+    for (int l = 0; l < partition_.layers(); ++l)
+      block_offsets_.push_back(BlockOffsets::of(layout_, segments_[block_segment(l)],
+                                                partition_.layer_begin + l, is_moe(l)));
+  }
+
+  int block_segment(int local_layer) const { return segment_.block(local_layer); }
+  bool is_moe(int local_layer) const {
+    return shape_.moe.is_moe_block(partition_.layer_begin + local_layer);
+  }
+  // A named tensor in its segment's weights (or gradients) starting at `base`.
+  template <class P>
+  P* in_segment(P* base, int segment, const char* name) const {
+    return base +
+           (layout_.at(name).offset - segments_[static_cast<std::size_t>(segment)].range.begin);
+  }
+
+  // The forward of the micro-batch (B, T_) the model has put in `s` (its ids, or on a later stage
+  // its input activation in the residual stream): the embedding (first stage), the blocks, the
+  // head (last stage) and, with targets, the per-position losses.
+  template <class Slot>
+  void forward_pass(Slot& s, Parameters& parameters) {
+    if (partition_.has_embedding) embed(s, parameters);
+    blocks_forward(s, parameters);
+    s.forwarded = true;
+    if (!partition_.has_head) return;
+    head_forward(s, parameters);
+    if (s.has_targets)
+      model().ops_.cross_entropy_forward(data_of(s.losses), data_of(s.ce_stats), data_of(s.logits),
+                                         data_of(s.targets), vocab_, s.batch * s.time);
+  }
+
+  // Training through a whole pipeline in one pass: forward, the loss and its logits' gradient
+  // in one op, and the fused backward.
+  template <class Slot>
+  void forward_backward_pass(Slot& s, Parameters& parameters, Scalar loss_scale) {
+    embed(s, parameters);
+    blocks_forward(s, parameters);
+    head_forward(s, parameters);
+    model().ops_.cross_entropy_forward_backward(data_of(s.losses), data_of(s.ce_stats),
+                                                data_of(s.logits), data_of(s.targets), loss_scale,
+                                                vocab_, s.batch * s.time);
+    s.forwarded = true;
+    s.has_targets = true;
+    backward_pass(s, parameters, loss_scale, true);
+  }
+
+  // The backward pass in parts: the head's, each block's (last to first) and the embedding's.
+  // Each part's input half computes the activation gradients and leaves in a stash what its
+  // weight half reads. Fused, each weight half follows its input half at once through the
+  // one-layer stash; split, every input half runs first (backward_input_pass) and the weight
+  // halves later (backward_weight_pass) from the slot's stash. Either way every parameter gradient
+  // is added by the same op calls on the same values, so the two agree bitwise. A stage before
+  // the last starts from the gradient of its output, which the model has put in buffers().dres.
+  // `fused`: the logits already hold their gradient (forward_backward_pass).
+  template <class Slot>
+  void backward_pass(Slot& s, Parameters& parameters, Scalar loss_scale, bool fused) {
+    auto& w = model().fused_stash();
+    s.loss_scale = loss_scale;
+    if (partition_.has_head) head_backward_input(s, parameters, loss_scale, fused, w);
+    // The tied wte takes gradients from the head and from the embedding: one acquisition spans
+    // both.
+    Grad* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
+    if (partition_.has_head) {
+      head_backward_weight(s, parameters, wte_grads, w);
+      if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
+    }
+    for (int l = partition_.layers() - 1; l >= 0; --l) {
+      block_backward_input(s, parameters, l, w, 0);
+      block_backward_weight(s, parameters, l, w, 0);
+    }
+    backward_finish(s, w);
+    if (partition_.has_embedding) {
+      embed_backward_weight(s, parameters, wte_grads, w);
+      parameters.release_gradients(segment_.wte);
+    }
+    s.forwarded = false;  // the logits hold their gradient now
+  }
+
+  // The input halves (docs/ARCHITECTURE.md §5, the split backward), into the slot's stash.
+  template <class Slot>
+  void backward_input_pass(Slot& s, Parameters& parameters, Scalar loss_scale) {
+    s.loss_scale = loss_scale;
+    if (partition_.has_head) head_backward_input(s, parameters, loss_scale, false, s.stash);
+    for (int l = partition_.layers() - 1; l >= 0; --l)
+      block_backward_input(s, parameters, l, s.stash, l);
+    backward_finish(s, s.stash);
+    s.forwarded = false;
+    s.weight_pending = true;
+  }
+
+  // The weight halves, from the slot's stash.
+  template <class Slot>
+  void backward_weight_pass(Slot& s, Parameters& parameters) {
+    Grad* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
+    if (partition_.has_head) {
+      head_backward_weight(s, parameters, wte_grads, s.stash);
+      if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
+    }
+    for (int l = partition_.layers() - 1; l >= 0; --l)
+      block_backward_weight(s, parameters, l, s.stash, l);
+    if (partition_.has_embedding) {
+      embed_backward_weight(s, parameters, wte_grads, s.stash);
+      parameters.release_gradients(segment_.wte);
+    }
+    s.weight_pending = false;
+  }
+
+  // The router losses of the slot's last forward, summed over this model's MoE blocks.
+  template <class Slot>
+  Scalar moe_loss_of(const Slot& s) const {
+    Scalar sum = 0;
+    if (!model().moe_) return sum;
+    for (const auto& a : s.moe)
+      if (a.tokens > 0) sum += model().moe_->loss(a);  // dense blocks have none
+    return sum;
+  }
+
+  GptShape shape_;
+  ModelPartition partition_;
+  ParameterLayout layout_;
+  std::vector<ParameterSegment> segments_;
+  SegmentIndex segment_;    // of segments_
+  bool sequence_parallel_;  // rows split over the tensor-parallel group (tp > 1 only)
+  Recompute recompute_;
+  VocabShard vocab_;  // this rank's rows of wte (the embedding and the tied head), if any
+  std::vector<BlockOffsets> block_offsets_;  // per local layer: its tensors in its segment
+  std::vector<double> moe_totals_;           // MoeTotals over n_layer blocks, since taken
+
+ private:
+  Model& model() { return static_cast<Model&>(*this); }
+  const Model& model() const { return static_cast<const Model&>(*this); }
+  const BlockOffsets& offsets(int l) const { return block_offsets_[static_cast<std::size_t>(l)]; }
+
+  // Each rank looks up the tokens of its vocabulary rows (zeros elsewhere); the sum over the
+  // group is the embedding. Without sequence parallelism straight into the residual stream.
+  template <class Slot>
+  void embed(Slot& s, Parameters& parameters) {
+    Ops& ops = model().ops_;
+    const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+    Value* residual = data_of(s.residual);
+    Value* lookup = sequence_parallel_ ? model().buffers().partial : residual;
+    const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::forward);
+    ops.embedding_forward(lookup, data_of(s.tokens), in_segment(wte, segment_.wte, "wte"), vocab_,
+                          N, C);  // (N, C)
+    parameters.release_weights(segment_.wte);
+    ops.sum_rows(lookup, residual, N, C);  // (Nl, C), in the residual stream either way
+    const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
+    const Value* wpe = parameters.acquire_weights(segment_.wpe, WeightUse::forward);
+    ops.position_embedding_forward(residual, in_segment(wpe, segment_.wpe, "wpe"), row_begin, Nl,
+                                   s.time, C);
+    parameters.release_weights(segment_.wpe);
+  }
+
+  // The blocks of a forward pass, each segment's weights acquired around its ops.
+  template <class Slot>
+  void blocks_forward(Slot& s, Parameters& parameters) {
+    for (int l = 0; l < partition_.layers(); ++l) {
+      const Value* weights = parameters.acquire_weights(block_segment(l), WeightUse::forward);
+      model().block().forward(model().layer(s, l, false), s.batch, s.time,
+                              typename Block::Weights(weights, offsets(l)));
+      parameters.release_weights(block_segment(l));
+    }
+  }
+
+  // The final LayerNorm and the logits of this rank's vocabulary rows (N, Vl), the head tied to
+  // wte: the cross-entropy reads the rounded logits (as fused classifier kernels do).
+  template <class Slot>
+  void head_forward(Slot& s, Parameters& parameters) {
+    Ops& ops = model().ops_;
+    const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+    const Value* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::forward);
+    ops.layernorm_forward(data_of(s.lnf), data_of(s.lnf_mean), data_of(s.lnf_rstd),
+                          model().stage_output(s), in_segment(lnf, segment_.lnf, "lnf.weight"),
+                          in_segment(lnf, segment_.lnf, "lnf.bias"), Nl, C);
+    parameters.release_weights(segment_.lnf);
+    const Value* lnf_full = ops.gather_rows(data_of(s.lnf), data_of(s.lnf_full), N, C);
+    const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::forward);
+    ops.matmul_forward(data_of(s.logits), nullptr, lnf_full, in_segment(wte, segment_.wte, "wte"),
+                       nullptr, N, C, vocab_.rows, Epilogue::bias);
+    parameters.release_weights(segment_.wte);
+  }
+
+  // The head's input half: the logits' gradient (in place of the logits, where the weight half
+  // reads it), then the final LayerNorm's output gradient (into w.dlnf) and dres, the gradient of
+  // the stage output.
+  template <class Slot, class Stash>
+  void head_backward_input(Slot& s, Parameters& parameters, Scalar loss_scale, bool fused,
+                           Stash& w) {
+    Ops& ops = model().ops_;
+    const GptBlockBuffers<Value> b = model().buffers();
+    const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+    Value* logits = data_of(s.logits);
+    if (!fused)
+      ops.cross_entropy_backward(data_of(s.losses), data_of(s.ce_stats), logits, data_of(s.targets),
+                                 loss_scale, vocab_, N);
+    // Partial sums over the vocabulary shards, summed in place when the rows are not split.
+    Value* dlnf = data_of(w.dlnf);
+    Value* partial = sequence_parallel_ ? b.dln : dlnf;
+    const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::backward);
+    ops.matmul_backward_input(partial, logits, in_segment(wte, segment_.wte, "wte"), nullptr, N, C,
+                              vocab_.rows);
+    parameters.release_weights(segment_.wte);
+    ops.sum_rows(partial, dlnf, N, C);  // (Nl, C) into the stash
+    ops.zero(b.dres, static_cast<std::size_t>(Nl) * C);
+    const Value* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::backward);
+    ops.layernorm_backward_input(b.dres, dlnf, model().stage_output(s),
+                                 in_segment(lnf, segment_.lnf, "lnf.weight"), data_of(s.lnf_mean),
+                                 data_of(s.lnf_rstd), Nl, C);
+    parameters.release_weights(segment_.lnf);
+  }
+
+  // The block's input half (GptBlock::backward_input) into stash layer `at` of `w`; one
+  // acquisition of the weights serves the recomputation and the backward pass.
+  template <class Slot, class Stash>
+  void block_backward_input(Slot& s, Parameters& parameters, int l, Stash& w, int at) {
+    const int segment = block_segment(l);
+    const typename Block::Weights p(parameters.acquire_weights(segment, WeightUse::backward),
+                                    offsets(l));
+    model().block().backward_input(model().layer(s, l, true), model().stash_layer(s, w, l, at), p,
+                                   s.batch, s.time, s.loss_scale, moe_totals_.data(),
+                                   partition_.layer_begin + l);
+    parameters.release_weights(segment);
+  }
+
+  // The block's weight half: every parameter gradient, added (+=) by the ops the fused backward
+  // used (the halves of matmul's and LayerNorm's backward), from the activations where the slot
+  // keeps them, their copies in the stash, or the workspace (the fused backward's recomputation).
+  template <class Slot, class Stash>
+  void block_backward_weight(Slot& s, Parameters& parameters, int l, Stash& w, int at) {
+    const int segment = block_segment(l);
+    const typename Block::Stash stash = model().stash_layer(s, w, l, at);
+    const typename Block::Grads g(parameters.acquire_gradients(segment), offsets(l));
+    model().block().backward_weight(
+        Block::weight_inputs(model().layer(s, l, true), stash, sequence_parallel_), stash, g,
+        s.batch * s.time);
+    parameters.release_gradients(segment);
+  }
+
+  // After the blocks: the embedding's weight half reads all rows of its output's gradient; a
+  // later stage's input gradient is dres, kept in the slot where the model keeps one.
+  template <class Slot, class Stash>
+  void backward_finish(Slot& s, Stash& w) {
+    const GptBlockBuffers<Value> b = model().buffers();
+    const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+    if (partition_.has_embedding)
+      model().ops_.gather_rows_into(b.dres, data_of(w.dembed), N, C);
+    else if (Value* input_grad = data_of(s.input_grad))
+      model().ops_.copy(input_grad, static_cast<const Value*>(b.dres),
+                        static_cast<std::size_t>(Nl) * C);
+  }
+
+  // Weight halves; wte_grads: the gradients of the wte segment (tied: both the head and the
+  // embedding add to it).
+  template <class Slot, class Stash>
+  void head_backward_weight(Slot& s, Parameters& parameters, Grad* wte_grads, Stash& w) {
+    Ops& ops = model().ops_;
+    const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+    const Value* lnf_full = sequence_parallel_ ? data_of(s.lnf_full) : data_of(s.lnf);
+    ops.matmul_backward_weight(in_segment(wte_grads, segment_.wte, "wte"), nullptr,
+                               data_of(s.logits), lnf_full, N, C, vocab_.rows);
+    Grad* lnf = parameters.acquire_gradients(segment_.lnf);
+    ops.layernorm_backward_weight(
+        in_segment(lnf, segment_.lnf, "lnf.weight"), in_segment(lnf, segment_.lnf, "lnf.bias"),
+        data_of(w.dlnf), model().stage_output(s), data_of(s.lnf_mean), data_of(s.lnf_rstd), Nl, C);
+    parameters.release_gradients(segment_.lnf);
+  }
+
+  template <class Slot, class Stash>
+  void embed_backward_weight(Slot& s, Parameters& parameters, Grad* wte_grads, Stash& w) {
+    Ops& ops = model().ops_;
+    const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
+    const Value* dembed = data_of(w.dembed);
+    const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
+    Grad* wpe = parameters.acquire_gradients(segment_.wpe);
+    ops.position_embedding_backward(in_segment(wpe, segment_.wpe, "wpe"), dembed + row_begin * C,
+                                    row_begin, Nl, s.time, C);
+    parameters.release_gradients(segment_.wpe);
+    ops.embedding_backward(in_segment(wte_grads, segment_.wte, "wte"), dembed, data_of(s.tokens),
+                           vocab_, N, C);
+  }
+};
+
+}  // namespace strata
