@@ -42,6 +42,10 @@ struct BlockActivations {
   V *fch = nullptr, *fch_gelu = nullptr;  // (N, Hl) the fc output and its GELU; null: MoE block
   V *qkv = nullptr, *atty = nullptr;      // (N, 3Cl), (N, Cl)
   S* lse = nullptr;  // (B, NHl, T) attention statistics, where the ops keep them (kLsePerRow)
+  // KV-cache decoding (one sequence): qkv is the layer's cache (seq_len rows), the N new rows
+  // written at rows [cache_begin, cache_begin + N), each attending over all rows before it; −1:
+  // none (training's passes).
+  int cache_begin = -1;
   A* moe = nullptr;  // an MoE block's experts (kept in the slot under every recompute); else null
   // All N rows of the LayerNorm outputs: the gathered copy, or the rows themselves.
   V* ln1_rows(bool sequence_parallel) const { return sequence_parallel ? ln1_full : ln1; }
@@ -205,6 +209,13 @@ class GptBlock {
   void attention_core_forward(const Activations& a, int B, int T_, const Weights& p,
                               const Value* ln1_full) {
     const int N = B * T_;
+    if (a.cache_begin >= 0) {  // decoding: the new rows into the cache, attending over it
+      const int t0 = a.cache_begin;
+      ops_.matmul_forward(a.qkv + static_cast<std::size_t>(t0) * 3 * d_.Cl, nullptr, ln1_full,
+                          p.qkv_weight, p.qkv_bias, N, d_.C, 3 * d_.Cl, Epilogue::bias);
+      ops_.attention_forward_rows(a.atty, a.qkv, t0, t0 + N, d_.Cl, d_.NHl);
+      return;
+    }
     ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, 3 * d_.Cl,
                         Epilogue::bias);
     ops_.attention_forward(a.atty, a.lse, a.qkv, B, T_, d_.Cl, d_.NHl);

@@ -8,6 +8,10 @@
 // keeping the packed rows lets the qkv GEMM write new rows straight into the cache and the
 // attention read them as Gpt's forward does (attention_forward_rows beside attention_forward).
 //
+// Each block runs through the training passes' own code, GptBlock::forward (model/gpt_block_pass.h,
+// with BlockActivations::cache_begin), over a CpuOps in fp32; the embedding and the head are the
+// same ops on the new rows (the head on the last row alone).
+//
 // Positions are learned (wpe), so cached keys and values belong to their positions: a window that
 // moves cannot shift the cache, it is rebuilt by reset() and one append of the new window (a
 // prefill). The decoder computes in T throughout, without the mixed-precision rounding of
@@ -43,17 +47,14 @@ class GptDecoder {
   const T* append(const std::int32_t* tokens, int n);
 
  private:
-  // One transformer block's weights inside `params`.
-  struct Block {
-    const T *ln1_weight, *ln1_bias, *qkv_weight, *qkv_bias, *attn_proj_weight, *attn_proj_bias;
-    const T *ln2_weight, *ln2_bias, *fc_weight, *fc_bias, *mlp_proj_weight, *mlp_proj_bias;
-    const T* moe;  // an MoE block's router, its experts after it; null for an MLP
-  };
-  void block_forward(const Block& p, T* qkv_cache, int n);
+  using Block = GptBlock<CpuOps<T>, MoeLayer<T>>;
+  // Layer l's activations for the new rows: the work buffers, its cache.
+  typename Block::Activations layer(int l);
 
   GptShape shape_;
+  CpuOps<T> ops_;  // fp32: rounds nothing
   const T *wte_, *wpe_, *lnf_weight_, *lnf_bias_;
-  std::vector<Block> blocks_;
+  std::vector<typename Block::Weights> blocks_;
   int length_ = 0;
   std::vector<T> qkv_cache_;  // (L, seq_len, 3C)
   // Work buffers for up to seq_len new rows (n of them used):

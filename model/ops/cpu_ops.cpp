@@ -169,6 +169,13 @@ void CpuOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value* 
 }
 
 template <class T>
+void CpuOps<T>::attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C,
+                                       int NH) {
+  cpu::attention_forward_rows(out, qkv, t0, T_, C, NH);
+  round_to_compute(out, static_cast<long>(T_ - t0) * C);
+}
+
+template <class T>
 void CpuOps<T>::embedding_forward(Value* out, const Ids* tokens, const Value* wte_shard,
                                   VocabShard vocab, int N, int C) {
   cpu::embedding_shard_forward(out, tokens, wte_shard, vocab.begin, vocab.rows, N, C);

@@ -125,6 +125,10 @@ class CpuOps {
   void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH);
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
                           const Stat* lse, int B, int T_, int C, int NH);
+  // KV-cache decoding, one sequence: the query rows [t0, T_) of qkv (T_, 3C), which holds the
+  // cached rows before them, each attending causally over all rows up to itself → out
+  // (T_ − t0, C), rounded.
+  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH);
 
   // The vocabulary-parallel ends (kernels/cpu/vocab_parallel.h). embedding_forward: out (N, C) =
   // this shard's rows of the tokens (zeros for ids outside it), to be summed over the group.

@@ -140,6 +140,11 @@ void CudaOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value*
 }
 
 template <class T>
+void CudaOps<T>::attention_forward_rows(Value*, const Value*, int, int, int, int) {
+  fail("KV-cache decoding has no CUDA kernel: generation decodes on the CPU (model/gpt_decoder.h)");
+}
+
+template <class T>
 void CudaOps<T>::embedding_forward(Value* out, const Ids* tokens, const Value* wte_shard,
                                    VocabShard vocab, int N, int C) {
   embedding_shard_forward(out, tokens, wte_shard, vocab.begin, vocab.rows, N, C, ctx_.stream());

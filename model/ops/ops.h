@@ -72,6 +72,7 @@ struct OpsSignatures {
   using attention_forward = void (Ops::*)(V*, S*, const V*, int, int, int, int);
   using attention_backward = void (Ops::*)(V*, const V*, const V*, const V*, const S*, int, int,
                                            int, int);
+  using attention_forward_rows = void (Ops::*)(V*, const V*, int, int, int, int);
   using embedding_forward = void (Ops::*)(V*, const I*, const V*, VocabShard, int, int);
   using embedding_backward = void (Ops::*)(G*, const V*, const I*, VocabShard, int, int);
   using position_embedding_forward = void (Ops::*)(V*, const V*, long, int, int, int);
@@ -103,6 +104,7 @@ struct OpsSignatures {
   STRATA_CHECK_GPT_OP(Ops, residual_bias_forward);                                          \
   STRATA_CHECK_GPT_OP(Ops, attention_forward);                                              \
   STRATA_CHECK_GPT_OP(Ops, attention_backward);                                             \
+  STRATA_CHECK_GPT_OP(Ops, attention_forward_rows);                                         \
   STRATA_CHECK_GPT_OP(Ops, embedding_forward);                                              \
   STRATA_CHECK_GPT_OP(Ops, embedding_backward);                                             \
   STRATA_CHECK_GPT_OP(Ops, position_embedding_forward);                                     \

@@ -245,6 +245,12 @@ TYPED_TEST(OpsCpu, Attention) {
     ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), nullptr, B, T_, AC,
                            NH);
     expect_bitwise(dqkv, a_dqkv);
+    // KV-cache decoding: rows [3, T_) of one sequence against the rows before them.
+    std::vector<T> rows_out((T_ - 3) * AC), a_rows_out((T_ - 3) * AC);
+    cpu::attention_forward_rows(rows_out.data(), qkv.data(), 3, T_, AC, NH);
+    round(rows_out, dtype);
+    ops.attention_forward_rows(a_rows_out.data(), qkv.data(), 3, T_, AC, NH);
+    expect_bitwise(rows_out, a_rows_out);
   }
 }
 
