@@ -155,12 +155,10 @@ class Gpt : public GptPasses<Gpt<T>, CpuOps<T>, MoeLayer<T>> {
   using Passes::sequence_parallel_;
   using Passes::shape_;
   using typename Passes::Block;
-  // What GptPasses reaches (model/gpt_passes.h): the block's passes over this model's ops, MoE
-  // layer and scratch; where block l's activations of slot `s` live (`recomputing`: its output
-  // goes to the workspace, the slot keeping the forward's); layer `stash_layer` of `w` for block
-  // l (copies only where `w` has them); the fused backward's stash; the shared buffers; and the
-  // residual stream after the stage's last block.
-  Block block();
+  // What GptPasses reaches (model/gpt_passes.h): where block l's activations of slot `s` live
+  // (`recomputing`: its output goes to the workspace, the slot keeping the forward's); layer
+  // `stash_layer` of `w` for block l (copies only where `w` has them); the fused backward's stash;
+  // the shared buffers; and the residual stream after the stage's last block.
   typename Block::Activations layer(Slot& s, int local_layer, bool recomputing);
   typename Block::Stash stash_layer(const Slot& s, WeightStash& w, int local_layer,
                                     int stash_layer);

@@ -11,11 +11,6 @@
 namespace strata {
 
 template <class T>
-typename Gpt<T>::Block Gpt<T>::block() {
-  return Block(ops_, moe_.get(), GptBlockDims(shape_, partition_), options_.recompute, buffers());
-}
-
-template <class T>
 typename Gpt<T>::Block::Activations Gpt<T>::layer(Slot& s, int l, bool recomputing) {
   const int tp = partition_.tp_size, N = s.batch * s.time,
             Nl = this->activation_rows(s.batch, s.time);
@@ -102,7 +97,6 @@ T Gpt<T>::moe_loss(int slot) const {
 }
 
 #define STRATA_INSTANTIATE_GPT_BLOCK(T)                                                   \
-  template Gpt<T>::Block Gpt<T>::block();                                                 \
   template Gpt<T>::Block::Activations Gpt<T>::layer(Slot&, int, bool);                    \
   template Gpt<T>::Block::Stash Gpt<T>::stash_layer(const Slot&, WeightStash&, int, int); \
   template T Gpt<T>::moe_loss(int) const;

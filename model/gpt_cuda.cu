@@ -291,11 +291,6 @@ void CudaGpt<T>::upload_tokens(Slot& s, const std::int32_t* tokens, const std::i
 }
 
 template <class T>
-typename CudaGpt<T>::Block CudaGpt<T>::block() {
-  return Block(ops_, moe_.get(), GptBlockDims(shape_, partition_), this->recompute_, buffers());
-}
-
-template <class T>
 GptBlockBuffers<T> CudaGpt<T>::buffers() const {
   const Buffers& b = *buffers_;
   return {b.partial, b.reduced, b.dres, b.dln, b.datty};

@@ -247,12 +247,10 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   Slot& backward_slot(int slot);
   // Each slot's MoE activations in the block its carve reserved (moe_ built).
   void lay_out_moe_activations();
-  // What GptPasses reaches (model/gpt_passes.h): the block's passes over this model's ops, MoE
-  // layer and buffers; one block's activation pointers in a slot (or the workspace); layer `at`
-  // of a stash; the fused backward's stash; the shared buffers; and the residual stream after the
-  // stage's last block.
+  // What GptPasses reaches (model/gpt_passes.h): one block's activation pointers in a slot (or the
+  // workspace); layer `at` of a stash; the fused backward's stash; the shared buffers; and the
+  // residual stream after the stage's last block.
   using Layer = typename Block::Activations;
-  Block block();
   Layer layer(Slot& s, int local_layer, bool recomputing) const;
   GptStashLayer<T> stash_layer(const Slot& s, GptWeightStash<T>& w, int local_layer, int at) const;
   GptWeightStash<T>& fused_stash();

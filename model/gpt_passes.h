@@ -225,6 +225,11 @@ class GptPasses {
 
  private:
   Model& model() { return static_cast<Model&>(*this); }
+  // The block's passes over the model's ops, MoE layer and buffers.
+  Block block() {
+    return Block(model().ops_, model().moe_.get(), GptBlockDims(shape_, partition_), recompute_,
+                 model().buffers());
+  }
   const Model& model() const { return static_cast<const Model&>(*this); }
   const BlockOffsets& offsets(int l) const { return block_offsets_[static_cast<std::size_t>(l)]; }
 
@@ -253,8 +258,8 @@ class GptPasses {
   void blocks_forward(Slot& s, Parameters& parameters) {
     for (int l = 0; l < partition_.layers(); ++l) {
       const Value* weights = parameters.acquire_weights(block_segment(l), WeightUse::forward);
-      model().block().forward(model().layer(s, l, false), s.batch, s.time,
-                              typename Block::Weights(weights, offsets(l)));
+      block().forward(model().layer(s, l, false), s.batch, s.time,
+                      typename Block::Weights(weights, offsets(l)));
       parameters.release_weights(block_segment(l));
     }
   }
@@ -313,9 +318,8 @@ class GptPasses {
     const int segment = block_segment(l);
     const typename Block::Weights p(parameters.acquire_weights(segment, WeightUse::backward),
                                     offsets(l));
-    model().block().backward_input(model().layer(s, l, true), model().stash_layer(s, w, l, at), p,
-                                   s.batch, s.time, s.loss_scale, moe_totals_.data(),
-                                   partition_.layer_begin + l);
+    block().backward_input(model().layer(s, l, true), model().stash_layer(s, w, l, at), p, s.batch,
+                           s.time, s.loss_scale, moe_totals_.data(), partition_.layer_begin + l);
     parameters.release_weights(segment);
   }
 
@@ -327,7 +331,7 @@ class GptPasses {
     const int segment = block_segment(l);
     const typename Block::Stash stash = model().stash_layer(s, w, l, at);
     const typename Block::Grads g(parameters.acquire_gradients(segment), offsets(l));
-    model().block().backward_weight(
+    block().backward_weight(
         Block::weight_inputs(model().layer(s, l, true), stash, sequence_parallel_), stash, g,
         s.batch * s.time);
     parameters.release_gradients(segment);
