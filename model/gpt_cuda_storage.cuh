@@ -1,8 +1,8 @@
 // The storage of CudaGpt (model/gpt_cuda.h), shared by the files that implement it: the carver
 // that lays every array out in one reservation, the sizes derived from the shape, one block's
-// activation pointers, a slot (what one micro-batch keeps from its forward to its backward), the
-// buffers every slot shares, and the parameter views by tensor name. gpt_cuda.cu lays the storage
-// out and answers the accessors; gpt_cuda_forward.cu and gpt_cuda_backward.cu run the passes.
+// activation pointers, a slot (what one micro-batch keeps from its forward to its backward) and
+// the buffers every slot shares. gpt_cuda.cu lays the storage out and answers the accessors;
+// model/gpt_passes.h runs the passes (its in_segment gives the parameter views by tensor name).
 // Internal to model/gpt_cuda*.cu.
 // Status: ran on an NVIDIA H200 (2026-11-26) as part of gpt_cuda.cu, before this split (a move).
 // The weight stash (the split backward) has not run on a GPU yet; the MoE blocks' activations
@@ -171,14 +171,5 @@ struct CudaGpt<T>::Buffers {
   T* datty = nullptr;       // (N, Cl)
   GptWeightStash<T> stash;  // the fused backward's: one layer, no copies
 };
-
-// Parameter views, by name, into a segment of weights (T) or gradients (fp32) that starts at
-// `base`, the segment's first element (what ParameterAccess hands out).
-template <class T>
-template <class P>
-P* CudaGpt<T>::in_segment(P* base, int segment, const std::string& name) const {
-  return base +
-         (layout_.at(name).offset - segments_[static_cast<std::size_t>(segment)].range.begin);
-}
 
 }  // namespace strata::cuda

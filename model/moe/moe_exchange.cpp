@@ -7,6 +7,12 @@
 
 namespace strata {
 
+std::size_t MoeExchange::rows_sent() const {
+  std::size_t rows = 0;
+  for (std::size_t r : sent_rows) rows += r;
+  return rows;
+}
+
 std::size_t MoeExchange::rows_to_others(int self) const {
   std::size_t rows = 0;
   for (int m = 0; m < members; ++m)
@@ -74,17 +80,17 @@ std::vector<std::size_t> elements(const std::vector<std::size_t>& rows, int widt
     counts[m] = rows[m] * static_cast<std::size_t>(width);
   return counts;
 }
+
 }  // namespace
 
 template <class T>
 void moe_dispatch(const MoeExchange& x, Collectives& group, const T* rows, int width,
-                  std::vector<T>& expert_rows) {
+                  T* expert_rows) {
   const std::size_t R = x.order.size(), w = static_cast<std::size_t>(width);
   const std::vector<std::size_t> sent = elements(x.sent_rows, width);
   const std::vector<std::size_t> received = elements(x.received_rows, width);
-  if (expert_rows.size() < R * w) expert_rows.resize(R * w);
   if (x.members == 1) {  // member-major is expert-major
-    group.all_to_all_v(rows, std::span<const std::size_t>(sent), expert_rows.data(),
+    group.all_to_all_v(rows, std::span<const std::size_t>(sent), expert_rows,
                        std::span<const std::size_t>(received));
     return;
   }
@@ -92,34 +98,48 @@ void moe_dispatch(const MoeExchange& x, Collectives& group, const T* rows, int w
   group.all_to_all_v(rows, std::span<const std::size_t>(sent), arrived.data(),
                      std::span<const std::size_t>(received));
   for (std::size_t i = 0; i < R; ++i)
-    std::copy_n(arrived.data() + static_cast<std::size_t>(x.order[i]) * w, w,
-                expert_rows.data() + i * w);
+    std::copy_n(arrived.data() + static_cast<std::size_t>(x.order[i]) * w, w, expert_rows + i * w);
+}
+
+template <class T>
+void moe_dispatch(const MoeExchange& x, Collectives& group, const T* rows, int width,
+                  std::vector<T>& expert_rows) {
+  const std::size_t R = x.order.size(), w = static_cast<std::size_t>(width);
+  if (expert_rows.size() < R * w) expert_rows.resize(R * w);
+  moe_dispatch(x, group, rows, width, expert_rows.data());
 }
 
 template <class T>
 void moe_combine(const MoeExchange& x, Collectives& group, const T* expert_rows, int width,
-                 std::vector<T>& rows) {
+                 T* rows) {
   const std::size_t R = x.order.size(), w = static_cast<std::size_t>(width);
-  std::size_t A = 0;
-  for (std::size_t r : x.sent_rows) A += r;
-  if (rows.size() < A * w) rows.resize(A * w);
   const std::vector<std::size_t> back = elements(x.received_rows, width);
   const std::vector<std::size_t> home = elements(x.sent_rows, width);
   if (x.members == 1) {
-    group.all_to_all_v(expert_rows, std::span<const std::size_t>(back), rows.data(),
+    group.all_to_all_v(expert_rows, std::span<const std::size_t>(back), rows,
                        std::span<const std::size_t>(home));
     return;
   }
   std::vector<T> leaving(R * w);
   for (std::size_t i = 0; i < R; ++i)
     std::copy_n(expert_rows + i * w, w, leaving.data() + static_cast<std::size_t>(x.order[i]) * w);
-  group.all_to_all_v(leaving.data(), std::span<const std::size_t>(back), rows.data(),
+  group.all_to_all_v(leaving.data(), std::span<const std::size_t>(back), rows,
                      std::span<const std::size_t>(home));
+}
+
+template <class T>
+void moe_combine(const MoeExchange& x, Collectives& group, const T* expert_rows, int width,
+                 std::vector<T>& rows) {
+  const std::size_t A = x.rows_sent(), w = static_cast<std::size_t>(width);
+  if (rows.size() < A * w) rows.resize(A * w);
+  moe_combine(x, group, expert_rows, width, rows.data());
 }
 
 #define STRATA_MOE_EXCHANGE(T)                                                                     \
   template void moe_dispatch<T>(const MoeExchange&, Collectives&, const T*, int, std::vector<T>&); \
-  template void moe_combine<T>(const MoeExchange&, Collectives&, const T*, int, std::vector<T>&);
+  template void moe_combine<T>(const MoeExchange&, Collectives&, const T*, int, std::vector<T>&);  \
+  template void moe_dispatch<T>(const MoeExchange&, Collectives&, const T*, int, T*);              \
+  template void moe_combine<T>(const MoeExchange&, Collectives&, const T*, int, T*);
 STRATA_MOE_EXCHANGE(float)
 STRATA_MOE_EXCHANGE(double)
 STRATA_MOE_EXCHANGE(std::uint8_t)

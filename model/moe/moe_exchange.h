@@ -35,6 +35,8 @@ struct MoeExchange {
     return expert_offsets[static_cast<std::size_t>(local_expert) + 1] -
            expert_offsets[static_cast<std::size_t>(local_expert)];
   }
+  // Rows this rank sends in a dispatch (A, its kept assignments), to itself included.
+  std::size_t rows_sent() const;
   // Rows this rank sends to other members in one direction (a dispatch sends these, a combine
   // the rows received from the others: received_rows less its own).
   std::size_t rows_to_others(int self) const;
@@ -56,5 +58,13 @@ void moe_dispatch(const MoeExchange& x, Collectives& group, const T* rows, int w
 template <class T>
 void moe_combine(const MoeExchange& x, Collectives& group, const T* expert_rows, int width,
                  std::vector<T>& rows);
+// The same two into arrays the caller sized: R·width elements for moe_dispatch, A·width for
+// moe_combine (CpuOps's moe_exchange_rows, whose rows live wherever its MoE layer keeps them).
+template <class T>
+void moe_dispatch(const MoeExchange& x, Collectives& group, const T* rows, int width,
+                  T* expert_rows);
+template <class T>
+void moe_combine(const MoeExchange& x, Collectives& group, const T* expert_rows, int width,
+                 T* rows);
 
 }  // namespace strata

@@ -157,6 +157,60 @@ class CpuOps {
   void cross_entropy_forward_backward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
                                       Scalar loss_scale, VocabShard vocab, int N);
 
+  // Mixture of experts (cpu_moe_ops.cpp; model/moe/moe_mlp.h calls them in this order and says
+  // what each computes): MoeLayer<T>'s loops, each moved unchanged into an op of its own. The
+  // router's probabilities, logsumexps and gates, the gates' and logits' gradients are in T
+  // (Stat), rounded nowhere, as MoeLayer<T> kept them; the rows the experts read and write are
+  // rounded where its kernels were.
+  // Router: logits (T, a temporary, not rounded) = x·routerᵀ, then per token moe_softmax,
+  // moe_top_k and moe_gates (model/kernels/moe_routing.h).
+  void moe_router_forward(Stat* probs, Stat* lse, int* choices, Stat* gates, const Value* x,
+                          const Value* router, int N, int C, int E, int k);
+  // The choices are host memory already; prob_sums per expert and z summed term by term over the
+  // tokens (z += lse_t²/N), in double.
+  MoeRouterHost moe_router_to_host(const int* choices, const Stat* probs, const Stat* lse, int N,
+                                   int E, int k);
+  // share (E) = the f_e in T; assignments: the routing's own array (copied only if elsewhere).
+  void moe_routing_to_device(int* assignments, Stat* share, const MoeRouting& routing,
+                             const std::vector<double>& chosen_share);
+  // row (N·k) = −1, then xe row r = x row assignments[r] / k and row[assignments[r]] = r.
+  void moe_gather_rows(Value* xe, int* row, const Value* x, const int* assignments, int A, int N,
+                       int k, int C);
+  // moe_dispatch (from: the origin's A rows, to: R expert-major rows) or moe_combine (back).
+  void moe_exchange_rows(RowExchange direction, const MoeExchange& plan, Collectives& ep,
+                         const Value* from, Value* to, int C);
+  // y (N, C) = Σ_j gate_tj · out_row(t,j) over the kept choices in choice order (in T), rounded.
+  void moe_combine_rows(Value* y, const Value* out, const Stat* gates, const int* row, int N, int k,
+                        int C);
+  // Per kept row r: dgates[a] = dy_t · out_r (into dgates the caller zeroed), dout_r = gate·dy_t
+  // (rounded); then dgates (N·k) summed over the tensor-parallel group.
+  void moe_gate_grads(Stat* dgates, Value* dout, const Value* dy, const Value* out,
+                      const Stat* gates, const int* assignments, int A, int N, int k, int C);
+  // dlogits (N, E) per token by moe_router_backward (the gates', aux and z-loss terms).
+  void moe_router_grads(Stat* dlogits, const Stat* probs, const Stat* lse, const int* choices,
+                        const Stat* gates, const Stat* dgates, const Stat* share, Stat aux_scale,
+                        Stat z_scale, int N, int E, int k);
+  // dx (N, C) = dlogits·router (zeros when router is null: not tensor-parallel rank 0) + each
+  // token's experts' input gradients dxe in choice order, rounded once.
+  void moe_input_grads(Value* dx, const Stat* dlogits, const Value* router, const Value* dxe,
+                       const int* row, int N, int k, int E, int C);
+  // drouter (E, C) += dlogitsᵀ·x over N rows, in T.
+  void moe_router_weight_grad(Grad* drouter, const Stat* dlogits, const Value* x, int N, int C,
+                              int E);
+  // The MoE's temporaries: host arrays (zeroed) that live as long as the returned object.
+  class MoeScratch {
+   public:
+    template <class U>
+    U* take(std::size_t n) {
+      taken_.push_back(std::make_unique<std::byte[]>(std::max<std::size_t>(n, 1) * sizeof(U)));
+      return reinterpret_cast<U*>(taken_.back().get());
+    }
+
+   private:
+    std::vector<std::unique_ptr<std::byte[]>> taken_;
+  };
+  MoeScratch moe_scratch() { return MoeScratch(); }
+
  private:
   cpu::ComputeDtype compute_;
   std::unique_ptr<Collectives> alone_;  // the group of one, when none was given

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/check.h"
@@ -54,6 +55,8 @@ class CudaOps {
         scratch_(scratch),
         tp_(tp),
         sequence_parallel_(tp != nullptr && sequence_parallel) {}
+  int tp_rank() const { return tp_ != nullptr ? tp_->rank() : 0; }
+  int tp_size() const { return tp_ != nullptr ? tp_->size() : 1; }
 
   // The tensor-parallel row collectives on (N, C) rows (CpuOps's): sum_rows returns `partial`
   // (all-reduced in place) or, with sequence parallelism, `local_out` (reduce-scattered);
@@ -136,6 +139,57 @@ class CudaOps {
   void cross_entropy_forward_backward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
                                       Scalar loss_scale, VocabShard vocab, int N);
 
+  // Mixture of experts (cuda_moe_ops.cu; the meaning of each is CpuOps's, model/ops/cpu_ops.h):
+  // the launcher sequences CudaMoeLayer queued inline before, over kernels/cuda/moe.h and the
+  // cuBLASLt GEMMs. The router's probabilities, logsumexps, gates and their gradients are fp32
+  // (Stat); the logits an fp32 scratch array.
+  void moe_router_forward(Stat* probs, Stat* lse, int* choices, Stat* gates, const Value* x,
+                          const Value* router, int N, int C, int E, int k);
+  // The layer's one stream wait: the per-expert Σ p and Σ lse² (moe_router_sums, fp64) and the
+  // choices copied to the host; z = (Σ lse²) / N (the CPU adds lse²/N term by term).
+  MoeRouterHost moe_router_to_host(const int* choices, const Stat* probs, const Stat* lse, int N,
+                                   int E, int k);
+  // The kept assignments (A) and f_e (rounded to fp32 as the CPU's T) to the device (pageable
+  // copies: staged before the call returns).
+  void moe_routing_to_device(int* assignments, Stat* share, const MoeRouting& routing,
+                             const std::vector<double>& chosen_share);
+  // row (N·k) set to −1 (all bits), then moe_gather_rows.
+  void moe_gather_rows(Value* xe, int* row, const Value* x, const int* assignments, int A, int N,
+                       int k, int C);
+  // Staged through the host as raw bytes (C·sizeof(T) a row): device → host, one stream wait,
+  // moe_dispatch / moe_combine<std::uint8_t>, host → device.
+  void moe_exchange_rows(RowExchange direction, const MoeExchange& plan, Collectives& ep,
+                         const Value* from, Value* to, int C);
+  // The gated sum in fp32, rounded once.
+  void moe_combine_rows(Value* y, const Value* out, const Stat* gates, const int* row, int N, int k,
+                        int C);
+  // dgates (fp32) and dout; dgates then all-reduced over the tensor-parallel group's devices.
+  void moe_gate_grads(Stat* dgates, Value* dout, const Value* dy, const Value* out,
+                      const Stat* gates, const int* assignments, int A, int N, int k, int C);
+  void moe_router_grads(Stat* dlogits, const Stat* probs, const Stat* lse, const int* choices,
+                        const Stat* gates, const Stat* dgates, const Stat* share, Stat aux_scale,
+                        Stat z_scale, int N, int E, int k);
+  // One fused kernel: the router's part (router non-null) and the experts' rows, rounded once.
+  void moe_input_grads(Value* dx, const Stat* dlogits, const Value* router, const Value* dxe,
+                       const int* row, int N, int k, int E, int C);
+  // In exact fp32 (x cast to fp32, TF32 off whatever the context allows), as the CPU's T.
+  void moe_router_weight_grad(Grad* drouter, const Stat* dlogits, const Value* x, int N, int C,
+                              int E);
+  // The MoE's temporaries: taken from the scratch arena, released when the object goes.
+  class MoeScratch {
+   public:
+    explicit MoeScratch(DeviceArena& arena) : arena_(arena), scope_(arena) {}
+    template <class U>
+    U* take(std::size_t n) {
+      return arena_.allocate<U>(n);
+    }
+
+   private:
+    DeviceArena& arena_;
+    ArenaScope scope_;
+  };
+  MoeScratch moe_scratch() { return MoeScratch(scratch_); }
+
  private:
   // Several shards: the global row maxima into stats[0, N), then the global Σ exp and target
   // logits into stats[N, 3N).
@@ -149,6 +203,11 @@ class CudaOps {
   DeviceArena& scratch_;
   DeviceCollectives* tp_;
   bool sequence_parallel_;
+  // The MoE ops' host staging: the router's choices and sums, f_e in fp32, the exchanged rows.
+  std::vector<int> moe_host_choices_;
+  std::vector<double> moe_host_sums_;
+  std::vector<float> moe_host_share_;
+  std::vector<std::uint8_t> moe_host_sent_, moe_host_received_;
 };
 
 extern template class CudaOps<float>;

@@ -12,13 +12,20 @@
 //   Ids     token ids
 // and OpsSignatures<Ops> below spells every op in those types once: STRATA_CHECK_GPT_OPS(Ops)
 // asserts, op by op, that a backend declares exactly that signature, so the two backends' ops
-// agree argument for argument.
+// agree argument for argument. The mixture-of-experts ops (moe_*) are the steps of one MoE MLP
+// (model/moe/moe_mlp.h); they also name `int` arrays (choices, rows, assignments) and the host's
+// routing types (model/moe/moe_routing.h, moe_exchange.h).
 #pragma once
 
 #include <cstddef>
 #include <type_traits>
+#include <vector>
 
 namespace strata {
+
+class Collectives;
+struct MoeRouting;
+struct MoeExchange;
 
 // What a linear layer's forward does after its product, out = inp·Wᵀ (+ bias).
 enum class Epilogue {
@@ -40,6 +47,19 @@ struct RowRange {
 // [begin, begin + rows) of the padded vocabulary; ids >= vocab_size are padding.
 struct VocabShard {
   int begin = 0, rows = 0, vocab_size = 0;
+};
+
+// Which way an MoE exchange moves rows (model/moe/moe_exchange.h): from the tokens' rank to the
+// experts' members (dispatch), or back (combine).
+enum class RowExchange { dispatch, combine };
+
+// What the host's capacity rule reads after the MoE router (moe_router_to_host): the choices (N, k)
+// in host memory (valid until the next call of the op), Σ_t p_te per expert (E) and the z-loss
+// (mean over the tokens of lse²), each summed in its backend's order.
+struct MoeRouterHost {
+  const int* choices = nullptr;
+  std::vector<double> prob_sums;
+  double z = 0;
 };
 
 // The member-function type of every op, in the ops class's own types (see the header comment).
@@ -80,13 +100,31 @@ struct OpsSignatures {
   using cross_entropy_forward = void (Ops::*)(S*, S*, V*, const I*, VocabShard, int);
   using cross_entropy_backward = void (Ops::*)(S*, const S*, V*, const I*, Sc, VocabShard, int);
   using cross_entropy_forward_backward = void (Ops::*)(S*, S*, V*, const I*, Sc, VocabShard, int);
+  // Mixture of experts (model/moe/moe_mlp.h drives them in this order).
+  using moe_router_forward = void (Ops::*)(S*, S*, int*, S*, const V*, const V*, int, int, int,
+                                           int);
+  using moe_router_to_host = MoeRouterHost (Ops::*)(const int*, const S*, const S*, int, int, int);
+  using moe_routing_to_device = void (Ops::*)(int*, S*, const MoeRouting&,
+                                              const std::vector<double>&);
+  using moe_gather_rows = void (Ops::*)(V*, int*, const V*, const int*, int, int, int, int);
+  using moe_exchange_rows = void (Ops::*)(RowExchange, const MoeExchange&, Collectives&, const V*,
+                                          V*, int);
+  using moe_combine_rows = void (Ops::*)(V*, const V*, const S*, const int*, int, int, int);
+  using moe_gate_grads = void (Ops::*)(S*, V*, const V*, const V*, const S*, const int*, int, int,
+                                       int, int);
+  using moe_router_grads = void (Ops::*)(S*, const S*, const S*, const int*, const S*, const S*,
+                                         const S*, S, S, int, int, int);
+  using moe_input_grads = void (Ops::*)(V*, const S*, const V*, const V*, const int*, int, int, int,
+                                        int);
+  using moe_router_weight_grad = void (Ops::*)(G*, const S*, const V*, int, int, int);
 };
 
 #define STRATA_CHECK_GPT_OP(Ops, op)                                                           \
   static_assert(std::is_same_v<decltype(&Ops::op), typename ::strata::OpsSignatures<Ops>::op>, \
                 #Ops "::" #op " differs from its signature in model/ops/ops.h")
 
-// Every op of OpsSignatures, declared by `Ops` with exactly that signature; and the copies.
+// Every op of OpsSignatures, declared by `Ops` with exactly that signature; and the copies and
+// the MoE's temporaries (moe_scratch: an object whose take<U>(n) lasts as long as it does).
 #define STRATA_CHECK_GPT_OPS(Ops)                                                           \
   STRATA_CHECK_GPT_OP(Ops, sum_rows);                                                       \
   STRATA_CHECK_GPT_OP(Ops, gather_rows);                                                    \
@@ -112,12 +150,23 @@ struct OpsSignatures {
   STRATA_CHECK_GPT_OP(Ops, cross_entropy_forward);                                          \
   STRATA_CHECK_GPT_OP(Ops, cross_entropy_backward);                                         \
   STRATA_CHECK_GPT_OP(Ops, cross_entropy_forward_backward);                                 \
+  STRATA_CHECK_GPT_OP(Ops, moe_router_forward);                                             \
+  STRATA_CHECK_GPT_OP(Ops, moe_router_to_host);                                             \
+  STRATA_CHECK_GPT_OP(Ops, moe_routing_to_device);                                          \
+  STRATA_CHECK_GPT_OP(Ops, moe_gather_rows);                                                \
+  STRATA_CHECK_GPT_OP(Ops, moe_exchange_rows);                                              \
+  STRATA_CHECK_GPT_OP(Ops, moe_combine_rows);                                               \
+  STRATA_CHECK_GPT_OP(Ops, moe_gate_grads);                                                 \
+  STRATA_CHECK_GPT_OP(Ops, moe_router_grads);                                               \
+  STRATA_CHECK_GPT_OP(Ops, moe_input_grads);                                                \
+  STRATA_CHECK_GPT_OP(Ops, moe_router_weight_grad);                                         \
   static_assert(                                                                            \
       requires(Ops & ops, typename Ops::Value * v, typename Ops::Stat * s, std::size_t n) { \
         ops.copy(v, static_cast<const typename Ops::Value*>(v), n);                         \
         ops.copy(s, static_cast<const typename Ops::Stat*>(s), n);                          \
         ops.zero(v, n);                                                                     \
+        ops.moe_scratch().template take<typename Ops::Stat>(n);                             \
       },                                                                                    \
-      #Ops " lacks copy or zero")
+      #Ops " lacks copy, zero or moe_scratch")
 
 }  // namespace strata
