@@ -1,4 +1,4 @@
-// How many activation elements a model partition keeps (model/gpt_storage.h's slots and recompute
+// How many activation elements a model partition keeps (model/gpt_arrays.h's slots and recompute
 // workspace), as a formula: the planner (plan/memory_model.h) predicts memory with it, and Gpt
 // checks every allocation against it, so the two cannot drift apart.
 //

@@ -1,8 +1,7 @@
 // The bookkeeping of activation slots that both GPT models share (model/gpt.h on the CPU,
 // model/gpt_cuda.h on CUDA; docs/ARCHITECTURE.md §5): which micro-batch a slot holds, where it
-// stands between its forward and its backward, and the checks on its use. The storage of a slot
-// (host vectors, or carved device arrays) is each model's own; what a slot means is written here
-// once.
+// stands between its forward and its backward, and the checks on its use. A slot's arrays are
+// GptSlot's (model/gpt_arrays.h); what a slot means is written here once.
 #pragma once
 
 namespace strata {

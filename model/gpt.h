@@ -16,7 +16,9 @@
 // stream, LayerNorms) are then (B·T / tp, C) per rank.
 //
 // Activation memory comes in slots: slot s holds one micro-batch from its forward until its
-// backward, so a pipeline schedule can keep several micro-batches in flight. Parameters and
+// backward, so a pipeline schedule can keep several micro-batches in flight; every slot and the
+// shared buffers are laid out at construction in one block of host memory (model/gpt_storage.h,
+// the storage both backends share; pages are zero until first touched). Parameters and
 // gradients are flat buffers laid out by layout() and are passed in, so the same object serves
 // training (float) and finite-difference checks (double).
 //
@@ -80,10 +82,13 @@ class Gpt : public GptPasses<Gpt<T>, CpuOps<T>, MoeLayer<T>> {
   Gpt(Gpt&&) noexcept;
   Gpt& operator=(Gpt&&) noexcept;
 
-  // shape(), partition(), layout(), segments(), activation_rows(B, T_) and take_moe_totals come
-  // from GptPasses (model/gpt_passes.h).
+  // shape(), partition(), layout(), segments(), activation_rows(B, T_), slots(), moe_loss(slot),
+  // activation_bytes(), activation_bytes_per_layer() and take_moe_totals come from GptPasses
+  // (model/gpt_passes.h): the MoE blocks' router losses of a slot's forward (the backward adds
+  // their gradients to the cross-entropy's, which forward returns alone), and the bytes of the
+  // activations kept in the slots used so far (each laid out for max_batch) and the recompute
+  // workspace.
   const GptOptions& options() const { return options_; }
-  int slots() const;
 
   // Whole-model forward into slot 0: tokens, targets (B, T_) with T_ <= seq_len. Returns the mean
   // cross-entropy over the B·T_ targets; targets may be null (logits only, returns 0).
@@ -132,65 +137,26 @@ class Gpt : public GptPasses<Gpt<T>, CpuOps<T>, MoeLayer<T>> {
   // rank's vocabulary rows (B·T_, padded_vocab / tp) when it had none, softmax probabilities
   // when it had targets (until backward overwrites them).
   const T* losses(int slot = 0) const;
-  // Bytes of saved activations in the slots used so far (each sized for max_batch), plus the
-  // one-layer workspace that recomputation runs in.
-  std::size_t activation_bytes() const;
-  // Of those, the bytes one block keeps over all slots used so far: its input (the residual
-  // stream) and what recomputation does not drop.
-  std::size_t activation_bytes_per_layer() const;
   const T* logits(int slot = 0) const;
-  // The MoE blocks' router losses of the forward in `slot` (model/moe/moe_layer.h: aux_loss · aux
-  // + z_loss · z summed over this model's MoE blocks; 0 without experts): the backward adds their
-  // gradients to the cross-entropy's, which forward returns alone.
-  T moe_loss(int slot = 0) const;
 
  private:
-  struct LayerActivations;
-  struct Slot;
-  struct Scratch;
-  struct WeightStash;
-  using Passes::block_segment;
-  using Passes::is_moe;
   using Passes::partition_;
   using Passes::sequence_parallel_;
   using Passes::shape_;
-  using typename Passes::Block;
-  // What GptPasses reaches (model/gpt_passes.h): where block l's activations of slot `s` live
-  // (`recomputing`: its output goes to the workspace, the slot keeping the forward's); layer
-  // `stash_layer` of `w` for block l (copies only where `w` has them); the fused backward's stash;
-  // the shared buffers; and the residual stream after the stage's last block.
-  typename Block::Activations layer(Slot& s, int local_layer, bool recomputing);
-  typename Block::Stash stash_layer(const Slot& s, WeightStash& w, int local_layer,
-                                    int stash_layer);
-  WeightStash& fused_stash();
-  GptBlockBuffers<T> buffers();
-  T* stage_output(const Slot& s) const;
-
-  SlotLimits slot_limits() const;
-  Slot& slot_for(int slot, int B, int T_);
-  Slot& backward_slot(int slot);
+  using Passes::storage_;
+  using typename Passes::Slot;
+  static ModelPartition checked(const GptShape& shape, const ModelPartition& partition,
+                                Collectives* tp, int max_batch, int slots, Collectives* ep);
   // A stage before the last: the gradient of its output into the buffer the backward starts from.
   void take_output_grad(const Slot& s, const T* output_grad);
-  // `mlp_layers` of the other layers' MLP buffers (fch, fch_gelu): the dense blocks' only.
-  void allocate(LayerActivations& a, std::size_t attention_layers, std::size_t other_layers,
-                std::size_t mlp_layers) const;
-  void allocate_stash(WeightStash& w, std::size_t layers, std::size_t mlp_layers,
-                      bool copies) const;
 
   std::unique_ptr<Collectives> single_rank_;  // used when no group is given
   Collectives* tp_;
-  int max_batch_;
   GptOptions options_;
   // Every kernel of the passes, each rounding its own outputs, and the tensor-parallel row
   // collectives over tp_ (model/ops/cpu_ops.h).
   CpuOps<T> ops_;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<MoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
-  // The dense MLP's buffers (fch, fch_gelu, dfch) are kept for dense blocks only: local layer l's
-  // are the dense_index_[l]-th (the dense blocks before it); dense_layers_ of them in all.
-  std::vector<int> dense_index_;
-  int dense_layers_ = 0;
 };
 
 extern template class Gpt<float>;

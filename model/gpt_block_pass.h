@@ -2,8 +2,8 @@
 // Moe> runs one transformer block's forward, its attention core (what selective recomputation
 // reruns), the input half of its backward (recomputation, the stash copies, the activation
 // gradients) and its weight half, through an ops object (model/ops/ops.h: CpuOps<T> or
-// CudaOps<T>) and an MoE layer (MoeLayer<T> or CudaMoeLayer<T>). Gpt<T> and CudaGpt<T> lay out
-// their storage their own way and hand the passes views of it: one block's activations
+// CudaOps<T>) and an MoE layer (MoeLayer<T> or CudaMoeLayer<T>). The models' storage
+// (GptStorage, model/gpt_storage.h) hands it views: one block's activations
 // (BlockActivations), one layer of a weight stash (StashLayer), the block's weights and gradients
 // (BlockTensors), the shared buffers (GptBlockBuffers).
 //

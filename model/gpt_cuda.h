@@ -43,9 +43,10 @@
 // FlatParameters does nothing on release.
 //
 // Memory: activations live in slots (one micro-batch each, from its forward to its backward, so a
-// pipeline schedule can keep several in flight), all in one device arena sized at construction
-// for `slots` micro-batches of max_batch sequences of seq_len (no allocation during a step);
-// kernels take their scratch from a second arena. Attention keeps no (T, T) matrix, only the
+// pipeline schedule can keep several in flight), all in one device reservation laid out at
+// construction for `slots` micro-batches of max_batch sequences of seq_len (GptStorage,
+// model/gpt_storage.h, the CPU model's storage too; no allocation during a step); kernels take
+// their scratch from an arena. Attention keeps no (T, T) matrix, only the
 // logsumexp of each query row. Recompute (activation checkpointing) as in the CPU model:
 // `selective` keeps ln1 and recomputes qkv and the attention output (one GEMM and the attention
 // forward) in the block's backward; `full` keeps only each block's input and reruns the block's
@@ -109,12 +110,6 @@
 
 namespace strata::cuda {
 
-class BufferCarver;  // gpt_cuda_storage.cuh
-template <class T>
-using GptStashLayer = StashLayer<T, float>;
-template <class T>
-struct GptWeightStash;
-
 template <class T>
 class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   using Passes = GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>>;
@@ -139,12 +134,15 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   CudaGpt(const CudaGpt&) = delete;
   CudaGpt& operator=(const CudaGpt&) = delete;
 
-  // shape(), partition(), layout(), segments(), activation_rows(B, T_) and take_moe_totals come
-  // from GptPasses (model/gpt_passes.h).
+  // shape(), partition(), layout(), segments(), activation_rows(B, T_), slots(), moe_loss(slot),
+  // activation_bytes(), activation_bytes_per_layer() and take_moe_totals come from GptPasses
+  // (model/gpt_passes.h), as for the CPU model: the router losses from the host's copy of the
+  // router totals (no wait), the device bytes of the activations kept in the slots used so far
+  // (the layers, the MoE blocks' experts, the head's logits and losses, the weight stash) and the
+  // recompute workspace.
   Recompute recompute() const { return this->recompute_; }
   bool split_backward() const { return split_backward_; }
   DeviceContext& context() const { return ctx_; }
-  int slots() const;
   int max_batch() const { return max_batch_; }
 
   // Training, one micro-batch through a partition that is a whole pipeline (first and last
@@ -208,71 +206,29 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   const T* logits(int slot = 0) const;
   // Σ losses of the slot's last pass (copies B·T_ floats to the host and waits for the stream).
   double loss_sum(int slot = 0) const;
-  // The MoE blocks' router losses of the slot's last forward (aux_loss · aux + z_loss · z summed
-  // over this model's MoE blocks; 0 without experts), from the host's copy of the router totals
-  // (no wait): the backward adds their gradients to the cross-entropy's, which losses() holds
-  // alone (Gpt::moe_loss).
-  float moe_loss(int slot = 0) const;
-
-  // Device bytes of the activations kept between forward and backward (every slot: the layers,
-  // the MoE blocks' experts, the head's logits, the weight stash; the recompute workspace), and of
-  // one dense block's share of them (all slots; without the stash; an MoE block keeps its
-  // experts' activations besides).
-  std::size_t activation_bytes() const { return activation_bytes_; }
-  std::size_t activation_bytes_per_layer() const { return layer_bytes_; }
   // Device bytes this model reserved: activations, backward buffers, kernel scratch and the
   // staging of the tensor-parallel collectives.
   std::size_t device_bytes() const;
 
  private:
-  struct Slot;     // one micro-batch's kept activations and its state
-  struct Buffers;  // the workspace and backward buffers every slot shares
-  struct Dims;     // sizes derived from the shape and partition
-  using Passes::block_segment;
-  using Passes::is_moe;
   using Passes::partition_;
-  using Passes::segments_;
   using Passes::sequence_parallel_;
   using Passes::shape_;
-  using typename Passes::Block;
-  static Dims dims_of(const GptShape& shape, const ModelPartition& partition, int max_batch,
-                      int slots);
-  Dims dims() const;
-  static std::size_t carve(std::vector<Slot>& slots, Buffers& b, BufferCarver& c, const Dims& d,
-                           Recompute recompute, bool split_backward);
-  static std::size_t reservation_bytes(const Dims& d, Recompute recompute, bool split_backward);
-  void upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets, long N);
-  SlotLimits slot_limits() const;
-  Slot& slot_for(int slot, int B, int T_);
-  Slot& backward_slot(int slot);
-  // Each slot's MoE activations in the block its carve reserved (moe_ built).
-  void lay_out_moe_activations();
-  // What GptPasses reaches (model/gpt_passes.h): one block's activation pointers in a slot (or the
-  // workspace); layer `at` of a stash; the fused backward's stash; the shared buffers; and the
-  // residual stream after the stage's last block.
-  using Layer = typename Block::Activations;
-  Layer layer(Slot& s, int local_layer, bool recomputing) const;
-  GptStashLayer<T> stash_layer(const Slot& s, GptWeightStash<T>& w, int local_layer, int at) const;
-  GptWeightStash<T>& fused_stash();
-  GptBlockBuffers<T> buffers() const;
-  T* stage_output(const Slot& s) const;
+  using Passes::storage_;
+  using typename Passes::Slot;
   using Parameters = ParameterAccess<T, float>;
+  void upload_tokens(Slot& s, const std::int32_t* tokens, const std::int32_t* targets, long N);
 
   DeviceContext& ctx_;
   int max_batch_;
   bool split_backward_;
-  DeviceArena activations_;
   DeviceArena scratch_;
   std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
   DeviceCollectives* tp_ = nullptr;               // null with tp 1
   CudaOps<T> ops_;                                // every kernel of the passes
-  std::vector<Slot> slots_;
-  std::unique_ptr<Buffers> buffers_;
   std::unique_ptr<CudaMoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
   PinnedBuffer<std::int32_t> staging_;    // (2, max_batch·seq_len): tokens, targets
   cudaEvent_t staging_free_ = nullptr;    // recorded after the copies out of staging_
-  std::size_t activation_bytes_ = 0;
-  std::size_t layer_bytes_ = 0;
 };
 
 extern template class CudaGpt<float>;

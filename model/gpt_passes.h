@@ -4,21 +4,12 @@
 // model/gpt_block_pass.h), the head and its cross-entropy forward, the backward in parts (head,
 // each block, embedding; each an input half and a weight half, fused or split), and the MoE
 // blocks' losses and routing figures. It holds what both models are made of (shape, partition,
-// parameter layout, the block's tensor offsets, the MoE figures) and reaches the rest through the
-// model, which keeps its own storage and hands the passes views of it:
-//   ops_, moe_                       the ops object and the MoE layer (null without experts)
-//   Slot                             with tokens, targets, residual, lnf, lnf_full, lnf_mean,
-//                                    lnf_rstd, logits, losses, ce_stats, input_grad (each a
-//                                    pointer or a vector; an empty or null one: none), stash, moe,
-//                                    loss_scale and the SlotState flags
-//   layer(s, l, recomputing)         block l's BlockActivations (recomputing: the output goes to
-//                                    the workspace)
-//   stash_layer(s, w, l, at)         layer `at` of stash `w` for block l (a StashLayer)
-//   fused_stash()                    the one-layer stash of the fused backward
-//   buffers()                        the shared GptBlockBuffers
-//   stage_output(s)                  the residual stream after the stage's last block
-// The model's own entry points (Gpt::forward, CudaGpt::forward, ...) put the micro-batch's ids or
-// input activation into the slot, call these passes, and read the results their own way.
+// parameter layout, the block's tensor offsets, the MoE figures) and their activation storage
+// (GptStorage, model/gpt_storage.h: the slots and the shared buffers, and the slots' bookkeeping),
+// and reaches only two things through the model: its ops object `ops_` and its MoE layer `moe_`
+// (null without experts). The model's own entry points (Gpt::forward, CudaGpt::forward, ...) take
+// a slot (slot_for, backward_slot, weight_slot), put the micro-batch's ids or input activation in
+// it, call these passes, and read the results their own way.
 #pragma once
 
 #include <algorithm>
@@ -26,27 +17,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/activation_slots.h"
+#include "model/core/error.h"
 #include "model/gpt_block_pass.h"
 #include "model/gpt_shape.h"
+#include "model/gpt_storage.h"
 #include "model/parameter_access.h"
 #include "model/parameter_layout.h"
 #include "model/recompute.h"
 
 namespace strata {
-
-// A slot's array as a pointer: a vector's data (null when empty) or the pointer itself.
-template <class U>
-U* data_of(std::vector<U>& v) {
-  return v.empty() ? nullptr : v.data();
-}
-template <class U>
-const U* data_of(const std::vector<U>& v) {
-  return v.empty() ? nullptr : v.data();
-}
-template <class U>
-U* data_of(U* p) {
-  return p;
-}
 
 template <class Model, class Ops, class Moe>
 class GptPasses {
@@ -56,6 +36,8 @@ class GptPasses {
   using Scalar = typename Ops::Scalar;
   using Parameters = ParameterAccess<Value, Grad>;
   using Block = GptBlock<Ops, Moe>;
+  using Slot = GptSlot<Ops>;
+  using Stash = GptWeightStash<Value, typename Ops::Stat>;
 
   const GptShape& shape() const { return shape_; }
   const ModelPartition& partition() const { return partition_; }
@@ -75,16 +57,36 @@ class GptPasses {
     for (std::size_t i = 0; i < totals.size(); ++i) totals[i] += moe_totals_[i];
     std::fill(moe_totals_.begin(), moe_totals_.end(), 0.0);
   }
+  int slots() const { return storage_.slots(); }
+  // The MoE blocks' router losses of the slot's last forward (model/moe/moe_mlp.h: aux_loss · aux
+  // + z_loss · z summed over this model's MoE blocks; 0 without experts, or for an unused slot):
+  // the backward adds their gradients to the cross-entropy's, which the forward reports alone.
+  Scalar moe_loss(int slot = 0) const {
+    STRATA_CHECK(slot >= 0 && slot < slots(), "no slot ", slot);
+    Scalar sum = 0;
+    if (!model().moe_) return sum;
+    for (const auto& a : storage_.slot(slot).moe)
+      if (a.tokens > 0) sum += model().moe_->loss(a);  // dense blocks have none
+    return sum;
+  }
+  // Bytes of saved activations in the slots used so far (each laid out for max_batch), plus the
+  // recompute workspace (GptStorage::activation_bytes); and of those, the bytes one block keeps
+  // over those slots: its input (the residual stream) and what recomputation does not drop.
+  std::size_t activation_bytes() const { return storage_.activation_bytes(); }
+  std::size_t activation_bytes_per_layer() const { return storage_.activation_bytes_per_layer(); }
 
  protected:
-  GptPasses(const GptShape& shape, const ModelPartition& partition, Recompute recompute)
+  // `partition` is checked by the model before (its storage is laid out here).
+  GptPasses(const GptShape& shape, const ModelPartition& partition,
+            const GptStorageOptions& storage)
       : shape_(shape),
         partition_(partition),
         layout_(ParameterLayout::for_partition(shape, partition)),
         segments_(layout_.segments()),
         segment_(segment_index(segments_)),
         sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
-        recompute_(recompute) {
+        recompute_(storage.recompute),
+        storage_(shape, partition, storage, moe_bytes(shape, partition, storage.max_batch)) {
     if (layout_.has("wte")) {
       const TensorView& wte = layout_.at("wte");
       vocab_ = {static_cast<int>(wte.slice.mid_begin), static_cast<int>(wte.slice.mid_count),
@@ -98,6 +100,41 @@ class GptPasses {
     for (int l = 0; l < partition_.layers(); ++l)
       block_offsets_.push_back(BlockOffsets::of(layout_, segments_[block_segment(l)],
                                                 partition_.layer_begin + l, is_moe(l)));
+  }
+
+  // The slot a forward of B sequences of T_ tokens goes into: checked and free; from now on it
+  // counts as used.
+  Slot& slot_for(int slot, int B, int T_) {
+    if (slot >= 0 && slot < slots()) check_slot_free(storage_.slot(slot), slot);
+    check_slot_batch(slot_limits(), slot, B, T_);
+    Slot& s = storage_.slot(slot);
+    s.batch = B;
+    s.time = T_;
+    s.used = true;
+    return s;
+  }
+  // The slot a backward (or its input half) runs on, and the one its weight half runs on.
+  Slot& backward_slot(int slot) {
+    check_slot_backward(slot_limits(), state_of(slot), slot, partition_.has_head);
+    return storage_.slot(slot);
+  }
+  Slot& weight_slot(int slot) {
+    check_slot_weight_backward(slot_limits(), state_of(slot), slot);
+    return storage_.slot(slot);
+  }
+  SlotState state_of(int slot) const {
+    if (slot < 0 || slot >= slots()) return {};
+    return storage_.slot(slot);
+  }
+  SlotLimits slot_limits() const {
+    return {slots(), storage_.options().max_batch, shape_.seq_len,
+            sequence_parallel_ ? partition_.tp_size : 1};
+  }
+  // One MoE block's experts' activations in a slot of the storage (0: they keep their own).
+  static std::size_t moe_bytes(const GptShape& shape, const ModelPartition& p, int max_batch) {
+    return shape.moe.enabled() ? Moe::activation_bytes(shape.d_model, p.tp_size, shape.moe,
+                                                       max_batch * shape.seq_len, p.ep_size)
+                               : 0;
   }
 
   int block_segment(int local_layer) const { return segment_.block(local_layer); }
@@ -114,7 +151,6 @@ class GptPasses {
   // The forward of the micro-batch (B, T_) the model has put in `s` (its ids, or on a later stage
   // its input activation in the residual stream): the embedding (first stage), the blocks, the
   // head (last stage) and, with targets, the per-position losses.
-  template <class Slot>
   void forward_pass(Slot& s, Parameters& parameters) {
     if (partition_.has_embedding) embed(s, parameters);
     blocks_forward(s, parameters);
@@ -122,20 +158,18 @@ class GptPasses {
     if (!partition_.has_head) return;
     head_forward(s, parameters);
     if (s.has_targets)
-      model().ops_.cross_entropy_forward(data_of(s.losses), data_of(s.ce_stats), data_of(s.logits),
-                                         data_of(s.targets), vocab_, s.batch * s.time);
+      model().ops_.cross_entropy_forward(s.losses, s.ce_stats, s.logits, s.targets, vocab_,
+                                         s.batch * s.time);
   }
 
   // Training through a whole pipeline in one pass: forward, the loss and its logits' gradient
   // in one op, and the fused backward.
-  template <class Slot>
   void forward_backward_pass(Slot& s, Parameters& parameters, Scalar loss_scale) {
     embed(s, parameters);
     blocks_forward(s, parameters);
     head_forward(s, parameters);
-    model().ops_.cross_entropy_forward_backward(data_of(s.losses), data_of(s.ce_stats),
-                                                data_of(s.logits), data_of(s.targets), loss_scale,
-                                                vocab_, s.batch * s.time);
+    model().ops_.cross_entropy_forward_backward(s.losses, s.ce_stats, s.logits, s.targets,
+                                                loss_scale, vocab_, s.batch * s.time);
     s.forwarded = true;
     s.has_targets = true;
     backward_pass(s, parameters, loss_scale, true);
@@ -149,9 +183,8 @@ class GptPasses {
   // is added by the same op calls on the same values, so the two agree bitwise. A stage before
   // the last starts from the gradient of its output, which the model has put in buffers().dres.
   // `fused`: the logits already hold their gradient (forward_backward_pass).
-  template <class Slot>
   void backward_pass(Slot& s, Parameters& parameters, Scalar loss_scale, bool fused) {
-    auto& w = model().fused_stash();
+    auto& w = storage_.fused_stash();
     s.loss_scale = loss_scale;
     if (partition_.has_head) head_backward_input(s, parameters, loss_scale, fused, w);
     // The tied wte takes gradients from the head and from the embedding: one acquisition spans
@@ -174,7 +207,6 @@ class GptPasses {
   }
 
   // The input halves (docs/ARCHITECTURE.md §5, the split backward), into the slot's stash.
-  template <class Slot>
   void backward_input_pass(Slot& s, Parameters& parameters, Scalar loss_scale) {
     s.loss_scale = loss_scale;
     if (partition_.has_head) head_backward_input(s, parameters, loss_scale, false, s.stash);
@@ -186,7 +218,6 @@ class GptPasses {
   }
 
   // The weight halves, from the slot's stash.
-  template <class Slot>
   void backward_weight_pass(Slot& s, Parameters& parameters) {
     Grad* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
     if (partition_.has_head) {
@@ -202,16 +233,6 @@ class GptPasses {
     s.weight_pending = false;
   }
 
-  // The router losses of the slot's last forward, summed over this model's MoE blocks.
-  template <class Slot>
-  Scalar moe_loss_of(const Slot& s) const {
-    Scalar sum = 0;
-    if (!model().moe_) return sum;
-    for (const auto& a : s.moe)
-      if (a.tokens > 0) sum += model().moe_->loss(a);  // dense blocks have none
-    return sum;
-  }
-
   GptShape shape_;
   ModelPartition partition_;
   ParameterLayout layout_;
@@ -219,7 +240,8 @@ class GptPasses {
   SegmentIndex segment_;    // of segments_
   bool sequence_parallel_;  // rows split over the tensor-parallel group (tp > 1 only)
   Recompute recompute_;
-  VocabShard vocab_;  // this rank's rows of wte (the embedding and the tied head), if any
+  GptStorage<Ops> storage_;  // the slots and the shared buffers
+  VocabShard vocab_;         // this rank's rows of wte (the embedding and the tied head), if any
   std::vector<BlockOffsets> block_offsets_;  // per local layer: its tensors in its segment
   std::vector<double> moe_totals_;           // MoeTotals over n_layer blocks, since taken
 
@@ -228,22 +250,21 @@ class GptPasses {
   // The block's passes over the model's ops, MoE layer and buffers.
   Block block() {
     return Block(model().ops_, model().moe_.get(), GptBlockDims(shape_, partition_), recompute_,
-                 model().buffers());
+                 storage_.buffers());
   }
   const Model& model() const { return static_cast<const Model&>(*this); }
   const BlockOffsets& offsets(int l) const { return block_offsets_[static_cast<std::size_t>(l)]; }
 
   // Each rank looks up the tokens of its vocabulary rows (zeros elsewhere); the sum over the
   // group is the embedding. Without sequence parallelism straight into the residual stream.
-  template <class Slot>
   void embed(Slot& s, Parameters& parameters) {
     Ops& ops = model().ops_;
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
-    Value* residual = data_of(s.residual);
-    Value* lookup = sequence_parallel_ ? model().buffers().partial : residual;
+    Value* residual = s.residual;
+    Value* lookup = sequence_parallel_ ? storage_.buffers().partial : residual;
     const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::forward);
-    ops.embedding_forward(lookup, data_of(s.tokens), in_segment(wte, segment_.wte, "wte"), vocab_,
-                          N, C);  // (N, C)
+    ops.embedding_forward(lookup, s.tokens, in_segment(wte, segment_.wte, "wte"), vocab_, N,
+                          C);  // (N, C)
     parameters.release_weights(segment_.wte);
     ops.sum_rows(lookup, residual, N, C);  // (Nl, C), in the residual stream either way
     const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
@@ -254,11 +275,10 @@ class GptPasses {
   }
 
   // The blocks of a forward pass, each segment's weights acquired around its ops.
-  template <class Slot>
   void blocks_forward(Slot& s, Parameters& parameters) {
     for (int l = 0; l < partition_.layers(); ++l) {
       const Value* weights = parameters.acquire_weights(block_segment(l), WeightUse::forward);
-      block().forward(model().layer(s, l, false), s.batch, s.time,
+      block().forward(storage_.layer(s, l, false), s.batch, s.time,
                       typename Block::Weights(weights, offsets(l)));
       parameters.release_weights(block_segment(l));
     }
@@ -266,37 +286,34 @@ class GptPasses {
 
   // The final LayerNorm and the logits of this rank's vocabulary rows (N, Vl), the head tied to
   // wte: the cross-entropy reads the rounded logits (as fused classifier kernels do).
-  template <class Slot>
   void head_forward(Slot& s, Parameters& parameters) {
     Ops& ops = model().ops_;
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
     const Value* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::forward);
-    ops.layernorm_forward(data_of(s.lnf), data_of(s.lnf_mean), data_of(s.lnf_rstd),
-                          model().stage_output(s), in_segment(lnf, segment_.lnf, "lnf.weight"),
+    ops.layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, storage_.stage_output(s),
+                          in_segment(lnf, segment_.lnf, "lnf.weight"),
                           in_segment(lnf, segment_.lnf, "lnf.bias"), Nl, C);
     parameters.release_weights(segment_.lnf);
-    const Value* lnf_full = ops.gather_rows(data_of(s.lnf), data_of(s.lnf_full), N, C);
+    const Value* lnf_full = ops.gather_rows(s.lnf, s.lnf_full, N, C);
     const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::forward);
-    ops.matmul_forward(data_of(s.logits), nullptr, lnf_full, in_segment(wte, segment_.wte, "wte"),
-                       nullptr, N, C, vocab_.rows, Epilogue::bias);
+    ops.matmul_forward(s.logits, nullptr, lnf_full, in_segment(wte, segment_.wte, "wte"), nullptr,
+                       N, C, vocab_.rows, Epilogue::bias);
     parameters.release_weights(segment_.wte);
   }
 
   // The head's input half: the logits' gradient (in place of the logits, where the weight half
   // reads it), then the final LayerNorm's output gradient (into w.dlnf) and dres, the gradient of
   // the stage output.
-  template <class Slot, class Stash>
   void head_backward_input(Slot& s, Parameters& parameters, Scalar loss_scale, bool fused,
                            Stash& w) {
     Ops& ops = model().ops_;
-    const GptBlockBuffers<Value> b = model().buffers();
+    const GptBlockBuffers<Value> b = storage_.buffers();
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
-    Value* logits = data_of(s.logits);
+    Value* logits = s.logits;
     if (!fused)
-      ops.cross_entropy_backward(data_of(s.losses), data_of(s.ce_stats), logits, data_of(s.targets),
-                                 loss_scale, vocab_, N);
+      ops.cross_entropy_backward(s.losses, s.ce_stats, logits, s.targets, loss_scale, vocab_, N);
     // Partial sums over the vocabulary shards, summed in place when the rows are not split.
-    Value* dlnf = data_of(w.dlnf);
+    Value* dlnf = w.dlnf;
     Value* partial = sequence_parallel_ ? b.dln : dlnf;
     const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::backward);
     ops.matmul_backward_input(partial, logits, in_segment(wte, segment_.wte, "wte"), nullptr, N, C,
@@ -305,20 +322,19 @@ class GptPasses {
     ops.sum_rows(partial, dlnf, N, C);  // (Nl, C) into the stash
     ops.zero(b.dres, static_cast<std::size_t>(Nl) * C);
     const Value* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::backward);
-    ops.layernorm_backward_input(b.dres, dlnf, model().stage_output(s),
-                                 in_segment(lnf, segment_.lnf, "lnf.weight"), data_of(s.lnf_mean),
-                                 data_of(s.lnf_rstd), Nl, C);
+    ops.layernorm_backward_input(b.dres, dlnf, storage_.stage_output(s),
+                                 in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean,
+                                 s.lnf_rstd, Nl, C);
     parameters.release_weights(segment_.lnf);
   }
 
   // The block's input half (GptBlock::backward_input) into stash layer `at` of `w`; one
   // acquisition of the weights serves the recomputation and the backward pass.
-  template <class Slot, class Stash>
   void block_backward_input(Slot& s, Parameters& parameters, int l, Stash& w, int at) {
     const int segment = block_segment(l);
     const typename Block::Weights p(parameters.acquire_weights(segment, WeightUse::backward),
                                     offsets(l));
-    block().backward_input(model().layer(s, l, true), model().stash_layer(s, w, l, at), p, s.batch,
+    block().backward_input(storage_.layer(s, l, true), storage_.stash_layer(w, at), p, s.batch,
                            s.time, s.loss_scale, moe_totals_.data(), partition_.layer_begin + l);
     parameters.release_weights(segment);
   }
@@ -326,58 +342,54 @@ class GptPasses {
   // The block's weight half: every parameter gradient, added (+=) by the ops the fused backward
   // used (the halves of matmul's and LayerNorm's backward), from the activations where the slot
   // keeps them, their copies in the stash, or the workspace (the fused backward's recomputation).
-  template <class Slot, class Stash>
   void block_backward_weight(Slot& s, Parameters& parameters, int l, Stash& w, int at) {
     const int segment = block_segment(l);
-    const typename Block::Stash stash = model().stash_layer(s, w, l, at);
+    const typename Block::Stash stash = storage_.stash_layer(w, at);
     const typename Block::Grads g(parameters.acquire_gradients(segment), offsets(l));
     block().backward_weight(
-        Block::weight_inputs(model().layer(s, l, true), stash, sequence_parallel_), stash, g,
+        Block::weight_inputs(storage_.layer(s, l, true), stash, sequence_parallel_), stash, g,
         s.batch * s.time);
     parameters.release_gradients(segment);
   }
 
   // After the blocks: the embedding's weight half reads all rows of its output's gradient; a
   // later stage's input gradient is dres, kept in the slot where the model keeps one.
-  template <class Slot, class Stash>
   void backward_finish(Slot& s, Stash& w) {
-    const GptBlockBuffers<Value> b = model().buffers();
+    const GptBlockBuffers<Value> b = storage_.buffers();
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
     if (partition_.has_embedding)
-      model().ops_.gather_rows_into(b.dres, data_of(w.dembed), N, C);
-    else if (Value* input_grad = data_of(s.input_grad))
+      model().ops_.gather_rows_into(b.dres, w.dembed, N, C);
+    else if (Value* input_grad = s.input_grad)
       model().ops_.copy(input_grad, static_cast<const Value*>(b.dres),
                         static_cast<std::size_t>(Nl) * C);
   }
 
   // Weight halves; wte_grads: the gradients of the wte segment (tied: both the head and the
   // embedding add to it).
-  template <class Slot, class Stash>
   void head_backward_weight(Slot& s, Parameters& parameters, Grad* wte_grads, Stash& w) {
     Ops& ops = model().ops_;
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
-    const Value* lnf_full = sequence_parallel_ ? data_of(s.lnf_full) : data_of(s.lnf);
-    ops.matmul_backward_weight(in_segment(wte_grads, segment_.wte, "wte"), nullptr,
-                               data_of(s.logits), lnf_full, N, C, vocab_.rows);
+    const Value* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
+    ops.matmul_backward_weight(in_segment(wte_grads, segment_.wte, "wte"), nullptr, s.logits,
+                               lnf_full, N, C, vocab_.rows);
     Grad* lnf = parameters.acquire_gradients(segment_.lnf);
-    ops.layernorm_backward_weight(
-        in_segment(lnf, segment_.lnf, "lnf.weight"), in_segment(lnf, segment_.lnf, "lnf.bias"),
-        data_of(w.dlnf), model().stage_output(s), data_of(s.lnf_mean), data_of(s.lnf_rstd), Nl, C);
+    ops.layernorm_backward_weight(in_segment(lnf, segment_.lnf, "lnf.weight"),
+                                  in_segment(lnf, segment_.lnf, "lnf.bias"), w.dlnf,
+                                  storage_.stage_output(s), s.lnf_mean, s.lnf_rstd, Nl, C);
     parameters.release_gradients(segment_.lnf);
   }
 
-  template <class Slot, class Stash>
   void embed_backward_weight(Slot& s, Parameters& parameters, Grad* wte_grads, Stash& w) {
     Ops& ops = model().ops_;
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
-    const Value* dembed = data_of(w.dembed);
+    const Value* dembed = w.dembed;
     const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
     Grad* wpe = parameters.acquire_gradients(segment_.wpe);
     ops.position_embedding_backward(in_segment(wpe, segment_.wpe, "wpe"), dembed + row_begin * C,
                                     row_begin, Nl, s.time, C);
     parameters.release_gradients(segment_.wpe);
-    ops.embedding_backward(in_segment(wte_grads, segment_.wte, "wte"), dembed, data_of(s.tokens),
-                           vocab_, N, C);
+    ops.embedding_backward(in_segment(wte_grads, segment_.wte, "wte"), dembed, s.tokens, vocab_, N,
+                           C);
   }
 };
 

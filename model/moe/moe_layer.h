@@ -65,7 +65,21 @@ class MoeLayer : private OwnedMoeOps<CpuOps<T>>, public MoeMlp<CpuOps<T>> {
            cpu::ComputeDtype compute = cpu::ComputeDtype::fp32, Collectives* ep = nullptr)
       : OwnedMoeOps<CpuOps<T>>(compute, tp, false),
         MoeMlp<CpuOps<T>>(this->owned_ops, d_model, config, ep) {}
+
+  // The activations keep their arrays themselves, growing at their first forward: a model
+  // reserves nothing for them (CudaMoeLayer's carve into a model's reservation instead).
+  static std::size_t activation_bytes(int /*d_model*/, int /*tp_size*/, const MoeConfig& /*config*/,
+                                      int /*max_tokens*/, int /*ep_size*/ = 1) {
+    return 0;
+  }
+  Activations activations(void* /*base*/, int /*max_tokens*/) const { return {}; }
 };
+
+// Host bytes an MoE block's activations hold beyond a model's reservation: all of them here.
+template <class T>
+std::size_t moe_host_bytes(const MoeActivations<T>& a) {
+  return a.elements() * sizeof(T);
+}
 
 extern template class MoeMlp<CpuOps<float>>;
 extern template class MoeMlp<CpuOps<double>>;

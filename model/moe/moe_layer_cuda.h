@@ -148,6 +148,13 @@ class CudaMoeLayer : private OwnedMoeOps<CudaOps<T>>, public MoeMlp<CudaOps<T>> 
   CudaMoeActivations<T> activations(void* base, int max_tokens) const;
 };
 
+// Host bytes an MoE block's activations hold beyond a model's reservation: none, they are carved
+// from it (activations(base, max_tokens)).
+template <class T>
+std::size_t moe_host_bytes(const CudaMoeActivations<T>&) {
+  return 0;
+}
+
 extern template struct CudaMoeActivations<float>;
 extern template struct CudaMoeActivations<__nv_bfloat16>;
 extern template struct CudaMoeActivations<__half>;

@@ -26,6 +26,7 @@
 
 #include "model/core/collectives.h"
 #include "model/kernels/cpu/precision.h"
+#include "model/ops/host_reservation.h"
 #include "model/ops/ops.h"
 
 namespace strata {
@@ -38,6 +39,7 @@ class CpuOps {
   using Stat = T;    // LayerNorm statistics
   using Scalar = T;  // loss scale, losses
   using Ids = std::int32_t;
+  using Reservation = HostReservation;  // where a model lays out its activations
   // Attention statistics kept per (row, head) for the backward: none, it recomputes them.
   static constexpr long kLsePerRow = 0;
   // The cross-entropy's statistics kept per row for the backward: none, the forward leaves the

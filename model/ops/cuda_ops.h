@@ -29,6 +29,7 @@
 
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/device_buffer.h"
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/ops/ops.h"
@@ -43,6 +44,7 @@ class CudaOps {
   using Stat = float;    // LayerNorm statistics, logsumexps, losses, cross-entropy row statistics
   using Scalar = float;  // the loss scale
   using Ids = std::int32_t;
+  using Reservation = DeviceBuffer<char>;  // where a model lays out its activations
   // Attention keeps the logsumexp of each (row, head) for its backward.
   static constexpr long kLsePerRow = 1;
   // The cross-entropy keeps per row its maximum, Σ exp and target logit (crossentropy.h).
