@@ -1,7 +1,7 @@
 // The mixture-of-experts MLP on the CPU (the reference): MoeLayer<T> (T = float, or double for
 // the finite-difference tests) is MoeMlp<CpuOps<T>> (model/moe/moe_mlp.h: the function, the
 // passes, tensor and expert parallelism, the weights' layout) owning its CpuOps, whose MoE ops are
-// the CPU loops (model/ops/cpu_moe_ops.cpp). What is the CPU's own: its activations are host
+// the CPU loops (model/moe/cpu_moe_ops.cpp). What is the CPU's own: its activations are host
 // vectors grown to the largest micro-batch a slot has seen, with a copy of the layer's input; the
 // router's probabilities, logsumexps and gates, the gates' and logits' gradients are in T; op
 // outputs and activation gradients are rounded to the compute dtype as a kernel of that dtype

@@ -1,7 +1,7 @@
 // The mixture-of-experts MLP on a CUDA device: CudaMoeLayer<T> (T = float, __nv_bfloat16, __half)
 // is MoeMlp<CudaOps<T>> (model/moe/moe_mlp.h: the function and the passes the CPU's MoeLayer runs
 // too, with the same choices, drops, gates and losses, the same gradients up to rounding) owning
-// its CudaOps, whose MoE ops (model/ops/cuda_moe_ops.cu) are the kernels of
+// its CudaOps, whose MoE ops (model/moe/cuda_moe_ops.cu) are the kernels of
 // model/kernels/cuda/moe.h and the cuBLASLt linear layers of model/kernels/cuda/matmul.h. What is
 // CUDA's own is here: the activations' device layout and the bytes a model reserves for them and
 // for the kernels' scratch.

@@ -159,11 +159,11 @@ class CpuOps {
   void cross_entropy_forward_backward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
                                       Scalar loss_scale, VocabShard vocab, int N);
 
-  // Mixture of experts (cpu_moe_ops.cpp; model/moe/moe_mlp.h calls them in this order and says
-  // what each computes): MoeLayer<T>'s loops, each moved unchanged into an op of its own. The
-  // router's probabilities, logsumexps and gates, the gates' and logits' gradients are in T
-  // (Stat), rounded nowhere, as MoeLayer<T> kept them; the rows the experts read and write are
-  // rounded where its kernels were.
+  // Mixture of experts (defined in model/moe/cpu_moe_ops.cpp; model/moe/moe_mlp.h calls them in
+  // this order and says what each computes): MoeLayer<T>'s loops, each moved unchanged into an op
+  // of its own. The router's probabilities, logsumexps and gates, the gates' and logits' gradients
+  // are in T (Stat), rounded nowhere, as MoeLayer<T> kept them; the rows the experts read and
+  // write are rounded where its kernels were.
   // Router: logits (T, a temporary, not rounded) = x·routerᵀ, then per token moe_softmax,
   // moe_top_k and moe_gates (model/kernels/moe_routing.h).
   void moe_router_forward(Stat* probs, Stat* lse, int* choices, Stat* gates, const Value* x,

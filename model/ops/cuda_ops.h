@@ -141,10 +141,10 @@ class CudaOps {
   void cross_entropy_forward_backward(Stat* losses, Stat* stats, Value* logits, const Ids* targets,
                                       Scalar loss_scale, VocabShard vocab, int N);
 
-  // Mixture of experts (cuda_moe_ops.cu; the meaning of each is CpuOps's, model/ops/cpu_ops.h):
-  // the launcher sequences CudaMoeLayer queued inline before, over kernels/cuda/moe.h and the
-  // cuBLASLt GEMMs. The router's probabilities, logsumexps, gates and their gradients are fp32
-  // (Stat); the logits an fp32 scratch array.
+  // Mixture of experts (defined in model/moe/cuda_moe_ops.cu; the meaning of each is CpuOps's,
+  // model/ops/cpu_ops.h): the launcher sequences CudaMoeLayer queued inline before, over
+  // kernels/cuda/moe.h and the cuBLASLt GEMMs. The router's probabilities, logsumexps, gates and
+  // their gradients are fp32 (Stat); the logits an fp32 scratch array.
   void moe_router_forward(Stat* probs, Stat* lse, int* choices, Stat* gates, const Value* x,
                           const Value* router, int N, int C, int E, int k);
   // The layer's one stream wait: the per-expert Σ p and Σ lse² (moe_router_sums, fp64) and the

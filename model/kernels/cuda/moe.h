@@ -1,5 +1,5 @@
 // The per-token and per-row kernels of a mixture-of-experts MLP on the device (CudaOps's MoE ops,
-// model/ops/cuda_moe_ops.cu, launch them; the CPU reference is model/ops/cpu_moe_ops.cpp). The
+// model/moe/cuda_moe_ops.cu, launch them; the CPU reference is model/moe/cpu_moe_ops.cpp). The
 // router's arithmetic is model/kernels/moe_routing.h, the same functions the CPU reference calls;
 // the experts' GEMMs and GELU are matmul.h's. Shapes: N tokens of C channels, E experts, k choices
 // per token, A ≤ N·k kept assignments (assignment a = token · k + choice) grouped by expert.

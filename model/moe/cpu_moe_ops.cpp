@@ -1,7 +1,8 @@
-// CpuOps<T>'s mixture-of-experts ops (cpu_ops.h): the loops MoeLayer<T> ran inline before the ops
-// existed, each moved unchanged (same arithmetic, same order) into the op for its step, followed
-// by the rounding the layer did after it, so the CPU model stays bitwise what it was.
-// model/moe/moe_mlp_impl.h calls them; the CUDA counterparts are cuda_moe_ops.cu.
+// CpuOps<T>'s mixture-of-experts ops (model/ops/cpu_ops.h), defined beside the MoE layer whose host
+// routing and exchange they read (so model/ops uses nothing of model/moe): the loops MoeLayer<T>
+// ran inline before the ops existed, each moved unchanged (same arithmetic, same order) into the op
+// for its step, followed by the rounding the layer did after it, so the CPU model stays bitwise
+// what it was. model/moe/moe_mlp_impl.h calls them; the CUDA counterparts are cuda_moe_ops.cu.
 #include <algorithm>
 #include <vector>
 

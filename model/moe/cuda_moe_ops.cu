@@ -1,7 +1,8 @@
-// CudaOps<T>'s mixture-of-experts ops (cuda_ops.h): the launcher sequences, the routing's host
-// round trip and the host-staged expert-parallel exchange that CudaMoeLayer queued inline before
-// the ops existed, with the same kernels, arguments and order. model/moe/moe_mlp_impl.h calls
-// them; the CPU counterparts are cpu_moe_ops.cpp.
+// CudaOps<T>'s mixture-of-experts ops (model/ops/cuda_ops.h), defined beside the MoE layer (as
+// cpu_moe_ops.cpp): the launcher sequences, the routing's host round trip and the host-staged
+// expert-parallel exchange that CudaMoeLayer queued inline before the ops existed, with the same
+// kernels, arguments and order. model/moe/moe_mlp_impl.h calls them; the CPU counterparts are
+// cpu_moe_ops.cpp.
 #include <cstdint>
 #include <type_traits>
 #include <vector>
