@@ -104,23 +104,15 @@ void Gpt<T>::take_output_grad(const Slot& s, const T* output_grad) {
 template <class T>
 void Gpt<T>::backward(int slot, ParameterAccess<T>& parameters, const T* output_grad,
                       T loss_scale) {
-  Slot& s = this->backward_slot(slot);
-  take_output_grad(s, output_grad);
-  this->backward_pass(s, parameters, loss_scale, false);
+  take_output_grad(this->backward_slot(slot), output_grad);
+  Passes::backward(slot, parameters, loss_scale);
 }
 
 template <class T>
 void Gpt<T>::backward_input(int slot, ParameterAccess<T>& parameters, const T* output_grad,
                             T loss_scale) {
-  STRATA_CHECK(options_.split_backward, "backward_input needs a model built with split_backward");
-  Slot& s = this->backward_slot(slot);
-  take_output_grad(s, output_grad);
-  this->backward_input_pass(s, parameters, loss_scale);
-}
-
-template <class T>
-void Gpt<T>::backward_weight(int slot, ParameterAccess<T>& parameters) {
-  this->backward_weight_pass(this->weight_slot(slot), parameters);
+  take_output_grad(this->backward_slot(slot), output_grad);
+  Passes::backward_input(slot, parameters, loss_scale);
 }
 
 template <class T>

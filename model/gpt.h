@@ -128,8 +128,8 @@ class Gpt : public GptPasses<Gpt<T>, CpuOps<T>, MoeLayer<T>> {
   // them, reading the weights only; it leaves in the slot what the weight gradients need.
   // backward_weight, any time later, adds the parameter gradients (acquiring only gradients) and
   // frees the slot for the next forward. The two add bitwise what backward adds.
+  // backward_weight(slot, parameters) comes from GptPasses.
   void backward_input(int slot, ParameterAccess<T>& parameters, const T* output_grad, T loss_scale);
-  void backward_weight(int slot, ParameterAccess<T>& parameters);
 
   const T* output(int slot) const;
   const T* input_grad(int slot) const;

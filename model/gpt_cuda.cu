@@ -88,7 +88,6 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
              {max_batch, slots, recompute, split_backward, false}),
       ctx_(ctx),
       max_batch_(max_batch),
-      split_backward_(split_backward),
       scratch_(scratch_bytes<T>(shape, partition, max_batch)),
       staged_tp_(staged_group(partition, tp, device_tp,
                               static_cast<std::size_t>(max_batch) * shape.seq_len * shape.d_model)),
@@ -232,24 +231,6 @@ void CudaGpt<T>::forward_backward(Parameters& parameters, const std::int32_t* to
   Slot& s = this->slot_for(0, B, T_);
   upload_tokens(s, tokens, targets, static_cast<long>(B) * T_);
   this->forward_backward_pass(s, parameters, loss_scale);
-}
-
-// A stage before the last starts from the output gradient its caller wrote into dres
-// (stage_output_grad).
-template <class T>
-void CudaGpt<T>::backward(int slot, Parameters& parameters, float loss_scale) {
-  this->backward_pass(this->backward_slot(slot), parameters, loss_scale, false);
-}
-
-template <class T>
-void CudaGpt<T>::backward_input(int slot, Parameters& parameters, float loss_scale) {
-  STRATA_CHECK(split_backward_, "backward_input needs a model built with split_backward");
-  this->backward_input_pass(this->backward_slot(slot), parameters, loss_scale);
-}
-
-template <class T>
-void CudaGpt<T>::backward_weight(int slot, Parameters& parameters) {
-  this->backward_weight_pass(this->weight_slot(slot), parameters);
 }
 
 template class CudaGpt<float>;

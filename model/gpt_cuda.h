@@ -141,7 +141,7 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   // (the layers, the MoE blocks' experts, the head's logits and losses, the weight stash) and the
   // recompute workspace.
   Recompute recompute() const { return this->recompute_; }
-  bool split_backward() const { return split_backward_; }
+  bool split_backward() const { return storage_.options().split_backward; }
   DeviceContext& context() const { return ctx_; }
   int max_batch() const { return max_batch_; }
 
@@ -185,14 +185,9 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   // The same, reaching the weights (and gradients) segment by segment through `parameters`.
   void forward(int slot, ParameterAccess<T, float>& parameters, const std::int32_t* tokens,
                const std::int32_t* targets, int B, int T_);
-  void backward(int slot, ParameterAccess<T, float>& parameters, float loss_scale);
-  // The backward of `slot` split in two (split_backward; docs/ARCHITECTURE.md §5, the split
-  // backward). backward_input computes the activation gradients, stage_input_grad() among them,
-  // acquiring weights only; the slot keeps what its weight gradients need. backward_weight, any
-  // time later, adds the parameter gradients (acquiring gradients only) and frees the slot for the
-  // next forward. Together they add bitwise what backward adds.
-  void backward_input(int slot, ParameterAccess<T, float>& parameters, float loss_scale);
-  void backward_weight(int slot, ParameterAccess<T, float>& parameters);
+  // backward(slot, parameters, loss_scale) and its halves backward_input (stage_input_grad()
+  // among the activation gradients it computes) and backward_weight come from GptPasses.
+  using Passes::backward;
   // (activation_rows, C) device arrays in T.
   T* stage_input(int slot);
   const T* stage_output(int slot) const;
@@ -221,7 +216,6 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
 
   DeviceContext& ctx_;
   int max_batch_;
-  bool split_backward_;
   DeviceArena scratch_;
   std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
   DeviceCollectives* tp_ = nullptr;               // null with tp 1

@@ -58,6 +58,28 @@ class GptPasses {
     std::fill(moe_totals_.begin(), moe_totals_.end(), 0.0);
   }
   int slots() const { return storage_.slots(); }
+
+  // The backward of the micro-batch in `slot`: the parameter gradients of loss_scale · its mean
+  // loss added to the gradients `parameters` hands out. A stage before the last starts from the
+  // gradient of its output, which the caller has put in the buffers' dres (Gpt::backward copies
+  // it there; CudaGpt::stage_output_grad is it); afterwards a stage after the first finds its
+  // input gradient in dres (and, where the model keeps one, in the slot's input_grad).
+  void backward(int slot, Parameters& parameters, Scalar loss_scale) {
+    backward_pass(backward_slot(slot), parameters, loss_scale, false);
+  }
+  // The same split in two (the model built with split_backward; docs/ARCHITECTURE.md §5, the split
+  // backward): backward_input computes the activation gradients, acquiring weights only, and
+  // leaves in the slot what the weight gradients need; backward_weight, any time later, adds the
+  // parameter gradients, acquiring gradients only, and frees the slot for the next forward.
+  // Together they add bitwise what backward adds.
+  void backward_input(int slot, Parameters& parameters, Scalar loss_scale) {
+    STRATA_CHECK(storage_.options().split_backward,
+                 "backward_input needs a model built with split_backward");
+    backward_input_pass(backward_slot(slot), parameters, loss_scale);
+  }
+  void backward_weight(int slot, Parameters& parameters) {
+    backward_weight_pass(weight_slot(slot), parameters);
+  }
   // The MoE blocks' router losses of the slot's last forward (model/moe/moe_mlp.h: aux_loss · aux
   // + z_loss · z summed over this model's MoE blocks; 0 without experts, or for an unused slot):
   // the backward adds their gradients to the cross-entropy's, which the forward reports alone.
