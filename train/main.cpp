@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,8 @@ int main(int argc, char** argv) {
   bool set_up = false;
   try {
     const Arguments args = parse_arguments(argc, argv);
+    // The one test-only channel, read once (train/core/test_hooks.h).
+    strata::TestHooks test_hooks = strata::TestHooks::from_environment();
     strata::LoadedConfig loaded =
         strata::load_configs_with_sources(args.config_paths, args.overrides);
     if (args.print_config) {
@@ -155,7 +158,7 @@ int main(int argc, char** argv) {
         config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);
     world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
     trainer = std::make_unique<strata::Trainer>(
-        config, *world, strata::TrainerOptions{args.resume_from, args.init_from, args.overwrite});
+        config, *world, strata::TrainerOptions{args.resume_from, args.init_from, args.overwrite, std::move(test_hooks)});
     set_up = true;
     // Said once set-up has succeeded: a set-up error stays the run's one line of output.
     if (rank == 0) {

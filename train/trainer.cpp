@@ -69,7 +69,7 @@ Trainer::State::State(const Config& c, MpiCommunicator& w, const MeshShape& mesh
   settings.global_batch = c.train.global_batch;
   settings.grad_clip = c.optimizer.grad_clip;
   settings.max_nonfinite_in_a_row = max_nonfinite_in_a_row(c.train);
-  nonfinite_test_steps = test_nonfinite_steps();
+  settings.test_hooks = &test_hooks;
   step_program = make_step_program(c, mesh, settings.accumulation);
   reports_loss_scale = c.precision.compute == cpu::ComputeDtype::fp16;
   state_prefix = diloco_state_prefix(groups.worker_index());
@@ -120,10 +120,10 @@ void Trainer::State::make_diloco(const BackendPlacement& placement) {
     diloco = std::make_unique<Diloco>(
         config.diloco, config.run.seed, logical->logical_layout(), shape,
         logical_diloco_placement(groups, logical->leads(), logical->size()), config.optimizer,
-        config.train.steps);
+        config.train.steps, test_hooks);
   } else {
     diloco = std::make_unique<Diloco>(config.diloco, config.run.seed, backend->layout(), shape,
-                                      local, config.optimizer, config.train.steps);
+                                      local, config.optimizer, config.train.steps, test_hooks);
   }
   // Every worker's buffers are datasets of the checkpoint (those of per-tensor buffers are created
   // by their writers).
@@ -256,6 +256,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   state_ = std::make_unique<State>(config, world, mesh_shape);
   State& s = *state_;
   s.device = device;
+  s.test_hooks = options.test_hooks;
   s.tokenizer_model = s.data.check(config);
   s.read_multiple_choice();
   s.make_backend();
@@ -322,14 +323,13 @@ int Trainer::run() {
   double last_loss = 0;  // the last step's, for a sync that finish() applies
   ProgressBar bar(s.is_logger(), s.progress.step, c.train.steps);  // on a terminal only
 
-  const double least_step_seconds = test_step_seconds();
+  const double least_step_seconds = s.test_hooks.step_seconds;
   while (s.progress.step < c.train.steps) {
     bar.draw(s.progress.step);
     const StepWatch watch(s.groups);
     const auto step_start = std::chrono::steady_clock::now();
     outer->begin_inner_step();
     s.settings.lr = learning_rate(c.optimizer, static_cast<int>(s.progress.step), c.train.steps);
-    s.settings.inject_nonfinite_gradients = s.nonfinite_test_steps.contains(s.progress.step + 1);
     const StepResult result = training_step(*s.backend, s.reduction_groups, s.settings, train_batch,
                                             s.scaler, s.progress);
     bar.erase();  // the step's log lines take its row

@@ -12,6 +12,7 @@
 
 #include "parallel/comm/mpi_communicator.h"
 #include "plan/config.h"
+#include "train/core/test_hooks.h"
 
 namespace strata {
 
@@ -27,6 +28,9 @@ struct TrainerOptions {
   // its checkpoints are removed, its metrics and config rewritten. Without it, such a directory
   // is an error (train/run_directory.h).
   bool overwrite = false;
+  // The test hooks (train/core/test_hooks.h), which `train` reads from STRATA_TEST_HOOKS: empty on
+  // a user's run.
+  TestHooks test_hooks;
 };
 
 class Trainer {

@@ -46,7 +46,7 @@ struct Trainer::State {
   const Mesh& mesh;
   ReductionGroups reduction_groups;
   StepSettings settings;
-  std::set<std::int64_t> nonfinite_test_steps;  // test hook (training_step.h)
+  TestHooks test_hooks;  // empty on a user's run (train/core/test_hooks.h)
   GptShape shape;
   StepProgram step_program;
   Device device = Device::cpu;  // resolved: cpu or cuda

@@ -25,7 +25,9 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
   const double local_loss = backend.accumulate_gradients(settings.accumulation, loss_scale, source);
   backend.reduce_gradients();
   // Summed over every rank, so all ranks agree on overflow and skip together.
-  const double local_sum_of_squares = settings.inject_nonfinite_gradients
+  const TestHooks* hooks = settings.test_hooks;
+  const bool inject_nonfinite = hooks && hooks->nonfinite_steps.contains(progress.step + 1);
+  const double local_sum_of_squares = inject_nonfinite
                                           ? std::numeric_limits<double>::quiet_NaN()
                                           : backend.gradient_sum_of_squares();
   const double sum_of_squares =
@@ -41,7 +43,9 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
   if (finite) {
     progress.optimizer_steps += 1;
     const double grad_scale = clip_factor(result.grad_norm, settings.grad_clip) / result.loss_scale;
-    backend.apply_optimizer(OptimizerStep{settings.lr, grad_scale, progress.optimizer_steps});
+    const bool kill = hooks && hooks->kill_in_update == progress.optimizer_steps;
+    backend.apply_optimizer(
+        OptimizerStep{settings.lr, grad_scale, progress.optimizer_steps, kill});
     result.applied = true;
     progress.consecutive_nonfinite = 0;
   } else if (!result.scale_overflow &&
@@ -69,21 +73,6 @@ std::string nonfinite_stop_message(const StepSettings& settings, const TrainingP
     message << " before the first checkpoint: there is nothing to resume (a lower optimizer.lr, "
                "or optimizer.grad_clip, may keep the run finite)";
   return message.str();
-}
-
-std::set<std::int64_t> test_nonfinite_steps() {
-  std::set<std::int64_t> steps;
-  const char* list = std::getenv("STRATA_TEST_NONFINITE_STEPS");
-  if (!list) return steps;
-  std::istringstream in(list);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) steps.insert(std::stoll(item));
-  return steps;
-}
-
-double test_step_seconds() {
-  const char* seconds = std::getenv("STRATA_TEST_STEP_SECONDS");
-  return seconds ? std::strtod(seconds, nullptr) : 0.0;
 }
 
 int max_nonfinite_in_a_row(const TrainConfig& train) {

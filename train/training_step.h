@@ -17,17 +17,12 @@
 #include "parallel/pipeline/pipeline_executor.h"
 #include "plan/config.h"
 #include "train/backend/training_backend.h"
+#include "train/core/test_hooks.h"
+#include "train/core/training_progress.h"
 #include "train/optimizer/loss_scale.h"
 
 namespace strata {
 
-// What a run has done so far: restored from and saved in checkpoints.
-struct TrainingProgress {
-  std::int64_t step = 0;             // steps completed (skipped ones included)
-  std::int64_t data_position = 0;    // global index of the next training sample
-  std::int64_t optimizer_steps = 0;  // updates applied: AdamW's bias-correction count
-  int consecutive_nonfinite = 0;     // non-finite steps in a row (not fp16 overflows)
-};
 
 // What one step needs besides the backend.
 struct StepSettings {
@@ -37,9 +32,9 @@ struct StepSettings {
   double lr = 0;
   double grad_clip = 0;
   int max_nonfinite_in_a_row = 3;  // non-finite steps in a row that stop the run (1: the first)
-  // Test-only (the trainer sets it from STRATA_TEST_NONFINITE_STEPS, never from the config): this
-  // step's gradients count as non-finite, as a NaN in any rank's gradients would make them.
-  bool inject_nonfinite_gradients = false;
+  // The run's test hooks (train/core/test_hooks.h: non-finite steps, a killed update); null on a
+  // user's run and in `bench`.
+  const TestHooks* test_hooks = nullptr;
 };
 
 // Why a run stopped on non-finite steps (result.stop), and what is left to resume from:
@@ -51,12 +46,6 @@ std::string nonfinite_stop_message(const StepSettings& settings, const TrainingP
 // settings.max_nonfinite_in_a_row for the config's train.nonfinite policy.
 int max_nonfinite_in_a_row(const TrainConfig& train);
 
-// The steps (1-based) whose gradients a test makes non-finite: STRATA_TEST_NONFINITE_STEPS, a
-// comma-separated list, read once at start-up. A test hook, deliberately not a config key.
-std::set<std::int64_t> test_nonfinite_steps();
-// Seconds each step is made to last at least: STRATA_TEST_STEP_SECONDS (0 when unset), so that a
-// test of elastic DiLoCo can act inside an inner phase on busy machines. A test hook too.
-double test_step_seconds();
 
 struct StepResult {
   double loss = 0;              // mean over the global batch, on every rank

@@ -2,7 +2,7 @@
 
 #include "model/core/error.h"
 #include "parallel/mesh/host_reduction.h"
-#include "parallel/zero/sharded_parameters.h"
+#include "parallel/mesh/sharding_groups.h"
 
 namespace strata {
 

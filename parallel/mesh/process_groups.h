@@ -47,7 +47,7 @@
 namespace strata {
 
 struct ReductionGroups;  // parallel/mesh/host_reduction.h
-struct ShardingGroups;   // parallel/zero/sharded_parameters.h
+struct ShardingGroups;   // parallel/mesh/sharding_groups.h
 
 class ProcessGroups {
  public:

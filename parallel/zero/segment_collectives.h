@@ -26,6 +26,7 @@
 
 #include "model/kernels/quantize_block.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/mesh/sharding_groups.h"
 
 namespace strata {
 
@@ -59,14 +60,6 @@ class SegmentGather {
 std::unique_ptr<SegmentGather> start_segment_gather(Communicator& group,
                                                     std::span<const std::size_t> counts,
                                                     const float* mine, float* out, bool quantized);
-
-// The data-parallel group as qgZ sees it: dp rank = node · intra->size() + local, with intra the
-// dp ranks of this node (rank `local`) and inter the dp ranks of the same local index (rank
-// `node`).
-struct NodeGroups {
-  Communicator* intra = nullptr;
-  Communicator* inter = nullptr;
-};
 
 // `mine` (counts[dp.rank()] elements) = the sum over `dp` of every member's piece of `segment`
 // (Σ counts elements, pieces in member order) owned by this rank. With `qgz` (not null): the two

@@ -64,16 +64,6 @@ struct ShardingOptions {
   bool quantized_gradients = false;
 };
 
-// The groups they run over (not owned): dp (under expert parallelism its expert_dp part, the
-// ranks holding the same tensors), for hpZ and qgZ its node split, and under expert parallelism
-// the ep group, over which a bucket's dense ranges (plan.summed_over_ep) are summed before the
-// reduce-scatter.
-struct ShardingGroups {
-  Communicator* dp = nullptr;
-  NodeGroups nodes;
-  Communicator* ep = nullptr;
-};
-
 class ShardedParameters final : public ParameterAccess<float> {
  public:
   ShardedParameters(std::vector<ParameterSegment> segments, const ReductionPlan& plan,

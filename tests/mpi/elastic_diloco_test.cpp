@@ -113,7 +113,7 @@ class ElasticRuns : public testing::LayoutSuite<ElasticRuns> {
 
  protected:
   // When slot 2 dies: 7 steps before the sync after step 20, or between the two pieces of its
-  // averaging (STRATA_TEST_KILL_IN_AVERAGING).
+  // averaging (the test hook kill_in_averaging).
   enum class Death { inner_phase, averaging };
   // `resume`: the killed worker restarts with --resume (from its checkpoint at step 10) instead
   // of a fresh one joining. `more`: settings added to every worker's. `layouts`: workers 0 to 2's
@@ -440,9 +440,10 @@ TEST_F(ElasticRuns, AWorkerThatLosesTheStoreSyncsAloneAndRejoins) {
   std::vector<std::unique_ptr<Background>> jobs;
   const auto name = [](int w) { return "outage_" + std::to_string(w); };
   for (int w = 0; w < 2; ++w)
-    jobs.push_back(std::make_unique<Background>(
-        "STRATA_TEST_STEP_SECONDS=0.1 " + worker_command(redis.url(), "outage", w, name(w), extra),
-        dir_->str() + "/" + name(w) + ".log"));
+    jobs.push_back(
+        std::make_unique<Background>("STRATA_TEST_HOOKS=step_seconds=0.1 " +
+                                         worker_command(redis.url(), "outage", w, name(w), extra),
+                                     dir_->str() + "/" + name(w) + ".log"));
   const auto wait_for = [&](const std::function<bool()>& done) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
     while (!done()) {
@@ -550,15 +551,13 @@ void ElasticRuns::kill_and_join(const std::string& store, const std::string& tag
       " --set diloco.timeout=3 --set diloco.min_workers=3 --set checkpoint.every=10" +
       more_settings + (layouts.empty() ? "" : " --set diloco.layouts=any");
   // A fresh worker of several ranks starts more slowly: steps of 0.3 s give it about 2.8 s.
-  const std::string env =
-      layouts.empty() ? "STRATA_TEST_STEP_SECONDS=0.15 " : "STRATA_TEST_STEP_SECONDS=0.3 ";
+  const std::string step_seconds = layouts.empty() ? "step_seconds=0.15" : "step_seconds=0.3";
   const auto name = [&](int i) { return tag + "_" + std::to_string(i); };
   const auto start = [&](int slot, int i, const std::string& more = "") {
-    const std::string kill = death == Death::averaging && i == 2 && more.empty()
-                                 ? "STRATA_TEST_KILL_IN_AVERAGING=20 "
-                                 : "";
+    const std::string kill =
+        death == Death::averaging && i == 2 && more.empty() ? " kill_in_averaging=20" : "";
     return std::make_unique<Background>(
-        env + kill +
+        "STRATA_TEST_HOOKS='" + step_seconds + kill + "' " +
             worker_command(store, tag, slot, name(i), extra + more,
                            layouts.empty() ? WorkerLayout{} : layouts[static_cast<std::size_t>(i)]),
         dir_->str() + "/" + name(i) + (more.empty() ? "" : "_again") + ".log");

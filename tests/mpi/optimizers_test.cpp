@@ -211,7 +211,7 @@ TEST_F(Optimizers, ADiskOffloadKilledMidUpdateResumesBitExactly) {
         "/offload_kill --set optimizer.offload_chunk=1024" + " --set checkpoint.every=5";
     const std::string name = "kill_" + optimizer;
     const std::string straight = train(*dir_, Layout{2, 1, 1}, name + "_straight", extra);
-    const std::string command = "STRATA_TEST_KILL_IN_UPDATE=8 " + testing::mpirun(2) +
+    const std::string command = "STRATA_TEST_HOOKS=kill_in_update=8 " + testing::mpirun(2) +
                                 testing::bin("train") + " " + dir_->str() + "/config.yaml" +
                                 Layout{2, 1, 1}.overrides() + " --set run.name=" + name + "_split" +
                                 extra;

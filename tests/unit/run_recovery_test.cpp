@@ -1,13 +1,14 @@
 // How a run survives what goes wrong, through the `train` and `ckpt` executables: non-finite
-// steps under train.nonfinite (injected by the test-only STRATA_TEST_NONFINITE_STEPS), a flipped
-// bit or a truncated checkpoint (named in one error line by `ckpt verify`, skipped with a warning
-// by `--resume`), a write that fails for lack of space (RLIMIT_FSIZE: every earlier checkpoint
-// intact), and the temporary file of a job killed while writing.
+// steps under train.nonfinite (injected by the test hook nonfinite_steps, train/core/test_hooks.h),
+// a flipped bit or a truncated checkpoint (named in one error line by `ckpt verify`, skipped with a
+// warning by `--resume`), a write that fails for lack of space (RLIMIT_FSIZE: every earlier
+// checkpoint intact), and the temporary file of a job killed while writing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <utility>
 
 #include "data/hdf5_handle.h"
@@ -16,6 +17,7 @@
 #include "tests/support/checkpoint_support.h"
 #include "tests/support/test_support.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/core/test_hooks.h"
 
 namespace strata {
 namespace {
@@ -101,7 +103,7 @@ void flip_bit_in_tensor(const std::string& path, const std::string& tensor) {
 }
 
 TEST_F(RunRecoveryTest, SkipPolicySkipsANonFiniteStepAndGoesOn) {
-  const auto r = train(config("skip"), "", "STRATA_TEST_NONFINITE_STEPS=5");
+  const auto r = train(config("skip"), "", "STRATA_TEST_HOOKS=nonfinite_steps=5");
   ASSERT_EQ(r.status, 0) << r.output;
   const std::string metrics = testing::read_file(dir_.str() + "/runs/skip/metrics.jsonl");
   // Exactly the injected step is reported skipped.
@@ -117,8 +119,8 @@ TEST_F(RunRecoveryTest, SkipPolicySkipsANonFiniteStepAndGoesOn) {
 }
 
 TEST_F(RunRecoveryTest, SkipPolicyStopsAfterTheLimitInARow) {
-  const auto r =
-      train(config("limit"), "--set train.nonfinite_limit=2", "STRATA_TEST_NONFINITE_STEPS=5,6");
+  const auto r = train(config("limit"), "--set train.nonfinite_limit=2",
+                       "STRATA_TEST_HOOKS=nonfinite_steps=5,6");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
   EXPECT_NE(r.output.find("non-finite for 2 steps in a row at step 6"), std::string::npos)
@@ -133,7 +135,7 @@ TEST_F(RunRecoveryTest, AStopBeforeTheFirstCheckpointSaysSoAndShowsTheSkippedSte
   const auto r = train(config("early"),
                        "--set train.nonfinite_limit=2 --set train.log_every=100 "
                        "--set checkpoint.every=4",
-                       "STRATA_TEST_NONFINITE_STEPS=2,3");
+                       "STRATA_TEST_HOOKS=nonfinite_steps=2,3");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
   EXPECT_NE(r.output.find("non-finite for 2 steps in a row at step 3 (train.nonfinite_limit); "
@@ -151,7 +153,7 @@ TEST_F(RunRecoveryTest, AStopBeforeTheFirstCheckpointSaysSoAndShowsTheSkippedSte
 
 TEST_F(RunRecoveryTest, StopPolicyStopsAtTheFirstAndTheRunResumesExactly) {
   const std::string cfg = config("stop");
-  const auto r = train(cfg, "--set train.nonfinite=stop", "STRATA_TEST_NONFINITE_STEPS=5");
+  const auto r = train(cfg, "--set train.nonfinite=stop", "STRATA_TEST_HOOKS=nonfinite_steps=5");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
   EXPECT_NE(r.output.find("non-finite at step 5 (train.nonfinite: stop); stopping: the last "
@@ -196,13 +198,37 @@ TEST_F(RunRecoveryTest, AResumeNamesTheKeysItChangesAndRefusesAnotherTokenizer) 
 }
 
 TEST_F(RunRecoveryTest, StopPolicyStopsEveryRankTogetherWithOneErrorLine) {
-  const auto r = testing::run_command("OMP_NUM_THREADS=1 STRATA_TEST_NONFINITE_STEPS=3 " +
+  const auto r = testing::run_command("OMP_NUM_THREADS=1 STRATA_TEST_HOOKS=nonfinite_steps=3 " +
                                       testing::mpirun(2) + testing::bin("train") + " " +
                                       config("stop_dp") + " --set train.nonfinite=stop");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_EQ(count_lines_starting(r.output, "error: "), 1u) << r.output;
   EXPECT_NE(r.output.find("non-finite at step 3"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;
+}
+
+TEST(TestHooks, ParseEveryHookAndRefuseWhatIsNotOne) {
+  EXPECT_TRUE(TestHooks::parse("").empty());
+  const TestHooks hooks = TestHooks::parse(
+      " nonfinite_steps=5,7 step_seconds=0.25  kill_in_update=8 kill_in_averaging=20");
+  EXPECT_EQ(hooks.nonfinite_steps, (std::set<std::int64_t>{5, 7}));
+  EXPECT_EQ(hooks.step_seconds, 0.25);
+  EXPECT_EQ(hooks.kill_in_update, 8);
+  EXPECT_EQ(hooks.kill_in_averaging, 20);
+  EXPECT_FALSE(hooks.empty());
+  for (const char* bad :
+       {"nonfinite_step=5", "nonfinite_steps=5,x", "nonfinite_steps=", "kill_in_update",
+        "step_seconds=-1", "step_seconds=fast", "kill_in_averaging=2.5"})
+    EXPECT_THROW(TestHooks::parse(bad), Error) << bad;
+}
+
+TEST_F(RunRecoveryTest, AnUnknownTestHookIsOneErrorLineBeforeAnyWork) {
+  const auto r = train(config("bad_hook"), "", "STRATA_TEST_HOOKS=kill_in_updates=3");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("error: STRATA_TEST_HOOKS: unknown hook 'kill_in_updates'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "runs/bad_hook")) << r.output;
 }
 
 TEST_F(RunRecoveryTest, AFlippedBitIsNamedAndResumeFallsBackToThePreviousCheckpoint) {

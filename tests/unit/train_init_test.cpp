@@ -6,7 +6,7 @@
 // missing or damaged file, or --init with --resume is one error line before any training.
 //
 // The layouts' starting weights are read from their step-1 checkpoints: the test-only
-// STRATA_TEST_NONFINITE_STEPS=1 makes step 1 non-finite, so train.nonfinite: skip leaves the
+// STRATA_TEST_HOOKS=nonfinite_steps=1 makes step 1 non-finite, so train.nonfinite: skip leaves the
 // weights and moments as the run started with them.
 #include <gtest/gtest.h>
 
@@ -120,7 +120,7 @@ class TrainInitTest : public ::testing::Test {
   static std::string started_from(const std::string& source, const std::string& name, int ranks,
                                   const std::string& extra) {
     const auto r = train(ranks, config(name, extra), "--init " + source + " --set train.steps=1",
-                         "STRATA_TEST_NONFINITE_STEPS=1");
+                         "STRATA_TEST_HOOKS=nonfinite_steps=1");
     EXPECT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("initialised from " + source + " (step 3 of its run)"),
               std::string::npos)
@@ -228,7 +228,7 @@ TEST_F(TrainInitTest, ExpertParallelRanksStartFromAnMoeCheckpointsWeights) {
   const auto r =
       train(2, config("moe_ep2", "parallel: {ep: 2}\n"),
             moe + "--init " + source + " --set train.steps=1 --set model.moe.capacity_factor=2",
-            "STRATA_TEST_NONFINITE_STEPS=1");
+            "STRATA_TEST_HOOKS=nonfinite_steps=1");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("(experts over ep 2)"), std::string::npos) << r.output;
   EXPECT_TRUE(bitwise_equal(tensors_in(checkpoint("moe_ep2", 1), "/model/"),

@@ -204,7 +204,7 @@ TEST_F(TrainerTest, OneJobAtATimeWritesARunAndADeadOnesLockIsTakenOver) {
   const std::string run = "--set train.steps=60 --set checkpoint.every=5 --set train.log_every=1";
   const std::string log = dir_ / "locked.log";
   const auto both = testing::run_command(
-      "(STRATA_TEST_STEP_SECONDS=0.2 " + train_command(config, run) + " > " + log +
+      "(STRATA_TEST_HOOKS=step_seconds=0.2 " + train_command(config, run) + " > " + log +
       " 2>&1 & pid=$!; for i in $(seq 1200); do grep -q 'step *6/' " + log +
       " && break; sleep 0.05; done; " + train_command(config, run + " --resume") +
       "; echo second=$?; kill -KILL $pid; wait $pid; echo first=$?)");

@@ -22,17 +22,6 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// A test's SIGKILL in the middle of the averaging of the sync after step
-// STRATA_TEST_KILL_IN_AVERAGING, between its two pieces: the others hold part of an average
-// (tests/mpi/elastic_diloco_test.cpp).
-std::int64_t test_kill_in_averaging() {
-  static const std::int64_t step = [] {
-    const char* text = std::getenv("STRATA_TEST_KILL_IN_AVERAGING");
-    return text ? std::atoll(text) : -1LL;
-  }();
-  return step;
-}
-
 }  // namespace
 
 std::string diloco_state_prefix(int worker) {
@@ -41,7 +30,7 @@ std::string diloco_state_prefix(int worker) {
 
 Diloco::Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLayout& layout,
                const GptShape& shape, const DilocoPlacement& placement,
-               const OptimizerConfig& inner, int total_steps)
+               const OptimizerConfig& inner, int total_steps, const TestHooks& hooks)
     : config_(config),
       inner_(inner),
       total_steps_(total_steps),
@@ -49,7 +38,8 @@ Diloco::Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLa
       placement_(placement),
       averaging_(config.averaging),
       compression_(config.compression),
-      optimizer_(placement.share, {config.outer_lr, config.outer_momentum, config.nesterov}) {
+      optimizer_(placement.share, {config.outer_lr, config.outer_momentum, config.nesterov}),
+      test_kill_in_averaging_(hooks.kill_in_averaging) {
   STRATA_CHECK(placement.outer != nullptr && placement.outer->size() == placement.workers &&
                    placement.outer->rank() == placement.worker,
                "DiLoCo: the outer group must hold one rank per worker, ranked by worker");
@@ -321,7 +311,9 @@ void Diloco::average(Sync& sync) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(sync.report.fragment)];
   for (std::size_t p = 0; p < pieces.size(); ++p) {
-    if (p == 1 && sync.report.step == test_kill_in_averaging()) std::raise(SIGKILL);
+    // The test hook: SIGKILL between the two pieces, the others holding part of an average
+    // (tests/mpi/elastic_diloco_test.cpp).
+    if (p == 1 && sync.report.step == test_kill_in_averaging_) std::raise(SIGKILL);
     float* residual =
         residual_.empty() ? nullptr : residual_.data() + (pieces[p].begin - placement_.share.begin);
     average_across_workers(*placement_.outer, averaging_, sync.values[p].data(), pieces[p].size(),

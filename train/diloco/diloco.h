@@ -54,6 +54,7 @@
 #include "plan/config.h"
 #include "train/backend/master_weights.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/core/test_hooks.h"
 #include "train/diloco/outer_optimizer.h"
 
 namespace strata {
@@ -101,9 +102,10 @@ struct OuterSyncReport {
 class Diloco {
  public:
   // `inner` and `total_steps`: the inner optimizer's schedule (diloco.outer_schedule: inner).
+  // `hooks`: the run's test hooks (train/core/test_hooks.h: kill_in_averaging).
   Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLayout& layout,
          const GptShape& shape, const DilocoPlacement& placement, const OptimizerConfig& inner,
-         int total_steps);
+         int total_steps, const TestHooks& hooks);
 
   const DilocoPlacement& placement() const { return placement_; }
   bool overlaps() const { return config_.overlap; }
@@ -196,6 +198,7 @@ class Diloco {
   Averaging averaging_;
   OuterCompression compression_;
   OuterOptimizer optimizer_;
+  std::int64_t test_kill_in_averaging_;  // TestHooks::kill_in_averaging (−1: never)
   std::vector<float> residual_;  // error feedback over the share (empty without it)
   // Per fragment: its range of this rank's layout, and the pieces of the share this rank
   // averages (split at the end of wte).

@@ -13,7 +13,7 @@
 #include "train/diloco/elastic_worker.h"
 #include "train/diloco/logical_replica.h"
 #include "train/metrics/metrics.h"
-#include "train/training_step.h"
+#include "train/core/training_progress.h"
 
 namespace strata {
 

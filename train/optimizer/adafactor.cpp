@@ -190,7 +190,7 @@ void Adafactor::update(float* params, const float* grads, const OptimizerStep& s
         adafactor_apply(params[i], m ? m + (i - c.first) : nullptr, u, steps[k]);
       }
     }
-    test_kill_in_update(step.count, c.first);
+    test_kill_in_update(step, c.first);
   });
 }
 

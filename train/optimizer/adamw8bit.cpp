@@ -151,7 +151,7 @@ void AdamW8bit::update(float* params, const float* grads, const OptimizerStep& s
         c.plane<std::uint8_t>(1)[i - c.first] = quantize_unsigned(unsigned_code, v, v_scale);
       }
     });
-    test_kill_in_update(step.count, c.first);
+    test_kill_in_update(step, c.first);
   });
   for (std::size_t b = 0; b < blocks_; ++b) {
     m_scale_[b] = from_order_bits(maxima_[2 * b]);

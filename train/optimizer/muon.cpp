@@ -99,7 +99,7 @@ void Muon::update(float* params, const float* grads, const OptimizerStep& step) 
                         c.plane<float>(1) + (part.begin - c.first), static_cast<long>(part.size()),
                         hyper);
     }
-    test_kill_in_update(step.count, c.first);
+    test_kill_in_update(step, c.first);
   });
 
   const MuonConfig& muon = config_.muon;

@@ -67,12 +67,8 @@ cpu::AdamWHyper adamw_hyper(const OptimizerConfig& config, const OptimizerStep& 
           static_cast<float>(step.grad_scale)};
 }
 
-void test_kill_in_update(long long count, std::size_t chunk_first) {
-  static const long long kill_at = [] {
-    const char* text = std::getenv("STRATA_TEST_KILL_IN_UPDATE");
-    return text ? std::atoll(text) : 0LL;
-  }();
-  if (chunk_first > 0 && count == kill_at) std::raise(SIGKILL);
+void test_kill_in_update(const OptimizerStep& step, std::size_t chunk_first) {
+  if (step.test_kill_after_first_chunk && chunk_first > 0) std::raise(SIGKILL);
 }
 
 void AdamW::update(float* params, const float* grads, const OptimizerStep& step) {
@@ -97,7 +93,7 @@ void AdamW::update(float* params, const float* grads, const OptimizerStep& step)
       next = r.end;
     }
     run(next, range_.size(), 0.0f);
-    test_kill_in_update(step.count, first);
+    test_kill_in_update(step, first);
   });
 }
 

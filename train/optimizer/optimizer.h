@@ -36,6 +36,9 @@ struct OptimizerStep {
   double lr = 0;
   double grad_scale = 1;
   long long count = 1;
+  // Test hook (train/core/test_hooks.h, kill_in_update): this update SIGKILLs its process in the
+  // visit of a chunk after the first, weights and offloaded state half updated.
+  bool test_kill_after_first_chunk = false;
 };
 
 // The groups an optimizer sums partial statistics over (null: none to sum over).
@@ -104,9 +107,9 @@ void load_state_values(const std::vector<StateBuffer>& buffers,
 // The state of `part` (plan/optimizer_state.h chunked_parts) where config.offload keeps it.
 std::unique_ptr<ChunkedState> make_chunked_state(const ChunkedPart& part,
                                                  const OptimizerConfig& config);
-// A test's SIGKILL in the middle of update number STRATA_TEST_KILL_IN_UPDATE, in the visit of a
-// chunk after the first: weights and offloaded state half updated (tests/mpi/optimizers_test.cpp).
-void test_kill_in_update(long long count, std::size_t chunk_first);
+// The test hook of `step` (OptimizerStep::test_kill_after_first_chunk), called after each chunk
+// (tests/mpi/optimizers_test.cpp).
+void test_kill_in_update(const OptimizerStep& step, std::size_t chunk_first);
 
 // The optimizer config.name names, on `range` of `layout`.
 std::unique_ptr<Optimizer> make_optimizer(const ParameterLayout& layout, ElementRange range,

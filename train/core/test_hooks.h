@@ -1,0 +1,46 @@
+// What a test may make a real `train` run do that no user would ask for: failures and timings
+// the tests of recovery, divergence and elastic DiLoCo need at an exact point of a run. They come
+// through one channel only, the environment variable STRATA_TEST_HOOKS, which `train` reads once
+// at start-up (train/main.cpp) into a TestHooks handed to the loop, which passes each hook to the
+// part that acts on it (the step, the optimizer, DiLoCo); nothing else reads the environment for
+// a test. Unset, as on every user's run, the hooks are empty and nothing acts.
+//
+//   STRATA_TEST_HOOKS='nonfinite_steps=5,6 step_seconds=0.2 kill_in_update=8 kill_in_averaging=20'
+//
+// Hooks are `name=value` items separated by spaces; an unknown name or a malformed value is an
+// error naming it. They are deliberately not config keys: a config is a user's, and is written
+// into checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string_view>
+
+namespace strata {
+
+struct TestHooks {
+  // nonfinite_steps: the steps (1-based) whose gradients count as non-finite, as a NaN in any
+  // rank's gradients would make them (train.nonfinite's policies, tests/unit/run_recovery_test).
+  std::set<std::int64_t> nonfinite_steps;
+  // step_seconds: each step lasts at least this long, so that a test of elastic DiLoCo can act
+  // inside an inner phase on a busy machine.
+  double step_seconds = 0;
+  // kill_in_update: SIGKILL in the middle of optimizer update number N (its bias-correction
+  // count), in the visit of a chunk after the first: weights and offloaded state half updated
+  // (tests/mpi/optimizers_test). 0: never.
+  std::int64_t kill_in_update = 0;
+  // kill_in_averaging: SIGKILL between the two pieces of the averaging of the sync after step N:
+  // the others hold part of an average (tests/mpi/elastic_diloco_test). −1: never.
+  std::int64_t kill_in_averaging = -1;
+
+  bool empty() const {
+    return nonfinite_steps.empty() && step_seconds == 0 && kill_in_update == 0 &&
+           kill_in_averaging < 0;
+  }
+  // The hooks `text` names (the format above).
+  static TestHooks parse(std::string_view text);
+  // STRATA_TEST_HOOKS's hooks; empty when it is unset.
+  static TestHooks from_environment();
+};
+
+}  // namespace strata
