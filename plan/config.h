@@ -22,7 +22,8 @@
 namespace strata {
 
 // The enumerated keys are parsed once, at load, into enums; the words each one accepts are its
-// table's (beside the enum's definition; these four are the config's own).
+// table's (beside the enum's definition; these eight are implemented in train/, which plan/ may
+// not include, so the config owns them).
 enum class LrSchedule { cosine, linear, constant };
 inline constexpr Choices kLrScheduleChoices{
     std::array{ChoiceWord{LrSchedule::cosine, "cosine"}, ChoiceWord{LrSchedule::linear, "linear"},

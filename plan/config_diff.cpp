@@ -1,6 +1,6 @@
-// The keys on which two configs differ, as text: what a resumed run changed against the run that
-// wrote its checkpoint (plan/config.h, config_changes). Walks the one list of keys
-// (config_fields.h), so a key added there is compared too.
+// Each key's value as text (field_texts), and the keys on which two configs differ: what a resumed
+// run changed against the run that wrote its checkpoint (plan/config.h, config_changes). Walks the
+// one list of keys (config_fields.h), so a key added there is compared too.
 #include <charconv>
 #include <map>
 #include <sstream>
@@ -58,18 +58,19 @@ class FieldText {
   std::map<std::string, std::string>& out_;
 };
 
-std::map<std::string, std::string> field_texts(const Config& config) {
+}  // namespace
+
+std::map<std::string, std::string> config_detail::field_texts(const Config& config) {
   std::map<std::string, std::string> texts;
   Config copy = config;  // visit_fields hands out mutable references; this only reads
   FieldText visitor(texts);
-  config_detail::visit_fields(copy, visitor);
+  visit_fields(copy, visitor);
   return texts;
 }
 
-}  // namespace
-
 std::vector<ConfigChange> config_changes(const Config& before, const Config& after) {
-  const auto old_texts = field_texts(before), new_texts = field_texts(after);
+  const auto old_texts = config_detail::field_texts(before);
+  const auto new_texts = config_detail::field_texts(after);
   std::vector<ConfigChange> changes;
   for (const auto& [key, text] : new_texts) {
     const auto old = old_texts.find(key);

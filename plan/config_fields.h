@@ -213,6 +213,11 @@ std::string train_data_text(const TrainData& data);
 // unique and usable as metrics keys.
 void validate_mixture(const std::vector<DataSource>& mixture, const ConfigSource& source);
 
+// Each key's value as the effective config writes it (an empty string as "", unquoted), by key
+// path (config_diff.cpp): what a resume compares, and the defaults of docs/ARCHITECTURE.md §3
+// (config_reference.cpp).
+std::map<std::string, std::string> field_texts(const Config& config);
+
 // Every range and consistency rule that needs no world size (config_validate.cpp).
 void validate_config(const Config& config, const ConfigSource& source);
 

@@ -1,7 +1,8 @@
 // plan: the layout planner's tool (plan/search.h). Prices every layout of a config's model on a
 // cluster and prints the best ones; its flags are kCommand's. The best plan is also printed as
 // `--set` overrides for `train`. When the cluster's nodes are joined by a slow link, the DiLoCo
-// verdict follows (plan/diloco_verdict.h).
+// verdict follows (plan/diloco_verdict.h). `plan --config-reference` prints the config keys'
+// rows of docs/ARCHITECTURE.md §3 instead (plan/config_reference.h).
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "model/core/command_line.h"
 #include "model/core/error.h"
@@ -16,6 +18,7 @@
 #include "plan/comm_model.h"
 #include "plan/compute_model.h"
 #include "plan/config.h"
+#include "plan/config_reference.h"
 #include "plan/diloco_verdict.h"
 #include "plan/search.h"
 #include "train/metrics/metrics.h"
@@ -229,6 +232,12 @@ void write_fragment(const std::string& path, const PlanLayout& layout) {
 }
 
 int run(int argc, char** argv) {
+  // Not in kCommand (it plans nothing): for whoever edits docs/ARCHITECTURE.md §3, whose key
+  // tables plan_config_reference_test compares with these rows.
+  if (argc == 2 && std::string_view(argv[1]) == "--config-reference") {
+    std::fputs(config_reference_tables().c_str(), stdout);
+    return 0;
+  }
   const ToolArgs args(argc, argv, 1, kCommand);
   const std::string config_path = args.positionals().at(0);
   const Config config = load_config(config_path, args.all("--set"));
