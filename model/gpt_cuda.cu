@@ -2,10 +2,6 @@
 // points of the passes; its storage is the passes' GptStorage (model/gpt_storage.h), the
 // passes themselves are the CPU model's (GptPasses, model/gpt_passes.h), their kernels in CudaOps
 // (model/ops/cuda_ops.h).
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
-// split backward's storage (slot weight stashes, the fused backward's one-layer stash) has not run
-// on a GPU yet; the MoE blocks' storage, moe_loss and take_moe_totals: compiled, never run on a
-// GPU.
 #include "model/gpt_cuda.h"
 
 #include <algorithm>

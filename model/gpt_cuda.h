@@ -75,12 +75,6 @@
 // halves back to back through a one-layer stash; with split_backward, backward_input runs every
 // input half and leaves in the slot's weight stash (all layers, plus copies of what recomputation
 // dropped) what backward_weight reads later. The same kernel calls add the same values either way.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
-// split backward (backward_input, backward_weight, the weight stash, the fused backward routed
-// through the halves) has not run on a GPU yet, nor have the passes since their kernel launches
-// moved into CudaOps and the block's passes into GptBlock. MoE blocks: compiled, never run on a
-// GPU.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -38,6 +38,10 @@
 # A preflight runs first: the GPU (nvidia-smi -L), the C library, and `ldd` on every binary; a
 # library not found stops the run before any step. Exit status: 0 when every step passed, 1 when
 # any failed, timed out or did not run, 2 when the set-up or the preflight failed.
+# At its end it prints (and adds to summary.txt) the rows to paste into docs/PERFORMANCE.md's table
+# of what has run on a GPU: per job (quick, run, bench, sanitize, profile) the date, the card and
+# driver (nvidia-smi), the commit (STRATA_COMMIT if given, else the one gpu_pack.sh recorded in
+# .gpu/commit, else this checkout's `git rev-parse --short HEAD`), what ran and what passed.
 set -euo pipefail
 usage="usage: bash scripts/gpu_check.sh quick|run|bench|sanitize|profile|all LOG_DIR [BUNDLE]"
 mode=${1:-}
@@ -215,6 +219,7 @@ start_all=$SECONDS
 steps_run=0
 steps_failed=0
 failed_steps=()
+step_names=() step_notes=()  # every step and its outcome, for the table rows at the end
 publish() {  # copies the summary and packs the logs into LOG_DIR (after every step)
   cp "$summary" "$log_dir/summary.txt"
   tar czf "$log_dir/gpu_logs.tgz.part" -C "$(dirname "$work")" gpu_logs
@@ -229,6 +234,7 @@ step() {  # step NAME COMMAND...: runs it under the time limit, logs it, adds it
   steps_run=$((steps_run + 1))
   if ((limit <= 0)); then
     steps_failed=$((steps_failed + 1))
+    step_names+=("$name") step_notes+=("not run")
     printf '%-34s exit   -      -  not run: TOTAL_LIMIT %ss spent\n' "$name" "$total_limit" |
       tee -a "$summary"
     publish
@@ -257,6 +263,10 @@ step() {  # step NAME COMMAND...: runs it under the time limit, logs it, adds it
     steps_failed=$((steps_failed + 1))
     failed_steps+=("$name")
   fi
+  local outcome=${note%% *}
+  outcome=${outcome%:}
+  [[ $name == bench_* && $status == 0 ]] && outcome=""
+  step_names+=("$name") step_notes+=("${outcome:-passed}")
   printf '%-34s exit %3d  %4ds  %s\n' "$name" "$status" "$seconds" "$note" | tee -a "$summary"
   publish
 }
@@ -346,7 +356,46 @@ if [[ $mode == bench || $mode == all ]]; then
 fi
 
 # --- Report -------------------------------------------------------------------------------------
+# The rows of docs/PERFORMANCE.md's table "CUDA backend: what has run on a GPU", one per job:
+# | date | card | commit | job | what ran | result |
+table_rows() {
+  local date card commit job i
+  date=$(date -u +%Y-%m-%d)
+  card=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort |
+    uniq -c | awk '{ n = $1; sub(/^ *[0-9]+ /, ""); split($0, f, ", ")
+      printf "%s%s%s, driver %s", (NR > 1 ? "; " : ""), (n > 1 ? n " × " : ""), f[1], f[2] }') ||
+    true
+  commit=${STRATA_COMMIT:-$(cat "$gpu_dir/commit" 2>/dev/null || true)}
+  [[ -n $commit ]] || commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null) || commit=unknown
+  for job in quick run bench sanitize profile; do
+    local ran=() failed=()
+    for i in "${!step_names[@]}"; do
+      case ${step_names[$i]} in
+        test_*) [[ $job == quick ]] || continue ;;
+        run_* | compare_*) [[ $job == run ]] || continue ;;
+        bench_*) [[ $job == bench ]] || continue ;;
+        memcheck_* | racecheck_* | *check_*) [[ $job == sanitize ]] || continue ;;
+        profile_*) [[ $job == profile ]] || continue ;;
+        *) continue ;;
+      esac
+      ran+=("${step_names[$i]}")
+      [[ ${step_notes[$i]} == passed ]] || failed+=("${step_names[$i]} (${step_notes[$i]})")
+    done
+    ((${#ran[@]})) || continue
+    local result="passed"
+    ((${#ran[@]} == 1)) || result="all ${#ran[@]} passed"
+    ((${#failed[@]} == 0)) ||
+      result="${#failed[@]} of ${#ran[@]} not passed: $(printf '%s, ' "${failed[@]}")"
+    # shellcheck disable=SC2016 # the backticks are Markdown's, around the job's name
+    printf '| %s | %s | %s | `%s` | %s | %s |\n' "$date" "${card:-unknown (no nvidia-smi)}" \
+      "$commit" "$job" "$(printf '%s, ' "${ran[@]}" | sed 's/, $//')" "${result%, }"
+  done
+}
 echo "# $steps_run steps, $steps_failed not passed, $((SECONDS - start_all))s" >>"$summary"
+{
+  echo "# rows for docs/PERFORMANCE.md, \"CUDA backend: what has run on a GPU\":"
+  table_rows
+} >>"$summary"
 publish
 for name in "${failed_steps[@]}"; do
   echo "=== $name: last 20 lines"

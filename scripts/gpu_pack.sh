@@ -38,6 +38,11 @@ for name in "${tests[@]}"; do
   cp "build-gpu/tests/$name" .gpu/tests/
 done
 strip .gpu/bin/* .gpu/tests/*
+# The commit the binaries were built from, for the rows gpu_check.sh prints for docs/PERFORMANCE.md
+# (the GPU host's copy of the repository may be no git checkout). "+" marks uncommitted changes.
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ $commit == unknown || -z $(git status --porcelain --untracked-files=no) ]] || commit+="+"
+echo "$commit" >.gpu/commit
 
 # Libraries the binaries load here that the runtime-library bundle lacks (HDF5's libcurl4 and
 # OpenSSL, zstd, udev, quadmath... on Debian 12): copied into .gpu/lib, which gpu_check.sh puts on

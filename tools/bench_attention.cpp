@@ -31,8 +31,6 @@
 // The comparison is optional in the build (STRATA_CUDNN_BENCH, tools/CMakeLists.txt): a build
 // configured without cuDNN's headers times Strata's kernel alone, says so on stderr, and its line
 // has `"cudnn": "not built"`.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26) (docs/PERFORMANCE.md, "CUDA backend").
 #include <cstdio>
 #include <random>
 #include <string>

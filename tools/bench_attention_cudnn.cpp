@@ -6,8 +6,6 @@
 // forms: the legacy one cudnn_frontend built for early cuDNN 9, and the current one
 // (cudnn-frontend's CompositeSDPABackwardNode, without dropout, bias or GQA), tried when cuDNN
 // rejects the first.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26) (docs/PERFORMANCE.md, "CUDA backend").
 #include "tools/bench_attention_cudnn.h"
 
 #include <algorithm>

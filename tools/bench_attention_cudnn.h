@@ -25,8 +25,6 @@
 // Optional: built only where the build finds cuDNN's headers (STRATA_CUDNN_BENCH,
 // tools/CMakeLists.txt), like the rest of the comparison (bench_cudnn_graph.h,
 // bench_cudnn_loader.h).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26) (docs/PERFORMANCE.md, "CUDA backend").
 #pragma once
 
 #include <cuda_runtime_api.h>

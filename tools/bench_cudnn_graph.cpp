@@ -1,4 +1,3 @@
-// Status: ran on an NVIDIA H200 (2026-11-26) (docs/PERFORMANCE.md, "CUDA backend").
 #include "tools/bench_cudnn_graph.h"
 
 #include <cstdio>

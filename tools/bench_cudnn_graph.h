@@ -14,8 +14,6 @@
 // engine for this pattern, shape, layout or data type) throws CudnnUnsupported, which a benchmark
 // reports in one line and skips; any other failure throws strata::Error naming the call, file and
 // line with cuDNN's own message.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26) (docs/PERFORMANCE.md, "CUDA backend").
 #pragma once
 
 #include <cudnn_graph.h>

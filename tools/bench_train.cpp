@@ -26,7 +26,6 @@
 //   device_used_mib  the device's memory in use as the driver sees it (cudaMemGetInfo: total -
 //                    free): adds the CUDA context, the libraries' own allocations (cuBLASLt, NCCL)
 //                    and any other process on the GPU; `device_total_mib` is the device's total.
-// The CUDA path ran on an NVIDIA H200 (2026-11-26; docs/PERFORMANCE.md).
 #include <omp.h>
 
 #include <cmath>

@@ -1,7 +1,6 @@
 // CudaMoeLayer (moe_layer_cuda.h): the activations' device layout, the bytes a model reserves,
 // and MoeMlp instantiated for the CUDA ops (its passes are model/moe/moe_mlp_impl.h, its steps
 // model/moe/cuda_moe_ops.cu).
-// Status: compiled, never run on a GPU.
 #include "model/moe/moe_layer_cuda.h"
 
 #include <algorithm>

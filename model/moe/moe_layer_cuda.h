@@ -41,8 +41,6 @@
 // capacity factor bounds it lower, but this bound holds for every routing and capacity setting).
 // Kernel scratch comes from the `scratch` arena given at construction and is released before each
 // call returns. Everything is queued on the context's compute stream.
-//
-// Status: compiled, never run on a GPU.
 #pragma once
 
 #include <cuda_bf16.h>

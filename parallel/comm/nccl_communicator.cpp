@@ -1,4 +1,3 @@
-// Status: ran with one rank on an NVIDIA H200 (2026-11-26); never with a GPU per rank: untested.
 #include "parallel/comm/nccl_communicator.h"
 
 #include <cstdint>

@@ -13,8 +13,6 @@
 //
 // NCCL needs a distinct GPU for every rank of a communicator; train/backend/device_choice.cpp
 // decides when a run may use it (parallel.device_comm). Built only with the CUDA backend.
-//
-// Status: ran with one rank on an NVIDIA H200 (2026-11-26); never with a GPU per rank: untested.
 #pragma once
 
 #include <nccl.h>

@@ -1,7 +1,6 @@
 // add_into against the host's float additions, bit for bit (one IEEE addition per element), on the
 // vector and element-by-element paths and on sizes that are not multiples of the vector width;
 // fill writes its value to exactly the elements asked for.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include "model/kernels/cuda/accumulate.h"

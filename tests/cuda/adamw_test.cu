@@ -1,7 +1,6 @@
 // Fused AdamW against model/kernels/cpu/adamw.h applied tensor by tensor with the layout's decay
 // flags, as train/optimizer/optimizer.cpp does; also a ZeRO-style shard, the device-side gradient
-// scale and the skipped step. Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed
-// (docs/PERFORMANCE.md).
+// scale and the skipped step.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,4 @@
 // The device arena, the device context and the error checks.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -2,7 +2,6 @@
 // probabilities), on sequence lengths that are and are not multiples of the tile size, plus the
 // logsumexp, determinism and a check that no (T, T) buffer is ever allocated. bf16/fp16 run every
 // check on both kernel sets (registers, tiles: attention.h).
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <cmath>

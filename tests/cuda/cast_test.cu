@@ -2,7 +2,6 @@
 // and the element-by-element paths, including inf, NaN, overflow and subnormals; and against the
 // CPU backend's emulated rounding (model/kernels/cpu/precision.h), which must be the same
 // rounding for the CPU and CUDA mixed-precision paths to agree.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <cstring>

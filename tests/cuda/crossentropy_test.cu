@@ -3,7 +3,6 @@
 // tensor-parallel group would), the losses alone, the fused finish + backward, and the
 // single-shard kernels (statistics for a later backward, and forward + backward in one launch).
 // The reference keeps fp32 (or double) probabilities; the kernels round the gradient once.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,8 +1,6 @@
 // main() of the CUDA test executables. Without a usable CUDA device (no GPU, no driver, or a
 // failing runtime) the binary prints "skipped: no CUDA device" and exits with 77, which CTest's
 // SKIP_RETURN_CODE turns into "skipped": these tests are never reported as passed without a GPU.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

@@ -5,8 +5,6 @@
 // same, dtype-rounded inputs): fp32 1e-5; bf16 1e-2 (8 significant bits: one rounding of an output
 // is up to 2^-9 ≈ 2e-3 per element, a few stacked roundings stay well inside 1e-2); fp16 5e-3
 // (11 bits, but the attention probabilities and dS lose more in fp16's narrow range).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

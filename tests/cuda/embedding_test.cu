@@ -1,7 +1,6 @@
 // Vocabulary-parallel token embedding and position embedding against
 // model/kernels/cpu/vocab_parallel.h. Gradients are fp32 sums of exactly representable values, so
 // they are held to the fp32 bound for every dtype.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include "model/kernels/cpu/vocab_parallel.h"

@@ -1,5 +1,4 @@
 // Standalone GELU against model/kernels/cpu/gelu.h.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <cmath>

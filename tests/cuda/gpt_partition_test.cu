@@ -13,10 +13,8 @@
 // block, and recomputation under tp 2 with sequence parallelism; its router losses and routing
 // figures must match the CPU's too, the routing identical on every tensor-parallel rank.
 //
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
-// Since then (2026-11-27) its ranks come from gpt_partition_ranks.h and its inputs from
-// gpt_test_support.h (the tokens drawn in another order): not rerun. The mixture-of-experts cases
-// (GptPartitionMoe): compiled, never run on a GPU.
+// The ranks are gpt_partition_ranks.h's (shared with gpt_split_backward_test), the models and
+// inputs gpt_test_support.h's.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -13,9 +13,6 @@
 // router losses and routing figures must be bitwise equal too. Also: the slot state refuses a
 // forward into a slot whose W is pending, a W without its B, and B on a model built without the
 // stash.
-//
-// Status: written without a GPU (2026-11-27); has not run yet. The mixture-of-experts cases:
-// compiled, never run on a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -12,9 +12,6 @@
 // Tolerances (relative error norm, cuda_test_support.h): fp32 1e-5 per tensor, as for one op: the
 // device runs the CPU model's op order, only accumulation orders differ. bf16/fp16: see
 // ReducedPrecisionMatchesEmulatingCpu.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
-// mixture-of-experts cases (CudaGptMoe*): compiled, never run on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,5 @@
 // Gradient norm, overflow flag and the clip/unscale factor against cpu::sum_of_squares and the
 // formula of train/optimizer/optimizer.cpp clip_factor.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,5 @@
 // Residual + LayerNorm forward and LayerNorm backward against model/kernels/cpu/residual.h and
 // layernorm.h. The reference rounds the residual sum to T before normalising, as the kernel does.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include "model/kernels/cpu/layernorm.h"

@@ -1,6 +1,5 @@
 // cuBLASLt linear layers against model/kernels/cpu/matmul.h (and cpu/gelu.h for the fused GELU
 // epilogues), including shapes whose GELU dimension is not a multiple of 8 (the unfused fallback).
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include "model/kernels/cpu/gelu.h"

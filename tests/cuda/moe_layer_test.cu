@@ -17,8 +17,6 @@
 // same values). Each case's seed was picked so that the smallest gap, in every dtype, is above
 // 2e-3; the tests check it is above kRoutingMargin (InputsStayClearOfRoutingBoundaries on the CPU
 // alone).
-//
-// Status: compiled, never run on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -3,8 +3,6 @@
 // collective in every element type (a sum or gather over one rank is a copy, bit for bit), the
 // in-place gather, and the accounting (every call counted on the MPI group, no bytes sent by a lone
 // rank). Groups of several ranks need several GPUs and are not tested here.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 #include <mpi.h>
 

@@ -2,7 +2,6 @@
 // the packed bytes (scales, payload, padding) and the dequantised and dequantise-added floats, on
 // random values of many magnitudes, odd lengths and block sizes, several shards and sources, the
 // adversarial values of tests/support/quantize_inputs.h, and zero-sized shards.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <cmath>

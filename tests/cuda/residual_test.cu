@@ -1,5 +1,4 @@
 // Residual add and bias gradient against model/kernels/cpu/residual.h.
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include "model/kernels/cpu/residual.h"

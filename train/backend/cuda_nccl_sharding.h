@@ -14,7 +14,7 @@
 //     (NcclCommunicator::reduce_scatter_sum_v) and this rank's piece is added into its gradient
 //     shard.
 // The ZeRO++ switches run staged through the host (cuda_staged_sharding.h), not here.
-// Built only with the CUDA backend. Status: ran on an NVIDIA H200 (2026-11-26).
+// Built only with the CUDA backend.
 #pragma once
 
 #include <cuda_runtime_api.h>

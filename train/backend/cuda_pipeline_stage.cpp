@@ -1,5 +1,3 @@
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
-// backward_input and backward_weight (the split backward) have not run on a GPU yet.
 #include "train/backend/cuda_pipeline_stage.h"
 
 #include <cuda_runtime_api.h>

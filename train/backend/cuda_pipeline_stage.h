@@ -5,8 +5,7 @@
 // pipeline's messages leave from the host. The model reaches its device weights and gradients
 // through a ParameterAccess bound once (flat buffers, or ZeRO's segments).
 //
-// Built only with the CUDA backend. Status: ran on an NVIDIA H200 (2026-11-26); backward_input and
-// backward_weight (the split backward) have not run on a GPU yet.
+// Built only with the CUDA backend.
 #pragma once
 
 #include <cstddef>

@@ -4,7 +4,7 @@
 // (gathered weights, or a gradient bucket), allocated by its first user and freed after its last,
 // both stream-ordered on the compute stream (cudaMallocAsync / cudaFreeAsync), so a buffer is freed
 // only after the kernels queued before the free have read it. Counts the bytes held and their peak.
-// Built only with the CUDA backend. Status: ran on an NVIDIA H200 (2026-11-26).
+// Built only with the CUDA backend.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -12,7 +12,7 @@
 //     host reduces it when due, and the device bucket is freed. finish_step() uploads the host's
 //     reduced owned gradients.
 // Every transfer waits for the device: this trades overlap for one shared, tested code path.
-// Built only with the CUDA backend. Status: ran on an NVIDIA H200 (2026-11-26).
+// Built only with the CUDA backend.
 #pragma once
 
 #include <cuda_runtime_api.h>

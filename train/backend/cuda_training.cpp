@@ -1,8 +1,4 @@
 // CudaTraining on the CUDA backend (built only with CUDA; cuda_training_absent.cpp otherwise).
-// Status: ran on an NVIDIA H200 (2026-11-26); its NCCL path between several GPUs never has, nor
-// have the schedules that split the backward (zb-h1, zb-h2, zbv) or hold several chunks per rank
-// (interleaved, zbv: one CudaGpt per chunk), nor a model with MoE blocks (take_moe_totals), nor
-// expert parallelism (the ep and expert_dp reductions, ZeRO's ep sums).
 #include "train/backend/cuda_training.h"
 
 #include <cuda_bf16.h>

@@ -11,24 +11,20 @@
 // optimizer.offload host or disk moves the update to the host (ZeRO-Offload): the device keeps
 // no optimizer state, the owned range's weights and gradients cross to page-locked host memory,
 // the CPU backend's optimizer (any optimizer.name) updates them there and the weights cross back
-// (docs/ARCHITECTURE.md, optimizer offload). Written and compiled; never run on a GPU.
+// (docs/ARCHITECTURE.md, optimizer offload).
 //
-// Every layout of the CPU backend runs here too, expert parallelism included (parallel.ep > 1:
-// each rank holds E/ep experts of its MoE blocks and exchanges their rows with its ep group through
-// the host; the reductions over ep and expert_dp, and ZeRO's sums over ep, run as on the CPU; never
-// run on a GPU). MoE blocks split their experts over tp like the MLP, and their routing figures
-// reach the metrics through take_moe_totals. Tensor parallelism
-// runs inside the model;
-// pipeline parallelism runs the stage through the PipelineExecutor, boundary activations crossing
-// the host as fp32; a lone stage trains in the model's fused forward-backward pass. The reduction
-// plan runs on the device over NCCL (BackendPlacement::nccl: GPU to GPU and asynchronous, every
-// rank having a GPU of its own), or through host memory with the CPU backend's own code over MPI,
-// which lets several ranks share one GPU at the cost of a host synchronisation per step.
+// Every layout of the CPU backend runs here too, expert parallelism included (parallel.ep > 1: each
+// rank holds E/ep experts of its MoE blocks and exchanges their rows with its ep group through the
+// host; the reductions over ep and expert_dp, and ZeRO's sums over ep, run as on the CPU). MoE
+// blocks split their experts over tp like the MLP, and their routing figures reach the metrics
+// through take_moe_totals. Tensor parallelism runs inside the model; pipeline parallelism runs the
+// stage through the PipelineExecutor, boundary activations crossing the host as fp32; a lone stage
+// trains in the model's fused forward-backward pass. The reduction plan runs on the device over
+// NCCL (BackendPlacement::nccl: GPU to GPU and asynchronous, every rank having a GPU of its own),
+// or through host memory with the CPU backend's own code over MPI, which lets several ranks share
+// one GPU at the cost of a host synchronisation per step.
 //
 // Builds without CUDA link a stand-in whose factory reports that the build has no CUDA backend.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): one GPU, and every layout on it through host-staged
-// collectives; the NCCL path between several GPUs has never run (it needs a GPU per rank).
 #pragma once
 
 #include <cstddef>

@@ -6,8 +6,7 @@
 // this interface asks which backend it is.
 //
 // Implementations: CpuTraining (train/backend/cpu_training.h: the CPU model, oneDNN or OpenBLAS
-// GEMMs) and the CUDA one (train/backend/cuda_training.h: one GPU per rank; ran on one H200, never
-// on several GPUs).
+// GEMMs) and the CUDA one (train/backend/cuda_training.h: one GPU per rank).
 #pragma once
 
 #include <cstddef>

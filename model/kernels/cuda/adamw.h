@@ -12,8 +12,6 @@
 //
 // ZeRO: the buffers may be a shard of the flat layout; `first_index` is the layout index of their
 // element 0, and the decayed ranges are in layout indices (or in the shard's, with first_index 0).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -7,8 +7,6 @@
 // out again while kernels that used it are still queued; that is safe when every user of the arena
 // runs on the same stream (later kernels run after earlier ones), which is the rule here. Work on
 // another stream must synchronise with it first.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstddef>

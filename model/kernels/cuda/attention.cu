@@ -1,8 +1,5 @@
 // attention.h's entry points: argument checks, the backward's row sums, and the choice between the
 // register and the tile kernels (attention_kernels.h).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26, commit b5bd082): every `cuda` test, compute-sanitizer
-// memcheck and racecheck passed (docs/PERFORMANCE.md).
 #include "model/kernels/cuda/attention.h"
 
 #include <atomic>

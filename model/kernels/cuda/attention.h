@@ -19,10 +19,6 @@
 // accumulating dK and dV over the query tiles below it, one per query tile accumulating dQ over the
 // key tiles before it; each recomputes the scores it needs (about 1.4× the matmul work of an
 // atomic dQ, no reduction-order noise).
-//
-// Status: both kernel sets ran on an NVIDIA H200 (2026-11-26, commit b5bd082): every `cuda` test,
-// compute-sanitizer memcheck and racecheck passed; the register kernels take 0.26× the tile
-// kernels' time and 2.1× cuDNN's (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

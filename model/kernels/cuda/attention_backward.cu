@@ -6,8 +6,6 @@
 //   dQ = scale·dS·K                                           (kernel 2: one block per query tile)
 // Each block owns its output rows and accumulates them in shared memory in a fixed order, so no
 // atomics and bitwise-reproducible results; the price is computing S and dP twice.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include <cmath>
 
 #include "model/kernels/cuda/attention_kernels.h"

@@ -5,8 +5,6 @@
 // and at the end out = O / l, lse = m + log l. Exponentials are base 2 with log2(e) folded into the
 // score scale. Query tiles run from the last (most key tiles) to the first so the longest blocks
 // start first.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include "model/kernels/cuda/attention_kernels.h"
 
 #include <cmath>

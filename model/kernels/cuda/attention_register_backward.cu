@@ -9,12 +9,8 @@
 // Masks apply only where a tile straddles the causal diagonal or the sequence end. dK and dQ are
 // scaled by 1/√hs when stored. Head sizes up to 64 keep the block's own operand fragments (K and
 // V, or Q and dout) in registers for the whole loop; larger ones reload them from shared memory
-// each tile (and dK/dV takes 32-query tiles) to stay within 255 registers.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26, commit b5bd082): every `cuda` test, compute-sanitizer
-// memcheck and racecheck passed (docs/PERFORMANCE.md). The
-// products were factored out into attention_registers.cuh afterwards (the same operations in the
-// same order): that form has not run on a GPU yet.
+// each tile (and dK/dV takes 32-query tiles) to stay within 255 registers. The warp-level products
+// are attention_registers.cuh's.
 #include <cmath>
 
 #include "model/kernels/cuda/attention_kernels.h"

@@ -9,12 +9,8 @@
 // kept as fragments; K and V tiles are copied asynchronously into two shared buffers, the next
 // tile's copy overlapping this tile's products. Query tiles run from the last (most key tiles) to
 // the first, so the longest blocks start first. Only the diagonal tile (the last) needs the causal
-// and sequence-end masks: every earlier key precedes every query of the block.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26, commit b5bd082): every `cuda` test, compute-sanitizer
-// memcheck and racecheck passed (docs/PERFORMANCE.md). The
-// products were factored out into attention_registers.cuh afterwards (the same operations in the
-// same order): that form has not run on a GPU yet.
+// and sequence-end masks: every earlier key precedes every query of the block. The warp-level
+// products are attention_registers.cuh's.
 #include <cmath>
 
 #include "model/kernels/cuda/attention_kernels.h"

@@ -2,9 +2,6 @@
 // attention_register_backward.cu; include from .cu files only): block shape, shared-tile stride,
 // the asynchronous row copies that fill the tiles, and the two warp-level products every kernel
 // is made of (S = Q·Kᵀ-shaped, O += P·V-shaped). See attention_kernels.h and mma.cuh.
-//
-// Status: copy_rows_async ran on an NVIDIA H200 (2026-11-26, commit b5bd082; docs/PERFORMANCE.md).
-// The product helpers, factored out of the kernels afterwards, have not run on a GPU yet.
 #pragma once
 
 #include "model/kernels/cuda/mma.cuh"

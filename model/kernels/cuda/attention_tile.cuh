@@ -4,8 +4,6 @@
 //
 // Every function here is called by all kThreads threads of the block, between barriers placed by
 // the caller: a tile is written by some threads and read by others.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <mma.h>

@@ -2,8 +2,6 @@
 // ±inf, NaN kept; the rounding model/kernels/cpu/precision.h emulates) and back (exact).
 //   out (n) = in (n) converted. Vectorised (8 elements per thread) when both pointers are aligned
 // to 8 elements, element by element otherwise.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,4 +1,3 @@
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include "model/kernels/cuda/check.h"
 
 #include <cstdio>

@@ -1,8 +1,6 @@
 // Error checks for CUDA runtime and cuBLASLt calls: a failing call throws strata::Error naming the
 // call, the file and line, and the library's error name and text. Every CUDA/cuBLASLt call in the
 // backend goes through one of these; kernel launches are followed by STRATA_CUDA_CHECK_LAUNCH().
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cublasLt.h>

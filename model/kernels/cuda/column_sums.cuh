@@ -8,8 +8,6 @@
 //
 // `F` is a functor `void operator()(int n, int c, float (&acc)[K]) const` adding value_k(n, c)
 // into acc[k]; it reads its tensors itself, so the values are never stored.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime.h>

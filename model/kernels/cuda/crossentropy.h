@@ -15,8 +15,6 @@
 // Logits and their gradients are T (float, __nv_bfloat16, __half); every per-row statistic (row
 // max, sums, target logit, losses, dlosses) is fp32. Gradients overwrite the logits in place when
 // asked to. One block per row, fixed-order block reductions (deterministic).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

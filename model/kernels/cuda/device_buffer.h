@@ -10,8 +10,6 @@
 // The accessors differ on purpose: a DeviceBuffer's get() is a device pointer, which host code
 // must not dereference, so it has no data(), operator[] or iterators; a PinnedBuffer is ordinary
 // host memory and reads like a container.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

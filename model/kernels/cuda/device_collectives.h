@@ -12,8 +12,6 @@
 //   reduce_scatter_sum: out (count) = this rank's chunk of the sum of every rank's in (size·count)
 //   all_reduce_max:     data (count, fp32) = the element-wise maximum over the group, in place
 // Every member calls every collective, in the same order.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -3,8 +3,6 @@
 // that overlap compute, the cuBLASLt handle with its workspace, and the cache of matmul plans.
 // One per rank (per device); not thread-safe: the plan cache and descriptor attributes are
 // mutated by each GEMM call.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cublasLt.h>

@@ -3,8 +3,6 @@
 // aligned vectors of elements for 16-byte loads and stores.
 //
 // Rounding to bf16/fp16 is round-to-nearest-even, the rounding the CPU backend emulates.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -2,8 +2,6 @@
 // `op` is a functor computing in float; inputs are converted to float and the result rounded to
 // the output dtype. Each thread handles 8 consecutive elements with vector loads when every
 // pointer is aligned for it, and the tail past the last full vector element by element.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -9,8 +9,6 @@
 //    existing gradient value, the same order as the CPU reference.
 //  - wpe: one thread per (position, channel) gathers the rows at that position in increasing order.
 // Gradients of the tables are fp32; activations and their gradients are T.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -4,8 +4,6 @@
 //   gelu(x) = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 // Same math as model/kernels/cpu/gelu.h: 0.5·(1 + tanh u) = σ(2u), computed as 1 / (1 + e^(−2u))
 // in fp32 whatever the storage dtype. Elementwise, so in-place calls are fine.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

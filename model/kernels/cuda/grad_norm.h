@@ -7,8 +7,6 @@
 //  - gradient_scale_from_norm: the factor AdamW multiplies gradients by (adamw.h device_scale):
 //    1/loss_scale times the clip factor of train/optimizer/optimizer.h clip_factor, NaN when the
 //    norm is not finite (AdamW then skips the step).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

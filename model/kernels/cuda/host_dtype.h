@@ -1,8 +1,6 @@
 // Host-side conversions between float and the compute dtypes (float, __nv_bfloat16, __half), for
 // setting up device inputs and reading results back (tests, benchmarks). Rounding to bf16/fp16 is
 // round-to-nearest-even, as the kernels' (dtype.cuh, device-side) and the CPU backend's emulation.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

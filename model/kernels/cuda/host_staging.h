@@ -2,8 +2,6 @@
 // as everything that crosses ranks through host memory travels (the staged collectives, the
 // pipeline's boundary activations): converted on the device through one fp32 buffer (exact from
 // bf16/fp16 to fp32, rounded once the other way), copied with the stream, always the same one.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

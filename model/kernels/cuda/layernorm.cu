@@ -1,5 +1,3 @@
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
-// split launchers (layernorm_backward_input, layernorm_backward_weight) have not run on a GPU yet.
 #include "model/kernels/cuda/layernorm.h"
 
 #include <initializer_list>

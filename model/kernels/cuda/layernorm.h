@@ -16,10 +16,6 @@
 //
 // T: float, __nv_bfloat16, __half. Vectorised (16-byte accesses) when C is a multiple of 16 bytes
 // of T and the pointers are 16-byte aligned, element by element otherwise.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md). The
-// split into layernorm_backward_input and layernorm_backward_weight (launchers only, the kernels
-// unchanged) has not run on a GPU yet.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -5,8 +5,6 @@
 //   weight grad  D = dW   (IC × OC) A = inp    (IC × N)          B = dout (OC × N), op T;  β = 1
 // The bias of the forward pass has one entry per row of D (OC), as the BIAS epilogue wants; the
 // bias gradient is a sum of B over k = N per column of D (OC), which is what BGRADB computes.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #include "model/kernels/cuda/matmul.h"
 
 #include <cstdint>

@@ -15,8 +15,6 @@
 //
 // fp32 GEMMs use exact fp32 (CUBLAS_COMPUTE_32F) unless the context allows TF32.
 // Descriptors and the heuristic's choice are cached per shape in the context (matmul_plans.h).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

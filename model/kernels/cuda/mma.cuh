@@ -17,9 +17,6 @@
 // ldmatrix (m8n8.x4): lane l supplies the address of row l % 8 of matrix l / 8; register i
 // receives matrix i's elements [l / 4][2(l % 4), +1], or with .trans its elements
 // [2(l % 4), +1][l / 4] (the transpose).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26, commit b5bd082): every `cuda` test, compute-sanitizer
-// memcheck and racecheck passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

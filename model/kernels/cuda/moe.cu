@@ -3,8 +3,6 @@
 // the forward pass, after the warp has summed the logits): E is small (experts per block, tens),
 // so a token's softmax, top-k and gates are a few hundred operations and never the bottleneck;
 // what matters is reading x once per expert, coalesced, which the warp does.
-//
-// Status: compiled, never run on a GPU.
 #include "model/kernels/cuda/moe.h"
 
 #include "model/kernels/cuda/check.h"

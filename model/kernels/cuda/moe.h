@@ -12,8 +12,6 @@
 // Every output element has one writer and every sum a fixed order (no atomics): results are
 // bitwise reproducible run to run. Combines and input-gradient scatters add a token's experts in
 // choice order, as the CPU reference does.
-//
-// Status: compiled, never run on a GPU.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -9,8 +9,6 @@
 // at a stride of the block's width; dequantise and dequantise-add give each thread elements at the
 // same stride. `packed` must be 4-byte aligned (scales are stored as floats; every packed shard's
 // size is a multiple of 4, so shards after the first stay aligned).
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

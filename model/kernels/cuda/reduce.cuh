@@ -1,8 +1,6 @@
 // Warp and block reductions (sum, max, or any associative operator) with a fixed combination order
 // (shuffle butterflies, then the warp partials combined in warp order), so results are bitwise
 // reproducible run to run. Include from .cu files only.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime.h>

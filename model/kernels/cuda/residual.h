@@ -1,7 +1,5 @@
 // The residual add that closes a row-parallel linear layer and the bias gradient of such a layer
 // (model/kernels/cpu/residual.h). Where a LayerNorm follows the add, layernorm.h fuses both.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -11,8 +11,6 @@
 //
 // All staging memory is reserved at construction for arrays of up to `max_elements` (the largest
 // gathered array, B·T·C of the model); no allocation happens in a step.
-//
-// Status: ran on an NVIDIA H200 (2026-11-26): every `cuda` test passed (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
