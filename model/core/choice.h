@@ -1,7 +1,8 @@
 // Enumerated choices and the words that name them (the config's enumerated values,
 // docs/ARCHITECTURE.md §3). Each enum has one table of (value, word) pairs, beside the enum's own
 // definition; the config reads a word into the enum once, at load, and writes the enum back as
-// its word, so no code past the config compares strings to make a choice.
+// its word, so no code past the config compares strings to choose among an enum's values (the one
+// string key, precision.loss_scale, `dynamic` or a number, is read where it acts).
 #pragma once
 
 #include <array>
