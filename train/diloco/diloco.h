@@ -199,7 +199,7 @@ class Diloco {
   OuterCompression compression_;
   OuterOptimizer optimizer_;
   std::int64_t test_kill_in_averaging_;  // TestHooks::kill_in_averaging (−1: never)
-  std::vector<float> residual_;  // error feedback over the share (empty without it)
+  std::vector<float> residual_;          // error feedback over the share (empty without it)
   // Per fragment: its range of this rank's layout, and the pieces of the share this rank
   // averages (split at the end of wte).
   std::vector<ElementRange> fragment_ranges_;
