@@ -7,8 +7,8 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/core/command_line.h"
@@ -158,7 +158,9 @@ int main(int argc, char** argv) {
         config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);
     world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
     trainer = std::make_unique<strata::Trainer>(
-        config, *world, strata::TrainerOptions{args.resume_from, args.init_from, args.overwrite, std::move(test_hooks)});
+        config, *world,
+        strata::TrainerOptions{args.resume_from, args.init_from, args.overwrite,
+                               std::move(test_hooks)});
     set_up = true;
     // Said once set-up has succeeded: a set-up error stays the run's one line of output.
     if (rank == 0) {

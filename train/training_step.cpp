@@ -27,9 +27,8 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
   // Summed over every rank, so all ranks agree on overflow and skip together.
   const TestHooks* hooks = settings.test_hooks;
   const bool inject_nonfinite = hooks && hooks->nonfinite_steps.contains(progress.step + 1);
-  const double local_sum_of_squares = inject_nonfinite
-                                          ? std::numeric_limits<double>::quiet_NaN()
-                                          : backend.gradient_sum_of_squares();
+  const double local_sum_of_squares = inject_nonfinite ? std::numeric_limits<double>::quiet_NaN()
+                                                       : backend.gradient_sum_of_squares();
   const double sum_of_squares =
       sum_over_axes(local_sum_of_squares, backend.plan().norm_axes, groups);
   // The loss lives on the last stage of every replica.
@@ -44,8 +43,7 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
     progress.optimizer_steps += 1;
     const double grad_scale = clip_factor(result.grad_norm, settings.grad_clip) / result.loss_scale;
     const bool kill = hooks && hooks->kill_in_update == progress.optimizer_steps;
-    backend.apply_optimizer(
-        OptimizerStep{settings.lr, grad_scale, progress.optimizer_steps, kill});
+    backend.apply_optimizer(OptimizerStep{settings.lr, grad_scale, progress.optimizer_steps, kill});
     result.applied = true;
     progress.consecutive_nonfinite = 0;
   } else if (!result.scale_overflow &&

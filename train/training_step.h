@@ -23,7 +23,6 @@
 
 namespace strata {
 
-
 // What one step needs besides the backend.
 struct StepSettings {
   int accumulation = 1;  // micro-batches per replica
@@ -45,7 +44,6 @@ std::string nonfinite_stop_message(const StepSettings& settings, const TrainingP
 
 // settings.max_nonfinite_in_a_row for the config's train.nonfinite policy.
 int max_nonfinite_in_a_row(const TrainConfig& train);
-
 
 struct StepResult {
   double loss = 0;              // mean over the global batch, on every rank

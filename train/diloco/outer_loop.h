@@ -8,12 +8,12 @@
 
 #include "parallel/mesh/process_groups.h"
 #include "train/backend/training_backend.h"
+#include "train/core/training_progress.h"
 #include "train/diloco/diloco.h"
 #include "train/diloco/diloco_run.h"
 #include "train/diloco/elastic_worker.h"
 #include "train/diloco/logical_replica.h"
 #include "train/metrics/metrics.h"
-#include "train/core/training_progress.h"
 
 namespace strata {
 
