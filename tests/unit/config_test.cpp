@@ -1,4 +1,4 @@
-// The config contract of docs/ARCHITECTURE.md §3: the documented example parses, defaults fill
+// The config contract of docs/ARCHITECTURE.md §3: the document's own example parses, defaults fill
 // missing keys, every kind of mistake stops with a message naming the key and the reason, --set
 // overrides any key, the world-size checks, and the effective config written to a run reproduces it
 // exactly.
@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,34 +24,29 @@ namespace {
 // The smallest valid config: only data.train has no default.
 const char* const kMinimal = "data: {train: shards/train}\n";
 
-// The example of ARCHITECTURE §3, verbatim.
-const char* const kDesignExample = R"(
-run:        {name: demo, dir: runs, seed: 1234}            # outputs in <dir>/<name>/
-model:      {n_layer: 4, n_head: 4, d_model: 128, seq_len: 128, vocab_size: 4096}
-data:       {train: data/fortunes/train, val: data/fortunes/val, tokenizer: data/fortunes/tokenizer.model}
-optimizer:  {lr: 1.0e-3, min_lr: 1.0e-4, warmup_steps: 100, schedule: cosine,
-             weight_decay: 0.1, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, grad_clip: 1.0}
-train:      {steps: 2000, global_batch: 64, micro_batch: 8, eval_every: 200, eval_tokens: 65536, log_every: 10}
-checkpoint: {every: 500, keep: 3}                           # dir defaults to <run>/checkpoints
-precision:  {compute: fp32, loss_scale: dynamic}            # fp32 | bf16 | fp16
-parallel:
-  tp: 1
-  pp: 1
-  dp: auto                                                  # world / (tp·pp)
-  gpus_per_node: 8
-  pipeline_schedule: 1f1b                                   # 1f1b | gpipe
-  sequence_parallel: false
-  zero: {stage: 0, quantized_weights: false, hierarchical_partition: false, quantized_gradients: false}
-recompute: none                                             # none | selective | full
-device: auto                                                # cpu | cuda | auto
-diloco:     {enabled: false, workers: 4, inner_steps: 500, outer_lr: 0.7, outer_momentum: 0.9,
-             nesterov: true, outer_schedule: constant,      # constant | inner
-             compression: none,                             # none | fp16 | bf16 | int8 | int4
-             error_feedback: false, fragments: 1, overlap: false,
-             averaging: all_reduce,                         # all_reduce | butterfly | gossip | moshpit
-             drop_probability: 0.0, join: "", group: strata, slot: -1, min_workers: 1, timeout: 60,
-             interface: "", layouts: same}                  # same | any
-)";
+// The example of docs/ARCHITECTURE.md §3, read from the document itself so that the two cannot
+// drift: the first ```yaml block of the "### An example" subsection. Read once per process.
+const std::string& design_example() {
+  static const std::string example = [] {
+    const std::string path = testing::source_dir() + "/docs/ARCHITECTURE.md";
+    std::ifstream in(path);
+    if (!in) fail("cannot read ", path);
+    const std::string markdown{std::istreambuf_iterator<char>(in), {}};
+    const auto heading = markdown.find("\n### An example\n");
+    if (heading == std::string::npos) fail(path, ": no '### An example' heading");
+    const std::string open = "\n```yaml\n";
+    const auto fence = markdown.find(open, heading + 1);
+    const auto next_heading = markdown.find("\n#", heading + 1);
+    if (fence == std::string::npos || fence > next_heading)
+      fail(path, ": no ```yaml block under '### An example'");
+    const auto begin = fence + open.size();
+    const auto close = markdown.find("\n```", begin - 1);
+    if (close == std::string::npos)
+      fail(path, ": the ```yaml block under '### An example' is open");
+    return markdown.substr(begin, close + 1 - begin);
+  }();
+  return example;
+}
 
 // The message of the Error that parsing throws; fails the test when nothing is thrown.
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
@@ -89,7 +85,7 @@ TEST(Config, FilesMergeInOrderMapsKeyByKeyListsWhole) {
       std::filesystem::temp_directory_path() / ("strata_config_merge_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::string base = dir / "base.yaml", plan = dir / "plan.yaml", bad = dir / "bad.yaml";
-  std::ofstream(base) << kDesignExample << "\n";
+  std::ofstream(base) << design_example() << "\n";
   std::ofstream(plan) << "parallel: {tp: 2, pp: 2, pp_layers: [1, 3]}\n"
                       << "train: {micro_batch: 4}\n";
   std::ofstream(bad) << "parallel: {tp: 2, tpp: 3}\n";
@@ -138,7 +134,7 @@ TEST(Config, EmptySectionsKeepTheDefaults) {
 }
 
 TEST(Config, DesignExampleParses) {
-  const Config c = parse_config(kDesignExample, "config.yaml");
+  const Config c = parse_config(design_example(), "docs/ARCHITECTURE.md");
   EXPECT_EQ(c.run.name, "demo");
   EXPECT_EQ(c.run.seed, 1234u);
   EXPECT_EQ(c.model.vocab_size, 4096);
@@ -633,7 +629,7 @@ TEST(ConfigFile, LoadsAFileAndNamesItInMessages) {
 }
 
 TEST(ConfigOverrides, ScalarListAndNestedValues) {
-  const Config c = parse_config(kDesignExample, "config.yaml",
+  const Config c = parse_config(design_example(), "config.yaml",
                                 {"optimizer.lr=3e-4", "parallel.pp=2", "parallel.pp_layers=[1,3]",
                                  "parallel.zero.stage=2", "run.name=exp 1", "data.val="});
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
