@@ -17,6 +17,11 @@
 namespace strata {
 
 class RunLock;
+struct RunCore;
+class RunOuter;
+class RunCheckpoints;
+class RunEvaluator;
+class RunReporter;
 
 struct TrainerOptions {
   // Resume: nullopt = fresh run; "" = newest checkpoint of the run; otherwise a checkpoint path.
@@ -44,11 +49,16 @@ class Trainer {
   int run();
 
  private:
-  struct State;
   void claim_run(const Config& config, MpiCommunicator& world, const TrainerOptions& options);
   // Rank 0's lock on the run directory (train/run_lock.h), released after the state is gone.
   std::unique_ptr<RunLock> run_lock_;
-  std::unique_ptr<State> state_;
+  // The run's state in components, each with one job (trainer_state.h): what the steps train,
+  // DiLoCo's wiring, the evaluation, the checkpoints, the reports.
+  std::unique_ptr<RunCore> core_;
+  std::unique_ptr<RunOuter> outer_;
+  std::unique_ptr<RunEvaluator> evaluator_;
+  std::unique_ptr<RunCheckpoints> checkpoints_;
+  std::unique_ptr<RunReporter> reporter_;
 };
 
 }  // namespace strata

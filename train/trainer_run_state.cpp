@@ -1,4 +1,4 @@
-// Trainer::State (trainer_state.h): the run's state, fresh (the seed's parameters, or the weights
+// RunCheckpoints (trainer_state.h): the run's state, fresh (the seed's parameters, or the weights
 // of an --init checkpoint) or from a checkpoint, and the checkpoints it writes.
 #include <cstdio>
 #include <iostream>
@@ -14,101 +14,102 @@
 
 namespace strata {
 
-std::vector<StateBuffer> Trainer::State::named_state() {
-  std::vector<StateBuffer> buffers = backend->state();
-  for (StateBuffer& b : buffers) b.name = state_prefix + b.name;
-  if (diloco)
-    for (StateBuffer& b : outer_state()) buffers.push_back(std::move(b));
+RunCheckpoints::RunCheckpoints(RunCore& core, RunOuter& outer, const BackendPlacement& placement)
+    : core_(core),
+      outer_(outer),
+      writer_{&core.backend->layout(),
+              core.shape,
+              checkpoint_write_ranges(core.backend->layout(), placement.partition, core.share),
+              &core.world,
+              {}} {
+  if (!outer.enabled()) return;
+  // Every worker's buffers are datasets of the checkpoint (those of per-tensor buffers are created
+  // by their writers).
+  std::vector<StateDatasets> datasets;
+  const std::size_t prefix = outer.state_prefix().size();
+  for (const StateBuffer& b : named_state())
+    if (!b.per_tensor) datasets.push_back({b.name.substr(prefix), b.stored});
+  writer_.datasets = every_workers_datasets(datasets, core.groups.workers());
+}
+
+std::vector<StateBuffer> RunCheckpoints::named_state() {
+  std::vector<StateBuffer> buffers = core_.backend->state();
+  for (StateBuffer& b : buffers) b.name = outer_.state_prefix() + b.name;
+  if (outer_.enabled())
+    for (StateBuffer& b : outer_.outer_state()) buffers.push_back(std::move(b));
   return buffers;
 }
 
-void Trainer::State::set_named_state(std::vector<StateBuffer> buffers) {
+void RunCheckpoints::set_named_state(std::vector<StateBuffer> buffers) {
+  const std::string& prefix = outer_.state_prefix();
   std::vector<StateBuffer> backend_buffers, outer;
   for (StateBuffer& b : buffers) {
-    if (b.name.starts_with(state_prefix + "outer/")) {
+    if (b.name.starts_with(prefix + "outer/")) {
       outer.push_back(std::move(b));
     } else {
-      b.name = b.name.substr(state_prefix.size());
+      b.name = b.name.substr(prefix.size());
       backend_buffers.push_back(std::move(b));
     }
   }
-  if (diloco) set_outer_state(std::move(outer));
-  backend->set_state(backend_buffers);
+  if (outer_.enabled()) outer_.set_outer_state(std::move(outer));
+  core_.backend->set_state(backend_buffers);
 }
 
-std::vector<StateBuffer> Trainer::State::outer_state() {
-  if (!logical) return diloco->state(state_prefix);
-  return logical->to_layout(diloco->state(state_prefix), share);
-}
-
-void Trainer::State::set_outer_state(std::vector<StateBuffer> buffers) {
-  if (logical) buffers = logical->to_logical(std::move(buffers), share);
-  diloco->set_state(buffers, state_prefix);
-}
-
-void Trainer::State::start_diloco() {
-  if (!logical) return diloco->start(*backend);
-  logical->pull(*backend);
-  if (logical->leads()) diloco->start(*logical);
-}
-
-void Trainer::State::resume_diloco(std::int64_t step) {
-  if (!logical) return diloco->resume(*backend, step);
-  logical->pull(*backend);
-  if (logical->leads()) diloco->resume(*logical, step);
-}
-
-void Trainer::State::load_state(const TrainerOptions& options) {
+void RunCheckpoints::load(const TrainerOptions& options) {
+  const Config& config = core_.config;
+  TrainingProgress& progress = core_.progress;
   const std::optional<std::string>& resume_from = options.resume_from;
   const std::string ckpt_dir = config.checkpoint_directory();
   if (!resume_from) {
     // Every DiLoCo worker starts from the same parameters (the --init checkpoint's, or those of
     // the run's seed), and DiLoCo's anchor is them: start() is given the parameters set here.
-    std::vector<StateBuffer> buffers = backend->state();
+    std::vector<StateBuffer> buffers = core_.backend->state();
     StateBuffer& params = buffers.at(0);
     if (options.init_from)
-      init_step = read_init_weights(*options.init_from, params);
+      init_step_ = read_init_weights(*options.init_from, params);
     else
-      initialize_gpt_parameters(backend->layout(), shape, config.run.seed, params.values.data(),
-                                params.range);
-    backend->set_state(buffers);
-    if (diloco) start_diloco();
-    if (options.init_from && is_logger())
-      std::cout << "initialised from " << *options.init_from << " (step " << *init_step
+      initialize_gpt_parameters(core_.backend->layout(), core_.shape, config.run.seed,
+                                params.values.data(), params.range);
+    core_.backend->set_state(buffers);
+    if (outer_.enabled()) outer_.start();
+    if (options.init_from && core_.is_logger())
+      std::cout << "initialised from " << *options.init_from << " (step " << *init_step_
                 << " of its run)\n";
     return;
   }
   std::vector<StateBuffer> buffers = named_state();
-  const std::string path = choose_resume_checkpoint(*resume_from, ckpt_dir, world);
-  check_resumable(path, config.model, groups.workers(), config.optimizer.name);
-  const CheckpointMeta meta = read_checkpoint(path, backend->layout(), buffers);
+  const std::string path = choose_resume_checkpoint(*resume_from, ckpt_dir, core_.world);
+  check_resumable(path, config.model, core_.groups.workers(), config.optimizer.name);
+  const CheckpointMeta meta = read_checkpoint(path, core_.backend->layout(), buffers);
   set_named_state(std::move(buffers));
-  if (diloco) resume_diloco(meta.state.step);
+  if (outer_.enabled()) outer_.resume(meta.state.step);
   const CheckpointState& mine =
-      groups.worker_index() == 0
+      core_.groups.worker_index() == 0
           ? meta.state
-          : meta.worker_states.at(static_cast<std::size_t>(groups.worker_index() - 1));
+          : meta.worker_states.at(static_cast<std::size_t>(core_.groups.worker_index() - 1));
   progress.step = meta.state.step;
   progress.data_position = meta.state.data_position;
   progress.optimizer_steps = mine.adam_steps;
-  scaler.restore(mine.loss_scale, mine.loss_scale_clean_steps);
-  last_checkpoint_step = progress.step;
+  core_.scaler.restore(mine.loss_scale, mine.loss_scale_clean_steps);
+  last_step_ = progress.step;
   if (progress.step > config.train.steps)
     fail("--resume: checkpoint '", path, "' is at step ", progress.step, ", past train.steps (",
          config.train.steps, ")");
-  if (meta.state.seed != config.run.seed && is_logger())
+  if (meta.state.seed != config.run.seed && core_.is_logger())
     std::cerr << "warning: run.seed " << config.run.seed << " differs from the checkpoint's "
               << meta.state.seed << "; the data order changes from here\n";
   // Another tokenizer would give the same ids other meanings: never a silent change.
-  if (!meta.tokenizer_model.empty() && !tokenizer_model.empty() &&
-      meta.tokenizer_model != tokenizer_model)
+  if (!meta.tokenizer_model.empty() && !core_.tokenizer_model.empty() &&
+      meta.tokenizer_model != core_.tokenizer_model)
     fail("--resume: data.tokenizer '", config.data.tokenizer,
          "' is not the tokenizer of checkpoint '", path, "' (its model bytes differ)");
-  if (is_logger()) warn_changed_keys(meta.config_yaml, path);
-  if (is_logger()) std::cout << "resumed from " << path << " at step " << progress.step << "\n";
+  if (core_.is_logger()) warn_changed_keys(meta.config_yaml, path);
+  if (core_.is_logger())
+    std::cout << "resumed from " << path << " at step " << progress.step << "\n";
 }
 
-std::int64_t Trainer::State::read_init_weights(const std::string& path, StateBuffer& params) {
+std::int64_t RunCheckpoints::read_init_weights(const std::string& path, StateBuffer& params) {
+  const Config& config = core_.config;
   // "model" without this worker's prefix: a DiLoCo checkpoint's first worker's weights.
   std::vector<StateBuffer> weights{{"model", params.range, {}}};
   CheckpointMeta meta;
@@ -116,23 +117,24 @@ std::int64_t Trainer::State::read_init_weights(const std::string& path, StateBuf
     if (const std::optional<ConfigChange> change = checkpoint_model_difference(path, config.model))
       fail(change->key, " is ", change->before, " in the checkpoint but ", change->after,
            " in this run (set model: in the config to match)");
-    meta = read_checkpoint(path, backend->layout(), weights);
+    meta = read_checkpoint(path, core_.backend->layout(), weights);
   } catch (const CollectiveError&) {
     throw;
   } catch (const Error& e) {
     fail("--init ", path, ": ", e.what());
   }
   // Another tokenizer would give the ids the weights learned other meanings.
-  if (!meta.tokenizer_model.empty() && !tokenizer_model.empty() &&
-      meta.tokenizer_model != tokenizer_model)
+  if (!meta.tokenizer_model.empty() && !core_.tokenizer_model.empty() &&
+      meta.tokenizer_model != core_.tokenizer_model)
     fail("--init ", path, ": data.tokenizer '", config.data.tokenizer,
          "' is not the checkpoint's tokenizer (its model bytes differ)");
   params.values = std::move(weights.front().values);
   return meta.state.step;
 }
 
-void Trainer::State::warn_changed_keys(const std::string& saved_yaml,
+void RunCheckpoints::warn_changed_keys(const std::string& saved_yaml,
                                        const std::string& path) const {
+  const Config& config = core_.config;
   Config saved;
   try {
     saved = parse_config(saved_yaml, path + " (config attribute)");
@@ -151,37 +153,45 @@ void Trainer::State::warn_changed_keys(const std::string& saved_yaml,
     if (change.key == "train.steps" || change.key == "optimizer.lr" ||
         change.key == "optimizer.min_lr" || change.key == "optimizer.warmup_steps" ||
         change.key == "optimizer.schedule")
-      std::cerr << "; the learning-rate schedule changes from step " << progress.step;
+      std::cerr << "; the learning-rate schedule changes from step " << core_.progress.step;
     if (change.key == "data.train")  // the samples are a function of data.train (mixture.h)
-      std::cerr << "; the data order changes from step " << progress.step;
+      std::cerr << "; the data order changes from step " << core_.progress.step;
     std::cerr << "\n";
   }
 }
 
-void Trainer::State::save_checkpoint() {
-  if (last_checkpoint_step == progress.step) return;
-  CheckpointMeta meta{
-      config_to_yaml(config), checkpoint_state(), tokenizer_model, {}, data.without_tokenizer()};
-  if (diloco) {  // every worker's counters reach the first (uncounted: metrics' duplicate)
-    std::vector<CheckpointState> all(static_cast<std::size_t>(groups.workers()));
-    groups.outer_metrics().all_gather(reinterpret_cast<const std::uint8_t*>(&meta.state),
-                                      reinterpret_cast<std::uint8_t*>(all.data()),
-                                      sizeof(CheckpointState));
+void RunCheckpoints::save() {
+  const Config& config = core_.config;
+  const TrainingProgress& progress = core_.progress;
+  if (last_step_ == progress.step) return;
+  CheckpointMeta meta{config_to_yaml(config),
+                      checkpoint_state(),
+                      core_.tokenizer_model,
+                      {},
+                      core_.data.without_tokenizer()};
+  if (outer_
+          .enabled()) {  // every worker's counters reach the first (uncounted: metrics' duplicate)
+    std::vector<CheckpointState> all(static_cast<std::size_t>(core_.groups.workers()));
+    core_.groups.outer_metrics().all_gather(reinterpret_cast<const std::uint8_t*>(&meta.state),
+                                            reinterpret_cast<std::uint8_t*>(all.data()),
+                                            sizeof(CheckpointState));
     meta.worker_states.assign(all.begin() + 1, all.end());
   }
   const std::string path =
-      write_checkpoint(config.checkpoint_directory(), checkpoint_writer, meta, named_state());
-  if (is_logger()) {
+      write_checkpoint(config.checkpoint_directory(), writer_, meta, named_state());
+  if (core_.is_logger()) {
     prune_checkpoints(config.checkpoint_directory(), config.checkpoint.keep);
     std::cout << "checkpoint " << path << "\n";
   }
-  world.barrier();
-  last_checkpoint_step = progress.step;
+  core_.world.barrier();
+  last_step_ = progress.step;
 }
 
-CheckpointState Trainer::State::checkpoint_state() const {
+CheckpointState RunCheckpoints::checkpoint_state() const {
+  const TrainingProgress& progress = core_.progress;
+  const LossScaler& scaler = core_.scaler;
   return CheckpointState{
-      progress.step,  progress.data_position,   config.run.seed,
+      progress.step,  progress.data_position,   core_.config.run.seed,
       scaler.scale(), progress.optimizer_steps, scaler.dynamic() ? scaler.clean_steps() : -1};
 }
 

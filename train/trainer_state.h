@@ -1,13 +1,20 @@
-// Internal to train/trainer*.cpp: the state of one run (Trainer::State) and the steps of its
-// life, kept in three files: trainer.cpp (set-up, the data and evaluation helpers and the loop),
-// trainer_run_state.cpp (fresh or resumed state, checkpoints) and trainer_report.cpp (the
-// start-up report and the closing lines).
+// Internal to train/trainer*.cpp: a run's state in components, each with one job, which the loop
+// (Trainer::run, trainer.cpp) calls in turn:
+//   RunCore         what the steps train: the config, the job's groups and mesh, the backend, the
+//                   data, the loss scaler and where the run stands (trainer.cpp: its set-up)
+//   RunOuter        DiLoCo's wiring around the inner steps: the outer state, its start or resume,
+//                   the outer loop, an elastic worker's membership (trainer_outer.cpp)
+//   RunCheckpoints  the run's state fresh (seed or --init) or from a checkpoint, and the
+//                   checkpoints it writes (trainer_run_state.cpp)
+//   RunEvaluator    validation losses and multiple-choice accuracy (trainer_evaluation.cpp)
+//   RunReporter     metrics.jsonl and the printed lines: start-up, each step, the end
+//                   (trainer_report.cpp)
+// Each holds references to those it reads; Trainer owns them all, in this order.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +22,8 @@
 #include "parallel/mesh/process_groups.h"
 #include "train/backend/training_backend.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/core/test_hooks.h"
+#include "train/core/training_progress.h"
 #include "train/diloco/diloco.h"
 #include "train/diloco/diloco_run.h"
 #include "train/diloco/elastic_worker.h"
@@ -37,7 +46,7 @@ struct StepProgram {
   bool nonblocking_sends = false;  // the executor's transfers (pipeline_executor.h)
 };
 
-struct Trainer::State {
+struct RunCore {
   Config config;
   MpiCommunicator& world;  // the job
   // The job's grid: groups.world() is the ranks that train one model (the job, or this DiLoCo
@@ -45,50 +54,81 @@ struct Trainer::State {
   ProcessGroups groups;
   const Mesh& mesh;
   ReductionGroups reduction_groups;
-  StepSettings settings;
-  TestHooks test_hooks;  // empty on a user's run (train/core/test_hooks.h)
   GptShape shape;
+  Device device;         // resolved: cpu or cuda
+  TestHooks test_hooks;  // empty on a user's run (train/core/test_hooks.h)
+  StepSettings settings;
   StepProgram step_program;
-  Device device = Device::cpu;  // resolved: cpu or cuda
   std::unique_ptr<TrainingBackend> backend;
-  CheckpointWriter checkpoint_writer;
+  ElementRange share;  // this rank's replica share (checkpoint writes, DiLoCo's outer state)
   TrainingData data;
   LossScaler scaler;
-  std::string tokenizer_model;
-  std::vector<MultipleChoiceExample> multiple_choice;  // train.eval_multiple_choice
+  std::string tokenizer_model;  // data.tokenizer's bytes, checked against the shards
   TrainingProgress progress;
-  std::int64_t last_checkpoint_step = -1;
-  // --init: the step of the run whose checkpoint gave the weights (nullopt without --init).
-  std::optional<std::int64_t> init_step;
-  std::unique_ptr<MetricsWriter> metrics;
-  bool reports_loss_scale = false;  // fp16: metrics carry the loss scale each step used
-  std::unique_ptr<Diloco> diloco;
-  std::unique_ptr<ElasticWorker> elastic;  // elastic DiLoCo (diloco.join): this job's membership
-  // diloco.layouts any: the job's logical copy, on which rank 0 alone runs `diloco`.
-  std::unique_ptr<LogicalReplica> logical;
-  ElementRange share;        // this rank's replica share (checkpoint buffers of the outer state)
-  std::string state_prefix;  // this worker's checkpoint names (diloco_state_prefix)
 
-  State(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape);
+  RunCore(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape, Device device,
+          const TestHooks& hooks);
   bool is_logger() const { return world.rank() == 0; }
-  // The backend on this rank's part of the model, its checkpoint writer, and DiLoCo if enabled.
-  void make_backend();
+  // The backend on this rank's part of the model (and `share`); returns where it was placed.
+  BackendPlacement make_backend();
+};
+
+class RunOuter {
+ public:
+  // An elastic worker (diloco.join) joins its group here, before any other set-up.
+  RunOuter(RunCore& core, const MeshShape& mesh_shape);
+  // DiLoCo on the backend `placement` made (no-op without diloco.enabled).
   void make_diloco(const BackendPlacement& placement);
-  // DiLoCo's outer state under named_state()'s names, and back (with a logical replica: over the
-  // logical model on rank 0, so these are collective).
+  bool enabled() const { return diloco_ != nullptr; }
+  ElasticWorker* elastic() const { return elastic_.get(); }
+  // This worker's checkpoint names (diloco_state_prefix).
+  const std::string& state_prefix() const { return state_prefix_; }
+  // DiLoCo's outer state under the checkpoint's names, and back (with a logical replica: over
+  // the logical model on rank 0, so these are collective).
   std::vector<StateBuffer> outer_state();
   void set_outer_state(std::vector<StateBuffer> buffers);
   // DiLoCo's anchors from the parameters (fresh), or its pending sync prepared (resume).
-  void start_diloco();
-  void resume_diloco(std::int64_t step);
-  // The training state this rank holds under the names it takes in checkpoints: the backend's,
-  // and DiLoCo's outer state, with this worker's prefix.
-  std::vector<StateBuffer> named_state();
-  // Hands buffers read under named_state()'s names back to the backend and to DiLoCo.
-  void set_named_state(std::vector<StateBuffer> buffers);
+  void start();
+  void resume(std::int64_t step);
+  // The loop around the inner steps: DiLoCo's, or the plain one that does nothing (outer_loop.h);
+  // `metrics`: rank 0's writer, for the syncs' lines.
+  std::unique_ptr<OuterLoop> loop(MetricsWriter* metrics);
+  // The worker streams the corpus is dealt into, and this worker's: in-job, the workers and this
+  // one's index; elastic, diloco.workers and this job's slot (slot w reads worker w's samples).
+  int data_stride() const;
+  int data_offset() const;
+  // An elastic worker leaves its group saying why; nothing otherwise.
+  void leave(const std::string& why);
+
+ private:
+  RunCore& core_;
+  std::unique_ptr<Diloco> diloco_;
+  std::unique_ptr<ElasticWorker> elastic_;  // elastic DiLoCo: this job's membership
+  // diloco.layouts any: the job's logical copy, on which rank 0 alone runs `diloco_`.
+  std::unique_ptr<LogicalReplica> logical_;
+  std::string state_prefix_;
+};
+
+class RunCheckpoints {
+ public:
+  // Writes through a CheckpointWriter over the backend `placement` made, every worker's DiLoCo
+  // buffers among its datasets.
+  RunCheckpoints(RunCore& core, RunOuter& outer, const BackendPlacement& placement);
   // Fresh parameters (the seed's, or an --init checkpoint's weights), or the state of a
   // checkpoint (--resume).
-  void load_state(const TrainerOptions& options);
+  void load(const TrainerOptions& options);
+  // A checkpoint of this step (once per step), collective; rank 0 prunes to checkpoint.keep.
+  void save();
+  // The step of the newest checkpoint this run wrote or resumed from; -1: none.
+  std::int64_t last_step() const { return last_step_; }
+  // --init: the step of the run whose checkpoint gave the weights (nullopt without --init).
+  const std::optional<std::int64_t>& init_step() const { return init_step_; }
+
+ private:
+  // The training state this rank holds under the names it takes in checkpoints: the backend's,
+  // and DiLoCo's outer state, with this worker's prefix; and back.
+  std::vector<StateBuffer> named_state();
+  void set_named_state(std::vector<StateBuffer> buffers);
   // --init: the weights of checkpoint `path` into `params` (this rank's range of the master
   // weights): its first worker's, stored under the plain /model names, read from the logical
   // tensors into this layout, bitwise. Returns the step of the run that wrote them.
@@ -96,30 +136,56 @@ struct Trainer::State {
   // A resumed run may change keys (a longer run, another learning rate), but says which: the
   // model's shape was checked (check_resumable).
   void warn_changed_keys(const std::string& saved_yaml, const std::string& path) const;
-  // Micro-batch a of this step on this replica: samples data_position + (a·dp + dp_rank)·micro +
-  // b of this worker's stream. The global batch is split the same way under any layout, so every
-  // layout trains on exactly the same sequences. DiLoCo worker w of k reads every k-th sample of
-  // the corpus order from w (position p is sample p·k + w): k workers together read what one run
-  // with a k times larger batch would, and one worker reads what plain training reads.
-  void sample_micro_batch(int a, std::int32_t* inputs, std::int32_t* targets);
-  // The worker streams the corpus is dealt into, and this worker's: in-job, the workers and this
-  // one's index; elastic, diloco.workers and this job's slot (slot w reads worker w's samples).
-  int data_stride() const;
-  int data_offset() const;
+  CheckpointState checkpoint_state() const;
+
+  RunCore& core_;
+  RunOuter& outer_;
+  CheckpointWriter writer_;
+  std::int64_t last_step_ = -1;
+  std::optional<std::int64_t> init_step_;
+};
+
+class RunEvaluator {
+ public:
+  // Reads train.eval_multiple_choice's examples, so that a bad file stops the run before any
+  // work.
+  explicit RunEvaluator(RunCore& core);
+  // val_loss (training_data.h: data.val's, else the sources' weighted by share) and, for each
+  // source with a val, its own; mc_acc and mc_acc_norm with train.eval_multiple_choice; printed
+  // and written to `metrics` by rank 0. Collective.
+  void evaluate(MetricsWriter* metrics);
+
+ private:
   // The loss over the first eval_tokens of `split` (docs/ARCHITECTURE.md §5 "Evaluation").
   // Collective: every rank evaluates the same splits in the same order.
   double validation_loss(const TokenSource& split, const std::string& key);
-  // train.eval_multiple_choice's examples (data/multiple_choice.h) tokenized with data.tokenizer,
-  // read at set-up so that a bad file stops the run before any work; none without the key.
-  void read_multiple_choice();
-  // Their tally over the mesh (train/multiple_choice.h), the same on every rank. Collective.
+  // The multiple-choice tally over the mesh (train/multiple_choice.h), the same on every rank.
   MultipleChoiceTally multiple_choice_tally();
-  // val_loss (training_data.h: data.val's, else the sources' weighted by share) and, for each
-  // source with a val, its own; mc_acc and mc_acc_norm with train.eval_multiple_choice.
-  void evaluate();
+
+  RunCore& core_;
+  std::vector<MultipleChoiceExample> multiple_choice_;  // train.eval_multiple_choice
+};
+
+class RunReporter {
+ public:
+  RunReporter(RunCore& core, RunOuter& outer);
+  // Rank 0: the run's config.yaml and metrics.jsonl (rewritten after a resume's step), and, for
+  // --init, the line that says where the weights came from.
+  void open(const TrainerOptions& options, const std::optional<std::int64_t>& init_step);
+  MetricsWriter* metrics() const { return metrics_.get(); }
+  // Rank 0's start-up lines: model, backend, mesh, batch, mixture, DiLoCo, memory.
+  void print_startup() const;
+  // A step's metrics line and, when due, its printed line. Collective (the MoE figures).
+  void step(const StepReport& report, const StepWatch& watch, const JsonLine& job_bytes);
+  // The closing line and the last metrics line. Activation memory differs by pipeline stage
+  // (1F1B holds more micro-batches on early stages): every rank's pipeline group spans the
+  // stages, so rank 0 learns them all.
+  void done();
+
+ private:
   // A mixture's training line: the tokens each source has given the job so far, summing to
   // step · global_batch · seq_len · workers. DiLoCo's k workers together have read the first
-  // data_position · k samples (sample_micro_batch).
+  // data_position · k samples (RunOuter::data_stride).
   JsonLine tokens_by_source() const;
   // An MoE model's training line: per MoE block "h.<i>", its aux_loss and z_loss (means over the
   // step's micro-batches), dropped_fraction (of the step's choices) and tokens_per_expert
@@ -127,19 +193,11 @@ struct Trainer::State {
   // over the worker's tp, pp and dp groups (every rank calls it after each step); `has_moe`
   // false without experts, and nothing is exchanged.
   JsonLine moe_metrics(bool* has_moe);
-  // A checkpoint of this step (once per step), collective; rank 0 prunes to checkpoint.keep.
-  void save_checkpoint();
-  CheckpointState checkpoint_state() const;
-  // Why the run stops after this step (a signal on any rank, or train.stop_after), or "" to go
-  // on: every rank decides alike.
-  std::string stop_reason();
-  // The loop around the inner steps: DiLoCo's, or the plain one that does nothing (outer_loop.h).
-  std::unique_ptr<OuterLoop> outer_loop();
-  // Rank 0's start-up lines: model, backend, mesh, batch, mixture, DiLoCo, memory.
-  void print_startup() const;
-  // Activation memory differs by pipeline stage (1F1B holds more micro-batches on early
-  // stages): every rank's pipeline group spans the stages, so rank 0 learns them all.
-  void report_done();
+
+  RunCore& core_;
+  RunOuter& outer_;
+  std::unique_ptr<MetricsWriter> metrics_;  // rank 0's
+  bool reports_loss_scale_ = false;         // fp16: metrics carry the loss scale each step used
 };
 
 }  // namespace strata

@@ -1,4 +1,4 @@
-// `train --init CKPT` (train/main.cpp, Trainer::State::load_state): a new run from a checkpoint's
+// `train --init CKPT` (train/main.cpp, RunCheckpoints::load): a new run from a checkpoint's
 // weights alone. It trains exactly as a resume of a checkpoint holding those weights, zero AdamW
 // moments, step 0 and data position 0 would; every layout (tp, pp, ZeRO 3, ep, DiLoCo workers and
 // their anchor) starts from the checkpoint's fp32 weights bitwise; a DiLoCo checkpoint gives its
