@@ -58,4 +58,11 @@ __host__ __device__ inline bool is_aligned(const void* p, unsigned long bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
+// Whether rows of C elements may be read kVec16<T> at a time through every non-null pointer (a
+// row kernel's vector instantiation, e.g. the norms').
+template <class T, class... Pointers>
+bool vector_rows(int C, const Pointers*... pointers) {
+  return C % kVec16<T> == 0 && ((pointers == nullptr || is_aligned(pointers, 16)) && ...);
+}
+
 }  // namespace strata::cuda

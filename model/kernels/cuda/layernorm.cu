@@ -1,11 +1,10 @@
 #include "model/kernels/cuda/layernorm.h"
 
-#include <initializer_list>
-
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/column_sums.cuh"
 #include "model/kernels/cuda/dtype.cuh"
 #include "model/kernels/cuda/reduce.cuh"
+#include "model/kernels/cuda/residual_row.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -27,18 +26,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const T* src = residual + base;
   float sum = 0.0f;
   if (y != nullptr) {
-    for (int c = lane * kN; c < C; c += 32 * kN) {
-      const Vec<T, kN> a = load_vec<kN>(residual + base + c);
-      const Vec<T, kN> b = load_vec<kN>(y + base + c);
-      Vec<T, kN> s;
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        const float add = y_bias != nullptr ? to_float(y_bias[c + k]) : 0.0f;
-        s.v[k] = from_float<T>(to_float(a.v[k]) + (to_float(b.v[k]) + add));
-        sum += to_float(s.v[k]);
-      }
-      store_vec(sum_out + base + c, s);
-    }
+    residual_add_row<kN>(sum_out + base, residual + base, y + base, y_bias, C, lane,
+                         [&](float v) { sum += v; });
     src = sum_out + base;  // re-read below by the lanes that wrote it: no synchronisation needed
   } else {
     for (int c = lane * kN; c < C; c += 32 * kN) {
@@ -130,13 +119,6 @@ struct LayerNormParameterGradients {
   }
 };
 
-bool vectorizable(int C, int width, std::initializer_list<const void*> pointers) {
-  if (C % width != 0) return false;
-  for (const void* p : pointers)
-    if (p != nullptr && !is_aligned(p, 16)) return false;
-  return true;
-}
-
 }  // namespace
 
 template <class T>
@@ -147,7 +129,7 @@ void residual_layernorm_forward(T* sum_out, T* out, float* mean, float* rstd, co
   if (N == 0) return;
   const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
   constexpr int kN = kVec16<T>;
-  if (vectorizable(C, kN, {sum_out, out, residual, y, weight, bias})) {
+  if (vector_rows<T>(C, sum_out, out, residual, y, weight, bias)) {
     residual_layernorm_forward_kernel<T, kN><<<blocks, kWarps * 32, 0, stream>>>(
         sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C);
   } else {
@@ -173,7 +155,7 @@ void layernorm_backward_input(T* dinp, const T* dout, const T* inp, const T* wei
   if (N == 0) return;
   const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
   constexpr int kN = kVec16<T>;
-  if (vectorizable(C, kN, {dinp, dout, inp, weight})) {
+  if (vector_rows<T>(C, dinp, dout, inp, weight)) {
     layernorm_backward_input_kernel<T, kN>
         <<<blocks, kWarps * 32, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   } else {

@@ -4,6 +4,7 @@
 #include "model/kernels/cuda/column_sums.cuh"
 #include "model/kernels/cuda/dtype.cuh"
 #include "model/kernels/cuda/reduce.cuh"
+#include "model/kernels/cuda/residual_row.cuh"
 #include "model/kernels/rmsnorm.h"
 
 namespace strata::cuda {
@@ -25,20 +26,8 @@ __global__ void __launch_bounds__(kThreads)
   const T* x = residual + base;
   float sum_of_squares = 0.0f;
   if (y != nullptr) {
-    for (int c = lane * kN; c < C; c += 32 * kN) {
-      const Vec<T, kN> a = load_vec<kN>(residual + base + c);
-      const Vec<T, kN> b = load_vec<kN>(y + base + c);
-      Vec<T, kN> sum;
-#pragma unroll
-      for (int k = 0; k < kN; ++k) {
-        float branch = to_float(b.v[k]);
-        if (y_bias != nullptr) branch += to_float(y_bias[c + k]);
-        sum.v[k] = from_float<T>(to_float(a.v[k]) + branch);
-        const float v = to_float(sum.v[k]);
-        sum_of_squares += v * v;
-      }
-      store_vec(sum_out + base + c, sum);
-    }
+    residual_add_row<kN>(sum_out + base, residual + base, y + base, y_bias, C, lane,
+                         [&](float v) { sum_of_squares += v * v; });
     x = sum_out + base;  // re-read below by the lanes that wrote it: no synchronisation needed
   } else {
     for (int c = lane * kN; c < C; c += 32 * kN) {
@@ -106,12 +95,6 @@ struct RmsNormWeightGradient {
     acc[0] += rmsnorm_weight_gradient(to_float(inp[i]), rstd[n], to_float(dout[i]));
   }
 };
-
-// Whether rows of C elements may be read kVec16<T> at a time through every non-null pointer.
-template <class T, class... Pointers>
-bool vector_rows(int C, const Pointers*... pointers) {
-  return C % kVec16<T> == 0 && ((pointers == nullptr || is_aligned(pointers, 16)) && ...);
-}
 
 unsigned row_blocks(int N) {
   return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
