@@ -122,6 +122,7 @@ BackendPlacement RunCore::make_backend() {
   backend = make_training_backend(device, config, shape, placement);
   // The data-parallel ranks share the writing: each its ZeRO shard, or its share of the layout.
   share = replica_share(layout, reduction);
+  checkpoint_writes = checkpoint_write_ranges(backend->layout(), placement.partition, share);
   return placement;
 }
 
@@ -137,7 +138,7 @@ Trainer::Trainer(const Config& config, MpiCommunicator& world, const TrainerOpti
   evaluator_ = std::make_unique<RunEvaluator>(core);
   const BackendPlacement placement = core.make_backend();
   outer_->make_diloco(placement);
-  checkpoints_ = std::make_unique<RunCheckpoints>(core, *outer_, placement);
+  checkpoints_ = std::make_unique<RunCheckpoints>(core, *outer_);
   claim_run(config, world, options);
   checkpoints_->load(options);
   reporter_ = std::make_unique<RunReporter>(core, *outer_);

@@ -27,10 +27,8 @@ void RunOuter::make_diloco(const BackendPlacement& placement) {
     const ElementRange held =
         local.gather_over_dp ? ElementRange{0, std::max(backend.layout().total(), core_.share.end)}
                              : core_.share;
-    logical_ = std::make_unique<LogicalReplica>(
-        backend.layout(), core_.shape,
-        checkpoint_write_ranges(backend.layout(), placement.partition, core_.share), held,
-        core_.world);
+    logical_ = std::make_unique<LogicalReplica>(backend.layout(), core_.shape,
+                                                core_.checkpoint_writes, held, core_.world);
     diloco_ = std::make_unique<Diloco>(
         config.diloco, config.run.seed, logical_->logical_layout(), core_.shape,
         logical_diloco_placement(core_.groups, logical_->leads(), logical_->size()),

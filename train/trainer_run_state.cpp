@@ -14,14 +14,10 @@
 
 namespace strata {
 
-RunCheckpoints::RunCheckpoints(RunCore& core, RunOuter& outer, const BackendPlacement& placement)
+RunCheckpoints::RunCheckpoints(RunCore& core, RunOuter& outer)
     : core_(core),
       outer_(outer),
-      writer_{&core.backend->layout(),
-              core.shape,
-              checkpoint_write_ranges(core.backend->layout(), placement.partition, core.share),
-              &core.world,
-              {}} {
+      writer_{&core.backend->layout(), core.shape, core.checkpoint_writes, &core.world, {}} {
   if (!outer.enabled()) return;
   // Every worker's buffers are datasets of the checkpoint (those of per-tensor buffers are created
   // by their writers).

@@ -61,6 +61,9 @@ struct RunCore {
   StepProgram step_program;
   std::unique_ptr<TrainingBackend> backend;
   ElementRange share;  // this rank's replica share (checkpoint writes, DiLoCo's outer state)
+  // The element ranges this rank writes in a checkpoint (checkpoint_write_ranges), which a
+  // logical replica gathers too.
+  std::vector<ElementRange> checkpoint_writes;
   TrainingData data;
   LossScaler scaler;
   std::string tokenizer_model;  // data.tokenizer's bytes, checked against the shards
@@ -69,7 +72,8 @@ struct RunCore {
   RunCore(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shape, Device device,
           const TestHooks& hooks);
   bool is_logger() const { return world.rank() == 0; }
-  // The backend on this rank's part of the model (and `share`); returns where it was placed.
+  // The backend on this rank's part of the model (and `share`, `checkpoint_writes`); returns where
+  // it was placed.
   BackendPlacement make_backend();
 };
 
@@ -111,9 +115,9 @@ class RunOuter {
 
 class RunCheckpoints {
  public:
-  // Writes through a CheckpointWriter over the backend `placement` made, every worker's DiLoCo
-  // buffers among its datasets.
-  RunCheckpoints(RunCore& core, RunOuter& outer, const BackendPlacement& placement);
+  // Writes this rank's checkpoint_writes of the backend's layout, every worker's DiLoCo buffers
+  // among its datasets (once the backend and DiLoCo exist).
+  RunCheckpoints(RunCore& core, RunOuter& outer);
   // Fresh parameters (the seed's, or an --init checkpoint's weights), or the state of a
   // checkpoint (--resume).
   void load(const TrainerOptions& options);
