@@ -213,12 +213,12 @@ class GptBlock {
       const int t0 = a.cache_begin;
       ops_.matmul_forward(a.qkv + static_cast<std::size_t>(t0) * 3 * d_.Cl, nullptr, ln1_full,
                           p.qkv_weight, p.qkv_bias, N, d_.C, 3 * d_.Cl, Epilogue::bias);
-      ops_.attention_forward_rows(a.atty, a.qkv, t0, t0 + N, d_.Cl, d_.NHl);
+      ops_.attention_forward_rows(a.atty, a.qkv, t0, t0 + N, d_.Cl, d_.NHl, d_.NHl);
       return;
     }
     ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, 3 * d_.Cl,
                         Epilogue::bias);
-    ops_.attention_forward(a.atty, a.lse, a.qkv, B, T_, d_.Cl, d_.NHl);
+    ops_.attention_forward(a.atty, a.lse, a.qkv, B, T_, d_.Cl, d_.NHl, d_.NHl);
   }
 
   // The input half: the recomputation of what the forward dropped (by the forward's own code on
@@ -266,7 +266,8 @@ class GptBlock {
     // Attention: x2 = x + [sum](proj(atty)) + b; dres is now d(loss)/d(x2).
     ops_.gather_rows_into(b_.dres, stash.dy, N, C);
     ops_.matmul_backward_input(b_.datty, stash.dy, p.attn_proj_weight, nullptr, N, d_.Cl, C);
-    ops_.attention_backward(stash.dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, d_.Cl, d_.NHl);
+    ops_.attention_backward(stash.dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, d_.Cl, d_.NHl,
+                            d_.NHl);
     Value* dln1_partial = partial_of(stash.dln1);
     ops_.matmul_backward_input(dln1_partial, stash.dqkv, p.qkv_weight, nullptr, N, C, 3 * d_.Cl);
     ops_.sum_rows(dln1_partial, stash.dln1, N, C);

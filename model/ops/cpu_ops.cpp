@@ -154,24 +154,24 @@ void CpuOps<T>::residual_bias_forward(Value* out, const Value* x, const Value* y
 
 template <class T>
 void CpuOps<T>::attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C,
-                                  int NH) {
+                                  int NH, int KV) {
   STRATA_CHECK(lse == nullptr, "the CPU's attention keeps no statistics (kLsePerRow is 0)");
-  cpu::attention_forward(out, qkv, B, T_, C, NH, attention_);
+  cpu::attention_forward(out, qkv, B, T_, C, NH, KV, attention_);
   round_to_compute(out, static_cast<long>(B) * T_ * C);
 }
 
 template <class T>
 void CpuOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value* qkv,
                                    const Value* /*out*/, const Stat* /*lse*/, int B, int T_, int C,
-                                   int NH) {
-  cpu::attention_backward(dqkv, dout, qkv, B, T_, C, NH, compute_, attention_);
-  round_to_compute(dqkv, 3L * B * T_ * C);
+                                   int NH, int KV) {
+  cpu::attention_backward(dqkv, dout, qkv, B, T_, C, NH, KV, compute_, attention_);
+  round_to_compute(dqkv, static_cast<long>(B) * T_ * (C + 2L * KV * (C / NH)));
 }
 
 template <class T>
-void CpuOps<T>::attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C,
-                                       int NH) {
-  cpu::attention_forward_rows(out, qkv, t0, T_, C, NH);
+void CpuOps<T>::attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH,
+                                       int KV) {
+  cpu::attention_forward_rows(out, qkv, t0, T_, C, NH, KV);
   round_to_compute(out, static_cast<long>(T_ - t0) * C);
 }
 

@@ -119,18 +119,20 @@ class CpuOps {
   void residual_bias_forward(Value* out, const Value* x, const Value* y, const Value* bias, int N,
                              int C);
 
-  // Causal attention on packed qkv (B·T_, 3C) → out (B·T_, C), rounded; lse: kLsePerRow·B·T_·NH
+  // Causal attention on packed qkv (B·T_, C3) → out (B·T_, C), rounded, NH query heads over KV
+  // key/value heads (C3 = C + 2·KV·C/NH: kernels/cpu/attention.h); lse: kLsePerRow·B·T_·NH
   // statistics for the backward (here none: null). The backward recomputes the probabilities
   // from qkv alone (it reads neither the forward's out nor lse), rounded to the compute dtype as
   // the forward had written them, and overwrites dqkv (rounded). out and lse are in the
   // signature because a backend that keeps the statistics (CUDA) reads them.
-  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH);
+  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH,
+                         int KV);
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
-                          const Stat* lse, int B, int T_, int C, int NH);
-  // KV-cache decoding, one sequence: the query rows [t0, T_) of qkv (T_, 3C), which holds the
+                          const Stat* lse, int B, int T_, int C, int NH, int KV);
+  // KV-cache decoding, one sequence: the query rows [t0, T_) of qkv (T_, C3), which holds the
   // cached rows before them, each attending causally over all rows up to itself → out
   // (T_ − t0, C), rounded.
-  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH);
+  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH, int KV);
 
   // The vocabulary-parallel ends (kernels/cpu/vocab_parallel.h). embedding_forward: out (N, C) =
   // this shard's rows of the tokens (zeros for ids outside it), to be summed over the group.

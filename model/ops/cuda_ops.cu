@@ -128,19 +128,19 @@ void CudaOps<T>::residual_bias_forward(Value* out, const Value* x, const Value* 
 
 template <class T>
 void CudaOps<T>::attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C,
-                                   int NH) {
-  cuda::attention_forward(out, lse, qkv, B, T_, C, NH, ctx_.stream());
+                                   int NH, int KV) {
+  cuda::attention_forward(out, lse, qkv, B, T_, C, NH, KV, ctx_.stream());
 }
 
 template <class T>
 void CudaOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value* qkv,
-                                    const Value* out, const Stat* lse, int B, int T_, int C,
-                                    int NH) {
-  cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, scratch_, ctx_.stream());
+                                    const Value* out, const Stat* lse, int B, int T_, int C, int NH,
+                                    int KV) {
+  cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, KV, scratch_, ctx_.stream());
 }
 
 template <class T>
-void CudaOps<T>::attention_forward_rows(Value*, const Value*, int, int, int, int) {
+void CudaOps<T>::attention_forward_rows(Value*, const Value*, int, int, int, int, int) {
   fail("KV-cache decoding has no CUDA kernel: generation decodes on the CPU (model/gpt_decoder.h)");
 }
 

@@ -114,12 +114,13 @@ class CudaOps {
 
   // lse: (B, NH, T_) logsumexps, written by the forward and read by the backward (which reads out
   // too; kernels/cuda/attention.h).
-  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH);
+  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH,
+                         int KV);
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
-                          const Stat* lse, int B, int T_, int C, int NH);
+                          const Stat* lse, int B, int T_, int C, int NH, int KV);
   // KV-cache decoding (CpuOps's): there is no CUDA kernel for it; generation decodes on the CPU
   // (model/gpt_decoder.h), so this says so in an error.
-  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH);
+  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH, int KV);
 
   void embedding_forward(Value* out, const Ids* tokens, const Value* wte_shard, VocabShard vocab,
                          int N, int C);

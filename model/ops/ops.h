@@ -89,10 +89,10 @@ struct OpsSignatures {
   using layernorm_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, const S*, const S*,
                                                   int, int);
   using residual_bias_forward = void (Ops::*)(V*, const V*, const V*, const V*, int, int);
-  using attention_forward = void (Ops::*)(V*, S*, const V*, int, int, int, int);
+  using attention_forward = void (Ops::*)(V*, S*, const V*, int, int, int, int, int);
   using attention_backward = void (Ops::*)(V*, const V*, const V*, const V*, const S*, int, int,
-                                           int, int);
-  using attention_forward_rows = void (Ops::*)(V*, const V*, int, int, int, int);
+                                           int, int, int);
+  using attention_forward_rows = void (Ops::*)(V*, const V*, int, int, int, int, int);
   using embedding_forward = void (Ops::*)(V*, const I*, const V*, VocabShard, int, int);
   using embedding_backward = void (Ops::*)(G*, const V*, const I*, VocabShard, int, int);
   using position_embedding_forward = void (Ops::*)(V*, const V*, long, int, int, int);

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/kernels/cpu/attention.h"
@@ -225,32 +226,38 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
   }
 }
 
+// Multi-head (KV = NH) and multi-query (KV = 1) heads: the grouped qkv row is C + 2·KV·hs wide,
+// and the backward rounds all of dqkv.
 TYPED_TEST(OpsCpu, Attention) {
   using T = TypeParam;
-  const int B = 2, T_ = 7, AC = 8, NH = 2;  // head size 4
+  const int B = 2, T_ = 7, AC = 8, NH = 2, hs = AC / NH;
   const long rows = static_cast<long>(B) * T_;
   std::mt19937_64 rng(6);
-  const auto qkv = random_vector<T>(rows * 3 * AC, rng), dout = random_vector<T>(rows * AC, rng);
-  for (ComputeDtype dtype : kDtypes) {
-    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
-    CpuOps<T> ops(dtype);
-    std::vector<T> scratch, out(rows * AC), a_out(rows * AC);
-    cpu::attention_forward(out.data(), qkv.data(), B, T_, AC, NH, scratch);
-    round(out, dtype);
-    ops.attention_forward(a_out.data(), nullptr, qkv.data(), B, T_, AC, NH);
-    expect_bitwise(out, a_out);
-    std::vector<T> dqkv(rows * 3 * AC), a_dqkv(rows * 3 * AC);
-    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), B, T_, AC, NH, dtype, scratch);
-    round(dqkv, dtype);
-    ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), nullptr, B, T_, AC,
-                           NH);
-    expect_bitwise(dqkv, a_dqkv);
-    // KV-cache decoding: rows [3, T_) of one sequence against the rows before them.
-    std::vector<T> rows_out((T_ - 3) * AC), a_rows_out((T_ - 3) * AC);
-    cpu::attention_forward_rows(rows_out.data(), qkv.data(), 3, T_, AC, NH);
-    round(rows_out, dtype);
-    ops.attention_forward_rows(a_rows_out.data(), qkv.data(), 3, T_, AC, NH);
-    expect_bitwise(rows_out, a_rows_out);
+  for (const int KV : {NH, 1}) {
+    const long C3 = AC + 2L * KV * hs;
+    const auto qkv = random_vector<T>(rows * C3, rng), dout = random_vector<T>(rows * AC, rng);
+    for (ComputeDtype dtype : kDtypes) {
+      SCOPED_TRACE(std::string(cpu::compute_dtype_name(dtype)) + " KV " + std::to_string(KV));
+      CpuOps<T> ops(dtype);
+      std::vector<T> scratch, out(rows * AC), a_out(rows * AC);
+      cpu::attention_forward(out.data(), qkv.data(), B, T_, AC, NH, KV, scratch);
+      round(out, dtype);
+      ops.attention_forward(a_out.data(), nullptr, qkv.data(), B, T_, AC, NH, KV);
+      expect_bitwise(out, a_out);
+      std::vector<T> dqkv(rows * C3), a_dqkv(rows * C3);
+      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), B, T_, AC, NH, KV, dtype,
+                              scratch);
+      round(dqkv, dtype);
+      ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), nullptr, B, T_,
+                             AC, NH, KV);
+      expect_bitwise(dqkv, a_dqkv);
+      // KV-cache decoding: rows [3, T_) of one sequence against the rows before them.
+      std::vector<T> rows_out((T_ - 3) * AC), a_rows_out((T_ - 3) * AC);
+      cpu::attention_forward_rows(rows_out.data(), qkv.data(), 3, T_, AC, NH, KV);
+      round(rows_out, dtype);
+      ops.attention_forward_rows(a_rows_out.data(), qkv.data(), 3, T_, AC, NH, KV);
+      expect_bitwise(rows_out, a_rows_out);
+    }
   }
 }
 

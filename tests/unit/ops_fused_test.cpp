@@ -94,10 +94,10 @@ TEST(OpsFused, AttentionBackwardRoundsTheRecomputedProbabilities) {
   const int B = 2, T = 70, C = 32, NH = 2;
   const Vec qkv = random_vector(B * T * 3 * C, rng), dout = random_vector(B * T * C, rng);
   Vec out(B * T * C), scratch, exact(B * T * 3 * C), rounded(B * T * 3 * C);
-  attention_forward(out.data(), qkv.data(), B, T, C, NH, scratch);
-  attention_backward(exact.data(), dout.data(), qkv.data(), B, T, C, NH, ComputeDtype::fp32,
+  attention_forward(out.data(), qkv.data(), B, T, C, NH, NH, scratch);
+  attention_backward(exact.data(), dout.data(), qkv.data(), B, T, C, NH, NH, ComputeDtype::fp32,
                      scratch);
-  attention_backward(rounded.data(), dout.data(), qkv.data(), B, T, C, NH, ComputeDtype::bf16,
+  attention_backward(rounded.data(), dout.data(), qkv.data(), B, T, C, NH, NH, ComputeDtype::bf16,
                      scratch);
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < exact.size(); ++i) {
