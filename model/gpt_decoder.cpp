@@ -82,8 +82,8 @@ const T* GptDecoder<T>::append(const std::int32_t* tokens, int n) {
     block.forward(layer(l), 1, n, blocks_[static_cast<std::size_t>(l)]);
   length_ += n;
   const T* last = x_.data() + static_cast<long>(n - 1) * C;
-  ops_.layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, lnf_weight_, lnf_bias_, 1,
-                         C);
+  ops_.layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, lnf_weight_, lnf_bias_, 1, C,
+                         kGpt2NormEps);
   // (1, Vp), the head tied to wte
   ops_.matmul_forward(logits_.data(), nullptr, ln_.data(), wte_, nullptr, 1, C, Vp, Epilogue::bias);
   return logits_.data();

@@ -314,7 +314,7 @@ class GptPasses {
     const Value* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::forward);
     ops.layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, storage_.stage_output(s),
                           in_segment(lnf, segment_.lnf, "lnf.weight"),
-                          in_segment(lnf, segment_.lnf, "lnf.bias"), Nl, C);
+                          in_segment(lnf, segment_.lnf, "lnf.bias"), Nl, C, kGpt2NormEps);
     parameters.release_weights(segment_.lnf);
     const Value* lnf_full = ops.gather_rows(s.lnf, s.lnf_full, N, C);
     const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::forward);

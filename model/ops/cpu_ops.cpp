@@ -116,8 +116,8 @@ void CpuOps<T>::gelu_backward(Value* dinp, const Value* inp, const Value* dout, 
 
 template <class T>
 void CpuOps<T>::layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp,
-                                  const Value* weight, const Value* bias, int N, int C) {
-  cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+                                  const Value* weight, const Value* bias, int N, int C, float eps) {
+  cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
   round_to_compute(out, static_cast<long>(N) * C);
 }
 
@@ -125,9 +125,9 @@ template <class T>
 void CpuOps<T>::residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                            const Value* residual, const Value* y,
                                            const Value* y_bias, const Value* weight,
-                                           const Value* bias, int N, int C) {
+                                           const Value* bias, int N, int C, float eps) {
   cpu::residual_layernorm_forward(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C,
-                                  compute_);
+                                  eps, compute_);
 }
 
 template <class T>

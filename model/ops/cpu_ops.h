@@ -99,19 +99,21 @@ class CpuOps {
   void gelu_forward(Value* out, const Value* inp, long n);
   void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);
 
-  // LayerNorm (kernels/cpu/layernorm.h): out rounded, mean and rstd (N) as computed.
+  // LayerNorm (kernels/cpu/layernorm.h; eps the model's, model.norm_eps): out rounded, mean and
+  // rstd (N) as computed. bias may be null (no bias).
   void layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp, const Value* weight,
-                         const Value* bias, int N, int C);
+                         const Value* bias, int N, int C, float eps);
   // sum_out = residual + (y + y_bias), out = LayerNorm(sum_out): both rounded (one fused pass).
+  // y_bias and bias may be null (no bias).
   void residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                   const Value* residual, const Value* y, const Value* y_bias,
-                                  const Value* weight, const Value* bias, int N, int C);
+                                  const Value* weight, const Value* bias, int N, int C, float eps);
   // dinp (N, C) += the input gradient, then dinp rounded (all of it: it is the running residual
   // gradient, rounded after each addition).
   void layernorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
                                 const Value* weight, const Stat* mean, const Stat* rstd, int N,
                                 int C);
-  // dweight, dbias (C) += ...; not rounded.
+  // dweight, dbias (C) += ...; not rounded. dbias may be null (no bias gradient).
   void layernorm_backward_weight(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
                                  const Stat* mean, const Stat* rstd, int N, int C);
 

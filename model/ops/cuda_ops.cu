@@ -92,17 +92,18 @@ void CudaOps<T>::gelu_backward(Value* dinp, const Value* inp, const Value* dout,
 
 template <class T>
 void CudaOps<T>::layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp,
-                                   const Value* weight, const Value* bias, int N, int C) {
-  cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, ctx_.stream());
+                                   const Value* weight, const Value* bias, int N, int C,
+                                   float eps) {
+  cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, ctx_.stream());
 }
 
 template <class T>
 void CudaOps<T>::residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                             const Value* residual, const Value* y,
                                             const Value* y_bias, const Value* weight,
-                                            const Value* bias, int N, int C) {
+                                            const Value* bias, int N, int C, float eps) {
   cuda::residual_layernorm_forward(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N,
-                                   C, ctx_.stream());
+                                   C, eps, ctx_.stream());
 }
 
 template <class T>

@@ -98,11 +98,12 @@ class CudaOps {
   void gelu_forward(Value* out, const Value* inp, long n);
   void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);
 
+  // eps the model's (model.norm_eps); bias, y_bias and (below) dbias may be null (no bias).
   void layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp, const Value* weight,
-                         const Value* bias, int N, int C);
+                         const Value* bias, int N, int C, float eps);
   void residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                   const Value* residual, const Value* y, const Value* y_bias,
-                                  const Value* weight, const Value* bias, int N, int C);
+                                  const Value* weight, const Value* bias, int N, int C, float eps);
   void layernorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
                                 const Value* weight, const Stat* mean, const Stat* rstd, int N,
                                 int C);

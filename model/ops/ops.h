@@ -14,7 +14,9 @@
 // asserts, op by op, that a backend declares exactly that signature, so the two backends' ops
 // agree argument for argument. The mixture-of-experts ops (moe_*) are the steps of one MoE MLP
 // (model/moe/moe_mlp.h); they also name `int` arrays (choices, rows, assignments) and the host's
-// routing types (model/moe/moe_routing.h, moe_exchange.h).
+// routing types (model/moe/moe_routing.h, moe_exchange.h). The LayerNorm ops take the model's
+// eps (model.norm_eps) after N, C, and pass null bias pointers (bias, y_bias, dbias: a model
+// without biases, model.bias: false) through to their kernels, which then add, or sum, no bias.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +28,8 @@ namespace strata {
 class Collectives;
 struct MoeRouting;
 struct MoeExchange;
+
+inline constexpr float kGpt2NormEps = 1e-5f;  // GPT-2's LayerNorm ε (model.norm_eps's default)
 
 // What a linear layer's forward does after its product, out = inp·Wᵀ (+ bias).
 enum class Epilogue {
@@ -81,9 +85,10 @@ struct OpsSignatures {
                                                     RowRange);
   using gelu_forward = void (Ops::*)(V*, const V*, long);
   using gelu_backward = void (Ops::*)(V*, const V*, const V*, long);
-  using layernorm_forward = void (Ops::*)(V*, S*, S*, const V*, const V*, const V*, int, int);
+  using layernorm_forward = void (Ops::*)(V*, S*, S*, const V*, const V*, const V*, int, int,
+                                          float);
   using residual_layernorm_forward = void (Ops::*)(V*, V*, S*, S*, const V*, const V*, const V*,
-                                                   const V*, const V*, int, int);
+                                                   const V*, const V*, int, int, float);
   using layernorm_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, const S*,
                                                  const S*, int, int);
   using layernorm_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, const S*, const S*,

@@ -178,10 +178,10 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
     // LayerNorm forward: out rounded, statistics as computed.
     std::vector<T> out(N * C), mean(N), rstd(N), a_out(N * C), a_mean(N), a_rstd(N);
     cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(),
-                           bias.data(), N, C);
+                           bias.data(), N, C, kGpt2NormEps);
     round(out, dtype);
     ops.layernorm_forward(a_out.data(), a_mean.data(), a_rstd.data(), x.data(), weight.data(),
-                          bias.data(), N, C);
+                          bias.data(), N, C, kGpt2NormEps);
     expect_bitwise(out, a_out);
     expect_bitwise(mean, a_mean);
     expect_bitwise(rstd, a_rstd);
@@ -190,10 +190,10 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
     std::vector<T> sum(N * C), a_sum(N * C);
     cpu::residual_layernorm_forward(sum.data(), out.data(), mean.data(), rstd.data(), x.data(),
                                     y.data(), y_bias.data(), weight.data(), bias.data(), N, C,
-                                    dtype);
+                                    kGpt2NormEps, dtype);
     ops.residual_layernorm_forward(a_sum.data(), a_out.data(), a_mean.data(), a_rstd.data(),
                                    x.data(), y.data(), y_bias.data(), weight.data(), bias.data(), N,
-                                   C);
+                                   C, kGpt2NormEps);
     expect_bitwise(sum, a_sum);
     expect_bitwise(out, a_out);
     expect_bitwise(mean, a_mean);
@@ -214,6 +214,29 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
                                   mean.data(), rstd.data(), N, C);
     expect_bitwise(dweight, a_dweight);
     expect_bitwise(dbias, a_dbias);
+
+    // Without biases (model.bias: false) and with another eps: the null pointers and the eps pass
+    // through to the kernels.
+    const float eps = 0.25f;
+    cpu::residual_layernorm_forward<T>(sum.data(), out.data(), mean.data(), rstd.data(), x.data(),
+                                       y.data(), nullptr, weight.data(), nullptr, N, C, eps, dtype);
+    ops.residual_layernorm_forward(a_sum.data(), a_out.data(), a_mean.data(), a_rstd.data(),
+                                   x.data(), y.data(), nullptr, weight.data(), nullptr, N, C, eps);
+    expect_bitwise(sum, a_sum);
+    expect_bitwise(out, a_out);
+    expect_bitwise(rstd, a_rstd);
+    cpu::layernorm_forward<T>(out.data(), mean.data(), rstd.data(), x.data(), weight.data(),
+                              nullptr, N, C, eps);
+    round(out, dtype);
+    ops.layernorm_forward(a_out.data(), a_mean.data(), a_rstd.data(), x.data(), weight.data(),
+                          nullptr, N, C, eps);
+    expect_bitwise(out, a_out);
+    expect_bitwise(rstd, a_rstd);
+    ops.layernorm_backward_weight(a_dweight.data(), nullptr, dout.data(), x.data(), mean.data(),
+                                  rstd.data(), N, C);
+    cpu::layernorm_backward_weight<T>(dweight.data(), nullptr, dout.data(), x.data(), mean.data(),
+                                      rstd.data(), N, C);
+    expect_bitwise(dweight, a_dweight);
 
     // The residual add closing a row-parallel layer, with and without its bias; out may be x.
     for (const T* b : {y_bias.data(), static_cast<const T*>(nullptr)}) {
