@@ -98,16 +98,36 @@ class CpuOps {
   // backward dinp = gelu'(inp)·dout, rounded.
   void gelu_forward(Value* out, const Value* inp, long n);
   void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);
+  // RMSNorm (kernels/cpu/rmsnorm.h), as LayerNorm's ops below: out rounded, rstd (N) as computed;
+  // the residual form's sum_out and out rounded; dinp (N, C) += ..., then rounded; dweight (C)
+  // += ..., not rounded.
+  void rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight, int N, int C,
+                       double eps);
+  void residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd, const Value* residual,
+                                const Value* y, const Value* y_bias, const Value* weight, int N,
+                                int C, double eps);
+  void rmsnorm_backward_input(Value* dinp, const Value* dout, const Value* inp, const Value* weight,
+                              const Stat* rstd, int N, int C);
+  void rmsnorm_backward_weight(Grad* dweight, const Value* dout, const Value* inp, const Stat* rstd,
+                               int N, int C);
+  // SwiGLU (kernels/cpu/swiglu.h): out (N, F) from h (N, 2F) = [gate | up] rows, rounded; the
+  // backward overwrites dh (N, 2F), rounded.
+  void swiglu_forward(Value* out, const Value* h, int N, int F);
+  void swiglu_backward(Value* dh, const Value* dout, const Value* h, int N, int F);
+  // RoPE (kernels/cpu/rope.h) in place on the layout's rows, which are rounded again (the turned
+  // heads; the rest of a row was rounded already and stays as it is).
+  void rope_forward(Value* qkv, const RopeLayout& layout);
+  void rope_backward(Value* dqkv, const RopeLayout& layout);
 
   // LayerNorm (kernels/cpu/layernorm.h; eps the model's, model.norm_eps): out rounded, mean and
   // rstd (N) as computed. bias may be null (no bias).
   void layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp, const Value* weight,
-                         const Value* bias, int N, int C, float eps);
+                         const Value* bias, int N, int C, double eps);
   // sum_out = residual + (y + y_bias), out = LayerNorm(sum_out): both rounded (one fused pass).
   // y_bias and bias may be null (no bias).
   void residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                   const Value* residual, const Value* y, const Value* y_bias,
-                                  const Value* weight, const Value* bias, int N, int C, float eps);
+                                  const Value* weight, const Value* bias, int N, int C, double eps);
   // dinp (N, C) += the input gradient, then dinp rounded (all of it: it is the running residual
   // gradient, rounded after each addition).
   void layernorm_backward_input(Value* dinp, const Value* dout, const Value* inp,

@@ -11,6 +11,9 @@
 #include "model/kernels/cuda/layernorm.h"
 #include "model/kernels/cuda/matmul.h"
 #include "model/kernels/cuda/residual.h"
+#include "model/kernels/cuda/rmsnorm.h"
+#include "model/kernels/cuda/rope.h"
+#include "model/kernels/cuda/swiglu.h"
 
 namespace strata::cuda {
 
@@ -93,7 +96,7 @@ void CudaOps<T>::gelu_backward(Value* dinp, const Value* inp, const Value* dout,
 template <class T>
 void CudaOps<T>::layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp,
                                    const Value* weight, const Value* bias, int N, int C,
-                                   float eps) {
+                                   double eps) {
   cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, ctx_.stream());
 }
 
@@ -101,7 +104,7 @@ template <class T>
 void CudaOps<T>::residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                             const Value* residual, const Value* y,
                                             const Value* y_bias, const Value* weight,
-                                            const Value* bias, int N, int C, float eps) {
+                                            const Value* bias, int N, int C, double eps) {
   cuda::residual_layernorm_forward(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N,
                                    C, eps, ctx_.stream());
 }
@@ -234,6 +237,53 @@ void CudaOps<T>::cross_entropy_forward_backward(Stat* losses, Stat* stats, Value
 STRATA_CHECK_GPT_OPS(CudaOps<float>);
 STRATA_CHECK_GPT_OPS(CudaOps<__nv_bfloat16>);
 STRATA_CHECK_GPT_OPS(CudaOps<__half>);
+
+template <class T>
+void CudaOps<T>::rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight,
+                                 int N, int C, double eps) {
+  cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd,
+                                          const Value* residual, const Value* y,
+                                          const Value* y_bias, const Value* weight, int N, int C,
+                                          double eps) {
+  cuda::residual_rmsnorm_forward(sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps,
+                                 ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::rmsnorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
+                                        const Value* weight, const Stat* rstd, int N, int C) {
+  cuda::rmsnorm_backward_input(dinp, dout, inp, weight, rstd, N, C, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::rmsnorm_backward_weight(Grad* dweight, const Value* dout, const Value* inp,
+                                         const Stat* rstd, int N, int C) {
+  cuda::rmsnorm_backward_weight(dweight, dout, inp, rstd, N, C, scratch_, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::swiglu_forward(Value* out, const Value* h, int N, int F) {
+  cuda::swiglu_forward(out, h, N, F, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::swiglu_backward(Value* dh, const Value* dout, const Value* h, int N, int F) {
+  cuda::swiglu_backward(dh, dout, h, N, F, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::rope_forward(Value* qkv, const RopeLayout& layout) {
+  cuda::rope_forward(qkv, layout, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::rope_backward(Value* dqkv, const RopeLayout& layout) {
+  cuda::rope_backward(dqkv, layout, ctx_.stream());
+}
 
 template class CudaOps<float>;
 template class CudaOps<__nv_bfloat16>;

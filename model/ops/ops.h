@@ -23,13 +23,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/kernels/rope.h"
+
 namespace strata {
 
 class Collectives;
 struct MoeRouting;
 struct MoeExchange;
 
-inline constexpr float kGpt2NormEps = 1e-5f;  // GPT-2's LayerNorm ε (model.norm_eps's default)
+inline constexpr double kGpt2NormEps = 1e-5;  // GPT-2's LayerNorm ε (model.norm_eps's default)
 
 // What a linear layer's forward does after its product, out = inp·Wᵀ (+ bias).
 enum class Epilogue {
@@ -85,10 +87,21 @@ struct OpsSignatures {
                                                     RowRange);
   using gelu_forward = void (Ops::*)(V*, const V*, long);
   using gelu_backward = void (Ops::*)(V*, const V*, const V*, long);
+  // The Llama block's (model/gpt_architecture.h): RMSNorm, SwiGLU, RoPE.
+  using rmsnorm_forward = void (Ops::*)(V*, S*, const V*, const V*, int, int, double);
+  using residual_rmsnorm_forward = void (Ops::*)(V*, V*, S*, const V*, const V*, const V*, const V*,
+                                                 int, int, double);
+  using rmsnorm_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, const S*, int,
+                                               int);
+  using rmsnorm_backward_weight = void (Ops::*)(G*, const V*, const V*, const S*, int, int);
+  using swiglu_forward = void (Ops::*)(V*, const V*, int, int);
+  using swiglu_backward = void (Ops::*)(V*, const V*, const V*, int, int);
+  using rope_forward = void (Ops::*)(V*, const RopeLayout&);
+  using rope_backward = void (Ops::*)(V*, const RopeLayout&);
   using layernorm_forward = void (Ops::*)(V*, S*, S*, const V*, const V*, const V*, int, int,
-                                          float);
+                                          double);
   using residual_layernorm_forward = void (Ops::*)(V*, V*, S*, S*, const V*, const V*, const V*,
-                                                   const V*, const V*, int, int, float);
+                                                   const V*, const V*, int, int, double);
   using layernorm_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, const S*,
                                                  const S*, int, int);
   using layernorm_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, const S*, const S*,
@@ -140,6 +153,14 @@ struct OpsSignatures {
   STRATA_CHECK_GPT_OP(Ops, matmul_backward_weight_rows);                                    \
   STRATA_CHECK_GPT_OP(Ops, gelu_forward);                                                   \
   STRATA_CHECK_GPT_OP(Ops, gelu_backward);                                                  \
+  STRATA_CHECK_GPT_OP(Ops, rmsnorm_forward);                                                \
+  STRATA_CHECK_GPT_OP(Ops, residual_rmsnorm_forward);                                       \
+  STRATA_CHECK_GPT_OP(Ops, rmsnorm_backward_input);                                         \
+  STRATA_CHECK_GPT_OP(Ops, rmsnorm_backward_weight);                                        \
+  STRATA_CHECK_GPT_OP(Ops, swiglu_forward);                                                 \
+  STRATA_CHECK_GPT_OP(Ops, swiglu_backward);                                                \
+  STRATA_CHECK_GPT_OP(Ops, rope_forward);                                                   \
+  STRATA_CHECK_GPT_OP(Ops, rope_backward);                                                  \
   STRATA_CHECK_GPT_OP(Ops, layernorm_forward);                                              \
   STRATA_CHECK_GPT_OP(Ops, residual_layernorm_forward);                                     \
   STRATA_CHECK_GPT_OP(Ops, layernorm_backward_input);                                       \

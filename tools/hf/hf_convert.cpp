@@ -111,8 +111,7 @@ HfImport import_hf_gpt2(const std::string& dir, const std::string& out_checkpoin
 
   Config config;
   config.run.name = "hf_import";
-  config.model = {result.shape.n_layer, result.shape.n_head,     result.shape.d_model,
-                  result.shape.seq_len, result.shape.vocab_size, MoeConfig{}};
+  config.model = model_config_of(result.shape);
   // A checkpoint's config names the data it was trained on; an imported model has none here.
   // `train --resume` takes the data from its own config.
   config.data.train = "hf-import:" + fs::absolute(dir).string();

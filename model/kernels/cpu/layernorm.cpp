@@ -86,7 +86,7 @@ void sum_parameter_gradients(T* dweight, T* dbias, const T* dout, const T* inp, 
 
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int N, int C, float eps) {
+                       int N, int C, double eps) {
   const T eps_t = static_cast<T>(eps);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
@@ -98,7 +98,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 template <class T>
 void residual_layernorm_forward(T* sum_out, T* out, T* mean, T* rstd, const T* residual, const T* y,
                                 const T* y_bias, const T* weight, const T* bias, int N, int C,
-                                float eps, ComputeDtype dtype) {
+                                double eps, ComputeDtype dtype) {
   const T eps_t = static_cast<T>(eps);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
@@ -165,15 +165,15 @@ void layernorm_backward_weight(T* dweight, T* dbias, const T* dout, const T* inp
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,
-                                       const float*, int, int, float);
+                                       const float*, int, int, double);
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
-                                        const double*, int, int, float);
+                                        const double*, int, int, double);
 template void residual_layernorm_forward<float>(float*, float*, float*, float*, const float*,
                                                 const float*, const float*, const float*,
-                                                const float*, int, int, float, ComputeDtype);
+                                                const float*, int, int, double, ComputeDtype);
 template void residual_layernorm_forward<double>(double*, double*, double*, double*, const double*,
                                                  const double*, const double*, const double*,
-                                                 const double*, int, int, float, ComputeDtype);
+                                                 const double*, int, int, double, ComputeDtype);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
                                         const float*, const float*, const float*, int, int);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,

@@ -9,11 +9,11 @@
 
 namespace strata::cpu {
 
-// inp, out (N, C); weight, bias (C; bias may be null); mean, rstd (N). eps, a float as
-// model.norm_eps is, is added as T (for T = double the float's value, widened).
+// inp, out (N, C); weight, bias (C; bias may be null); mean, rstd (N). eps (model.norm_eps) is
+// added as T: GPT-2's 1e-5 is the float 1e-5f it always was, and exactly 1e-5 in double.
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int N, int C, float eps);
+                       int N, int C, double eps);
 
 // The residual add that closes an attention block and the LayerNorm that opens the MLP, in one
 // pass over each row (the row is still in cache when the LayerNorm reads it):
@@ -24,7 +24,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
 template <class T>
 void residual_layernorm_forward(T* sum_out, T* out, T* mean, T* rstd, const T* residual, const T* y,
                                 const T* y_bias, const T* weight, const T* bias, int N, int C,
-                                float eps, ComputeDtype dtype);
+                                double eps, ComputeDtype dtype);
 
 // dinp (N, C) += ...; dweight, dbias (C) += ... (accumulated; dbias null: no bias gradient).
 // Exactly layernorm_backward_input, then layernorm_backward_weight.

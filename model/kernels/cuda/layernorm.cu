@@ -145,14 +145,15 @@ void launch_forward(T* sum_out, T* out, float* mean, float* rstd, const T* resid
 template <class T>
 void residual_layernorm_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual,
                                 const T* y, const T* y_bias, const T* weight, const T* bias, int N,
-                                int C, float eps, cudaStream_t stream) {
+                                int C, double eps, cudaStream_t stream) {
   STRATA_CHECK(N >= 0 && C > 0);
   if (N == 0) return;
+  const float eps32 = static_cast<float>(eps);  // added in fp32, as the CPU adds it in float
   if (vector_rows<T>(C, sum_out, out, residual, y, weight, bias)) {
     launch_forward<T, kVec16<T>>(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C,
-                                 eps, stream);
+                                 eps32, stream);
   } else {
-    launch_forward<T, 1>(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps,
+    launch_forward<T, 1>(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps32,
                          stream);
   }
   STRATA_CUDA_CHECK_LAUNCH();
@@ -203,7 +204,7 @@ void layernorm_backward_weight(float* dweight, float* dbias, const T* dout, cons
 
 #define STRATA_INSTANTIATE(T)                                                                  \
   template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*,      \
-                                              const T*, const T*, const T*, int, int, float,   \
+                                              const T*, const T*, const T*, int, int, double,  \
                                               cudaStream_t);                                   \
   template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,        \
                                       const float*, const float*, int, int, DeviceArena&,      \

@@ -34,11 +34,11 @@ namespace strata::cuda {
 template <class T>
 void residual_layernorm_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual,
                                 const T* y, const T* y_bias, const T* weight, const T* bias, int N,
-                                int C, float eps, cudaStream_t stream);
+                                int C, double eps, cudaStream_t stream);
 
 template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, int N, int C, float eps, cudaStream_t stream) {
+                       const T* bias, int N, int C, double eps, cudaStream_t stream) {
   residual_layernorm_forward<T>(nullptr, out, mean, rstd, inp, nullptr, nullptr, weight, bias, N, C,
                                 eps, stream);
 }
