@@ -29,6 +29,7 @@
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/cuda/gpt_partition_ranks.h"
 #include "tests/cuda/gpt_test_support.h"
+#include "tests/support/model_shapes.h"
 
 namespace strata::cuda {
 namespace {
@@ -240,6 +241,27 @@ TEST_F(GptPartitionMoe, PipelineStagesMatchTheWholeCpuModel) {
 }
 
 TEST_F(GptPartitionMoe, RecomputeUnderPartitionsIsBitwiseNone) {
+  expect_recompute_bitwise_none({2, true, {{0, 1}, {1, 3}}});
+}
+
+// The Llama-style block (RMSNorm, SwiGLU of width 192, RoPE, 4 query heads sharing 2 key/value
+// heads, no biases, the untied head): kv heads split over tp 2, the two ends of a pipeline each
+// with its own table.
+class GptPartitionLlama : public GptPartition {
+ protected:
+  void SetUp() override {
+    std::mt19937_64 rng = test_rng();
+    draw(strata::testing::llama_shape(kShape, 192, 2, 10000.0), rng);
+  }
+};
+
+TEST_F(GptPartitionLlama, TensorSequenceAndPipelineParallelMatchTheWholeCpuModel) {
+  expect_matches_cpu({2});
+  expect_matches_cpu({2, true});
+  expect_matches_cpu({2, true, {{0, 1}, {1, 3}}});
+}
+
+TEST_F(GptPartitionLlama, RecomputeUnderPartitionsIsBitwiseNone) {
   expect_recompute_bitwise_none({2, true, {{0, 1}, {1, 3}}});
 }
 

@@ -34,6 +34,7 @@
 #include "model/kernels/cuda/grad_norm.h"
 #include "tests/cuda/cuda_test_support.h"
 #include "tests/cuda/gpt_test_support.h"
+#include "tests/support/model_shapes.h"
 
 namespace strata::cuda {
 namespace {
@@ -48,19 +49,25 @@ struct Case {
     std::ostringstream out;
     out << 'L' << shape.n_layer << " NH" << shape.n_head << " C" << shape.d_model << " V"
         << shape.vocab_size << " B" << B << " T" << T;
+    if (shape.arch != GptArchitecture{})
+      out << " llama KV" << shape.kv_head_count() << " F" << shape.ffn_width();
     return out.str();
   }
 };
 
 // hs 16, T = 37 < seq_len (unused wpe rows), B·T = 111, V 100 → Vp 128; hs 64 with whole tiles;
 // hs 32, hs 48 (configs/fortunes.yaml's) and hs 128 ragged. The first two have two layers
-// (recompute's workspace pays off).
+// (recompute's workspace pays off). Then the Llama-style block (RMSNorm, SwiGLU, RoPE, no biases,
+// the untied head): grouped-query attention at hs 16 and multi-query at hs 32.
 const std::vector<Case>& cases() {
-  static const std::vector<Case> all{{GptShape(2, 4, 64, 48, 100), 3, 37},
-                                     {GptShape(2, 2, 128, 64, 200), 2, 64},
-                                     {GptShape(1, 3, 96, 32, 300), 2, 19},
-                                     {GptShape(1, 2, 96, 40, 150), 2, 33},
-                                     {GptShape(1, 1, 128, 40, 130), 1, 40}};
+  static const std::vector<Case> all{
+      {GptShape(2, 4, 64, 48, 100), 3, 37},
+      {GptShape(2, 2, 128, 64, 200), 2, 64},
+      {GptShape(1, 3, 96, 32, 300), 2, 19},
+      {GptShape(1, 2, 96, 40, 150), 2, 33},
+      {GptShape(1, 1, 128, 40, 130), 1, 40},
+      {strata::testing::llama_shape(GptShape(2, 4, 64, 48, 100), 192, 2, 10000.0), 3, 37},
+      {strata::testing::llama_shape(GptShape(1, 4, 128, 40, 130), 352, 1, 500000.0), 2, 40}};
   return all;
 }
 
