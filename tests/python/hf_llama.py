@@ -51,7 +51,7 @@ def check_generate(args, model):
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
                              pad_token_id=tokenizer.eos_id())
-    expected = tokenizer.decode(out[0].tolist())
+    expected = tokenizer.decode(out[0].tolist()).rstrip("\n")
     check(text == expected, f"generate: greedy strata {text!r} vs transformers {expected!r}")
 
 
