@@ -40,7 +40,9 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
   const std::size_t tp = static_cast<std::size_t>(partition.tp_size);
   const bool sequence_parallel = partition.sequence_parallel && tp > 1;
   const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
-  const std::size_t C = shape.d_model, Cl = C / tp, Hl = 4 * C / tp;
+  const std::size_t C = shape.d_model, Cl = C / tp;
+  const std::size_t QKVl = shape.qkv_width() / tp, Hl = shape.ffn_width() / tp;
+  const std::size_t Fcl = shape.fc_width() / tp;  // the fc product: Hl, or SwiGLU's 2·Hl
   const std::size_t Nl = sequence_parallel ? N / tp : N;
   const std::size_t L = static_cast<std::size_t>(partition.layers());
   const std::size_t moe_blocks = static_cast<std::size_t>(moe_block_count(shape, partition));
@@ -48,11 +50,11 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
 
   LayerElements layer;
   // Attention's (T, T) probabilities are recomputed in the backward pass, never kept.
-  layer.attention = N * 3 * Cl + N * Cl;              // qkv, atty
+  layer.attention = N * QKVl + N * Cl;                // qkv, atty
   layer.rest = 3 * Nl * C +                           // residual2, ln1, ln2
                (sequence_parallel ? 2 * N * C : 0) +  // ln1_full, ln2_full
                4 * Nl;                                // LayerNorm means and rstds
-  const std::size_t mlp = 2 * N * Hl;                 // fch, fch_gelu: dense blocks only
+  const std::size_t mlp = N * Fcl + N * Hl;           // fch, fch_gelu: dense blocks only
   const bool drops_attention = recompute != Recompute::none;
   const bool drops_rest = recompute == Recompute::full;
 
@@ -66,8 +68,8 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
   if (!partition.has_embedding) a.per_slot += Nl * C;                  // input_grad
   if (split_backward) {  // the weight stash (Gpt::WeightStash)
     a.per_slot +=
-        L * (2 * N * C + 3 * N * Cl + 2 * Nl * C) + D * N * Hl;  // dz, dy, dqkv, dln*; dfch
-    if (drops_attention) a.per_slot += L * N * Cl;               // atty copy
+        L * (2 * N * C + N * QKVl + 2 * Nl * C) + D * N * Fcl;  // dz, dy, dqkv, dln*; dfch
+    if (drops_attention) a.per_slot += L * N * Cl;              // atty copy
     if (drops_rest)
       a.per_slot += L * (Nl * C + 2 * N * C + 4 * Nl) + D * N * Hl;  // x2, ln*; fch_gelu
     if (partition.has_head) a.per_slot += Nl * C;                    // dlnf

@@ -9,9 +9,10 @@
 // kCrossEntropyStatsPerRow).
 //
 // Sizes (GptDims): N = B·T rows of max_batch sequences, Nr the rows of the residual stream on this
-// rank (N / tp with sequence parallelism), Cl = C / tp attention channels, Hl = 4C / tp MLP
-// channels, NHl heads and Vl vocabulary rows of this rank. Every per-layer array is strided by
-// the rows of max_batch sequences, whatever micro-batch a slot holds.
+// rank (N / tp with sequence parallelism), Cl = C / tp attention channels, QKVl = qkv_width / tp
+// channels of its q, k and v, Hl = F / tp MLP channels (the activation's), Fcl its fc product's
+// (Hl, or 2·Hl for SwiGLU's gate and up), NHl heads and Vl vocabulary rows of this rank. Every
+// per-layer array is strided by the rows of max_batch sequences, whatever micro-batch a slot holds.
 #pragma once
 
 #include <cstddef>
@@ -57,8 +58,8 @@ class BufferCarver {
 // the CPU's grow in host vectors); dense_index[l]: of a dense block, how many dense blocks precede
 // it (the dense MLP's arrays hold those blocks only).
 struct GptDims {
-  std::size_t L = 0, C = 0, Cl = 0, Hl = 0, NHl = 0, Vl = 0, N = 0, Nr = 0;
-  bool sp = false, embedding = false, head = false;
+  std::size_t L = 0, C = 0, Cl = 0, QKVl = 0, Hl = 0, Fcl = 0, NHl = 0, Vl = 0, N = 0, Nr = 0;
+  bool sp = false, embedding = false, head = false, swiglu = false;
   std::size_t slots = 0;
   std::vector<bool> moe;
   std::vector<std::size_t> dense_index;
@@ -72,7 +73,10 @@ struct GptDims {
     d.L = static_cast<std::size_t>(p.layers());
     d.C = static_cast<std::size_t>(shape.d_model);
     d.Cl = d.C / tp;
-    d.Hl = 4 * d.C / tp;
+    d.QKVl = static_cast<std::size_t>(shape.qkv_width()) / tp;
+    d.Hl = static_cast<std::size_t>(shape.ffn_width()) / tp;
+    d.Fcl = static_cast<std::size_t>(shape.fc_width()) / tp;
+    d.swiglu = shape.arch.mlp == MlpKind::swiglu;
     d.NHl = static_cast<std::size_t>(shape.n_head) / tp;
     d.Vl = static_cast<std::size_t>(shape.padded_vocab()) / tp;
     d.N = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(shape.seq_len);
@@ -115,9 +119,9 @@ struct GptLayerArrays {
     ln1_rstd = c.take<S>(rest_layers * d.Nr);
     ln2_mean = c.take<S>(rest_layers * d.Nr);
     ln2_rstd = c.take<S>(rest_layers * d.Nr);
-    fch = c.take<V>(mlp_layers * d.N * d.Hl);
+    fch = c.take<V>(mlp_layers * d.N * d.Fcl);
     fch_gelu = c.take<V>(mlp_layers * d.N * d.Hl);
-    qkv = c.take<V>(attention_layers * d.N * 3 * d.Cl);
+    qkv = c.take<V>(attention_layers * d.N * d.QKVl);
     atty = c.take<V>(attention_layers * d.N * d.Cl);
     lse = c.take<S>(attention_layers * d.N * d.NHl * lse_per_row);
   }
@@ -133,8 +137,8 @@ void carve_stash_layer(StashLayer<V, S>& w, BufferCarver& c, const GptDims& d, b
   const std::size_t mlp_arrays = mlp ? 1 : 0;
   w.dz = c.take<V>(d.N * d.C);
   w.dy = c.take<V>(d.N * d.C);
-  w.dfch = c.take<V>(mlp_arrays * d.N * d.Hl);
-  w.dqkv = c.take<V>(d.N * 3 * d.Cl);
+  w.dfch = c.take<V>(mlp_arrays * d.N * d.Fcl);
+  w.dqkv = c.take<V>(d.N * d.QKVl);
   w.dln1 = c.take<V>(d.Nr * d.C);
   w.dln2 = c.take<V>(d.Nr * d.C);
   w.atty = c.take<V>(copy_attention ? d.N * d.Cl : 0);
@@ -208,6 +212,7 @@ struct GptBuffers {
   // parallelism; without it the partial sums are added in place, in the stash).
   V* dln = nullptr;
   V* datty = nullptr;          // (N, Cl)
+  V* dact = nullptr;           // (N, Hl) the MLP activation's gradient (SwiGLU only)
   GptWeightStash<V, S> stash;  // the fused backward's: one layer, no copies
 };
 

@@ -8,11 +8,13 @@
 // (BlockTensors), the shared buffers (GptBlockBuffers).
 //
 // Per block, N = B·T rows, Nl of them this rank's residual rows (N / tp with sequence
-// parallelism), Cl = C / tp channels of this rank's heads, Hl = 4C / tp of its MLP columns:
-//   ln1 = LN(x) → [gather rows] → qkv (column-parallel) → attention → proj (row-parallel) → [sum]
-//   → x2 = x + · + b and ln2 = LN(x2) (one op) → [gather rows] → fc with bias and GELU →
-//   proj → [sum] → out = x2 + · + b
+// parallelism), Cl = C / tp channels of this rank's q heads, Hl = F / tp of its MLP columns:
+//   ln1 = norm(x) → [gather rows] → qkv (column-parallel) → [RoPE] → attention → proj
+//   (row-parallel) → [sum] → x2 = x + · + b and ln2 = norm(x2) (one op) → [gather rows] →
+//   fc with bias and GELU, or fc (gate and up) then SwiGLU → proj → [sum] → out = x2 + · + b
 // or, in an MoE block, the MLP's line is the experts: [gather rows] → moe(ln2) → [sum] → out.
+// The norm is LayerNorm or RMSNorm (GptNorm), biases are null in a model without them, and with
+// grouped-query attention qkv holds NHl q heads and KVl k and v heads (model/gpt_architecture.h).
 // "[sum]" and "[gather rows]" are the ops' row collectives (gpt.h). The ops round their outputs,
 // so nothing here rounds, copies by hand or knows the device.
 #pragma once
@@ -21,6 +23,8 @@
 
 #include <string>
 
+#include "model/core/error.h"
+#include "model/gpt_norm.h"
 #include "model/gpt_shape.h"
 #include "model/moe/moe_layer.h"
 #include "model/ops/ops.h"
@@ -73,7 +77,9 @@ struct StashLayer {
 
 // Where one block's tensors sit in its segment: offsets from the segment's first element, found
 // by name once (ParameterLayout), −1 for the tensors the block does not have (an MoE block's
-// router stands where a dense block's MLP does).
+// router stands where a dense block's MLP does; a model without biases has none; RMSNorm has no
+// bias). Grouped-query attention's q, k and v weights (and biases) are adjacent tensors: the
+// offsets of q's are those of the fused [q | k | v] product's (ParameterLayout::for_partition).
 struct BlockOffsets {
   std::ptrdiff_t ln1_weight, ln1_bias, qkv_weight, qkv_bias, attn_proj_weight, attn_proj_bias;
   std::ptrdiff_t ln2_weight, ln2_bias, fc_weight, fc_bias, mlp_proj_weight, mlp_proj_bias;
@@ -82,14 +88,28 @@ struct BlockOffsets {
   static BlockOffsets of(const ParameterLayout& layout, const ParameterSegment& segment, int layer,
                          bool moe) {
     const std::string h = "h." + std::to_string(layer) + ".";
-    auto at = [&](const char* name) {
+    auto at = [&](const std::string& name) {
+      if (!layout.has(h + name)) return std::ptrdiff_t{-1};
       return static_cast<std::ptrdiff_t>(layout.at(h + name).offset - segment.range.begin);
     };
     auto mlp = [&](const char* name) { return moe ? std::ptrdiff_t{-1} : at(name); };
+    // The fused product's weight or bias: one tensor, or q's followed by k's and v's.
+    auto qkv = [&](const char* kind) {
+      if (layout.has(h + "attn.qkv." + kind)) return at(std::string("attn.qkv.") + kind);
+      const std::ptrdiff_t q = at(std::string("attn.q.") + kind);
+      if (q >= 0) {
+        const TensorView& qt = layout.at(h + "attn.q." + kind);
+        const TensorView& kt = layout.at(h + "attn.k." + kind);
+        const TensorView& vt = layout.at(h + "attn.v." + kind);
+        STRATA_CHECK(kt.offset == qt.offset + qt.size && vt.offset == kt.offset + kt.size,
+                     "the q, k and v ", kind, " of block ", layer, " are not adjacent");
+      }
+      return q;
+    };
     return {at("ln1.weight"),
             at("ln1.bias"),
-            at("attn.qkv.weight"),
-            at("attn.qkv.bias"),
+            qkv("weight"),
+            qkv("bias"),
             at("attn.proj.weight"),
             at("attn.proj.bias"),
             at("ln2.weight"),
@@ -137,24 +157,47 @@ struct GptBlockBuffers {
   V* dln;      // (N, C) a LayerNorm output's partial gradient before its reduce-scatter (sequence
                // parallelism; without it the partial sums are added in place, in the stash)
   V* datty;    // (N, Cl) the attention output's gradient
+  V* dact;     // (N, Hl) the SwiGLU output's gradient (null for GELU)
 };
 
 // The shape of this rank's block.
 struct GptBlockDims {
   int C = 0, Cl = 0, Hl = 0, NHl = 0;  // channels: all, this rank's heads', its MLP columns
+  int KVl = 0, head_size = 0;          // this rank's key/value heads, and their size
+  int qkv = 0;                         // the q, k, v product's width: (NHl + 2·KVl)·head_size
+  int fc = 0;                          // the fc product's: Hl, or SwiGLU's 2·Hl (gate and up)
   int tp_rank = 0, tp_size = 1;
   bool sequence_parallel = false;  // rows split over the tensor-parallel group
   int experts = 0;                 // of an MoE block (MoeTotals), 0 without
+  Norm norm = Norm::layernorm;
+  double norm_eps = 1e-5;
+  bool swiglu = false;
+  bool rope = false;
+  double rope_theta = 10000.0;
   GptBlockDims(const GptShape& shape, const ModelPartition& partition)
       : C(shape.d_model),
         Cl(shape.d_model / partition.tp_size),
-        Hl(4 * shape.d_model / partition.tp_size),
+        Hl(shape.ffn_width() / partition.tp_size),
         NHl(shape.n_head / partition.tp_size),
+        KVl(shape.kv_head_count() / partition.tp_size),
+        head_size(shape.head_size()),
+        qkv(shape.qkv_width() / partition.tp_size),
+        fc(shape.fc_width() / partition.tp_size),
         tp_rank(partition.tp_rank),
         tp_size(partition.tp_size),
         sequence_parallel(partition.sequence_parallel && partition.tp_size > 1),
-        experts(shape.moe.enabled() ? shape.moe.experts : 0) {}
+        experts(shape.moe.enabled() ? shape.moe.experts : 0),
+        norm(shape.arch.norm),
+        norm_eps(shape.arch.norm_eps),
+        swiglu(shape.arch.mlp == MlpKind::swiglu),
+        rope(shape.arch.position == Position::rope),
+        rope_theta(shape.arch.rope_theta) {}
   int rows(int N) const { return sequence_parallel ? N / tp_size : N; }
+  // The q and k heads of B sequences of T rows of the qkv product whose row t has position
+  // t + position_offset.
+  RopeLayout rope_layout(int B, int T, int position_offset) const {
+    return rope_qk_layout(B, T, NHl, KVl, head_size, position_offset, rope_theta);
+  }
 };
 
 // One block's passes; a view over the model's ops, MoE layer (null without experts) and buffers,
@@ -178,14 +221,14 @@ class GptBlock {
   // x → out for B sequences of T_ positions.
   void forward(const Activations& a, int B, int T_, const Weights& p) {
     const int C = d_.C, N = B * T_, Nl = d_.rows(N);
-    // Attention: x2 = x + [sum](proj(attn(qkv(ln1(x))))) + b, then ln2 = LN(x2) in the same op.
-    ops_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p.ln1_weight, p.ln1_bias, Nl, C);
+    // Attention: x2 = x + [sum](proj(attn(qkv(ln1(x))))) + b, then ln2 = norm(x2) in the same op.
+    norm().forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p.ln1_weight, p.ln1_bias, Nl, C);
     attention_core_forward(a, B, T_, p, ops_.gather_rows(a.ln1, a.ln1_full, N, C));
     ops_.matmul_forward(b_.partial, nullptr, a.atty, p.attn_proj_weight, nullptr, N, d_.Cl, C,
                         Epilogue::bias);
     const Value* y = ops_.sum_rows(b_.partial, b_.reduced, N, C);  // (Nl, C)
-    ops_.residual_layernorm_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
-                                    p.ln2_weight, p.ln2_bias, Nl, C);
+    norm().residual_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
+                            p.ln2_weight, p.ln2_bias, Nl, C);
     const Value* ln2_full = ops_.gather_rows(a.ln2, a.ln2_full, N, C);
     if (a.moe != nullptr) {
       // The experts: out = x2 + [sum](moe(ln2)), their proj biases inside (model/moe/).
@@ -194,31 +237,42 @@ class GptBlock {
       ops_.residual_bias_forward(a.out, a.x2, z, nullptr, Nl, C);
       return;
     }
-    // MLP: out = x2 + [sum](proj(gelu(fc(ln2)))) + b; the fc bias added after its product, with
-    // the GELU (Epilogue::bias_gelu).
-    ops_.matmul_forward(a.fch_gelu, a.fch, ln2_full, p.fc_weight, p.fc_bias, N, C, d_.Hl,
-                        Epilogue::bias_gelu);
+    // MLP: out = x2 + [sum](proj(act(fc(ln2)))) + b. GELU: the fc bias added after its product,
+    // with the GELU (Epilogue::bias_gelu). SwiGLU: fch holds [gate | up] (N, 2Hl), fch_gelu
+    // silu(gate)·up (N, Hl).
+    if (d_.swiglu) {
+      ops_.matmul_forward(a.fch, nullptr, ln2_full, p.fc_weight, p.fc_bias, N, C, d_.fc,
+                          Epilogue::bias);
+      ops_.swiglu_forward(a.fch_gelu, a.fch, N, d_.Hl);
+    } else {
+      ops_.matmul_forward(a.fch_gelu, a.fch, ln2_full, p.fc_weight, p.fc_bias, N, C, d_.Hl,
+                          Epilogue::bias_gelu);
+    }
     ops_.matmul_forward(b_.partial, nullptr, a.fch_gelu, p.mlp_proj_weight, nullptr, N, d_.Hl, C,
                         Epilogue::bias);
     const Value* z = ops_.sum_rows(b_.partial, b_.reduced, N, C);
     ops_.residual_bias_forward(a.out, a.x2, z, p.mlp_proj_bias, Nl, C);
   }
 
-  // ln1 (all N rows) → qkv (N, 3Cl) → attention output (N, Cl): what selective recomputation
-  // reruns (from the kept ln1 rows, no communication), one function for both.
+  // ln1 (all N rows) → qkv (N, qkv) → [RoPE on q and k] → attention output (N, Cl): what
+  // selective recomputation reruns (from the kept ln1 rows, no communication), one function for
+  // both.
   void attention_core_forward(const Activations& a, int B, int T_, const Weights& p,
                               const Value* ln1_full) {
     const int N = B * T_;
     if (a.cache_begin >= 0) {  // decoding: the new rows into the cache, attending over it
       const int t0 = a.cache_begin;
-      ops_.matmul_forward(a.qkv + static_cast<std::size_t>(t0) * 3 * d_.Cl, nullptr, ln1_full,
-                          p.qkv_weight, p.qkv_bias, N, d_.C, 3 * d_.Cl, Epilogue::bias);
-      ops_.attention_forward_rows(a.atty, a.qkv, t0, t0 + N, d_.Cl, d_.NHl);
+      Value* rows = a.qkv + static_cast<std::size_t>(t0) * d_.qkv;
+      ops_.matmul_forward(rows, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, d_.qkv,
+                          Epilogue::bias);
+      if (d_.rope) ops_.rope_forward(rows, d_.rope_layout(1, N, t0));
+      ops_.attention_forward_rows(a.atty, a.qkv, t0, t0 + N, d_.Cl, d_.NHl, d_.KVl);
       return;
     }
-    ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, 3 * d_.Cl,
+    ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, d_.qkv,
                         Epilogue::bias);
-    ops_.attention_forward(a.atty, a.lse, a.qkv, B, T_, d_.Cl, d_.NHl);
+    if (d_.rope) ops_.rope_forward(a.qkv, d_.rope_layout(B, T_, 0));
+    ops_.attention_forward(a.atty, a.lse, a.qkv, B, T_, d_.Cl, d_.NHl, d_.KVl);
   }
 
   // The input half: the recomputation of what the forward dropped (by the forward's own code on
@@ -248,30 +302,35 @@ class GptBlock {
     // Row-parallel partial sums: added in place when rows are not split, else reduce-scattered.
     auto partial_of = [&](Value* local) { return sp ? b_.dln : local; };
 
-    // MLP: out = x2 + [sum](proj(h)) + b, h = gelu(fch); dres is d(loss)/d(out). Or the experts.
+    // MLP: out = x2 + [sum](proj(h)) + b, h = act(fch); dres is d(loss)/d(out). Or the experts.
     ops_.gather_rows_into(b_.dres, stash.dz, N, C);  // (N, C)
     Value* dln2_partial = partial_of(stash.dln2);
     if (a.moe != nullptr) {
       moe_->backward_input(*a.moe, stash.dz, loss_scale, p.router, dln2_partial);
       MoeTotals::add(moe_totals, layer, d_.experts, a.moe->stats);
     } else {
-      ops_.matmul_backward_input(stash.dfch, stash.dz, p.mlp_proj_weight, a.fch, N, d_.Hl,
-                                 C);  // GELU' with it
-      ops_.matmul_backward_input(dln2_partial, stash.dfch, p.fc_weight, nullptr, N, C, d_.Hl);
+      if (d_.swiglu) {
+        ops_.matmul_backward_input(b_.dact, stash.dz, p.mlp_proj_weight, nullptr, N, d_.Hl, C);
+        ops_.swiglu_backward(stash.dfch, b_.dact, a.fch, N, d_.Hl);
+      } else {
+        ops_.matmul_backward_input(stash.dfch, stash.dz, p.mlp_proj_weight, a.fch, N, d_.Hl,
+                                   C);  // GELU' with it
+      }
+      ops_.matmul_backward_input(dln2_partial, stash.dfch, p.fc_weight, nullptr, N, C, d_.fc);
     }
     ops_.sum_rows(dln2_partial, stash.dln2, N, C);  // (Nl, C)
-    ops_.layernorm_backward_input(b_.dres, stash.dln2, a.x2, p.ln2_weight, a.ln2_mean, a.ln2_rstd,
-                                  Nl, C);
+    norm().backward_input(b_.dres, stash.dln2, a.x2, p.ln2_weight, a.ln2_mean, a.ln2_rstd, Nl, C);
 
     // Attention: x2 = x + [sum](proj(atty)) + b; dres is now d(loss)/d(x2).
     ops_.gather_rows_into(b_.dres, stash.dy, N, C);
     ops_.matmul_backward_input(b_.datty, stash.dy, p.attn_proj_weight, nullptr, N, d_.Cl, C);
-    ops_.attention_backward(stash.dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, d_.Cl, d_.NHl);
+    ops_.attention_backward(stash.dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, d_.Cl, d_.NHl,
+                            d_.KVl);
+    if (d_.rope) ops_.rope_backward(stash.dqkv, d_.rope_layout(B, T_, 0));  // dq, dk turned back
     Value* dln1_partial = partial_of(stash.dln1);
-    ops_.matmul_backward_input(dln1_partial, stash.dqkv, p.qkv_weight, nullptr, N, C, 3 * d_.Cl);
+    ops_.matmul_backward_input(dln1_partial, stash.dqkv, p.qkv_weight, nullptr, N, C, d_.qkv);
     ops_.sum_rows(dln1_partial, stash.dln1, N, C);
-    ops_.layernorm_backward_input(b_.dres, stash.dln1, a.x, p.ln1_weight, a.ln1_mean, a.ln1_rstd,
-                                  Nl, C);
+    norm().backward_input(b_.dres, stash.dln1, a.x, p.ln1_weight, a.ln1_mean, a.ln1_rstd, Nl, C);
   }
 
   // The activations the weight half reads: `a` (the slot's, or the workspace the fused
@@ -305,19 +364,20 @@ class GptBlock {
     } else {
       ops_.matmul_backward_weight_rows(g.mlp_proj_weight, g.mlp_proj_bias, stash.dz, in.fch_gelu, N,
                                        d_.Hl, C, own_rows);
-      ops_.matmul_backward_weight(g.fc_weight, g.fc_bias, stash.dfch, in.ln2_rows(sp), N, C, d_.Hl);
+      ops_.matmul_backward_weight(g.fc_weight, g.fc_bias, stash.dfch, in.ln2_rows(sp), N, C, d_.fc);
     }
-    ops_.layernorm_backward_weight(g.ln2_weight, g.ln2_bias, stash.dln2, in.x2, in.ln2_mean,
-                                   in.ln2_rstd, Nl, C);
+    norm().backward_weight(g.ln2_weight, g.ln2_bias, stash.dln2, in.x2, in.ln2_mean, in.ln2_rstd,
+                           Nl, C);
     ops_.matmul_backward_weight_rows(g.attn_proj_weight, g.attn_proj_bias, stash.dy, in.atty, N,
                                      d_.Cl, C, own_rows);
     ops_.matmul_backward_weight(g.qkv_weight, g.qkv_bias, stash.dqkv, in.ln1_rows(sp), N, C,
-                                3 * d_.Cl);
-    ops_.layernorm_backward_weight(g.ln1_weight, g.ln1_bias, stash.dln1, in.x, in.ln1_mean,
-                                   in.ln1_rstd, Nl, C);
+                                d_.qkv);
+    norm().backward_weight(g.ln1_weight, g.ln1_bias, stash.dln1, in.x, in.ln1_mean, in.ln1_rstd, Nl,
+                           C);
   }
 
  private:
+  GptNorm<Ops> norm() const { return {ops_, d_.norm, d_.norm_eps}; }
   // A copy into the stash, where it has room for one.
   template <class U>
   void keep(U* to, const U* from, std::size_t n) {

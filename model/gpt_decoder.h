@@ -3,7 +3,9 @@
 // generated token costs one position's work instead of the whole window's (Gpt::forward).
 //
 // The cache holds, per layer, the packed qkv rows (docs/ARCHITECTURE.md §5: all q, then all k, then
-// all v; heads contiguous) that Gpt's forward computes for the same positions: (L, seq_len, 3C).
+// all v; heads contiguous) that Gpt's forward computes for the same positions: (L, seq_len,
+// qkv_width), 3C with multi-head attention and (n_head + 2·kv_heads)·head_size with grouped-query
+// attention, whose cache is that much smaller per position.
 // Rows [0, length()) hold the sequence so far. The q third of a cached row is not read again;
 // keeping the packed rows lets the qkv GEMM write new rows straight into the cache and the
 // attention read them as Gpt's forward does (attention_forward_rows beside attention_forward).
@@ -12,11 +14,12 @@
 // with BlockActivations::cache_begin), over a CpuOps in fp32; the embedding and the head are the
 // same ops on the new rows (the head on the last row alone).
 //
-// Positions are learned (wpe), so cached keys and values belong to their positions: a window that
-// moves cannot shift the cache, it is rebuilt by reset() and one append of the new window (a
-// prefill). The decoder computes in T throughout, without the mixed-precision rounding of
-// GptOptions::compute (the tools load fp32 models). Same numbers as Gpt::forward up to the order
-// of floating-point sums inside GEMMs of other shapes.
+// Cached keys and values belong to their positions (learned wpe added to the embedding, or rotary
+// embeddings already turning the cached keys): a window that moves cannot shift the cache, it is
+// rebuilt by reset() and one append of the new window (a prefill). The decoder computes in T
+// throughout, without the mixed-precision rounding of GptOptions::compute (the tools load fp32
+// models). Same numbers as Gpt::forward up to the order of floating-point sums inside GEMMs of
+// other shapes.
 #pragma once
 
 #include <cstdint>
@@ -53,16 +56,16 @@ class GptDecoder {
 
   GptShape shape_;
   CpuOps<T> ops_;  // fp32: rounds nothing
-  const T *wte_, *wpe_, *lnf_weight_, *lnf_bias_;
+  const T *wte_, *wpe_, *head_, *lnf_weight_, *lnf_bias_;
   std::vector<typename Block::Weights> blocks_;
   int length_ = 0;
-  std::vector<T> qkv_cache_;  // (L, seq_len, 3C)
+  std::vector<T> qkv_cache_;  // (L, seq_len, qkv_width)
   // Work buffers for up to seq_len new rows (n of them used):
   std::vector<T> x_, x2_;          // (seq_len, C) residual stream entering a block, after attention
   std::vector<T> ln_;              // (seq_len, C) a LayerNorm's output
   std::vector<T> mean_, rstd_;     // (seq_len) its statistics (unused: no backward pass)
   std::vector<T> atty_, y_;        // (seq_len, C) attention output, a projection before its bias
-  std::vector<T> fch_, fch_gelu_;  // (seq_len, 4C)
+  std::vector<T> fch_, fch_gelu_;  // (seq_len, fc_width), (seq_len, ffn_width)
   std::vector<T> logits_;          // (padded_vocab) of the last new row
   // MoE blocks route every new token dropless: in decoding no token competes for capacity.
   std::unique_ptr<MoeLayer<T>> moe_;

@@ -20,6 +20,7 @@
 #include "model/activation_slots.h"
 #include "model/core/error.h"
 #include "model/gpt_block_pass.h"
+#include "model/gpt_norm.h"
 #include "model/gpt_shape.h"
 #include "model/gpt_storage.h"
 #include "model/parameter_access.h"
@@ -109,11 +110,13 @@ class GptPasses {
         sequence_parallel_(partition.sequence_parallel && partition.tp_size > 1),
         recompute_(storage.recompute),
         storage_(shape, partition, storage, moe_bytes(shape, partition, storage.max_batch)) {
-    if (layout_.has("wte")) {
-      const TensorView& wte = layout_.at("wte");
-      vocab_ = {static_cast<int>(wte.slice.mid_begin), static_cast<int>(wte.slice.mid_count),
-                shape.vocab_size};
-    }
+    // wte and the untied lm_head split the vocabulary alike.
+    for (const char* table : {"wte", "lm_head.weight"})
+      if (layout_.has(table)) {
+        const TensorView& t = layout_.at(table);
+        vocab_ = {static_cast<int>(t.slice.mid_begin), static_cast<int>(t.slice.mid_count),
+                  shape.vocab_size};
+      }
     if (shape.moe.enabled())
       moe_totals_.assign(shape.n_layer * MoeTotals::stride(shape.moe.experts), 0.0);
   }
@@ -212,10 +215,7 @@ class GptPasses {
     // The tied wte takes gradients from the head and from the embedding: one acquisition spans
     // both.
     Grad* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
-    if (partition_.has_head) {
-      head_backward_weight(s, parameters, wte_grads, w);
-      if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
-    }
+    if (partition_.has_head) head_weight_half(s, parameters, wte_grads, w);
     for (int l = partition_.layers() - 1; l >= 0; --l) {
       block_backward_input(s, parameters, l, w, 0);
       block_backward_weight(s, parameters, l, w, 0);
@@ -242,10 +242,7 @@ class GptPasses {
   // The weight halves, from the slot's stash.
   void backward_weight_pass(Slot& s, Parameters& parameters) {
     Grad* wte_grads = segment_.wte >= 0 ? parameters.acquire_gradients(segment_.wte) : nullptr;
-    if (partition_.has_head) {
-      head_backward_weight(s, parameters, wte_grads, s.stash);
-      if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
-    }
+    if (partition_.has_head) head_weight_half(s, parameters, wte_grads, s.stash);
     for (int l = partition_.layers() - 1; l >= 0; --l)
       block_backward_weight(s, parameters, l, s.stash, l);
     if (partition_.has_embedding) {
@@ -263,7 +260,7 @@ class GptPasses {
   bool sequence_parallel_;  // rows split over the tensor-parallel group (tp > 1 only)
   Recompute recompute_;
   GptStorage<Ops> storage_;  // the slots and the shared buffers
-  VocabShard vocab_;         // this rank's rows of wte (the embedding and the tied head), if any
+  VocabShard vocab_;         // this rank's rows of wte and the head (tied, or lm_head), if any
   std::vector<BlockOffsets> block_offsets_;  // per local layer: its tensors in its segment
   std::vector<double> moe_totals_;           // MoeTotals over n_layer blocks, since taken
 
@@ -276,6 +273,14 @@ class GptPasses {
   }
   const Model& model() const { return static_cast<const Model&>(*this); }
   const BlockOffsets& offsets(int l) const { return block_offsets_[static_cast<std::size_t>(l)]; }
+  GptNorm<Ops> norm() { return {model().ops_, shape_.arch.norm, shape_.arch.norm_eps}; }
+  // The head's matrix: the tied wte, or lm_head.
+  const char* head_name() const { return segment_.lm_head >= 0 ? "lm_head.weight" : "wte"; }
+  // The final norm's bias, where the model has one (else null).
+  template <class P>
+  P* lnf_bias(P* lnf) const {
+    return layout_.has("lnf.bias") ? in_segment(lnf, segment_.lnf, "lnf.bias") : nullptr;
+  }
 
   // Each rank looks up the tokens of its vocabulary rows (zeros elsewhere); the sum over the
   // group is the embedding. Without sequence parallelism straight into the residual stream.
@@ -289,6 +294,7 @@ class GptPasses {
                           C);  // (N, C)
     parameters.release_weights(segment_.wte);
     ops.sum_rows(lookup, residual, N, C);  // (Nl, C), in the residual stream either way
+    if (segment_.wpe < 0) return;          // rotary positions: turned in each block's attention
     const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
     const Value* wpe = parameters.acquire_weights(segment_.wpe, WeightUse::forward);
     ops.position_embedding_forward(residual, in_segment(wpe, segment_.wpe, "wpe"), row_begin, Nl,
@@ -306,21 +312,21 @@ class GptPasses {
     }
   }
 
-  // The final LayerNorm and the logits of this rank's vocabulary rows (N, Vl), the head tied to
-  // wte: the cross-entropy reads the rounded logits (as fused classifier kernels do).
+  // The final norm and the logits of this rank's vocabulary rows (N, Vl), the head tied to wte
+  // or lm_head: the cross-entropy reads the rounded logits (as fused classifier kernels do).
   void head_forward(Slot& s, Parameters& parameters) {
     Ops& ops = model().ops_;
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
     const Value* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::forward);
-    ops.layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, storage_.stage_output(s),
-                          in_segment(lnf, segment_.lnf, "lnf.weight"),
-                          in_segment(lnf, segment_.lnf, "lnf.bias"), Nl, C);
+    norm().forward(s.lnf, s.lnf_mean, s.lnf_rstd, storage_.stage_output(s),
+                   in_segment(lnf, segment_.lnf, "lnf.weight"), lnf_bias(lnf), Nl, C);
     parameters.release_weights(segment_.lnf);
     const Value* lnf_full = ops.gather_rows(s.lnf, s.lnf_full, N, C);
-    const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::forward);
-    ops.matmul_forward(s.logits, nullptr, lnf_full, in_segment(wte, segment_.wte, "wte"), nullptr,
+    const int head = segment_.head();
+    const Value* matrix = parameters.acquire_weights(head, WeightUse::forward);
+    ops.matmul_forward(s.logits, nullptr, lnf_full, in_segment(matrix, head, head_name()), nullptr,
                        N, C, vocab_.rows, Epilogue::bias);
-    parameters.release_weights(segment_.wte);
+    parameters.release_weights(head);
   }
 
   // The head's input half: the logits' gradient (in place of the logits, where the weight half
@@ -337,16 +343,17 @@ class GptPasses {
     // Partial sums over the vocabulary shards, summed in place when the rows are not split.
     Value* dlnf = w.dlnf;
     Value* partial = sequence_parallel_ ? b.dln : dlnf;
-    const Value* wte = parameters.acquire_weights(segment_.wte, WeightUse::backward);
-    ops.matmul_backward_input(partial, logits, in_segment(wte, segment_.wte, "wte"), nullptr, N, C,
+    const int head = segment_.head();
+    const Value* matrix = parameters.acquire_weights(head, WeightUse::backward);
+    ops.matmul_backward_input(partial, logits, in_segment(matrix, head, head_name()), nullptr, N, C,
                               vocab_.rows);
-    parameters.release_weights(segment_.wte);
+    parameters.release_weights(head);
     ops.sum_rows(partial, dlnf, N, C);  // (Nl, C) into the stash
     ops.zero(b.dres, static_cast<std::size_t>(Nl) * C);
     const Value* lnf = parameters.acquire_weights(segment_.lnf, WeightUse::backward);
-    ops.layernorm_backward_input(b.dres, dlnf, storage_.stage_output(s),
-                                 in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean,
-                                 s.lnf_rstd, Nl, C);
+    norm().backward_input(b.dres, dlnf, storage_.stage_output(s),
+                          in_segment(lnf, segment_.lnf, "lnf.weight"), s.lnf_mean, s.lnf_rstd, Nl,
+                          C);
     parameters.release_weights(segment_.lnf);
   }
 
@@ -387,17 +394,27 @@ class GptPasses {
   }
 
   // Weight halves; wte_grads: the gradients of the wte segment (tied: both the head and the
-  // embedding add to it).
-  void head_backward_weight(Slot& s, Parameters& parameters, Grad* wte_grads, Stash& w) {
+  // embedding add to it), held from before the head's to after the embedding's. The head's own
+  // matrix, untied, is acquired and released around its weight half.
+  void head_weight_half(Slot& s, Parameters& parameters, Grad* wte_grads, Stash& w) {
+    if (segment_.lm_head < 0) {
+      head_backward_weight(s, parameters, wte_grads, w);
+      if (!partition_.has_embedding) parameters.release_gradients(segment_.wte);
+      return;
+    }
+    head_backward_weight(s, parameters, parameters.acquire_gradients(segment_.lm_head), w);
+    parameters.release_gradients(segment_.lm_head);
+  }
+  // head_grads: the gradients of the head matrix's segment.
+  void head_backward_weight(Slot& s, Parameters& parameters, Grad* head_grads, Stash& w) {
     Ops& ops = model().ops_;
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
     const Value* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
-    ops.matmul_backward_weight(in_segment(wte_grads, segment_.wte, "wte"), nullptr, s.logits,
-                               lnf_full, N, C, vocab_.rows);
+    ops.matmul_backward_weight(in_segment(head_grads, segment_.head(), head_name()), nullptr,
+                               s.logits, lnf_full, N, C, vocab_.rows);
     Grad* lnf = parameters.acquire_gradients(segment_.lnf);
-    ops.layernorm_backward_weight(in_segment(lnf, segment_.lnf, "lnf.weight"),
-                                  in_segment(lnf, segment_.lnf, "lnf.bias"), w.dlnf,
-                                  storage_.stage_output(s), s.lnf_mean, s.lnf_rstd, Nl, C);
+    norm().backward_weight(in_segment(lnf, segment_.lnf, "lnf.weight"), lnf_bias(lnf), w.dlnf,
+                           storage_.stage_output(s), s.lnf_mean, s.lnf_rstd, Nl, C);
     parameters.release_gradients(segment_.lnf);
   }
 
@@ -406,10 +423,12 @@ class GptPasses {
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
     const Value* dembed = w.dembed;
     const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
-    Grad* wpe = parameters.acquire_gradients(segment_.wpe);
-    ops.position_embedding_backward(in_segment(wpe, segment_.wpe, "wpe"), dembed + row_begin * C,
-                                    row_begin, Nl, s.time, C);
-    parameters.release_gradients(segment_.wpe);
+    if (segment_.wpe >= 0) {
+      Grad* wpe = parameters.acquire_gradients(segment_.wpe);
+      ops.position_embedding_backward(in_segment(wpe, segment_.wpe, "wpe"), dembed + row_begin * C,
+                                      row_begin, Nl, s.time, C);
+      parameters.release_gradients(segment_.wpe);
+    }
     ops.embedding_backward(in_segment(wte_grads, segment_.wte, "wte"), dembed, s.tokens, vocab_, N,
                            C);
   }

@@ -82,7 +82,7 @@ class GptStorage {
     const std::size_t r = keep_rest ? l : 0, a = keep_attention ? l : 0;
     const std::size_t m = keep_rest ? d_.dense_index[l] : 0;  // of the dense MLP's arrays
     const bool moe = d_.moe[l];
-    const std::size_t rows = d_.Nr * d_.C, full = d_.N * d_.C, hidden = d_.N * d_.Hl;
+    const std::size_t rows = d_.Nr * d_.C, full = d_.N * d_.C;
     Activations x{};
     x.x = s.residual + l * rows;
     x.out = recomputing ? buffers_.recomputed_output : s.residual + (l + 1) * rows;
@@ -95,9 +95,9 @@ class GptStorage {
     x.ln1_rstd = at(rest.ln1_rstd, r * d_.Nr);
     x.ln2_mean = at(rest.ln2_mean, r * d_.Nr);
     x.ln2_rstd = at(rest.ln2_rstd, r * d_.Nr);
-    x.fch = moe ? nullptr : at(rest.fch, m * hidden);
-    x.fch_gelu = moe ? nullptr : at(rest.fch_gelu, m * hidden);
-    x.qkv = at(attention.qkv, a * d_.N * 3 * d_.Cl);
+    x.fch = moe ? nullptr : at(rest.fch, m * d_.N * d_.Fcl);
+    x.fch_gelu = moe ? nullptr : at(rest.fch_gelu, m * d_.N * d_.Hl);
+    x.qkv = at(attention.qkv, a * d_.N * d_.QKVl);
     x.atty = at(attention.atty, a * d_.N * d_.Cl);
     x.lse = at(attention.lse, a * d_.N * d_.NHl * Ops::kLsePerRow);
     x.moe = moe ? &s.moe[l] : nullptr;
@@ -110,7 +110,7 @@ class GptStorage {
   Stash& fused_stash() { return buffers_.stash; }
   GptBlockBuffers<Value> buffers() const {
     const GptBuffers<Ops>& b = buffers_;
-    return {b.partial, b.reduced, b.dres, b.dln, b.datty};
+    return {b.partial, b.reduced, b.dres, b.dln, b.datty, b.dact};
   }
   // The residual stream after the stage's last block.
   Value* stage_output(const Slot& s) const { return s.residual + d_.L * d_.Nr * d_.C; }
@@ -186,6 +186,7 @@ class GptStorage {
     b.dres = c.take<Value>(d.Nr * d.C);
     b.dln = c.take<Value>(d.sp ? d.N * d.C : 0);
     b.datty = c.take<Value>(d.N * d.Cl);
+    b.dact = c.take<Value>(d.swiglu && d.mlp_layers() > 0 ? d.N * d.Hl : 0);
     // The fused backward reads dlnf before any block's input half writes layer 0, and dembed after
     // the last block's weight half has read it: both share layer 0's arrays.
     b.stash.layers.resize(1);

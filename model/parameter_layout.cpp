@@ -10,23 +10,37 @@
 namespace strata {
 
 namespace {
-// The parameters of a GPT whose MoE blocks use `experts_used` experts each.
-std::int64_t gpt_params(const GptShape& s, int experts_used) {
-  const std::int64_t C = s.d_model;
-  const std::int64_t mlp = 8 * C * C + 5 * C;        // fc 4C², proj 4C², their biases
-  const std::int64_t attention = 4 * C * C + 8 * C;  // qkv 3C², proj C², biases, 2 LN
+// The parameters of a GPT whose MoE blocks use `experts_used` experts each; `with_wte`: counting
+// the embedding table (always, tied, as the head's matrix; untied, only if asked).
+std::int64_t gpt_params(const GptShape& s, int experts_used, bool with_wte) {
+  const std::int64_t C = s.d_model, F = s.ffn_width(), fc = s.fc_width(), qkv = s.qkv_width();
+  const std::int64_t bias = s.arch.bias ? 1 : 0;
+  const std::int64_t norm = (s.arch.norm == Norm::layernorm && s.arch.bias ? 2 : 1) * C;
+  const std::int64_t mlp = fc * C + C * F + bias * (fc + C);                     // fc, proj
+  const std::int64_t attention = qkv * C + C * C + bias * (qkv + C) + 2 * norm;  // qkv, proj, norms
   std::int64_t blocks = 0;
   for (int i = 0; i < s.n_layer; ++i)
     blocks += attention +
               (s.moe.is_moe_block(i) ? s.moe.experts * C + experts_used * mlp : mlp);  // router
-  return static_cast<std::int64_t>(s.padded_vocab()) * C + blocks + 2 * C;
+  const std::int64_t table = static_cast<std::int64_t>(s.padded_vocab()) * C;
+  const std::int64_t embeddings = s.arch.tie_embeddings ? table : table + (with_wte ? table : 0);
+  return embeddings + blocks + norm;
 }
 }  // namespace
 
-std::int64_t GptShape::params_excluding_positions() const { return gpt_params(*this, moe.experts); }
+int GptShape::ffn_width() const {
+  if (arch.d_ff > 0) return arch.d_ff;
+  if (arch.mlp == MlpKind::gelu) return 4 * d_model;
+  const int multiple = arch.ffn_multiple_of;
+  return (8 * d_model / 3 + multiple - 1) / multiple * multiple;
+}
+
+std::int64_t GptShape::params_excluding_positions() const {
+  return gpt_params(*this, moe.experts, true);
+}
 
 std::int64_t GptShape::active_params_excluding_positions() const {
-  return gpt_params(*this, moe.top_k);
+  return gpt_params(*this, moe.top_k, false);
 }
 
 double GptShape::flops_per_token() const {
@@ -96,7 +110,10 @@ ParameterLayout ParameterLayout::for_partition(const GptShape& s, const ModelPar
   STRATA_CHECK(p.ep_size >= 1 && 0 <= p.ep_rank && p.ep_rank < p.ep_size &&
                    (!s.moe.enabled() || s.moe.experts % p.ep_size == 0),
                "expert parallelism of ", p.ep_size, " does not divide ", s.moe.experts, " experts");
-  const std::int64_t C = s.d_model, Vp = s.padded_vocab();
+  const std::int64_t C = s.d_model, Vp = s.padded_vocab(), F = s.ffn_width();
+  const std::int64_t hs = s.head_size(), KV = s.kv_head_count();
+  const bool bias = s.arch.bias, norm_bias = bias && s.arch.norm == Norm::layernorm;
+  const bool swiglu = s.arch.mlp == MlpKind::swiglu;
   const int r = p.tp_rank, n = p.tp_size;
   ParameterLayout layout;
   // Replicated over the tensor-parallel group.
@@ -105,38 +122,59 @@ ParameterLayout ParameterLayout::for_partition(const GptShape& s, const ModelPar
     for (std::int64_t d : shape) size *= d;
     layout.add(name, std::move(shape), decay, 1, size, 1, 0, 1);
   };
-  if (p.has_embedding || p.has_head) layout.add("wte", {Vp, C}, true, 1, Vp, C, r, n);
-  if (p.has_embedding) whole("wpe", {s.seq_len, C}, true);
+  auto norm = [&](const std::string& name) {
+    whole(name + ".weight", {C}, false);
+    if (norm_bias) whole(name + ".bias", {C}, false);
+  };
+  // The head's matrix is wte (tied: both pipeline ends hold it) or lm_head, last in the layout.
+  const bool tied = s.arch.tie_embeddings;
+  if (p.has_embedding || (p.has_head && tied)) layout.add("wte", {Vp, C}, true, 1, Vp, C, r, n);
+  if (p.has_embedding && s.arch.position == Position::learned) whole("wpe", {s.seq_len, C}, true);
   auto block = [&](int i) {
     const std::string h = "h." + std::to_string(i) + ".";
-    whole(h + "ln1.weight", {C}, false);
-    whole(h + "ln1.bias", {C}, false);
-    // Column-parallel: each rank computes its heads' q, k and v.
-    layout.add(h + "attn.qkv.weight", {3 * C, C}, true, 3, C, C, r, n);
-    layout.add(h + "attn.qkv.bias", {3 * C}, false, 3, C, 1, r, n);
+    norm(h + "ln1");
+    // Column-parallel: each rank computes its heads' q, k and v, its rows [q | k | v] of each
+    // tensor adjacent in the buffer, so one product computes them all. Multi-head: one fused
+    // tensor (3C, C), viewed as (3, C, C); grouped-query: three (ARCHITECTURE §5).
+    if (!s.grouped_query()) {
+      layout.add(h + "attn.qkv.weight", {3 * C, C}, true, 3, C, C, r, n);
+      if (bias) layout.add(h + "attn.qkv.bias", {3 * C}, false, 3, C, 1, r, n);
+    } else {
+      for (const char* part : {"q", "k", "v"}) {
+        const std::int64_t rows = part[0] == 'q' ? C : KV * hs;
+        layout.add(h + "attn." + part + ".weight", {rows, C}, true, 1, rows, C, r, n);
+      }
+      if (bias)
+        for (const char* part : {"q", "k", "v"}) {
+          const std::int64_t rows = part[0] == 'q' ? C : KV * hs;
+          layout.add(h + "attn." + part + ".bias", {rows}, false, 1, rows, 1, r, n);
+        }
+    }
     // Row-parallel: each rank multiplies its heads' outputs; the sum over ranks is the output.
     layout.add(h + "attn.proj.weight", {C, C}, true, C, C, 1, r, n);
-    whole(h + "attn.proj.bias", {C}, false);
-    whole(h + "ln2.weight", {C}, false);
-    whole(h + "ln2.bias", {C}, false);
+    if (bias) whole(h + "attn.proj.bias", {C}, false);
+    norm(h + "ln2");
     // The MLP, or the block's experts after their router (replicated), in model/moe/moe_layer.h's
-    // order: each expert's fc column-parallel and proj row-parallel, as the dense MLP's.
+    // order: each expert's fc column-parallel and proj row-parallel, as the dense MLP's. SwiGLU's
+    // fc is the fused gate and up projections (2F, C), viewed as (2, F, C): gate rows first, and a
+    // rank holds [its gate rows | its up rows].
     const bool moe = s.moe.is_moe_block(i);
     if (moe) whole(h + "moe.router.weight", {s.moe.experts, C}, true);
     const int first = moe ? p.first_expert(s.moe.experts) : 0;
+    const std::int64_t halves = swiglu ? 2 : 1;
     for (int e = first; e < first + (moe ? p.experts_held(s.moe.experts) : 1); ++e) {
       const std::string m = moe ? h + "moe.experts." + std::to_string(e) + "." : h + "mlp.";
-      layout.add(m + "fc.weight", {4 * C, C}, true, 1, 4 * C, C, r, n);
-      layout.add(m + "fc.bias", {4 * C}, false, 1, 4 * C, 1, r, n);
-      layout.add(m + "proj.weight", {C, 4 * C}, true, C, 4 * C, 1, r, n);
-      whole(m + "proj.bias", {C}, false);
+      layout.add(m + "fc.weight", {halves * F, C}, true, halves, F, C, r, n);
+      if (bias) layout.add(m + "fc.bias", {halves * F}, false, halves, F, 1, r, n);
+      layout.add(m + "proj.weight", {C, F}, true, C, F, 1, r, n);
+      if (bias) whole(m + "proj.bias", {C}, false);
     }
   };
   for (int c = 0; c < p.chunks(); ++c)
     for (int i = p.chunk_layers(c).begin; i < p.chunk_layers(c).end; ++i) block(i);
   if (p.has_head) {
-    whole("lnf.weight", {C}, false);
-    whole("lnf.bias", {C}, false);
+    norm("lnf");
+    if (!tied) layout.add("lm_head.weight", {Vp, C}, true, 1, Vp, C, r, n);
   }
   return layout;
 }
@@ -172,6 +210,7 @@ SegmentIndex segment_index(const std::vector<ParameterSegment>& segments) {
     if (name == "wte") index.wte = i;
     if (name == "wpe") index.wpe = i;
     if (name == "lnf") index.lnf = i;
+    if (name == "lm_head") index.lm_head = i;
     if (name.starts_with("h.")) index.first_block = i;
   }
   return index;
@@ -236,9 +275,9 @@ void initialize_gpt_parameters(const ParameterLayout& layout, const GptShape& sh
     const double stddev = residual ? residual_std : 0.02;
     const std::uint64_t key = hash_combine(seed, hash_name(t.name));
     // Only real vocabulary rows of wte are drawn; padded rows stay 0 (they are never targets).
-    const std::int64_t live = t.name == "wte"
-                                  ? static_cast<std::int64_t>(shape.vocab_size) * shape.d_model
-                                  : t.slice.logical_size();
+    const bool table = t.name == "wte" || t.name == "lm_head.weight";
+    const std::int64_t live = table ? static_cast<std::int64_t>(shape.vocab_size) * shape.d_model
+                                    : t.slice.logical_size();
 #pragma omp parallel for schedule(static)
     for (std::size_t i = first; i < last; ++i) {
       const std::int64_t g = t.slice.logical_index(static_cast<std::int64_t>(i));

@@ -103,7 +103,9 @@ struct ParameterSegment {
 // Where the named segments stand in a layout's segments(): -1 for those the partition lacks;
 // blocks are consecutive from first_block.
 struct SegmentIndex {
-  int wte = -1, wpe = -1, lnf = -1, first_block = 0;
+  int wte = -1, wpe = -1, lnf = -1, lm_head = -1, first_block = 0;
+  // The head's matrix: the untied lm_head, else the tied wte.
+  int head() const { return lm_head >= 0 ? lm_head : wte; }
   int block(int local_layer) const { return first_block + local_layer; }
 };
 SegmentIndex segment_index(const std::vector<ParameterSegment>& segments);

@@ -17,6 +17,7 @@
 #include "model/kernels/cpu/layernorm.h"
 #include "model/kernels/cpu/matmul.h"
 #include "model/kernels/cpu/thread_budget.h"
+#include "model/ops/ops.h"
 
 namespace strata {
 
@@ -123,7 +124,7 @@ ComputeRates measure_compute(int rows, int width, int seq_len, int heads, int re
   const std::vector<float> qkv = random_floats(static_cast<std::size_t>(B) * seq_len * 3 * C, 4);
   std::vector<float> att(static_cast<std::size_t>(B) * seq_len * C), scratch;
   const double attention = timed(repeats, [&] {
-    cpu::attention_forward(att.data(), qkv.data(), B, seq_len, C, heads, scratch);
+    cpu::attention_forward(att.data(), qkv.data(), B, seq_len, C, heads, heads, scratch);
   });
   rates.attention_tflops = 4.0 * B * seq_len * static_cast<double>(seq_len) * C / attention * 1e-12;
 
@@ -132,7 +133,7 @@ ComputeRates measure_compute(int rows, int width, int seq_len, int heads, int re
   std::vector<float> y(x.size()), mean(static_cast<std::size_t>(N)), rstd(mean.size());
   const double layernorm = timed(repeats, [&] {
     cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), weight.data(),
-                           weight.data(), N, C);
+                           weight.data(), N, C, kGpt2NormEps);
   });
   const double gelu =
       timed(repeats, [&] { cpu::gelu_forward(y.data(), x.data(), static_cast<long>(x.size())); });

@@ -23,6 +23,9 @@ namespace {
 
 struct Dims {
   double N, N_local, C, T, t, V;  // rows, residual rows, width, sequence, tp, padded vocabulary
+  // The block's widths (model/gpt_shape.h): the q, k, v product's Q (3C multi-head), the MLP's F
+  // and its first product's Fc (F, or SwiGLU's 2F); rope: the turned q and k channels (0: none).
+  double Q = 0, F = 0, Fc = 0, rope = 0;
   // A mixture of experts: experts E, held per rank E/ep, and the rows R its experts compute per
   // MoE block under balanced routing (model/activation_sizes.h moe_balanced_assignments).
   double E = 0, held = 0, R = 0;
@@ -39,6 +42,11 @@ Dims dims_of(const Config& config, int tp, bool sequence_parallel) {
          static_cast<double>(m.seq_len),
          static_cast<double>(tp),
          static_cast<double>(shape.padded_vocab())};
+  d.Q = shape.qkv_width();
+  d.F = shape.ffn_width();
+  d.Fc = shape.fc_width();
+  if (shape.arch.position == Position::rope)
+    d.rope = static_cast<double>(m.n_head + shape.kv_head_count()) * shape.head_size();
   if (m.moe.enabled()) {
     d.E = m.moe.experts;
     d.held = d.E / config.parallel.ep;
@@ -49,22 +57,27 @@ Dims dims_of(const Config& config, int tp, bool sequence_parallel) {
   return d;
 }
 
-// One layer's attention half: LayerNorm 1, qkv, attention, its projection, the residual and
-// LayerNorm 2 (8·N·C²/t of a dense layer's 24).
+// One layer's attention half: norm 1, qkv (2·N·C·Q/t), RoPE on q and k (an elementwise pass
+// where the model has it), attention, its projection (2·N·C²/t), the residual and norm 2. GPT-2's
+// Q = 3C makes it 8·N·C²/t of a dense layer's 24.
 Work attention_half(const Dims& d, double element_bytes) {
-  return Work{8 * d.N * d.C * d.C / d.t, 4 * d.N * d.T * d.C / d.t,
-              2 * element_bytes * 4 * d.N_local * d.C, 6, element_bytes * 4 * d.C * d.C / d.t};
+  return Work{2 * d.N * d.C * (d.Q + d.C) / d.t, 4 * d.N * d.T * d.C / d.t,
+              2 * element_bytes * (4 * d.N_local * d.C + d.N * d.rope / d.t),
+              d.rope > 0 ? 7.0 : 6.0, element_bytes * d.C * (d.Q + d.C) / d.t};
 }
 
-// One layer's forward, and the part selective recomputation reruns.
+// One layer's forward: the attention half and the MLP (2·N·C·Fc/t and 2·N·F·C/t; its activation
+// reads Fc and writes F per row), and the part selective recomputation reruns.
 Work layer_forward(const Dims& d, double element_bytes) {
-  return Work{24 * d.N * d.C * d.C / d.t, 4 * d.N * d.T * d.C / d.t,
-              2 * element_bytes * (4 * d.N_local * d.C + d.N * 4 * d.C / d.t), 10,
-              element_bytes * 12 * d.C * d.C / d.t};
+  Work w = attention_half(d, element_bytes);
+  w += Work{2 * d.N * d.C * (d.Fc + d.F) / d.t, 0, element_bytes * d.N * (d.Fc + d.F) / d.t,
+            d.Fc > d.F ? 5.0 : 4.0, element_bytes * d.C * (d.Fc + d.F) / d.t};
+  return w;
 }
 Work attention_core(const Dims& d, double element_bytes) {
-  return Work{2 * d.N * d.C * 3 * d.C / d.t, 4 * d.N * d.T * d.C / d.t, 0, 2,
-              element_bytes * 3 * d.C * d.C / d.t};
+  return Work{2 * d.N * d.C * d.Q / d.t, 4 * d.N * d.T * d.C / d.t,
+              2 * element_bytes * d.N * d.rope / d.t, d.rope > 0 ? 3.0 : 2.0,
+              element_bytes * d.Q * d.C / d.t};
 }
 
 // An MoE block's forward (model/moe/moe_layer.h): the attention half, then the router on all N
@@ -84,12 +97,15 @@ Work moe_layer_forward(const Dims& d, double element_bytes) {
 }
 
 // One layer's weight half: dW += dYᵀ·X for its four GEMMs (their forward's FLOPs), the biases
-// and LayerNorm gains from the stashed gradients (8 calls). An MoE block's: the attention half's
-// four (8·N·C²/t), each held expert's two on its rows, the router's on this rank's own rows.
-Work layer_weight_gradients(const Dims& d) { return Work{24 * d.N * d.C * d.C / d.t, 0, 0, 8, 0}; }
+// and norm gains from the stashed gradients (8 calls). An MoE block's: the attention half's
+// two, each held expert's two on its rows, the router's on this rank's own rows.
+Work layer_weight_gradients(const Dims& d) {
+  return Work{2 * d.N * d.C * (d.Q + d.C + d.Fc + d.F) / d.t, 0, 0, 8, 0};
+}
 Work moe_weight_gradients(const Dims& d) {
-  return Work{8 * d.N * d.C * d.C / d.t + 16 * d.R * d.C * d.C / d.t + 2 * d.N_local * d.C * d.E, 0,
-              0, 5 + 2 * d.held, 0};
+  return Work{
+      2 * d.N * d.C * (d.Q + d.C) / d.t + 16 * d.R * d.C * d.C / d.t + 2 * d.N_local * d.C * d.E, 0,
+      0, 5 + 2 * d.held, 0};
 }
 
 // `dense` dense blocks and `moe` MoE blocks.

@@ -76,6 +76,9 @@ struct ModelConfig {
   int seq_len = 128;
   int vocab_size = 4096;
   MoeConfig moe;  // model.moe: experts 0 (the default) keeps every MLP dense
+  // model.norm, norm_eps, mlp, d_ff, ffn_multiple_of, position, rope_theta, kv_heads, bias,
+  // tie_embeddings: the block (GPT-2's by default; model/gpt_architecture.h)
+  GptArchitecture arch;
 
   bool operator==(const ModelConfig&) const = default;
 };
@@ -304,7 +307,11 @@ struct Config {
 // "key.path=value" (value parsed as YAML), validates, and returns the typed config.
 // The model's shape (what its layout and every size follow) from the `model` keys.
 inline GptShape gpt_shape_of(const ModelConfig& m) {
-  return GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, m.moe};
+  return GptShape{m.n_layer, m.n_head, m.d_model, m.seq_len, m.vocab_size, m.moe, m.arch};
+}
+// The inverse: the `model` keys of a shape (a converted or synthesised checkpoint's config).
+inline ModelConfig model_config_of(const GptShape& s) {
+  return ModelConfig{s.n_layer, s.n_head, s.d_model, s.seq_len, s.vocab_size, s.moe, s.arch};
 }
 
 Config parse_config(const std::string& yaml_text, const std::string& source_name,

@@ -59,6 +59,16 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("model.d_model", c.model.d_model);
   visit("model.seq_len", c.model.seq_len);
   visit("model.vocab_size", c.model.vocab_size);
+  visit("model.norm", Choice{c.model.arch.norm, kNormChoices});
+  visit("model.norm_eps", c.model.arch.norm_eps);
+  visit("model.mlp", Choice{c.model.arch.mlp, kMlpChoices});
+  visit("model.d_ff", c.model.arch.d_ff);
+  visit("model.ffn_multiple_of", c.model.arch.ffn_multiple_of);
+  visit("model.position", Choice{c.model.arch.position, kPositionChoices});
+  visit("model.rope_theta", c.model.arch.rope_theta);
+  visit("model.kv_heads", c.model.arch.kv_heads);
+  visit("model.bias", c.model.arch.bias);
+  visit("model.tie_embeddings", c.model.arch.tie_embeddings);
   visit("model.moe.experts", c.model.moe.experts);
   visit("model.moe.top_k", c.model.moe.top_k);
   visit("model.moe.every", c.model.moe.every);

@@ -87,6 +87,28 @@ void validate_moe(const Config& c, const Rules& rules) {
   if (!(moe.z_loss >= 0)) rules.fail("model.moe.z_loss", "must be >= 0, got ", moe.z_loss);
 }
 
+// The block's architecture (model/gpt_architecture.h).
+void validate_architecture(const Config& c, const Rules& rules) {
+  const ModelConfig& m = c.model;
+  const GptArchitecture& a = m.arch;
+  if (!(a.norm_eps > 0 && a.norm_eps < 1))
+    rules.fail("model.norm_eps", "must be in (0, 1), got ", a.norm_eps);
+  rules.at_least("model.d_ff", a.d_ff, 0);
+  rules.at_least("model.ffn_multiple_of", a.ffn_multiple_of, 1);
+  if (!(a.rope_theta > 1)) rules.fail("model.rope_theta", "must be > 1, got ", a.rope_theta);
+  rules.at_least("model.kv_heads", a.kv_heads, 0);
+  if (a.kv_heads > 0 && m.n_head % a.kv_heads != 0)
+    rules.fail("model.kv_heads", "(", a.kv_heads, ") must divide model.n_head (", m.n_head,
+               "): each key/value head serves a group of query heads");
+  const GptShape shape = gpt_shape_of(m);
+  if (a.position == Position::rope && shape.head_size() % 2 != 0)
+    rules.fail("model.position", "rope turns pairs of channels: the head size (d_model / n_head = ",
+               shape.head_size(), ") must be even");
+  if (m.moe.enabled() && (a.mlp != MlpKind::gelu || shape.ffn_width() != 4 * m.d_model))
+    rules.fail("model.moe.experts", "needs model.mlp gelu with model.d_ff 0 or 4·d_model: ",
+               "experts are GELU MLPs of 4·d_model");
+}
+
 void validate_model(const Config& c, const Rules& rules) {
   const auto& m = c.model;
   rules.at_least("model.n_layer", m.n_layer, 1);
@@ -101,12 +123,14 @@ void validate_model(const Config& c, const Rules& rules) {
   // activations or the logits of a sequence (which attention's T² also bounds) could overflow
   // them, long before any machine could hold it (found by fuzzing: docs/FUZZING.md).
   const double C = m.d_model, T = m.seq_len, V = m.vocab_size, L = m.n_layer;
-  const double parameters = L * 12 * C * C + (V + 256) * C + T * C;
+  const double F = gpt_shape_of(m).fc_width() + gpt_shape_of(m).ffn_width();  // the MLP's rows
+  const double parameters = L * (4 * C * C + F * C) + 2 * (V + 256) * C + T * C;
   const double per_sequence = T * (16 * C + V) + m.n_head * T * T;
   constexpr double kLimit = 0x1p50;  // a petabyte of fp32 elements
   if (parameters > kLimit || per_sequence > kLimit)
     rules.fail("model", "is too large to index: about ", parameters, " parameters and ",
                per_sequence, " activations per sequence layer (the limit is 2^50 elements)");
+  validate_architecture(c, rules);
   validate_moe(c, rules);
 }
 
@@ -219,9 +243,16 @@ void validate_parallel(const Config& c, const Rules& rules) {
                  "are sharded and gathered), got stage ", p.zero.stage);
 
   // Tensor parallelism splits attention by heads; with d_model % n_head == 0 this also splits
-  // d_model and the MLP width 4*d_model evenly.
+  // d_model evenly. Key/value heads are split too (not replicated): each rank holds whole groups.
   if (c.model.n_head % p.tp != 0)
     rules.fail("parallel.tp", "(", p.tp, ") must divide model.n_head (", c.model.n_head, ")");
+  const GptShape model_shape = gpt_shape_of(c.model);
+  if (model_shape.kv_head_count() % p.tp != 0)
+    rules.fail("parallel.tp", "(", p.tp, ") must divide model.kv_heads (",
+               model_shape.kv_head_count(), "): tensor parallelism splits the key/value heads");
+  if (model_shape.ffn_width() % p.tp != 0)
+    rules.fail("parallel.tp", "(", p.tp, ") must divide the MLP width (", model_shape.ffn_width(),
+               ": model.d_ff or its default)");
   // The token embedding (and the LM head tied to it) is split by vocabulary rows; the padding to
   // a multiple of 128 makes any power-of-two tp divide it, but not e.g. tp = 3.
   GptShape shape;

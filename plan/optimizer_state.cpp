@@ -5,7 +5,8 @@
 namespace strata {
 
 bool muon_updates(const TensorView& t) {
-  return t.decay && t.name != "wte" && t.name != "wpe" && !t.name.ends_with("router.weight");
+  return t.decay && t.name != "wte" && t.name != "wpe" && t.name != "lm_head.weight" &&
+         !t.name.ends_with("router.weight");
 }
 
 std::vector<ChunkedPart> chunked_parts(const ParameterLayout& layout, ElementRange owned,

@@ -26,7 +26,8 @@
 namespace strata {
 
 // Whether Muon, not its AdamW, updates the tensor: a decayed (2-D) weight other than the
-// embeddings and the MoE router (the blocks' attention and MLP matrices, each expert's).
+// embeddings, an untied head and the MoE router (the blocks' attention and MLP matrices, each
+// expert's).
 bool muon_updates(const TensorView& t);
 
 // The per-element state of an optimizer over a part of its range: `elements` values in each

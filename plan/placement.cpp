@@ -45,7 +45,9 @@ ReductionPlacement reduction_placement(const Config& config, const GptShape& sha
                                config.parallel.zero.stage};
   ModelPartition& p = placement.partition;
   p.ep_rank = dp_rank % p.ep_size;
-  if (mesh.pp > 1 && p.has_embedding != p.has_head) {  // the other end holds the tied wte too
+  placement.tied_embeddings = shape.arch.tie_embeddings;
+  // The other end holds the tied wte too.
+  if (placement.tied_embeddings && mesh.pp > 1 && p.has_embedding != p.has_head) {
     const int peer = p.has_embedding ? mesh.pp - 1 : 0;
     placement.tied_peer_total =
         ParameterLayout::for_partition(shape, model_partition(config, mesh, tp_rank, peer)).total();

@@ -241,12 +241,12 @@ PassTimes time_strata(const AttentionShape& shape, const std::vector<AttentionIn
   PassTimes times{};
   times.forward_ms = median_ms_per_launch(stream, repeats, [&](int set) {
     cuda::attention_forward(outputs[set].out.get(), outputs[set].lse.get(), inputs[set].qkv.get(),
-                            B, T_, C, NH, stream);
+                            B, T_, C, NH, NH, stream);
   });
   times.backward_ms = median_ms_per_launch(stream, repeats, [&](int set) {
     cuda::attention_backward(outputs[set].dqkv.get(), inputs[set].dout.get(), inputs[set].qkv.get(),
-                             outputs[set].out.get(), outputs[set].lse.get(), B, T_, C, NH, arena,
-                             stream);
+                             outputs[set].out.get(), outputs[set].lse.get(), B, T_, C, NH, NH,
+                             arena, stream);
   });
   STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
   return times;

@@ -8,6 +8,9 @@
 #include "model/kernels/cpu/layernorm.h"
 #include "model/kernels/cpu/matmul.h"
 #include "model/kernels/cpu/residual.h"
+#include "model/kernels/cpu/rmsnorm.h"
+#include "model/kernels/cpu/rope.h"
+#include "model/kernels/cpu/swiglu.h"
 #include "model/kernels/cpu/vocab_parallel.h"
 
 namespace strata {
@@ -116,8 +119,9 @@ void CpuOps<T>::gelu_backward(Value* dinp, const Value* inp, const Value* dout, 
 
 template <class T>
 void CpuOps<T>::layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp,
-                                  const Value* weight, const Value* bias, int N, int C) {
-  cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+                                  const Value* weight, const Value* bias, int N, int C,
+                                  double eps) {
+  cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
   round_to_compute(out, static_cast<long>(N) * C);
 }
 
@@ -125,9 +129,9 @@ template <class T>
 void CpuOps<T>::residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                            const Value* residual, const Value* y,
                                            const Value* y_bias, const Value* weight,
-                                           const Value* bias, int N, int C) {
+                                           const Value* bias, int N, int C, double eps) {
   cpu::residual_layernorm_forward(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C,
-                                  compute_);
+                                  eps, compute_);
 }
 
 template <class T>
@@ -154,24 +158,24 @@ void CpuOps<T>::residual_bias_forward(Value* out, const Value* x, const Value* y
 
 template <class T>
 void CpuOps<T>::attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C,
-                                  int NH) {
+                                  int NH, int KV) {
   STRATA_CHECK(lse == nullptr, "the CPU's attention keeps no statistics (kLsePerRow is 0)");
-  cpu::attention_forward(out, qkv, B, T_, C, NH, attention_);
+  cpu::attention_forward(out, qkv, B, T_, C, NH, KV, attention_);
   round_to_compute(out, static_cast<long>(B) * T_ * C);
 }
 
 template <class T>
 void CpuOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value* qkv,
                                    const Value* /*out*/, const Stat* /*lse*/, int B, int T_, int C,
-                                   int NH) {
-  cpu::attention_backward(dqkv, dout, qkv, B, T_, C, NH, compute_, attention_);
-  round_to_compute(dqkv, 3L * B * T_ * C);
+                                   int NH, int KV) {
+  cpu::attention_backward(dqkv, dout, qkv, B, T_, C, NH, KV, compute_, attention_);
+  round_to_compute(dqkv, static_cast<long>(B) * T_ * (C + 2L * KV * (C / NH)));
 }
 
 template <class T>
-void CpuOps<T>::attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C,
-                                       int NH) {
-  cpu::attention_forward_rows(out, qkv, t0, T_, C, NH);
+void CpuOps<T>::attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH,
+                                       int KV) {
+  cpu::attention_forward_rows(out, qkv, t0, T_, C, NH, KV);
   round_to_compute(out, static_cast<long>(T_ - t0) * C);
 }
 
@@ -243,6 +247,58 @@ void CpuOps<T>::cross_entropy_forward_backward(Stat* losses, Stat* stats, Value*
                                                VocabShard vocab, int N) {
   cross_entropy_forward(losses, stats, logits, targets, vocab, N);
   cross_entropy_backward(losses, stats, logits, targets, loss_scale, vocab, N);
+}
+
+template <class T>
+void CpuOps<T>::rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight,
+                                int N, int C, double eps) {
+  cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  round_to_compute(out, static_cast<long>(N) * C);
+}
+
+template <class T>
+void CpuOps<T>::residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd,
+                                         const Value* residual, const Value* y, const Value* y_bias,
+                                         const Value* weight, int N, int C, double eps) {
+  cpu::residual_rmsnorm_forward(sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps,
+                                compute_);
+}
+
+template <class T>
+void CpuOps<T>::rmsnorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
+                                       const Value* weight, const Stat* rstd, int N, int C) {
+  cpu::rmsnorm_backward_input(dinp, dout, inp, weight, rstd, N, C);
+  round_to_compute(dinp, static_cast<long>(N) * C);
+}
+
+template <class T>
+void CpuOps<T>::rmsnorm_backward_weight(Grad* dweight, const Value* dout, const Value* inp,
+                                        const Stat* rstd, int N, int C) {
+  cpu::rmsnorm_backward_weight(dweight, dout, inp, rstd, N, C);
+}
+
+template <class T>
+void CpuOps<T>::swiglu_forward(Value* out, const Value* h, int N, int F) {
+  cpu::swiglu_forward(out, h, N, F);
+  round_to_compute(out, static_cast<long>(N) * F);
+}
+
+template <class T>
+void CpuOps<T>::swiglu_backward(Value* dh, const Value* dout, const Value* h, int N, int F) {
+  cpu::swiglu_backward(dh, dout, h, N, F);
+  round_to_compute(dh, 2L * N * F);
+}
+
+template <class T>
+void CpuOps<T>::rope_forward(Value* qkv, const RopeLayout& layout) {
+  cpu::rope_forward(qkv, layout);
+  round_to_compute(qkv, static_cast<long>(layout.B) * layout.T * layout.row_stride);
+}
+
+template <class T>
+void CpuOps<T>::rope_backward(Value* dqkv, const RopeLayout& layout) {
+  cpu::rope_backward(dqkv, layout);
+  round_to_compute(dqkv, static_cast<long>(layout.B) * layout.T * layout.row_stride);
 }
 
 template class CpuOps<float>;

@@ -98,20 +98,42 @@ class CpuOps {
   // backward dinp = gelu'(inp)·dout, rounded.
   void gelu_forward(Value* out, const Value* inp, long n);
   void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);
+  // RMSNorm (kernels/cpu/rmsnorm.h), as LayerNorm's ops below: out rounded, rstd (N) as computed;
+  // the residual form's sum_out and out rounded; dinp (N, C) += ..., then rounded; dweight (C)
+  // += ..., not rounded.
+  void rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight, int N, int C,
+                       double eps);
+  void residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd, const Value* residual,
+                                const Value* y, const Value* y_bias, const Value* weight, int N,
+                                int C, double eps);
+  void rmsnorm_backward_input(Value* dinp, const Value* dout, const Value* inp, const Value* weight,
+                              const Stat* rstd, int N, int C);
+  void rmsnorm_backward_weight(Grad* dweight, const Value* dout, const Value* inp, const Stat* rstd,
+                               int N, int C);
+  // SwiGLU (kernels/cpu/swiglu.h): out (N, F) from h (N, 2F) = [gate | up] rows, rounded; the
+  // backward overwrites dh (N, 2F), rounded.
+  void swiglu_forward(Value* out, const Value* h, int N, int F);
+  void swiglu_backward(Value* dh, const Value* dout, const Value* h, int N, int F);
+  // RoPE (kernels/cpu/rope.h) in place on the layout's rows, which are rounded again (the turned
+  // heads; the rest of a row was rounded already and stays as it is).
+  void rope_forward(Value* qkv, const RopeLayout& layout);
+  void rope_backward(Value* dqkv, const RopeLayout& layout);
 
-  // LayerNorm (kernels/cpu/layernorm.h): out rounded, mean and rstd (N) as computed.
+  // LayerNorm (kernels/cpu/layernorm.h; eps the model's, model.norm_eps): out rounded, mean and
+  // rstd (N) as computed. bias may be null (no bias).
   void layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp, const Value* weight,
-                         const Value* bias, int N, int C);
+                         const Value* bias, int N, int C, double eps);
   // sum_out = residual + (y + y_bias), out = LayerNorm(sum_out): both rounded (one fused pass).
+  // y_bias and bias may be null (no bias).
   void residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                   const Value* residual, const Value* y, const Value* y_bias,
-                                  const Value* weight, const Value* bias, int N, int C);
+                                  const Value* weight, const Value* bias, int N, int C, double eps);
   // dinp (N, C) += the input gradient, then dinp rounded (all of it: it is the running residual
   // gradient, rounded after each addition).
   void layernorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
                                 const Value* weight, const Stat* mean, const Stat* rstd, int N,
                                 int C);
-  // dweight, dbias (C) += ...; not rounded.
+  // dweight, dbias (C) += ...; not rounded. dbias may be null (no bias gradient).
   void layernorm_backward_weight(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
                                  const Stat* mean, const Stat* rstd, int N, int C);
 
@@ -119,18 +141,20 @@ class CpuOps {
   void residual_bias_forward(Value* out, const Value* x, const Value* y, const Value* bias, int N,
                              int C);
 
-  // Causal attention on packed qkv (B·T_, 3C) → out (B·T_, C), rounded; lse: kLsePerRow·B·T_·NH
+  // Causal attention on packed qkv (B·T_, C3) → out (B·T_, C), rounded, NH query heads over KV
+  // key/value heads (C3 = C + 2·KV·C/NH: kernels/cpu/attention.h); lse: kLsePerRow·B·T_·NH
   // statistics for the backward (here none: null). The backward recomputes the probabilities
   // from qkv alone (it reads neither the forward's out nor lse), rounded to the compute dtype as
   // the forward had written them, and overwrites dqkv (rounded). out and lse are in the
   // signature because a backend that keeps the statistics (CUDA) reads them.
-  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH);
+  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH,
+                         int KV);
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
-                          const Stat* lse, int B, int T_, int C, int NH);
-  // KV-cache decoding, one sequence: the query rows [t0, T_) of qkv (T_, 3C), which holds the
+                          const Stat* lse, int B, int T_, int C, int NH, int KV);
+  // KV-cache decoding, one sequence: the query rows [t0, T_) of qkv (T_, C3), which holds the
   // cached rows before them, each attending causally over all rows up to itself → out
   // (T_ − t0, C), rounded.
-  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH);
+  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH, int KV);
 
   // The vocabulary-parallel ends (kernels/cpu/vocab_parallel.h). embedding_forward: out (N, C) =
   // this shard's rows of the tokens (zeros for ids outside it), to be summed over the group.

@@ -11,6 +11,9 @@
 #include "model/kernels/cuda/layernorm.h"
 #include "model/kernels/cuda/matmul.h"
 #include "model/kernels/cuda/residual.h"
+#include "model/kernels/cuda/rmsnorm.h"
+#include "model/kernels/cuda/rope.h"
+#include "model/kernels/cuda/swiglu.h"
 
 namespace strata::cuda {
 
@@ -92,17 +95,18 @@ void CudaOps<T>::gelu_backward(Value* dinp, const Value* inp, const Value* dout,
 
 template <class T>
 void CudaOps<T>::layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp,
-                                   const Value* weight, const Value* bias, int N, int C) {
-  cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, ctx_.stream());
+                                   const Value* weight, const Value* bias, int N, int C,
+                                   double eps) {
+  cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, ctx_.stream());
 }
 
 template <class T>
 void CudaOps<T>::residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                             const Value* residual, const Value* y,
                                             const Value* y_bias, const Value* weight,
-                                            const Value* bias, int N, int C) {
+                                            const Value* bias, int N, int C, double eps) {
   cuda::residual_layernorm_forward(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N,
-                                   C, ctx_.stream());
+                                   C, eps, ctx_.stream());
 }
 
 template <class T>
@@ -128,19 +132,19 @@ void CudaOps<T>::residual_bias_forward(Value* out, const Value* x, const Value* 
 
 template <class T>
 void CudaOps<T>::attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C,
-                                   int NH) {
-  cuda::attention_forward(out, lse, qkv, B, T_, C, NH, ctx_.stream());
+                                   int NH, int KV) {
+  cuda::attention_forward(out, lse, qkv, B, T_, C, NH, KV, ctx_.stream());
 }
 
 template <class T>
 void CudaOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value* qkv,
-                                    const Value* out, const Stat* lse, int B, int T_, int C,
-                                    int NH) {
-  cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, scratch_, ctx_.stream());
+                                    const Value* out, const Stat* lse, int B, int T_, int C, int NH,
+                                    int KV) {
+  cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, KV, scratch_, ctx_.stream());
 }
 
 template <class T>
-void CudaOps<T>::attention_forward_rows(Value*, const Value*, int, int, int, int) {
+void CudaOps<T>::attention_forward_rows(Value*, const Value*, int, int, int, int, int) {
   fail("KV-cache decoding has no CUDA kernel: generation decodes on the CPU (model/gpt_decoder.h)");
 }
 
@@ -233,6 +237,53 @@ void CudaOps<T>::cross_entropy_forward_backward(Stat* losses, Stat* stats, Value
 STRATA_CHECK_GPT_OPS(CudaOps<float>);
 STRATA_CHECK_GPT_OPS(CudaOps<__nv_bfloat16>);
 STRATA_CHECK_GPT_OPS(CudaOps<__half>);
+
+template <class T>
+void CudaOps<T>::rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight,
+                                 int N, int C, double eps) {
+  cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd,
+                                          const Value* residual, const Value* y,
+                                          const Value* y_bias, const Value* weight, int N, int C,
+                                          double eps) {
+  cuda::residual_rmsnorm_forward(sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps,
+                                 ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::rmsnorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
+                                        const Value* weight, const Stat* rstd, int N, int C) {
+  cuda::rmsnorm_backward_input(dinp, dout, inp, weight, rstd, N, C, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::rmsnorm_backward_weight(Grad* dweight, const Value* dout, const Value* inp,
+                                         const Stat* rstd, int N, int C) {
+  cuda::rmsnorm_backward_weight(dweight, dout, inp, rstd, N, C, scratch_, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::swiglu_forward(Value* out, const Value* h, int N, int F) {
+  cuda::swiglu_forward(out, h, N, F, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::swiglu_backward(Value* dh, const Value* dout, const Value* h, int N, int F) {
+  cuda::swiglu_backward(dh, dout, h, N, F, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::rope_forward(Value* qkv, const RopeLayout& layout) {
+  cuda::rope_forward(qkv, layout, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::rope_backward(Value* dqkv, const RopeLayout& layout) {
+  cuda::rope_backward(dqkv, layout, ctx_.stream());
+}
 
 template class CudaOps<float>;
 template class CudaOps<__nv_bfloat16>;

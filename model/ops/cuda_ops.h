@@ -97,12 +97,27 @@ class CudaOps {
 
   void gelu_forward(Value* out, const Value* inp, long n);
   void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);
+  // The Llama block's ops (kernels/cuda/rmsnorm.h, swiglu.h, rope.h), as CpuOps's.
+  void rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight, int N, int C,
+                       double eps);
+  void residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd, const Value* residual,
+                                const Value* y, const Value* y_bias, const Value* weight, int N,
+                                int C, double eps);
+  void rmsnorm_backward_input(Value* dinp, const Value* dout, const Value* inp, const Value* weight,
+                              const Stat* rstd, int N, int C);
+  void rmsnorm_backward_weight(Grad* dweight, const Value* dout, const Value* inp, const Stat* rstd,
+                               int N, int C);
+  void swiglu_forward(Value* out, const Value* h, int N, int F);
+  void swiglu_backward(Value* dh, const Value* dout, const Value* h, int N, int F);
+  void rope_forward(Value* qkv, const RopeLayout& layout);
+  void rope_backward(Value* dqkv, const RopeLayout& layout);
 
+  // eps the model's (model.norm_eps); bias, y_bias and (below) dbias may be null (no bias).
   void layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp, const Value* weight,
-                         const Value* bias, int N, int C);
+                         const Value* bias, int N, int C, double eps);
   void residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                   const Value* residual, const Value* y, const Value* y_bias,
-                                  const Value* weight, const Value* bias, int N, int C);
+                                  const Value* weight, const Value* bias, int N, int C, double eps);
   void layernorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
                                 const Value* weight, const Stat* mean, const Stat* rstd, int N,
                                 int C);
@@ -114,12 +129,13 @@ class CudaOps {
 
   // lse: (B, NH, T_) logsumexps, written by the forward and read by the backward (which reads out
   // too; kernels/cuda/attention.h).
-  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH);
+  void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH,
+                         int KV);
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
-                          const Stat* lse, int B, int T_, int C, int NH);
+                          const Stat* lse, int B, int T_, int C, int NH, int KV);
   // KV-cache decoding (CpuOps's): there is no CUDA kernel for it; generation decodes on the CPU
   // (model/gpt_decoder.h), so this says so in an error.
-  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH);
+  void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH, int KV);
 
   void embedding_forward(Value* out, const Ids* tokens, const Value* wte_shard, VocabShard vocab,
                          int N, int C);

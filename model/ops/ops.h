@@ -14,18 +14,24 @@
 // asserts, op by op, that a backend declares exactly that signature, so the two backends' ops
 // agree argument for argument. The mixture-of-experts ops (moe_*) are the steps of one MoE MLP
 // (model/moe/moe_mlp.h); they also name `int` arrays (choices, rows, assignments) and the host's
-// routing types (model/moe/moe_routing.h, moe_exchange.h).
+// routing types (model/moe/moe_routing.h, moe_exchange.h). The LayerNorm ops take the model's
+// eps (model.norm_eps) after N, C, and pass null bias pointers (bias, y_bias, dbias: a model
+// without biases, model.bias: false) through to their kernels, which then add, or sum, no bias.
 #pragma once
 
 #include <cstddef>
 #include <type_traits>
 #include <vector>
 
+#include "model/kernels/rope.h"
+
 namespace strata {
 
 class Collectives;
 struct MoeRouting;
 struct MoeExchange;
+
+inline constexpr double kGpt2NormEps = 1e-5;  // GPT-2's LayerNorm ε (model.norm_eps's default)
 
 // What a linear layer's forward does after its product, out = inp·Wᵀ (+ bias).
 enum class Epilogue {
@@ -81,18 +87,30 @@ struct OpsSignatures {
                                                     RowRange);
   using gelu_forward = void (Ops::*)(V*, const V*, long);
   using gelu_backward = void (Ops::*)(V*, const V*, const V*, long);
-  using layernorm_forward = void (Ops::*)(V*, S*, S*, const V*, const V*, const V*, int, int);
+  // The Llama block's (model/gpt_architecture.h): RMSNorm, SwiGLU, RoPE.
+  using rmsnorm_forward = void (Ops::*)(V*, S*, const V*, const V*, int, int, double);
+  using residual_rmsnorm_forward = void (Ops::*)(V*, V*, S*, const V*, const V*, const V*, const V*,
+                                                 int, int, double);
+  using rmsnorm_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, const S*, int,
+                                               int);
+  using rmsnorm_backward_weight = void (Ops::*)(G*, const V*, const V*, const S*, int, int);
+  using swiglu_forward = void (Ops::*)(V*, const V*, int, int);
+  using swiglu_backward = void (Ops::*)(V*, const V*, const V*, int, int);
+  using rope_forward = void (Ops::*)(V*, const RopeLayout&);
+  using rope_backward = void (Ops::*)(V*, const RopeLayout&);
+  using layernorm_forward = void (Ops::*)(V*, S*, S*, const V*, const V*, const V*, int, int,
+                                          double);
   using residual_layernorm_forward = void (Ops::*)(V*, V*, S*, S*, const V*, const V*, const V*,
-                                                   const V*, const V*, int, int);
+                                                   const V*, const V*, int, int, double);
   using layernorm_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, const S*,
                                                  const S*, int, int);
   using layernorm_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, const S*, const S*,
                                                   int, int);
   using residual_bias_forward = void (Ops::*)(V*, const V*, const V*, const V*, int, int);
-  using attention_forward = void (Ops::*)(V*, S*, const V*, int, int, int, int);
+  using attention_forward = void (Ops::*)(V*, S*, const V*, int, int, int, int, int);
   using attention_backward = void (Ops::*)(V*, const V*, const V*, const V*, const S*, int, int,
-                                           int, int);
-  using attention_forward_rows = void (Ops::*)(V*, const V*, int, int, int, int);
+                                           int, int, int);
+  using attention_forward_rows = void (Ops::*)(V*, const V*, int, int, int, int, int);
   using embedding_forward = void (Ops::*)(V*, const I*, const V*, VocabShard, int, int);
   using embedding_backward = void (Ops::*)(G*, const V*, const I*, VocabShard, int, int);
   using position_embedding_forward = void (Ops::*)(V*, const V*, long, int, int, int);
@@ -135,6 +153,14 @@ struct OpsSignatures {
   STRATA_CHECK_GPT_OP(Ops, matmul_backward_weight_rows);                                    \
   STRATA_CHECK_GPT_OP(Ops, gelu_forward);                                                   \
   STRATA_CHECK_GPT_OP(Ops, gelu_backward);                                                  \
+  STRATA_CHECK_GPT_OP(Ops, rmsnorm_forward);                                                \
+  STRATA_CHECK_GPT_OP(Ops, residual_rmsnorm_forward);                                       \
+  STRATA_CHECK_GPT_OP(Ops, rmsnorm_backward_input);                                         \
+  STRATA_CHECK_GPT_OP(Ops, rmsnorm_backward_weight);                                        \
+  STRATA_CHECK_GPT_OP(Ops, swiglu_forward);                                                 \
+  STRATA_CHECK_GPT_OP(Ops, swiglu_backward);                                                \
+  STRATA_CHECK_GPT_OP(Ops, rope_forward);                                                   \
+  STRATA_CHECK_GPT_OP(Ops, rope_backward);                                                  \
   STRATA_CHECK_GPT_OP(Ops, layernorm_forward);                                              \
   STRATA_CHECK_GPT_OP(Ops, residual_layernorm_forward);                                     \
   STRATA_CHECK_GPT_OP(Ops, layernorm_backward_input);                                       \

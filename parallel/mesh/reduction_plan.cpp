@@ -68,7 +68,8 @@ void sum_over_replicas(const ParameterLayout& layout, int expert_replicas,
 // One pipeline end of two: the embedding's rank is stage 0 and the head's the last stage (a zbv
 // rank 0 holds both, and its one wte serves both).
 bool holds_tied_wte(const ReductionPlacement& placement) {
-  return placement.pp_size > 1 && placement.partition.has_embedding != placement.partition.has_head;
+  return placement.tied_embeddings && placement.pp_size > 1 &&
+         placement.partition.has_embedding != placement.partition.has_head;
 }
 }  // namespace
 

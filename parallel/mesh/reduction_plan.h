@@ -84,6 +84,8 @@ struct ReductionPlacement {
   int dp_rank = 0, dp_size = 1;
   int pp_rank = 0, pp_size = 1;
   int zero_stage = 0;
+  // The LM head is wte (model.tie_embeddings): with several stages both ends hold it.
+  bool tied_embeddings = true;
   // On a pipeline end holding the tied wte: the other end's layout total (tied_peer_total).
   std::size_t tied_peer_total = 0;
 };

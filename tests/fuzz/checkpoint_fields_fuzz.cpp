@@ -28,7 +28,7 @@ namespace {
 using strata::fuzz::FieldReader;
 namespace fs = std::filesystem;
 
-const strata::ModelConfig kModel{1, 1, 8, 4, 16, {}};
+const strata::ModelConfig kModel{1, 1, 8, 4, 16, {}, {}};
 
 // The checkpoint every input edits, and the names of its groups and datasets.
 struct Original {

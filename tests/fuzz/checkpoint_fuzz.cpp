@@ -14,6 +14,6 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const strata::fuzz::InputFile file(std::string_view(reinterpret_cast<const char*>(data), size),
                                      "step_00000001.h5");
-  strata::fuzz::read_checkpoint_file(file.path(), strata::ModelConfig{1, 1, 8, 4, 16, {}});
+  strata::fuzz::read_checkpoint_file(file.path(), strata::ModelConfig{1, 1, 8, 4, 16, {}, {}});
   return 0;
 }

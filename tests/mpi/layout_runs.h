@@ -87,22 +87,32 @@ inline void write_layout_config(const TempDir& dir, int n_head) {
 }
 
 // A suite's shared start: the synthetic dataset (vocabulary 64) under dir/data, the layout config
-// with `n_head` heads, and the run every layout is compared with; returns that run's directory.
-inline std::string train_reference(const TempDir& dir, int n_head, const Layout& reference) {
+// with `n_head` heads, and the run every layout is compared with (with `extra` overrides); returns
+// that run's directory.
+inline std::string train_reference(const TempDir& dir, int n_head, const Layout& reference,
+                                   const std::string& extra = "") {
   write_synthetic_dataset(dir / "data", 64, 40000);
   write_layout_config(dir, n_head);
-  return train(dir, reference, "reference");
+  return train(dir, reference, "reference", extra);
 }
 
 // A GoogleTest suite of layout runs that share one directory and one reference run, made once
 // for the suite (train_reference). `Suite` (CRTP) names them: Suite::kTag (the directory's tag),
-// Suite::kHeads (the config's n_head) and Suite::reference() (the layout of the reference run).
+// Suite::kHeads (the config's n_head) and Suite::reference() (the layout of the reference run);
+// optionally Suite::model_keys(), `--set` overrides of the model every run of the suite adds (the
+// reference's too, and run()'s: experts, the Llama block).
 template <class Suite>
 class LayoutSuite : public ::testing::Test {
  protected:
+  static std::string model_keys() { return ""; }
+  // A run of the suite's config and model keys under `layout`, with `extra` overrides.
+  static std::string run(const Layout& layout, const std::string& name,
+                         const std::string& extra = "") {
+    return testing::train(*dir_, layout, name, Suite::model_keys() + extra);
+  }
   static void SetUpTestSuite() {
     dir_ = new TempDir(Suite::kTag);
-    reference_dir_ = train_reference(*dir_, Suite::kHeads, Suite::reference());
+    reference_dir_ = train_reference(*dir_, Suite::kHeads, Suite::reference(), Suite::model_keys());
   }
   static void TearDownTestSuite() {
     delete dir_;

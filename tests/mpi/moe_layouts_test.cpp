@@ -38,24 +38,18 @@ const std::string kExperts =
     " --set model.moe.capacity_factor=1.0 --set model.moe.aux_loss=0.05"
     " --set model.moe.z_loss=0.01";
 
-class MoeLayouts : public ::testing::Test {
+class MoeLayouts : public testing::LayoutSuite<MoeLayouts> {
+ public:
+  static constexpr const char* kTag = "moe_layouts";
+  static constexpr int kHeads = 4;
+  static Layout reference() { return {}; }
+  static std::string model_keys() { return kExperts; }
+
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir("moe_layouts");
-    testing::write_synthetic_dataset(*dir_ / "data", 64, 40000);
-    testing::write_layout_config(*dir_, 4);
-    reference_dir_ = train(Layout{}, "reference");
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
   static std::string train(const Layout& layout, const std::string& name,
                            const std::string& extra = "") {
-    return testing::train(*dir_, layout, name, kExperts + extra);
+    return run(layout, name, extra);
   }
-  static inline TempDir* dir_ = nullptr;
-  static inline std::string reference_dir_;
 };
 
 TEST_F(MoeLayouts, EveryLayoutTrainsTheRunOfOneProcess) {

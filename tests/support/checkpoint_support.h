@@ -21,8 +21,7 @@ inline std::string write_strata_checkpoint(const std::string& dir, const GptShap
                                            const std::vector<float>& params,
                                            const std::string& tokenizer = "") {
   Config config;
-  config.model = {shape.n_layer,    shape.n_head, shape.d_model, shape.seq_len,
-                  shape.vocab_size, shape.moe,    shape.arch};
+  config.model = model_config_of(shape);
   config.data.train = "unused";
   Checkpoint ckpt;
   ckpt.config_yaml = config_to_yaml(config);

@@ -551,6 +551,46 @@ TEST(ConfigErrors, MixtureOfExpertsKeys) {
   EXPECT_EQ(parse_config(config_to_yaml(c), "again"), c);  // written back whole
 }
 
+// The block's architecture keys (model/gpt_architecture.h): defaults are GPT-2's, each rule names
+// its key, and a Llama-style model reads and writes back whole.
+TEST(ConfigErrors, ArchitectureKeys) {
+  const std::string base = "data: {train: t}\n";
+  const Config gpt2 = parse_config(base, "c");
+  EXPECT_EQ(gpt2.model.arch, GptArchitecture{});
+  EXPECT_EQ(gpt_shape_of(gpt2.model).qkv_width(), 3 * 128);
+  EXPECT_EQ(gpt_shape_of(gpt2.model).ffn_width(), 4 * 128);
+  EXPECT_CONTAINS(error_of(base + "model: {n_head: 4, kv_heads: 3}"),
+                  "'model.kv_heads' (3) must divide model.n_head (4)");
+  EXPECT_CONTAINS(error_of(base + "model: {kv_heads: -1}"),
+                  "'model.kv_heads' must be >= 0, got -1");
+  EXPECT_CONTAINS(error_of(base + "model: {norm: batchnorm}"), "layernorm or rmsnorm");
+  EXPECT_CONTAINS(error_of(base + "model: {mlp: relu}"), "gelu or swiglu");
+  EXPECT_CONTAINS(error_of(base + "model: {position: alibi}"), "learned or rope");
+  EXPECT_CONTAINS(error_of(base + "model: {norm_eps: 0}"), "'model.norm_eps' must be in (0, 1)");
+  EXPECT_CONTAINS(error_of(base + "model: {rope_theta: 1}"), "'model.rope_theta' must be > 1");
+  EXPECT_CONTAINS(error_of(base + "model: {d_ff: -4}"), "'model.d_ff' must be >= 0, got -4");
+  EXPECT_CONTAINS(error_of(base + "model: {n_head: 4, d_model: 12, position: rope}"),
+                  "the head size (d_model / n_head = 3) must be even");
+  EXPECT_CONTAINS(error_of(base + "model: {n_head: 4, kv_heads: 2}\nparallel: {tp: 4}"),
+                  "'parallel.tp' (4) must divide model.kv_heads (2)");
+  EXPECT_CONTAINS(error_of(base + "model: {d_ff: 30}\nparallel: {tp: 4}"),
+                  "'parallel.tp' (4) must divide the MLP width (30");
+  EXPECT_CONTAINS(error_of(base + "model: {mlp: swiglu, moe: {experts: 4}}"),
+                  "'model.moe.experts' needs model.mlp gelu");
+  const Config c = parse_config(base + R"(model: {n_layer: 2, n_head: 8, d_model: 256,
+  norm: rmsnorm, norm_eps: 1e-6, mlp: swiglu, ffn_multiple_of: 64, position: rope,
+  rope_theta: 500000, kv_heads: 2, bias: false, tie_embeddings: false})",
+                                "c");
+  const GptShape shape = gpt_shape_of(c.model);
+  EXPECT_EQ(shape.arch.norm, Norm::rmsnorm);
+  EXPECT_EQ(shape.arch.rope_theta, 500000.0);
+  EXPECT_EQ(shape.kv_head_count(), 2);
+  EXPECT_EQ(shape.qkv_width(), (8 + 2 * 2) * 32);
+  EXPECT_EQ(shape.ffn_width(), 704);  // ⌊8·256/3⌋ = 682, rounded up to a multiple of 64
+  EXPECT_EQ(shape.fc_width(), 2 * 704);
+  EXPECT_EQ(parse_config(config_to_yaml(c), "again"), c);  // written back whole
+}
+
 TEST(ConfigErrors, VirtualStagesFollowTheSchedule) {
   const std::string base = "data: {train: t}\nmodel: {n_layer: 8}\n";
   EXPECT_CONTAINS(error_of(base + "parallel: {pp: 2, pipeline_schedule: interleaved}"),
@@ -915,8 +955,11 @@ TEST(ConfigMixture, MistakesNameTheSourceAndTheKey) {
 // The configs the README points users to must load and fit the world their comments launch them
 // on: 8 ranks unless the file says otherwise.
 TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
-  const std::map<std::string, int> world_of = {
-      {"fortunes.yaml", 2}, {"mixture.yaml", 2}, {"gpt2_1.5b.yaml", 16}};
+  const std::map<std::string, int> world_of = {{"fortunes.yaml", 2},
+                                               {"mixture.yaml", 2},
+                                               {"gpt2_1.5b.yaml", 16},
+                                               {"llama_fortunes.yaml", 2},
+                                               {"llama_tiny.yaml", 1}};
   int checked = 0;
   for (const auto& entry :
        std::filesystem::directory_iterator(testing::source_dir() + "/configs")) {

@@ -13,6 +13,7 @@
 #include "model/gpt.h"
 #include "model/gpt_decoder.h"
 #include "model/gpt_generation.h"
+#include "tests/support/model_shapes.h"
 
 namespace strata {
 namespace {
@@ -93,6 +94,16 @@ TEST(Decoder, ExpertBlocksMatchTheFullForward) {
   const GptShape shape(kShape.n_layer, kShape.n_head, kShape.d_model, kShape.seq_len,
                        kShape.vocab_size, moe);
   EXPECT_LT(largest_relative_difference<float>(5, 1, shape), 1e-5);
+  EXPECT_LT(largest_relative_difference<double>(2, 5, shape), 1e-12);
+}
+
+// The Llama-style block: RoPE turns each new row's q and k at its position (the cached keys keep
+// theirs), grouped-query attention caches kv_heads of the heads (a smaller cache), RMSNorm,
+// SwiGLU, the untied head.
+TEST(Decoder, LlamaBlockMatchesTheFullForward) {
+  const GptShape shape = testing::llama_shape(kShape, 24, 1, 50.0);
+  EXPECT_LT(largest_relative_difference<float>(5, 1, shape), 1e-5);
+  EXPECT_LT(largest_relative_difference<float>(1, 3, shape), 1e-5);
   EXPECT_LT(largest_relative_difference<double>(2, 5, shape), 1e-12);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/gpt.h"
+#include "tests/support/model_shapes.h"
 #include "tests/support/partitioned_ranks.h"
 
 namespace strata {
@@ -30,6 +31,24 @@ GptShape moe_shape() {
   moe.aux_loss = 0.1;
   moe.z_loss = 0.01;
   return GptShape(3, 4, 16, 6, 37, moe);
+}
+
+// The Llama family's block on kShape's sizes: RMSNorm, SwiGLU of width 24, rotary positions, 4
+// query heads sharing 2 key/value heads, no biases, an untied head.
+GptShape llama_shape() { return testing::llama_shape(kShape, 24, 2); }
+
+// Adds one to hits[e] for every logical element e (in `whole`) that tensor-parallel rank `rank`'s
+// layout `part` holds, a replicated tensor's on rank 0 only; each slice has its tensor's logical
+// shape.
+void count_logical_elements(const ParameterLayout& whole, const ParameterLayout& part, int rank,
+                            std::vector<int>& hits) {
+  for (const TensorView& t : part.tensors()) {
+    if (t.slice.is_whole() && rank > 0) continue;  // replicated: count once
+    const TensorView& w = whole.at(t.name);
+    EXPECT_EQ(t.slice.logical_shape, w.shape) << t.name;
+    for (std::size_t i = 0; i < t.size; ++i)
+      ++hits[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
+  }
 }
 
 struct Batch {
@@ -188,6 +207,62 @@ TEST(ModelPartition, ExpertBlocksEqualTheWholeModel) {
   expect_same_run({2, 2, true, {{0, 1}, {1, 3}}}, moe_shape());
 }
 
+// Key/value heads split over tp with their query heads' groups, the fused gate-up split into
+// each rank's [gate | up] rows, the untied head split by vocabulary rows like wte and held by the
+// last stage alone.
+TEST(ModelPartition, LlamaBlockEqualsTheWholeModel) {
+  expect_same_run({2, 1, false, {{0, 3}}}, llama_shape());
+  expect_same_run({2, 1, true, {{0, 3}}}, llama_shape());
+  expect_same_run({1, 2, false, {{0, 2}, {2, 3}}}, llama_shape());
+  expect_same_run({2, 2, true, {{0, 1}, {1, 3}}}, llama_shape());
+}
+
+TEST(ModelPartition, LlamaTensorsSplitByHeadsAndGateAndUp) {
+  const GptShape shape = llama_shape();
+  const ParameterLayout whole = ParameterLayout::for_gpt(shape);
+  EXPECT_FALSE(whole.has("wpe"));
+  EXPECT_FALSE(whole.has("h.0.attn.qkv.weight"));
+  EXPECT_FALSE(whole.has("h.0.ln1.bias"));
+  EXPECT_FALSE(whole.has("h.0.mlp.fc.bias"));
+  EXPECT_FALSE(whole.has("lnf.bias"));
+  EXPECT_EQ(whole.at("h.0.attn.q.weight").shape, (std::vector<std::int64_t>{16, 16}));
+  EXPECT_EQ(whole.at("h.0.attn.k.weight").shape, (std::vector<std::int64_t>{8, 16}));
+  EXPECT_EQ(whole.at("h.0.attn.v.weight").shape, (std::vector<std::int64_t>{8, 16}));
+  EXPECT_EQ(whole.at("h.0.mlp.fc.weight").shape, (std::vector<std::int64_t>{48, 16}));
+  EXPECT_EQ(whole.at("h.0.mlp.proj.weight").shape, (std::vector<std::int64_t>{16, 24}));
+  EXPECT_EQ(whole.at("lm_head.weight").shape, (std::vector<std::int64_t>{128, 16}));
+  EXPECT_EQ(whole.tensors().back().name, "lm_head.weight");
+  EXPECT_EQ(static_cast<std::int64_t>(whole.total()), shape.params_excluding_positions());
+  // MFU's N: the untied wte is a lookup, not a product.
+  EXPECT_EQ(shape.params_excluding_positions() - shape.active_params_excluding_positions(),
+            128 * 16);
+  std::vector<int> hits(whole.total(), 0);
+  for (int r = 0; r < 2; ++r) {
+    ModelPartition p = ModelPartition::whole(shape);
+    p.tp_rank = r;
+    p.tp_size = 2;
+    const ParameterLayout part = ParameterLayout::for_partition(shape, p);
+    EXPECT_EQ(part.at("h.1.attn.k.weight").shape, (std::vector<std::int64_t>{4, 16}));
+    EXPECT_EQ(part.at("h.1.mlp.fc.weight").shape, (std::vector<std::int64_t>{24, 16}));
+    // This rank's gate rows [12r, 12r + 12), then its up rows [24 + 12r, ...).
+    const TensorView& fc = part.at("h.1.mlp.fc.weight");
+    EXPECT_EQ(fc.slice.logical_index(0), 12 * r * 16);
+    EXPECT_EQ(fc.slice.logical_index(12 * 16), (24 + 12 * r) * 16);
+    count_logical_elements(whole, part, r, hits);
+  }
+  for (std::size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+  // Pipeline ends: the first stage has wte only, the last lnf and lm_head only.
+  ModelPartition first = ModelPartition::whole(shape), last = first;
+  first.layer_end = 1;
+  first.has_head = false;
+  last.layer_begin = 1;
+  last.has_embedding = false;
+  EXPECT_TRUE(ParameterLayout::for_partition(shape, first).has("wte"));
+  EXPECT_FALSE(ParameterLayout::for_partition(shape, first).has("lm_head.weight"));
+  EXPECT_FALSE(ParameterLayout::for_partition(shape, last).has("wte"));
+  EXPECT_TRUE(ParameterLayout::for_partition(shape, last).has("lm_head.weight"));
+}
+
 TEST(ModelPartition, SlicesTileEveryLogicalTensorExactlyOnce) {
   const ParameterLayout whole = ParameterLayout::for_gpt(kShape);
   std::vector<int> hits(whole.total(), 0);
@@ -196,13 +271,7 @@ TEST(ModelPartition, SlicesTileEveryLogicalTensorExactlyOnce) {
     p.tp_rank = r;
     p.tp_size = 4;
     const ParameterLayout part = ParameterLayout::for_partition(kShape, p);
-    for (const TensorView& t : part.tensors()) {
-      if (t.slice.is_whole() && r > 0) continue;  // replicated: count once
-      const TensorView& w = whole.at(t.name);
-      EXPECT_EQ(t.slice.logical_shape, w.shape) << t.name;
-      for (std::size_t i = 0; i < t.size; ++i)
-        ++hits[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
-    }
+    count_logical_elements(whole, part, r, hits);
     EXPECT_EQ(part.at("h.0.attn.qkv.weight").shape, (std::vector<std::int64_t>{12, 16}));
     EXPECT_EQ(part.at("h.0.attn.proj.weight").shape, (std::vector<std::int64_t>{16, 4}));
     EXPECT_EQ(part.at("h.0.mlp.proj.weight").shape, (std::vector<std::int64_t>{16, 16}));
@@ -260,12 +329,7 @@ TEST(ModelPartition, ExpertBlocksHaveARouterAndExpertsSplitLikeTheMlp) {
     const ParameterLayout part = ParameterLayout::for_partition(shape, p);
     EXPECT_EQ(part.at("h.1.moe.experts.0.fc.weight").shape, (std::vector<std::int64_t>{32, 16}));
     EXPECT_EQ(part.at("h.1.moe.experts.0.proj.weight").shape, (std::vector<std::int64_t>{16, 32}));
-    for (const TensorView& t : part.tensors()) {
-      if (t.slice.is_whole() && r > 0) continue;  // replicated: count once
-      const TensorView& w = whole.at(t.name);
-      for (std::size_t i = 0; i < t.size; ++i)
-        ++hits[w.offset + t.slice.logical_index(static_cast<std::int64_t>(i))];
-    }
+    count_logical_elements(whole, part, r, hits);
   }
   for (std::size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
 }

@@ -8,6 +8,7 @@
 
 #include "model/gpt.h"
 #include "model/kernels/cpu/adamw.h"
+#include "tests/support/model_shapes.h"
 
 namespace strata {
 namespace {
@@ -74,6 +75,31 @@ TEST(Model, ExpertBlockGradientMatchesFiniteDifferences) {
   const GptShape base = tiny_shape();
   expect_gradient_matches_finite_differences(
       GptShape(base.n_layer, base.n_head, base.d_model, base.seq_len, base.vocab_size, moe));
+}
+
+// The Llama family's block (model/gpt_architecture.h): RMSNorm, a SwiGLU MLP, rotary positions,
+// multi-query attention (one key/value head for two query heads), no biases, an untied head.
+GptShape llama_shape() {
+  GptShape shape = testing::llama_shape(tiny_shape(), 12, 1);
+  shape.arch.norm_eps = 1e-6;
+  return shape;
+}
+
+TEST(Model, LlamaBlockGradientMatchesFiniteDifferences) {
+  expect_gradient_matches_finite_differences(llama_shape());
+}
+
+// The pieces mixed otherwise: LayerNorm without biases, a GELU MLP of its own width, rotary
+// positions with grouped-query attention, the tied head.
+TEST(Model, MixedArchitectureGradientMatchesFiniteDifferences) {
+  GptShape shape = llama_shape();
+  shape.n_head = 4;
+  shape.arch.norm = Norm::layernorm;
+  shape.arch.mlp = MlpKind::gelu;
+  shape.arch.d_ff = 10;
+  shape.arch.kv_heads = 2;
+  shape.arch.tie_embeddings = true;
+  expect_gradient_matches_finite_differences(shape);
 }
 
 TEST(Model, InitialisationIsAPureFunctionOfSeedNameAndIndex) {

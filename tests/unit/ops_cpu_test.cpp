@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/kernels/cpu/attention.h"
@@ -177,10 +178,10 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
     // LayerNorm forward: out rounded, statistics as computed.
     std::vector<T> out(N * C), mean(N), rstd(N), a_out(N * C), a_mean(N), a_rstd(N);
     cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(),
-                           bias.data(), N, C);
+                           bias.data(), N, C, kGpt2NormEps);
     round(out, dtype);
     ops.layernorm_forward(a_out.data(), a_mean.data(), a_rstd.data(), x.data(), weight.data(),
-                          bias.data(), N, C);
+                          bias.data(), N, C, kGpt2NormEps);
     expect_bitwise(out, a_out);
     expect_bitwise(mean, a_mean);
     expect_bitwise(rstd, a_rstd);
@@ -189,10 +190,10 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
     std::vector<T> sum(N * C), a_sum(N * C);
     cpu::residual_layernorm_forward(sum.data(), out.data(), mean.data(), rstd.data(), x.data(),
                                     y.data(), y_bias.data(), weight.data(), bias.data(), N, C,
-                                    dtype);
+                                    kGpt2NormEps, dtype);
     ops.residual_layernorm_forward(a_sum.data(), a_out.data(), a_mean.data(), a_rstd.data(),
                                    x.data(), y.data(), y_bias.data(), weight.data(), bias.data(), N,
-                                   C);
+                                   C, kGpt2NormEps);
     expect_bitwise(sum, a_sum);
     expect_bitwise(out, a_out);
     expect_bitwise(mean, a_mean);
@@ -214,6 +215,29 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
     expect_bitwise(dweight, a_dweight);
     expect_bitwise(dbias, a_dbias);
 
+    // Without biases (model.bias: false) and with another eps: the null pointers and the eps pass
+    // through to the kernels.
+    const float eps = 0.25f;
+    cpu::residual_layernorm_forward<T>(sum.data(), out.data(), mean.data(), rstd.data(), x.data(),
+                                       y.data(), nullptr, weight.data(), nullptr, N, C, eps, dtype);
+    ops.residual_layernorm_forward(a_sum.data(), a_out.data(), a_mean.data(), a_rstd.data(),
+                                   x.data(), y.data(), nullptr, weight.data(), nullptr, N, C, eps);
+    expect_bitwise(sum, a_sum);
+    expect_bitwise(out, a_out);
+    expect_bitwise(rstd, a_rstd);
+    cpu::layernorm_forward<T>(out.data(), mean.data(), rstd.data(), x.data(), weight.data(),
+                              nullptr, N, C, eps);
+    round(out, dtype);
+    ops.layernorm_forward(a_out.data(), a_mean.data(), a_rstd.data(), x.data(), weight.data(),
+                          nullptr, N, C, eps);
+    expect_bitwise(out, a_out);
+    expect_bitwise(rstd, a_rstd);
+    ops.layernorm_backward_weight(a_dweight.data(), nullptr, dout.data(), x.data(), mean.data(),
+                                  rstd.data(), N, C);
+    cpu::layernorm_backward_weight<T>(dweight.data(), nullptr, dout.data(), x.data(), mean.data(),
+                                      rstd.data(), N, C);
+    expect_bitwise(dweight, a_dweight);
+
     // The residual add closing a row-parallel layer, with and without its bias; out may be x.
     for (const T* b : {y_bias.data(), static_cast<const T*>(nullptr)}) {
       std::vector<T> r(N * C), a_r = x;
@@ -225,32 +249,38 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
   }
 }
 
+// Multi-head (KV = NH) and multi-query (KV = 1) heads: the grouped qkv row is C + 2·KV·hs wide,
+// and the backward rounds all of dqkv.
 TYPED_TEST(OpsCpu, Attention) {
   using T = TypeParam;
-  const int B = 2, T_ = 7, AC = 8, NH = 2;  // head size 4
+  const int B = 2, T_ = 7, AC = 8, NH = 2, hs = AC / NH;
   const long rows = static_cast<long>(B) * T_;
   std::mt19937_64 rng(6);
-  const auto qkv = random_vector<T>(rows * 3 * AC, rng), dout = random_vector<T>(rows * AC, rng);
-  for (ComputeDtype dtype : kDtypes) {
-    SCOPED_TRACE(cpu::compute_dtype_name(dtype));
-    CpuOps<T> ops(dtype);
-    std::vector<T> scratch, out(rows * AC), a_out(rows * AC);
-    cpu::attention_forward(out.data(), qkv.data(), B, T_, AC, NH, scratch);
-    round(out, dtype);
-    ops.attention_forward(a_out.data(), nullptr, qkv.data(), B, T_, AC, NH);
-    expect_bitwise(out, a_out);
-    std::vector<T> dqkv(rows * 3 * AC), a_dqkv(rows * 3 * AC);
-    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), B, T_, AC, NH, dtype, scratch);
-    round(dqkv, dtype);
-    ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), nullptr, B, T_, AC,
-                           NH);
-    expect_bitwise(dqkv, a_dqkv);
-    // KV-cache decoding: rows [3, T_) of one sequence against the rows before them.
-    std::vector<T> rows_out((T_ - 3) * AC), a_rows_out((T_ - 3) * AC);
-    cpu::attention_forward_rows(rows_out.data(), qkv.data(), 3, T_, AC, NH);
-    round(rows_out, dtype);
-    ops.attention_forward_rows(a_rows_out.data(), qkv.data(), 3, T_, AC, NH);
-    expect_bitwise(rows_out, a_rows_out);
+  for (const int KV : {NH, 1}) {
+    const long C3 = AC + 2L * KV * hs;
+    const auto qkv = random_vector<T>(rows * C3, rng), dout = random_vector<T>(rows * AC, rng);
+    for (ComputeDtype dtype : kDtypes) {
+      SCOPED_TRACE(std::string(cpu::compute_dtype_name(dtype)) + " KV " + std::to_string(KV));
+      CpuOps<T> ops(dtype);
+      std::vector<T> scratch, out(rows * AC), a_out(rows * AC);
+      cpu::attention_forward(out.data(), qkv.data(), B, T_, AC, NH, KV, scratch);
+      round(out, dtype);
+      ops.attention_forward(a_out.data(), nullptr, qkv.data(), B, T_, AC, NH, KV);
+      expect_bitwise(out, a_out);
+      std::vector<T> dqkv(rows * C3), a_dqkv(rows * C3);
+      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), B, T_, AC, NH, KV, dtype,
+                              scratch);
+      round(dqkv, dtype);
+      ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), nullptr, B, T_,
+                             AC, NH, KV);
+      expect_bitwise(dqkv, a_dqkv);
+      // KV-cache decoding: rows [3, T_) of one sequence against the rows before them.
+      std::vector<T> rows_out((T_ - 3) * AC), a_rows_out((T_ - 3) * AC);
+      cpu::attention_forward_rows(rows_out.data(), qkv.data(), 3, T_, AC, NH, KV);
+      round(rows_out, dtype);
+      ops.attention_forward_rows(a_rows_out.data(), qkv.data(), 3, T_, AC, NH, KV);
+      expect_bitwise(rows_out, a_rows_out);
+    }
   }
 }
 

@@ -22,6 +22,7 @@ namespace {
 
 using Vec = std::vector<float>;
 constexpr ComputeDtype kDtypes[] = {ComputeDtype::fp32, ComputeDtype::bf16, ComputeDtype::fp16};
+constexpr float kEps = 1e-5f;  // GPT-2's LayerNorm eps
 
 Vec random_vector(std::size_t n, std::mt19937_64& rng, float scale = 1.0f) {
   std::normal_distribution<float> normal(0.0f, scale);
@@ -40,12 +41,12 @@ TEST(OpsFused, ResidualLayerNormIsTheResidualAddThenTheLayerNorm) {
     SCOPED_TRACE(compute_dtype_name(dtype));
     Vec sum(N * C), out(N * C), mean(N), rstd(N);
     residual_layernorm_forward(sum.data(), out.data(), mean.data(), rstd.data(), x.data(), y.data(),
-                               bias.data(), weight.data(), ln_bias.data(), N, C, dtype);
+                               bias.data(), weight.data(), ln_bias.data(), N, C, kEps, dtype);
     Vec want_sum(N * C), want_out(N * C), want_mean(N), want_rstd(N);
     residual_bias_forward(want_sum.data(), x.data(), y.data(), bias.data(), N, C);
     round_to_dtype(want_sum.data(), N * C, dtype);
     layernorm_forward(want_out.data(), want_mean.data(), want_rstd.data(), want_sum.data(),
-                      weight.data(), ln_bias.data(), N, C);
+                      weight.data(), ln_bias.data(), N, C, kEps);
     round_to_dtype(want_out.data(), N * C, dtype);
     EXPECT_EQ(sum, want_sum);
     EXPECT_EQ(out, want_out);
@@ -94,10 +95,10 @@ TEST(OpsFused, AttentionBackwardRoundsTheRecomputedProbabilities) {
   const int B = 2, T = 70, C = 32, NH = 2;
   const Vec qkv = random_vector(B * T * 3 * C, rng), dout = random_vector(B * T * C, rng);
   Vec out(B * T * C), scratch, exact(B * T * 3 * C), rounded(B * T * 3 * C);
-  attention_forward(out.data(), qkv.data(), B, T, C, NH, scratch);
-  attention_backward(exact.data(), dout.data(), qkv.data(), B, T, C, NH, ComputeDtype::fp32,
+  attention_forward(out.data(), qkv.data(), B, T, C, NH, NH, scratch);
+  attention_backward(exact.data(), dout.data(), qkv.data(), B, T, C, NH, NH, ComputeDtype::fp32,
                      scratch);
-  attention_backward(rounded.data(), dout.data(), qkv.data(), B, T, C, NH, ComputeDtype::bf16,
+  attention_backward(rounded.data(), dout.data(), qkv.data(), B, T, C, NH, NH, ComputeDtype::bf16,
                      scratch);
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < exact.size(); ++i) {

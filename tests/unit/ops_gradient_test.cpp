@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/kernels/cpu/attention.h"
@@ -115,7 +117,8 @@ TEST(OpsGradient, LayerNorm) {
   const Vec probe = random_vector(N * C, rng);
   Vec out(N * C), mean(N), rstd(N);
   auto loss = [&] {
-    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                      1e-5f);
     return dot(out, probe);
   };
   loss();
@@ -142,21 +145,33 @@ TEST(OpsGradient, Gelu) {
   expect_matches_finite_differences(x, dx, loss, "input");
 }
 
-TEST(OpsGradient, CausalAttention) {
-  std::mt19937_64 rng(5);
-  const int B = 2, T = 5, C = 8, NH = 2;
-  Vec qkv = random_vector(B * T * 3 * C, rng);
+// Causal attention with NH query heads over KV key/value heads of size hs: with KV < NH each key
+// and value feeds every query head of its group, so its gradient is the group's sum.
+void expect_attention_matches_finite_differences(int NH, int KV, int hs, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int B = 2, T = 5, C = NH * hs, C3 = (NH + 2 * KV) * hs;
+  Vec qkv = random_vector(B * T * C3, rng);
   const Vec probe = random_vector(B * T * C, rng);
   Vec out(B * T * C), scratch;
   auto loss = [&] {
-    attention_forward(out.data(), qkv.data(), B, T, C, NH, scratch);
+    attention_forward(out.data(), qkv.data(), B, T, C, NH, KV, scratch);
     return dot(out, probe);
   };
   loss();
-  Vec dqkv(B * T * 3 * C);
-  attention_backward(dqkv.data(), probe.data(), qkv.data(), B, T, C, NH, ComputeDtype::fp32,
+  Vec dqkv(B * T * C3);
+  attention_backward(dqkv.data(), probe.data(), qkv.data(), B, T, C, NH, KV, ComputeDtype::fp32,
                      scratch);
   expect_matches_finite_differences(qkv, dqkv, loss, "qkv");
+}
+
+TEST(OpsGradient, CausalAttention) { expect_attention_matches_finite_differences(2, 2, 4, 5); }
+
+// Multi-query (KV = 1) and groups of two.
+TEST(OpsGradient, CausalGroupedQueryAttention) {
+  for (const int KV : {1, 2}) {
+    SCOPED_TRACE("KV " + std::to_string(KV));
+    expect_attention_matches_finite_differences(4, KV, 2, 7);
+  }
 }
 
 TEST(OpsGradient, CausalAttentionIgnoresTheFuture) {
@@ -164,9 +179,9 @@ TEST(OpsGradient, CausalAttentionIgnoresTheFuture) {
   const int B = 1, T = 4, C = 4, NH = 1;
   Vec qkv = random_vector(B * T * 3 * C, rng);
   Vec out(B * T * C), changed(B * T * C), scratch;
-  attention_forward(out.data(), qkv.data(), B, T, C, NH, scratch);
+  attention_forward(out.data(), qkv.data(), B, T, C, NH, NH, scratch);
   for (int c = 0; c < 3 * C; ++c) qkv[(T - 1) * 3 * C + c] += 1.0;  // perturb the last position
-  attention_forward(changed.data(), qkv.data(), B, T, C, NH, scratch);
+  attention_forward(changed.data(), qkv.data(), B, T, C, NH, NH, scratch);
   for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], changed[i]);
 }
 

@@ -182,12 +182,7 @@ HfImport import_hf(const std::string& dir, const std::string& out_checkpoint,
 
   Config config;
   config.run.name = "hf_import";
-  config.model.n_layer = result.shape.n_layer;
-  config.model.n_head = result.shape.n_head;
-  config.model.d_model = result.shape.d_model;
-  config.model.seq_len = result.shape.seq_len;
-  config.model.vocab_size = result.shape.vocab_size;
-  config.model.arch = result.shape.arch;
+  config.model = model_config_of(result.shape);
   // A checkpoint's config names the data it was trained on; an imported model has none here.
   // `train --resume` takes the data from its own config.
   config.data.train = "hf-import:" + fs::absolute(dir).string();

@@ -1,10 +1,11 @@
 // Muon (Jordan et al. 2024, the optimizer of the fastest public GPT-2 speedruns) on an element
 // range of the flat parameter buffer (docs/ARCHITECTURE.md §2: optimizers). The blocks' matrices
-// (attention qkv and projection, the MLP's and each expert's fc and proj) take
+// (attention qkv, or q, k and v, and projection, the MLP's and each expert's fc and proj) take
 //   buf ← μ·buf + g;  u = g + μ·buf (Nesterov) or buf;  O = NewtonSchulz(u)  (newton_schulz.h)
 //   θ ← θ·(1 − lr_m·weight_decay) − lr_m · √max(1, rows/cols) · O
 // with lr_m = optimizer.muon.lr scaled by the schedule (lr_t / optimizer.lr). Everything else
-// (wte, wpe, the router, gains and biases) takes AdamW with optimizer.lr, beta1, beta2 and eps.
+// (wte, wpe, an untied lm_head, the router, gains and biases) takes AdamW with optimizer.lr,
+// beta1, beta2 and eps.
 //
 // Split matrices. Newton-Schulz needs the whole matrix, which a ZeRO shard (the range cuts
 // tensors anywhere) and tensor parallelism (a rank holds a block of rows or of columns) split.

@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include "model/core/error.h"
 #include "model/kernels/cpu/blas.h"
 #include "model/kernels/cpu/vector_math.h"
 
@@ -82,6 +83,28 @@ void attend_row_block(T* y, int ldy, T* p, int ldp, const T* q, const T* k, cons
   gemm(false, false, r1 - r0, hs, r1, T(1), p, ldp, v, C3, T(0), y, ldy);
 }
 
+// Where a head's columns start in a qkv row (attention.h): query head h at h·hs, its key/value
+// head h / group in the k and v parts after all NH query heads.
+struct HeadColumns {
+  HeadColumns(int C, int NH, int KV) {
+    STRATA_CHECK(NH > 0 && C % NH == 0 && KV > 0 && NH % KV == 0, "attention: ", NH,
+                 " query heads and ", KV, " key/value heads over ", C, " channels");
+    hs = C / NH;
+    group = NH / KV;
+    C3 = C + 2 * KV * hs;
+    k0 = C;
+    v0 = C + KV * hs;
+  }
+  int query(int h) const { return h * hs; }
+  int key(int h) const { return k0 + h / group * hs; }
+  int value(int h) const { return v0 + h / group * hs; }
+
+  int hs = 0;     // head size
+  int group = 0;  // query heads per key/value head
+  int C3 = 0;     // qkv row stride, (NH + 2·KV)·hs
+  int k0 = 0, v0 = 0;
+};
+
 // `per_thread` elements for each of the threads the pass will run, from the caller's scratch.
 template <class T>
 T* thread_scratch(std::vector<T>& scratch, int threads, std::size_t per_thread) {
@@ -95,11 +118,12 @@ T* thread_scratch(std::vector<T>& scratch, int threads, std::size_t per_thread) 
 // (b, h) pairs run in parallel; the GEMM libraries (OpenMP builds, blas.h) run a GEMM called inside
 // a parallel region on its calling thread, so the cores are not oversubscribed.
 template <class T>
-void attention_forward(T* out, const T* qkv, int B, int T_, int C, int NH,
+void attention_forward(T* out, const T* qkv, int B, int T_, int C, int NH, int KV,
                        std::vector<T>& scratch) {
-  const int hs = C / NH;
+  const HeadColumns heads(C, NH, KV);
+  const int hs = heads.hs;
   const T scale = T(1) / std::sqrt(T(hs));
-  const int C3 = 3 * C;
+  const int C3 = heads.C3;
   const int threads = omp_get_max_threads();
   const std::size_t per_thread = static_cast<std::size_t>(std::min(kRowBlock, T_)) * T_;
   T* probs = thread_scratch(scratch, threads, per_thread);
@@ -107,13 +131,13 @@ void attention_forward(T* out, const T* qkv, int B, int T_, int C, int NH,
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH;
     const int h = bh % NH;
-    const T* q = qkv + static_cast<long>(b) * T_ * C3 + h * hs;
+    const T* row0 = qkv + static_cast<long>(b) * T_ * C3;
     T* p = probs + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
     T* y = out + static_cast<long>(b) * T_ * C + h * hs;
     for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
       const int r1 = std::min(r0 + kRowBlock, T_);
-      attend_row_block(y + static_cast<long>(r0) * C, C, p, T_, q, q + C, q + 2 * C, r0, r1, hs, C3,
-                       scale);
+      attend_row_block(y + static_cast<long>(r0) * C, C, p, T_, row0 + heads.query(h),
+                       row0 + heads.key(h), row0 + heads.value(h), r0, r1, hs, C3, scale);
     }
   }
 }
@@ -121,94 +145,103 @@ void attention_forward(T* out, const T* qkv, int B, int T_, int C, int NH,
 // Heads run in parallel, each thread with its own probabilities for one row block: they are not
 // kept, as no backward pass follows.
 template <class T>
-void attention_forward_rows(T* out, const T* qkv, int t0, int T_, int C, int NH) {
-  const int hs = C / NH;
+void attention_forward_rows(T* out, const T* qkv, int t0, int T_, int C, int NH, int KV) {
+  const HeadColumns heads(C, NH, KV);
+  const int hs = heads.hs;
   const T scale = T(1) / std::sqrt(T(hs));
-  const int C3 = 3 * C;
+  const int C3 = heads.C3;
   const int block = std::min(kRowBlock, T_ - t0);
   const int threads = omp_get_max_threads();
   std::vector<T> scratch(static_cast<std::size_t>(threads) * block * T_);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int h = 0; h < NH; ++h) {
-    const T* q = qkv + h * hs;
     T* p = scratch.data() + static_cast<std::size_t>(omp_get_thread_num()) * block * T_;
     for (int r0 = t0; r0 < T_; r0 += block) {
       const int r1 = std::min(r0 + block, T_);
-      attend_row_block(out + static_cast<long>(r0 - t0) * C + h * hs, C, p, T_, q, q + C, q + 2 * C,
-                       r0, r1, hs, C3, scale);
+      attend_row_block(out + static_cast<long>(r0 - t0) * C + h * hs, C, p, T_,
+                       qkv + heads.query(h), qkv + heads.key(h), qkv + heads.value(h), r0, r1, hs,
+                       C3, scale);
     }
   }
 }
 
+// (b, key/value head) pairs run in parallel: the query heads of one group add into the same dK and
+// dV rows, so one thread takes them in turn, in the group's order (the first overwrites, the
+// others accumulate through the GEMMs' beta), which keeps the sums deterministic without atomics.
+// Grouped heads thus give B·KV parallel items rather than B·NH.
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, int B, int T_, int C, int NH,
+void attention_backward(T* dqkv, const T* dout, const T* qkv, int B, int T_, int C, int NH, int KV,
                         ComputeDtype probs_dtype, std::vector<T>& scratch) {
-  const int hs = C / NH;
+  const HeadColumns heads(C, NH, KV);
+  const int hs = heads.hs;
   const T scale = T(1) / std::sqrt(T(hs));
-  const int C3 = 3 * C;
+  const int C3 = heads.C3;
   const int threads = omp_get_max_threads();
   const std::size_t square = static_cast<std::size_t>(T_) * T_;
   T* matrices = thread_scratch(scratch, threads, 2 * square);
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int bh = 0; bh < B * NH; ++bh) {
-    const int b = bh / NH;
-    const int h = bh % NH;
-    const long q_off = static_cast<long>(b) * T_ * C3 + h * hs;
-    const T* q = qkv + q_off;
-    const T* k = q + C;
-    const T* v = q + 2 * C;
-    T* dq = dqkv + q_off;
-    T* dk = dq + C;
-    T* dv = dq + 2 * C;
-    const T* dy = dout + static_cast<long>(b) * T_ * C + h * hs;
+  for (int bg = 0; bg < B * KV; ++bg) {
+    const int b = bg / KV;
+    const int first = bg % KV * heads.group;  // the group's first query head
+    const long row0 = static_cast<long>(b) * T_ * C3;
+    const T* k = qkv + row0 + heads.key(first);
+    const T* v = qkv + row0 + heads.value(first);
+    T* dk = dqkv + row0 + heads.key(first);
+    T* dv = dqkv + row0 + heads.value(first);
     // probs and dscores (T, T); per row block only columns [0, r1) are read.
     T* p = matrices + static_cast<std::size_t>(omp_get_thread_num()) * 2 * square;
     T* ds = p + square;
-    for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
-      const int r1 = std::min(r0 + kRowBlock, T_);
-      row_block_probabilities(p + static_cast<long>(r0) * T_, T_, q, k, r0, r1, hs, C3, scale);
-    }
-    round_span(p, static_cast<long>(square), probs_dtype);
-    for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
-      const int r1 = std::min(r0 + kRowBlock, T_);
-      const int rows = r1 - r0;
-      const long at = static_cast<long>(r0) * T_;
-      // dprobs[r0:r1, 0:r1] = dy[r0:r1] · v[0:r1]ᵀ, then the softmax backward in place
-      gemm(false, true, rows, r1, hs, T(1), dy + static_cast<long>(r0) * C, C, v, C3, T(0), ds + at,
-           T_);
-      for (int t = r0; t < r1; ++t) {
-        causal_softmax_backward_row(ds + static_cast<long>(t) * T_, p + static_cast<long>(t) * T_,
-                                    t, r1);
+    for (int h = first; h < first + heads.group; ++h) {
+      const T kv_beta = h == first ? T(0) : T(1);  // dk, dv: overwrite, then accumulate
+      const T* q = qkv + row0 + heads.query(h);
+      T* dq = dqkv + row0 + heads.query(h);
+      const T* dy = dout + static_cast<long>(b) * T_ * C + h * hs;
+      for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
+        const int r1 = std::min(r0 + kRowBlock, T_);
+        row_block_probabilities(p + static_cast<long>(r0) * T_, T_, q, k, r0, r1, hs, C3, scale);
       }
-      // dq[r0:r1] = scale · dscores[r0:r1, 0:r1] · k[0:r1]
-      gemm(false, false, rows, hs, r1, scale, ds + at, T_, k, C3, T(0),
-           dq + static_cast<long>(r0) * C3, C3);
-    }
-    // Key blocks [c0, c1) receive gradient only from query rows t >= c0.
-    for (int c0 = 0; c0 < T_; c0 += kRowBlock) {
-      const int c1 = std::min(c0 + kRowBlock, T_);
-      const int cols = c1 - c0;
-      const int rows = T_ - c0;
-      const long at = static_cast<long>(c0) * T_ + c0;
-      // dv[c0:c1] = probs[c0:T, c0:c1]ᵀ · dy[c0:T] ;  dk[c0:c1] = scale · dscores[c0:T, c0:c1]ᵀ ·
-      // q[c0:T]
-      gemm(true, false, cols, hs, rows, T(1), p + at, T_, dy + static_cast<long>(c0) * C, C, T(0),
-           dv + static_cast<long>(c0) * C3, C3);
-      gemm(true, false, cols, hs, rows, scale, ds + at, T_, q + static_cast<long>(c0) * C3, C3,
-           T(0), dk + static_cast<long>(c0) * C3, C3);
+      round_span(p, static_cast<long>(square), probs_dtype);
+      for (int r0 = 0; r0 < T_; r0 += kRowBlock) {
+        const int r1 = std::min(r0 + kRowBlock, T_);
+        const int rows = r1 - r0;
+        const long at = static_cast<long>(r0) * T_;
+        // dprobs[r0:r1, 0:r1] = dy[r0:r1] · v[0:r1]ᵀ, then the softmax backward in place
+        gemm(false, true, rows, r1, hs, T(1), dy + static_cast<long>(r0) * C, C, v, C3, T(0),
+             ds + at, T_);
+        for (int t = r0; t < r1; ++t) {
+          causal_softmax_backward_row(ds + static_cast<long>(t) * T_, p + static_cast<long>(t) * T_,
+                                      t, r1);
+        }
+        // dq[r0:r1] = scale · dscores[r0:r1, 0:r1] · k[0:r1]
+        gemm(false, false, rows, hs, r1, scale, ds + at, T_, k, C3, T(0),
+             dq + static_cast<long>(r0) * C3, C3);
+      }
+      // Key blocks [c0, c1) receive gradient only from query rows t >= c0.
+      for (int c0 = 0; c0 < T_; c0 += kRowBlock) {
+        const int c1 = std::min(c0 + kRowBlock, T_);
+        const int cols = c1 - c0;
+        const int rows = T_ - c0;
+        const long at = static_cast<long>(c0) * T_ + c0;
+        // dv[c0:c1] (+)= probs[c0:T, c0:c1]ᵀ · dy[c0:T] ;
+        // dk[c0:c1] (+)= scale · dscores[c0:T, c0:c1]ᵀ · q[c0:T]
+        gemm(true, false, cols, hs, rows, T(1), p + at, T_, dy + static_cast<long>(c0) * C, C,
+             kv_beta, dv + static_cast<long>(c0) * C3, C3);
+        gemm(true, false, cols, hs, rows, scale, ds + at, T_, q + static_cast<long>(c0) * C3, C3,
+             kv_beta, dk + static_cast<long>(c0) * C3, C3);
+      }
     }
   }
 }
 
-template void attention_forward<float>(float*, const float*, int, int, int, int,
+template void attention_forward<float>(float*, const float*, int, int, int, int, int,
                                        std::vector<float>&);
-template void attention_forward<double>(double*, const double*, int, int, int, int,
+template void attention_forward<double>(double*, const double*, int, int, int, int, int,
                                         std::vector<double>&);
-template void attention_forward_rows<float>(float*, const float*, int, int, int, int);
-template void attention_forward_rows<double>(double*, const double*, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, int, int, int, int,
+template void attention_forward_rows<float>(float*, const float*, int, int, int, int, int);
+template void attention_forward_rows<double>(double*, const double*, int, int, int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, int, int, int, int, int,
                                         ComputeDtype, std::vector<float>&);
 template void attention_backward<double>(double*, const double*, const double*, int, int, int, int,
-                                         ComputeDtype, std::vector<double>&);
+                                         int, ComputeDtype, std::vector<double>&);
 
 }  // namespace strata::cpu

@@ -1,6 +1,10 @@
-// Causal multi-head self-attention on a packed qkv tensor (docs/ARCHITECTURE.md §5: rows all q,
-// then all k, then all v; heads contiguous), scale 1/√(head_size).
-//   qkv (B, T, 3C) -> out (B, T, C)
+// Causal self-attention with grouped key/value heads on a packed qkv tensor, scale 1/√(head_size).
+// NH query heads share KV key/value heads (1 ≤ KV ≤ NH, NH % KV == 0): KV == NH is multi-head
+// attention, KV == 1 multi-query, anything between grouped-query (GQA). hs = C / NH; a qkv row is
+//   [q: NH·hs | k: KV·hs | v: KV·hs]      (row stride C3 = (NH + 2·KV)·hs; C3 = 3C when KV == NH)
+// heads contiguous within each part (docs/ARCHITECTURE.md §5), and query head h reads key/value
+// head h / (NH / KV): consecutive query heads share one, as Llama's repeat_kv lays them out.
+//   qkv (B, T, C3) -> out (B, T, C)
 // Each (b, h) pair is, per block of query rows, two GEMMs and a row softmax. The (B, NH, T, T)
 // probabilities are never stored: the backward pass recomputes them, one head at a time, by the
 // forward's own code (the same GEMM calls and softmax on the same inputs, so the very same values),
@@ -19,20 +23,22 @@
 namespace strata::cpu {
 
 template <class T>
-void attention_forward(T* out, const T* qkv, int B, int T_, int C, int NH, std::vector<T>& scratch);
+void attention_forward(T* out, const T* qkv, int B, int T_, int C, int NH, int KV,
+                       std::vector<T>& scratch);
 
 // Query rows [t0, T_) of attention_forward for one sequence (B = 1) whose rows [0, t0) were run
 // before: incremental decoding, where qkv holds the cached rows followed by the new ones and each
 // new row attends causally over all of them. No probabilities are kept (no backward pass).
-//   qkv (T_, 3C) -> out (T_ − t0, C)
+//   qkv (T_, C3) -> out (T_ − t0, C)
 template <class T>
-void attention_forward_rows(T* out, const T* qkv, int t0, int T_, int C, int NH);
+void attention_forward_rows(T* out, const T* qkv, int t0, int T_, int C, int NH, int KV);
 
-// dqkv (B, T, 3C) overwritten. dout (B, T, C). The recomputed probabilities are rounded to
-// `probs_dtype` before use, as an activation the forward pass had written in that dtype
-// (precision.h; fp32 leaves them as computed).
+// dqkv (B, T, C3) overwritten, in qkv's layout. dout (B, T, C). The dK and dV of a key/value head
+// are the sums over the NH / KV query heads of its group, added in the group's order. The
+// recomputed probabilities are rounded to `probs_dtype` before use, as an activation the forward
+// pass had written in that dtype (precision.h; fp32 leaves them as computed).
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, int B, int T_, int C, int NH,
+void attention_backward(T* dqkv, const T* dout, const T* qkv, int B, int T_, int C, int NH, int KV,
                         ComputeDtype probs_dtype, std::vector<T>& scratch);
 
 }  // namespace strata::cpu

@@ -35,8 +35,10 @@ void bias_gelu_forward(T* out, T* pre, const T* bias, int N, int H, ComputeDtype
   for (int n = 0; n < N; ++n) {
     T* x = pre + static_cast<long>(n) * H;
     T* y = out + static_cast<long>(n) * H;
+    if (bias != nullptr) {
 #pragma omp simd
-    for (int h = 0; h < H; ++h) x[h] += bias[h];
+      for (int h = 0; h < H; ++h) x[h] += bias[h];
+    }
     round_span(x, H, dtype);
 #pragma omp simd
     for (int h = 0; h < H; ++h) y[h] = gelu(x[h]);

@@ -11,7 +11,7 @@ void gelu_forward(T* out, const T* inp, long n);
 
 // The bias of the GEMM before the GELU and the GELU, in one pass over each row of that GEMM's
 // output (N, H), which holds the product without its bias:
-//   pre += bias, rounded to `dtype`;  out = gelu(pre), rounded to `dtype`
+//   pre += bias (none if null), rounded to `dtype`;  out = gelu(pre), rounded to `dtype`
 // pre is the MLP's fch activation, out its fch_gelu. Saves the GEMM reading a bias-filled output
 // (matmul_forward) and a separate GELU pass; the values are those of matmul_forward with the bias,
 // round_to_dtype, gelu_forward, round_to_dtype, up to where the bias enters the sum (a GEMM library

@@ -55,8 +55,10 @@ bool use_registers() {
   return !std::is_same_v<T, float> && chosen_kernels().load() == AttentionKernels::registers;
 }
 
-void check_shape(int B, int T_, int C, int NH) {
+void check_shape(int B, int T_, int C, int NH, int KV) {
   STRATA_CHECK(B >= 0 && T_ >= 0 && NH > 0 && C % NH == 0);
+  STRATA_CHECK(KV > 0 && NH % KV == 0, "attention: ", NH, " query heads over ", KV,
+               " key/value heads");
   const int hs = C / NH;
   if (!attention_head_size_supported(hs))
     fail("attention: head size ", hs, " is not supported by the CUDA kernel (",
@@ -75,26 +77,26 @@ void set_attention_kernels(AttentionKernels kernels) { chosen_kernels().store(ke
 AttentionKernels attention_kernels() { return chosen_kernels().load(); }
 
 template <class T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
                        cudaStream_t stream) {
-  check_shape(B, T_, C, NH);
+  check_shape(B, T_, C, NH, KV);
   STRATA_CHECK(is_aligned(out, 16) && is_aligned(qkv, 16),
                "attention tensors must be 16-byte aligned");
   if (B == 0 || T_ == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    flash::forward_tiles(out, lse, qkv, B, T_, C, NH, stream);
+    flash::forward_tiles(out, lse, qkv, B, T_, C, NH, KV, stream);
   } else {
     if (use_registers<T>())
-      flash::forward_registers(out, lse, qkv, B, T_, C, NH, stream);
+      flash::forward_registers(out, lse, qkv, B, T_, C, NH, KV, stream);
     else
-      flash::forward_tiles(out, lse, qkv, B, T_, C, NH, stream);
+      flash::forward_tiles(out, lse, qkv, B, T_, C, NH, KV, stream);
   }
 }
 
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B,
-                        int T_, int C, int NH, DeviceArena& arena, cudaStream_t stream) {
-  check_shape(B, T_, C, NH);
+                        int T_, int C, int NH, int KV, DeviceArena& arena, cudaStream_t stream) {
+  check_shape(B, T_, C, NH, KV);
   STRATA_CHECK(is_aligned(dqkv, 16) && is_aligned(dout, 16) && is_aligned(qkv, 16),
                "attention tensors must be 16-byte aligned");
   if (B == 0 || T_ == 0) return;
@@ -106,30 +108,30 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
                               kWarpsPerBlock * 32, 0, stream>>>(delta, dout, out, T_, C, NH, rows);
   STRATA_CUDA_CHECK_LAUNCH();
   if constexpr (std::is_same_v<T, float>) {
-    flash::backward_tiles(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
+    flash::backward_tiles(dqkv, dout, qkv, lse, delta, B, T_, C, NH, KV, stream);
   } else {
     if (use_registers<T>())
-      flash::backward_registers(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
+      flash::backward_registers(dqkv, dout, qkv, lse, delta, B, T_, C, NH, KV, stream);
     else
-      flash::backward_tiles(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
+      flash::backward_tiles(dqkv, dout, qkv, lse, delta, B, T_, C, NH, KV, stream);
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int,
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int,
                                        cudaStream_t);
 template void attention_forward<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int,
-                                               int, int, int, cudaStream_t);
-template void attention_forward<__half>(__half*, float*, const __half*, int, int, int, int,
+                                               int, int, int, int, cudaStream_t);
+template void attention_forward<__half>(__half*, float*, const __half*, int, int, int, int, int,
                                         cudaStream_t);
 template void attention_backward<float>(float*, const float*, const float*, const float*,
-                                        const float*, int, int, int, int, DeviceArena&,
+                                        const float*, int, int, int, int, int, DeviceArena&,
                                         cudaStream_t);
 template void attention_backward<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*,
                                                 const __nv_bfloat16*, const __nv_bfloat16*,
-                                                const float*, int, int, int, int, DeviceArena&,
+                                                const float*, int, int, int, int, int, DeviceArena&,
                                                 cudaStream_t);
 template void attention_backward<__half>(__half*, const __half*, const __half*, const __half*,
-                                         const float*, int, int, int, int, DeviceArena&,
+                                         const float*, int, int, int, int, int, DeviceArena&,
                                          cudaStream_t);
 
 }  // namespace strata::cuda

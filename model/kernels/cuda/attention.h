@@ -1,7 +1,8 @@
-// Causal multi-head self-attention, fused flash-style (FlashAttention-2 algorithm), on the packed
-// qkv layout of model/kernels/cpu/attention.h (docs/ARCHITECTURE.md §5): qkv (B, T, 3C) holds per
-// row all q, then all k, then all v, heads contiguous (head h at columns h·hs of each); the scale
-// is 1/√hs.
+// Causal self-attention with grouped key/value heads, fused flash-style (FlashAttention-2
+// algorithm), on the packed qkv layout of model/kernels/cpu/attention.h (docs/ARCHITECTURE.md §5):
+// NH query heads over KV key/value heads (NH % KV == 0; KV == NH is multi-head attention), a qkv
+// row [q: NH·hs | k: KV·hs | v: KV·hs] (stride C3 = (NH + 2·KV)·hs, hs = C / NH), query head h
+// reading key/value head h / (NH / KV); the scale is 1/√hs.
 //
 // No (T, T) matrix ever exists in device memory. The forward pass keeps, per query tile, the
 // scores of one key tile in shared memory and an online softmax (running max and sum per row), and
@@ -15,10 +16,11 @@
 // the tile kernels' FMA path (tested against the CPU to 1e-5). Head sizes: the multiples of 16 up
 // to 128; any T (partial tiles are zero-filled and masked).
 //
-// Deterministic: the backward pass runs two kernels instead of atomics: one per key tile
-// accumulating dK and dV over the query tiles below it, one per query tile accumulating dQ over the
-// key tiles before it; each recomputes the scores it needs (about 1.4× the matmul work of an
-// atomic dQ, no reduction-order noise).
+// Deterministic: the backward pass runs two kernels instead of atomics: one per (key tile,
+// key/value head) accumulating dK and dV over the query tiles below it of every query head in the
+// group, one per (query tile, query head) accumulating dQ over the key tiles before it; each
+// recomputes the scores it needs (about 1.4× the matmul work of an atomic dQ, no reduction-order
+// noise). With KV < NH the dK/dV grid has NH / KV times fewer blocks, each NH / KV times longer.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -39,17 +41,18 @@ enum class AttentionKernels { registers, tiles };
 void set_attention_kernels(AttentionKernels kernels);
 AttentionKernels attention_kernels();
 
-// out (B, T, C) overwritten; lse (B, NH, T) = log Σ_s≤t exp(q_t·k_s / √hs) per query row (natural
-// log, fp32), kept for the backward pass. qkv and out 16-byte aligned. T: float, __nv_bfloat16,
-// __half.
+// qkv (B, T, C3) -> out (B, T, C) overwritten; lse (B, NH, T) = log Σ_s≤t exp(q_t·k_s / √hs) per
+// query row (natural log, fp32), kept for the backward pass. qkv and out 16-byte aligned.
+// T: float, __nv_bfloat16, __half.
 template <class T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
                        cudaStream_t stream);
 
-// dqkv (B, T, 3C) overwritten, from dout (B, T, C), the forward's qkv, out and lse. Scratch:
-// B·NH·T floats (rowsum(dout ⊙ out)) from `arena`, released before returning.
+// dqkv (B, T, C3) overwritten, in qkv's layout, from dout (B, T, C), the forward's qkv, out and
+// lse; a key/value head's dK and dV are the sums over its group's query heads. Scratch: B·NH·T
+// floats (rowsum(dout ⊙ out)) from `arena`, released before returning.
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B,
-                        int T_, int C, int NH, DeviceArena& arena, cudaStream_t stream);
+                        int T_, int C, int NH, int KV, DeviceArena& arena, cudaStream_t stream);
 
 }  // namespace strata::cuda

@@ -2,10 +2,12 @@
 // made deterministic by splitting it):
 //   delta_i = Σ_d dout[i, d]·out[i, d]                         (one warp per row)
 //   P = exp(S·scale − lse),  dP = dout·Vᵀ,  dS = P ⊙ (dP − delta)
-//   dV = Pᵀ·dout,  dK = scale·dSᵀ·Q                          (kernel 1: one block per key tile)
-//   dQ = scale·dS·K                                           (kernel 2: one block per query tile)
-// Each block owns its output rows and accumulates them in shared memory in a fixed order, so no
-// atomics and bitwise-reproducible results; the price is computing S and dP twice.
+//   dV = Σ_h Pᵀ·dout,  dK = scale·Σ_h dSᵀ·Q    (kernel 1: one block per key tile of a key/value
+//                                              head, h over the query heads of its group)
+//   dQ = scale·dS·K                            (kernel 2: one block per query tile of a query head)
+// Each block owns its output rows and accumulates them in shared memory in a fixed order (query
+// heads in turn, query tiles in turn), so no atomics and bitwise-reproducible results; the price
+// is computing S and dP twice.
 #include <cmath>
 
 #include "model/kernels/cuda/attention_kernels.h"
@@ -42,12 +44,14 @@ __device__ void probabilities_and_ds(T* p, T* ds, const float* s, const float* d
   }
 }
 
-// Kernel 1: block (key tile, head, batch) accumulates dK and dV over the query tiles at and after
-// its own (earlier queries cannot see these keys). Key tile 0 has the most work and starts first.
+// Kernel 1: block (key tile, key/value head, batch) accumulates dK and dV over the query heads of
+// its group and, for each, the query tiles at and after its own (earlier queries cannot see these
+// keys). Key tile 0 has the most work and starts first.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     attention_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                          const float* delta, int T_, int C, float scale, float scale_log2) {
+                          const float* delta, int T_, QkvColumns<D> columns, float scale,
+                          float scale_log2) {
   using Tl = Tiles<T, D>;
   using L = BackwardLayout<T, D>;
   constexpr int kRows = Tl::kRows;
@@ -66,44 +70,47 @@ __global__ void __launch_bounds__(kThreads)
   float* delta_rows = at<float>(shared, L::kDelta);
 
   const int c0 = blockIdx.x * kRows;
-  const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
-  const long qkv_stride = 3L * C;
-  const long head = static_cast<long>(h) * D;
-  const T* q_src = qkv + static_cast<long>(b) * T_ * qkv_stride + head;
-  const T* dy_src = dout + static_cast<long>(b) * T_ * C + head;
-  const long bh = static_cast<long>(b) * NH + h;
-  load_rows<T, D, kRows, Tl::kLdT>(k, q_src + C, qkv_stride, c0, T_);
-  load_rows<T, D, kRows, Tl::kLdT>(v, q_src + 2L * C, qkv_stride, c0, T_);
+  const int kv = blockIdx.y, b = blockIdx.z, NH = gridDim.y * columns.group;
+  const int C = columns.C;
+  const long qkv_stride = columns.stride();
+  const T* row0 = qkv + static_cast<long>(b) * T_ * qkv_stride;
+  load_rows<T, D, kRows, Tl::kLdT>(k, row0 + columns.key(kv), qkv_stride, c0, T_);
+  load_rows<T, D, kRows, Tl::kLdT>(v, row0 + columns.value(kv), qkv_stride, c0, T_);
   fill_zero(dk, kRows * Tl::kLdA);
   fill_zero(dv, kRows * Tl::kLdA);
 
-  for (int r0 = c0; r0 < T_; r0 += kRows) {
-    __syncthreads();  // the previous tile's products are done with q, dy, p, ds
-    load_rows<T, D, kRows, Tl::kLdT>(q, q_src, qkv_stride, r0, T_);
-    load_rows<T, D, kRows, Tl::kLdT>(dy, dy_src, C, r0, T_);
-    load_row_stats<kRows>(lse_rows, delta_rows, lse + bh * T_, delta + bh * T_, r0, T_);
-    __syncthreads();
-    tile_gemm<kRows, kRows, D, false, true, false>(s, Tl::kLdS, q, Tl::kLdT, k, Tl::kLdT);
-    tile_gemm<kRows, kRows, D, false, true, false>(dp, Tl::kLdS, dy, Tl::kLdT, v, Tl::kLdT);
-    __syncthreads();
-    probabilities_and_ds<T, kRows, Tl::kLdS, Tl::kLdP, true>(p, ds, s, dp, lse_rows, delta_rows, r0,
-                                                             c0, T_, scale_log2);
-    __syncthreads();
-    tile_gemm<kRows, D, kRows, true, false, true>(dv, Tl::kLdA, p, Tl::kLdP, dy, Tl::kLdT);
-    tile_gemm<kRows, D, kRows, true, false, true>(dk, Tl::kLdA, ds, Tl::kLdP, q, Tl::kLdT);
+  for (int h = kv * columns.group; h < (kv + 1) * columns.group; ++h) {
+    const T* q_src = row0 + columns.query(h);
+    const T* dy_src = dout + static_cast<long>(b) * T_ * C + columns.query(h);
+    const long bh = static_cast<long>(b) * NH + h;
+    for (int r0 = c0; r0 < T_; r0 += kRows) {
+      __syncthreads();  // the previous tile's products are done with q, dy, p, ds
+      load_rows<T, D, kRows, Tl::kLdT>(q, q_src, qkv_stride, r0, T_);
+      load_rows<T, D, kRows, Tl::kLdT>(dy, dy_src, C, r0, T_);
+      load_row_stats<kRows>(lse_rows, delta_rows, lse + bh * T_, delta + bh * T_, r0, T_);
+      __syncthreads();
+      tile_gemm<kRows, kRows, D, false, true, false>(s, Tl::kLdS, q, Tl::kLdT, k, Tl::kLdT);
+      tile_gemm<kRows, kRows, D, false, true, false>(dp, Tl::kLdS, dy, Tl::kLdT, v, Tl::kLdT);
+      __syncthreads();
+      probabilities_and_ds<T, kRows, Tl::kLdS, Tl::kLdP, true>(p, ds, s, dp, lse_rows, delta_rows,
+                                                               r0, c0, T_, scale_log2);
+      __syncthreads();
+      tile_gemm<kRows, D, kRows, true, false, true>(dv, Tl::kLdA, p, Tl::kLdP, dy, Tl::kLdT);
+      tile_gemm<kRows, D, kRows, true, false, true>(dk, Tl::kLdA, ds, Tl::kLdP, q, Tl::kLdT);
+    }
   }
   __syncthreads();
-  T* dq_dst = dqkv + static_cast<long>(b) * T_ * qkv_stride + head;
-  store_rows<T, D, kRows, Tl::kLdA>(dq_dst + C, qkv_stride, c0, T_, dk, scale, nullptr);
-  store_rows<T, D, kRows, Tl::kLdA>(dq_dst + 2L * C, qkv_stride, c0, T_, dv, 1.0f, nullptr);
+  T* dst = dqkv + static_cast<long>(b) * T_ * qkv_stride;
+  store_rows<T, D, kRows, Tl::kLdA>(dst + columns.key(kv), qkv_stride, c0, T_, dk, scale, nullptr);
+  store_rows<T, D, kRows, Tl::kLdA>(dst + columns.value(kv), qkv_stride, c0, T_, dv, 1.0f, nullptr);
 }
 
-// Kernel 2: block (query tile, head, batch) accumulates dQ over the key tiles up to the diagonal.
-// The last query tile has the most work and starts first.
+// Kernel 2: block (query tile, query head, batch) accumulates dQ over the key tiles of its
+// key/value head up to the diagonal. The last query tile has the most work and starts first.
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                        int T_, int C, float scale, float scale_log2) {
+                        int T_, QkvColumns<D> columns, float scale, float scale_log2) {
   using Tl = Tiles<T, D>;
   using L = BackwardLayout<T, D>;
   constexpr int kRows = Tl::kRows;
@@ -121,11 +128,12 @@ __global__ void __launch_bounds__(kThreads)
 
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
-  const long qkv_stride = 3L * C;
-  const long head = static_cast<long>(h) * D;
-  const T* q_src = qkv + static_cast<long>(b) * T_ * qkv_stride + head;
+  const int C = columns.C;
+  const long qkv_stride = columns.stride();
+  const long head = columns.query(h);
+  const HeadSources<T> src = columns.sources(qkv, b, T_, h);
   const long bh = static_cast<long>(b) * NH + h;
-  load_rows<T, D, kRows, Tl::kLdT>(q, q_src, qkv_stride, r0, T_);
+  load_rows<T, D, kRows, Tl::kLdT>(q, src.q, qkv_stride, r0, T_);
   load_rows<T, D, kRows, Tl::kLdT>(dy, dout + static_cast<long>(b) * T_ * C + head, C, r0, T_);
   load_row_stats<kRows>(lse_rows, delta_rows, lse + bh * T_, delta + bh * T_, r0, T_);
   fill_zero(dq, kRows * Tl::kLdA);
@@ -133,8 +141,8 @@ __global__ void __launch_bounds__(kThreads)
   const int key_end = min(r0 + kRows, T_);
   for (int c0 = 0; c0 < key_end; c0 += kRows) {
     __syncthreads();  // the previous dS·K is done with k and ds
-    load_rows<T, D, kRows, Tl::kLdT>(k, q_src + C, qkv_stride, c0, T_);
-    load_rows<T, D, kRows, Tl::kLdT>(v, q_src + 2L * C, qkv_stride, c0, T_);
+    load_rows<T, D, kRows, Tl::kLdT>(k, src.k, qkv_stride, c0, T_);
+    load_rows<T, D, kRows, Tl::kLdT>(v, src.v, qkv_stride, c0, T_);
     __syncthreads();
     tile_gemm<kRows, kRows, D, false, true, false>(s, Tl::kLdS, q, Tl::kLdT, k, Tl::kLdT);
     tile_gemm<kRows, kRows, D, false, true, false>(dp, Tl::kLdS, dy, Tl::kLdT, v, Tl::kLdT);
@@ -151,22 +159,26 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, int D>
 void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                     int B, int T_, int C, int NH, cudaStream_t stream) {
+                     int B, int T_, int C, int NH, int KV, cudaStream_t stream) {
   constexpr std::size_t kBytes = BackwardLayout<T, D>::kBytes;
   constexpr int kRows = Tiles<T, D>::kRows;
-  const dim3 grid(static_cast<unsigned>((T_ + kRows - 1) / kRows), static_cast<unsigned>(NH),
-                  static_cast<unsigned>(B));
+  const unsigned tiles = static_cast<unsigned>((T_ + kRows - 1) / kRows);
+  const QkvColumns<D> columns{C, KV, NH / KV};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const float scale_log2 = scale * kLog2e;
   auto* dkdv = attention_dkdv_kernel<T, D>;
   STRATA_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes)));
-  dkdv<<<grid, kThreads, kBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_, C, scale, scale_log2);
+  const dim3 key_grid(tiles, static_cast<unsigned>(KV), static_cast<unsigned>(B));
+  dkdv<<<key_grid, kThreads, kBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_, columns, scale,
+                                               scale_log2);
   STRATA_CUDA_CHECK_LAUNCH();
   auto* dq = attention_dq_kernel<T, D>;
   STRATA_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes)));
-  dq<<<grid, kThreads, kBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_, C, scale, scale_log2);
+  const dim3 query_grid(tiles, static_cast<unsigned>(NH), static_cast<unsigned>(B));
+  dq<<<query_grid, kThreads, kBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_, columns, scale,
+                                               scale_log2);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -174,18 +186,18 @@ void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, con
 
 template <class T>
 void backward_tiles(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                    int B, int T_, int C, int NH, cudaStream_t stream) {
+                    int B, int T_, int C, int NH, int KV, cudaStream_t stream) {
   with_head_size(C / NH, [&]<int D>() {
-    launch_backward<T, D>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
+    launch_backward<T, D>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, KV, stream);
   });
 }
 
 template void backward_tiles<float>(float*, const float*, const float*, const float*, const float*,
-                                    int, int, int, int, cudaStream_t);
+                                    int, int, int, int, int, cudaStream_t);
 template void backward_tiles<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*,
                                             const __nv_bfloat16*, const float*, const float*, int,
-                                            int, int, int, cudaStream_t);
+                                            int, int, int, int, cudaStream_t);
 template void backward_tiles<__half>(__half*, const __half*, const __half*, const float*,
-                                     const float*, int, int, int, int, cudaStream_t);
+                                     const float*, int, int, int, int, int, cudaStream_t);
 
 }  // namespace strata::cuda::flash

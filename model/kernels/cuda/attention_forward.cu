@@ -1,6 +1,6 @@
 // Flash-attention forward on shared-memory tiles (attention_kernels.h): one block per (query tile,
-// head, batch); key tiles stream through shared memory up to the diagonal, with an online softmax
-// per query row (FlashAttention-2):
+// query head, batch), reading its group's key/value head; key tiles stream through shared memory up
+// to the diagonal, with an online softmax per query row (FlashAttention-2):
 //   m' = max(m, rowmax(S)),  P = exp(S − m'),  l' = l·e^(m−m') + rowsum(P),  O' = O·e^(m−m') + P·V
 // and at the end out = O / l, lse = m + log l. Exponentials are base 2 with log2(e) folded into the
 // score scale. Query tiles run from the last (most key tiles) to the first so the longest blocks
@@ -18,7 +18,8 @@ namespace {
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, float scale_log2) {
+    attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, QkvColumns<D> columns,
+                             float scale_log2) {
   using Tl = Tiles<T, D>;
   using L = ForwardLayout<T, D>;
   constexpr int kRows = Tl::kRows;
@@ -34,11 +35,10 @@ __global__ void __launch_bounds__(kThreads)
 
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kRows;
   const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
-  const long qkv_stride = 3L * C;
-  const T* q_src = qkv + static_cast<long>(b) * T_ * qkv_stride + static_cast<long>(h) * D;
-  const T* k_src = q_src + C;
-  const T* v_src = q_src + 2L * C;
-  load_rows<T, D, kRows, Tl::kLdT>(q, q_src, qkv_stride, r0, T_);
+  const int C = columns.C;
+  const long qkv_stride = columns.stride();
+  const HeadSources<T> src = columns.sources(qkv, b, T_, h);
+  load_rows<T, D, kRows, Tl::kLdT>(q, src.q, qkv_stride, r0, T_);
   fill_zero(o, kRows * Tl::kLdA);
 
   const int row = threadIdx.x / kThreadsPerRow, part = threadIdx.x % kThreadsPerRow;
@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(kThreads)
   const int key_end = min(r0 + kRows, T_);
   for (int c0 = 0; c0 < key_end; c0 += kRows) {
     __syncthreads();  // the previous P·V is done with k, v, p
-    load_rows<T, D, kRows, Tl::kLdT>(k, k_src, qkv_stride, c0, T_);
-    load_rows<T, D, kRows, Tl::kLdT>(v, v_src, qkv_stride, c0, T_);
+    load_rows<T, D, kRows, Tl::kLdT>(k, src.k, qkv_stride, c0, T_);
+    load_rows<T, D, kRows, Tl::kLdT>(v, src.v, qkv_stride, c0, T_);
     __syncthreads();
     tile_gemm<kRows, kRows, D, false, true, false>(s, Tl::kLdS, q, Tl::kLdT, k, Tl::kLdT);
     __syncthreads();
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T, int D>
-void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
                     cudaStream_t stream) {
   constexpr std::size_t kBytes = ForwardLayout<T, D>::kBytes;
   constexpr int kRows = Tiles<T, D>::kRows;
@@ -98,23 +98,25 @@ void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int 
   const dim3 grid(static_cast<unsigned>((T_ + kRows - 1) / kRows), static_cast<unsigned>(NH),
                   static_cast<unsigned>(B));
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(D));
-  kernel<<<grid, kThreads, kBytes, stream>>>(out, lse, qkv, T_, C, scale_log2);
+  kernel<<<grid, kThreads, kBytes, stream>>>(out, lse, qkv, T_, QkvColumns<D>{C, KV, NH / KV},
+                                             scale_log2);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 template <class T>
-void forward_tiles(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+void forward_tiles(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
                    cudaStream_t stream) {
   with_head_size(C / NH,
-                 [&]<int D>() { launch_forward<T, D>(out, lse, qkv, B, T_, C, NH, stream); });
+                 [&]<int D>() { launch_forward<T, D>(out, lse, qkv, B, T_, C, NH, KV, stream); });
 }
 
-template void forward_tiles<float>(float*, float*, const float*, int, int, int, int, cudaStream_t);
+template void forward_tiles<float>(float*, float*, const float*, int, int, int, int, int,
+                                   cudaStream_t);
 template void forward_tiles<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int,
-                                           int, int, cudaStream_t);
-template void forward_tiles<__half>(__half*, float*, const __half*, int, int, int, int,
+                                           int, int, int, cudaStream_t);
+template void forward_tiles<__half>(__half*, float*, const __half*, int, int, int, int, int,
                                     cudaStream_t);
 
 }  // namespace strata::cuda::flash

@@ -8,7 +8,9 @@
 //              memory with asynchronous copies, double-buffered.
 // Both compute the same function with the same rounding points (probabilities and dS rounded to
 // the compute dtype before their products, fp32 accumulation); only summation order differs.
-// Arguments as in attention.h; head size C / NH supported (head_size_has_kernel), B, T_ > 0.
+// Arguments as in attention.h; head size C / NH supported (head_size_has_kernel), B, T_ > 0,
+// NH % KV == 0. Every kernel takes the qkv row stride C3 = C + 2·KV·hs and finds its heads with
+// QkvColumns (attention_tile.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,17 +18,17 @@
 namespace strata::cuda::flash {
 
 template <class T>
-void forward_tiles(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+void forward_tiles(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
                    cudaStream_t stream);
 template <class T>
 void backward_tiles(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                    int B, int T_, int C, int NH, cudaStream_t stream);
+                    int B, int T_, int C, int NH, int KV, cudaStream_t stream);
 
 template <class T>
-void forward_registers(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+void forward_registers(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
                        cudaStream_t stream);
 template <class T>
 void backward_registers(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                        int B, int T_, int C, int NH, cudaStream_t stream);
+                        int B, int T_, int C, int NH, int KV, cudaStream_t stream);
 
 }  // namespace strata::cuda::flash

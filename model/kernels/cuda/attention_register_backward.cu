@@ -1,11 +1,14 @@
 // Flash-attention backward for bf16/fp16 with every score in registers, deterministic like the
 // tile kernels (attention_backward.cu): two kernels, each block owning the rows it writes.
-//   dK, dV: one block per 64-key tile, 16 keys per warp. Per query tile (streamed, double-buffered
-//           with its logsumexp and delta), each warp computes Sᵀ = K·Qᵀ and dPᵀ = V·doutᵀ for its
-//           keys, Pᵀ = exp2(Sᵀ·scale·log2 e − lse) and dSᵀ = Pᵀ ⊙ (dPᵀ − delta), then
-//           dV += Pᵀ·dout and dK += dSᵀ·Q with Pᵀ, dSᵀ repacked as A fragments in registers.
-//   dQ:     one block per 64-query tile, 16 queries per warp; per key tile (streamed K and V),
-//           S = Q·Kᵀ, dP = dout·Vᵀ, P, dS as above, and dQ += dS·K.
+//   dK, dV: one block per 64-key tile of a key/value head, 16 keys per warp. Per query tile of
+//           each query head of the group in turn (one stream of tiles, double-buffered with their
+//           logsumexp and delta), each warp computes Sᵀ = K·Qᵀ and dPᵀ = V·doutᵀ for its keys,
+//           Pᵀ = exp2(Sᵀ·scale·log2 e − lse) and dSᵀ = Pᵀ ⊙ (dPᵀ − delta), then dV += Pᵀ·dout
+//           and dK += dSᵀ·Q with Pᵀ, dSᵀ repacked as A fragments in registers: the group's sum
+//           stays in the same fp32 accumulators.
+//   dQ:     one block per 64-query tile of a query head, 16 queries per warp; per key tile of its
+//           key/value head (streamed K and V), S = Q·Kᵀ, dP = dout·Vᵀ, P, dS as above, and
+//           dQ += dS·K.
 // Masks apply only where a tile straddles the causal diagonal or the sequence end. dK and dQ are
 // scaled by 1/√hs when stored. Head sizes up to 64 keep the block's own operand fragments (K and
 // V, or Q and dout) in registers for the whole loop; larger ones reload them from shared memory
@@ -44,7 +47,8 @@ struct BackwardShape {
 template <class T, int D>
 __global__ void __launch_bounds__(kRegisterThreads)
     dkdv_registers_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                          const float* delta, int T_, int C, float scale, float scale_log2) {
+                          const float* delta, int T_, QkvColumns<D> columns, float scale,
+                          float scale_log2) {
   using S = BackwardShape<D>;
   constexpr int kQ = S::kQueryTile;
   constexpr int kQueryGroups = kQ / 8;
@@ -59,30 +63,38 @@ __global__ void __launch_bounds__(kRegisterThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int c0 = blockIdx.x * kBlockRows;  // key tile 0 (the most query tiles) starts first
-  const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
-  const long stride = 3L * C;
-  const long head = static_cast<long>(h) * D;
-  const T* q_src = qkv + static_cast<long>(b) * T_ * stride + head;
-  const T* dy_src = dout + static_cast<long>(b) * T_ * C + head;
-  const long bh = static_cast<long>(b) * NH + h;
-  const float* lse_bh = lse + bh * T_;
-  const float* delta_bh = delta + bh * T_;
+  const int kv = blockIdx.y, b = blockIdx.z, NH = gridDim.y * columns.group;
+  const int C = columns.C;
+  const long stride = columns.stride();
+  const T* row0 = qkv + static_cast<long>(b) * T_ * stride;
   const int key[2] = {c0 + warp * kWarpRows + g, c0 + warp * kWarpRows + g + 8};
+  // The block's work is one stream of `steps` query tiles: `tiles` per query head of the group,
+  // head kv·group first.
+  const int tiles = (T_ - c0 + kQ - 1) / kQ;
+  const int steps = tiles * columns.group;
+  const auto query_row0 = [&](int step) { return c0 + step % tiles * kQ; };
 
-  // Query tile at r0 into buffer `buffer`: Q and dout asynchronously, the row statistics (base-2
-  // logsumexp, delta; 0 past T_, where the mask applies) with plain stores.
-  const auto stage = [&](int r0, int buffer) {
-    copy_rows_async<T, D, kQ>(q_tiles + buffer * S::kQueryTileElements, q_src, stride, r0, T_);
-    copy_rows_async<T, D, kQ>(dy_tiles + buffer * S::kQueryTileElements, dy_src, C, r0, T_);
+  // Step `step`'s query tile into buffer `buffer`: Q and dout asynchronously, the row statistics
+  // (base-2 logsumexp, delta; 0 past T_, where the mask applies) with plain stores.
+  const auto stage = [&](int step, int buffer) {
+    const int h = kv * columns.group + step / tiles;
+    const int r0 = query_row0(step);
+    const long bh = static_cast<long>(b) * NH + h;
+    const float* lse_bh = lse + bh * T_;
+    const float* delta_bh = delta + bh * T_;
+    copy_rows_async<T, D, kQ>(q_tiles + buffer * S::kQueryTileElements, row0 + columns.query(h),
+                              stride, r0, T_);
+    copy_rows_async<T, D, kQ>(dy_tiles + buffer * S::kQueryTileElements,
+                              dout + static_cast<long>(b) * T_ * C + columns.query(h), C, r0, T_);
     for (int i = threadIdx.x; i < kQ; i += kRegisterThreads) {
       const bool real = r0 + i < T_;
       lse_rows[buffer * kQ + i] = real ? lse_bh[r0 + i] * kLog2e : 0.0f;
       delta_rows[buffer * kQ + i] = real ? delta_bh[r0 + i] : 0.0f;
     }
   };
-  copy_rows_async<T, D, kBlockRows>(k_tile, q_src + C, stride, c0, T_);
-  copy_rows_async<T, D, kBlockRows>(v_tile, q_src + 2L * C, stride, c0, T_);
-  stage(c0, 0);
+  copy_rows_async<T, D, kBlockRows>(k_tile, row0 + columns.key(kv), stride, c0, T_);
+  copy_rows_async<T, D, kBlockRows>(v_tile, row0 + columns.value(kv), stride, c0, T_);
+  stage(0, 0);
   commit_copies();
 
   RowFragments<T, S::kSteps, S::kHoldOperands> k_rows(k_tile, kLd<D>, warp * kWarpRows, lane);
@@ -90,25 +102,24 @@ __global__ void __launch_bounds__(kRegisterThreads)
   float dk[S::kDimGroups][4], dv[S::kDimGroups][4];
   zero(dk);
   zero(dv);
-  const int tiles = (T_ - c0 + kQ - 1) / kQ;
-  for (int tile = 0; tile < tiles; ++tile) {
-    const int r0 = c0 + tile * kQ;
-    if (tile + 1 < tiles) {
-      stage(r0 + kQ, (tile + 1) % 2);
+  for (int step = 0; step < steps; ++step) {
+    const int r0 = query_row0(step);
+    if (step + 1 < steps) {
+      stage(step + 1, (step + 1) % 2);
       commit_copies();
       wait_copies<1>();
     } else {
       wait_copies<0>();
     }
     __syncthreads();
-    if (tile == 0) {
+    if (step == 0) {
       k_rows.hold();
       v_rows.hold();
     }
-    const T* q = q_tiles + (tile % 2) * S::kQueryTileElements;
-    const T* dy = dy_tiles + (tile % 2) * S::kQueryTileElements;
-    const float* lse_tile = lse_rows + (tile % 2) * kQ;
-    const float* delta_tile = delta_rows + (tile % 2) * kQ;
+    const T* q = q_tiles + (step % 2) * S::kQueryTileElements;
+    const T* dy = dy_tiles + (step % 2) * S::kQueryTileElements;
+    const float* lse_tile = lse_rows + (step % 2) * kQ;
+    const float* delta_tile = delta_rows + (step % 2) * kQ;
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·doutᵀ (rows: this warp's 16 keys; columns: the tile's queries).
     float st[kQueryGroups][4], dpt[kQueryGroups][4];
@@ -138,12 +149,13 @@ __global__ void __launch_bounds__(kRegisterThreads)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (key[i] >= T_) continue;
-    T* dst = dqkv + (static_cast<long>(b) * T_ + key[i]) * stride + head + 2 * t;
+    T* dst = dqkv + (static_cast<long>(b) * T_ + key[i]) * stride + 2 * t;
 #pragma unroll
     for (int n = 0; n < S::kDimGroups; ++n) {
-      *reinterpret_cast<unsigned*>(dst + C + n * 8) =
+      *reinterpret_cast<unsigned*>(dst + columns.key(kv) + n * 8) =
           pack2<T>(dk[n][2 * i] * scale, dk[n][2 * i + 1] * scale);
-      *reinterpret_cast<unsigned*>(dst + 2L * C + n * 8) = pack2<T>(dv[n][2 * i], dv[n][2 * i + 1]);
+      *reinterpret_cast<unsigned*>(dst + columns.value(kv) + n * 8) =
+          pack2<T>(dv[n][2 * i], dv[n][2 * i + 1]);
     }
   }
 }
@@ -151,7 +163,7 @@ __global__ void __launch_bounds__(kRegisterThreads)
 template <class T, int D>
 __global__ void __launch_bounds__(kRegisterThreads)
     dq_registers_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                        int T_, int C, float scale, float scale_log2) {
+                        int T_, QkvColumns<D> columns, float scale, float scale_log2) {
   using S = BackwardShape<D>;
   constexpr int kKeyGroups = kKeyTile / 8;
   extern __shared__ __align__(128) unsigned char shared[];
@@ -164,11 +176,10 @@ __global__ void __launch_bounds__(kRegisterThreads)
   const int g = lane / 4, t = lane % 4;
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;  // the last query tile starts first
   const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
-  const long stride = 3L * C;
-  const long head = static_cast<long>(h) * D;
-  const T* q_src = qkv + static_cast<long>(b) * T_ * stride + head;
-  const T* k_src = q_src + C;
-  const T* v_src = q_src + 2L * C;
+  const int C = columns.C;
+  const long stride = columns.stride();
+  const long head = columns.query(h);
+  const HeadSources<T> src = columns.sources(qkv, b, T_, h);
   const long bh = static_cast<long>(b) * NH + h;
   const int row[2] = {r0 + warp * kWarpRows + g, r0 + warp * kWarpRows + g + 8};
   float lse_row[2], delta_row[2];
@@ -179,11 +190,11 @@ __global__ void __launch_bounds__(kRegisterThreads)
     delta_row[i] = real ? delta[bh * T_ + row[i]] : 0.0f;
   }
 
-  copy_rows_async<T, D, kBlockRows>(q_tile, q_src, stride, r0, T_);
+  copy_rows_async<T, D, kBlockRows>(q_tile, src.q, stride, r0, T_);
   copy_rows_async<T, D, kBlockRows>(dy_tile, dout + static_cast<long>(b) * T_ * C + head, C, r0,
                                     T_);
-  copy_rows_async<T, D, kKeyTile>(k_tiles, k_src, stride, 0, T_);
-  copy_rows_async<T, D, kKeyTile>(v_tiles, v_src, stride, 0, T_);
+  copy_rows_async<T, D, kKeyTile>(k_tiles, src.k, stride, 0, T_);
+  copy_rows_async<T, D, kKeyTile>(v_tiles, src.v, stride, 0, T_);
   commit_copies();
 
   RowFragments<T, S::kSteps, S::kHoldOperands> q_rows(q_tile, kLd<D>, warp * kWarpRows, lane);
@@ -194,9 +205,9 @@ __global__ void __launch_bounds__(kRegisterThreads)
   for (int tile = 0; tile < tiles; ++tile) {
     if (tile + 1 < tiles) {
       const int next = (tile + 1) % 2;
-      copy_rows_async<T, D, kKeyTile>(k_tiles + next * S::kTile, k_src, stride,
+      copy_rows_async<T, D, kKeyTile>(k_tiles + next * S::kTile, src.k, stride,
                                       (tile + 1) * kKeyTile, T_);
-      copy_rows_async<T, D, kKeyTile>(v_tiles + next * S::kTile, v_src, stride,
+      copy_rows_async<T, D, kKeyTile>(v_tiles + next * S::kTile, src.v, stride,
                                       (tile + 1) * kKeyTile, T_);
       commit_copies();
       wait_copies<1>();
@@ -249,23 +260,25 @@ __global__ void __launch_bounds__(kRegisterThreads)
 
 template <class T, int D>
 void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                     int B, int T_, int C, int NH, cudaStream_t stream) {
+                     int B, int T_, int C, int NH, int KV, cudaStream_t stream) {
   using S = BackwardShape<D>;
-  const dim3 grid(static_cast<unsigned>((T_ + kBlockRows - 1) / kBlockRows),
-                  static_cast<unsigned>(NH), static_cast<unsigned>(B));
+  const unsigned tiles = static_cast<unsigned>((T_ + kBlockRows - 1) / kBlockRows);
+  const QkvColumns<D> columns{C, KV, NH / KV};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const float scale_log2 = scale * kLog2e;
   auto* dkdv = dkdv_registers_kernel<T, D>;
   STRATA_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(S::kDkdvBytes)));
-  dkdv<<<grid, kRegisterThreads, S::kDkdvBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_, C, scale,
-                                                          scale_log2);
+  const dim3 key_grid(tiles, static_cast<unsigned>(KV), static_cast<unsigned>(B));
+  dkdv<<<key_grid, kRegisterThreads, S::kDkdvBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_,
+                                                              columns, scale, scale_log2);
   STRATA_CUDA_CHECK_LAUNCH();
   auto* dq = dq_registers_kernel<T, D>;
   STRATA_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(S::kDqBytes)));
-  dq<<<grid, kRegisterThreads, S::kDqBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_, C, scale,
-                                                      scale_log2);
+  const dim3 query_grid(tiles, static_cast<unsigned>(NH), static_cast<unsigned>(B));
+  dq<<<query_grid, kRegisterThreads, S::kDqBytes, stream>>>(dqkv, dout, qkv, lse, delta, T_,
+                                                            columns, scale, scale_log2);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -273,16 +286,16 @@ void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, con
 
 template <class T>
 void backward_registers(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                        int B, int T_, int C, int NH, cudaStream_t stream) {
+                        int B, int T_, int C, int NH, int KV, cudaStream_t stream) {
   with_head_size(C / NH, [&]<int D>() {
-    launch_backward<T, D>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, stream);
+    launch_backward<T, D>(dqkv, dout, qkv, lse, delta, B, T_, C, NH, KV, stream);
   });
 }
 
 template void backward_registers<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*,
                                                 const __nv_bfloat16*, const float*, const float*,
-                                                int, int, int, int, cudaStream_t);
+                                                int, int, int, int, int, cudaStream_t);
 template void backward_registers<__half>(__half*, const __half*, const __half*, const float*,
-                                         const float*, int, int, int, int, cudaStream_t);
+                                         const float*, int, int, int, int, int, cudaStream_t);
 
 }  // namespace strata::cuda::flash

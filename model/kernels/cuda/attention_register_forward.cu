@@ -1,7 +1,7 @@
 // Flash-attention forward for bf16/fp16 with every score in registers (FlashAttention-2's
-// arrangement): one block of 4 warps per (64-query tile, head, batch), each warp owning 16 query
-// rows. Per key tile of 64, each warp computes its 16 × 64 scores S = Q·Kᵀ into mma accumulators,
-// updates the online softmax of its rows there,
+// arrangement): one block of 4 warps per (64-query tile, query head, batch), each warp owning 16
+// query rows, reading its group's key/value head. Per key tile of 64, each warp computes its 16 ×
+// 64 scores S = Q·Kᵀ into mma accumulators, updates the online softmax of its rows there,
 //   m' = max(m, rowmax(S)),  P = exp2(S·scale·log2 e − m'),  l' = l·2^(m−m') + rowsum(P),
 //   O' = O·2^(m−m') + P·V,
 // turns P (rounded to T) into the A operand of P·V without leaving registers (mma.cuh), and at
@@ -26,7 +26,8 @@ using namespace mma;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kRegisterThreads)
-    forward_registers_kernel(T* out, float* lse, const T* qkv, int T_, int C, float scale_log2) {
+    forward_registers_kernel(T* out, float* lse, const T* qkv, int T_, QkvColumns<D> columns,
+                             float scale_log2) {
   constexpr int kTile = kBlockRows * kLd<D>;  // elements of one shared tile (Q, K or V)
   constexpr int kSteps = D / 16;              // k-steps of Q·Kᵀ
   constexpr int kKeyGroups = kKeyTile / 8;    // 8-key accumulators of S
@@ -40,17 +41,16 @@ __global__ void __launch_bounds__(kRegisterThreads)
   const int g = lane / 4, t = lane % 4;
   const int r0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;
   const int h = blockIdx.y, b = blockIdx.z, NH = gridDim.y;
-  const long stride = 3L * C;
-  const T* q_src = qkv + static_cast<long>(b) * T_ * stride + static_cast<long>(h) * D;
-  const T* k_src = q_src + C;
-  const T* v_src = q_src + 2L * C;
+  const int C = columns.C;
+  const long stride = columns.stride();
+  const HeadSources<T> src = columns.sources(qkv, b, T_, h);
   // This thread's two query rows (past T_ for padding rows, whose results are not stored).
   const int row[2] = {r0 + warp * kWarpRows + g, r0 + warp * kWarpRows + g + 8};
   const int tiles = r0 / kKeyTile + 1;  // key tiles up to and including the diagonal
 
-  copy_rows_async<T, D, kBlockRows>(q_tile, q_src, stride, r0, T_);
-  copy_rows_async<T, D, kKeyTile>(k_tiles, k_src, stride, 0, T_);
-  copy_rows_async<T, D, kKeyTile>(v_tiles, v_src, stride, 0, T_);
+  copy_rows_async<T, D, kBlockRows>(q_tile, src.q, stride, r0, T_);
+  copy_rows_async<T, D, kKeyTile>(k_tiles, src.k, stride, 0, T_);
+  copy_rows_async<T, D, kKeyTile>(v_tiles, src.v, stride, 0, T_);
   commit_copies();
 
   RowFragments<T, kSteps, true> q(q_tile, kLd<D>, warp * kWarpRows, lane);
@@ -62,9 +62,9 @@ __global__ void __launch_bounds__(kRegisterThreads)
   for (int tile = 0; tile < tiles; ++tile) {
     if (tile + 1 < tiles) {
       const int next = (tile + 1) % 2;
-      copy_rows_async<T, D, kKeyTile>(k_tiles + next * kTile, k_src, stride, (tile + 1) * kKeyTile,
+      copy_rows_async<T, D, kKeyTile>(k_tiles + next * kTile, src.k, stride, (tile + 1) * kKeyTile,
                                       T_);
-      copy_rows_async<T, D, kKeyTile>(v_tiles + next * kTile, v_src, stride, (tile + 1) * kKeyTile,
+      copy_rows_async<T, D, kKeyTile>(v_tiles + next * kTile, src.v, stride, (tile + 1) * kKeyTile,
                                       T_);
       commit_copies();
       wait_copies<1>();  // this tile's group (and Q's) has landed; the next may be in flight
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kRegisterThreads)
 }
 
 template <class T, int D>
-void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
                     cudaStream_t stream) {
   constexpr std::size_t kBytes = 5 * sizeof(T) * kBlockRows * kLd<D>;  // Q, 2 K, 2 V
   static_assert(kBytes <= kMaxSharedBytes);
@@ -158,22 +158,23 @@ void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int 
   const dim3 grid(static_cast<unsigned>((T_ + kBlockRows - 1) / kBlockRows),
                   static_cast<unsigned>(NH), static_cast<unsigned>(B));
   const float scale_log2 = kLog2e / std::sqrt(static_cast<float>(D));
-  kernel<<<grid, kRegisterThreads, kBytes, stream>>>(out, lse, qkv, T_, C, scale_log2);
+  kernel<<<grid, kRegisterThreads, kBytes, stream>>>(out, lse, qkv, T_,
+                                                     QkvColumns<D>{C, KV, NH / KV}, scale_log2);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 template <class T>
-void forward_registers(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
+void forward_registers(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
                        cudaStream_t stream) {
   with_head_size(C / NH,
-                 [&]<int D>() { launch_forward<T, D>(out, lse, qkv, B, T_, C, NH, stream); });
+                 [&]<int D>() { launch_forward<T, D>(out, lse, qkv, B, T_, C, NH, KV, stream); });
 }
 
 template void forward_registers<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int,
-                                               int, int, int, cudaStream_t);
-template void forward_registers<__half>(__half*, float*, const __half*, int, int, int, int,
+                                               int, int, int, int, cudaStream_t);
+template void forward_registers<__half>(__half*, float*, const __half*, int, int, int, int, int,
                                         cudaStream_t);
 
 }  // namespace strata::cuda::flash

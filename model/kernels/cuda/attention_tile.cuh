@@ -1,6 +1,7 @@
-// Building blocks of the flash-attention kernels (include from .cu files only): tile sizes and
-// shared-memory layouts, cooperative copies between global rows and shared tiles, and the small
-// GEMMs on shared tiles, on tensor cores (WMMA) for bf16/fp16 and with FMA for fp32.
+// Building blocks of the flash-attention kernels (include from .cu files only): the qkv row's
+// columns, tile sizes and shared-memory layouts, cooperative copies between global rows and shared
+// tiles, and the small GEMMs on shared tiles, on tensor cores (WMMA) for bf16/fp16 and with FMA for
+// fp32.
 //
 // Every function here is called by all kThreads threads of the block, between barriers placed by
 // the caller: a tile is written by some threads and read by others.
@@ -32,6 +33,35 @@ inline constexpr int kMaxHeadSize = 128;
 constexpr bool head_size_has_kernel(int hs) {
   return hs >= kHeadSizeStep && hs <= kMaxHeadSize && hs % kHeadSizeStep == 0;
 }
+
+// Where the heads of head size D lie in a qkv row (attention.h): NH = C / D query heads, then KV
+// key heads, then KV value heads, query head h reading key/value head h / group. With KV == NH the
+// stride is 3C and key/value head h sits at C + h·D and 2C + h·D, as in plain multi-head attention.
+template <class T>
+struct HeadSources {
+  const T* q;  // row 0 of a query head
+  const T* k;  // row 0 of the key head it reads
+  const T* v;  // row 0 of the value head it reads
+};
+
+template <int D>
+struct QkvColumns {
+  int C;      // query channels, NH·D
+  int KV;     // key/value heads
+  int group;  // query heads per key/value head, NH / KV
+
+  __host__ __device__ long stride() const { return C + 2L * KV * D; }
+  __host__ __device__ long query(int h) const { return static_cast<long>(h) * D; }
+  __host__ __device__ long key(int kv) const { return C + static_cast<long>(kv) * D; }
+  __host__ __device__ long value(int kv) const { return C + static_cast<long>(KV + kv) * D; }
+
+  // Sequence b's query head h and its key/value head in qkv (B, T_, stride()).
+  template <class T>
+  __host__ __device__ HeadSources<T> sources(const T* qkv, int b, int T_, int h) const {
+    const T* row0 = qkv + static_cast<long>(b) * T_ * stride();
+    return {row0 + query(h), row0 + key(h / group), row0 + value(h / group)};
+  }
+};
 
 // Calls launch.template operator()<D>() with the compile-time head size D equal to hs, which
 // head_size_has_kernel(hs) must accept: one instantiation of each kernel per head size.

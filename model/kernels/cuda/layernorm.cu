@@ -9,16 +9,16 @@
 namespace strata::cuda {
 namespace {
 
-constexpr float kEps = 1e-5f;  // docs/ARCHITECTURE.md §5, cpu::kLayerNormEps
-constexpr int kWarps = 8;      // rows per block
+constexpr int kWarps = 8;  // rows per block
 
 // One warp per row; lane l handles elements [l·kN + 32·kN·i, ... + kN). Rows past N exit as a
-// whole warp, so the shuffles below always have all 32 lanes.
-template <class T, int kN>
+// whole warp, so the shuffles below always have all 32 lanes. kBias: bias is added (not null);
+// without it the output is the same expression less its last addition, not an added zero.
+template <class T, int kN, bool kBias>
 __global__ void __launch_bounds__(kWarps * 32)
     residual_layernorm_forward_kernel(T* sum_out, T* out, float* mean, float* rstd,
                                       const T* residual, const T* y, const T* y_bias,
-                                      const T* weight, const T* bias, int N, int C) {
+                                      const T* weight, const T* bias, int N, int C, float eps) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarps + threadIdx.x / 32;
   if (row >= N) return;
@@ -46,15 +46,21 @@ __global__ void __launch_bounds__(kWarps * 32)
       var += d * d;
     }
   }
-  const float s = 1.0f / sqrtf(group_sum(var) / static_cast<float>(C) + kEps);
+  const float s = 1.0f / sqrtf(group_sum(var) / static_cast<float>(C) + eps);
   for (int c = lane * kN; c < C; c += 32 * kN) {
     const Vec<T, kN> a = load_vec<kN>(src + c);
     const Vec<T, kN> w = load_vec<kN>(weight + c);
-    const Vec<T, kN> b = load_vec<kN>(bias + c);
     Vec<T, kN> o;
+    if constexpr (kBias) {
+      const Vec<T, kN> b = load_vec<kN>(bias + c);
 #pragma unroll
-    for (int k = 0; k < kN; ++k)
-      o.v[k] = from_float<T>((to_float(a.v[k]) - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+      for (int k = 0; k < kN; ++k)
+        o.v[k] = from_float<T>((to_float(a.v[k]) - m) * s * to_float(w.v[k]) + to_float(b.v[k]));
+    } else {
+#pragma unroll
+      for (int k = 0; k < kN; ++k)
+        o.v[k] = from_float<T>((to_float(a.v[k]) - m) * s * to_float(w.v[k]));
+    }
     store_vec(out + base + c, o);
   }
   if (lane == 0) {
@@ -103,38 +109,52 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// value_0 = norm·dout (dweight), value_1 = dout (dbias).
-template <class T>
+// value_0 = norm·dout (dweight), value_1 = dout (dbias; K = 1: no bias gradient). Each column
+// sum is independent of the others, so dweight is the same bits with K = 1 as with K = 2.
+template <class T, int K>
 struct LayerNormParameterGradients {
   const T* dout;
   const T* inp;
   const float* mean;
   const float* rstd;
   int C;
-  __device__ void operator()(int n, int c, float (&acc)[2]) const {
+  __device__ void operator()(int n, int c, float (&acc)[K]) const {
     const long i = static_cast<long>(n) * C + c;
     const float dy = to_float(dout[i]);
     acc[0] += (to_float(inp[i]) - mean[n]) * rstd[n] * dy;
-    acc[1] += dy;
+    if constexpr (K == 2) acc[1] += dy;
   }
 };
+
+template <class T, int kN>
+void launch_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual, const T* y,
+                    const T* y_bias, const T* weight, const T* bias, int N, int C, float eps,
+                    cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
+  if (bias != nullptr) {
+    residual_layernorm_forward_kernel<T, kN, true><<<blocks, kWarps * 32, 0, stream>>>(
+        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps);
+  } else {
+    residual_layernorm_forward_kernel<T, kN, false><<<blocks, kWarps * 32, 0, stream>>>(
+        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps);
+  }
+}
 
 }  // namespace
 
 template <class T>
 void residual_layernorm_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual,
                                 const T* y, const T* y_bias, const T* weight, const T* bias, int N,
-                                int C, cudaStream_t stream) {
+                                int C, double eps, cudaStream_t stream) {
   STRATA_CHECK(N >= 0 && C > 0);
   if (N == 0) return;
-  const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
-  constexpr int kN = kVec16<T>;
+  const float eps32 = static_cast<float>(eps);  // added in fp32, as the CPU adds it in float
   if (vector_rows<T>(C, sum_out, out, residual, y, weight, bias)) {
-    residual_layernorm_forward_kernel<T, kN><<<blocks, kWarps * 32, 0, stream>>>(
-        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C);
+    launch_forward<T, kVec16<T>>(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C,
+                                 eps32, stream);
   } else {
-    residual_layernorm_forward_kernel<T, 1><<<blocks, kWarps * 32, 0, stream>>>(
-        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C);
+    launch_forward<T, 1>(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps32,
+                         stream);
   }
   STRATA_CUDA_CHECK_LAUNCH();
 }
@@ -171,14 +191,20 @@ void layernorm_backward_weight(float* dweight, float* dbias, const T* dout, cons
                                DeviceArena& arena, cudaStream_t stream) {
   STRATA_CHECK(N >= 0 && C > 0);
   if (N == 0) return;
-  launch_column_sums<2>(ColumnOutputs<2>{{dweight, dbias}},
-                        LayerNormParameterGradients<T>{dout, inp, mean, rstd, C}, N, C, arena,
-                        stream);
+  if (dbias != nullptr) {
+    launch_column_sums<2>(ColumnOutputs<2>{{dweight, dbias}},
+                          LayerNormParameterGradients<T, 2>{dout, inp, mean, rstd, C}, N, C, arena,
+                          stream);
+  } else {
+    launch_column_sums<1>(ColumnOutputs<1>{{dweight}},
+                          LayerNormParameterGradients<T, 1>{dout, inp, mean, rstd, C}, N, C, arena,
+                          stream);
+  }
 }
 
 #define STRATA_INSTANTIATE(T)                                                                  \
   template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*,      \
-                                              const T*, const T*, const T*, int, int,          \
+                                              const T*, const T*, const T*, int, int, double,  \
                                               cudaStream_t);                                   \
   template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,        \
                                       const float*, const float*, int, int, DeviceArena&,      \
