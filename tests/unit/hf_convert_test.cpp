@@ -1,8 +1,10 @@
-// Hugging Face GPT-2 export and import (tools/hf/hf_convert.h): export then import gives back the
-// parameters bitwise, the exported tensors have GPT-2's names and Conv1D orientation, F16 and
+// Hugging Face GPT-2 and Llama export and import (tools/hf/hf_convert.h): export then import
+// gives back the parameters bitwise (Llama tied and untied, grouped-query and multi-head, with and
+// without biases), the exported tensors have the family's names, orientation and splits, F16 and
 // BF16 files widen exactly, every malformed file or model is a one-line error naming it, and an
 // imported checkpoint is one that `train --resume` (or `--init`) fine-tunes from.
-// (transformers' own reading of the exported folder is tests/python/hf_gpt2_test.cpp.)
+// (transformers' own reading of the exported folders is tests/python/hf_gpt2_test.cpp and
+// hf_llama_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstring>
