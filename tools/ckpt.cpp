@@ -1,5 +1,5 @@
-// ckpt: a checkpoint's contents, its integrity, the difference of two, and the Hugging Face GPT-2
-// format both ways. Each subcommand's arguments and help are its CommandSpec below.
+// ckpt: a checkpoint's contents, its integrity, the difference of two, and the Hugging Face
+// formats (GPT-2, Llama) both ways. Each subcommand's arguments and help are its CommandSpec below.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,17 +51,20 @@ const CommandSpec kDiff{
     2};
 const CommandSpec kExportHf{
     "usage: ckpt export-hf CKPT OUT_DIR [--force]",
-    "Writes a Hugging Face GPT-2 folder: config.json, model.safetensors and the SentencePiece "
+    "Writes a Hugging Face folder: config.json, model.safetensors and the SentencePiece "
     "tokenizer.model (docs/ARCHITECTURE.md §5), loadable with transformers' "
-    "GPT2LMHeadModel.from_pretrained(OUT_DIR).",
+    "GPT2LMHeadModel.from_pretrained(OUT_DIR) for GPT-2's block, "
+    "LlamaForCausalLM.from_pretrained(OUT_DIR) for a Llama-style one (model.norm rmsnorm, "
+    "mlp swiglu, position rope).",
     {{"--force", "", "", "write into an OUT_DIR that is not empty (its files are replaced)"}},
     "",
     2,
     2};
 const CommandSpec kImportHf{
     "usage: ckpt import-hf DIR OUT_CKPT [--tokenizer MODEL]",
-    "Writes a Strata checkpoint (step 0) from a GPT-2 folder's config.json and "
-    "model.safetensors, to evaluate, sample, or start a run from with train --init.",
+    "Writes a Strata checkpoint (step 0) from a GPT-2 or Llama folder's config.json and "
+    "model.safetensors (the family is config.json's model_type), to evaluate, sample, or start a "
+    "run from with train --init.",
     {{"--tokenizer", "MODEL", "", "the SentencePiece model stored with it", "DIR/tokenizer.model"}},
     "",
     2,
@@ -89,10 +93,32 @@ CommandSpec tool_command() {
   return tool;
 }
 
+// The model keys of `s` (those of its block that differ from GPT-2's defaults too): what a
+// config's model: sets to fine-tune it.
 std::string shape_line(const strata::GptShape& s) {
-  return "n_layer " + std::to_string(s.n_layer) + ", n_head " + std::to_string(s.n_head) +
-         ", n_embd " + std::to_string(s.d_model) + ", n_positions " + std::to_string(s.seq_len) +
-         ", vocab_size " + std::to_string(s.vocab_size);
+  std::string line = "n_layer " + std::to_string(s.n_layer) + ", n_head " +
+                     std::to_string(s.n_head) + ", d_model " + std::to_string(s.d_model) +
+                     ", seq_len " + std::to_string(s.seq_len) + ", vocab_size " +
+                     std::to_string(s.vocab_size);
+  const strata::GptArchitecture& a = s.arch;
+  const strata::GptArchitecture defaults;
+  auto key = [&](bool differs, const std::string& name, const auto& value) {
+    if (!differs) return;
+    std::ostringstream text;
+    text << ", " << name << " " << value;
+    line += text.str();
+  };
+  key(a.norm != defaults.norm, "norm", strata::kNormChoices.word(a.norm));
+  key(a.norm_eps != defaults.norm_eps, "norm_eps", a.norm_eps);
+  key(a.mlp != defaults.mlp, "mlp", strata::kMlpChoices.word(a.mlp));
+  key(a.d_ff != defaults.d_ff, "d_ff", a.d_ff);
+  key(a.position != defaults.position, "position", strata::kPositionChoices.word(a.position));
+  key(a.position == strata::Position::rope && a.rope_theta != defaults.rope_theta, "rope_theta",
+      a.rope_theta);
+  key(a.kv_heads != defaults.kv_heads, "kv_heads", a.kv_heads);
+  key(a.bias != defaults.bias, "bias", "false");
+  key(a.tie_embeddings != defaults.tie_embeddings, "tie_embeddings", "false");
+  return line;
 }
 
 int export_hf(const std::string& checkpoint, const std::string& out_dir, bool force) {
@@ -100,8 +126,9 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, bool fo
   if (!force && std::filesystem::exists(out_dir, ec) && !std::filesystem::is_empty(out_dir, ec))
     strata::fail("'", out_dir, "' is not empty; choose another folder, or pass --force to write ",
                  "config.json, model.safetensors and tokenizer.model over what it holds");
-  const strata::HfExport done = strata::export_hf_gpt2(checkpoint, out_dir);
-  std::printf("exported %s to %s (GPT-2: %s)\n", checkpoint.c_str(), out_dir.c_str(),
+  const strata::HfExport done = strata::export_hf(checkpoint, out_dir);
+  std::printf("exported %s to %s (%s, transformers' %s; model %s)\n", checkpoint.c_str(),
+              out_dir.c_str(), done.family.c_str(), done.model_class.c_str(),
               shape_line(done.shape).c_str());
   std::printf("wrote %s/config.json, %s/model.safetensors%s\n", out_dir.c_str(), out_dir.c_str(),
               done.tokenizer ? (", " + out_dir + "/tokenizer.model").c_str() : "");
@@ -116,9 +143,9 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, bool fo
 }
 
 int import_hf(const std::string& dir, const std::string& out, const std::string& tokenizer) {
-  const strata::HfImport done = strata::import_hf_gpt2(dir, out, tokenizer);
-  std::printf("imported %s (%s weights; %s) to %s\n", dir.c_str(), done.weights_dtype.c_str(),
-              shape_line(done.shape).c_str(), out.c_str());
+  const strata::HfImport done = strata::import_hf(dir, out, tokenizer);
+  std::printf("imported %s (%s, %s weights; model %s) to %s\n", dir.c_str(), done.family.c_str(),
+              done.weights_dtype.c_str(), shape_line(done.shape).c_str(), out.c_str());
   if (done.tokenizer_path.empty())
     std::fprintf(stderr,
                  "warning: no tokenizer (no --tokenizer and no %s/tokenizer.model): eval reads "

@@ -17,82 +17,19 @@ Run by hf_gpt2_test.cpp with .venv-test's Python, after it trained a small model
           the val_loss transformers computes for the same weights (relative 1e-5).
 
 Exits 0 and prints "hf_gpt2: all checks passed" when every check holds; otherwise prints what
-differs and exits 1.
+differs and exits 1. (The Llama family: hf_llama.py; what both share: hf_common.py.)
 """
 
-import argparse
 import copy
 import json
-import re
-import subprocess
 import sys
 
-import numpy as np
 import torch
-import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
-LOGIT_TOLERANCE = 1e-4  # max |difference|: both are fp32 sums in different orders
-LOSS_TOLERANCE = 1e-5   # relative; eval prints 6 decimals (under 2e-7 relative at loss ~5)
+from hf_common import argument_parser, check, check_export_logits, check_import, finish, start
+
 SCORE_TOLERANCE = 1e-4  # |difference| of an ending's log-likelihood, a sum of a few fp32 terms
-
-failures = []
-
-
-def check(ok, message):
-    print(("ok    " if ok else "FAIL  ") + message)
-    if not ok:
-        failures.append(message)
-
-
-def windows(tokens, seq_len):
-    """ARCHITECTURE §5 "Evaluation": window i holds tokens [i·T, i·T+T]; inputs its first T,
-    targets its last T."""
-    count = (len(tokens) - 1) // seq_len
-    inputs = np.stack([tokens[i * seq_len:i * seq_len + seq_len] for i in range(count)])
-    targets = np.stack([tokens[i * seq_len + 1:i * seq_len + seq_len + 1] for i in range(count)])
-    return inputs, targets
-
-
-def hf_logits_and_loss(model, inputs, targets):
-    model.eval()
-    with torch.no_grad():
-        logits = model(torch.from_numpy(inputs).long()).logits.float()
-    vocab = logits.shape[-1]
-    loss = torch.nn.functional.cross_entropy(logits.double().reshape(-1, vocab),
-                                             torch.from_numpy(targets).long().reshape(-1))
-    return logits.numpy(), loss.item()
-
-
-def run(command):
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit("command failed: " + " ".join(command) + "\n" + result.stdout + result.stderr)
-    return result.stdout
-
-
-def strata_val_loss(args, checkpoint, n_tokens):
-    out = run([args.bin + "/eval", "--checkpoint", checkpoint, "--data", args.data,
-               "--tokens", str(n_tokens)])
-    return float(re.search(r"^val_loss (\S+) ", out, re.M).group(1))
-
-
-def relative(a, b):
-    return abs(a - b) / abs(b)
-
-
-def check_export(args, inputs, targets):
-    model = GPT2LMHeadModel.from_pretrained(args.hf)
-    logits, loss = hf_logits_and_loss(model, inputs, targets)
-    strata_logits = np.load(args.logits)
-    check(strata_logits.shape == logits.shape,
-          f"export: eval --logits shape {strata_logits.shape} == transformers' {logits.shape}")
-    if strata_logits.shape == logits.shape:
-        diff = float(np.max(np.abs(strata_logits - logits)))
-        check(diff <= LOGIT_TOLERANCE,
-              f"export: logits max |strata - transformers| = {diff:.3g} <= {LOGIT_TOLERANCE}")
-    check(relative(args.val_loss, loss) <= LOSS_TOLERANCE,
-          f"export: val_loss strata {args.val_loss:.6f} vs transformers {loss:.6f}")
 
 
 def chosen(values):
@@ -129,7 +66,7 @@ def check_multiple_choice(args):
           f"transformers gives '{line}'")
 
 
-def check_import(args, inputs, targets, n_tokens):
+def check_imports(args, inputs, targets, n_tokens):
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=args.vocab_size, n_positions=args.seq_len, n_embd=32,
                         n_layer=2, n_head=2, activation_function="gelu_new",
@@ -144,50 +81,24 @@ def check_import(args, inputs, targets, n_tokens):
     cases = [
         ("GPT2LMHeadModel", model, lambda d: model.save_pretrained(d)),
         ("GPT2Model (no prefix)", model, lambda d: model.transformer.save_pretrained(d)),
-        ("bfloat16", bf16.float(), lambda d: bf16.save_pretrained(d)),
+        # (a copy: Module.float() converts in place, and the file must stay bfloat16)
+        ("bfloat16", copy.deepcopy(bf16).float(), lambda d: bf16.save_pretrained(d)),
     ]
-    for i, (name, reference, save) in enumerate(cases):
-        folder = f"{args.work}/transformers_{i}"
-        save(folder)
-        checkpoint = folder + ".h5"
-        run([args.bin + "/ckpt", "import-hf", folder, checkpoint, "--tokenizer", args.tokenizer])
-        _, loss = hf_logits_and_loss(reference, inputs, targets)
-        strata = strata_val_loss(args, checkpoint, n_tokens)
-        check(relative(strata, loss) <= LOSS_TOLERANCE,
-              f"import {name}: eval val_loss {strata:.6f} vs transformers {loss:.6f}")
+    for name, reference, save in cases:
+        check_import(args, name, reference, save, inputs, targets, n_tokens)
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True, help="the build's bin directory")
-    parser.add_argument("--work", required=True, help="a scratch directory")
-    parser.add_argument("--hf", required=True, help="the folder ckpt export-hf wrote")
-    parser.add_argument("--tokens", required=True, help="the first tokens of the split, int32")
-    parser.add_argument("--data", required=True, help="the split eval reads")
-    parser.add_argument("--tokenizer", required=True, help="the split's SentencePiece model")
-    parser.add_argument("--logits", required=True, help="what eval --logits wrote")
-    parser.add_argument("--val-loss", type=float, required=True, help="what eval printed")
+    parser = argument_parser()
     parser.add_argument("--choice-scores", required=True,
                         help="what eval --multiple-choice --scores wrote")
     parser.add_argument("--choice-line", required=True, help="what it printed")
-    parser.add_argument("--seq-len", type=int, required=True)
-    parser.add_argument("--vocab-size", type=int, required=True)
     args = parser.parse_args()
-    torch.set_num_threads(2)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    tokens = np.fromfile(args.tokens, dtype="<i4")
-    inputs, targets = windows(tokens, args.seq_len)
-    print(f"{len(tokens)} tokens, {len(inputs)} windows of {args.seq_len}; "
-          f"torch {torch.__version__}")
-    check_export(args, inputs, targets)
+    inputs, targets, n_tokens = start(args)
+    check_export_logits(args, GPT2LMHeadModel.from_pretrained(args.hf), inputs, targets)
     check_multiple_choice(args)
-    check_import(args, inputs, targets, len(tokens))
-    if failures:
-        print(f"hf_gpt2: {len(failures)} check(s) failed")
-        return 1
-    print("hf_gpt2: all checks passed")
-    return 0
+    check_imports(args, inputs, targets, n_tokens)
+    return finish("hf_gpt2")
 
 
 if __name__ == "__main__":

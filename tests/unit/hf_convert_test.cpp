@@ -1,8 +1,10 @@
-// Hugging Face GPT-2 export and import (tools/hf/hf_convert.h): export then import gives back the
-// parameters bitwise, the exported tensors have GPT-2's names and Conv1D orientation, F16 and
+// Hugging Face GPT-2 and Llama export and import (tools/hf/hf_convert.h): export then import
+// gives back the parameters bitwise (Llama tied and untied, grouped-query and multi-head, with and
+// without biases), the exported tensors have the family's names, orientation and splits, F16 and
 // BF16 files widen exactly, every malformed file or model is a one-line error naming it, and an
 // imported checkpoint is one that `train --resume` (or `--init`) fine-tunes from.
-// (transformers' own reading of the exported folder is tests/python/hf_gpt2_test.cpp.)
+// (transformers' own reading of the exported folders is tests/python/hf_gpt2_test.cpp and
+// hf_llama_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "tests/support/test_support.h"
 #include "tools/hf/hf_convert.h"
 #include "tools/hf/hf_gpt2.h"
+#include "tools/hf/hf_llama.h"
 #include "tools/hf/safetensors.h"
 #include "train/checkpoint/checkpoint.h"
 
@@ -38,9 +41,12 @@ std::vector<float> random_params(const GptShape& shape, std::uint64_t seed) {
   std::normal_distribution<float> normal(0.0f, 0.5f);
   std::vector<float> params(layout.total());
   for (float& p : params) p = normal(rng);
-  const TensorView& wte = layout.at("wte");
-  std::fill(params.begin() + wte.offset + std::size_t(shape.vocab_size) * shape.d_model,
-            params.begin() + wte.offset + wte.size, 0.0f);
+  for (const char* table : {"wte", "lm_head.weight"}) {
+    if (!layout.has(table)) continue;
+    const TensorView& t = layout.at(table);
+    std::fill(params.begin() + t.offset + std::size_t(shape.vocab_size) * shape.d_model,
+              params.begin() + t.offset + t.size, 0.0f);
+  }
   return params;
 }
 
@@ -70,10 +76,10 @@ TEST(HfConvert, ExportThenImportGivesBackTheParametersBitwise) {
   const std::string original =
       write_strata_checkpoint(dir / "ckpt", kShape, params, tokenizer.serialized());
 
-  const HfExport exported = export_hf_gpt2(original, dir / "hf");
+  const HfExport exported = export_hf(original, dir / "hf");
   EXPECT_TRUE(exported.tokenizer);
   EXPECT_EQ(testing::read_file(dir / "hf/tokenizer.model"), tokenizer.serialized());
-  const HfImport imported = import_hf_gpt2(dir / "hf", dir / "imported.h5", "");
+  const HfImport imported = import_hf(dir / "hf", dir / "imported.h5", "");
   EXPECT_EQ(imported.weights_dtype, "F32");
   EXPECT_EQ(imported.tokenizer_path, dir / "hf/tokenizer.model");
 
@@ -95,7 +101,7 @@ TEST(HfConvert, ExportThenImportGivesBackTheParametersBitwise) {
 TEST(HfConvert, ExportWritesGpt2NamesConv1dOrientationAndTheUnpaddedVocabulary) {
   TempDir dir("hf_layout");
   const std::vector<float> params = random_params(kShape, 2);
-  export_hf_gpt2(write_strata_checkpoint(dir / "ckpt", kShape, params), dir / "hf");
+  export_hf(write_strata_checkpoint(dir / "ckpt", kShape, params), dir / "hf");
   EXPECT_FALSE(fs::exists(dir / "hf/tokenizer.model"));
   const SafetensorsFile file = read_safetensors(dir / "hf/model.safetensors");
   EXPECT_EQ(file.metadata, (std::vector<std::pair<std::string, std::string>>{{"format", "pt"}}));
@@ -136,7 +142,7 @@ TEST(HfConvert, ImportTakesNamesWithoutPrefixIgnoresMaskBuffersAndATiedHead) {
   tensors.push_back({"h.0.attn.bias", {1, 1, 8, 8}, std::vector<float>(64, 1.0f)});
   tensors.push_back({"h.1.attn.masked_bias", {}, {-1e4f}});
   write_hf_folder(dir / "hf", tensors);
-  import_hf_gpt2(dir / "hf", dir / "imported.h5", "");
+  import_hf(dir / "hf", dir / "imported.h5", "");
   const Checkpoint back =
       read_checkpoint(dir / "imported.h5", ParameterLayout::for_gpt(kShape), false);
   EXPECT_EQ(back.params, params);
@@ -235,7 +241,7 @@ TEST(HfConvert, ImportRejectsModelsItCannotHoldWithOneLineErrors) {
                           const std::string& tokenizer = "") {
     const std::string folder = dir / ("hf" + std::to_string(++attempt));
     write_hf_folder(folder, tensors, config_json);
-    return error_of([&] { import_hf_gpt2(folder, folder + ".h5", tokenizer); });
+    return error_of([&] { import_hf(folder, folder + ".h5", tokenizer); });
   };
   EXPECT_EQ(import_error(good), "");
   EXPECT_FALSE(fs::exists(dir / ".import_hf_" + std::to_string(::getpid()) + ".tmp"));
@@ -282,6 +288,264 @@ TEST(HfConvert, ImportRejectsModelsItCannotHoldWithOneLineErrors) {
             "tokenizer '" + tokenizer + "' has a vocabulary of 320 tokens but " +
                 (dir / "hf8/config.json") + " has vocab_size 300");
   EXPECT_FALSE(fs::exists(dir / "hf8.h5"));
+}
+
+// A Llama-style shape: RMSNorm, SwiGLU, RoPE, 300 tokens padded to 384 rows (also lm_head's when
+// untied), head size 4; kv_heads 0 is multi-head (the fused qkv), 2 grouped-query (q, k, v).
+GptShape llama_shape(int kv_heads, bool bias, bool tied) {
+  GptArchitecture arch;
+  arch.norm = Norm::rmsnorm;
+  arch.mlp = MlpKind::swiglu;
+  arch.position = Position::rope;
+  arch.d_ff = 40;
+  arch.kv_heads = kv_heads;
+  arch.bias = bias;
+  arch.tie_embeddings = tied;
+  return GptShape{2, 4, 16, 8, 300, MoeConfig{}, arch};
+}
+
+TEST(HfConvert, LlamaExportThenImportGivesBackTheParametersAndTheModelBitwise) {
+  TempDir dir("hf_llama_roundtrip");
+  int index = 0;
+  for (const int kv_heads : {0, 2})
+    for (const bool bias : {false, true})
+      for (const bool tied : {false, true}) {
+        const std::string name = "case" + std::to_string(++index);
+        SCOPED_TRACE(name + ": kv_heads " + std::to_string(kv_heads) + ", bias " +
+                     std::to_string(bias) + ", tied " + std::to_string(tied));
+        GptShape shape = llama_shape(kv_heads, bias, tied);
+        if (index == 3) {  // numbers that round-trip through config.json in shortest form
+          shape.arch.norm_eps = 1e-6;
+          shape.arch.rope_theta = 500000.0;
+        }
+        const std::vector<float> params = random_params(shape, 10 + index);
+        const std::string original = write_strata_checkpoint(
+            dir / (name + "_ckpt"), shape, params, small_tokenizer(shape.vocab_size).serialized());
+        const HfExport exported = export_hf(original, dir / (name + "_hf"));
+        EXPECT_EQ(exported.family, "Llama");
+        EXPECT_EQ(exported.model_class, "LlamaForCausalLM");
+        const HfImport imported = import_hf(dir / (name + "_hf"), dir / (name + ".h5"), "");
+        EXPECT_EQ(imported.family, "Llama");
+        EXPECT_EQ(imported.shape.arch, shape.arch);
+
+        const ParameterLayout layout = ParameterLayout::for_gpt(shape);
+        const Checkpoint back = read_checkpoint(dir / (name + ".h5"), layout, true);
+        ASSERT_EQ(back.params.size(), params.size());
+        EXPECT_EQ(std::memcmp(back.params.data(), params.data(), params.size() * sizeof(float)), 0);
+        // The model keys come back as they were: `train --resume` takes the imported checkpoint.
+        const Config config = parse_config(back.config_yaml, "imported");
+        EXPECT_EQ(gpt_shape_of(config.model).arch, shape.arch);
+        EXPECT_EQ(config.model.n_head, 4);
+        EXPECT_EQ(config.model.seq_len, 8);  // max_position_embeddings
+      }
+}
+
+TEST(HfConvert, LlamaExportSplitsTheFusedTensorsAndDropsThePadding) {
+  TempDir dir("hf_llama_layout");
+  const int C = 16, F = 40, hs = 4;
+  // Grouped-query, untied, no biases: Llama's own block.
+  const GptShape gqa = llama_shape(2, false, false);
+  const std::vector<float> params = random_params(gqa, 20);
+  export_hf(write_strata_checkpoint(dir / "ckpt", gqa, params), dir / "hf");
+  const SafetensorsFile file = read_safetensors(dir / "hf/model.safetensors");
+  EXPECT_EQ(file.tensors.size(), 1u + 2 * 9 + 2);  // embedding, 2 layers of 9, norm, lm_head
+  const ParameterLayout layout = ParameterLayout::for_gpt(gqa);
+  // Tensor `hf_name` holds `rows` rows of Strata tensor `name` from `row_begin`, as they are.
+  auto holds = [&](const std::vector<SafetensorsTensor>& tensors, const std::vector<float>& values,
+                   const ParameterLayout& in, const std::string& hf_name, const std::string& name,
+                   std::int64_t row_begin, std::int64_t rows) {
+    SCOPED_TRACE(hf_name);
+    const SafetensorsTensor& t = named(tensors, hf_name);
+    const TensorView& v = in.at(name);
+    const std::int64_t row = v.shape.size() == 2 ? v.shape[1] : 1;
+    std::vector<std::int64_t> shape = v.shape;
+    shape[0] = rows;
+    EXPECT_EQ(t.shape, shape);
+    const float* first = values.data() + v.offset + row_begin * row;
+    EXPECT_EQ(t.values, std::vector<float>(first, first + rows * row));
+  };
+  holds(file.tensors, params, layout, "model.embed_tokens.weight", "wte", 0, 300);
+  holds(file.tensors, params, layout, "lm_head.weight", "lm_head.weight", 0, 300);
+  holds(file.tensors, params, layout, "model.norm.weight", "lnf.weight", 0, C);
+  holds(file.tensors, params, layout, "model.layers.1.input_layernorm.weight", "h.1.ln1.weight", 0,
+        C);
+  holds(file.tensors, params, layout, "model.layers.1.post_attention_layernorm.weight",
+        "h.1.ln2.weight", 0, C);
+  holds(file.tensors, params, layout, "model.layers.1.self_attn.q_proj.weight", "h.1.attn.q.weight",
+        0, C);
+  holds(file.tensors, params, layout, "model.layers.1.self_attn.k_proj.weight", "h.1.attn.k.weight",
+        0, 2 * hs);
+  holds(file.tensors, params, layout, "model.layers.0.self_attn.v_proj.weight", "h.0.attn.v.weight",
+        0, 2 * hs);
+  holds(file.tensors, params, layout, "model.layers.0.self_attn.o_proj.weight",
+        "h.0.attn.proj.weight", 0, C);
+  holds(file.tensors, params, layout, "model.layers.0.mlp.gate_proj.weight", "h.0.mlp.fc.weight", 0,
+        F);
+  holds(file.tensors, params, layout, "model.layers.0.mlp.up_proj.weight", "h.0.mlp.fc.weight", F,
+        F);
+  holds(file.tensors, params, layout, "model.layers.0.mlp.down_proj.weight", "h.0.mlp.proj.weight",
+        0, C);
+  const std::string config = testing::read_file(dir / "hf/config.json");
+  for (const char* field :
+       {"\"model_type\": \"llama\"", "\"architectures\": [\"LlamaForCausalLM\"]",
+        "\"vocab_size\": 300", "\"hidden_size\": 16", "\"intermediate_size\": 40",
+        "\"num_hidden_layers\": 2", "\"num_attention_heads\": 4", "\"num_key_value_heads\": 2",
+        "\"head_dim\": 4", "\"max_position_embeddings\": 8", "\"rms_norm_eps\": 1e-05",
+        "\"rope_theta\": 10000.0", "\"hidden_act\": \"silu\"", "\"tie_word_embeddings\": false",
+        "\"attention_bias\": false", "\"mlp_bias\": false"})
+    EXPECT_NE(config.find(field), std::string::npos) << field << " in " << config;
+
+  // Multi-head with biases: the fused qkv splits into thirds, its bias too; tied: no lm_head.
+  const GptShape mha = llama_shape(0, true, true);
+  const std::vector<float> mha_params = random_params(mha, 21);
+  const std::vector<SafetensorsTensor> tensors = hf_llama_tensors(mha, mha_params);
+  const ParameterLayout mha_layout = ParameterLayout::for_gpt(mha);
+  EXPECT_EQ(tensors.size(), 1u + 2 * 16 + 1);  // 9 + the biases of q, k, v, o, gate, up, down
+  EXPECT_THROW(named(tensors, "lm_head.weight"), std::runtime_error);
+  for (const auto& [part, third] : {std::pair{"q", 0}, {"k", 1}, {"v", 2}}) {
+    holds(tensors, mha_params, mha_layout,
+          "model.layers.1.self_attn." + std::string(part) + "_proj.weight", "h.1.attn.qkv.weight",
+          third * C, C);
+    holds(tensors, mha_params, mha_layout,
+          "model.layers.1.self_attn." + std::string(part) + "_proj.bias", "h.1.attn.qkv.bias",
+          third * C, C);
+  }
+  holds(tensors, mha_params, mha_layout, "model.layers.1.mlp.up_proj.bias", "h.1.mlp.fc.bias", F,
+        F);
+  holds(tensors, mha_params, mha_layout, "model.layers.1.mlp.down_proj.bias", "h.1.mlp.proj.bias",
+        0, C);
+  EXPECT_NE(hf_llama_config_json(mha, 2).find("\"num_key_value_heads\": 4"), std::string::npos);
+  EXPECT_NE(hf_llama_config_json(mha, 2).find("\"mlp_bias\": true"), std::string::npos);
+  EXPECT_NE(hf_llama_config_json(mha, 2).find("\"bos_token_id\": 2, \"eos_token_id\": 2"),
+            std::string::npos);
+}
+
+TEST(HfConvert, LlamaImportTakesLlamaModelNamesAndIgnoresBuffersAndATiedHead) {
+  TempDir dir("hf_llama_names");
+  const GptShape shape = llama_shape(2, false, true);
+  const std::vector<float> params = random_params(shape, 22);
+  std::vector<SafetensorsTensor> tensors = hf_llama_tensors(shape, params);
+  for (SafetensorsTensor& t : tensors) t.name = t.name.substr(std::strlen("model."));
+  tensors.push_back(named(tensors, "embed_tokens.weight"));
+  tensors.back().name = "lm_head.weight";
+  tensors.push_back({"layers.0.self_attn.rotary_emb.inv_freq", {2}, {1.0f, 0.01f}});
+  write_hf_folder(dir / "hf", tensors, hf_llama_config_json(shape, -1));
+  EXPECT_EQ(import_hf(dir / "hf", dir / "imported.h5", "").family, "Llama");
+  EXPECT_EQ(read_checkpoint(dir / "imported.h5", ParameterLayout::for_gpt(shape), false).params,
+            params);
+
+  tensors.back() = named(tensors, "lm_head.weight");
+  tensors.back().name = "model.lm_head.weight";
+  tensors[tensors.size() - 2].values[5] += 1.0f;  // the stored head no longer the embedding
+  write_hf_folder(dir / "untied", tensors, hf_llama_config_json(shape, -1));
+  EXPECT_EQ(error_of([&] { import_hf(dir / "untied", dir / "untied.h5", ""); }),
+            dir /
+                "untied/model.safetensors: unknown tensor 'model.lm_head.weight' (not part of a "
+                "Llama model with 2 layers)");
+  tensors.pop_back();
+  write_hf_folder(dir / "untied2", tensors, hf_llama_config_json(shape, -1));
+  EXPECT_EQ(error_of([&] { import_hf(dir / "untied2", dir / "untied2.h5", ""); }),
+            dir /
+                "untied2/model.safetensors: lm_head.weight differs from the token embedding "
+                "(but config.json's tie_word_embeddings is true)");
+}
+
+// transformers' LlamaConfig as config.json: its fields, as version 5 writes them.
+std::string llama_config(const std::string& extra = "") {
+  return R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 16,
+  "intermediate_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4,
+  "num_key_value_heads": 2, "max_position_embeddings": 8, "vocab_size": 300,
+  "rms_norm_eps": 1e-06, "hidden_act": "silu", "pretraining_tp": 1, "use_cache": true,
+  "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"})" +
+         extra + "}";
+}
+
+TEST(HfConvert, LlamaConfigsStrataCannotComputeAreErrorsNamingTheField) {
+  const GptShape shape = parse_hf_llama_config(llama_config(), "c.json");
+  EXPECT_EQ(shape.arch.rope_theta, 500000.0);
+  EXPECT_EQ(shape.arch.norm_eps, 1e-6);
+  EXPECT_EQ(shape.arch.kv_heads, 2);
+  EXPECT_EQ(shape.ffn_width(), 40);
+  EXPECT_FALSE(shape.arch.tie_embeddings);  // LlamaConfig's default
+  EXPECT_FALSE(shape.arch.bias);
+  // Multi-head is model.kv_heads 0, and Llama's own width rule model.d_ff 0.
+  const GptShape mha = parse_hf_llama_config(R"({"model_type": "llama", "hidden_size": 384,
+      "intermediate_size": 1024, "num_hidden_layers": 1, "num_attention_heads": 6,
+      "num_key_value_heads": 6, "max_position_embeddings": 8, "vocab_size": 300,
+      "rope_theta": 10000.0, "rope_scaling": null})",
+                                             "c.json");
+  EXPECT_EQ(mha.arch.kv_heads, 0);
+  EXPECT_EQ(mha.arch.d_ff, 0);
+  EXPECT_EQ(mha.ffn_width(), 1024);
+
+  auto error = [](const std::string& extra) {
+    return error_of([&] { parse_hf_llama_config(llama_config(extra), "c.json"); });
+  };
+  auto ends = [](const std::string& text, const std::string& end) {
+    return text.starts_with("c.json: line ") && text.ends_with(end);
+  };
+  EXPECT_TRUE(ends(error(R"(, "hidden_act": "gelu")"),
+                   ": \"hidden_act\" is \"gelu\": Strata's SwiGLU gates with \"silu\""))
+      << error(R"(, "hidden_act": "gelu")");
+  EXPECT_TRUE(ends(error(R"(, "head_dim": 8)"),
+                   ": \"head_dim\" is 8, not hidden_size / num_attention_heads = 4 (Strata's "
+                   "heads are d_model / n_head wide)"));
+  EXPECT_TRUE(ends(error(R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0})"),
+                   ": \"rope_scaling\" must be null: Strata's RoPE has no scaling"));
+  EXPECT_TRUE(ends(error(R"(, "rope_parameters": {"rope_theta": 1e4, "rope_type": "yarn"})"),
+                   ": \"rope_parameters.rope_type\" is not Strata's RoPE (rope_type \"default\" "
+                   "and rope_theta only)"));
+  EXPECT_TRUE(ends(error(R"(, "num_key_value_heads": 3)"),
+                   ": \"num_key_value_heads\" (3) must divide num_attention_heads (4)"));
+  EXPECT_TRUE(ends(error(R"(, "attention_bias": true)"),
+                   ": \"attention_bias\" differs from the other of attention_bias and mlp_bias: "
+                   "Strata's model.bias is one switch for every linear layer"));
+  EXPECT_TRUE(ends(error(R"(, "partial_rotary_factor": 0.5)"),
+                   ": \"partial_rotary_factor\" must be 1: Strata turns every channel"));
+  EXPECT_EQ(error_of([] {
+              parse_hf_llama_config(R"({"model_type": "llama", "hidden_size": 16})", "c.json");
+            }),
+            "c.json: no \"num_hidden_layers\" (a Llama config.json has it)");
+
+  // import-hf picks the family by model_type.
+  TempDir dir("hf_llama_type");
+  std::string mistral = llama_config();
+  mistral.replace(mistral.find("\"llama\""), 7, "\"mistral\"");
+  write_hf_folder(dir / "hf", {}, mistral);
+  EXPECT_EQ(error_of([&] { import_hf(dir / "hf", dir / "m.h5", ""); }),
+            dir /
+                "hf/config.json: model_type \"mistral\" is not one import-hf reads (\"gpt2\": "
+                "GPT2LMHeadModel, \"llama\": LlamaForCausalLM)");
+}
+
+TEST(HfConvert, ExportRefusesABlockNoTransformersClassComputes) {
+  TempDir dir("hf_mix");
+  GptShape rms_gelu{2, 4, 16, 8, 300};
+  rms_gelu.arch.norm = Norm::rmsnorm;
+  rms_gelu.arch.kv_heads = 2;
+  const std::string checkpoint =
+      write_strata_checkpoint(dir / "ckpt", rms_gelu, random_params(rms_gelu, 23));
+  EXPECT_EQ(error_of([&] { export_hf(checkpoint, dir / "hf"); }),
+            "checkpoint '" + checkpoint +
+                "' is a model of model.norm rmsnorm, model.kv_heads 2, a mix that no "
+                "transformers class computes: export-hf writes GPT2LMHeadModel for GPT-2's block "
+                "(the model keys' defaults) and LlamaForCausalLM for model.norm rmsnorm, "
+                "model.mlp swiglu and model.position rope");
+
+  // GPT-2's block with another LayerNorm eps and MLP width is still GPT-2 (layer_norm_epsilon,
+  // n_inner), and comes back as it was.
+  GptShape gpt2{2, 2, 16, 8, 300};
+  gpt2.arch.norm_eps = 1e-6;
+  gpt2.arch.d_ff = 24;
+  const std::vector<float> params = random_params(gpt2, 24);
+  const HfExport exported =
+      export_hf(write_strata_checkpoint(dir / "gpt2", gpt2, params), dir / "gpt2_hf");
+  EXPECT_EQ(exported.model_class, "GPT2LMHeadModel");
+  const std::string config = testing::read_file(dir / "gpt2_hf/config.json");
+  EXPECT_NE(config.find("\"n_inner\": 24, \"layer_norm_epsilon\": 1e-06"), std::string::npos)
+      << config;
+  EXPECT_EQ(import_hf(dir / "gpt2_hf", dir / "gpt2.h5", "").shape.arch, gpt2.arch);
+  EXPECT_EQ(read_checkpoint(dir / "gpt2.h5", ParameterLayout::for_gpt(gpt2), false).params, params);
 }
 
 // The tools end to end: a run trained 30 steps, exported and imported with `ckpt`, is resumed

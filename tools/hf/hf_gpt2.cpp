@@ -3,15 +3,16 @@
 #include <cmath>
 #include <map>
 
-#include "data/json_value.h"
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
+#include "tools/hf/hf_config_json.h"
+#include "tools/hf/hf_mapping.h"
 #include "train/metrics/metrics.h"
 
 namespace strata {
 namespace {
 
-constexpr const char* kPrefix = "transformer.";
+const std::string kPrefix = "transformer.";
 
 // GPT-2's name (without "transformer.") of Strata tensor `name`.
 std::string hf_name(const std::string& name) {
@@ -31,19 +32,14 @@ std::string hf_name(const std::string& name) {
   fail("internal: no GPT-2 name for tensor '", name, "'");
 }
 
-// A block's 2-D weight: stored [out, in] here, [in, out] (Conv1D) there.
-bool transposed(const TensorView& t) { return t.name.starts_with("h.") && t.shape.size() == 2; }
-
-void transpose(const float* in, float* out, std::int64_t rows, std::int64_t cols) {
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t d = 0; d < shape.size(); ++d)
-    s.append(d ? ", " : "").append(std::to_string(shape[d]));
-  return s + "]";
+// One piece a tensor: a block's 2-D weight transposed ([out, in] here, Conv1D's [in, out]
+// there), wte's real rows.
+HfPieces gpt2_pieces(const GptShape& shape) {
+  return [vocab = shape.vocab_size](const TensorView& t) {
+    const bool block_weight = t.name.starts_with("h.") && t.shape.size() == 2;
+    const std::int64_t rows = t.name == "wte" ? vocab : t.shape[0];
+    return std::vector<HfPiece>{{kPrefix + hf_name(t.name), 0, rows, block_weight}};
+  };
 }
 
 // The attention mask buffers older transformers saved with GPT-2 (not parameters).
@@ -52,92 +48,50 @@ bool is_mask_buffer(const std::string& name) {
          (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"));
 }
 
+HfReading gpt2_reading(const GptShape& shape) {
+  return {"GPT-2",
+          shape.n_layer,
+          kPrefix,
+          is_mask_buffer,
+          true,
+          kPrefix + "wte.weight",
+          "an untied LM head; Strata's GPT-2 head is tied to wte"};
+}
+
 }  // namespace
+
+bool hf_gpt2_holds(const GptShape& shape) {
+  const GptArchitecture& a = shape.arch;
+  return a.norm == Norm::layernorm && a.mlp == MlpKind::gelu && a.position == Position::learned &&
+         a.bias && a.tie_embeddings && !shape.grouped_query() && !shape.moe.enabled();
+}
 
 std::vector<SafetensorsTensor> hf_gpt2_tensors(const GptShape& shape,
                                                const std::vector<float>& params) {
-  const ParameterLayout layout = ParameterLayout::for_gpt(shape);
-  STRATA_CHECK(params.size() >= layout.total(), "parameters do not fill the layout");
-  std::vector<SafetensorsTensor> tensors;
-  for (const TensorView& t : layout.tensors()) {
-    SafetensorsTensor out{kPrefix + hf_name(t.name), t.shape, {}, "F32"};
-    const float* values = params.data() + t.offset;
-    if (t.name == "wte") {  // the real vocabulary only
-      out.shape[0] = shape.vocab_size;
-      out.values.assign(values, values + std::size_t(shape.vocab_size) * shape.d_model);
-    } else if (transposed(t)) {
-      out.shape = {t.shape[1], t.shape[0]};
-      out.values.resize(t.size);
-      transpose(values, out.values.data(), t.shape[0], t.shape[1]);
-    } else {
-      out.values.assign(values, values + t.size);
-    }
-    tensors.push_back(std::move(out));
-  }
-  return tensors;
+  return hf_tensors_of(ParameterLayout::for_gpt(shape), params, gpt2_pieces(shape));
 }
 
 std::vector<float> strata_params_from_hf_gpt2(const GptShape& shape,
                                               const std::vector<SafetensorsTensor>& tensors,
                                               const std::string& origin) {
-  const ParameterLayout layout = ParameterLayout::for_gpt(shape);
-  std::map<std::string, const TensorView*> wanted;  // GPT-2 name (no prefix) → Strata tensor
-  for (const TensorView& t : layout.tensors()) wanted[hf_name(t.name)] = &t;
-  std::map<std::string, const SafetensorsTensor*> found;
-  const SafetensorsTensor* lm_head = nullptr;
-  for (const SafetensorsTensor& t : tensors) {
-    const std::string name =
-        t.name.starts_with(kPrefix) ? t.name.substr(std::string(kPrefix).size()) : t.name;
-    if (t.name == "lm_head.weight") {
-      lm_head = &t;
-    } else if (is_mask_buffer(name)) {
-      continue;
-    } else if (!wanted.count(name)) {
-      fail(origin, ": unknown tensor '", t.name, "' (not part of a GPT-2 model with ",
-           shape.n_layer, " layers)");
-    } else if (!found.emplace(name, &t).second) {
-      fail(origin, ": tensor '", name, "' appears twice (with and without the '", kPrefix,
-           "' prefix)");
-    }
-  }
-  std::vector<float> params(layout.total(), 0.0f);
-  for (const TensorView& t : layout.tensors()) {
-    const std::string name = hf_name(t.name);
-    const auto it = found.find(name);
-    if (it == found.end()) fail(origin, ": missing tensor '", kPrefix, name, "'");
-    const SafetensorsTensor& in = *it->second;
-    std::vector<std::int64_t> expected = t.shape;
-    if (t.name == "wte") expected[0] = shape.vocab_size;
-    if (transposed(t)) expected = {t.shape[1], t.shape[0]};
-    if (in.shape != expected)
-      fail(origin, ": tensor '", in.name, "' has shape ", shape_text(in.shape), ", expected ",
-           shape_text(expected));
-    float* out = params.data() + t.offset;
-    if (transposed(t))
-      transpose(in.values.data(), out, expected[0], expected[1]);
-    else
-      std::copy(in.values.begin(), in.values.end(), out);  // wte: rows past vocab_size stay 0
-  }
-  if (lm_head != nullptr) {
-    const SafetensorsTensor& wte = *found.at("wte.weight");
-    if (lm_head->shape != wte.shape || lm_head->values != wte.values)
-      fail(origin,
-           ": lm_head.weight differs from the token embedding (an untied LM head; "
-           "Strata's head is tied to wte)");
-  }
-  return params;
+  return params_from_hf_tensors(ParameterLayout::for_gpt(shape), tensors, gpt2_pieces(shape),
+                                gpt2_reading(shape), origin);
 }
 
 std::string hf_gpt2_config_json(const GptShape& shape, int eos_id) {
   JsonLine config;
   config.add("model_type", "gpt2")
+      .add("architectures", std::vector<std::string>{"GPT2LMHeadModel"})
       .add("n_layer", shape.n_layer)
       .add("n_head", shape.n_head)
       .add("n_embd", shape.d_model)
       .add("n_positions", shape.seq_len)
       .add("n_ctx", shape.seq_len)
-      .add("vocab_size", shape.vocab_size)
-      .add("layer_norm_epsilon", 1e-5, "%g")
+      .add("vocab_size", shape.vocab_size);
+  if (shape.ffn_width() != 4 * shape.d_model) config.add("n_inner", shape.ffn_width());
+  config
+      .add("layer_norm_epsilon", shape.arch.norm_eps,
+           shortest_number_format(shape.arch.norm_eps).c_str())
       .add("activation_function", "gelu_new")
       .add("resid_pdrop", 0.0)
       .add("embd_pdrop", 0.0)
@@ -148,49 +102,29 @@ std::string hf_gpt2_config_json(const GptShape& shape, int eos_id) {
 }
 
 GptShape parse_hf_gpt2_config(const std::string& json_text, const std::string& origin) {
-  JsonValue root;
-  try {
-    root = parse_json(json_text);
-  } catch (const Error& e) {
-    fail(origin, ": not valid JSON: ", e.what());
-  }
-  if (!root.is(JsonValue::Kind::object)) fail(origin, ": not a JSON object");
-  auto at = [&](const JsonValue& v) {
-    return origin + ": " + json_location(json_text, v.position);
-  };
-  auto integer = [&](const char* key) {
-    const JsonValue* v = root.find(key);
-    if (v == nullptr) fail(origin, ": no \"", key, "\" (a GPT-2 config.json has it)");
-    std::int64_t value = 0;
-    if (!v->integer(value) || value < 1 || value > (1 << 30))
-      fail(at(*v), ": \"", key, "\" must be a positive integer");
-    return static_cast<int>(value);
-  };
-  auto unsupported = [&](const JsonValue& v, const char* key, const std::string& why) {
-    fail(at(v), ": \"", key, "\" ", why);
-  };
-  GptShape shape{integer("n_layer"), integer("n_head"), integer("n_embd"), integer("n_positions"),
-                 integer("vocab_size")};
-  if (const JsonValue* v = root.find("model_type"))
+  const HfConfigJson json(json_text, origin, "GPT-2");
+  GptShape shape{json.positive("n_layer"), json.positive("n_head"), json.positive("n_embd"),
+                 json.positive("n_positions"), json.positive("vocab_size")};
+  if (const JsonValue* v = json.find("model_type"))
     if (!v->is(JsonValue::Kind::string) || v->text != "gpt2")
-      unsupported(*v, "model_type", "is not \"gpt2\"");
-  if (const JsonValue* v = root.find("activation_function"))
+      json.unsupported(*v, "model_type", "is not \"gpt2\"");
+  if (const JsonValue* v = json.find("activation_function"))
     if (!v->is(JsonValue::Kind::string) ||
         (v->text != "gelu_new" && v->text != "gelu_pytorch_tanh"))
-      unsupported(*v, "activation_function",
-                  "must be the tanh GELU (\"gelu_new\" or \"gelu_pytorch_tanh\"), as Strata's");
-  if (const JsonValue* v = root.find("layer_norm_epsilon"))
-    if (!v->is(JsonValue::Kind::number) || std::abs(v->number - 1e-5) > 1e-12)
-      unsupported(*v, "layer_norm_epsilon", "must be 1e-5 (Strata's LayerNorm eps)");
-  if (const JsonValue* v = root.find("n_inner")) {
-    std::int64_t inner = 0;
-    if (!v->is(JsonValue::Kind::null) && !(v->integer(inner) && inner == 4LL * shape.d_model))
-      unsupported(*v, "n_inner", "must be null or 4·n_embd (Strata's MLP width)");
-  }
+      json.unsupported(
+          *v, "activation_function",
+          "must be the tanh GELU (\"gelu_new\" or \"gelu_pytorch_tanh\"), as Strata's");
+  // GPT2Config's defaults: eps 1e-5, n_inner null (4·n_embd).
+  shape.arch.norm_eps = json.number_or("layer_norm_epsilon", 1e-5);
+  if (const JsonValue* v = json.find("layer_norm_epsilon"))
+    if (!(shape.arch.norm_eps > 0 && shape.arch.norm_eps < 1))
+      json.unsupported(*v, "layer_norm_epsilon", "must be in (0, 1) (Strata's model.norm_eps)");
+  const int inner = json.positive_or("n_inner", 4 * shape.d_model);
+  if (inner != 4 * shape.d_model) shape.arch.d_ff = inner;
   auto must_be = [&](const char* key, bool expected) {
-    const JsonValue* v = root.find(key);
+    const JsonValue* v = json.find(key);
     if (v != nullptr && !(v->is(JsonValue::Kind::boolean) && v->boolean == expected))
-      unsupported(
+      json.unsupported(
           *v, key,
           expected ? "must be true for Strata's GPT-2" : "must be false for Strata's GPT-2");
   };

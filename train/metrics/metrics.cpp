@@ -39,21 +39,35 @@ JsonLine& JsonLine::add_integer(const std::string& k, const std::string& digits)
   return *this;
 }
 
-JsonLine& JsonLine::add(const std::string& k, const std::string& value) {
-  key(k);
-  body_ += '"';
+namespace {
+
+// `value` as a JSON string, quoted and escaped.
+std::string json_string(const std::string& value) {
+  std::string out = "\"";
   for (char c : value) {
-    if (c == '"' || c == '\\') body_ += '\\';
+    if (c == '"' || c == '\\') out += '\\';
     if (static_cast<unsigned char>(c) < 0x20) {
       char buffer[8];
       std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
-      body_ += buffer;
+      out += buffer;
       continue;
     }
-    body_ += c;
+    out += c;
   }
-  body_ += '"';
-  return *this;
+  return out + '"';
+}
+
+}  // namespace
+
+JsonLine& JsonLine::add(const std::string& k, const std::string& value) {
+  return add_raw(k, json_string(value));
+}
+
+JsonLine& JsonLine::add(const std::string& k, const std::vector<std::string>& values) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < values.size(); ++i)
+    out.append(i > 0 ? ", " : "").append(json_string(values[i]));
+  return add_raw(k, out + "]");
 }
 
 JsonLine& JsonLine::add(const std::string& k, bool value) {

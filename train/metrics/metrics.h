@@ -67,6 +67,8 @@ class JsonLine {
   JsonLine& add(const std::string& key, const JsonLine& object);
   // An array of objects (one per pipeline stage, say).
   JsonLine& add(const std::string& key, const std::vector<JsonLine>& objects);
+  // An array of strings (config.json's "architectures").
+  JsonLine& add(const std::string& key, const std::vector<std::string>& values);
   // An array of numbers, each written as add(key, value, format) would.
   template <std::floating_point F>
   JsonLine& add(const std::string& key, const std::vector<F>& values,
