@@ -961,11 +961,9 @@ TEST(ConfigMixture, MistakesNameTheSourceAndTheKey) {
 // The configs the README points users to must load and fit the world their comments launch them
 // on: 8 ranks unless the file says otherwise.
 TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
-  const std::map<std::string, int> world_of = {{"fortunes.yaml", 2},
-                                               {"mixture.yaml", 2},
-                                               {"gpt2_1.5b.yaml", 16},
-                                               {"llama_fortunes.yaml", 2},
-                                               {"llama_tiny.yaml", 1}};
+  const std::map<std::string, int> world_of = {{"fortunes.yaml", 2},   {"mixture.yaml", 2},
+                                               {"gpt2_1.5b.yaml", 16}, {"llama_fortunes.yaml", 2},
+                                               {"llama_moe.yaml", 2},  {"llama_tiny.yaml", 1}};
   int checked = 0;
   for (const auto& entry :
        std::filesystem::directory_iterator(testing::source_dir() + "/configs")) {
