@@ -84,7 +84,8 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
     const std::size_t E = shape.moe.experts, k = shape.moe.top_k;
     const std::size_t A = moe_balanced_assignments(shape.moe, static_cast<int>(N), shape.seq_len);
     const std::size_t R = A;
-    a.moe_per_slot = moe_blocks * (N * C + 2 * N * E + N + N * k + A * C + 2 * R * C + 3 * R * Hl);
+    a.moe_per_slot =
+        moe_blocks * (N * C + 2 * N * E + N + N * k + A * C + 2 * R * C + R * (2 * Fcl + Hl));
   }
   return a;
 }

@@ -24,11 +24,12 @@ struct ActivationElements {
   std::size_t workspace = 0;  // the recompute workspace, shared by the slots
   // One micro-batch's MoeActivations over the partition's MoE blocks, kept in each slot under
   // every recompute mode, under balanced routing. Per block, with N = B·T tokens (all rows, also
-  // under sequence parallelism), E experts, k = top_k, H = 4C/tp hidden columns, A the kept
-  // assignments and R = A the expert rows (balanced: each of the ep members sends A/ep rows to
-  // each, so every rank's experts get A rows, whatever ep):
+  // under sequence parallelism), E experts, k = top_k, H = F/tp hidden columns and Fc = H (GELU)
+  // or 2H (SwiGLU) rows of the fc product, A the kept assignments and R = A the expert rows
+  // (balanced: each of the ep members sends A/ep rows to each, so every rank's experts get A rows,
+  // whatever ep):
   //   N·C (x) + 2·N·E (probs, dlogits) + N (lse) + N·k (gates) + A·C (out)
-  //   + R·C (xe) + R·C (dout) + 3·R·H (pre, act, dpre).
+  //   + R·C (xe) + R·C (dout) + 2·R·Fc (pre, dpre) + R·H (act).
   std::size_t moe_per_slot = 0;
 };
 

@@ -52,7 +52,7 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
       options_(options),
       ops_(options.compute, tp_, sequence_parallel_) {
   if (shape.moe.enabled()) {
-    moe_ = std::make_unique<MoeLayer<T>>(shape.d_model, shape.moe, tp_, options.compute, ep);
+    moe_ = std::make_unique<MoeLayer<T>>(shape.expert_shape(), shape.moe, tp_, options.compute, ep);
     storage_.lay_out_moe(*moe_);
   }
   this->find_block_offsets();

@@ -23,10 +23,10 @@ namespace {
 template <class T>
 std::size_t scratch_bytes(const GptShape& shape, const ModelPartition& p, int max_batch) {
   const std::size_t rows = static_cast<std::size_t>(max_batch) * shape.seq_len;
-  const std::size_t moe = shape.moe.enabled()
-                              ? CudaMoeLayer<T>::scratch_bytes(shape.d_model, p.tp_size, shape.moe,
-                                                               static_cast<int>(rows), p.ep_size)
-                              : 0;
+  const std::size_t moe = shape.moe.enabled() ? CudaMoeLayer<T>::scratch_bytes(
+                                                    shape.expert_shape(), p.tp_size, shape.moe,
+                                                    static_cast<int>(rows), p.ep_size)
+                                              : 0;
   return (std::size_t{64} << 20) + 256 * rows + moe;
 }
 
@@ -97,7 +97,8 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
                  "the expert-parallel group does not match the partition");
     // Stateless but for where it reaches: the context, the kernels' scratch, the tensor-parallel
     // group (its gates' gradient all-reduce) and the expert-parallel group (the rows' exchange).
-    moe_ = std::make_unique<CudaMoeLayer<T>>(ctx_, scratch_, shape.d_model, shape.moe, tp_, ep);
+    moe_ =
+        std::make_unique<CudaMoeLayer<T>>(ctx_, scratch_, shape.expert_shape(), shape.moe, tp_, ep);
     STRATA_CHECK(moe_->activation_bytes(static_cast<int>(storage_.dims().N)) ==
                  storage_.dims().moe_bytes);
     storage_.lay_out_moe(*moe_);

@@ -13,8 +13,8 @@
 //   → [sum] → out = x2 + · + b
 // In an MoE block (model.moe, every `every`-th) the MLP's line is the experts instead, through one
 // CudaMoeLayer (model/moe/moe_layer_cuda.h, stateless like the CPU's MoeLayer):
-//   → [gather rows] → moe(ln2) (router, capacity, experts; this rank's H = 4C/tp columns of every
-//   expert, the proj biases on tp rank 0) → [sum] → out = x2 + ·
+//   → [gather rows] → moe(ln2) (router, capacity, experts, each the model's MLP; this rank's
+//   H = F/tp columns of every expert, the proj biases on tp rank 0) → [sum] → out = x2 + ·
 // first stage: x = [sum](wte_shard[tokens]) + wpe; last stage: lnf = LN(x_L) → [gather rows] →
 // logits of this rank's vocabulary rows (N, Vp/tp) = lnf·wte_shardᵀ (head tied to wte) → softmax
 // cross-entropy from shard pieces (row maxima, then sums, combined over the group).

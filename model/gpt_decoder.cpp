@@ -27,7 +27,7 @@ GptDecoder<T>::GptDecoder(const Gpt<T>& model, const T* params)
   if (shape_.moe.enabled()) {
     MoeConfig dropless = shape_.moe;
     dropless.capacity_factor = 0;
-    moe_ = std::make_unique<MoeLayer<T>>(shape_.d_model, dropless);
+    moe_ = std::make_unique<MoeLayer<T>>(shape_.expert_shape(), dropless);
   }
   const std::vector<ParameterSegment>& segments = model.segments();
   const SegmentIndex index = segment_index(segments);

@@ -157,7 +157,7 @@ class GptPasses {
   }
   // One MoE block's experts' activations in a slot of the storage (0: they keep their own).
   static std::size_t moe_bytes(const GptShape& shape, const ModelPartition& p, int max_batch) {
-    return shape.moe.enabled() ? Moe::activation_bytes(shape.d_model, p.tp_size, shape.moe,
+    return shape.moe.enabled() ? Moe::activation_bytes(shape.expert_shape(), p.tp_size, shape.moe,
                                                        max_batch * shape.seq_len, p.ep_size)
                                : 0;
   }

@@ -44,6 +44,10 @@ struct GptShape {
   int ffn_width() const;
   // Rows of the MLP's first product: F, or the fused gate and up projections' 2F.
   int fc_width() const { return arch.mlp == MlpKind::swiglu ? 2 * ffn_width() : ffn_width(); }
+  // The MLP every expert of an MoE block is (model/moe/moe_config.h).
+  MoeExpertShape expert_shape() const {
+    return {d_model, ffn_width(), arch.mlp == MlpKind::swiglu, arch.bias};
+  }
   // Parameters excluding position embeddings; with experts, all of them.
   std::int64_t params_excluding_positions() const;
   // Of those, the ones a token's forward pass uses (N of the MFU formula, ARCHITECTURE §5): with

@@ -81,18 +81,19 @@ Work attention_core(const Dims& d, double element_bytes) {
 }
 
 // An MoE block's forward (model/moe/moe_layer.h): the attention half, then the router on all N
-// rows (2·N·C·E, every tensor-parallel rank; its fp32 weights) and the held experts' MLPs on the
-// R rows routed to them (2·R·C·4C/t each way: 16·R·C²/t, R = N·top_k dropless, fewer under
-// capacity); elementwise the softmax, GELU on R·4C/t, the copies of the A = R assignment rows out
-// and back (and under expert parallelism their expert-major reorder on both sides of the
-// all-to-alls); each held expert's two GEMMs and GELU are calls of their own.
+// rows (2·N·C·E, every tensor-parallel rank; its fp32 weights) and the held experts' MLPs, the
+// dense one's on the R rows routed to them (2·R·C·(Fc + F)/t: 16·R·C²/t for GPT-2's, R = N·top_k
+// dropless, fewer under capacity); elementwise the softmax, the activation (reading Fc and
+// writing F per row, /t), the copies of the A = R assignment rows out and back (and under expert
+// parallelism their expert-major reorder on both sides of the all-to-alls); each held expert's
+// two GEMMs and activation are calls of their own.
 Work moe_layer_forward(const Dims& d, double element_bytes) {
-  const double H = 4 * d.C / d.t;
+  const double mlp = (d.Fc + d.F) / d.t;  // an expert's rows of fc and proj, per channel
   Work w = attention_half(d, element_bytes);
-  w += Work{
-      2 * d.N * d.C * d.E + 4 * d.R * d.C * H, 0,
-      2 * element_bytes * (d.N * d.E + d.R * H + 2 * d.R * d.C + (d.exchanges ? 2 * d.R * d.C : 0)),
-      4 + 3 * d.held, 4 * d.E * d.C + element_bytes * d.held * 2 * d.C * H};
+  w += Work{2 * d.N * d.C * d.E + 2 * d.R * d.C * mlp, 0,
+            element_bytes * (2 * d.N * d.E + d.R * mlp +
+                             2 * (2 * d.R * d.C + (d.exchanges ? 2 * d.R * d.C : 0))),
+            4 + 3 * d.held, 4 * d.E * d.C + element_bytes * d.held * d.C * mlp};
   return w;
 }
 
@@ -103,9 +104,9 @@ Work layer_weight_gradients(const Dims& d) {
   return Work{2 * d.N * d.C * (d.Q + d.C + d.Fc + d.F) / d.t, 0, 0, 8, 0};
 }
 Work moe_weight_gradients(const Dims& d) {
-  return Work{
-      2 * d.N * d.C * (d.Q + d.C) / d.t + 16 * d.R * d.C * d.C / d.t + 2 * d.N_local * d.C * d.E, 0,
-      0, 5 + 2 * d.held, 0};
+  return Work{2 * d.N * d.C * (d.Q + d.C) / d.t + 2 * d.R * d.C * (d.Fc + d.F) / d.t +
+                  2 * d.N_local * d.C * d.E,
+              0, 0, 5 + 2 * d.held, 0};
 }
 
 // `dense` dense blocks and `moe` MoE blocks.

@@ -17,11 +17,12 @@
 // the embedding N·C elements, the head 2·N·C·V/t GEMM FLOPs and 3·N·V/t + N'·C elements (the
 // cross-entropy's passes, the final LayerNorm). Each elementwise element is read and written
 // once. An MoE block (model.moe, model/moe/moe_layer.h) keeps the attention half (8·N·C²/t) and
-// replaces the MLP by the router, 2·N·C·E on every rank, and the experts held on the rows routed
-// to them, 16·R·C²/t with R = min(N·k, capacity-limited) under balanced routing
-// (model/activation_sizes.h moe_balanced_assignments; whatever ep, each rank's experts compute as
-// many rows as its tokens sent); its weight operands are the router's E·C fp32 and the E/ep held
-// experts' 8·C²/t each. Dropless this is the 6·N_active FLOPs per token of
+// replaces the MLP by the router, 2·N·C·E on every rank, and the experts held (each the model's
+// MLP: F hidden columns, Fc = F or SwiGLU's 2F rows of its first product) on the rows routed to
+// them, 2·R·C·(Fc + F)/t (16·R·C²/t for GPT-2's) with R = min(N·k, capacity-limited) under
+// balanced routing (model/activation_sizes.h moe_balanced_assignments; whatever ep, each rank's
+// experts compute as many rows as its tokens sent); its weight operands are the router's E·C fp32
+// and the E/ep held experts' C·(Fc + F)/t each. Dropless this is the 6·N_active FLOPs per token of
 // GptShape::flops_per_token (router and top_k experts), which MFU counts. A backward pass is twice
 // its forward, plus what recomputation reruns (selective: the qkv GEMM and attention; full: the
 // whole layer forward). The optimizer (over the owned elements: plan/optimizer_state.h) and the

@@ -104,9 +104,6 @@ void validate_architecture(const Config& c, const Rules& rules) {
   if (a.position == Position::rope && shape.head_size() % 2 != 0)
     rules.fail("model.position", "rope turns pairs of channels: the head size (d_model / n_head = ",
                shape.head_size(), ") must be even");
-  if (m.moe.enabled() && (a.mlp != MlpKind::gelu || shape.ffn_width() != 4 * m.d_model))
-    rules.fail("model.moe.experts", "needs model.mlp gelu with model.d_ff 0 or 4·d_model: ",
-               "experts are GELU MLPs of 4·d_model");
 }
 
 void validate_model(const Config& c, const Rules& rules) {

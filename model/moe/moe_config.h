@@ -1,8 +1,8 @@
 // What a mixture-of-experts model is (the `model.moe` keys, docs/ARCHITECTURE.md §5 "Mixture of
-// experts"): every `every`-th block's MLP becomes `experts` expert MLPs (each the shape of the
-// dense one: C → 4C → C with GELU) and a linear softmax router; each token goes to its `top_k`
-// experts, weighted by their gates (model/kernels/moe_routing.h). `capacity_factor` > 0 caps the
-// tokens an expert takes in each group of `group_sequences` whole sequences at
+// experts"): every `every`-th block's MLP becomes `experts` expert MLPs (each the model's own MLP,
+// MoeExpertShape: GELU of width F, or SwiGLU) and a linear softmax router; each token goes to its
+// `top_k` experts, weighted by their gates (model/kernels/moe_routing.h). `capacity_factor` > 0
+// caps the tokens an expert takes in each group of `group_sequences` whole sequences at
 // ceil(capacity_factor · top_k · group tokens / experts); 0 is dropless. `aux_loss` weighs the
 // Switch load-balancing loss and `z_loss` the router z-loss, both added to the training loss.
 #pragma once
@@ -11,6 +11,22 @@
 #include <cstdint>
 
 namespace strata {
+
+// The experts' MLP, the model's own (model.mlp, model.d_ff, model.bias; GptShape::expert_shape):
+// C → F → C with tanh-GELU, or SwiGLU's fused gate and up projections (2F, C), silu(gate)·up, then
+// F → C; a bias on both products, or none.
+struct MoeExpertShape {
+  int d_model = 0;
+  int ffn_width = 0;  // F, all of it (a tensor-parallel rank holds F / tp hidden columns)
+  bool swiglu = false;
+  bool bias = true;
+
+  // GPT-2's MLP: GELU of width 4C, with biases.
+  static MoeExpertShape gpt2(int d_model) { return {d_model, 4 * d_model, false, true}; }
+  // Rows of the fc product: F, or the gate and up projections' 2F.
+  int fc_width() const { return swiglu ? 2 * ffn_width : ffn_width; }
+  bool operator==(const MoeExpertShape&) const = default;
+};
 
 struct MoeConfig {
   int experts = 0;  // 0: no mixture of experts (every MLP dense)

@@ -37,8 +37,8 @@ struct MoeActivations {
   MoeRouting routing;
   MoeExchange exchange;
   std::vector<T> out;                  // (A, C) this rank's part of its assignments' outputs
-  std::vector<T> xe, pre, act;         // (R, C), (R, H), (R, H) at its experts
-  std::vector<T> dout, dpre, dlogits;  // (R, C), (R, H), (N, E): backward_input → _weight
+  std::vector<T> xe, pre, act;         // (R, C), (R, Fc), (R, H) at its experts (Fc: H or 2H)
+  std::vector<T> dout, dpre, dlogits;  // (R, C), (R, Fc), (N, E): backward_input → _weight
   MoeStats stats;
   std::size_t elements() const;
   // The kept assignments are the routing's own (no copy on the host); vectors grow, so any
@@ -57,19 +57,21 @@ template <class T>
 class MoeLayer : private OwnedMoeOps<CpuOps<T>>, public MoeMlp<CpuOps<T>> {
  public:
   using Activations = MoeActivations<T>;
-  // `tp`: the tensor-parallel group (null: one rank); H = 4C / its size. `compute`: op outputs
-  // and activation gradients are rounded to it. `ep`: the expert-parallel group (null: one rank),
-  // member m holding experts [m·E/ep, (m+1)·E/ep). forward, loss, backward_input and both
-  // backward_weight forms are MoeMlp's (moe_mlp.h).
-  MoeLayer(int d_model, const MoeConfig& config, Collectives* tp = nullptr,
+  // `experts`: every expert's MLP (GptShape::expert_shape). `tp`: the tensor-parallel group
+  // (null: one rank); H = F / its size. `compute`: op outputs and activation gradients are
+  // rounded to it. `ep`: the expert-parallel group (null: one rank), member m holding experts
+  // [m·E/ep, (m+1)·E/ep). forward, loss, backward_input and both backward_weight forms are
+  // MoeMlp's (moe_mlp.h).
+  MoeLayer(const MoeExpertShape& experts, const MoeConfig& config, Collectives* tp = nullptr,
            cpu::ComputeDtype compute = cpu::ComputeDtype::fp32, Collectives* ep = nullptr)
       : OwnedMoeOps<CpuOps<T>>(compute, tp, false),
-        MoeMlp<CpuOps<T>>(this->owned_ops, d_model, config, ep) {}
+        MoeMlp<CpuOps<T>>(this->owned_ops, experts, config, ep) {}
 
   // The activations keep their arrays themselves, growing at their first forward: a model
   // reserves nothing for them (CudaMoeLayer's carve into a model's reservation instead).
-  static std::size_t activation_bytes(int /*d_model*/, int /*tp_size*/, const MoeConfig& /*config*/,
-                                      int /*max_tokens*/, int /*ep_size*/ = 1) {
+  static std::size_t activation_bytes(const MoeExpertShape& /*experts*/, int /*tp_size*/,
+                                      const MoeConfig& /*config*/, int /*max_tokens*/,
+                                      int /*ep_size*/ = 1) {
     return 0;
   }
   Activations activations(void* /*base*/, int /*max_tokens*/) const { return {}; }

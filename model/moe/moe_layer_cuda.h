@@ -24,8 +24,9 @@
 // fp32 GEMM (x cast to fp32, TF32 off whatever the context allows) for the same reason. The T
 // arrays are rounded where the CPU reference rounds, except that the GELU of the fc GEMM and the
 // GELU derivative of the proj input gradient are fused epilogues (in bf16/fp16 one rounding where
-// the CPU has two), as in CudaGpt's dense MLP. The z-loss is (Σ lse²)/N from the device's sums
-// (the CPU adds lse²/N term by term): the metrics read it, no gradient does.
+// the CPU has two), as in CudaGpt's dense MLP; SwiGLU experts round where the CPU does (the fc
+// product, silu(gate)·up and their gradients are separate ops on both). The z-loss is (Σ lse²)/N
+// from the device's sums (the CPU adds lse²/N term by term): the metrics read it, no gradient does.
 //
 // Expert parallelism (model/moe/moe_exchange.h, the CPU's exchange): the exchange is staged
 // through the host by the CPU's own code (moe_exchange_rows): the rows travel as raw bytes
@@ -72,20 +73,21 @@ template <class T>
 struct CudaMoeActivations {
   int max_tokens = 0;
   int tokens = 0;
-  const T* x = nullptr;              // (N, C) the caller's input
-  float* probs = nullptr;            // (N, E)
-  float* lse = nullptr;              // (N)
-  float* gates = nullptr;            // (N, k)
-  int* choices = nullptr;            // (N, k) experts chosen, best first
-  int* row = nullptr;                // (N, k) row of the kept choices, −1 for the dropped
-  int* assignments = nullptr;        // (A) routing.assignments
-  float* share = nullptr;            // (E) f_e, rounded to fp32 as the CPU's T
-  T* out = nullptr;                  // (A, C) this rank's assignments' expert outputs
-  T* xe = nullptr;                   // (R, C) the experts' input rows, expert-major
-  T *pre = nullptr, *act = nullptr;  // (R, H)
-  T* dout = nullptr;                 // (R, C) backward_input → backward_weight
-  T* dpre = nullptr;                 // (R, H) backward_input → backward_weight
-  float* dlogits = nullptr;          // (N, E) backward_input → backward_weight
+  const T* x = nullptr;        // (N, C) the caller's input
+  float* probs = nullptr;      // (N, E)
+  float* lse = nullptr;        // (N)
+  float* gates = nullptr;      // (N, k)
+  int* choices = nullptr;      // (N, k) experts chosen, best first
+  int* row = nullptr;          // (N, k) row of the kept choices, −1 for the dropped
+  int* assignments = nullptr;  // (A) routing.assignments
+  float* share = nullptr;      // (E) f_e, rounded to fp32 as the CPU's T
+  T* out = nullptr;            // (A, C) this rank's assignments' expert outputs
+  T* xe = nullptr;             // (R, C) the experts' input rows, expert-major
+  T* pre = nullptr;            // (R, Fc) the fc product (Fc = H, or SwiGLU's 2H)
+  T* act = nullptr;            // (R, H) its activation
+  T* dout = nullptr;           // (R, C) backward_input → backward_weight
+  T* dpre = nullptr;           // (R, Fc) backward_input → backward_weight
+  float* dlogits = nullptr;    // (N, E) backward_input → backward_weight
   // Host side, filled by forward.
   std::vector<double> chosen_share;  // (E) f_e
   MoeRouting routing;
@@ -116,28 +118,29 @@ template <class T>
 class CudaMoeLayer : private OwnedMoeOps<CudaOps<T>>, public MoeMlp<CudaOps<T>> {
  public:
   using Activations = CudaMoeActivations<T>;
-  // `tp`: the tensor-parallel group's device collectives (null: one rank); H = 4C / its size.
-  // `scratch`: where kernels take temporary arrays (released before each call returns).
+  // `experts`: every expert's MLP (GptShape::expert_shape). `tp`: the tensor-parallel group's
+  // device collectives (null: one rank); H = F / its size. `scratch`: where kernels take
+  // temporary arrays (released before each call returns).
   // `ep`: the expert-parallel group (host collectives, not owned; null: one rank, every expert).
   // forward (waits for the stream once: the routing), loss (host values), backward_input and
   // both backward_weight forms (fp32 gradients; the 5-argument one re-points a.x at where the
   // caller keeps the layer's input now) are MoeMlp's (moe_mlp.h).
-  CudaMoeLayer(DeviceContext& ctx, DeviceArena& scratch, int d_model, const MoeConfig& config,
-               DeviceCollectives* tp = nullptr, Collectives* ep = nullptr)
+  CudaMoeLayer(DeviceContext& ctx, DeviceArena& scratch, const MoeExpertShape& experts,
+               const MoeConfig& config, DeviceCollectives* tp = nullptr, Collectives* ep = nullptr)
       : OwnedMoeOps<CudaOps<T>>(ctx, scratch, tp, false),
-        MoeMlp<CudaOps<T>>(this->owned_ops, d_model, config, ep) {}
+        MoeMlp<CudaOps<T>>(this->owned_ops, experts, config, ep) {}
 
   // Device bytes of one CudaMoeActivations for max_tokens tokens (each array at the arena's
   // alignment, so a multiple of it).
   std::size_t activation_bytes(int max_tokens) const;
   // The most scratch one call takes for max_tokens tokens.
   std::size_t scratch_bytes(int max_tokens) const;
-  // The same two for a layer of d_model channels whose experts are split over tp_size ranks and
-  // spread over ep_size, before one exists (a model sizing its reservations at construction).
-  static std::size_t activation_bytes(int d_model, int tp_size, const MoeConfig& config,
-                                      int max_tokens, int ep_size = 1);
-  static std::size_t scratch_bytes(int d_model, int tp_size, const MoeConfig& config,
-                                   int max_tokens, int ep_size = 1);
+  // The same two for a layer whose experts (`experts`) are split over tp_size ranks and spread
+  // over ep_size, before one exists (a model sizing its reservations at construction).
+  static std::size_t activation_bytes(const MoeExpertShape& experts, int tp_size,
+                                      const MoeConfig& config, int max_tokens, int ep_size = 1);
+  static std::size_t scratch_bytes(const MoeExpertShape& experts, int tp_size,
+                                   const MoeConfig& config, int max_tokens, int ep_size = 1);
   // Activations for at most max_tokens tokens, allocated from `arena`.
   CudaMoeActivations<T> activations(DeviceArena& arena, int max_tokens) const;
   // The same laid out from `base`: activation_bytes(max_tokens) device bytes at the arena's

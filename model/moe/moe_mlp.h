@@ -3,7 +3,8 @@
 // what it is). For N tokens x (N, C), in sequence order,
 //   logits = x · Wrᵀ (E)            p = softmax(logits)           choices, gates: top-k of p
 //   routing: capacity per group of whole sequences (model/moe/moe_routing.h), on the host
-//   y_t = Σ_j kept(t, j) · gate_tj · MLP_{e_tj}(x_t),  MLP_e(x) = proj_e(gelu(fc_e(x)))
+//   y_t = Σ_j kept(t, j) · gate_tj · MLP_{e_tj}(x_t),  MLP_e(x) = proj_e(gelu(fc_e(x))), or with
+//   SwiGLU experts proj_e(silu(gate) · up), [gate | up] = fc_e(x)
 // and the two router losses, over the N tokens:
 //   aux = E · Σ_e f_e · P_e   (Switch: f_e the share of the N·k choices that picked e before
 //                              capacity, P_e the mean of p_e; gradient through P only)
@@ -17,22 +18,27 @@
 // route_tokens, chosen_shares, the losses and stats (host code, the same on both) → the kept
 // assignments and f_e to the device → plan_moe_exchange → gather the kept rows (straight into the
 // experts' rows, or, under expert parallelism, into scratch and dispatched) → per expert held
-// fc with GELU (Epilogue::gelu) and proj (Epilogue::bias, the bias on tensor-parallel rank 0) →
-// under expert parallelism the outputs combined home → the gated sum in choice order.
-// backward_input: the gates' gradients and the experts' output gradients (summed over tp) → the
-// experts' input gradients (GELU' through matmul_backward_input) → the router's gradient with the
-// aux and z-loss terms → dx. backward_weight: the experts' weight gradients and the router's.
+// fc with GELU (Epilogue::gelu), or fc (Epilogue::bias) then swiglu_forward, and proj
+// (Epilogue::bias, the bias on tensor-parallel rank 0) → under expert parallelism the outputs
+// combined home → the gated sum in choice order. backward_input: the gates' gradients and the
+// experts' output gradients (summed over tp) → the experts' input gradients (GELU' through
+// matmul_backward_input, or proj's input gradient then swiglu_backward, as the dense block) → the
+// router's gradient with the aux and z-loss terms → dx. backward_weight: the experts' weight
+// gradients and the router's.
+//
+// The experts are the model's MLP (MoeExpertShape, model/moe/moe_config.h): GELU of width F or
+// SwiGLU, with biases or none (model.bias false: null bias pointers in every op).
 //
 // Tensor parallelism splits every expert as the dense MLP is split (fc by columns, proj by rows:
-// H = 4C / tp hidden columns here), so a rank holds its slice of every expert and sees every
-// token: the routing needs no exchange (every rank computes it from the same rows and the
-// replicated router), y is a partial sum the model sums over the group as it sums the MLP's, and
-// each proj bias enters on tp rank 0 only. The one collective is the gates' gradient: a gate
-// multiplies the expert's whole output, so dgate = dy · (Σ over ranks of their partial outputs)
-// is summed over the group (inside moe_gate_grads). The input gradient is partial too (the
-// router's part on rank 0), and the replicated tensors' gradients (router, proj biases) cover
-// `own` rows (the model's rows under sequence parallelism, all of them otherwise), as the dense
-// MLP's bias does.
+// H = F / tp hidden columns here; SwiGLU's fc a rank's [gate | up] rows, 2H of them), so a rank
+// holds its slice of every expert and sees every token: the routing needs no exchange (every rank
+// computes it from the same rows and the replicated router), y is a partial sum the model sums
+// over the group as it sums the MLP's, and each proj bias enters on tp rank 0 only. The one
+// collective is the gates' gradient: a gate multiplies the expert's whole output, so dgate = dy ·
+// (Σ over ranks of their partial outputs) is summed over the group (inside moe_gate_grads). The
+// input gradient is partial too (the router's part on rank 0), and the replicated tensors'
+// gradients (router, proj biases) cover `own` rows (the model's rows under sequence parallelism,
+// all of them otherwise), as the dense MLP's bias does.
 //
 // Expert parallelism (model/moe/moe_exchange.h) splits the experts over an `ep` group: a rank holds
 // E/ep of them and computes, for its experts, the rows every member of the group routed there;
@@ -44,7 +50,8 @@
 // experts read the gathered rows where they lie: R = A, the same order.
 //
 // Weights, as they lie in the block's parameter segment (ParameterLayout): the router (E, C),
-// then per expert held fc.weight (H, C), fc.bias (H), proj.weight (C, H), proj.bias (C).
+// then per expert held fc.weight (Fc, C), fc.bias (Fc), proj.weight (C, H), proj.bias (C), with
+// Fc = H, or SwiGLU's 2H, and no bias tensors in a model without biases (MoeWeightOffsets).
 // Gradients lie the same way and are accumulated (+=). One micro-batch's activations live in a
 // MoeActivationsOf<Ops> the caller keeps (a slot of the model): forward fills it, backward_input
 // reads it and leaves the activation gradients backward_weight needs. The two backends keep two
@@ -71,19 +78,38 @@
 namespace strata {
 
 // Where the tensors of an MoE MLP lie from its router's first element (H: hidden columns held;
-// `held` experts, E by default; e below counts the experts held).
+// `held` experts, E by default; e below counts the experts held; `swiglu`: fc is the gate and up
+// projections, Fc = 2H rows, else Fc = H). Without biases (`bias` false: model.bias) the two bias
+// tensors are absent: has_bias says so, and fc_bias(e), proj_bias(e) then name where they would
+// start, the next tensor's first element, which nothing reads (MoeMlp passes null instead).
 struct MoeWeightOffsets {
-  std::size_t C, E, H, held;
-  MoeWeightOffsets(std::size_t C_, std::size_t E_, std::size_t H_, std::size_t held_ = 0)
-      : C(C_), E(E_), H(H_), held(held_ == 0 ? E_ : held_) {}
+  std::size_t C, E, H, held, Fc;
+  bool has_bias;
+  MoeWeightOffsets(std::size_t C_, std::size_t E_, std::size_t H_, std::size_t held_ = 0,
+                   bool swiglu = false, bool bias = true)
+      : C(C_),
+        E(E_),
+        H(H_),
+        held(held_ == 0 ? E_ : held_),
+        Fc(swiglu ? 2 * H_ : H_),
+        has_bias(bias) {}
+  // The experts of `shape` split over tp_size ranks, E of them, `held_` held (0: all).
+  static MoeWeightOffsets of(const MoeExpertShape& shape, int tp_size, int E_, int held_ = 0) {
+    return MoeWeightOffsets(static_cast<std::size_t>(shape.d_model), static_cast<std::size_t>(E_),
+                            static_cast<std::size_t>(shape.ffn_width / tp_size),
+                            static_cast<std::size_t>(held_), shape.swiglu, shape.bias);
+  }
   std::size_t router() const { return 0; }
   std::size_t expert(int e) const { return E * C + static_cast<std::size_t>(e) * expert_size(); }
   std::size_t fc_weight(int e) const { return expert(e); }
-  std::size_t fc_bias(int e) const { return expert(e) + H * C; }
-  std::size_t proj_weight(int e) const { return fc_bias(e) + H; }
+  std::size_t fc_bias(int e) const { return expert(e) + Fc * C; }
+  std::size_t proj_weight(int e) const { return fc_bias(e) + biases(Fc); }
   std::size_t proj_bias(int e) const { return proj_weight(e) + C * H; }
-  std::size_t expert_size() const { return 2 * H * C + H + C; }
+  std::size_t expert_size() const { return Fc * C + C * H + biases(Fc + C); }
   std::size_t total() const { return E * C + held * expert_size(); }
+
+ private:
+  std::size_t biases(std::size_t n) const { return has_bias ? n : 0; }
 };
 
 // What one forward pass saw, for the metrics (per MoE layer).
@@ -163,18 +189,19 @@ class MoeMlp {
   using Scalar = typename Ops::Scalar;
   using Activations = MoeActivationsOf<Ops>;
 
-  // `ops`: the backend's ops (not owned), whose tensor-parallel group splits the experts (H = 4C /
-  // its size). `ep`: the expert-parallel group (null: one rank), member m holding experts
-  // [m·E/ep, (m+1)·E/ep).
-  MoeMlp(Ops& ops, int d_model, const MoeConfig& config, Collectives* ep);
+  // `ops`: the backend's ops (not owned), whose tensor-parallel group splits the experts (H = F /
+  // its size). `experts`: every expert's MLP. `ep`: the expert-parallel group (null: one rank),
+  // member m holding experts [m·E/ep, (m+1)·E/ep).
+  MoeMlp(Ops& ops, const MoeExpertShape& experts, const MoeConfig& config, Collectives* ep);
   MoeMlp(const MoeMlp&) = delete;  // ep_ may point at its own alone_
   MoeMlp& operator=(const MoeMlp&) = delete;
 
   int d_model() const { return C_; }
-  int hidden() const { return H_; }
+  int hidden() const { return H_; }  // H = F / tp
+  const MoeExpertShape& expert_shape() const { return shape_; }
   const MoeConfig& config() const { return config_; }
   const MoeWeightOffsets& offsets() const { return at_; }
-  int tp_size() const { return 4 * C_ / H_; }
+  int tp_size() const { return shape_.ffn_width / H_; }
   int expert_members() const { return ep_->size(); }
 
   // Forward of x (N, C), N / seq_len whole sequences (capacity counts groups of group_sequences
@@ -208,9 +235,15 @@ class MoeMlp {
  private:
   bool bias_rank() const { return ops_.tp_rank() == 0; }
   bool exchanges() const { return ep_->size() > 1; }
+  // A bias tensor at `offset` of `base`, or null where the experts have none.
+  template <class P>
+  P* bias_at(P* base, std::size_t offset) const {
+    return at_.has_bias ? base + offset : nullptr;
+  }
 
   Ops& ops_;
-  int C_, H_;
+  MoeExpertShape shape_;
+  int C_, H_, Fc_;  // channels, hidden columns held, rows of the fc product held (H or 2H)
   MoeConfig config_;
   SingleRank alone_;
   Collectives* ep_;  // never null (alone_ without expert parallelism)

@@ -20,16 +20,23 @@
 namespace strata {
 
 template <class Ops>
-MoeMlp<Ops>::MoeMlp(Ops& ops, int d_model, const MoeConfig& config, Collectives* ep)
+MoeMlp<Ops>::MoeMlp(Ops& ops, const MoeExpertShape& experts, const MoeConfig& config,
+                    Collectives* ep)
     : ops_(ops),
-      C_(d_model),
-      H_(4 * d_model / ops.tp_size()),
+      shape_(experts),
+      C_(experts.d_model),
+      H_(experts.ffn_width / ops.tp_size()),
+      Fc_(experts.fc_width() / ops.tp_size()),
       config_(config),
       ep_(ep != nullptr ? ep : &alone_),
-      at_(static_cast<std::size_t>(d_model), static_cast<std::size_t>(config.experts),
-          static_cast<std::size_t>(H_), static_cast<std::size_t>(config.experts / ep_->size())) {
+      at_(MoeWeightOffsets::of(experts, ops.tp_size(), config.experts,
+                               config.experts / ep_->size())) {
   STRATA_CHECK(config.experts >= 1 && config.top_k >= 1 && config.top_k <= config.experts,
                "MoE layer: top_k ", config.top_k, " of ", config.experts, " experts");
+  STRATA_CHECK(
+      experts.d_model >= 1 && experts.ffn_width >= 1 && experts.ffn_width % ops.tp_size() == 0,
+      "MoE layer: tensor parallelism of ", ops.tp_size(), " does not split ", experts.ffn_width,
+      " hidden columns");
   STRATA_CHECK(config.experts % ep_->size() == 0, "expert parallelism of ", ep_->size(),
                " does not divide ", config.experts, " experts");
 }
@@ -37,7 +44,7 @@ MoeMlp<Ops>::MoeMlp(Ops& ops, int d_model, const MoeConfig& config, Collectives*
 template <class Ops>
 const MoeStats& MoeMlp<Ops>::forward(Activations& a, const Value* x, int N, int seq_len,
                                      const Value* weights, Value* y) const {
-  const int E = config_.experts, k = config_.top_k, C = C_, H = H_;
+  const int E = config_.experts, k = config_.top_k, C = C_, H = H_, Fc = Fc_;
   const std::size_t n = static_cast<std::size_t>(N);
   a.check_tokens(N);
   a.tokens = N;
@@ -84,8 +91,8 @@ const MoeStats& MoeMlp<Ops>::forward(Activations& a, const Value* x, int N, int 
     ops_.moe_gather_rows(rows, row, x, kept, static_cast<int>(A), N, k, C);
     ops_.moe_exchange_rows(RowExchange::dispatch, a.exchange, *ep_, rows, xe, C);
   }
-  // The experts held, each on its rows.
-  Value* pre = moe_fit(a.pre, R * H);
+  // The experts held, each on its rows: pre (R, Fc) the fc product, act (R, H) its activation.
+  Value* pre = moe_fit(a.pre, R * Fc);
   Value* act = moe_fit(a.act, R * H);
   Value* home = moe_fit(a.out, A * C);
   auto scratch = ops_.moe_scratch();
@@ -95,16 +102,23 @@ const MoeStats& MoeMlp<Ops>::forward(Activations& a, const Value* x, int N, int 
     if (rows == 0) continue;
     const std::size_t first =
         static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
-    // The fc bias inside the product (Epilogue::gelu: the CPU rounds the product with its bias,
-    // then the GELU; the dense MLP's bias_gelu adds it after the product).
-    ops_.matmul_forward(act + first * H, pre + first * H, xe + first * C,
-                        weights + at_.fc_weight(j), weights + at_.fc_bias(j), rows, C, H,
-                        Epilogue::gelu);
+    const Value* fc_bias = bias_at(weights, at_.fc_bias(j));
+    if (shape_.swiglu) {
+      // [gate | up] with the fc bias, then silu(gate)·up, as the dense block's SwiGLU.
+      ops_.matmul_forward(pre + first * Fc, static_cast<Value*>(nullptr), xe + first * C,
+                          weights + at_.fc_weight(j), fc_bias, rows, C, Fc, Epilogue::bias);
+      ops_.swiglu_forward(act + first * H, pre + first * Fc, rows, H);
+    } else {
+      // The fc bias inside the product (Epilogue::gelu: the CPU rounds the product with its
+      // bias, then the GELU; the dense MLP's bias_gelu adds it after the product).
+      ops_.matmul_forward(act + first * H, pre + first * H, xe + first * C,
+                          weights + at_.fc_weight(j), fc_bias, rows, C, H, Epilogue::gelu);
+    }
     ops_.matmul_forward(
         out + first * C, static_cast<Value*>(nullptr), act + first * H,
         weights + at_.proj_weight(j),
-        bias_rank() ? weights + at_.proj_bias(j) : static_cast<const Value*>(nullptr), rows, H, C,
-        Epilogue::bias);
+        bias_rank() ? bias_at(weights, at_.proj_bias(j)) : static_cast<const Value*>(nullptr), rows,
+        H, C, Epilogue::bias);
   }
   // The outputs come home, in the order their rows left.
   if (exchanges()) ops_.moe_exchange_rows(RowExchange::combine, a.exchange, *ep_, out, home, C);
@@ -123,7 +137,7 @@ auto MoeMlp<Ops>::loss(const Activations& a) const -> Scalar {
 template <class Ops>
 void MoeMlp<Ops>::backward_input(Activations& a, const Value* dy, Scalar loss_scale,
                                  const Value* weights, Value* dx) const {
-  const int E = config_.experts, k = config_.top_k, C = C_, H = H_, N = a.tokens;
+  const int E = config_.experts, k = config_.top_k, C = C_, H = H_, Fc = Fc_, N = a.tokens;
   const std::size_t n = static_cast<std::size_t>(N), A = a.routing.assignments.size();
   const std::size_t R = static_cast<std::size_t>(a.exchange.received());
   auto scratch = ops_.moe_scratch();
@@ -141,19 +155,28 @@ void MoeMlp<Ops>::backward_input(Activations& a, const Value* dy, Scalar loss_sc
                       C);
   if (exchanges())
     ops_.moe_exchange_rows(RowExchange::dispatch, a.exchange, *ep_, dout, dout_experts, C);
-  // The experts' input gradients; GELU's derivative through the proj's input gradient.
-  Value* dpre = moe_fit(a.dpre, R * H);
+  // The experts' input gradients: dpre (R, Fc) of the fc product. GELU's derivative through the
+  // proj's input gradient; SwiGLU's from the proj's input gradient dact (R, H), as the dense block.
+  Value* dpre = moe_fit(a.dpre, R * Fc);
   const Value* pre = moe_array(a.pre);
   Value* dxe = R > 0 ? scratch.template take<Value>(R * C) : nullptr;
+  Value* dact = shape_.swiglu && R > 0 ? scratch.template take<Value>(R * H) : nullptr;
   for (int j = 0; j < a.exchange.experts_per_member; ++j) {
     const int rows = a.exchange.expert_rows(j);
     if (rows == 0) continue;
     const std::size_t first =
         static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
-    ops_.matmul_backward_input(dpre + first * H, dout_experts + first * C,
-                               weights + at_.proj_weight(j), pre + first * H, rows, H, C);
-    ops_.matmul_backward_input(dxe + first * C, dpre + first * H, weights + at_.fc_weight(j),
-                               static_cast<const Value*>(nullptr), rows, C, H);
+    if (shape_.swiglu) {
+      ops_.matmul_backward_input(dact + first * H, dout_experts + first * C,
+                                 weights + at_.proj_weight(j), static_cast<const Value*>(nullptr),
+                                 rows, H, C);
+      ops_.swiglu_backward(dpre + first * Fc, dact + first * H, pre + first * Fc, rows, H);
+    } else {
+      ops_.matmul_backward_input(dpre + first * H, dout_experts + first * C,
+                                 weights + at_.proj_weight(j), pre + first * H, rows, H, C);
+    }
+    ops_.matmul_backward_input(dxe + first * C, dpre + first * Fc, weights + at_.fc_weight(j),
+                               static_cast<const Value*>(nullptr), rows, C, Fc);
   }
   // The input gradients come home (A, C), in the order their rows left.
   const Value* dinput = dxe;
@@ -177,7 +200,7 @@ void MoeMlp<Ops>::backward_input(Activations& a, const Value* dy, Scalar loss_sc
 template <class Ops>
 void MoeMlp<Ops>::backward_weight(Activations& a, Grad* dweights, int own_begin,
                                   int own_count) const {
-  const int E = config_.experts, C = C_, H = H_;
+  const int E = config_.experts, C = C_, H = H_, Fc = Fc_;
   STRATA_CHECK(own_begin >= 0 && own_count >= 0 && own_begin + own_count <= a.tokens,
                "MoE layer: own tokens [", own_begin, ", ", own_begin + own_count, ") of ",
                a.tokens);
@@ -194,10 +217,10 @@ void MoeMlp<Ops>::backward_weight(Activations& a, Grad* dweights, int own_begin,
     const std::size_t first =
         static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
     ops_.matmul_backward_weight(dweights + at_.proj_weight(j),
-                                bias_rows ? dweights + at_.proj_bias(j) : nullptr, dout + first * C,
-                                act + first * H, rows, H, C);
-    ops_.matmul_backward_weight(dweights + at_.fc_weight(j), dweights + at_.fc_bias(j),
-                                dpre + first * H, xe + first * C, rows, C, H);
+                                bias_rows ? bias_at(dweights, at_.proj_bias(j)) : nullptr,
+                                dout + first * C, act + first * H, rows, H, C);
+    ops_.matmul_backward_weight(dweights + at_.fc_weight(j), bias_at(dweights, at_.fc_bias(j)),
+                                dpre + first * Fc, xe + first * C, rows, C, Fc);
   }
   // The router over this rank's tokens: dWr (E, C) += dlogitsᵀ · x.
   const std::size_t own = static_cast<std::size_t>(own_begin);

@@ -4,13 +4,15 @@
 // gradient dx and every weight gradient (the router, and each expert's four tensors) to the
 // tolerances of cuda_test_support.h. Cases: top-2 and top-1, dropless and capped (tokens
 // dropped), several capacity groups and a group count that does not divide the micro-batch, 4 and
-// 8 experts, a row width that is not a multiple of 8 elements, and the weight gradients of a rank
-// that owns the second half of the rows (sequence parallelism). fp32 against MoeLayer<float>; bf16
-// and fp16 against MoeLayer<float> emulating the dtype's rounding. Expert parallelism: two ranks
-// (threads, each with its own context on the device) holding two halves of the experts and
-// exchanging their rows through the host compute, for each rank's tokens, what the whole CPU layer
-// computes for them (y, dx, routing, the router's gradient), each expert's gradient the sum of the
-// whole layer's over both ranks' tokens.
+// 8 experts, a row width that is not a multiple of 8 elements, the weight gradients of a rank
+// that owns the second half of the rows (sequence parallelism), and experts other than GPT-2's:
+// SwiGLU experts (fc the fused gate and up projections, swiglu_forward between fc and proj) with
+// and without biases, GELU experts of a width other than 4C without biases. fp32 against
+// MoeLayer<float>; bf16 and fp16 against MoeLayer<float> emulating the dtype's rounding. Expert
+// parallelism: two ranks (threads, each with its own context on the device) holding two halves of
+// the experts and exchanging their rows through the host compute, for each rank's tokens, what the
+// whole CPU layer computes for them (y, dx, routing, the router's gradient), each expert's gradient
+// the sum of the whole layer's over both ranks' tokens.
 //
 // The comparison of choices is exact only if no token's k-th and (k+1)-th probabilities are
 // within the two sides' rounding differences (~1e-7: both compute the router in fp32 from the
@@ -56,7 +58,17 @@ struct MoeCase {
   // router over those rows, the proj biases not at all (the rank owning row 0 counts them)
   bool own_half;
   std::uint64_t seed;
+  // The experts' MLP: GPT-2's (GELU of 4C with biases) by default.
+  int d_ff = 0;  // 0: 4C
+  bool swiglu = false;
+  bool bias = true;
 
+  MoeExpertShape expert_shape() const {
+    return {d_model, d_ff > 0 ? d_ff : 4 * d_model, swiglu, bias};
+  }
+  MoeWeightOffsets offsets(int held = 0) const {
+    return MoeWeightOffsets::of(expert_shape(), 1, experts, held);
+  }
   int tokens() const { return batch * seq_len; }
   int own_begin() const { return own_half ? tokens() / 2 : 0; }
   int own_count() const { return tokens() - own_begin(); }
@@ -74,7 +86,9 @@ struct MoeCase {
 
 // Capacity per group: capped_e8 ceil(0.5·2·16/8) = 2, top1_capped ceil(0.75·16/8) = 2,
 // groups ceil(1.0·2·32/8) = 8 in each of two groups of 2 sequences, one_group (3 sequences per
-// group do not divide 4: one group of 32 tokens) ceil(1.0·2·32/4) = 16.
+// group do not divide 4: one group of 32 tokens) ceil(1.0·2·32/4) = 16. The cases of other
+// experts repeat a GPT-2 case's sizes and seed: the router's inputs are drawn first, so their
+// routing (and its margins) is that case's.
 const MoeCase kCases[] = {
     {"top2_dropless_e4", 4, 2, 0.0, 1, 4, 16, 32, false, 5},
     {"top1_dropless_e4", 4, 1, 0.0, 1, 4, 16, 32, false, 23},
@@ -82,6 +96,9 @@ const MoeCase kCases[] = {
     {"top1_capped_e8_c36", 8, 1, 0.75, 1, 4, 16, 36, false, 2},
     {"top2_groups_e8_own_half", 8, 2, 1.0, 2, 4, 16, 32, true, 33},
     {"top2_one_group_e4_c36", 4, 2, 1.0, 3, 4, 8, 36, false, 34},
+    {"swiglu_f40_no_bias_top2_capped_e8", 8, 2, 0.5, 1, 4, 16, 32, false, 27, 40, true, false},
+    {"swiglu_f48_top2_groups_e8_own_half", 8, 2, 1.0, 2, 4, 16, 32, true, 33, 48, true, true},
+    {"gelu_f72_no_bias_top1_dropless_e4", 4, 1, 0.0, 1, 4, 16, 32, false, 23, 72, false, false},
 };
 
 // Inputs in fp32, rounded to the compute dtype (the values a T buffer holds).
@@ -91,9 +108,7 @@ struct MoeInputs {
 };
 
 MoeInputs make_inputs(const MoeCase& c, cpu::ComputeDtype dtype) {
-  const MoeWeightOffsets at{static_cast<std::size_t>(c.d_model),
-                            static_cast<std::size_t>(c.experts),
-                            static_cast<std::size_t>(4 * c.d_model)};
+  const MoeWeightOffsets at = c.offsets();
   const std::size_t rows = static_cast<std::size_t>(c.tokens()) * c.d_model;
   std::mt19937_64 rng(c.seed);
   MoeInputs in;
@@ -139,7 +154,7 @@ double routing_margin(const std::vector<float>& probs, int N, int E, int k) {
 LayerRun run_cpu(const MoeCase& c, const MoeInputs& in, cpu::ComputeDtype dtype,
                  double* margin = nullptr) {
   const int N = c.tokens();
-  MoeLayer<float> layer(c.d_model, c.config(), nullptr, dtype);
+  MoeLayer<float> layer(c.expert_shape(), c.config(), nullptr, dtype);
   MoeActivations<float> a;
   LayerRun run;
   run.y.resize(in.x.size());
@@ -160,7 +175,7 @@ template <class T>
 LayerRun run_device(DeviceContext& ctx, const MoeCase& c, const MoeInputs& in) {
   const int N = c.tokens();
   DeviceArena scratch(std::size_t{64} << 20);
-  CudaMoeLayer<T> layer(ctx, scratch, c.d_model, c.config());
+  CudaMoeLayer<T> layer(ctx, scratch, c.expert_shape(), c.config());
   DeviceArena arena(layer.activation_bytes(N));
   CudaMoeActivations<T> a = layer.activations(arena, N);
   EXPECT_EQ(arena.used(), layer.activation_bytes(N)) << c.name;
@@ -210,8 +225,8 @@ void expect_run_near(const LayerRun& got, const LayerRun& want, const MoeCase& c
   EXPECT_NEAR(got.loss, want.loss, losses * std::abs(want.loss)) << c.name;
   EXPECT_LT(relative_error(got.y, want.y), values) << c.name << ": y";
   EXPECT_LT(relative_error(got.dx, want.dx), values) << c.name << ": dx";
-  const std::size_t C = static_cast<std::size_t>(c.d_model), H = 4 * C;
-  const MoeWeightOffsets at{C, static_cast<std::size_t>(c.experts), H};
+  const std::size_t C = static_cast<std::size_t>(c.d_model);
+  const MoeWeightOffsets at = c.offsets();
   ASSERT_EQ(got.dweights.size(), at.total());
   ASSERT_EQ(want.dweights.size(), at.total());
   auto expect_tensor = [&](std::size_t offset, std::size_t count, const std::string& name) {
@@ -222,9 +237,10 @@ void expect_run_near(const LayerRun& got, const LayerRun& want, const MoeCase& c
   expect_tensor(at.router(), at.E * C, "router.weight");
   for (int e = 0; e < c.experts; ++e) {
     const std::string expert = "expert " + std::to_string(e);
-    expect_tensor(at.fc_weight(e), H * C, expert + " fc.weight");
-    expect_tensor(at.fc_bias(e), H, expert + " fc.bias");
-    expect_tensor(at.proj_weight(e), C * H, expert + " proj.weight");
+    expect_tensor(at.fc_weight(e), at.Fc * C, expert + " fc.weight");
+    expect_tensor(at.proj_weight(e), C * at.H, expert + " proj.weight");
+    if (!at.has_bias) continue;
+    expect_tensor(at.fc_bias(e), at.Fc, expert + " fc.bias");
     expect_tensor(at.proj_bias(e), C, expert + " proj.bias");
   }
 }
@@ -270,14 +286,13 @@ TEST(CudaMoeLayer, RepeatsBitwise) {
 
 // Expert parallelism of 2 in fp32: rank 0 trains the case's tokens, rank 1 the same tokens in
 // reverse order (other capacity claims, the same routing margins), each with the router and its
-// half of the experts.
+// half of the experts: GPT-2's, dropless and capped, and SwiGLU experts without biases, capped.
 TEST(CudaMoeLayer, ExpertParallelRanksComputeTheWholeLayerForTheirTokens) {
   constexpr int kRanks = 2;
-  for (const MoeCase& c : {kCases[0], kCases[2]}) {
-    const int N = c.tokens(), E = c.experts, held = c.experts / kRanks;
-    const std::size_t C = static_cast<std::size_t>(c.d_model), H = 4 * C;
-    const MoeWeightOffsets whole{C, static_cast<std::size_t>(E), H};
-    const MoeWeightOffsets mine{C, static_cast<std::size_t>(E), H, static_cast<std::size_t>(held)};
+  for (const MoeCase& c : {kCases[0], kCases[2], kCases[6]}) {
+    const int N = c.tokens(), held = c.experts / kRanks;
+    const std::size_t C = static_cast<std::size_t>(c.d_model);
+    const MoeWeightOffsets whole = c.offsets(), mine = c.offsets(held);
     std::vector<MoeInputs> inputs(kRanks, make_inputs(c, cpu::ComputeDtype::fp32));
     auto reversed = [&](const std::vector<float>& rows) {
       std::vector<float> out(rows.size());
@@ -307,7 +322,7 @@ TEST(CudaMoeLayer, ExpertParallelRanksComputeTheWholeLayerForTheirTokens) {
                      in.weights.begin() + static_cast<long>(whole.expert((rank + 1) * held)));
       DeviceContext ctx;
       DeviceArena scratch(std::size_t{64} << 20);
-      CudaMoeLayer<float> layer(ctx, scratch, c.d_model, c.config(), nullptr, &ep);
+      CudaMoeLayer<float> layer(ctx, scratch, c.expert_shape(), c.config(), nullptr, &ep);
       EXPECT_EQ(layer.offsets().total(), mine.total());
       DeviceArena arena(layer.activation_bytes(N));
       CudaMoeActivations<float> a = layer.activations(arena, N);

@@ -7,7 +7,9 @@
 // full recomputation (RoPE rerun); ZeRO++ keeps its bounds (hpZ exact, qwZ and qgZ within 1e-2
 // of stage 3); in bf16 and fp16 the run of one process in that dtype; DiLoCo workers of dp 2 the
 // run of workers of one rank; it resumes bit-exactly and its checkpoint continues the same run on
-// other layouts.
+// other layouts. With SwiGLU experts (model.moe: 4 of them, top-2, in every second block, a
+// capacity that drops choices), expert parallelism (ep 2 of dp 2) and tp 2 with sequence
+// parallelism train one process's run too.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -124,6 +126,27 @@ TEST_F(LlamaLayouts, ResumesBitExactlyAndCheckpointsMoveBetweenLayouts) {
     fs::create_directories(dir_->str() + "/runs/" + name);
     const std::string trained = run(moved.layout, name, moved.extra + " --resume " + checkpoint);
     expect_close(metric(trained, "loss"), metric(reference_dir_, "loss"), 10, "loss after resume");
+  }
+}
+
+TEST_F(LlamaLayouts, SwigluExpertsTrainTheRunOfOneProcess) {
+  const std::string experts =
+      " --set model.moe.experts=4 --set model.moe.top_k=2 --set model.moe.every=2"
+      " --set model.moe.capacity_factor=1.0 --set model.moe.aux_loss=0.05";
+  const std::string single = run(Layout{}, "experts_single", experts);
+  const auto reference = metric(single, "loss");
+  ASSERT_EQ(reference.size(), 20u);
+  EXPECT_GT(testing::logged(single, 20, "\"dropped_fraction\": "), 0.0)
+      << "the capacity should drop some choices";
+  Layout ep2{2, 1, 1};
+  ep2.ep = 2;
+  for (const Layout& layout : {ep2, Layout{1, 2, 1, "1f1b", true}}) {
+    SCOPED_TRACE(layout.name());
+    const std::string trained = run(layout, "experts_" + layout.name(), experts);
+    expect_close(metric(trained, "loss"), reference, 0, "loss");
+    expect_close(metric(trained, "val_loss"), metric(single, "val_loss"), 0, "val_loss");
+    EXPECT_EQ(testing::logged(trained, 20, "\"tokens_per_expert\": ["),
+              testing::logged(single, 20, "\"tokens_per_expert\": ["));
   }
 }
 

@@ -59,7 +59,8 @@ TEST_P(MoeExchangeTest, SplitExpertsComputeTheWholeLayerAndCountTheirBytes) {
   const std::vector<float> x = normal(static_cast<std::size_t>(N) * C, 100 + me, 1.0f);
   const std::vector<float> dy = normal(x.size(), 200 + me, 1.0f);
 
-  MoeLayer<float> split(C, config, nullptr, cpu::ComputeDtype::fp32, &world), one(C, config);
+  MoeLayer<float> split(MoeExpertShape::gpt2(C), config, nullptr, cpu::ComputeDtype::fp32, &world);
+  MoeLayer<float> one(MoeExpertShape::gpt2(C), config);
   MoeActivations<float> a, b;
   std::vector<float> y(x.size()), dx(x.size()), grads(held.total(), 0.0f);
   std::vector<float> y1(x.size()), dx1(x.size()), grads1(whole.total(), 0.0f);

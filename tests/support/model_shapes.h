@@ -21,10 +21,11 @@ inline GptArchitecture llama_architecture(int d_ff, int kv_heads, double rope_th
   return arch;
 }
 
-// `base`'s sizes with that block.
+// `base`'s sizes and experts (base.moe: its MoE blocks' experts are then SwiGLU MLPs of width
+// d_ff without biases) with that block.
 inline GptShape llama_shape(const GptShape& base, int d_ff, int kv_heads,
                             double rope_theta = 100.0) {
-  return GptShape(base.n_layer, base.n_head, base.d_model, base.seq_len, base.vocab_size, {},
+  return GptShape(base.n_layer, base.n_head, base.d_model, base.seq_len, base.vocab_size, base.moe,
                   llama_architecture(d_ff, kv_heads, rope_theta));
 }
 

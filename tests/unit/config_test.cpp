@@ -552,7 +552,7 @@ TEST(ConfigErrors, MixtureOfExpertsKeys) {
 }
 
 // The block's architecture keys (model/gpt_architecture.h): defaults are GPT-2's, each rule names
-// its key, and a Llama-style model reads and writes back whole.
+// its key, and a Llama-style model reads and writes back whole (with SwiGLU experts too).
 TEST(ConfigErrors, ArchitectureKeys) {
   const std::string base = "data: {train: t}\n";
   const Config gpt2 = parse_config(base, "c");
@@ -575,8 +575,6 @@ TEST(ConfigErrors, ArchitectureKeys) {
                   "'parallel.tp' (4) must divide model.kv_heads (2)");
   EXPECT_CONTAINS(error_of(base + "model: {d_ff: 30}\nparallel: {tp: 4}"),
                   "'parallel.tp' (4) must divide the MLP width (30");
-  EXPECT_CONTAINS(error_of(base + "model: {mlp: swiglu, moe: {experts: 4}}"),
-                  "'model.moe.experts' needs model.mlp gelu");
   const Config c = parse_config(base + R"(model: {n_layer: 2, n_head: 8, d_model: 256,
   norm: rmsnorm, norm_eps: 1e-6, mlp: swiglu, ffn_multiple_of: 64, position: rope,
   rope_theta: 500000, kv_heads: 2, bias: false, tie_embeddings: false})",
@@ -589,6 +587,14 @@ TEST(ConfigErrors, ArchitectureKeys) {
   EXPECT_EQ(shape.ffn_width(), 704);  // ⌊8·256/3⌋ = 682, rounded up to a multiple of 64
   EXPECT_EQ(shape.fc_width(), 2 * 704);
   EXPECT_EQ(parse_config(config_to_yaml(c), "again"), c);  // written back whole
+  // Experts are the model's MLP: SwiGLU of any width without biases, or GELU of its own width.
+  const Config moe = parse_config(base + R"(model: {n_layer: 2, mlp: swiglu, d_ff: 96, bias: false,
+  moe: {experts: 4, top_k: 2}})",
+                                  "c");
+  const MoeExpertShape experts = gpt_shape_of(moe.model).expert_shape();
+  EXPECT_EQ(experts, (MoeExpertShape{128, 96, true, false}));
+  EXPECT_EQ(experts.fc_width(), 2 * 96);
+  EXPECT_EQ(parse_config(base + "model: {d_ff: 100, moe: {experts: 4}}", "c").model.arch.d_ff, 100);
 }
 
 TEST(ConfigErrors, VirtualStagesFollowTheSchedule) {
@@ -955,11 +961,9 @@ TEST(ConfigMixture, MistakesNameTheSourceAndTheKey) {
 // The configs the README points users to must load and fit the world their comments launch them
 // on: 8 ranks unless the file says otherwise.
 TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
-  const std::map<std::string, int> world_of = {{"fortunes.yaml", 2},
-                                               {"mixture.yaml", 2},
-                                               {"gpt2_1.5b.yaml", 16},
-                                               {"llama_fortunes.yaml", 2},
-                                               {"llama_tiny.yaml", 1}};
+  const std::map<std::string, int> world_of = {{"fortunes.yaml", 2},   {"mixture.yaml", 2},
+                                               {"gpt2_1.5b.yaml", 16}, {"llama_fortunes.yaml", 2},
+                                               {"llama_moe.yaml", 2},  {"llama_tiny.yaml", 1}};
   int checked = 0;
   for (const auto& entry :
        std::filesystem::directory_iterator(testing::source_dir() + "/configs")) {

@@ -85,7 +85,8 @@ TEST(Decoder, LogitsMatchTheFullForwardAtEveryPosition) {
 }
 
 // Experts in both blocks, dropless (decoding routes every token: no capacity to compete for), so
-// the full forward routes the same.
+// the full forward routes the same; GPT-2's experts, and SwiGLU experts without biases in the
+// Llama-style block.
 TEST(Decoder, ExpertBlocksMatchTheFullForward) {
   MoeConfig moe;
   moe.experts = 4;
@@ -95,6 +96,9 @@ TEST(Decoder, ExpertBlocksMatchTheFullForward) {
                        kShape.vocab_size, moe);
   EXPECT_LT(largest_relative_difference<float>(5, 1, shape), 1e-5);
   EXPECT_LT(largest_relative_difference<double>(2, 5, shape), 1e-12);
+  const GptShape llama = testing::llama_shape(shape, 24, 1, 50.0);
+  EXPECT_LT(largest_relative_difference<float>(5, 1, llama), 1e-5);
+  EXPECT_LT(largest_relative_difference<double>(2, 5, llama), 1e-12);
 }
 
 // The Llama-style block: RoPE turns each new row's q and k at its position (the cached keys keep

@@ -137,7 +137,7 @@ TEST_P(SplitExperts, ComputeTheWholeLayerForEachRanksTokens) {
       for (double& value : *v) value = normal(rng) * 3;
     }
   // The whole layer on each rank's tokens, one after the other; its expert gradients summed.
-  const MoeLayer<double> one(C, config);
+  const MoeLayer<double> one(MoeExpertShape::gpt2(C), config);
   std::vector<std::vector<double>> y1(xs.size()), dx1(xs.size()), router1(xs.size());
   std::vector<double> experts1(whole.total(), 0.0);
   for (std::size_t r = 0; r < xs.size(); ++r) {
@@ -159,7 +159,8 @@ TEST_P(SplitExperts, ComputeTheWholeLayerForEachRanksTokens) {
                              weights.begin() + static_cast<std::ptrdiff_t>(whole.expert(0)));
     mine.insert(mine.end(), weights.begin() + static_cast<std::ptrdiff_t>(whole.expert(rank * El)),
                 weights.begin() + static_cast<std::ptrdiff_t>(whole.expert((rank + 1) * El)));
-    const MoeLayer<double> split(C, config, nullptr, cpu::ComputeDtype::fp32, &me);
+    const MoeLayer<double> split(MoeExpertShape::gpt2(C), config, nullptr, cpu::ComputeDtype::fp32,
+                                 &me);
     MoeActivations<double> a;
     std::vector<double> y(xs[r].size()), dx(y.size()), g(held.total(), 0.0);
     split.forward(a, xs[r].data(), N, T, mine.data(), y.data());

@@ -1,6 +1,7 @@
 // The mixture-of-experts MLP on the CPU (model/moe/moe_layer.h): its backward (experts, gates,
 // router, the load-balancing and z losses) against central finite differences of its forward in
-// double precision, with tokens dropped by capacity and without; capacity drops exactly as
+// double precision, with tokens dropped by capacity and without, for GPT-2's experts and for
+// SwiGLU and GELU experts of another width, with biases and without; capacity drops exactly as
 // specified on hand-built choices (claim order, groups, ties to the lower expert); the losses'
 // values against their direct formulas; top-1's gate is the probability itself; one token's
 // router backward (moe_router_backward, shared with the CUDA kernels) against finite
@@ -30,6 +31,10 @@ struct GradientCase {
   int top_k;
   double capacity_factor;
   const char* name;
+  // The experts' MLP: GPT-2's (GELU of 4C, biases) by default.
+  int d_ff = 0;  // 0: 4C
+  bool swiglu = false;
+  bool bias = true;
 };
 
 // A perturbation that moved a routing decision (a top-k or capacity boundary) would make the loss
@@ -46,12 +51,16 @@ TEST_P(MoeGradient, BackwardMatchesFiniteDifferences) {
   config.aux_loss = 0.3;  // large enough that both losses' gradients matter
   config.z_loss = 0.2;
   const int C = 6, T = 4, B = 3, N = B * T;
-  const MoeWeightOffsets at{C, 4, 4 * C};
+  const MoeExpertShape experts{C, param.d_ff > 0 ? param.d_ff : 4 * C, param.swiglu, param.bias};
+  const MoeWeightOffsets at = MoeWeightOffsets::of(experts, 1, 4);
+  // The router comes first in the weights, so a case's routing is that of the others with its
+  // top_k, whatever its experts.
   std::mt19937_64 rng(7 + param.top_k);
   Vec x = random_vector(static_cast<std::size_t>(N) * C, rng);
   Vec w = random_vector(at.total(), rng, 0.5);
   const Vec probe = random_vector(static_cast<std::size_t>(N) * C, rng);  // L = Σ probe ⊙ y + loss
-  MoeLayer<double> layer(C, config);
+  MoeLayer<double> layer(experts, config);
+  ASSERT_EQ(layer.offsets().total(), at.total());
   MoeActivations<double> a;
   Vec y(x.size());
   const auto loss = [&] {
@@ -75,7 +84,10 @@ INSTANTIATE_TEST_SUITE_P(
     Moe, MoeGradient,
     ::testing::Values(GradientCase{2, 0.0, "top2_dropless"}, GradientCase{2, 0.75, "top2_capped"},
                       GradientCase{1, 0.0, "top1_dropless"}, GradientCase{1, 1.0, "top1_capped"},
-                      GradientCase{3, 0.5, "top3_capped"}),
+                      GradientCase{3, 0.5, "top3_capped"},
+                      GradientCase{2, 0.75, "swiglu_top2_capped", 10, true, false},
+                      GradientCase{2, 0.0, "swiglu_top2_dropless_biases", 10, true, true},
+                      GradientCase{1, 1.0, "gelu_width10_top1_capped", 10, false, false}),
     [](const ::testing::TestParamInfo<GradientCase>& info) { return info.param.name; });
 
 TEST(MoeRouting, CapacityTakesFirstChoicesBeforeSecondChoicesInTokenOrder) {
@@ -174,7 +186,7 @@ TEST(MoeLayer, LossesMatchTheirDirectFormulas) {
   std::mt19937_64 rng(3);
   const Vec x = random_vector(static_cast<std::size_t>(N) * C, rng);
   const Vec w = random_vector(at.total(), rng, 0.3);
-  MoeLayer<double> layer(C, config);
+  MoeLayer<double> layer(MoeExpertShape::gpt2(C), config);
   MoeActivations<double> a;
   Vec y(x.size());
   const MoeStats stats = layer.forward(a, x.data(), N, T, w.data(), y.data());
@@ -222,7 +234,7 @@ TEST(MoeLayer, DroppedTokensPassThroughWithNothingAdded) {
   const MoeWeightOffsets at{C, 2, 4 * C};
   std::mt19937_64 rng(5);
   const Vec x = random_vector(N * C, rng), w = random_vector(at.total(), rng);
-  MoeLayer<double> layer(C, config);
+  MoeLayer<double> layer(MoeExpertShape::gpt2(C), config);
   MoeActivations<double> a;
   Vec y(x.size());
   const MoeStats stats = layer.forward(a, x.data(), N, T, w.data(), y.data());

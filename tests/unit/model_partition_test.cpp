@@ -37,6 +37,9 @@ GptShape moe_shape() {
 // query heads sharing 2 key/value heads, no biases, an untied head.
 GptShape llama_shape() { return testing::llama_shape(kShape, 24, 2); }
 
+// The same with moe_shape's experts, each a SwiGLU MLP of width 24 without biases.
+GptShape llama_moe_shape() { return testing::llama_shape(moe_shape(), 24, 2); }
+
 // Adds one to hits[e] for every logical element e (in `whole`) that tensor-parallel rank `rank`'s
 // layout `part` holds, a replicated tensor's on rank 0 only; each slice has its tensor's logical
 // shape.
@@ -217,6 +220,15 @@ TEST(ModelPartition, LlamaBlockEqualsTheWholeModel) {
   expect_same_run({2, 2, true, {{0, 1}, {1, 3}}}, llama_shape());
 }
 
+// SwiGLU experts split over tp as the Llama MLP ([gate | up] rows of every expert per rank), no
+// biases to take on tp rank 0, under sequence parallelism and over pipeline stages.
+TEST(ModelPartition, LlamaExpertBlocksEqualTheWholeModel) {
+  expect_same_run({2, 1, false, {{0, 3}}}, llama_moe_shape());
+  expect_same_run({2, 1, true, {{0, 3}}}, llama_moe_shape());
+  expect_same_run({1, 2, false, {{0, 2}, {2, 3}}}, llama_moe_shape());
+  expect_same_run({2, 2, true, {{0, 1}, {1, 3}}}, llama_moe_shape());
+}
+
 TEST(ModelPartition, LlamaTensorsSplitByHeadsAndGateAndUp) {
   const GptShape shape = llama_shape();
   const ParameterLayout whole = ParameterLayout::for_gpt(shape);
@@ -332,6 +344,42 @@ TEST(ModelPartition, ExpertBlocksHaveARouterAndExpertsSplitLikeTheMlp) {
     count_logical_elements(whole, part, r, hits);
   }
   for (std::size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i], 1) << "element " << i;
+}
+
+// Where the MoE layer reads its tensors (MoeWeightOffsets, model/moe/moe_mlp.h) is where the
+// layout puts them: GPT-2's experts, and SwiGLU experts without biases, split over tp and ep.
+TEST(ModelPartition, ExpertOffsetsFollowTheLayout) {
+  for (const GptShape& shape : {moe_shape(), llama_moe_shape()})
+    for (int tp : {1, 2})
+      for (int ep : {1, 2}) {
+        SCOPED_TRACE("swiglu " + std::to_string(shape.expert_shape().swiglu) + " tp " +
+                     std::to_string(tp) + " ep " + std::to_string(ep));
+        ModelPartition p = ModelPartition::whole(shape);
+        p.tp_size = tp;
+        p.tp_rank = tp - 1;
+        p.ep_size = ep;
+        p.ep_rank = ep - 1;
+        const ParameterLayout layout = ParameterLayout::for_partition(shape, p);
+        const int E = shape.moe.experts, held = p.experts_held(E);
+        const MoeWeightOffsets at = MoeWeightOffsets::of(shape.expert_shape(), tp, E, held);
+        const std::size_t router = layout.at("h.1.moe.router.weight").offset;
+        auto offset = [&](const std::string& name) { return layout.at(name).offset - router; };
+        std::string e;
+        for (int j = 0; j < held; ++j) {
+          e = "h.1.moe.experts." + std::to_string(p.first_expert(E) + j) + ".";
+          EXPECT_EQ(offset(e + "fc.weight"), at.fc_weight(j));
+          EXPECT_EQ(layout.at(e + "fc.weight").size, at.Fc * at.C);
+          EXPECT_EQ(offset(e + "proj.weight"), at.proj_weight(j));
+          EXPECT_EQ(layout.at(e + "proj.weight").size, at.C * at.H);
+          ASSERT_EQ(layout.has(e + "fc.bias"), at.has_bias);
+          ASSERT_EQ(layout.has(e + "proj.bias"), at.has_bias);
+          if (!at.has_bias) continue;
+          EXPECT_EQ(offset(e + "fc.bias"), at.fc_bias(j));
+          EXPECT_EQ(offset(e + "proj.bias"), at.proj_bias(j));
+        }
+        const TensorView& last = layout.at(e + (at.has_bias ? "proj.bias" : "proj.weight"));
+        EXPECT_EQ(last.offset + last.size - router, at.total());
+      }
 }
 
 }  // namespace

@@ -63,30 +63,42 @@ TEST(Model, GradientMatchesFiniteDifferences) {
   expect_gradient_matches_finite_differences(tiny_shape());
 }
 
-// Experts in the second block (top-2 of 3, a capacity that drops choices), router losses on.
+// tiny_shape with experts in its second block (top-2 of 3, a capacity that drops choices),
+// router losses on.
+GptShape tiny_moe_shape() {
+  GptShape shape = tiny_shape();
+  shape.moe.experts = 3;
+  shape.moe.top_k = 2;
+  shape.moe.every = 2;
+  shape.moe.capacity_factor = 1.0;  // ceil(2 · 5 / 3) = 4 of a sequence's 10 choices per expert
+  shape.moe.aux_loss = 0.1;
+  shape.moe.z_loss = 0.05;
+  return shape;
+}
+
 TEST(Model, ExpertBlockGradientMatchesFiniteDifferences) {
-  MoeConfig moe;
-  moe.experts = 3;
-  moe.top_k = 2;
-  moe.every = 2;
-  moe.capacity_factor = 1.0;  // ceil(2 · 5 / 3) = 4 of a sequence's 10 choices per expert
-  moe.aux_loss = 0.1;
-  moe.z_loss = 0.05;
-  const GptShape base = tiny_shape();
-  expect_gradient_matches_finite_differences(
-      GptShape(base.n_layer, base.n_head, base.d_model, base.seq_len, base.vocab_size, moe));
+  expect_gradient_matches_finite_differences(tiny_moe_shape());
 }
 
 // The Llama family's block (model/gpt_architecture.h): RMSNorm, a SwiGLU MLP, rotary positions,
-// multi-query attention (one key/value head for two query heads), no biases, an untied head.
-GptShape llama_shape() {
-  GptShape shape = testing::llama_shape(tiny_shape(), 12, 1);
+// multi-query attention (one key/value head for two query heads), no biases, an untied head; on
+// `base`'s sizes and experts.
+GptShape llama_shape(const GptShape& base = tiny_shape()) {
+  GptShape shape = testing::llama_shape(base, 12, 1);
   shape.arch.norm_eps = 1e-6;
   return shape;
 }
 
 TEST(Model, LlamaBlockGradientMatchesFiniteDifferences) {
   expect_gradient_matches_finite_differences(llama_shape());
+}
+
+// The Llama block with experts: each a SwiGLU MLP of width 12 (the fused gate and up (24, 8),
+// proj (8, 12)), no biases anywhere.
+TEST(Model, LlamaExpertBlockGradientMatchesFiniteDifferences) {
+  const GptShape shape = llama_shape(tiny_moe_shape());
+  ASSERT_EQ(shape.expert_shape(), (MoeExpertShape{8, 12, true, false}));
+  expect_gradient_matches_finite_differences(shape);
 }
 
 // The pieces mixed otherwise: LayerNorm without biases, a GELU MLP of its own width, rotary

@@ -119,6 +119,41 @@ TEST(PlanMoe, ActivationsAndFlopsAreThoseOfBalancedRouting) {
   EXPECT_GT(shape.flops_per_token(), gpt_shape_of(dense.model).flops_per_token());
 }
 
+// SwiGLU experts of width F (model.mlp swiglu, model.d_ff): a slot's MoE arrays hold the fc
+// product's 2F columns twice (pre, dpre) and silu(gate)·up's F once, and the experts' GEMMs are
+// the dense SwiGLU MLP's three matrices on each routed row.
+TEST(PlanMoe, SwigluExpertsCountTheirThreeMatrices) {
+  const std::vector<std::string> swiglu = {"model.mlp=swiglu", "model.d_ff=1024",
+                                           "model.bias=false"};
+  const Config dense = planner_config(swiglu);
+  const Config experts = moe(swiglu);
+  const GptShape shape = gpt_shape_of(experts.model);
+  const std::uint64_t N = kRows, E = kExperts, A = kExpertRows, R = kExpertRows, F = 1024;
+  const ActivationElements a =
+      activation_elements(shape, ModelPartition::whole(shape), 4, Recompute::none);
+  EXPECT_EQ(a.moe_per_slot, kMoeBlocks * (N * kC + 2 * N * E + N + N * kTopK + A * kC + 2 * R * kC +
+                                          2 * R * 2 * F + R * F));
+  // The MoE blocks have no fch (N·2F) nor fch_gelu (N·F).
+  EXPECT_EQ(a.per_slot, activation_elements(gpt_shape_of(dense.model), ModelPartition::whole(shape),
+                                            4, Recompute::none)
+                                .per_slot -
+                            kMoeBlocks * 3 * N * F);
+  const auto work = [&](const Config& config) {
+    return micro_batch_work(config, ModelPartition::whole(gpt_shape_of(config.model)), 4);
+  };
+  // The router and k experts per token of 2·N·C·3F each, instead of the dense MLP's one; the
+  // weight gradients the same, the router's over the rank's rows.
+  const double n = N, c = kC, f = F;
+  const double experts_flops = 2 * n * c * E + 2 * (kTopK - 1) * n * c * 3 * f;
+  EXPECT_DOUBLE_EQ(work(experts).forward.gemm_flops - work(dense).forward.gemm_flops,
+                   kMoeBlocks * experts_flops);
+  EXPECT_DOUBLE_EQ(work(experts).weight.gemm_flops - work(dense).weight.gemm_flops,
+                   kMoeBlocks * experts_flops);
+  // The GEMM calls read the router's fp32 weights and each expert's 3·C·F instead of one MLP's.
+  EXPECT_DOUBLE_EQ(work(experts).forward.weight_bytes - work(dense).forward.weight_bytes,
+                   kMoeBlocks * (4 * E * c + 4 * (E - 1) * 3 * c * f));
+}
+
 // This rank's all-to-all bytes over ep per step, and the messages of its MoE exchanges.
 std::uint64_t exchange_bytes(const CommPrediction& p) {
   std::uint64_t bytes = 0;
