@@ -11,7 +11,8 @@
 #                      gpu_pack.sh computed on the build machine (.gpu/ref) on the corpus it
 #                      tokenized there (.gpu/data)
 #            bench:    `bench attention` in bf16, fp16 and fp32 (Strata against cuDNN 9) and
-#                      `bench train` on the GPT-2 124M, 350M, 774M and 1.5B configs
+#                      `bench train` on the GPT-2 124M, 350M, 774M and 1.5B configs and the
+#                      Llama-style 125M, 350M and 1B configs (configs/llama_*.yaml)
 #            sanitize: compute-sanitizer memcheck, then racecheck, on each kernel test
 #            profile:  Nsight Compute's duration of every kernel launch of `bench train` (GPT-2
 #                      PROFILE_MODEL, default 124m, micro-batch 8, bf16, no recomputation, one
@@ -27,7 +28,8 @@
 #            or `none` for the host's own. Default: .bundle.tar.gz in the repository root, else
 #            an already unpacked /tmp/.bundle, else the host's own.
 # Environment: BENCH_MODELS, the GPT-2 sizes that `bench` times (default "124m 350m 774m 1.5b";
-# one size a job where all do not fit in one; empty: attention alone), BENCH_MICRO_BATCH (default 8), BENCH_RECOMPUTE
+# one size a job where all do not fit in one; empty: attention alone), BENCH_LLAMA_MODELS, the
+# Llama-style sizes (default "125m 350m 1b"; empty: none), BENCH_MICRO_BATCH (default 8), BENCH_RECOMPUTE
 # (Strata's recompute, default none: PyTorch's reference recomputes nothing), BENCH_TORCH=0 to
 # leave out PyTorch's figures; LAYOUTS=0 leaves cuda_layouts_test out of `quick`; TESTS, the
 # kernel tests `quick` and `sanitize` run (names in .gpu/tests, in that order; default all);
@@ -343,13 +345,19 @@ if [[ $mode == bench || $mode == all ]]; then
   # figure is followed by PyTorch's on the same model and card (tools/bench_torch.py: eager and
   # torch.compile, bf16 autocast, SDPA, fused AdamW), with the host's own python3 and libraries.
   # No recomputation by default (the configs' 350M-1.5B recompute), so that both do the same work.
-  for model in ${BENCH_MODELS-124m 350m 774m 1.5b}; do
-    step "bench_train_$model" "$gpu_dir/bin/bench" train --config "configs/gpt2_$model.yaml" \
+  # The Llama-style configs (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases, untied
+  # head) the same way: bench_torch.py builds that block from the config's model keys.
+  bench_models=()
+  for model in ${BENCH_MODELS-124m 350m 774m 1.5b}; do bench_models+=("$model:gpt2_$model"); done
+  for model in ${BENCH_LLAMA_MODELS-125m 350m 1b}; do bench_models+=("llama_$model:llama_$model"); done
+  for entry in ${bench_models[@]+"${bench_models[@]}"}; do
+    model=${entry%%:*} config="configs/${entry#*:}.yaml"
+    step "bench_train_$model" "$gpu_dir/bin/bench" train --config "$config" \
       --set device=cuda --set train.micro_batch=${BENCH_MICRO_BATCH:-8} \
       --set recompute=${BENCH_RECOMPUTE:-none} --steps 20
     if [[ ${BENCH_TORCH:-1} == 1 ]]; then
       step "bench_torch_$model" env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 python3 \
-        "$root/tools/bench_torch.py" --device cuda --config "configs/gpt2_$model.yaml" \
+        "$root/tools/bench_torch.py" --device cuda --config "$config" \
         --micro-batch ${BENCH_MICRO_BATCH:-8}
     fi
   done

@@ -3,7 +3,8 @@
 # PyPI: TensorBoard (whose own reader checks `train`'s event files) and Hugging Face's
 # transformers with PyTorch and safetensors (which load `ckpt export-hf`'s folders and write the
 # GPT-2 checkpoints `ckpt import-hf` reads), and SentencePiece's Python package (the encoder
-# scripts/bench_tokenize.sh times `tokenize` against); a no-op when they are already importable. Run by
+# scripts/bench_tokenize.sh times `tokenize` against), and h5py (tools/torch_reference.py reads
+# Strata's checkpoints with it, as a user's script would); a no-op when they are already importable. Run by
 # scripts/test.sh; needs Debian's python3-venv (scripts/setup.sh installs it).
 #
 # PyPI's torch for Linux is a CUDA build whose libraries link against NVIDIA's (cuBLAS, cuDNN,
@@ -23,8 +24,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv-test
-packages=(tensorboard torch==2.15.0 transformers==5.24.0 safetensors==0.8.0 numpy sentencepiece==0.2.3)
-modules="import tensorboard, torch, transformers, safetensors, numpy, sentencepiece"
+packages=(tensorboard torch==2.15.0 transformers==5.24.0 safetensors==0.8.0 numpy sentencepiece==0.2.3
+          h5py==3.16.0)
+modules="import tensorboard, torch, transformers, safetensors, numpy, sentencepiece, h5py"
 wheelhouse="${STRATA_WHEELHOUSE:-$HOME/.cache/strata-wheels}"
 key=$(printf '%s\n' "${packages[@]}" "$(python3 --version)" | sha256sum | cut -c1-16)
 shared="${STRATA_VENV_DIR:-$HOME/.cache/strata-venvs}/$key"

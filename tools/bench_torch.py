@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
-"""The PyTorch reference for `bench train`: the same GPT-2 (learned positions, pre-LN blocks,
-causal multi-head attention, tanh-GELU MLP of 4C, final LN, LM head tied to wte), the same batch
-shape, one training step = zero grads, forward, backward, clip to norm 1, AdamW. Prints one JSON
-line per run, with the median step time, like `bench train`.
+"""The PyTorch reference for `bench train`: the same model, the same batch shape, one training
+step = zero grads, forward, backward, clip to norm 1, AdamW. Prints one JSON line per run, with the
+median step time, like `bench train`. The model is GPT-2 (learned positions, pre-LN blocks, causal
+multi-head attention, tanh-GELU MLP of 4C, final LN, LM head tied to wte) unless --config's
+model.* keys choose the Llama family's pieces as Strata's do (docs/ARCHITECTURE.md §5 "The block's
+architecture"): norm (layernorm | rmsnorm) with norm_eps, mlp (gelu | swiglu) with d_ff and
+ffn_multiple_of, position (learned | rope) with rope_theta, kv_heads (grouped-query attention),
+bias and tie_embeddings; a line for such a model carries them under "arch". The model is also the
+one tools/torch_reference.py checks Strata's loss and gradients against, in fp64 and fp32.
 
 On the CPU (the default) it is the eager fp32 baseline of scripts/bench_cpu.sh: one line per
 thread count, explicit-mask attention, foreach AdamW. With --device cuda it is what a user would
@@ -36,57 +41,162 @@ from torch import nn
 
 DEFAULTS = {"n_layer": 4, "n_head": 4, "d_model": 256, "seq_len": 256, "vocab": 2048,
             "micro_batch": 8}
+# The block's architecture, Strata's model.* keys of model/gpt_architecture.h with their defaults
+# (GPT-2's); --config sets them (docs/ARCHITECTURE.md §3 `model`, §5 "The block's architecture").
+ARCH = {"norm": "layernorm", "norm_eps": 1e-5, "mlp": "gelu", "d_ff": 0, "ffn_multiple_of": 256,
+        "position": "learned", "rope_theta": 10000.0, "kv_heads": 0, "bias": True,
+        "tie_embeddings": True}
+ARCH_WORDS = {"norm": ("layernorm", "rmsnorm"), "mlp": ("gelu", "swiglu"),
+              "position": ("learned", "rope")}
+
+
+def ffn_width(d_model, arch):
+    """The MLP's hidden width F: d_ff, else 4C for GELU and ⌊8C/3⌋ rounded up to a multiple of
+    ffn_multiple_of for SwiGLU (GptShape::ffn_width)."""
+    if arch["d_ff"] > 0:
+        return arch["d_ff"]
+    if arch["mlp"] == "gelu":
+        return 4 * d_model
+    multiple = arch["ffn_multiple_of"]
+    return (8 * d_model // 3 + multiple - 1) // multiple * multiple
+
+
+def model_arch(model):
+    """The architecture of a config's `model` section (its other keys are ignored), checked as
+    Strata's config check does where this model depends on it; a ValueError says what is wrong."""
+    if model.get("moe", {}).get("experts", 0):
+        raise ValueError("model.moe: this reference has no mixture of experts")
+    arch = dict(ARCH)
+    for key, default in ARCH.items():
+        if key not in model:
+            continue
+        value = model[key]
+        if key in ARCH_WORDS and value not in ARCH_WORDS[key]:
+            raise ValueError(f"model.{key} is {value!r}, not one of {', '.join(ARCH_WORDS[key])}")
+        if isinstance(default, bool) != isinstance(value, bool):
+            raise ValueError(f"model.{key} is {value!r}, expected true or false")
+        arch[key] = type(default)(value)
+    return arch
+
+
+def check_shape(cfg, arch):
+    """The shape's own rules that this model needs (a ValueError otherwise)."""
+    n_head, d_model = cfg["n_head"], cfg["d_model"]
+    if d_model % n_head:
+        raise ValueError(f"d_model {d_model} is not a multiple of n_head {n_head}")
+    kv_heads = arch["kv_heads"] or n_head
+    if kv_heads < 0 or n_head % kv_heads:
+        raise ValueError(f"model.kv_heads {arch['kv_heads']} does not divide n_head {n_head}")
+    if arch["position"] == "rope" and (d_model // n_head) % 2:
+        raise ValueError(f"model.position rope needs an even head size, not {d_model // n_head}")
+
+
+def norm_layer(d_model, arch):
+    """LayerNorm (biased variance, with or without its bias) or RMSNorm, y = x / √(mean(x²) + ε)
+    · g (a gain, never a bias), both with model.norm_eps."""
+    if arch["norm"] == "rmsnorm":
+        return nn.RMSNorm(d_model, eps=arch["norm_eps"])
+    return nn.LayerNorm(d_model, eps=arch["norm_eps"], bias=arch["bias"])
+
+
+def rope_angles(seq_len, head_size, theta):
+    """(T, hs) angles p·θ_j in fp64, θ_j = theta^(−2j/hs), channel j and j + hs/2 sharing θ_j
+    (rotate-half pairing, model/kernels/rope.h)."""
+    j = torch.arange(head_size // 2, dtype=torch.float64)
+    angle = torch.arange(seq_len, dtype=torch.float64)[:, None] * theta ** (-2.0 * j / head_size)
+    return torch.cat([angle, angle], dim=-1)
+
+
+def rotate(x, cos, sin):
+    """RoPE on x (B, H, T, hs): y_j = x_j·cos − x_{j+hs/2}·sin, y_{j+hs/2} = x_{j+hs/2}·cos +
+    x_j·sin."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
 
 
 class Block(nn.Module):
-    def __init__(self, d_model, n_head):
+    """A pre-norm block. qkv is one product of (n_head + 2·kv_heads)·hs rows, [all q | all k |
+    all v] (Strata's fused attn.qkv, or its attn.q, .k, .v stacked); fc is C → F for GELU and
+    the fused gate and up projections C → 2F for SwiGLU, gate rows first (Strata's mlp.fc)."""
+
+    def __init__(self, d_model, n_head, arch=ARCH):
         super().__init__()
         self.n_head = n_head
-        self.ln1 = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.fc = nn.Linear(d_model, 4 * d_model)
-        self.fc_proj = nn.Linear(4 * d_model, d_model)
+        self.kv_heads = arch["kv_heads"] or n_head
+        self.swiglu = arch["mlp"] == "swiglu"
+        self.ffn = ffn_width(d_model, arch)
+        head_size, bias = d_model // n_head, arch["bias"]
+        self.ln1 = norm_layer(d_model, arch)
+        self.qkv = nn.Linear(d_model, (n_head + 2 * self.kv_heads) * head_size, bias=bias)
+        self.proj = nn.Linear(d_model, d_model, bias=bias)
+        self.ln2 = norm_layer(d_model, arch)
+        self.fc = nn.Linear(d_model, (2 if self.swiglu else 1) * self.ffn, bias=bias)
+        self.fc_proj = nn.Linear(self.ffn, d_model, bias=bias)
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, rope=None):
         B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        hs, NH, KV = C // self.n_head, self.n_head, self.kv_heads
+        q, k, v = self.qkv(self.ln1(x)).split([NH * hs, KV * hs, KV * hs], dim=2)
+        heads = lambda t: t.view(B, T, -1, hs).transpose(1, 2)
         q, k, v = heads(q), heads(k), heads(v)
+        if rope is not None:  # (cos, sin) of positions 0 … T−1
+            cos, sin = (r[:T].to(q.dtype) for r in rope)
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if mask is None:  # SDPA: the flash / memory-efficient kernels, no T×T scores in memory
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               **({"enable_gqa": True} if KV != NH else {}))
         else:
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.n_head))
+            if KV != NH:  # query head h reads key/value head h // (NH / KV), as Llama's repeat_kv
+                k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
             scores = scores.masked_fill(mask[:T, :T], float("-inf"))
             y = F.softmax(scores, dim=-1) @ v
         x = x + self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
-        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+        h = self.fc(self.ln2(x))
+        if self.swiglu:
+            gate, up = h.split(self.ffn, dim=-1)
+            h = F.silu(gate) * up
+        else:
+            h = F.gelu(h, approximate="tanh")
+        return x + self.fc_proj(h)
 
 
 class Gpt(nn.Module):
-    def __init__(self, n_layer, n_head, d_model, seq_len, vocab, sdpa):
+    def __init__(self, n_layer, n_head, d_model, seq_len, vocab, sdpa, arch=ARCH):
         super().__init__()
         padded = (vocab + 127) // 128 * 128
         self.wte = nn.Embedding(padded, d_model)
-        self.wpe = nn.Embedding(seq_len, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
-        self.lnf = nn.LayerNorm(d_model)
+        learned = arch["position"] == "learned"
+        self.wpe = nn.Embedding(seq_len, d_model) if learned else None
+        self.blocks = nn.ModuleList(Block(d_model, n_head, arch) for _ in range(n_layer))
+        self.lnf = norm_layer(d_model, arch)
+        self.lm_head = None if arch["tie_embeddings"] else nn.Linear(d_model, padded, bias=False)
         self.vocab = vocab
         mask = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
         self.register_buffer("mask", None if sdpa else mask)  # SDPA masks by itself
+        # RoPE's cos and sin in fp64, cast to the activations' dtype where they are used.
+        angles = None if learned else rope_angles(seq_len, d_model // n_head, arch["rope_theta"])
+        self.register_buffer("rope_cos", None if learned else angles.cos(), persistent=False)
+        self.register_buffer("rope_sin", None if learned else angles.sin(), persistent=False)
         for name, p in self.named_parameters():
             if name.endswith("weight") and p.dim() == 2:
                 std = 0.02 / math.sqrt(2 * n_layer) if "proj" in name else 0.02
                 nn.init.normal_(p, 0.0, std)
 
-    def forward(self, idx, targets):
+    def logits(self, idx):
+        """(B, T, vocab): the real vocabulary's columns (padded rows are never targets)."""
         T = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
+        rope = None if self.rope_cos is None else (self.rope_cos, self.rope_sin)
         for block in self.blocks:
-            x = block(x, self.mask)
-        logits = self.lnf(x) @ self.wte.weight.t()
-        logits = logits[..., : self.vocab]  # padded rows are never targets
+            x = block(x, self.mask, rope)
+        head = self.wte.weight if self.lm_head is None else self.lm_head.weight
+        return (self.lnf(x) @ head.t())[..., : self.vocab]
+
+    def forward(self, idx, targets):
+        logits = self.logits(idx)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -113,7 +223,7 @@ def measure(args, cfg, threads, compiled, micro_batch):
         torch.set_num_threads(threads)
     torch.manual_seed(1234)
     model = Gpt(cfg["n_layer"], cfg["n_head"], cfg["d_model"], cfg["seq_len"], cfg["vocab"],
-                args.sdpa).to(args.device)
+                args.sdpa, cfg["arch"]).to(args.device)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     # Fused AdamW (one kernel for all parameters) is the fast path on CUDA; foreach on the CPU.
@@ -152,20 +262,23 @@ def measure(args, cfg, threads, compiled, micro_batch):
                            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)})
         if args.sdpa or compiled or args.dtype != "fp32":  # only off the reference path
             record.update({"dtype": args.dtype, "compile": compiled, "sdpa": args.sdpa})
+        record.update(arch_record(cfg))
         return {**record, "final_loss": round(loss.item(), 4)}
     L, C, T = cfg["n_layer"], cfg["d_model"], cfg["seq_len"]
     # N as llm.c counts it (num_parameters, the N of its estimate_mfu): every unique parameter,
     # wte once with its padded rows, wpe, biases and LayerNorms included.
     N = sum(p.numel() for p in model.parameters())
     padding = model.wte.weight.shape[0] - cfg["vocab"]
+    # Strata's N leaves out an untied wte: a lookup, no product (ARCHITECTURE §5 "Model FLOPs").
+    lookup = 0 if model.lm_head is None else model.wte.weight.numel()
     peak = args.peak_tflops or gpu_peak_tflops(torch.cuda.get_device_name())
-    mfu = lambda attn: round(tokens_per_s * (6 * N + attn * L * C * T) / (peak * 1e12), 4) \
+    mfu = lambda n, attn: round(tokens_per_s * (6 * n + attn * L * C * T) / (peak * 1e12), 4) \
         if peak else None
     record.update(common(args, cfg, compiled, micro_batch))
     record.update({"params": N, "params_unpadded": N - padding * C, "steps": args.steps,
                    "step_ms": round(1e3 * step_s, 2), "tokens_per_s": round(tokens_per_s, 1),
-                   "mfu_llmc": mfu(6),  # llm.c: 6N + 6LCT FLOPs per token
-                   "mfu_contract": mfu(12),  # Strata's model FLOPs: 6N + 12LCT per token
+                   "mfu_llmc": mfu(N, 6),  # llm.c: 6N + 6LCT FLOPs per token
+                   "mfu_contract": mfu(N - lookup, 12),  # Strata's: 6N + 12LCT per token
                    "peak_tflops": peak,
                    "device_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1),
                    "final_loss": round(loss.item(), 4)})
@@ -176,7 +289,14 @@ def common(args, cfg, compiled, micro_batch):
     return {"device": args.device, "device_name": torch.cuda.get_device_name(),
             "dtype": args.dtype, "compile": compiled, "sdpa": args.sdpa,
             "micro_batch": micro_batch, "seq_len": cfg["seq_len"], "n_layer": cfg["n_layer"],
-            "d_model": cfg["d_model"]}
+            "d_model": cfg["d_model"], **arch_record(cfg)}
+
+
+def arch_record(cfg):
+    """The keys of the architecture that differ from GPT-2's (none for GPT-2: its lines are
+    unchanged)."""
+    changed = {k: v for k, v in cfg["arch"].items() if v != ARCH[k]}
+    return {"arch": changed} if changed else {}
 
 
 def run(args, cfg, threads, compiled):
@@ -218,7 +338,7 @@ def main():
     parser.add_argument("--peak-tflops", type=float, help="dense bf16 peak (default: gpu_peaks.h)")
     args = parser.parse_args()
     cuda = args.device == "cuda"
-    cfg = dict(DEFAULTS)
+    cfg = dict(DEFAULTS, arch=dict(ARCH))
     if args.config:
         import yaml  # only --config needs PyYAML
         with open(args.config) as f:
@@ -226,11 +346,19 @@ def main():
         model = {"vocab" if k == "vocab_size" else k: v for k, v in doc.get("model", {}).items()}
         cfg.update({k: model[k] for k in DEFAULTS if k in model})
         cfg["micro_batch"] = doc.get("train", {}).get("micro_batch", cfg["micro_batch"])
+        try:
+            cfg["arch"] = model_arch(doc.get("model", {}))
+        except ValueError as e:
+            sys.exit(f"error: --config {args.config}: {e}")
     args.auto_batch = args.micro_batch == "auto"
     if args.micro_batch and not args.auto_batch:
         cfg["micro_batch"] = args.micro_batch
     cfg.update({k: getattr(args, k) for k in DEFAULTS
                 if k != "micro_batch" and getattr(args, k) is not None})
+    try:
+        check_shape(cfg, cfg["arch"])
+    except ValueError as e:
+        sys.exit(f"error: {e}")
     args.dtype = args.dtype or ("bf16" if cuda else "fp32")
     args.sdpa = cuda if args.sdpa is None else args.sdpa
     modes = args.modes if args.modes != "auto" else "eager,compile" if cuda else "eager"

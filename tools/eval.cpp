@@ -1,10 +1,12 @@
 // eval --checkpoint CKPT [--data PATH] [--tokens N] [--logits FILE.npy]
-//      [--multiple-choice FILE.jsonl] [--scores FILE.jsonl] [--threads N]
+//      [--gradients FILE.safetensors] [--multiple-choice FILE.jsonl] [--scores FILE.jsonl]
+//      [--threads N]
 // With --data, one line `val_loss <float> over M tokens in W windows (...)`: the mean
 // cross-entropy over the first N tokens of PATH (the windows of docs/ARCHITECTURE.md §5, M their
 // targets), saying where N came from (--tokens, the run's train.eval_tokens, or the default where
 // the checkpoint was imported by `ckpt import-hf` and so records no run's);
-// --logits also writes the logits of those windows (tools/eval_logits.h). With --multiple-choice,
+// --logits also writes the logits of those windows (tools/eval_logits.h), --gradients the gradient
+// of val_loss with respect to every parameter (tools/eval_gradients.h). With --multiple-choice,
 // one line `mc_acc A mc_acc_norm B over N examples` (train/multiple_choice.h), and --scores writes
 // each example's token ids and ending scores, one JSON object a line. Threads:
 // tools/tool_threads.h.
@@ -15,6 +17,7 @@
 #include "data/sha256.h"
 #include "data/token_shards.h"
 #include "model/core/command_line.h"
+#include "tools/eval_gradients.h"
 #include "tools/eval_logits.h"
 #include "tools/tool_threads.h"
 #include "train/checkpoint/saved_model.h"
@@ -53,6 +56,10 @@ void print_val_loss(const strata::ToolArgs& args, strata::SavedModel& saved) {
   if (args.has("--logits"))
     strata::write_eval_logits(args.get("--logits"), *saved.model, saved.params.data(), split,
                               tokens, micro_batch);
+  if (args.has("--gradients"))
+    strata::write_eval_gradients(
+        args.get("--gradients"), saved.model->layout(),
+        strata::eval_gradients(*saved.model, saved.params.data(), split, tokens, micro_batch));
   // ckpt import-hf writes the default eval_tokens into the config of a run that never was.
   const bool imported = saved.config.data.train.starts_with("hf-import:");
   const std::string from = args.has("--tokens") ? "from --tokens"
@@ -108,7 +115,8 @@ void print_multiple_choice(const strata::ToolArgs& args, strata::SavedModel& sav
 
 const strata::CommandSpec kCommand{
     "usage: eval --checkpoint CKPT [--data PATH] [--tokens N] [--logits FILE.npy] "
-    "[--multiple-choice FILE.jsonl] [--scores FILE.jsonl] [--threads N]",
+    "[--gradients FILE.safetensors] [--multiple-choice FILE.jsonl] [--scores FILE.jsonl] "
+    "[--threads N]",
     "Evaluates a checkpoint's model in one process. With --data: `val_loss X over N tokens in W "
     "windows (...)`, the mean cross-entropy over the first N tokens of PATH cut into windows of "
     "seq_len+1 tokens (docs/ARCHITECTURE.md §5, Evaluation), saying where N came from. With "
@@ -119,6 +127,8 @@ const strata::CommandSpec kCommand{
         {"--tokens", "N", "", "tokens of PATH evaluated, at least 2",
          "the checkpoint's train.eval_tokens"},
         {"--logits", "FILE.npy", "", "also write the logits of those windows (float32)"},
+        {"--gradients", "FILE.safetensors", "",
+         "also write val_loss's gradient, a float32 tensor per checkpoint tensor"},
         {"--multiple-choice", "FILE.jsonl", "",
          "HellaSwag's layout (ctx, endings, label a line): prints mc_acc and mc_acc_norm"},
         {"--scores", "FILE.jsonl", "",
@@ -143,6 +153,8 @@ int main(int argc, char** argv) {
       strata::fail("give --data or --multiple-choice (", kCommand.usage, ")");
     if (args.has("--scores") && !args.has("--multiple-choice"))
       strata::fail("--scores needs --multiple-choice");
+    for (const char* flag : {"--logits", "--gradients"})
+      if (args.has(flag) && !args.has("--data")) strata::fail(flag, " needs --data");
     strata::SavedModel saved = strata::load_saved_model(checkpoint, 0);
     // A pass is micro_batch windows of seq_len tokens.
     strata::set_tool_threads(args, 2.0 * static_cast<double>(saved.params.size()) *

@@ -33,7 +33,7 @@ std::vector<std::vector<std::uint64_t>> window_batches(std::uint64_t count, int 
 
 void forward_windows(Gpt<float>& model, const float* params,
                      const std::vector<std::vector<std::uint64_t>>& batches, const FillWindow& fill,
-                     const TakeWindowLosses& take) {
+                     const TakeWindowLosses& take, const AfterForward& after) {
   const int T = model.shape().seq_len;
   std::size_t most = 0;
   for (const auto& windows : batches) most = std::max(most, windows.size());
@@ -43,6 +43,7 @@ void forward_windows(Gpt<float>& model, const float* params,
       fill(windows[b], inputs.data() + b * T, targets.data() + b * T);
     model.forward(params, inputs.data(), targets.data(), static_cast<int>(windows.size()), T);
     for (std::size_t b = 0; b < windows.size(); ++b) take(windows[b], model.losses() + b * T);
+    if (after) after(windows);
   }
 }
 

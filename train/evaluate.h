@@ -34,11 +34,15 @@ using FillWindow =
 // Takes the T per-position losses (−log p(target)) of window `w`.
 using TakeWindowLosses = std::function<void(std::uint64_t w, const float* losses)>;
 
-// The forward passes of evaluation, shared by val_loss and multiple-choice scoring: each batch of
-// `batches` (window ids, at most micro_batch each) is one forward.
+// Called after a forward's losses are taken, with its windows, before the next forward (`eval
+// --gradients` runs the backward of the pass there).
+using AfterForward = std::function<void(const std::vector<std::uint64_t>& windows)>;
+
+// The forward passes of evaluation, shared by val_loss, its gradient and multiple-choice scoring:
+// each batch of `batches` (window ids, at most micro_batch each) is one forward.
 void forward_windows(Gpt<float>& model, const float* params,
                      const std::vector<std::vector<std::uint64_t>>& batches, const FillWindow& fill,
-                     const TakeWindowLosses& take);
+                     const TakeWindowLosses& take, const AfterForward& after = nullptr);
 // The same through a pipeline, on the rank of the last stage (`take` is not called elsewhere).
 // Under ZeRO stage 3 each pass gathers weights over the data-parallel shards, so all of them must
 // run the same number of passes: a shard with fewer than `passes` batches runs the rest on one

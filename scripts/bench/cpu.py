@@ -1,6 +1,11 @@
 """scripts/bench_cpu.sh: one training step of Strata against PyTorch 2.x on the CPU, then the
 GEMM library's sgemm.
 
+Models: small and 124m by flags (GPT-2 shapes), fortunes and llama by a config that both sides
+read (`bench train --config`, `bench_torch.py --config`): configs/fortunes.yaml's GPT-2 and
+configs/llama_fortunes.yaml's Llama-style block (RMSNorm, SwiGLU, RoPE, grouped-query attention,
+no biases) of the same size and batch.
+
 For every model and thread count, ROUNDS alternating rounds of `bench train` (OMP_NUM_THREADS
 only, as a user runs it) and tools/bench_torch.py (eager with SDPA, then torch.compile), each a
 fresh process reporting the median step of STEPS; the best round of each side is kept. Then
@@ -15,7 +20,10 @@ from bench import matrix
 
 MODELS = {"small": [],  # the defaults of both benchmarks: 4 layers, d 256, seq 256, vocab 2048
           "124m": ["--n-layer", "12", "--n-head", "12", "--d-model", "768", "--seq-len", "1024",
-                   "--vocab", "50304", "--micro-batch", "1"]}
+                   "--vocab", "50304", "--micro-batch", "1"],
+          # 4 layers, d 192, seq 128, vocab 4096, micro-batch 8, fp32: 2.56 M parameters each.
+          "fortunes": ["--config", "configs/fortunes.yaml"],
+          "llama": ["--config", "configs/llama_fortunes.yaml"]}
 # (m, n, k): QKV, MLP fc, MLP proj, attention proj, LM head forward, then the square peak.
 SHAPES = [(2048, 768, 256), (2048, 1024, 256), (2048, 256, 1024), (2048, 256, 256),
           (2048, 2048, 256), (2048, 2048, 2048)]
@@ -37,9 +45,9 @@ def summary(rows):
     peak = {t: max(r["gflops"] for r in runs[("sgemm", t)] if r["m"] == r["n"] == r["k"])
             for t in thread_counts}
     models = sorted({kind.split()[1] for kind, t in runs if kind.startswith("strata ")},
-                    key=lambda m: m != "small")
+                    key=lambda m: list(MODELS).index(m) if m in MODELS else len(MODELS))
     out = ["\n== training step, best of rounds (each round: median step) ==",
-           f"{'model':>6} {'threads':>7} {'strata tok/s':>12} {'eager tok/s':>11} {'compiled':>9} "
+           f"{'model':>8} {'threads':>7} {'strata tok/s':>12} {'eager tok/s':>11} {'compiled':>9} "
            f"{'vs eager':>8} {'vs comp.':>8} {'strata RSS':>10} {'GFLOP/s':>7} {'of sgemm':>8}"]
     for m in models:
         for t in thread_counts:
@@ -53,7 +61,7 @@ def summary(rows):
 
             def rate(other):
                 return f"{other['tokens_per_s']:.0f}" if other else "failed"
-            out.append(f"{m:>6} {t:>7} {s['tokens_per_s']:>12.0f} {rate(e):>11} {rate(c):>9} "
+            out.append(f"{m:>8} {t:>7} {s['tokens_per_s']:>12.0f} {rate(e):>11} {rate(c):>9} "
                        f"{ratio(e):>8} {ratio(c):>8} {s['peak_rss_mib']:>10.0f} {s['gflops']:>7.1f} "
                        f"{s['gflops'] / peak[t]:>8.0%}")
     for kind, t in sorted(runs):
@@ -73,7 +81,7 @@ def main(argv):
     rounds = int(os.environ.get("ROUNDS", "3"))
     steps = os.environ.get("STEPS", "20")
     threads_list = os.environ.get("THREADS", "1 2").split()
-    models = os.environ.get("MODELS", "small 124m").split()
+    models = os.environ.get("MODELS", "small fortunes llama 124m").split()
     steps_124m = os.environ.get("STEPS_124M", "5")
     python = os.environ.get("PYTHON", ".venv-test/bin/python")  # scripts/setup_python.sh
     if not os.access(python, os.X_OK):
@@ -81,7 +89,7 @@ def main(argv):
         return 1
     for model in models:
         if model not in MODELS:
-            print(f"error: unknown model '{model}' (small or 124m)", file=sys.stderr)
+            print(f"error: unknown model '{model}' ({', '.join(MODELS)})", file=sys.stderr)
             return 1
     matrix.build(build_dir, ["bench"])
     bench = os.path.join(build_dir, "bin", "bench")

@@ -1,6 +1,7 @@
 // tools/bench_torch.py, the PyTorch reference of `bench train` (scripts/bench_cpu.sh runs it), on
 // the CPU with tiny shapes: the default line keeps the keys bench_cpu.sh reads, --sdpa trains the
-// same model to the same loss, --config's shape is read with flags overriding it, and misuse is
+// same model to the same loss, --config's shape is read with flags overriding it, its Llama-style
+// architecture keys too (named in the line; the same loss with either attention), and misuse is
 // one `error:` line with a non-zero exit. Its CUDA mode needs a GPU and is not run here.
 #include <gtest/gtest.h>
 
@@ -64,6 +65,34 @@ TEST(BenchTorch, CpuLinesFromFlagsAndConfig) {
   ASSERT_EQ(config.status, 0) << config.output;
   EXPECT_NE(config.output.find("\"micro_batch\": 4, \"seq_len\": 16,"), std::string::npos)
       << config.output;
+
+  // The Llama family's pieces from --config's model.* keys: the line names them under "arch",
+  // and the explicit-mask and SDPA attentions (grouped-query, after RoPE) train to the same loss.
+  std::ofstream(dir / "llama.yaml")
+      << "model: {n_layer: 1, n_head: 4, d_model: 64, seq_len: 32, vocab_size: 200, norm: rmsnorm,"
+      << " mlp: swiglu, position: rope, kv_heads: 2, bias: false, tie_embeddings: false}\n";
+  const std::string llama_bench = bench + " --config " + (dir / "llama.yaml");
+  const auto llama = testing::run_command(llama_bench);
+  ASSERT_EQ(llama.status, 0) << llama.output;
+  EXPECT_NE(last_line(llama.output)
+                .find("\"arch\": {\"norm\": \"rmsnorm\", \"mlp\": \"swiglu\", \"position\": "
+                      "\"rope\", \"kv_heads\": 2, \"bias\": false, \"tie_embeddings\": false}"),
+            std::string::npos)
+      << llama.output;
+  EXPECT_GT(final_loss(last_line(llama.output)), 4.0) << llama.output;
+  const auto llama_sdpa = testing::run_command(llama_bench + " --sdpa");
+  ASSERT_EQ(llama_sdpa.status, 0) << llama_sdpa.output;
+  EXPECT_NEAR(final_loss(last_line(llama_sdpa.output)), final_loss(last_line(llama.output)), 2e-3)
+      << llama_sdpa.output;
+  std::ofstream(dir / "bad.yaml") << "model: {n_head: 4, kv_heads: 3, norm: batchnorm}\n";
+  const auto bad = testing::run_command(bench + " --config " + (dir / "bad.yaml"));
+  EXPECT_NE(bad.status, 0);
+  EXPECT_EQ(last_line(bad.output)
+                .rfind("error: --config " + (dir / "bad.yaml") +
+                           ": model.norm is 'batchnorm', not one of",
+                       0),
+            0u)
+      << bad.output;
 
   for (const char* misuse : {" --micro-batch auto", " --modes eager,jit"}) {
     const auto refused = testing::run_command(bench + tiny + misuse);
