@@ -1,6 +1,7 @@
 // Range and consistency rules for a typed Config (types were checked while reading), and the
 // world-size checks of resolve_mesh. Each rule names the key it blames and the reason.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -120,8 +121,19 @@ void validate_model(const Config& c, const Rules& rules) {
   // activations or the logits of a sequence (which attention's T² also bounds) could overflow
   // them, long before any machine could hold it (found by fuzzing: docs/FUZZING.md).
   const double C = m.d_model, T = m.seq_len, V = m.vocab_size, L = m.n_layer;
-  const double F = gpt_shape_of(m).fc_width() + gpt_shape_of(m).ffn_width();  // the MLP's rows
-  const double parameters = L * (4 * C * C + F * C) + 2 * (V + 256) * C + T * C;
+  // The MLP's width as GptShape::ffn_width computes it in int, here in double, so that a width
+  // past an int's range is refused before anything computes it (found by fuzzing).
+  const GptArchitecture& a = m.arch;
+  const double multiple = std::max(1, a.ffn_multiple_of);
+  const double F = a.d_ff > 0 ? a.d_ff
+                   : a.mlp == MlpKind::gelu
+                       ? 4 * C
+                       : std::ceil(std::floor(8 * C / 3) / multiple) * multiple;
+  if (F > 0x1p30)
+    rules.fail("model.d_ff", "the MLP's width (", F,
+               ": model.d_ff or its default) must be <= 2^30");
+  const double mlp_rows = (a.mlp == MlpKind::swiglu ? 3 : 2) * F;  // fc (gate and up) and proj
+  const double parameters = L * (4 * C * C + mlp_rows * C) + 2 * (V + 256) * C + T * C;
   const double per_sequence = T * (16 * C + V) + m.n_head * T * T;
   constexpr double kLimit = 0x1p50;  // a petabyte of fp32 elements
   if (parameters > kLimit || per_sequence > kLimit)
