@@ -21,6 +21,14 @@ pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 # Gloo (TCP transport): the outer collectives between elastic DiLoCo's worker jobs
 # (parallel/elastic/gloo_communicator.h). Debian's package installs its CMake config.
 find_package(Gloo REQUIRED)
+# ZeroMQ: the requests between SWARM's peers (parallel/swarm/swarm_transport.h). libzmq through
+# pkg-config like the other C libraries; cppzmq, its C++ binding, is headers only (zmq.hpp,
+# zmq_addon.hpp), so finding the header is all it takes.
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+find_path(CPPZMQ_INCLUDE_DIR zmq.hpp HINTS ${ZMQ_INCLUDE_DIRS})
+if(NOT CPPZMQ_INCLUDE_DIR)
+  message(FATAL_ERROR "cppzmq's zmq.hpp was not found: install cppzmq-dev (scripts/setup.sh)")
+endif()
 
 # BLAS: loaded at run time (model/kernels/cpu/blas.h: oneDNN, else OpenBLAS with its core type set
 # from the CPU's feature flags, which must happen before the library initialises). Nothing is

@@ -11,6 +11,8 @@
 # nlohmann-json3-dev: the JSON parser behind data/json_value.h.
 # libhiredis-dev and redis-server: elastic DiLoCo's rendezvous store (parallel/elastic/redis_store.h)
 # and its tests; libgloo-dev: Gloo, the collectives between elastic DiLoCo's worker jobs.
+# libzmq3-dev and cppzmq-dev: ZeroMQ and its C++ header, the requests between SWARM's peers
+# (parallel/swarm/swarm_transport.h).
 # ccache: the compiler cache of every build (scripts/compiler_cache.sh).
 # iproute2 and iptables: scripts/wan.sh (an emulated WAN between namespaces: ip, tc; iptables for
 # its delay line on kernels without tc netem).
@@ -18,7 +20,8 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libyaml-cpp-dev libhdf5-dev
           libsentencepiece-dev zlib1g-dev libzstd-dev libssl-dev libxxhash-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin libopenblas0-openmp libdnnl2 libgtest-dev fortunes python3-venv
-          python3-matplotlib python3-yaml libhiredis-dev redis-server libgloo-dev iproute2 iptables ccache
+          python3-matplotlib python3-yaml libhiredis-dev redis-server libgloo-dev libzmq3-dev cppzmq-dev
+          iproute2 iptables ccache
           "$@")
 missing=()
 for package in "${packages[@]}"; do
