@@ -266,12 +266,14 @@ class FieldReader {
   void operator()(std::string_view path, AutoCount count) const {
     const auto node = find_node(root_, path);
     if (!node) return;
-    const auto& text = scalar(path, *node, "'auto' or a positive integer");
+    const std::string what =
+        count.least == 1 ? "a positive integer" : "an integer >= " + std::to_string(count.least);
+    const auto& text = scalar(path, *node, ("'auto' or " + what).c_str());
     std::errc error;
     const auto value = parse_integer<int>(text, error);
-    if (text != "auto" && (!value || *value < 1))
-      source_.fail_key(path, "must be 'auto' or a positive integer, got '", text, "'");
-    count.value = text == "auto" ? 0 : *value;
+    if (text != "auto" && (!value || *value < count.least))
+      source_.fail_key(path, "must be 'auto' or ", what, ", got '", text, "'");
+    count.value = text == "auto" ? count.least - 1 : *value;
   }
   void operator()(std::string_view path, TrainData data) const {
     if (const auto node = find_node(root_, path))
@@ -349,7 +351,7 @@ class FieldWriter {
     note(path);
   }
   void operator()(std::string_view path, const AutoCount& count) {
-    if (count.value == 0) {
+    if (count.is_auto()) {
       key(path) << "auto";
       note(path, count.auto_means);
     } else {

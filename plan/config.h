@@ -17,6 +17,7 @@
 #include "parallel/diloco/outer_compression.h"
 #include "parallel/mesh/mesh.h"
 #include "parallel/pipeline/pipeline_schedule.h"
+#include "parallel/swarm/stochastic_wiring.h"
 #include "parallel/zero/gradient_reduction.h"
 
 namespace strata {
@@ -43,6 +44,10 @@ inline constexpr Choices kOuterScheduleChoices{std::array{
 enum class WorkerLayouts { same, any };
 inline constexpr Choices kWorkerLayoutsChoices{
     std::array{ChoiceWord{WorkerLayouts::same, "same"}, ChoiceWord{WorkerLayouts::any, "any"}}};
+// swarm.routing (parallel/swarm/stochastic_wiring.h): the least loaded peer of the next stage by
+// its measured speed, or round-robin (tests and equivalence).
+inline constexpr Choices kSwarmRoutingChoices{std::array{
+    ChoiceWord{SwarmRouting::balanced, "balanced"}, ChoiceWord{SwarmRouting::fixed, "fixed"}}};
 enum class OptimizerOffload { none, host, disk };
 inline constexpr Choices kOptimizerOffloadChoices{std::array{
     ChoiceWord{OptimizerOffload::none, "none"}, ChoiceWord{OptimizerOffload::host, "host"},
@@ -279,6 +284,23 @@ struct DilocoConfig {
   bool operator==(const DilocoConfig&) const = default;
 };
 
+// SWARM parallelism (train/swarm/, docs/ARCHITECTURE.md §2 "SWARM"): this job is one peer serving
+// one stage of a pipeline whose stages are pools of peers that meet in a rendezvous store.
+struct SwarmConfig {
+  std::string join;             // the store, "file:///dir" or "redis://host:port"; empty: off
+  std::string group = "swarm";  // the swarm's name in the store
+  int stage = -1;               // the stage this peer serves; -1 (auto): the least throughput
+  std::vector<int> stages;      // layers per stage, summing to model.n_layer (at least 2)
+  int target_batch = 0;         // samples per optimizer step of a stage; 0: train.global_batch
+  SwarmRouting routing = SwarmRouting::balanced;
+  double timeout = 60;          // seconds of silence that drop a peer
+  double request_timeout = 30;  // seconds a request may take before it goes to another peer
+  std::string host;             // the address other peers reach this one by; empty: 127.0.0.1
+
+  bool enabled() const { return !join.empty(); }
+  bool operator==(const SwarmConfig&) const = default;
+};
+
 struct Config {
   RunConfig run;
   ModelConfig model;
@@ -294,6 +316,7 @@ struct Config {
   // cores shared by its ranks (model/kernels/cpu/thread_budget.h).
   int threads = 0;
   DilocoConfig diloco;
+  SwarmConfig swarm;
 
   // <run.dir>/<run.name>
   std::string run_directory() const;

@@ -46,7 +46,7 @@ class FieldText {
     set(path, std::string(choice.choices.word(choice.value)));
   }
   void operator()(std::string_view path, const AutoCount& count) {
-    set(path, count.value == 0 ? "auto" : std::to_string(count.value));
+    set(path, count.is_auto() ? "auto" : std::to_string(count.value));
   }
   void operator()(std::string_view path, const LossScale& scale) { set(path, scale.value); }
   void operator()(std::string_view path, const TrainData& data) {

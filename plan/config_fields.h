@@ -29,11 +29,13 @@ struct Choice {
 };
 template <class E, std::size_t N>
 Choice(E&, const Choices<E, N>&) -> Choice<E, N>;  // clang before 17 needs it spelled out
-// parallel.dp and threads: `auto` (stored as 0) or a positive integer. The effective config
-// writes `auto_means` as a comment beside `auto`.
+// parallel.dp, threads and swarm.stage: `auto` (stored as least − 1) or an integer >= `least`.
+// The effective config writes `auto_means` as a comment beside `auto`.
 struct AutoCount {
   int& value;
   const char* auto_means;
+  int least = 1;
+  bool is_auto() const { return value == least - 1; }
 };
 // precision.loss_scale: `dynamic` or a positive number, kept as written.
 struct LossScale {
@@ -170,6 +172,17 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("diloco.timeout", c.diloco.timeout);
   visit("diloco.interface", c.diloco.interface);
   visit("diloco.layouts", Choice{c.diloco.layouts, kWorkerLayoutsChoices});
+
+  visit("swarm.join", c.swarm.join);
+  visit("swarm.group", c.swarm.group);
+  visit("swarm.stage",
+        AutoCount{c.swarm.stage, "the stage with the least throughput per sample", 0});
+  visit("swarm.stages", c.swarm.stages);
+  visit("swarm.target_batch", c.swarm.target_batch);
+  visit("swarm.routing", Choice{c.swarm.routing, kSwarmRoutingChoices});
+  visit("swarm.timeout", c.swarm.timeout);
+  visit("swarm.request_timeout", c.swarm.request_timeout);
+  visit("swarm.host", c.swarm.host);
 }
 
 // The config's source name plus which keys a `--set` wrote, so that every message can say both

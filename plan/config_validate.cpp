@@ -13,36 +13,11 @@
 
 #include "parallel/mesh/mesh.h"
 #include "plan/config_fields.h"
+#include "plan/config_rules.h"
 
 namespace strata {
 namespace config_detail {
 namespace {
-
-// Small helpers so that every rule reads as one line: the key, the bound, the value.
-class Rules {
- public:
-  explicit Rules(const ConfigSource& source) : source_(source) {}
-
-  template <class T>
-  void at_least(const char* path, T value, T min) const {
-    if (value < min) source_.fail_key(path, "must be >= ", min, ", got ", value);
-  }
-  void positive(const char* path, double value) const {
-    if (!(value > 0)) source_.fail_key(path, "must be > 0, got ", value);
-  }
-  // [0, 1): Adam betas and momentum; 1 would never forget the first gradient.
-  void unit_interval(const char* path, double value) const {
-    if (!(value >= 0 && value < 1)) source_.fail_key(path, "must be in [0, 1), got ", value);
-  }
-  template <class... Parts>
-  [[noreturn]] void fail(const char* path, const Parts&... parts) const {
-    source_.fail_key(path, parts...);
-  }
-  const ConfigSource& source() const { return source_; }
-
- private:
-  const ConfigSource& source_;
-};
 
 void validate_run_and_data(const Config& c, const Rules& rules) {
   // The name becomes one directory below run.dir; anything else could escape or nest it.
@@ -377,6 +352,7 @@ void validate_config(const Config& config, const ConfigSource& source) {
   validate_train(config, rules);
   validate_parallel(config, rules);
   validate_diloco(config, rules);
+  validate_swarm(config, rules);
 }
 
 }  // namespace config_detail

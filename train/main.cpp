@@ -18,6 +18,7 @@
 #include "plan/auto_layout.h"
 #include "plan/config.h"
 #include "train/stop_signal.h"
+#include "train/swarm/swarm_peer.h"
 #include "train/trainer.h"
 
 namespace {
@@ -157,6 +158,15 @@ int main(int argc, char** argv) {
         mpi.ranks_on_host(),
         config.threads > 0 ? std::optional<int>(config.threads) : std::nullopt);
     world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
+    // A swarm peer (train/swarm/swarm_peer.h) is one process of its own loop, not a Trainer.
+    if (config.swarm.enabled()) {
+      if (args.resume_from || args.init_from)
+        strata::fail("--resume and --init are not for swarm peers (swarm.join) yet");
+      if (!test_hooks.empty()) strata::fail("STRATA_TEST_HOOKS has no hooks for swarm peers yet");
+      std::cout << strata::describe(threads) << std::endl;
+      strata::run_swarm_peer(config, *world, strata::SwarmPeerOptions{args.overwrite});
+      return 0;
+    }
     trainer = std::make_unique<strata::Trainer>(
         config, *world,
         strata::TrainerOptions{args.resume_from, args.init_from, args.overwrite,

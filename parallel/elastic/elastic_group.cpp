@@ -1,37 +1,14 @@
 #include "parallel/elastic/elastic_group.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 
 namespace strata {
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-void sleep_s(double seconds) {
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-}
-
-// How often a holder beats: ten times per timeout, so one late beat never drops it, within
-// [0.1 s, 2 s] so a long timeout still shows life.
-double heartbeat_period(double timeout_s) { return std::clamp(timeout_s / 10, 0.1, 2.0); }
-
-// A token no other holder shares: host, process and a random number.
-std::string holder_token() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::random_device random;
-  return std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(random());
-}
 
 // The store's name of attempt `attempt` of the sync after inner step `step`.
 std::string sync_name(std::int64_t step, int attempt) {
@@ -45,7 +22,7 @@ class StoreOutage {
   explicit StoreOutage(double timeout_s) : timeout_s_(timeout_s) {}
   // After a call that failed (`when`: what the worker was doing): true once the timeout passed.
   bool expired(const StoreUnavailable& e, const std::string& when) {
-    const double now = now_s();
+    const double now = steady_seconds();
     if (since_ < 0) {
       since_ = now;
       std::fprintf(stderr,
@@ -126,27 +103,18 @@ SyncMembers SyncMembers::parse(const std::string& text) {
   return m;
 }
 
-ElasticGroup::ElasticGroup(const ElasticGroupSettings& settings) : settings_(settings) {
+ElasticGroup::ElasticGroup(const ElasticGroupSettings& settings)
+    : settings_(settings), watch_(settings.timeout_s) {
   if (settings_.group.empty()) throw std::runtime_error("diloco.group is empty");
   store_ = open_rendezvous_store(settings_.store_url, std::min(settings_.timeout_s, 10.0));
-  check_settings();
+  check_shared_settings(*store_, key("settings"), settings_.shared_settings, settings_.difference,
+                        "group '" + settings_.group + "' (" + settings_.store_url + ")");
   take_slot();
-  heartbeat_ = std::thread([this] { beat(); });
+  heartbeat_ = std::make_unique<HeartbeatThread>(
+      *store_, [this] { return heartbeat_key(); }, settings_.timeout_s);
 }
 
 ElasticGroup::~ElasticGroup() { leave("exit"); }
-
-void ElasticGroup::check_settings() {
-  const std::string& mine = settings_.shared_settings;
-  if (store_->create(key("settings"), store_bytes(mine))) return;
-  const auto stored = store_->get(key("settings"));
-  const std::string theirs = stored ? store_text(*stored) : "";
-  if (theirs == mine) return;
-  const std::string why = settings_.difference ? settings_.difference(theirs) : "settings differ";
-  if (!why.empty())
-    throw std::runtime_error("group '" + settings_.group + "' (" + settings_.store_url +
-                             "): " + why);
-}
 
 std::int64_t ElasticGroup::newest_holder(int slot) {
   // Generations only grow: probe upwards from the newest one seen (reads of single keys, not a
@@ -163,7 +131,7 @@ bool ElasticGroup::is_dead(int slot, std::int64_t generation) {
 }
 
 void ElasticGroup::take_slot() {
-  const std::string token = holder_token();
+  const std::string token = member_token();
   std::vector<int> candidates;
   if (settings_.slot >= 0) {
     if (settings_.slot >= settings_.slots)
@@ -176,7 +144,7 @@ void ElasticGroup::take_slot() {
   }
   // Free slots first (never held, or left with a deathrattle); then the silent ones: a holder
   // killed without a deathrattle is found by watching its heartbeat for the timeout.
-  const double start = now_s();
+  const double start = steady_seconds();
   while (true) {
     std::map<int, std::int64_t> silent;
     for (int w : candidates) {
@@ -196,15 +164,11 @@ void ElasticGroup::take_slot() {
     if (silent.empty()) continue;  // lost a race for a free slot: look again
     for (const auto& [w, g] : silent) {
       const std::string beat = key("heartbeat/" + std::to_string(w) + "/" + std::to_string(g));
-      const auto value = store_->get(beat);
-      Observed& o = observed_[{w, g}];
-      const std::string v = value ? store_text(*value) : "";
-      if (o.since == 0 || v != o.value) o = {v, now_s()};
-      if (now_s() - o.since >= settings_.timeout_s)
+      if (watch_.silent(*store_, beat))
         store_->create(key("dead/" + std::to_string(w) + "/" + std::to_string(g)),
                        store_bytes("missed heartbeats"));
     }
-    if (now_s() - start > settings_.timeout_s * 2 + 1) {
+    if (steady_seconds() - start > settings_.timeout_s * 2 + 1) {
       if (settings_.slot >= 0)
         throw std::runtime_error("diloco.slot " + std::to_string(settings_.slot) + " of group '" +
                                  settings_.group + "' is held by a live worker");
@@ -212,7 +176,7 @@ void ElasticGroup::take_slot() {
                                std::to_string(settings_.slots) +
                                " slots (diloco.workers) are held by live workers");
     }
-    sleep_s(heartbeat_period(settings_.timeout_s));
+    sleep_seconds(heartbeat_period(settings_.timeout_s));
   }
 }
 
@@ -221,29 +185,9 @@ std::string ElasticGroup::heartbeat_key() {
   return key("heartbeat/" + std::to_string(slot_) + "/" + std::to_string(generation_));
 }
 
-void ElasticGroup::beat() {
-  std::int64_t count = 0;
-  bool warned = false;
-  while (!stopping_) {
-    try {
-      store_->set(heartbeat_key(), store_bytes(std::to_string(++count)));
-      if (warned) std::fprintf(stderr, "warning: the rendezvous store answers again\n");
-      warned = false;
-    } catch (const StoreUnavailable& e) {
-      if (!warned)
-        std::fprintf(stderr, "warning: heartbeat failed (%s); training goes on, retrying\n",
-                     e.what());
-      warned = true;
-    }
-    const double until = now_s() + heartbeat_period(settings_.timeout_s);
-    while (!stopping_ && now_s() < until) sleep_s(0.02);
-  }
-}
-
 void ElasticGroup::leave(const std::string& why) {
   if (left_.exchange(true)) return;
-  stopping_ = true;
-  if (heartbeat_.joinable()) heartbeat_.join();
+  if (heartbeat_) heartbeat_->stop();
   if (slot_ < 0) return;
   try {
     store_->create(key("dead/" + std::to_string(slot_) + "/" + std::to_string(generation_)),
@@ -263,15 +207,15 @@ std::optional<std::int64_t> ElasticGroup::newest_sync() {
 }
 
 void ElasticGroup::wait_for_workers() {
-  const double start = now_s();
+  const double start = steady_seconds();
   while (true) {
     if (static_cast<int>(live_holders().size()) >= settings_.min_workers) return;
-    if (now_s() - start > settings_.timeout_s)
+    if (steady_seconds() - start > settings_.timeout_s)
       throw std::runtime_error("group '" + settings_.group + "' has fewer than " +
                                std::to_string(settings_.min_workers) +
                                " workers (diloco.min_workers) after " +
                                std::to_string(static_cast<int>(settings_.timeout_s)) + " s");
-    sleep_s(0.05);
+    sleep_seconds(0.05);
   }
 }
 
@@ -279,12 +223,7 @@ bool ElasticGroup::found_dead(int slot, std::int64_t generation) {
   if (is_dead(slot, generation)) return true;
   if (slot == slot_ && generation == generation_) return false;
   const std::string name = std::to_string(slot) + "/" + std::to_string(generation);
-  const auto value = store_->get(key("heartbeat/" + name));
-  const std::string v = value ? store_text(*value) : "";
-  const double now = now_s();
-  Observed& o = observed_[{slot, generation}];
-  if (o.since == 0 || v != o.value) o = {v, now};
-  if (now - o.since < settings_.timeout_s) return false;
+  if (!watch_.silent(*store_, key("heartbeat/" + name))) return false;
   store_->create(key("dead/" + name), store_bytes("missed heartbeats"));
   return true;
 }
@@ -407,7 +346,7 @@ SyncMembers ElasticGroup::decide(std::int64_t step, std::int64_t previous, bool 
         return m;
       }
     }
-    sleep_s(0.02);
+    sleep_seconds(0.02);
   }
 }
 
@@ -441,7 +380,7 @@ ElasticGroup::Outcome ElasticGroup::settle(const SyncMembers& m, bool averaged) 
       if (outage.expired(e, "after the averaging of the sync after step " + std::to_string(m.step)))
         return Outcome::commit_and_rejoin;
     }
-    sleep_s(0.02);
+    sleep_seconds(0.02);
   }
 }
 

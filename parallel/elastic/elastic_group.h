@@ -44,6 +44,7 @@
 #include <thread>
 #include <vector>
 
+#include "parallel/elastic/membership.h"
 #include "parallel/elastic/rendezvous_store.h"
 
 namespace strata {
@@ -131,7 +132,6 @@ class ElasticGroup {
 
  private:
   std::string key(const std::string& name) const { return settings_.group + "/" + name; }
-  void check_settings();
   void take_slot();
   // The key of this holder's heartbeat (read by the heartbeat thread: the holder may change).
   std::string heartbeat_key();
@@ -146,23 +146,16 @@ class ElasticGroup {
   // True once member `slot`'s holder `generation` has a deathrattle or has been silent for the
   // timeout (written as its deathrattle then).
   bool found_dead(int slot, std::int64_t generation);
-  void beat();
 
   ElasticGroupSettings settings_;
   std::unique_ptr<RendezvousStore> store_;
   int slot_ = -1;
   std::int64_t generation_ = -1;
-  // Per (slot, generation): the last heartbeat value seen and when it last changed here.
-  struct Observed {
-    std::string value;
-    double since = 0;
-  };
-  std::map<std::pair<int, std::int64_t>, Observed> observed_;
+  SilenceWatch watch_;                       // the other holders' heartbeats
   std::map<int, std::int64_t> newest_seen_;  // per slot: the newest claim generation seen
   std::mutex holder_mutex_;  // slot_ and generation_, which the heartbeat thread reads
-  std::atomic<bool> stopping_{false};
   std::atomic<bool> left_{false};
-  std::thread heartbeat_;
+  std::unique_ptr<HeartbeatThread> heartbeat_;
 };
 
 }  // namespace strata

@@ -21,51 +21,18 @@
 
 #include "parallel/comm/communicator.h"
 #include "tests/mpi/layout_runs.h"
+#include "tests/support/background_process.h"
 #include "tests/support/test_support.h"
 
 namespace strata {
 namespace {
 
+using testing::Background;
 using testing::Layout;
 using testing::metric;
 using testing::read_file;
 using testing::run_command;
 using testing::TempDir;
-
-// A command running in the background, its output in a file.
-class Background {
- public:
-  Background(const std::string& command, const std::string& log) : log_(log) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setpgid(0, 0);  // its own process group: killed whole
-      ::execl("/bin/sh", "sh", "-c", (command + " >" + log + " 2>&1").c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-  }
-  ~Background() {
-    if (pid_ > 0 && !done_) {
-      ::kill(-pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  // The exit status (-1: killed by a signal).
-  int wait() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    done_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  std::string output() const { return read_file(log_); }
-  // The process sh ran (the command itself when it starts with `exec`).
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  bool done_ = false;
-  std::string log_;
-};
 
 // A Redis server on a free loopback port, for the test's lifetime.
 class RedisServer {
@@ -483,16 +450,7 @@ TEST_F(ElasticRuns, AWorkerThatLosesTheStoreSyncsAloneAndRejoins) {
 
 // Bad settings, an unreachable store and a group whose settings differ: one `error:` line each.
 TEST_F(ElasticRuns, BadJoinsAreOneErrorLine) {
-  const auto expect_error = [](const std::string& command, const std::string& needle) {
-    const auto result = run_command(command);
-    EXPECT_NE(result.status, 0) << command << "\n" << result.output;
-    std::size_t error_lines = 0;
-    std::istringstream lines(result.output);
-    for (std::string line; std::getline(lines, line);)
-      if (line.starts_with("error: ")) ++error_lines;
-    EXPECT_EQ(error_lines, 1u) << result.output;
-    EXPECT_NE(result.output.find(needle), std::string::npos) << result.output;
-  };
+  const auto expect_error = testing::expect_one_error_line;
   expect_error(worker_command("ftp://nowhere", "bad", 0, "bad_url", ""), "diloco.join");
   expect_error(worker_command("redis://127.0.0.1:1", "bad", 0, "no_store", ""),
                "redis://127.0.0.1:1");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,18 @@ inline void expect_close(const std::vector<double>& actual, const std::vector<do
   for (std::size_t i = 0; i < actual.size(); ++i)
     EXPECT_NEAR(actual[i], expected[first + i], relative * std::abs(expected[first + i]))
         << what << ", entry " << first + i;
+}
+
+// `command` fails with one `error: ...` line, which contains `needle`.
+inline void expect_one_error_line(const std::string& command, const std::string& needle) {
+  const auto result = run_command(command);
+  EXPECT_NE(result.status, 0) << command << "\n" << result.output;
+  std::size_t error_lines = 0;
+  std::istringstream lines(result.output);
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with("error: ")) ++error_lines;
+  EXPECT_EQ(error_lines, 1u) << result.output;
+  EXPECT_NE(result.output.find(needle), std::string::npos) << result.output;
 }
 
 }  // namespace strata::testing

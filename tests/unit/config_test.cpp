@@ -959,11 +959,12 @@ TEST(ConfigMixture, MistakesNameTheSourceAndTheKey) {
 }
 
 // The configs the README points users to must load and fit the world their comments launch them
-// on: 8 ranks unless the file says otherwise.
+// on: 8 ranks unless the file says otherwise (a swarm peer is one process).
 TEST(ShippedConfigs, EveryConfigLoadsAndItsLayoutFits) {
-  const std::map<std::string, int> world_of = {{"fortunes.yaml", 2},   {"mixture.yaml", 2},
-                                               {"gpt2_1.5b.yaml", 16}, {"llama_fortunes.yaml", 2},
-                                               {"llama_moe.yaml", 2},  {"llama_tiny.yaml", 1}};
+  const std::map<std::string, int> world_of = {
+      {"fortunes.yaml", 2},       {"mixture.yaml", 2},   {"gpt2_1.5b.yaml", 16},
+      {"llama_fortunes.yaml", 2}, {"llama_moe.yaml", 2}, {"llama_tiny.yaml", 1},
+      {"swarm_fortunes.yaml", 1}};
   int checked = 0;
   for (const auto& entry :
        std::filesystem::directory_iterator(testing::source_dir() + "/configs")) {
@@ -1000,6 +1001,36 @@ TEST(ConfigWarnings, AWarmUpAsLongAsTheRunIsSaid) {
   config.optimizer.warmup_steps = 0;  // no warm-up at all is meant
   config.train.steps = 0;
   EXPECT_TRUE(config_warnings(config).empty());
+}
+
+// swarm.*: a peer's keys and their rules (docs/ARCHITECTURE.md §3 `swarm`).
+TEST(ConfigSwarm, KeysAndRules) {
+  const std::string peer =
+      "data: {train: t}\nmodel: {n_layer: 4, tie_embeddings: false}\n"
+      "swarm: {join: 'file:///tmp/s', stages: [1, 2, 1]}\n";
+  const Config c = parse_config(peer, "c", {"swarm.stage=2", "swarm.routing=fixed"});
+  EXPECT_TRUE(c.swarm.enabled());
+  EXPECT_EQ(c.swarm.stage, 2);
+  EXPECT_EQ(c.swarm.routing, SwarmRouting::fixed);
+  EXPECT_EQ(parse_config(peer, "c", {"swarm.stage=auto"}).swarm.stage, -1);
+  EXPECT_EQ(parse_config(peer, "c").swarm.stage, -1);  // auto by default
+  EXPECT_EQ(parse_config(peer, "c", {"swarm.stage=0"}).swarm.stage, 0);
+  EXPECT_CONTAINS(error_of(peer, {"swarm.stage=-1"}),
+                  "'swarm.stage' must be 'auto' or an integer >= 0, got '-1'");
+  EXPECT_CONTAINS(error_of(peer, {"swarm.stage=3"}),
+                  "'swarm.stage' must be auto or a stage below 3");
+  EXPECT_CONTAINS(error_of(peer, {"swarm.stages=[4]"}), "at least 2 stages");
+  EXPECT_CONTAINS(error_of(peer, {"swarm.stages=[1, 1]"}), "must sum to model.n_layer (4)");
+  EXPECT_CONTAINS(error_of(peer, {"swarm.stages=[0, 4]"}), "every stage >= 1 layer");
+  EXPECT_CONTAINS(error_of(peer, {"swarm.join=http://x"}), "'swarm.join' must be file:///");
+  EXPECT_CONTAINS(error_of(peer, {"swarm.target_batch=12"}), "multiple of train.micro_batch");
+  EXPECT_CONTAINS(error_of(peer, {"model.tie_embeddings=true"}),
+                  "'model.tie_embeddings' must be false");
+  EXPECT_CONTAINS(error_of(peer, {"parallel.tp=2"}), "a swarm peer is one process");
+  EXPECT_CONTAINS(error_of(peer, {"precision.compute=fp16"}), "fp16 is not for swarm peers");
+  EXPECT_CONTAINS(error_of(peer, {"diloco.enabled=true"}), "cannot also be a DiLoCo worker");
+  // Without swarm.join the other swarm keys are not checked: a tied model trains as before.
+  EXPECT_FALSE(parse_config("data: {train: t}\nswarm: {stages: [9]}", "c").swarm.enabled());
 }
 
 }  // namespace

@@ -128,6 +128,16 @@ double CpuTraining::accumulate_gradients(int micro_batches, float loss_scale,
   return loss;
 }
 
+void CpuTraining::zero_gradients() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+PipelineStage& CpuTraining::stage() {
+  STRATA_CHECK(stages_.size() == 1, "a driven stage is one chunk, this rank holds ",
+               stages_.size());
+  parameters_.bind(compute_weights(), grads_.data(), 1);
+  bind_stages();
+  return stages_.front();
+}
+
 void CpuTraining::reduce_gradients() {
   run_reductions(plan_.gradients, grads_.data(), groups_, plan_.gradient_range.begin);
 }

@@ -36,6 +36,8 @@ class CpuTraining final : public TrainingBackend {
 
   double accumulate_gradients(int micro_batches, float loss_scale,
                               const MicroBatchSource& source) override;
+  void zero_gradients() override;
+  PipelineStage& stage() override;
   void reduce_gradients() override;
   double gradient_sum_of_squares() override;
   void apply_optimizer(const OptimizerStep& step) override;

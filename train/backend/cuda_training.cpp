@@ -292,6 +292,17 @@ class CudaTrainingOf final : public TrainingBackend {
     ctx_.synchronize();  // the host vectors may change once this returns
   }
 
+  void zero_gradients() override {
+    STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_grads_ * sizeof(float), ctx_.stream()));
+  }
+
+  PipelineStage& stage() override {
+    STRATA_CHECK(stages_.size() == 1, "a driven stage is one chunk, this rank holds ",
+                 stages_.size());
+    parameters_->bind(weights(), grads_, 1);
+    return *stages_.front();
+  }
+
   PipelineExecutor& evaluator() override {
     parameters_->bind(weights(), nullptr, 0);
     return *executor_;

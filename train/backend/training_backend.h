@@ -70,6 +70,12 @@ class TrainingBackend : public MasterWeights {
   // the micro-batch mean losses on the last stage, 0 on the others.
   virtual double accumulate_gradients(int micro_batches, float loss_scale,
                                       const MicroBatchSource& source) = 0;
+  // SWARM (train/swarm/): micro-batches driven one at a time by the caller instead of a pipeline
+  // schedule. zero_gradients() clears the gradients; stage() is the rank's one chunk, bound to the
+  // current compute-dtype weights (ask again after apply_optimizer) and to the gradients, which
+  // its backward passes add to.
+  virtual void zero_gradients() = 0;
+  virtual PipelineStage& stage() = 0;
   // Runs plan().gradients over the placement's groups.
   virtual void reduce_gradients() = 0;
   // Σ g² over plan().norm_ranges of the gradients as they are (still loss-scaled), in double.

@@ -1,0 +1,83 @@
+#include "parallel/elastic/membership.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+
+namespace strata {
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void sleep_seconds(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+double heartbeat_period(double timeout_s) { return std::clamp(timeout_s / 10, 0.1, 2.0); }
+
+std::string member_token() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::random_device random;
+  return std::string(host) + ":" + std::to_string(getpid()) + ":" + std::to_string(random());
+}
+
+void check_shared_settings(RendezvousStore& store, const std::string& key, const std::string& mine,
+                           const std::function<std::string(const std::string&)>& difference,
+                           const std::string& what) {
+  if (store.create(key, store_bytes(mine))) return;
+  const auto stored = store.get(key);
+  const std::string theirs = stored ? store_text(*stored) : "";
+  if (theirs == mine) return;
+  const std::string why = difference ? difference(theirs) : "settings differ";
+  if (!why.empty()) throw std::runtime_error(what + ": " + why);
+}
+
+HeartbeatThread::HeartbeatThread(RendezvousStore& store, std::function<std::string()> key,
+                                 double timeout_s)
+    : store_(store), key_(std::move(key)), timeout_s_(timeout_s) {
+  thread_ = std::thread([this] { run(); });
+}
+
+void HeartbeatThread::stop() {
+  stopping_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void HeartbeatThread::run() {
+  std::int64_t count = 0;
+  bool warned = false;
+  while (!stopping_) {
+    try {
+      store_.set(key_(), store_bytes(std::to_string(++count)));
+      if (warned) std::fprintf(stderr, "warning: the rendezvous store answers again\n");
+      warned = false;
+    } catch (const StoreUnavailable& e) {
+      if (!warned)
+        std::fprintf(stderr, "warning: heartbeat failed (%s); training goes on, retrying\n",
+                     e.what());
+      warned = true;
+    }
+    const double until = steady_seconds() + heartbeat_period(timeout_s_);
+    while (!stopping_ && steady_seconds() < until) sleep_seconds(0.02);
+  }
+}
+
+bool SilenceWatch::silent(const std::string& key, const std::string& value) {
+  const double now = steady_seconds();
+  Observed& o = observed_[key];
+  if (o.since == 0 || value != o.value) o = {value, now};
+  return now - o.since >= timeout_s_;
+}
+
+bool SilenceWatch::silent(RendezvousStore& store, const std::string& key) {
+  const auto value = store.get(key);
+  return silent(key, value ? store_text(*value) : "");
+}
+
+}  // namespace strata

@@ -1,0 +1,56 @@
+// What the peers of a swarm ask of a stage (docs/ARCHITECTURE.md §2 "SWARM"): the requests a
+// micro-batch's driver sends a peer of stage k > 0, and their replies, as RpcMessages
+// (parallel/swarm/swarm_transport.h). A peer keeps nothing between requests: a backward carries
+// the stage's input again and the peer recomputes its forward, so the backward of a micro-batch
+// may go to another peer than its forward did.
+//
+//   forward   header "batch=B", payload input            → payload output
+//   backward  header "batch=B", payload input | grad     → payload input's gradient
+//   loss      (last stage) "batch=B", input | targets    → "loss_sum=S", input's gradient
+//             (its forward and backward in one request: the loss starts the backward)
+//   evaluate  (last stage) "batch=B", input | targets    → "loss_sum=S" (no backward)
+// input, output and gradients are boundary_floats(B) fp32 each (B·T·C: the residual stream),
+// targets B·T int32; S is Σ −log p(target) over the B·T positions, in double.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "parallel/swarm/swarm_transport.h"
+
+namespace strata::swarm {
+
+inline constexpr const char* kForward = "forward";
+inline constexpr const char* kBackward = "backward";
+inline constexpr const char* kLoss = "loss";
+inline constexpr const char* kEvaluate = "evaluate";
+
+// A request's arrays, as the handler reads them.
+struct StageRequest {
+  std::string method;
+  int batch = 0;
+  std::span<const float> input;
+  std::span<const float> output_grad;     // backward
+  std::span<const std::int32_t> targets;  // loss, evaluate
+};
+
+// Encodes a request: `output_grad` for a backward, `targets` for loss and evaluate, else empty.
+RpcMessage stage_request(const std::string& method, int batch, std::span<const float> input,
+                         std::span<const float> output_grad = {},
+                         std::span<const std::int32_t> targets = {});
+// Reads `message` (which must outlive the result) for a stage whose boundary holds
+// `boundary_floats` floats per sequence and whose sequences are `seq_len` long. A request of
+// another size or an unknown method throws std::runtime_error naming it.
+StageRequest read_stage_request(const RpcMessage& message, std::size_t boundary_floats,
+                                int seq_len);
+
+// Replies: floats (an output or a gradient) and, for loss and evaluate, the loss sum.
+RpcMessage stage_reply(std::span<const float> floats, double loss_sum = 0);
+// The floats of a reply, which must be `expected` floats (else std::runtime_error).
+std::vector<float> reply_floats(const RpcMessage& reply, std::size_t expected);
+double reply_loss_sum(const RpcMessage& reply);
+
+}  // namespace strata::swarm

@@ -1,0 +1,221 @@
+#include "train/swarm/swarm_driver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+#include "data/loader.h"
+#include "model/core/error.h"
+#include "parallel/elastic/membership.h"
+#include "train/evaluate.h"
+#include "train/stop_signal.h"
+#include "train/swarm/stage_requests.h"
+
+namespace strata {
+
+namespace {
+
+// How often the driver reads the stages' peers from the store when nothing failed.
+constexpr double kRefreshSeconds = 1.0;
+
+WiringSettings wiring_settings(const Config& config) {
+  WiringSettings s;
+  s.routing = config.swarm.routing;
+  s.ban_s = config.swarm.timeout;
+  return s;
+}
+
+}  // namespace
+
+SwarmDriver::SwarmDriver(const Config& config, SwarmStage& stage, StageRegistry& registry,
+                         RpcServer& server, const TrainingData& data, MetricsWriter& metrics)
+    : config_(config),
+      stage_(stage),
+      registry_(registry),
+      server_(server),
+      data_(data),
+      metrics_(metrics),
+      wiring_(static_cast<std::size_t>(stage.stages()), StageWiring(wiring_settings(config))),
+      sequence_(static_cast<std::size_t>(stage.stages()), 0) {}
+
+void SwarmDriver::refresh_peers(int stage) {
+  std::vector<std::int64_t> ids;
+  for (const SwarmPeerRecord& p : registry_.stage_peers(stage)) {
+    ids.push_back(p.id);
+    endpoints_[p.id] = p.endpoint;
+  }
+  wiring_.at(static_cast<std::size_t>(stage)).set_peers(ids);
+}
+
+RpcMessage SwarmDriver::call(int stage, StageWork work, int samples, const RpcMessage& request) {
+  StageWiring& wiring = wiring_.at(static_cast<std::size_t>(stage));
+  const std::int64_t sequence = sequence_.at(static_cast<std::size_t>(stage))++;
+  std::vector<std::int64_t> tried;
+  double waiting_since = -1;
+  while (true) {
+    const double now = steady_seconds();
+    const std::optional<WiringChoice> choice = wiring.choose(work, samples, sequence, tried, now);
+    if (!choice) {
+      // Every known peer failed or was tried: look again in the store, waiting for one.
+      refresh_peers(stage);
+      tried.clear();
+      if (wiring.peers().empty() || waiting_since >= 0) {
+        if (waiting_since < 0) {
+          waiting_since = now;
+          std::printf("swarm: stage %d has no live peer; the pipeline waits for one to join\n",
+                      stage);
+          std::fflush(stdout);
+        }
+        if (stop_requested()) throw std::runtime_error("stopped by signal");
+        sleep_seconds(0.2);
+      }
+      continue;
+    }
+    if (waiting_since >= 0) {
+      std::printf("swarm: stage %d has a peer again after %.1f s\n", stage, now - waiting_since);
+      std::fflush(stdout);
+      waiting_since = -1;
+    }
+    const double start = steady_seconds();
+    const std::string& endpoint = endpoints_.at(choice->peer);
+    std::optional<RpcMessage> reply =
+        client_.call(endpoint, request, config_.swarm.request_timeout);
+    if (reply) {
+      wiring.finished(*choice, steady_seconds() - start);
+      return std::move(*reply);
+    }
+    std::printf(
+        "swarm: peer %lld of stage %d did not answer '%s' within %g s; sending it to "
+        "another\n",
+        static_cast<long long>(choice->peer), stage, request.method.c_str(),
+        config_.swarm.request_timeout);
+    std::fflush(stdout);
+    wiring.failed(*choice, steady_seconds());
+    client_.disconnect(endpoint);
+    tried.push_back(choice->peer);
+  }
+}
+
+std::vector<std::vector<float>> SwarmDriver::forward_through(std::vector<float> first_output,
+                                                             int batch) {
+  const int S = stage_.stages();
+  std::vector<std::vector<float>> inputs;  // inputs[k − 1]: stage k's input
+  inputs.push_back(std::move(first_output));
+  for (int k = 1; k < S - 1; ++k) {
+    const RpcMessage reply = call(k, StageWork::forward, batch,
+                                  swarm::stage_request(swarm::kForward, batch, inputs.back()));
+    inputs.push_back(swarm::reply_floats(reply, stage_.boundary_floats(batch)));
+  }
+  return inputs;
+}
+
+double SwarmDriver::train_micro_batch(std::int64_t index) {
+  const int B = config_.train.micro_batch, T = config_.model.seq_len, S = stage_.stages();
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
+  for (int b = 0; b < B; ++b)
+    data_.sample(static_cast<std::uint64_t>(index * B + b), tokens.data() + b * T,
+                 targets.data() + b * T);
+  const std::vector<std::vector<float>> inputs =
+      forward_through(stage_.forward(tokens.data(), nullptr, B), B);
+  const RpcMessage last = call(S - 1, StageWork::backward, B,
+                               swarm::stage_request(swarm::kLoss, B, inputs.back(), {}, targets));
+  const double loss_sum = swarm::reply_loss_sum(last);
+  std::vector<float> grad = swarm::reply_floats(last, stage_.boundary_floats(B));
+  for (int k = S - 2; k >= 1; --k) {
+    const RpcMessage reply =
+        call(k, StageWork::backward, B,
+             swarm::stage_request(swarm::kBackward, B, inputs.at(static_cast<std::size_t>(k - 1)),
+                                  grad));
+    grad = swarm::reply_floats(reply, stage_.boundary_floats(B));
+  }
+  stage_.backward(tokens.data(), nullptr, grad.data(), B);
+  return loss_sum;
+}
+
+double SwarmDriver::split_loss(const TokenSource& split) {
+  const int T = config_.model.seq_len, S = stage_.stages();
+  double sum = 0;
+  std::int64_t count = 0;
+  for (const std::vector<std::uint64_t>& windows :
+       eval_batches(split, config_.train.eval_tokens, T, config_.train.micro_batch, 0, 1)) {
+    const int B = static_cast<int>(windows.size());
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
+    for (int b = 0; b < B; ++b)
+      eval_window(split, windows[static_cast<std::size_t>(b)], T, tokens.data() + b * T,
+                  targets.data() + b * T);
+    const std::vector<std::vector<float>> inputs =
+        forward_through(stage_.forward(tokens.data(), nullptr, B), B);
+    const RpcMessage last =
+        call(S - 1, StageWork::forward, B,
+             swarm::stage_request(swarm::kEvaluate, B, inputs.back(), {}, targets));
+    sum += swarm::reply_loss_sum(last);
+    count += static_cast<std::int64_t>(B) * T;
+  }
+  if (count == 0) fail("the validation split has too few tokens for one window of ", T + 1);
+  return sum / static_cast<double>(count);
+}
+
+double SwarmDriver::validation_loss() {
+  if (data_.val()) return split_loss(*data_.val());
+  const std::vector<double> weights = data_.evaluation_weights();
+  double loss = 0;
+  for (std::size_t i = 0; i < data_.sources().size(); ++i)
+    if (weights[i] > 0) loss += weights[i] * split_loss(*data_.sources()[i].val);
+  return loss;
+}
+
+std::string SwarmDriver::run() {
+  using Clock = std::chrono::steady_clock;
+  const int B = config_.train.micro_batch, T = config_.model.seq_len;
+  const int steps = config_.train.steps;
+  for (int k = 1; k < stage_.stages(); ++k) refresh_peers(k);
+  refreshed_at_ = steady_seconds();
+  std::int64_t index = 0;
+  double round_loss = 0;
+  int round_batches = 0;
+  Clock::time_point round_start = Clock::now();
+  while (stage_.steps_done() < steps) {
+    if (stop_requested()) return "stopped by signal at step " + std::to_string(stage_.steps_done());
+    server_.serve_one(0, [this](const RpcMessage& m) { return stage_.handle(m); });
+    if (steady_seconds() - refreshed_at_ > kRefreshSeconds) {
+      for (int k = 1; k < stage_.stages(); ++k) refresh_peers(k);
+      refreshed_at_ = steady_seconds();
+    }
+    round_loss += train_micro_batch(index++);
+    round_batches += 1;
+    if (!stage_.round_complete()) continue;
+    const StageStep s = stage_.step();
+    const double step_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - round_start).count();
+    const double loss = round_loss / (static_cast<double>(round_batches) * B * T);
+    const double tokens_per_s = round_batches * B * T / (step_ms / 1e3);
+    metrics_.write(JsonLine()
+                       .add("step", s.step)
+                       .add("loss", loss)
+                       .add("lr", s.lr)
+                       .add("grad_norm", s.grad_norm)
+                       .add("tokens_per_s", tokens_per_s)
+                       .add("step_ms", step_ms));
+    if (s.step % config_.train.log_every == 0 || s.step == 1 || s.step == steps || !s.applied) {
+      std::printf("step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms%s\n",
+                  static_cast<long long>(s.step), steps, loss, s.lr, s.grad_norm, tokens_per_s,
+                  step_ms, s.applied ? "" : " | skipped (non-finite)");
+      std::fflush(stdout);
+    }
+    // As the trainer: every eval_every steps and after the last.
+    const int every = config_.train.eval_every;
+    if (data_.evaluates() && (s.step == steps || (every > 0 && s.step % every == 0))) {
+      const double val_loss = validation_loss();
+      metrics_.write(JsonLine().add("step", s.step).add("val_loss", val_loss));
+      std::printf("eval step %lld | val_loss %.4f\n", static_cast<long long>(s.step), val_loss);
+      std::fflush(stdout);
+    }
+    round_loss = 0;
+    round_batches = 0;
+    round_start = Clock::now();
+  }
+  return "finished its " + std::to_string(steps) + " steps";
+}
+
+}  // namespace strata
