@@ -296,6 +296,8 @@ struct SwarmConfig {
   double timeout = 60;          // seconds of silence that drop a peer
   double request_timeout = 30;  // seconds a request may take before it goes to another peer
   std::string host;             // the address other peers reach this one by; empty: 127.0.0.1
+  int stage_peers = 8;          // the most peers one stage holds (its averaging group's slots)
+  std::string interface;        // Gloo's interface for a stage's averaging; empty: the host name
 
   bool enabled() const { return !join.empty(); }
   bool operator==(const SwarmConfig&) const = default;

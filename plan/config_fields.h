@@ -183,6 +183,8 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("swarm.timeout", c.swarm.timeout);
   visit("swarm.request_timeout", c.swarm.request_timeout);
   visit("swarm.host", c.swarm.host);
+  visit("swarm.stage_peers", c.swarm.stage_peers);
+  visit("swarm.interface", c.swarm.interface);
 }
 
 // The config's source name plus which keys a `--set` wrote, so that every message can say both

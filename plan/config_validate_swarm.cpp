@@ -34,6 +34,7 @@ void validate_swarm(const Config& c, const Rules& rules) {
                "): a stage counts whole micro-batches");
   rules.positive("swarm.timeout", s.timeout);
   rules.positive("swarm.request_timeout", s.request_timeout);
+  rules.at_least("swarm.stage_peers", s.stage_peers, 1);
   // The stages step independently: the head cannot read the first stage's wte.
   if (c.model.arch.tie_embeddings)
     rules.fail("model.tie_embeddings",

@@ -162,9 +162,9 @@ int main(int argc, char** argv) {
     if (config.swarm.enabled()) {
       if (args.resume_from || args.init_from)
         strata::fail("--resume and --init are not for swarm peers (swarm.join) yet");
-      if (!test_hooks.empty()) strata::fail("STRATA_TEST_HOOKS has no hooks for swarm peers yet");
       std::cout << strata::describe(threads) << std::endl;
-      strata::run_swarm_peer(config, *world, strata::SwarmPeerOptions{args.overwrite});
+      strata::run_swarm_peer(config, *world,
+                             strata::SwarmPeerOptions{args.overwrite, std::move(test_hooks)});
       return 0;
     }
     trainer = std::make_unique<strata::Trainer>(

@@ -86,6 +86,7 @@ void StageWiring::finished(const WiringChoice& choice, double seconds) {
   // clock that did not advance), changes nothing.
   if (found == peers_.end() || !(choice.units > 0) || !(seconds > 0) || !std::isfinite(seconds))
     return;
+  if (found->second.measured++ < settings_.warmup) return;
   const double measured = seconds / choice.units;
   double& speed = found->second.seconds_per_unit;
   speed = speed > 0 ? (1 - settings_.ema) * speed + settings_.ema * measured : measured;

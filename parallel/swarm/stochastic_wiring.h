@@ -34,6 +34,9 @@ struct WiringSettings {
   double backward_cost = 2.0;  // units of work per sample of a backward (a forward: 1)
   double ema = 0.25;           // weight of the newest measurement in a peer's speed
   double ban_s = 30;           // a failed peer is not chosen for this long
+  // Measurements of each peer left out of its speed: a peer's first reply includes connecting
+  // and its first allocations, and a peer judged by it would get no work to correct it.
+  int warmup = 1;
 };
 
 // A piece of work given to a peer: what finished() and failed() are told.
@@ -60,7 +63,8 @@ class StageWiring {
   std::optional<WiringChoice> choose(StageWork work, int samples, std::int64_t sequence,
                                      const std::vector<std::int64_t>& excluded, double now);
   // The work finished after `seconds` (the round trip, measured by the caller): the peer's speed
-  // EMA takes seconds / units (the first measurement is taken whole). A peer that has left since,
+  // EMA takes seconds / units (after settings.warmup measurements left out; the first one after
+  // them is taken whole). A peer that has left since,
   // or seconds that are not positive, change nothing.
   void finished(const WiringChoice& choice, double seconds);
   // The work failed: the peer is banned until now + ban_s.
@@ -82,6 +86,7 @@ class StageWiring {
     double busy = 0;
     double seconds_per_unit = 0;  // 0: not measured yet
     double banned_until = -1;     // -1: in good standing (never banned, or returned)
+    int measured = 0;             // measurements taken, the warm-up ones included
   };
   // Where a peer enters or returns: the least busy time of the peers in good standing, else of
   // all of them, else 0.

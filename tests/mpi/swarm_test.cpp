@@ -1,12 +1,16 @@
 // SWARM parallelism (train/swarm/) end to end: peers, each its own `train` process started one by
-// one, meet in a file store. With one peer per stage, routing fixed and a target batch of one
-// global batch, the swarm trains the run of Strata's GPipe pipeline of the same untied model
-// (unclipped: the stages clip apart): the same loss at every step and the same val_loss, to 1e-4.
-// Bad swarm settings are one `error:` line.
+// one, meet in a file store (at most 4 processes per test). With one peer per stage, routing fixed
+// and a target batch of one global batch, the swarm trains the run of Strata's GPipe pipeline of
+// the same untied model (unclipped: the stages clip apart): the same loss at every step and the
+// same val_loss, to 1e-4; two peers of a stage averaging their rounds train it too. Two drivers
+// and two servers account for every sample once. A peer killed mid-forward, mid-backward or
+// mid-averaging loses no micro-batch and the swarm finishes; a peer that joins takes its stage's
+// state bit for bit. Bad swarm settings are one `error:` line.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <memory>
-#include <sstream>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -20,13 +24,21 @@ namespace {
 using testing::Background;
 using testing::Layout;
 using testing::metric;
-using testing::run_command;
+using testing::read_file;
 using testing::TempDir;
 
-// Every run here: the layout suites' config (4 layers, 20 steps of 16 sequences), untied and
-// unclipped (a swarm's stages clip by their own norms, a pipeline by the global one).
+// Every run here: the layout suites' config (4 layers, 20 steps of 16 sequences in micro-batches
+// of 2), untied and unclipped.
 constexpr const char* kUntied = " --set model.tie_embeddings=false --set optimizer.grad_clip=0";
-constexpr const char* kStages = "[1,2,1]";
+
+// A peer of a swarm: its stages, its stage (-1: auto), its run name, more settings, test hooks.
+struct Peer {
+  std::string stages;
+  int stage = 0;
+  std::string run;
+  std::string extra = "";
+  std::string hooks = "";
+};
 
 class SwarmRuns : public ::testing::Test {
  protected:
@@ -35,70 +47,197 @@ class SwarmRuns : public ::testing::Test {
     testing::write_synthetic_dataset(*dir_ / "data", 64, 40000);
     testing::write_layout_config(*dir_, 4);
     Layout gpipe;
-    gpipe.pp = 3;
     gpipe.schedule = "gpipe";
-    reference_dir_ = testing::train(*dir_, gpipe, "gpipe",
-                                    std::string(kUntied) + " --set parallel.pp_layers=" + kStages);
+    gpipe.pp = 3;
+    gpipe3_ = testing::train(*dir_, gpipe, "gpipe3",
+                             std::string(kUntied) + " --set parallel.pp_layers=[1,2,1]");
+    gpipe.pp = 2;
+    gpipe2_ = testing::train(*dir_, gpipe, "gpipe2",
+                             std::string(kUntied) + " --set parallel.pp_layers=[2,2]");
   }
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
   }
 
-  // The command of a peer of the swarm `name` serving `stage` (-1: auto).
-  static std::string peer_command(const std::string& name, int stage, const std::string& run,
-                                  const std::string& extra = "") {
-    return testing::bin("train") + " " + dir_->str() + "/config.yaml" + kUntied +
-           " --set swarm.join=file://" + dir_->str() + "/store_" + name +
-           " --set swarm.stages=" + kStages + " --set swarm.routing=fixed --set swarm.stage=" +
-           (stage < 0 ? std::string("auto") : std::to_string(stage)) + " --set run.name=" + run +
-           " --set threads=1" + extra;
+  // The command of `peer` in the swarm of store `store`.
+  static std::string command(const std::string& store, const Peer& peer) {
+    return (peer.hooks.empty() ? "" : "STRATA_TEST_HOOKS='" + peer.hooks + "' ") +
+           testing::bin("train") + " " + dir_->str() + "/config.yaml" + kUntied +
+           " --set swarm.join=file://" + dir_->str() + "/store_" + store +
+           " --set swarm.stages=" + peer.stages + " --set swarm.stage=" +
+           (peer.stage < 0 ? std::string("auto") : std::to_string(peer.stage)) +
+           " --set run.name=" + peer.run + " --set threads=1 --set swarm.timeout=2" +
+           " --set swarm.request_timeout=2" + peer.extra;
+  }
+  // Starts `peer` and waits until it serves (so peers started in turn take ids in that order,
+  // which fixed routing follows).
+  static std::unique_ptr<Background> start(const std::string& store, const Peer& peer) {
+    auto process = std::make_unique<Background>(command(store, peer), log(peer.run));
+    for (int i = 0; i < 400 && read_file(log(peer.run)).find(" serves stage ") == std::string::npos;
+         ++i)
+      ::usleep(25000);
+    return process;
+  }
+  // Starts the peers one by one and waits for all; each must succeed.
+  static void run_swarm(const std::string& store, const std::vector<Peer>& peers) {
+    std::vector<std::unique_ptr<Background>> running;
+    for (const Peer& peer : peers) running.push_back(start(store, peer));
+    for (auto& p : running) EXPECT_EQ(p->wait(), 0) << p->output();
   }
   static std::string run_dir(const std::string& run) { return dir_->str() + "/runs/" + run; }
   static std::string log(const std::string& run) { return dir_->str() + "/" + run + ".log"; }
+  static double sum(const std::vector<double>& values) {
+    return std::accumulate(values.begin(), values.end(), 0.0);
+  }
+  // The driver `run` trained the reference run's losses and val_loss to 1e-4.
+  static void expect_reference_run(const std::string& run, const std::string& reference) {
+    testing::expect_close(metric(run_dir(run), "loss"), metric(reference, "loss"), 0,
+                          run + ": loss per step");
+    testing::expect_close(metric(run_dir(run), "val_loss"), metric(reference, "val_loss"), 0,
+                          run + ": val_loss");
+  }
+
+  // Stage 1 of [1,2,1] has two peers; round-robin sends every forward of the micro-batches to the
+  // first and every backward to the second, so `hooks` on one of them kills it mid-forward or
+  // mid-backward.
+  static void expect_survives(const std::string& store, const std::string& hooks, bool kill_first) {
+    const std::string stages = "[1,2,1]", fixed = " --set swarm.routing=fixed";
+    std::vector<std::unique_ptr<Background>> peers;
+    const std::string victim = store + "_victim";
+    peers.push_back(start(store, {stages, 2, store + "_2", fixed}));
+    if (!kill_first) peers.push_back(start(store, {stages, 1, store + "_1", fixed}));
+    peers.push_back(start(store, {stages, 1, victim, fixed, hooks}));
+    if (kill_first) peers.push_back(start(store, {stages, 1, store + "_1", fixed}));
+    peers.push_back(start(store, {stages, 0, store + "_0", fixed}));
+    int killed = 0;
+    for (auto& p : peers) {
+      const int status = p->wait();
+      if (status == 128 + 9)  // sh's status of a command SIGKILLed
+        ++killed;
+      else
+        EXPECT_EQ(status, 0) << p->output();
+    }
+    EXPECT_EQ(killed, 1);
+  }
 
   static inline TempDir* dir_ = nullptr;
-  static inline std::string reference_dir_;
+  static inline std::string gpipe3_, gpipe2_;
 };
 
 TEST_F(SwarmRuns, OnePeerPerStageTrainsThePipelineRun) {
   // Started one by one, the servers first; the driver (stage 0) finds them in the store.
-  std::vector<std::unique_ptr<Background>> peers;
-  for (int stage : {2, 1, 0}) {
-    const std::string run = "one_per_stage_" + std::to_string(stage);
-    peers.push_back(
-        std::make_unique<Background>(peer_command("one_per_stage", stage, run), log(run)));
+  const std::string stages = "[1,2,1]", fixed = " --set swarm.routing=fixed";
+  run_swarm(
+      "one",
+      {{stages, 2, "one_2", fixed}, {stages, 1, "one_1", fixed}, {stages, 0, "one_0", fixed}});
+  expect_reference_run("one_0", gpipe3_);
+  for (const char* server : {"one_1", "one_2"})
+    EXPECT_EQ(metric(run_dir(server), "stage").size(), 20u) << server;
+}
+
+TEST_F(SwarmRuns, TwoPeersOfAStageAverageTheirRoundsIntoThePipelineRun) {
+  // Round-robin: the last stage's two peers take every other micro-batch and average each round.
+  const std::string stages = "[2,2]", fixed = " --set swarm.routing=fixed";
+  run_swarm(
+      "two",
+      {{stages, 1, "two_1a", fixed}, {stages, 1, "two_1b", fixed}, {stages, 0, "two_0", fixed}});
+  expect_reference_run("two_0", gpipe2_);
+  for (const char* server : {"two_1a", "two_1b"}) {
+    EXPECT_EQ(metric(run_dir(server), "held_samples"), std::vector<double>(20, 8.0)) << server;
+    EXPECT_EQ(metric(run_dir(server), "members"), std::vector<double>(20, 2.0)) << server;
   }
-  for (auto& peer : peers) EXPECT_EQ(peer->wait(), 0) << peer->output();
-  const std::string driver = run_dir("one_per_stage_0");
-  testing::expect_close(metric(driver, "loss"), metric(reference_dir_, "loss"), 0, "loss per step");
-  testing::expect_close(metric(driver, "val_loss"), metric(reference_dir_, "val_loss"), 0,
-                        "val_loss");
-  // Every stage made the run's 20 steps.
-  for (int stage : {1, 2})
-    EXPECT_EQ(metric(run_dir("one_per_stage_" + std::to_string(stage)), "stage").size(), 20u);
+  // Both hold the same weights after every step.
+  EXPECT_EQ(metric(run_dir("two_1a"), "weights_sum"), metric(run_dir("two_1b"), "weights_sum"));
+}
+
+TEST_F(SwarmRuns, TwoDriversAndTwoServersCountEverySampleOnce) {
+  // The second driver starts once the first drives: it joins stage 0 and takes its state.
+  const std::string stages = "[2,2]";
+  run_swarm("count", {{stages, 1, "count_1a"},
+                      {stages, 1, "count_1b"},
+                      {stages, 0, "count_0a"},
+                      {stages, 0, "count_0b"}});
+  // 20 rounds of 16 samples on each stage; the samples each stage's peers held sum to the 320
+  // the drivers read, every one once; peers of a stage hold the same weights after each step.
+  for (const auto& [a, b] :
+       {std::pair{"count_0a", "count_0b"}, std::pair{"count_1a", "count_1b"}}) {
+    const std::vector<double> rounds = metric(run_dir(a), "round_samples");
+    EXPECT_EQ(rounds, std::vector<double>(20, 16.0)) << a;
+    EXPECT_EQ(sum(metric(run_dir(a), "held_samples")) + sum(metric(run_dir(b), "held_samples")),
+              320.0)
+        << a << ", " << b;
+    const std::vector<double> weights_a = metric(run_dir(a), "weights_sum");
+    const std::vector<double> weights_b = metric(run_dir(b), "weights_sum");
+    ASSERT_GE(weights_b.size(), 2u) << b;
+    ASSERT_LE(weights_b.size(), weights_a.size()) << b;
+    EXPECT_EQ(weights_b, std::vector<double>(weights_a.end() - static_cast<long>(weights_b.size()),
+                                             weights_a.end()))
+        << b;
+  }
+  // Not the pipeline's order of samples, but its run: the same val_loss within 2%.
+  const double reference = metric(gpipe2_, "val_loss").back();
+  EXPECT_NEAR(metric(run_dir("count_0a"), "val_loss").back(), reference, 0.02 * reference);
+}
+
+TEST_F(SwarmRuns, APeerKilledMidForwardOrBackwardLosesNoMicroBatch) {
+  for (const bool kill_first : {true, false}) {
+    const std::string store = kill_first ? "forward" : "backward";
+    expect_survives(store, "kill_in_request=21", kill_first);
+    // The driver made every step: the micro-batch the victim held was sent to its other peer.
+    const std::string driver = run_dir(store + "_0");
+    EXPECT_EQ(metric(driver, "loss").size(), 20u) << store;
+    EXPECT_NE(read_file(log(store + "_0")).find("did not answer"), std::string::npos) << store;
+    // The survivor made every step; after the death each round is its alone.
+    const std::vector<double> members = metric(run_dir(store + "_1"), "members");
+    EXPECT_EQ(members.size(), 20u) << store;
+    EXPECT_EQ(members.back(), 1.0) << store;
+  }
+}
+
+TEST_F(SwarmRuns, APeerKilledWhileAveragingIsLeftOutOfTheRound) {
+  expect_survives("averaging", "kill_in_averaging=5", false);
+  const std::vector<double> members = metric(run_dir("averaging_1"), "members");
+  ASSERT_EQ(members.size(), 20u);
+  EXPECT_EQ(members[3], 2.0);  // step 4: both
+  EXPECT_EQ(members[4], 1.0);  // step 5: averaged again without the dead one
+  EXPECT_EQ(metric(run_dir("averaging_0"), "loss").size(), 20u);
+}
+
+TEST_F(SwarmRuns, APeerThatJoinsTakesItsStagesStateBitForBit) {
+  // A slow server (each request at least 30 ms) keeps the run long enough to join it.
+  const std::string stages = "[2,2]", fixed = " --set swarm.routing=fixed";
+  auto first = start("join", {stages, 1, "join_1a", fixed, "step_seconds=0.03"});
+  auto driver = start("join", {stages, 0, "join_0", fixed});
+  for (int i = 0; i < 400 && metric(run_dir("join_0"), "loss").size() < 4; ++i) ::usleep(25000);
+  auto joiner = start("join", {stages, 1, "join_1b", fixed, "step_seconds=0.03"});
+  for (auto* p : {driver.get(), first.get(), joiner.get()}) EXPECT_EQ(p->wait(), 0) << p->output();
+  EXPECT_NE(read_file(log("join_1b")).find("joined at round"), std::string::npos)
+      << read_file(log("join_1b"));
+  const std::vector<double> mine = metric(run_dir("join_1b"), "weights_sum");
+  const std::vector<double> theirs = metric(run_dir("join_1a"), "weights_sum");
+  ASSERT_GE(mine.size(), 2u);
+  // From the round it joined at on, the joiner holds the first peer's weights bit for bit.
+  EXPECT_EQ(mine, std::vector<double>(theirs.end() - static_cast<long>(mine.size()), theirs.end()));
+  EXPECT_EQ(metric(run_dir("join_0"), "loss").size(), 20u);
 }
 
 TEST_F(SwarmRuns, BadSwarmsAreOneErrorLine) {
   const auto expect_error = testing::expect_one_error_line;
+  const std::string stages = "[1,2,1]";
   // A tied model cannot be split into stages that step apart.
-  expect_error(peer_command("bad", 0, "tied", " --set model.tie_embeddings=true"),
+  expect_error(command("bad", {stages, 0, "tied", " --set model.tie_embeddings=true"}),
                "model.tie_embeddings");
-  expect_error(peer_command("bad", 0, "stages", " --set swarm.stages=[1,2]"), "swarm.stages");
-  expect_error(peer_command("bad", 3, "stage"), "swarm.stage");
-  expect_error(testing::mpirun(2) + peer_command("bad", 0, "two_ranks"), "one process");
-  // The swarm's first peer sets its settings; a peer of another model is refused.
-  Background server(peer_command("settings", 1, "settings_first", " --set swarm.timeout=2"),
-                    log("settings_first"));
-  // Its settings are in the store once it says where it serves.
-  for (int i = 0; i < 200 && testing::read_file(log("settings_first")).find("serves stage") ==
-                                 std::string::npos;
-       ++i)
+  expect_error(command("bad", {"[1,2]", 0, "stages"}), "swarm.stages");
+  expect_error(command("bad", {stages, 3, "stage"}), "swarm.stage");
+  expect_error(testing::mpirun(2) + command("bad", {stages, 0, "two_ranks"}), "one process");
+  // The swarm's first peer sets its settings; a peer of another optimizer is refused.
+  Background server(command("settings", {stages, 1, "settings_first"}), log("settings_first"));
+  for (int i = 0;
+       i < 200 && read_file(log("settings_first")).find("serves stage") == std::string::npos; ++i)
     ::usleep(50000);
-  expect_error(peer_command("settings", 2, "settings_second", " --set optimizer.lr=1e-2"),
+  expect_error(command("settings", {stages, 2, "settings_second", " --set optimizer.lr=1e-2"}),
                "optimizer.lr is 0.01 here but 0.003 in the swarm");
-  // A stage takes one peer for now.
-  expect_error(peer_command("settings", 1, "settings_same_stage"), "already has a peer");
 }
 
 }  // namespace

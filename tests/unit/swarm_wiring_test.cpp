@@ -18,6 +18,14 @@ WiringSettings fixed_routing() {
   return settings;
 }
 
+// Balanced routing that takes every measurement (no warm-up left out), as the tests below
+// count them.
+WiringSettings balanced() {
+  WiringSettings settings;
+  settings.warmup = 0;
+  return settings;
+}
+
 // The peer that the `sequence`-th forward of one sample goes to (-1: none).
 std::int64_t peer_for(StageWiring& wiring, std::int64_t sequence,
                       const std::vector<std::int64_t>& excluded = {}, double now = 0) {
@@ -69,7 +77,7 @@ TEST(SwarmWiring, FixedSkipsExcludedAndBannedPeersToTheNext) {
 
 TEST(SwarmWiring, NoPeerWhenEveryOneIsExcludedOrBanned) {
   for (const SwarmRouting routing : {SwarmRouting::fixed, SwarmRouting::balanced}) {
-    WiringSettings settings;
+    WiringSettings settings = balanced();
     settings.routing = routing;
     StageWiring wiring(settings);
     EXPECT_FALSE(wiring.choose(StageWork::forward, 1, 0, {}, 0).has_value());  // no peers yet
@@ -81,7 +89,7 @@ TEST(SwarmWiring, NoPeerWhenEveryOneIsExcludedOrBanned) {
 }
 
 TEST(SwarmWiring, BalancedGivesATwiceSlowerPeerAThirdOfTheWork) {
-  StageWiring wiring{WiringSettings{}};
+  StageWiring wiring{balanced()};
   wiring.set_peers({1, 2});
   // Measured once each first, so no piece goes by the first guess of 1 s per unit.
   wiring.finished(WiringChoice{1, 1, 1}, 0.01);
@@ -94,7 +102,7 @@ TEST(SwarmWiring, BalancedGivesATwiceSlowerPeerAThirdOfTheWork) {
 }
 
 TEST(SwarmWiring, BackwardCountsBackwardCostUnitsPerSample) {
-  WiringSettings settings;
+  WiringSettings settings = balanced();
   settings.backward_cost = 2.5;
   StageWiring wiring(settings);
   wiring.set_peers({7});
@@ -118,7 +126,7 @@ TEST(SwarmWiring, BackwardCountsBackwardCostUnitsPerSample) {
 }
 
 TEST(SwarmWiring, NewPeerEntersAtTheLeastBusyTime) {
-  StageWiring wiring{WiringSettings{}};
+  StageWiring wiring{balanced()};
   wiring.set_peers({1, 2});
   share_of_work(wiring, 200, {{1, 0.01}, {2, 0.01}});
   const double least = std::min(wiring.busy(1), wiring.busy(2));
@@ -138,7 +146,7 @@ TEST(SwarmWiring, NewPeerEntersAtTheLeastBusyTime) {
 }
 
 TEST(SwarmWiring, BannedPeerReturnsAfterBanSecondsAtTheLeastBusyTime) {
-  WiringSettings settings;
+  WiringSettings settings = balanced();
   settings.ban_s = 30;
   StageWiring wiring(settings);
   wiring.set_peers({1, 2});
@@ -161,7 +169,7 @@ TEST(SwarmWiring, BannedPeerReturnsAfterBanSecondsAtTheLeastBusyTime) {
 }
 
 TEST(SwarmWiring, ThroughputSumsThePeersSpeedsNotBanned) {
-  StageWiring wiring{WiringSettings{}};
+  StageWiring wiring{balanced()};
   EXPECT_DOUBLE_EQ(wiring.throughput(0), 0);
   wiring.set_peers({1, 2, 3});
   EXPECT_DOUBLE_EQ(wiring.throughput(0), 3);    // nothing measured: 1 s per unit each
@@ -171,6 +179,22 @@ TEST(SwarmWiring, ThroughputSumsThePeersSpeedsNotBanned) {
   EXPECT_DOUBLE_EQ(wiring.throughput(0), 2 + 4 + 1 / 0.375);
   wiring.failed(WiringChoice{2, 1, 0}, 0);
   EXPECT_DOUBLE_EQ(wiring.throughput(1), 2 + 1 / 0.375);
+}
+
+// The default leaves each peer's first measurement out: a first reply 100 times slower (it
+// connected and allocated) does not starve that peer of the work that would correct it.
+TEST(SwarmWiring, AWarmUpReplyIsLeftOutOfAPeersSpeed) {
+  StageWiring wiring{WiringSettings{}};
+  wiring.set_peers({1, 2});
+  for (int i = 0; i < 2; ++i) {  // each peer's first piece: peer 1's slow
+    const auto choice = wiring.choose(StageWork::forward, 1, i, {}, 0);
+    ASSERT_TRUE(choice);
+    wiring.finished(*choice, choice->peer == 1 ? 1.0 : 0.01);
+  }
+  const std::map<std::int64_t, int> pieces = share_of_work(wiring, 1000, {{1, 0.01}, {2, 0.01}});
+  // Taken whole, the slow reply would have left peer 1 about one piece in a hundred.
+  EXPECT_GT(pieces.at(1), 400);
+  EXPECT_GT(pieces.at(2), 400);
 }
 
 }  // namespace

@@ -138,6 +138,10 @@ PipelineStage& CpuTraining::stage() {
   return stages_.front();
 }
 
+void CpuTraining::copy_gradients(float* out) { std::copy(grads_.begin(), grads_.end(), out); }
+
+void CpuTraining::set_gradients(const float* in) { std::copy_n(in, grads_.size(), grads_.begin()); }
+
 void CpuTraining::reduce_gradients() {
   run_reductions(plan_.gradients, grads_.data(), groups_, plan_.gradient_range.begin);
 }

@@ -38,6 +38,8 @@ class CpuTraining final : public TrainingBackend {
                               const MicroBatchSource& source) override;
   void zero_gradients() override;
   PipelineStage& stage() override;
+  void copy_gradients(float* out) override;
+  void set_gradients(const float* in) override;
   void reduce_gradients() override;
   double gradient_sum_of_squares() override;
   void apply_optimizer(const OptimizerStep& step) override;

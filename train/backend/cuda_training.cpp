@@ -303,6 +303,18 @@ class CudaTrainingOf final : public TrainingBackend {
     return *stages_.front();
   }
 
+  void copy_gradients(float* out) override {
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(out, grads_, n_grads_ * sizeof(float), cudaMemcpyDeviceToHost,
+                                      ctx_.stream()));
+    ctx_.synchronize();
+  }
+
+  void set_gradients(const float* in) override {
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(grads_, in, n_grads_ * sizeof(float), cudaMemcpyHostToDevice,
+                                      ctx_.stream()));
+    ctx_.synchronize();
+  }
+
   PipelineExecutor& evaluator() override {
     parameters_->bind(weights(), nullptr, 0);
     return *executor_;

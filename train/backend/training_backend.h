@@ -76,6 +76,10 @@ class TrainingBackend : public MasterWeights {
   // its backward passes add to.
   virtual void zero_gradients() = 0;
   virtual PipelineStage& stage() = 0;
+  // The gradients over plan().gradient_range as host fp32, copied out and back (SWARM's
+  // averaging among a stage's peers).
+  virtual void copy_gradients(float* out) = 0;
+  virtual void set_gradients(const float* in) = 0;
   // Runs plan().gradients over the placement's groups.
   virtual void reduce_gradients() = 0;
   // Σ g² over plan().norm_ranges of the gradients as they are (still loss-scaled), in double.

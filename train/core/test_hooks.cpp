@@ -54,9 +54,12 @@ TestHooks TestHooks::parse(std::string_view text) {
       hooks.kill_in_update = integer_of(name, value);
     } else if (name == "kill_in_averaging") {
       hooks.kill_in_averaging = integer_of(name, value);
+    } else if (name == "kill_in_request") {
+      hooks.kill_in_request = integer_of(name, value);
     } else {
       fail(kVariable, ": unknown hook '", name,
-           "' (nonfinite_steps, step_seconds, kill_in_update, kill_in_averaging)");
+           "' (nonfinite_steps, step_seconds, kill_in_update, kill_in_averaging, "
+           "kill_in_request)");
     }
   }
   return hooks;

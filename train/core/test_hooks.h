@@ -6,6 +6,7 @@
 // a test. Unset, as on every user's run, the hooks are empty and nothing acts.
 //
 //   STRATA_TEST_HOOKS='nonfinite_steps=5,6 step_seconds=0.2 kill_in_update=8 kill_in_averaging=20'
+//   STRATA_TEST_HOOKS='kill_in_request=30'
 //
 // Hooks are `name=value` items separated by spaces; an unknown name or a malformed value is an
 // error naming it. They are deliberately not config keys: a config is a user's, and is written
@@ -23,7 +24,8 @@ struct TestHooks {
   // rank's gradients would make them (train.nonfinite's policies, tests/unit/run_recovery_test).
   std::set<std::int64_t> nonfinite_steps;
   // step_seconds: each step lasts at least this long, so that a test of elastic DiLoCo can act
-  // inside an inner phase on a busy machine.
+  // inside an inner phase on a busy machine; a swarm peer's requests each last at least this
+  // long (a slow peer, whatever the machine's load).
   double step_seconds = 0;
   // kill_in_update: SIGKILL in the middle of optimizer update number N (its bias-correction
   // count), in the visit of a chunk after the first: weights and offloaded state half updated
@@ -31,11 +33,16 @@ struct TestHooks {
   std::int64_t kill_in_update = 0;
   // kill_in_averaging: SIGKILL between the two pieces of the averaging of the sync after step N:
   // the others hold part of an average (tests/mpi/elastic_diloco_test). −1: never.
+  // A swarm peer (train/swarm/): the averaging of the round that makes its stage's step N.
   std::int64_t kill_in_averaging = -1;
+  // kill_in_request: a swarm peer SIGKILLs itself while it handles its N-th request (1-based),
+  // after the work and before the reply: its caller must send the request to another peer
+  // (tests/mpi/swarm_test). 0: never.
+  std::int64_t kill_in_request = 0;
 
   bool empty() const {
     return nonfinite_steps.empty() && step_seconds == 0 && kill_in_update == 0 &&
-           kill_in_averaging < 0;
+           kill_in_averaging < 0 && kill_in_request == 0;
   }
   // The hooks `text` names (the format above).
   static TestHooks parse(std::string_view text);

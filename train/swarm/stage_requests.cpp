@@ -37,12 +37,12 @@ std::span<const T> view(const RpcMessage& message, std::size_t offset_bytes, std
 
 }  // namespace
 
-RpcMessage stage_request(const std::string& method, int batch, std::span<const float> input,
-                         std::span<const float> output_grad,
+RpcMessage stage_request(const std::string& method, int batch, std::int64_t micro_batch,
+                         std::span<const float> input, std::span<const float> output_grad,
                          std::span<const std::int32_t> targets) {
   RpcMessage m;
   m.method = method;
-  m.header = "batch=" + std::to_string(batch);
+  m.header = "batch=" + std::to_string(batch) + " mb=" + std::to_string(micro_batch);
   m.payload.reserve(input.size_bytes() + output_grad.size_bytes() + targets.size_bytes());
   append(m.payload, input);
   append(m.payload, output_grad);
@@ -56,6 +56,7 @@ StageRequest read_stage_request(const RpcMessage& message, std::size_t boundary_
   r.method = message.method;
   r.batch = std::stoi(header_value(message.header, "batch"));
   if (r.batch < 1) throw std::runtime_error("swarm request of batch " + std::to_string(r.batch));
+  r.micro_batch = std::stoll(header_value(message.header, "mb"));
   const std::size_t B = static_cast<std::size_t>(r.batch);
   const std::size_t activations = B * boundary_floats, positions = B * seq_len;
   std::size_t expected = activations * sizeof(float);

@@ -4,13 +4,15 @@
 // the stage's input again and the peer recomputes its forward, so the backward of a micro-batch
 // may go to another peer than its forward did.
 //
-//   forward   header "batch=B", payload input            → payload output
-//   backward  header "batch=B", payload input | grad     → payload input's gradient
-//   loss      (last stage) "batch=B", input | targets    → "loss_sum=S", input's gradient
+//   forward   header "batch=B mb=G", payload input         → payload output
+//   backward  "batch=B mb=G", payload input | grad         → payload input's gradient
+//   loss      (last stage) "batch=B mb=G", input | targets → "loss_sum=S", input's gradient
 //             (its forward and backward in one request: the loss starts the backward)
-//   evaluate  (last stage) "batch=B", input | targets    → "loss_sum=S" (no backward)
+//   evaluate  (last stage) "batch=B mb=-1", input | targets → "loss_sum=S" (no backward)
 // input, output and gradients are boundary_floats(B) fp32 each (B·T·C: the residual stream),
-// targets B·T int32; S is Σ −log p(target) over the B·T positions, in double.
+// targets B·T int32; S is Σ −log p(target) over the B·T positions, in double. G is the
+// micro-batch's global id (train/swarm/stage_rounds.h counts each backward of it once per stage);
+// -1 for evaluation.
 #pragma once
 
 #include <cstddef>
@@ -32,14 +34,15 @@ inline constexpr const char* kEvaluate = "evaluate";
 struct StageRequest {
   std::string method;
   int batch = 0;
+  std::int64_t micro_batch = -1;
   std::span<const float> input;
   std::span<const float> output_grad;     // backward
   std::span<const std::int32_t> targets;  // loss, evaluate
 };
 
 // Encodes a request: `output_grad` for a backward, `targets` for loss and evaluate, else empty.
-RpcMessage stage_request(const std::string& method, int batch, std::span<const float> input,
-                         std::span<const float> output_grad = {},
+RpcMessage stage_request(const std::string& method, int batch, std::int64_t micro_batch,
+                         std::span<const float> input, std::span<const float> output_grad = {},
                          std::span<const std::int32_t> targets = {});
 // Reads `message` (which must outlive the result) for a stage whose boundary holds
 // `boundary_floats` floats per sequence and whose sequences are `seq_len` long. A request of

@@ -11,6 +11,7 @@
 #include "train/evaluate.h"
 #include "train/stop_signal.h"
 #include "train/swarm/stage_requests.h"
+#include "train/swarm/stage_server.h"
 
 namespace strata {
 
@@ -28,12 +29,15 @@ WiringSettings wiring_settings(const Config& config) {
 
 }  // namespace
 
-SwarmDriver::SwarmDriver(const Config& config, SwarmStage& stage, StageRegistry& registry,
-                         RpcServer& server, const TrainingData& data, MetricsWriter& metrics)
+SwarmDriver::SwarmDriver(const Config& config, SwarmStage& stage, StageRounds& rounds,
+                         StageRegistry& registry, RpcServer& server, SwarmProgress& progress,
+                         const TrainingData& data, MetricsWriter& metrics)
     : config_(config),
       stage_(stage),
+      rounds_(rounds),
       registry_(registry),
       server_(server),
+      progress_(progress),
       data_(data),
       metrics_(metrics),
       wiring_(static_cast<std::size_t>(stage.stages()), StageWiring(wiring_settings(config))),
@@ -98,38 +102,42 @@ RpcMessage SwarmDriver::call(int stage, StageWork work, int samples, const RpcMe
 }
 
 std::vector<std::vector<float>> SwarmDriver::forward_through(std::vector<float> first_output,
-                                                             int batch) {
+                                                             int batch, std::int64_t g) {
   const int S = stage_.stages();
   std::vector<std::vector<float>> inputs;  // inputs[k − 1]: stage k's input
   inputs.push_back(std::move(first_output));
   for (int k = 1; k < S - 1; ++k) {
     const RpcMessage reply = call(k, StageWork::forward, batch,
-                                  swarm::stage_request(swarm::kForward, batch, inputs.back()));
+                                  swarm::stage_request(swarm::kForward, batch, g, inputs.back()));
     inputs.push_back(swarm::reply_floats(reply, stage_.boundary_floats(batch)));
   }
   return inputs;
 }
 
-double SwarmDriver::train_micro_batch(std::int64_t index) {
+double SwarmDriver::train_micro_batch(std::int64_t g) {
   const int B = config_.train.micro_batch, T = config_.model.seq_len, S = stage_.stages();
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
   for (int b = 0; b < B; ++b)
-    data_.sample(static_cast<std::uint64_t>(index * B + b), tokens.data() + b * T,
+    data_.sample(static_cast<std::uint64_t>(g * B + b), tokens.data() + b * T,
                  targets.data() + b * T);
   const std::vector<std::vector<float>> inputs =
-      forward_through(stage_.forward(tokens.data(), nullptr, B), B);
-  const RpcMessage last = call(S - 1, StageWork::backward, B,
-                               swarm::stage_request(swarm::kLoss, B, inputs.back(), {}, targets));
+      forward_through(stage_.forward(tokens.data(), nullptr, B), B, g);
+  const RpcMessage last =
+      call(S - 1, StageWork::backward, B,
+           swarm::stage_request(swarm::kLoss, B, g, inputs.back(), {}, targets));
   const double loss_sum = swarm::reply_loss_sum(last);
   std::vector<float> grad = swarm::reply_floats(last, stage_.boundary_floats(B));
   for (int k = S - 2; k >= 1; --k) {
     const RpcMessage reply =
         call(k, StageWork::backward, B,
-             swarm::stage_request(swarm::kBackward, B, inputs.at(static_cast<std::size_t>(k - 1)),
-                                  grad));
+             swarm::stage_request(swarm::kBackward, B, g,
+                                  inputs.at(static_cast<std::size_t>(k - 1)), grad));
     grad = swarm::reply_floats(reply, stage_.boundary_floats(B));
   }
-  stage_.backward(tokens.data(), nullptr, grad.data(), B);
+  // The first stage's own backward, counted into its rounds as a server counts its.
+  StageRounds::Claim claim;
+  while ((claim = rounds_.claim(g, B)) == StageRounds::Claim::full) finish_round();
+  stage_.backward(tokens.data(), nullptr, grad.data(), B, claim == StageRounds::Claim::add);
   return loss_sum;
 }
 
@@ -145,10 +153,10 @@ double SwarmDriver::split_loss(const TokenSource& split) {
       eval_window(split, windows[static_cast<std::size_t>(b)], T, tokens.data() + b * T,
                   targets.data() + b * T);
     const std::vector<std::vector<float>> inputs =
-        forward_through(stage_.forward(tokens.data(), nullptr, B), B);
+        forward_through(stage_.forward(tokens.data(), nullptr, B), B, -1);
     const RpcMessage last =
         call(S - 1, StageWork::forward, B,
-             swarm::stage_request(swarm::kEvaluate, B, inputs.back(), {}, targets));
+             swarm::stage_request(swarm::kEvaluate, B, -1, inputs.back(), {}, targets));
     sum += swarm::reply_loss_sum(last);
     count += static_cast<std::int64_t>(B) * T;
   }
@@ -165,57 +173,82 @@ double SwarmDriver::validation_loss() {
   return loss;
 }
 
-std::string SwarmDriver::run() {
+void SwarmDriver::finish_round() {
   using Clock = std::chrono::steady_clock;
   const int B = config_.train.micro_batch, T = config_.model.seq_len;
   const int steps = config_.train.steps;
+  const StageStep s = rounds_.finish(stage_);
+  if (s.joined) {
+    report_stage_step(config_, 0, s, 0, metrics_);
+    return;
+  }
+  const double step_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - round_start_).count();
+  const double tokens = static_cast<double>(round_batches_) * B * T;
+  const double loss = round_batches_ > 0 ? round_loss_ / tokens : 0.0;
+  const double tokens_per_s = tokens / (step_ms / 1e3);
+  metrics_.write(JsonLine()
+                     .add("step", s.step)
+                     .add("loss", loss)
+                     .add("lr", s.lr)
+                     .add("grad_norm", s.grad_norm)
+                     .add("tokens_per_s", tokens_per_s)
+                     .add("step_ms", step_ms)
+                     .add("held_samples", s.held)
+                     .add("round_samples", s.samples)
+                     .add("members", s.members)
+                     .add("weights_sum", s.weights_sum));
+  if (s.step % config_.train.log_every == 0 || s.step == 1 || s.step == steps || !s.applied ||
+      s.samples != swarm_target_batch(config_)) {
+    std::printf(
+        "step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms | %d of %d "
+        "samples here, %d drivers%s\n",
+        static_cast<long long>(s.step), steps, loss, s.lr, s.grad_norm, tokens_per_s, step_ms,
+        s.held, s.samples, s.members, s.applied ? "" : " | skipped (non-finite or no samples)");
+    std::fflush(stdout);
+  }
+  // As the trainer: every eval_every steps and after the last.
+  const int every = config_.train.eval_every;
+  if (data_.evaluates() && (s.step == steps || (every > 0 && s.step % every == 0))) {
+    const double val_loss = validation_loss();
+    metrics_.write(JsonLine().add("step", s.step).add("val_loss", val_loss));
+    std::printf("eval step %lld | val_loss %.4f\n", static_cast<long long>(s.step), val_loss);
+    std::fflush(stdout);
+  }
+  round_loss_ = 0;
+  round_batches_ = 0;
+  round_start_ = Clock::now();
+}
+
+std::string SwarmDriver::run() {
   for (int k = 1; k < stage_.stages(); ++k) refresh_peers(k);
   refreshed_at_ = steady_seconds();
-  std::int64_t index = 0;
-  double round_loss = 0;
-  int round_batches = 0;
-  Clock::time_point round_start = Clock::now();
-  while (stage_.steps_done() < steps) {
+  round_start_ = std::chrono::steady_clock::now();
+  const auto handler = [](const RpcMessage&) -> RpcMessage {
+    throw std::runtime_error("the first stage takes no requests (it drives)");
+  };
+  while (const std::optional<std::int64_t> g = progress_.take()) {
     if (stop_requested()) return "stopped by signal at step " + std::to_string(stage_.steps_done());
-    server_.serve_one(0, [this](const RpcMessage& m) { return stage_.handle(m); });
+    server_.serve_one(0, handler);
     if (steady_seconds() - refreshed_at_ > kRefreshSeconds) {
       for (int k = 1; k < stage_.stages(); ++k) refresh_peers(k);
       refreshed_at_ = steady_seconds();
     }
-    round_loss += train_micro_batch(index++);
-    round_batches += 1;
-    if (!stage_.round_complete()) continue;
-    const StageStep s = stage_.step();
-    const double step_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - round_start).count();
-    const double loss = round_loss / (static_cast<double>(round_batches) * B * T);
-    const double tokens_per_s = round_batches * B * T / (step_ms / 1e3);
-    metrics_.write(JsonLine()
-                       .add("step", s.step)
-                       .add("loss", loss)
-                       .add("lr", s.lr)
-                       .add("grad_norm", s.grad_norm)
-                       .add("tokens_per_s", tokens_per_s)
-                       .add("step_ms", step_ms));
-    if (s.step % config_.train.log_every == 0 || s.step == 1 || s.step == steps || !s.applied) {
-      std::printf("step %6lld/%d | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.1f ms%s\n",
-                  static_cast<long long>(s.step), steps, loss, s.lr, s.grad_norm, tokens_per_s,
-                  step_ms, s.applied ? "" : " | skipped (non-finite)");
-      std::fflush(stdout);
-    }
-    // As the trainer: every eval_every steps and after the last.
-    const int every = config_.train.eval_every;
-    if (data_.evaluates() && (s.step == steps || (every > 0 && s.step % every == 0))) {
-      const double val_loss = validation_loss();
-      metrics_.write(JsonLine().add("step", s.step).add("val_loss", val_loss));
-      std::printf("eval step %lld | val_loss %.4f\n", static_cast<long long>(s.step), val_loss);
-      std::fflush(stdout);
-    }
-    round_loss = 0;
-    round_batches = 0;
-    round_start = Clock::now();
+    round_loss_ += train_micro_batch(*g);
+    round_batches_ += 1;
+    progress_.completed_one();
+    if (rounds_.full()) finish_round();
   }
-  return "finished its " + std::to_string(steps) + " steps";
+  // Every micro-batch is taken: the other drivers' last ones come through, then a last round
+  // that holds samples (a peer lost some) is averaged over what it has.
+  while (!progress_.drained()) {
+    if (stop_requested()) return "stopped by signal at step " + std::to_string(stage_.steps_done());
+    if (rounds_.full()) finish_round();
+    sleep_seconds(0.05);
+  }
+  if (rounds_.full() || rounds_.pending()) finish_round();
+  return "done at step " + std::to_string(stage_.steps_done()) +
+         " (the swarm's data has come through)";
 }
 
 }  // namespace strata

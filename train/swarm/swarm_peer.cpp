@@ -14,7 +14,10 @@
 #include "train/run_directory.h"
 #include "train/run_lock.h"
 #include "train/stop_signal.h"
+#include "train/swarm/stage_rounds.h"
+#include "train/swarm/stage_server.h"
 #include "train/swarm/swarm_driver.h"
+#include "train/swarm/swarm_progress.h"
 #include "train/swarm/swarm_stage.h"
 #include "train/training_data.h"
 
@@ -62,44 +65,10 @@ StageRegistrySettings registry_settings(const Config& config) {
   return s;
 }
 
-// Serves the stage's requests, stepping it at each full round, until it has made train.steps
-// steps and the drivers are done: the store's "<swarm>/finished", or no live first-stage peer.
-std::string serve_stage(const Config& config, SwarmStage& stage, StageRegistry& registry,
-                        RpcServer& server, MetricsWriter& metrics) {
-  const auto handler = [&stage](const RpcMessage& m) { return stage.handle(m); };
-  const std::string finished = config.swarm.group + "/finished";
-  double looked_at = steady_seconds();
-  std::int64_t served = 0;
-  while (true) {
-    if (stop_requested()) return "stopped by signal at step " + std::to_string(stage.steps_done());
-    if (server.serve_one(0.05, handler)) served += 1;
-    if (stage.round_complete()) {
-      const StageStep s = stage.step();
-      metrics.write(JsonLine()
-                        .add("step", s.step)
-                        .add("stage", stage.index())
-                        .add("lr", s.lr)
-                        .add("grad_norm", s.grad_norm)
-                        .add("requests", served));
-      const int every = config.train.log_every;
-      if (s.step % every == 0 || s.step == 1 || s.step == config.train.steps || !s.applied) {
-        std::printf("stage %d step %6lld/%d | lr %.3e | grad_norm %.3f | %lld requests%s\n",
-                    stage.index(), static_cast<long long>(s.step), config.train.steps, s.lr,
-                    s.grad_norm, static_cast<long long>(served),
-                    s.applied ? "" : " | skipped (non-finite)");
-        std::fflush(stdout);
-      }
-    }
-    if (stage.steps_done() < config.train.steps || steady_seconds() - looked_at < 0.5) continue;
-    looked_at = steady_seconds();
-    if (registry.store().get(finished) || registry.stage_peers(0).empty())
-      return "finished its " + std::to_string(config.train.steps) + " steps";
-  }
-}
-
 }  // namespace
 
 void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPeerOptions& options) {
+  const TestHooks& hooks = options.test_hooks;
   if (world.size() != 1)
     fail(
         "a swarm peer is one process (swarm.join): start each peer as its own `train`, not "
@@ -118,14 +87,7 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
     fail(e.what());
   }
   const int index = config.swarm.stage >= 0 ? config.swarm.stage : registry->least_served_stage();
-  // Peers of one stage would each step on their own rounds: until they average their gradients
-  // (the next step of this mode), a stage takes one peer.
-  if (const std::vector<SwarmPeerRecord> serving = registry->stage_peers(index); !serving.empty())
-    fail("stage ", index, " of swarm '", config.swarm.group, "' already has a peer (peer ",
-         serving.front().id, " at ", serving.front().endpoint,
-         "): a stage takes one peer for now (swarm.stage)");
   SwarmStage stage(config, index, device, world);
-  stage.initialize();
   // The first stage reads the training data; its tokenizer check is the run's.
   std::unique_ptr<TrainingData> data;
   if (stage.first()) {
@@ -134,35 +96,45 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   }
   const std::string host = config.swarm.host.empty() ? "127.0.0.1" : config.swarm.host;
   std::unique_ptr<RpcServer> server;
+  std::unique_ptr<StageRounds> rounds;
   try {
     server = std::make_unique<RpcServer>("tcp://" + host + ":*", host);
+    rounds = std::make_unique<StageRounds>(config, index, world, hooks);
   } catch (const std::runtime_error& e) {
-    fail("swarm.host: ", e.what());
+    fail(e.what());
   }
-  const std::int64_t id = registry->join(index, server->endpoint());
-
   const std::string run_dir = config.run_directory();
   fs::create_directories(run_dir);
   std::ofstream(fs::path(run_dir) / "config.yaml") << config_to_yaml(config);
   MetricsWriter metrics((fs::path(run_dir) / "metrics.jsonl").string(), -1);
   const ModelPartition p = swarm_stage_partition(config, index);
-  std::printf("swarm '%s' (%s): peer %lld serves stage %d of %zu (layers %d-%d%s%s) at %s\n",
-              config.swarm.group.c_str(), config.swarm.join.c_str(), static_cast<long long>(id),
-              index, config.swarm.stages.size(), p.layer_begin, p.layer_end - 1,
+  std::printf("swarm '%s' (%s): stage %d of %zu (layers %d-%d%s%s), serving at %s\n",
+              config.swarm.group.c_str(), config.swarm.join.c_str(), index,
+              config.swarm.stages.size(), p.layer_begin, p.layer_end - 1,
               p.has_embedding ? ", embedding" : "", p.has_head ? ", head" : "",
               server->endpoint().c_str());
   std::fflush(stdout);
-
   install_stop_signal_handlers();
+  // A stage that has averaged before is joined: its state taken before any request is served.
+  std::printf("stage %d: %s\n", index, rounds->start(stage).c_str());
+  std::fflush(stdout);
+  const std::int64_t id = registry->join(index, server->endpoint());
+  std::printf("swarm peer %lld serves stage %d\n", static_cast<long long>(id), index);
+  std::fflush(stdout);
+
+  SwarmProgress progress(config, registry->store());
   std::string why;
   if (stage.first()) {
-    SwarmDriver driver(config, stage, *registry, *server, *data, metrics);
+    SwarmDriver driver(config, stage, *rounds, *registry, *server, progress, *data, metrics);
     why = driver.run();
-    registry->store().set(config.swarm.group + "/finished", store_bytes(why));
+    // Its deathrattle tells the servers that the drivers are done.
+    registry->leave(why);
   } else {
-    why = serve_stage(config, stage, *registry, *server, metrics);
+    StageServer serving(config, stage, *rounds, *server, *registry, progress, metrics, hooks);
+    why = serving.run();
   }
   std::printf("swarm peer %lld: %s\n", static_cast<long long>(id), why.c_str());
+  rounds->leave(why);
   registry->leave(why);
 }
 

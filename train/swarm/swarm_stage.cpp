@@ -13,13 +13,9 @@
 
 namespace strata {
 
-namespace {
-
-int target_batch(const Config& config) {
+int swarm_target_batch(const Config& config) {
   return config.swarm.target_batch > 0 ? config.swarm.target_batch : config.train.global_batch;
 }
-
-}  // namespace
 
 ModelPartition swarm_stage_partition(const Config& config, int stage) {
   const std::vector<int>& layers = config.swarm.stages;
@@ -34,9 +30,8 @@ ModelPartition swarm_stage_partition(const Config& config, int stage) {
 SwarmStage::SwarmStage(const Config& config, int stage, Device device, MpiCommunicator& world)
     : config_(config),
       stage_(stage),
-      micro_batches_per_step_(target_batch(config) / config.train.micro_batch),
       loss_scale_(static_cast<float>(config.train.micro_batch) /
-                  static_cast<float>(target_batch(config))),
+                  static_cast<float>(swarm_target_batch(config))),
       groups_(Mesh(1, 0, 1, 1, 1, config.parallel.gpus_per_node), world),
       program_(make_pipeline_schedule(PipelineSchedule::one_f_one_b, 1, 1)),
       partition_(swarm_stage_partition(config, stage)) {
@@ -75,22 +70,26 @@ std::vector<float> SwarmStage::forward(const std::int32_t* tokens, const float* 
 }
 
 std::vector<float> SwarmStage::backward(const std::int32_t* tokens, const float* input,
-                                        const float* output_grad, int batch) {
+                                        const float* output_grad, int batch, bool add) {
   STRATA_CHECK(!last(), "the last stage's backward starts from its loss (SwarmStage::loss)");
+  if (!add) {
+    kept_.resize(backend_->plan().gradient_range.size());
+    backend_->copy_gradients(kept_.data());
+  }
   PipelineStage& stage = backend_->stage();
   stage.forward(0, tokens, input, nullptr, batch);
   stage.backward(0, output_grad, loss_scale_);
-  round_micro_batches_ += 1;
   std::vector<float> input_grad;
   if (!first()) {
     input_grad.resize(boundary_floats(batch));
     stage.copy_input_grad(0, input_grad.data());
   }
+  if (!add) backend_->set_gradients(kept_.data());
   return input_grad;
 }
 
 double SwarmStage::loss(const float* input, const std::int32_t* targets, int batch,
-                        std::vector<float>* input_grad) {
+                        std::vector<float>* input_grad, bool add) {
   STRATA_CHECK(last(), "only the last stage computes the loss");
   PipelineStage& stage = backend_->stage();
   stage.forward(0, nullptr, input, targets, batch);
@@ -98,44 +97,37 @@ double SwarmStage::loss(const float* input, const std::int32_t* targets, int bat
   stage.copy_losses(0, losses.data());
   const double sum = std::accumulate(losses.begin(), losses.end(), 0.0);
   if (input_grad) {
+    if (!add) {
+      kept_.resize(backend_->plan().gradient_range.size());
+      backend_->copy_gradients(kept_.data());
+    }
     stage.backward(0, nullptr, loss_scale_);
-    round_micro_batches_ += 1;
     input_grad->resize(boundary_floats(batch));
     stage.copy_input_grad(0, input_grad->data());
+    if (!add) backend_->set_gradients(kept_.data());
   }
   return sum;
 }
 
-RpcMessage SwarmStage::handle(const RpcMessage& message) {
-  const swarm::StageRequest r =
-      swarm::read_stage_request(message, boundary_floats(1), config_.model.seq_len);
-  if (first()) throw std::runtime_error("the first stage takes no requests (it drives)");
-  const bool for_last = r.method == swarm::kLoss || r.method == swarm::kEvaluate;
-  if (for_last != last())
-    throw std::runtime_error("swarm request '" + r.method + "' sent to stage " +
-                             std::to_string(stage_) + " of " + std::to_string(stages()));
-  if (r.method == swarm::kForward)
-    return swarm::stage_reply(forward(nullptr, r.input.data(), r.batch));
-  if (r.method == swarm::kBackward)
-    return swarm::stage_reply(backward(nullptr, r.input.data(), r.output_grad.data(), r.batch));
-  std::vector<float> input_grad;
-  const double sum = loss(r.input.data(), r.targets.data(), r.batch,
-                          r.method == swarm::kLoss ? &input_grad : nullptr);
-  return swarm::stage_reply(input_grad, sum);
+double SwarmStage::weights_sum() {
+  const std::vector<StateBuffer> state = backend_->state();
+  const std::vector<float>& weights = state.front().values;
+  return std::accumulate(weights.begin(), weights.end(), 0.0);
 }
 
-StageStep SwarmStage::step() {
+StageStep SwarmStage::step(double scale) {
   StageStep s;
   s.lr = learning_rate(config_.optimizer, static_cast<int>(steps_done_), config_.train.steps);
-  s.grad_norm = std::sqrt(backend_->gradient_sum_of_squares());
+  s.grad_norm = scale * std::sqrt(backend_->gradient_sum_of_squares());
   s.applied = std::isfinite(s.grad_norm);
   steps_done_ += 1;
   s.step = steps_done_;
-  if (s.applied)
-    backend_->apply_optimizer(
-        OptimizerStep{s.lr, clip_factor(s.grad_norm, config_.optimizer.grad_clip), steps_done_});
+  if (s.applied) {
+    optimizer_steps_ += 1;
+    backend_->apply_optimizer(OptimizerStep{
+        s.lr, scale * clip_factor(s.grad_norm, config_.optimizer.grad_clip), optimizer_steps_});
+  }
   backend_->zero_gradients();
-  round_micro_batches_ = 0;
   return s;
 }
 

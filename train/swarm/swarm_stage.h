@@ -6,11 +6,12 @@
 // the model is untied) on the last. Every backward recomputes the stage's forward from the input
 // it is given, so nothing is kept between passes and any peer of the stage can take any pass.
 //
-// A stage steps once it holds the gradients of swarm.target_batch samples: each micro-batch's
-// backward adds the gradient of (micro_batch / target_batch) · its mean loss, so a round's sum is
-// the gradient of the round's mean loss, as a pipeline step of global_batch = target_batch sums
-// its micro-batches. The step clips by the stage's own gradient norm (the stages step apart; no
-// global norm exists) and follows the run's learning-rate schedule by the stage's step count.
+// A stage steps once its peers hold the gradients of swarm.target_batch samples
+// (train/swarm/stage_rounds.h): each micro-batch's backward adds the gradient of
+// (micro_batch / target_batch) · its mean loss, so a round's sum is the gradient of the round's
+// mean loss, as a pipeline step of global_batch = target_batch sums its micro-batches. The step
+// clips by the stage's own gradient norm (the stages step apart; no global norm exists) and
+// follows the run's learning-rate schedule by the stage's step count.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +37,17 @@ struct StageStep {
   double lr = 0;
   double grad_norm = 0;  // of the round's gradient, before clipping
   bool applied = false;  // false: a non-finite gradient, skipped
+  int held = 0;          // samples whose gradients this peer added to the round
+  int samples = 0;       // samples the round averaged over, every member's
+  int members = 1;       // peers that averaged it
+  bool joined = false;   // this peer took the stage's state instead (a joiner)
+  // Σ of the stage's fp32 weights after the step, in double: peers of a stage that hold the same
+  // state bit for bit report the same sum (tests compare them).
+  double weights_sum = 0;
 };
+
+// swarm.target_batch, or train.global_batch when it is 0.
+int swarm_target_batch(const Config& config);
 
 class SwarmStage {
  public:
@@ -57,36 +68,40 @@ class SwarmStage {
   // The stage's output for a micro-batch of `batch` sequences: `tokens` on the first stage,
   // `input` (boundary_floats(batch)) on the others.
   std::vector<float> forward(const std::int32_t* tokens, const float* input, int batch);
-  // Recomputes the forward, then adds the gradient of this micro-batch's share of the round's loss
-  // given `output_grad`; returns the input's gradient (empty on the first stage). Counts the
-  // micro-batch in the round.
+  // Recomputes the forward, then, when `add`, adds the gradient of this micro-batch's share of
+  // the round's loss given `output_grad` (else the gradients are left as they were: a duplicate);
+  // returns the input's gradient (empty on the first stage).
   std::vector<float> backward(const std::int32_t* tokens, const float* input,
-                              const float* output_grad, int batch);
+                              const float* output_grad, int batch, bool add);
   // Last stage: the loss of a micro-batch (Σ −log p over its B·T targets) and, when `input_grad`
-  // is given, its backward into the round (the input's gradient there).
+  // is given, its backward (the input's gradient there; the weights' added when `add`).
   double loss(const float* input, const std::int32_t* targets, int batch,
-              std::vector<float>* input_grad);
-  // A request of stage_requests.h; std::runtime_error on a malformed one.
-  RpcMessage handle(const RpcMessage& request);
+              std::vector<float>* input_grad, bool add);
 
-  // The round: micro-batches whose gradients the stage holds toward its next step.
-  int round_micro_batches() const { return round_micro_batches_; }
-  bool round_complete() const { return round_micro_batches_ >= micro_batches_per_step_; }
-  // Applies the round's gradients (skipped when non-finite), clears them, starts the next round.
-  StageStep step();
+  // Applies the gradients held now times `scale` (a round averaged over fewer samples than its
+  // target is scaled up to their mean), skipped when non-finite; clears them.
+  StageStep step(double scale);
   std::int64_t steps_done() const { return steps_done_; }
+  std::int64_t optimizer_steps() const { return optimizer_steps_; }
+  // Σ of the weights this peer holds, in double (StageStep::weights_sum).
+  double weights_sum();
+  // A joiner takes the stage's counts with its state.
+  void set_counts(std::int64_t steps_done, std::int64_t optimizer_steps) {
+    steps_done_ = steps_done;
+    optimizer_steps_ = optimizer_steps;
+  }
 
  private:
   const Config& config_;
   int stage_;
-  int micro_batches_per_step_;
   float loss_scale_;  // micro_batch / target_batch
   ProcessGroups groups_;
   PipelineProgram program_;
   ModelPartition partition_;
   std::unique_ptr<TrainingBackend> backend_;
-  int round_micro_batches_ = 0;
   std::int64_t steps_done_ = 0;
+  std::int64_t optimizer_steps_ = 0;  // applied ones: the optimizer's bias-correction count
+  std::vector<float> kept_;           // the gradients across a duplicate's backward
 };
 
 }  // namespace strata
