@@ -48,6 +48,11 @@ inline constexpr Choices kWorkerLayoutsChoices{
 // its measured speed, or round-robin (tests and equivalence).
 inline constexpr Choices kSwarmRoutingChoices{std::array{
     ChoiceWord{SwarmRouting::balanced, "balanced"}, ChoiceWord{SwarmRouting::fixed, "fixed"}}};
+// swarm.compression (train/swarm/stage_requests.h): the activations and gradients between a
+// swarm's stages as sent, fp32 or int8 in blocks with an fp32 scale each.
+enum class SwarmCompression { none, int8 };
+inline constexpr Choices kSwarmCompressionChoices{std::array{
+    ChoiceWord{SwarmCompression::none, "none"}, ChoiceWord{SwarmCompression::int8, "int8"}}};
 enum class OptimizerOffload { none, host, disk };
 inline constexpr Choices kOptimizerOffloadChoices{std::array{
     ChoiceWord{OptimizerOffload::none, "none"}, ChoiceWord{OptimizerOffload::host, "host"},
@@ -293,7 +298,8 @@ struct SwarmConfig {
   std::vector<int> stages;      // layers per stage, summing to model.n_layer (at least 2)
   int target_batch = 0;         // samples per optimizer step of a stage; 0: train.global_batch
   SwarmRouting routing = SwarmRouting::balanced;
-  double timeout = 60;          // seconds of silence that drop a peer
+  SwarmCompression compression = SwarmCompression::none;  // the boundaries' activations, gradients
+  double timeout = 60;                                    // seconds of silence that drop a peer
   double request_timeout = 30;  // seconds a request may take before it goes to another peer
   std::string host;             // the address other peers reach this one by; empty: 127.0.0.1
   int stage_peers = 8;          // the most peers one stage holds (its averaging group's slots)

@@ -180,6 +180,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("swarm.stages", c.swarm.stages);
   visit("swarm.target_batch", c.swarm.target_batch);
   visit("swarm.routing", Choice{c.swarm.routing, kSwarmRoutingChoices});
+  visit("swarm.compression", Choice{c.swarm.compression, kSwarmCompressionChoices});
   visit("swarm.timeout", c.swarm.timeout);
   visit("swarm.request_timeout", c.swarm.request_timeout);
   visit("swarm.host", c.swarm.host);

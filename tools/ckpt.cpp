@@ -1,5 +1,6 @@
 // ckpt: a checkpoint's contents, its integrity, the difference of two, and the Hugging Face
-// formats (GPT-2, Llama) both ways. Each subcommand's arguments and help are its CommandSpec below.
+// formats (GPT-2, Llama) both ways, and a swarm's stage checkpoints assembled into one. Each
+// subcommand's arguments and help are its CommandSpec below.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/checkpoint_verify.h"
 #include "train/checkpoint/saved_model.h"
+#include "train/swarm/stage_checkpoints.h"
 
 namespace {
 
@@ -70,19 +72,28 @@ const CommandSpec kImportHf{
     2,
     2};
 
+const CommandSpec kSwarmAssemble{
+    "usage: ckpt swarm-assemble OUT_DIR INPUT...",
+    "Writes one whole checkpoint into OUT_DIR from a swarm's stage checkpoints: the newest of "
+    "each stage among the INPUTs (stage checkpoints, or peers' run or checkpoint directories), "
+    "naming each stage's step; its step is the least of them. eval, generate, export-hf and "
+    "train read it.",
+    {},
+    "",
+    2,
+    -1};
+
 struct Subcommand {
   const char* name;
   const CommandSpec* spec;
 };
-const Subcommand kSubcommands[] = {{"inspect", &kInspect},
-                                   {"verify", &kVerify},
-                                   {"diff", &kDiff},
-                                   {"export-hf", &kExportHf},
-                                   {"import-hf", &kImportHf}};
+const Subcommand kSubcommands[] = {{"inspect", &kInspect},    {"verify", &kVerify},
+                                   {"diff", &kDiff},          {"export-hf", &kExportHf},
+                                   {"import-hf", &kImportHf}, {"swarm-assemble", &kSwarmAssemble}};
 
 // `ckpt --help`: every subcommand's usage and first sentence.
 CommandSpec tool_command() {
-  CommandSpec tool{"usage: ckpt inspect|verify|diff|export-hf|import-hf ...",
+  CommandSpec tool{"usage: ckpt inspect|verify|diff|export-hf|import-hf|swarm-assemble ...",
                    "Reads, checks, compares and converts checkpoints. `ckpt COMMAND --help` "
                    "prints a command's own help.",
                    {},
@@ -281,6 +292,10 @@ int main(int argc, char** argv) {
     if (command == "verify") return verify(paths);
     if (command == "export-hf") return export_hf(paths[0], paths[1], args.has("--force"));
     if (command == "import-hf") return import_hf(paths[0], paths[1], args.get("--tokenizer"));
+    if (command == "swarm-assemble") {
+      strata::assemble_swarm_checkpoint({paths.begin() + 1, paths.end()}, paths[0], std::cout);
+      return 0;
+    }
     try {
       return diff(paths[0], paths[1]);
     } catch (const std::exception& e) {

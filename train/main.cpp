@@ -160,11 +160,12 @@ int main(int argc, char** argv) {
     world.emplace(MPI_COMM_WORLD, config.parallel.gpus_per_node);
     // A swarm peer (train/swarm/swarm_peer.h) is one process of its own loop, not a Trainer.
     if (config.swarm.enabled()) {
-      if (args.resume_from || args.init_from)
-        strata::fail("--resume and --init are not for swarm peers (swarm.join) yet");
+      // A peer starts from the seed, its checkpoint, or the state of its stage's live peers.
+      if (args.init_from) strata::fail("--init is not for swarm peers (swarm.join)");
       std::cout << strata::describe(threads) << std::endl;
-      strata::run_swarm_peer(config, *world,
-                             strata::SwarmPeerOptions{args.overwrite, std::move(test_hooks)});
+      strata::run_swarm_peer(
+          config, *world,
+          strata::SwarmPeerOptions{args.resume_from, args.overwrite, std::move(test_hooks)});
       return 0;
     }
     trainer = std::make_unique<strata::Trainer>(

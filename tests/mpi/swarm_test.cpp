@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -17,10 +18,12 @@
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_support.h"
+#include "train/swarm/stage_requests.h"
 
 namespace strata {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::Background;
 using testing::Layout;
 using testing::metric;
@@ -121,6 +124,15 @@ class SwarmRuns : public ::testing::Test {
     EXPECT_EQ(killed, 1);
   }
 
+  // The payload bytes of 20 steps of 8 micro-batches through stages [1,2,1], B 2, T 16, C 32:
+  // per micro-batch a forward to stage 1 (its input out, its output back), the loss at stage 2
+  // (its input and the targets out, the input's gradient back) and a backward at stage 1 (input
+  // and gradient out, the input's gradient back).
+  static double expected_boundary_bytes(SwarmCompression q) {
+    const std::size_t array = swarm::boundary_bytes(2 * 16 * 32, q), targets = 2 * 16 * 4;
+    return 20.0 * 8 * static_cast<double>(2 * array + (2 * array + targets) + 3 * array);
+  }
+
   static inline TempDir* dir_ = nullptr;
   static inline std::string gpipe3_, gpipe2_;
 };
@@ -134,6 +146,21 @@ TEST_F(SwarmRuns, OnePeerPerStageTrainsThePipelineRun) {
   expect_reference_run("one_0", gpipe3_);
   for (const char* server : {"one_1", "one_2"})
     EXPECT_EQ(metric(run_dir(server), "stage").size(), 20u) << server;
+  EXPECT_EQ(metric(run_dir("one_0"), "boundary_bytes").back(),
+            expected_boundary_bytes(SwarmCompression::none));
+}
+
+TEST_F(SwarmRuns, Int8BoundariesTrainThePipelineRunClosely) {
+  const std::string stages = "[1,2,1]",
+                    int8 = " --set swarm.routing=fixed --set swarm.compression=int8";
+  run_swarm(
+      "int8",
+      {{stages, 2, "int8_2", int8}, {stages, 1, "int8_1", int8}, {stages, 0, "int8_0", int8}});
+  // The activations and gradients within 1/254 of their block's largest: the run within 1%.
+  const double reference = metric(gpipe3_, "val_loss").back();
+  EXPECT_NEAR(metric(run_dir("int8_0"), "val_loss").back(), reference, 0.01 * reference);
+  EXPECT_EQ(metric(run_dir("int8_0"), "boundary_bytes").back(),
+            expected_boundary_bytes(SwarmCompression::int8));
 }
 
 TEST_F(SwarmRuns, TwoPeersOfAStageAverageTheirRoundsIntoThePipelineRun) {
@@ -220,6 +247,63 @@ TEST_F(SwarmRuns, APeerThatJoinsTakesItsStagesStateBitForBit) {
   // From the round it joined at on, the joiner holds the first peer's weights bit for bit.
   EXPECT_EQ(mine, std::vector<double>(theirs.end() - static_cast<long>(mine.size()), theirs.end()));
   EXPECT_EQ(metric(run_dir("join_0"), "loss").size(), 20u);
+}
+
+TEST_F(SwarmRuns, ARestartedSwarmGoesOnBitForBitAndAssemblesIntoOneCheckpoint) {
+  const std::string stages = "[1,2,1]", fixed = " --set swarm.routing=fixed";
+  const auto peers = [&](const std::string& name, const std::string& extra) {
+    return std::vector<Peer>{{stages, 2, name + "_2", extra},
+                             {stages, 1, name + "_1", extra},
+                             {stages, 0, name + "_0", extra}};
+  };
+  run_swarm("whole", peers("whole", fixed));
+  // Stopped after step 10 (every stage checkpoints it), then resumed in a new store.
+  run_swarm("part", peers("part", fixed + " --set train.stop_after=10"));
+  for (const char* run : {"part_0", "part_1", "part_2"}) {
+    ASSERT_TRUE(fs::exists(run_dir(run) + "/checkpoints/step_00000010.h5")) << run;
+    fs::remove(log(run));  // start() waits for the resumed peer's own line
+  }
+  run_swarm("part_resumed", peers("part", fixed + " --resume"));
+  EXPECT_NE(read_file(log("part_1")).find("goes on from its checkpoint at step 10"),
+            std::string::npos)
+      << read_file(log("part_1"));
+  // The same losses at every step, and every stage's final state bit for bit.
+  EXPECT_EQ(metric(run_dir("part_0"), "loss"), metric(run_dir("whole_0"), "loss"));
+  EXPECT_EQ(metric(run_dir("part_0"), "val_loss"), metric(run_dir("whole_0"), "val_loss"));
+  for (const char* k : {"0", "1", "2"}) {
+    const std::string file = "/checkpoints/step_00000020.h5";
+    const testing::CommandResult diff =
+        testing::run_command(testing::bin("ckpt") + " diff " + run_dir(std::string("whole_") + k) +
+                             file + " " + run_dir(std::string("part_") + k) + file);
+    EXPECT_EQ(diff.status, 0) << diff.output;
+  }
+  // One whole checkpoint of the stages, which eval reads: the pipeline run's val_loss to 1e-4.
+  const std::string assembled = dir_->str() + "/assembled";
+  const testing::CommandResult assemble = testing::run_command(
+      testing::bin("ckpt") + " swarm-assemble " + assembled + " " + run_dir("whole_0") + " " +
+      run_dir("whole_1") + " " + run_dir("whole_2") + "/checkpoints/step_00000020.h5");
+  ASSERT_EQ(assemble.status, 0) << assemble.output;
+  EXPECT_NE(assemble.output.find("stage 1: step 20"), std::string::npos) << assemble.output;
+  const auto val_loss = [&](const std::string& checkpoint) {
+    const testing::CommandResult eval =
+        testing::run_command(testing::bin("eval") + " --checkpoint " + checkpoint + " --data " +
+                             dir_->str() + "/data/val --tokens 1024");
+    EXPECT_EQ(eval.status, 0) << eval.output;
+    const std::size_t at = eval.output.find("val_loss ");
+    return at == std::string::npos ? -1.0 : std::stod(eval.output.substr(at + 9));
+  };
+  const double swarm = val_loss(assembled + "/step_00000020.h5");
+  const double pipeline = val_loss(gpipe3_ + "/checkpoints/step_00000020.h5");
+  EXPECT_NEAR(swarm, pipeline, 1e-4 * pipeline);
+  // A stage's checkpoint alone is not a model.
+  testing::expect_one_error_line(testing::bin("eval") + " --checkpoint " + run_dir("whole_1") +
+                                     "/checkpoints/step_00000020.h5 --data " + dir_->str() +
+                                     "/data/val",
+                                 "ckpt swarm-assemble");
+  // Nor is a missing stage assembled.
+  testing::expect_one_error_line(testing::bin("ckpt") + " swarm-assemble " + assembled + "_2 " +
+                                     run_dir("whole_0") + " " + run_dir("whole_2"),
+                                 "no checkpoint of stage 1");
 }
 
 TEST_F(SwarmRuns, BadSwarmsAreOneErrorLine) {

@@ -92,6 +92,10 @@ struct CheckpointMeta {
   // The run trained on ids converted without a tokenizer (shards' tokenizer_sha256 "none"):
   // stored as the root attribute tokenizer_sha256 = "none", so that generate can say so.
   bool without_tokenizer = false;
+  // A swarm stage's checkpoint (train/swarm/stage_checkpoints.h): the file holds that stage's
+  // tensors alone, those of the writer's layout, and the root attribute swarm_stage; −1: a whole
+  // model's.
+  int swarm_stage = -1;
 };
 
 // A whole checkpoint as one process holds it (tools, tests): the parameters and, when loaded,
@@ -154,6 +158,15 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
 std::string write_checkpoint(const std::string& directory, const GptShape& shape,
                              const ParameterLayout& layout, const Checkpoint& checkpoint);
 
+// One checkpoint of `meta` in `directory`, step_<meta.state.step>.h5 written as write_checkpoint
+// writes (temporary name, seal, rename), holding every tensor of the checkpoints `parts`, which
+// hold disjoint tensors (a swarm's stage checkpoints, train/swarm/stage_checkpoints.h): each
+// dataset is copied with its checksum (checkpoint_merge.cpp). A tensor that two parts hold, or a
+// file of that name already in `directory`, is an error. Returns the path.
+std::string write_merged_checkpoint(const std::string& directory, const GptShape& shape,
+                                    const CheckpointMeta& meta,
+                                    const std::vector<std::string>& parts);
+
 // The parts of write_checkpoint, for a caller that orders the writers itself: the file (rank 0:
 // every dataset of the buffers' names with a zero checksum, the state, config and tokenizer),
 // then, one writer at a time, each writer's elements of its buffers, then (rank 0)
@@ -162,14 +175,19 @@ std::string write_checkpoint(const std::string& directory, const GptShape& shape
 // of element ranges (each per-tensor buffer's writer creates its datasets).
 std::vector<StateDatasets> state_datasets(const CheckpointWriter& writer,
                                           const std::vector<StateBuffer>& buffers);
+// `tensors`: the tensors the file holds (a swarm stage's layout); null: every tensor of `shape`.
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
-                            const CheckpointMeta& meta, const std::vector<StateDatasets>& datasets);
+                            const CheckpointMeta& meta, const std::vector<StateDatasets>& datasets,
+                            const ParameterLayout* tensors = nullptr);
 void write_checkpoint_elements(const std::string& path, const CheckpointWriter& writer,
                                const std::vector<StateBuffer>& buffers);
 
 // How many tensors /model holds (0 without the group): a bound on the model a config may claim
 // before its layout is built.
 std::int64_t read_checkpoint_model_tensors(const std::string& path);
+
+// The stage of a swarm stage's checkpoint (CheckpointMeta::swarm_stage); nullopt: a whole model's.
+std::optional<int> read_checkpoint_swarm_stage(const std::string& path);
 
 // How many DiLoCo workers' states the checkpoint holds (1 without DiLoCo).
 int read_checkpoint_workers(const std::string& path);

@@ -45,6 +45,9 @@ inline void write_state_attributes(hid_t group, const CheckpointState& state) {
   write_attribute_i64(group, "loss_scale_clean_steps", state.loss_scale_clean_steps);
 }
 
+// Absolute names of every dataset in the file ("/model/wte"), sorted (checkpoint_verify.cpp).
+std::vector<std::string> dataset_names_in(hid_t file, const std::string& path);
+
 inline CheckpointState read_state_attributes(hid_t group) {
   CheckpointState state;
   state.step = read_attribute_i64(group, "step");

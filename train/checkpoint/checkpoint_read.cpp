@@ -108,6 +108,12 @@ std::int64_t read_checkpoint_model_tensors(const std::string& path) {
   return static_cast<std::int64_t>(info.nlinks);
 }
 
+std::optional<int> read_checkpoint_swarm_stage(const std::string& path) {
+  H5File file = open_checkpoint(path);
+  if (!has_attribute(file.id(), "swarm_stage")) return std::nullopt;
+  return static_cast<int>(read_attribute_i64(file.id(), "swarm_stage"));
+}
+
 int read_checkpoint_workers(const std::string& path) {
   H5File file = open_checkpoint(path);
   int workers = 1;
@@ -122,6 +128,15 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
   ckpt.config_yaml = read_attribute_string(file.id(), "config");
   ckpt.without_tokenizer = has_attribute(file.id(), "tokenizer_sha256") &&
                            read_attribute_string(file.id(), "tokenizer_sha256") == kNoTokenizer;
+  if (has_attribute(file.id(), "swarm_stage")) {
+    ckpt.swarm_stage = static_cast<int>(read_attribute_i64(file.id(), "swarm_stage"));
+    // A stage's file lacks the other stages' tensors: say so rather than name a missing tensor.
+    for (const TensorView& t : layout.tensors())
+      if (!has_object(file.id(), "/model/" + t.name))
+        fail("checkpoint '", path, "' holds stage ", ckpt.swarm_stage,
+             " of a swarm alone, not tensor '", t.name,
+             "': `ckpt swarm-assemble` makes one whole checkpoint of a swarm's stages");
+  }
   // Every shape before any buffer is allocated: a layout that is not the file's (a config that
   // claims a larger model, say) is an error, not an allocation of the size it claims.
   for (const StateBuffer& buffer : buffers) {

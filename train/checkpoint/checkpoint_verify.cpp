@@ -12,27 +12,13 @@
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/checkpoint_datasets.h"
 
 namespace strata {
 namespace fs = std::filesystem;
+using checkpoint_detail::dataset_names_in;
 
 namespace {
-
-// Absolute names of every dataset in the file, sorted.
-std::vector<std::string> dataset_names_in(hid_t file, const std::string& path) {
-  std::vector<std::string> names;
-  const auto collect = [](hid_t group, const char* name, const H5L_info_t*, void* data) -> herr_t {
-    H5O_info_t info;
-    if (H5Oget_info_by_name(group, name, &info, H5P_DEFAULT) < 0) return -1;
-    if (info.type == H5O_TYPE_DATASET)
-      static_cast<std::vector<std::string>*>(data)->push_back("/" + std::string(name));
-    return 0;
-  };
-  if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect, &names) < 0)
-    fail("checkpoint '", path, "': cannot list its contents: ", hdf5_error_reason());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 std::uint64_t stored_checksum(hid_t file, const std::string& path, const std::string& name) {
   H5Id dataset = open_dataset(file, name);
@@ -89,8 +75,14 @@ CheckpointSummary walk_checkpoint(
   while (has_object(file.id(), "/state/worker_" + std::to_string(summary.workers)))
     ++summary.workers;
   const std::vector<std::string> names = dataset_names_in(file.id(), path);
-  if (!has_object(file.id(), "/model/wte"))
+  // A swarm stage's checkpoint holds its stage's tensors alone: the embedding on the first only.
+  if (has_attribute(file.id(), "swarm_stage")) {
+    if (std::none_of(names.begin(), names.end(),
+                     [](const std::string& name) { return name.starts_with("/model/"); }))
+      fail("checkpoint '", path, "' holds no tensor of its swarm stage");
+  } else if (!has_object(file.id(), "/model/wte")) {
     fail("checkpoint '", path, "' has no tensor '/model/wte'");
+  }
   for (const std::string& name : names)
     check_dataset(file.id(), path, name, format, summary, visit);
   return summary;
@@ -269,6 +261,22 @@ std::optional<ConfigChange> checkpoint_model_difference(const std::string& path,
     return change;
   }
   return std::nullopt;
+}
+
+// Absolute names of every dataset in the file, sorted.
+std::vector<std::string> checkpoint_detail::dataset_names_in(hid_t file, const std::string& path) {
+  std::vector<std::string> names;
+  const auto collect = [](hid_t group, const char* name, const H5L_info_t*, void* data) -> herr_t {
+    H5O_info_t info;
+    if (H5Oget_info_by_name(group, name, &info, H5P_DEFAULT) < 0) return -1;
+    if (info.type == H5O_TYPE_DATASET)
+      static_cast<std::vector<std::string>*>(data)->push_back("/" + std::string(name));
+    return 0;
+  };
+  if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect, &names) < 0)
+    fail("checkpoint '", path, "': cannot list its contents: ", hdf5_error_reason());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 }  // namespace strata

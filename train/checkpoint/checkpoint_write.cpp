@@ -140,12 +140,13 @@ void agree_or_fail(Communicator* world, const std::string& local_error,
 }  // namespace
 
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
-                            const CheckpointMeta& ckpt,
-                            const std::vector<StateDatasets>& datasets) {
-  const ParameterLayout logical = ParameterLayout::for_gpt(shape);
+                            const CheckpointMeta& ckpt, const std::vector<StateDatasets>& datasets,
+                            const ParameterLayout* tensors) {
+  const ParameterLayout logical = tensors ? *tensors : ParameterLayout::for_gpt(shape);
   H5File file = H5File::create(path, kSealBytes);
   write_attribute_string(file.id(), "format", kCheckpointFormat);
   write_attribute_string(file.id(), "config", ckpt.config_yaml);
+  if (ckpt.swarm_stage >= 0) write_attribute_i64(file.id(), "swarm_stage", ckpt.swarm_stage);
   if (ckpt.without_tokenizer) write_attribute_string(file.id(), "tokenizer_sha256", kNoTokenizer);
   for (const StateDatasets& d : datasets)
     create_tensors(file.id(), dataset_group(d.name), logical, d.stored);
@@ -224,7 +225,8 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
   if (rank == 0) {
     try {
       fs::create_directories(directory);
-      create_checkpoint_file(temp_path, writer.shape, ckpt, state_datasets(writer, buffers));
+      create_checkpoint_file(temp_path, writer.shape, ckpt, state_datasets(writer, buffers),
+                             ckpt.swarm_stage >= 0 ? writer.layout : nullptr);
     } catch (const std::exception& e) {
       error = e.what();
     }

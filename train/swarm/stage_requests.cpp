@@ -4,19 +4,52 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "model/kernels/cpu/quantize.h"
+
 namespace strata::swarm {
 
 namespace {
 
-template <class T>
-void append(std::vector<char>& bytes, std::span<const T> values) {
+bool int8(SwarmCompression c) { return c == SwarmCompression::int8; }
+
+QuantizedShardLayout int8_layout(std::size_t values) {
+  return quantized_shard_layout(values, kBoundaryBlock, QuantFormat::int8);
+}
+
+void append_targets(std::vector<char>& bytes, std::span<const std::int32_t> values) {
   const std::size_t at = bytes.size();
   bytes.resize(at + values.size_bytes());
   if (!values.empty()) std::memcpy(bytes.data() + at, values.data(), values.size_bytes());
 }
 
-// The value of `name=` in a header of space-separated name=value items.
-std::string header_value(const std::string& header, const std::string& name) {
+void append_values(std::vector<char>& bytes, std::span<const float> values,
+                   SwarmCompression compression) {
+  const std::size_t at = bytes.size();
+  bytes.resize(at + boundary_bytes(values.size(), compression));
+  if (values.empty()) return;
+  if (int8(compression))
+    cpu::quantize_shards(values.data(), int8_layout(values.size()), 1,
+                         reinterpret_cast<std::uint8_t*>(bytes.data() + at));
+  else
+    std::memcpy(bytes.data() + at, values.data(), values.size_bytes());
+}
+
+// `count` values encoded at `offset` of `message`'s payload.
+std::vector<float> read_values(const RpcMessage& message, std::size_t offset, std::size_t count,
+                               SwarmCompression compression) {
+  std::vector<float> values(count);
+  if (count == 0) return values;
+  const char* at = message.payload.data() + offset;
+  if (int8(compression))
+    cpu::dequantize_shards(reinterpret_cast<const std::uint8_t*>(at), int8_layout(count), 1,
+                           values.data());
+  else
+    std::memcpy(values.data(), at, count * sizeof(float));
+  return values;
+}
+
+// The value of `name=` in a header of space-separated name=value items; nullopt when absent.
+std::optional<std::string> find_header_value(const std::string& header, const std::string& name) {
   const std::string key = name + "=";
   std::size_t at = 0;
   while (at < header.size()) {
@@ -25,28 +58,42 @@ std::string header_value(const std::string& header, const std::string& name) {
       return header.substr(at + key.size(), end - at - key.size());
     at = end + 1;
   }
-  throw std::runtime_error("swarm request header '" + header + "' has no " + name);
+  return std::nullopt;
 }
 
-template <class T>
-std::span<const T> view(const RpcMessage& message, std::size_t offset_bytes, std::size_t count) {
-  // A payload's bytes are a std::vector<char>, whose storage is aligned for any fundamental
-  // type; every array starts at a multiple of 4 bytes.
-  return {reinterpret_cast<const T*>(message.payload.data() + offset_bytes), count};
+std::string header_value(const std::string& header, const std::string& name) {
+  if (std::optional<std::string> value = find_header_value(header, name)) return *value;
+  throw std::runtime_error("swarm message header '" + header + "' has no " + name);
+}
+
+SwarmCompression header_compression(const std::string& header) {
+  const std::optional<std::string> q = find_header_value(header, "q");
+  if (!q) return SwarmCompression::none;
+  if (*q == "int8") return SwarmCompression::int8;
+  throw std::runtime_error("swarm message of unknown compression '" + *q + "'");
+}
+
+std::string compression_item(SwarmCompression compression) {
+  return int8(compression) ? " q=int8" : "";
 }
 
 }  // namespace
 
+std::size_t boundary_bytes(std::size_t values, SwarmCompression compression) {
+  return int8(compression) ? int8_layout(values).bytes : values * sizeof(float);
+}
+
 RpcMessage stage_request(const std::string& method, int batch, std::int64_t micro_batch,
-                         std::span<const float> input, std::span<const float> output_grad,
+                         SwarmCompression compression, std::span<const float> input,
+                         std::span<const float> output_grad,
                          std::span<const std::int32_t> targets) {
   RpcMessage m;
   m.method = method;
-  m.header = "batch=" + std::to_string(batch) + " mb=" + std::to_string(micro_batch);
-  m.payload.reserve(input.size_bytes() + output_grad.size_bytes() + targets.size_bytes());
-  append(m.payload, input);
-  append(m.payload, output_grad);
-  append(m.payload, targets);
+  m.header = "batch=" + std::to_string(batch) + " mb=" + std::to_string(micro_batch) +
+             compression_item(compression);
+  append_values(m.payload, input, compression);
+  if (!output_grad.empty()) append_values(m.payload, output_grad, compression);
+  append_targets(m.payload, targets);
   return m;
 }
 
@@ -57,11 +104,13 @@ StageRequest read_stage_request(const RpcMessage& message, std::size_t boundary_
   r.batch = std::stoi(header_value(message.header, "batch"));
   if (r.batch < 1) throw std::runtime_error("swarm request of batch " + std::to_string(r.batch));
   r.micro_batch = std::stoll(header_value(message.header, "mb"));
+  r.compression = header_compression(message.header);
   const std::size_t B = static_cast<std::size_t>(r.batch);
   const std::size_t activations = B * boundary_floats, positions = B * seq_len;
-  std::size_t expected = activations * sizeof(float);
+  const std::size_t array = boundary_bytes(activations, r.compression);
+  std::size_t expected = array;
   if (r.method == kBackward)
-    expected += activations * sizeof(float);
+    expected += array;
   else if (r.method == kLoss || r.method == kEvaluate)
     expected += positions * sizeof(std::int32_t);
   else if (r.method != kForward)
@@ -70,31 +119,34 @@ StageRequest read_stage_request(const RpcMessage& message, std::size_t boundary_
     throw std::runtime_error(
         "swarm request '" + r.method + "' of batch " + std::to_string(r.batch) + " carries " +
         std::to_string(message.payload.size()) + " bytes, expected " + std::to_string(expected));
-  r.input = view<float>(message, 0, activations);
-  const std::size_t after_input = activations * sizeof(float);
-  if (r.method == kBackward) r.output_grad = view<float>(message, after_input, activations);
-  if (r.method == kLoss || r.method == kEvaluate)
-    r.targets = view<std::int32_t>(message, after_input, positions);
+  r.input = read_values(message, 0, activations, r.compression);
+  if (r.method == kBackward)
+    r.output_grad = read_values(message, array, activations, r.compression);
+  if (r.method == kLoss || r.method == kEvaluate) {
+    r.targets.resize(positions);
+    std::memcpy(r.targets.data(), message.payload.data() + array, positions * sizeof(std::int32_t));
+  }
   return r;
 }
 
-RpcMessage stage_reply(std::span<const float> floats, double loss_sum) {
+RpcMessage stage_reply(std::span<const float> values, SwarmCompression compression,
+                       double loss_sum) {
   RpcMessage m;
   m.method = "ok";
   char text[64];
   std::snprintf(text, sizeof text, "loss_sum=%.17g", loss_sum);
-  m.header = text;
-  append(m.payload, floats);
+  m.header = text + compression_item(compression);
+  append_values(m.payload, values, compression);
   return m;
 }
 
 std::vector<float> reply_floats(const RpcMessage& reply, std::size_t expected) {
-  if (reply.payload.size() != expected * sizeof(float))
+  const SwarmCompression compression = header_compression(reply.header);
+  if (reply.payload.size() != boundary_bytes(expected, compression))
     throw std::runtime_error("swarm reply carries " + std::to_string(reply.payload.size()) +
-                             " bytes, expected " + std::to_string(expected * sizeof(float)));
-  std::vector<float> out(expected);
-  if (expected > 0) std::memcpy(out.data(), reply.payload.data(), reply.payload.size());
-  return out;
+                             " bytes, expected " +
+                             std::to_string(boundary_bytes(expected, compression)));
+  return read_values(reply, 0, expected, compression);
 }
 
 double reply_loss_sum(const RpcMessage& reply) {

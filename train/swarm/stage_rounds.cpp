@@ -43,10 +43,15 @@ StageRounds::StageRounds(const Config& config, int stage, MpiCommunicator& world
 
 StageRounds::~StageRounds() = default;
 
-std::string StageRounds::start(SwarmStage& stage) {
-  stage.initialize();
+std::string StageRounds::start(SwarmStage& stage, bool resumed) {
+  if (!resumed) stage.initialize();
   const std::optional<std::int64_t> newest = group_->newest_sync();
-  if (!newest) return "a fresh stage: starts from the run's seed";
+  if (!newest) {
+    // Its rounds are numbered by the stage's steps, from those it resumed at.
+    round_ = stage.steps_done();
+    if (resumed) return "goes on from its checkpoint at step " + std::to_string(round_);
+    return "a fresh stage: starts from the run's seed";
+  }
   // The stage has averaged rounds 0 … newest: this peer joins at the end of the next.
   round_ = *newest + 1;
   joining_ = true;

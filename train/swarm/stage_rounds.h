@@ -43,9 +43,10 @@ class StageRounds {
   ~StageRounds();
 
   // Before serving: a stage that has averaged before is joined (the state taken at the end of
-  // its current round, waiting for it); a fresh stage starts from the seed's weights. Returns
+  // its current round, waiting for it); a fresh stage starts from the seed's weights, or, when
+  // `resumed`, from the state and step already loaded into `stage` (stage_checkpoints.h). Returns
   // the line saying which.
-  std::string start(SwarmStage& stage);
+  std::string start(SwarmStage& stage, bool resumed);
 
   std::int64_t round() const { return round_; }
   // Micro-batch g's backward of `samples` samples: `add` it to this round, it is a `duplicate`

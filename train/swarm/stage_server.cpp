@@ -42,7 +42,8 @@ void report_stage_step(const Config& config, int stage, const StageStep& s, std:
 
 StageServer::StageServer(const Config& config, SwarmStage& stage, StageRounds& rounds,
                          RpcServer& server, StageRegistry& registry, SwarmProgress& progress,
-                         MetricsWriter& metrics, const TestHooks& hooks)
+                         MetricsWriter& metrics, StageCheckpoints& checkpoints,
+                         const TestHooks& hooks)
     : config_(config),
       stage_(stage),
       rounds_(rounds),
@@ -50,10 +51,13 @@ StageServer::StageServer(const Config& config, SwarmStage& stage, StageRounds& r
       registry_(registry),
       progress_(progress),
       metrics_(metrics),
+      checkpoints_(checkpoints),
       hooks_(hooks) {}
 
 void StageServer::finish_round() {
-  report_stage_step(config_, stage_.index(), rounds_.finish(stage_), requests_, metrics_);
+  const StageStep s = rounds_.finish(stage_);
+  report_stage_step(config_, stage_.index(), s, requests_, metrics_);
+  checkpoints_.after_step(stage_, s);
 }
 
 RpcMessage StageServer::handle(const RpcMessage& message) {
@@ -71,10 +75,10 @@ RpcMessage StageServer::handle(const RpcMessage& message) {
     if (rounds_.full()) finish_round();
   RpcMessage reply;
   if (r.method == swarm::kForward) {
-    reply = swarm::stage_reply(stage_.forward(nullptr, r.input.data(), r.batch));
+    reply = swarm::stage_reply(stage_.forward(nullptr, r.input.data(), r.batch), r.compression);
   } else if (r.method == swarm::kEvaluate) {
     reply = swarm::stage_reply(
-        {}, stage_.loss(r.input.data(), r.targets.data(), r.batch, nullptr, false));
+        {}, r.compression, stage_.loss(r.input.data(), r.targets.data(), r.batch, nullptr, false));
   } else {
     // A backward: counted once into the stage's rounds, after the round it would overflow.
     StageRounds::Claim claim;
@@ -83,11 +87,12 @@ RpcMessage StageServer::handle(const RpcMessage& message) {
     const bool add = claim == StageRounds::Claim::add;
     if (r.method == swarm::kBackward) {
       reply = swarm::stage_reply(
-          stage_.backward(nullptr, r.input.data(), r.output_grad.data(), r.batch, add));
+          stage_.backward(nullptr, r.input.data(), r.output_grad.data(), r.batch, add),
+          r.compression);
     } else {
       std::vector<float> input_grad;
       const double sum = stage_.loss(r.input.data(), r.targets.data(), r.batch, &input_grad, add);
-      reply = swarm::stage_reply(input_grad, sum);
+      reply = swarm::stage_reply(input_grad, r.compression, sum);
     }
   }
   // The test hooks: a request lasts at least step_seconds (a slow peer whatever the machine's

@@ -14,6 +14,7 @@
 #include "plan/config.h"
 #include "train/core/test_hooks.h"
 #include "train/metrics/metrics.h"
+#include "train/swarm/stage_checkpoints.h"
 #include "train/swarm/stage_rounds.h"
 #include "train/swarm/swarm_progress.h"
 #include "train/swarm/swarm_stage.h"
@@ -25,14 +26,14 @@ class StageServer {
   // Not owned; all outlive the server.
   StageServer(const Config& config, SwarmStage& stage, StageRounds& rounds, RpcServer& server,
               StageRegistry& registry, SwarmProgress& progress, MetricsWriter& metrics,
-              const TestHooks& hooks);
+              StageCheckpoints& checkpoints, const TestHooks& hooks);
   // Serves to the end; the reason it stopped.
   std::string run();
   // One request (std::runtime_error on a malformed one).
   RpcMessage handle(const RpcMessage& request);
 
  private:
-  // Averages the current round and logs the stage's step.
+  // Averages the current round, logs the stage's step and checkpoints it when due.
   void finish_round();
 
   const Config& config_;
@@ -42,6 +43,7 @@ class StageServer {
   StageRegistry& registry_;
   SwarmProgress& progress_;
   MetricsWriter& metrics_;
+  StageCheckpoints& checkpoints_;
   const TestHooks& hooks_;
   std::int64_t requests_ = 0;
 };

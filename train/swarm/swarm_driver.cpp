@@ -31,7 +31,8 @@ WiringSettings wiring_settings(const Config& config) {
 
 SwarmDriver::SwarmDriver(const Config& config, SwarmStage& stage, StageRounds& rounds,
                          StageRegistry& registry, RpcServer& server, SwarmProgress& progress,
-                         const TrainingData& data, MetricsWriter& metrics)
+                         const TrainingData& data, MetricsWriter& metrics,
+                         StageCheckpoints& checkpoints)
     : config_(config),
       stage_(stage),
       rounds_(rounds),
@@ -40,6 +41,7 @@ SwarmDriver::SwarmDriver(const Config& config, SwarmStage& stage, StageRounds& r
       progress_(progress),
       data_(data),
       metrics_(metrics),
+      checkpoints_(checkpoints),
       wiring_(static_cast<std::size_t>(stage.stages()), StageWiring(wiring_settings(config))),
       sequence_(static_cast<std::size_t>(stage.stages()), 0) {}
 
@@ -104,11 +106,13 @@ RpcMessage SwarmDriver::call(int stage, StageWork work, int samples, const RpcMe
 std::vector<std::vector<float>> SwarmDriver::forward_through(std::vector<float> first_output,
                                                              int batch, std::int64_t g) {
   const int S = stage_.stages();
+  const SwarmCompression q = config_.swarm.compression;
   std::vector<std::vector<float>> inputs;  // inputs[k − 1]: stage k's input
   inputs.push_back(std::move(first_output));
   for (int k = 1; k < S - 1; ++k) {
-    const RpcMessage reply = call(k, StageWork::forward, batch,
-                                  swarm::stage_request(swarm::kForward, batch, g, inputs.back()));
+    const RpcMessage reply =
+        call(k, StageWork::forward, batch,
+             swarm::stage_request(swarm::kForward, batch, g, q, inputs.back()));
     inputs.push_back(swarm::reply_floats(reply, stage_.boundary_floats(batch)));
   }
   return inputs;
@@ -116,6 +120,7 @@ std::vector<std::vector<float>> SwarmDriver::forward_through(std::vector<float> 
 
 double SwarmDriver::train_micro_batch(std::int64_t g) {
   const int B = config_.train.micro_batch, T = config_.model.seq_len, S = stage_.stages();
+  const SwarmCompression q = config_.swarm.compression;
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
   for (int b = 0; b < B; ++b)
     data_.sample(static_cast<std::uint64_t>(g * B + b), tokens.data() + b * T,
@@ -124,13 +129,13 @@ double SwarmDriver::train_micro_batch(std::int64_t g) {
       forward_through(stage_.forward(tokens.data(), nullptr, B), B, g);
   const RpcMessage last =
       call(S - 1, StageWork::backward, B,
-           swarm::stage_request(swarm::kLoss, B, g, inputs.back(), {}, targets));
+           swarm::stage_request(swarm::kLoss, B, g, q, inputs.back(), {}, targets));
   const double loss_sum = swarm::reply_loss_sum(last);
   std::vector<float> grad = swarm::reply_floats(last, stage_.boundary_floats(B));
   for (int k = S - 2; k >= 1; --k) {
     const RpcMessage reply =
         call(k, StageWork::backward, B,
-             swarm::stage_request(swarm::kBackward, B, g,
+             swarm::stage_request(swarm::kBackward, B, g, q,
                                   inputs.at(static_cast<std::size_t>(k - 1)), grad));
     grad = swarm::reply_floats(reply, stage_.boundary_floats(B));
   }
@@ -141,8 +146,18 @@ double SwarmDriver::train_micro_batch(std::int64_t g) {
   return loss_sum;
 }
 
+std::int64_t SwarmDriver::sent_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& [method, traffic] : client_.traffic())
+    bytes += traffic.request_bytes + traffic.reply_bytes;
+  return bytes;
+}
+
+std::int64_t SwarmDriver::training_bytes() const { return sent_bytes() - evaluation_bytes_; }
+
 double SwarmDriver::split_loss(const TokenSource& split) {
   const int T = config_.model.seq_len, S = stage_.stages();
+  const SwarmCompression q = config_.swarm.compression;
   double sum = 0;
   std::int64_t count = 0;
   for (const std::vector<std::uint64_t>& windows :
@@ -156,7 +171,7 @@ double SwarmDriver::split_loss(const TokenSource& split) {
         forward_through(stage_.forward(tokens.data(), nullptr, B), B, -1);
     const RpcMessage last =
         call(S - 1, StageWork::forward, B,
-             swarm::stage_request(swarm::kEvaluate, B, -1, inputs.back(), {}, targets));
+             swarm::stage_request(swarm::kEvaluate, B, -1, q, inputs.back(), {}, targets));
     sum += swarm::reply_loss_sum(last);
     count += static_cast<std::int64_t>(B) * T;
   }
@@ -165,11 +180,16 @@ double SwarmDriver::split_loss(const TokenSource& split) {
 }
 
 double SwarmDriver::validation_loss() {
-  if (data_.val()) return split_loss(*data_.val());
-  const std::vector<double> weights = data_.evaluation_weights();
+  const std::int64_t before = sent_bytes();
   double loss = 0;
-  for (std::size_t i = 0; i < data_.sources().size(); ++i)
-    if (weights[i] > 0) loss += weights[i] * split_loss(*data_.sources()[i].val);
+  if (data_.val()) {
+    loss = split_loss(*data_.val());
+  } else {
+    const std::vector<double> weights = data_.evaluation_weights();
+    for (std::size_t i = 0; i < data_.sources().size(); ++i)
+      if (weights[i] > 0) loss += weights[i] * split_loss(*data_.sources()[i].val);
+  }
+  evaluation_bytes_ += sent_bytes() - before;
   return loss;
 }
 
@@ -178,6 +198,7 @@ void SwarmDriver::finish_round() {
   const int B = config_.train.micro_batch, T = config_.model.seq_len;
   const int steps = config_.train.steps;
   const StageStep s = rounds_.finish(stage_);
+  checkpoints_.after_step(stage_, s);
   if (s.joined) {
     report_stage_step(config_, 0, s, 0, metrics_);
     return;
@@ -197,7 +218,8 @@ void SwarmDriver::finish_round() {
                      .add("held_samples", s.held)
                      .add("round_samples", s.samples)
                      .add("members", s.members)
-                     .add("weights_sum", s.weights_sum));
+                     .add("weights_sum", s.weights_sum)
+                     .add("boundary_bytes", training_bytes()));
   if (s.step % config_.train.log_every == 0 || s.step == 1 || s.step == steps || !s.applied ||
       s.samples != swarm_target_batch(config_)) {
     std::printf(

@@ -24,6 +24,7 @@
 #include "parallel/swarm/swarm_transport.h"
 #include "plan/config.h"
 #include "train/metrics/metrics.h"
+#include "train/swarm/stage_checkpoints.h"
 #include "train/swarm/stage_rounds.h"
 #include "train/swarm/swarm_progress.h"
 #include "train/swarm/swarm_stage.h"
@@ -36,7 +37,7 @@ class SwarmDriver {
   // Not owned; all outlive the driver. `server`: this peer's own, served between micro-batches.
   SwarmDriver(const Config& config, SwarmStage& stage, StageRounds& rounds, StageRegistry& registry,
               RpcServer& server, SwarmProgress& progress, const TrainingData& data,
-              MetricsWriter& metrics);
+              MetricsWriter& metrics, StageCheckpoints& checkpoints);
 
   // Drives micro-batches until the swarm's are all taken and have come through (or a stop
   // signal). Returns the reason it stopped, for the deathrattle.
@@ -57,6 +58,10 @@ class SwarmDriver {
   // `request` answered by a peer of `stage`: retried on another peer after a timeout, waiting
   // while the stage has none.
   RpcMessage call(int stage, StageWork work, int samples, const RpcMessage& request);
+  // Payload bytes this driver's requests and their replies moved so far, as its client counted
+  // them: all of them, and those of training (evaluation's left out).
+  std::int64_t sent_bytes() const;
+  std::int64_t training_bytes() const;
   // The stage's live peers from the registry, into its wiring.
   void refresh_peers(int stage);
 
@@ -68,6 +73,7 @@ class SwarmDriver {
   SwarmProgress& progress_;
   const TrainingData& data_;
   MetricsWriter& metrics_;
+  StageCheckpoints& checkpoints_;
   RpcClient client_;
   std::vector<StageWiring> wiring_;                // per stage (0 unused)
   std::vector<std::int64_t> sequence_;             // per stage: requests sent
@@ -75,6 +81,7 @@ class SwarmDriver {
   double refreshed_at_ = -1;
   double round_loss_ = 0;  // Σ loss of this driver's micro-batches in the round
   int round_batches_ = 0;
+  std::int64_t evaluation_bytes_ = 0;
   std::chrono::steady_clock::time_point round_start_;
 };
 

@@ -14,6 +14,7 @@
 #include "train/run_directory.h"
 #include "train/run_lock.h"
 #include "train/stop_signal.h"
+#include "train/swarm/stage_checkpoints.h"
 #include "train/swarm/stage_rounds.h"
 #include "train/swarm/stage_server.h"
 #include "train/swarm/swarm_driver.h"
@@ -43,6 +44,7 @@ std::string swarm_shared_settings(const Config& config) {
   shared.swarm.stages = config.swarm.stages;
   shared.swarm.target_batch = config.swarm.target_batch;
   shared.swarm.routing = config.swarm.routing;
+  shared.swarm.compression = config.swarm.compression;
   return config_to_yaml(shared);
 }
 
@@ -77,7 +79,12 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   const GptShape shape = gpt_shape_of(config.model);
   const Device device = resolve_device(config, shape);
   RunLock lock(config.run_directory());
-  claim_run_directory(config, options.overwrite);
+  // A resumed peer continues its run (and serves its checkpoint's stage); a fresh one claims it.
+  std::optional<StageResume> resume;
+  if (options.resume_from)
+    resume = choose_stage_resume(config, *options.resume_from, world);
+  else
+    claim_run_directory(config, options.overwrite);
   if (!lock.takeover().empty()) std::cout << "note: " << lock.takeover() << std::endl;
 
   std::unique_ptr<StageRegistry> registry;
@@ -86,14 +93,22 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   } catch (const std::runtime_error& e) {
     fail(e.what());
   }
-  const int index = config.swarm.stage >= 0 ? config.swarm.stage : registry->least_served_stage();
+  const int wanted = resume ? resume->stage : config.swarm.stage;
+  const int index = wanted >= 0 ? wanted : registry->least_served_stage();
   SwarmStage stage(config, index, device, world);
+  if (resume) {
+    const std::int64_t step = load_stage_checkpoint(config, stage, resume->path);
+    std::printf("resumed from %s at step %lld\n", resume->path.c_str(),
+                static_cast<long long>(step));
+  }
   // The first stage reads the training data; its tokenizer check is the run's.
   std::unique_ptr<TrainingData> data;
+  std::string tokenizer_model;
   if (stage.first()) {
     data = std::make_unique<TrainingData>(config);
-    data->check(config);
+    tokenizer_model = data->check(config);
   }
+  StageCheckpoints checkpoints(config, tokenizer_model, data && data->without_tokenizer());
   const std::string host = config.swarm.host.empty() ? "127.0.0.1" : config.swarm.host;
   std::unique_ptr<RpcServer> server;
   std::unique_ptr<StageRounds> rounds;
@@ -106,7 +121,8 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   const std::string run_dir = config.run_directory();
   fs::create_directories(run_dir);
   std::ofstream(fs::path(run_dir) / "config.yaml") << config_to_yaml(config);
-  MetricsWriter metrics((fs::path(run_dir) / "metrics.jsonl").string(), -1);
+  MetricsWriter metrics((fs::path(run_dir) / "metrics.jsonl").string(),
+                        resume ? stage.steps_done() : -1);
   const ModelPartition p = swarm_stage_partition(config, index);
   std::printf("swarm '%s' (%s): stage %d of %zu (layers %d-%d%s%s), serving at %s\n",
               config.swarm.group.c_str(), config.swarm.join.c_str(), index,
@@ -116,7 +132,7 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   std::fflush(stdout);
   install_stop_signal_handlers();
   // A stage that has averaged before is joined: its state taken before any request is served.
-  std::printf("stage %d: %s\n", index, rounds->start(stage).c_str());
+  std::printf("stage %d: %s\n", index, rounds->start(stage, resume.has_value()).c_str());
   std::fflush(stdout);
   const std::int64_t id = registry->join(index, server->endpoint());
   std::printf("swarm peer %lld serves stage %d\n", static_cast<long long>(id), index);
@@ -125,14 +141,19 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   SwarmProgress progress(config, registry->store());
   std::string why;
   if (stage.first()) {
-    SwarmDriver driver(config, stage, *rounds, *registry, *server, progress, *data, metrics);
+    progress.start_at(stage.steps_done() * swarm_target_batch(config) / config.train.micro_batch);
+    SwarmDriver driver(config, stage, *rounds, *registry, *server, progress, *data, metrics,
+                       checkpoints);
     why = driver.run();
     // Its deathrattle tells the servers that the drivers are done.
     registry->leave(why);
   } else {
-    StageServer serving(config, stage, *rounds, *server, *registry, progress, metrics, hooks);
+    StageServer serving(config, stage, *rounds, *server, *registry, progress, metrics, checkpoints,
+                        hooks);
     why = serving.run();
   }
+  // The state at the end (a stop signal's step), unless written at this step.
+  checkpoints.save(stage);
   std::printf("swarm peer %lld: %s\n", static_cast<long long>(id), why.c_str());
   rounds->leave(why);
   registry->leave(why);

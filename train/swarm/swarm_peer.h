@@ -5,9 +5,12 @@
 // by taking its state), binds its request server (parallel/swarm/swarm_transport.h), and then
 // either drives micro-batches (the first stage: train/swarm/swarm_driver.h) or serves its stage's
 // requests (train/swarm/stage_server.h). A peer has its own run directory (config.yaml,
-// metrics.jsonl; the run-directory lock applies). It stops once the swarm's data has come through
-// (train/swarm/swarm_progress.h).
+// metrics.jsonl, its stage's checkpoints: train/swarm/stage_checkpoints.h; the run-directory lock
+// applies). It stops once the swarm's data has come through (train/swarm/swarm_progress.h).
 #pragma once
+
+#include <optional>
+#include <string>
 
 #include "parallel/comm/mpi_communicator.h"
 #include "plan/config.h"
@@ -16,6 +19,9 @@
 namespace strata {
 
 struct SwarmPeerOptions {
+  // train --resume: nullopt, a fresh peer; "", its newest intact checkpoint; else that checkpoint
+  // (train/swarm/stage_checkpoints.h).
+  std::optional<std::string> resume_from;
   bool overwrite = false;  // train --overwrite
   TestHooks test_hooks;    // STRATA_TEST_HOOKS: kill_in_request, kill_in_averaging
 };
