@@ -304,6 +304,7 @@ struct SwarmConfig {
   std::string host;             // the address other peers reach this one by; empty: 127.0.0.1
   int stage_peers = 8;          // the most peers one stage holds (its averaging group's slots)
   std::string interface;        // Gloo's interface for a stage's averaging; empty: the host name
+  double rebalance_every = 60;  // seconds between a server's looks for a better stage; 0: never
 
   bool enabled() const { return !join.empty(); }
   bool operator==(const SwarmConfig&) const = default;

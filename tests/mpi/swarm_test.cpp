@@ -306,6 +306,33 @@ TEST_F(SwarmRuns, ARestartedSwarmGoesOnBitForBitAndAssemblesIntoOneCheckpoint) {
                                  "no checkpoint of stage 1");
 }
 
+TEST_F(SwarmRuns, ARebalancedSwarmMovesAPeerToItsBottleneck) {
+  // Stage 1's one peer takes at least 100 ms a request (a step of 8 micro-batches, a forward
+  // and a backward each, at least 1.6 s); stage 2 has two fast peers. Within a few rebalancing
+  // looks (one a second) stage 2's newest peer moves to stage 1, which the driver's wiring then
+  // prefers: the steps get faster.
+  const std::string stages = "[1,2,1]", looks = " --set swarm.rebalance_every=1";
+  std::vector<std::unique_ptr<Background>> peers;
+  peers.push_back(start("rebalance", {stages, 1, "rebalance_1", looks, "step_seconds=0.1"}));
+  peers.push_back(start("rebalance", {stages, 2, "rebalance_2a", looks}));
+  peers.push_back(start("rebalance", {stages, 2, "rebalance_2b", looks}));
+  peers.push_back(start("rebalance", {stages, 0, "rebalance_0", looks}));
+  for (auto& p : peers) EXPECT_EQ(p->wait(), 0) << p->output();
+  const std::string moved = read_file(log("rebalance_2b"));
+  EXPECT_NE(moved.find("moves from stage 2"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("joined at round"), std::string::npos) << moved;
+  EXPECT_EQ(metric(run_dir("rebalance_2b"), "moves").back(), 1.0);
+  EXPECT_EQ(metric(run_dir("rebalance_2b"), "stage").back(), 1.0);
+  // Every step of stage 1 averaged a whole round, whichever peers held it.
+  EXPECT_EQ(metric(run_dir("rebalance_1"), "round_samples"), std::vector<double>(20, 16.0));
+  // The last steps at least twice as fast as the first, all of whose stage-1 work was throttled.
+  const std::vector<double> step_ms = metric(run_dir("rebalance_0"), "step_ms");
+  ASSERT_EQ(step_ms.size(), 20u);
+  const double before = step_ms[0];
+  const double after = (step_ms[15] + step_ms[16] + step_ms[17] + step_ms[18] + step_ms[19]) / 5;
+  EXPECT_LT(after, before / 2) << "before " << before << " ms, after " << after << " ms";
+}
+
 TEST_F(SwarmRuns, BadSwarmsAreOneErrorLine) {
   const auto expect_error = testing::expect_one_error_line;
   const std::string stages = "[1,2,1]";

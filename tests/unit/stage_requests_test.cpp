@@ -29,10 +29,11 @@ std::vector<float> values(std::uint32_t seed) {
 
 TEST(StageRequests, Fp32ArraysTravelBitForBit) {
   const std::vector<float> input = values(1), grad = values(2);
-  const StageRequest r =
-      read_stage_request(stage_request(kBackward, kBatch, 42, SwarmCompression::none, input, grad),
-                         kBoundary, kSeqLen);
+  const StageRequest r = read_stage_request(
+      stage_request(kBackward, 1, kBatch, 42, SwarmCompression::none, input, grad), kBoundary,
+      kSeqLen);
   EXPECT_EQ(r.method, kBackward);
+  EXPECT_EQ(r.stage, 1);
   EXPECT_EQ(r.micro_batch, 42);
   EXPECT_EQ(r.input, input);
   EXPECT_EQ(r.output_grad, grad);
@@ -46,7 +47,7 @@ TEST(StageRequests, Int8ArraysKeepTheirBoundInTheirBytes) {
   const std::vector<float> input = values(3);
   const std::vector<std::int32_t> targets{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const RpcMessage request =
-      stage_request(kLoss, kBatch, 7, SwarmCompression::int8, input, {}, targets);
+      stage_request(kLoss, 2, kBatch, 7, SwarmCompression::int8, input, {}, targets);
   // n values: n bytes and one fp32 scale per 256, padded to 4.
   const std::size_t n = input.size(), bytes = (n + 4 * ((n + 255) / 256) + 3) / 4 * 4;
   EXPECT_EQ(boundary_bytes(n, SwarmCompression::int8), bytes);
@@ -78,7 +79,7 @@ TEST(StageRequests, Int8ArraysKeepTheirBoundInTheirBytes) {
 
 TEST(StageRequests, AWrongSizeOrAnUnknownCompressionIsRefused) {
   const std::vector<float> input = values(4);
-  RpcMessage request = stage_request(kForward, kBatch, 1, SwarmCompression::int8, input);
+  RpcMessage request = stage_request(kForward, 1, kBatch, 1, SwarmCompression::int8, input);
   EXPECT_THROW(read_stage_request(request, kBoundary + 1, kSeqLen), std::runtime_error);
   request.header += "x";  // q=int8x
   EXPECT_THROW(read_stage_request(request, kBoundary, kSeqLen), std::runtime_error);

@@ -84,7 +84,7 @@ void StageCheckpoints::after_step(SwarmStage& stage, const StageStep& step) {
 
 void StageCheckpoints::save(SwarmStage& stage) {
   const std::int64_t step = stage.steps_done();
-  if (step == saved_step_ || step == 0) return;
+  if ((stage.index() == saved_stage_ && step == saved_step_) || step == 0) return;
   TrainingBackend& backend = stage.backend();
   const ParameterLayout& layout = backend.layout();
   const ModelPartition partition = swarm_stage_partition(config_, stage.index());
@@ -105,6 +105,7 @@ void StageCheckpoints::save(SwarmStage& stage) {
   const std::string directory = config_.checkpoint_directory();
   const std::string path = write_checkpoint(directory, writer, meta, backend.state());
   prune_checkpoints(directory, config_.checkpoint.keep);
+  saved_stage_ = stage.index();
   saved_step_ = step;
   std::printf("stage %d: checkpoint %s\n", stage.index(), path.c_str());
   std::fflush(stdout);

@@ -44,6 +44,7 @@ class StageCheckpoints {
   const Config& config_;
   std::string tokenizer_model_;
   bool without_tokenizer_;
+  int saved_stage_ = -1;  // a peer that moved writes its new stage's steps anew
   std::int64_t saved_step_ = -1;
 };
 

@@ -83,14 +83,14 @@ std::size_t boundary_bytes(std::size_t values, SwarmCompression compression) {
   return int8(compression) ? int8_layout(values).bytes : values * sizeof(float);
 }
 
-RpcMessage stage_request(const std::string& method, int batch, std::int64_t micro_batch,
+RpcMessage stage_request(const std::string& method, int stage, int batch, std::int64_t micro_batch,
                          SwarmCompression compression, std::span<const float> input,
                          std::span<const float> output_grad,
                          std::span<const std::int32_t> targets) {
   RpcMessage m;
   m.method = method;
-  m.header = "batch=" + std::to_string(batch) + " mb=" + std::to_string(micro_batch) +
-             compression_item(compression);
+  m.header = "stage=" + std::to_string(stage) + " batch=" + std::to_string(batch) +
+             " mb=" + std::to_string(micro_batch) + compression_item(compression);
   append_values(m.payload, input, compression);
   if (!output_grad.empty()) append_values(m.payload, output_grad, compression);
   append_targets(m.payload, targets);
@@ -101,6 +101,7 @@ StageRequest read_stage_request(const RpcMessage& message, std::size_t boundary_
                                 int seq_len) {
   StageRequest r;
   r.method = message.method;
+  r.stage = std::stoi(header_value(message.header, "stage"));
   r.batch = std::stoi(header_value(message.header, "batch"));
   if (r.batch < 1) throw std::runtime_error("swarm request of batch " + std::to_string(r.batch));
   r.micro_batch = std::stoll(header_value(message.header, "mb"));

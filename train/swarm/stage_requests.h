@@ -4,11 +4,14 @@
 // the stage's input again and the peer recomputes its forward, so the backward of a micro-batch
 // may go to another peer than its forward did.
 //
-//   forward   header "batch=B mb=G", payload input         → payload output
-//   backward  "batch=B mb=G", payload input | grad         → payload input's gradient
-//   loss      (last stage) "batch=B mb=G", input | targets → "loss_sum=S", input's gradient
+//   forward   header "stage=K batch=B mb=G", payload input         → payload output
+//   backward  "stage=K batch=B mb=G", payload input | grad         → payload input's gradient
+//   loss      (last stage) "stage=K batch=B mb=G", input | targets → "loss_sum=S", input's gradient
 //             (its forward and backward in one request: the loss starts the backward)
-//   evaluate  (last stage) "batch=B mb=-1", input | targets → "loss_sum=S" (no backward)
+//   evaluate  (last stage) "stage=K batch=B mb=-1", input | targets → "loss_sum=S" (no backward)
+// K is the stage the sender meant: a peer that serves another (it moved) declines the request.
+// A peer declines with an "error" reply whose message starts with kDeclined; the sender sends
+// the request to another peer of the stage.
 // input, output and gradients are boundary_floats(B) values each (B·T·C: the residual stream),
 // targets B·T int32; S is Σ −log p(target) over the B·T positions, in double. G is the
 // micro-batch's global id (train/swarm/stage_rounds.h counts each backward of it once per stage);
@@ -37,6 +40,7 @@ inline constexpr const char* kForward = "forward";
 inline constexpr const char* kBackward = "backward";
 inline constexpr const char* kLoss = "loss";
 inline constexpr const char* kEvaluate = "evaluate";
+inline constexpr const char* kDeclined = "declined: ";
 
 // Values per int8 block (its fp32 scale costs 4 bytes: 1.6% of the block's 256).
 inline constexpr std::size_t kBoundaryBlock = 256;
@@ -47,6 +51,7 @@ std::size_t boundary_bytes(std::size_t values, SwarmCompression compression);
 // A request's arrays, as the handler reads them (decoded).
 struct StageRequest {
   std::string method;
+  int stage = -1;
   int batch = 0;
   std::int64_t micro_batch = -1;
   SwarmCompression compression = SwarmCompression::none;
@@ -56,7 +61,7 @@ struct StageRequest {
 };
 
 // Encodes a request: `output_grad` for a backward, `targets` for loss and evaluate, else empty.
-RpcMessage stage_request(const std::string& method, int batch, std::int64_t micro_batch,
+RpcMessage stage_request(const std::string& method, int stage, int batch, std::int64_t micro_batch,
                          SwarmCompression compression, std::span<const float> input,
                          std::span<const float> output_grad = {},
                          std::span<const std::int32_t> targets = {});

@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "parallel/elastic/membership.h"
+#include "parallel/swarm/stage_rebalance.h"
+#include "parallel/swarm/stochastic_wiring.h"
 #include "train/stop_signal.h"
 #include "train/swarm/stage_requests.h"
 
@@ -58,11 +60,72 @@ void StageServer::finish_round() {
   const StageStep s = rounds_.finish(stage_);
   report_stage_step(config_, stage_.index(), s, requests_, metrics_);
   checkpoints_.after_step(stage_, s);
+  consider_moving();
+}
+
+void StageServer::consider_moving() {
+  const double every = config_.swarm.rebalance_every;
+  if (every <= 0 || moving_to_ >= 0 || steady_seconds() - looked_at_ < every) return;
+  looked_at_ = steady_seconds();
+  const std::vector<SwarmPeerRecord> peers = registry_.live_peers();
+  const int stages = stage_.stages();
+  const std::vector<StageLoad> loads = stage_loads(peers, stages);
+  RendezvousStore& store = registry_.store();
+  const std::string moves_key = config_.swarm.group + "/moves";
+  std::vector<double> counts, rates;
+  for (const StageLoad& load : loads) {
+    counts.push_back(load.peers);
+    rates.push_back(load.samples_per_second);
+  }
+  const std::optional<StageMove> move = choose_stage_move(peers, stages, 1);
+  const bool mine = move && move->peer == registry_.id();
+  const std::int64_t moves = store.add(moves_key, mine ? 1 : 0);
+  metrics_.write(JsonLine()
+                     .add("step", stage_.steps_done())
+                     .add("swarm", true)
+                     .add("stage_peers", counts)
+                     .add("stage_samples_per_s", rates)
+                     .add("moves", moves));
+  if (!mine) return;
+  moving_to_ = move->to;
+  // Off the stage first: the drivers stop choosing it once they look again.
+  registry_.move(-1);
+  std::printf(
+      "swarm peer %lld moves from stage %d (%.0f samples/s with %d peers) to stage %d "
+      "(%.0f samples/s, the bottleneck)\n",
+      static_cast<long long>(registry_.id()), move->from,
+      loads[static_cast<std::size_t>(move->from)].samples_per_second,
+      loads[static_cast<std::size_t>(move->from)].peers, move->to,
+      loads[static_cast<std::size_t>(move->to)].samples_per_second);
+  std::fflush(stdout);
+}
+
+void StageServer::measure(const std::string& method, int batch, double seconds) {
+  // Units as the wiring counts them: a forward 1 per sample, a backward (with its recomputed
+  // forward) backward_cost more; a training sample is a forward and a backward here, the loss
+  // alone on the last stage.
+  const double backward = WiringSettings().backward_cost;
+  const bool trains = method == swarm::kBackward || method == swarm::kLoss;
+  busy_units_ += batch * (trains ? 1 + backward : 1.0);
+  busy_seconds_ += seconds;
+  const double now = steady_seconds();
+  if (now - published_at_ < 1.0 || busy_seconds_ <= 0) return;
+  const double per_sample = stage_.last() ? 1 + backward : 2 + backward;
+  registry_.publish_speed(busy_units_ / busy_seconds_ / per_sample);
+  published_at_ = now;
+  busy_units_ = busy_seconds_ = 0;
 }
 
 RpcMessage StageServer::handle(const RpcMessage& message) {
   const swarm::StageRequest r =
       swarm::read_stage_request(message, stage_.boundary_floats(1), config_.model.seq_len);
+  const auto decline = [&](const std::string& why) {
+    return std::runtime_error(swarm::kDeclined + why);
+  };
+  if (r.stage != stage_.index())
+    throw decline("this peer serves stage " + std::to_string(stage_.index()) + ", not " +
+                  std::to_string(r.stage));
+  if (moving_to_ >= 0) throw decline("moving to stage " + std::to_string(moving_to_));
   const bool for_last = r.method == swarm::kLoss || r.method == swarm::kEvaluate;
   if (for_last != stage_.last())
     throw std::runtime_error("swarm request '" + r.method + "' sent to stage " +
@@ -70,9 +133,11 @@ RpcMessage StageServer::handle(const RpcMessage& message) {
                              std::to_string(stage_.stages()));
   requests_ += 1;
   const double began = steady_seconds();
-  // A round the other peers filled is averaged before serving on its weights.
+  // A round the other peers filled is averaged before serving on its weights (and this peer may
+  // then move: the request goes to another).
   if (r.method == swarm::kForward || r.method == swarm::kEvaluate)
     if (rounds_.full()) finish_round();
+  if (moving_to_ >= 0) throw decline("moving to stage " + std::to_string(moving_to_));
   RpcMessage reply;
   if (r.method == swarm::kForward) {
     reply = swarm::stage_reply(stage_.forward(nullptr, r.input.data(), r.batch), r.compression);
@@ -82,8 +147,10 @@ RpcMessage StageServer::handle(const RpcMessage& message) {
   } else {
     // A backward: counted once into the stage's rounds, after the round it would overflow.
     StageRounds::Claim claim;
-    while ((claim = rounds_.claim(r.micro_batch, r.batch)) == StageRounds::Claim::full)
+    while ((claim = rounds_.claim(r.micro_batch, r.batch)) == StageRounds::Claim::full) {
       finish_round();
+      if (moving_to_ >= 0) throw decline("moving to stage " + std::to_string(moving_to_));
+    }
     const bool add = claim == StageRounds::Claim::add;
     if (r.method == swarm::kBackward) {
       reply = swarm::stage_reply(
@@ -100,14 +167,18 @@ RpcMessage StageServer::handle(const RpcMessage& message) {
   if (const double left = hooks_.step_seconds - (steady_seconds() - began); left > 0)
     sleep_seconds(left);
   if (hooks_.kill_in_request == requests_) std::raise(SIGKILL);
+  measure(r.method, r.batch, steady_seconds() - began);
   return reply;
 }
 
-std::string StageServer::run() {
+ServeEnd StageServer::run() {
   const auto handler = [this](const RpcMessage& m) { return handle(m); };
   double looked_at = steady_seconds();
+  looked_at_ = published_at_ = steady_seconds();
   while (true) {
-    if (stop_requested()) return "stopped by signal at step " + std::to_string(stage_.steps_done());
+    if (moving_to_ >= 0) return {"moves to stage " + std::to_string(moving_to_), moving_to_};
+    if (stop_requested())
+      return {"stopped by signal at step " + std::to_string(stage_.steps_done())};
     const bool served = server_.serve_one(0.02, handler);
     // Others' requests may have filled the round: look now and then, not per request.
     if (!served && steady_seconds() - looked_at < 0.05) continue;
@@ -121,8 +192,8 @@ std::string StageServer::run() {
     // over what it has; the drivers' last evaluation still passes through.
     if (rounds_.pending()) finish_round();
     if (!registry_.stage_peers(0).empty()) continue;
-    return "done at step " + std::to_string(stage_.steps_done()) + " (the swarm's data has " +
-           "come through and its drivers have left)";
+    return {"done at step " + std::to_string(stage_.steps_done()) + " (the swarm's data has " +
+            "come through and its drivers have left)"};
   }
 }
 

@@ -85,17 +85,31 @@ RpcMessage SwarmDriver::call(int stage, StageWork work, int samples, const RpcMe
     }
     const double start = steady_seconds();
     const std::string& endpoint = endpoints_.at(choice->peer);
-    std::optional<RpcMessage> reply =
-        client_.call(endpoint, request, config_.swarm.request_timeout);
+    std::optional<RpcMessage> reply;
+    std::string declined;
+    try {
+      reply = client_.call(endpoint, request, config_.swarm.request_timeout);
+    } catch (const RpcError& e) {
+      // A peer that moved to another stage (or is moving) declines; any other error is a bug.
+      const std::string what = e.what();
+      const std::size_t at = what.find(swarm::kDeclined);
+      if (at == std::string::npos) throw;
+      declined = what.substr(at + std::string(swarm::kDeclined).size());
+    }
     if (reply) {
       wiring.finished(*choice, steady_seconds() - start);
       return std::move(*reply);
     }
-    std::printf(
-        "swarm: peer %lld of stage %d did not answer '%s' within %g s; sending it to "
-        "another\n",
-        static_cast<long long>(choice->peer), stage, request.method.c_str(),
-        config_.swarm.request_timeout);
+    if (!declined.empty())
+      std::printf("swarm: peer %lld of stage %d declined '%s' (%s); sending it to another\n",
+                  static_cast<long long>(choice->peer), stage, request.method.c_str(),
+                  declined.c_str());
+    else
+      std::printf(
+          "swarm: peer %lld of stage %d did not answer '%s' within %g s; sending it to "
+          "another\n",
+          static_cast<long long>(choice->peer), stage, request.method.c_str(),
+          config_.swarm.request_timeout);
     std::fflush(stdout);
     wiring.failed(*choice, steady_seconds());
     client_.disconnect(endpoint);
@@ -112,7 +126,7 @@ std::vector<std::vector<float>> SwarmDriver::forward_through(std::vector<float> 
   for (int k = 1; k < S - 1; ++k) {
     const RpcMessage reply =
         call(k, StageWork::forward, batch,
-             swarm::stage_request(swarm::kForward, batch, g, q, inputs.back()));
+             swarm::stage_request(swarm::kForward, k, batch, g, q, inputs.back()));
     inputs.push_back(swarm::reply_floats(reply, stage_.boundary_floats(batch)));
   }
   return inputs;
@@ -129,13 +143,13 @@ double SwarmDriver::train_micro_batch(std::int64_t g) {
       forward_through(stage_.forward(tokens.data(), nullptr, B), B, g);
   const RpcMessage last =
       call(S - 1, StageWork::backward, B,
-           swarm::stage_request(swarm::kLoss, B, g, q, inputs.back(), {}, targets));
+           swarm::stage_request(swarm::kLoss, S - 1, B, g, q, inputs.back(), {}, targets));
   const double loss_sum = swarm::reply_loss_sum(last);
   std::vector<float> grad = swarm::reply_floats(last, stage_.boundary_floats(B));
   for (int k = S - 2; k >= 1; --k) {
     const RpcMessage reply =
         call(k, StageWork::backward, B,
-             swarm::stage_request(swarm::kBackward, B, g, q,
+             swarm::stage_request(swarm::kBackward, k, B, g, q,
                                   inputs.at(static_cast<std::size_t>(k - 1)), grad));
     grad = swarm::reply_floats(reply, stage_.boundary_floats(B));
   }
@@ -171,7 +185,7 @@ double SwarmDriver::split_loss(const TokenSource& split) {
         forward_through(stage_.forward(tokens.data(), nullptr, B), B, -1);
     const RpcMessage last =
         call(S - 1, StageWork::forward, B,
-             swarm::stage_request(swarm::kEvaluate, B, -1, q, inputs.back(), {}, targets));
+             swarm::stage_request(swarm::kEvaluate, S - 1, B, -1, q, inputs.back(), {}, targets));
     sum += swarm::reply_loss_sum(last);
     count += static_cast<std::int64_t>(B) * T;
   }

@@ -94,27 +94,25 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
     fail(e.what());
   }
   const int wanted = resume ? resume->stage : config.swarm.stage;
-  const int index = wanted >= 0 ? wanted : registry->least_served_stage();
-  SwarmStage stage(config, index, device, world);
+  int index = wanted >= 0 ? wanted : registry->least_served_stage();
+  auto stage = std::make_unique<SwarmStage>(config, index, device, world);
   if (resume) {
-    const std::int64_t step = load_stage_checkpoint(config, stage, resume->path);
+    const std::int64_t step = load_stage_checkpoint(config, *stage, resume->path);
     std::printf("resumed from %s at step %lld\n", resume->path.c_str(),
                 static_cast<long long>(step));
   }
   // The first stage reads the training data; its tokenizer check is the run's.
   std::unique_ptr<TrainingData> data;
   std::string tokenizer_model;
-  if (stage.first()) {
+  if (stage->first()) {
     data = std::make_unique<TrainingData>(config);
     tokenizer_model = data->check(config);
   }
   StageCheckpoints checkpoints(config, tokenizer_model, data && data->without_tokenizer());
   const std::string host = config.swarm.host.empty() ? "127.0.0.1" : config.swarm.host;
   std::unique_ptr<RpcServer> server;
-  std::unique_ptr<StageRounds> rounds;
   try {
     server = std::make_unique<RpcServer>("tcp://" + host + ":*", host);
-    rounds = std::make_unique<StageRounds>(config, index, world, hooks);
   } catch (const std::runtime_error& e) {
     fail(e.what());
   }
@@ -122,41 +120,63 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   fs::create_directories(run_dir);
   std::ofstream(fs::path(run_dir) / "config.yaml") << config_to_yaml(config);
   MetricsWriter metrics((fs::path(run_dir) / "metrics.jsonl").string(),
-                        resume ? stage.steps_done() : -1);
-  const ModelPartition p = swarm_stage_partition(config, index);
-  std::printf("swarm '%s' (%s): stage %d of %zu (layers %d-%d%s%s), serving at %s\n",
-              config.swarm.group.c_str(), config.swarm.join.c_str(), index,
-              config.swarm.stages.size(), p.layer_begin, p.layer_end - 1,
-              p.has_embedding ? ", embedding" : "", p.has_head ? ", head" : "",
-              server->endpoint().c_str());
-  std::fflush(stdout);
+                        resume ? stage->steps_done() : -1);
   install_stop_signal_handlers();
-  // A stage that has averaged before is joined: its state taken before any request is served.
-  std::printf("stage %d: %s\n", index, rounds->start(stage, resume.has_value()).c_str());
-  std::fflush(stdout);
-  const std::int64_t id = registry->join(index, server->endpoint());
-  std::printf("swarm peer %lld serves stage %d\n", static_cast<long long>(id), index);
-  std::fflush(stdout);
-
   SwarmProgress progress(config, registry->store());
-  std::string why;
-  if (stage.first()) {
-    progress.start_at(stage.steps_done() * swarm_target_batch(config) / config.train.micro_batch);
-    SwarmDriver driver(config, stage, *rounds, *registry, *server, progress, *data, metrics,
-                       checkpoints);
-    why = driver.run();
-    // Its deathrattle tells the servers that the drivers are done.
+  // One pass per stage this peer serves: a server that rebalancing moves serves the next.
+  for (bool first_pass = true;; first_pass = false) {
+    std::unique_ptr<StageRounds> rounds;
+    try {
+      rounds = std::make_unique<StageRounds>(config, index, world, hooks);
+    } catch (const std::runtime_error& e) {
+      fail(e.what());
+    }
+    const ModelPartition p = swarm_stage_partition(config, index);
+    std::printf("swarm '%s' (%s): stage %d of %zu (layers %d-%d%s%s), serving at %s\n",
+                config.swarm.group.c_str(), config.swarm.join.c_str(), index,
+                config.swarm.stages.size(), p.layer_begin, p.layer_end - 1,
+                p.has_embedding ? ", embedding" : "", p.has_head ? ", head" : "",
+                server->endpoint().c_str());
+    // A stage that has averaged before is joined: its state taken before any request is served.
+    std::printf("stage %d: %s\n", index,
+                rounds->start(*stage, first_pass && resume.has_value()).c_str());
+    std::fflush(stdout);
+    if (first_pass)
+      registry->join(index, server->endpoint());
+    else
+      registry->move(index);
+    std::printf("swarm peer %lld serves stage %d\n", static_cast<long long>(registry->id()), index);
+    std::fflush(stdout);
+
+    std::string why;
+    if (stage->first()) {
+      progress.start_at(stage->steps_done() * swarm_target_batch(config) /
+                        config.train.micro_batch);
+      SwarmDriver driver(config, *stage, *rounds, *registry, *server, progress, *data, metrics,
+                         checkpoints);
+      why = driver.run();
+      // Its deathrattle tells the servers that the drivers are done.
+      registry->leave(why);
+    } else {
+      StageServer serving(config, *stage, *rounds, *server, *registry, progress, metrics,
+                          checkpoints, hooks);
+      const ServeEnd end = serving.run();
+      why = end.why;
+      if (end.move_to >= 0) {
+        // Its stage's group goes on without it; its weights are the next stage's, taken anew.
+        rounds->leave(why);
+        index = end.move_to;
+        stage = std::make_unique<SwarmStage>(config, index, device, world);
+        continue;
+      }
+    }
+    // The state at the end (a stop signal's step), unless written at this step.
+    checkpoints.save(*stage);
+    std::printf("swarm peer %lld: %s\n", static_cast<long long>(registry->id()), why.c_str());
+    rounds->leave(why);
     registry->leave(why);
-  } else {
-    StageServer serving(config, stage, *rounds, *server, *registry, progress, metrics, checkpoints,
-                        hooks);
-    why = serving.run();
+    return;
   }
-  // The state at the end (a stop signal's step), unless written at this step.
-  checkpoints.save(stage);
-  std::printf("swarm peer %lld: %s\n", static_cast<long long>(id), why.c_str());
-  rounds->leave(why);
-  registry->leave(why);
 }
 
 }  // namespace strata
