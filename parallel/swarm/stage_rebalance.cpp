@@ -18,9 +18,10 @@ std::vector<StageLoad> stage_loads(const std::vector<SwarmPeerRecord>& peers, in
   }
   for (std::size_t k = 0; k < loads.size(); ++k) {
     StageLoad& load = loads[k];
-    load.judged = measured[k] > 0;
+    // A stage without peers is judged: nothing passes it (the pipeline waits for it).
+    load.judged = measured[k] > 0 || load.peers == 0;
     // The unmeasured peers at the measured ones' mean.
-    if (load.judged) load.samples_per_second *= static_cast<double>(load.peers) / measured[k];
+    if (measured[k] > 0) load.samples_per_second *= static_cast<double>(load.peers) / measured[k];
   }
   return loads;
 }

@@ -5,12 +5,13 @@
 //
 // A stage's throughput is the sum of its live peers' published samples per second (a peer that has
 // published none counts as its stage's measured mean; a stage none of whose peers has published is
-// not judged, nor is any move made while one is unjudged). The bottleneck is the stage of least
-// throughput; the donor the stage of most throughput among those of two peers or more. The donor's
-// newest peer (highest id) moves when the donor, without it, keeps more than (1 + margin) times the
-// bottleneck's throughput: the slowest stage's rate can then only rise, and the margin keeps noise
-// from moving peers back and forth. Stages below `first_stage` take no part (the first stage's
-// peers drive: they read the data, and a driver is added by starting one).
+// not judged, nor is any move made while one is unjudged; a stage without peers has throughput 0,
+// so a stage whose last peer died gets the next peer that can be spared). The bottleneck is the
+// stage of least throughput; the donor the stage of most throughput among those of two peers or
+// more. The donor's newest peer (highest id) moves when the donor, without it, keeps more than (1 +
+// margin) times the bottleneck's throughput: the slowest stage's rate can then only rise, and the
+// margin keeps noise from moving peers back and forth. Stages below `first_stage` take no part (the
+// first stage's peers drive: they read the data, and a driver is added by starting one).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,8 @@
 
 namespace strata {
 
-// A stage's live peers and their summed throughput (0 and unjudged when none has published).
+// A stage's live peers and their summed throughput (unjudged when it has peers and none has
+// published).
 struct StageLoad {
   int peers = 0;
   double samples_per_second = 0;

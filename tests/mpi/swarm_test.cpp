@@ -124,6 +124,19 @@ class SwarmRuns : public ::testing::Test {
     EXPECT_EQ(killed, 1);
   }
 
+  // Peers <store>_1 (with `hooks`), <store>_2a, <store>_2b and the driver <store>_0 of stages
+  // [1,2,1], each looking for a better stage every second, started in that order.
+  static std::vector<std::unique_ptr<Background>> start_rebalancing(const std::string& store,
+                                                                    const std::string& hooks) {
+    const std::string stages = "[1,2,1]", looks = " --set swarm.rebalance_every=1";
+    std::vector<std::unique_ptr<Background>> peers;
+    peers.push_back(start(store, {stages, 1, store + "_1", looks, hooks}));
+    for (const char* name : {"_2a", "_2b"})
+      peers.push_back(start(store, {stages, 2, store + name, looks}));
+    peers.push_back(start(store, {stages, 0, store + "_0", looks}));
+    return peers;
+  }
+
   // The payload bytes of 20 steps of 8 micro-batches through stages [1,2,1], B 2, T 16, C 32:
   // per micro-batch a forward to stage 1 (its input out, its output back), the loss at stage 2
   // (its input and the targets out, the input's gradient back) and a backward at stage 1 (input
@@ -311,13 +324,8 @@ TEST_F(SwarmRuns, ARebalancedSwarmMovesAPeerToItsBottleneck) {
   // and a backward each, at least 1.6 s); stage 2 has two fast peers. Within a few rebalancing
   // looks (one a second) stage 2's newest peer moves to stage 1, which the driver's wiring then
   // prefers: the steps get faster.
-  const std::string stages = "[1,2,1]", looks = " --set swarm.rebalance_every=1";
-  std::vector<std::unique_ptr<Background>> peers;
-  peers.push_back(start("rebalance", {stages, 1, "rebalance_1", looks, "step_seconds=0.1"}));
-  peers.push_back(start("rebalance", {stages, 2, "rebalance_2a", looks}));
-  peers.push_back(start("rebalance", {stages, 2, "rebalance_2b", looks}));
-  peers.push_back(start("rebalance", {stages, 0, "rebalance_0", looks}));
-  for (auto& p : peers) EXPECT_EQ(p->wait(), 0) << p->output();
+  for (auto& p : start_rebalancing("rebalance", "step_seconds=0.1"))
+    EXPECT_EQ(p->wait(), 0) << p->output();
   const std::string moved = read_file(log("rebalance_2b"));
   EXPECT_NE(moved.find("moves from stage 2"), std::string::npos) << moved;
   EXPECT_NE(moved.find("joined at round"), std::string::npos) << moved;
@@ -331,6 +339,22 @@ TEST_F(SwarmRuns, ARebalancedSwarmMovesAPeerToItsBottleneck) {
   const double before = step_ms[0];
   const double after = (step_ms[15] + step_ms[16] + step_ms[17] + step_ms[18] + step_ms[19]) / 5;
   EXPECT_LT(after, before / 2) << "before " << before << " ms, after " << after << " ms";
+}
+
+TEST_F(SwarmRuns, AStageThatLostItsLastPeerGetsOneThatMoves) {
+  // Stage 1's only peer dies at its 30th request; the driver waits, and stage 2's newest peer
+  // moves there (its state lost with the dead peer: it goes on from the seed's weights).
+  const auto peers = start_rebalancing("orphan", "kill_in_request=30");
+  EXPECT_EQ(peers[0]->wait(), 128 + 9);
+  for (std::size_t i = 1; i < peers.size(); ++i)
+    EXPECT_EQ(peers[i]->wait(), 0) << peers[i]->output();
+  const std::string driver = read_file(log("orphan_0"));
+  EXPECT_NE(driver.find("stage 1 has no live peer; the pipeline waits"), std::string::npos)
+      << driver;
+  EXPECT_NE(driver.find("stage 1 has a peer again"), std::string::npos) << driver;
+  EXPECT_NE(read_file(log("orphan_2b")).find("to stage 1"), std::string::npos)
+      << read_file(log("orphan_2b"));
+  EXPECT_EQ(metric(run_dir("orphan_0"), "loss").size(), 20u);
 }
 
 TEST_F(SwarmRuns, BadSwarmsAreOneErrorLine) {

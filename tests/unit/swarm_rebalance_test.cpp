@@ -33,6 +33,14 @@ TEST(SwarmRebalance, NoMoveThatWouldMakeTheDonorTheBottleneck) {
   EXPECT_EQ(choose_stage_move(single, 3, 1), std::nullopt);
 }
 
+TEST(SwarmRebalance, AStageWithoutPeersGetsOne) {
+  // Stage 1's last peer died: the pipeline waits for it, whatever the others' speeds.
+  const std::vector<SwarmPeerRecord> peers{peer(0, 0, 900), peer(2, 2, 30), peer(3, 2, 30)};
+  EXPECT_TRUE(stage_loads(peers, 3)[1].judged);
+  EXPECT_EQ(stage_loads(peers, 3)[1].samples_per_second, 0.0);
+  EXPECT_EQ(choose_stage_move(peers, 3, 1), (StageMove{3, 2, 1}));
+}
+
 TEST(SwarmRebalance, UnmeasuredPeersAndTheDriversStage) {
   // A peer that has published nothing counts as its stage's measured mean.
   const std::vector<SwarmPeerRecord> some{peer(1, 1, 20), peer(2, 2, 600), peer(3, 2, 0)};

@@ -156,6 +156,9 @@ void StageRounds::hand_over(SwarmStage& stage, const SyncMembers& m) {
   for (std::size_t i = 0; i < m.slots.size() && donor < 0; ++i)
     if (!m.joining[i]) donor = static_cast<int>(i);
   if (donor < 0) {
+    // The stage has made round_ steps: its schedule goes on from there (a resumed peer's own
+    // counts stand).
+    if (stage.steps_done() < round_) stage.set_counts(round_, round_);
     std::printf(
         "swarm: no peer of stage %d held its state (every earlier one has left): this "
         "peer goes on from its own weights, at the stage's step %lld\n",

@@ -49,6 +49,8 @@ class StageRounds {
   std::string start(SwarmStage& stage, bool resumed);
 
   std::int64_t round() const { return round_; }
+  // Samples whose gradients this peer holds in the current round.
+  int held() const { return held_; }
   // Micro-batch g's backward of `samples` samples: `add` it to this round, it is a `duplicate`
   // (add nothing), or the round is `full` (finish() it first, then claim again).
   enum class Claim { add, duplicate, full };

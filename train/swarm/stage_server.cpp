@@ -66,20 +66,21 @@ void StageServer::finish_round() {
 void StageServer::consider_moving() {
   const double every = config_.swarm.rebalance_every;
   if (every <= 0 || moving_to_ >= 0 || steady_seconds() - looked_at_ < every) return;
-  looked_at_ = steady_seconds();
   const std::vector<SwarmPeerRecord> peers = registry_.live_peers();
   const int stages = stage_.stages();
   const std::vector<StageLoad> loads = stage_loads(peers, stages);
-  RendezvousStore& store = registry_.store();
-  const std::string moves_key = config_.swarm.group + "/moves";
+  const std::optional<StageMove> move = choose_stage_move(peers, stages, 1);
+  const bool mine = move && move->peer == registry_.id();
+  // A peer that holds part of a round moves at the round's end (it looks again then), unless its
+  // destination has no peer at all: then the gradients it holds are lost as a dead peer's are.
+  if (mine && rounds_.held() > 0 && loads[static_cast<std::size_t>(move->to)].peers > 0) return;
+  looked_at_ = steady_seconds();
   std::vector<double> counts, rates;
   for (const StageLoad& load : loads) {
     counts.push_back(load.peers);
     rates.push_back(load.samples_per_second);
   }
-  const std::optional<StageMove> move = choose_stage_move(peers, stages, 1);
-  const bool mine = move && move->peer == registry_.id();
-  const std::int64_t moves = store.add(moves_key, mine ? 1 : 0);
+  const std::int64_t moves = registry_.store().add(config_.swarm.group + "/moves", mine ? 1 : 0);
   metrics_.write(JsonLine()
                      .add("step", stage_.steps_done())
                      .add("swarm", true)
@@ -109,7 +110,9 @@ void StageServer::measure(const std::string& method, int batch, double seconds) 
   busy_units_ += batch * (trains ? 1 + backward : 1.0);
   busy_seconds_ += seconds;
   const double now = steady_seconds();
-  if (now - published_at_ < 1.0 || busy_seconds_ <= 0) return;
+  // The first measurement at once (a stage is not judged before one), then about once a second.
+  if ((published_ && now - published_at_ < 1.0) || busy_seconds_ <= 0) return;
+  published_ = true;
   const double per_sample = stage_.last() ? 1 + backward : 2 + backward;
   registry_.publish_speed(busy_units_ / busy_seconds_ / per_sample);
   published_at_ = now;
@@ -187,6 +190,8 @@ ServeEnd StageServer::run() {
       finish_round();
       continue;
     }
+    // Idle: a look at the stages may be due (a stage that lost its last peer stops the rounds).
+    if (!served) consider_moving();
     if (!progress_.drained()) continue;
     // The data has come through: a last round that holds samples (a peer lost some) is averaged
     // over what it has; the drivers' last evaluation still passes through.

@@ -7,11 +7,13 @@
 //
 // Rebalancing: the server measures the samples per second its stage's work takes it (busy time
 // only, a backward counting as the wiring counts it) and publishes it about once a second; every
-// swarm.rebalance_every seconds, at the end of a round, it writes a `swarm` metrics line (each
-// stage's peers and throughput, the moves so far) and, when parallel/swarm/stage_rebalance.h
-// picks it, leaves its stage for the bottleneck: it takes itself off its stage in the registry,
-// declines any request from then on (the drivers send them to another peer), and run() returns
-// the stage to serve next (the peer joins it as any new peer does: train/swarm/swarm_peer.cpp).
+// swarm.rebalance_every seconds, at the end of a round or while idle, it writes a `swarm` metrics
+// line (each stage's peers and throughput, the moves so far) and, when parallel/swarm/
+// stage_rebalance.h picks it, leaves its stage for the bottleneck (holding none of a round's
+// gradients, or for a stage without peers, which stops the pipeline): it takes itself off its stage
+// in the registry, declines any request from then on (the drivers send them to another peer), and
+// run() returns the stage to serve next (the peer joins it as any new peer does:
+// train/swarm/swarm_peer.cpp).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +68,7 @@ class StageServer {
   std::int64_t requests_ = 0;
   double busy_seconds_ = 0, busy_units_ = 0;  // since the last publication
   double published_at_ = 0, looked_at_ = 0;
+  bool published_ = false;
   int moving_to_ = -1;
 };
 
