@@ -305,6 +305,7 @@ struct SwarmConfig {
   int stage_peers = 8;          // the most peers one stage holds (its averaging group's slots)
   std::string interface;        // Gloo's interface for a stage's averaging; empty: the host name
   double rebalance_every = 60;  // seconds between a server's looks for a better stage; 0: never
+  int in_flight = 1;            // micro-batches a driver has in flight at once
 
   bool enabled() const { return !join.empty(); }
   bool operator==(const SwarmConfig&) const = default;

@@ -187,6 +187,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("swarm.stage_peers", c.swarm.stage_peers);
   visit("swarm.interface", c.swarm.interface);
   visit("swarm.rebalance_every", c.swarm.rebalance_every);
+  visit("swarm.in_flight", c.swarm.in_flight);
 }
 
 // The config's source name plus which keys a `--set` wrote, so that every message can say both

@@ -36,6 +36,7 @@ void validate_swarm(const Config& c, const Rules& rules) {
   rules.positive("swarm.request_timeout", s.request_timeout);
   rules.at_least("swarm.stage_peers", s.stage_peers, 1);
   rules.at_least("swarm.rebalance_every", s.rebalance_every, 0.0);
+  rules.at_least("swarm.in_flight", s.in_flight, 1);
   // The stages step independently: the head cannot read the first stage's wte.
   if (c.model.arch.tie_embeddings)
     rules.fail("model.tie_embeddings",

@@ -192,12 +192,13 @@ TEST_F(SwarmRuns, TwoPeersOfAStageAverageTheirRoundsIntoThePipelineRun) {
 }
 
 TEST_F(SwarmRuns, TwoDriversAndTwoServersCountEverySampleOnce) {
-  // The second driver starts once the first drives: it joins stage 0 and takes its state.
-  const std::string stages = "[2,2]";
+  // The second driver starts once the first drives: it joins stage 0 and takes its state. Each
+  // driver keeps three micro-batches in flight.
+  const std::string stages = "[2,2]", lanes = " --set swarm.in_flight=3";
   run_swarm("count", {{stages, 1, "count_1a"},
                       {stages, 1, "count_1b"},
-                      {stages, 0, "count_0a"},
-                      {stages, 0, "count_0b"}});
+                      {stages, 0, "count_0a", lanes},
+                      {stages, 0, "count_0b", lanes}});
   // 20 rounds of 16 samples on each stage; the samples each stage's peers held sum to the 320
   // the drivers read, every one once; peers of a stage hold the same weights after each step.
   for (const auto& [a, b] :

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <stdexcept>
+#include <thread>
 
 #include "data/loader.h"
 #include "model/core/error.h"
@@ -15,20 +17,6 @@
 
 namespace strata {
 
-namespace {
-
-// How often the driver reads the stages' peers from the store when nothing failed.
-constexpr double kRefreshSeconds = 1.0;
-
-WiringSettings wiring_settings(const Config& config) {
-  WiringSettings s;
-  s.routing = config.swarm.routing;
-  s.ban_s = config.swarm.timeout;
-  return s;
-}
-
-}  // namespace
-
 SwarmDriver::SwarmDriver(const Config& config, SwarmStage& stage, StageRounds& rounds,
                          StageRegistry& registry, RpcServer& server, SwarmProgress& progress,
                          const TrainingData& data, MetricsWriter& metrics,
@@ -36,140 +24,74 @@ SwarmDriver::SwarmDriver(const Config& config, SwarmStage& stage, StageRounds& r
     : config_(config),
       stage_(stage),
       rounds_(rounds),
-      registry_(registry),
       server_(server),
       progress_(progress),
       data_(data),
       metrics_(metrics),
       checkpoints_(checkpoints),
-      wiring_(static_cast<std::size_t>(stage.stages()), StageWiring(wiring_settings(config))),
-      sequence_(static_cast<std::size_t>(stage.stages()), 0) {}
-
-void SwarmDriver::refresh_peers(int stage) {
-  std::vector<std::int64_t> ids;
-  for (const SwarmPeerRecord& p : registry_.stage_peers(stage)) {
-    ids.push_back(p.id);
-    endpoints_[p.id] = p.endpoint;
-  }
-  wiring_.at(static_cast<std::size_t>(stage)).set_peers(ids);
-}
-
-RpcMessage SwarmDriver::call(int stage, StageWork work, int samples, const RpcMessage& request) {
-  StageWiring& wiring = wiring_.at(static_cast<std::size_t>(stage));
-  const std::int64_t sequence = sequence_.at(static_cast<std::size_t>(stage))++;
-  std::vector<std::int64_t> tried;
-  double waiting_since = -1;
-  while (true) {
-    const double now = steady_seconds();
-    const std::optional<WiringChoice> choice = wiring.choose(work, samples, sequence, tried, now);
-    if (!choice) {
-      // Every known peer failed or was tried: look again in the store, waiting for one.
-      refresh_peers(stage);
-      tried.clear();
-      if (wiring.peers().empty() || waiting_since >= 0) {
-        if (waiting_since < 0) {
-          waiting_since = now;
-          std::printf("swarm: stage %d has no live peer; the pipeline waits for one to join\n",
-                      stage);
-          std::fflush(stdout);
-        }
-        if (stop_requested()) throw std::runtime_error("stopped by signal");
-        sleep_seconds(0.2);
-      }
-      continue;
-    }
-    if (waiting_since >= 0) {
-      std::printf("swarm: stage %d has a peer again after %.1f s\n", stage, now - waiting_since);
-      std::fflush(stdout);
-      waiting_since = -1;
-    }
-    const double start = steady_seconds();
-    const std::string& endpoint = endpoints_.at(choice->peer);
-    std::optional<RpcMessage> reply;
-    std::string declined;
-    try {
-      reply = client_.call(endpoint, request, config_.swarm.request_timeout);
-    } catch (const RpcError& e) {
-      // A peer that moved to another stage (or is moving) declines; any other error is a bug.
-      const std::string what = e.what();
-      const std::size_t at = what.find(swarm::kDeclined);
-      if (at == std::string::npos) throw;
-      declined = what.substr(at + std::string(swarm::kDeclined).size());
-    }
-    if (reply) {
-      wiring.finished(*choice, steady_seconds() - start);
-      return std::move(*reply);
-    }
-    if (!declined.empty())
-      std::printf("swarm: peer %lld of stage %d declined '%s' (%s); sending it to another\n",
-                  static_cast<long long>(choice->peer), stage, request.method.c_str(),
-                  declined.c_str());
-    else
-      std::printf(
-          "swarm: peer %lld of stage %d did not answer '%s' within %g s; sending it to "
-          "another\n",
-          static_cast<long long>(choice->peer), stage, request.method.c_str(),
-          config_.swarm.request_timeout);
-    std::fflush(stdout);
-    wiring.failed(*choice, steady_seconds());
-    client_.disconnect(endpoint);
-    tried.push_back(choice->peer);
-  }
-}
+      router_(config, registry, stage.stages()) {}
 
 std::vector<std::vector<float>> SwarmDriver::forward_through(std::vector<float> first_output,
-                                                             int batch, std::int64_t g) {
+                                                             int batch, std::int64_t g,
+                                                             RpcClient& client) {
   const int S = stage_.stages();
   const SwarmCompression q = config_.swarm.compression;
   std::vector<std::vector<float>> inputs;  // inputs[k − 1]: stage k's input
   inputs.push_back(std::move(first_output));
   for (int k = 1; k < S - 1; ++k) {
-    const RpcMessage reply =
-        call(k, StageWork::forward, batch,
-             swarm::stage_request(swarm::kForward, k, batch, g, q, inputs.back()));
+    const RpcMessage reply = router_.call(
+        k, StageWork::forward, batch,
+        swarm::stage_request(swarm::kForward, k, batch, g, q, inputs.back()), client, g < 0);
     inputs.push_back(swarm::reply_floats(reply, stage_.boundary_floats(batch)));
   }
   return inputs;
 }
 
-double SwarmDriver::train_micro_batch(std::int64_t g) {
+bool SwarmDriver::train_micro_batch(RpcClient& client) {
   const int B = config_.train.micro_batch, T = config_.model.seq_len, S = stage_.stages();
   const SwarmCompression q = config_.swarm.compression;
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(B) * T), targets(tokens.size());
-  for (int b = 0; b < B; ++b)
-    data_.sample(static_cast<std::uint64_t>(g * B + b), tokens.data() + b * T,
-                 targets.data() + b * T);
+  std::int64_t g = 0;
+  std::vector<float> first_output;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const std::optional<std::int64_t> taken = progress_.take();
+    if (!taken) return false;
+    g = *taken;
+    for (int b = 0; b < B; ++b)
+      data_.sample(static_cast<std::uint64_t>(g * B + b), tokens.data() + b * T,
+                   targets.data() + b * T);
+    first_output = stage_.forward(tokens.data(), nullptr, B);
+  }
+  // The other stages, without the lock: other lanes' micro-batches are in flight meanwhile.
   const std::vector<std::vector<float>> inputs =
-      forward_through(stage_.forward(tokens.data(), nullptr, B), B, g);
-  const RpcMessage last =
-      call(S - 1, StageWork::backward, B,
-           swarm::stage_request(swarm::kLoss, S - 1, B, g, q, inputs.back(), {}, targets));
+      forward_through(std::move(first_output), B, g, client);
+  const RpcMessage last = router_.call(
+      S - 1, StageWork::backward, B,
+      swarm::stage_request(swarm::kLoss, S - 1, B, g, q, inputs.back(), {}, targets), client);
   const double loss_sum = swarm::reply_loss_sum(last);
   std::vector<float> grad = swarm::reply_floats(last, stage_.boundary_floats(B));
   for (int k = S - 2; k >= 1; --k) {
     const RpcMessage reply =
-        call(k, StageWork::backward, B,
-             swarm::stage_request(swarm::kBackward, k, B, g, q,
-                                  inputs.at(static_cast<std::size_t>(k - 1)), grad));
+        router_.call(k, StageWork::backward, B,
+                     swarm::stage_request(swarm::kBackward, k, B, g, q,
+                                          inputs.at(static_cast<std::size_t>(k - 1)), grad),
+                     client);
     grad = swarm::reply_floats(reply, stage_.boundary_floats(B));
   }
   // The first stage's own backward, counted into its rounds as a server counts its.
+  const std::lock_guard<std::mutex> lock(mutex_);
   StageRounds::Claim claim;
-  while ((claim = rounds_.claim(g, B)) == StageRounds::Claim::full) finish_round();
+  while ((claim = rounds_.claim(g, B)) == StageRounds::Claim::full) finish_round(client);
   stage_.backward(tokens.data(), nullptr, grad.data(), B, claim == StageRounds::Claim::add);
-  return loss_sum;
+  round_loss_ += loss_sum;
+  round_batches_ += 1;
+  progress_.completed_one();
+  if (rounds_.full()) finish_round(client);
+  return true;
 }
 
-std::int64_t SwarmDriver::sent_bytes() const {
-  std::int64_t bytes = 0;
-  for (const auto& [method, traffic] : client_.traffic())
-    bytes += traffic.request_bytes + traffic.reply_bytes;
-  return bytes;
-}
-
-std::int64_t SwarmDriver::training_bytes() const { return sent_bytes() - evaluation_bytes_; }
-
-double SwarmDriver::split_loss(const TokenSource& split) {
+double SwarmDriver::split_loss(const TokenSource& split, RpcClient& client) {
   const int T = config_.model.seq_len, S = stage_.stages();
   const SwarmCompression q = config_.swarm.compression;
   double sum = 0;
@@ -182,10 +104,11 @@ double SwarmDriver::split_loss(const TokenSource& split) {
       eval_window(split, windows[static_cast<std::size_t>(b)], T, tokens.data() + b * T,
                   targets.data() + b * T);
     const std::vector<std::vector<float>> inputs =
-        forward_through(stage_.forward(tokens.data(), nullptr, B), B, -1);
-    const RpcMessage last =
-        call(S - 1, StageWork::forward, B,
-             swarm::stage_request(swarm::kEvaluate, S - 1, B, -1, q, inputs.back(), {}, targets));
+        forward_through(stage_.forward(tokens.data(), nullptr, B), B, -1, client);
+    const RpcMessage last = router_.call(
+        S - 1, StageWork::forward, B,
+        swarm::stage_request(swarm::kEvaluate, S - 1, B, -1, q, inputs.back(), {}, targets), client,
+        true);
     sum += swarm::reply_loss_sum(last);
     count += static_cast<std::int64_t>(B) * T;
   }
@@ -193,21 +116,16 @@ double SwarmDriver::split_loss(const TokenSource& split) {
   return sum / static_cast<double>(count);
 }
 
-double SwarmDriver::validation_loss() {
-  const std::int64_t before = sent_bytes();
+double SwarmDriver::validation_loss(RpcClient& client) {
+  if (data_.val()) return split_loss(*data_.val(), client);
+  const std::vector<double> weights = data_.evaluation_weights();
   double loss = 0;
-  if (data_.val()) {
-    loss = split_loss(*data_.val());
-  } else {
-    const std::vector<double> weights = data_.evaluation_weights();
-    for (std::size_t i = 0; i < data_.sources().size(); ++i)
-      if (weights[i] > 0) loss += weights[i] * split_loss(*data_.sources()[i].val);
-  }
-  evaluation_bytes_ += sent_bytes() - before;
+  for (std::size_t i = 0; i < data_.sources().size(); ++i)
+    if (weights[i] > 0) loss += weights[i] * split_loss(*data_.sources()[i].val, client);
   return loss;
 }
 
-void SwarmDriver::finish_round() {
+void SwarmDriver::finish_round(RpcClient& client) {
   using Clock = std::chrono::steady_clock;
   const int B = config_.train.micro_batch, T = config_.model.seq_len;
   const int steps = config_.train.steps;
@@ -233,7 +151,7 @@ void SwarmDriver::finish_round() {
                      .add("round_samples", s.samples)
                      .add("members", s.members)
                      .add("weights_sum", s.weights_sum)
-                     .add("boundary_bytes", training_bytes()));
+                     .add("boundary_bytes", router_.training_bytes()));
   if (s.step % config_.train.log_every == 0 || s.step == 1 || s.step == steps || !s.applied ||
       s.samples != swarm_target_batch(config_)) {
     std::printf(
@@ -246,7 +164,7 @@ void SwarmDriver::finish_round() {
   // As the trainer: every eval_every steps and after the last.
   const int every = config_.train.eval_every;
   if (data_.evaluates() && (s.step == steps || (every > 0 && s.step % every == 0))) {
-    const double val_loss = validation_loss();
+    const double val_loss = validation_loss(client);
     metrics_.write(JsonLine().add("step", s.step).add("val_loss", val_loss));
     std::printf("eval step %lld | val_loss %.4f\n", static_cast<long long>(s.step), val_loss);
     std::fflush(stdout);
@@ -256,33 +174,48 @@ void SwarmDriver::finish_round() {
   round_start_ = Clock::now();
 }
 
-std::string SwarmDriver::run() {
-  for (int k = 1; k < stage_.stages(); ++k) refresh_peers(k);
-  refreshed_at_ = steady_seconds();
-  round_start_ = std::chrono::steady_clock::now();
-  const auto handler = [](const RpcMessage&) -> RpcMessage {
-    throw std::runtime_error("the first stage takes no requests (it drives)");
-  };
-  while (const std::optional<std::int64_t> g = progress_.take()) {
-    if (stop_requested()) return "stopped by signal at step " + std::to_string(stage_.steps_done());
-    server_.serve_one(0, handler);
-    if (steady_seconds() - refreshed_at_ > kRefreshSeconds) {
-      for (int k = 1; k < stage_.stages(); ++k) refresh_peers(k);
-      refreshed_at_ = steady_seconds();
+void SwarmDriver::lane(RpcClient& client) {
+  try {
+    while (!stopping_ && !stop_requested()) {
+      {
+        // This peer's own server takes no requests; it answers any with an error at once.
+        const std::lock_guard<std::mutex> lock(mutex_);
+        server_.serve_one(0, [](const RpcMessage&) -> RpcMessage {
+          throw std::runtime_error("the first stage takes no requests (it drives)");
+        });
+      }
+      if (!train_micro_batch(client)) return;
     }
-    round_loss_ += train_micro_batch(*g);
-    round_batches_ += 1;
-    progress_.completed_one();
-    if (rounds_.full()) finish_round();
+  } catch (...) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_) failure_ = std::current_exception();
+    stopping_ = true;
   }
+}
+
+std::string SwarmDriver::run() {
+  round_start_ = std::chrono::steady_clock::now();
+  // swarm.in_flight lanes, each a micro-batch at a time: the first on this thread.
+  const int lanes = config_.swarm.in_flight;
+  std::vector<RpcClient> clients(static_cast<std::size_t>(lanes));
+  std::vector<std::thread> threads;
+  for (int i = 1; i < lanes; ++i)
+    threads.emplace_back([this, &clients, i] { lane(clients[static_cast<std::size_t>(i)]); });
+  lane(clients[0]);
+  for (std::thread& t : threads) t.join();
+  if (failure_) std::rethrow_exception(failure_);
+  const auto stopped = [&] {
+    return "stopped by signal at step " + std::to_string(stage_.steps_done());
+  };
+  if (stop_requested()) return stopped();
   // Every micro-batch is taken: the other drivers' last ones come through, then a last round
   // that holds samples (a peer lost some) is averaged over what it has.
   while (!progress_.drained()) {
-    if (stop_requested()) return "stopped by signal at step " + std::to_string(stage_.steps_done());
-    if (rounds_.full()) finish_round();
+    if (stop_requested()) return stopped();
+    if (rounds_.full()) finish_round(clients[0]);
     sleep_seconds(0.05);
   }
-  if (rounds_.full() || rounds_.pending()) finish_round();
+  if (rounds_.full() || rounds_.pending()) finish_round(clients[0]);
   return "done at step " + std::to_string(stage_.steps_done()) +
          " (the swarm's data has come through)";
 }
