@@ -13,6 +13,7 @@ BENCHMARKS = {
     "optimizers": "bench.optimizers",
     "precision": "bench.precision",
     "schedules": "bench.schedules",
+    "swarm": "bench.swarm",
     "zero": "bench.zero",
     "zero_plus_plus": "bench.zero_plus_plus",
     "validate_planner": "bench.planner",

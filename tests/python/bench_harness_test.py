@@ -8,7 +8,8 @@ import os
 import tempfile
 import unittest
 
-from bench import diloco, explain, layouts, metrics, planner, precision, schedules, zero
+from bench import (diloco, explain, layouts, metrics, planner, precision, schedules, swarm,
+                   zero)
 
 BIN_DIR = os.environ.get("STRATA_BIN_DIR", "build/bin")
 
@@ -140,6 +141,20 @@ class Reports(unittest.TestCase):
         self.assertIs(schedules.fastest([slow, lines]), lines)
         self.assertEqual(schedules.dedicated("a: 1\ncores_per_node: 2\nwaiting_share: 0.1\nb: 2\n"),
                          "a: 1\nb: 2\n")
+
+
+    def test_swarm_row_sums_the_drivers_bytes(self):
+        # Two drivers: the first's steps and val_loss, the bytes of both per step.
+        first = [{"step": 1, "loss": 5.0, "step_ms": 900.0, "boundary_bytes": 2**20},
+                 {"step": 2, "loss": 4.0, "step_ms": 400.0, "boundary_bytes": 2 * 2**20},
+                 {"step": 2, "val_loss": 4.5}]
+        second = [{"step": 2, "loss": 4.1, "step_ms": 410.0, "boundary_bytes": 2**20}]
+        row = swarm.report("s", {"a": first, "b": second}, 2.0, 32, 128, killed=2)
+        self.assertEqual(row["val_loss"], 4.5)
+        self.assertAlmostEqual(row["tokens_per_s"], 32 * 128 / 0.4)
+        self.assertAlmostEqual(row["wall_tokens_per_s"], 2 * 32 * 128 / 2.0)
+        self.assertEqual(row["boundary_mib_per_step"], 1.5)  # (2 + 1) MiB over 2 steps
+        self.assertEqual(row["killed"], 2)
 
 
 class Explain(unittest.TestCase):
