@@ -329,9 +329,12 @@ TEST_F(SwarmRuns, ARebalancedSwarmMovesAPeerToItsBottleneck) {
     EXPECT_EQ(p->wait(), 0) << p->output();
   const std::string moved = read_file(log("rebalance_2b"));
   EXPECT_NE(moved.find("moves from stage 2"), std::string::npos) << moved;
-  EXPECT_NE(moved.find("joined at round"), std::string::npos) << moved;
   EXPECT_EQ(metric(run_dir("rebalance_2b"), "moves").back(), 1.0);
   EXPECT_EQ(metric(run_dir("rebalance_2b"), "stage").back(), 1.0);
+  // It took stage 1's state (or, on a loaded machine, came before stage 1's first step and started
+  // from the seed as its peer did): the two end with the same weights.
+  EXPECT_EQ(metric(run_dir("rebalance_2b"), "weights_sum").back(),
+            metric(run_dir("rebalance_1"), "weights_sum").back());
   // Every step of stage 1 averaged a whole round, whichever peers held it.
   EXPECT_EQ(metric(run_dir("rebalance_1"), "round_samples"), std::vector<double>(20, 16.0));
   // The last steps at least twice as fast as the first, all of whose stage-1 work was throttled.
