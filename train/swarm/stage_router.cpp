@@ -72,21 +72,21 @@ RpcMessage StageRouter::call(int stage, StageWork work, int samples, const RpcMe
     const double now = steady_seconds();
     const std::optional<WiringChoice> choice = wiring.choose(work, samples, sequence, tried, now);
     if (!choice) {
-      // Every known peer failed or was tried: look again in the store, waiting for one.
+      // Every known peer failed or was tried: look again in the store, waiting for one (a peer
+      // that failed stays listed, banned, until it is found dead).
       refresh(stage);
       tried.clear();
-      if (wiring.peers().empty() || waiting_since >= 0) {
-        if (waiting_since < 0) {
-          waiting_since = now;
-          std::printf("swarm: stage %d has no live peer; the pipeline waits for one to join\n",
-                      stage);
-          std::fflush(stdout);
-        }
-        if (stop_requested()) throw std::runtime_error("stopped by signal");
-        lock.unlock();
-        sleep_seconds(0.2);
-        lock.lock();
+      const bool none = wiring.peers().empty();
+      if (none && waiting_since < 0) {
+        waiting_since = now;
+        std::printf("swarm: stage %d has no live peer; the pipeline waits for one to join\n",
+                    stage);
+        std::fflush(stdout);
       }
+      if (stop_requested()) throw std::runtime_error("stopped by signal");
+      lock.unlock();
+      sleep_seconds(none ? 0.2 : 0.05);
+      lock.lock();
       continue;
     }
     if (waiting_since >= 0) {
