@@ -88,6 +88,14 @@ class SwarmRuns : public ::testing::Test {
     for (const Peer& peer : peers) running.push_back(start(store, peer));
     for (auto& p : running) EXPECT_EQ(p->wait(), 0) << p->output();
   }
+  // One peer a stage of [1,2,1], each with `extra`, runs <name>_2, <name>_1 and the driver
+  // <name>_0, in that order.
+  static std::vector<Peer> one_per_stage(const std::string& name, const std::string& extra) {
+    const std::string stages = "[1,2,1]";
+    return {{stages, 2, name + "_2", extra},
+            {stages, 1, name + "_1", extra},
+            {stages, 0, name + "_0", extra}};
+  }
   static std::string run_dir(const std::string& run) { return dir_->str() + "/runs/" + run; }
   static std::string log(const std::string& run) { return dir_->str() + "/" + run + ".log"; }
   static double sum(const std::vector<double>& values) {
@@ -152,10 +160,7 @@ class SwarmRuns : public ::testing::Test {
 
 TEST_F(SwarmRuns, OnePeerPerStageTrainsThePipelineRun) {
   // Started one by one, the servers first; the driver (stage 0) finds them in the store.
-  const std::string stages = "[1,2,1]", fixed = " --set swarm.routing=fixed";
-  run_swarm(
-      "one",
-      {{stages, 2, "one_2", fixed}, {stages, 1, "one_1", fixed}, {stages, 0, "one_0", fixed}});
+  run_swarm("one", one_per_stage("one", " --set swarm.routing=fixed"));
   expect_reference_run("one_0", gpipe3_);
   for (const char* server : {"one_1", "one_2"})
     EXPECT_EQ(metric(run_dir(server), "stage").size(), 20u) << server;
@@ -164,11 +169,8 @@ TEST_F(SwarmRuns, OnePeerPerStageTrainsThePipelineRun) {
 }
 
 TEST_F(SwarmRuns, Int8BoundariesTrainThePipelineRunClosely) {
-  const std::string stages = "[1,2,1]",
-                    int8 = " --set swarm.routing=fixed --set swarm.compression=int8";
-  run_swarm(
-      "int8",
-      {{stages, 2, "int8_2", int8}, {stages, 1, "int8_1", int8}, {stages, 0, "int8_0", int8}});
+  run_swarm("int8",
+            one_per_stage("int8", " --set swarm.routing=fixed --set swarm.compression=int8"));
   // The activations and gradients within 1/254 of their block's largest: the run within 1%.
   const double reference = metric(gpipe3_, "val_loss").back();
   EXPECT_NEAR(metric(run_dir("int8_0"), "val_loss").back(), reference, 0.01 * reference);
@@ -264,20 +266,15 @@ TEST_F(SwarmRuns, APeerThatJoinsTakesItsStagesStateBitForBit) {
 }
 
 TEST_F(SwarmRuns, ARestartedSwarmGoesOnBitForBitAndAssemblesIntoOneCheckpoint) {
-  const std::string stages = "[1,2,1]", fixed = " --set swarm.routing=fixed";
-  const auto peers = [&](const std::string& name, const std::string& extra) {
-    return std::vector<Peer>{{stages, 2, name + "_2", extra},
-                             {stages, 1, name + "_1", extra},
-                             {stages, 0, name + "_0", extra}};
-  };
-  run_swarm("whole", peers("whole", fixed));
+  const std::string fixed = " --set swarm.routing=fixed";
+  run_swarm("whole", one_per_stage("whole", fixed));
   // Stopped after step 10 (every stage checkpoints it), then resumed in a new store.
-  run_swarm("part", peers("part", fixed + " --set train.stop_after=10"));
+  run_swarm("part", one_per_stage("part", fixed + " --set train.stop_after=10"));
   for (const char* run : {"part_0", "part_1", "part_2"}) {
     ASSERT_TRUE(fs::exists(run_dir(run) + "/checkpoints/step_00000010.h5")) << run;
     fs::remove(log(run));  // start() waits for the resumed peer's own line
   }
-  run_swarm("part_resumed", peers("part", fixed + " --resume"));
+  run_swarm("part_resumed", one_per_stage("part", fixed + " --resume"));
   EXPECT_NE(read_file(log("part_1")).find("goes on from its checkpoint at step 10"),
             std::string::npos)
       << read_file(log("part_1"));
