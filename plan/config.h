@@ -15,6 +15,7 @@
 #include "model/recompute.h"
 #include "parallel/diloco/averaging.h"
 #include "parallel/diloco/outer_compression.h"
+#include "parallel/diloco/robust_aggregation.h"
 #include "parallel/mesh/mesh.h"
 #include "parallel/pipeline/pipeline_schedule.h"
 #include "parallel/swarm/stochastic_wiring.h"
@@ -271,6 +272,14 @@ struct DilocoConfig {
   bool overlap = false;         // the outer reduction in flight during the next inner step
   Averaging averaging = Averaging::all_reduce;
   double drop_probability = 0.0;  // simulated failures: [0, 1)
+  // Robust averaging (parallel/diloco/robust_aggregation.h): how the kept members' outer gradients
+  // combine, and the screen that leaves out a non-finite one or one whose norm is more than
+  // outlier_factor times the median (≤ 0: non-finite ones only).
+  AggregationRule aggregation = AggregationRule::mean;
+  int trim = 1;              // trimmed_mean: values dropped at each end of every coordinate
+  double clip_radius = 1.0;  // centered_clip: τ over the members' median distance from the median
+  int clip_iterations = 20;  // centered_clip
+  double outlier_factor = 10;
   // Elastic DiLoCo (parallel/elastic/): this job is one worker of an open group of at most
   // `workers` slots that meet in a rendezvous store, "file:///dir" or "redis://host:port"; empty:
   // the workers are blocks of this job's ranks.

@@ -165,6 +165,11 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("diloco.overlap", c.diloco.overlap);
   visit("diloco.averaging", Choice{c.diloco.averaging, kAveragingChoices});
   visit("diloco.drop_probability", c.diloco.drop_probability);
+  visit("diloco.aggregation", Choice{c.diloco.aggregation, kAggregationChoices});
+  visit("diloco.trim", c.diloco.trim);
+  visit("diloco.clip_radius", c.diloco.clip_radius);
+  visit("diloco.clip_iterations", c.diloco.clip_iterations);
+  visit("diloco.outlier_factor", c.diloco.outlier_factor);
   visit("diloco.join", c.diloco.join);
   visit("diloco.group", c.diloco.group);
   visit("diloco.slot", c.diloco.slot);

@@ -316,6 +316,14 @@ void validate_diloco(const Config& c, const Rules& rules) {
   if (d.inner_steps % d.fragments != 0)
     rules.fail("diloco.fragments", "(", d.fragments, ") must divide diloco.inner_steps (",
                d.inner_steps, "): fragment f syncs at offset f·H/F");
+  rules.at_least("diloco.trim", d.trim, 1);
+  rules.positive("diloco.clip_radius", d.clip_radius);
+  rules.at_least("diloco.clip_iterations", d.clip_iterations, 1);
+  if (d.aggregation != AggregationRule::mean && d.averaging != Averaging::all_reduce)
+    rules.fail("diloco.aggregation", kAggregationChoices.word(d.aggregation),
+               " needs diloco.averaging all_reduce: every member gathers every outer gradient "
+               "and combines them itself (",
+               kAveragingChoices.word(d.averaging), " passes partial averages on)");
   if (d.layouts == WorkerLayouts::any && d.join.empty())
     rules.fail("diloco.layouts",
                "any is for elastic groups (diloco.join): the workers of one job "

@@ -33,8 +33,11 @@ std::optional<DilocoVerdict> diloco_verdict(const Config& base, const ClusterSpe
   const GptShape shape = gpt_shape_of(m);  // every expert: a worker holds them all
   const std::size_t parameters = static_cast<std::size_t>(shape.params_excluding_positions()) +
                                  static_cast<std::size_t>(m.seq_len) * m.d_model;
+  AveragingRound round;  // no drops; the rule decides whether the vectors are gathered
+  round.aggregation.rule = base.diloco.aggregation;
   v.outer_sync_bytes = averaging_bytes_sent(base.diloco.averaging, base.diloco.compression,
-                                            parameters, v.workers, 0, {});
+                                            parameters, v.workers, 0, round) +
+                       screening_bytes_sent(v.workers, 0);
   v.outer_sync_seconds = 2.0 * (v.workers - 1) * link.latency_us * 1e-6 +
                          static_cast<double>(v.outer_sync_bytes) / (link.bandwidth_gbs * 1e9);
 

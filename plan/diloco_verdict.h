@@ -7,7 +7,8 @@
 //     batch (train.global_batch is per worker under DiLoCo), and every H steps the workers
 //     average their replicas over the inter-worker link: the bytes a worker sends are the
 //     averaging's own count (parallel/diloco/worker_averaging.h averaging_bytes_sent, with the
-//     config's diloco.averaging and diloco.compression) over the whole replica, all of a site's
+//     config's diloco.averaging, diloco.compression and diloco.aggregation, plus the screen's
+//     norms, screening_bytes_sent) over the whole replica, all of a site's
 //     devices sharing the one link. With diloco.overlap the averaging runs behind the next inner
 //     steps.
 // Throughput is tokens per second over all workers. What it does not price is convergence: DiLoCo's

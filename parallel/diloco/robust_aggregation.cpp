@@ -38,22 +38,28 @@ void trimmed(const std::vector<std::span<const float>>& members, int drop, std::
   }
 }
 
+double distance_from(std::span<const float> x, const std::vector<double>& v) {
+  double squares = 0;
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    const double d = x[j] - v[j];
+    squares += d * d;
+  }
+  return std::sqrt(squares);
+}
+
 void centered_clip(const std::vector<std::span<const float>>& members, const AggregationSettings& s,
                    std::span<float> out) {
   const std::size_t n = members.size(), size = out.size();
   trimmed(members, static_cast<int>(n), out);  // dropping n at each end: the median
-  std::vector<double> v(out.begin(), out.end()), step(size);
-  std::vector<double> weight(n);
+  std::vector<double> v(out.begin(), out.end()), step(size), distance(n), weight(n);
+  for (std::size_t i = 0; i < n; ++i) distance[i] = distance_from(members[i], v);
+  std::vector<double> spread = distance;
+  const double radius = s.clip_radius * median(spread);
   for (int iteration = 0; iteration < s.clip_iterations; ++iteration) {
-    for (std::size_t i = 0; i < n; ++i) {
-      double squares = 0;
-      for (std::size_t j = 0; j < size; ++j) {
-        const double d = members[i][j] - v[j];
-        squares += d * d;
-      }
-      const double distance = std::sqrt(squares);
-      weight[i] = distance > s.clip_radius ? s.clip_radius / distance : 1.0;
-    }
+    if (iteration > 0)
+      for (std::size_t i = 0; i < n; ++i) distance[i] = distance_from(members[i], v);
+    for (std::size_t i = 0; i < n; ++i)
+      weight[i] = distance[i] > radius ? radius / distance[i] : 1.0;
     std::fill(step.begin(), step.end(), 0.0);
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t j = 0; j < size; ++j) step[j] += (members[i][j] - v[j]) * weight[i];
@@ -64,33 +70,24 @@ void centered_clip(const std::vector<std::span<const float>>& members, const Agg
 
 }  // namespace
 
-std::vector<MemberScreen> screen_members(const std::vector<std::span<const float>>& members,
-                                         double norm_factor) {
-  std::vector<MemberScreen> screens(members.size());
+std::vector<MemberScreen> screen_norms(std::span<const double> norms, double norm_factor) {
+  std::vector<MemberScreen> screens(norms.size());
   std::vector<double> finite_norms;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    double squares = 0;
-    bool finite = true;
-    for (const float x : members[i]) {
-      finite = finite && std::isfinite(x);
-      squares += static_cast<double>(x) * x;
+  for (std::size_t i = 0; i < norms.size(); ++i) {
+    if (std::isfinite(norms[i])) {
+      finite_norms.push_back(norms[i]);
+      continue;
     }
-    screens[i].norm = finite ? std::sqrt(squares) : std::nan("");
-    if (!finite) {
-      screens[i].kept = false;
-      screens[i].why = "non-finite values";
-    } else {
-      finite_norms.push_back(screens[i].norm);
-    }
+    screens[i] = {false, "non-finite outer gradient"};
   }
-  if (finite_norms.empty()) return screens;
+  if (finite_norms.empty() || norm_factor <= 0) return screens;
   const double middle = median(finite_norms);
-  for (MemberScreen& s : screens) {
-    if (!s.kept || s.norm <= norm_factor * middle) continue;
-    s.kept = false;
+  if (middle <= 0) return screens;
+  for (std::size_t i = 0; i < norms.size(); ++i) {
+    if (!screens[i].kept || norms[i] <= norm_factor * middle) continue;
     char text[128];
-    std::snprintf(text, sizeof text, "norm %.4g > %g × median %.4g", s.norm, norm_factor, middle);
-    s.why = text;
+    std::snprintf(text, sizeof text, "norm %.4g > %g × median %.4g", norms[i], norm_factor, middle);
+    screens[i] = {false, text};
   }
   return screens;
 }

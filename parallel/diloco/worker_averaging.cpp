@@ -31,10 +31,23 @@ bool is_dropped(const AveragingRound& round, int worker) {
   return !round.dropped.empty() && round.dropped.at(static_cast<std::size_t>(worker));
 }
 
-int live_workers(const AveragingRound& round, int workers) {
+bool is_excluded(const AveragingRound& round, int worker) {
+  return !round.excluded.empty() && round.excluded.at(static_cast<std::size_t>(worker));
+}
+
+// Whether the worker's vector enters the averages: neither dropped nor excluded.
+bool contributes(const AveragingRound& round, int worker) {
+  return !is_dropped(round, worker) && !is_excluded(round, worker);
+}
+
+int contributing_workers(const AveragingRound& round, int workers) {
   int live = 0;
-  for (int w = 0; w < workers; ++w) live += !is_dropped(round, w);
+  for (int w = 0; w < workers; ++w) live += contributes(round, w);
   return live;
+}
+
+bool gathers(Averaging algorithm, const AveragingRound& round) {
+  return algorithm == Averaging::all_reduce && round.aggregation.rule != AggregationRule::mean;
 }
 
 std::uint64_t sum_of(std::span<const std::size_t> sizes) {
@@ -75,7 +88,7 @@ struct ScatterGather {
   std::vector<std::size_t> sends;     // bytes to each owner (this worker's chunk o)
   std::vector<std::size_t> receives;  // bytes from each peer (its copy of this owner's chunk)
   std::vector<std::size_t> averages;  // bytes of each owner's compressed average (all-gather)
-  int live = 0;                       // the workers whose chunks every acting owner sums
+  int live = 0;                       // the contributing workers, whose chunks owners sum
 };
 
 // dropped_owners_average: all_reduce (an owner averages whether or not it dropped) rather than
@@ -84,9 +97,9 @@ ScatterGather scatter_gather_plan(std::size_t count, int k, int me, const Averag
                                   OuterCompression format, bool dropped_owners_average) {
   ScatterGather plan;
   plan.chunks = chunk_counts(count, k);
-  plan.live = live_workers(round, k);
+  plan.live = contributing_workers(round, k);
   auto acts = [&](int o) { return dropped_owners_average || !is_dropped(round, o); };
-  const bool live = !is_dropped(round, me);
+  const bool live = contributes(round, me);
   std::size_t at = 0;
   for (int o = 0; o < k; ++o) {
     const std::size_t bytes = compressed_bytes(plan.chunks[static_cast<std::size_t>(o)], format);
@@ -96,13 +109,13 @@ ScatterGather scatter_gather_plan(std::size_t count, int k, int me, const Averag
     plan.averages.push_back(acts(o) ? bytes : 0);
   }
   const std::size_t mine = compressed_bytes(plan.chunks[static_cast<std::size_t>(me)], format);
-  for (int q = 0; q < k; ++q) plan.receives.push_back(acts(me) && !is_dropped(round, q) ? mine : 0);
+  for (int q = 0; q < k; ++q) plan.receives.push_back(acts(me) && contributes(round, q) ? mine : 0);
   return plan;
 }
 
 void all_reduce_mean(Communicator& group, float* values, std::size_t count,
                      const AveragingRound& round, float* residual) {
-  const bool live = !is_dropped(round, group.rank());
+  const bool live = contributes(round, group.rank());
   std::vector<float> sum(count, 0.0f);
   if (live) {
     std::copy_n(values, count, sum.data());
@@ -112,8 +125,8 @@ void all_reduce_mean(Communicator& group, float* values, std::size_t count,
     }
   }
   group.all_reduce_sum(sum.data(), sum.size());
-  if (!live) return;
-  const auto live_count = static_cast<float>(live_workers(round, group.size()));
+  if (is_dropped(round, group.rank())) return;
+  const auto live_count = static_cast<float>(contributing_workers(round, group.size()));
   for (std::size_t i = 0; i < count; ++i) values[i] = sum[i] / live_count;
 }
 
@@ -170,6 +183,14 @@ void gossip(Communicator& group, float* values, std::size_t count, const Averagi
   std::vector<std::uint8_t> mine(bytes), theirs(bytes);
   compress_contribution(values, residual, count, format, mine.data());
   group.send_recv(mine.data(), bytes, partner, theirs.data(), bytes, partner);
+  if (is_excluded(round, me) != is_excluded(round, partner)) {
+    if (is_excluded(round, me)) {  // takes the partner's round trip; the partner keeps its own
+      std::fill_n(values, count, 0.0f);
+      decompress_add(theirs.data(), count, format, values);
+    }
+    return;
+  }
+  if (is_excluded(round, me)) return;  // both excluded: both keep their own
   // The lower worker's round trip first, at both ends: the pair ends bitwise equal.
   std::fill_n(values, count, 0.0f);
   decompress_add((me < partner ? mine : theirs).data(), count, format, values);
@@ -204,14 +225,49 @@ void moshpit(Communicator& group, float* values, std::size_t count, const Averag
     group.send_recv(all.data() + out * bytes, bytes, next, all.data() + in * bytes, bytes,
                     previous);
   }
+  std::size_t averaged = 0;
+  for (int m : members) averaged += contributes(round, m);
+  if (averaged == 0) return;  // every live member excluded: each keeps its own
   std::fill_n(values, count, 0.0f);
-  for (std::size_t m = 0; m < n; ++m) decompress_add(all.data() + m * bytes, count, format, values);
-  for (std::size_t i = 0; i < count; ++i) values[i] /= static_cast<float>(n);
+  for (std::size_t m = 0; m < n; ++m)
+    if (contributes(round, members[m]))
+      decompress_add(all.data() + m * bytes, count, format, values);
+  for (std::size_t i = 0; i < count; ++i) values[i] /= static_cast<float>(averaged);
+}
+
+// The bytes of each worker's payload in a gathered (robust) round: P(count) if it contributes.
+std::vector<std::size_t> gathered_payloads(std::size_t count, int workers,
+                                           const AveragingRound& round, OuterCompression format) {
+  std::vector<std::size_t> payloads;
+  for (int w = 0; w < workers; ++w)
+    payloads.push_back(contributes(round, w) ? compressed_bytes(count, format) : 0);
+  return payloads;
+}
+
+void gathered_rule(Communicator& group, float* values, std::size_t count,
+                   const AveragingRound& round, OuterCompression format, float* residual) {
+  const int me = group.rank();
+  const std::vector<std::size_t> payloads = gathered_payloads(count, group.size(), round, format);
+  std::vector<std::uint8_t> mine(payloads[static_cast<std::size_t>(me)]), all(sum_of(payloads));
+  if (!mine.empty()) compress_contribution(values, residual, count, format, mine.data());
+  group.all_gather_v(mine.data(), all.data(), payloads);
+  if (is_dropped(round, me)) return;
+  std::vector<std::vector<float>> trips;
+  std::size_t at = 0;
+  for (std::size_t bytes : payloads) {
+    if (bytes == 0) continue;
+    trips.emplace_back(count, 0.0f);
+    decompress_add(all.data() + at, count, format, trips.back().data());
+    at += bytes;
+  }
+  aggregate({trips.begin(), trips.end()}, round.aggregation, {values, count});
 }
 
 void check_drop_flags(const AveragingRound& round, int workers) {
   STRATA_CHECK(round.dropped.empty() || static_cast<int>(round.dropped.size()) == workers,
                "averaging: ", round.dropped.size(), " drop flags for ", workers, " workers");
+  STRATA_CHECK(round.excluded.empty() || static_cast<int>(round.excluded.size()) == workers,
+               "averaging: ", round.excluded.size(), " exclusion flags for ", workers, " workers");
 }
 
 }  // namespace
@@ -220,7 +276,9 @@ void average_across_workers(Communicator& group, Averaging algorithm, float* val
                             std::size_t count, const AveragingRound& round, OuterCompression format,
                             float* residual) {
   check_drop_flags(round, group.size());
-  if (group.size() == 1 || live_workers(round, group.size()) == 0) return;
+  if (group.size() == 1 || contributing_workers(round, group.size()) == 0) return;
+  if (gathers(algorithm, round))
+    return gathered_rule(group, values, count, round, format, residual);
   switch (algorithm) {
     case Averaging::all_reduce:
       if (format == OuterCompression::none)
@@ -238,7 +296,9 @@ void average_across_workers(Communicator& group, Averaging algorithm, float* val
 std::uint64_t averaging_bytes_sent(Averaging algorithm, OuterCompression format, std::size_t count,
                                    int workers, int worker, const AveragingRound& round) {
   check_drop_flags(round, workers);
-  if (workers == 1 || live_workers(round, workers) == 0) return 0;
+  if (workers == 1 || contributing_workers(round, workers) == 0) return 0;
+  if (gathers(algorithm, round))
+    return ring_all_gather_v_bytes(gathered_payloads(count, workers, round, format), worker, 1);
   const bool live = !is_dropped(round, worker);
   switch (algorithm) {
     case Averaging::all_reduce:
@@ -262,6 +322,12 @@ std::uint64_t averaging_bytes_sent(Averaging algorithm, OuterCompression format,
     }
   }
   return 0;
+}
+
+std::uint64_t screening_bytes_sent(int workers, int worker) {
+  if (workers <= 1) return 0;
+  const std::vector<std::size_t> one_each(static_cast<std::size_t>(workers), 1);
+  return ring_all_gather_v_bytes(one_each, worker, sizeof(double));
 }
 
 std::vector<int> gossip_partners(std::uint64_t seed, std::int64_t round, int workers) {

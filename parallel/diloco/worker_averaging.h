@@ -47,6 +47,21 @@
 //     keeps its own. On a full grid (M^d = k) with format none every worker holds the exact mean
 //     after d consecutive rounds.
 //
+// Excluded workers (AveragingRound::excluded; contributing = neither dropped nor excluded): an
+// average is over the contributing workers only, and an excluded worker ends with it. all_reduce
+// none: it sends zeros into the ring; compressed all_reduce and butterfly: it sends no chunk but
+// owns, sums and gathers as usual; gossip: the pair exchanges as usual and an excluded worker takes
+// its partner's round trip while the partner keeps its own values (two excluded: both keep
+// theirs); moshpit: the group's ring carries every live member's payload and the average is over
+// its contributing members (none: each keeps its own). Bytes are as without exclusion, except that
+// an excluded worker's scatter is empty. No contributing worker at all: values stay as they were.
+//
+// Robust rules (aggregation.rule trimmed_mean or centered_clip, all_reduce only): a sum cannot
+// tell an outlier, so every contributing worker's compressed vector reaches every worker (a ring
+// all-gather of compress(values + residual), uneven: non-contributors send nothing) and each
+// non-dropped worker applies the rule to the round trips, in worker order, itself: bitwise equal
+// everywhere, one collective (no round trip per CenteredClip iteration over a slow link).
+//
 // Bytes (averaging_bytes_sent; exactly what the group's CommStats counts, communicator.h's model):
 // with P(c) = compressed_bytes(c, format), c_o the size of chunk o, L the live workers,
 //   all_reduce, none   ring_all_reduce_bytes(4·count, k) on every worker
@@ -56,6 +71,8 @@
 //                      is live, plus Σ_{o∈L} P(c_o) − (P(c_{w+1}) if w+1 ∈ L)
 //   gossip             P(count) when w and its partner are both live, else 0
 //   moshpit            (m − 1) · P(count) for a live worker of a group with m ≥ 2 live members
+//   a robust rule      the ring all-gather of P(count) from each contributing worker:
+//                      Σ_{q contributing} P(count) − (P(count) if w+1 contributes)
 #pragma once
 
 #include <cstddef>
@@ -66,6 +83,7 @@
 #include "parallel/comm/communicator.h"
 #include "parallel/diloco/averaging.h"
 #include "parallel/diloco/outer_compression.h"
+#include "parallel/diloco/robust_aggregation.h"
 
 namespace strata {
 
@@ -74,6 +92,13 @@ struct AveragingRound {
   std::uint64_t seed = 0;      // gossip's pairing
   std::vector<bool> dropped;   // per worker (empty: none)
   int moshpit_group_size = 2;  // M
+  // Per worker (empty: none): screened out (parallel/diloco/robust_aggregation.h). Its vector
+  // enters no average, but unlike a dropped worker it takes part as usual and ends the round with
+  // what the others' vectors give it (see "Excluded workers" above).
+  std::vector<bool> excluded;
+  // How the contributions combine: the mean, or with all_reduce a rule of robust_aggregation.h
+  // (see "Robust rules" above).
+  AggregationSettings aggregation;
 };
 
 // Which workers fail in `round` when each fails with probability p: a pure function of (seed,
@@ -90,6 +115,10 @@ void average_across_workers(Communicator& group, Averaging algorithm, float* val
 // Bytes worker `worker` sends in one average_across_workers call of `count` values.
 std::uint64_t averaging_bytes_sent(Averaging algorithm, OuterCompression format, std::size_t count,
                                    int workers, int worker, const AveragingRound& round);
+
+// Bytes worker `worker` sends in the screen's exchange of outer gradient norms before each sync
+// (train/diloco/diloco.h): one double from every worker to every other, a ring all-gather.
+std::uint64_t screening_bytes_sent(int workers, int worker);
 
 // Gossip's pairing of `round`: partner[w] (w itself when left out).
 std::vector<int> gossip_partners(std::uint64_t seed, std::int64_t round, int workers);

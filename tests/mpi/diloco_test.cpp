@@ -235,10 +235,12 @@ TEST_F(DilocoRuns, BytesAcrossTheWorkerBoundaryAreTheAnalyticCount) {
       for (const std::string& line : syncs) {
         const int f = static_cast<int>(number_after(line, "fragment"));
         double expected = 0;
-        for (int w = 0; w < workers; ++w)
+        for (int w = 0; w < workers; ++w) {
+          expected += static_cast<double>(screening_bytes_sent(workers, w));
           for (std::size_t n : pieces[static_cast<std::size_t>(f)])
             expected += static_cast<double>(
                 averaging_bytes_sent(Averaging::all_reduce, codec, n, workers, w, {}));
+        }
         EXPECT_EQ(number_after(line, "inter_worker"), expected) << line;
       }
     }

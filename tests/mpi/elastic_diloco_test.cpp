@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -20,6 +21,7 @@
 #include <thread>
 
 #include "parallel/comm/communicator.h"
+#include "parallel/diloco/worker_averaging.h"
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_support.h"
@@ -222,9 +224,43 @@ TEST_F(ElasticRuns, CleanGroupTrainsTheInJobRun) {
   const std::string run = run_dir("clean_1");
   const auto params = static_cast<std::uint64_t>(number_at(run, "fragment_params", 5));
   const std::uint64_t wte = 128 * 32;
+  // Before it, the screen's exchange of outer gradient norms (a double from each worker).
   EXPECT_EQ(number_at(run, "inter_worker", 5),
             static_cast<double>(ring_all_reduce_bytes(4 * wte, 3) +
-                                ring_all_reduce_bytes(4 * (params - wte), 3)));
+                                ring_all_reduce_bytes(4 * (params - wte), 3) +
+                                screening_bytes_sent(3, 1)));
+}
+
+// Robust averaging between jobs (docs/ARCHITECTURE.md §2 "Robust averaging"): a rule trains the
+// in-job run; a worker whose outer gradient is not finite is left out of every sync, and every
+// member's sync line and metrics name its slot.
+TEST_F(ElasticRuns, RobustRulesTrainTheInJobRunAndAPoisonedSlotIsLeftOut) {
+  expect_the_in_job_run("robust",
+                        " --set diloco.inner_steps=5 --set diloco.aggregation=centered_clip"
+                        " --set diloco.compression=int8");
+  const std::string store = "file://" + dir_->str() + "/store_poisoned";
+  std::vector<std::unique_ptr<Background>> jobs;
+  for (int w = 0; w < 3; ++w)
+    jobs.push_back(std::make_unique<Background>(
+        (w == 1 ? "STRATA_TEST_HOOKS=poison_outer=nan " : "") +
+            worker_command(store, "poisoned", w, "poisoned_" + std::to_string(w),
+                           " --set diloco.inner_steps=5 --set diloco.min_workers=3"),
+        dir_->str() + "/poisoned_" + std::to_string(w) + ".log"));
+  for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();
+  for (int w = 0; w < 3; ++w) {
+    const std::string run = run_dir("poisoned_" + std::to_string(w));
+    for (std::int64_t step : {5, 10, 15, 20})
+      EXPECT_NE(outer_line(run, step).find(
+                    "\"left_out\": [{\"slot\": 1, \"why\": \"non-finite outer gradient\"}]"),
+                std::string::npos)
+          << outer_line(run, step);
+    EXPECT_NE(jobs[static_cast<std::size_t>(w)]->output().find(
+                  "left out slot 1 (non-finite outer gradient)"),
+              std::string::npos);
+    const std::vector<double> losses = metric(run, "val_loss");
+    ASSERT_FALSE(losses.empty());
+    EXPECT_TRUE(std::isfinite(losses.back())) << "slot " << w;
+  }
 }
 
 // The other averagings, compression with error feedback, and streaming fragments, between jobs.

@@ -253,41 +253,139 @@ TEST(WorkerAveraging, BytesSentAreExactlyAveragingBytesSent) {
   all_dropped.flip();
   const OuterCompression formats[] = {OuterCompression::none, OuterCompression::bf16,
                                       OuterCompression::int8, OuterCompression::int4};
+  std::vector<bool> one_excluded(static_cast<std::size_t>(w.k), false);
+  one_excluded[2] = true;
   for (std::size_t count : {kCount, std::size_t{5}})  // 5: empty chunks at 8 workers
     for (const std::vector<bool>& dropped : {std::vector<bool>{}, one_dropped, all_dropped})
-      for (Averaging algorithm :
-           {Averaging::all_reduce, Averaging::butterfly, Averaging::gossip, Averaging::moshpit}) {
-        std::vector<std::uint64_t> sent;
-        for (OuterCompression format : formats) {
-          AveragingRound round;
-          round.round = 1;
-          round.seed = 5;
-          round.dropped = dropped;
-          std::vector<float> v = vector_of(w.me);
-          v.resize(count);
-          std::vector<float> residual(count, 0.25f);
-          w.comm.reset_stats();
-          average_across_workers(w.comm, algorithm, v.data(), count, round, format,
-                                 format == OuterCompression::int8 ? nullptr : residual.data());
-          sent.push_back(w.comm.stats().total_bytes());
-          EXPECT_EQ(sent.back(), averaging_bytes_sent(algorithm, format, count, w.k, w.me, round))
-              << "algorithm " << static_cast<int>(algorithm) << " format "
-              << static_cast<int>(format) << " count " << count << " drops " << dropped.size();
-        }
-        if (count == kCount && dropped.empty()) {  // every worker sends, and less when compressed
-          EXPECT_GT(sent[1], sent[2]);
-          EXPECT_GT(sent[0], sent[1]);
-          EXPECT_GT(sent[2], sent[3]);
-        }
-        if (dropped == all_dropped) {
-          EXPECT_EQ(sent, std::vector<std::uint64_t>(4, 0));
-        }
-      }
+      for (const std::vector<bool>& excluded : {std::vector<bool>{}, one_excluded})
+        for (AggregationRule rule : {AggregationRule::mean, AggregationRule::centered_clip})
+          for (Averaging algorithm : {Averaging::all_reduce, Averaging::butterfly,
+                                      Averaging::gossip, Averaging::moshpit}) {
+            if (rule != AggregationRule::mean && algorithm != Averaging::all_reduce) continue;
+            std::vector<std::uint64_t> sent;
+            for (OuterCompression format : formats) {
+              AveragingRound round;
+              round.round = 1;
+              round.seed = 5;
+              round.dropped = dropped;
+              round.excluded = excluded;
+              round.aggregation.rule = rule;
+              std::vector<float> v = vector_of(w.me);
+              v.resize(count);
+              std::vector<float> residual(count, 0.25f);
+              w.comm.reset_stats();
+              average_across_workers(w.comm, algorithm, v.data(), count, round, format,
+                                     format == OuterCompression::int8 ? nullptr : residual.data());
+              sent.push_back(w.comm.stats().total_bytes());
+              EXPECT_EQ(sent.back(),
+                        averaging_bytes_sent(algorithm, format, count, w.k, w.me, round))
+                  << "algorithm " << static_cast<int>(algorithm) << " format "
+                  << static_cast<int>(format) << " count " << count << " drops " << dropped.size()
+                  << " exclusions " << excluded.size() << " rule " << static_cast<int>(rule);
+            }
+            if (count == kCount &&
+                dropped.empty()) {  // every worker sends, and less when compressed
+              EXPECT_GT(sent[1], sent[2]);
+              EXPECT_GT(sent[0], sent[1]);
+              EXPECT_GT(sent[2], sent[3]);
+            }
+            if (dropped == all_dropped) {
+              EXPECT_EQ(sent, std::vector<std::uint64_t>(4, 0));
+            }
+          }
   // One worker's gossip payload is its whole vector compressed, nothing more.
   AveragingRound round;
   EXPECT_EQ(
       averaging_bytes_sent(Averaging::gossip, OuterCompression::int4, kCount, w.k, w.me, round),
       compressed_bytes(kCount, OuterCompression::int4));
+}
+
+// Every worker's vector, gathered: worker q's at q · v.size().
+std::vector<float> gathered(World& w, const std::vector<float>& v) {
+  std::vector<float> all(v.size() * static_cast<std::size_t>(w.k));
+  w.comm.all_gather(v.data(), all.data(), v.size());
+  return all;
+}
+
+TEST(WorkerAveraging, AnExcludedWorkerSendsNothingIntoTheAverageAndTakesIt) {
+  World w;
+  std::vector<bool> excluded(static_cast<std::size_t>(w.k), false);
+  excluded[2] = true;
+  std::vector<int> others;
+  for (int q = 0; q < w.k; ++q)
+    if (q != 2) others.push_back(q);
+  for (Averaging algorithm : {Averaging::all_reduce, Averaging::butterfly})
+    for (OuterCompression format : {OuterCompression::none, OuterCompression::int8}) {
+      AveragingRound round;
+      round.excluded = excluded;
+      std::vector<float> v = vector_of(w.me);
+      average_across_workers(w.comm, algorithm, v.data(), kCount, round, format);
+      // The mean of the others, on the excluded worker too; all_reduce: bitwise equal everywhere.
+      EXPECT_LE(deviation(v, expected_mean(others, format, format != OuterCompression::none))
+                    .relative_to_bound,
+                1.0)
+          << static_cast<int>(algorithm) << " " << static_cast<int>(format);
+      const std::vector<float> all = gathered(w, v);
+      if (algorithm == Averaging::all_reduce) {
+        for (int q = 1; q < w.k; ++q)
+          EXPECT_TRUE(std::equal(all.begin(), all.begin() + kCount, all.begin() + q * kCount));
+      }
+    }
+  // Gossip: an excluded worker takes its partner's vector, and the partner keeps its own.
+  AveragingRound round;
+  round.round = 3;
+  round.seed = 5;
+  round.excluded = excluded;
+  std::vector<float> v = vector_of(w.me);
+  average_across_workers(w.comm, Averaging::gossip, v.data(), kCount, round);
+  const int partner = gossip_partners(round.seed, round.round, w.k)[static_cast<std::size_t>(w.me)];
+  if (w.me == 2 && partner != 2) {
+    EXPECT_EQ(v, vector_of(partner));
+  }
+  if (partner == 2) {
+    EXPECT_EQ(v, vector_of(w.me));
+  }
+}
+
+// Near-equal honest vectors, and worker 0's scaled by 1e3.
+std::vector<float> honest_or_scaled(int worker) {
+  std::vector<float> v(kCount);
+  for (std::size_t i = 0; i < kCount; ++i)
+    v[i] = static_cast<float>(std::cos(0.05 * static_cast<double>(i))) + 0.01f * value(worker, i);
+  if (worker == 0)
+    for (float& x : v) x *= 1e3f;
+  return v;
+}
+
+TEST(WorkerAveraging, RobustRulesAreBitwiseEqualEverywhereAndIgnoreAScaledWorker) {
+  World w;
+  std::vector<double> honest(kCount, 0.0);
+  double honest_norm = 0;
+  for (std::size_t i = 0; i < kCount; ++i) {
+    for (int q = 1; q < w.k; ++q) honest[i] += honest_or_scaled(q)[i] / (w.k - 1);
+    honest_norm += honest[i] * honest[i];
+  }
+  honest_norm = std::sqrt(honest_norm);
+  for (AggregationRule rule :
+       {AggregationRule::mean, AggregationRule::trimmed_mean, AggregationRule::centered_clip})
+    for (OuterCompression format : {OuterCompression::none, OuterCompression::int8}) {
+      AveragingRound round;
+      round.aggregation.rule = rule;
+      std::vector<float> v = honest_or_scaled(w.me);
+      average_across_workers(w.comm, Averaging::all_reduce, v.data(), kCount, round, format);
+      double distance = 0;
+      for (std::size_t i = 0; i < kCount; ++i) distance += (v[i] - honest[i]) * (v[i] - honest[i]);
+      distance = std::sqrt(distance);
+      if (rule == AggregationRule::mean) {
+        EXPECT_GT(distance, 10 * honest_norm);
+      } else {
+        EXPECT_LT(distance, 0.05 * honest_norm) << static_cast<int>(rule);
+      }
+      const std::vector<float> all = gathered(w, v);
+      for (int q = 1; q < w.k; ++q)
+        EXPECT_TRUE(std::equal(all.begin(), all.begin() + kCount, all.begin() + q * kCount))
+            << static_cast<int>(rule) << " " << static_cast<int>(format);
+    }
 }
 
 TEST(WorkerAveraging, ErrorFeedbackResidualStaysWithinOneStepAndSkipsDroppedWorkers) {

@@ -345,6 +345,11 @@ TEST(ConfigErrors, EnumsListTheChoices) {
       "'diloco.averaging' must be all_reduce, butterfly, gossip or moshpit, got 'ring'");
   EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {outer_schedule: cosine}"),
                   "'diloco.outer_schedule' must be constant or inner, got 'cosine'");
+  EXPECT_CONTAINS(error_of("data: {train: t}\ndiloco: {aggregation: median}"),
+                  "'diloco.aggregation' must be mean, trimmed_mean or centered_clip, got 'median'");
+  EXPECT_CONTAINS(
+      error_of("data: {train: t}\ndiloco: {aggregation: centered_clip, averaging: gossip}"),
+      "'diloco.aggregation' centered_clip needs diloco.averaging all_reduce");
 }
 
 TEST(ConfigErrors, OutOfRangeNamesTheKey) {
@@ -358,6 +363,9 @@ TEST(ConfigErrors, OutOfRangeNamesTheKey) {
       {"diloco.fragments=0", "'diloco.fragments' must be >= 1, got 0"},
       {"diloco.fragments=64", "'diloco.fragments' (64) must not exceed model.n_layer"},
       {"diloco.fragments=3", "'diloco.fragments' (3) must divide diloco.inner_steps (500)"},
+      {"diloco.trim=0", "'diloco.trim' must be >= 1, got 0"},
+      {"diloco.clip_radius=0", "'diloco.clip_radius' must be > 0, got 0"},
+      {"diloco.clip_iterations=0", "'diloco.clip_iterations' must be >= 1, got 0"},
       {"model.n_layer=0", "'model.n_layer' must be >= 1"},
       {"model.n_head=0", "'model.n_head' must be >= 1"},
       {"model.d_model=-4", "'model.d_model' must be >= 1"},
@@ -831,6 +839,11 @@ TEST(ConfigYaml, RoundTripsExactly) {
               true,
               Averaging::moshpit,
               0.25,
+              AggregationRule::mean,  // the rules need all_reduce
+              2,
+              0.5 + 0.25,
+              7,
+              1.0 / 3.0,
               "",
               "g-1",
               3,

@@ -44,18 +44,33 @@ std::vector<float> honest_mean(const std::vector<std::vector<float>>& members) {
   return mean;
 }
 
+double norm(const std::vector<float>& x) {
+  double squares = 0;
+  for (const float v : x) squares += static_cast<double>(v) * v;
+  return std::sqrt(squares);
+}
+
 TEST(RobustAggregation, ScreeningNamesWhoIsLeftOutAndWhy) {
-  std::vector<std::vector<float>> members = members_with(1e3f);
-  members[1][5] = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<MemberScreen> screens = screen_members(spans(members), 10);
+  const std::vector<std::vector<float>> members = members_with(1e3f);
+  std::vector<double> norms;
+  for (const auto& m : members) norms.push_back(norm(m));
+  norms[1] = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<MemberScreen> screens = screen_norms(norms, 10);
   EXPECT_TRUE(screens[0].kept);
   EXPECT_TRUE(screens[2].kept);
   EXPECT_FALSE(screens[1].kept);
-  EXPECT_EQ(screens[1].why, "non-finite values");
+  EXPECT_EQ(screens[1].why, "non-finite outer gradient");
   EXPECT_FALSE(screens[3].kept);
   EXPECT_NE(screens[3].why.find("× median"), std::string::npos) << screens[3].why;
-  // Honest members all pass.
-  for (const MemberScreen& s : screen_members(spans(members_with(1.0f)), 10)) EXPECT_TRUE(s.kept);
+  // A factor of 0 screens non-finite norms only; honest members all pass; a median of 0 leaves
+  // out no finite norm.
+  const std::vector<MemberScreen> unscreened = screen_norms(norms, 0);
+  EXPECT_TRUE(unscreened[3].kept);
+  EXPECT_FALSE(unscreened[1].kept);
+  for (const MemberScreen& s : screen_norms(std::vector<double>{1.0, 1.5, 0.8, 2.0}, 10))
+    EXPECT_TRUE(s.kept);
+  for (const MemberScreen& s : screen_norms(std::vector<double>{0.0, 0.0, 0.0, 2.0}, 10))
+    EXPECT_TRUE(s.kept);
 }
 
 TEST(RobustAggregation, TrimmedMeanDropsEachCoordinatesExtremes) {
@@ -83,6 +98,14 @@ TEST(RobustAggregation, OneScaledMemberMovesTheMeanButNotTheRobustRules) {
   EXPECT_LT(distance(out, honest), 0.1 * honest_norm);
   aggregate(spans(members), {AggregationRule::centered_clip, 1, 1.0, 20}, out);
   EXPECT_LT(distance(out, honest), 0.1 * honest_norm);
+  // The radius is relative to the members' spread: the same result with every member scaled.
+  std::vector<std::vector<float>> scaled = members;
+  for (auto& m : scaled)
+    for (float& x : m) x *= 1024;
+  std::vector<float> scaled_out(out.size());
+  aggregate(spans(scaled), {AggregationRule::centered_clip, 1, 1.0, 20}, scaled_out);
+  for (std::size_t j = 0; j < out.size(); ++j)
+    EXPECT_NEAR(scaled_out[j], out[j] * 1024, 1e-3 * std::abs(out[j] * 1024) + 1e-3);
   // Honest members alone: CenteredClip with a radius past their spread is their mean.
   const std::vector<std::vector<float>> three(members.begin(), members.begin() + 3);
   aggregate(spans(three), {AggregationRule::centered_clip, 1, 100.0, 20}, out);

@@ -56,10 +56,21 @@ TestHooks TestHooks::parse(std::string_view text) {
       hooks.kill_in_averaging = integer_of(name, value);
     } else if (name == "kill_in_request") {
       hooks.kill_in_request = integer_of(name, value);
+    } else if (name == "poison_outer") {
+      const std::size_t colon = value.find(':');
+      const std::string_view kind = value.substr(0, colon);
+      hooks.poison_outer = kind == "nan"     ? Poison::nan
+                           : kind == "scale" ? Poison::scale
+                           : kind == "noise" ? Poison::noise
+                                             : Poison::none;
+      if (hooks.poison_outer == Poison::none)
+        fail(kVariable, ": poison_outer needs nan, scale or noise, not '", kind, "'");
+      if (colon != std::string_view::npos)
+        hooks.poison_worker = static_cast<int>(integer_of(name, value.substr(colon + 1)));
     } else {
       fail(kVariable, ": unknown hook '", name,
            "' (nonfinite_steps, step_seconds, kill_in_update, kill_in_averaging, "
-           "kill_in_request)");
+           "kill_in_request, poison_outer)");
     }
   }
   return hooks;

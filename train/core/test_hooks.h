@@ -7,6 +7,7 @@
 //
 //   STRATA_TEST_HOOKS='nonfinite_steps=5,6 step_seconds=0.2 kill_in_update=8 kill_in_averaging=20'
 //   STRATA_TEST_HOOKS='kill_in_request=30'
+//   STRATA_TEST_HOOKS='poison_outer=scale:3'
 //
 // Hooks are `name=value` items separated by spaces; an unknown name or a malformed value is an
 // error naming it. They are deliberately not config keys: a config is a user's, and is written
@@ -40,9 +41,18 @@ struct TestHooks {
   // (tests/mpi/swarm_test). 0: never.
   std::int64_t kill_in_request = 0;
 
+  // poison_outer=KIND or KIND:W: a DiLoCo worker misbehaves at every sync, as a faulty or
+  // malicious one would (tests/mpi/robust_diloco_test): `nan`, one value of its outer gradient is
+  // NaN; `scale`, its outer gradient is sent ×1e3; `noise`, Gaussian noise of 3× its outer
+  // gradient's RMS is added (a norm about 3× an honest one's: within the default screen). W: the
+  // worker index of an in-job run; without it every worker of this process (an elastic worker job).
+  enum class Poison { none, nan, scale, noise };
+  Poison poison_outer = Poison::none;
+  int poison_worker = -1;  // −1: every worker of this process
+
   bool empty() const {
     return nonfinite_steps.empty() && step_seconds == 0 && kill_in_update == 0 &&
-           kill_in_averaging < 0 && kill_in_request == 0;
+           kill_in_averaging < 0 && kill_in_request == 0 && poison_outer == Poison::none;
   }
   // The hooks `text` names (the format above).
   static TestHooks parse(std::string_view text);

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <numeric>
 #include <thread>
 
@@ -39,7 +40,9 @@ Diloco::Diloco(const DilocoConfig& config, std::uint64_t seed, const ParameterLa
       averaging_(config.averaging),
       compression_(config.compression),
       optimizer_(placement.share, {config.outer_lr, config.outer_momentum, config.nesterov}),
-      test_kill_in_averaging_(hooks.kill_in_averaging) {
+      test_kill_in_averaging_(hooks.kill_in_averaging),
+      test_poison_(hooks.poison_outer),
+      test_poison_worker_(hooks.poison_worker) {
   STRATA_CHECK(placement.outer != nullptr && placement.outer->size() == placement.workers &&
                    placement.outer->rank() == placement.worker,
                "DiLoCo: the outer group must hold one rank per worker, ranked by worker");
@@ -145,6 +148,7 @@ struct Diloco::Sync {
   OuterSyncReport report;
   AveragingRound round;
   bool dropped = false;
+  double own_norm = 0;  // ‖this worker's outer gradient‖ over the fragment, as sent
   std::vector<std::vector<float>> start, values;
   std::thread thread;
   std::exception_ptr error;
@@ -293,7 +297,13 @@ void Diloco::set_members(Sync& sync) const {
   // Elastic: a joining member is left out as a dropped one is (it takes the state afterwards).
   for (std::size_t w = 0; w < joining_.size() && w < report.dropped.size(); ++w)
     if (joining_[w]) report.dropped[w] = true;
-  sync.round = AveragingRound{report.round, key, report.dropped, 2};
+  sync.round = AveragingRound{
+      report.round,
+      key,
+      report.dropped,
+      2,
+      {},
+      {config_.aggregation, config_.trim, config_.clip_radius, config_.clip_iterations}};
   sync.dropped = report.dropped[static_cast<std::size_t>(placement_.worker)];
   const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(report.fragment)];
   sync.values.clear();
@@ -305,11 +315,80 @@ void Diloco::set_members(Sync& sync) const {
     }
     sync.values.push_back(std::move(values));
   }
+  if (placement_.workers == 1) return;
+  poison(sync);
+  std::vector<std::vector<float>> deltas = sync.values;
+  if (compression_ == OuterCompression::none)
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      const float* anchor = optimizer_.anchor().data() + (pieces[p].begin - placement_.share.begin);
+      for (std::size_t i = 0; i < deltas[p].size(); ++i) deltas[p][i] = anchor[i] - deltas[p][i];
+    }
+  sync.own_norm = outer_gradient_norm(pieces, deltas);
+}
+
+void Diloco::poison(Sync& sync) const {
+  if (test_poison_ == TestHooks::Poison::none || sync.dropped ||
+      (test_poison_worker_ >= 0 && test_poison_worker_ != placement_.worker))
+    return;
+  const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(sync.report.fragment)];
+  const std::uint64_t key = hash_combine(hash_combine(seed_, hash_name("diloco/poison")),
+                                         static_cast<std::uint64_t>(sync.report.step));
+  for (std::size_t p = 0; p < pieces.size(); ++p) {
+    std::vector<float>& values = sync.values[p];
+    if (values.empty()) continue;
+    const float* anchor = optimizer_.anchor().data() + (pieces[p].begin - placement_.share.begin);
+    // The outer gradient as sent: anchor − θ uncompressed, the values themselves compressed.
+    const bool of_theta = compression_ == OuterCompression::none;
+    auto delta = [&](std::size_t i) { return of_theta ? anchor[i] - values[i] : values[i]; };
+    auto set_delta = [&](std::size_t i, double d) {
+      values[i] = static_cast<float>(of_theta ? anchor[i] - d : d);
+    };
+    double squares = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) squares += delta(i) * delta(i);
+    const double sigma = 3 * std::sqrt(squares / static_cast<double>(values.size()));
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      switch (test_poison_) {
+        case TestHooks::Poison::nan:
+          if (i == 0) values[i] = std::numeric_limits<float>::quiet_NaN();
+          break;
+        case TestHooks::Poison::scale:
+          set_delta(i, 1e3 * delta(i));
+          break;
+        case TestHooks::Poison::noise:
+          set_delta(i, delta(i) + sigma * counter_normal(key, pieces[p].begin + i));
+          break;
+        case TestHooks::Poison::none:
+          break;
+      }
+    }
+  }
+}
+
+void Diloco::screen(Sync& sync) const {
+  const int k = placement_.workers;
+  sync.round.excluded.assign(static_cast<std::size_t>(k), false);
+  sync.report.left_out.clear();
+  std::vector<double> norms(static_cast<std::size_t>(k));
+  placement_.outer->all_gather(&sync.own_norm, norms.data(), 1);
+  std::vector<int> judged;  // the members that would contribute: not dropped, not joining
+  std::vector<double> judged_norms;
+  for (int w = 0; w < k; ++w)
+    if (!sync.round.dropped[static_cast<std::size_t>(w)]) {
+      judged.push_back(w);
+      judged_norms.push_back(norms[static_cast<std::size_t>(w)]);
+    }
+  const std::vector<MemberScreen> screens = screen_norms(judged_norms, config_.outlier_factor);
+  for (std::size_t i = 0; i < judged.size(); ++i) {
+    if (screens[i].kept) continue;
+    sync.round.excluded[static_cast<std::size_t>(judged[i])] = true;
+    sync.report.left_out.push_back({judged[i], screens[i].why});
+  }
 }
 
 void Diloco::average(Sync& sync) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ElementRange>& pieces = pieces_[static_cast<std::size_t>(sync.report.fragment)];
+  if (placement_.workers > 1) screen(sync);
   for (std::size_t p = 0; p < pieces.size(); ++p) {
     // The test hook: SIGKILL between the two pieces, the others holding part of an average
     // (tests/mpi/elastic_diloco_test.cpp).

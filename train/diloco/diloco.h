@@ -34,6 +34,15 @@
 // resume prepares it again from the checkpoint's θ_s (resume), so stopping changes nothing;
 // finish applies a sync still pending when training ends.
 //
+// Robust averaging (docs/ARCHITECTURE.md §2 "Robust averaging"): before each sync's averaging the
+// members exchange the norms of their outer gradients (8 bytes each over the outer group, counted),
+// and the screen (parallel/diloco/robust_aggregation.h, diloco.outlier_factor) leaves out a
+// non-finite one or one far above the median: it sends nothing into the average and takes the
+// others' (AveragingRound::excluded). diloco.aggregation trimmed_mean or centered_clip combines
+// the kept members' vectors by that rule instead of the mean (gathered, worker_averaging.h),
+// each piece of a rank's share on its own, as hivemind clips each part: trimmed_mean is
+// per coordinate, so its result is layout independent; centered_clip's distances are a piece's.
+//
 // Simulated failures (diloco.drop_probability p): for each sync, dropped_workers(seed, round, …)
 // decides who fails, the same on every rank; a dropped worker's values are left out of the
 // others' averages and it keeps its own θ_i, restarting its period from there (its anchor := θ_i,
@@ -97,6 +106,13 @@ struct OuterSyncReport {
   // to arrive, or for a silent one's timeout (not the step's, so not in its step_ms).
   double wait_seconds = 0;
   int attempts = 1;  // elastic: how many times it was decided (a member lost while averaging)
+  // The members the screen left out of the average (parallel/diloco/robust_aggregation.h): worker
+  // indices in-job, slots in an elastic group; and why.
+  struct LeftOut {
+    int member = 0;
+    std::string why;
+  };
+  std::vector<LeftOut> left_out;
 };
 
 class Diloco {
@@ -179,8 +195,14 @@ class Diloco {
   // The outer step's scale after inner step `step` (outer_optimizer.h): 1, or with
   // diloco.outer_schedule inner the inner learning rate of that step over its peak.
   double outer_scale(std::int64_t step) const;
-  // The sync's dropped members and the vectors it averages, for the current members.
+  // The sync's dropped members and the vectors it averages, for the current members, and the norm
+  // of this worker's outer gradient (collective over the worker's ranks).
   void set_members(Sync& sync) const;
+  // The test hook poison_outer: this worker's outer gradient in `values` made faulty.
+  void poison(Sync& sync) const;
+  // The screen: every member's outer gradient norm gathered, those it leaves out excluded from the
+  // sync's averages and named in its report (collective over the outer group).
+  void screen(Sync& sync) const;
   void average(Sync& sync);
   OuterSyncReport apply(MasterWeights& weights, Sync& sync);
   void join(Sync& sync);
@@ -199,7 +221,9 @@ class Diloco {
   OuterCompression compression_;
   OuterOptimizer optimizer_;
   std::int64_t test_kill_in_averaging_;  // TestHooks::kill_in_averaging (−1: never)
-  std::vector<float> residual_;          // error feedback over the share (empty without it)
+  TestHooks::Poison test_poison_;        // TestHooks::poison_outer
+  int test_poison_worker_;
+  std::vector<float> residual_;  // error feedback over the share (empty without it)
   // Per fragment: its range of this rank's layout, and the pieces of the share this rank
   // averages (split at the end of wte).
   std::vector<ElementRange> fragment_ranges_;

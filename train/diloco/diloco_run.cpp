@@ -93,6 +93,13 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
         .add("outer_sync_s", slowest[0], "%.6f")
         .add("outer_hidden_s", std::max(0.0, slowest[0] - slowest[1]), "%.6f")
         .add("outer_comm_bytes_job", bytes);
+    if (!r.left_out.empty()) {
+      std::vector<JsonLine> left_out;
+      for (const OuterSyncReport::LeftOut& out : r.left_out)
+        left_out.push_back(
+            JsonLine().add(elastic ? "slot" : "worker", out.member).add("why", out.why));
+      line.add("left_out", left_out);
+    }
     if (r.consensus_distance >= 0) line.add("consensus_distance", r.consensus_distance, "%.6e");
     if (r.outer_scale >= 0) line.add("outer_scale", r.outer_scale, "%.6f");
     if (elastic)
@@ -134,6 +141,14 @@ void report_outer_syncs(const std::vector<OuterSyncReport>& syncs, double loss,
       other_links += waited;
     }
   }
+  // Who the screen left out, and why (parallel/diloco/robust_aggregation.h).
+  std::string left_out;
+  for (const OuterSyncReport& r : syncs)
+    for (const OuterSyncReport::LeftOut& out : r.left_out)
+      left_out += (left_out.empty() ? " | left out " : "; ") +
+                  std::string(first.member_slots.empty() ? "worker " : "slot ") +
+                  std::to_string(out.member) + " (" + out.why + ")";
+  other_links += left_out;
   std::printf(
       "outer sync after step %lld | %s/%d (%s of %s parameters) | outer grad norm %.4f | sent %s "
       "across workers%s\n",

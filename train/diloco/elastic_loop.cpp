@@ -298,6 +298,8 @@ class ElasticLoop final : public OuterLoop {
       r.joining_slots = joined;
       r.lost_slots = lost;
       r.attempts = m.attempt + 1;
+      for (OuterSyncReport::LeftOut& out : r.left_out)
+        out.member = m.slots.at(static_cast<std::size_t>(out.member));
     }
   }
 
