@@ -289,6 +289,9 @@ struct DilocoConfig {
   int min_workers = 1;           // a fresh group starts training when this many hold slots
   double timeout = 60;           // seconds of silence (or of an unreachable store) that drop
   std::string interface;         // Gloo's TCP interface ("eth0"); empty: the host name's address
+  // A file holding the group's shared secret (parallel/elastic/record_signing.h): records signed,
+  // members challenged; empty: an unauthenticated group.
+  std::string secret_file;
   // same: every worker has this layout, and rank r averages its share with rank r of the others;
   // any: each worker its own layout (parallel keys), rank 0 averages the logical model.
   WorkerLayouts layouts = WorkerLayouts::same;
@@ -315,6 +318,7 @@ struct SwarmConfig {
   std::string interface;        // Gloo's interface for a stage's averaging; empty: the host name
   double rebalance_every = 60;  // seconds between a server's looks for a better stage; 0: never
   int in_flight = 1;            // micro-batches a driver has in flight at once
+  std::string secret_file;      // the swarm's shared secret (as diloco.secret_file); empty: none
 
   bool enabled() const { return !join.empty(); }
   bool operator==(const SwarmConfig&) const = default;

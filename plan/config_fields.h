@@ -176,6 +176,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("diloco.min_workers", c.diloco.min_workers);
   visit("diloco.timeout", c.diloco.timeout);
   visit("diloco.interface", c.diloco.interface);
+  visit("diloco.secret_file", c.diloco.secret_file);
   visit("diloco.layouts", Choice{c.diloco.layouts, kWorkerLayoutsChoices});
 
   visit("swarm.join", c.swarm.join);
@@ -193,6 +194,7 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("swarm.interface", c.swarm.interface);
   visit("swarm.rebalance_every", c.swarm.rebalance_every);
   visit("swarm.in_flight", c.swarm.in_flight);
+  visit("swarm.secret_file", c.swarm.secret_file);
 }
 
 // The config's source name plus which keys a `--set` wrote, so that every message can say both

@@ -331,6 +331,9 @@ void validate_diloco(const Config& c, const Rules& rules) {
   if (d.layouts == WorkerLayouts::any && c.parallel.ep > 1)
     rules.fail("diloco.layouts", "any does not take parallel.ep > 1 (", c.parallel.ep,
                "): a worker of experts split over ranks needs diloco.layouts same");
+  if (d.join.empty() && !d.secret_file.empty())
+    rules.fail("diloco.secret_file",
+               "is for elastic groups (diloco.join): the workers of one job trust each other");
   if (d.join.empty()) return;
   if (!d.join.starts_with("file:///") && !d.join.starts_with("redis://"))
     rules.fail("diloco.join", "must be file:///absolute/dir or redis://host:port, got '", d.join,

@@ -108,8 +108,8 @@ void RunReporter::print_startup() const {
     const DilocoConfig& d = c.diloco;
     if (outer_.elastic() != nullptr)
       std::cout << "diloco: slot " << outer_.elastic()->slot() << " of elastic group '" << d.group
-                << "' (at most " << d.workers << " workers, " << d.join << "), this worker "
-                << core_.groups.world().size() << " ranks,";
+                << "' (at most " << d.workers << " workers, " << redacted_store_url(d.join)
+                << "), this worker " << core_.groups.world().size() << " ranks,";
     else
       std::cout << "diloco: " << d.workers << " workers of " << core_.groups.world().size()
                 << " ranks,";
@@ -128,7 +128,20 @@ void RunReporter::print_startup() const {
       std::cout << " parameters";
     }
     if (d.drop_probability > 0) std::cout << ", drop probability " << d.drop_probability;
+    if (d.aggregation != AggregationRule::mean)
+      std::cout << ", aggregation " << kAggregationChoices.word(d.aggregation);
     std::cout << " | global_batch is per worker\n";
+    if (const ElasticWorker* elastic = outer_.elastic(); elastic != nullptr) {
+      if (const SharedSecret* secret = elastic->secret(); secret != nullptr)
+        std::cout << "diloco: group '" << d.group
+                  << "' is authenticated: its store records are signed and every connection "
+                     "between members is challenged with the secret in "
+                  << d.secret_file << " (fingerprint " << secret->fingerprint() << ")\n";
+      else
+        std::cout << "diloco: group '" << d.group
+                  << "' is unauthenticated: anyone who can write to its store or reach a member's "
+                     "port can join it (set diloco.secret_file to a secret its workers share)\n";
+    }
   }
   // Rank 0's memory; what ZeRO saves is the optimizer state of the layout at stage 0.
   const MemoryAccount m = core_.backend->memory();

@@ -1,5 +1,7 @@
 #include "parallel/elastic/elastic_group.h"
 
+#include "parallel/elastic/signed_store.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -106,9 +108,11 @@ SyncMembers SyncMembers::parse(const std::string& text) {
 ElasticGroup::ElasticGroup(const ElasticGroupSettings& settings)
     : settings_(settings), watch_(settings.timeout_s) {
   if (settings_.group.empty()) throw std::runtime_error("diloco.group is empty");
-  store_ = open_rendezvous_store(settings_.store_url, std::min(settings_.timeout_s, 10.0));
+  store_ =
+      open_group_store(settings_.store_url, settings_.secret, std::min(settings_.timeout_s, 10.0));
   check_shared_settings(*store_, key("settings"), settings_.shared_settings, settings_.difference,
-                        "group '" + settings_.group + "' (" + settings_.store_url + ")");
+                        "group '" + settings_.group + "' (" + store_->url() + ")",
+                        settings_.secret != nullptr);
   take_slot();
   heartbeat_ = std::make_unique<HeartbeatThread>(
       *store_, [this] { return heartbeat_key(); }, settings_.timeout_s);

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "parallel/elastic/membership.h"
+#include "parallel/elastic/record_signing.h"
 #include "parallel/elastic/rendezvous_store.h"
 
 namespace strata {
@@ -61,6 +62,8 @@ struct ElasticGroupSettings {
   // they agree after all, as two spellings of one config may).
   std::string shared_settings;
   std::function<std::string(const std::string& group_settings)> difference;
+  // diloco.secret_file's secret: every record signed and checked (signed_store.h); null: none.
+  std::shared_ptr<const SharedSecret> secret;
 };
 
 // One sync's members, in slot order.

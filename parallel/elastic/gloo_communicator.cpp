@@ -10,6 +10,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -55,6 +56,7 @@ class GlooStore final : public gloo::rendezvous::Store {
 
 // Ordered messages between two members share one slot (Gloo keeps a pair's messages on a slot in
 // order); a tagged message takes slot kTaggedSlot + tag.
+constexpr std::uint64_t kHandshakeSlot = 0;
 constexpr std::uint64_t kOrderedSlot = 1;
 constexpr std::uint64_t kTaggedSlot = 2;
 
@@ -132,6 +134,50 @@ GlooCommunicator::GlooCommunicator(RendezvousStore* store, const GlooMembers& me
     context->connectFullMesh(prefixed, device);
     context_ = std::move(context);
   });
+  if (members.secret) authenticate(*members.secret, members.prefix);
+}
+
+void GlooCommunicator::authenticate(const SharedSecret& secret, const std::string& context) {
+  // Every peer's message of one kind, sent and received at once on the handshake slot.
+  const auto exchange = [&](const std::vector<HandshakeMessage>& out) {
+    std::vector<HandshakeMessage> in(static_cast<std::size_t>(size_));
+    std::vector<std::unique_ptr<Transfer>> transfers;
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      const auto i = static_cast<std::size_t>(q);
+      transfers.push_back(post_recv(in[i].data(), in[i].size(), q, kHandshakeSlot));
+      transfers.push_back(post_send(out[i].data(), out[i].size(), q, kHandshakeSlot));
+    }
+    for (auto& t : transfers) finish(*t);
+    return in;
+  };
+  const auto refuse = [&](int q, const char* why) {
+    std::fprintf(stderr,
+                 "error: member %d of the group '%s' %s: refused (it lacks this group's secret, "
+                 "or belongs to another group)\n",
+                 q, context.c_str(), why);
+    throw PeerLost("member " + std::to_string(q) + " failed the secret's challenge (" + why + ")");
+  };
+  const HandshakeNonce mine = random_nonce();
+  const std::vector<HandshakeMessage> hellos = exchange(
+      std::vector<HandshakeMessage>(static_cast<std::size_t>(size_), handshake_hello(mine)));
+  std::vector<HandshakeNonce> theirs(static_cast<std::size_t>(size_));
+  std::vector<HandshakeMessage> proofs(static_cast<std::size_t>(size_));
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    const auto i = static_cast<std::size_t>(q);
+    const std::optional<HandshakeNonce> nonce = parse_hello(hellos[i]);
+    if (!nonce) refuse(q, "sent no hello");
+    theirs[i] = *nonce;
+    proofs[i] = handshake_proof(secret, context, rank_, q, mine, theirs[i]);
+  }
+  const std::vector<HandshakeMessage> received = exchange(proofs);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    const auto i = static_cast<std::size_t>(q);
+    if (!check_proof(secret, context, q, rank_, theirs[i], mine, received[i]))
+      refuse(q, "failed the secret's challenge");
+  }
 }
 
 GlooCommunicator::~GlooCommunicator() = default;

@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <stdexcept>
+
+#include "parallel/elastic/record_signing.h"
 
 namespace strata {
 
@@ -29,9 +32,17 @@ std::string member_token() {
 
 void check_shared_settings(RendezvousStore& store, const std::string& key, const std::string& mine,
                            const std::function<std::string(const std::string&)>& difference,
-                           const std::string& what) {
+                           const std::string& what, bool signed_store) {
   if (store.create(key, store_bytes(mine))) return;
   const auto stored = store.get(key);
+  if (signed_store && !stored)
+    throw std::runtime_error(what +
+                             ": its records are not signed with this member's secret (its "
+                             "secret_file holds another secret, or the group has none)");
+  if (!signed_store && stored && looks_signed(*stored))
+    throw std::runtime_error(what +
+                             ": the group is authenticated (its records are signed); this member "
+                             "needs the group's secret (secret_file)");
   const std::string theirs = stored ? store_text(*stored) : "";
   if (theirs == mine) return;
   const std::string why = difference ? difference(theirs) : "settings differ";
@@ -71,8 +82,20 @@ void HeartbeatThread::run() {
 bool SilenceWatch::silent(const std::string& key, const std::string& value) {
   const double now = steady_seconds();
   Observed& o = observed_[key];
-  if (o.since == 0 || value != o.value) o = {value, now};
+  if (o.since == 0 || moved(o.value, value)) o = {value, now};
   return now - o.since >= timeout_s_;
+}
+
+bool SilenceWatch::moved(const std::string& before, const std::string& now) {
+  // A heartbeat counts up: an earlier value put back (a store writer replaying a record) is not
+  // life. Values that are not counters move when they change.
+  std::int64_t a = 0, b = 0;
+  const auto [end_a, error_a] = std::from_chars(before.data(), before.data() + before.size(), a);
+  const auto [end_b, error_b] = std::from_chars(now.data(), now.data() + now.size(), b);
+  if (error_a == std::errc() && error_b == std::errc() && end_a == before.data() + before.size() &&
+      end_b == now.data() + now.size())
+    return b > a;
+  return now != before;
 }
 
 bool SilenceWatch::silent(RendezvousStore& store, const std::string& key) {

@@ -28,9 +28,12 @@ std::string member_token();
 // The settings of `key`: written by the first member (true), else compared with this member's:
 // an std::runtime_error "<what>: <why>" when they differ, `why` from `difference` (the message
 // naming the key that differs; "" when two spellings of one config agree after all).
+// `signed_store`: `store` signs its records (signed_store.h). A member whose secret is not the
+// group's, or who has one where the group has none or none where it has one, is refused here,
+// before it takes a slot.
 void check_shared_settings(RendezvousStore& store, const std::string& key, const std::string& mine,
                            const std::function<std::string(const std::string&)>& difference,
-                           const std::string& what);
+                           const std::string& what, bool signed_store);
 
 // Advances the counter at key() every heartbeat_period(timeout_s) until stopped (key() is asked
 // each beat: a member's key may change). A store that does not answer is warned about once, and
@@ -61,6 +64,8 @@ class SilenceWatch {
   bool silent(const std::string& key, const std::string& value);
   // Reads the counter at `key` from `store` and judges it.
   bool silent(RendezvousStore& store, const std::string& key);
+  // Whether a counter read `before` and then `now` shows life: it grew (an integer), or changed.
+  static bool moved(const std::string& before, const std::string& now);
 
  private:
   struct Observed {

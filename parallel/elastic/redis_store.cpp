@@ -73,8 +73,13 @@ void RedisStore::ContextDeleter::operator()(redisContext* context) const { redis
 
 void RedisStore::ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
 
-RedisStore::RedisStore(const std::string& host, int port, double timeout_s)
-    : host_(host), port_(port), timeout_s_(timeout_s) {
+RedisStore::RedisStore(const std::string& host, int port, double timeout_s, std::string user,
+                       std::string password)
+    : host_(host),
+      port_(port),
+      timeout_s_(timeout_s),
+      user_(std::move(user)),
+      password_(std::move(password)) {
   connect();
 }
 
@@ -100,6 +105,16 @@ void RedisStore::connect() {
   if (redisSetTimeout(context.get(), timeout) != REDIS_OK)
     fail(std::string("cannot set the reply timeout (") + context->errstr + ")");
   context_ = std::move(context);
+  if (password_.empty()) return;
+  std::vector<std::string_view> auth{"AUTH"};
+  if (!user_.empty()) auth.push_back(user_);
+  auth.push_back(password_);
+  const Reply reply = send(auth);
+  if (!reply) fail("the connection was lost during AUTH");
+  if (reply->type == REDIS_REPLY_ERROR) {
+    context_.reset();
+    fail("AUTH was refused (" + std::string(reply->str, reply->len) + ")");
+  }
 }
 
 RedisStore::Reply RedisStore::send(const std::vector<std::string_view>& arguments) {

@@ -1,7 +1,8 @@
-// The rendezvous store on a Redis server (rendezvous_store.h, "redis://host:port"), for worker
-// jobs on many hosts. One connection (hiredis), behind a mutex so that threads may share the store
-// (the heartbeat thread beside the training loop). Each operation is one Redis command, sent as an
-// argument vector (binary-safe keys and values):
+// The rendezvous store on a Redis server (rendezvous_store.h,
+// "redis://[[user]:password@]host:port"), for worker jobs on many hosts. One connection (hiredis),
+// behind a mutex so that threads may share the store (the heartbeat thread beside the training
+// loop). Each operation is one Redis command, sent as an argument vector (binary-safe keys and
+// values):
 //   set SET, get GET, create SET NX, add INCRBY, remove DEL, keys SCAN MATCH <prefix>* (sorted).
 //
 // Failures: a reply that is an error (INCRBY on a value that is not an integer), a server that
@@ -30,8 +31,12 @@ namespace strata {
 class RedisStore final : public RendezvousStore {
  public:
   // Connects to host:port, waiting at most `timeout_s` seconds; the same limit applies to each
-  // command's reply. Throws StoreUnavailable when the server does not answer.
-  RedisStore(const std::string& host, int port, double timeout_s);
+  // command's reply. Throws StoreUnavailable when the server does not answer. With a password
+  // (redis://[user]:password@host:port), every connection starts with AUTH (Redis 6's
+  // AUTH user password with a user); a refusal throws StoreUnavailable saying so. The password
+  // is never part of url() or a message.
+  RedisStore(const std::string& host, int port, double timeout_s, std::string user = "",
+             std::string password = "");
   ~RedisStore() override;
 
   std::string url() const override;
@@ -62,6 +67,7 @@ class RedisStore final : public RendezvousStore {
   std::string host_;
   int port_;
   double timeout_s_;
+  std::string user_, password_;
   std::mutex mutex_;
   std::unique_ptr<redisContext, ContextDeleter> context_;
 };

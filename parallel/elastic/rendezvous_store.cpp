@@ -18,13 +18,24 @@ bool printable_without_spaces(const std::string& text) {
 }
 
 [[noreturn]] void malformed(const std::string& url, const std::string& why) {
-  throw StoreUnavailable("rendezvous store '" + url + "': " + why +
-                         " (expected file:///absolute/path or redis://host:port)");
+  throw StoreUnavailable(
+      "rendezvous store '" + redacted_store_url(url) + "': " + why +
+      " (expected file:///absolute/path or redis://[[user]:password@]host:port)");
 }
 
-// "host:port" or "[ipv6]:port".
-std::unique_ptr<RendezvousStore> open_redis(const std::string& url, const std::string& address,
+// "[[user]:password@]host:port" or "...[ipv6]:port".
+std::unique_ptr<RendezvousStore> open_redis(const std::string& url, std::string address,
                                             double connect_timeout_s) {
+  std::string user, password;
+  if (const auto at = address.rfind('@'); at != std::string::npos) {
+    const std::string credentials = address.substr(0, at);
+    address = address.substr(at + 1);
+    const auto separator = credentials.find(':');
+    if (separator == std::string::npos) malformed(url, "credentials without ':' before '@'");
+    user = credentials.substr(0, separator);
+    password = credentials.substr(separator + 1);
+    if (password.empty()) malformed(url, "an empty password before '@'");
+  }
   const auto colon = address.rfind(':');
   if (colon == std::string::npos) malformed(url, "no port");
   std::string host = address.substr(0, colon);
@@ -39,7 +50,7 @@ std::unique_ptr<RendezvousStore> open_redis(const std::string& url, const std::s
   if (port_text.empty() || error != std::errc() || end != port_text.data() + port_text.size() ||
       port < 1 || port > 65535)
     malformed(url, "the port is not a number in 1..65535");
-  return std::make_unique<RedisStore>(host, port, connect_timeout_s);
+  return std::make_unique<RedisStore>(host, port, connect_timeout_s, user, password);
 }
 
 }  // namespace
@@ -60,6 +71,13 @@ std::unique_ptr<RendezvousStore> open_rendezvous_store(const std::string& url,
   if (url.starts_with(redis_scheme))
     return open_redis(url, url.substr(redis_scheme.size()), connect_timeout_s);
   malformed(url, "unknown scheme");
+}
+
+std::string redacted_store_url(const std::string& url) {
+  const std::string scheme = "redis://";
+  const auto at = url.rfind('@');
+  if (!url.starts_with(scheme) || at == std::string::npos) return url;
+  return scheme + "***@" + url.substr(at + 1);
 }
 
 std::vector<char> store_bytes(const std::string& text) { return {text.begin(), text.end()}; }

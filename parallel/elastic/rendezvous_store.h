@@ -10,7 +10,8 @@
 //                     (atomic on local file systems and NFSv3+); add() holds an flock on the key's
 //                     lock file while it reads and rewrites the counter.
 //   redis://host:port a Redis server (Debian's redis-server), for many hosts: SET, GET, SET NX,
-//                     INCRBY, DEL, SCAN.
+//                     INCRBY, DEL, SCAN; redis://:password@host:port (or user:password@) sends
+//                     AUTH first (a server started with --requirepass).
 // Keys are printable ASCII without spaces ("group/slot/3"); '/' separates a file store's
 // directories. Values are bytes.
 //
@@ -36,7 +37,7 @@ class StoreUnavailable : public std::runtime_error {
 class RendezvousStore {
  public:
   virtual ~RendezvousStore() = default;
-  // The URL it was opened with (messages).
+  // The URL it was opened with, without a password (messages).
   virtual std::string url() const = 0;
   // key := value (replacing any value).
   virtual void set(const std::string& key, const std::vector<char>& value) = 0;
@@ -57,6 +58,9 @@ class RendezvousStore {
 // or a server that does not answer within `connect_timeout_s` throws StoreUnavailable naming it.
 std::unique_ptr<RendezvousStore> open_rendezvous_store(const std::string& url,
                                                        double connect_timeout_s = 5.0);
+
+// The URL as messages and logs may show it: a Redis password replaced by "***".
+std::string redacted_store_url(const std::string& url);
 
 // Conversions for the string values most keys hold.
 std::vector<char> store_bytes(const std::string& text);

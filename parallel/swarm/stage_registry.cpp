@@ -4,14 +4,18 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "parallel/elastic/signed_store.h"
+
 namespace strata {
 
 StageRegistry::StageRegistry(const StageRegistrySettings& settings)
     : settings_(settings), watch_(settings.timeout_s) {
   if (settings_.group.empty()) throw std::runtime_error("swarm.group is empty");
-  store_ = open_rendezvous_store(settings_.store_url, std::min(settings_.timeout_s, 10.0));
+  store_ =
+      open_group_store(settings_.store_url, settings_.secret, std::min(settings_.timeout_s, 10.0));
   check_shared_settings(*store_, key("settings"), settings_.shared_settings, settings_.difference,
-                        "swarm '" + settings_.group + "' (" + settings_.store_url + ")");
+                        "swarm '" + settings_.group + "' (" + store_->url() + ")",
+                        settings_.secret != nullptr);
 }
 
 StageRegistry::~StageRegistry() { leave("exit"); }

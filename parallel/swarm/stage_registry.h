@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "parallel/elastic/membership.h"
+#include "parallel/elastic/record_signing.h"
 #include "parallel/elastic/rendezvous_store.h"
 
 namespace strata {
@@ -36,6 +37,7 @@ struct StageRegistrySettings {
   // (membership.h check_shared_settings).
   std::string shared_settings;
   std::function<std::string(const std::string& swarm_settings)> difference;
+  std::shared_ptr<const SharedSecret> secret;  // swarm.secret_file's; null: none
 };
 
 struct SwarmPeerRecord {

@@ -849,7 +849,8 @@ TEST(ConfigYaml, RoundTripsExactly) {
               3,
               2,
               7.5,
-              "eth1"};  // join stays empty: drops and overlap are in-job
+              "eth1",
+              ""};  // join stays empty: drops and overlap are in-job (and so no secret)
   const std::string yaml = config_to_yaml(c);
   EXPECT_EQ(parse_config(yaml, "written"), c) << yaml;
 

@@ -64,15 +64,20 @@ bool on_path(const std::string& program) {
   return false;
 }
 
-// A redis-server child process on 127.0.0.1:port, without persistence; killed when destroyed.
+// A redis-server child process on 127.0.0.1:port, without persistence (and with `password`, one
+// that requires AUTH); killed when destroyed.
 class RedisServer {
  public:
-  explicit RedisServer(int port) : port_(port) {}
+  explicit RedisServer(int port, std::string password = "")
+      : port_(port), password_(std::move(password)) {}
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
   ~RedisServer() { kill(); }
 
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    return "redis://" + (password_.empty() ? "" : ":" + password_ + "@") +
+           "127.0.0.1:" + std::to_string(port_);
+  }
   pid_t pid() const { return pid_; }
 
   // Starts the server and waits until it answers: "" on success, else why it did not.
@@ -86,9 +91,15 @@ class RedisServer {
     if (pid_ == 0) {
       const int null = ::open("/dev/null", O_WRONLY);
       if (null >= 0) ::dup2(null, STDOUT_FILENO);
-      ::execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
-               static_cast<char*>(nullptr));
+      std::vector<const char*> argv{
+          "redis-server", "--port", port.c_str(),  "--bind", "127.0.0.1",  "--save", "",
+          "--appendonly", "no",     "--daemonize", "no",     "--loglevel", "warning"};
+      if (!password_.empty()) {
+        argv.push_back("--requirepass");
+        argv.push_back(password_.c_str());
+      }
+      argv.push_back(nullptr);
+      ::execvp("redis-server", const_cast<char* const*>(argv.data()));
       ::_exit(127);
     }
     const auto start = Clock::now();
@@ -117,6 +128,7 @@ class RedisServer {
 
  private:
   int port_;
+  std::string password_;
   pid_t pid_ = -1;
 };
 
@@ -446,6 +458,33 @@ void expect_every_operation_unavailable(RendezvousStore& store) {
   EXPECT_THROW(store.remove("k"), StoreUnavailable);
   EXPECT_THROW(store.keys(""), StoreUnavailable);
   EXPECT_LT(seconds_since(start), 6.0);  // refused connections: no timeout is waited for
+}
+
+// redis://:password@host:port sends AUTH on every connection; the password never shows in the URL
+// or a message; a client without it, or with another, is refused with StoreUnavailable.
+TEST(RedisStore, APasswordInTheUrlIsSentAsAuthAndNeverShown) {
+  const std::string password = "pw-" + std::to_string(::getpid());
+  RedisServer server(free_loopback_port(), password);
+  ASSERT_EQ(server.start(), "");
+  const auto store = open_rendezvous_store(server.url());
+  store->set("group/settings", store_bytes("x"));
+  EXPECT_EQ(store_text(*store->get("group/settings")), "x");
+  EXPECT_EQ(store->url().find(password), std::string::npos) << store->url();
+  const std::string address = server.url().substr(server.url().rfind('@') + 1);
+  try {
+    open_rendezvous_store("redis://" + address)->get("group/settings");
+    ADD_FAILURE() << "a client without the password was served";
+  } catch (const StoreUnavailable& e) {
+    EXPECT_NE(std::string(e.what()).find("NOAUTH"), std::string::npos) << e.what();
+  }
+  try {
+    open_rendezvous_store("redis://:wrong-" + password + "@" + address);
+    ADD_FAILURE() << "a wrong password was accepted";
+  } catch (const StoreUnavailable& e) {
+    EXPECT_NE(std::string(e.what()).find("AUTH was refused"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find(password), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(redacted_store_url("redis://:" + password + "@h:1"), "redis://***@h:1");
 }
 
 TEST(RedisStore, AKilledServerThrowsAndARestartedOneIsReconnected) {

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "model/core/error.h"
+#include "parallel/elastic/signed_store.h"
 
 namespace strata {
 
@@ -42,6 +43,26 @@ std::string on_leader(MpiCommunicator& job, Work&& work) {
   return share_from_leader(job, std::move(text), failed);
 }
 
+// diloco.secret_file's secret on every rank: rank 0 reads and checks the file and hands the
+// bytes to the job's other ranks (a job's nodes need not all hold the file); null without one.
+std::shared_ptr<const SharedSecret> load_secret(const Config& config, MpiCommunicator& job) {
+  if (config.diloco.secret_file.empty()) return nullptr;
+  std::string text;
+  bool failed = false;
+  if (job.rank() == 0) {
+    try {
+      text = SharedSecret::from_file(config.diloco.secret_file, "diloco.secret_file").bytes();
+    } catch (const std::exception& e) {
+      text = e.what();
+      failed = true;
+    }
+  }
+  text = share_from_leader(job, std::move(text), failed);
+  if (job.rank() == 0)
+    return SharedSecret::of_config(config.diloco.secret_file, "diloco.secret_file");
+  return std::make_shared<const SharedSecret>(SharedSecret::from_bytes(std::move(text)));
+}
+
 }  // namespace
 
 std::string elastic_shared_settings(const Config& config, const MeshShape& mesh) {
@@ -61,6 +82,7 @@ std::string elastic_shared_settings(const Config& config, const MeshShape& mesh)
   shared.diloco.min_workers = defaults.min_workers;
   shared.diloco.timeout = defaults.timeout;
   shared.diloco.interface = defaults.interface;
+  shared.diloco.secret_file = defaults.secret_file;  // each worker's own path to the one secret
   // Workers of any layout average the logical model: their parallel keys are their own (and the
   // subset names a store, as a valid config with layouts any must).
   if (config.diloco.layouts == WorkerLayouts::any) {
@@ -83,7 +105,8 @@ ElasticWorker::ElasticWorker(const Config& config, const MeshShape& mesh, MpiCom
       group_name_(config.diloco.group),
       timeout_s_(config.diloco.timeout),
       interface_(config.diloco.interface),
-      leader_only_(config.diloco.layouts == WorkerLayouts::any) {
+      leader_only_(config.diloco.layouts == WorkerLayouts::any),
+      secret_(load_secret(config, job)) {
   const std::string slot = on_leader(job, [&] {
     const std::string mine = elastic_shared_settings(config, mesh);
     ElasticGroupSettings s;
@@ -94,6 +117,7 @@ ElasticWorker::ElasticWorker(const Config& config, const MeshShape& mesh, MpiCom
     s.min_workers = config.diloco.min_workers;
     s.timeout_s = config.diloco.timeout;
     s.shared_settings = mine;
+    s.secret = secret_;
     s.difference = [mine](const std::string& theirs) -> std::string {
       const Config group = parse_config(theirs, "the group's settings");
       const Config here = parse_config(mine, "this worker's settings");
@@ -160,6 +184,7 @@ void ElasticWorker::connect(const SyncMembers& members, std::int64_t step) {
   gloo.slots = members.slots;
   gloo.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s_ * 1000));
   gloo.interface = interface_;
+  gloo.secret = secret_;
   if (members.alone) {  // a group of one needs no rendezvous
     outer_ = std::make_unique<GlooCommunicator>(nullptr, gloo);
     metrics_ = std::make_unique<GlooCommunicator>(nullptr, gloo);
@@ -168,7 +193,7 @@ void ElasticWorker::connect(const SyncMembers& members, std::int64_t step) {
   }
   try {
     // The leader uses its group's connection to the store; the other ranks open their own.
-    if (job_.rank() != 0 && !store_) store_ = open_rendezvous_store(url_, timeout_s_);
+    if (job_.rank() != 0 && !store_) store_ = open_group_store(url_, secret_, timeout_s_);
     RendezvousStore& store = job_.rank() == 0 ? leader_->store() : *store_;
     const std::string prefix =
         group_name_ + "/gloo/" + std::to_string(members.group_step) +

@@ -62,6 +62,8 @@ class ElasticWorker {
   Communicator& metrics() { return *metrics_; }
   // Every Gloo group's counted traffic so far, the retired ones included.
   CommStats outer_stats() const;
+  // The group's secret (diloco.secret_file), or null: an unauthenticated group.
+  const SharedSecret* secret() const { return secret_.get(); }
   // The deathrattle (rank 0): why this worker leaves.
   void leave(const std::string& why);
 
@@ -75,6 +77,7 @@ class ElasticWorker {
   double timeout_s_;
   std::string interface_;
   bool leader_only_ = false;  // diloco.layouts any
+  std::shared_ptr<const SharedSecret> secret_;  // diloco.secret_file's; null: none
   bool leader_connected_ = false;
   std::unique_ptr<ElasticGroup> leader_;    // rank 0 only
   std::unique_ptr<RendezvousStore> store_;  // the other ranks' connection (Gloo's rendezvous)

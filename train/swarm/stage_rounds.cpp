@@ -8,6 +8,7 @@
 
 #include "model/core/error.h"
 #include "parallel/elastic/gloo_communicator.h"
+#include "parallel/elastic/signed_store.h"
 
 namespace strata {
 
@@ -25,6 +26,7 @@ Config stage_group_config(const Config& config, int stage) {
   c.diloco.min_workers = 1;
   c.diloco.timeout = config.swarm.timeout;
   c.diloco.interface = config.swarm.interface;
+  c.diloco.secret_file = config.swarm.secret_file;
   return c;
 }
 
@@ -38,7 +40,9 @@ StageRounds::StageRounds(const Config& config, int stage, MpiCommunicator& world
       prefix_(config.swarm.group + "/stage" + std::to_string(stage) + "/"),
       group_config_(stage_group_config(config, stage)) {
   group_ = std::make_unique<ElasticWorker>(group_config_, MeshShape{}, world);
-  store_ = open_rendezvous_store(config.swarm.join, config.swarm.timeout);
+  store_ = open_group_store(config.swarm.join,
+                            SharedSecret::of_config(config.swarm.secret_file, "swarm.secret_file"),
+                            config.swarm.timeout);
 }
 
 StageRounds::~StageRounds() = default;

@@ -54,6 +54,7 @@ StageRegistrySettings registry_settings(const Config& config) {
   s.group = config.swarm.group;
   s.stages = static_cast<int>(config.swarm.stages.size());
   s.timeout_s = config.swarm.timeout;
+  s.secret = SharedSecret::of_config(config.swarm.secret_file, "swarm.secret_file");
   const std::string mine = swarm_shared_settings(config);
   s.shared_settings = mine;
   s.difference = [mine](const std::string& theirs) -> std::string {
