@@ -76,7 +76,7 @@ class ElasticWorker {
   std::string url_, group_name_;
   double timeout_s_;
   std::string interface_;
-  bool leader_only_ = false;  // diloco.layouts any
+  bool leader_only_ = false;                    // diloco.layouts any
   std::shared_ptr<const SharedSecret> secret_;  // diloco.secret_file's; null: none
   bool leader_connected_ = false;
   std::unique_ptr<ElasticGroup> leader_;    // rank 0 only
