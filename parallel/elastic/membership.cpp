@@ -39,7 +39,11 @@ void check_shared_settings(RendezvousStore& store, const std::string& key, const
     throw std::runtime_error(what +
                              ": its records are not signed with this member's secret (its "
                              "secret_file holds another secret, or the group has none)");
-  if (!signed_store && stored && looks_signed(*stored))
+  // A group with a secret keeps its settings at the key's next name when a forged record holds the
+  // key itself (signed_store.h).
+  const auto next_name = signed_store ? std::nullopt : store.get(key + "@1");
+  if (!signed_store &&
+      ((stored && looks_signed(*stored)) || (next_name && looks_signed(*next_name))))
     throw std::runtime_error(what +
                              ": the group is authenticated (its records are signed); this member "
                              "needs the group's secret (secret_file)");

@@ -63,6 +63,11 @@ bool SignedStore::create(const std::string& key, const std::vector<char>& value)
     const std::optional<std::vector<char>> record = inner_->get(name);
     if (!record) continue;  // removed meanwhile: try the name again
     if (open_signed_record(*secret_, name, *record)) return false;  // a member created it
+    if (looks_signed(*record))  // not forged by hand: a worker with another secret wrote it
+      throw std::runtime_error(
+          "store key '" + name +
+          "' holds a record signed with another secret: this member's secret (its secret_file) "
+          "is not the group's");
     report(name);
     ++i;
   }

@@ -13,6 +13,10 @@
 //                      the first valid record along the same names, stopping at an absent one. All
 //                      members walk the names alike, so create stays "exactly one wins". Seven
 //                      forged names in a row: StoreUnavailable (the store is being denied to us).
+//                      A name holding a record in the signed form under another secret is not
+//                      skipped: create throws std::runtime_error, since the group there has
+//                      another secret (a worker whose secret differs is refused at the group's
+//                      settings, the first key it creates, before it writes anything).
 //   keys               the keys (alternate names folded into theirs) whose records check: one get
 //                      per listed key
 //   remove             removes the key and its alternates (deleting is not forging)

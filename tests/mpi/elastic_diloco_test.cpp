@@ -22,6 +22,7 @@
 
 #include "parallel/comm/communicator.h"
 #include "parallel/diloco/worker_averaging.h"
+#include "parallel/elastic/rendezvous_store.h"
 #include "tests/mpi/layout_runs.h"
 #include "tests/support/background_process.h"
 #include "tests/support/test_support.h"
@@ -485,6 +486,68 @@ TEST_F(ElasticRuns, AWorkerThatLosesTheStoreSyncsAloneAndRejoins) {
 }
 
 // Bad settings, an unreachable store and a group whose settings differ: one `error:` line each.
+// Authenticated membership (docs/ARCHITECTURE.md §2 "Authenticated membership"): a group with a
+// secret trains the in-job run exactly, although records a stranger planted in its store before
+// it started (valid text, no signature: its settings, a deathrattle for slot 1, a decision for its
+// first sync) are there; meanwhile a worker with another secret and one with none are refused with
+// one error line each and never join.
+TEST_F(ElasticRuns, AGroupWithASecretIgnoresForgedRecordsAndRefusesStrangers) {
+  const auto secret_file = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir_->str() + "/" + name;
+    std::ofstream(path) << text << "\n";
+    std::filesystem::permissions(
+        path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    return path;
+  };
+  const std::string ours = secret_file("group.secret", "a shared secret of the group, 32 bytes");
+  const std::string theirs = secret_file("stranger.secret", "a stranger's guess at the secret");
+  const std::string in_job =
+      testing::train_ranks(*dir_, 3, Layout{}, "secret_in_job",
+                           " --set diloco.enabled=true --set diloco.workers=3"
+                           " --set diloco.inner_steps=5");
+  const std::string store_dir = dir_->str() + "/store_secret";
+  const std::string store = "file://" + store_dir;
+  {
+    const auto forger = open_rendezvous_store(store);
+    forger->set("secret/settings", store_bytes("model: {n_layer: 1}\n"));
+    forger->set("secret/dead/1/0", store_bytes("missed heartbeats"));
+    forger->set("secret/members/5", store_bytes("step 5\ngroup_step 5\nmembers 0:0:0\nlost\n"));
+  }
+  const std::string settings = " --set diloco.inner_steps=5 --set diloco.min_workers=3";
+  std::vector<std::unique_ptr<Background>> jobs;
+  for (int w = 0; w < 3; ++w)
+    jobs.push_back(std::make_unique<Background>(
+        worker_command(store, "secret", w, "secret_" + std::to_string(w),
+                       settings + " --set diloco.secret_file=" + ours),
+        dir_->str() + "/secret_" + std::to_string(w) + ".log"));
+  // Once the group's settings are written (at the key's next name: the forged one holds the
+  // first), strangers try to join.
+  for (int i = 0; i < 600 && !std::filesystem::exists(store_dir + "/secret/settings@1"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  testing::expect_one_error_line(worker_command(store, "secret", -1, "stranger",
+                                                settings + " --set diloco.secret_file=" + theirs),
+                                 "signed with another secret");
+  testing::expect_one_error_line(worker_command(store, "secret", -1, "no_secret", settings),
+                                 "the group is authenticated");
+  for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();
+  bool reported = false;
+  for (int w = 0; w < 3; ++w) {
+    const std::string run = run_dir("secret_" + std::to_string(w));
+    EXPECT_EQ(outer_steps(run), outer_steps(in_job));
+    for (std::int64_t step : outer_steps(in_job))
+      EXPECT_EQ(array_at(run, "members", step), (std::vector<double>{0, 1, 2})) << step;
+    const std::string output = jobs[static_cast<std::size_t>(w)]->output();
+    EXPECT_NE(output.find("' is authenticated: its store records are signed"), std::string::npos);
+    EXPECT_EQ(output.find("a shared secret of the group"), std::string::npos);
+    reported = reported || output.find("ignored: it is not signed") != std::string::npos;
+  }
+  EXPECT_TRUE(reported) << "no worker reported a forged record";
+  testing::expect_close(metric(run_dir("secret_0"), "val_loss"), metric(in_job, "val_loss"), 0,
+                        "val_loss");
+  testing::expect_close(metric(run_dir("secret_0"), "outer_grad_norm"),
+                        metric(in_job, "outer_grad_norm"), 0, "outer_grad_norm");
+}
+
 TEST_F(ElasticRuns, BadJoinsAreOneErrorLine) {
   const auto expect_error = testing::expect_one_error_line;
   expect_error(worker_command("ftp://nowhere", "bad", 0, "bad_url", ""), "diloco.join");
