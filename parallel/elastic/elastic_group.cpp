@@ -1,5 +1,6 @@
 #include "parallel/elastic/elastic_group.h"
 
+#include "model/core/error.h"
 #include "parallel/elastic/signed_store.h"
 
 #include <algorithm>
@@ -87,8 +88,10 @@ SyncMembers SyncMembers::parse(const std::string& text) {
       while (words >> member) {
         int slot = 0, joining = 0;
         long long holder = 0;
-        if (std::sscanf(member.c_str(), "%d:%lld:%d", &slot, &holder, &joining) != 3)
-          throw std::runtime_error("malformed sync membership '" + member + "' in the store");
+        char tail = 0;
+        if (std::sscanf(member.c_str(), "%d:%lld:%d%c", &slot, &holder, &joining, &tail) != 3 ||
+            slot < 0 || holder < 0 || (!m.slots.empty() && slot <= m.slots.back()))
+          fail("malformed sync membership '", member, "' in the store");
         m.slots.push_back(slot);
         m.holders.push_back(holder);
         m.joining.push_back(joining != 0);
