@@ -114,8 +114,7 @@ ElasticGroup::ElasticGroup(const ElasticGroupSettings& settings)
   store_ =
       open_group_store(settings_.store_url, settings_.secret, std::min(settings_.timeout_s, 10.0));
   check_shared_settings(*store_, key("settings"), settings_.shared_settings, settings_.difference,
-                        "group '" + settings_.group + "' (" + store_->url() + ")",
-                        settings_.secret != nullptr);
+                        "group '" + settings_.group + "' (" + store_->url() + ")");
   take_slot();
   heartbeat_ = std::make_unique<HeartbeatThread>(
       *store_, [this] { return heartbeat_key(); }, settings_.timeout_s);

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "parallel/elastic/record_signing.h"
+#include "parallel/elastic/signed_store.h"
 
 namespace strata {
 
@@ -32,18 +33,17 @@ std::string member_token() {
 
 void check_shared_settings(RendezvousStore& store, const std::string& key, const std::string& mine,
                            const std::function<std::string(const std::string&)>& difference,
-                           const std::string& what, bool signed_store) {
-  if (store.create(key, store_bytes(mine))) return;
+                           const std::string& what) {
+  auto* const signed_store = dynamic_cast<SignedStore*>(&store);
+  if (signed_store != nullptr ? signed_store->create_here(key, store_bytes(mine))
+                              : store.create(key, store_bytes(mine)))
+    return;
   const auto stored = store.get(key);
-  if (signed_store && !stored)
+  if (signed_store != nullptr && !stored)
     throw std::runtime_error(what +
-                             ": its records are not signed with this member's secret (its "
+                             ": its settings are not signed with this member's secret (its "
                              "secret_file holds another secret, or the group has none)");
-  // A group with a secret keeps its settings at the key's next name when a forged record holds the
-  // key itself (signed_store.h).
-  const auto next_name = signed_store ? std::nullopt : store.get(key + "@1");
-  if (!signed_store &&
-      ((stored && looks_signed(*stored)) || (next_name && looks_signed(*next_name))))
+  if (signed_store == nullptr && stored && looks_signed(*stored))
     throw std::runtime_error(what +
                              ": the group is authenticated (its records are signed); this member "
                              "needs the group's secret (secret_file)");

@@ -27,13 +27,14 @@ std::string member_token();
 
 // The settings of `key`: written by the first member (true), else compared with this member's:
 // an std::runtime_error "<what>: <why>" when they differ, `why` from `difference` (the message
-// naming the key that differs; "" when two spellings of one config agree after all).
-// `signed_store`: `store` signs its records (signed_store.h). A member whose secret is not the
-// group's, or who has one where the group has none or none where it has one, is refused here,
-// before it takes a slot.
+// naming the key that differs; "" when two spellings of one config agree after all). When `store`
+// signs its records (a SignedStore), the settings take the key itself, never an alternate name:
+// a member whose secret is not the group's, who has one where the group has none (or none where
+// it has one), or who finds a forged record there is refused here, before it takes a slot, rather
+// than found a second group beside the first.
 void check_shared_settings(RendezvousStore& store, const std::string& key, const std::string& mine,
                            const std::function<std::string(const std::string&)>& difference,
-                           const std::string& what, bool signed_store);
+                           const std::string& what);
 
 // Advances the counter at key() every heartbeat_period(timeout_s) until stopped (key() is asked
 // each beat: a member's key may change). A store that does not answer is warned about once, and

@@ -2,7 +2,7 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
 
@@ -87,14 +87,27 @@ SharedSecret SharedSecret::from_bytes(std::string bytes) {
   return secret;
 }
 
-std::array<std::uint8_t, 32> SharedSecret::mac(std::string_view data) const {
+std::array<std::uint8_t, 32> SharedSecret::mac(std::string_view data) const { return mac({data}); }
+
+std::array<std::uint8_t, 32> SharedSecret::mac(
+    std::initializer_list<std::string_view> parts) const {
+  // OpenSSL 3's EVP_MAC (HMAC_CTX is deprecated there); the algorithm is fetched once.
+  static EVP_MAC* const hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> context(
+      hmac == nullptr ? nullptr : EVP_MAC_CTX_new(hmac), &EVP_MAC_CTX_free);
+  char digest[] = "SHA256";
+  const OSSL_PARAM parameters[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
+                                   OSSL_PARAM_construct_end()};
   std::array<std::uint8_t, 32> out{};
-  unsigned int size = 0;
-  if (HMAC(EVP_sha256(), bytes_.data(), static_cast<int>(bytes_.size()),
-           reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(),
-           &size) == nullptr ||
-      size != out.size())
-    throw std::runtime_error("HMAC-SHA256 failed (OpenSSL)");
+  std::size_t size = 0;
+  bool ok = context != nullptr &&
+            EVP_MAC_init(context.get(), reinterpret_cast<const unsigned char*>(bytes_.data()),
+                         bytes_.size(), parameters) == 1;
+  for (const std::string_view part : parts)
+    ok = ok && EVP_MAC_update(context.get(), reinterpret_cast<const unsigned char*>(part.data()),
+                              part.size()) == 1;
+  ok = ok && EVP_MAC_final(context.get(), out.data(), &size, out.size()) == 1;
+  if (!ok || size != out.size()) throw std::runtime_error("HMAC-SHA256 failed (OpenSSL)");
   return out;
 }
 
@@ -182,6 +195,27 @@ bool check_proof(const SharedSecret& secret, std::string_view context, int sende
   const HandshakeMessage expected =
       handshake_proof(secret, context, sender, receiver, sender_nonce, receiver_nonce);
   return CRYPTO_memcmp(expected.data(), message.data(), message.size()) == 0;
+}
+
+RpcMac rpc_mac(const SharedSecret& secret, bool reply, std::string_view id, std::string_view method,
+               std::string_view header, std::string_view payload) {
+  const auto length = [](std::string_view part) {
+    std::string bytes;
+    for (int b = 0; b < 8; ++b)
+      bytes += static_cast<char>((static_cast<std::uint64_t>(part.size()) >> (8 * b)) & 0xff);
+    return bytes;
+  };
+  const std::string lengths[3] = {length(method), length(header), length(payload)};
+  return secret.mac({std::string_view("strata-rpc-1\0", 13), reply ? "reply" : "request", id,
+                     lengths[0], method, lengths[1], header, lengths[2], payload});
+}
+
+bool check_rpc_mac(const SharedSecret& secret, bool reply, std::string_view id,
+                   std::string_view method, std::string_view header, std::string_view payload,
+                   std::string_view mac) {
+  const RpcMac expected = rpc_mac(secret, reply, id, method, header, payload);
+  return mac.size() == expected.size() &&
+         CRYPTO_memcmp(expected.data(), mac.data(), expected.size()) == 0;
 }
 
 }  // namespace strata

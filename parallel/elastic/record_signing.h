@@ -24,10 +24,16 @@
 // prefix), so a proof from one group or direction does not pass in another, and the nonces make
 // every proof fresh. A peer without the secret cannot make the proof; a replayed one names old
 // nonces.
+//
+// A SWARM request or reply (parallel/swarm/swarm_transport.h) carries, as a last frame,
+//   HMAC(secret, "strata-rpc-1\0" ‖ "request" or "reply" ‖ id (8 bytes) ‖ then method, header and
+//        payload, each as its 8-byte little-endian length and its bytes)                32 bytes
+// so a message of another id, direction or content does not pass.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +58,8 @@ class SharedSecret {
   const std::string& bytes() const { return bytes_; }
   std::string fingerprint() const;                                // 8 hex digits
   std::array<std::uint8_t, 32> mac(std::string_view data) const;  // HMAC-SHA256
+  // HMAC-SHA256 of the parts' concatenation, without copying them together.
+  std::array<std::uint8_t, 32> mac(std::initializer_list<std::string_view> parts) const;
 
  private:
   std::string bytes_, path_;
@@ -83,5 +91,13 @@ HandshakeMessage handshake_proof(const SharedSecret& secret, std::string_view co
 bool check_proof(const SharedSecret& secret, std::string_view context, int sender, int receiver,
                  const HandshakeNonce& sender_nonce, const HandshakeNonce& receiver_nonce,
                  const HandshakeMessage& message);
+
+using RpcMac = std::array<std::uint8_t, 32>;
+RpcMac rpc_mac(const SharedSecret& secret, bool reply, std::string_view id, std::string_view method,
+               std::string_view header, std::string_view payload);
+// Whether `mac` (any length) is the message's, compared in constant time.
+bool check_rpc_mac(const SharedSecret& secret, bool reply, std::string_view id,
+                   std::string_view method, std::string_view header, std::string_view payload,
+                   std::string_view mac);
 
 }  // namespace strata

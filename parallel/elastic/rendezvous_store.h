@@ -47,6 +47,8 @@ class RendezvousStore {
   // several concurrent callers (on any hosts) gets true.
   virtual bool create(const std::string& key, const std::vector<char>& value) = 0;
   // Atomically adds `delta` to the integer counter at `key` (absent: 0) and returns the new value.
+  // Read a counter with add(key, 0), never get(): a signed store keeps a counter elsewhere
+  // (signed_store.h).
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
   // Removes the key (absent: nothing happens).
   virtual void remove(const std::string& key) = 0;

@@ -77,6 +77,10 @@ bool SignedStore::create(const std::string& key, const std::vector<char>& value)
                          "is denying it");
 }
 
+bool SignedStore::create_here(const std::string& key, const std::vector<char>& value) {
+  return inner_->create(key, sign_record(*secret_, key, value));
+}
+
 void SignedStore::remove(const std::string& key) {
   inner_->remove(key);
   for (int i = 1; i < kAlternates && inner_->get(alternate(key, i)); ++i)

@@ -50,6 +50,9 @@ class SignedStore final : public RendezvousStore {
   void set(const std::string& key, const std::vector<char>& value) override;
   std::optional<std::vector<char>> get(const std::string& key) override;
   bool create(const std::string& key, const std::vector<char>& value) override;
+  // create at the key itself, without alternate names: any record there (forged or not) makes it
+  // false. For a group's settings (membership.h check_shared_settings).
+  bool create_here(const std::string& key, const std::vector<char>& value);
   std::int64_t add(const std::string& key, std::int64_t delta) override;
   void remove(const std::string& key) override;
   std::vector<std::string> keys(const std::string& prefix) override;

@@ -14,8 +14,7 @@ StageRegistry::StageRegistry(const StageRegistrySettings& settings)
   store_ =
       open_group_store(settings_.store_url, settings_.secret, std::min(settings_.timeout_s, 10.0));
   check_shared_settings(*store_, key("settings"), settings_.shared_settings, settings_.difference,
-                        "swarm '" + settings_.group + "' (" + store_->url() + ")",
-                        settings_.secret != nullptr);
+                        "swarm '" + settings_.group + "' (" + store_->url() + ")");
 }
 
 StageRegistry::~StageRegistry() { leave("exit"); }
@@ -39,8 +38,7 @@ void StageRegistry::move(int stage) {
 }
 
 std::vector<SwarmPeerRecord> StageRegistry::live_peers() {
-  const auto counter = store_->get(key("next_peer"));
-  const std::int64_t peers = counter ? std::stoll(store_text(*counter)) : 0;
+  const std::int64_t peers = store_->add(key("next_peer"), 0);  // a counter: read by adding 0
   std::vector<SwarmPeerRecord> live;
   for (std::int64_t id = 0; id < peers; ++id) {
     if (dead_.contains(id)) continue;

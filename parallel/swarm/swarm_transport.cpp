@@ -7,8 +7,11 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
+#include <span>
+#include <string_view>
 
 namespace strata {
 
@@ -93,9 +96,21 @@ std::string advertised_endpoint(const std::string& bound, const std::string& adv
 constexpr std::size_t kMessageFrames = 5;
 constexpr std::size_t kIdBytes = sizeof(std::uint64_t);
 
-bool well_formed(const std::vector<zmq::message_t>& frames, std::size_t first) {
-  return frames.size() == first + kMessageFrames && frames[first].size() == 0 &&
-         frames[first + 1].size() == kIdBytes;
+// `signed_frames`: the sixth frame, the MAC, may follow (and must, to pass check_mac).
+bool well_formed(const std::vector<zmq::message_t>& frames, std::size_t first, bool signed_frames) {
+  const std::size_t count = frames.size() - std::min(frames.size(), first);
+  return (count == kMessageFrames || (signed_frames && count == kMessageFrames + 1)) &&
+         frames[first].size() == 0 && frames[first + 1].size() == kIdBytes;
+}
+
+std::string_view view(const zmq::message_t& frame) { return {frame.data<char>(), frame.size()}; }
+
+// Whether the message at `first` carries the MAC `secret` makes for it.
+bool check_mac(const SharedSecret& secret, bool reply, const std::vector<zmq::message_t>& frames,
+               std::size_t first) {
+  return frames.size() == first + kMessageFrames + 1 &&
+         check_rpc_mac(secret, reply, view(frames[first + 1]), view(frames[first + 2]),
+                       view(frames[first + 3]), view(frames[first + 4]), view(frames[first + 5]));
 }
 
 }  // namespace
@@ -104,8 +119,9 @@ struct RpcServer::Sockets {
   zmq::socket_t router = make_socket(zmq::socket_type::router);
 };
 
-RpcServer::RpcServer(const std::string& address, const std::string& advertised_host)
-    : sockets_(std::make_unique<Sockets>()) {
+RpcServer::RpcServer(const std::string& address, const std::string& advertised_host,
+                     std::shared_ptr<const SharedSecret> secret)
+    : sockets_(std::make_unique<Sockets>()), secret_(std::move(secret)) {
   try {
     sockets_->router.bind(address);
   } catch (const zmq::error_t& error) {
@@ -126,8 +142,25 @@ bool RpcServer::serve_one(double timeout_s, const Handler& handler) {
   do {
     if (!wait_for(router, ZMQ_POLLIN, deadline)) return false;
     frames = receive_frames(router);
-  } while (!well_formed(frames, 1));
+  } while (!well_formed(frames, 1, secret_ != nullptr));
 
+  if (secret_ && !check_mac(*secret_, false, frames, 1)) {
+    if (refused_++ % 100 == 0)
+      std::fprintf(
+          stderr,
+          "warning: refused a SWARM request (%s) not signed with this swarm's secret (%lld "
+          "so far): a peer without the secret, or with another\n",
+          frames[3].to_string().c_str(), static_cast<long long>(refused_));
+    const std::string why = "refused: the request is not signed with this swarm's secret";
+    const std::array<zmq::const_buffer, 6> refusal{zmq::buffer(frames[0].data(), frames[0].size()),
+                                                   zmq::const_buffer(),
+                                                   zmq::buffer(frames[2].data(), frames[2].size()),
+                                                   zmq::buffer(std::string_view("error")),
+                                                   zmq::buffer(why),
+                                                   zmq::const_buffer()};
+    zmq::send_multipart(router, refusal, zmq::send_flags::dontwait);
+    return true;
+  }
   const RpcMessage request{frames[3].to_string(), frames[4].to_string(), bytes_of(frames[5])};
   RpcTraffic& traffic = traffic_[request.method];
   ++traffic.calls;
@@ -140,17 +173,23 @@ bool RpcServer::serve_one(double timeout_s, const Handler& handler) {
   } catch (const std::exception& error) {
     reply = RpcMessage{"error", error.what(), {}};
   }
+  RpcMac mac{};
+  if (secret_)
+    mac = rpc_mac(*secret_, true, view(frames[2]), reply.method, reply.header,
+                  {reply.payload.data(), reply.payload.size()});
 
   // A ROUTER never blocks on a send: a reply to a caller that has gone (it timed out and closed
   // its socket) or whose queue is full is dropped, which is what a late reply should become.
-  const std::array<zmq::const_buffer, 6> reply_frames{
+  const std::array<zmq::const_buffer, 7> reply_frames{
       zmq::buffer(frames[0].data(), frames[0].size()),
       zmq::const_buffer(),
       zmq::buffer(frames[2].data(), frames[2].size()),
       zmq::buffer(reply.method),
       zmq::buffer(reply.header),
-      zmq::buffer(reply.payload)};
-  zmq::send_multipart(router, reply_frames, zmq::send_flags::dontwait);
+      zmq::buffer(reply.payload),
+      zmq::buffer(mac)};
+  zmq::send_multipart(router, std::span(reply_frames).first(secret_ ? 7 : 6),
+                      zmq::send_flags::dontwait);
   traffic.reply_bytes += static_cast<std::int64_t>(reply.payload.size());
   return true;
 }
@@ -174,7 +213,8 @@ struct RpcClient::Sockets {
   }
 };
 
-RpcClient::RpcClient() : sockets_(std::make_unique<Sockets>()) {}
+RpcClient::RpcClient(std::shared_ptr<const SharedSecret> secret)
+    : sockets_(std::make_unique<Sockets>()), secret_(std::move(secret)) {}
 
 RpcClient::~RpcClient() = default;
 
@@ -189,17 +229,26 @@ std::optional<RpcMessage> RpcClient::call(const std::string& endpoint, const Rpc
   // A DEALER's queue has room unless a thousand messages wait in it (ZMQ_SNDHWM); the wait only
   // matters then.
   std::vector<zmq::message_t> frames;
-  const std::array<zmq::const_buffer, kMessageFrames> request_frames{
-      zmq::const_buffer(), zmq::buffer(id), zmq::buffer(request.method),
-      zmq::buffer(request.header), zmq::buffer(request.payload)};
+  RpcMac mac{};
+  if (secret_)
+    mac = rpc_mac(*secret_, false, {id.data(), id.size()}, request.method, request.header,
+                  {request.payload.data(), request.payload.size()});
+  const std::array<zmq::const_buffer, kMessageFrames + 1> request_frames{
+      zmq::const_buffer(),          zmq::buffer(id),
+      zmq::buffer(request.method),  zmq::buffer(request.header),
+      zmq::buffer(request.payload), zmq::buffer(mac)};
   if (wait_for(dealer, ZMQ_POLLOUT, deadline) &&
-      zmq::send_multipart(dealer, request_frames, zmq::send_flags::dontwait)) {
+      zmq::send_multipart(dealer,
+                          std::span(request_frames).first(kMessageFrames + (secret_ ? 1 : 0)),
+                          zmq::send_flags::dontwait)) {
     traffic.request_bytes += static_cast<std::int64_t>(request.payload.size());
     // Replies to this socket's earlier requests cannot arrive (a timeout closes the socket), but
     // the id is checked all the same: a reply is this request's or it is dropped.
     while (wait_for(dealer, ZMQ_POLLIN, deadline)) {
       frames = receive_frames(dealer);
-      if (well_formed(frames, 0) && std::memcmp(frames[1].data(), id.data(), kIdBytes) == 0) break;
+      if (well_formed(frames, 0, secret_ != nullptr) &&
+          std::memcmp(frames[1].data(), id.data(), kIdBytes) == 0)
+        break;
       frames.clear();
     }
   }
@@ -212,6 +261,11 @@ std::optional<RpcMessage> RpcClient::call(const std::string& endpoint, const Rpc
   }
 
   RpcMessage reply{frames[2].to_string(), frames[3].to_string(), bytes_of(frames[4])};
+  // With a secret, a reply without its MAC is taken only as what it says it is: a refusal.
+  if (secret_ && !check_mac(*secret_, true, frames, 0) &&
+      !(reply.method == "error" && reply.header.starts_with("refused: ")))
+    throw RpcError("the SWARM peer at " + endpoint + " answered " + request.method +
+                   " without this swarm's signature: refused");
   traffic.reply_bytes += static_cast<std::int64_t>(reply.payload.size());
   if (reply.method == "error")
     throw RpcError("the SWARM peer at " + endpoint + " failed " + request.method + ": " +

@@ -17,6 +17,17 @@
 // `id` is the client's counter, 8 bytes, so a late reply to a request that timed out is
 // recognised and dropped.
 //
+// With the swarm's secret (swarm.secret_file) every request and reply carries a sixth frame, its
+// MAC (parallel/elastic/record_signing.h: bound to the id, the direction and every byte). A
+// server never hands its handler a request whose MAC is missing or wrong: it answers "error"
+// with "refused: ..." (unsigned) and says so on stderr (the first time, then every 100th); a
+// client takes a reply only with its MAC, and reports an unsigned "refused" error as the RpcError
+// it is. ZeroMQ offers no hook to run a challenge before a connection's first message without a
+// ZAP handler and CURVE keys (libsodium), so every message proves itself instead, which also
+// covers a connection taken over midway. A request replayed by someone who recorded it is served
+// again: the stage counts each micro-batch's backward once (train/swarm/stage_rounds.h) whatever
+// arrives twice.
+//
 // Every socket lives in the process's one ZeroMQ context, which is never terminated: terminating
 // it waits for every socket to be closed, so one left open at exit would hang the process.
 #pragma once
@@ -29,6 +40,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "parallel/elastic/record_signing.h"
 
 namespace strata {
 
@@ -69,7 +82,9 @@ class RpcServer {
   // interfaces) and PORT may be "*" (a free port), or "ipc:///path". A taken port or an unknown
   // interface throws std::runtime_error naming the address. `advertised_host` replaces a "*" host
   // (or 0.0.0.0) in endpoint(): the name or address other hosts reach this one by.
-  explicit RpcServer(const std::string& address, const std::string& advertised_host = "127.0.0.1");
+  // `secret`: the swarm's, or null (unauthenticated).
+  explicit RpcServer(const std::string& address, const std::string& advertised_host = "127.0.0.1",
+                     std::shared_ptr<const SharedSecret> secret = nullptr);
   ~RpcServer();
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;
@@ -87,19 +102,23 @@ class RpcServer {
   bool serve_one(double timeout_s, const Handler& handler);
   // Counted per request method (requests received, replies sent).
   const RpcTrafficByMethod& traffic() const { return traffic_; }
+  // Requests refused for a missing or wrong MAC.
+  std::int64_t refused() const { return refused_; }
 
  private:
   struct Sockets;
   std::unique_ptr<Sockets> sockets_;
   std::string endpoint_;
+  std::shared_ptr<const SharedSecret> secret_;
   RpcTrafficByMethod traffic_;
+  std::int64_t refused_ = 0;
 };
 
 // A client: one DEALER socket per server endpoint, made on first use. Not thread-safe: one per
 // thread that calls.
 class RpcClient {
  public:
-  RpcClient();
+  explicit RpcClient(std::shared_ptr<const SharedSecret> secret = nullptr);
   ~RpcClient();
   RpcClient(const RpcClient&) = delete;
   RpcClient& operator=(const RpcClient&) = delete;
@@ -119,6 +138,7 @@ class RpcClient {
  private:
   struct Sockets;
   std::unique_ptr<Sockets> sockets_;
+  std::shared_ptr<const SharedSecret> secret_;
   std::uint64_t next_id_ = 1;
   RpcTrafficByMethod traffic_;
 };

@@ -488,9 +488,9 @@ TEST_F(ElasticRuns, AWorkerThatLosesTheStoreSyncsAloneAndRejoins) {
 // Bad settings, an unreachable store and a group whose settings differ: one `error:` line each.
 // Authenticated membership (docs/ARCHITECTURE.md §2 "Authenticated membership"): a group with a
 // secret trains the in-job run exactly, although records a stranger planted in its store before
-// it started (valid text, no signature: its settings, a deathrattle for slot 1, a decision for its
-// first sync) are there; meanwhile a worker with another secret and one with none are refused with
-// one error line each and never join.
+// it started (valid text, no signature: a claim of slot 2, a deathrattle for slot 1, a decision
+// for its first sync) are there; meanwhile a worker with another secret and one with none are
+// refused with one error line each and never join.
 TEST_F(ElasticRuns, AGroupWithASecretIgnoresForgedRecordsAndRefusesStrangers) {
   const auto secret_file = [&](const std::string& name, const std::string& text) {
     const std::string path = dir_->str() + "/" + name;
@@ -509,7 +509,7 @@ TEST_F(ElasticRuns, AGroupWithASecretIgnoresForgedRecordsAndRefusesStrangers) {
   const std::string store = "file://" + store_dir;
   {
     const auto forger = open_rendezvous_store(store);
-    forger->set("secret/settings", store_bytes("model: {n_layer: 1}\n"));
+    forger->set("secret/claim/2/0", store_bytes("a stranger's token"));
     forger->set("secret/dead/1/0", store_bytes("missed heartbeats"));
     forger->set("secret/members/5", store_bytes("step 5\ngroup_step 5\nmembers 0:0:0\nlost\n"));
   }
@@ -520,13 +520,12 @@ TEST_F(ElasticRuns, AGroupWithASecretIgnoresForgedRecordsAndRefusesStrangers) {
         worker_command(store, "secret", w, "secret_" + std::to_string(w),
                        settings + " --set diloco.secret_file=" + ours),
         dir_->str() + "/secret_" + std::to_string(w) + ".log"));
-  // Once the group's settings are written (at the key's next name: the forged one holds the
-  // first), strangers try to join.
-  for (int i = 0; i < 600 && !std::filesystem::exists(store_dir + "/secret/settings@1"); ++i)
+  // Once the group's settings are written, strangers try to join.
+  for (int i = 0; i < 600 && !std::filesystem::exists(store_dir + "/secret/settings"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   testing::expect_one_error_line(worker_command(store, "secret", -1, "stranger",
                                                 settings + " --set diloco.secret_file=" + theirs),
-                                 "signed with another secret");
+                                 "its settings are not signed with this member's secret");
   testing::expect_one_error_line(worker_command(store, "secret", -1, "no_secret", settings),
                                  "the group is authenticated");
   for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -178,9 +179,21 @@ TEST_F(SwarmRuns, Int8BoundariesTrainThePipelineRunClosely) {
             expected_boundary_bytes(SwarmCompression::int8));
 }
 
+// A secret file (mode 600) under the suite's directory.
+std::string secret_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text << "\n";
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return path;
+}
+
 TEST_F(SwarmRuns, TwoPeersOfAStageAverageTheirRoundsIntoThePipelineRun) {
   // Round-robin: the last stage's two peers take every other micro-batch and average each round.
-  const std::string stages = "[2,2]", fixed = " --set swarm.routing=fixed";
+  // The swarm has a secret: its store records signed, its requests signed, its stage's averaging
+  // group challenged; the run is the same.
+  const std::string stages = "[2,2]",
+                    fixed = " --set swarm.routing=fixed --set swarm.secret_file=" +
+                            secret_file(dir_->str() + "/two.secret", "the two-peer swarm's secret");
   run_swarm(
       "two",
       {{stages, 1, "two_1a", fixed}, {stages, 1, "two_1b", fixed}, {stages, 0, "two_0", fixed}});
@@ -377,6 +390,17 @@ TEST_F(SwarmRuns, BadSwarmsAreOneErrorLine) {
     ::usleep(50000);
   expect_error(command("settings", {stages, 2, "settings_second", " --set optimizer.lr=1e-2"}),
                "optimizer.lr is 0.01 here but 0.003 in the swarm");
+  // A swarm without a secret refuses a peer with one; one with a secret, a peer without it.
+  const std::string secret =
+      " --set swarm.secret_file=" + secret_file(dir_->str() + "/bad.secret", "a secret 16+ bytes");
+  expect_error(command("settings", {stages, 2, "with_secret", secret}),
+               "its settings are not signed with this member's secret");
+  Background guarded(command("guarded", {stages, 1, "guarded_first", secret}),
+                     log("guarded_first"));
+  for (int i = 0;
+       i < 200 && read_file(log("guarded_first")).find("serves stage") == std::string::npos; ++i)
+    ::usleep(50000);
+  expect_error(command("guarded", {stages, 2, "no_secret"}), "the group is authenticated");
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 // client alternates between two servers. Binding a taken port throws naming the address.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <algorithm>
 #include <chrono>
 #include <random>
@@ -86,6 +88,37 @@ TEST(SwarmTransport, EchoKeepsEveryByte) {
     EXPECT_EQ(reply->header, header);
     EXPECT_EQ(reply->payload, payloads[i]) << "payload " << i;
   }
+}
+
+// With the swarm's secret, signed requests are served byte for byte; a client without the secret,
+// or with another, is refused before the handler runs, and told so.
+TEST(SwarmTransport, ASecretServesSignedRequestsAndRefusesOthers) {
+  const auto secret_of = [](const std::string& text) {
+    return std::make_shared<const SharedSecret>(SharedSecret::from_bytes(text));
+  };
+  const auto secret = secret_of("the swarm's secret, 16+ bytes");
+  RpcServer server("tcp://127.0.0.1:*", "127.0.0.1", secret);
+  std::atomic<int> handled = 0;
+  ServingThread serving(server, [&](const RpcMessage& request) {
+    ++handled;
+    return echo(request);
+  });
+  RpcClient member(secret);
+  const std::vector<char> payload = random_bytes(1 << 20, 3);
+  const auto reply = member.call(server.endpoint(), {"forward", "batch=1", payload}, 10.0);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->payload, payload);
+  for (const auto& stranger : {std::make_unique<RpcClient>(),
+                               std::make_unique<RpcClient>(secret_of("a guess, 16+ bytes long"))}) {
+    try {
+      stranger->call(server.endpoint(), {"forward", "batch=2", payload}, 10.0);
+      ADD_FAILURE() << "a request without the secret was answered";
+    } catch (const RpcError& error) {
+      EXPECT_TRUE(contains(error.what(), "refused")) << error.what();
+    }
+  }
+  EXPECT_EQ(handled, 1);
+  EXPECT_EQ(server.refused(), 2);
 }
 
 TEST(SwarmTransport, HandlerExceptionIsTheCallersRpcError) {

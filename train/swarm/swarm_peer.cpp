@@ -113,7 +113,9 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   const std::string host = config.swarm.host.empty() ? "127.0.0.1" : config.swarm.host;
   std::unique_ptr<RpcServer> server;
   try {
-    server = std::make_unique<RpcServer>("tcp://" + host + ":*", host);
+    server = std::make_unique<RpcServer>(
+        "tcp://" + host + ":*", host,
+        SharedSecret::of_config(config.swarm.secret_file, "swarm.secret_file"));
   } catch (const std::runtime_error& e) {
     fail(e.what());
   }
