@@ -21,49 +21,72 @@ double median(std::vector<double>& values) {
   return (lower + upper) / 2;
 }
 
+// Coordinates are independent, so the loops over them run on OpenMP's threads; sums across
+// coordinates are taken over fixed blocks of kBlock, then the blocks in order, so every member
+// computes the same bits whatever its thread count.
+constexpr std::size_t kBlock = 4096;
+
 // Per coordinate: the mean of the sorted values [drop, n − drop), or the median when that is empty.
 void trimmed(const std::vector<std::span<const float>>& members, int drop, std::span<float> out) {
-  const std::size_t n = members.size();
-  std::vector<double> column(n);
-  for (std::size_t j = 0; j < out.size(); ++j) {
-    for (std::size_t i = 0; i < n; ++i) column[i] = members[i][j];
-    if (n <= 2 * static_cast<std::size_t>(drop)) {
-      out[j] = static_cast<float>(median(column));
-      continue;
+  const std::size_t n = members.size(), size = out.size();
+  const auto kept = static_cast<std::size_t>(drop);
+#pragma omp parallel
+  {
+    std::vector<double> column(n);
+#pragma omp for schedule(static)
+    for (std::size_t j = 0; j < size; ++j) {
+      for (std::size_t i = 0; i < n; ++i) column[i] = members[i][j];
+      if (n <= 2 * kept) {
+        out[j] = static_cast<float>(median(column));
+        continue;
+      }
+      std::sort(column.begin(), column.end());
+      double sum = 0;
+      for (std::size_t i = kept; i < n - kept; ++i) sum += column[i];
+      out[j] = static_cast<float>(sum / static_cast<double>(n - 2 * kept));
     }
-    std::sort(column.begin(), column.end());
-    double sum = 0;
-    for (std::size_t i = static_cast<std::size_t>(drop); i < n - drop; ++i) sum += column[i];
-    out[j] = static_cast<float>(sum / static_cast<double>(n - 2 * drop));
   }
 }
 
-double distance_from(std::span<const float> x, const std::vector<double>& v) {
-  double squares = 0;
-  for (std::size_t j = 0; j < v.size(); ++j) {
-    const double d = x[j] - v[j];
-    squares += d * d;
-  }
-  return std::sqrt(squares);
+// ‖x_i − v‖ for every member i.
+std::vector<double> distances_from(const std::vector<std::span<const float>>& members,
+                                   const std::vector<double>& v) {
+  const std::size_t n = members.size(), size = v.size(), blocks = (size + kBlock - 1) / kBlock;
+  std::vector<double> partial(blocks * n, 0.0);
+#pragma omp parallel for schedule(static)
+  for (std::size_t b = 0; b < blocks; ++b)
+    for (std::size_t i = 0; i < n; ++i) {
+      double squares = 0;
+      for (std::size_t j = b * kBlock; j < std::min(size, (b + 1) * kBlock); ++j) {
+        const double d = members[i][j] - v[j];
+        squares += d * d;
+      }
+      partial[b * n + i] = squares;
+    }
+  std::vector<double> distance(n, 0.0);
+  for (std::size_t b = 0; b < blocks; ++b)
+    for (std::size_t i = 0; i < n; ++i) distance[i] += partial[b * n + i];
+  for (double& d : distance) d = std::sqrt(d);
+  return distance;
 }
 
 void centered_clip(const std::vector<std::span<const float>>& members, const AggregationSettings& s,
                    std::span<float> out) {
   const std::size_t n = members.size(), size = out.size();
   trimmed(members, static_cast<int>(n), out);  // dropping n at each end: the median
-  std::vector<double> v(out.begin(), out.end()), step(size), distance(n), weight(n);
-  for (std::size_t i = 0; i < n; ++i) distance[i] = distance_from(members[i], v);
-  std::vector<double> spread = distance;
+  std::vector<double> v(out.begin(), out.end()), weight(n);
+  std::vector<double> spread = distances_from(members, v);
   const double radius = s.clip_radius * median(spread);
   for (int iteration = 0; iteration < s.clip_iterations; ++iteration) {
-    if (iteration > 0)
-      for (std::size_t i = 0; i < n; ++i) distance[i] = distance_from(members[i], v);
+    const std::vector<double> distance = distances_from(members, v);
     for (std::size_t i = 0; i < n; ++i)
       weight[i] = distance[i] > radius ? radius / distance[i] : 1.0;
-    std::fill(step.begin(), step.end(), 0.0);
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = 0; j < size; ++j) step[j] += (members[i][j] - v[j]) * weight[i];
-    for (std::size_t j = 0; j < size; ++j) v[j] += step[j] / static_cast<double>(n);
+#pragma omp parallel for schedule(static)
+    for (std::size_t j = 0; j < size; ++j) {
+      double step = 0;
+      for (std::size_t i = 0; i < n; ++i) step += (members[i][j] - v[j]) * weight[i];
+      v[j] += step / static_cast<double>(n);
+    }
   }
   for (std::size_t j = 0; j < size; ++j) out[j] = static_cast<float>(v[j]);
 }

@@ -12,6 +12,7 @@ BENCHMARKS = {
     "moe": "bench.moe",
     "optimizers": "bench.optimizers",
     "precision": "bench.precision",
+    "robust": "bench.robust",
     "schedules": "bench.schedules",
     "swarm": "bench.swarm",
     "zero": "bench.zero",

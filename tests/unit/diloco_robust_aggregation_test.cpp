@@ -5,6 +5,7 @@
 #include "parallel/diloco/robust_aggregation.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -110,6 +111,22 @@ TEST(RobustAggregation, OneScaledMemberMovesTheMeanButNotTheRobustRules) {
   const std::vector<std::vector<float>> three(members.begin(), members.begin() + 3);
   aggregate(spans(three), {AggregationRule::centered_clip, 1, 100.0, 20}, out);
   EXPECT_LT(distance(out, honest), 1e-4 * honest_norm);
+}
+
+// Members of different thread counts compute the same bits (a worker's `threads` is its own).
+TEST(RobustAggregation, ResultsDoNotDependOnTheThreadCount) {
+  std::vector<std::vector<float>> members = members_with(1e3f);
+  for (auto& m : members) m.resize(3 * 4096 + 17, 0.5f);  // several blocks, a partial last one
+  for (AggregationRule rule : {AggregationRule::trimmed_mean, AggregationRule::centered_clip}) {
+    std::vector<float> one(members[0].size()), three(one.size());
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    aggregate(spans(members), {rule, 1, 1.0, 20}, one);
+    omp_set_num_threads(3);
+    aggregate(spans(members), {rule, 1, 1.0, 20}, three);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(one, three) << static_cast<int>(rule);
+  }
 }
 
 }  // namespace
