@@ -1,7 +1,8 @@
 """scripts/bench_robust_diloco.sh: what robust averaging and authentication cost, and what robust
 averaging buys (docs/PERFORMANCE.md, "Robust and authenticated DiLoCo").
 
-Part 1, in one job: WORKERS DiLoCo workers of one rank each train the demo model on fortunes, one
+Part 1, in one job: WORKERS DiLoCo workers of one rank each train the demo model on fortunes (the
+warm-up shortened to a tenth of the run, so that a short run learns), one
 worker misbehaving at every sync through the test hook poison_outer (STRATA_TEST_HOOKS): its outer
 gradient ×1e3 (`scale`) or plus Gaussian noise of 3× its RMS (`noise`, within the default screen).
 Each row: the final val_loss and its gap to the clean mean's, the seconds and bytes per sync (the
@@ -116,7 +117,8 @@ def main(argv):
     matrix.prepare_fortunes(build_dir)
     common = [f"train.steps={steps}", f"train.micro_batch={batch}", f"train.global_batch={batch}",
               "train.eval_every=0", "train.log_every=100", "checkpoint.every=0",
-              "parallel.gpus_per_node=1", f"diloco.inner_steps={inner}"]
+              "parallel.gpus_per_node=1", f"diloco.inner_steps={inner}",
+              f"optimizer.warmup_steps={max(1, steps // 10)}"]
     with matrix.Scratch() as work:
         print(matrix.header(f"steps {steps} workers {workers} batch {batch} per worker, "
                             f"H {inner}"))

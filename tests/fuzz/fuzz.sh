@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${FUZZ_SECONDS:-10}
-targets=${FUZZ_TARGETS:-config documents shard shard_fields checkpoint checkpoint_fields}
+targets=${FUZZ_TARGETS:-config documents shard shard_fields checkpoint checkpoint_fields store_record handshake}
 
 # shellcheck source=scripts/compiler_cache.sh
 source scripts/compiler_cache.sh

@@ -232,38 +232,6 @@ TEST_F(ElasticRuns, CleanGroupTrainsTheInJobRun) {
                                 screening_bytes_sent(3, 1)));
 }
 
-// Robust averaging between jobs (docs/ARCHITECTURE.md §2 "Robust averaging"): a rule trains the
-// in-job run; a worker whose outer gradient is not finite is left out of every sync, and every
-// member's sync line and metrics name its slot.
-TEST_F(ElasticRuns, RobustRulesTrainTheInJobRunAndAPoisonedSlotIsLeftOut) {
-  expect_the_in_job_run("robust",
-                        " --set diloco.inner_steps=5 --set diloco.aggregation=centered_clip"
-                        " --set diloco.compression=int8");
-  const std::string store = "file://" + dir_->str() + "/store_poisoned";
-  std::vector<std::unique_ptr<Background>> jobs;
-  for (int w = 0; w < 3; ++w)
-    jobs.push_back(std::make_unique<Background>(
-        (w == 1 ? "STRATA_TEST_HOOKS=poison_outer=nan " : "") +
-            worker_command(store, "poisoned", w, "poisoned_" + std::to_string(w),
-                           " --set diloco.inner_steps=5 --set diloco.min_workers=3"),
-        dir_->str() + "/poisoned_" + std::to_string(w) + ".log"));
-  for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();
-  for (int w = 0; w < 3; ++w) {
-    const std::string run = run_dir("poisoned_" + std::to_string(w));
-    for (std::int64_t step : {5, 10, 15, 20})
-      EXPECT_NE(outer_line(run, step).find(
-                    "\"left_out\": [{\"slot\": 1, \"why\": \"non-finite outer gradient\"}]"),
-                std::string::npos)
-          << outer_line(run, step);
-    EXPECT_NE(jobs[static_cast<std::size_t>(w)]->output().find(
-                  "left out slot 1 (non-finite outer gradient)"),
-              std::string::npos);
-    const std::vector<double> losses = metric(run, "val_loss");
-    ASSERT_FALSE(losses.empty());
-    EXPECT_TRUE(std::isfinite(losses.back())) << "slot " << w;
-  }
-}
-
 // The other averagings, compression with error feedback, and streaming fragments, between jobs.
 TEST_F(ElasticRuns, EveryAveragingCompressionAndStreamingTrainsTheInJobRun) {
   expect_the_in_job_run("butterfly",
@@ -303,6 +271,42 @@ TEST_F(ElasticRuns, WorkersOfDifferentLayoutsTrainTheInJobRun) {
       "layouts_overlap",
       " --set diloco.inner_steps=4 --set diloco.overlap=true --set diloco.fragments=2",
       {{2, " --set parallel.zero.stage=1"}, {2, " --set parallel.tp=2"}, {1, ""}});
+}
+
+// Robust averaging between jobs (docs/ARCHITECTURE.md §2 "Robust averaging"): a rule trains the
+// in-job run; a worker whose outer gradient is not finite is left out of every sync, and every
+// member's sync line and metrics name its slot.
+TEST_F(ElasticRuns, RobustRulesTrainTheInJobRunAndAPoisonedSlotIsLeftOut) {
+  expect_the_in_job_run("robust",
+                        " --set diloco.inner_steps=5 --set diloco.aggregation=centered_clip"
+                        " --set diloco.compression=int8");
+  // trimmed_mean is per coordinate, so workers of any layouts train the in-job run with it too.
+  expect_the_in_job_run("robust_any",
+                        " --set diloco.inner_steps=5 --set diloco.aggregation=trimmed_mean",
+                        kMixedLayouts);
+  const std::string store = "file://" + dir_->str() + "/store_poisoned";
+  std::vector<std::unique_ptr<Background>> jobs;
+  for (int w = 0; w < 3; ++w)
+    jobs.push_back(std::make_unique<Background>(
+        (w == 1 ? "STRATA_TEST_HOOKS=poison_outer=nan " : "") +
+            worker_command(store, "poisoned", w, "poisoned_" + std::to_string(w),
+                           " --set diloco.inner_steps=5 --set diloco.min_workers=3"),
+        dir_->str() + "/poisoned_" + std::to_string(w) + ".log"));
+  for (auto& job : jobs) ASSERT_EQ(job->wait(), 0) << job->output();
+  for (int w = 0; w < 3; ++w) {
+    const std::string run = run_dir("poisoned_" + std::to_string(w));
+    for (std::int64_t step : {5, 10, 15, 20})
+      EXPECT_NE(outer_line(run, step).find(
+                    "\"left_out\": [{\"slot\": 1, \"why\": \"non-finite outer gradient\"}]"),
+                std::string::npos)
+          << outer_line(run, step);
+    EXPECT_NE(jobs[static_cast<std::size_t>(w)]->output().find(
+                  "left out slot 1 (non-finite outer gradient)"),
+              std::string::npos);
+    const std::vector<double> losses = metric(run, "val_loss");
+    ASSERT_FALSE(losses.empty());
+    EXPECT_TRUE(std::isfinite(losses.back())) << "slot " << w;
+  }
 }
 
 // A group of different layouts stopped mid-period and resumed (each worker from its checkpoint:

@@ -136,10 +136,26 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
     }
     const ModelPartition p = swarm_stage_partition(config, index);
     std::printf("swarm '%s' (%s): stage %d of %zu (layers %d-%d%s%s), serving at %s\n",
-                config.swarm.group.c_str(), config.swarm.join.c_str(), index,
+                config.swarm.group.c_str(), redacted_store_url(config.swarm.join).c_str(), index,
                 config.swarm.stages.size(), p.layer_begin, p.layer_end - 1,
                 p.has_embedding ? ", embedding" : "", p.has_head ? ", head" : "",
                 server->endpoint().c_str());
+    if (first_pass) {
+      if (config.swarm.secret_file.empty())
+        std::printf(
+            "swarm '%s' is unauthenticated: anyone who can write to its store or reach a peer's "
+            "port can join it or send it requests (set swarm.secret_file to a secret its peers "
+            "share)\n",
+            config.swarm.group.c_str());
+      else
+        std::printf(
+            "swarm '%s' is authenticated: its store records and requests are signed and its "
+            "averaging groups challenged with the secret in %s (fingerprint %s)\n",
+            config.swarm.group.c_str(), config.swarm.secret_file.c_str(),
+            SharedSecret::from_file(config.swarm.secret_file, "swarm.secret_file")
+                .fingerprint()
+                .c_str());
+    }
     // A stage that has averaged before is joined: its state taken before any request is served.
     std::printf("stage %d: %s\n", index,
                 rounds->start(*stage, first_pass && resume.has_value()).c_str());
