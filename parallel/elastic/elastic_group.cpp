@@ -81,8 +81,11 @@ SyncMembers SyncMembers::parse(const std::string& text) {
       words >> m.group_step;
     } else if (name == "attempt") {
       words >> m.attempt;
+      if (m.attempt < 0) fail("malformed sync membership: attempt ", m.attempt, " in the store");
     } else if (name == "group_attempt") {
       words >> m.group_attempt;
+      if (m.group_attempt < 0)
+        fail("malformed sync membership: group_attempt ", m.group_attempt, " in the store");
     } else if (name == "members") {
       std::string member;
       while (words >> member) {
@@ -103,6 +106,8 @@ SyncMembers SyncMembers::parse(const std::string& text) {
       m.alone = true;
     } else if (name == "own_slot") {
       words >> m.own_slot;
+      if (m.own_slot < -1)
+        fail("malformed sync membership: own_slot ", m.own_slot, " in the store");
     }
   }
   return m;

@@ -89,7 +89,7 @@ struct SyncMembers {
   int index_of(int slot) const;  // -1 when not a member
   std::string text() const;
   // The text's membership; malformed members (not "slot:holder:joining", negative, or slots out of
-  // ascending order) are a strata::Error naming them.
+  // ascending order), a negative attempt or an own_slot below −1 are a strata::Error naming them.
   static SyncMembers parse(const std::string& text);
   bool operator==(const SyncMembers&) const = default;
 };
