@@ -104,6 +104,8 @@ class RpcServer {
   const RpcTrafficByMethod& traffic() const { return traffic_; }
   // Requests refused for a missing or wrong MAC.
   std::int64_t refused() const { return refused_; }
+  // The swarm's secret it checks requests with (null: none); its callers sign with the same.
+  const std::shared_ptr<const SharedSecret>& secret() const { return secret_; }
 
  private:
   struct Sockets;

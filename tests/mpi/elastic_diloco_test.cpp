@@ -496,15 +496,10 @@ TEST_F(ElasticRuns, AWorkerThatLosesTheStoreSyncsAloneAndRejoins) {
 // for its first sync) are there; meanwhile a worker with another secret and one with none are
 // refused with one error line each and never join.
 TEST_F(ElasticRuns, AGroupWithASecretIgnoresForgedRecordsAndRefusesStrangers) {
-  const auto secret_file = [&](const std::string& name, const std::string& text) {
-    const std::string path = dir_->str() + "/" + name;
-    std::ofstream(path) << text << "\n";
-    std::filesystem::permissions(
-        path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-    return path;
-  };
-  const std::string ours = secret_file("group.secret", "a shared secret of the group, 32 bytes");
-  const std::string theirs = secret_file("stranger.secret", "a stranger's guess at the secret");
+  const std::string ours = testing::write_secret_file(dir_->str() + "/group.secret",
+                                                      "a shared secret of the group, 32 bytes");
+  const std::string theirs = testing::write_secret_file(dir_->str() + "/stranger.secret",
+                                                        "a stranger's guess at the secret");
   const std::string in_job =
       testing::train_ranks(*dir_, 3, Layout{}, "secret_in_job",
                            " --set diloco.enabled=true --set diloco.workers=3"

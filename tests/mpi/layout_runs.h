@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -147,6 +148,15 @@ inline void expect_close(const std::vector<double>& actual, const std::vector<do
   for (std::size_t i = 0; i < actual.size(); ++i)
     EXPECT_NEAR(actual[i], expected[first + i], relative * std::abs(expected[first + i]))
         << what << ", entry " << first + i;
+}
+
+// A secret file (diloco.secret_file, swarm.secret_file) at `path`: `text` and a newline, mode
+// 600, as the secret's reader requires; returns the path.
+inline std::string write_secret_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text << "\n";
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  return path;
 }
 
 // `command` fails with one `error: ...` line, which contains `needle`.

@@ -179,13 +179,7 @@ TEST_F(SwarmRuns, Int8BoundariesTrainThePipelineRunClosely) {
             expected_boundary_bytes(SwarmCompression::int8));
 }
 
-// A secret file (mode 600) under the suite's directory.
-std::string secret_file(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text << "\n";
-  std::filesystem::permissions(
-      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
-  return path;
-}
+using testing::write_secret_file;
 
 TEST_F(SwarmRuns, TwoPeersOfAStageAverageTheirRoundsIntoThePipelineRun) {
   // Round-robin: the last stage's two peers take every other micro-batch and average each round.
@@ -193,7 +187,8 @@ TEST_F(SwarmRuns, TwoPeersOfAStageAverageTheirRoundsIntoThePipelineRun) {
   // group challenged; the run is the same.
   const std::string stages = "[2,2]",
                     fixed = " --set swarm.routing=fixed --set swarm.secret_file=" +
-                            secret_file(dir_->str() + "/two.secret", "the two-peer swarm's secret");
+                            write_secret_file(dir_->str() + "/two.secret",
+                                              "the two-peer swarm's secret");
   run_swarm(
       "two",
       {{stages, 1, "two_1a", fixed}, {stages, 1, "two_1b", fixed}, {stages, 0, "two_0", fixed}});
@@ -391,8 +386,8 @@ TEST_F(SwarmRuns, BadSwarmsAreOneErrorLine) {
   expect_error(command("settings", {stages, 2, "settings_second", " --set optimizer.lr=1e-2"}),
                "optimizer.lr is 0.01 here but 0.003 in the swarm");
   // A swarm without a secret refuses a peer with one; one with a secret, a peer without it.
-  const std::string secret =
-      " --set swarm.secret_file=" + secret_file(dir_->str() + "/bad.secret", "a secret 16+ bytes");
+  const std::string secret = " --set swarm.secret_file=" +
+                             write_secret_file(dir_->str() + "/bad.secret", "a secret 16+ bytes");
   expect_error(command("settings", {stages, 2, "with_secret", secret}),
                "its settings are not signed with this member's secret");
   Background guarded(command("guarded", {stages, 1, "guarded_first", secret}),

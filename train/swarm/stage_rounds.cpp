@@ -33,16 +33,14 @@ Config stage_group_config(const Config& config, int stage) {
 }  // namespace
 
 StageRounds::StageRounds(const Config& config, int stage, MpiCommunicator& world,
-                         const TestHooks& hooks)
+                         const TestHooks& hooks, std::shared_ptr<const SharedSecret> secret)
     : config_(config),
       stage_index_(stage),
       hooks_(hooks),
       prefix_(config.swarm.group + "/stage" + std::to_string(stage) + "/"),
       group_config_(stage_group_config(config, stage)) {
   group_ = std::make_unique<ElasticWorker>(group_config_, MeshShape{}, world);
-  store_ = open_group_store(config.swarm.join,
-                            SharedSecret::of_config(config.swarm.secret_file, "swarm.secret_file"),
-                            config.swarm.timeout);
+  store_ = open_group_store(config.swarm.join, std::move(secret), config.swarm.timeout);
 }
 
 StageRounds::~StageRounds() = default;

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "parallel/comm/mpi_communicator.h"
+#include "parallel/elastic/record_signing.h"
 #include "parallel/elastic/rendezvous_store.h"
 #include "plan/config.h"
 #include "train/core/test_hooks.h"
@@ -38,8 +39,10 @@ namespace strata {
 
 class StageRounds {
  public:
-  // Takes a slot in the stage's group. `world`: this one-process job.
-  StageRounds(const Config& config, int stage, MpiCommunicator& world, const TestHooks& hooks);
+  // Takes a slot in the stage's group. `world`: this one-process job. `secret`: swarm.secret_file's
+  // (null: none), for the stage's store records.
+  StageRounds(const Config& config, int stage, MpiCommunicator& world, const TestHooks& hooks,
+              std::shared_ptr<const SharedSecret> secret);
   ~StageRounds();
 
   // Before serving: a stage that has averaged before is joined (the state taken at the end of

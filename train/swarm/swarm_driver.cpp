@@ -198,10 +198,8 @@ std::string SwarmDriver::run() {
   round_start_ = std::chrono::steady_clock::now();
   // swarm.in_flight lanes, each a micro-batch at a time: the first on this thread.
   const int lanes = config_.swarm.in_flight;
-  const std::shared_ptr<const SharedSecret> secret =
-      SharedSecret::of_config(config_.swarm.secret_file, "swarm.secret_file");
   std::deque<RpcClient> clients;  // not movable: a deque makes them in place
-  for (int i = 0; i < lanes; ++i) clients.emplace_back(secret);
+  for (int i = 0; i < lanes; ++i) clients.emplace_back(server_.secret());
   std::vector<std::thread> threads;
   for (int i = 1; i < lanes; ++i)
     threads.emplace_back([this, &clients, i] { lane(clients[static_cast<std::size_t>(i)]); });

@@ -48,13 +48,14 @@ std::string swarm_shared_settings(const Config& config) {
   return config_to_yaml(shared);
 }
 
-StageRegistrySettings registry_settings(const Config& config) {
+StageRegistrySettings registry_settings(const Config& config,
+                                        std::shared_ptr<const SharedSecret> secret) {
   StageRegistrySettings s;
   s.store_url = config.swarm.join;
   s.group = config.swarm.group;
   s.stages = static_cast<int>(config.swarm.stages.size());
   s.timeout_s = config.swarm.timeout;
-  s.secret = SharedSecret::of_config(config.swarm.secret_file, "swarm.secret_file");
+  s.secret = std::move(secret);
   const std::string mine = swarm_shared_settings(config);
   s.shared_settings = mine;
   s.difference = [mine](const std::string& theirs) -> std::string {
@@ -88,9 +89,12 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
     claim_run_directory(config, options.overwrite);
   if (!lock.takeover().empty()) std::cout << "note: " << lock.takeover() << std::endl;
 
+  // swarm.secret_file, read once: the store, the requests and the stage's store share it.
+  std::shared_ptr<const SharedSecret> secret;
   std::unique_ptr<StageRegistry> registry;
   try {
-    registry = std::make_unique<StageRegistry>(registry_settings(config));
+    secret = SharedSecret::of_config(config.swarm.secret_file, "swarm.secret_file");
+    registry = std::make_unique<StageRegistry>(registry_settings(config, secret));
   } catch (const std::runtime_error& e) {
     fail(e.what());
   }
@@ -113,9 +117,7 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   const std::string host = config.swarm.host.empty() ? "127.0.0.1" : config.swarm.host;
   std::unique_ptr<RpcServer> server;
   try {
-    server = std::make_unique<RpcServer>(
-        "tcp://" + host + ":*", host,
-        SharedSecret::of_config(config.swarm.secret_file, "swarm.secret_file"));
+    server = std::make_unique<RpcServer>("tcp://" + host + ":*", host, secret);
   } catch (const std::runtime_error& e) {
     fail(e.what());
   }
@@ -130,7 +132,7 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
   for (bool first_pass = true;; first_pass = false) {
     std::unique_ptr<StageRounds> rounds;
     try {
-      rounds = std::make_unique<StageRounds>(config, index, world, hooks);
+      rounds = std::make_unique<StageRounds>(config, index, world, hooks, secret);
     } catch (const std::runtime_error& e) {
       fail(e.what());
     }
@@ -141,7 +143,7 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
                 p.has_embedding ? ", embedding" : "", p.has_head ? ", head" : "",
                 server->endpoint().c_str());
     if (first_pass) {
-      if (config.swarm.secret_file.empty())
+      if (!secret)
         std::printf(
             "swarm '%s' is unauthenticated: anyone who can write to its store or reach a peer's "
             "port can join it or send it requests (set swarm.secret_file to a secret its peers "
@@ -152,9 +154,7 @@ void run_swarm_peer(const Config& config, MpiCommunicator& world, const SwarmPee
             "swarm '%s' is authenticated: its store records and requests are signed and its "
             "averaging groups challenged with the secret in %s (fingerprint %s)\n",
             config.swarm.group.c_str(), config.swarm.secret_file.c_str(),
-            SharedSecret::from_file(config.swarm.secret_file, "swarm.secret_file")
-                .fingerprint()
-                .c_str());
+            secret->fingerprint().c_str());
     }
     // A stage that has averaged before is joined: its state taken before any request is served.
     std::printf("stage %d: %s\n", index,
