@@ -10,11 +10,12 @@
 //     The same for a shape given by flags, in fp32 without recomputation.
 //     Both report step time, tokens/s, model TFLOP/s (6·N + 12·L·C·T per token), MFU against a
 //     peak (--peak, or the measured sgemm 2048³ rate), peak resident and activation memory.
-//   bench attention [--batch 8 --seq-len 1024 --heads 12 --head-size 64 --dtype bf16
-//                    --repeats 20]
+//   bench attention [--device auto --batch 8 --seq-len 1024 --heads 12 --head-size 64
+//                    --dtype bf16 --repeats 20]
 //     The CUDA flash-attention kernel's forward and backward, and for bf16/fp16 cuDNN's fused
 //     flash attention on the same inputs where the build has that comparison (STRATA_CUDNN_BENCH;
-//     tools/bench_attention.cpp).
+//     tools/bench_attention.cpp); with --device cpu (or auto without a GPU) the CPU backend's
+//     attention and the scratch memory it grew (tools/bench_attention_cpu.cpp).
 //   mpirun -np N bench calibrate [--out FILE] [--name NAME] [--rows 2048 --width 256
 //                                 --seq-len 256 --heads 4 --repeats 20]
 //     This machine as a planner cluster description (plan/cluster.h) for N ranks: per-core

@@ -1,15 +1,15 @@
 // The pieces of the `bench` tool (tools/bench.cpp: entry point, helpers and `bench sgemm`;
-// tools/bench_train.cpp: `bench train`; tools/bench_attention.cpp: `bench attention`;
-// tools/bench_checkpoint.cpp: `bench checkpoint`). Every
-// benchmark prints one JSON line on stdout (built with train/metrics/metrics.h's JsonLine, each
-// figure with the precision it means); timings are measured here and reported, never asserted by
-// tests.
+// tools/bench_train.cpp: `bench train`; tools/bench_attention.cpp and bench_attention_cpu.cpp:
+// `bench attention`; tools/bench_checkpoint.cpp: `bench checkpoint`). Every benchmark prints one
+// JSON line on stdout (built with train/metrics/metrics.h's JsonLine, each figure with the
+// precision it means); timings are measured here and reported, never asserted by tests.
 #pragma once
 
 #include <chrono>
 #include <vector>
 
 #include "model/core/command_line.h"
+#include "model/kernels/cpu/precision.h"
 #include "train/metrics/metrics.h"
 
 namespace strata::bench {
@@ -38,8 +38,12 @@ CommandSpec sgemm_command();
 
 // `bench train ...`: argv[first..] are its flags.
 void bench_train(int argc, char** argv, int first);
-// `bench attention ...` (tools/bench_attention.cpp; an error in builds without CUDA).
+// `bench attention ...` (tools/bench_attention.cpp; --device cuda is an error in builds without
+// CUDA).
 void bench_attention(const ToolArgs& args);
+// tools/bench_attention_cpu.cpp: `bench attention --device cpu`; `probs` rounds the backward's
+// recomputed probabilities.
+void bench_attention_cpu(int B, int T_, int NH, int hs, cpu::ComputeDtype probs, int repeats);
 // tools/bench_calibrate.cpp: `bench calibrate` (initialises MPI itself).
 void bench_calibrate(int argc, char** argv, const ToolArgs& args);
 // tools/bench_checkpoint.cpp: `bench checkpoint`.

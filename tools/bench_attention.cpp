@@ -392,12 +392,14 @@ void run_attention(const AttentionShape& shape, int repeats, const std::string& 
 
 CommandSpec attention_command() {
   return {
-      "usage: bench attention [--batch B] [--seq-len T] [--heads H] [--head-size D] "
-      "[--dtype fp32|bf16|fp16] [--repeats R]",
-      "Times Strata's fused causal attention on the GPU, forward and backward, beside "
-      "cuDNN's where that comparison is built in: one JSON line (needs the CUDA backend and a "
-      "GPU).",
-      {{"--batch", "B", "8", "sequences"},
+      "usage: bench attention [--device auto|cpu|cuda] [--batch B] [--seq-len T] [--heads H] "
+      "[--head-size D] [--dtype fp32|bf16|fp16] [--repeats R]",
+      "Times Strata's causal attention, forward and backward: on the GPU beside cuDNN's where "
+      "that comparison is built in, or the CPU backend's kernel (--device cpu, or auto without a "
+      "GPU): one JSON line.",
+      {{"--device", "auto|cpu|cuda", "auto",
+        "the backend timed (auto: cuda where a GPU is usable)"},
+       {"--batch", "B", "8", "sequences"},
        {"--seq-len", "T", "1024", "tokens a sequence"},
        {"--heads", "H", "12", "attention heads"},
        {"--head-size", "D", "64", "channels a head: a multiple of 16 up to 128"},
@@ -412,6 +414,11 @@ void bench_attention(const ToolArgs& args) {
   const std::string dtype = args.get("--dtype");
   const auto compute = cpu::kComputeDtypeChoices.find(dtype);
   if (!compute) fail("--dtype must be ", cpu::kComputeDtypeChoices.list(), ", got '", dtype, "'");
+  const std::string device = args.get("--device");
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    fail("--device must be auto, cpu or cuda, got '", device, "'");
+  if (device == "cpu" || (device == "auto" && (!STRATA_HAVE_CUDA || cuda_device_count() == 0)))
+    return bench_attention_cpu(B, T_, NH, hs, *compute, repeats);
 #if STRATA_HAVE_CUDA
   if (cuda_device_count() == 0) fail("bench attention: no usable CUDA device");
   if (!cuda::attention_head_size_supported(hs))
@@ -428,7 +435,7 @@ void bench_attention(const ToolArgs& args) {
   }
 #else
   (void)B, (void)T_, (void)NH, (void)hs, (void)repeats, (void)compute;
-  fail("bench attention needs the CUDA backend (this build has none)");
+  fail("bench attention --device cuda needs the CUDA backend (this build has none)");
 #endif
 }
 

@@ -189,14 +189,27 @@ TEST_F(BenchTool, CheckpointWritesVerifiesAndRemovesAFormat4File) {
   EXPECT_TRUE(std::filesystem::is_empty(dir_ / "checkpoints"));
 }
 
+TEST_F(BenchTool, AttentionOnTheCpuReportsTimesAndScratch) {
+  const auto result = bench(
+      "attention --device cpu --batch 2 --seq-len 96 --heads 2 --head-size 16 --repeats 1");
+  expect_one_json_line(result);
+  const std::string& line = result.output;
+  EXPECT_EQ(json_value(line, "device"), "cpu");
+  EXPECT_EQ(json_number(line, "seq_len"), 96);
+  for (const char* key : {"forward_ms", "backward_ms", "forward_tflops", "backward_tflops",
+                          "forward_scratch_bytes", "backward_scratch_bytes"})
+    EXPECT_GT(json_number(line, key), 0) << key;
+}
+
 TEST_F(BenchTool, BadRequestsEndWithOneErrorLine) {
   // device cuda is refused before any work where no GPU is usable (with one it runs).
   if (cuda_device_count() == 0) {
     expect_error_line(bench("train --config " + config_ + " --set device=cuda --steps 1"),
                       "device cuda");
-    expect_error_line(bench("attention --repeats 1"), "CUDA");
+    expect_error_line(bench("attention --device cuda --repeats 1"), "CUDA");
   }
   expect_error_line(bench("attention --dtype fp8"), "--dtype must be fp32, bf16 or fp16");
+  expect_error_line(bench("attention --device tpu"), "--device must be auto, cpu or cuda");
   expect_error_line(bench("train --config " + config_ + " --bogus 1"), "unknown option '--bogus'");
   expect_error_line(bench("train --config " + config_ + " --steps"), "--steps needs a value");
   expect_error_line(bench("train --config " + config_ + " --steps 0"), "--steps must be positive");
