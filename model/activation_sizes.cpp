@@ -49,8 +49,10 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
   const std::size_t D = L - moe_blocks;  // the dense MLPs' blocks
 
   LayerElements layer;
-  // Attention's (T, T) probabilities are recomputed in the backward pass, never kept.
-  layer.attention = N * QKVl + N * Cl;                // qkv, atty
+  // Attention's (T, T) probabilities are recomputed in the backward pass from each row's
+  // log-sum-exp, never kept.
+  const std::size_t NHl = static_cast<std::size_t>(shape.n_head) / tp;
+  layer.attention = N * QKVl + N * Cl + N * NHl;      // qkv, atty, lse
   layer.rest = 3 * Nl * C +                           // residual2, ln1, ln2
                (sequence_parallel ? 2 * N * C : 0) +  // ln1_full, ln2_full
                4 * Nl;                                // LayerNorm means and rstds

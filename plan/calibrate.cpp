@@ -123,8 +123,10 @@ ComputeRates measure_compute(int rows, int width, int seq_len, int heads, int re
   const int B = std::max(1, N / seq_len);
   const std::vector<float> qkv = random_floats(static_cast<std::size_t>(B) * seq_len * 3 * C, 4);
   std::vector<float> att(static_cast<std::size_t>(B) * seq_len * C), scratch;
+  std::vector<float> lse(static_cast<std::size_t>(B) * seq_len * heads);
   const double attention = timed(repeats, [&] {
-    cpu::attention_forward(att.data(), qkv.data(), B, seq_len, C, heads, heads, scratch);
+    cpu::attention_forward(att.data(), lse.data(), qkv.data(), B, seq_len, C, heads, heads,
+                           scratch);
   });
   rates.attention_tflops = 4.0 * B * seq_len * static_cast<double>(seq_len) * C / attention * 1e-12;
 

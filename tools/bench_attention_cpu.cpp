@@ -49,13 +49,15 @@ void bench_attention_cpu(int B, int T_, int NH, int hs, cpu::ComputeDtype probs,
   const std::size_t rows = static_cast<std::size_t>(B) * T_;
   const std::vector<float> qkv = random_floats(rows * C3, 1);
   const std::vector<float> dout = random_floats(rows * C, 2);
-  std::vector<float> out(rows * C), dqkv(rows * C3), scratch;
-  const double forward_ms = median_ms(
-      repeats, [&] { cpu::attention_forward(out.data(), qkv.data(), B, T_, C, NH, NH, scratch); });
+  std::vector<float> out(rows * C), lse(rows * NH), dqkv(rows * C3), scratch;
+  const double forward_ms = median_ms(repeats, [&] {
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T_, C, NH, NH, scratch);
+  });
   const std::size_t forward_scratch = scratch.capacity() * sizeof(float);
   scratch = {};
   const double backward_ms = median_ms(repeats, [&] {
-    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), B, T_, C, NH, NH, probs, scratch);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T_,
+                            C, NH, NH, probs, scratch);
   });
   const std::size_t backward_scratch = scratch.capacity() * sizeof(float);
 

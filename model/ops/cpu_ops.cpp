@@ -159,16 +159,15 @@ void CpuOps<T>::residual_bias_forward(Value* out, const Value* x, const Value* y
 template <class T>
 void CpuOps<T>::attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C,
                                   int NH, int KV) {
-  STRATA_CHECK(lse == nullptr, "the CPU's attention keeps no statistics (kLsePerRow is 0)");
-  cpu::attention_forward(out, qkv, B, T_, C, NH, KV, attention_);
+  cpu::attention_forward(out, lse, qkv, B, T_, C, NH, KV, attention_);
   round_to_compute(out, static_cast<long>(B) * T_ * C);
 }
 
 template <class T>
 void CpuOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value* qkv,
-                                   const Value* /*out*/, const Stat* /*lse*/, int B, int T_, int C,
-                                   int NH, int KV) {
-  cpu::attention_backward(dqkv, dout, qkv, B, T_, C, NH, KV, compute_, attention_);
+                                   const Value* out, const Stat* lse, int B, int T_, int C, int NH,
+                                   int KV) {
+  cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, KV, compute_, attention_);
   round_to_compute(dqkv, static_cast<long>(B) * T_ * (C + 2L * KV * (C / NH)));
 }
 

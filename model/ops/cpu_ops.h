@@ -40,8 +40,8 @@ class CpuOps {
   using Scalar = T;  // loss scale, losses
   using Ids = std::int32_t;
   using Reservation = HostReservation;  // where a model lays out its activations
-  // Attention statistics kept per (row, head) for the backward: none, it recomputes them.
-  static constexpr long kLsePerRow = 0;
+  // Attention statistics kept per (row, head) for the backward: the log-sum-exp.
+  static constexpr long kLsePerRow = 1;
   // The cross-entropy's statistics kept per row for the backward: none, the forward leaves the
   // softmax probabilities in place of the logits instead.
   static constexpr long kCrossEntropyStatsPerRow = 0;
@@ -142,11 +142,10 @@ class CpuOps {
                              int C);
 
   // Causal attention on packed qkv (B·T_, C3) → out (B·T_, C), rounded, NH query heads over KV
-  // key/value heads (C3 = C + 2·KV·C/NH: kernels/cpu/attention.h); lse: kLsePerRow·B·T_·NH
-  // statistics for the backward (here none: null). The backward recomputes the probabilities
-  // from qkv alone (it reads neither the forward's out nor lse), rounded to the compute dtype as
-  // the forward had written them, and overwrites dqkv (rounded). out and lse are in the
-  // signature because a backend that keeps the statistics (CUDA) reads them.
+  // key/value heads (C3 = C + 2·KV·C/NH: kernels/cpu/attention.h); lse (B, NH, T_): each row's
+  // log-sum-exp, kept for the backward. The backward recomputes the probabilities from qkv and
+  // lse, rounded to the compute dtype as the forward had written them, takes its row terms from
+  // out, and overwrites dqkv (rounded).
   void attention_forward(Value* out, Stat* lse, const Value* qkv, int B, int T_, int C, int NH,
                          int KV);
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,

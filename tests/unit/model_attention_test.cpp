@@ -131,17 +131,20 @@ TYPED_TEST(CpuAttention, GroupedHeadsMatchRepeatedKeyValueHeads) {
     const auto dout = random_values<T>(s.rows() * C, rng);
     const auto full = repeat_kv(qkv, s);
     std::vector<T> scratch, out(s.rows() * C), expected_out(s.rows() * C);
-    attention_forward(out.data(), qkv.data(), s.B, s.T, C, s.NH, s.KV, scratch);
-    attention_forward(expected_out.data(), full.data(), s.B, s.T, C, s.NH, s.NH, scratch);
+    std::vector<T> lse(s.rows() * s.NH), expected_lse(s.rows() * s.NH);
+    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, C, s.NH, s.KV, scratch);
+    attention_forward(expected_out.data(), expected_lse.data(), full.data(), s.B, s.T, C, s.NH,
+                      s.NH, scratch);
     EXPECT_LT(relative_error(out, expected_out, C, 0, C), this->kSameProducts);
+    EXPECT_LT(relative_error(lse, expected_lse, s.T, 0, s.T), this->kSameProducts);
 
     for (const ComputeDtype probs : {ComputeDtype::fp32, ComputeDtype::bf16}) {
       SCOPED_TRACE(compute_dtype_name(probs));
       std::vector<T> dqkv(s.rows() * s.C3()), full_dqkv(s.rows() * 3 * C);
-      attention_backward(dqkv.data(), dout.data(), qkv.data(), s.B, s.T, C, s.NH, s.KV, probs,
-                         scratch);
-      attention_backward(full_dqkv.data(), dout.data(), full.data(), s.B, s.T, C, s.NH, s.NH, probs,
-                         scratch);
+      attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
+                         C, s.NH, s.KV, probs, scratch);
+      attention_backward(full_dqkv.data(), dout.data(), full.data(), expected_out.data(),
+                         expected_lse.data(), s.B, s.T, C, s.NH, s.NH, probs, scratch);
       const auto expected = sum_kv_groups(full_dqkv, s);
       EXPECT_LT(relative_error(dqkv, expected, s.C3(), 0, C), this->kSameProducts) << "dQ";
       EXPECT_LT(relative_error(dqkv, expected, s.C3(), C, C + s.KV * s.hs), this->kGroupSums)
@@ -170,8 +173,8 @@ TYPED_TEST(CpuAttention, DecodedRowsMatchTheFullForward) {
       SCOPED_TRACE(s.name() + " t0 " + std::to_string(t0));
       const int C = s.C();
       const auto qkv = random_values<T>(s.rows() * s.C3(), rng);
-      std::vector<T> scratch, out(s.rows() * C), rows((s.T - t0) * C);
-      attention_forward(out.data(), qkv.data(), 1, s.T, C, s.NH, s.KV, scratch);
+      std::vector<T> scratch, out(s.rows() * C), lse(s.rows() * s.NH), rows((s.T - t0) * C);
+      attention_forward(out.data(), lse.data(), qkv.data(), 1, s.T, C, s.NH, s.KV, scratch);
       attention_forward_rows(rows.data(), qkv.data(), t0, s.T, C, s.NH, s.KV);
       const std::vector<T> expected(out.begin() + static_cast<long>(t0) * C, out.end());
       EXPECT_LT(relative_error(rows, expected, C, 0, C), this->kDecodedRows);
@@ -180,13 +183,15 @@ TYPED_TEST(CpuAttention, DecodedRowsMatchTheFullForward) {
 
 TYPED_TEST(CpuAttention, HeadsThatDoNotGroupAreAnError) {
   using T = TypeParam;
-  std::vector<T> qkv(2 * 4 * 10), out(2 * 4 * 4), scratch;
+  std::vector<T> qkv(2 * 4 * 10), out(2 * 4 * 4), lse(2 * 4), scratch;
   // 4 query heads cannot share 3 key/value heads, nor 0.
   for (const int KV : {3, 0}) {
-    EXPECT_THROW(attention_forward(out.data(), qkv.data(), 1, 2, 4, 4, KV, scratch), Error) << KV;
+    EXPECT_THROW(attention_forward(out.data(), lse.data(), qkv.data(), 1, 2, 4, 4, KV, scratch),
+                 Error)
+        << KV;
     EXPECT_THROW(attention_forward_rows(out.data(), qkv.data(), 1, 2, 4, 4, KV), Error) << KV;
-    EXPECT_THROW(attention_backward(qkv.data(), out.data(), qkv.data(), 1, 2, 4, 4, KV,
-                                    ComputeDtype::fp32, scratch),
+    EXPECT_THROW(attention_backward(qkv.data(), out.data(), qkv.data(), out.data(), lse.data(), 1,
+                                    2, 4, 4, KV, ComputeDtype::fp32, scratch),
                  Error)
         << KV;
   }

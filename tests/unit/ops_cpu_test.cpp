@@ -262,17 +262,18 @@ TYPED_TEST(OpsCpu, Attention) {
     for (ComputeDtype dtype : kDtypes) {
       SCOPED_TRACE(std::string(cpu::compute_dtype_name(dtype)) + " KV " + std::to_string(KV));
       CpuOps<T> ops(dtype);
-      std::vector<T> scratch, out(rows * AC), a_out(rows * AC);
-      cpu::attention_forward(out.data(), qkv.data(), B, T_, AC, NH, KV, scratch);
+      std::vector<T> scratch, out(rows * AC), a_out(rows * AC), lse(rows * NH), a_lse(rows * NH);
+      cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T_, AC, NH, KV, scratch);
       round(out, dtype);
-      ops.attention_forward(a_out.data(), nullptr, qkv.data(), B, T_, AC, NH, KV);
+      ops.attention_forward(a_out.data(), a_lse.data(), qkv.data(), B, T_, AC, NH, KV);
       expect_bitwise(out, a_out);
+      expect_bitwise(lse, a_lse);
       std::vector<T> dqkv(rows * C3), a_dqkv(rows * C3);
-      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), B, T_, AC, NH, KV, dtype,
-                              scratch);
+      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T_,
+                              AC, NH, KV, dtype, scratch);
       round(dqkv, dtype);
-      ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), nullptr, B, T_,
-                             AC, NH, KV);
+      ops.attention_backward(a_dqkv.data(), dout.data(), qkv.data(), a_out.data(), a_lse.data(), B,
+                             T_, AC, NH, KV);
       expect_bitwise(dqkv, a_dqkv);
       // KV-cache decoding: rows [3, T_) of one sequence against the rows before them.
       std::vector<T> rows_out((T_ - 3) * AC), a_rows_out((T_ - 3) * AC);

@@ -94,12 +94,12 @@ TEST(OpsFused, AttentionBackwardRoundsTheRecomputedProbabilities) {
   std::mt19937_64 rng(13);
   const int B = 2, T = 70, C = 32, NH = 2;
   const Vec qkv = random_vector(B * T * 3 * C, rng), dout = random_vector(B * T * C, rng);
-  Vec out(B * T * C), scratch, exact(B * T * 3 * C), rounded(B * T * 3 * C);
-  attention_forward(out.data(), qkv.data(), B, T, C, NH, NH, scratch);
-  attention_backward(exact.data(), dout.data(), qkv.data(), B, T, C, NH, NH, ComputeDtype::fp32,
-                     scratch);
-  attention_backward(rounded.data(), dout.data(), qkv.data(), B, T, C, NH, NH, ComputeDtype::bf16,
-                     scratch);
+  Vec out(B * T * C), lse(B * T * NH), scratch, exact(B * T * 3 * C), rounded(B * T * 3 * C);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch);
+  attention_backward(exact.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NH,
+                     ComputeDtype::fp32, scratch);
+  attention_backward(rounded.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+                     NH, ComputeDtype::bf16, scratch);
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < exact.size(); ++i) {
     diff += (exact[i] - rounded[i]) * double(exact[i] - rounded[i]);

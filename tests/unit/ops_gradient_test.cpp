@@ -152,15 +152,15 @@ void expect_attention_matches_finite_differences(int NH, int KV, int hs, std::ui
   const int B = 2, T = 5, C = NH * hs, C3 = (NH + 2 * KV) * hs;
   Vec qkv = random_vector(B * T * C3, rng);
   const Vec probe = random_vector(B * T * C, rng);
-  Vec out(B * T * C), scratch;
+  Vec out(B * T * C), lse(B * T * NH), scratch;
   auto loss = [&] {
-    attention_forward(out.data(), qkv.data(), B, T, C, NH, KV, scratch);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, KV, scratch);
     return dot(out, probe);
   };
   loss();
   Vec dqkv(B * T * C3);
-  attention_backward(dqkv.data(), probe.data(), qkv.data(), B, T, C, NH, KV, ComputeDtype::fp32,
-                     scratch);
+  attention_backward(dqkv.data(), probe.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, KV,
+                     ComputeDtype::fp32, scratch);
   expect_matches_finite_differences(qkv, dqkv, loss, "qkv");
 }
 
@@ -178,10 +178,10 @@ TEST(OpsGradient, CausalAttentionIgnoresTheFuture) {
   std::mt19937_64 rng(6);
   const int B = 1, T = 4, C = 4, NH = 1;
   Vec qkv = random_vector(B * T * 3 * C, rng);
-  Vec out(B * T * C), changed(B * T * C), scratch;
-  attention_forward(out.data(), qkv.data(), B, T, C, NH, NH, scratch);
+  Vec out(B * T * C), changed(B * T * C), lse(B * T * NH), scratch;
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch);
   for (int c = 0; c < 3 * C; ++c) qkv[(T - 1) * 3 * C + c] += 1.0;  // perturb the last position
-  attention_forward(changed.data(), qkv.data(), B, T, C, NH, NH, scratch);
+  attention_forward(changed.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch);
   for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], changed[i]);
 }
 
