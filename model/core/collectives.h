@@ -15,11 +15,27 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 
 #include "model/core/data_type.h"
 
 namespace strata {
+
+// A collective started and not yet complete (Collectives::start_ring_shift,
+// Communicator::start_all_gather_v). wait() completes it; the buffers it was given must stay alive
+// and untouched until then. Destroying it waits.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
+
+// One that completed when it started.
+class CompletedCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+};
 
 class Collectives {
  public:
@@ -53,6 +69,14 @@ class Collectives {
                     std::span<const std::size_t> recv_counts) {
     all_to_all_v_of(data_type_of<T>(), in, send_counts, out, recv_counts);
   }
+  // One step of a ring, started now and completed by the result's wait(): `count` elements of
+  // `send` to the next member (rank + 1, wrapping) and as many from the previous one into `recv`,
+  // so that the transfer can run under the caller's work (ring attention passing K/V blocks,
+  // model/context_attention.h). The buffers must not overlap. Counted as "send" when started.
+  template <CollectivePayload T>
+  std::unique_ptr<PendingCollective> start_ring_shift(const T* send, T* recv, std::size_t count) {
+    return start_ring_shift_of(data_type_of<T>(), send, recv, count);
+  }
 
  protected:
   // The typed calls above with the element type as a value; counts are elements of `type`.
@@ -63,6 +87,8 @@ class Collectives {
   virtual void all_to_all_v_of(DataType type, const void* in,
                                std::span<const std::size_t> send_counts, void* out,
                                std::span<const std::size_t> recv_counts) = 0;
+  virtual std::unique_ptr<PendingCollective> start_ring_shift_of(DataType type, const void* send,
+                                                                 void* recv, std::size_t count) = 0;
 };
 
 // The group of one rank: sums and gathers are copies.
@@ -83,6 +109,11 @@ class SingleRank final : public Collectives {
   void all_to_all_v_of(DataType type, const void* in, std::span<const std::size_t> send_counts,
                        void* out, std::span<const std::size_t>) override {
     copy(type, in, out, send_counts[0]);
+  }
+  std::unique_ptr<PendingCollective> start_ring_shift_of(DataType type, const void* send,
+                                                         void* recv, std::size_t count) override {
+    copy(type, send, recv, count);
+    return std::make_unique<CompletedCollective>();
   }
   static void copy(DataType type, const void* in, void* out, std::size_t count) {
     if (in != out && count > 0) std::memcpy(out, in, count * size_of(type));  // empty: maybe null

@@ -2,6 +2,8 @@
 // exactly the sequence the GPT block ran inline before the ops existed.
 #include "model/ops/cpu_ops.h"
 
+#include <algorithm>
+
 #include "model/core/error.h"
 #include "model/kernels/cpu/attention.h"
 #include "model/kernels/cpu/gelu.h"
@@ -169,6 +171,66 @@ void CpuOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value* 
                                    int KV) {
   cpu::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, KV, compute_, attention_);
   round_to_compute(dqkv, static_cast<long>(B) * T_ * (C + 2L * KV * (C / NH)));
+}
+
+namespace {
+
+// The pair's operands as the kernel's strided views.
+cpu::AttentionChunk chunk_of(const AttentionPair& p) {
+  return {p.B, p.Tq, p.Tk, p.NH, p.KV, p.hs, p.causal_offset};
+}
+template <class V>
+cpu::AttentionRows<V> rows(V* data, long row_stride, long batch_stride) {
+  return {data, row_stride, batch_stride};
+}
+template <class S>
+cpu::AttentionStats<S> stats(S* data, const AttentionPair& p) {
+  return {data, p.stat_head, p.stat_batch};
+}
+
+}  // namespace
+
+template <class T>
+void CpuOps<T>::attention_pair_forward(Value* out, Stat* lse, const Value* q, const Value* k,
+                                       const Value* v, const AttentionPair& pair) {
+  cpu::attention_chunk_forward<T>(rows(out, pair.out_row, pair.out_batch), stats(lse, pair),
+                                  rows(q, pair.q_row, pair.q_batch),
+                                  rows(k, pair.kv_row, pair.kv_batch),
+                                  rows(v, pair.kv_row, pair.kv_batch), chunk_of(pair), attention_);
+}
+
+template <class T>
+void CpuOps<T>::attention_merge(Value* out, Stat* lse, const Value* part, const Stat* part_lse,
+                                const AttentionPair& pair) {
+  cpu::attention_merge<T>(rows(out, pair.out_row, pair.out_batch), stats(lse, pair),
+                          rows(part, pair.out_row, pair.out_batch), stats(part_lse, pair),
+                          chunk_of(pair));
+}
+
+template <class T>
+void CpuOps<T>::attention_delta(Stat* delta, const Value* dout, const Value* out,
+                                const AttentionPair& pair) {
+  cpu::attention_delta<T>(stats(delta, pair), rows(dout, pair.out_row, pair.out_batch),
+                          rows(out, pair.out_row, pair.out_batch), chunk_of(pair));
+}
+
+template <class T>
+void CpuOps<T>::attention_pair_backward(Value* dq, Value* dk, Value* dv, const Value* dout,
+                                        const Stat* lse, const Stat* delta, const Value* q,
+                                        const Value* k, const Value* v, const AttentionPair& pair) {
+  cpu::attention_chunk_backward<T>(
+      rows(dq, pair.q_row, pair.q_batch), rows(dk, pair.kv_row, pair.kv_batch),
+      rows(dv, pair.kv_row, pair.kv_batch), rows(dout, pair.out_row, pair.out_batch),
+      stats(lse, pair), stats(delta, pair), rows(q, pair.q_row, pair.q_batch),
+      rows(k, pair.kv_row, pair.kv_batch), rows(v, pair.kv_row, pair.kv_batch), chunk_of(pair),
+      compute_, attention_);
+}
+
+template <class T>
+void CpuOps<T>::copy_columns(Value* dst, long dst_row, const Value* src, long src_row, long rows,
+                             int cols) {
+#pragma omp parallel for schedule(static)
+  for (long r = 0; r < rows; ++r) std::copy_n(src + r * src_row, cols, dst + r * dst_row);
 }
 
 template <class T>

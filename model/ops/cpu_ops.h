@@ -150,6 +150,22 @@ class CpuOps {
                          int KV);
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
                           const Stat* lse, int B, int T_, int C, int NH, int KV);
+  // Context parallelism's steps (model/context_attention.h), on the chunk pairs of
+  // kernels/cpu/attention.h: a pair's partial attention (out and lse overwritten, not rounded), the
+  // merge of a second partial into the first, the backward's row terms delta = rowsum(dout ⊙ out),
+  // and a pair's gradients added into dq, dk and dv (not rounded; the probabilities rounded as in
+  // attention_backward). copy_columns: columns [0, cols) of `rows` rows from src (row stride
+  // src_row) to dst (dst_row). CUDA has no chunk kernels yet, so these are the CPU's alone (not in
+  // STRATA_CHECK_GPT_OPS).
+  void attention_pair_forward(Value* out, Stat* lse, const Value* q, const Value* k, const Value* v,
+                              const AttentionPair& pair);
+  void attention_merge(Value* out, Stat* lse, const Value* part, const Stat* part_lse,
+                       const AttentionPair& pair);
+  void attention_delta(Stat* delta, const Value* dout, const Value* out, const AttentionPair& pair);
+  void attention_pair_backward(Value* dq, Value* dk, Value* dv, const Value* dout, const Stat* lse,
+                               const Stat* delta, const Value* q, const Value* k, const Value* v,
+                               const AttentionPair& pair);
+  void copy_columns(Value* dst, long dst_row, const Value* src, long src_row, long rows, int cols);
   // KV-cache decoding, one sequence: the query rows [t0, T_) of qkv (T_, C3), which holds the
   // cached rows before them, each attending causally over all rows up to itself → out
   // (T_ − t0, C), rounded.

@@ -1,6 +1,9 @@
-// CommStats arithmetic and the backend-independent byte accounting of communicator.h.
+// CommStats arithmetic, the backend-independent byte accounting of communicator.h, and the ring
+// step over any backend's point-to-point.
 #include "parallel/comm/communicator.h"
 
+#include <functional>
+#include <memory>
 #include <utility>
 
 #include "model/core/error.h"
@@ -150,6 +153,41 @@ void Communicator::count_to_each_peer(const std::string& kind,
 
 void Communicator::count_send(int peer, std::uint64_t sent) {
   stats_.add("send", link_to(peer), sent);
+}
+
+namespace {
+// A pending step whose remaining work is a call made at wait() (or on destruction).
+class DeferredCompletion final : public PendingCollective {
+ public:
+  explicit DeferredCompletion(std::function<void()> finish) : finish_(std::move(finish)) {}
+  void wait() override {
+    if (!finish_) return;
+    const std::function<void()> finish = std::move(finish_);
+    finish_ = nullptr;
+    finish();
+  }
+  ~DeferredCompletion() override {
+    try {
+      wait();
+    } catch (...) {  // a destructor must not throw: the failure was the transport's, reported there
+    }
+  }
+
+ private:
+  std::function<void()> finish_;
+};
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::start_ring_shift_of(DataType type,
+                                                                     const void* send, void* recv,
+                                                                     std::size_t count) {
+  const int n = size(), next = (rank() + 1) % n, previous = (rank() + n - 1) % n;
+  std::shared_ptr<PendingCollective> sending =
+      start_send_of(type, send, count, next, kRingShiftTag);
+  return std::make_unique<DeferredCompletion>([this, type, recv, count, previous, sending] {
+    recv_tagged_of(type, recv, count, previous, kRingShiftTag);
+    sending->wait();
+  });
 }
 
 }  // namespace strata

@@ -45,14 +45,6 @@ enum class LinkClass { intra_node, inter_node, inter_worker };
 // "intra_node" | "inter_node" | "inter_worker" (metrics keys).
 const char* link_class_name(LinkClass link);
 
-// A collective started and not yet complete (Communicator::start_all_gather_v). wait() completes
-// it; the buffers it was given must stay alive and untouched until then. Destroying it waits.
-class PendingCollective {
- public:
-  virtual ~PendingCollective() = default;
-  virtual void wait() = 0;
-};
-
 struct CommStats {
   // kind ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send")
   //   -> link class -> bytes sent by this rank
@@ -218,6 +210,12 @@ class Communicator : public Collectives {
                                                            std::size_t count, int peer,
                                                            int tag) = 0;
   virtual void recv_tagged_of(DataType type, void* data, std::size_t count, int peer, int tag) = 0;
+  // Collectives' ring step over this backend's point-to-point: start_send to the next member now,
+  // recv_tagged from the previous one at wait() (tag kRingShiftTag). A backend that can post its
+  // receive up front (MPI) overrides it so that the transfer runs under the caller's work.
+  std::unique_ptr<PendingCollective> start_ring_shift_of(DataType type, const void* send,
+                                                         void* recv, std::size_t count) override;
+  static constexpr int kRingShiftTag = kMaxMessageTag - 1;  // no pipeline message uses it
   virtual void send_recv_of(DataType type, const void* send_buf, std::size_t send_count, int dest,
                             void* recv_buf, std::size_t recv_count, int source) = 0;
 

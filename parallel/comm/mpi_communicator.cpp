@@ -388,6 +388,30 @@ void MpiCommunicator::recv_tagged_of(DataType type, void* data, std::size_t coun
   receive(type, data, count, peer, message_tag(tag));
 }
 
+namespace {
+class MpiPendingShift final : public PendingCollective {
+ public:
+  MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // receive, send
+  void wait() override { STRATA_MPI_CHECK(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE)); }
+  ~MpiPendingShift() override { MPI_Waitall(2, requests, MPI_STATUSES_IGNORE); }
+};
+}  // namespace
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_ring_shift_of(DataType type,
+                                                                        const void* send,
+                                                                        void* recv,
+                                                                        std::size_t count) {
+  const TimedCall timed(*this, "send");
+  const int next = (rank_ + 1) % size_, previous = (rank_ + size_ - 1) % size_;
+  auto pending = std::make_unique<MpiPendingShift>();
+  STRATA_MPI_CHECK(MPI_Irecv(recv, checked_count(count), mpi_type(type), previous,
+                             message_tag(kRingShiftTag), comm_, &pending->requests[0]));
+  STRATA_MPI_CHECK(MPI_Isend(send, checked_count(count), mpi_type(type), next,
+                             message_tag(kRingShiftTag), comm_, &pending->requests[1]));
+  count_send(next, bytes_of(type, count));
+  return pending;
+}
+
 void MpiCommunicator::send_recv_of(DataType type, const void* send_buf, std::size_t send_count,
                                    int dest, void* recv_buf, std::size_t recv_count, int source) {
   const TimedCall timed(*this, "send");

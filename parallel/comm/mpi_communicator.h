@@ -75,6 +75,10 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<PendingCollective> start_send_of(DataType type, const void* data,
                                                    std::size_t count, int peer, int tag) override;
   void recv_tagged_of(DataType type, void* data, std::size_t count, int peer, int tag) override;
+  // Both halves posted at once (MPI_Irecv, MPI_Isend), so the transfer can progress under the
+  // caller's work.
+  std::unique_ptr<PendingCollective> start_ring_shift_of(DataType type, const void* send,
+                                                         void* recv, std::size_t count) override;
   void recv_of(DataType type, void* data, std::size_t count, int peer) override;
   void send_recv_of(DataType type, const void* send_buf, std::size_t send_count, int dest,
                     void* recv_buf, std::size_t recv_count, int source) override;

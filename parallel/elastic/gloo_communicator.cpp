@@ -339,14 +339,6 @@ void GlooCommunicator::all_gather_v_of(DataType type, const void* in, void* out,
   count_ring("all_gather", ring_all_gather_v_bytes(counts, rank_, element));
 }
 
-namespace {
-// A collective that completed when it was started.
-class CompletedCollective final : public PendingCollective {
- public:
-  void wait() override {}
-};
-}  // namespace
-
 std::unique_ptr<PendingCollective> GlooCommunicator::start_all_gather_v_of(
     DataType type, const void* in, void* out, std::span<const std::size_t> counts) {
   // Between jobs nothing overlaps a gather (ZeRO-3 prefetches run inside a job): it runs now.

@@ -4,6 +4,7 @@ import importlib
 import sys
 
 BENCHMARKS = {
+    "attention": "bench.attention",
     "cpu": "bench.cpu",
     "diloco": "bench.diloco",
     "diloco_warm": "bench.diloco_warm",

@@ -8,8 +8,8 @@ import os
 import tempfile
 import unittest
 
-from bench import (diloco, explain, layouts, metrics, planner, precision, schedules, swarm,
-                   zero)
+from bench import (attention, diloco, explain, layouts, metrics, planner, precision, schedules,
+                   swarm, zero)
 
 BIN_DIR = os.environ.get("STRATA_BIN_DIR", "build/bin")
 
@@ -107,6 +107,18 @@ class Reports(unittest.TestCase):
         best = precision.best_runs(results)
         self.assertEqual(best[("fp32", "none")]["tokens_per_s"], 20)
         self.assertEqual(len(best), 2)
+
+    def test_attention_keeps_each_sides_fastest_round(self):
+        def line(t, forward, backward, scratch):
+            return {"seq_len": t, "forward_ms": forward, "backward_ms": backward,
+                    "forward_scratch_bytes": 1 << 20, "backward_scratch_bytes": scratch}
+        rows = [("build", line(1024, 10.0, 30.0, 1 << 20)),
+                ("build", line(1024, 9.0, 21.0, 1 << 20)),
+                ("baseline", line(1024, 10.0, 50.0, 16 << 20)),
+                ("baseline", line(1024, 12.0, 60.0, 16 << 20))]
+        last = attention.table(rows).splitlines()[-1]
+        self.assertEqual(last, "| 1024 | 9.0 | 21.0 | 2.00x | 1.00 MiB | 1.00 MiB | 10.0 | 50.0 |"
+                               " 16.00 MiB |")
 
     def test_planner_takes_the_median_round(self):
         def run(layout, measured, choice=False):

@@ -6,6 +6,7 @@
 #include <barrier>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <thread>
 #include <vector>
@@ -91,6 +92,16 @@ class ThreadRank final : public Collectives {
       to += bytes;
     }
     group_.sync_.arrive_and_wait();
+  }
+  // Completed at once: the previous rank's buffer copied once every rank has published its own.
+  std::unique_ptr<PendingCollective> start_ring_shift_of(DataType type, const void* send,
+                                                         void* recv, std::size_t count) override {
+    group_.published_[rank_] = send;
+    group_.sync_.arrive_and_wait();
+    const int previous = (rank_ + size() - 1) % size();
+    if (count > 0) std::memcpy(recv, group_.published_[previous], count * size_of(type));
+    group_.sync_.arrive_and_wait();
+    return std::make_unique<CompletedCollective>();
   }
   // out (size·bytes) = every rank's `in` (bytes), in rank order.
   void gather(const void* in, void* out, std::size_t bytes) {

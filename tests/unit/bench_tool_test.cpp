@@ -190,8 +190,8 @@ TEST_F(BenchTool, CheckpointWritesVerifiesAndRemovesAFormat4File) {
 }
 
 TEST_F(BenchTool, AttentionOnTheCpuReportsTimesAndScratch) {
-  const auto result = bench(
-      "attention --device cpu --batch 2 --seq-len 96 --heads 2 --head-size 16 --repeats 1");
+  const auto result =
+      bench("attention --device cpu --batch 2 --seq-len 96 --heads 2 --head-size 16 --repeats 1");
   expect_one_json_line(result);
   const std::string& line = result.output;
   EXPECT_EQ(json_value(line, "device"), "cpu");
