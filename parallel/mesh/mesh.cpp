@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <tuple>
 
 #include "model/core/error.h"
@@ -17,15 +18,22 @@ MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size) {
   if (request.gpus_per_node < 1)
     fail("'parallel.gpus_per_node' must be >= 1, got ", request.gpus_per_node);
   if (request.ep < 1) fail("'parallel.ep' must be >= 1, got ", request.ep);
+  if (request.cp < 1) fail("'parallel.cp' must be >= 1, got ", request.cp);
 
-  // 64-bit products: tp, pp and dp are each an int, their products need not be.
-  const std::int64_t model_parallel = std::int64_t{request.tp} * request.pp;
+  // 64-bit products: tp, cp, pp and dp are each an int, their products need not be. Messages name
+  // cp only where it is in use, so that layouts without it read as they always have.
+  const std::int64_t model_parallel = std::int64_t{request.tp} * request.cp * request.pp;
+  const std::string axes = request.cp == 1 ? "tp*pp" : "tp*cp*pp";
+  const std::string factors = std::to_string(request.tp) + "*" +
+                              (request.cp == 1 ? "" : std::to_string(request.cp) + "*") +
+                              std::to_string(request.pp);
   if (world_size % model_parallel != 0)
-    fail("world size ", world_size, " is not divisible by parallel.tp*parallel.pp (", request.tp,
-         "*", request.pp, "=", model_parallel, ")");
+    fail("world size ", world_size, " is not divisible by parallel.",
+         request.cp == 1 ? "tp*parallel.pp" : "tp*parallel.cp*parallel.pp", " (", factors, "=",
+         model_parallel, ")");
   const std::int64_t dp = request.dp == 0 ? world_size / model_parallel : request.dp;
   if (dp * model_parallel != world_size)
-    fail("'parallel.dp' (", dp, ") * tp*pp (", request.tp, "*", request.pp, "=", model_parallel,
+    fail("'parallel.dp' (", dp, ") * ", axes, " (", factors, "=", model_parallel,
          ") must equal the world size ", world_size, "; use dp: auto or launch ",
          dp * model_parallel, " ranks");
 
@@ -41,20 +49,22 @@ MeshShape resolve_mesh_shape(const MeshRequest& request, int world_size) {
   if (dp % request.ep != 0)
     fail("'parallel.ep' (", request.ep, ") must divide the data-parallel degree (dp ", dp,
          "): the experts are split over ep ranks of the data-parallel group");
-  return MeshShape{request.tp, request.pp, static_cast<int>(dp), request.ep};
+  return MeshShape{request.tp, request.pp, static_cast<int>(dp), request.ep, request.cp};
 }
 
-int Mesh::world_rank_of(const MeshShape& shape, int tp_rank, int dp_rank, int pp_rank) {
+int Mesh::world_rank_of(const MeshShape& shape, int tp_rank, int dp_rank, int pp_rank,
+                        int cp_rank) {
   STRATA_CHECK(tp_rank >= 0 && tp_rank < shape.tp && dp_rank >= 0 && dp_rank < shape.dp &&
-                   pp_rank >= 0 && pp_rank < shape.pp,
+                   pp_rank >= 0 && pp_rank < shape.pp && cp_rank >= 0 && cp_rank < shape.cp,
                "mesh coordinates out of range");
-  return (pp_rank * shape.dp + dp_rank) * shape.tp + tp_rank;
+  return ((pp_rank * shape.dp + dp_rank) * shape.cp + cp_rank) * shape.tp + tp_rank;
 }
 
 MeshCoordinates Mesh::coordinates_of(const MeshShape& shape, int world_rank) {
   STRATA_CHECK(world_rank >= 0 && world_rank < shape.world_size(), "world rank out of range");
-  return MeshCoordinates{world_rank % shape.tp, world_rank / shape.tp % shape.dp,
-                         world_rank / (shape.tp * shape.dp)};
+  const int tp_cp = shape.tp * shape.cp;
+  return MeshCoordinates{world_rank % shape.tp, world_rank / tp_cp % shape.dp,
+                         world_rank / (tp_cp * shape.dp), world_rank / shape.tp % shape.cp};
 }
 
 Mesh::Mesh(int world_size, int world_rank, int tp, int pp, int dp, int gpus_per_node)
@@ -62,8 +72,9 @@ Mesh::Mesh(int world_size, int world_rank, int tp, int pp, int dp, int gpus_per_
            gpus_per_node) {}
 
 Mesh::Mesh(const MeshShape& shape, int world_rank, int gpus_per_node)
-    : shape_(resolve_mesh_shape(MeshRequest{shape.tp, shape.pp, shape.dp, gpus_per_node, shape.ep},
-                                shape.world_size())),
+    : shape_(resolve_mesh_shape(
+          MeshRequest{shape.tp, shape.pp, shape.dp, gpus_per_node, shape.ep, shape.cp},
+          shape.world_size())),
       world_rank_(world_rank),
       gpus_per_node_(gpus_per_node) {
   if (world_rank < 0 || world_rank >= shape_.world_size())
@@ -71,31 +82,36 @@ Mesh::Mesh(const MeshShape& shape, int world_rank, int gpus_per_node)
   coordinates_ = coordinates_of(shape_, world_rank);
   // Each group: the ranks that share the other coordinates (and, below, the node or local index).
   const auto at = [this](int r) { return coordinates_of(shape_, r); };
-  tp_group_ = members_sharing([&](int r) { return std::pair{at(r).dp, at(r).pp}; });
-  dp_group_ = members_sharing([&](int r) { return std::pair{at(r).tp, at(r).pp}; });
-  pp_group_ = members_sharing([&](int r) { return std::pair{at(r).tp, at(r).dp}; });
+  tp_group_ = members_sharing([&](int r) { return std::tuple{at(r).cp, at(r).dp, at(r).pp}; });
+  dp_group_ = members_sharing([&](int r) { return std::tuple{at(r).tp, at(r).cp, at(r).pp}; });
+  pp_group_ = members_sharing([&](int r) { return std::tuple{at(r).tp, at(r).cp, at(r).dp}; });
+  cp_group_ = members_sharing([&](int r) { return std::tuple{at(r).tp, at(r).dp, at(r).pp}; });
+  dp_cp_group_ = members_sharing([&](int r) { return std::pair{at(r).tp, at(r).pp}; });
   node_group_ = members_sharing([&](int r) { return node_of(r); });
   const int ep = shape_.ep;
-  ep_group_ = members_sharing([&](int r) { return std::tuple{at(r).tp, at(r).pp, at(r).dp / ep}; });
+  ep_group_ = members_sharing([&](int r) {
+    return std::tuple{at(r).tp, at(r).cp, at(r).pp, at(r).dp / ep};
+  });
   expert_dp_group_ = members_sharing([&](int r) {
-    return std::tuple{at(r).tp, at(r).pp, at(r).dp % ep};
+    return std::tuple{at(r).tp, at(r).cp, at(r).pp, at(r).dp % ep};
   });
   dp_intra_node_group_ = members_sharing([&](int r) {
-    return std::tuple{at(r).tp, at(r).pp, node_of(r)};
+    return std::tuple{at(r).tp, at(r).cp, at(r).pp, node_of(r)};
   });
   dp_inter_node_group_ = members_sharing([&](int r) {
-    return std::tuple{at(r).tp, at(r).pp, dp_local_index_of(r)};
+    return std::tuple{at(r).tp, at(r).cp, at(r).pp, dp_local_index_of(r)};
   });
 }
 
 std::pair<int, int> Mesh::dp_ranks_in_node_of(int world_rank) const {
   const MeshCoordinates c = coordinates_of(shape_, world_rank);
-  // The group's world ranks are base + d·tp for dp ranks d; 64-bit, as gpus_per_node is any int.
-  const std::int64_t base = world_rank_of(c.tp, 0, c.pp);
+  // The group's world ranks are base + d·tp·cp for dp ranks d; 64-bit, as gpus_per_node is any
+  // int.
+  const std::int64_t base = world_rank_of(c.tp, 0, c.pp, c.cp);
+  const std::int64_t stride = std::int64_t{shape_.tp} * shape_.cp;
   const auto first_at_or_after = [&](std::int64_t rank) {
     if (rank <= base) return 0;
-    return static_cast<int>(
-        std::min<std::int64_t>(shape_.dp, (rank - base + shape_.tp - 1) / shape_.tp));
+    return static_cast<int>(std::min<std::int64_t>(shape_.dp, (rank - base + stride - 1) / stride));
   };
   const std::int64_t node_begin = std::int64_t{node_of(world_rank)} * gpus_per_node_;
   return {first_at_or_after(node_begin), first_at_or_after(node_begin + gpus_per_node_)};

@@ -1,9 +1,12 @@
-// The process mesh of 3D parallelism (docs/ARCHITECTURE.md §2): every world rank is one cell of a
-// tp × dp × pp grid, and each parallel group is a slice of that grid.
+// The process mesh of 4D parallelism (docs/ARCHITECTURE.md §2): every world rank is one cell of a
+// tp × cp × dp × pp grid, and each parallel group is a slice of that grid.
 //
-// Rank order (contract): rank = ((pp_rank·DP + dp_rank)·TP + tp_rank). TP varies fastest, so a
-// tensor-parallel group is TP consecutive world ranks; with TP dividing gpus_per_node it lies
-// inside one node, where its per-layer traffic belongs. DP comes next, PP slowest.
+// Rank order (contract): rank = (((pp_rank·DP + dp_rank)·CP + cp_rank)·TP + tp_rank). TP varies
+// fastest, so a tensor-parallel group is TP consecutive world ranks; with TP dividing
+// gpus_per_node it lies inside one node, where its per-layer traffic belongs. CP (context
+// parallelism: each rank holds chunks of every sequence, model/context_attention.h) comes next,
+// Megatron's order, so that its per-layer K/V traffic stays near; CP = 1 leaves every other order
+// as it was. Then DP, PP slowest.
 //
 // Nodes are blocks of gpus_per_node consecutive world ranks (the last one may be partial), so a
 // multi-node layout can be simulated on one machine by setting parallel.gpus_per_node.
@@ -22,15 +25,16 @@
 
 namespace strata {
 
-// A resolved layout: tp·pp·dp is the world size. ep (expert parallelism) divides dp: the dp
+// A resolved layout: tp·cp·pp·dp is the world size. ep (expert parallelism) divides dp: the dp
 // group is dp/ep expert-parallel groups of ep consecutive dp ranks.
 struct MeshShape {
   int tp = 1;
   int pp = 1;
   int dp = 1;
   int ep = 1;
+  int cp = 1;
 
-  int world_size() const { return tp * pp * dp; }
+  int world_size() const { return tp * cp * pp * dp; }
   bool operator==(const MeshShape&) const = default;
 };
 
@@ -39,23 +43,25 @@ struct MeshCoordinates {
   int tp = 0;
   int dp = 0;
   int pp = 0;
+  int cp = 0;
 
   bool operator==(const MeshCoordinates&) const = default;
 };
 
-// A layout as asked for (the parallel.* keys): dp == 0 means auto, world / (tp·pp).
+// A layout as asked for (the parallel.* keys): dp == 0 means auto, world / (tp·cp·pp).
 struct MeshRequest {
   int tp = 1;
   int pp = 1;
   int dp = 0;
   int gpus_per_node = 8;
   int ep = 1;
+  int cp = 1;
 };
 
 // Resolves dp and checks the layout against the world; a layout that cannot run is a
 // strata::Error naming the parallel.* key and the reason:
-//   - tp, pp >= 1, dp >= 0 (0 = auto), gpus_per_node >= 1, world_size >= 1;
-//   - tp·pp divides the world, and an explicit dp makes tp·pp·dp equal to it;
+//   - tp, cp, pp >= 1, dp >= 0 (0 = auto), gpus_per_node >= 1, world_size >= 1;
+//   - tp·cp·pp divides the world, and an explicit dp makes tp·cp·pp·dp equal to it;
 //   - ep >= 1 divides dp;
 //   - once the world spans several nodes (world > gpus_per_node), tp divides gpus_per_node, so
 //     that no tensor-parallel group crosses a node boundary. A single partially used node accepts
@@ -72,10 +78,11 @@ class Mesh {
   Mesh(const MeshShape& shape, int world_rank, int gpus_per_node);
 
   // The grid mapping, both ways, for any rank of a mesh of this shape.
-  static int world_rank_of(const MeshShape& shape, int tp_rank, int dp_rank, int pp_rank);
+  static int world_rank_of(const MeshShape& shape, int tp_rank, int dp_rank, int pp_rank,
+                           int cp_rank = 0);
   static MeshCoordinates coordinates_of(const MeshShape& shape, int world_rank);
-  int world_rank_of(int tp_rank, int dp_rank, int pp_rank) const {
-    return world_rank_of(shape_, tp_rank, dp_rank, pp_rank);
+  int world_rank_of(int tp_rank, int dp_rank, int pp_rank, int cp_rank = 0) const {
+    return world_rank_of(shape_, tp_rank, dp_rank, pp_rank, cp_rank);
   }
 
   const MeshShape& shape() const { return shape_; }
@@ -86,9 +93,11 @@ class Mesh {
   int tp_size() const { return shape_.tp; }
   int dp_size() const { return shape_.dp; }
   int pp_size() const { return shape_.pp; }
+  int cp_size() const { return shape_.cp; }
   int tp_rank() const { return coordinates_.tp; }
   int dp_rank() const { return coordinates_.dp; }
   int pp_rank() const { return coordinates_.pp; }
+  int cp_rank() const { return coordinates_.cp; }
   const MeshCoordinates& coordinates() const { return coordinates_; }
   bool pp_is_first_stage() const { return coordinates_.pp == 0; }
   bool pp_is_last_stage() const { return coordinates_.pp == shape_.pp - 1; }
@@ -108,10 +117,16 @@ class Mesh {
 
   // The world ranks of this rank's groups, in group-rank order (a member's index is its rank in
   // the group's communicator):
-  const std::vector<int>& tp_group() const { return tp_group_; }      // same dp, pp; by tp_rank
-  const std::vector<int>& dp_group() const { return dp_group_; }      // same tp, pp; by dp_rank
-  const std::vector<int>& pp_group() const { return pp_group_; }      // same tp, dp; by stage
+  const std::vector<int>& tp_group() const { return tp_group_; }      // same cp, dp, pp; by tp_rank
+  const std::vector<int>& dp_group() const { return dp_group_; }      // same tp, cp, pp; by dp_rank
+  const std::vector<int>& pp_group() const { return pp_group_; }      // same tp, cp, dp; by stage
+  const std::vector<int>& cp_group() const { return cp_group_; }      // same tp, dp, pp; by cp_rank
   const std::vector<int>& node_group() const { return node_group_; }  // this node, ascending
+  // The ranks that hold replicas of the same weights (same tp, pp): the dp group with every cp
+  // rank of each, by dp_rank·CP + cp_rank. Gradients are reduced, and ZeRO shards, over it, as
+  // Megatron does; the dp group alone says which sequences a rank reads. With cp 1 it is the dp
+  // group.
+  const std::vector<int>& dp_cp_group() const { return dp_cp_group_; }
   // Expert parallelism splits the dp group in two directions (ep consecutive dp ranks hold the
   // experts between them; the ranks holding the same experts are one every ep):
   //   ep_group:         the dp ranks [⌊d/ep⌋·ep, ⌊d/ep⌋·ep + ep) of this rank's dp group (the
@@ -153,7 +168,8 @@ class Mesh {
   int world_rank_ = 0;
   int gpus_per_node_ = 1;
   MeshCoordinates coordinates_;
-  std::vector<int> tp_group_, dp_group_, pp_group_, node_group_, ep_group_, expert_dp_group_;
+  std::vector<int> tp_group_, dp_group_, pp_group_, cp_group_, dp_cp_group_, node_group_;
+  std::vector<int> ep_group_, expert_dp_group_;
   std::vector<int> dp_intra_node_group_, dp_inter_node_group_;
 };
 

@@ -78,6 +78,13 @@ ProcessGroups::ProcessGroups(const Mesh& mesh, MpiCommunicator& job, int diloco_
     ep_ = &add("ep", mesh.ep_group());
     expert_dp_ = &add("expert_dp", mesh.expert_dp_group());
   }
+  // Context parallelism's group and the replicas' group over dp and cp, only with cp > 1 (every
+  // rank alike); with cp 1 the replicas' group is dp.
+  dp_cp_ = dp_;
+  if (mesh.cp_size() > 1) {
+    cp_ = &add("cp", mesh.cp_group());
+    dp_cp_ = &add("dp_cp", mesh.dp_cp_group());
+  }
 }
 
 Communicator& ProcessGroups::outer() const { return diloco_group(outer_, "outer"); }
@@ -91,11 +98,11 @@ Communicator& ProcessGroups::outer_metrics() const {
 }
 
 ReductionGroups ProcessGroups::reductions() const {
-  return ReductionGroups{tp_, dp_, pp_, ep_, expert_dp_ != nullptr ? expert_dp_ : dp_};
+  return ReductionGroups{tp_, dp_cp_, pp_, ep_, expert_dp_ != nullptr ? expert_dp_ : dp_cp_};
 }
 
 ShardingGroups ProcessGroups::sharding() const {
-  return ShardingGroups{expert_dp_ != nullptr ? expert_dp_ : dp_,
+  return ShardingGroups{expert_dp_ != nullptr ? expert_dp_ : dp_cp_,
                         NodeGroups{dp_intra_node_, dp_inter_node_}, ep_};
 }
 

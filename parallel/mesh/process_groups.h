@@ -2,7 +2,7 @@
 // groups are built. The job is a grid of ranks, every group a slice of it by axis:
 //
 //   job rank  = worker · (job size / workers) + mesh rank
-//   mesh rank = (pp_rank · dp + dp_rank) · tp + tp_rank
+//   mesh rank = ((pp_rank · dp + dp_rank) · cp + cp_rank) · tp + tp_rank
 //
 // The DiLoCo worker axis is outermost (a run without DiLoCo is one worker), so a worker is a
 // contiguous block of ranks; inside it the Mesh (parallel/mesh/mesh.h) places tp, dp and pp.
@@ -16,7 +16,8 @@
 //                 (the ranks of this rank's node), and the two node-wise factors of dp that
 //                 hierarchical schemes (ZeRO++ hpZ, a two-level all-reduce) use: dp_intra_node
 //                 and dp_inter_node (mesh.h says what they are, and when they factor dp), and
-//                 with expert parallelism (ep > 1) ep and expert_dp (mesh.h); split
+//                 with expert parallelism (ep > 1) ep and expert_dp, with context parallelism
+//                 (cp > 1) cp and dp_cp, the replicas of the same weights (mesh.h); split
 //                 from world, group rank i being the i-th rank of the matching Mesh group, so
 //                 tp().rank() == mesh.tp_rank() and so on.
 // Further groups are added by name from any partition of world (add(): every rank passes its own
@@ -76,6 +77,11 @@ class ProcessGroups {
   // weights are reduced over dp like every other).
   Communicator* ep() const { return ep_; }
   Communicator* expert_dp() const { return expert_dp_; }
+  // Context parallelism's group (null with cp 1: every rank holds whole sequences), and the
+  // replicas' group over dp and cp, which a reduction plan's dp axis and ZeRO run over (the dp
+  // group itself when cp is 1).
+  Communicator* cp() const { return cp_; }
+  Communicator& dp_cp() const { return *dp_cp_; }
 
   // The worker axis: the number of workers (1 without DiLoCo) and this rank's worker index.
   int workers() const { return workers_; }
@@ -87,7 +93,8 @@ class ProcessGroups {
   Communicator& outer_metrics() const;
 
   // The slices that other modules take, so that none assembles groups by hand: a reduction
-  // plan's axes (tp, dp, pp) and ZeRO's (dp, with its node-wise factors).
+  // plan's axes (tp, dp, pp; its dp axis is dp_cp) and ZeRO's (dp_cp, with dp's node-wise
+  // factors: ZeRO++'s hierarchical schemes take cp 1).
   ReductionGroups reductions() const;
   ShardingGroups sharding() const;
 
@@ -122,6 +129,7 @@ class ProcessGroups {
   Communicator *tp_ = nullptr, *dp_ = nullptr, *pp_ = nullptr, *node_ = nullptr;
   Communicator *dp_intra_node_ = nullptr, *dp_inter_node_ = nullptr;
   Communicator *ep_ = nullptr, *expert_dp_ = nullptr;
+  Communicator *cp_ = nullptr, *dp_cp_ = nullptr;
 };
 
 }  // namespace strata

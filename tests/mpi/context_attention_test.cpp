@@ -1,5 +1,7 @@
 // Context parallelism's attention (model/context_attention.h), run inside mpirun (2 and 4 ranks,
-// the world one context-parallel group): every rank holds chunks r and 2·cp − 1 − r of each
+// the mesh's cp group the whole world, and at 4 ranks also cp 2 × dp 2, each data-parallel
+// replica a cp group of its own; parallel/mesh/process_groups.h): every rank holds chunks r and
+// 2·cp − 1 − r of each
 // sequence and runs ContextAttention over the CPU's ops, ring and all_gather; its rows of the
 // output, the lse and dqkv equal the whole sequence's attention on one rank (attention_forward and
 // attention_backward of the same ops) within the chunked kernel's bound, the two ways of moving
@@ -22,6 +24,9 @@
 #include "model/context_attention.h"
 #include "model/ops/cpu_ops.h"
 #include "parallel/comm/mpi_communicator.h"
+#include "parallel/mesh/host_reduction.h"
+#include "parallel/mesh/mesh.h"
+#include "parallel/mesh/process_groups.h"
 
 namespace strata {
 namespace {
@@ -89,15 +94,26 @@ struct Result {
   std::vector<float> out, lse, dqkv;
 };
 
-TEST(ContextAttention, RingAndAllGatherMatchTheWholeSequenceAndCountTheirBytes) {
-  MpiCommunicator world(MPI_COMM_WORLD, 8);
+// The mesh's cp group (parallel/mesh/process_groups.h) of a world of cp·dp ranks: every dp
+// replica attends its own sequences.
+void expect_context_attention_matches(int cp) {
+  MpiCommunicator job(MPI_COMM_WORLD, 8);
+  ASSERT_EQ(job.size() % cp, 0);
+  const MeshShape shape{1, 1, job.size() / cp, 1, cp};
+  const ProcessGroups groups(Mesh(shape, job.rank(), 8), job);
+  ASSERT_NE(groups.cp(), nullptr);
+  Communicator& world = *groups.cp();
+  EXPECT_EQ(groups.dp_cp().size(), job.size());
+  EXPECT_EQ(groups.reductions().dp, &groups.dp_cp());
   Case c;
   c.cp = world.size();
   const int rank = world.rank();
+  EXPECT_EQ(rank, groups.mesh().cp_rank());
   const long C = c.h.C(), C3 = c.h.C3();
   const std::size_t rows = static_cast<std::size_t>(c.B) * c.T();
-  const std::vector<float> qkv = random_values(rows * C3, 31);
-  const std::vector<float> dout = random_values(rows * C, 32);
+  const int replica = groups.mesh().dp_rank();
+  const std::vector<float> qkv = random_values(rows * C3, 31 + 2 * replica);
+  const std::vector<float> dout = random_values(rows * C, 32 + 2 * replica);
 
   // The whole sequences on this rank alone.
   Ops ops(cpu::ComputeDtype::fp32);
@@ -149,6 +165,17 @@ TEST(ContextAttention, RingAndAllGatherMatchTheWholeSequenceAndCountTheirBytes) 
                            results[0].dqkv.begin() + row * C3 + C,
                            results[1].dqkv.begin() + row * C3))
         << row;
+}
+
+TEST(ContextAttention, RingAndAllGatherMatchTheWholeSequenceAndCountTheirBytes) {
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  expect_context_attention_matches(ranks);
+}
+
+// cp 2, the rest of the world data-parallel replicas, each with its cp group (at 4 ranks, two).
+TEST(ContextAttention, EachDataParallelReplicaHasItsOwnGroup) {
+  expect_context_attention_matches(2);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The process mesh (docs/ARCHITECTURE.md §2): the rank order TP fastest, then DP, then PP; groups
+// The process mesh (docs/ARCHITECTURE.md §2): the rank order TP fastest, then CP, DP, PP; groups
 // that partition the world with TP groups inside a node; the node-wise factors of the dp group,
 // even and uneven; every layout that cannot run rejected before any work with its reason; and the
 // split of layers into pipeline stages.
@@ -51,6 +51,47 @@ TEST(Mesh, CoordinatesAndGroupsOfTwoByTwoByTwo) {
   EXPECT_TRUE(two.pp_is_first_stage());
   EXPECT_EQ(Mesh::world_rank_of(MeshShape{2, 2, 2}, 1, 1, 1), 7);
   EXPECT_EQ(two.world_rank_of(1, 0, 1), 5);
+}
+
+TEST(Mesh, ContextParallelismSitsBetweenTensorAndDataParallelism) {
+  // rank = (((pp·DP + dp)·CP + cp)·TP + tp) with TP = CP = DP = 2, PP = 1: bits (dp, cp, tp).
+  const MeshShape shape{2, 1, 2, 1, 2};
+  for (int rank = 0; rank < 8; ++rank) {
+    const Mesh mesh(shape, rank, 4);
+    EXPECT_EQ(mesh.coordinates(), (MeshCoordinates{rank & 1, rank >> 2, 0, (rank >> 1) & 1}));
+    EXPECT_EQ(mesh.world_rank_of(mesh.tp_rank(), mesh.dp_rank(), mesh.pp_rank(), mesh.cp_rank()),
+              rank);
+  }
+  const Mesh five(shape, 5, 4);  // tp 1, cp 0, dp 1
+  EXPECT_EQ(five.cp_size(), 2);
+  EXPECT_EQ(five.tp_group(), (Group{4, 5}));
+  EXPECT_EQ(five.cp_group(), (Group{5, 7}));
+  EXPECT_EQ(five.dp_group(), (Group{1, 5}));
+  EXPECT_EQ(five.dp_cp_group(), (Group{1, 3, 5, 7}));  // by dp·CP + cp
+  EXPECT_EQ(five.pp_group(), (Group{5}));
+  // dp's node-wise factors step over the cp ranks: nodes {0..3} and {4..7} each hold one of dp
+  // group {1, 5}.
+  EXPECT_EQ(five.dp_intra_node_group(), (Group{5}));
+  EXPECT_EQ(five.dp_inter_node_group(), (Group{1, 5}));
+  EXPECT_TRUE(five.dp_factors_evenly());
+  // With cp 1 the replicas' group is the dp group.
+  const Mesh plain(MeshShape{2, 1, 4}, 5, 4);
+  EXPECT_EQ(plain.dp_cp_group(), plain.dp_group());
+  EXPECT_EQ(plain.cp_group(), (Group{5}));
+
+  EXPECT_CONTAINS(error_of([] {
+                    resolve_mesh_shape(MeshRequest{2, 1, 0, 8, 1, 0}, 8);
+                  }),
+                  "'parallel.cp' must be >= 1");
+  EXPECT_CONTAINS(error_of([] {
+                    resolve_mesh_shape(MeshRequest{2, 1, 0, 8, 1, 2}, 6);
+                  }),
+                  "not divisible by parallel.tp*parallel.cp*parallel.pp (2*2*1=4)");
+  EXPECT_CONTAINS(error_of([] {
+                    resolve_mesh_shape(MeshRequest{2, 1, 3, 8, 1, 2}, 8);
+                  }),
+                  "'parallel.dp' (3) * tp*cp*pp (2*2*1=4) must equal the world size 8");
+  EXPECT_EQ(resolve_mesh_shape(MeshRequest{2, 1, 0, 8, 1, 2}, 8), (MeshShape{2, 1, 2, 1, 2}));
 }
 
 TEST(Mesh, ExpertParallelGroupsSplitTheDataParallelGroupBothWays) {
