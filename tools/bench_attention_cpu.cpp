@@ -56,8 +56,8 @@ void bench_attention_cpu(int B, int T_, int NH, int hs, cpu::ComputeDtype probs,
   const std::size_t forward_scratch = scratch.capacity() * sizeof(float);
   scratch = {};
   const double backward_ms = median_ms(repeats, [&] {
-    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T_,
-                            C, NH, NH, probs, scratch);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T_, C,
+                            NH, NH, probs, scratch);
   });
   const std::size_t backward_scratch = scratch.capacity() * sizeof(float);
 

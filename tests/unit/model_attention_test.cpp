@@ -141,8 +141,8 @@ TYPED_TEST(CpuAttention, GroupedHeadsMatchRepeatedKeyValueHeads) {
     for (const ComputeDtype probs : {ComputeDtype::fp32, ComputeDtype::bf16}) {
       SCOPED_TRACE(compute_dtype_name(probs));
       std::vector<T> dqkv(s.rows() * s.C3()), full_dqkv(s.rows() * 3 * C);
-      attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
-                         C, s.NH, s.KV, probs, scratch);
+      attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, C,
+                         s.NH, s.KV, probs, scratch);
       attention_backward(full_dqkv.data(), dout.data(), full.data(), expected_out.data(),
                          expected_lse.data(), s.B, s.T, C, s.NH, s.NH, probs, scratch);
       const auto expected = sum_kv_groups(full_dqkv, s);
