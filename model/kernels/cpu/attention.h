@@ -43,7 +43,10 @@ struct AttentionRows {
   long row_stride = 0;
   long batch_stride = 0;
   T* row(int b, int t) const { return data + b * batch_stride + t * row_stride; }
-  operator AttentionRows<const T>() const requires(!std::is_const_v<T>) {
+  // To the read-only view (a template, so that the read-only type itself declares no conversion
+  // to itself).
+  template <class U = T>
+  requires(!std::is_const_v<U>) operator AttentionRows<const U>() const {
     return {data, row_stride, batch_stride};
   }
 };
@@ -55,7 +58,8 @@ struct AttentionStats {
   long head_stride = 0;
   long batch_stride = 0;
   T* head(int b, int h) const { return data + b * batch_stride + h * head_stride; }
-  operator AttentionStats<const T>() const requires(!std::is_const_v<T>) {
+  template <class U = T>
+  requires(!std::is_const_v<U>) operator AttentionStats<const U>() const {
     return {data, head_stride, batch_stride};
   }
 };
