@@ -12,8 +12,10 @@
 // ways (parallel.cp_comm):
 //   ring        each member passes the block it holds to the next member and attends to it while
 //               the next one arrives (Collectives::start_ring_shift), cp − 1 steps; the backward
-//               pass sends the K/V blocks around again (cp − 1 steps) with their dK/dV gradients
-//               one step behind (cp steps: the last one brings each member's gradients home).
+//               pass sends the K/V blocks around again the same way (cp − 1 steps), and after
+//               each step the dK/dV of the block just attended follow it to the next member (cp
+//               hops, not overlapped with the attention: the last brings each member's gradients
+//               home).
 //   all_gather  the blocks are gathered at once (forward and again in the backward pass), and the
 //               gradients of every block are reduce-scattered to their owners.
 // Both visit the blocks in the same order (the member's own, then those of members r − 1, r − 2,
@@ -52,7 +54,7 @@ inline std::uint64_t context_attention_bytes(ContextComm comm, bool backward, in
                                              int T_local, int KV, int hs, std::size_t value_bytes) {
   const std::uint64_t block = static_cast<std::uint64_t>(B) * T_local * 2 * KV * hs * value_bytes;
   const std::uint64_t steps = static_cast<std::uint64_t>(cp - 1);
-  if (!backward) return steps * block;
+  if (!backward || cp == 1) return steps * block;
   return comm == ContextComm::ring ? (2 * steps + 1) * block : 2 * steps * block;
 }
 
@@ -224,12 +226,14 @@ class ContextAttention {
       if (step + 1 < s.cp) next = group_.start_ring_shift(current, incoming, s.block);
       body(owner, current);
       if (next) next->wait();
-      if (s.backward) {  // this block's gradients, complete here, on to the member after
+      if (s.cp == 1) break;  // nothing travels: the block and its gradients are this member's
+      if (s.backward) {      // this block's gradients, complete here, on to the member after
         group_.start_ring_shift(current + s.block, incoming + s.block, s.block)->wait();
       }
       std::swap(current, incoming);
     }
-    if (s.backward && current != blocks) ops_.copy(blocks, current, travelling);
+    // The backward's own gradients, arrived in whichever buffer was incoming last.
+    if (s.backward && current != blocks) ops_.copy(blocks + s.block, current + s.block, s.block);
   }
 
   // A query chunk of this member against a key chunk `offset` rows before it.
@@ -263,12 +267,14 @@ class ContextAttention {
                                    : (backward ? 2 * s.cp + 1 : s.cp) * s.block;
     const std::size_t outputs = static_cast<std::size_t>(s.B) * s.T_local * s.h.C();
     const std::size_t stats = static_cast<std::size_t>(s.B) * s.h.NH * s.T_local;
-    const std::size_t bytes = (blocks + outputs) * sizeof(Value) + 2 * stats * sizeof(Stat);
+    // The statistics start at a multiple of 256 bytes (Value and Stat may differ in size).
+    const std::size_t values = ((blocks + outputs) * sizeof(Value) + 255) / 256 * 256;
+    const std::size_t bytes = values + 2 * stats * sizeof(Stat);
     if (memory_.size() < bytes) memory_ = typename Ops::Reservation(bytes);
     char* at = memory_.get();
     Value* block_memory = reinterpret_cast<Value*>(at);
     parts_ = block_memory + blocks;
-    part_lse_ = reinterpret_cast<Stat*>(parts_ + outputs);
+    part_lse_ = reinterpret_cast<Stat*>(at + values);
     delta_ = part_lse_ + stats;
     return block_memory;
   }

@@ -167,6 +167,35 @@ void expect_context_attention_matches(int cp) {
         << row;
 }
 
+// One member (a group of itself): both variants are the whole sequence's attention, in two
+// chunks, with nothing sent.
+TEST(ContextAttention, OneMemberAttendsItsTwoChunksAlone) {
+  Case c;
+  const long C = c.h.C(), C3 = c.h.C3();
+  const std::size_t rows = static_cast<std::size_t>(c.B) * c.T();
+  const std::vector<float> qkv = random_values(rows * C3, 41);
+  const std::vector<float> dout = random_values(rows * C, 42);
+  Ops ops(cpu::ComputeDtype::fp32);
+  std::vector<float> out(rows * C), lse(rows * c.h.NH), dqkv(rows * C3);
+  ops.attention_forward(out.data(), lse.data(), qkv.data(), c.B, c.T(), static_cast<int>(C), c.h.NH,
+                        c.h.KV);
+  ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), c.B, c.T(),
+                         static_cast<int>(C), c.h.NH, c.h.KV);
+  SingleRank alone;
+  for (const ContextComm comm : {ContextComm::ring, ContextComm::all_gather}) {
+    SCOPED_TRACE(kContextCommChoices.word(comm));
+    ContextAttention<Ops> attention(ops, alone, comm);
+    std::vector<float> my_out(out.size()), my_lse(lse.size()), my_dqkv(dqkv.size());
+    attention.forward(my_out.data(), my_lse.data(), qkv.data(), c.B, c.T(), c.h);
+    attention.backward(my_dqkv.data(), dout.data(), qkv.data(), my_out.data(), my_lse.data(), c.B,
+                       c.T(), c.h);
+    EXPECT_LT(relative_error(my_out, out), 4e-6);
+    EXPECT_LT(relative_error(my_lse, lse), 4e-6);
+    EXPECT_LT(relative_error(my_dqkv, dqkv), 4e-6);
+    EXPECT_EQ(context_attention_bytes(comm, true, 1, c.B, c.T(), c.h.KV, c.h.hs, 4), 0u);
+  }
+}
+
 TEST(ContextAttention, RingAndAllGatherMatchTheWholeSequenceAndCountTheirBytes) {
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);

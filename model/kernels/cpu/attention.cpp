@@ -143,6 +143,7 @@ void attention_chunk_forward(AttentionRows<T> out, AttentionStats<T> lse, Attent
                              AttentionRows<const T> k, AttentionRows<const T> v,
                              const AttentionChunk& c, std::vector<T>& scratch) {
   check_heads(c);
+  STRATA_CHECK(v.row_stride == k.row_stride, "attention: k and v share a row stride");
   const int group = c.NH / c.KV;
   const T scale = T(1) / std::sqrt(T(c.hs));
   const int threads = omp_get_max_threads();
@@ -241,8 +242,9 @@ void chunk_backward(AttentionRows<T> dq, AttentionRows<T> dk, AttentionRows<T> d
       T* dqh = head_rows(dq, b, h, c.hs);
       const T* lse_rows = lse.head(b, h);
       const T* delta_rows = delta.head(b, h);
-      for (int r0 = 0; r0 < c.Tq; r0 += kQueryBlock) {
-        const int rows = std::min(kQueryBlock, c.Tq - r0);
+      // r0 is a long so that r0 times a row stride is computed in 64 bits.
+      for (long r0 = 0; r0 < c.Tq; r0 += kQueryBlock) {
+        const int rows = static_cast<int>(std::min<long>(kQueryBlock, c.Tq - r0));
         const long key_end = visible_keys(c, r0 + rows - 1);
         for (long c0 = 0; c0 < key_end; c0 += kKeyBlock) {
           const int cols = static_cast<int>(std::min<long>(kKeyBlock, key_end - c0));

@@ -14,8 +14,9 @@
 // the output and each row's log-sum-exp (lse); the backward pass recomputes each tile's
 // probabilities as exp(score − lse), so it needs the forward's lse and output (for the row terms
 // D = rowsum(dout ⊙ out)), as the CUDA kernels do (model/kernels/cuda/attention.h). Tiles wholly
-// above the causal diagonal are skipped. A thread's scratch is two tiles, whatever T: long
-// sequences fit in memory (before, the backward pass held two (T, T) matrices per thread).
+// above the causal diagonal are skipped. A thread's scratch is one tile in the forward pass and
+// two in the backward, whatever T: long sequences fit in memory (before, the backward pass held
+// two (T, T) matrices per thread).
 //
 // Chunks. Every pass is defined on a chunk pair: Tq query rows against Tk key/value rows in any
 // strided tensors, query row t seeing key s iff s ≤ t + causal_offset (the query chunk's first
