@@ -94,6 +94,20 @@ struct Result {
   std::vector<float> out, lse, dqkv;
 };
 
+// The whole sequences' attention on this rank alone.
+Result whole_attention(Ops& ops, const Case& c, const std::vector<float>& qkv,
+                       const std::vector<float>& dout) {
+  const long C = c.h.C(), C3 = c.h.C3();
+  const std::size_t rows = static_cast<std::size_t>(c.B) * c.T();
+  Result r{std::vector<float>(rows * C), std::vector<float>(rows * c.h.NH),
+           std::vector<float>(rows * C3)};
+  ops.attention_forward(r.out.data(), r.lse.data(), qkv.data(), c.B, c.T(), static_cast<int>(C),
+                        c.h.NH, c.h.KV);
+  ops.attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), c.B,
+                         c.T(), static_cast<int>(C), c.h.NH, c.h.KV);
+  return r;
+}
+
 // The mesh's cp group (parallel/mesh/process_groups.h) of a world of cp·dp ranks: every dp
 // replica attends its own sequences.
 void expect_context_attention_matches(int cp) {
@@ -115,16 +129,11 @@ void expect_context_attention_matches(int cp) {
   const std::vector<float> qkv = random_values(rows * C3, 31 + 2 * replica);
   const std::vector<float> dout = random_values(rows * C, 32 + 2 * replica);
 
-  // The whole sequences on this rank alone.
   Ops ops(cpu::ComputeDtype::fp32);
-  std::vector<float> out(rows * C), lse(rows * c.h.NH), dqkv(rows * C3);
-  ops.attention_forward(out.data(), lse.data(), qkv.data(), c.B, c.T(), static_cast<int>(C), c.h.NH,
-                        c.h.KV);
-  ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), c.B, c.T(),
-                         static_cast<int>(C), c.h.NH, c.h.KV);
-  const std::vector<float> expected_out = local_rows(out, c, rank, C);
-  const std::vector<float> expected_lse = local_stats(lse, c, rank);
-  const std::vector<float> expected_dqkv = local_rows(dqkv, c, rank, C3);
+  const Result whole = whole_attention(ops, c, qkv, dout);
+  const std::vector<float> expected_out = local_rows(whole.out, c, rank, C);
+  const std::vector<float> expected_lse = local_stats(whole.lse, c, rank);
+  const std::vector<float> expected_dqkv = local_rows(whole.dqkv, c, rank, C3);
 
   const std::vector<float> my_qkv = local_rows(qkv, c, rank, C3);
   const std::vector<float> my_dout = local_rows(dout, c, rank, C);
@@ -176,11 +185,8 @@ TEST(ContextAttention, OneMemberAttendsItsTwoChunksAlone) {
   const std::vector<float> qkv = random_values(rows * C3, 41);
   const std::vector<float> dout = random_values(rows * C, 42);
   Ops ops(cpu::ComputeDtype::fp32);
-  std::vector<float> out(rows * C), lse(rows * c.h.NH), dqkv(rows * C3);
-  ops.attention_forward(out.data(), lse.data(), qkv.data(), c.B, c.T(), static_cast<int>(C), c.h.NH,
-                        c.h.KV);
-  ops.attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), c.B, c.T(),
-                         static_cast<int>(C), c.h.NH, c.h.KV);
+  const Result whole = whole_attention(ops, c, qkv, dout);
+  const std::vector<float>&out = whole.out, &lse = whole.lse, &dqkv = whole.dqkv;
   SingleRank alone;
   for (const ContextComm comm : {ContextComm::ring, ContextComm::all_gather}) {
     SCOPED_TRACE(kContextCommChoices.word(comm));
