@@ -14,7 +14,7 @@
 //   dK, dV:  the kernel adds the group's products inside the GEMMs (beta = 1), the reference adds
 //            the per-head products afterwards in double: one more rounding per query head of the
 //            group, at most 4 here. float 1e-6 [8e-8, about 1.3 ulp], double 1e-14 [0].
-//   decode:  attention_forward_rows runs its own row blocks (from t0), so its P·V products sum
+//   decode:  attention_forward_rows runs its own query tiles (from t0), so its P·V products sum
 //            over other lengths: float 2e-6 [3e-7 oneDNN, 0 OpenBLAS], double 1e-14 [0].
 #include <gtest/gtest.h>
 
@@ -119,7 +119,7 @@ class CpuAttention : public ::testing::Test {
 using Types = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(CpuAttention, Types);
 
-// Two row blocks of 64 (kRowBlock) with a ragged end, two sequences, groups of 4, 2 and 1.
+// One query tile (of 128 rows) with a ragged end, two sequences, groups of 4, 2 and 1.
 TYPED_TEST(CpuAttention, GroupedHeadsMatchRepeatedKeyValueHeads) {
   using T = TypeParam;
   std::mt19937_64 rng(11);
