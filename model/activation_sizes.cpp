@@ -39,7 +39,9 @@ ActivationElements activation_elements(const GptShape& shape, const ModelPartiti
                                        int max_batch, Recompute recompute, bool split_backward) {
   const std::size_t tp = static_cast<std::size_t>(partition.tp_size);
   const bool sequence_parallel = partition.sequence_parallel && tp > 1;
-  const std::size_t N = static_cast<std::size_t>(max_batch) * shape.seq_len;
+  // This rank's rows of each sequence (context parallelism holds 1/cp of them).
+  const std::size_t N =
+      static_cast<std::size_t>(max_batch) * partition.context.local_length(shape.seq_len);
   const std::size_t C = shape.d_model, Cl = C / tp;
   const std::size_t QKVl = shape.qkv_width() / tp, Hl = shape.ffn_width() / tp;
   const std::size_t Fcl = shape.fc_width() / tp;  // the fc product: Hl, or SwiGLU's 2·Hl

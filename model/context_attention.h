@@ -37,16 +37,12 @@
 #include <memory>
 #include <utility>
 
-#include "model/core/choice.h"
 #include "model/core/collectives.h"
+#include "model/core/context_chunks.h"
 #include "model/core/error.h"
 #include "model/ops/ops.h"
 
 namespace strata {
-
-enum class ContextComm { ring, all_gather };
-inline constexpr Choices kContextCommChoices{std::array{
-    ChoiceWord{ContextComm::ring, "ring"}, ChoiceWord{ContextComm::all_gather, "all_gather"}}};
 
 // The bytes of the header's table for one attention call of one member; `backward` selects the
 // direction.

@@ -25,7 +25,8 @@ Gpt<T>::Gpt(const GptShape& shape, int max_batch, const GptOptions& options)
 // out from.
 template <class T>
 ModelPartition Gpt<T>::checked(const GptShape& shape, const ModelPartition& partition,
-                               Collectives* tp, int max_batch, int slots, Collectives* ep) {
+                               Collectives* tp, int max_batch, int slots, Collectives* ep,
+                               Collectives* cp) {
   STRATA_CHECK(max_batch > 0 && slots > 0 && shape.d_model % shape.n_head == 0);
   STRATA_CHECK(partition.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
   STRATA_CHECK(tp != nullptr || partition.tp_size == 1,
@@ -39,13 +40,22 @@ ModelPartition Gpt<T>::checked(const GptShape& shape, const ModelPartition& part
     STRATA_CHECK(ep == nullptr ? partition.ep_size == 1
                                : ep->size() == partition.ep_size && ep->rank() == partition.ep_rank,
                  "an expert-parallel partition needs its group");
+  const ContextChunks& context = partition.context;
+  if (context.split()) {
+    STRATA_CHECK(cp != nullptr && cp->size() == context.cp && cp->rank() == context.rank,
+                 "a context-parallel partition needs its group");
+    STRATA_CHECK(!shape.moe.enabled(),
+                 "context parallelism with experts: their capacity groups are whole sequences");
+    STRATA_CHECK(shape.seq_len % (2 * context.cp) == 0, "context parallelism of ", context.cp,
+                 " does not cut seq_len ", shape.seq_len, " into 2·cp equal chunks");
+  }
   return partition;
 }
 
 template <class T>
 Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives* tp, int max_batch,
-            int slots, const GptOptions& options, Collectives* ep)
-    : Passes(shape, checked(shape, partition, tp, max_batch, slots, ep),
+            int slots, const GptOptions& options, Collectives* ep, Collectives* cp)
+    : Passes(shape, checked(shape, partition, tp, max_batch, slots, ep, cp),
              {max_batch, slots, options.recompute, options.split_backward, true}),
       single_rank_(tp == nullptr ? std::make_unique<SingleRank>() : nullptr),
       tp_(tp == nullptr ? single_rank_.get() : tp),
@@ -55,6 +65,7 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
     moe_ = std::make_unique<MoeLayer<T>>(shape.expert_shape(), shape.moe, tp_, options.compute, ep);
     storage_.lay_out_moe(*moe_);
   }
+  if (partition.context.split()) this->attend_across(*cp, options.context_comm);
   this->find_block_offsets();
   // The planner's formula (model/activation_sizes.h) describes this storage exactly.
   const ActivationElements expected =

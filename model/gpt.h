@@ -63,6 +63,8 @@ struct GptOptions {
   // Each slot keeps what its weight gradients need between backward_input and backward_weight
   // (the zero-bubble pipeline schedules); without it only the fused backward runs.
   bool split_backward = false;
+  // How attention's K/V travel across a context-parallel group (parallel.cp_comm).
+  ContextComm context_comm = ContextComm::ring;
 };
 
 template <class T>
@@ -75,9 +77,14 @@ class Gpt : public GptPasses<Gpt<T>, CpuOps<T>, MoeLayer<T>> {
   Gpt(const GptShape& shape, int max_batch, const GptOptions& options = {});
   // `partition` of the model; `tp` is its tensor-parallel group (size partition.tp_size, not
   // owned; may be null when tp_size is 1). `slots`: micro-batches held at once. `ep`: the
-  // expert-parallel group (size partition.ep_size, not owned; may be null when it is 1).
+  // expert-parallel group (size partition.ep_size, not owned; may be null when it is 1). `cp`: the
+  // context-parallel group (partition.context: its size and this rank's place in it; not owned;
+  // may be null when its size is 1); the model then computes this rank's rows of each sequence,
+  // forward and backward taking B sequences of T_ = seq_len / cp rows (model/core/
+  // context_chunks.h), and the loss is the mean over those rows.
   Gpt(const GptShape& shape, const ModelPartition& partition, Collectives* tp, int max_batch,
-      int slots, const GptOptions& options = {}, Collectives* ep = nullptr);
+      int slots, const GptOptions& options = {}, Collectives* ep = nullptr,
+      Collectives* cp = nullptr);
   ~Gpt();
   Gpt(Gpt&&) noexcept;
   Gpt& operator=(Gpt&&) noexcept;
@@ -146,7 +153,8 @@ class Gpt : public GptPasses<Gpt<T>, CpuOps<T>, MoeLayer<T>> {
   using Passes::storage_;
   using typename Passes::Slot;
   static ModelPartition checked(const GptShape& shape, const ModelPartition& partition,
-                                Collectives* tp, int max_batch, int slots, Collectives* ep);
+                                Collectives* tp, int max_batch, int slots, Collectives* ep,
+                                Collectives* cp);
   // A stage before the last: the gradient of its output into the buffer the backward starts from.
   void take_output_grad(const Slot& s, const T* output_grad);
 

@@ -8,7 +8,8 @@
 // what a backend keeps beyond the common arrays is the ops' own constant (kLsePerRow,
 // kCrossEntropyStatsPerRow).
 //
-// Sizes (GptDims): N = B·T rows of max_batch sequences, Nr the rows of the residual stream on this
+// Sizes (GptDims): N = B·T rows of max_batch sequences (T: the rank's rows of each, seq_len / cp
+// under context parallelism), Nr the rows of the residual stream on this
 // rank (N / tp with sequence parallelism), Cl = C / tp attention channels, QKVl = qkv_width / tp
 // channels of its q, k and v, Hl = F / tp MLP channels (the activation's), Fcl its fc product's
 // (Hl, or 2·Hl for SwiGLU's gate and up), NHl heads and Vl vocabulary rows of this rank. Every
@@ -79,7 +80,8 @@ struct GptDims {
     d.swiglu = shape.arch.mlp == MlpKind::swiglu;
     d.NHl = static_cast<std::size_t>(shape.n_head) / tp;
     d.Vl = static_cast<std::size_t>(shape.padded_vocab()) / tp;
-    d.N = static_cast<std::size_t>(max_batch) * static_cast<std::size_t>(shape.seq_len);
+    d.N = static_cast<std::size_t>(max_batch) *
+          static_cast<std::size_t>(p.context.local_length(shape.seq_len));
     d.sp = p.sequence_parallel && tp > 1;
     d.Nr = d.sp ? d.N / tp : d.N;
     d.embedding = p.has_embedding;

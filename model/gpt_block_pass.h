@@ -23,6 +23,8 @@
 
 #include <string>
 
+#include "model/context_attention.h"
+#include "model/core/context_chunks.h"
 #include "model/core/error.h"
 #include "model/gpt_norm.h"
 #include "model/gpt_shape.h"
@@ -174,6 +176,7 @@ struct GptBlockDims {
   bool swiglu = false;
   bool rope = false;
   double rope_theta = 10000.0;
+  ContextChunks context;  // the rows of each sequence this rank holds (context parallelism)
   GptBlockDims(const GptShape& shape, const ModelPartition& partition)
       : C(shape.d_model),
         Cl(shape.d_model / partition.tp_size),
@@ -191,7 +194,8 @@ struct GptBlockDims {
         norm_eps(shape.arch.norm_eps),
         swiglu(shape.arch.mlp == MlpKind::swiglu),
         rope(shape.arch.position == Position::rope),
-        rope_theta(shape.arch.rope_theta) {}
+        rope_theta(shape.arch.rope_theta),
+        context(partition.context) {}
   int rows(int N) const { return sequence_parallel ? N / tp_size : N; }
   // The q and k heads of B sequences of T rows of the qkv product whose row t has position
   // t + position_offset.
@@ -214,9 +218,10 @@ class GptBlock {
   using Weights = BlockTensors<const Value>;
   using Grads = BlockTensors<Grad>;
 
-  GptBlock(Ops& ops, Moe* moe, const GptBlockDims& dims, Recompute recompute,
-           const GptBlockBuffers<Value>& buffers)
-      : ops_(ops), moe_(moe), d_(dims), recompute_(recompute), b_(buffers) {}
+  // `context`: attention across the context-parallel group (null without one).
+  GptBlock(Ops& ops, Moe* moe, ContextAttention<Ops>* context, const GptBlockDims& dims,
+           Recompute recompute, const GptBlockBuffers<Value>& buffers)
+      : ops_(ops), moe_(moe), context_(context), d_(dims), recompute_(recompute), b_(buffers) {}
 
   // x → out for B sequences of T_ positions.
   void forward(const Activations& a, int B, int T_, const Weights& p) {
@@ -271,7 +276,13 @@ class GptBlock {
     }
     ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, d_.qkv,
                         Epilogue::bias);
-    if (d_.rope) ops_.rope_forward(a.qkv, d_.rope_layout(B, T_, 0));
+    if (d_.rope) turn(a.qkv, B, T_, true);
+    if constexpr (Ops::kChunkAttention) {
+      if (context_ != nullptr) {
+        context_->forward(a.atty, a.lse, a.qkv, B, T_, heads());
+        return;
+      }
+    }
     ops_.attention_forward(a.atty, a.lse, a.qkv, B, T_, d_.Cl, d_.NHl, d_.KVl);
   }
 
@@ -324,9 +335,8 @@ class GptBlock {
     // Attention: x2 = x + [sum](proj(atty)) + b; dres is now d(loss)/d(x2).
     ops_.gather_rows_into(b_.dres, stash.dy, N, C);
     ops_.matmul_backward_input(b_.datty, stash.dy, p.attn_proj_weight, nullptr, N, d_.Cl, C);
-    ops_.attention_backward(stash.dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, d_.Cl, d_.NHl,
-                            d_.KVl);
-    if (d_.rope) ops_.rope_backward(stash.dqkv, d_.rope_layout(B, T_, 0));  // dq, dk turned back
+    attention_backward(stash.dqkv, a, B, T_);
+    if (d_.rope) turn(stash.dqkv, B, T_, false);  // dq, dk turned back
     Value* dln1_partial = partial_of(stash.dln1);
     ops_.matmul_backward_input(dln1_partial, stash.dqkv, p.qkv_weight, nullptr, N, C, d_.qkv);
     ops_.sum_rows(dln1_partial, stash.dln1, N, C);
@@ -378,6 +388,42 @@ class GptBlock {
 
  private:
   GptNorm<Ops> norm() const { return {ops_, d_.norm, d_.norm_eps}; }
+  typename ContextAttention<Ops>::Heads heads() const { return {d_.NHl, d_.KVl, d_.head_size}; }
+
+  // RoPE (forward: the turn; else its transpose) on the q and k heads of B sequences of T_ rows
+  // of qkv (or of their gradients): each half of a context-parallel member's rows at its chunk's
+  // positions (model/core/context_chunks.h), one call for each.
+  void turn(Value* qkv, int B, int T_, bool forward) {
+    auto apply = [&](Value* rows, const RopeLayout& layout) {
+      if (forward)
+        ops_.rope_forward(rows, layout);
+      else
+        ops_.rope_backward(rows, layout);
+    };
+    if (!d_.context.split()) {
+      apply(qkv, d_.rope_layout(B, T_, 0));
+      return;
+    }
+    const int Tc = T_ / 2;
+    for (int half = 0; half < 2; ++half) {
+      RopeLayout layout =
+          d_.rope_layout(B, Tc, static_cast<int>(d_.context.first_position(half, T_)));
+      layout.sequence_rows = T_;
+      apply(qkv + static_cast<std::size_t>(half) * Tc * d_.qkv, layout);
+    }
+  }
+
+  // dqkv from b_.datty: attention's backward, across the context-parallel group where there is
+  // one.
+  void attention_backward(Value* dqkv, const Activations& a, int B, int T_) {
+    if constexpr (Ops::kChunkAttention) {
+      if (context_ != nullptr) {
+        context_->backward(dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, heads());
+        return;
+      }
+    }
+    ops_.attention_backward(dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, d_.Cl, d_.NHl, d_.KVl);
+  }
   // A copy into the stash, where it has room for one.
   template <class U>
   void keep(U* to, const U* from, std::size_t n) {
@@ -386,6 +432,7 @@ class GptBlock {
 
   Ops& ops_;
   Moe* moe_;
+  ContextAttention<Ops>* context_;
   GptBlockDims d_;
   Recompute recompute_;
   GptBlockBuffers<Value> b_;

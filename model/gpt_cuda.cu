@@ -43,6 +43,9 @@ ModelPartition checked_partition(const GptShape& shape, const ModelPartition& p,
                "tensor-parallel degree ", p.tp_size, " does not divide the heads and vocabulary");
   STRATA_CHECK(!p.sequence_parallel || (max_batch * shape.seq_len) % p.tp_size == 0,
                "sequence parallelism needs B·T divisible by tp");
+  if (p.context.split())
+    fail("device cuda: parallel.cp ", p.context.cp,
+         ": context parallelism has no CUDA attention kernels yet (device: cpu runs it)");
   if (!attention_head_size_supported(shape.head_size()))
     fail("device cuda: head size ", shape.head_size(),
          " (d_model / n_head) has no attention kernel (a multiple of 16 up to 128)");

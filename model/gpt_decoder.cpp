@@ -81,7 +81,7 @@ const T* GptDecoder<T>::append(const std::int32_t* tokens, int n) {
   if (wpe_ != nullptr)
     ops_.position_embedding_forward(x_.data(), wpe_, length_, n, shape_.seq_len, C);
   // y_ takes the projections' outputs; one rank: no sums, no gathers, no backward buffers.
-  Block block(ops_, moe_.get(), GptBlockDims(shape_, ModelPartition::whole(shape_)),
+  Block block(ops_, moe_.get(), nullptr, GptBlockDims(shape_, ModelPartition::whole(shape_)),
               Recompute::none, {y_.data(), nullptr, nullptr, nullptr, nullptr, nullptr});
   for (int l = 0; l < shape_.n_layer; ++l)
     block.forward(layer(l), 1, n, blocks_[static_cast<std::size_t>(l)]);

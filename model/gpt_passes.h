@@ -15,9 +15,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/activation_slots.h"
+#include "model/context_attention.h"
 #include "model/core/error.h"
 #include "model/gpt_block_pass.h"
 #include "model/gpt_norm.h"
@@ -45,6 +47,9 @@ class GptPasses {
   const ParameterLayout& layout() const { return layout_; }
   // The layout's segments: what a ParameterAccess is asked for, by index.
   const std::vector<ParameterSegment>& segments() const { return segments_; }
+  // Rows of each training sequence this rank computes: seq_len, or its share under context
+  // parallelism (model/core/context_chunks.h).
+  int sequence_rows() const { return partition_.context.local_length(shape_.seq_len); }
   // Rows of the residual stream on this rank: B·T_, or B·T_/tp with sequence parallelism.
   int activation_rows(int B, int T_) const {
     return sequence_parallel_ ? B * T_ / partition_.tp_size : B * T_;
@@ -120,6 +125,13 @@ class GptPasses {
     if (shape.moe.enabled())
       moe_totals_.assign(shape.n_layer * MoeTotals::stride(shape.moe.experts), 0.0);
   }
+  // Attention across the context-parallel group `cp` (the partition's context; its size > 1),
+  // over the model's ops: once the model has them.
+  void attend_across(Collectives& cp, ContextComm comm) {
+    STRATA_CHECK(cp.size() == partition_.context.cp && cp.rank() == partition_.context.rank,
+                 "a context-parallel partition needs its group");
+    context_ = std::make_unique<ContextAttention<Ops>>(model().ops_, cp, comm);
+  }
   // Where each block's tensors are: once the model has checked its partition.
   void find_block_offsets() {
     for (int l = 0; l < partition_.layers(); ++l)
@@ -152,7 +164,7 @@ class GptPasses {
     return storage_.slot(slot);
   }
   SlotLimits slot_limits() const {
-    return {slots(), storage_.options().max_batch, shape_.seq_len,
+    return {slots(), storage_.options().max_batch, sequence_rows(),
             sequence_parallel_ ? partition_.tp_size : 1};
   }
   // One MoE block's experts' activations in a slot of the storage (0: they keep their own).
@@ -261,15 +273,16 @@ class GptPasses {
   Recompute recompute_;
   GptStorage<Ops> storage_;  // the slots and the shared buffers
   VocabShard vocab_;         // this rank's rows of wte and the head (tied, or lm_head), if any
-  std::vector<BlockOffsets> block_offsets_;  // per local layer: its tensors in its segment
-  std::vector<double> moe_totals_;           // MoeTotals over n_layer blocks, since taken
+  std::vector<BlockOffsets> block_offsets_;         // per local layer: its tensors in its segment
+  std::vector<double> moe_totals_;                  // MoeTotals over n_layer blocks, since taken
+  std::unique_ptr<ContextAttention<Ops>> context_;  // with context parallelism, else null
 
  private:
   Model& model() { return static_cast<Model&>(*this); }
   // The block's passes over the model's ops, MoE layer and buffers.
   Block block() {
-    return Block(model().ops_, model().moe_.get(), GptBlockDims(shape_, partition_), recompute_,
-                 storage_.buffers());
+    return Block(model().ops_, model().moe_.get(), context_.get(), GptBlockDims(shape_, partition_),
+                 recompute_, storage_.buffers());
   }
   const Model& model() const { return static_cast<const Model&>(*this); }
   const BlockOffsets& offsets(int l) const { return block_offsets_[static_cast<std::size_t>(l)]; }
@@ -297,9 +310,28 @@ class GptPasses {
     if (segment_.wpe < 0) return;          // rotary positions: turned in each block's attention
     const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
     const Value* wpe = parameters.acquire_weights(segment_.wpe, WeightUse::forward);
-    ops.position_embedding_forward(residual, in_segment(wpe, segment_.wpe, "wpe"), row_begin, Nl,
-                                   s.time, C);
+    for_each_position_run(row_begin, Nl, s.time, [&](long at, int rows, long position, int T_) {
+      ops.position_embedding_forward(residual + at * C, in_segment(wpe, segment_.wpe, "wpe"),
+                                     position, rows, T_, C);
+    });
     parameters.release_weights(segment_.wpe);
+  }
+
+  // The position embedding's calls for rows [row_begin, row_begin + rows) of the micro-batch's
+  // sequences of T_ rows: body(at, rows, position, T) adds positions (position + i) mod T to rows
+  // at + i, as the ops' position_embedding_forward does. Whole sequences: one call, row r of the
+  // range at position (row_begin + r) mod T_. A context-parallel member's: one call per run of
+  // consecutive positions (model/core/context_chunks.h), none of them wrapping.
+  template <class Body>
+  void for_each_position_run(long row_begin, int rows, int T_, Body&& body) const {
+    const ContextChunks& context = partition_.context;
+    if (!context.split()) {
+      body(0, rows, row_begin, T_);
+      return;
+    }
+    context.for_each_run(row_begin, rows, T_, [&](long at, long count, long position) {
+      body(at, static_cast<int>(count), position, shape_.seq_len);
+    });
   }
 
   // The blocks of a forward pass, each segment's weights acquired around its ops.
@@ -425,8 +457,10 @@ class GptPasses {
     const long row_begin = sequence_parallel_ ? static_cast<long>(partition_.tp_rank) * Nl : 0;
     if (segment_.wpe >= 0) {
       Grad* wpe = parameters.acquire_gradients(segment_.wpe);
-      ops.position_embedding_backward(in_segment(wpe, segment_.wpe, "wpe"), dembed + row_begin * C,
-                                      row_begin, Nl, s.time, C);
+      for_each_position_run(row_begin, Nl, s.time, [&](long at, int rows, long position, int T_) {
+        ops.position_embedding_backward(in_segment(wpe, segment_.wpe, "wpe"),
+                                        dembed + (row_begin + at) * C, position, rows, T_, C);
+      });
       parameters.release_gradients(segment_.wpe);
     }
     ops.embedding_backward(in_segment(wte_grads, segment_.wte, "wte"), dembed, s.tokens, vocab_, N,

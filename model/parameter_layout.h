@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/core/context_chunks.h"
 #include "model/core/element_range.h"
 #include "model/gpt_shape.h"
 
@@ -48,6 +49,9 @@ struct ModelPartition {
   std::vector<LayerRange> later_chunks;
   int ep_rank = 0;
   int ep_size = 1;
+  // Context parallelism (model/core/context_chunks.h): the rows of each sequence this rank holds.
+  // Parameters are not split over it: it is a layout of the activations only.
+  ContextChunks context;
 
   static ModelPartition whole(const GptShape& shape);
   int chunks() const { return 1 + static_cast<int>(later_chunks.size()); }

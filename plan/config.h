@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/core/choice.h"
+#include "model/core/context_chunks.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/recompute.h"
@@ -245,6 +246,10 @@ struct ParallelConfig {
   std::vector<int> pp_layers;  // empty: balanced; one entry per virtual stage
   // Expert parallelism: model.moe's experts split over ep ranks of the data-parallel group.
   int ep = 1;
+  // Context parallelism (model/core/context_chunks.h): every sequence split over cp ranks, each
+  // holding 2 of its 2·cp chunks; attention's K/V travel among them by cp_comm.
+  int cp = 1;
+  ContextComm cp_comm = ContextComm::ring;
   // How a CUDA run's ranks exchange device arrays: nccl (GPU to GPU; one GPU per rank), host
   // (staged through host memory over MPI; ranks may share a GPU), auto (nccl where it can run).
   DeviceComm device_comm = DeviceComm::automatic;

@@ -130,8 +130,10 @@ void visit_fields(Config& c, Visitor&& visit) {
 
   visit("parallel.tp", c.parallel.tp);
   visit("parallel.pp", c.parallel.pp);
-  visit("parallel.dp", AutoCount{c.parallel.dp, "world / (tp*pp)"});
+  visit("parallel.dp", AutoCount{c.parallel.dp, "world / (tp*cp*pp)"});
   visit("parallel.ep", c.parallel.ep);
+  visit("parallel.cp", c.parallel.cp);
+  visit("parallel.cp_comm", Choice{c.parallel.cp_comm, kContextCommChoices});
   visit("parallel.gpus_per_node", c.parallel.gpus_per_node);
   visit("parallel.pipeline_schedule",
         Choice{c.parallel.pipeline_schedule, kPipelineScheduleChoices});

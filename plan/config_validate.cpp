@@ -205,6 +205,40 @@ void validate_expert_parallelism(const Config& c, const Rules& rules) {
                "the whole data-parallel group by node, do not run with it yet");
 }
 
+// parallel.cp: every sequence cut into 2·cp chunks over cp ranks (ARCHITECTURE §2, "cp"). What
+// it does not compose with yet is refused by name.
+void validate_context_parallelism(const Config& c, const Rules& rules) {
+  const auto& p = c.parallel;
+  rules.at_least("parallel.cp", p.cp, 1);
+  if (p.cp <= 1) return;
+  const int chunks = 2 * p.cp;
+  if (c.model.seq_len % chunks != 0)
+    rules.fail("parallel.cp", "(", p.cp, ") cuts each sequence into 2*cp = ", chunks,
+               " equal chunks, but model.seq_len (", c.model.seq_len, ") is not a multiple of ",
+               chunks);
+  if (c.model.moe.enabled())
+    rules.fail("parallel.cp", "(", p.cp,
+               ") splits sequences, but model.moe's capacity groups are whole sequences: use cp 1 "
+               "with experts");
+  if (c.device == Device::cuda)
+    rules.fail("parallel.cp", "(", p.cp,
+               ") has no CUDA attention kernels yet: use device cpu (or cp 1)");
+  if (p.zero.hierarchical_partition || p.zero.quantized_gradients)
+    rules.fail("parallel.cp", "(", p.cp,
+               ") shards over data and context ranks together; ZeRO++ hpZ and qgZ, which split "
+               "the data-parallel group by node, do not run with it yet");
+  if (p.sequence_parallel && c.model.seq_len % (p.cp * p.tp) != 0)
+    rules.fail("parallel.sequence_parallel", "splits each rank's ", c.model.seq_len / p.cp,
+               " rows of a sequence (model.seq_len / parallel.cp) over parallel.tp (", p.tp,
+               "), which does not divide them");
+  if (!c.train.eval_multiple_choice.empty())
+    rules.fail("train.eval_multiple_choice",
+               "scores whole sequences on one rank; it does not run with parallel.cp > 1 yet");
+  if (c.swarm.enabled())
+    rules.fail("parallel.cp", "(", p.cp,
+               ") does not run under swarm (its stages are single ranks)");
+}
+
 void validate_parallel(const Config& c, const Rules& rules) {
   const auto& p = c.parallel;
   rules.at_least("parallel.tp", p.tp, 1);
@@ -213,6 +247,7 @@ void validate_parallel(const Config& c, const Rules& rules) {
   rules.at_least("parallel.gpus_per_node", p.gpus_per_node, 1);
   rules.at_least("threads", c.threads, 0);  // 0 is auto
   validate_expert_parallelism(c, rules);
+  validate_context_parallelism(c, rules);
   if (p.zero.stage < 0 || p.zero.stage > 3)
     rules.fail("parallel.zero.stage", "must be 0, 1, 2 or 3, got ", p.zero.stage);
   // ZeRO++ acts on the gathers and reduce-scatters of sharded weights: stage 3's.
@@ -389,7 +424,7 @@ MeshShape resolve_mesh(const Config& config, int world_size) {
   const auto& p = config.parallel;
   world_size = worker_world_size(config, world_size);
   const MeshShape shape =
-      resolve_mesh_shape(MeshRequest{p.tp, p.pp, p.dp, p.gpus_per_node, p.ep}, world_size);
+      resolve_mesh_shape(MeshRequest{p.tp, p.pp, p.dp, p.gpus_per_node, p.ep, p.cp}, world_size);
   const auto& t = config.train;
   const std::int64_t sequences_per_pass = std::int64_t{t.micro_batch} * shape.dp;
   if (t.global_batch % sequences_per_pass != 0)
@@ -403,9 +438,10 @@ MeshShape resolve_mesh(const Config& config, int world_size) {
         "(train.global_batch / (micro_batch*dp) = ",
         micro_batches, ") to be a multiple of parallel.pp (", shape.pp,
         "): its order walks whole groups of pp micro-batches through each chunk");
-  // ZeRO shards over the data-parallel group: with one data-parallel rank there is nothing to
-  // shard, and asking for it is a mistake about the layout rather than a no-op to ignore.
-  if (p.zero.stage > 0 && shape.dp == 1)
+  // ZeRO shards over the data-parallel group (with context parallelism, dp × cp): with one
+  // rank there is nothing to shard, and asking for it is a mistake about the layout rather than a
+  // no-op to ignore.
+  if (p.zero.stage > 0 && shape.dp * shape.cp == 1)
     fail("'parallel.zero.stage' (", p.zero.stage,
          ") shards the training state over the data-parallel ranks, but this layout has dp 1 "
          "(world ",

@@ -8,7 +8,8 @@ namespace strata {
 
 GptOptions gpt_options_of(const Config& config) {
   return GptOptions{config.precision.compute, config.recompute,
-                    pipeline_schedule_splits_backward(config.parallel.pipeline_schedule)};
+                    pipeline_schedule_splits_backward(config.parallel.pipeline_schedule),
+                    config.parallel.cp_comm};
 }
 
 ShardingOptions sharding_options(const ZeroConfig& zero) {
@@ -20,7 +21,8 @@ std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
                                      const ProcessGroups& groups) {
   return reduction_scratch_floats(
       ops, MeshShape{groups.tp().size(), groups.pp().size(), groups.dp().size(),
-                     groups.ep() != nullptr ? groups.ep()->size() : 1});
+                     groups.ep() != nullptr ? groups.ep()->size() : 1,
+                     groups.cp() != nullptr ? groups.cp()->size() : 1});
 }
 
 std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
@@ -36,15 +38,19 @@ std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops,
 }
 
 ReductionPlacement reduction_placement(const Config& config, const GptShape& shape,
-                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank) {
+                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank,
+                                       int cp_rank) {
+  // The weights' replicas are the dp × cp ranks of a (tp, pp) position, dp_cp's members in
+  // world-rank order (mesh.h): this rank is member dp_rank·cp + cp_rank.
   ReductionPlacement placement{model_partition(config, mesh, tp_rank, stage),
-                               dp_rank,
-                               mesh.dp,
+                               dp_rank * mesh.cp + cp_rank,
+                               mesh.dp * mesh.cp,
                                stage,
                                mesh.pp,
                                config.parallel.zero.stage};
   ModelPartition& p = placement.partition;
   p.ep_rank = dp_rank % p.ep_size;
+  p.context = {mesh.cp, cp_rank};
   placement.tied_embeddings = shape.arch.tie_embeddings;
   // The other end holds the tied wte too.
   if (placement.tied_embeddings && mesh.pp > 1 && p.has_embedding != p.has_head) {

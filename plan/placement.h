@@ -28,10 +28,12 @@ std::size_t reduction_scratch_floats(const std::vector<RangeReduction>& ops, con
 // `tp_rank` hold under `config`'s layout on a mesh of `mesh` (under expert parallelism, as ep rank
 // 0: the ep ranks' partitions differ in which experts they hold only).
 ModelPartition model_partition(const Config& config, const MeshShape& mesh, int tp_rank, int stage);
-// That rank's place for its reduction plan (dp rank `dp_rank`, so ep rank dp_rank % ep), with the
-// tied wte's peer total on a pipeline end.
+// That rank's place for its reduction plan (dp rank `dp_rank`, so ep rank dp_rank % ep; context
+// rank `cp_rank`, its rows of each sequence), with the tied wte's peer total on a pipeline end.
+// The plan's data-parallel axis is the weights' replicas, dp × cp (ProcessGroups::dp_cp).
 ReductionPlacement reduction_placement(const Config& config, const GptShape& shape,
-                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank);
+                                       const MeshShape& mesh, int tp_rank, int stage, int dp_rank,
+                                       int cp_rank = 0);
 
 // The model options precision.compute and recompute ask for.
 GptOptions gpt_options_of(const Config& config);

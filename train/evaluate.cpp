@@ -49,7 +49,20 @@ void forward_windows(Gpt<float>& model, const float* params,
 
 void forward_windows(PipelineExecutor& executor, int seq_len,
                      const std::vector<std::vector<std::uint64_t>>& batches, std::size_t passes,
-                     const FillWindow& fill, const TakeWindowLosses& take) {
+                     const FillWindow& fill, const TakeWindowLosses& take,
+                     const ContextChunks& context) {
+  const int T = context.local_length(seq_len);  // rows of each window on this rank
+  std::vector<std::int32_t> whole(context.split() ? 2 * static_cast<std::size_t>(seq_len) : 0);
+  // Window w into this rank's rows: the whole window, or its chunks cut from it.
+  auto fill_rows = [&](std::uint64_t w, std::int32_t* inputs, std::int32_t* targets) {
+    if (!context.split()) {
+      fill(w, inputs, targets);
+      return;
+    }
+    fill(w, whole.data(), whole.data() + seq_len);
+    context.take(whole.data(), inputs, 1, seq_len);
+    context.take(whole.data() + seq_len, targets, 1, seq_len);
+  };
   const std::size_t counted = batches.size();
   std::vector<int> sizes;
   for (const auto& windows : batches) sizes.push_back(static_cast<int>(windows.size()));
@@ -59,18 +72,17 @@ void forward_windows(PipelineExecutor& executor, int seq_len,
       [&](int mb, std::int32_t* inputs, std::int32_t* targets) {
         const auto m = static_cast<std::size_t>(mb);
         if (m >= counted) {
-          std::fill(inputs, inputs + seq_len, 0);
-          std::fill(targets, targets + seq_len, 0);
+          std::fill(inputs, inputs + T, 0);
+          std::fill(targets, targets + T, 0);
           return;
         }
         for (std::size_t b = 0; b < batches[m].size(); ++b)
-          fill(batches[m][b], inputs + b * seq_len, targets + b * seq_len);
+          fill_rows(batches[m][b], inputs + b * T, targets + b * T);
       },
       [&](int mb, const float* losses, int) {
         const auto m = static_cast<std::size_t>(mb);
         if (m >= counted) return;
-        for (std::size_t b = 0; b < batches[m].size(); ++b)
-          take(batches[m][b], losses + b * seq_len);
+        for (std::size_t b = 0; b < batches[m].size(); ++b) take(batches[m][b], losses + b * T);
       });
 }
 
@@ -103,14 +115,16 @@ LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource&
 }
 
 LossSum evaluate_loss(PipelineExecutor& executor, const TokenSource& split, std::int64_t n_tokens,
-                      int seq_len, int micro_batch, int shard_rank, int shard_count) {
+                      int seq_len, int micro_batch, int shard_rank, int shard_count,
+                      const ContextChunks& context) {
   // Shard 0 has the most batches.
   const std::size_t passes =
       eval_batches(split, n_tokens, seq_len, micro_batch, 0, shard_count).size();
   LossSum total;
   forward_windows(executor, seq_len,
                   eval_batches(split, n_tokens, seq_len, micro_batch, shard_rank, shard_count),
-                  passes, split_windows(split, seq_len), add_losses(total, seq_len));
+                  passes, split_windows(split, seq_len),
+                  add_losses(total, context.local_length(seq_len)), context);
   return total;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/token_shards.h"
+#include "model/core/context_chunks.h"
 #include "model/gpt.h"
 #include "parallel/pipeline/pipeline_executor.h"
 
@@ -24,9 +25,12 @@ LossSum evaluate_loss(Gpt<float>& model, const float* params, const TokenSource&
                       std::int64_t n_tokens, int micro_batch, int shard_rank, int shard_count);
 
 // The same through a pipeline (every stage of a replica calls it, with the weights bound to its
-// stage): the sums arrive on the last stage; other stages return zeros.
+// stage): the sums arrive on the last stage; other stages return zeros. Under context parallelism
+// (`context`: this rank's chunks of every window) the sums are of this rank's rows: the cp group's
+// sum is the replica's.
 LossSum evaluate_loss(PipelineExecutor& executor, const TokenSource& split, std::int64_t n_tokens,
-                      int seq_len, int micro_batch, int shard_rank, int shard_count);
+                      int seq_len, int micro_batch, int shard_rank, int shard_count,
+                      const ContextChunks& context = {});
 
 // Fills the inputs and targets (T each) of window `w`.
 using FillWindow =
@@ -46,10 +50,13 @@ void forward_windows(Gpt<float>& model, const float* params,
 // The same through a pipeline, on the rank of the last stage (`take` is not called elsewhere).
 // Under ZeRO stage 3 each pass gathers weights over the data-parallel shards, so all of them must
 // run the same number of passes: a shard with fewer than `passes` batches runs the rest on one
-// window of zeros, whose losses are not taken.
+// window of zeros, whose losses are not taken. Under context parallelism the executor runs this
+// rank's chunks of each window (context.local_length(seq_len) rows, filled whole and cut), and
+// `take` gets the losses of those rows.
 void forward_windows(PipelineExecutor& executor, int seq_len,
                      const std::vector<std::vector<std::uint64_t>>& batches, std::size_t passes,
-                     const FillWindow& fill, const TakeWindowLosses& take);
+                     const FillWindow& fill, const TakeWindowLosses& take,
+                     const ContextChunks& context = {});
 
 // Window ids [0, count) in forward passes of at most micro_batch.
 std::vector<std::vector<std::uint64_t>> window_batches(std::uint64_t count, int micro_batch);

@@ -13,7 +13,7 @@ namespace {
 
 // The axes reported by name: tp, pp, dp, and with expert parallelism ep and expert_dp (their
 // groups are parts of dp, whose own figure leaves them out).
-const char* const kAxisNames[kReportedAxes] = {"tp", "pp", "dp", "ep", "expert_dp"};
+const char* const kAxisNames[kReportedAxes] = {"tp", "pp", "dp", "ep", "expert_dp", "cp", "dp_cp"};
 
 const Communicator* axis_group(const ProcessGroups& groups, int axis) {
   switch (axis) {
@@ -25,8 +25,12 @@ const Communicator* axis_group(const ProcessGroups& groups, int axis) {
       return &groups.dp();
     case 3:
       return groups.ep();
-    default:
+    case 4:
       return groups.expert_dp();
+    case 5:  // context parallelism's attention
+      return groups.cp();
+    default:  // with it, the gradients' and shards' group
+      return groups.cp() != nullptr ? &groups.dp_cp() : nullptr;
   }
 }
 

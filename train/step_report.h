@@ -18,9 +18,10 @@ namespace strata {
 
 class MpiCommunicator;
 
-// Axes with a figure of their own in comm_bytes_by_axis: tp, pp, dp, ep, expert_dp (the last two
-// under expert parallelism only).
-inline constexpr int kReportedAxes = 5;
+// Axes with a figure of their own in comm_bytes_by_axis: tp, pp, dp, ep, expert_dp (these two
+// under expert parallelism only), cp and dp_cp (context parallelism only: its attention, and the
+// weights' replicas that gradients and ZeRO's shards then move over instead of dp).
+inline constexpr int kReportedAxes = 7;
 
 class StepWatch {
  public:
@@ -38,7 +39,7 @@ class StepWatch {
   const ProcessGroups& groups_;
   std::chrono::steady_clock::time_point start_;
   CommStats total_before_;
-  CommStats axis_before_[kReportedAxes];  // tp, pp, dp, ep, expert_dp
+  CommStats axis_before_[kReportedAxes];  // tp, pp, dp, ep, expert_dp, cp, dp_cp
 };
 
 struct StepReport {

@@ -54,15 +54,25 @@ StepProgram make_step_program(const Config& c, const Mesh& mesh, int accumulatio
 // corpus order from w (position p is sample p·k + w, `stride` k, `offset` w: RunOuter's): k
 // workers together read what one run with a k times larger batch would, and one worker reads what
 // plain training reads.
+// Under context parallelism the replica's cp ranks read the same samples and each keeps its
+// chunks of them (model/core/context_chunks.h).
 void sample_micro_batch(RunCore& core, int stride, int offset, int a, std::int32_t* inputs,
                         std::int32_t* targets) {
   const int T = core.config.model.seq_len, micro = core.config.train.micro_batch;
   const std::int64_t first =
       core.progress.data_position +
       (static_cast<std::int64_t>(a) * core.settings.dp + core.mesh.dp_rank()) * micro;
+  const ContextChunks context{core.mesh.cp_size(), core.mesh.cp_rank()};
+  std::vector<std::int32_t> whole(context.split() ? 2 * static_cast<std::size_t>(micro) * T : 0);
+  std::int32_t* sequences = context.split() ? whole.data() : inputs;
+  std::int32_t* next =
+      context.split() ? whole.data() + static_cast<std::size_t>(micro) * T : targets;
   for (int b = 0; b < micro; ++b)
-    core.data.sample(static_cast<std::uint64_t>((first + b) * stride + offset), inputs + b * T,
-                     targets + b * T);
+    core.data.sample(static_cast<std::uint64_t>((first + b) * stride + offset), sequences + b * T,
+                     next + b * T);
+  if (!context.split()) return;
+  context.take(sequences, inputs, micro, T);
+  context.take(next, targets, micro, T);
 }
 
 // Why the run stops after this step (a signal on any rank, or train.stop_after), or "" to go on:
@@ -99,6 +109,7 @@ RunCore::RunCore(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shap
       data(c),
       scaler(LossScaler::for_config(c.precision)) {
   settings.dp = mesh.dp_size();
+  settings.cp = mesh.cp_size();
   settings.accumulation = c.train.global_batch / (c.train.micro_batch * settings.dp);
   settings.global_batch = c.train.global_batch;
   settings.grad_clip = c.optimizer.grad_clip;
@@ -110,7 +121,7 @@ RunCore::RunCore(const Config& c, MpiCommunicator& w, const MeshShape& mesh_shap
 BackendPlacement RunCore::make_backend() {
   BackendPlacement placement;
   const ReductionPlacement reduction = reduction_placement(
-      config, shape, mesh.shape(), mesh.tp_rank(), mesh.pp_rank(), mesh.dp_rank());
+      config, shape, mesh.shape(), mesh.tp_rank(), mesh.pp_rank(), mesh.dp_rank(), mesh.cp_rank());
   placement.partition = reduction.partition;
   placement.groups = &groups;
   placement.program = &step_program.program;

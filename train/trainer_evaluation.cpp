@@ -30,11 +30,12 @@ double RunEvaluator::validation_loss(const TokenSource& split, const std::string
   const int T = config.model.seq_len;
   const LossSum local =
       evaluate_loss(core_.backend->evaluator(), split, config.train.eval_tokens, T,
-                    config.train.micro_batch, core_.mesh.dp_rank(), core_.mesh.dp_size());
-  // The sums arrive on the last stage of every replica.
+                    config.train.micro_batch, core_.mesh.dp_rank(), core_.mesh.dp_size(),
+                    ContextChunks{core_.mesh.cp_size(), core_.mesh.cp_rank()});
+  // The sums arrive on the last stage of every replica, each context rank's of its rows.
   double totals[2] = {local.sum, static_cast<double>(local.count)};
   core_.groups.pp().all_reduce_sum(totals, 2);
-  core_.groups.dp().all_reduce_sum(totals, 2);
+  core_.groups.dp_cp().all_reduce_sum(totals, 2);
   if (totals[1] == 0) fail(key, " has too few tokens for one evaluation window of ", T + 1);
   return totals[0] / totals[1];
 }

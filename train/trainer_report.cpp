@@ -82,7 +82,11 @@ void RunReporter::print_startup() const {
             // The CPU backend's GEMMs: which library, threading and kernels (blas.h).
             << (core_.device == Device::cpu ? " (GEMMs on " + cpu::blas_library().describe() + ")"
                                             : "")
-            << " | mesh tp " << mesh.tp_size() << " x dp " << mesh.dp_size()
+            << " | mesh tp " << mesh.tp_size()
+            << (mesh.cp_size() > 1 ? " x cp " + std::to_string(mesh.cp_size()) + " (" +
+                                         kContextCommChoices.word(c.parallel.cp_comm).data() + ")"
+                                   : "")
+            << " x dp " << mesh.dp_size()
             << (mesh.ep_size() > 1 ? " (experts over ep " + std::to_string(mesh.ep_size()) + ")"
                                    : "")
             << " x pp " << mesh.pp_size() << " ("

@@ -18,7 +18,9 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
   // The backward pass starts from scale · mean loss; the gradients are unscaled (below) before
   // clipping and the update. Without fp16 loss scaling the scale is 1.
   result.loss_scale = scaler.scale();
-  const int batches_in_step = settings.accumulation * settings.dp;
+  // Each rank's loss is the mean over its micro-batch's rows, a 1/cp share of its sequences':
+  // the sum over the dp × cp ranks (ReductionGroups::dp) is cp times the replicas' mean.
+  const int batches_in_step = settings.accumulation * settings.dp * settings.cp;
   const float loss_scale =
       static_cast<float>(result.loss_scale) / static_cast<float>(batches_in_step);
 
@@ -31,7 +33,7 @@ StepResult training_step(TrainingBackend& backend, const ReductionGroups& groups
                                                        : backend.gradient_sum_of_squares();
   const double sum_of_squares =
       sum_over_axes(local_sum_of_squares, backend.plan().norm_axes, groups);
-  // The loss lives on the last stage of every replica.
+  // The loss lives on the last stage of every replica (each of its context ranks).
   const double loss_sum = sum_over_axes(local_loss, {ParallelAxis::pp, ParallelAxis::dp}, groups);
 
   result.loss = loss_sum / batches_in_step;

@@ -27,6 +27,7 @@ namespace strata {
 struct StepSettings {
   int accumulation = 1;  // micro-batches per replica
   int dp = 1;            // data-parallel replicas: the mean loss is over accumulation · dp
+  int cp = 1;  // context-parallel ranks, each a mean over its rows: their mean is a sequence's
   int global_batch = 1;  // sequences per step (data_position advances by it)
   double lr = 0;
   double grad_clip = 0;

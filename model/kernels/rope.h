@@ -37,7 +37,8 @@
 namespace strata {
 
 // Which elements of which rows an in-place RoPE call rotates, and their positions. The rows are
-// B sequences of T rows each, row r = b·T + t at `data + r·row_stride`; in each row, `heads` heads
+// B sequences of T rows each, row t of sequence b at `data + rope_row(b, t)·row_stride` (b·T + t
+// unless sequence_rows says otherwise); in each row, `heads` heads
 // of head_size elements lie contiguously from column `column`. Row t of every sequence has position
 // t + position_offset (the KV-cache decoder's cache_begin, a context-parallel chunk's start).
 //
@@ -56,7 +57,15 @@ struct RopeLayout {
   int head_size = 0;        // hs, even
   int position_offset = 0;  // position of row t: t + position_offset
   double theta = 10000.0;   // the base of the frequencies
+  // Rows from one sequence's first row to the next's: T (0) when the sequences are contiguous,
+  // more when each is one chunk of a longer run of rows (a context-parallel member's halves).
+  long sequence_rows = 0;
 };
+
+// Row t of sequence b, counted in rows from `data`.
+STRATA_HOST_DEVICE inline long rope_row(const RopeLayout& l, long b, long t) {
+  return b * (l.sequence_rows > 0 ? l.sequence_rows : l.T) + t;
+}
 
 // The q and k heads of the packed attention input, rows [q: NH heads | k: kv_heads | v: kv_heads]
 // of head_size each; kv_heads = NH is the multi-head qkv (B, T, 3C).
@@ -84,6 +93,8 @@ inline void check_rope_layout(const RopeLayout& l) {
   STRATA_CHECK(l.position_offset >= 0 && l.position_offset <= INT_MAX - l.T,
                "rope: positions from ", l.position_offset, " over ", l.T, " rows");
   STRATA_CHECK(l.theta > 0.0, "rope: theta ", l.theta, " is not positive");
+  STRATA_CHECK(l.sequence_rows == 0 || l.sequence_rows >= l.T, "rope: sequences ", l.sequence_rows,
+               " rows apart overlap their ", l.T, " rows");
 }
 
 // θ_i = theta^(−2i/hs), i = pair < hs/2.

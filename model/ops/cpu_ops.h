@@ -45,6 +45,10 @@ class CpuOps {
   // The cross-entropy's statistics kept per row for the backward: none, the forward leaves the
   // softmax probabilities in place of the logits instead.
   static constexpr long kCrossEntropyStatsPerRow = 0;
+  // Attention on chunk pairs (attention_pair_forward, attention_merge, attention_delta,
+  // attention_pair_backward, copy_columns): what context parallelism's attention runs on
+  // (model/context_attention.h).
+  static constexpr bool kChunkAttention = true;
 
   // `tp`: the tensor-parallel group (not owned); null for one rank. `sequence_parallel`: the rows
   // of the residual stream are split over the group (only meaningful with more than one rank).

@@ -49,6 +49,8 @@ class CudaOps {
   static constexpr long kLsePerRow = 1;
   // The cross-entropy keeps per row its maximum, Σ exp and target logit (crossentropy.h).
   static constexpr long kCrossEntropyStatsPerRow = 3;
+  // No attention on chunk pairs yet: context parallelism is refused on this backend.
+  static constexpr bool kChunkAttention = false;
 
   // `tp`: the tensor-parallel group; null for one rank (then there are no collectives).
   // `sequence_parallel`: the rows of the residual stream are split over the group.

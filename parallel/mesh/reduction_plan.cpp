@@ -22,8 +22,8 @@ int axis_size(const MeshShape& mesh, ParallelAxis axis) {
   switch (axis) {
     case ParallelAxis::tp:
       return mesh.tp;
-    case ParallelAxis::dp:
-      return mesh.dp;
+    case ParallelAxis::dp:  // the replicas of the same weights: dp × cp
+      return mesh.dp * mesh.cp;
     case ParallelAxis::pp:
       return mesh.pp;
     case ParallelAxis::ep:

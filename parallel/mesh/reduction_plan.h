@@ -58,7 +58,9 @@
 
 namespace strata {
 
-// ep and expert_dp: expert parallelism's two parts of the dp group (parallel/mesh/mesh.h).
+// dp: the replicas of the same weights, the dp × cp ranks of a (tp, pp) position (context
+// parallelism's ranks hold the same weights; ProcessGroups::dp_cp). ep and expert_dp: expert
+// parallelism's two parts of the dp group (parallel/mesh/mesh.h).
 enum class ParallelAxis { tp, dp, pp, ep, expert_dp };
 // The size of an axis's groups on a mesh of `mesh`.
 int axis_size(const MeshShape& mesh, ParallelAxis axis);

@@ -1,4 +1,4 @@
-// Shared by the tests that train one config under several (dp, tp, pp) layouts and compare the
+// Shared by the tests that train one config under several (dp, tp, pp, cp) layouts and compare the
 // runs' metrics: a layout as `train` overrides, a run under mpirun, and the comparison of a
 // metric's values step by step.
 #pragma once
@@ -26,8 +26,10 @@ struct Layout {
   std::string device = "";  // empty: the config's (auto unless it says otherwise)
   int virtual_stages = 1;   // chunks of layers per pipeline rank (interleaved, zbv)
   int ep = 1;               // expert parallelism (divides dp)
+  int cp = 1;               // context parallelism, its K/V travelling by cp_comm
+  std::string cp_comm = "ring";
 
-  int ranks() const { return dp * tp * pp; }
+  int ranks() const { return dp * tp * pp * cp; }
   std::string name() const {
     return (device.empty() ? "" : device + "_") + "dp" + std::to_string(dp) + "tp" +
            std::to_string(tp) + "pp" + std::to_string(pp) + schedule +
@@ -35,7 +37,8 @@ struct Layout {
            (recompute == "none" ? "" : "_recompute_" + recompute) +
            (compute == "fp32" ? "" : "_" + compute) +
            (virtual_stages == 1 ? "" : "_v" + std::to_string(virtual_stages)) +
-           (ep == 1 ? "" : "_ep" + std::to_string(ep));
+           (ep == 1 ? "" : "_ep" + std::to_string(ep)) +
+           (cp == 1 ? "" : "_cp" + std::to_string(cp) + cp_comm);
   }
   std::string overrides() const {
     return (device.empty() ? "" : " --set device=" + device) +
@@ -44,7 +47,10 @@ struct Layout {
            " --set parallel.sequence_parallel=" + (sequence_parallel ? "true" : "false") +
            " --set recompute=" + recompute + " --set precision.compute=" + compute +
            " --set parallel.virtual_stages=" + std::to_string(virtual_stages) +
-           (ep == 1 ? "" : " --set parallel.ep=" + std::to_string(ep));
+           (ep == 1 ? "" : " --set parallel.ep=" + std::to_string(ep)) +
+           (cp == 1 ? ""
+                    : " --set parallel.cp=" + std::to_string(cp) +
+                          " --set parallel.cp_comm=" + cp_comm);
   }
 };
 

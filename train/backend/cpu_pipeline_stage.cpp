@@ -8,7 +8,7 @@ namespace strata {
 
 CpuPipelineStage::CpuPipelineStage(Gpt<float>& model)
     : model_(model),
-      T_(model.shape().seq_len),
+      T_(model.sequence_rows()),
       batch_of_slot_(static_cast<std::size_t>(model.slots()), 0) {}
 
 void CpuPipelineStage::bind(ParameterAccess<float>* parameters) { parameters_ = parameters; }

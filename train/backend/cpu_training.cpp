@@ -41,14 +41,15 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
     const std::size_t i = static_cast<std::size_t>(c);
     models_.emplace_back(shape, partition.chunk(c), &placement.groups->tp(),
                          config.train.micro_batch, placement.slots[i], gpt_options_of(config),
-                         placement.groups->ep());
+                         placement.groups->ep(), placement.groups->cp());
     chunk_parameters_.emplace_back(parameters_, std::move(segments.rank_index[i]));
     stages_.emplace_back(models_.back());
     stages.push_back(&stages_.back());
   }
   executor_ = std::make_unique<PipelineExecutor>(stages, placement.layout, placement.groups->pp(),
                                                  *placement.program, config.train.micro_batch,
-                                                 shape.seq_len, placement.nonblocking_sends);
+                                                 partition.context.local_length(shape.seq_len),
+                                                 placement.nonblocking_sends);
   refresh_compute_weights();
 }
 

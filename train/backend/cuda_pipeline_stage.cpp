@@ -18,7 +18,7 @@ CudaPipelineStage<T>::CudaPipelineStage(cuda::CudaGpt<T>& model,
                                         ParameterAccess<T, float>& parameters)
     : model_(model),
       parameters_(parameters),
-      T_(model.shape().seq_len),
+      T_(model.sequence_rows()),
       staging_(boundary_floats(model.shape(), model.activation_rows(model.max_batch(), T_))),
       batch_of_slot_(static_cast<std::size_t>(model.slots()), 0) {}
 

@@ -20,8 +20,9 @@ DilocoPlacement diloco_placement(const ProcessGroups& groups, const BackendPlace
   d.metrics = &groups.outer_metrics();
   d.worker_group = &groups.worker_metrics();
   // Under expert parallelism the shares tile a rank's layout over the ranks holding the same
-  // tensors (replica_share), so the updated shares are gathered over those.
-  d.dp = groups.expert_dp() != nullptr ? groups.expert_dp() : &groups.dp();
+  // tensors (replica_share), so the updated shares are gathered over those; under context
+  // parallelism over the dp × cp replicas.
+  d.dp = groups.expert_dp() != nullptr ? groups.expert_dp() : &groups.dp_cp();
   d.share = share;
   d.gather_over_dp = d.dp->size() > 1 && !placement.plan.parameters_by_segment;
   const ModelPartition& p = placement.partition;

@@ -23,7 +23,7 @@ void rope_turn(T* data, const RopeLayout& layout, T sign) {
         sine[i] *= sign;
       }
       for (int b = 0; b < layout.B; ++b) {
-        T* x = data + (static_cast<long>(b) * layout.T + t) * layout.row_stride + layout.column;
+        T* x = data + rope_row(layout, b, t) * layout.row_stride + layout.column;
         for (int h = 0; h < layout.heads; ++h, x += layout.head_size) {
 #pragma omp simd
           for (int i = 0; i < half; ++i) rope_rotate_pair(x[i], x[half + i], cosine[i], sine[i]);

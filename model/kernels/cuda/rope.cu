@@ -26,14 +26,16 @@ __global__ void __launch_bounds__(kMapThreads)
        item += stride) {
     const long row = item / groups;
     const int first_pair = static_cast<int>(item - row * groups) * kN;
-    const int position = static_cast<int>(row % layout.T) + layout.position_offset;
+    const long t = row % layout.T;
+    const int position = static_cast<int>(t) + layout.position_offset;
     float cosine[kN], sine[kN];
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
       rope_cos_sin(position, frequency[first_pair + k], cosine[k], sine[k]);
       sine[k] *= sign;
     }
-    T* head = data + row * layout.row_stride + layout.column + first_pair;
+    T* head =
+        data + rope_row(layout, row / layout.T, t) * layout.row_stride + layout.column + first_pair;
 #pragma unroll 4
     for (int h = 0; h < layout.heads; ++h, head += layout.head_size) {
       Vec<T, kN> x0 = load_vec<kN>(head);
