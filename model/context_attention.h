@@ -54,6 +54,22 @@ inline std::uint64_t context_attention_bytes(ContextComm comm, bool backward, in
   return comm == ContextComm::ring ? (2 * steps + 1) * block : 2 * steps * block;
 }
 
+// The working memory of one member's ContextAttention for micro-batches of up to B sequences of
+// T_local rows, NH query heads over KV key/value heads of size hs (its backward's, the larger):
+// the K/V blocks and their gradients (ring: two travelling [K/V | dK/dV] pairs; all_gather: cp
+// blocks, cp gradient blocks and this member's reduced ones), the partial outputs, and two
+// statistics per (row, head) (the partial lse and D) from the next 256-byte boundary.
+inline std::size_t context_attention_memory_bytes(ContextComm comm, int cp, int B, int T_local,
+                                                  int NH, int KV, int hs, std::size_t value_bytes,
+                                                  std::size_t stat_bytes) {
+  const std::size_t rows = static_cast<std::size_t>(B) * T_local;
+  const std::size_t block = rows * 2 * KV * hs;
+  const std::size_t blocks =
+      comm == ContextComm::ring ? 4 * block : (2 * static_cast<std::size_t>(cp) + 1) * block;
+  const std::size_t values = ((blocks + rows * NH * hs) * value_bytes + 255) / 256 * 256;
+  return values + 2 * rows * NH * stat_bytes;
+}
+
 template <class Ops>
 class ContextAttention {
  public:
@@ -69,9 +85,24 @@ class ContextAttention {
     long C3() const { return C() + kv_width(); }    // a qkv row
   };
 
-  // `group`: the context-parallel members, in chunk order (not owned).
-  ContextAttention(Ops& ops, Collectives& group, ContextComm comm)
-      : ops_(ops), group_(group), comm_(comm) {}
+  // `group`: the context-parallel members, in chunk order (not owned). Its working memory is
+  // reserved at once for micro-batches of up to max_batch sequences of T_local rows of `heads`
+  // (context_attention_memory_bytes).
+  ContextAttention(Ops& ops, Collectives& group, ContextComm comm, int max_batch, int T_local,
+                   const Heads& heads)
+      : ops_(ops),
+        group_(group),
+        comm_(comm),
+        max_batch_(max_batch),
+        max_rows_(T_local),
+        heads_(heads),
+        memory_(memory_bytes()) {}
+
+  // The bytes of its working memory.
+  std::size_t memory_bytes() const {
+    return context_attention_memory_bytes(comm_, group_.size(), max_batch_, max_rows_, heads_.NH,
+                                          heads_.KV, heads_.hs, sizeof(Value), sizeof(Stat));
+  }
 
   // qkv (B, T_local, C3), T_local = 2·Tc: this member's chunks r and 2cp−1−r of each sequence →
   // atty (B, T_local, C) and lse (B, NH, T_local), rounded as the ops round.
@@ -171,6 +202,9 @@ class ContextAttention {
   Shape shape(int B, int T_local, const Heads& h, bool backward) const {
     STRATA_CHECK(T_local % 2 == 0, "context parallelism: ", T_local,
                  " rows per sequence are not two equal chunks");
+    STRATA_CHECK(B <= max_batch_ && T_local <= max_rows_ && h.NH == heads_.NH &&
+                     h.KV == heads_.KV && h.hs == heads_.hs,
+                 "context attention: a call beyond what its memory was reserved for");
     Shape s;
     s.cp = size();
     s.rank = rank();
@@ -253,20 +287,19 @@ class ContextAttention {
     return p;
   }
 
-  // The working memory for a call (grown as needed, kept): the blocks (ring: two travelling
-  // buffers, each [K/V | dK/dV] in the backward pass; all_gather: cp blocks, then in the backward
-  // cp gradient blocks and this member's reduced ones), the partial outputs and lse, the row terms.
+  // The working memory for a call, laid out as context_attention_memory_bytes counts it: the
+  // blocks (ring: two travelling buffers, each [K/V | dK/dV] in the backward pass; all_gather: cp
+  // blocks, then in the backward cp gradient blocks and this member's reduced ones), the partial
+  // outputs and lse, the row terms.
   Value* reserve(const Shape& s) {
-    const bool backward = s.backward;
     const std::size_t blocks = comm_ == ContextComm::ring
-                                   ? (backward ? 4 : 2) * s.block
-                                   : (backward ? 2 * s.cp + 1 : s.cp) * s.block;
+                                   ? (s.backward ? 4 : 2) * s.block
+                                   : (s.backward ? 2 * s.cp + 1 : s.cp) * s.block;
     const std::size_t outputs = static_cast<std::size_t>(s.B) * s.T_local * s.h.C();
     const std::size_t stats = static_cast<std::size_t>(s.B) * s.h.NH * s.T_local;
     // The statistics start at a multiple of 256 bytes (Value and Stat may differ in size).
     const std::size_t values = ((blocks + outputs) * sizeof(Value) + 255) / 256 * 256;
-    const std::size_t bytes = values + 2 * stats * sizeof(Stat);
-    if (memory_.size() < bytes) memory_ = typename Ops::Reservation(bytes);
+    STRATA_CHECK(values + 2 * stats * sizeof(Stat) <= memory_.size());
     char* at = memory_.get();
     Value* block_memory = reinterpret_cast<Value*>(at);
     parts_ = block_memory + blocks;
@@ -278,6 +311,8 @@ class ContextAttention {
   Ops& ops_;
   Collectives& group_;
   ContextComm comm_;
+  int max_batch_, max_rows_;
+  Heads heads_;
   typename Ops::Reservation memory_;
   Value* parts_ = nullptr;
   Stat* part_lse_ = nullptr;

@@ -100,7 +100,10 @@ class GptPasses {
   // Bytes of saved activations in the slots used so far (each laid out for max_batch), plus the
   // recompute workspace (GptStorage::activation_bytes); and of those, the bytes one block keeps
   // over those slots: its input (the residual stream) and what recomputation does not drop.
-  std::size_t activation_bytes() const { return storage_.activation_bytes(); }
+  // With context parallelism, the attention's working memory too (model/context_attention.h).
+  std::size_t activation_bytes() const {
+    return storage_.activation_bytes() + (context_ ? context_->memory_bytes() : 0);
+  }
   std::size_t activation_bytes_per_layer() const { return storage_.activation_bytes_per_layer(); }
 
  protected:
@@ -130,7 +133,10 @@ class GptPasses {
   void attend_across(Collectives& cp, ContextComm comm) {
     STRATA_CHECK(cp.size() == partition_.context.cp && cp.rank() == partition_.context.rank,
                  "a context-parallel partition needs its group");
-    context_ = std::make_unique<ContextAttention<Ops>>(model().ops_, cp, comm);
+    const GptBlockDims d(shape_, partition_);
+    context_ = std::make_unique<ContextAttention<Ops>>(
+        model().ops_, cp, comm, storage_.options().max_batch, sequence_rows(),
+        typename ContextAttention<Ops>::Heads{d.NHl, d.KVl, d.head_size});
   }
   // Where each block's tensors are: once the model has checked its partition.
   void find_block_offsets() {

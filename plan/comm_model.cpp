@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/activation_sizes.h"
+#include "model/context_attention.h"
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
 #include "parallel/mesh/mesh.h"
@@ -64,6 +65,10 @@ const char* comm_group_name(CommGroup group) {
       return "ep";
     case CommGroup::expert_dp:
       return "expert_dp";
+    case CommGroup::cp:
+      return "cp";
+    case CommGroup::dp_cp:
+      return "dp_cp";
   }
   return "?";
 }
@@ -172,15 +177,21 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   const GroupView inter = view_of(CommGroup::dp_inter_node, place.dp_inter_node_group(), me, gpn);
   const GroupView ep = view_of(CommGroup::ep, place.ep_group(), me, gpn);
   const GroupView expert_dp = view_of(CommGroup::expert_dp, place.expert_dp_group(), me, gpn);
-  // ZeRO's shards: the ranks holding the same tensors (dp, or under expert parallelism expert_dp).
-  const GroupView& shards = mesh.ep > 1 ? expert_dp : dp;
+  const GroupView cp = view_of(CommGroup::cp, place.cp_group(), me, gpn);
+  const GroupView dp_cp = view_of(CommGroup::dp_cp, place.dp_cp_group(), me, gpn);
+  // The replicas of the same weights (the plan's dp axis): dp, or under context parallelism dp_cp.
+  const GroupView& replicas = mesh.cp > 1 ? dp_cp : dp;
+  // ZeRO's shards: the ranks holding the same tensors (the replicas, or under expert parallelism
+  // expert_dp).
+  const GroupView& shards = mesh.ep > 1 ? expert_dp : replicas;
 
   const ModelConfig& m = config.model;
   const ModelPartition& partition = rank.partition;
   const ReductionPlan& plan = rank.plan;
   const int micro_batches = rank.micro_batches;
   const bool sp = config.parallel.sequence_parallel && mesh.tp > 1;
-  const std::uint64_t rows = static_cast<std::uint64_t>(config.train.micro_batch) * m.seq_len;
+  const std::uint64_t rows = static_cast<std::uint64_t>(config.train.micro_batch) *
+                             partition.context.local_length(m.seq_len);
   const std::uint64_t full = rows * m.d_model * row_element_bytes;  // (N, C), summed over tp
   // The residual stream's rows crossing a stage boundary: host fp32 on both backends.
   const std::uint64_t boundary = rows * m.d_model * sizeof(float) / (sp ? mesh.tp : 1);
@@ -216,6 +227,35 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   sums(CommPhase::backward, 2 * layers + recomputed, "layer gradient sums");
   gathers(CommPhase::backward, 2 * layers + recomputed, "layer gradient row gathers");
   if (partition.has_embedding) gathers(CommPhase::backward, 1, "embedding gradient gather");
+
+  // Context parallelism (see the header): ring, the cp − 1 blocks forward, and backward the blocks
+  // again with their gradients' cp hops, each to the ring successor; all_gather, the blocks
+  // gathered in both passes and their gradients reduce-scattered.
+  if (mesh.cp > 1) {
+    const GptShape& shape = rank.shape;
+    const int kv = shape.kv_head_count() / mesh.tp, hs = shape.head_size();
+    const auto bytes = [&](bool backward) {
+      return context_attention_bytes(
+          config.parallel.cp_comm, backward, mesh.cp, config.train.micro_batch,
+          static_cast<int>(rows) / config.train.micro_batch, kv, hs, row_element_bytes);
+    };
+    const int forwards = layers * micro_batches * (recompute == Recompute::none ? 1 : 2);
+    const int backwards = layers * micro_batches;
+    if (config.parallel.cp_comm == ContextComm::ring) {
+      const int next = (cp.rank + 1) % cp.size();
+      events.send(cp, next, bytes(false), CommPhase::forward, forwards, "attention K/V ring");
+      events.send(cp, next, bytes(true), CommPhase::backward, backwards,
+                  "attention K/V and dK/dV ring");
+    } else {
+      const std::uint64_t blocks = bytes(false) / static_cast<std::uint64_t>(mesh.cp - 1) * mesh.cp;
+      events.chunked(cp, "all_gather", blocks, CommPhase::forward, forwards,
+                     "attention K/V gather");
+      events.chunked(cp, "all_gather", blocks, CommPhase::backward, backwards,
+                     "attention K/V gather");
+      events.chunked(cp, "reduce_scatter", blocks, CommPhase::backward, backwards,
+                     "attention dK/dV reduce-scatter");
+    }
+  }
 
   // Mixture of experts, per MoE block and micro-batch (see the header): the gates' gradient sum
   // over tp, and under expert parallelism the token exchange over ep, its rows under balanced
@@ -346,7 +386,7 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
       case ParallelAxis::dp:
         break;
     }
-    return dp;
+    return replicas;
   };
   using Kind = RangeReduction::Kind;
   const auto reductions = [&](const std::vector<RangeReduction>& ops, CommPhase phase,
@@ -366,7 +406,7 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
   for (ParallelAxis axis : plan.norm_axes)
     events.all_reduce(group_of(axis), kScalar, CommPhase::step, 1, "gradient norm");
   events.all_reduce(pp, kScalar, CommPhase::step, 1, "loss");
-  events.all_reduce(dp, kScalar, CommPhase::step, 1, "loss");
+  events.all_reduce(replicas, kScalar, CommPhase::step, 1, "loss");
   reductions(plan.parameters, CommPhase::update, "updated shard gather");
 
   // The optimizer's own collectives (plan/optimizer_state.h), before its update.

@@ -14,6 +14,11 @@
 // training step in metrics.jsonl and `group_bytes` its `comm_bytes_by_axis`, which
 // tests/mpi/plan_memory_test.cpp checks on many layouts.
 //
+// Context parallelism (parallel.cp) adds, per layer and micro-batch, attention's K/V blocks among
+// the cp members in every attention forward (a recomputed one too) and backward, the bytes of
+// model/context_attention.h's table (context_attention_bytes), and every op's rows are seq_len / cp
+// of each sequence.
+//
 // A mixture of experts adds, per MoE block and micro-batch (model/moe/moe_layer.h,
 // moe_exchange.h): under tensor parallelism the gates' gradient, an all-reduce of N·top_k fp32
 // over tp in the backward pass; under expert parallelism (ep > 1) the token exchange over the ep
@@ -45,8 +50,10 @@ namespace strata {
 // The communicator a call runs on: an axis of the mesh, one of the data-parallel group's
 // node-wise factors (ZeRO++ hpZ and qgZ), or under expert parallelism one of its two parts
 // (parallel/mesh/mesh.h): ep, the ep consecutive dp ranks that exchange tokens, and expert_dp,
-// the dp/ep ranks holding the same experts (ZeRO's shards and the expert gradients' sums).
-enum class CommGroup { tp, pp, dp, dp_intra_node, dp_inter_node, ep, expert_dp };
+// the dp/ep ranks holding the same experts (ZeRO's shards and the expert gradients' sums); under
+// context parallelism cp (attention's K/V) and dp_cp (the weights' dp × cp replicas: the
+// gradients, ZeRO's shards and the loss move over it instead of dp).
+enum class CommGroup { tp, pp, dp, dp_intra_node, dp_inter_node, ep, expert_dp, cp, dp_cp };
 
 enum class CommPhase {
   forward,   // inside every micro-batch's forward pass (blocking: on the critical path)
@@ -82,8 +89,8 @@ struct CommPrediction {
 
   // Bytes per step by kind and link class (zero entries left out), as comm_bytes reports them.
   std::map<std::string, std::map<LinkClass, std::uint64_t>> bytes_by_kind() const;
-  // Bytes per step on one communicator: tp, pp, dp, ep, expert_dp as comm_bytes_by_axis reports
-  // them (dp without its node groups, nor ep and expert_dp).
+  // Bytes per step on one communicator: tp, pp, dp, ep, expert_dp, cp, dp_cp as
+  // comm_bytes_by_axis reports them (dp without its node groups, nor ep and expert_dp, nor dp_cp).
   std::uint64_t group_bytes(CommGroup group) const;
   std::uint64_t link_bytes(LinkClass link) const;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/activation_sizes.h"
+#include "model/context_attention.h"
 #include "model/core/error.h"
 #include "model/parameter_layout.h"
 #include "parallel/mesh/reduction_plan.h"
@@ -126,6 +127,16 @@ MemoryAccount predict_memory(const Config& config, int world_size, int stage, in
     activations += a.workspace + slots * (a.per_slot + a.moe_per_slot);
   }
   account.activations = activations * sizeof(float);
+  // Context parallelism: each chunk's model reserves its attention's working memory.
+  if (mesh.cp > 1) {
+    const GptShape& shape = rank.shape;
+    account.activations +=
+        static_cast<std::size_t>(chunks) *
+        context_attention_memory_bytes(config.parallel.cp_comm, mesh.cp, config.train.micro_batch,
+                                       partition.context.local_length(shape.seq_len),
+                                       shape.n_head / mesh.tp, shape.kv_head_count() / mesh.tp,
+                                       shape.head_size(), sizeof(float), sizeof(float));
+  }
   return account;
 }
 

@@ -11,7 +11,9 @@ RankModel rank_model(const Config& config, int world_size, int stage, int tp_ran
   STRATA_CHECK(stage >= 0 && stage < mesh.pp && tp_rank >= 0 && tp_rank < mesh.tp && dp_rank >= 0 &&
                dp_rank < mesh.dp);
   const GptShape shape = gpt_shape_of(config.model);  // with model.moe: the experts' layout
-  const ModelPartition partition = model_partition(config, mesh, tp_rank, stage);
+  // As context rank 0: every member of a cp group holds as much and sends as much.
+  ModelPartition partition = model_partition(config, mesh, tp_rank, stage);
+  partition.context = {mesh.cp, 0};
   ParameterLayout layout = ParameterLayout::for_partition(shape, partition);
   // The reduction plan as the trainer makes it (train/trainer.cpp make_backend).
   ReductionPlan plan = make_reduction_plan(

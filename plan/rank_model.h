@@ -22,7 +22,7 @@ struct RankModel {
 };
 
 // The rank at pipeline stage `stage`, tensor-parallel rank `tp_rank` and data-parallel rank
-// `dp_rank` of `config` on `world_size` ranks (under DiLoCo: every worker's mesh).
+// `dp_rank` of `config` on `world_size` ranks (under DiLoCo: every worker's mesh), context rank 0.
 RankModel rank_model(const Config& config, int world_size, int stage, int tp_rank, int dp_rank);
 
 }  // namespace strata

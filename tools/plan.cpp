@@ -106,6 +106,9 @@ JsonLine explain_json(const PlanCost& p, const ClusterSpec& cluster, int world_s
   if (mesh.ep > 1)  // the trainer reports these two under expert parallelism only
     by_axis.add("ep", rank0.group_bytes(CommGroup::ep))
         .add("expert_dp", rank0.group_bytes(CommGroup::expert_dp));
+  if (mesh.cp > 1)  // and these two under context parallelism only
+    by_axis.add("cp", rank0.group_bytes(CommGroup::cp))
+        .add("dp_cp", rank0.group_bytes(CommGroup::dp_cp));
   // Every rank's bytes, as the trainer sums them over the job. Under DiLoCo these are the inner
   // steps of the first worker's mesh times the workers: every worker's mesh sits alike on the
   // nodes (whole nodes each, or all in one: config validation), so it sends the same.

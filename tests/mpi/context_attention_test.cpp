@@ -141,7 +141,7 @@ void expect_context_attention_matches(int cp) {
   Result results[2];
   for (const ContextComm comm : {ContextComm::ring, ContextComm::all_gather}) {
     SCOPED_TRACE(std::string(kContextCommChoices.word(comm)) + " cp " + std::to_string(c.cp));
-    ContextAttention<Ops> attention(ops, world, comm);
+    ContextAttention<Ops> attention(ops, world, comm, c.B, c.T_local(), c.h);
     Result& r = results[comm == ContextComm::ring ? 0 : 1];
     r.out.resize(local * C);
     r.lse.resize(local * c.h.NH);
@@ -190,7 +190,7 @@ TEST(ContextAttention, OneMemberAttendsItsTwoChunksAlone) {
   SingleRank alone;
   for (const ContextComm comm : {ContextComm::ring, ContextComm::all_gather}) {
     SCOPED_TRACE(kContextCommChoices.word(comm));
-    ContextAttention<Ops> attention(ops, alone, comm);
+    ContextAttention<Ops> attention(ops, alone, comm, c.B, c.T(), c.h);
     std::vector<float> my_out(out.size()), my_lse(lse.size()), my_dqkv(dqkv.size());
     attention.forward(my_out.data(), my_lse.data(), qkv.data(), c.B, c.T(), c.h);
     attention.backward(my_dqkv.data(), dout.data(), qkv.data(), my_out.data(), my_lse.data(), c.B,

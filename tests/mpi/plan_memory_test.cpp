@@ -7,7 +7,8 @@
 // byte, every pipeline stage's activations (reported to 0.001 MiB), and rank 0's bytes of a step by
 // collective kind and link class
 // (`comm_bytes`) and by parallel axis (`comm_bytes_by_axis`); and the same for mixtures of experts
-// with and without expert parallelism, routed so that their rows do not depend on the data.
+// with and without expert parallelism, routed so that their rows do not depend on the data; and
+// for context parallelism.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -246,6 +247,32 @@ TEST(PlanMemory, PredictionEqualsTheTrainersAccount) {
   };
   for (const Case& c : cases)
     expect_prediction_equals_run(dir, c, {CommGroup::tp, CommGroup::pp, CommGroup::dp});
+}
+
+// Context parallelism: the activations of seq_len / cp rows and the attention's working memory,
+// its K/V bytes over cp (ring or all_gather, recomputation adding a forward's), and the gradients,
+// shards and loss over dp_cp.
+TEST(PlanMemory, ContextParallelPredictionEqualsTheTrainersAccount) {
+  TempDir dir("plan_memory_cp");
+  write_synthetic_dataset(dir / "data", 64, 20000);
+  write_layout_config(dir, 4);
+  const std::vector<Case> cases = {
+      {"cp2", 2, {"parallel.cp=2"}},
+      {"cp4_all_gather_selective",
+       4,
+       {"parallel.cp=4", "parallel.cp_comm=all_gather", "recompute=selective"}},
+      {"tp2sp_cp2_full",
+       4,
+       {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.cp=2", "recompute=full"}},
+      {"dp2cp2_zero3", 4, {"parallel.cp=2", "parallel.zero.stage=3"}},
+      {"pp2cp2_zb_h1_zero1",
+       4,
+       {"parallel.pp=2", "parallel.cp=2", "parallel.pipeline_schedule=zb-h1",
+        "parallel.zero.stage=1", "parallel.cp_comm=all_gather"}},
+  };
+  for (const Case& c : cases)
+    expect_prediction_equals_run(
+        dir, c, {CommGroup::tp, CommGroup::pp, CommGroup::dp, CommGroup::cp, CommGroup::dp_cp});
 }
 
 // A mixture of experts, with and without expert parallelism: exact where the routing cannot
