@@ -34,7 +34,9 @@ struct Dims {
 
 Dims dims_of(const Config& config, int tp, bool sequence_parallel) {
   const ModelConfig& m = config.model;
-  const double N = static_cast<double>(config.train.micro_batch) * m.seq_len;
+  // Each rank's rows: under context parallelism seq_len / cp of each sequence (attention's keys
+  // stay the whole sequence's, d.T).
+  const double N = static_cast<double>(config.train.micro_batch) * m.seq_len / config.parallel.cp;
   const GptShape shape = gpt_shape_of(m);
   Dims d{N,
          sequence_parallel && tp > 1 ? N / tp : N,

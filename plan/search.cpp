@@ -49,12 +49,18 @@ std::vector<std::string> PlanLayout::overrides() const {
           "parallel.pp_layers=" + layers.str(),
           "parallel.gpus_per_node=" + std::to_string(gpus_per_node),
           "parallel.virtual_stages=" + std::to_string(virtual_stages),
-          "parallel.ep=" + std::to_string(ep)};
+          "parallel.ep=" + std::to_string(ep),
+          "parallel.cp=" + std::to_string(cp),
+          "parallel.cp_comm=" + std::string(kContextCommChoices.word(cp_comm))};
 }
 
 std::string PlanLayout::name() const {
   std::ostringstream out;
-  out << "tp" << tp << " pp" << pp << " dp" << dp;
+  out << "tp" << tp << " pp" << pp;
+  if (cp > 1)
+    out << " cp" << cp << (cp_comm == ContextComm::ring ? "" : " ")
+        << (cp_comm == ContextComm::ring ? "" : kContextCommChoices.word(cp_comm));
+  out << " dp" << dp;
   if (ep > 1) out << " ep" << ep;
   out << " mb" << micro_batch;
   if (pp > 1) out << " " << kPipelineScheduleChoices.word(schedule);
@@ -118,6 +124,8 @@ Config with_layout(const Config& base, const PlanLayout& layout) {
   p.gpus_per_node = layout.gpus_per_node;
   p.virtual_stages = layout.virtual_stages;
   p.ep = layout.ep;
+  p.cp = layout.cp;
+  p.cp_comm = layout.cp_comm;
   config_detail::validate_config(config, config_detail::ConfigSource("plan"));
   return config;
 }
@@ -153,9 +161,23 @@ std::vector<int> expert_parallel_degrees(int dp, int experts) {
   return divisors(std::gcd(dp, experts));
 }
 
+// The context-parallel degrees worth pricing for `ranks` ranks (a divisor of it), each with its
+// K/V's ways: cp 1, and where `context` allows it every cp that cuts the sequence into 2·cp
+// chunks, by ring and by all_gather.
+std::vector<std::pair<int, ContextComm>> context_degrees(const Config& base, int ranks,
+                                                         bool context) {
+  std::vector<std::pair<int, ContextComm>> degrees{{1, ContextComm::ring}};
+  if (!context) return degrees;
+  for (int cp : divisors(ranks))
+    if (cp > 1 && base.model.seq_len % (2 * cp) == 0)
+      for (ContextComm comm : {ContextComm::ring, ContextComm::all_gather})
+        degrees.emplace_back(cp, comm);
+  return degrees;
+}
+
 // The candidate layouts before the stage split (balanced layers). `experts`: the experts that
-// expert parallelism may split (0: none, ep 1 only).
-std::vector<PlanLayout> enumerate_layouts(const Config& base, int world, int experts,
+// expert parallelism may split (0: none, ep 1 only); `context`: context parallelism may run.
+std::vector<PlanLayout> enumerate_layouts(const Config& base, int world, int experts, bool context,
                                           const SearchOptions& options) {
   std::vector<PlanLayout> layouts;
   const int per_node = base.parallel.gpus_per_node;
@@ -164,47 +186,53 @@ std::vector<PlanLayout> enumerate_layouts(const Config& base, int world, int exp
     if (tp > per_node && spans_nodes) continue;
     for (int pp : divisors(world / tp)) {
       if (pp > base.model.n_layer) continue;
-      const int dp = world / (tp * pp);
-      if (base.train.global_batch % dp != 0) continue;
-      for (int ep : expert_parallel_degrees(dp, experts))
-        for (int micro_batch : divisors(base.train.global_batch / dp))
-          for (const auto& [schedule, chunks] : schedules_for(base, pp, dp, micro_batch, options)) {
-            for (bool sp : {false, true}) {
-              if (sp && tp == 1) continue;
-              for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
-                // ZeRO under expert parallelism shards over the dp/ep ranks holding the same
-                // experts: none to shard over when ep = dp.
-                for (int stage = 0; stage <= (dp / ep > 1 ? 3 : 0); ++stage)
-                  for (GradientReduction reduction :
-                       {GradientReduction::step, GradientReduction::micro_batch}) {
-                    if (stage < 2 && reduction != GradientReduction::step) continue;
-                    for (int plus = 0; plus < 8; ++plus) {
-                      const bool hpz = plus & 1, qwz = plus & 2, qgz = plus & 4;
-                      if (plus != 0 && stage != 3) continue;
-                      if (hpz && !spans_nodes) continue;
-                      if ((qwz || qgz) && !options.quantized) continue;
-                      if (qgz && !spans_nodes) continue;
-                      if ((hpz || qgz) && ep > 1) continue;  // they split all of dp by node
-                      layouts.push_back(PlanLayout{tp,
-                                                   pp,
-                                                   dp,
-                                                   micro_batch,
-                                                   schedule,
-                                                   sp,
-                                                   recompute,
-                                                   stage,
-                                                   reduction,
-                                                   hpz,
-                                                   qwz,
-                                                   qgz,
-                                                   {},
-                                                   per_node,
-                                                   chunks,
-                                                   ep});
+      for (const auto& [cp, cp_comm] : context_degrees(base, world / (tp * pp), context)) {
+        const int dp = world / (tp * pp * cp);
+        if (base.train.global_batch % dp != 0) continue;
+        for (int ep : expert_parallel_degrees(dp, experts))
+          for (int micro_batch : divisors(base.train.global_batch / dp))
+            for (const auto& [schedule, chunks] :
+                 schedules_for(base, pp, dp, micro_batch, options)) {
+              for (bool sp : {false, true}) {
+                if (sp && tp == 1) continue;
+                for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full})
+                  // ZeRO shards over the replicas (dp × cp), under expert parallelism over the
+                  // dp/ep ranks holding the same experts: none to shard over when they are one.
+                  for (int stage = 0; stage <= (dp * cp / ep > 1 ? 3 : 0); ++stage)
+                    for (GradientReduction reduction :
+                         {GradientReduction::step, GradientReduction::micro_batch}) {
+                      if (stage < 2 && reduction != GradientReduction::step) continue;
+                      for (int plus = 0; plus < 8; ++plus) {
+                        const bool hpz = plus & 1, qwz = plus & 2, qgz = plus & 4;
+                        if (plus != 0 && stage != 3) continue;
+                        if (hpz && !spans_nodes) continue;
+                        if ((qwz || qgz) && !options.quantized) continue;
+                        if (qgz && !spans_nodes) continue;
+                        // They split all of dp by node.
+                        if ((hpz || qgz) && (ep > 1 || cp > 1)) continue;
+                        layouts.push_back(PlanLayout{tp,
+                                                     pp,
+                                                     dp,
+                                                     micro_batch,
+                                                     schedule,
+                                                     sp,
+                                                     recompute,
+                                                     stage,
+                                                     reduction,
+                                                     hpz,
+                                                     qwz,
+                                                     qgz,
+                                                     {},
+                                                     per_node,
+                                                     chunks,
+                                                     ep,
+                                                     cp,
+                                                     cp_comm});
+                      }
                     }
-                  }
+              }
             }
-          }
+      }
     }
   }
   return layouts;
@@ -285,7 +313,9 @@ PlanCost cost_of(const Config& config, const ClusterSpec& cluster, int world_siz
                            p.pp_layers,
                            p.gpus_per_node,
                            p.virtual_stages,
-                           mesh.ep};
+                           mesh.ep,
+                           mesh.cp,
+                           p.cp_comm};
   plan.time = predict_step_time(config, cluster, world_size);
   plan.limit_bytes = static_cast<std::size_t>(cluster.device.memory_gib * 1024.0 * 1048576.0);
   for (int stage = 0; stage < mesh.pp; ++stage) {
@@ -307,10 +337,13 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
     base.parallel.gpus_per_node = cluster.devices_per_node;
   base.parallel.pp_layers.clear();
   base.diloco.enabled = false;
-  // Expert parallelism: on either backend, and per DiLoCo worker.
+  // Expert parallelism: on either backend, and per DiLoCo worker. Context parallelism: on the
+  // CPU backend (no CUDA kernels yet), without experts (their capacity groups are whole
+  // sequences).
   const int experts = base.model.moe.experts;
+  const bool context = cluster.backend == ClusterBackend::cpu && experts == 0;
   std::vector<PlanCost> plans;
-  for (const PlanLayout& layout : enumerate_layouts(base, world_size, experts, options)) {
+  for (const PlanLayout& layout : enumerate_layouts(base, world_size, experts, context, options)) {
     Config config;
     try {
       config = with_layout(base, layout);

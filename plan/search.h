@@ -46,12 +46,14 @@ struct PlanLayout {
   int gpus_per_node = 8;       // the cluster's nodes (parallel.gpus_per_node)
   int virtual_stages = 1;      // chunks per rank (parallel.virtual_stages: interleaved, zbv)
   int ep = 1;                  // expert parallelism (parallel.ep), a divisor of dp and experts
+  int cp = 1;                  // context parallelism (parallel.cp) and its K/V's way
+  ContextComm cp_comm = ContextComm::ring;
 
   // The `--set` overrides that select this layout (every layout key, so the result does not
   // depend on what the config said).
   std::vector<std::string> overrides() const;
   // e.g. "tp2 pp2 dp2 mb4 1f1b sp zero1 recompute=selective", "tp1 pp2 dp4 mb2 interleaved v3",
-  // "tp1 pp1 dp4 ep2 mb2".
+  // "tp1 pp1 dp4 ep2 mb2", "tp1 pp1 cp2 dp2 mb4".
   std::string name() const;
 };
 

@@ -65,7 +65,7 @@ StepTime predict_step_time(const Config& config, const ClusterSpec& cluster, int
   if (cluster.cores_per_node > 0) {
     sharing.cores = cluster.cores_per_node * cluster.nodes;
     sharing.threads = step.threads = std::max(1, sharing.cores / world_size);
-    sharing.ranks_per_stage = mesh.tp * mesh.dp;
+    sharing.ranks_per_stage = mesh.tp * mesh.cp * mesh.dp;
     sharing.ranks = world_size;
     sharing.waiting_share = cluster.waiting_share;
   }

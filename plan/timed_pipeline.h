@@ -35,7 +35,7 @@ struct StageDurations {
 
 struct CoreSharing {
   int cores = 0;             // 0: every rank has its own device (no sharing)
-  int ranks_per_stage = 1;   // ranks doing each stage's work at once (tp · dp)
+  int ranks_per_stage = 1;   // ranks doing each stage's work at once (tp · cp · dp)
   int threads = 1;           // cores one rank's pass uses when alone
   int ranks = 1;             // all ranks sharing the cores
   double waiting_share = 0;  // of a core, taken by each rank not computing (MPI polling)

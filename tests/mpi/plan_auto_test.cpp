@@ -9,11 +9,15 @@
 // what the run logs (the benchmarks in scripts/bench compare their runs with these figures).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/mpi/layout_runs.h"
 
@@ -33,21 +37,38 @@ AutoRun train_auto(const TempDir& dir, const std::string& name, const std::strin
   return AutoRun{result.status, result.output, dir.str() + "/runs/" + name};
 }
 
-// The chosen layout's "tpT ppP dpD" from the report, and the trainer's own mesh line agree.
+// The layout's (tp, pp, dp, cp) from the report ("tpT ppP [cpC [all_gather]] dpD ...") and from
+// the trainer's own mesh line ("mesh tp T [x cp C (comm)] x dp D ... x pp P").
+std::vector<int> chosen_layout(const std::string& report) {
+  std::istringstream words(report);
+  std::vector<int> axes(4, 1);  // tp, pp, dp, cp
+  for (std::string word; words >> word;)
+    for (const auto& [prefix, axis] :
+         {std::pair{"tp", 0}, std::pair{"pp", 1}, std::pair{"dp", 2}, std::pair{"cp", 3}})
+      if (word.starts_with(prefix) && word.size() > 2 && std::isdigit(word[2]))
+        axes[static_cast<std::size_t>(axis)] = std::stoi(word.substr(2));
+  return axes;
+}
+std::vector<int> mesh_layout(const std::string& line) {
+  std::istringstream words(line);
+  std::vector<int> axes(4, 1);
+  for (std::string word, value; words >> word;)
+    for (const auto& [name, axis] :
+         {std::pair{"tp", 0}, std::pair{"pp", 1}, std::pair{"dp", 2}, std::pair{"cp", 3}})
+      if (word == name && words >> value) axes[static_cast<std::size_t>(axis)] = std::stoi(value);
+  return axes;
+}
+
 void expect_chosen_layout_runs(const AutoRun& run) {
   ASSERT_EQ(run.status, 0) << run.output;
-  int chosen[3] = {0, 0, 0}, mesh[3] = {0, 0, 0};  // (tp, pp, dp)
   const std::size_t report = run.output.find("parallel.auto: tp");
   const std::size_t line = run.output.find("mesh tp ");
   ASSERT_NE(report, std::string::npos) << run.output;
   ASSERT_NE(line, std::string::npos) << run.output;
-  ASSERT_EQ(std::sscanf(run.output.c_str() + report, "parallel.auto: tp%d pp%d dp%d", &chosen[0],
-                        &chosen[1], &chosen[2]),
-            3);
-  ASSERT_EQ(std::sscanf(run.output.c_str() + line, "mesh tp %d x dp %d x pp %d", &mesh[0], &mesh[2],
-                        &mesh[1]),
-            3);
-  for (int axis = 0; axis < 3; ++axis) EXPECT_EQ(chosen[axis], mesh[axis]) << "axis " << axis;
+  const std::string report_line =
+      run.output.substr(report + 15, run.output.find('\n', report) - report - 15);
+  const std::string mesh_line = run.output.substr(line, run.output.find('|', line + 1) - line);
+  EXPECT_EQ(chosen_layout(report_line), mesh_layout(mesh_line)) << report_line << "\n" << mesh_line;
   const auto losses = metric(run.run_dir, "loss");
   ASSERT_EQ(losses.size(), 4u);
   for (double loss : losses) EXPECT_TRUE(std::isfinite(loss));

@@ -3,9 +3,12 @@
 // overrides select it again; the schedules with several chunks per rank are candidates and win
 // where the bubble dominates; a heavy head moves layers off the last stage; a model that fits
 // nowhere is a "nothing fits" error naming the closest plan and what exceeds the limit; over a
-// slow wide-area link DiLoCo wins past some H.
+// slow wide-area link DiLoCo wins past some H; long sequences that fit no rank are split over
+// context-parallel ranks on the CPU backend.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
@@ -108,6 +111,28 @@ TEST(PlanSearch, ChunkedSchedulesAreCandidatesAndWinWhereTheBubbleDominates) {
   one_chunk.virtual_stages = false;
   for (const PlanCost& plan : search_layouts(model(), cluster, 4, one_chunk))
     EXPECT_EQ(plan.layout.virtual_stages, 1) << plan.layout.name();
+}
+
+// Context parallelism is a candidate on the CPU backend (the only one it runs on) and nowhere
+// else; it holds a rank's rows of each sequence, so where the long sequences of one rank do not
+// fit and a cp layout's do, the best plan splits them.
+TEST(PlanSearch, LongSequencesThatFitNoRankAreSplitOverContextRanks) {
+  // One head and one layer: neither tp nor pp can split them, so only cp shares a sequence.
+  const Config config = model({"model.seq_len=8192", "train.global_batch=4", "train.micro_batch=1",
+                               "model.n_layer=1", "model.n_head=1"});
+  for (const PlanCost& plan : search_layouts(config, test_cluster(80), 4))
+    ASSERT_EQ(plan.layout.cp, 1) << plan.layout.name();
+  ClusterSpec cpu = test_cluster(80);
+  cpu.backend = ClusterBackend::cpu;
+  std::size_t whole = SIZE_MAX, split = SIZE_MAX;
+  for (const PlanCost& plan : search_layouts(config, cpu, 4))
+    (plan.layout.cp == 1 ? whole : split) =
+        std::min(plan.layout.cp == 1 ? whole : split, plan.memory_bytes);
+  ASSERT_LT(split, whole);
+  cpu.device.memory_gib = (split + whole) / 2.0 / (1024.0 * 1048576.0);
+  const PlanCost best = best_layout(config, cpu, 4);
+  EXPECT_TRUE(best.fits());
+  EXPECT_GT(best.layout.cp, 1) << best.layout.name();
 }
 
 TEST(PlanSearch, AHeavyHeadTakesLayersOffTheLastStage) {
