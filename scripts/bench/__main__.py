@@ -5,6 +5,7 @@ import sys
 
 BENCHMARKS = {
     "attention": "bench.attention",
+    "context": "bench.context",
     "cpu": "bench.cpu",
     "diloco": "bench.diloco",
     "diloco_warm": "bench.diloco_warm",

@@ -8,8 +8,8 @@ import os
 import tempfile
 import unittest
 
-from bench import (attention, diloco, explain, layouts, metrics, planner, precision, schedules,
-                   swarm, zero)
+from bench import (attention, context, diloco, explain, layouts, metrics, planner, precision,
+                   schedules, swarm, zero)
 
 BIN_DIR = os.environ.get("STRATA_BIN_DIR", "build/bin")
 
@@ -154,6 +154,20 @@ class Reports(unittest.TestCase):
         self.assertEqual(schedules.dedicated("a: 1\ncores_per_node: 2\nwaiting_share: 0.1\nb: 2\n"),
                          "a: 1\nb: 2\n")
 
+
+    def test_context_row_marks_what_differs_from_the_planner(self):
+        lines = [{"step": 1, "loss": 4.0, "step_ms": 90.0, "activation_mib": 1.5,
+                  "comm_bytes_by_axis": {"cp": 2**20}},
+                 {"step": 2, "loss": 3.0, "step_ms": 40.0, "activation_mib": 1.5,
+                  "comm_bytes_by_axis": {"cp": 2**20}}]
+        priced = {"memory_bytes_by_stage": [{"activations": 3 * 2**19}],
+                  "comm_bytes_by_axis": {"cp": 2**20}}
+        self.assertEqual(context.run_row(1024, 1, 2, "ring", lines, priced),
+                         "| 1024 | cp 2 ring | 40 | 51200 | 1.50 (exact) | 1.00 (exact) |")
+        self.assertIn("| dp 2 |", context.run_row(1024, 2, 1, "ring", lines, priced))
+        priced = {"memory_bytes_by_stage": [{"activations": 2**20}], "comm_bytes_by_axis": {}}
+        self.assertEqual(context.run_row(1024, 1, 2, "ring", lines, priced),
+                         "| 1024 | cp 2 ring | 40 | 51200 | 1.50 (differs) | 1.00 (differs (0)) |")
 
     def test_swarm_row_sums_the_drivers_bytes(self):
         # Two drivers: the first's steps and val_loss, the bytes of both per step.
