@@ -159,8 +159,8 @@ class CpuOps {
   // merge of a second partial into the first, the backward's row terms delta = rowsum(dout ⊙ out),
   // and a pair's gradients added into dq, dk and dv (not rounded; the probabilities rounded as in
   // attention_backward). copy_columns: columns [0, cols) of `rows` rows from src (row stride
-  // src_row) to dst (dst_row). CUDA has no chunk kernels yet, so these are the CPU's alone (not in
-  // STRATA_CHECK_GPT_OPS).
+  // src_row) to dst (dst_row). The CUDA kernels exist (model/kernels/cuda/attention.h) but CudaOps
+  // does not run them yet, so these are the CPU's alone (not in STRATA_CHECK_GPT_OPS).
   void attention_pair_forward(Value* out, Stat* lse, const Value* q, const Value* k, const Value* v,
                               const AttentionPair& pair);
   void attention_merge(Value* out, Stat* lse, const Value* part, const Stat* part_lse,

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/kernels/attention_pair.h"
 #include "model/kernels/rope.h"
 
 namespace strata {
@@ -53,22 +54,6 @@ struct RowRange {
 // [begin, begin + rows) of the padded vocabulary; ids >= vocab_size are padding.
 struct VocabShard {
   int begin = 0, rows = 0, vocab_size = 0;
-};
-
-// One query chunk against one key/value chunk of the same B sequences, for context parallelism's
-// attention (model/context_attention.h; the CPU's AttentionChunk, model/kernels/cpu/attention.h):
-// query row t sees key row s iff s ≤ t + causal_offset. Strides in elements: q and dq step by
-// q_row and q_batch (a packed qkv's rows); out, part and dout by out_row and out_batch; k, v, dk
-// and dv by kv_row and kv_batch (k and v of one buffer may interleave); lse, part_lse and delta
-// hold (b, h, t) at b·stat_batch + h·stat_head + t.
-struct AttentionPair {
-  int B = 0, Tq = 0, Tk = 0;
-  int NH = 0, KV = 0, hs = 0;
-  long causal_offset = 0;
-  long q_row = 0, q_batch = 0;
-  long out_row = 0, out_batch = 0;
-  long kv_row = 0, kv_batch = 0;
-  long stat_head = 0, stat_batch = 0;
 };
 
 // Which way an MoE exchange moves rows (model/moe/moe_exchange.h): from the tokens' rank to the

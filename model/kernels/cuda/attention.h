@@ -27,6 +27,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "model/kernels/attention_pair.h"
 #include "model/kernels/cuda/arena.h"
 
 namespace strata::cuda {
@@ -54,5 +55,26 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B,
                         int T_, int C, int NH, int KV, DeviceArena& arena, cudaStream_t stream);
+
+// Context parallelism's chunk pairs (model/kernels/attention_pair.h; the CPU's attention_chunk_*,
+// model/kernels/cpu/attention.h): `pair`'s Tq query rows against its Tk key rows of B sequences in
+// strided tensors, query t seeing key s iff s ≤ t + causal_offset, causal_offset ≥ 0 (so every
+// row sees a key). The packed calls above are the pair of a sequence with itself
+// (packed_attention_pair) and run the same kernels. Base pointers 16-byte aligned and every stride
+// a multiple of 16 bytes.
+// out (q's rows, out's strides) and lse (the statistics') overwritten.
+template <class T>
+void attention_pair_forward(T* out, float* lse, const T* q, const T* k, const T* v,
+                            const AttentionPair& pair, cudaStream_t stream);
+// delta = rowsum(dout ⊙ out) of the query rows (the statistics' layout), in fp32.
+template <class T>
+void attention_pair_delta(float* delta, const T* dout, const T* out, const AttentionPair& pair,
+                          cudaStream_t stream);
+// dq (q's strides), dk and dv (kv's) += the pair's gradients from the rows' merged lse and delta
+// (every pair of a query chunk shares them), each sum in fp32 rounded to T once.
+template <class T>
+void attention_pair_backward(T* dq, T* dk, T* dv, const T* dout, const float* lse,
+                             const float* delta, const T* q, const T* k, const T* v,
+                             const AttentionPair& pair, cudaStream_t stream);
 
 }  // namespace strata::cuda

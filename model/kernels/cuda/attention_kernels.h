@@ -8,27 +8,55 @@
 //              memory with asynchronous copies, double-buffered.
 // Both compute the same function with the same rounding points (probabilities and dS rounded to
 // the compute dtype before their products, fp32 accumulation); only summation order differs.
-// Arguments as in attention.h; head size C / NH supported (head_size_has_kernel), B, T_ > 0,
-// NH % KV == 0. Every kernel takes the qkv row stride C3 = C + 2·KV·hs and finds its heads with
-// QkvColumns (attention_tile.cuh).
+// Arguments: the tensors of one call and its chunk pair (model/kernels/attention_pair.h;
+// attention.h checks them), head size pair.hs supported (head_size_has_kernel), B, Tq, Tk > 0,
+// NH % KV == 0, causal_offset ≥ 0; every kernel finds its rows with PairRows (attention_tile.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include "model/kernels/attention_pair.h"
+
 namespace strata::cuda::flash {
 
+// Forward: out and lse overwritten from q, k, v.
 template <class T>
-void forward_tiles(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
-                   cudaStream_t stream);
+struct ForwardTensors {
+  T* out;
+  float* lse;
+  const T* q;
+  const T* k;
+  const T* v;
+};
+
+// Backward: dq, dk, dv (in q's and kv's strides) from dout, q, k, v, lse and delta (rowsum(dout ⊙
+// out)); overwritten, or with `accumulate` added to (in fp32, rounded once).
 template <class T>
-void backward_tiles(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                    int B, int T_, int C, int NH, int KV, cudaStream_t stream);
+struct BackwardTensors {
+  T* dq;
+  T* dk;
+  T* dv;
+  const T* dout;
+  const T* q;
+  const T* k;
+  const T* v;
+  const float* lse;
+  const float* delta;
+  bool accumulate;
+};
 
 template <class T>
-void forward_registers(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int KV,
+void forward_tiles(const ForwardTensors<T>& tensors, const AttentionPair& pair,
+                   cudaStream_t stream);
+template <class T>
+void backward_tiles(const BackwardTensors<T>& tensors, const AttentionPair& pair,
+                    cudaStream_t stream);
+
+template <class T>
+void forward_registers(const ForwardTensors<T>& tensors, const AttentionPair& pair,
                        cudaStream_t stream);
 template <class T>
-void backward_registers(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* delta,
-                        int B, int T_, int C, int NH, int KV, cudaStream_t stream);
+void backward_registers(const BackwardTensors<T>& tensors, const AttentionPair& pair,
+                        cudaStream_t stream);
 
 }  // namespace strata::cuda::flash

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <type_traits>
 
+#include "model/kernels/attention_pair.h"
 #include "model/kernels/cuda/dtype.cuh"
 
 namespace strata::cuda::flash {
@@ -34,33 +35,48 @@ constexpr bool head_size_has_kernel(int hs) {
   return hs >= kHeadSizeStep && hs <= kMaxHeadSize && hs % kHeadSizeStep == 0;
 }
 
-// Where the heads of head size D lie in a qkv row (attention.h): NH = C / D query heads, then KV
-// key heads, then KV value heads, query head h reading key/value head h / group. With KV == NH the
-// stride is 3C and key/value head h sits at C + h·D and 2C + h·D, as in plain multi-head attention.
-template <class T>
-struct HeadSources {
-  const T* q;  // row 0 of a query head
-  const T* k;  // row 0 of the key head it reads
-  const T* v;  // row 0 of the value head it reads
-};
-
+// The rows one call reads and writes, for head size D: a chunk pair (model/kernels/
+// attention_pair.h) of B sequences' Tq query rows against their Tk key rows, query t seeing key s
+// iff s ≤ t + offset (offset ≥ 0, so every row sees key 0). The packed qkv of attention.h is the
+// pair of each sequence with itself (packed_attention_pair): there every formula below reduces to
+// the causal diagonal of one (T, T) attention. Positions are relative to the call's base pointers
+// q, k, v (head 0's column), out, lse, delta and the gradients, which take q's (dq), kv's (dk, dv)
+// and out's (dout) strides.
 template <int D>
-struct QkvColumns {
-  int C;      // query channels, NH·D
-  int KV;     // key/value heads
-  int group;  // query heads per key/value head, NH / KV
+struct PairRows {
+  int Tq, Tk, offset;
+  int group;  // query heads per key/value head: query head h reads key/value head h / group
+  long q_row, q_batch, kv_row, kv_batch, out_row, out_batch, stat_head, stat_batch;
 
-  __host__ __device__ long stride() const { return C + 2L * KV * D; }
-  __host__ __device__ long query(int h) const { return static_cast<long>(h) * D; }
-  __host__ __device__ long key(int kv) const { return C + static_cast<long>(kv) * D; }
-  __host__ __device__ long value(int kv) const { return C + static_cast<long>(KV + kv) * D; }
-
-  // Sequence b's query head h and its key/value head in qkv (B, T_, stride()).
-  template <class T>
-  __host__ __device__ HeadSources<T> sources(const T* qkv, int b, int T_, int h) const {
-    const T* row0 = qkv + static_cast<long>(b) * T_ * stride();
-    return {row0 + query(h), row0 + key(h / group), row0 + value(h / group)};
+  static PairRows of(const AttentionPair& p) {
+    return {p.Tq,        p.Tk,        static_cast<int>(p.causal_offset),
+            p.NH / p.KV, p.q_row,     p.q_batch,
+            p.kv_row,    p.kv_batch,  p.out_row,
+            p.out_batch, p.stat_head, p.stat_batch};
   }
+  // Sequence b's query head h (q, dq), key/value head kv (k, v, dk, dv), output head h (out,
+  // dout) and statistics of head h (lse, delta), at their row 0.
+  __host__ __device__ long q_at(int b, int h) const {
+    return b * q_batch + static_cast<long>(h) * D;
+  }
+  __host__ __device__ long kv_at(int b, int kv) const {
+    return b * kv_batch + static_cast<long>(kv) * D;
+  }
+  __host__ __device__ long out_at(int b, int h) const {
+    return b * out_batch + static_cast<long>(h) * D;
+  }
+  __host__ __device__ long stat_at(int b, int h) const { return b * stat_batch + h * stat_head; }
+  // Whether query row t sees key row s (a key inside the pair).
+  __host__ __device__ bool sees(int t, int s) const { return s <= t + offset && s < Tk; }
+  // Whether every query row from r0 on sees every key of [c0, c0 + keys), all inside the pair: a
+  // tile pair with nothing to mask on the keys' side.
+  __host__ __device__ bool sees_all(int r0, int c0, int keys) const {
+    return c0 + keys - 1 <= r0 + offset && c0 + keys <= Tk;
+  }
+  // One past the last key any of query rows [r0, r0 + rows) sees.
+  __host__ __device__ int key_end(int r0, int rows) const { return min(Tk, r0 + rows + offset); }
+  // The first query row that sees key row c.
+  __host__ __device__ int first_query(int c) const { return c > offset ? c - offset : 0; }
 };
 
 // Calls launch.template operator()<D>() with the compile-time head size D equal to hs, which
@@ -166,20 +182,25 @@ __device__ void load_rows(T* tile, const T* src, long row_stride, int row0, int 
 }
 
 // dst[(row0 + r)·row_stride + d] = acc[r][d] · scale · row_factor[r] (row_factor may be null) for
-// rows below `limit`, rounded to T.
+// rows below `limit`, rounded to T; `accumulate`: added to what dst holds, in fp32, rounded once.
 template <class T, int D, int kRows, int kLd>
 __device__ void store_rows(T* dst, long row_stride, int row0, int limit, const float* acc,
-                           float scale, const float* row_factor) {
+                           float scale, const float* row_factor, bool accumulate = false) {
   constexpr int kN = kVec16<T>;
   constexpr int kChunks = D / kN;
   for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
     const int r = idx / kChunks, chunk = idx % kChunks;
     if (row0 + r >= limit) continue;
     const float f = row_factor != nullptr ? scale * row_factor[r] : scale;
+    T* at_row = dst + static_cast<long>(row0 + r) * row_stride + chunk * kN;
     Vec<T, kN> v;
+    if (accumulate) v = load_vec<kN>(at_row);
 #pragma unroll
-    for (int k = 0; k < kN; ++k) v.v[k] = from_float<T>(acc[r * kLd + chunk * kN + k] * f);
-    store_vec(dst + static_cast<long>(row0 + r) * row_stride + chunk * kN, v);
+    for (int k = 0; k < kN; ++k) {
+      const float value = acc[r * kLd + chunk * kN + k] * f;
+      v.v[k] = from_float<T>(accumulate ? to_float(v.v[k]) + value : value);
+    }
+    store_vec(at_row, v);
   }
 }
 
