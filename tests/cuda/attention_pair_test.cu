@@ -1,12 +1,10 @@
 // Context parallelism's chunk pairs on the GPU (attention.h attention_pair_*) against the CPU's
 // (model/kernels/cpu/attention.h attention_chunk_*), in the layouts model/context_attention.h
 // gives them: query rows of a member's packed qkv (B, 2·Tc, C3) against a K/V block (B, 2·Tc,
-// 2·KV·hs) whose rows are [k | v], out in (B, 2·Tc, C), statistics in (B, NH, 2·Tc). Tc = 40 (a
-// partial tile), 4 query heads over 2 key/value heads. Pairs: a chunk with itself (offset 0, the
-// diagonal), a later chunk against an earlier one (offset ≥ Tk − 1: every key seen), and an offset
-// that falls inside a tile (13). Forward out and lse, delta, and the backward's dq, dk, dv added to
-// buffers that already hold values, on both kernel sets; within the tolerances of
-// cuda_test_support.h.
+// 2·KV·hs) whose rows are [k | v], out in (B, 2·Tc, C), statistics in (B, NH, 2·Tc); 4 query heads
+// over 2 key/value heads (the cases: MatchesTheCpuChunkPairs). Forward out and lse, delta, and the
+// backward's dq, dk, dv added to buffers that already hold values, on both kernel sets; within the
+// tolerances of cuda_test_support.h.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -29,17 +27,31 @@ class CudaAttentionPair : public ::testing::Test {
 };
 TYPED_TEST_SUITE(CudaAttentionPair, ComputeDtypes, DtypeName);
 
-constexpr int kB = 2, kTc = 40, kRows = 2 * kTc, kNH = 4, kKV = 2, kHs = 32;
+constexpr int kB = 2, kNH = 4, kKV = 2, kHs = 32;
 constexpr long kC = kNH * kHs, kKvWidth = 2L * kKV * kHs, kC3 = kC + kKvWidth;
 
-// A query chunk of the member's rows against a key chunk of the block (the bases say which): the
-// member's packed rows' strides, but Tc rows against Tc keys of the block's.
-AttentionPair pair_of(long offset) {
-  AttentionPair p = packed_attention_pair(kB, kRows, kNH, kKV, kHs);
-  p.Tq = p.Tk = kTc;
-  p.causal_offset = offset;
+// A member of chunks of Tc rows (its rows: 2·Tc of each sequence); query rows from chunk qi
+// (Tq of them) against key rows from chunk kj of the block (Tk of them, possibly running into the
+// next chunk), at `offset`.
+struct Case {
+  int Tc, qi, kj, Tq, Tk;
+  long offset;
+  int rows() const { return 2 * Tc; }
+  std::string name() const {
+    return "Tc " + std::to_string(Tc) + " q chunk " + std::to_string(qi) + " (" +
+           std::to_string(Tq) + " rows) k chunk " + std::to_string(kj) + " (" + std::to_string(Tk) +
+           " rows) offset " + std::to_string(offset);
+  }
+};
+
+// The member's packed rows' strides, the block's for k and v.
+AttentionPair pair_of(const Case& c) {
+  AttentionPair p = packed_attention_pair(kB, c.rows(), kNH, kKV, kHs);
+  p.Tq = c.Tq;
+  p.Tk = c.Tk;
+  p.causal_offset = c.offset;
   p.kv_row = kKvWidth;
-  p.kv_batch = kRows * kKvWidth;
+  p.kv_batch = c.rows() * kKvWidth;
   return p;
 }
 
@@ -48,48 +60,46 @@ cpu::AttentionChunk chunk_of(const AttentionPair& p) {
 }
 
 template <class T>
-void check_pair(int qi, int kj, long offset) {
+void check_pair(const Case& c) {
   auto rng = test_rng();
-  const std::vector<float> qkv = rounded<T>(random_floats(kB * kRows * kC3, rng, -1.5f, 1.5f));
+  const long rows_total = static_cast<long>(kB) * c.rows();
+  const std::vector<float> qkv = rounded<T>(random_floats(rows_total * kC3, rng, -1.5f, 1.5f));
   const std::vector<float> block =
-      rounded<T>(random_floats(kB * kRows * kKvWidth, rng, -1.5f, 1.5f));
-  const std::vector<float> dout = rounded<T>(random_floats(kB * kRows * kC, rng));
+      rounded<T>(random_floats(rows_total * kKvWidth, rng, -1.5f, 1.5f));
+  const std::vector<float> dout = rounded<T>(random_floats(rows_total * kC, rng));
   // What the gradients hold before the pair adds to them (earlier pairs' sums), smaller than what
   // it adds so that the totals' errors are the sums'.
   const std::vector<float> dqkv0 = rounded<T>(random_floats(qkv.size(), rng, -0.1f, 0.1f));
   const std::vector<float> dblock0 = rounded<T>(random_floats(block.size(), rng, -0.1f, 0.1f));
-  const AttentionPair pair = pair_of(offset);
+  const AttentionPair pair = pair_of(c);
   const cpu::AttentionChunk chunk = chunk_of(pair);
-  const long q_at = qi * kTc * kC3, out_at = qi * kTc * kC, stat_at = qi * kTc;
-  const long kv_at = kj * kTc * kKvWidth, v_at = kv_at + kKV * kHs;
+  const long q_at = c.qi * c.Tc * kC3, out_at = c.qi * c.Tc * kC, stat_at = c.qi * c.Tc;
+  const long kv_at = c.kj * c.Tc * kKvWidth, v_at = kv_at + kKV * kHs;
+  const long R = c.rows();
 
-  std::vector<float> out(kB * kRows * kC), lse(kB * kNH * kRows), delta(lse.size()), scratch;
+  // Every buffer starts at zero (or the gradients' earlier sums) on both sides: the pair writes
+  // only its rows, and the comparisons cover all of them.
+  std::vector<float> out(rows_total * kC), lse(kB * kNH * R), delta(lse.size()), scratch;
   std::vector<float> dqkv = dqkv0, dblock = dblock0;
   const auto rows = [](auto* data, long at, long row, long batch) {
     return cpu::AttentionRows<std::remove_pointer_t<decltype(data)>>{data + at, row, batch};
   };
-  const auto stats = [](auto* data, long at) {
-    return cpu::AttentionStats<std::remove_pointer_t<decltype(data)>>{data + at, kRows,
-                                                                      kNH * kRows};
+  const auto stats = [R](auto* data, long at) {
+    return cpu::AttentionStats<std::remove_pointer_t<decltype(data)>>{data + at, R, kNH * R};
   };
   cpu::attention_chunk_forward<float>(
-      rows(out.data(), out_at, kC, kRows * kC), stats(lse.data(), stat_at),
-      rows(qkv.data(), q_at, kC3, kRows * kC3),
-      rows(block.data(), kv_at, kKvWidth, kRows * kKvWidth),
-      rows(block.data(), v_at, kKvWidth, kRows * kKvWidth), chunk, scratch);
+      rows(out.data(), out_at, kC, R * kC), stats(lse.data(), stat_at),
+      rows(qkv.data(), q_at, kC3, R * kC3), rows(block.data(), kv_at, kKvWidth, R * kKvWidth),
+      rows(block.data(), v_at, kKvWidth, R * kKvWidth), chunk, scratch);
   const std::vector<float> out_t = rounded<T>(out);  // the output as the GPU stores it
-  cpu::attention_delta<float>(stats(delta.data(), stat_at),
-                              rows(dout.data(), out_at, kC, kRows * kC),
-                              rows(out_t.data(), out_at, kC, kRows * kC), chunk);
-  cpu::attention_chunk_backward<float>(rows(dqkv.data(), q_at, kC3, kRows * kC3),
-                                       rows(dblock.data(), kv_at, kKvWidth, kRows * kKvWidth),
-                                       rows(dblock.data(), v_at, kKvWidth, kRows * kKvWidth),
-                                       rows(dout.data(), out_at, kC, kRows * kC),
-                                       stats(lse.data(), stat_at), stats(delta.data(), stat_at),
-                                       rows(qkv.data(), q_at, kC3, kRows * kC3),
-                                       rows(block.data(), kv_at, kKvWidth, kRows * kKvWidth),
-                                       rows(block.data(), v_at, kKvWidth, kRows * kKvWidth), chunk,
-                                       cpu::ComputeDtype::fp32, scratch);
+  cpu::attention_delta<float>(stats(delta.data(), stat_at), rows(dout.data(), out_at, kC, R * kC),
+                              rows(out_t.data(), out_at, kC, R * kC), chunk);
+  cpu::attention_chunk_backward<float>(
+      rows(dqkv.data(), q_at, kC3, R * kC3), rows(dblock.data(), kv_at, kKvWidth, R * kKvWidth),
+      rows(dblock.data(), v_at, kKvWidth, R * kKvWidth), rows(dout.data(), out_at, kC, R * kC),
+      stats(lse.data(), stat_at), stats(delta.data(), stat_at),
+      rows(qkv.data(), q_at, kC3, R * kC3), rows(block.data(), kv_at, kKvWidth, R * kKvWidth),
+      rows(block.data(), v_at, kKvWidth, R * kKvWidth), chunk, cpu::ComputeDtype::fp32, scratch);
 
   for (AttentionKernels kernels :
        std::is_same_v<T, float>
@@ -97,11 +107,12 @@ void check_pair(int qi, int kj, long offset) {
            : std::vector{AttentionKernels::registers, AttentionKernels::tiles}) {
     set_attention_kernels(kernels);
     const std::string where =
-        std::string(kernels == AttentionKernels::registers ? "registers" : "tiles") + " q chunk " +
-        std::to_string(qi) + " k chunk " + std::to_string(kj) + " offset " + std::to_string(offset);
+        std::string(kernels == AttentionKernels::registers ? "registers " : "tiles ") + c.name();
     DeviceBuffer<T> d_qkv(to_dtype<T>(qkv)), d_block(to_dtype<T>(block)), d_dout(to_dtype<T>(dout)),
-        d_out(out.size()), d_dqkv(to_dtype<T>(dqkv0)), d_dblock(to_dtype<T>(dblock0));
-    DeviceBuffer<float> d_lse(lse.size()), d_delta(delta.size());
+        d_out(to_dtype<T>(std::vector<float>(out.size()))), d_dqkv(to_dtype<T>(dqkv0)),
+        d_dblock(to_dtype<T>(dblock0));
+    DeviceBuffer<float> d_lse(std::vector<float>(lse.size())),
+        d_delta(std::vector<float>(delta.size()));
     attention_pair_forward(d_out.get() + out_at, d_lse.get() + stat_at, d_qkv.get() + q_at,
                            d_block.get() + kv_at, d_block.get() + v_at, pair, nullptr);
     attention_pair_delta(d_delta.get() + stat_at, d_dout.get() + out_at, d_out.get() + out_at, pair,
@@ -124,10 +135,18 @@ void check_pair(int qi, int kj, long offset) {
   }
 }
 
+// Chunks below one tile (40 rows) and of several ragged tiles (150: the register kernels' 64-row
+// tiles then have key tiles every query sees, and query tiles that start past a key tile's first
+// query). Pairs: a chunk with itself (the diagonal), a later chunk against an earlier one (every
+// key), offsets inside a tile and across tiles, and fewer queries than keys (the key tiles past
+// every query's reach get no query tile at all).
 TYPED_TEST(CudaAttentionPair, MatchesTheCpuChunkPairs) {
-  check_pair<TypeParam>(0, 0, 0);        // a chunk with itself: the diagonal
-  check_pair<TypeParam>(1, 0, 3 * kTc);  // a later chunk against an earlier one: every key
-  check_pair<TypeParam>(1, 1, 13);       // an offset inside a tile
+  for (const Case& c :
+       {Case{40, 0, 0, 40, 40, 0}, Case{40, 1, 0, 40, 40, 120}, Case{40, 1, 1, 40, 40, 13},
+        Case{40, 0, 0, 40, 80, 0}, Case{150, 0, 0, 150, 150, 0}, Case{150, 1, 0, 150, 150, 300},
+        Case{150, 1, 1, 150, 150, 13}, Case{150, 1, 1, 150, 150, 70},
+        Case{150, 0, 0, 100, 300, 30}})
+    check_pair<TypeParam>(c);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "model/kernels/cuda/attention.h"
 
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -87,6 +88,10 @@ void check_pair(const AttentionPair& p, std::initializer_list<const void*> point
                "attention pair: Tk ", p.Tk, ", causal offset ", p.causal_offset,
                " (the CUDA kernels take offsets from 0: every query sees a key)");
   STRATA_CHECK(p.Tq == 0 || p.Tk > 0, "attention pair: queries without keys");
+  // The kernels add rows, offsets and a tile in int.
+  STRATA_CHECK(p.Tq + p.causal_offset + 256 <= INT_MAX && p.Tk + 256L <= INT_MAX,
+               "attention pair: ", p.Tq, " rows at offset ", p.causal_offset, " against ", p.Tk,
+               " keys pass the kernels' int positions");
   constexpr long kVector = 16 / static_cast<long>(sizeof(T));
   for (long stride : {p.q_row, p.q_batch, p.out_row, p.out_batch, p.kv_row, p.kv_batch})
     STRATA_CHECK(stride % kVector == 0, "attention pair: a stride of ", stride,
