@@ -457,8 +457,71 @@ void read_dataset_into(hid_t loc, const std::string& name, std::span<T> out) {
   read_dataset_slab<T>(dataset.get(), origin, dims, out.data());
 }
 
+namespace {
+
+// A chunked dataset's chunk index agrees with itself: the chunks found at their coordinates are
+// as many as the index counts, and each allocated chunk of an unfiltered dataset stores exactly a
+// chunk's bytes. HDF5 trusts its index when it reads: a shard whose B-tree node claimed 33
+// entries for its one chunk made H5Dread copy past a buffer (found by tests/fuzz/shard_fuzz.cpp).
+// One index lookup per chunk (token shards: one per 65536 ids).
+void check_chunk_index(hid_t dataset, hid_t creation, const std::vector<std::uint64_t>& dims,
+                       std::uint64_t element_bytes) {
+  if (H5Pget_layout(creation) != H5D_CHUNKED) return;
+  const bool unfiltered = H5Pget_nfilters(creation) == 0;
+  const int rank = static_cast<int>(dims.size());
+  std::vector<hsize_t> chunk(dims.size());
+  if (rank == 0 || H5Pget_chunk(creation, rank, chunk.data()) != rank)
+    fail("dataset ", describe_id(dataset), " has an unreadable chunk layout");
+  std::uint64_t chunk_bytes = element_bytes, chunks = 1;
+  std::vector<std::uint64_t> per_dim(dims.size());
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (chunk[d] == 0) fail("dataset ", describe_id(dataset), " has chunks of size 0");
+    per_dim[d] = (dims[d] + chunk[d] - 1) / chunk[d];
+    if (__builtin_mul_overflow(chunk_bytes, chunk[d], &chunk_bytes) ||
+        __builtin_mul_overflow(chunks, per_dim[d], &chunks))
+      fail("dataset ", describe_id(dataset), " has a chunk layout past 64 bits");
+  }
+  std::vector<hsize_t> coord(dims.size());
+  std::uint64_t allocated = 0;
+  for (std::uint64_t i = 0; i < chunks; ++i) {
+    for (std::size_t d = dims.size(), rest = i; d-- > 0; rest /= per_dim[d])
+      coord[d] = rest % per_dim[d] * chunk[d];
+    unsigned filter_mask = 0;
+    haddr_t address = HADDR_UNDEF;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info_by_coord(dataset, coord.data(), &filter_mask, &address, &size) < 0)
+      fail("dataset ", describe_id(dataset),
+           " has an unreadable chunk index: ", hdf5_error_reason());
+    if (address == HADDR_UNDEF) continue;
+    ++allocated;
+    if (unfiltered && size != chunk_bytes)
+      fail("dataset ", describe_id(dataset), " has a chunk of ", size,
+           " bytes where its chunks hold ", chunk_bytes, " (the file is damaged)");
+  }
+  // The dataset's own dataspace: with H5S_ALL, HDF5 1.10 counts no chunks at all.
+  hsize_t counted = 0;
+  const H5Id space(H5Dget_space(dataset), H5Sclose);
+  if (!space.valid() || H5Dget_num_chunks(dataset, space.get(), &counted) < 0 ||
+      counted != allocated)
+    fail("dataset ", describe_id(dataset), " has a chunk index counting ", counted,
+         " chunks where ", allocated, " are found (the file is damaged)");
+}
+
+}  // namespace
+
 void check_dataset_stored(hid_t dataset) {
-  const std::uint64_t elements = element_count(dataset_dims(dataset));
+  // Strata writes contiguous and chunked datasets only. A compact one keeps its data in the object
+  // header, where HDF5 trusts the header's sizes as it trusts a chunk index's (below), so it is
+  // refused before any read.
+  const H5Id creation(H5Dget_create_plist(dataset), H5Pclose);
+  const H5D_layout_t layout = creation.valid() ? H5Pget_layout(creation.get()) : H5D_LAYOUT_ERROR;
+  if (layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED)
+    fail("dataset ", describe_id(dataset),
+         " is not stored contiguous or in chunks, as Strata writes it (the file is damaged)");
+  const std::vector<std::uint64_t> dims = dataset_dims(dataset);
+  check_chunk_index(dataset, creation.get(), dims,
+                    std::max<std::size_t>(dataset_element_bytes(dataset), 1));
+  const std::uint64_t elements = element_count(dims);
   const std::uint64_t element_bytes = std::max<std::size_t>(dataset_element_bytes(dataset), 1);
   const std::uint64_t stored = H5Dget_storage_size(dataset);
   // HDF5 allocates what a chunk's index entry says the chunk takes: never more than the file.

@@ -11,7 +11,7 @@
 // The K/V blocks (a member's two chunks' k and v columns, (B, 2·Tc, 2·KV·hs)) travel one of two
 // ways (parallel.cp_comm):
 //   ring        each member passes the block it holds to the next member and attends to it while
-//               the next one arrives (Collectives::start_ring_shift), cp − 1 steps; the backward
+//               the next one arrives (the ops' group_ring_shift), cp − 1 steps; the backward
 //               pass sends the K/V blocks around again the same way (cp − 1 steps), and after
 //               each step the dK/dV of the block just attended follow it to the next member (cp
 //               hops, not overlapped with the attention: the last brings each member's gradients
@@ -85,10 +85,13 @@ class ContextAttention {
     long C3() const { return C() + kv_width(); }    // a qkv row
   };
 
-  // `group`: the context-parallel members, in chunk order (not owned). Its working memory is
-  // reserved at once for micro-batches of up to max_batch sequences of T_local rows of `heads`
-  // (context_attention_memory_bytes).
-  ContextAttention(Ops& ops, Collectives& group, ContextComm comm, int max_batch, int T_local,
+  // `group`: the context-parallel members, in chunk order (not owned): the ops' Group (CPU: the
+  // host Collectives; CUDA: device collectives, staged through the host or NCCL), over which the
+  // ops move the blocks (group_all_gather, group_reduce_scatter_sum, group_ring_shift). Its
+  // working memory is reserved at once for micro-batches of up to max_batch sequences of T_local
+  // rows of `heads` (context_attention_memory_bytes).
+  using Group = typename Ops::Group;
+  ContextAttention(Ops& ops, Group& group, ContextComm comm, int max_batch, int T_local,
                    const Heads& heads)
       : ops_(ops),
         group_(group),
@@ -112,7 +115,7 @@ class ContextAttention {
     Value* own = comm_ == ContextComm::ring ? blocks : blocks + s.block * rank();
     ops_.copy_columns(own, h.kv_width(), qkv + h.C(), h.C3(), static_cast<long>(B) * T_local,
                       static_cast<int>(h.kv_width()));
-    if (comm_ == ContextComm::all_gather) group_.all_gather(own, blocks, s.block);
+    if (comm_ == ContextComm::all_gather) ops_.group_all_gather(group_, own, blocks, s.block);
     Value* part = parts_;
     Stat* part_lse = part_lse_;
     bool written[2] = {false, false};
@@ -155,7 +158,7 @@ class ContextAttention {
     ops_.copy_columns(own, h.kv_width(), qkv + h.C(), h.C3(), rows, static_cast<int>(h.kv_width()));
     Value* grads = nullptr;  // all_gather: every block's dK/dV, cp·block
     if (comm_ == ContextComm::all_gather) {
-      group_.all_gather(own, blocks, block);
+      ops_.group_all_gather(group_, own, blocks, block);
       grads = blocks + size() * block;
       ops_.zero(grads, size() * block);
     } else {
@@ -177,7 +180,7 @@ class ContextAttention {
     const Value* own_grads = nullptr;
     if (comm_ == ContextComm::all_gather) {
       Value* reduced = grads + size() * block;
-      group_.reduce_scatter_sum(grads, reduced, block);
+      ops_.group_reduce_scatter_sum(group_, grads, reduced, block);
       own_grads = reduced;
     } else {
       own_grads = blocks + block;  // home after the last step (for_each_block)
@@ -253,12 +256,12 @@ class ContextAttention {
     for (int step = 0; step < s.cp; ++step) {
       const int owner = (s.rank - step + s.cp) % s.cp;
       std::unique_ptr<PendingCollective> next;
-      if (step + 1 < s.cp) next = group_.start_ring_shift(current, incoming, s.block);
+      if (step + 1 < s.cp) next = ops_.group_ring_shift(group_, current, incoming, s.block);
       body(owner, current);
       if (next) next->wait();
       if (s.cp == 1) break;  // nothing travels: the block and its gradients are this member's
       if (s.backward) {      // this block's gradients, complete here, on to the member after
-        group_.start_ring_shift(current + s.block, incoming + s.block, s.block)->wait();
+        ops_.group_ring_shift(group_, current + s.block, incoming + s.block, s.block)->wait();
       }
       std::swap(current, incoming);
     }
@@ -309,7 +312,7 @@ class ContextAttention {
   }
 
   Ops& ops_;
-  Collectives& group_;
+  Group& group_;
   ContextComm comm_;
   int max_batch_, max_rows_;
   Heads heads_;

@@ -22,7 +22,8 @@ namespace {
 // scratch from the same arena, never while the model holds any: its own most on top.
 template <class T>
 std::size_t scratch_bytes(const GptShape& shape, const ModelPartition& p, int max_batch) {
-  const std::size_t rows = static_cast<std::size_t>(max_batch) * shape.seq_len;
+  const std::size_t rows =
+      static_cast<std::size_t>(max_batch) * p.context.local_length(shape.seq_len);
   const std::size_t moe = shape.moe.enabled() ? CudaMoeLayer<T>::scratch_bytes(
                                                     shape.expert_shape(), p.tp_size, shape.moe,
                                                     static_cast<int>(rows), p.ep_size)
@@ -43,9 +44,8 @@ ModelPartition checked_partition(const GptShape& shape, const ModelPartition& p,
                "tensor-parallel degree ", p.tp_size, " does not divide the heads and vocabulary");
   STRATA_CHECK(!p.sequence_parallel || (max_batch * shape.seq_len) % p.tp_size == 0,
                "sequence parallelism needs B·T divisible by tp");
-  if (p.context.split())
-    fail("device cuda: parallel.cp ", p.context.cp,
-         ": context parallelism has no CUDA attention kernels yet (device: cpu runs it)");
+  STRATA_CHECK(!p.context.split() || !shape.moe.enabled(),
+               "context parallelism with experts: their capacity groups are whole sequences");
   if (!attention_head_size_supported(shape.head_size()))
     fail("device cuda: head size ", shape.head_size(),
          " (d_model / n_head) has no attention kernel (a multiple of 16 up to 128)");
@@ -60,6 +60,20 @@ std::unique_ptr<StagedCollectives> staged_group(const ModelPartition& p, Collect
   if (device_tp != nullptr || p.tp_size == 1) return nullptr;
   STRATA_CHECK(tp != nullptr, "a tensor-parallel partition needs its group");
   return std::make_unique<StagedCollectives>(*tp, elements);
+}
+
+// The context-parallel group's staging over `cp` (host collectives), for the K/V blocks the
+// attention moves (the all_gather's cp of them the most), unless `device_cp` carries them.
+std::unique_ptr<StagedCollectives> staged_context_group(const GptShape& shape,
+                                                        const ModelPartition& p, Collectives* cp,
+                                                        DeviceCollectives* device_cp,
+                                                        int max_batch) {
+  if (device_cp != nullptr || !p.context.split()) return nullptr;
+  STRATA_CHECK(cp != nullptr, "a context-parallel partition needs its group");
+  const std::size_t block = static_cast<std::size_t>(max_batch) *
+                            p.context.local_length(shape.seq_len) * 2 *
+                            (shape.kv_head_count() / p.tp_size) * shape.head_size();
+  return std::make_unique<StagedCollectives>(*cp, static_cast<std::size_t>(p.context.cp) * block);
 }
 
 // The group the model's collectives run over: null with tp 1 (a group of one carries nothing, so
@@ -82,17 +96,23 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, int max_batch, Re
 template <class T>
 CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
                     Collectives* tp, int max_batch, int slots, Recompute recompute,
-                    DeviceCollectives* device_tp, bool split_backward, Collectives* ep)
+                    DeviceCollectives* device_tp, bool split_backward, Collectives* ep,
+                    const CudaContextGroup& context)
     : Passes(shape, checked_partition(shape, partition, max_batch, slots),
              {max_batch, slots, recompute, split_backward, false}),
       ctx_(ctx),
       max_batch_(max_batch),
       scratch_(scratch_bytes<T>(shape, partition, max_batch)),
       staged_tp_(staged_group(partition, tp, device_tp,
-                              static_cast<std::size_t>(max_batch) * shape.seq_len * shape.d_model)),
+                              static_cast<std::size_t>(max_batch) *
+                                  partition.context.local_length(shape.seq_len) * shape.d_model)),
       tp_(tensor_parallel_group(partition, device_tp, staged_tp_.get())),
+      staged_cp_(staged_context_group(shape, partition, context.cp, context.device_cp, max_batch)),
       ops_(ctx_, scratch_, tp_, sequence_parallel_) {
   static_assert(kStorageAlignment == DeviceArena::kDefaultAlignment);
+  if (partition.context.split())
+    this->attend_across(context.device_cp != nullptr ? *context.device_cp : *staged_cp_,
+                        context.comm);
   this->find_block_offsets();
   if (shape.moe.enabled()) {
     STRATA_CHECK(ep == nullptr ? partition.ep_size == 1
@@ -119,11 +139,12 @@ CudaGpt<T>::~CudaGpt() {
 
 template <class T>
 std::size_t CudaGpt<T>::device_bytes() const {
-  const std::size_t staging = staged_tp_
-                                  ? std::size_t{sizeof(float)} * max_batch_ * shape_.seq_len *
-                                        static_cast<std::size_t>(shape_.d_model)
-                                  : 0;
-  return storage_.reserved_bytes() + scratch_.capacity() + staging;
+  const std::size_t staging = staged_tp_ ? std::size_t{sizeof(float)} * max_batch_ *
+                                               static_cast<std::size_t>(this->sequence_rows()) *
+                                               static_cast<std::size_t>(shape_.d_model)
+                                         : 0;
+  return storage_.reserved_bytes() + scratch_.capacity() + staging +
+         (this->context_ ? this->context_->memory_bytes() : 0);
 }
 
 template <class T>

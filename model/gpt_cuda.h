@@ -104,6 +104,16 @@
 
 namespace strata::cuda {
 
+// A CUDA model's context-parallel group (partition.context; `cp` null when its size is 1): host
+// collectives the model stages the K/V blocks through, unless `device_cp` carries them device to
+// device (NCCL); `comm`, how they travel. The model then computes this rank's seq_len / cp rows of
+// each sequence (model/gpt.h says how).
+struct CudaContextGroup {
+  Collectives* cp = nullptr;
+  DeviceCollectives* device_cp = nullptr;
+  ContextComm comm = ContextComm::ring;
+};
+
 template <class T>
 class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   using Passes = GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>>;
@@ -119,11 +129,11 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   // once. `split_backward`: each slot keeps a weight stash, so that backward_input and
   // backward_weight may run (zero-bubble pipeline schedules); without it only the fused backward.
   // `ep`: the expert-parallel group (host collectives, size partition.ep_size, not owned; may be
-  // null when it is 1).
+  // null when it is 1). `context`: the context-parallel group (CudaContextGroup).
   CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
           Collectives* tp, int max_batch, int slots, Recompute recompute,
           DeviceCollectives* device_tp = nullptr, bool split_backward = false,
-          Collectives* ep = nullptr);
+          Collectives* ep = nullptr, const CudaContextGroup& context = {});
   ~CudaGpt();
   CudaGpt(const CudaGpt&) = delete;
   CudaGpt& operator=(const CudaGpt&) = delete;
@@ -196,7 +206,7 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   // Σ losses of the slot's last pass (copies B·T_ floats to the host and waits for the stream).
   double loss_sum(int slot = 0) const;
   // Device bytes this model reserved: activations, backward buffers, kernel scratch and the
-  // staging of the tensor-parallel collectives.
+  // staging of the tensor-parallel collectives, the context-parallel attention's working memory.
   std::size_t device_bytes() const;
 
  private:
@@ -213,6 +223,7 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   DeviceArena scratch_;
   std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
   DeviceCollectives* tp_ = nullptr;               // null with tp 1
+  std::unique_ptr<StagedCollectives> staged_cp_;  // cp > 1 without a device_cp, else null
   CudaOps<T> ops_;                                // every kernel of the passes
   std::unique_ptr<CudaMoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
   PinnedBuffer<std::int32_t> staging_;    // (2, max_batch·seq_len): tokens, targets

@@ -130,7 +130,7 @@ class GptPasses {
   }
   // Attention across the context-parallel group `cp` (the partition's context; its size > 1),
   // over the model's ops: once the model has them.
-  void attend_across(Collectives& cp, ContextComm comm) {
+  void attend_across(typename Ops::Group& cp, ContextComm comm) {
     STRATA_CHECK(cp.size() == partition_.context.cp && cp.rank() == partition_.context.rank,
                  "a context-parallel partition needs its group");
     const GptBlockDims d(shape_, partition_);

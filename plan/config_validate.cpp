@@ -220,9 +220,6 @@ void validate_context_parallelism(const Config& c, const Rules& rules) {
     rules.fail("parallel.cp", "(", p.cp,
                ") splits sequences, but model.moe's capacity groups are whole sequences: use cp 1 "
                "with experts");
-  if (c.device == Device::cuda)
-    rules.fail("parallel.cp", "(", p.cp,
-               ") has no CUDA attention kernels yet: use device cpu (or cp 1)");
   if (p.zero.hierarchical_partition || p.zero.quantized_gradients)
     rules.fail("parallel.cp", "(", p.cp,
                ") shards over data and context ranks together; ZeRO++ hpZ and qgZ, which split "

@@ -338,8 +338,8 @@ std::vector<PlanCost> search_layouts(const Config& base_config, const ClusterSpe
   base.parallel.pp_layers.clear();
   base.diloco.enabled = false;
   // Expert parallelism: on either backend, and per DiLoCo worker. Context parallelism: on the
-  // CPU backend (no CUDA kernels yet), without experts (their capacity groups are whole
-  // sequences).
+  // CPU backend (its CUDA path has never run on a GPU), without experts (their capacity groups are
+  // whole sequences).
   const int experts = base.model.moe.experts;
   const bool context = cluster.backend == ClusterBackend::cpu && experts == 0;
   std::vector<PlanCost> plans;

@@ -49,6 +49,8 @@ class CpuOps {
   // attention_pair_backward, copy_columns): what context parallelism's attention runs on
   // (model/context_attention.h).
   static constexpr bool kChunkAttention = true;
+  // The group context parallelism's attention moves its K/V blocks over (group_* below).
+  using Group = Collectives;
 
   // `tp`: the tensor-parallel group (not owned); null for one rank. `sequence_parallel`: the rows
   // of the residual stream are split over the group (only meaningful with more than one rank).
@@ -159,8 +161,8 @@ class CpuOps {
   // merge of a second partial into the first, the backward's row terms delta = rowsum(dout ⊙ out),
   // and a pair's gradients added into dq, dk and dv (not rounded; the probabilities rounded as in
   // attention_backward). copy_columns: columns [0, cols) of `rows` rows from src (row stride
-  // src_row) to dst (dst_row). The CUDA kernels exist (model/kernels/cuda/attention.h) but CudaOps
-  // does not run them yet, so these are the CPU's alone (not in STRATA_CHECK_GPT_OPS).
+  // src_row) to dst (dst_row). CudaOps has them too; they are not in STRATA_CHECK_GPT_OPS (their
+  // Group differs: host or device collectives).
   void attention_pair_forward(Value* out, Stat* lse, const Value* q, const Value* k, const Value* v,
                               const AttentionPair& pair);
   void attention_merge(Value* out, Stat* lse, const Value* part, const Stat* part_lse,
@@ -170,6 +172,17 @@ class CpuOps {
                                const Stat* delta, const Value* q, const Value* k, const Value* v,
                                const AttentionPair& pair);
   void copy_columns(Value* dst, long dst_row, const Value* src, long src_row, long rows, int cols);
+  // The K/V blocks' collectives over the context-parallel group (model/core/collectives.h).
+  void group_all_gather(Group& group, const Value* in, Value* out, std::size_t n) {
+    group.all_gather(in, out, n);
+  }
+  void group_reduce_scatter_sum(Group& group, const Value* in, Value* out, std::size_t n) {
+    group.reduce_scatter_sum(in, out, n);
+  }
+  std::unique_ptr<PendingCollective> group_ring_shift(Group& group, const Value* send, Value* recv,
+                                                      std::size_t n) {
+    return group.start_ring_shift(send, recv, n);
+  }
   // KV-cache decoding, one sequence: the query rows [t0, T_) of qkv (T_, C3), which holds the
   // cached rows before them, each attending causally over all rows up to itself → out
   // (T_ − t0, C), rounded.

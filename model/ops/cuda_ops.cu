@@ -5,6 +5,7 @@
 #include "model/core/error.h"
 #include "model/kernels/cuda/accumulate.h"
 #include "model/kernels/cuda/attention.h"
+#include "model/kernels/cuda/attention_merge.h"
 #include "model/kernels/cuda/crossentropy.h"
 #include "model/kernels/cuda/embedding.h"
 #include "model/kernels/cuda/gelu.h"
@@ -141,6 +142,44 @@ void CudaOps<T>::attention_backward(Value* dqkv, const Value* dout, const Value*
                                     const Value* out, const Stat* lse, int B, int T_, int C, int NH,
                                     int KV) {
   cuda::attention_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, KV, scratch_, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::attention_pair_forward(Value* out, Stat* lse, const Value* q, const Value* k,
+                                        const Value* v, const AttentionPair& pair) {
+  cuda::attention_pair_forward(out, lse, q, k, v, pair, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::attention_merge(Value* out, Stat* lse, const Value* part, const Stat* part_lse,
+                                 const AttentionPair& pair) {
+  const cuda::AttentionMergeShape shape{pair.B,         pair.Tq,        pair.NH,
+                                        pair.hs,        pair.out_row,   pair.out_batch,
+                                        pair.stat_head, pair.stat_batch};
+  cuda::attention_merge(out, lse, part, part_lse, shape, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::attention_delta(Stat* delta, const Value* dout, const Value* out,
+                                 const AttentionPair& pair) {
+  cuda::attention_pair_delta(delta, dout, out, pair, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::attention_pair_backward(Value* dq, Value* dk, Value* dv, const Value* dout,
+                                         const Stat* lse, const Stat* delta, const Value* q,
+                                         const Value* k, const Value* v,
+                                         const AttentionPair& pair) {
+  cuda::attention_pair_backward(dq, dk, dv, dout, lse, delta, q, k, v, pair, ctx_.stream());
+}
+
+template <class T>
+void CudaOps<T>::copy_columns(Value* dst, long dst_row, const Value* src, long src_row, long rows,
+                              int cols) {
+  if (rows == 0 || cols == 0) return;
+  STRATA_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_row * sizeof(T), src, src_row * sizeof(T),
+                                      cols * sizeof(T), static_cast<std::size_t>(rows),
+                                      cudaMemcpyDeviceToDevice, ctx_.stream()));
 }
 
 template <class T>

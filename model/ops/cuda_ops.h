@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/kernels/cuda/arena.h"
@@ -49,8 +50,11 @@ class CudaOps {
   static constexpr long kLsePerRow = 1;
   // The cross-entropy keeps per row its maximum, Σ exp and target logit (crossentropy.h).
   static constexpr long kCrossEntropyStatsPerRow = 3;
-  // No attention on chunk pairs yet: context parallelism is refused on this backend.
-  static constexpr bool kChunkAttention = false;
+  // Attention on chunk pairs (CpuOps's attention_pair_forward, ..., copy_columns), for context
+  // parallelism's attention (model/context_attention.h), its K/V blocks moving over a group of
+  // device collectives (staged through the host or NCCL).
+  static constexpr bool kChunkAttention = true;
+  using Group = DeviceCollectives;
 
   // `tp`: the tensor-parallel group; null for one rank (then there are no collectives).
   // `sequence_parallel`: the rows of the residual stream are split over the group.
@@ -135,6 +139,28 @@ class CudaOps {
                          int KV);
   void attention_backward(Value* dqkv, const Value* dout, const Value* qkv, const Value* out,
                           const Stat* lse, int B, int T_, int C, int NH, int KV);
+  // Context parallelism's steps (CpuOps's, model/kernels/cuda/attention.h and attention_merge.h):
+  // a pair's partial attention, the merge, the row terms, a pair's gradients added; copy_columns
+  // as one 2-D copy; the K/V blocks' collectives over the group, queued on the stream.
+  void attention_pair_forward(Value* out, Stat* lse, const Value* q, const Value* k, const Value* v,
+                              const AttentionPair& pair);
+  void attention_merge(Value* out, Stat* lse, const Value* part, const Stat* part_lse,
+                       const AttentionPair& pair);
+  void attention_delta(Stat* delta, const Value* dout, const Value* out, const AttentionPair& pair);
+  void attention_pair_backward(Value* dq, Value* dk, Value* dv, const Value* dout, const Stat* lse,
+                               const Stat* delta, const Value* q, const Value* k, const Value* v,
+                               const AttentionPair& pair);
+  void copy_columns(Value* dst, long dst_row, const Value* src, long src_row, long rows, int cols);
+  void group_all_gather(Group& group, const Value* in, Value* out, std::size_t n) {
+    group.all_gather(in, out, n, ctx_.stream());
+  }
+  void group_reduce_scatter_sum(Group& group, const Value* in, Value* out, std::size_t n) {
+    group.reduce_scatter_sum(in, out, n, ctx_.stream());
+  }
+  std::unique_ptr<PendingCollective> group_ring_shift(Group& group, const Value* send, Value* recv,
+                                                      std::size_t n) {
+    return group.start_ring_shift(send, recv, n, ctx_.stream());
+  }
   // KV-cache decoding (CpuOps's): there is no CUDA kernel for it; generation decodes on the CPU
   // (model/gpt_decoder.h), so this says so in an error.
   void attention_forward_rows(Value* out, const Value* qkv, int t0, int T_, int C, int NH, int KV);

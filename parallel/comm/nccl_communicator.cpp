@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/core/error.h"
+#include "model/kernels/cuda/check.h"
 
 namespace strata {
 namespace {
@@ -115,6 +116,32 @@ void NcclCommunicator::reduce_scatter_sum_of(cuda::Element element, const void* 
   const std::size_t whole = static_cast<std::size_t>(size()) * count;
   group_.count_device_ring("reduce_scatter",
                            ring_chunk_bytes(whole * cuda::element_bytes(element), size()));
+}
+
+std::unique_ptr<PendingCollective> NcclCommunicator::start_ring_shift_of(
+    cuda::Element element, const void* send, void* recv, std::size_t count, cudaStream_t stream) {
+  const int next = (rank() + 1) % size(), previous = (rank() + size() - 1) % size();
+  const std::size_t bytes = count * cuda::element_bytes(element);
+  if (size() == 1) {
+    if (count > 0 && send != recv)
+      STRATA_CUDA_CHECK(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, stream));
+    return std::make_unique<CompletedCollective>();
+  }
+  if (count > 0) {
+    // Grouped, so no member waits for its successor's receive to be posted; the group is closed
+    // whatever failed inside it, then the first failure is reported.
+    STRATA_NCCL_CHECK(ncclGroupStart());
+    const ncclResult_t sent = ncclSend(send, count, nccl_type(element), next, comm_, stream);
+    const ncclResult_t received =
+        sent == ncclSuccess ? ncclRecv(recv, count, nccl_type(element), previous, comm_, stream)
+                            : sent;
+    const ncclResult_t ended = ncclGroupEnd();
+    if (sent != ncclSuccess) throw_nccl_error(sent, "ncclSend", __FILE__, __LINE__);
+    if (received != ncclSuccess) throw_nccl_error(received, "ncclRecv", __FILE__, __LINE__);
+    if (ended != ncclSuccess) throw_nccl_error(ended, "ncclGroupEnd", __FILE__, __LINE__);
+  }
+  group_.count_device_send(next, bytes);
+  return std::make_unique<CompletedCollective>();
 }
 
 namespace {

@@ -18,6 +18,7 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <memory>
 #include <span>
 
 #include "model/kernels/cuda/device_collectives.h"
@@ -58,6 +59,11 @@ class NcclCommunicator final : public cuda::DeviceCollectives {
                      cudaStream_t stream) override;
   void reduce_scatter_sum_of(cuda::Element element, const void* in, void* out, std::size_t count,
                              cudaStream_t stream) override;
+  // Send to the next member and receive from the previous as one NCCL group, queued on the
+  // stream: complete (in stream order) when it returns. Counted as a send to the next member.
+  std::unique_ptr<PendingCollective> start_ring_shift_of(cuda::Element element, const void* send,
+                                                         void* recv, std::size_t count,
+                                                         cudaStream_t stream) override;
 
   Communicator& group_;
   ncclComm_t comm_ = nullptr;

@@ -10,9 +10,10 @@
 // parallelism, pp 2 with zb-h1 and full recomputation, and dp 2; and with its experts split (expert
 // parallelism, the rows exchanged through the host): ep 2 of dp 2, ep 2 of dp 4 under ZeRO-2 (the
 // dense gradients summed over ep before the reduce-scatter over expert_dp), and ep 2 of dp 2 under
-// tp 2 with sequence parallelism. On a machine with one GPU all ranks share it through host-staged
-// collectives (NCCL needs a GPU per rank) and NCCL itself runs over one rank; with several GPUs,
-// device_comm auto carries the layouts over NCCL.
+// tp 2 with sequence parallelism. Context parallelism (cp 2 and 4, ring and all_gather) with tp,
+// pp, ZeRO 3 and recomputation follows it too. On a machine with one GPU all ranks share it through
+// host-staged collectives (NCCL needs a GPU per rank) and NCCL itself runs over one rank; with
+// several GPUs, device_comm auto carries the layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
 #include <gtest/gtest.h>
@@ -79,6 +80,37 @@ TEST_F(CudaLayouts, EveryLayoutTrainsTheRunOfOneCpuProcess) {
     expect_close(metric(run, "loss"), reference, 0, "loss", 1e-4);
     expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss", 1e-4);
     EXPECT_FALSE(metric(run, "device_mib").empty()) << "the run did not train on the GPU";
+  }
+}
+
+// Context parallelism on the device (the attention's chunk pairs, the K/V blocks staged through
+// the host by ring and all_gather): cp 2 and 4 alone, with tp 2 and sequence parallelism, with pp
+// 2 under zb-h1, with dp 2 under ZeRO 3, with full recomputation; the CPU process's run, and bytes
+// moved over the cp group.
+TEST_F(CudaLayouts, ContextParallelLayoutsTrainTheRunOfOneCpuProcess) {
+  const auto reference = metric(reference_dir_, "loss");
+  const auto reference_val = metric(reference_dir_, "val_loss");
+  ASSERT_EQ(reference.size(), 20u);
+  const auto with_cp = [](Layout layout, int cp, const char* comm) {
+    layout.device = "cuda";
+    layout.cp = cp;
+    layout.cp_comm = comm;
+    return layout;
+  };
+  const std::pair<Layout, std::string> runs[] = {
+      {with_cp(Layout{}, 2, "ring"), ""},
+      {with_cp(Layout{}, 4, "all_gather"), ""},
+      {with_cp(Layout{1, 2, 1, "1f1b", true}, 2, "ring"), ""},
+      {with_cp(Layout{1, 1, 2, "zb-h1"}, 2, "all_gather"), ""},
+      {with_cp(Layout{2, 1, 1}, 2, "ring"), " --set parallel.zero.stage=3"},
+      {with_cp(Layout{1, 1, 1, "1f1b", false, "full"}, 2, "ring"), ""},
+  };
+  for (const auto& [layout, extra] : runs) {
+    SCOPED_TRACE(layout.name() + extra);
+    const std::string run = train(*dir_, layout, layout.name() + "_cp", extra);
+    expect_close(metric(run, "loss"), reference, 0, "loss", 1e-4);
+    expect_close(metric(run, "val_loss"), reference_val, 0, "val_loss", 1e-4);
+    EXPECT_GT(testing::logged(run, 1, "\"cp\": "), 0.0);
   }
 }
 

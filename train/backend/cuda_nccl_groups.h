@@ -20,23 +20,26 @@ namespace strata {
 // One NCCL communicator per parallel axis, made (in this order on every rank) from the MPI groups
 // of the placement; all null when the placement stages through the host. Under expert
 // parallelism also ep and expert_dp (the ranks holding the same experts), over which ZeRO shards
-// (ProcessGroups::sharding); without it expert_dp is dp's group and ep none.
+// (ProcessGroups::sharding); without it expert_dp is dp's group and ep none. Under context
+// parallelism also cp (attention's K/V blocks), and dp is the weights' replicas, dp × cp
+// (ProcessGroups::dp_cp: the reduction plan's dp axis).
 struct NcclGroups {
   // dp_prefetch: a second one over the sharding group for ZeRO 3's prefetched gathers.
-  std::unique_ptr<NcclCommunicator> tp, pp, dp, ep, expert_dp, dp_prefetch;
+  std::unique_ptr<NcclCommunicator> tp, pp, dp, ep, expert_dp, dp_prefetch, cp;
 
   explicit NcclGroups(const BackendPlacement& placement) {
     if (!placement.nccl) return;
     const ProcessGroups& groups = *placement.groups;
     tp = std::make_unique<NcclCommunicator>(groups.tp());
     pp = std::make_unique<NcclCommunicator>(groups.pp());
-    dp = std::make_unique<NcclCommunicator>(groups.dp());
+    dp = std::make_unique<NcclCommunicator>(groups.dp_cp());
     if (groups.ep() != nullptr) {
       ep = std::make_unique<NcclCommunicator>(*groups.ep());
       expert_dp = std::make_unique<NcclCommunicator>(*groups.expert_dp());
     }
     if (placement.plan.parameters_by_segment)
       dp_prefetch = std::make_unique<NcclCommunicator>(*groups.sharding().dp);
+    if (groups.cp() != nullptr) cp = std::make_unique<NcclCommunicator>(*groups.cp());
   }
   NcclCommunicator* of(ParallelAxis axis) const {
     switch (axis) {

@@ -103,16 +103,17 @@ class CudaTrainingOf final : public TrainingBackend {
           ctx_, shape, partition.chunk(c), &placement.groups->tp(), config.train.micro_batch,
           placement.slots[i], config.recompute, nccl_.tp.get(),
           pipeline_schedule_splits_backward(config.parallel.pipeline_schedule),
-          placement.groups->ep()));
+          placement.groups->ep(),
+          cuda::CudaContextGroup{placement.groups->cp(), nccl_.cp.get(), config.parallel.cp_comm}));
       chunk_parameters_.push_back(std::make_unique<ChunkParameters<T, float>>(
           *parameters_, std::move(segments.rank_index[i])));
       stages_.push_back(
           std::make_unique<CudaPipelineStage<T>>(*models_.back(), *chunk_parameters_.back()));
       stages.push_back(stages_.back().get());
     }
-    executor_ = std::make_unique<PipelineExecutor>(stages, placement.layout, *pp_,
-                                                   *placement.program, config.train.micro_batch,
-                                                   shape.seq_len, placement.nonblocking_sends);
+    executor_ = std::make_unique<PipelineExecutor>(
+        stages, placement.layout, *pp_, *placement.program, config.train.micro_batch,
+        partition.context.local_length(shape.seq_len), placement.nonblocking_sends);
   }
 
   std::string name() const override {
@@ -191,7 +192,7 @@ class CudaTrainingOf final : public TrainingBackend {
       return loss;
     }
     cuda::CudaGpt<T>& model = *models_.front();  // a lone stage: one chunk
-    const int B = config_.train.micro_batch, T_ = model.shape().seq_len;
+    const int B = config_.train.micro_batch, T_ = model.sequence_rows();
     const std::size_t rows = static_cast<std::size_t>(B) * T_;
     STRATA_CHECK(static_cast<std::size_t>(micro_batches) * rows <= micro_losses_.size());
     for (int mb = 0; mb < micro_batches; ++mb) {

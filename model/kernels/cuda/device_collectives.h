@@ -11,6 +11,10 @@
 //                       rank() (in place)
 //   reduce_scatter_sum: out (count) = this rank's chunk of the sum of every rank's in (size·count)
 //   all_reduce_max:     data (count, fp32) = the element-wise maximum over the group, in place
+//   start_ring_shift:   recv (count) = rank (r − 1 + size) % size's send (count), started; the
+//                       PendingCollective's wait() completes it (recv then holds the block, or the
+//                       copy bringing it is queued on the stream); send and recv untouched until
+//                       then
 // Every member calls every collective, in the same order.
 #pragma once
 
@@ -19,7 +23,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <memory>
 #include <type_traits>
+
+#include "model/core/collectives.h"
 
 namespace strata::cuda {
 
@@ -59,6 +66,11 @@ class DeviceCollectives {
     reduce_scatter_sum_of(element_of<T>(), in, out, count, stream);
   }
   virtual void all_reduce_max(float* data, std::size_t count, cudaStream_t stream) = 0;
+  template <class T>
+  std::unique_ptr<PendingCollective> start_ring_shift(const T* send, T* recv, std::size_t count,
+                                                      cudaStream_t stream) {
+    return start_ring_shift_of(element_of<T>(), send, recv, count, stream);
+  }
 
  protected:
   // The typed calls above, with the element type as a value (count elements of `element`).
@@ -68,6 +80,9 @@ class DeviceCollectives {
                              cudaStream_t stream) = 0;
   virtual void reduce_scatter_sum_of(Element element, const void* in, void* out, std::size_t count,
                                      cudaStream_t stream) = 0;
+  virtual std::unique_ptr<PendingCollective> start_ring_shift_of(Element element, const void* send,
+                                                                 void* recv, std::size_t count,
+                                                                 cudaStream_t stream) = 0;
 };
 
 }  // namespace strata::cuda

@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <memory>
+#include <utility>
 
 #include "model/core/error.h"
 #include "model/kernels/cuda/check.h"
@@ -63,6 +65,58 @@ void StagedCollectives::staged_reduce_scatter_sum(const T* in, T* out, std::size
   staging_.to_device(out, reduced, count, stream);
 }
 
+namespace {
+
+// A staged ring shift in flight: the host transfer, then the received block copied to the device.
+template <class T>
+class StagedArrival final : public PendingCollective {
+ public:
+  StagedArrival(std::unique_ptr<PendingCollective> transfer, HostStaging& staging, T* recv,
+                const float* host, std::size_t count, cudaStream_t stream)
+      : transfer_(std::move(transfer)),
+        staging_(staging),
+        recv_(recv),
+        host_(host),
+        count_(count),
+        stream_(stream) {}
+  ~StagedArrival() override {
+    if (transfer_) transfer_->wait();  // the buffers must outlive the transfer; no copy queued
+  }
+  void wait() override {
+    if (!transfer_) return;
+    transfer_->wait();
+    transfer_.reset();
+    staging_.to_device(recv_, host_, count_, stream_);
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> transfer_;
+  HostStaging& staging_;
+  T* recv_;
+  const float* host_;
+  std::size_t count_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+// The block goes out from the first half of host_, comes in to the second.
+template <class T>
+std::unique_ptr<PendingCollective> StagedCollectives::staged_ring_shift(const T* send, T* recv,
+                                                                        std::size_t count,
+                                                                        cudaStream_t stream) {
+  if (size() == 1) {
+    copy_alone(send, recv, count, stream);
+    return std::make_unique<CompletedCollective>();
+  }
+  check_room("ring shift", count);
+  float* out = host_.data();
+  float* in = host_.data() + staging_.max_elements();
+  staging_.to_host(out, send, count, stream);
+  return std::make_unique<StagedArrival<T>>(group_.start_ring_shift(out, in, count), staging_, recv,
+                                            in, count, stream);
+}
+
 void StagedCollectives::all_reduce_max(float* data, std::size_t count, cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(size());
   if (n == 1 || count == 0) return;
@@ -107,6 +161,16 @@ void StagedCollectives::all_gather_of(Element element, const void* in, void* out
     using T = decltype(zero);
     staged_all_gather(static_cast<const T*>(in), static_cast<T*>(out), count, stream);
   });
+}
+
+std::unique_ptr<PendingCollective> StagedCollectives::start_ring_shift_of(
+    Element element, const void* send, void* recv, std::size_t count, cudaStream_t stream) {
+  std::unique_ptr<PendingCollective> pending;
+  with_element(element, [&](auto zero) {
+    using T = decltype(zero);
+    pending = staged_ring_shift(static_cast<const T*>(send), static_cast<T*>(recv), count, stream);
+  });
+  return pending;
 }
 
 void StagedCollectives::reduce_scatter_sum_of(Element element, const void* in, void* out,

@@ -6,8 +6,10 @@
 // (rounded once). Sums therefore accumulate in fp32 whatever the compute dtype.
 //
 // Every call synchronises the stream: these are the host synchronisations of a tensor-parallel
-// step, a cost the GPU-direct collectives of NCCL would remove. A group of one rank is a device
-// copy (or nothing), never a host round trip.
+// step, a cost the GPU-direct collectives of NCCL would remove. A ring shift stages its block out
+// and starts the host transfer, and its wait() completes it and queues the copy in: the stream
+// may run other work (context parallelism's attention on the previous block) meanwhile. A group of
+// one rank is a device copy (or nothing), never a host round trip.
 //
 // All staging memory is reserved at construction for arrays of up to `max_elements` (the largest
 // gathered array, B·T·C of the model); no allocation happens in a step.
@@ -43,12 +45,18 @@ class StagedCollectives final : public DeviceCollectives {
                      cudaStream_t stream) override;
   void reduce_scatter_sum_of(Element element, const void* in, void* out, std::size_t count,
                              cudaStream_t stream) override;
+  std::unique_ptr<PendingCollective> start_ring_shift_of(Element element, const void* send,
+                                                         void* recv, std::size_t count,
+                                                         cudaStream_t stream) override;
   template <class T>
   void staged_all_reduce_sum(T* data, std::size_t count, cudaStream_t stream);
   template <class T>
   void staged_all_gather(const T* in, T* out, std::size_t count, cudaStream_t stream);
   template <class T>
   void staged_reduce_scatter_sum(const T* in, T* out, std::size_t count, cudaStream_t stream);
+  template <class T>
+  std::unique_ptr<PendingCollective> staged_ring_shift(const T* send, T* recv, std::size_t count,
+                                                       cudaStream_t stream);
   // A group of one: `out` = `in` on the device (nothing when they are the same array).
   template <class T>
   static void copy_alone(const T* in, T* out, std::size_t count, cudaStream_t stream);
