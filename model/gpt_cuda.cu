@@ -42,8 +42,9 @@ ModelPartition checked_partition(const GptShape& shape, const ModelPartition& p,
   STRATA_CHECK(p.chunks() == 1, "a model computes one chunk of layers (partition.chunk)");
   STRATA_CHECK(shape.n_head % p.tp_size == 0 && shape.padded_vocab() % p.tp_size == 0,
                "tensor-parallel degree ", p.tp_size, " does not divide the heads and vocabulary");
-  STRATA_CHECK(!p.sequence_parallel || (max_batch * shape.seq_len) % p.tp_size == 0,
-               "sequence parallelism needs B·T divisible by tp");
+  STRATA_CHECK(
+      !p.sequence_parallel || (max_batch * p.context.local_length(shape.seq_len)) % p.tp_size == 0,
+      "sequence parallelism needs B·T divisible by tp");
   STRATA_CHECK(!p.context.split() || !shape.moe.enabled(),
                "context parallelism with experts: their capacity groups are whole sequences");
   if (!attention_head_size_supported(shape.head_size()))
@@ -62,18 +63,26 @@ std::unique_ptr<StagedCollectives> staged_group(const ModelPartition& p, Collect
   return std::make_unique<StagedCollectives>(*tp, elements);
 }
 
-// The context-parallel group's staging over `cp` (host collectives), for the K/V blocks the
-// attention moves (the all_gather's cp of them the most), unless `device_cp` carries them.
-std::unique_ptr<StagedCollectives> staged_context_group(const GptShape& shape,
-                                                        const ModelPartition& p, Collectives* cp,
-                                                        DeviceCollectives* device_cp,
-                                                        int max_batch) {
-  if (device_cp != nullptr || !p.context.split()) return nullptr;
-  STRATA_CHECK(cp != nullptr, "a context-parallel partition needs its group");
+// The elements the context-parallel group's staging holds: a K/V block (B·T_local·2·KVl·hs) for
+// the ring's shifts, cp of them for all_gather's gathers and reduce-scatters.
+std::size_t context_staging_elements(const GptShape& shape, const ModelPartition& p,
+                                     ContextComm comm, int max_batch) {
   const std::size_t block = static_cast<std::size_t>(max_batch) *
                             p.context.local_length(shape.seq_len) * 2 *
                             (shape.kv_head_count() / p.tp_size) * shape.head_size();
-  return std::make_unique<StagedCollectives>(*cp, static_cast<std::size_t>(p.context.cp) * block);
+  return comm == ContextComm::ring ? block : static_cast<std::size_t>(p.context.cp) * block;
+}
+
+// The context-parallel group's staging over `cp` (host collectives), unless `device_cp` carries
+// the K/V blocks.
+std::unique_ptr<StagedCollectives> staged_context_group(const GptShape& shape,
+                                                        const ModelPartition& p,
+                                                        const CudaContextGroup& context,
+                                                        int max_batch) {
+  if (context.device_cp != nullptr || !p.context.split()) return nullptr;
+  STRATA_CHECK(context.cp != nullptr, "a context-parallel partition needs its group");
+  return std::make_unique<StagedCollectives>(
+      *context.cp, context_staging_elements(shape, p, context.comm, max_batch));
 }
 
 // The group the model's collectives run over: null with tp 1 (a group of one carries nothing, so
@@ -102,12 +111,13 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
              {max_batch, slots, recompute, split_backward, false}),
       ctx_(ctx),
       max_batch_(max_batch),
+      context_comm_(context.comm),
       scratch_(scratch_bytes<T>(shape, partition, max_batch)),
       staged_tp_(staged_group(partition, tp, device_tp,
                               static_cast<std::size_t>(max_batch) *
                                   partition.context.local_length(shape.seq_len) * shape.d_model)),
       tp_(tensor_parallel_group(partition, device_tp, staged_tp_.get())),
-      staged_cp_(staged_context_group(shape, partition, context.cp, context.device_cp, max_batch)),
+      staged_cp_(staged_context_group(shape, partition, context, max_batch)),
       ops_(ctx_, scratch_, tp_, sequence_parallel_) {
   static_assert(kStorageAlignment == DeviceArena::kDefaultAlignment);
   if (partition.context.split())
@@ -143,7 +153,12 @@ std::size_t CudaGpt<T>::device_bytes() const {
                                                static_cast<std::size_t>(this->sequence_rows()) *
                                                static_cast<std::size_t>(shape_.d_model)
                                          : 0;
-  return storage_.reserved_bytes() + scratch_.capacity() + staging +
+  // The context group's staging converts its blocks in an fp32 device buffer too.
+  const std::size_t context_staging =
+      staged_cp_
+          ? sizeof(float) * context_staging_elements(shape_, partition_, context_comm_, max_batch_)
+          : 0;
+  return storage_.reserved_bytes() + scratch_.capacity() + staging + context_staging +
          (this->context_ ? this->context_->memory_bytes() : 0);
 }
 
@@ -158,7 +173,7 @@ void CudaGpt<T>::upload_tokens(Slot& s, const std::int32_t* tokens, const std::i
       STRATA_CHECK(targets[i] >= 0 && targets[i] < shape_.vocab_size, "target id out of range");
   // The previous copies out of the staging buffer must be done before it is overwritten.
   STRATA_CUDA_CHECK(cudaEventSynchronize(staging_free_));
-  const long max_rows = static_cast<long>(max_batch_) * shape_.seq_len;
+  const long max_rows = static_cast<long>(storage_.dims().N);  // max_batch sequences' rows here
   if (tokens != nullptr) {
     std::copy_n(tokens, N, staging_.data());
     STRATA_CUDA_CHECK(cudaMemcpyAsync(s.tokens, staging_.data(), N * sizeof(std::int32_t),

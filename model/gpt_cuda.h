@@ -220,13 +220,14 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
 
   DeviceContext& ctx_;
   int max_batch_;
+  ContextComm context_comm_;  // how the K/V blocks travel under context parallelism
   DeviceArena scratch_;
   std::unique_ptr<StagedCollectives> staged_tp_;  // the staging, when no device_tp was given
   DeviceCollectives* tp_ = nullptr;               // null with tp 1
   std::unique_ptr<StagedCollectives> staged_cp_;  // cp > 1 without a device_cp, else null
   CudaOps<T> ops_;                                // every kernel of the passes
   std::unique_ptr<CudaMoeLayer<T>> moe_;  // the MoE blocks' computation (model.moe), else null
-  PinnedBuffer<std::int32_t> staging_;    // (2, max_batch·seq_len): tokens, targets
+  PinnedBuffer<std::int32_t> staging_;    // (2, max_batch·T rows): tokens, targets
   cudaEvent_t staging_free_ = nullptr;    // recorded after the copies out of staging_
 };
 

@@ -12,7 +12,8 @@
 // one rank is a device copy (or nothing), never a host round trip.
 //
 // All staging memory is reserved at construction for arrays of up to `max_elements` (the largest
-// gathered array, B·T·C of the model); no allocation happens in a step.
+// gathered array: B·T·C of the model for tensor parallelism, its K/V blocks for context
+// parallelism); no allocation happens in a step.
 #pragma once
 
 #include <cuda_runtime_api.h>
