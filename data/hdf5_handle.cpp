@@ -463,7 +463,8 @@ namespace {
 // as many as the index counts, and each allocated chunk of an unfiltered dataset stores exactly a
 // chunk's bytes. HDF5 trusts its index when it reads: a shard whose B-tree node claimed 33
 // entries for its one chunk made H5Dread copy past a buffer (found by tests/fuzz/shard_fuzz.cpp).
-// One index lookup per chunk (token shards: one per 65536 ids).
+// One index lookup per chunk (token shards: one per 65536 ids), so check_dataset_stored runs it
+// last, once the elements are known to fit the file.
 void check_chunk_index(hid_t dataset, hid_t creation, const std::vector<std::uint64_t>& dims,
                        std::uint64_t element_bytes) {
   if (H5Pget_layout(creation) != H5D_CHUNKED) return;
@@ -519,8 +520,6 @@ void check_dataset_stored(hid_t dataset) {
     fail("dataset ", describe_id(dataset),
          " is not stored contiguous or in chunks, as Strata writes it (the file is damaged)");
   const std::vector<std::uint64_t> dims = dataset_dims(dataset);
-  check_chunk_index(dataset, creation.get(), dims,
-                    std::max<std::size_t>(dataset_element_bytes(dataset), 1));
   const std::uint64_t elements = element_count(dims);
   const std::uint64_t element_bytes = std::max<std::size_t>(dataset_element_bytes(dataset), 1);
   const std::uint64_t stored = H5Dget_storage_size(dataset);
@@ -533,6 +532,8 @@ void check_dataset_stored(hid_t dataset) {
   if (elements > stored / element_bytes)
     fail("dataset ", describe_id(dataset), " claims ", elements, " elements of ", element_bytes,
          " bytes but the file stores ", stored, " bytes of it (the file is damaged)");
+  // Last: its elements are now bounded by the file, and so its chunks (one lookup each).
+  check_chunk_index(dataset, creation.get(), dims, element_bytes);
 }
 
 void check_chunk_bytes(hid_t dataset, std::uint64_t limit) {
