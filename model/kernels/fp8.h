@@ -1,0 +1,100 @@
+// FP8 numbers (the FP8 training issue's first piece; precision.fp8 is not a key yet): the OCP 8-bit
+// floating-point formats Hopper's tensor cores multiply, written once for the CPU's emulation and
+// the GPU's casts, so that both round alike.
+//   e4m3  4 exponent bits (bias 7), 3 mantissa bits; no infinities: S.1111.111 is NaN, the largest
+//         finite value S.1111.110 = ±448; the smallest subnormal 2^-9.
+//   e5m2  5 exponent bits (bias 15), 2 mantissa bits, IEEE-like: S.11111.00 is ±infinity,
+//         S.11111.xx (xx ≠ 0) NaN; the largest finite value ±57344; the smallest subnormal 2^-16.
+// fp8_encode rounds to nearest, ties to even, and saturates: a finite value (or infinity) beyond
+// the largest finite one becomes ±that largest value (the "satfinite" conversion of Transformer
+// Engine's recipes and of cuda_fp8.h's __NV_SATFINITE); NaN stays NaN.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "model/core/host_device.h"
+
+namespace strata {
+
+enum class Fp8Format { e4m3, e5m2 };
+
+// The format's exponent bits, mantissa bits and bias.
+struct Fp8Layout {
+  int exponent_bits, mantissa_bits, bias;
+};
+
+STRATA_HOST_DEVICE inline Fp8Layout fp8_layout(Fp8Format format) {
+  return format == Fp8Format::e4m3 ? Fp8Layout{4, 3, 7} : Fp8Layout{5, 2, 15};
+}
+
+// The largest finite magnitude: 448 (e4m3), 57344 (e5m2).
+STRATA_HOST_DEVICE inline float fp8_max(Fp8Format format) {
+  return format == Fp8Format::e4m3 ? 448.0f : 57344.0f;
+}
+
+// The code of the largest finite value: 0x7E (e4m3), 0x7B (e5m2).
+STRATA_HOST_DEVICE inline std::uint8_t fp8_max_code(Fp8Format format) {
+  return format == Fp8Format::e4m3 ? 0x7E : 0x7B;
+}
+
+// The code of NaN this module writes: 0x7F (e4m3), 0x7E (e5m2).
+STRATA_HOST_DEVICE inline std::uint8_t fp8_nan(Fp8Format format) {
+  return format == Fp8Format::e4m3 ? 0x7F : 0x7E;
+}
+
+STRATA_HOST_DEVICE inline float fp8_decode(std::uint8_t code, Fp8Format format) {
+  using std::ldexp;
+  const Fp8Layout l = fp8_layout(format);
+  const bool negative = (code & 0x80) != 0;
+  const int field = (code >> l.mantissa_bits) & ((1 << l.exponent_bits) - 1);
+  const int mantissa = code & ((1 << l.mantissa_bits) - 1);
+  const int top = (1 << l.exponent_bits) - 1;
+  float value;
+  if (format == Fp8Format::e4m3 && field == top && mantissa == (1 << l.mantissa_bits) - 1) {
+    value = NAN;
+  } else if (format == Fp8Format::e5m2 && field == top) {
+    value = mantissa == 0 ? INFINITY : NAN;
+  } else if (field == 0) {  // subnormal: m · 2^(1 − bias − M)
+    value = ldexp(static_cast<float>(mantissa), 1 - l.bias - l.mantissa_bits);
+  } else {  // (2^M + m) · 2^(field − bias − M)
+    value = ldexp(static_cast<float>((1 << l.mantissa_bits) + mantissa),
+                  field - l.bias - l.mantissa_bits);
+  }
+  return negative ? -value : value;
+}
+
+STRATA_HOST_DEVICE inline std::uint8_t fp8_encode(float x, Fp8Format format) {
+  using std::fabs, std::frexp, std::ldexp, std::rint;
+  if (x != x) return fp8_nan(format);
+  const Fp8Layout l = fp8_layout(format);
+  const std::uint8_t sign = x < 0.0f || (x == 0.0f && std::signbit(x)) ? 0x80 : 0x00;
+  float a = fabs(x);
+  const float largest = fp8_max(format);
+  if (a >= largest) return sign | fp8_max_code(format);  // saturate (infinity too)
+  // The quantum at a's binade (a = f · 2^e, f in [0.5, 1)): 2^(e − 1 − M), never below the
+  // subnormals' 2^(1 − bias − M). a / quantum is exact (a power of two apart); rint rounds it to
+  // nearest, ties to even, in the default rounding mode.
+  int e = 0;
+  frexp(a, &e);
+  const int min_exponent = 1 - l.bias;  // the smallest normal's: 2^(1 − bias)
+  const int scale = (e - 1 < min_exponent ? min_exponent : e - 1) - l.mantissa_bits;
+  const float steps = rint(ldexp(a, -scale));  // a in quanta, rounded
+  a = ldexp(steps, scale);
+  if (a > largest) return sign | fp8_max_code(format);
+  // Re-encode the rounded value (rounding may have carried it into the next binade).
+  if (a < ldexp(1.0f, min_exponent))  // subnormal: the mantissa field is a / 2^(1 − bias − M)
+    return sign | static_cast<std::uint8_t>(ldexp(a, l.bias - 1 + l.mantissa_bits));
+  frexp(a, &e);
+  const int field = e - 1 + l.bias;
+  const int mantissa =
+      static_cast<int>(ldexp(a, l.mantissa_bits - (e - 1))) - (1 << l.mantissa_bits);
+  return sign | static_cast<std::uint8_t>((field << l.mantissa_bits) | mantissa);
+}
+
+// x through the format and back: what an FP8 GEMM's operand holds.
+STRATA_HOST_DEVICE inline float fp8_round(float x, Fp8Format format) {
+  return fp8_decode(fp8_encode(x, format), format);
+}
+
+}  // namespace strata

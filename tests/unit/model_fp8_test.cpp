@@ -1,0 +1,91 @@
+// The FP8 casts (model/kernels/fp8.h) against the formats' definitions: every code decodes to the
+// value its fields give (the largest finite, the smallest subnormal, 1, infinity and NaN at their
+// codes); every finite code encodes back to itself; and encoding any float gives the nearest code,
+// ties to the even mantissa, saturating at the largest finite value: checked against a brute-force
+// search over all 256 codes, on values between codes, at midpoints and beyond the range.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+
+#include "model/kernels/fp8.h"
+
+namespace strata {
+namespace {
+
+constexpr Fp8Format kFormats[] = {Fp8Format::e4m3, Fp8Format::e5m2};
+
+// The code a correct cast gives: the finite code nearest x (ties: the even code), saturating.
+std::uint8_t nearest_code(float x, Fp8Format format) {
+  if (std::isnan(x)) return fp8_nan(format);
+  const float clamped = std::fmax(-fp8_max(format), std::fmin(fp8_max(format), x));
+  int best = -1;
+  double best_distance = INFINITY;
+  for (int code = 0; code < 256; ++code) {
+    const float value = fp8_decode(static_cast<std::uint8_t>(code), format);
+    if (!std::isfinite(value) || std::signbit(value) != std::signbit(clamped)) continue;
+    const double distance = std::fabs(static_cast<double>(value) - clamped);
+    if (distance < best_distance || (distance == best_distance && code % 2 == 0)) {
+      best = code;
+      best_distance = distance;
+    }
+  }
+  return static_cast<std::uint8_t>(best);
+}
+
+TEST(Fp8, CodesDecodeToTheirFields) {
+  EXPECT_EQ(fp8_decode(0x7E, Fp8Format::e4m3), 448.0f);
+  EXPECT_EQ(fp8_decode(0x01, Fp8Format::e4m3), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_decode(0x08, Fp8Format::e4m3), std::ldexp(1.0f, -6));
+  EXPECT_EQ(fp8_decode(0x38, Fp8Format::e4m3), 1.0f);
+  EXPECT_EQ(fp8_decode(0xC0, Fp8Format::e4m3), -2.0f);
+  EXPECT_TRUE(std::isnan(fp8_decode(0x7F, Fp8Format::e4m3)));
+  EXPECT_TRUE(std::isnan(fp8_decode(0xFF, Fp8Format::e4m3)));
+  EXPECT_EQ(fp8_decode(0x7B, Fp8Format::e5m2), 57344.0f);
+  EXPECT_EQ(fp8_decode(0x01, Fp8Format::e5m2), std::ldexp(1.0f, -16));
+  EXPECT_EQ(fp8_decode(0x3C, Fp8Format::e5m2), 1.0f);
+  EXPECT_EQ(fp8_decode(0x7C, Fp8Format::e5m2), INFINITY);
+  EXPECT_EQ(fp8_decode(0xFC, Fp8Format::e5m2), -INFINITY);
+  EXPECT_TRUE(std::isnan(fp8_decode(0x7D, Fp8Format::e5m2)));
+}
+
+TEST(Fp8, EveryFiniteCodeEncodesBackToItself) {
+  for (Fp8Format format : kFormats)
+    for (int code = 0; code < 256; ++code) {
+      const float value = fp8_decode(static_cast<std::uint8_t>(code), format);
+      if (!std::isfinite(value)) continue;
+      EXPECT_EQ(fp8_encode(value, format), code) << value;
+    }
+}
+
+TEST(Fp8, EncodingRoundsToNearestEvenAndSaturates) {
+  for (Fp8Format format : kFormats) {
+    SCOPED_TRACE(format == Fp8Format::e4m3 ? "e4m3" : "e5m2");
+    // Midpoints and quarter points between neighbouring codes, and each code's neighbours in
+    // float.
+    for (int code = 0; code < 255; ++code) {
+      const float a = fp8_decode(static_cast<std::uint8_t>(code), format);
+      const float b = fp8_decode(static_cast<std::uint8_t>(code + 1), format);
+      if (!std::isfinite(a) || !std::isfinite(b) || std::signbit(a) != std::signbit(b)) continue;
+      for (const float x : {(a + b) / 2, a + (b - a) / 4, a + 3 * (b - a) / 4, std::nextafter(a, b),
+                            std::nextafter(b, a)})
+        EXPECT_EQ(fp8_encode(x, format), nearest_code(x, format)) << x;
+    }
+    // Random magnitudes over and beyond the range, both signs.
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> exponent(-24.0f, 20.0f);
+    for (int i = 0; i < 20000; ++i) {
+      const float x = (i % 2 ? -1.0f : 1.0f) * std::exp2(exponent(rng));
+      ASSERT_EQ(fp8_encode(x, format), nearest_code(x, format)) << x;
+    }
+    // Beyond the range: the largest finite value; NaN stays NaN; signed zero keeps its sign.
+    EXPECT_EQ(fp8_round(1e30f, format), fp8_max(format));
+    EXPECT_EQ(fp8_round(-INFINITY, format), -fp8_max(format));
+    EXPECT_TRUE(std::isnan(fp8_round(NAN, format)));
+    EXPECT_EQ(fp8_encode(-0.0f, format), 0x80);
+  }
+}
+
+}  // namespace
+}  // namespace strata
