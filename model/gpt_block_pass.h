@@ -277,11 +277,9 @@ class GptBlock {
     ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, d_.qkv,
                         Epilogue::bias);
     if (d_.rope) turn(a.qkv, B, T_, true);
-    if constexpr (Ops::kChunkAttention) {
-      if (context_ != nullptr) {
-        context_->forward(a.atty, a.lse, a.qkv, B, T_, heads());
-        return;
-      }
+    if (context_ != nullptr) {
+      context_->forward(a.atty, a.lse, a.qkv, B, T_, heads());
+      return;
     }
     ops_.attention_forward(a.atty, a.lse, a.qkv, B, T_, d_.Cl, d_.NHl, d_.KVl);
   }
@@ -416,11 +414,9 @@ class GptBlock {
   // dqkv from b_.datty: attention's backward, across the context-parallel group where there is
   // one.
   void attention_backward(Value* dqkv, const Activations& a, int B, int T_) {
-    if constexpr (Ops::kChunkAttention) {
-      if (context_ != nullptr) {
-        context_->backward(dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, heads());
-        return;
-      }
+    if (context_ != nullptr) {
+      context_->backward(dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, heads());
+      return;
     }
     ops_.attention_backward(dqkv, b_.datty, a.qkv, a.atty, a.lse, B, T_, d_.Cl, d_.NHl, d_.KVl);
   }

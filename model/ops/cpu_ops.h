@@ -45,10 +45,6 @@ class CpuOps {
   // The cross-entropy's statistics kept per row for the backward: none, the forward leaves the
   // softmax probabilities in place of the logits instead.
   static constexpr long kCrossEntropyStatsPerRow = 0;
-  // Attention on chunk pairs (attention_pair_forward, attention_merge, attention_delta,
-  // attention_pair_backward, copy_columns): what context parallelism's attention runs on
-  // (model/context_attention.h).
-  static constexpr bool kChunkAttention = true;
   // The group context parallelism's attention moves its K/V blocks over (group_* below).
   using Group = Collectives;
 

@@ -50,10 +50,8 @@ class CudaOps {
   static constexpr long kLsePerRow = 1;
   // The cross-entropy keeps per row its maximum, Σ exp and target logit (crossentropy.h).
   static constexpr long kCrossEntropyStatsPerRow = 3;
-  // Attention on chunk pairs (CpuOps's attention_pair_forward, ..., copy_columns), for context
-  // parallelism's attention (model/context_attention.h), its K/V blocks moving over a group of
-  // device collectives (staged through the host or NCCL).
-  static constexpr bool kChunkAttention = true;
+  // The group context parallelism's attention moves its K/V blocks over (device collectives,
+  // staged through the host or NCCL; the group_* calls below).
   using Group = DeviceCollectives;
 
   // `tp`: the tensor-parallel group; null for one rank (then there are no collectives).
