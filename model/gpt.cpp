@@ -60,13 +60,14 @@ Gpt<T>::Gpt(const GptShape& shape, const ModelPartition& partition, Collectives*
       single_rank_(tp == nullptr ? std::make_unique<SingleRank>() : nullptr),
       tp_(tp == nullptr ? single_rank_.get() : tp),
       options_(options),
-      ops_(options.compute, tp_, sequence_parallel_) {
+      ops_(options.compute, tp_, sequence_parallel_, partition.context.split() ? cp : nullptr) {
   if (shape.moe.enabled()) {
     moe_ = std::make_unique<MoeLayer<T>>(shape.expert_shape(), shape.moe, tp_, options.compute, ep);
     storage_.lay_out_moe(*moe_);
   }
   if (partition.context.split()) this->attend_across(*cp, options.context_comm);
   this->find_block_offsets();
+  this->multiply_in_fp8(options.fp8);
   // The planner's formula (model/activation_sizes.h) describes this storage exactly.
   const ActivationElements expected =
       activation_elements(shape, partition, max_batch, options.recompute, options.split_backward);

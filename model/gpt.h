@@ -65,6 +65,8 @@ struct GptOptions {
   bool split_backward = false;
   // How attention's K/V travel across a context-parallel group (parallel.cp_comm).
   ContextComm context_comm = ContextComm::ring;
+  // Which GEMMs multiply in FP8 and how their operands scale (precision.fp8*; model/fp8/).
+  Fp8Settings fp8{};
 };
 
 template <class T>

@@ -26,6 +26,7 @@
 #include "model/context_attention.h"
 #include "model/core/context_chunks.h"
 #include "model/core/error.h"
+#include "model/fp8/fp8_state.h"
 #include "model/gpt_norm.h"
 #include "model/gpt_shape.h"
 #include "model/moe/moe_layer.h"
@@ -218,10 +219,19 @@ class GptBlock {
   using Weights = BlockTensors<const Value>;
   using Grads = BlockTensors<Grad>;
 
-  // `context`: attention across the context-parallel group (null without one).
+  // `context`: attention across the context-parallel group (null without one). `fp8`: the model's
+  // FP8 scaling state (null: every GEMM in the compute dtype), `layer` this block's index in it.
   GptBlock(Ops& ops, Moe* moe, ContextAttention<Ops>* context, const GptBlockDims& dims,
-           Recompute recompute, const GptBlockBuffers<Value>& buffers)
-      : ops_(ops), moe_(moe), context_(context), d_(dims), recompute_(recompute), b_(buffers) {}
+           Recompute recompute, const GptBlockBuffers<Value>& buffers, Fp8State* fp8 = nullptr,
+           int layer = 0)
+      : ops_(ops),
+        moe_(moe),
+        context_(context),
+        d_(dims),
+        recompute_(recompute),
+        b_(buffers),
+        fp8_(fp8),
+        layer_(layer) {}
 
   // x → out for B sequences of T_ positions.
   void forward(const Activations& a, int B, int T_, const Weights& p) {
@@ -230,7 +240,7 @@ class GptBlock {
     norm().forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p.ln1_weight, p.ln1_bias, Nl, C);
     attention_core_forward(a, B, T_, p, ops_.gather_rows(a.ln1, a.ln1_full, N, C));
     ops_.matmul_forward(b_.partial, nullptr, a.atty, p.attn_proj_weight, nullptr, N, d_.Cl, C,
-                        Epilogue::bias);
+                        Epilogue::bias, fp8(Fp8Layer::attn_proj));
     const Value* y = ops_.sum_rows(b_.partial, b_.reduced, N, C);  // (Nl, C)
     norm().residual_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
                             p.ln2_weight, p.ln2_bias, Nl, C);
@@ -247,14 +257,14 @@ class GptBlock {
     // silu(gate)·up (N, Hl).
     if (d_.swiglu) {
       ops_.matmul_forward(a.fch, nullptr, ln2_full, p.fc_weight, p.fc_bias, N, C, d_.fc,
-                          Epilogue::bias);
+                          Epilogue::bias, fp8(Fp8Layer::mlp_fc));
       ops_.swiglu_forward(a.fch_gelu, a.fch, N, d_.Hl);
     } else {
       ops_.matmul_forward(a.fch_gelu, a.fch, ln2_full, p.fc_weight, p.fc_bias, N, C, d_.Hl,
-                          Epilogue::bias_gelu);
+                          Epilogue::bias_gelu, fp8(Fp8Layer::mlp_fc));
     }
     ops_.matmul_forward(b_.partial, nullptr, a.fch_gelu, p.mlp_proj_weight, nullptr, N, d_.Hl, C,
-                        Epilogue::bias);
+                        Epilogue::bias, fp8(Fp8Layer::mlp_proj));
     const Value* z = ops_.sum_rows(b_.partial, b_.reduced, N, C);
     ops_.residual_bias_forward(a.out, a.x2, z, p.mlp_proj_bias, Nl, C);
   }
@@ -269,13 +279,13 @@ class GptBlock {
       const int t0 = a.cache_begin;
       Value* rows = a.qkv + static_cast<std::size_t>(t0) * d_.qkv;
       ops_.matmul_forward(rows, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, d_.qkv,
-                          Epilogue::bias);
+                          Epilogue::bias, fp8(Fp8Layer::qkv));
       if (d_.rope) ops_.rope_forward(rows, d_.rope_layout(1, N, t0));
       ops_.attention_forward_rows(a.atty, a.qkv, t0, t0 + N, d_.Cl, d_.NHl, d_.KVl);
       return;
     }
     ops_.matmul_forward(a.qkv, nullptr, ln1_full, p.qkv_weight, p.qkv_bias, N, d_.C, d_.qkv,
-                        Epilogue::bias);
+                        Epilogue::bias, fp8(Fp8Layer::qkv));
     if (d_.rope) turn(a.qkv, B, T_, true);
     if (context_ != nullptr) {
       context_->forward(a.atty, a.lse, a.qkv, B, T_, heads());
@@ -319,24 +329,28 @@ class GptBlock {
       MoeTotals::add(moe_totals, layer, d_.experts, a.moe->stats);
     } else {
       if (d_.swiglu) {
-        ops_.matmul_backward_input(b_.dact, stash.dz, p.mlp_proj_weight, nullptr, N, d_.Hl, C);
+        ops_.matmul_backward_input(b_.dact, stash.dz, p.mlp_proj_weight, nullptr, N, d_.Hl, C,
+                                   fp8(Fp8Layer::mlp_proj));
         ops_.swiglu_backward(stash.dfch, b_.dact, a.fch, N, d_.Hl);
       } else {
-        ops_.matmul_backward_input(stash.dfch, stash.dz, p.mlp_proj_weight, a.fch, N, d_.Hl,
-                                   C);  // GELU' with it
+        ops_.matmul_backward_input(stash.dfch, stash.dz, p.mlp_proj_weight, a.fch, N, d_.Hl, C,
+                                   fp8(Fp8Layer::mlp_proj));  // GELU' with it
       }
-      ops_.matmul_backward_input(dln2_partial, stash.dfch, p.fc_weight, nullptr, N, C, d_.fc);
+      ops_.matmul_backward_input(dln2_partial, stash.dfch, p.fc_weight, nullptr, N, C, d_.fc,
+                                 fp8(Fp8Layer::mlp_fc));
     }
     ops_.sum_rows(dln2_partial, stash.dln2, N, C);  // (Nl, C)
     norm().backward_input(b_.dres, stash.dln2, a.x2, p.ln2_weight, a.ln2_mean, a.ln2_rstd, Nl, C);
 
     // Attention: x2 = x + [sum](proj(atty)) + b; dres is now d(loss)/d(x2).
     ops_.gather_rows_into(b_.dres, stash.dy, N, C);
-    ops_.matmul_backward_input(b_.datty, stash.dy, p.attn_proj_weight, nullptr, N, d_.Cl, C);
+    ops_.matmul_backward_input(b_.datty, stash.dy, p.attn_proj_weight, nullptr, N, d_.Cl, C,
+                               fp8(Fp8Layer::attn_proj));
     attention_backward(stash.dqkv, a, B, T_);
     if (d_.rope) turn(stash.dqkv, B, T_, false);  // dq, dk turned back
     Value* dln1_partial = partial_of(stash.dln1);
-    ops_.matmul_backward_input(dln1_partial, stash.dqkv, p.qkv_weight, nullptr, N, C, d_.qkv);
+    ops_.matmul_backward_input(dln1_partial, stash.dqkv, p.qkv_weight, nullptr, N, C, d_.qkv,
+                               fp8(Fp8Layer::qkv));
     ops_.sum_rows(dln1_partial, stash.dln1, N, C);
     norm().backward_input(b_.dres, stash.dln1, a.x, p.ln1_weight, a.ln1_mean, a.ln1_rstd, Nl, C);
   }
@@ -371,21 +385,28 @@ class GptBlock {
       moe_->backward_weight(*in.moe, in.ln2_rows(sp), g.router, own_rows.begin, own_rows.count);
     } else {
       ops_.matmul_backward_weight_rows(g.mlp_proj_weight, g.mlp_proj_bias, stash.dz, in.fch_gelu, N,
-                                       d_.Hl, C, own_rows);
-      ops_.matmul_backward_weight(g.fc_weight, g.fc_bias, stash.dfch, in.ln2_rows(sp), N, C, d_.fc);
+                                       d_.Hl, C, own_rows, fp8(Fp8Layer::mlp_proj));
+      ops_.matmul_backward_weight(g.fc_weight, g.fc_bias, stash.dfch, in.ln2_rows(sp), N, C, d_.fc,
+                                  fp8(Fp8Layer::mlp_fc));
     }
     norm().backward_weight(g.ln2_weight, g.ln2_bias, stash.dln2, in.x2, in.ln2_mean, in.ln2_rstd,
                            Nl, C);
     ops_.matmul_backward_weight_rows(g.attn_proj_weight, g.attn_proj_bias, stash.dy, in.atty, N,
-                                     d_.Cl, C, own_rows);
-    ops_.matmul_backward_weight(g.qkv_weight, g.qkv_bias, stash.dqkv, in.ln1_rows(sp), N, C,
-                                d_.qkv);
+                                     d_.Cl, C, own_rows, fp8(Fp8Layer::attn_proj));
+    ops_.matmul_backward_weight(g.qkv_weight, g.qkv_bias, stash.dqkv, in.ln1_rows(sp), N, C, d_.qkv,
+                                fp8(Fp8Layer::qkv));
     norm().backward_weight(g.ln1_weight, g.ln1_bias, stash.dln1, in.x, in.ln1_mean, in.ln1_rstd, Nl,
                            C);
   }
 
  private:
   GptNorm<Ops> norm() const { return {ops_, d_.norm, d_.norm_eps}; }
+  // GEMM `gemm` of this block in FP8, where the model's recipe runs it so; else in the compute
+  // dtype. The projections are row-parallel, qkv and fc column-parallel.
+  Fp8Gemm fp8(Fp8Layer gemm) const {
+    if (fp8_ == nullptr || !fp8_->runs(layer_, gemm)) return {};
+    return {fp8_, layer_, gemm, gemm == Fp8Layer::attn_proj || gemm == Fp8Layer::mlp_proj};
+  }
   typename ContextAttention<Ops>::Heads heads() const { return {d_.NHl, d_.KVl, d_.head_size}; }
 
   // RoPE (forward: the turn; else its transpose) on the q and k heads of B sequences of T_ rows
@@ -432,6 +453,8 @@ class GptBlock {
   GptBlockDims d_;
   Recompute recompute_;
   GptBlockBuffers<Value> b_;
+  Fp8State* fp8_;  // null: no FP8 GEMMs
+  int layer_;      // this block in fp8_
 };
 
 }  // namespace strata

@@ -90,8 +90,8 @@ const T* GptDecoder<T>::append(const std::int32_t* tokens, int n) {
   GptNorm<CpuOps<T>>{ops_, shape_.arch.norm, shape_.arch.norm_eps}.forward(
       ln_.data(), mean_.data(), rstd_.data(), last, lnf_weight_, lnf_bias_, 1, C);
   // (1, Vp), the head tied to wte or lm_head
-  ops_.matmul_forward(logits_.data(), nullptr, ln_.data(), head_, nullptr, 1, C, Vp,
-                      Epilogue::bias);
+  ops_.matmul_forward(logits_.data(), nullptr, ln_.data(), head_, nullptr, 1, C, Vp, Epilogue::bias,
+                      Fp8Gemm{});
   return logits_.data();
 }
 

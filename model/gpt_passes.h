@@ -64,6 +64,8 @@ class GptPasses {
     std::fill(moe_totals_.begin(), moe_totals_.end(), 0.0);
   }
   int slots() const { return storage_.slots(); }
+  // The FP8 GEMMs' scaling state (precision.fp8; model/fp8/fp8_state.h), null without them.
+  Fp8State* fp8_state() { return fp8_.get(); }
 
   // The backward of the micro-batch in `slot`: the parameter gradients of loss_scale · its mean
   // loss added to the gradients `parameters` hands out. A stage before the last starts from the
@@ -137,6 +139,15 @@ class GptPasses {
     context_ = std::make_unique<ContextAttention<Ops>>(
         model().ops_, cp, comm, storage_.options().max_batch, sequence_rows(),
         typename ContextAttention<Ops>::Heads{d.NHl, d.KVl, d.head_size});
+  }
+  // FP8 GEMMs (precision.fp8) in the blocks, as `settings` says for each GEMM's logical shape (an
+  // MoE block's experts stay in the compute dtype).
+  void multiply_in_fp8(const Fp8Settings& settings) {
+    if (!settings.enabled()) return;
+    std::vector<std::array<bool, kFp8Layers>> runs;
+    for (int l = 0; l < partition_.layers(); ++l)
+      runs.push_back(fp8_gemms_of_block(settings, shape_, partition_.layer_begin + l));
+    fp8_ = std::make_unique<Fp8State>(settings, partition_.layer_begin, std::move(runs));
   }
   // Where each block's tensors are: once the model has checked its partition.
   void find_block_offsets() {
@@ -282,13 +293,14 @@ class GptPasses {
   std::vector<BlockOffsets> block_offsets_;         // per local layer: its tensors in its segment
   std::vector<double> moe_totals_;                  // MoeTotals over n_layer blocks, since taken
   std::unique_ptr<ContextAttention<Ops>> context_;  // with context parallelism, else null
+  std::unique_ptr<Fp8State> fp8_;                   // with FP8 GEMMs, else null
 
  private:
   Model& model() { return static_cast<Model&>(*this); }
-  // The block's passes over the model's ops, MoE layer and buffers.
-  Block block() {
+  // Local block l's passes over the model's ops, MoE layer, buffers and FP8 state.
+  Block block(int l) {
     return Block(model().ops_, model().moe_.get(), context_.get(), GptBlockDims(shape_, partition_),
-                 recompute_, storage_.buffers());
+                 recompute_, storage_.buffers(), fp8_.get(), l);
   }
   const Model& model() const { return static_cast<const Model&>(*this); }
   const BlockOffsets& offsets(int l) const { return block_offsets_[static_cast<std::size_t>(l)]; }
@@ -344,8 +356,8 @@ class GptPasses {
   void blocks_forward(Slot& s, Parameters& parameters) {
     for (int l = 0; l < partition_.layers(); ++l) {
       const Value* weights = parameters.acquire_weights(block_segment(l), WeightUse::forward);
-      block().forward(storage_.layer(s, l, false), s.batch, s.time,
-                      typename Block::Weights(weights, offsets(l)));
+      block(l).forward(storage_.layer(s, l, false), s.batch, s.time,
+                       typename Block::Weights(weights, offsets(l)));
       parameters.release_weights(block_segment(l));
     }
   }
@@ -363,7 +375,7 @@ class GptPasses {
     const int head = segment_.head();
     const Value* matrix = parameters.acquire_weights(head, WeightUse::forward);
     ops.matmul_forward(s.logits, nullptr, lnf_full, in_segment(matrix, head, head_name()), nullptr,
-                       N, C, vocab_.rows, Epilogue::bias);
+                       N, C, vocab_.rows, Epilogue::bias, Fp8Gemm{});
     parameters.release_weights(head);
   }
 
@@ -384,7 +396,7 @@ class GptPasses {
     const int head = segment_.head();
     const Value* matrix = parameters.acquire_weights(head, WeightUse::backward);
     ops.matmul_backward_input(partial, logits, in_segment(matrix, head, head_name()), nullptr, N, C,
-                              vocab_.rows);
+                              vocab_.rows, Fp8Gemm{});
     parameters.release_weights(head);
     ops.sum_rows(partial, dlnf, N, C);  // (Nl, C) into the stash
     ops.zero(b.dres, static_cast<std::size_t>(Nl) * C);
@@ -401,8 +413,8 @@ class GptPasses {
     const int segment = block_segment(l);
     const typename Block::Weights p(parameters.acquire_weights(segment, WeightUse::backward),
                                     offsets(l));
-    block().backward_input(storage_.layer(s, l, true), storage_.stash_layer(w, at), p, s.batch,
-                           s.time, s.loss_scale, moe_totals_.data(), partition_.layer_begin + l);
+    block(l).backward_input(storage_.layer(s, l, true), storage_.stash_layer(w, at), p, s.batch,
+                            s.time, s.loss_scale, moe_totals_.data(), partition_.layer_begin + l);
     parameters.release_weights(segment);
   }
 
@@ -413,7 +425,7 @@ class GptPasses {
     const int segment = block_segment(l);
     const typename Block::Stash stash = storage_.stash_layer(w, at);
     const typename Block::Grads g(parameters.acquire_gradients(segment), offsets(l));
-    block().backward_weight(
+    block(l).backward_weight(
         Block::weight_inputs(storage_.layer(s, l, true), stash, sequence_parallel_), stash, g,
         s.batch * s.time);
     parameters.release_gradients(segment);
@@ -449,7 +461,7 @@ class GptPasses {
     const int C = shape_.d_model, N = s.batch * s.time, Nl = activation_rows(s.batch, s.time);
     const Value* lnf_full = sequence_parallel_ ? s.lnf_full : s.lnf;
     ops.matmul_backward_weight(in_segment(head_grads, segment_.head(), head_name()), nullptr,
-                               s.logits, lnf_full, N, C, vocab_.rows);
+                               s.logits, lnf_full, N, C, vocab_.rows, Fp8Gemm{});
     Grad* lnf = parameters.acquire_gradients(segment_.lnf);
     norm().backward_weight(in_segment(lnf, segment_.lnf, "lnf.weight"), lnf_bias(lnf), w.dlnf,
                            storage_.stage_output(s), s.lnf_mean, s.lnf_rstd, Nl, C);

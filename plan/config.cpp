@@ -269,6 +269,28 @@ class FieldReader {
     }
     choice.value = *value;
   }
+  template <class E, std::size_t N>
+  void operator()(std::string_view path, ChoiceList<E, N> list) const {
+    const auto node = find_node(root_, path);
+    if (!node) return;
+    const std::string expected = "a list of " + list.choices.list();
+    if (!node->IsSequence())
+      source_.fail_key(path, "must be ", expected, ", got ", describe(*node));
+    list.values.clear();
+    for (std::size_t i = 0; i < node->size(); ++i) {
+      const std::string at = std::string(path) + "[" + std::to_string(i) + "]";
+      const auto& text = scalar(at, (*node)[i], list.choices.list().c_str());
+      const auto value = list.choices.find(text);
+      if (!value) {
+        const auto word = closest_word(text, list.choices.words());
+        source_.fail_key(at, "must be ", list.choices.list(), ", got '", text, "'",
+                         word.empty() ? "" : " (did you mean '" + word + "'?)");
+      }
+      if (std::find(list.values.begin(), list.values.end(), *value) != list.values.end())
+        source_.fail_key(at, "names '", text, "' twice");
+      list.values.push_back(*value);
+    }
+  }
   void operator()(std::string_view path, AutoCount count) const {
     const auto node = find_node(root_, path);
     if (!node) return;
@@ -354,6 +376,13 @@ class FieldWriter {
   template <class E, std::size_t N>
   void operator()(std::string_view path, const Choice<E, N>& choice) {
     key(path) << std::string(choice.choices.word(choice.value));
+    note(path);
+  }
+  template <class E, std::size_t N>
+  void operator()(std::string_view path, const ChoiceList<E, N>& list) {
+    key(path) << YAML::Flow << YAML::BeginSeq;
+    for (const E value : list.values) out_ << std::string(list.choices.word(value));
+    out_ << YAML::EndSeq;
     note(path);
   }
   void operator()(std::string_view path, const AutoCount& count) {

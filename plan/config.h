@@ -11,6 +11,7 @@
 
 #include "model/core/choice.h"
 #include "model/core/context_chunks.h"
+#include "model/fp8/fp8_recipe.h"
 #include "model/gpt_shape.h"
 #include "model/kernels/cpu/precision.h"
 #include "model/recompute.h"
@@ -217,6 +218,7 @@ struct PrecisionConfig {
   std::string loss_scale = "dynamic";  // dynamic | a positive number written as a string
   int loss_scale_window = 1000;        // clean fp16 steps before a dynamic scale doubles
   double initial_loss_scale = 65536;   // where a dynamic scale starts (2^16, as PyTorch's)
+  Fp8Settings fp8{};  // precision.fp8, fp8_format, fp8_history, fp8_layers, fp8_min_size
 
   bool operator==(const PrecisionConfig&) const = default;
 };

@@ -13,6 +13,7 @@ namespace {
 
 using config_detail::AutoCount;
 using config_detail::Choice;
+using config_detail::ChoiceList;
 using config_detail::LossScale;
 using config_detail::TrainData;
 
@@ -44,6 +45,13 @@ class FieldText {
   template <class E, std::size_t N>
   void operator()(std::string_view path, const Choice<E, N>& choice) {
     set(path, std::string(choice.choices.word(choice.value)));
+  }
+  template <class E, std::size_t N>
+  void operator()(std::string_view path, const ChoiceList<E, N>& list) {
+    std::string text = "[";
+    for (std::size_t i = 0; i < list.values.size(); ++i)
+      text += (i ? ", " : "") + std::string(list.choices.word(list.values[i]));
+    set(path, text + "]");
   }
   void operator()(std::string_view path, const AutoCount& count) {
     set(path, count.is_auto() ? "auto" : std::to_string(count.value));

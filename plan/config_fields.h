@@ -29,6 +29,14 @@ struct Choice {
 };
 template <class E, std::size_t N>
 Choice(E&, const Choices<E, N>&) -> Choice<E, N>;  // clang before 17 needs it spelled out
+// A list of words of one table (precision.fp8_layers): each entry at most once.
+template <class E, std::size_t N>
+struct ChoiceList {
+  std::vector<E>& values;
+  const Choices<E, N>& choices;
+};
+template <class E, std::size_t N>
+ChoiceList(std::vector<E>&, const Choices<E, N>&) -> ChoiceList<E, N>;
 // parallel.dp, threads and swarm.stage: `auto` (stored as least − 1) or an integer >= `least`.
 // The effective config writes `auto_means` as a comment beside `auto`.
 struct AutoCount {
@@ -127,6 +135,11 @@ void visit_fields(Config& c, Visitor&& visit) {
   visit("precision.loss_scale", LossScale{c.precision.loss_scale});
   visit("precision.loss_scale_window", c.precision.loss_scale_window);
   visit("precision.initial_loss_scale", c.precision.initial_loss_scale);
+  visit("precision.fp8", Choice{c.precision.fp8.scaling, kFp8ScalingChoices});
+  visit("precision.fp8_format", Choice{c.precision.fp8.formats, kFp8FormatsChoices});
+  visit("precision.fp8_history", c.precision.fp8.history);
+  visit("precision.fp8_layers", ChoiceList{c.precision.fp8.layers, kFp8LayerChoices});
+  visit("precision.fp8_min_size", c.precision.fp8.min_size);
 
   visit("parallel.tp", c.parallel.tp);
   visit("parallel.pp", c.parallel.pp);

@@ -45,6 +45,13 @@ class FieldType {
       words += (words.empty() ? "" : " \\| ") + code(entry.word);
     add(path, words);
   }
+  template <class E, std::size_t N>
+  void operator()(std::string_view path, const ChoiceList<E, N>& list) {
+    std::string words;
+    for (const auto& entry : list.choices.entries)
+      words += (words.empty() ? "" : " \\| ") + code(entry.word);
+    add(path, "list of " + words);
+  }
   void operator()(std::string_view path, const AutoCount&) { add(path, code("auto") + " \\| int"); }
   void operator()(std::string_view path, const LossScale&) {
     add(path, code("dynamic") + " \\| float");

@@ -35,5 +35,7 @@ class Rules {
 
 // swarm.* (plan/config_validate_swarm.cpp).
 void validate_swarm(const Config& c, const Rules& rules);
+// precision.fp8* (plan/config_validate_fp8.cpp).
+void validate_fp8(const Config& c, const Rules& rules);
 
 }  // namespace strata::config_detail

@@ -396,6 +396,7 @@ void validate_config(const Config& config, const ConfigSource& source) {
   validate_parallel(config, rules);
   validate_diloco(config, rules);
   validate_swarm(config, rules);
+  validate_fp8(config, rules);
 }
 
 }  // namespace config_detail

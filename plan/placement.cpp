@@ -9,7 +9,7 @@ namespace strata {
 GptOptions gpt_options_of(const Config& config) {
   return GptOptions{config.precision.compute, config.recompute,
                     pipeline_schedule_splits_backward(config.parallel.pipeline_schedule),
-                    config.parallel.cp_comm};
+                    config.parallel.cp_comm, config.precision.fp8};
 }
 
 ShardingOptions sharding_options(const ZeroConfig& zero) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/core/error.h"
+#include "model/fp8/fp8_state.h"
 #include "model/kernels/cpu/blas.h"
 #include "model/parameter_layout.h"
 #include "train/diloco/diloco_fragments.h"
@@ -99,6 +100,21 @@ void RunReporter::print_startup() const {
             << core_.settings.accumulation << " accumulation steps | "
             << static_cast<std::int64_t>(c.train.global_batch) * c.model.seq_len
             << " tokens/step\n";
+  if (const Fp8Settings& fp8 = c.precision.fp8; fp8.enabled()) {
+    int gemms = 0, in_fp8 = 0;
+    for (int l = 0; l < c.model.n_layer; ++l)
+      for (const bool runs : fp8_gemms_of_block(fp8, core_.shape, l)) {
+        ++gemms;
+        in_fp8 += runs ? 1 : 0;
+      }
+    std::cout << "fp8: " << kFp8ScalingChoices.word(fp8.scaling) << " scaling"
+              << (fp8.scaling == Fp8Scaling::delayed
+                      ? " (amax history of " + std::to_string(fp8.history) + " steps)"
+                      : "")
+              << ", " << (fp8.formats == Fp8Formats::hybrid ? "e4m3 with e5m2 gradients" : "e4m3")
+              << ", on " << in_fp8 << " of the blocks' " << gemms
+              << " FP8-eligible GEMMs (fp8_layers, fp8_min_size " << fp8.min_size << ")\n";
+  }
   // Said once, by the logger: every rank opened the same shards.
   if (const std::string note = data.missing_checksums_note(); !note.empty())
     std::cerr << note << "\n";

@@ -1,6 +1,6 @@
-// FP8 numbers (the FP8 training issue's first piece; precision.fp8 is not a key yet): the OCP 8-bit
-// floating-point formats Hopper's tensor cores multiply, written once for the CPU's emulation and
-// the GPU's casts, so that both round alike.
+// FP8 numbers (docs/ARCHITECTURE.md §6, "FP8"): the OCP 8-bit floating-point formats Hopper's
+// tensor cores multiply, and the scales that bring a tensor into their range, written once for the
+// CPU's emulation and the GPU's casts, so that both round alike.
 //   e4m3  4 exponent bits (bias 7), 3 mantissa bits; no infinities: S.1111.111 is NaN, the largest
 //         finite value S.1111.110 = ±448; the smallest subnormal 2^-9.
 //   e5m2  5 exponent bits (bias 15), 2 mantissa bits, IEEE-like: S.11111.00 is ±infinity,
@@ -95,6 +95,46 @@ STRATA_HOST_DEVICE inline std::uint8_t fp8_encode(float x, Fp8Format format) {
 // x through the format and back: what an FP8 GEMM's operand holds.
 STRATA_HOST_DEVICE inline float fp8_round(float x, Fp8Format format) {
   return fp8_decode(fp8_encode(x, format), format);
+}
+
+// The scale that brings a tensor whose largest magnitude is `amax` into the format's range: the
+// largest power of two 2^k with amax · 2^k <= fp8_max (so amax lands in [max/2, max]). Powers of
+// two make the scaling and its inverse exact: the dequantized operand q · 2^-k is exactly what the
+// tensor cores multiply before cuBLASLt's scale factors, so the CPU's emulation (quantize,
+// dequantize, multiply in fp32) holds the very operand values the GPU's FP8 GEMM does. The cost
+// is at most one binade of range at the bottom (subnormals), not precision. An amax of 0 (nothing
+// to scale) or not finite (the step is lost anyway: fp8_quantize makes such values NaN) gives 1;
+// k stays within [−126, 127], normal floats.
+STRATA_HOST_DEVICE inline float fp8_scale(float amax, Fp8Format format) {
+  using std::frexp, std::ldexp;
+  if (!(amax > 0.0f) || !(amax <= 3.4028235e38f)) return 1.0f;
+  int amax_exponent = 0, max_exponent = 0;
+  const float amax_fraction = frexp(amax, &amax_exponent);  // in [0.5, 1)
+  const float max_fraction = frexp(fp8_max(format), &max_exponent);
+  int k = max_exponent - amax_exponent - (max_fraction < amax_fraction ? 1 : 0);
+  k = k < -126 ? -126 : (k > 127 ? 127 : k);
+  return ldexp(1.0f, k);
+}
+
+// The code of x · scale (fp8_encode: nearest, ties to even, saturating). A value that is not
+// finite becomes NaN, in both formats: saturating an overflowed activation would hide it from the
+// non-finite check (train.nonfinite), which must see the step fail.
+STRATA_HOST_DEVICE inline std::uint8_t fp8_quantize(float x, float scale, Fp8Format format) {
+  if (!(x - x == 0.0f)) return fp8_nan(format);  // infinity or NaN
+  return fp8_encode(x * scale, format);
+}
+
+// A code back to the tensor's units: decode(code) / scale, exact for fp8_scale's powers of two.
+STRATA_HOST_DEVICE inline float fp8_dequantize(std::uint8_t code, float scale, Fp8Format format) {
+  return fp8_decode(code, format) / scale;
+}
+
+// The largest magnitude among n values, +infinity when one is not finite (the scale's input).
+STRATA_HOST_DEVICE inline float fp8_amax_step(float amax, float x) {
+  using std::fabs;
+  if (!(x - x == 0.0f)) return INFINITY;
+  const float a = fabs(x);
+  return a > amax ? a : amax;
 }
 
 }  // namespace strata

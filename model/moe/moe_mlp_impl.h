@@ -106,19 +106,21 @@ const MoeStats& MoeMlp<Ops>::forward(Activations& a, const Value* x, int N, int 
     if (shape_.swiglu) {
       // [gate | up] with the fc bias, then silu(gate)·up, as the dense block's SwiGLU.
       ops_.matmul_forward(pre + first * Fc, static_cast<Value*>(nullptr), xe + first * C,
-                          weights + at_.fc_weight(j), fc_bias, rows, C, Fc, Epilogue::bias);
+                          weights + at_.fc_weight(j), fc_bias, rows, C, Fc, Epilogue::bias,
+                          Fp8Gemm{});
       ops_.swiglu_forward(act + first * H, pre + first * Fc, rows, H);
     } else {
       // The fc bias inside the product (Epilogue::gelu: the CPU rounds the product with its
       // bias, then the GELU; the dense MLP's bias_gelu adds it after the product).
       ops_.matmul_forward(act + first * H, pre + first * H, xe + first * C,
-                          weights + at_.fc_weight(j), fc_bias, rows, C, H, Epilogue::gelu);
+                          weights + at_.fc_weight(j), fc_bias, rows, C, H, Epilogue::gelu,
+                          Fp8Gemm{});
     }
     ops_.matmul_forward(
         out + first * C, static_cast<Value*>(nullptr), act + first * H,
         weights + at_.proj_weight(j),
         bias_rank() ? bias_at(weights, at_.proj_bias(j)) : static_cast<const Value*>(nullptr), rows,
-        H, C, Epilogue::bias);
+        H, C, Epilogue::bias, Fp8Gemm{});
   }
   // The outputs come home, in the order their rows left.
   if (exchanges()) ops_.moe_exchange_rows(RowExchange::combine, a.exchange, *ep_, out, home, C);
@@ -169,14 +171,15 @@ void MoeMlp<Ops>::backward_input(Activations& a, const Value* dy, Scalar loss_sc
     if (shape_.swiglu) {
       ops_.matmul_backward_input(dact + first * H, dout_experts + first * C,
                                  weights + at_.proj_weight(j), static_cast<const Value*>(nullptr),
-                                 rows, H, C);
+                                 rows, H, C, Fp8Gemm{});
       ops_.swiglu_backward(dpre + first * Fc, dact + first * H, pre + first * Fc, rows, H);
     } else {
       ops_.matmul_backward_input(dpre + first * H, dout_experts + first * C,
-                                 weights + at_.proj_weight(j), pre + first * H, rows, H, C);
+                                 weights + at_.proj_weight(j), pre + first * H, rows, H, C,
+                                 Fp8Gemm{});
     }
     ops_.matmul_backward_input(dxe + first * C, dpre + first * Fc, weights + at_.fc_weight(j),
-                               static_cast<const Value*>(nullptr), rows, C, Fc);
+                               static_cast<const Value*>(nullptr), rows, C, Fc, Fp8Gemm{});
   }
   // The input gradients come home (A, C), in the order their rows left.
   const Value* dinput = dxe;
@@ -218,9 +221,9 @@ void MoeMlp<Ops>::backward_weight(Activations& a, Grad* dweights, int own_begin,
         static_cast<std::size_t>(a.exchange.expert_offsets[static_cast<std::size_t>(j)]);
     ops_.matmul_backward_weight(dweights + at_.proj_weight(j),
                                 bias_rows ? bias_at(dweights, at_.proj_bias(j)) : nullptr,
-                                dout + first * C, act + first * H, rows, H, C);
+                                dout + first * C, act + first * H, rows, H, C, Fp8Gemm{});
     ops_.matmul_backward_weight(dweights + at_.fc_weight(j), bias_at(dweights, at_.fc_bias(j)),
-                                dpre + first * Fc, xe + first * C, rows, C, Fc);
+                                dpre + first * Fc, xe + first * C, rows, C, Fc, Fp8Gemm{});
   }
   // The router over this rank's tokens: dWr (E, C) += dlogitsᵀ · x.
   const std::size_t own = static_cast<std::size_t>(own_begin);

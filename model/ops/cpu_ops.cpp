@@ -21,11 +21,13 @@ STRATA_CHECK_GPT_OPS(CpuOps<float>);
 STRATA_CHECK_GPT_OPS(CpuOps<double>);
 
 template <class T>
-CpuOps<T>::CpuOps(cpu::ComputeDtype compute, Collectives* tp, bool sequence_parallel)
+CpuOps<T>::CpuOps(cpu::ComputeDtype compute, Collectives* tp, bool sequence_parallel,
+                  Collectives* cp)
     : compute_(compute),
       alone_(tp == nullptr ? std::make_unique<SingleRank>() : nullptr),
       tp_(tp == nullptr ? alone_.get() : tp),
-      sequence_parallel_(sequence_parallel && tp_->size() > 1) {}
+      sequence_parallel_(sequence_parallel && tp_->size() > 1),
+      cp_(cp) {}
 
 template <class T>
 auto CpuOps<T>::sum_rows(Value* partial, Value* local_out, int N, int C) -> const Value* {
@@ -56,8 +58,16 @@ void CpuOps<T>::round_to_compute(Value* data, long n) const {
 
 template <class T>
 void CpuOps<T>::matmul_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
-                               const Value* bias, int N, int IC, int OC, Epilogue epilogue) {
+                               const Value* bias, int N, int IC, int OC, Epilogue epilogue,
+                               const Fp8Gemm& fp8) {
   const long n = static_cast<long>(N) * OC;
+  if (fp8) {
+    inp = fp8_cast(inp, N, IC, fp8, Fp8Operand::input, true,
+                   {.columns_over_tp = fp8.row_parallel, .rows_over_cp = true}, fp8_input_);
+    weight = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight, true,
+                      {.columns_over_tp = fp8.row_parallel, .rows_over_tp = !fp8.row_parallel},
+                      fp8_weight_);
+  }
   switch (epilogue) {
     case Epilogue::bias:
       cpu::matmul_forward(out, inp, weight, bias, N, IC, OC);
@@ -79,8 +89,16 @@ void CpuOps<T>::matmul_forward(Value* out, Value* pre_gelu, const Value* inp, co
 
 template <class T>
 void CpuOps<T>::matmul_backward_input(Value* dinp, const Value* dout, const Value* weight,
-                                      const Value* pre_gelu, int N, int IC, int OC) {
+                                      const Value* pre_gelu, int N, int IC, int OC,
+                                      const Fp8Gemm& fp8) {
   const long n = static_cast<long>(N) * IC;
+  if (fp8) {  // the sum runs over OC: dout's columns, the weight's rows
+    dout = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output, true,
+                    {.columns_over_tp = !fp8.row_parallel, .rows_over_cp = true}, fp8_grad_);
+    weight = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight, false,
+                      {.columns_over_tp = fp8.row_parallel, .rows_over_tp = !fp8.row_parallel},
+                      fp8_weight_);
+  }
   if (pre_gelu == nullptr) {
     cpu::matmul_backward_input(dinp, dout, weight, N, IC, OC);
     round_to_compute(dinp, n);
@@ -94,16 +112,27 @@ void CpuOps<T>::matmul_backward_input(Value* dinp, const Value* dout, const Valu
 
 template <class T>
 void CpuOps<T>::matmul_backward_weight(Grad* dweight, Grad* dbias, const Value* dout,
-                                       const Value* inp, int N, int IC, int OC) {
-  cpu::matmul_backward_weight(dweight, dbias, dout, inp, N, IC, OC);
+                                       const Value* inp, int N, int IC, int OC,
+                                       const Fp8Gemm& fp8) {
+  if (!fp8) {
+    cpu::matmul_backward_weight(dweight, dbias, dout, inp, N, IC, OC);
+    return;
+  }
+  matmul_backward_weight_rows(dweight, dbias, dout, inp, N, IC, OC, RowRange{0, N}, fp8);
 }
 
 template <class T>
 void CpuOps<T>::matmul_backward_weight_rows(Grad* dweight, Grad* dbias, const Value* dout,
                                             const Value* inp, int N, int IC, int OC,
-                                            RowRange bias_rows) {
+                                            RowRange bias_rows, const Fp8Gemm& fp8) {
   if (dbias != nullptr)
     cpu::bias_backward(dbias, dout + static_cast<long>(bias_rows.begin) * OC, bias_rows.count, OC);
+  if (fp8) {  // the sum runs over the N rows of both
+    dout = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output, false,
+                    {.columns_over_tp = !fp8.row_parallel, .rows_over_cp = true}, fp8_grad_);
+    inp = fp8_cast(inp, N, IC, fp8, Fp8Operand::input, false,
+                   {.columns_over_tp = fp8.row_parallel, .rows_over_cp = true}, fp8_input_);
+  }
   cpu::matmul_backward_weight(dweight, static_cast<T*>(nullptr), dout, inp, N, IC, OC);
 }
 

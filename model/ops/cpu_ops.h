@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/core/collectives.h"
@@ -50,8 +51,10 @@ class CpuOps {
 
   // `tp`: the tensor-parallel group (not owned); null for one rank. `sequence_parallel`: the rows
   // of the residual stream are split over the group (only meaningful with more than one rank).
+  // `cp`: the context-parallel group (not owned; null for one rank), over which FP8 casts reduce
+  // the amaxes of a micro-batch's rows.
   explicit CpuOps(cpu::ComputeDtype compute, Collectives* tp = nullptr,
-                  bool sequence_parallel = false);
+                  bool sequence_parallel = false, Collectives* cp = nullptr);
   cpu::ComputeDtype compute() const { return compute_; }
   int tp_rank() const { return tp_->rank(); }
   int tp_size() const { return tp_->size(); }
@@ -81,20 +84,24 @@ class CpuOps {
   // Linear layers, out (N, OC) = inp (N, IC)·weightᵀ + bias; bias may be null. `bias`: out
   // rounded, pre_gelu unused (null). `gelu`/`bias_gelu`: pre_gelu (N, OC) = the product with its
   // bias, out = gelu(pre_gelu), both rounded (ops.h says where each adds the bias).
+  // With `fp8` (ops.h Fp8Gemm), each GEMM is emulated as an FP8 tensor core runs it: its two
+  // operands cast to FP8 and back (fp8_cast below), then multiplied in T; the bias gradient sums
+  // the unquantised dout, as a fused cast-and-bias-gradient kernel would.
   void matmul_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
-                      const Value* bias, int N, int IC, int OC, Epilogue epilogue);
+                      const Value* bias, int N, int IC, int OC, Epilogue epilogue,
+                      const Fp8Gemm& fp8);
   // dinp (N, IC) = dout·weight, overwritten and rounded. With pre_gelu (N, IC) (the forward's
   // GELU input): dinp = gelu'(pre_gelu) ⊙ (dout·weight), the product rounded first, as the GELU
   // had its own kernel.
   void matmul_backward_input(Value* dinp, const Value* dout, const Value* weight,
-                             const Value* pre_gelu, int N, int IC, int OC);
+                             const Value* pre_gelu, int N, int IC, int OC, const Fp8Gemm& fp8);
   // dweight (OC, IC) += doutᵀ·inp, dbias (OC) += Σ_n dout (may be null); not rounded.
   void matmul_backward_weight(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
-                              int N, int IC, int OC);
+                              int N, int IC, int OC, const Fp8Gemm& fp8);
   // A row-parallel layer: dweight over all N rows, its replicated bias over `bias_rows` only,
   // summed row by row first (bias_backward: not the bits of matmul_backward_weight's column sums).
   void matmul_backward_weight_rows(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
-                                   int N, int IC, int OC, RowRange bias_rows);
+                                   int N, int IC, int OC, RowRange bias_rows, const Fp8Gemm& fp8);
 
   // GELU on its own (the MLP's fused forward is matmul_forward's epilogue): out rounded; the
   // backward dinp = gelu'(inp)·dout, rounded.
@@ -266,10 +273,29 @@ class CpuOps {
   MoeScratch moe_scratch() { return MoeScratch(); }
 
  private:
+  // Which parts of an FP8 operand (rows, cols) other ranks hold: its columns are split over the
+  // tensor-parallel group, its rows over it, or its rows over the context-parallel group.
+  struct Fp8Split {
+    bool columns_over_tp = false, rows_over_tp = false, rows_over_cp = false;
+  };
+  // `x` (rows, cols) cast to FP8 and back into `out` (grown as needed), as operand `operand` of
+  // GEMM `fp8` whose sum runs along x's columns (`along_columns`) or its rows: one scale for the
+  // tensor (tensorwise, delayed) or one per row of that sum (rowwise), each a power of two
+  // (kernels/fp8.h fp8_scale) from amaxes taken over every rank holding part of that row, column
+  // or tensor (`split`). Returns out.
+  const Value* fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8, Fp8Operand operand,
+                        bool along_columns, Fp8Split split, std::vector<T>& out);
+  // The largest of `amaxes` over the groups `split` names for them.
+  void reduce_amaxes(std::span<float> amaxes, bool over_tp, bool over_cp);
+
   cpu::ComputeDtype compute_;
   std::unique_ptr<Collectives> alone_;  // the group of one, when none was given
   Collectives* tp_;
   bool sequence_parallel_;
+  Collectives* cp_;  // null: one rank
+  // The FP8 emulation's operand copies (inputs, weights, output gradients) and amaxes.
+  std::vector<T> fp8_input_, fp8_weight_, fp8_grad_;
+  std::vector<float> fp8_amax_;
   std::vector<T> attention_;  // attention's per-thread scratch, grown as needed and kept
   std::vector<T> gelu_grad_;  // matmul_backward_input's product before the GELU' (N, IC)
   std::vector<T> rows_;       // the cross-entropy's row pieces: (max(tp, 2), N)

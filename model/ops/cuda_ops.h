@@ -85,19 +85,21 @@ class CudaOps {
   void round_to_compute(Value*, long) const {}
 
   // Linear layers through cuBLASLt (kernels/cuda/matmul.h). `bias`: pre_gelu unused. `gelu` and
-  // `bias_gelu` (one function here): the GELU epilogue, pre_gelu (N, OC) kept.
+  // `bias_gelu` (one function here): the GELU epilogue, pre_gelu (N, OC) kept. FP8 GEMMs are not
+  // built on CUDA yet: a non-null `fp8` is an error (the config refuses precision.fp8 there).
   void matmul_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
-                      const Value* bias, int N, int IC, int OC, Epilogue epilogue);
+                      const Value* bias, int N, int IC, int OC, Epilogue epilogue,
+                      const Fp8Gemm& fp8);
   // pre_gelu non-null: GELU' in the epilogue (DGELU).
   void matmul_backward_input(Value* dinp, const Value* dout, const Value* weight,
-                             const Value* pre_gelu, int N, int IC, int OC);
+                             const Value* pre_gelu, int N, int IC, int OC, const Fp8Gemm& fp8);
   // dbias from the same pass over dout (BGRADB).
   void matmul_backward_weight(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
-                              int N, int IC, int OC);
+                              int N, int IC, int OC, const Fp8Gemm& fp8);
   // All N rows (bias_rows.count == N): exactly matmul_backward_weight. Fewer (sequence
   // parallelism): bias_backward's column sums over the range, then the GEMM without bias.
   void matmul_backward_weight_rows(Grad* dweight, Grad* dbias, const Value* dout, const Value* inp,
-                                   int N, int IC, int OC, RowRange bias_rows);
+                                   int N, int IC, int OC, RowRange bias_rows, const Fp8Gemm& fp8);
 
   void gelu_forward(Value* out, const Value* inp, long n);
   void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);

@@ -23,12 +23,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/fp8/fp8_recipe.h"
 #include "model/kernels/attention_pair.h"
 #include "model/kernels/rope.h"
 
 namespace strata {
 
 class Collectives;
+class Fp8State;
 struct MoeRouting;
 struct MoeExchange;
 
@@ -42,6 +44,20 @@ enum class Epilogue {
   bias_gelu,  // the same function. CPU: a bias-free product, then bias, rounding, GELU and
               // rounding in one pass (bias_gelu_forward, the dense MLP's order). The two CPU
               // orders differ in the last bits (kernels/cpu/gelu.h), hence two names.
+};
+
+// One linear layer's FP8 (precision.fp8; model/fp8/): the model's scaling state, the block (its
+// index in the model) and which of its GEMMs. A null state multiplies in the compute dtype. The
+// ops cast each operand as the recipe says and reduce its amaxes over the ranks that hold parts
+// of the same rows or columns: `row_parallel`, the layer's input channels are split over the
+// tensor-parallel group (the projections), else its output channels are (qkv and fc); rows of a
+// micro-batch are split over the context-parallel group.
+struct Fp8Gemm {
+  Fp8State* state = nullptr;
+  int layer = 0;
+  Fp8Layer gemm = Fp8Layer::qkv;
+  bool row_parallel = false;
+  explicit operator bool() const { return state != nullptr; }
 };
 
 // Rows [begin, begin + count) of a row-parallel layer's output gradient: the ones whose sum a
@@ -81,11 +97,13 @@ struct OpsSignatures {
   using gather_rows = const V* (Ops::*)(const V*, V*, int, int);
   using gather_rows_into = void (Ops::*)(const V*, V*, int, int);
   using matmul_forward = void (Ops::*)(V*, V*, const V*, const V*, const V*, int, int, int,
-                                       Epilogue);
-  using matmul_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, int, int, int);
-  using matmul_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, int, int, int);
+                                       Epilogue, const Fp8Gemm&);
+  using matmul_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, int, int, int,
+                                              const Fp8Gemm&);
+  using matmul_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, int, int, int,
+                                               const Fp8Gemm&);
   using matmul_backward_weight_rows = void (Ops::*)(G*, G*, const V*, const V*, int, int, int,
-                                                    RowRange);
+                                                    RowRange, const Fp8Gemm&);
   using gelu_forward = void (Ops::*)(V*, const V*, long);
   using gelu_backward = void (Ops::*)(V*, const V*, const V*, long);
   // The Llama block's (model/gpt_architecture.h): RMSNorm, SwiGLU, RoPE.

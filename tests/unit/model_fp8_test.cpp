@@ -2,7 +2,9 @@
 // value its fields give (the largest finite, the smallest subnormal, 1, infinity and NaN at their
 // codes); every finite code encodes back to itself; and encoding any float gives the nearest code,
 // ties to the even mantissa, saturating at the largest finite value: checked against a brute-force
-// search over all 256 codes, on values between codes, at midpoints and beyond the range.
+// search over all 256 codes, on values between codes, at midpoints and beyond the range. The
+// scales are the powers of two that bring a tensor's amax into the format's top binade, and a
+// value that is not finite quantizes to NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,6 +86,45 @@ TEST(Fp8, EncodingRoundsToNearestEvenAndSaturates) {
     EXPECT_EQ(fp8_round(-INFINITY, format), -fp8_max(format));
     EXPECT_TRUE(std::isnan(fp8_round(NAN, format)));
     EXPECT_EQ(fp8_encode(-0.0f, format), 0x80);
+  }
+}
+
+TEST(Fp8, ScalesArePowersOfTwoThatBringTheAmaxIntoTheTopBinade) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-40.0f, 40.0f);
+  for (Fp8Format format : kFormats)
+    for (int i = 0; i < 5000; ++i) {
+      const float amax = std::exp2(exponent(rng));
+      const float scale = fp8_scale(amax, format);
+      int e = 0;
+      ASSERT_EQ(std::frexp(scale, &e), 0.5f) << amax;  // a power of two
+      // amax · scale in (max/2, max]: the largest such power.
+      EXPECT_LE(amax * scale, fp8_max(format)) << amax;
+      EXPECT_GT(amax * scale * 2, fp8_max(format)) << amax;
+      // Its inverse is exact: a code dequantized is the code's value divided exactly.
+      const std::uint8_t code = fp8_quantize(amax, scale, format);
+      EXPECT_EQ(fp8_dequantize(code, scale, format) * scale, fp8_decode(code, format));
+    }
+  // Exactly the largest finite value at amax = max; nothing to scale, or nothing finite: 1.
+  EXPECT_EQ(fp8_scale(448.0f, Fp8Format::e4m3), 1.0f);
+  EXPECT_EQ(fp8_scale(449.0f, Fp8Format::e4m3), 0.5f);
+  EXPECT_EQ(fp8_scale(0.0f, Fp8Format::e4m3), 1.0f);
+  EXPECT_EQ(fp8_scale(INFINITY, Fp8Format::e5m2), 1.0f);
+  EXPECT_EQ(fp8_scale(NAN, Fp8Format::e5m2), 1.0f);
+  // Within normal floats at the extremes.
+  EXPECT_EQ(fp8_scale(1e-38f, Fp8Format::e4m3), std::ldexp(1.0f, 127));
+  EXPECT_EQ(fp8_scale(3e38f, Fp8Format::e5m2), std::ldexp(1.0f, -113));  // 0.875·2^16 / 0.88·2^128
+}
+
+TEST(Fp8, ValuesThatAreNotFiniteQuantizeToNaNNotToTheLargestValue) {
+  for (Fp8Format format : kFormats) {
+    EXPECT_TRUE(std::isnan(fp8_dequantize(fp8_quantize(INFINITY, 1.0f, format), 1.0f, format)));
+    EXPECT_TRUE(std::isnan(fp8_dequantize(fp8_quantize(-INFINITY, 4.0f, format), 4.0f, format)));
+    EXPECT_TRUE(std::isnan(fp8_dequantize(fp8_quantize(NAN, 1.0f, format), 1.0f, format)));
+    // A finite value beyond the scaled range saturates (the delayed recipe's spike).
+    EXPECT_EQ(fp8_dequantize(fp8_quantize(1e6f, 1.0f, format), 1.0f, format), fp8_max(format));
+    EXPECT_EQ(fp8_amax_step(fp8_amax_step(0.0f, -3.0f), 2.0f), 3.0f);
+    EXPECT_EQ(fp8_amax_step(1.0f, NAN), INFINITY);
   }
 }
 

@@ -66,7 +66,7 @@ TYPED_TEST(OpsCpu, MatmulForwardEpilogues) {
       cpu::matmul_forward(expected.data(), inp.data(), weight.data(), bias.data(), N, IC, OC);
       round(expected, dtype);
       ops.matmul_forward(actual.data(), nullptr, inp.data(), weight.data(), bias.data(), N, IC, OC,
-                         Epilogue::bias);
+                         Epilogue::bias, Fp8Gemm{});
       expect_bitwise(expected, actual);
     }
     {  // gelu: the bias inside the product, rounded, GELU, rounded (the MoE experts' order)
@@ -76,7 +76,7 @@ TYPED_TEST(OpsCpu, MatmulForwardEpilogues) {
       cpu::gelu_forward(out.data(), pre.data(), static_cast<long>(N) * OC);
       round(out, dtype);
       ops.matmul_forward(actual_out.data(), actual_pre.data(), inp.data(), weight.data(),
-                         bias.data(), N, IC, OC, Epilogue::gelu);
+                         bias.data(), N, IC, OC, Epilogue::gelu, Fp8Gemm{});
       expect_bitwise(pre, actual_pre);
       expect_bitwise(out, actual_out);
     }
@@ -86,7 +86,7 @@ TYPED_TEST(OpsCpu, MatmulForwardEpilogues) {
                           IC, OC);
       cpu::bias_gelu_forward(out.data(), pre.data(), bias.data(), N, OC, dtype);
       ops.matmul_forward(actual_out.data(), actual_pre.data(), inp.data(), weight.data(),
-                         bias.data(), N, IC, OC, Epilogue::bias_gelu);
+                         bias.data(), N, IC, OC, Epilogue::bias_gelu, Fp8Gemm{});
       expect_bitwise(pre, actual_pre);
       expect_bitwise(out, actual_out);
     }
@@ -105,7 +105,8 @@ TYPED_TEST(OpsCpu, MatmulBackward) {
     std::vector<T> dinp(N * IC), actual(N * IC);
     cpu::matmul_backward_input(dinp.data(), dout.data(), weight.data(), N, IC, OC);
     round(dinp, dtype);
-    ops.matmul_backward_input(actual.data(), dout.data(), weight.data(), nullptr, N, IC, OC);
+    ops.matmul_backward_input(actual.data(), dout.data(), weight.data(), nullptr, N, IC, OC,
+                              Fp8Gemm{});
     expect_bitwise(dinp, actual);
     // With the forward's GELU input: the product rounded, then GELU' (rounded), as two kernels.
     const auto pre_gelu = random_vector<T>(N * IC, rng);
@@ -115,14 +116,14 @@ TYPED_TEST(OpsCpu, MatmulBackward) {
     cpu::gelu_backward(dpre.data(), pre_gelu.data(), product.data(), static_cast<long>(N) * IC);
     round(dpre, dtype);
     ops.matmul_backward_input(actual_dpre.data(), dout.data(), weight.data(), pre_gelu.data(), N,
-                              IC, OC);
+                              IC, OC, Fp8Gemm{});
     expect_bitwise(dpre, actual_dpre);
 
     // Parameter gradients accumulate in T, unrounded.
     auto dweight = dweight0, dbias = dbias0, actual_dweight = dweight0, actual_dbias = dbias0;
     cpu::matmul_backward_weight(dweight.data(), dbias.data(), dout.data(), inp.data(), N, IC, OC);
     ops.matmul_backward_weight(actual_dweight.data(), actual_dbias.data(), dout.data(), inp.data(),
-                               N, IC, OC);
+                               N, IC, OC, Fp8Gemm{});
     expect_bitwise(dweight, actual_dweight);
     expect_bitwise(dbias, actual_dbias);
 
@@ -136,7 +137,7 @@ TYPED_TEST(OpsCpu, MatmulBackward) {
       cpu::matmul_backward_weight(dweight.data(), static_cast<T*>(nullptr), dout.data(), inp.data(),
                                   N, IC, OC);
       ops.matmul_backward_weight_rows(actual_dweight.data(), actual_dbias.data(), dout.data(),
-                                      inp.data(), N, IC, OC, rows);
+                                      inp.data(), N, IC, OC, rows, Fp8Gemm{});
       expect_bitwise(dweight, actual_dweight);
       expect_bitwise(dbias, actual_dbias);
     }

@@ -42,6 +42,39 @@ std::size_t match_state_buffer(const std::vector<StateBuffer>& held, const State
   fail("state buffer '", given.name, "' does not fit the ", backend, " backend");
 }
 
+std::optional<StateBuffer> fp8_history_buffer(const std::vector<Fp8State*>& states,
+                                              const ParameterLayout& layout) {
+  StateBuffer buffer{kFp8HistoryBuffer, {}, {}, true};
+  buffer.optional = true;
+  bool delayed = false;  // then every rank holds the buffer, even one with no FP8 GEMM
+  for (const Fp8State* state : states) {
+    if (state == nullptr) continue;
+    delayed = delayed || state->settings().scaling == Fp8Scaling::delayed;
+    const std::vector<float> values = state->histories();
+    const std::vector<std::string> tensors = state->history_tensors(layout);
+    if (tensors.empty()) continue;
+    for (const std::string& t : tensors)
+      buffer.statistics.push_back({t, static_cast<std::int64_t>(values.size() / tensors.size())});
+    buffer.values.insert(buffer.values.end(), values.begin(), values.end());
+  }
+  if (!delayed) return std::nullopt;
+  return buffer;
+}
+
+void set_fp8_histories(const std::vector<Fp8State*>& states, const StateBuffer& buffer) {
+  if (buffer.values.empty()) return;  // a checkpoint without them: histories start empty
+  std::size_t at = 0;
+  for (Fp8State* state : states) {
+    if (state == nullptr) continue;
+    const std::size_t n = state->histories().size();
+    STRATA_CHECK(at + n <= buffer.values.size(), "FP8 amax histories: too few values");
+    state->set_histories(std::span<const float>(buffer.values).subspan(at, n));
+    at += n;
+  }
+  STRATA_CHECK(at == buffer.values.size(), "FP8 amax histories: ", buffer.values.size(),
+               " values for ", at);
+}
+
 WindowPart window_part(ElementRange range, ElementRange held) {
   const ElementRange both = intersect(range, held);
   if (both.empty()) return {};

@@ -24,7 +24,8 @@ CpuTraining::CpuTraining(const Config& config, const GptShape& shape,
       optimizer_(make_optimizer(layout_, plan_.owned, config.optimizer,
                                 optimizer_groups(plan_, *placement.groups))),
       parameters_(layout_.segments(), plan_, placement.groups->sharding(),
-                  sharding_options(config.parallel.zero)) {
+                  sharding_options(config.parallel.zero)),
+      fp8_groups_{&placement.groups->tp(), &placement.groups->dp_cp()} {
   STRATA_CHECK(plan_.buffer_size >= layout_.total(), "the plan's buffer is too small");
   const ModelPartition& partition = placement.partition;
   const int chunks = partition.chunks();
@@ -73,9 +74,16 @@ std::size_t CpuTraining::activation_bytes_per_layer() const {
   return most;
 }
 
+std::vector<Fp8State*> CpuTraining::fp8_states() {
+  std::vector<Fp8State*> states;
+  for (Gpt<float>& model : models_) states.push_back(model.fp8_state());
+  return states;
+}
+
 std::vector<StateBuffer> CpuTraining::state() {
   std::vector<StateBuffer> buffers = state_buffers(plan_.parameter_range, optimizer_->save());
   buffers.front().values = params_;
+  if (auto fp8 = fp8_history_buffer(fp8_states(), layout_)) buffers.push_back(std::move(*fp8));
   return buffers;
 }
 
@@ -83,6 +91,10 @@ void CpuTraining::set_state(const std::vector<StateBuffer>& buffers) {
   const std::vector<StateBuffer> held = state_buffers(plan_.parameter_range, optimizer_->shapes());
   std::vector<StateBuffer> optimizer;
   for (const StateBuffer& b : buffers) {
+    if (b.name == kFp8HistoryBuffer) {
+      set_fp8_histories(fp8_states(), b);
+      continue;
+    }
     if (match_state_buffer(held, b, "CPU") == 0) {
       params_ = b.values;
       continue;
@@ -122,7 +134,11 @@ double CpuTraining::accumulate_gradients(int micro_batches, float loss_scale,
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   parameters_.bind(compute_weights(), grads_.data(), micro_batches);
   bind_stages();
+  for (Fp8State* fp8 : fp8_states())
+    if (fp8 != nullptr) fp8->begin_step();
   const double loss = executor_->train_step(loss_scale, source);
+  for (Fp8State* fp8 : fp8_states())
+    if (fp8 != nullptr) fp8->end_step(fp8_groups_);
   STRATA_CHECK(!parameters_.has_pending_gradients(),
                "a gradient bucket was not reduced: the schedule ran fewer backward passes than ",
                micro_batches);

@@ -57,6 +57,8 @@ class CpuTraining final : public TrainingBackend {
   void refresh_compute_weights();
   // Each chunk's stage reaches parameters_ through its view.
   void bind_stages();
+  // The chunks' FP8 scaling states (null entries without FP8).
+  std::vector<Fp8State*> fp8_states();
 
   ReductionPlan plan_;
   ReductionGroups groups_;
@@ -72,6 +74,8 @@ class CpuTraining final : public TrainingBackend {
   std::vector<ChunkParameters<float>> chunk_parameters_;
   std::vector<CpuPipelineStage> stages_;
   std::unique_ptr<PipelineExecutor> executor_;
+  // The groups a step's FP8 amaxes are reduced over: the ranks holding the same blocks.
+  std::vector<Collectives*> fp8_groups_;
 };
 
 }  // namespace strata

@@ -32,7 +32,7 @@ void check_statistic_shape(hid_t file, const std::string& file_path, const std::
   const std::vector<std::uint64_t> expected{static_cast<std::uint64_t>(size)};
   if (dims != expected)
     fail("checkpoint '", file_path, "': tensor '", path, "' has shape [", shape_text(dims),
-         "], the optimizer needs [", size, "]");
+         "], the run needs [", size, "]");
 }
 
 // Every statistic of a per-tensor buffer, whole, checksums verified.
@@ -139,7 +139,12 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
   }
   // Every shape before any buffer is allocated: a layout that is not the file's (a config that
   // claims a larger model, say) is an error, not an allocation of the size it claims.
+  auto absent = [&](const StateBuffer& buffer) {
+    return buffer.optional && !buffer.statistics.empty() &&
+           !has_object(file.id(), dataset_group(buffer.name) + buffer.statistics.front().tensor);
+  };
   for (const StateBuffer& buffer : buffers) {
+    if (absent(buffer)) continue;
     for (const TensorStatistic& s : buffer.statistics)
       check_statistic_shape(file.id(), path, dataset_group(buffer.name) + s.tensor, s.size);
     if (buffer.per_tensor) continue;
@@ -148,7 +153,9 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
         check_logical_tensor_shape(file.id(), path, dataset_group(buffer.name) + t.name, t);
   }
   for (StateBuffer& buffer : buffers)
-    if (buffer.per_tensor)
+    if (absent(buffer))
+      buffer.values.clear();
+    else if (buffer.per_tensor)
       read_statistics(file.id(), path, buffer);
     else
       buffer.values.assign(buffer.range.size(), 0.0f);
