@@ -1,10 +1,12 @@
 #include "plan/comm_model.h"
 
 #include <algorithm>
+#include <array>
 
 #include "model/activation_sizes.h"
 #include "model/context_attention.h"
 #include "model/core/error.h"
+#include "model/fp8/fp8_state.h"
 #include "model/parameter_layout.h"
 #include "parallel/mesh/mesh.h"
 #include "parallel/mesh/reduction_plan.h"
@@ -161,6 +163,83 @@ class StepEvents {
 
 constexpr std::uint64_t kScalar = sizeof(double);  // the loss and the norm are summed in double
 
+// FP8's amax reductions (docs/ARCHITECTURE.md §6 "FP8"; model/ops/cpu_ops_fp8.cpp): each cast of
+// a GEMM's operand reduces its amaxes, a float's bits as one int64 each, over tp where the layer
+// splits the dimension the scale spans and over cp for a micro-batch's rows. tensorwise and the
+// delayed recipe's first step: one value per cast. rowwise: one per row of the sum. The delayed
+// recipe's later steps: none per cast, then every local block's 4 × 3 step amaxes over tp and the
+// replicas once per step (counted here: a step after the first, the steady state).
+void fp8_amax_events(const Config& config, const RankModel& rank, const GroupView& tp,
+                     const GroupView& cp, const GroupView& replicas, StepEvents& events) {
+  const Fp8Settings& fp8 = config.precision.fp8;
+  if (!fp8.enabled()) return;
+  const ModelPartition& partition = rank.partition;
+  constexpr std::uint64_t kAmax = sizeof(std::int64_t);
+  if (fp8.scaling == Fp8Scaling::delayed) {
+    const std::uint64_t sites =
+        static_cast<std::uint64_t>(partition.layers()) * kFp8Layers * kFp8Operands;
+    if (tp.size() > 1) events.all_reduce(tp, sites * kAmax, CommPhase::step, 1, "FP8 step amaxes");
+    if (replicas.size() > 1)
+      events.all_reduce(replicas, sites * kAmax, CommPhase::step, 1, "FP8 step amaxes");
+    return;
+  }
+  const GptShape& shape = rank.shape;
+  const int tp_size = tp.size(), micro_batches = rank.micro_batches;
+  const std::uint64_t N = static_cast<std::uint64_t>(config.train.micro_batch) *
+                          partition.context.local_length(shape.seq_len);
+  const bool rowwise = fp8.scaling == Fp8Scaling::rowwise;
+  const Recompute recompute = config.recompute;
+  // `casts` per micro-batch, each reducing `values` amaxes over `g` when `split`.
+  const auto reduce = [&](const GroupView& g, bool split, std::uint64_t values, int casts,
+                          CommPhase phase) {
+    if (split && g.size() > 1 && casts > 0)
+      events.all_reduce(g, values * kAmax, phase, casts * micro_batches,
+                        rowwise ? "FP8 row amaxes" : "FP8 amaxes");
+  };
+  for (int c = 0; c < partition.chunks(); ++c) {
+    const LayerRange chunk = partition.chunk_layers(c);
+    for (int layer = chunk.begin; layer < chunk.end; ++layer) {
+      const std::array<bool, kFp8Layers> runs = fp8_gemms_of_block(fp8, shape, layer);
+      for (int g = 0; g < kFp8Layers; ++g) {
+        if (!runs[static_cast<std::size_t>(g)]) continue;
+        const auto gemm = static_cast<Fp8Layer>(g);
+        const bool row_parallel = gemm == Fp8Layer::attn_proj || gemm == Fp8Layer::mlp_proj;
+        const int forwards = 1 + (recompute == Recompute::full ||
+                                  (recompute == Recompute::selective && gemm == Fp8Layer::qkv));
+        if (!rowwise) {
+          // One value per cast. Forward: the input (tp where its channels are split), the weight
+          // (tp). d input: grad_output (tp where its channels are), the weight. d weight:
+          // grad_output, the input. Every activation's over cp.
+          reduce(tp, row_parallel, 1, forwards, CommPhase::forward);
+          reduce(tp, true, 1, forwards, CommPhase::forward);
+          reduce(tp, !row_parallel, 1, 2, CommPhase::backward);
+          reduce(tp, true, 1, 1, CommPhase::backward);
+          reduce(tp, row_parallel, 1, 1, CommPhase::backward);
+          reduce(cp, true, 1, forwards, CommPhase::forward);
+          reduce(cp, true, 1, 3, CommPhase::backward);
+          continue;
+        }
+        // Rowwise, one value per row of each sum: forward, per row of the input and of the
+        // weight over the input channels (tp where split); d input, per row of grad_output and
+        // per column of the weight over the output channels (tp where split); d weight, per
+        // column of grad_output and of the input over the rows (cp).
+        const long in = gemm == Fp8Layer::mlp_proj ? shape.ffn_width() : shape.d_model;
+        const long out = gemm == Fp8Layer::qkv      ? shape.qkv_width()
+                         : gemm == Fp8Layer::mlp_fc ? shape.fc_width()
+                                                    : shape.d_model;
+        const auto IC = static_cast<std::uint64_t>(row_parallel ? in / tp_size : in);
+        const auto OC = static_cast<std::uint64_t>(row_parallel ? out : out / tp_size);
+        reduce(tp, row_parallel, N, forwards, CommPhase::forward);
+        reduce(tp, row_parallel, OC, forwards, CommPhase::forward);
+        reduce(tp, !row_parallel, N, 1, CommPhase::backward);
+        reduce(tp, !row_parallel, IC, 1, CommPhase::backward);
+        reduce(cp, true, OC, 1, CommPhase::backward);
+        reduce(cp, true, IC, 1, CommPhase::backward);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 CommPrediction predict_communication(const Config& config, int world_size, int stage, int tp_rank,
@@ -256,6 +335,8 @@ CommPrediction predict_communication(const Config& config, int world_size, int s
                      "attention dK/dV reduce-scatter");
     }
   }
+
+  fp8_amax_events(config, rank, tp, cp, replicas, events);
 
   // Mixture of experts, per MoE block and micro-batch (see the header): the gates' gradient sum
   // over tp, and under expert parallelism the token exchange over ep, its rows under balanced

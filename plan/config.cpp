@@ -274,9 +274,10 @@ class FieldReader {
     const auto node = find_node(root_, path);
     if (!node) return;
     const std::string expected = "a list of " + list.choices.list();
+    list.values.clear();
+    if (node->IsNull()) return;  // an empty list, as a list of integers reads it
     if (!node->IsSequence())
       source_.fail_key(path, "must be ", expected, ", got ", describe(*node));
-    list.values.clear();
     for (std::size_t i = 0; i < node->size(); ++i) {
       const std::string at = std::string(path) + "[" + std::to_string(i) + "]";
       const auto& text = scalar(at, (*node)[i], list.choices.list().c_str());
@@ -290,6 +291,8 @@ class FieldReader {
         source_.fail_key(at, "names '", text, "' twice");
       list.values.push_back(*value);
     }
+    // A set: in the table's order, so that [b, a] and [a, b] are the same config.
+    std::sort(list.values.begin(), list.values.end());
   }
   void operator()(std::string_view path, AutoCount count) const {
     const auto node = find_node(root_, path);

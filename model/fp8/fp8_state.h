@@ -4,12 +4,13 @@
 // the current step. The other recipes keep nothing between GEMMs; the state then only answers
 // which GEMMs run in FP8.
 //
-// The delayed recipe's step: begin_step() forgets what evaluation recorded since the last one;
-// each cast records its operand's amax on this rank; end_step() takes the largest over the ranks
-// that hold the same blocks (tensor, context and data parallel: so every layout keeps the same
-// histories as one process) and pushes it into the histories. A step's amax that is not finite
-// (the step fails the non-finite check anyway) is pushed as 0, "nothing recorded". Until an
-// operand's history holds a step, its casts scale by their own amax, as `tensorwise` does.
+// The delayed recipe's step: begin_step() forgets what was recorded since the last one (evaluation,
+// a skipped step); each cast records its operand's amax on this rank; end_step(), once the step is
+// applied, takes the largest over the ranks that hold the same blocks (tensor, context and data
+// parallel: so every layout keeps the same histories as one process) and pushes it into the
+// histories. A step's amax that is not finite is pushed as 0, "nothing recorded" (the non-finite
+// check skips such a step before). Until an operand's history holds a step, its casts scale by
+// their own amax, as `tensorwise` does.
 #pragma once
 
 #include <array>

@@ -103,8 +103,11 @@ STRATA_HOST_DEVICE inline float fp8_round(float x, Fp8Format format) {
 // tensor cores multiply before cuBLASLt's scale factors, so the CPU's emulation (quantize,
 // dequantize, multiply in fp32) holds the very operand values the GPU's FP8 GEMM does. The cost
 // is at most one binade of range at the bottom (subnormals), not precision. An amax of 0 (nothing
-// to scale) or not finite (the step is lost anyway: fp8_quantize makes such values NaN) gives 1;
-// k stays within [−126, 127], normal floats.
+// to scale) or not finite (the step is lost anyway: fp8_quantize makes such values NaN) gives 1.
+// k stays where both the scale and every dequantized value are finite floats: at most 127 (an
+// amax below about 2^-118 then lands under max/2), and at least max_exponent − 128, so that
+// fp8_max · 2^-k <= FLT_MAX (−119 for e4m3, −112 for e5m2: an amax above about 2^119 or 2^112
+// saturates its largest values instead).
 STRATA_HOST_DEVICE inline float fp8_scale(float amax, Fp8Format format) {
   using std::frexp, std::ldexp;
   if (!(amax > 0.0f) || !(amax <= 3.4028235e38f)) return 1.0f;
@@ -112,7 +115,8 @@ STRATA_HOST_DEVICE inline float fp8_scale(float amax, Fp8Format format) {
   const float amax_fraction = frexp(amax, &amax_exponent);  // in [0.5, 1)
   const float max_fraction = frexp(fp8_max(format), &max_exponent);
   int k = max_exponent - amax_exponent - (max_fraction < amax_fraction ? 1 : 0);
-  k = k < -126 ? -126 : (k > 127 ? 127 : k);
+  const int lowest = max_exponent - 128;
+  k = k < lowest ? lowest : (k > 127 ? 127 : k);
   return ldexp(1.0f, k);
 }
 

@@ -10,6 +10,7 @@ BENCHMARKS = {
     "diloco": "bench.diloco",
     "diloco_warm": "bench.diloco_warm",
     "elastic": "bench.elastic",
+    "fp8": "bench.fp8",
     "layouts": "bench.layouts",
     "moe": "bench.moe",
     "optimizers": "bench.optimizers",

@@ -28,6 +28,7 @@ struct Case {
   std::string name;
   int ranks;
   std::vector<std::string> overrides;
+  std::vector<int> comm_steps{1, 2};  // the steps whose bytes are compared
 };
 
 // Rank 0's metrics line of training step `step`.
@@ -136,7 +137,7 @@ void expect_prediction_equals_run(const TempDir& dir, const Case& c,
 
   // Communication of steps 1 and 2 (the second with ZeRO 3's prefetch running).
   const CommPrediction comm = predict_communication(config, c.ranks);
-  for (int step : {1, 2}) {
+  for (int step : c.comm_steps) {
     EXPECT_EQ(logged_comm_bytes(run, step), predicted_comm_bytes(comm))
         << c.name << ": comm_bytes of step " << step;
     for (CommGroup group : axes) {
@@ -273,6 +274,39 @@ TEST(PlanMemory, ContextParallelPredictionEqualsTheTrainersAccount) {
   for (const Case& c : cases)
     expect_prediction_equals_run(
         dir, c, {CommGroup::tp, CommGroup::pp, CommGroup::dp, CommGroup::cp, CommGroup::dp_cp});
+}
+
+// FP8's amax reductions (docs/ARCHITECTURE.md §6 "FP8"): per cast over tp and cp, one value each
+// (tensorwise) or one per row of the sum (rowwise), forward again under recomputation; the delayed
+// recipe's step amaxes over tp and the replicas once a step (its first step also reduces per cast,
+// as tensorwise: the prediction is of the steps after it).
+TEST(PlanMemory, Fp8PredictionEqualsTheTrainersAccount) {
+  TempDir dir("plan_memory_fp8");
+  write_synthetic_dataset(dir / "data", 64, 20000);
+  write_layout_config(dir, 4);
+  const auto fp8 = [](const std::string& recipe, std::vector<std::string> layout) {
+    layout.insert(layout.end(), {"precision.compute=bf16", "precision.fp8_min_size=0",
+                                 "precision.fp8=" + recipe});
+    return layout;
+  };
+  const std::vector<Case> cases = {
+      {"fp8_tensorwise_tp2sp_cp2_full", 4,
+       fp8("tensorwise", {"parallel.tp=2", "parallel.sequence_parallel=true", "parallel.cp=2",
+                          "recompute=full"})},
+      {"fp8_rowwise_tp2_cp2_selective", 4,
+       fp8("rowwise", {"parallel.tp=2", "parallel.cp=2", "recompute=selective"})},
+      {"fp8_tensorwise_tp2_pp2_interleaved", 4,
+       fp8("tensorwise", {"parallel.tp=2", "parallel.pp=2", "parallel.virtual_stages=2",
+                          "parallel.pipeline_schedule=interleaved"})},
+      {"fp8_delayed_dp2tp2", 4, fp8("delayed", {"parallel.tp=2"}), {2}},
+      {"fp8_delayed_cp2", 2, fp8("delayed", {"parallel.cp=2"}), {2}},
+  };
+  for (const Case& c : cases) {
+    std::vector<CommGroup> axes = {CommGroup::tp, CommGroup::pp, CommGroup::dp};
+    if (c.name.find("cp2") != std::string::npos)
+      axes.insert(axes.end(), {CommGroup::cp, CommGroup::dp_cp});
+    expect_prediction_equals_run(dir, c, axes);
+  }
 }
 
 // A mixture of experts, with and without expert parallelism: exact where the routing cannot

@@ -8,7 +8,7 @@ import os
 import tempfile
 import unittest
 
-from bench import (attention, context, diloco, explain, layouts, metrics, planner, precision,
+from bench import (attention, context, diloco, explain, fp8, layouts, metrics, planner, precision,
                    schedules, swarm, zero)
 
 BIN_DIR = os.environ.get("STRATA_BIN_DIR", "build/bin")
@@ -99,6 +99,15 @@ class Reports(unittest.TestCase):
         self.assertEqual(diloco.row("baseline", "", baseline, None),
                          "| baseline | data-parallel, batch × workers, the config's | 2.0000 | |"
                          " 4.0 MB | |")
+
+    def test_fp8_rows_compare_with_bf16(self):
+        def run(val, steps):
+            return [{"step": i, "loss": 3.0, "step_ms": ms} for i, ms in enumerate(steps)] + [
+                {"step": len(steps), "val_loss": val}]
+        text, reference = fp8.row("bf16", run(4.0, [90, 100, 100, 100]), None)
+        self.assertEqual(text, "| bf16 | 4.0000 | 1.0000 | 100 | 1.00× |")
+        text, _ = fp8.row("fp8 delayed", run(4.02, [300, 150, 150, 150]), reference)
+        self.assertEqual(text, "| fp8 delayed | 4.0200 | 1.0050 | 150 | 1.50× |")
 
     def test_precision_keeps_the_fastest_round(self):
         results = [{"compute": c, "recompute": r, "tokens_per_s": t, "step_ms": 1000.0 / t}

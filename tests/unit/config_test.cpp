@@ -605,6 +605,40 @@ TEST(ConfigErrors, ArchitectureKeys) {
   EXPECT_EQ(parse_config(base + "model: {d_ff: 100, moe: {experts: 4}}", "c").model.arch.d_ff, 100);
 }
 
+// precision.fp8*: read, written back as the same config, fp8_layers a set in the table's order;
+// each mistake named by its key.
+TEST(ConfigErrors, Fp8Keys) {
+  const std::string base = "data: {train: t}\nprecision: {compute: bf16, ";
+  const Config c = parse_config(base +
+                                    "fp8: delayed, fp8_format: e4m3, fp8_history: 32, "
+                                    "fp8_layers: [mlp_proj, qkv], fp8_min_size: 0}",
+                                "c");
+  EXPECT_EQ(c.precision.fp8.scaling, Fp8Scaling::delayed);
+  EXPECT_EQ(c.precision.fp8.formats, Fp8Formats::e4m3);
+  EXPECT_EQ(c.precision.fp8.history, 32);
+  EXPECT_EQ(c.precision.fp8.layers, (std::vector<Fp8Layer>{Fp8Layer::qkv, Fp8Layer::mlp_proj}));
+  EXPECT_EQ(parse_config(config_to_yaml(c), "again"), c);
+  EXPECT_EQ(parse_config(base + "fp8: delayed, fp8_format: e4m3, fp8_history: 32, "
+                                "fp8_layers: [qkv, mlp_proj], fp8_min_size: 0}",
+                         "c"),
+            c);
+  EXPECT_EQ(parse_config("data: {train: t}", "c").precision.fp8.layers.size(), 4u);
+  EXPECT_CONTAINS(error_of(base + "fp8: blockwise}"), "none, tensorwise, rowwise or delayed");
+  EXPECT_CONTAINS(error_of(base + "fp8_layers: [qkv, qkv]}"), "names 'qkv' twice");
+  EXPECT_CONTAINS(error_of(base + "fp8_layers: [mlp_fcc]}"), "did you mean 'mlp_fc'?");
+  EXPECT_CONTAINS(error_of(base + "fp8_layers: qkv}"), "must be a list of qkv, attn_proj");
+  EXPECT_CONTAINS(error_of(base + "fp8: tensorwise, fp8_layers: }"),
+                  "'precision.fp8_layers' is empty");
+  EXPECT_CONTAINS(error_of(base + "fp8_history: 0}"),
+                  "'precision.fp8_history' must be in [1, 1024]");
+  EXPECT_CONTAINS(error_of(base + "fp8_min_size: -1}"), "'precision.fp8_min_size' must be >= 0");
+  EXPECT_CONTAINS(error_of("data: {train: t}\nprecision: {fp8: rowwise}"),
+                  "needs precision.compute: bf16, got fp32");
+  EXPECT_CONTAINS(error_of(base + "fp8: delayed}\ndiloco: {enabled: true, workers: 2}"),
+                  "not run under diloco");
+  EXPECT_CONTAINS(error_of(base + "fp8: tensorwise}\ndevice: cuda"), "use device: cpu");
+}
+
 TEST(ConfigErrors, VirtualStagesFollowTheSchedule) {
   const std::string base = "data: {train: t}\nmodel: {n_layer: 8}\n";
   EXPECT_CONTAINS(error_of(base + "parallel: {pp: 2, pipeline_schedule: interleaved}"),

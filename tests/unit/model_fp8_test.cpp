@@ -98,7 +98,8 @@ TEST(Fp8, ScalesArePowersOfTwoThatBringTheAmaxIntoTheTopBinade) {
       const float scale = fp8_scale(amax, format);
       int e = 0;
       ASSERT_EQ(std::frexp(scale, &e), 0.5f) << amax;  // a power of two
-      // amax · scale in (max/2, max]: the largest such power.
+      // amax · scale in (max/2, max]: the largest such power (within the clamps, which
+      // 2^±40 stays inside).
       EXPECT_LE(amax * scale, fp8_max(format)) << amax;
       EXPECT_GT(amax * scale * 2, fp8_max(format)) << amax;
       // Its inverse is exact: a code dequantized is the code's value divided exactly.
@@ -111,9 +112,19 @@ TEST(Fp8, ScalesArePowersOfTwoThatBringTheAmaxIntoTheTopBinade) {
   EXPECT_EQ(fp8_scale(0.0f, Fp8Format::e4m3), 1.0f);
   EXPECT_EQ(fp8_scale(INFINITY, Fp8Format::e5m2), 1.0f);
   EXPECT_EQ(fp8_scale(NAN, Fp8Format::e5m2), 1.0f);
-  // Within normal floats at the extremes.
+  // Within normal floats at the extremes, and every dequantized value finite: an amax near
+  // FLT_MAX saturates its largest values rather than dequantizing to infinity.
   EXPECT_EQ(fp8_scale(1e-38f, Fp8Format::e4m3), std::ldexp(1.0f, 127));
-  EXPECT_EQ(fp8_scale(3e38f, Fp8Format::e5m2), std::ldexp(1.0f, -113));  // 0.875·2^16 / 0.88·2^128
+  EXPECT_EQ(fp8_scale(3e38f, Fp8Format::e5m2), std::ldexp(1.0f, -112));
+  EXPECT_EQ(fp8_scale(3e38f, Fp8Format::e4m3), std::ldexp(1.0f, -119));
+  for (Fp8Format format : kFormats)
+    for (const float amax : {3e38f, 3.4028235e38f}) {
+      const float scale = fp8_scale(amax, format);
+      EXPECT_EQ(fp8_dequantize(fp8_quantize(amax, scale, format), scale, format),
+                fp8_max(format) / scale)
+          << amax;
+      EXPECT_TRUE(std::isfinite(fp8_max(format) / scale));
+    }
 }
 
 TEST(Fp8, ValuesThatAreNotFiniteQuantizeToNaNNotToTheLargestValue) {

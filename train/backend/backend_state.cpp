@@ -62,7 +62,6 @@ std::optional<StateBuffer> fp8_history_buffer(const std::vector<Fp8State*>& stat
 }
 
 void set_fp8_histories(const std::vector<Fp8State*>& states, const StateBuffer& buffer) {
-  if (buffer.values.empty()) return;  // a checkpoint without them: histories start empty
   std::size_t at = 0;
   for (Fp8State* state : states) {
     if (state == nullptr) continue;

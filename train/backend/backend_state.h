@@ -36,13 +36,14 @@ std::vector<StateBuffer> state_buffers(ElementRange parameters,
 
 // The FP8 delayed recipe's amax histories (model/fp8/fp8_state.h), a per-tensor buffer of this
 // name: one statistic per FP8 GEMM of the rank's models, named by its weight tensor. Optional: a
-// checkpoint of a run without them resumes with empty histories.
+// GEMM whose histories a checkpoint lacks (or holds for another fp8_history) resumes with empty
+// ones (zeros).
 inline const std::string kFp8HistoryBuffer = "fp8/amax_history";
 // The buffer of `states` (the rank's models' FP8 states, in chunk order; null entries skipped)
 // with their values; nullopt when none keeps histories.
 std::optional<StateBuffer> fp8_history_buffer(const std::vector<Fp8State*>& states,
                                               const ParameterLayout& layout);
-// The histories from `buffer` (fp8_history_buffer's shape), or left empty when it has no values.
+// The histories from `buffer` (fp8_history_buffer's shape).
 void set_fp8_histories(const std::vector<Fp8State*>& states, const StateBuffer& buffer);
 
 // The index in `held` (state_buffers) of the buffer `given` names; an error naming it unless its

@@ -137,8 +137,6 @@ double CpuTraining::accumulate_gradients(int micro_batches, float loss_scale,
   for (Fp8State* fp8 : fp8_states())
     if (fp8 != nullptr) fp8->begin_step();
   const double loss = executor_->train_step(loss_scale, source);
-  for (Fp8State* fp8 : fp8_states())
-    if (fp8 != nullptr) fp8->end_step(fp8_groups_);
   STRATA_CHECK(!parameters_.has_pending_gradients(),
                "a gradient bucket was not reduced: the schedule ran fewer backward passes than ",
                micro_batches);
@@ -172,6 +170,9 @@ double CpuTraining::gradient_sum_of_squares() {
 }
 
 void CpuTraining::apply_optimizer(const OptimizerStep& step) {
+  // The step is applied: its FP8 amaxes join the histories (a skipped step's never do).
+  for (Fp8State* fp8 : fp8_states())
+    if (fp8 != nullptr) fp8->end_step(fp8_groups_);
   const ElementRange owned = optimizer_->range();
   optimizer_->update(params_.data() + (owned.begin - plan_.parameter_range.begin),
                      grads_.data() + (owned.begin - plan_.gradient_range.begin), step);

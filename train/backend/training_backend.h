@@ -84,7 +84,9 @@ class TrainingBackend : public MasterWeights {
   virtual void reduce_gradients() = 0;
   // Σ g² over plan().norm_ranges of the gradients as they are (still loss-scaled), in double.
   virtual double gradient_sum_of_squares() = 0;
-  // The optimizer on plan().owned, then plan().parameters, then the compute-dtype weights.
+  // The optimizer on plan().owned, then plan().parameters, then the compute-dtype weights; and
+  // the step's FP8 amaxes pushed into the delayed recipe's histories (model/fp8/fp8_state.h), so
+  // that a step the non-finite check skips leaves them as they were.
   virtual void apply_optimizer(const OptimizerStep& step) = 0;
 
   // Forward passes with the current weights (evaluation): every stage of a replica runs it.

@@ -79,8 +79,9 @@ struct StateBuffer {
   // type's range (the 8-bit optimizer's codes), held as floats and converted by HDF5 on write and
   // read.
   StoredType stored = StoredType::float32;
-  // A per-tensor buffer a checkpoint may lack (state that runs of other settings do not keep: the
-  // FP8 amax histories): read from a file without its first statistic, its values are empty.
+  // A per-tensor buffer a checkpoint may lack, in part or whole (state that runs of other
+  // settings do not keep: the FP8 amax histories): each statistic the file lacks, or holds in
+  // another shape, is read as zeros.
   bool optional = false;
 };
 

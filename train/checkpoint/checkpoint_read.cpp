@@ -35,10 +35,26 @@ void check_statistic_shape(hid_t file, const std::string& file_path, const std::
          "], the run needs [", size, "]");
 }
 
-// Every statistic of a per-tensor buffer, whole, checksums verified.
+// Whether the file holds statistic `s` of `buffer` as the run needs it. An optional buffer's
+// statistic it lacks, or holds in another shape (the FP8 histories of a GEMM that ran in the
+// compute dtype, or of another history length), is read as zeros; any other buffer's must be
+// there (check_statistic_shape says what is wrong).
+bool holds_statistic(hid_t file, const StateBuffer& buffer, const TensorStatistic& s) {
+  if (!buffer.optional) return true;
+  const std::string path = dataset_group(buffer.name) + s.tensor;
+  return has_object(file, path) &&
+         dataset_dims(file, path) == std::vector<std::uint64_t>{static_cast<std::uint64_t>(s.size)};
+}
+
+// Every statistic of a per-tensor buffer, whole, checksums verified (zeros for those an optional
+// buffer's file lacks).
 void read_statistics(hid_t file, const std::string& file_path, StateBuffer& buffer) {
   buffer.values.clear();
   for (const TensorStatistic& s : buffer.statistics) {
+    if (!holds_statistic(file, buffer, s)) {
+      buffer.values.insert(buffer.values.end(), static_cast<std::size_t>(s.size), 0.0f);
+      continue;
+    }
     const std::string path = dataset_group(buffer.name) + s.tensor;
     const std::vector<float> values = read_dataset_f32(file, path);
     H5Id dataset = open_dataset(file, path);
@@ -139,23 +155,17 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
   }
   // Every shape before any buffer is allocated: a layout that is not the file's (a config that
   // claims a larger model, say) is an error, not an allocation of the size it claims.
-  auto absent = [&](const StateBuffer& buffer) {
-    return buffer.optional && !buffer.statistics.empty() &&
-           !has_object(file.id(), dataset_group(buffer.name) + buffer.statistics.front().tensor);
-  };
   for (const StateBuffer& buffer : buffers) {
-    if (absent(buffer)) continue;
     for (const TensorStatistic& s : buffer.statistics)
-      check_statistic_shape(file.id(), path, dataset_group(buffer.name) + s.tensor, s.size);
+      if (holds_statistic(file.id(), buffer, s))
+        check_statistic_shape(file.id(), path, dataset_group(buffer.name) + s.tensor, s.size);
     if (buffer.per_tensor) continue;
     for (const TensorView& t : layout.tensors())
       if (!intersect({t.offset, t.offset + t.size}, buffer.range).empty())
         check_logical_tensor_shape(file.id(), path, dataset_group(buffer.name) + t.name, t);
   }
   for (StateBuffer& buffer : buffers)
-    if (absent(buffer))
-      buffer.values.clear();
-    else if (buffer.per_tensor)
+    if (buffer.per_tensor)
       read_statistics(file.id(), path, buffer);
     else
       buffer.values.assign(buffer.range.size(), 0.0f);

@@ -79,6 +79,14 @@ void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t att
   STRATA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(value)));
 }
 
+bool is_fp8(cudaDataType_t type) { return type == CUDA_R_8F_E4M3 || type == CUDA_R_8F_E5M2; }
+
+// An FP8 GEMM's dequantisation factors: D = scale_a · scale_b · (A·B), device floats.
+void set_scale_pointers(cublasLtMatmulDesc_t desc, const void* a_scale, const void* b_scale) {
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
+}
+
 void set_epilogue_pointers(cublasLtMatmulDesc_t desc, cublasLtEpilogue_t epilogue, const void* bias,
                            const void* aux) {
   if (uses_bias_pointer(epilogue)) set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
@@ -130,7 +138,12 @@ MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, bool required) {
   const long a_rows = key.trans_a ? key.k : key.m, a_cols = key.trans_a ? key.m : key.k;
   const long b_rows = key.trans_b ? key.n : key.k, b_cols = key.trans_b ? key.k : key.n;
   STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, key.ab_type, a_rows, a_cols, a_rows));
-  STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, key.ab_type, b_rows, b_cols, b_rows));
+  STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, key.b_type, b_rows, b_cols, b_rows));
+  if (is_fp8(key.ab_type)) {
+    set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                  static_cast<std::int8_t>(key.fast_accumulation ? 1 : 0));
+    set_scale_pointers(plan->desc, stand_in, stand_in);
+  }
   STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, key.cd_type, key.m, key.n, key.m));
 
   Preference pref;
@@ -155,8 +168,10 @@ MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, bool required) {
 
 cublasStatus_t launch_plan(DeviceContext& ctx, MatmulPlan& plan, const MatmulKey& key,
                            const void* a, const void* b, void* d, float beta, const void* bias,
-                           const void* aux) {
+                           const void* aux, const float* a_scale = nullptr,
+                           const float* b_scale = nullptr) {
   set_epilogue_pointers(plan.desc, key.epilogue, bias, aux);
+  if (is_fp8(key.ab_type)) set_scale_pointers(plan.desc, a_scale, b_scale);
   const float alpha = 1.0f;
   return cublasLtMatmul(ctx.blaslt(), plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.c, d,
                         plan.c, &plan.algo, ctx.workspace(), ctx.workspace_bytes(), ctx.stream());
@@ -271,6 +286,51 @@ void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, co
   run_required(ctx, key, CUBLASLT_EPILOGUE_DEFAULT, inp, dout, dweight, 1.0f, nullptr);
   if (dbias != nullptr) bias_backward(dbias, dout, N, OC, arena, ctx.stream());
 }
+
+namespace {
+cudaDataType_t fp8_type(Fp8Format format) {
+  return format == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+}  // namespace
+
+// d (rows, cols) row-major is the column-major cols × rows matrix D = op(A)·op(B) with A = b
+// (stored K × cols column-major, op T) and B = a (K × rows, op N): cuBLASLt's "TN", the one
+// layout its FP8 kernels take. So cuBLASLt's A is our b and its scale b_inverse.
+template <class D>
+void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
+                const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
+                const float* b_inverse, int rows, int cols, int K, float beta) {
+  STRATA_CHECK(rows >= 0 && cols > 0 && K > 0);
+  STRATA_CHECK(a_format == Fp8Format::e4m3 || b_format == Fp8Format::e4m3,
+               "FP8 GEMMs take at most one e5m2 operand");
+  STRATA_CHECK((std::is_same_v<D, float>) || beta == 0.0f, "an FP8 GEMM adds only into fp32");
+  if (rows == 0) return;
+  MatmulKey key{fp8_type(b_format),
+                data_type<D>(),
+                CUBLAS_COMPUTE_32F,
+                true,
+                false,
+                cols,
+                rows,
+                K,
+                CUBLASLT_EPILOGUE_DEFAULT,
+                common_alignment({a, b, d})};
+  key.b_type = fp8_type(a_format);
+  key.fast_accumulation = false;
+  MatmulPlan& plan = plan_for(ctx, key, true);
+  if (!plan.supported)
+    fail("cuBLASLt has no FP8 algorithm for a ", rows, "x", cols, "x", K,
+         " GEMM (it needs a device of compute capability 8.9 or later)");
+  STRATA_CUBLAS_CHECK(
+      launch_plan(ctx, plan, key, b, a, d, beta, nullptr, nullptr, b_inverse, a_inverse));
+}
+
+template void fp8_matmul<float>(DeviceContext&, float*, const std::uint8_t*, Fp8Format,
+                                const float*, const std::uint8_t*, Fp8Format, const float*, int,
+                                int, int, float);
+template void fp8_matmul<__nv_bfloat16>(DeviceContext&, __nv_bfloat16*, const std::uint8_t*,
+                                        Fp8Format, const float*, const std::uint8_t*, Fp8Format,
+                                        const float*, int, int, int, float);
 
 #define STRATA_INSTANTIATE(T)                                                                      \
   template void matmul_forward<T>(DeviceContext&, T*, T*, const T*, const T*, const T*, int, int,  \

@@ -20,8 +20,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/device_context.h"
+#include "model/kernels/fp8.h"
 
 namespace strata::cuda {
 
@@ -44,5 +47,20 @@ void matmul_backward_input(DeviceContext& ctx, T* dinp, const T* dout, const T* 
 template <class T>
 void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, const T* dout,
                             const T* inp, int N, int IC, int OC, DeviceArena& arena);
+
+// FP8 GEMM (docs/ARCHITECTURE.md §6 "FP8"; tensor cores of compute capability 8.9 and later):
+// d (rows, cols) = β·d + (a (rows, K) · b (cols, K)ᵀ) · a_inverse · b_inverse, with a and b FP8
+// codes (kernels/fp8.h) each K-major, the layout of every FP8 kernel of cuBLASLt (its "TN"), and
+// the dequantisation factors device floats (fp8_cast.h fp8_scales' inverses). At most one operand
+// is e5m2. d in bf16 (β 0) or fp32 (β 0, or 1 to accumulate a weight gradient).
+// Accumulation with CUBLASLT_MATMUL_DESC_FAST_ACCUM off: the tensor cores' products of FP8 codes
+// are exact, their sums over one instruction's K slice are kept at the tensor cores' own width and
+// promoted into fp32 between slices, so |d − the fp32 sum of the dequantized products| stays
+// within 2^-12 · Σ_k |a_k·b_k| (tests/cuda/fp8_test.cu); fast accumulation (no promotion) would
+// let that error grow with K.
+template <class D>
+void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
+                const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
+                const float* b_inverse, int rows, int cols, int K, float beta);
 
 }  // namespace strata::cuda

@@ -16,7 +16,7 @@ namespace strata::cuda {
 // A column-major GEMM D (m × n) = op(A) (m × k) · op(B) (k × n) (+ β·C, C = D) on packed matrices:
 // every leading dimension is the stored matrix's row count.
 struct MatmulKey {
-  cudaDataType_t ab_type;  // A and B
+  cudaDataType_t ab_type;  // A and B (A alone when b_type says otherwise)
   cudaDataType_t cd_type;  // C and D
   cublasComputeType_t compute;
   bool trans_a;
@@ -24,6 +24,11 @@ struct MatmulKey {
   long m, n, k;
   cublasLtEpilogue_t epilogue;
   int alignment;  // bytes (power of two ≤ 16) every operand and epilogue pointer is aligned to
+  // FP8 GEMMs (fp8_matmul.h): B's type where it differs from A's (e5m2 gradients against e4m3),
+  // else ab_type; and whether cuBLASLt may accumulate in the tensor cores' own precision
+  // (CUBLASLT_MATMUL_DESC_FAST_ACCUM).
+  cudaDataType_t b_type = ab_type;
+  bool fast_accumulation = false;
 
   auto operator<=>(const MatmulKey&) const = default;
 };

@@ -1,0 +1,37 @@
+// FP8 casts on the device (docs/ARCHITECTURE.md §6 "FP8"): an FP8 GEMM operand's amaxes, scales
+// and codes, every value through kernels/fp8.h's functions (fp8_amax_step, fp8_scale,
+// fp8_quantize), so the codes are bitwise those the CPU's emulation casts
+// (model/ops/cpu_ops_fp8.cpp). x (rows, cols) row-major in T (float or bf16).
+//   tensor   one amax and scale for all of x (tensorwise, delayed)
+//   rows     one per row (the GEMM sums along x's columns: rowwise)
+//   columns  one per column (the GEMM sums along x's rows: rowwise's weight gradient)
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "model/kernels/fp8.h"
+
+namespace strata::cuda {
+
+enum class Fp8Axis { tensor, rows, columns };
+
+// amax (1, rows or cols floats) = the largest |x| of the tensor, of each row or of each column,
+// +infinity where a value is not finite. Overwrites amax.
+template <class T>
+void fp8_amaxes(float* amax, const T* x, int rows, int cols, Fp8Axis axis, cudaStream_t stream);
+
+// scale[i] = fp8_scale(amax[i], format) and inverse[i] = 1 / scale[i] (exact: powers of two), the
+// GEMM's dequantisation factor, for i < count.
+void fp8_scales(float* scale, float* inverse, const float* amax, int count, Fp8Format format,
+                cudaStream_t stream);
+
+// codes (rows, cols) = fp8_quantize(x · scale) with the tensor's, the row's or the column's
+// scale; `transpose`: codes (cols, rows) instead, x's transpose, the K-major copy an FP8 GEMM over
+// x's rows needs (matmul.h fp8_matmul).
+template <class T>
+void fp8_cast(std::uint8_t* codes, const T* x, const float* scale, int rows, int cols, Fp8Axis axis,
+              bool transpose, Fp8Format format, cudaStream_t stream);
+
+}  // namespace strata::cuda
