@@ -31,6 +31,20 @@ std::size_t scratch_bytes(const GptShape& shape, const ModelPartition& p, int ma
   return (std::size_t{64} << 20) + 256 * rows + moe;
 }
 
+// An FP8 GEMM's codes in the same arena, two operands at a time (model/ops/cuda_ops_fp8.cu): at
+// most rows·(in + out) + in·out bytes over the block's GEMMs (each width its logical one, at least
+// this rank's), and their amaxes and scales.
+std::size_t fp8_scratch_bytes(const Fp8Settings& fp8, const GptShape& shape,
+                              const ModelPartition& p, int max_batch) {
+  if (!fp8.enabled()) return 0;
+  const std::size_t rows =
+      static_cast<std::size_t>(max_batch) * p.context.local_length(shape.seq_len);
+  const std::size_t in = static_cast<std::size_t>(std::max(shape.d_model, shape.ffn_width()));
+  const std::size_t out =
+      static_cast<std::size_t>(std::max({shape.d_model, shape.qkv_width(), shape.fc_width()}));
+  return rows * (in + out) + in * out + 4096;
+}
+
 }  // namespace
 
 namespace {
@@ -106,13 +120,14 @@ template <class T>
 CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
                     Collectives* tp, int max_batch, int slots, Recompute recompute,
                     DeviceCollectives* device_tp, bool split_backward, Collectives* ep,
-                    const CudaContextGroup& context)
+                    const CudaContextGroup& context, const Fp8Settings& fp8)
     : Passes(shape, checked_partition(shape, partition, max_batch, slots),
              {max_batch, slots, recompute, split_backward, false}),
       ctx_(ctx),
       max_batch_(max_batch),
       context_comm_(context.comm),
-      scratch_(scratch_bytes<T>(shape, partition, max_batch)),
+      scratch_(scratch_bytes<T>(shape, partition, max_batch) +
+               fp8_scratch_bytes(fp8, shape, partition, max_batch)),
       staged_tp_(staged_group(partition, tp, device_tp,
                               static_cast<std::size_t>(max_batch) *
                                   partition.context.local_length(shape.seq_len) * shape.d_model)),
@@ -124,6 +139,13 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
     this->attend_across(context.device_cp != nullptr ? *context.device_cp : *staged_cp_,
                         context.comm);
   this->find_block_offsets();
+  this->multiply_in_fp8(fp8);
+  if (Fp8State* state = this->fp8_state()) {
+    DeviceCollectives* cp = nullptr;
+    if (partition.context.split())
+      cp = context.device_cp != nullptr ? context.device_cp : staged_cp_.get();
+    ops_.use_fp8(cp, state->sites());
+  }
   if (shape.moe.enabled()) {
     STRATA_CHECK(ep == nullptr ? partition.ep_size == 1
                                : ep->size() == partition.ep_size && ep->rank() == partition.ep_rank,
@@ -140,6 +162,27 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
   // Last: the event is the one resource the destructor frees by hand, and the destructor does not
   // run when a constructor throws.
   STRATA_CUDA_CHECK(cudaEventCreateWithFlags(&staging_free_, cudaEventDisableTiming));
+}
+
+template <class T>
+void CudaGpt<T>::begin_fp8_step() {
+  Fp8State* state = this->fp8_state();
+  if (state == nullptr || state->sites() == 0) return;
+  state->begin_step();
+  STRATA_CUDA_CHECK(
+      cudaMemsetAsync(ops_.fp8_step_amaxes(), 0, state->sites() * sizeof(float), ctx_.stream()));
+}
+
+template <class T>
+void CudaGpt<T>::hand_over_fp8_step() {
+  Fp8State* state = this->fp8_state();
+  if (state == nullptr || state->sites() == 0) return;
+  std::vector<float> amaxes(state->sites());
+  STRATA_CUDA_CHECK(cudaMemcpyAsync(amaxes.data(), ops_.fp8_step_amaxes(),
+                                    amaxes.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                    ctx_.stream()));
+  ctx_.synchronize();
+  state->record_sites(amaxes);
 }
 
 template <class T>

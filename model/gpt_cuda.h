@@ -129,12 +129,19 @@ class CudaGpt : public GptPasses<CudaGpt<T>, CudaOps<T>, CudaMoeLayer<T>> {
   // once. `split_backward`: each slot keeps a weight stash, so that backward_input and
   // backward_weight may run (zero-bubble pipeline schedules); without it only the fused backward.
   // `ep`: the expert-parallel group (host collectives, size partition.ep_size, not owned; may be
-  // null when it is 1). `context`: the context-parallel group (CudaContextGroup).
+  // null when it is 1). `context`: the context-parallel group (CudaContextGroup). `fp8`: which
+  // GEMMs multiply in FP8 and how (precision.fp8: tensorwise or delayed on CUDA; bf16 models).
   CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartition& partition,
           Collectives* tp, int max_batch, int slots, Recompute recompute,
           DeviceCollectives* device_tp = nullptr, bool split_backward = false,
-          Collectives* ep = nullptr, const CudaContextGroup& context = {});
+          Collectives* ep = nullptr, const CudaContextGroup& context = {},
+          const Fp8Settings& fp8 = {});
   ~CudaGpt();
+  // The delayed FP8 recipe's step with the amaxes the device keeps (model/fp8/fp8_state.h):
+  // begin_fp8_step forgets what was kept since the last step; hand_over_fp8_step gives the step's
+  // to the state (fp8_state()), before its end_step. Nothing without the delayed recipe.
+  void begin_fp8_step();
+  void hand_over_fp8_step();
   CudaGpt(const CudaGpt&) = delete;
   CudaGpt& operator=(const CudaGpt&) = delete;
 

@@ -54,6 +54,13 @@ void Fp8State::record(int layer, Fp8Layer gemm, Fp8Operand operand, float amax) 
   kept = std::isnan(amax) ? INFINITY : std::max(kept, amax);
 }
 
+void Fp8State::record_sites(std::span<const float> amaxes) {
+  STRATA_CHECK(amaxes.size() == step_.size(), "FP8 step amaxes: ", amaxes.size(), " for ",
+               step_.size(), " operands");
+  for (std::size_t s = 0; s < step_.size(); ++s)
+    step_[s] = std::isnan(amaxes[s]) ? INFINITY : std::max(step_[s], amaxes[s]);
+}
+
 void Fp8State::begin_step() { std::fill(step_.begin(), step_.end(), 0.0f); }
 
 void Fp8State::end_step(std::span<Collectives* const> groups) {

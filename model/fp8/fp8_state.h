@@ -46,6 +46,17 @@ class Fp8State {
   // Delayed: this rank's amax of one cast of the operand, kept if the largest of the step.
   void record(int layer, Fp8Layer gemm, Fp8Operand operand, float amax);
 
+  // The delayed recipe's operands one after another (site(layer, gemm, operand) < sites()), for
+  // a device that keeps the step's amaxes itself (model/ops/cuda_ops_fp8.cu) and hands them over
+  // (record_sites: each kept if the step's largest) before end_step.
+  std::size_t sites() const { return step_.size(); }
+  std::size_t site(int layer, Fp8Layer gemm, Fp8Operand operand) const {
+    return (static_cast<std::size_t>(layer) * kFp8Layers + static_cast<std::size_t>(gemm)) *
+               kFp8Operands +
+           static_cast<std::size_t>(operand);
+  }
+  void record_sites(std::span<const float> amaxes);
+
   void begin_step();
   // The step's amaxes, the largest over each of `groups` (null entries skipped), pushed into the
   // histories. Collective over every group.
@@ -60,12 +71,6 @@ class Fp8State {
   void set_histories(std::span<const float> values);
 
  private:
-  std::size_t site(int layer, Fp8Layer gemm, Fp8Operand operand) const {
-    return (static_cast<std::size_t>(layer) * kFp8Layers + static_cast<std::size_t>(gemm)) *
-               kFp8Operands +
-           static_cast<std::size_t>(operand);
-  }
-
   Fp8Settings settings_;
   int first_layer_;
   std::vector<std::array<bool, kFp8Layers>> runs_;

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "model/core/host_device.h"
 
@@ -95,6 +96,31 @@ STRATA_HOST_DEVICE inline std::uint8_t fp8_encode(float x, Fp8Format format) {
 // x through the format and back: what an FP8 GEMM's operand holds.
 STRATA_HOST_DEVICE inline float fp8_round(float x, Fp8Format format) {
   return fp8_decode(fp8_encode(x, format), format);
+}
+
+// fp8_round for a finite x by float arithmetic alone (no encode and decode): the emulation's fast
+// path, bitwise fp8_round for every finite float (tests/unit/model_fp8_test.cpp). Normal values:
+// the float's mantissa rounded to M bits, to nearest even, on its bits; below the format's normal
+// range: x rounded to a multiple of the smallest subnormal by adding and subtracting a power of two
+// whose ulp that is (round to nearest even, the default mode); beyond the largest value: it.
+STRATA_HOST_DEVICE inline float fp8_round_finite(float x, Fp8Format format) {
+  using std::copysign, std::fabs, std::ldexp;
+  const Fp8Layout l = fp8_layout(format);
+  const float a = fabs(x), largest = fp8_max(format);
+  float r;
+  if (a < ldexp(1.0f, 1 - l.bias)) {
+    const float c = ldexp(1.0f, 1 - l.bias - l.mantissa_bits + 23);
+    volatile float sum = a + c;  // volatile: the rounding must happen, not fold away
+    r = sum - c;
+  } else {
+    std::uint32_t bits;
+    std::memcpy(&bits, &a, sizeof bits);
+    const int drop = 23 - l.mantissa_bits;
+    bits += ((1u << (drop - 1)) - 1u) + ((bits >> drop) & 1u);
+    bits &= ~((1u << drop) - 1u);
+    std::memcpy(&r, &bits, sizeof r);
+  }
+  return copysign(r > largest ? largest : r, x);
 }
 
 // The scale that brings a tensor whose largest magnitude is `amax` into the format's range: the

@@ -23,10 +23,12 @@ auto CpuOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
   const Fp8Format format = state.format(operand);
   const long n = static_cast<long>(rows) * cols;
   if (out.size() < static_cast<std::size_t>(n)) out.resize(static_cast<std::size_t>(n));
+  // fp8_dequantize(fp8_quantize(x, scale)) by arithmetic alone (fp8_round_finite, the same
+  // values): a value that is not finite becomes NaN, as fp8_quantize makes it.
   auto cast = [&](long i, float scale) {
     const float value = static_cast<float>(x[i]);
-    out[static_cast<std::size_t>(i)] =
-        static_cast<T>(fp8_dequantize(fp8_quantize(value, scale, format), scale, format));
+    out[static_cast<std::size_t>(i)] = static_cast<T>(
+        value - value == 0.0f ? fp8_round_finite(value * scale, format) / scale : NAN);
   };
 
   if (state.settings().scaling == Fp8Scaling::rowwise) {
@@ -44,7 +46,7 @@ auto CpuOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
     else
       reduce_amaxes(fp8_amax_, split.rows_over_tp, split.rows_over_cp);
     for (float& amax : fp8_amax_) amax = fp8_scale(amax, format);  // now the scales
-#pragma omp parallel for
+#pragma omp parallel for if (n >= (1 << 16))
     for (long r = 0; r < rows; ++r)
       for (long c = 0; c < cols; ++c)
         cast(r * cols + c, fp8_amax_[static_cast<std::size_t>(along_columns ? r : c)]);
@@ -54,6 +56,7 @@ auto CpuOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
   // One scale for the tensor: from the delayed recipe's history once it holds a step, else from
   // the tensor's own amax over every rank holding part of it.
   float amax = 0.0f;
+#pragma omp parallel for reduction(max : amax) if (n >= (1 << 16))
   for (long i = 0; i < n; ++i) amax = fp8_amax_step(amax, static_cast<float>(x[i]));
   state.record(fp8.layer, fp8.gemm, operand, amax);
   if (state.settings().scaling == Fp8Scaling::delayed &&
@@ -64,7 +67,7 @@ auto CpuOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
                   split.rows_over_cp);
   }
   const float scale = fp8_scale(amax, format);
-#pragma omp parallel for
+#pragma omp parallel for if (n >= (1 << 16))
   for (long i = 0; i < n; ++i) cast(i, scale);
   return out.data();
 }

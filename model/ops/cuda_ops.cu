@@ -42,17 +42,15 @@ void CudaOps<T>::gather_rows_into(const Value* local, Value* full, int N, int C)
   if (gather_rows(local, full, N, C) == local) copy(full, local, static_cast<std::size_t>(N) * C);
 }
 
-namespace {
-void refuse_fp8(const Fp8Gemm& fp8) {
-  STRATA_CHECK(!fp8, "FP8 GEMMs are not built on CUDA yet (precision.fp8 trains on the CPU)");
-}
-}  // namespace
-
 template <class T>
 void CudaOps<T>::matmul_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
                                 const Value* bias, int N, int IC, int OC, Epilogue epilogue,
                                 const Fp8Gemm& fp8) {
-  refuse_fp8(fp8);
+  if (fp8) {
+    fp8_forward(out, epilogue == Epilogue::bias ? nullptr : pre_gelu, inp, weight, bias, N, IC, OC,
+                fp8);
+    return;
+  }
   switch (epilogue) {
     case Epilogue::bias:
       cuda::matmul_forward(ctx_, out, static_cast<T*>(nullptr), inp, weight, bias, N, IC, OC);
@@ -70,7 +68,10 @@ template <class T>
 void CudaOps<T>::matmul_backward_input(Value* dinp, const Value* dout, const Value* weight,
                                        const Value* pre_gelu, int N, int IC, int OC,
                                        const Fp8Gemm& fp8) {
-  refuse_fp8(fp8);
+  if (fp8) {
+    fp8_backward_input(dinp, dout, weight, pre_gelu, N, IC, OC, fp8);
+    return;
+  }
   cuda::matmul_backward_input(ctx_, dinp, dout, weight, pre_gelu, N, IC, OC);
 }
 
@@ -78,7 +79,10 @@ template <class T>
 void CudaOps<T>::matmul_backward_weight(Grad* dweight, Grad* dbias, const Value* dout,
                                         const Value* inp, int N, int IC, int OC,
                                         const Fp8Gemm& fp8) {
-  refuse_fp8(fp8);
+  if (fp8) {
+    matmul_backward_weight_rows(dweight, dbias, dout, inp, N, IC, OC, RowRange{0, N}, fp8);
+    return;
+  }
   cuda::matmul_backward_weight(ctx_, dweight, dbias, dout, inp, N, IC, OC, scratch_);
 }
 
@@ -86,15 +90,17 @@ template <class T>
 void CudaOps<T>::matmul_backward_weight_rows(Grad* dweight, Grad* dbias, const Value* dout,
                                              const Value* inp, int N, int IC, int OC,
                                              RowRange bias_rows, const Fp8Gemm& fp8) {
-  if (bias_rows.count == N) {  // every row: the bias gradient from the GEMM's epilogue
+  if (bias_rows.count == N && !fp8) {  // every row: the bias gradient from the GEMM's epilogue
     matmul_backward_weight(dweight, dbias, dout, inp, N, IC, OC, fp8);
     return;
   }
-  refuse_fp8(fp8);
   if (dbias != nullptr)
     bias_backward(dbias, dout + static_cast<std::size_t>(bias_rows.begin) * OC, bias_rows.count, OC,
                   scratch_, ctx_.stream());
-  matmul_backward_weight(dweight, nullptr, dout, inp, N, IC, OC, fp8);
+  if (fp8)
+    fp8_backward_weight(dweight, dout, inp, N, IC, OC, fp8);
+  else
+    matmul_backward_weight(dweight, nullptr, dout, inp, N, IC, OC, fp8);
 }
 
 template <class T>

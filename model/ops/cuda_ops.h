@@ -61,6 +61,12 @@ class CudaOps {
         scratch_(scratch),
         tp_(tp),
         sequence_parallel_(tp != nullptr && sequence_parallel) {}
+  // FP8 GEMMs (precision.fp8, tensorwise or delayed; model/ops/cuda_ops_fp8.cu): `cp`, the
+  // context-parallel group a micro-batch's amaxes are reduced over (null: one rank); `sites`, the
+  // delayed recipe's operands (Fp8State::sites), whose step amaxes the device keeps in
+  // fp8_step_amaxes() until the model hands them to its state (0: none kept).
+  void use_fp8(DeviceCollectives* cp, std::size_t sites);
+  float* fp8_step_amaxes() const { return fp8_step_.get(); }
   int tp_rank() const { return tp_ != nullptr ? tp_->rank() : 0; }
   int tp_size() const { return tp_ != nullptr ? tp_->size() : 1; }
 
@@ -85,8 +91,9 @@ class CudaOps {
   void round_to_compute(Value*, long) const {}
 
   // Linear layers through cuBLASLt (kernels/cuda/matmul.h). `bias`: pre_gelu unused. `gelu` and
-  // `bias_gelu` (one function here): the GELU epilogue, pre_gelu (N, OC) kept. FP8 GEMMs are not
-  // built on CUDA yet: a non-null `fp8` is an error (the config refuses precision.fp8 there).
+  // `bias_gelu` (one function here): the GELU epilogue, pre_gelu (N, OC) kept. With `fp8`, the
+  // casts and cuBLASLt's FP8 GEMM (cuda_ops_fp8.cu: bf16 operands; per-tensor scales), the GELU
+  // and GELU' as kernels of their own and the bias gradient from the unquantised dout.
   void matmul_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
                       const Value* bias, int N, int IC, int OC, Epilogue epilogue,
                       const Fp8Gemm& fp8);
@@ -245,10 +252,33 @@ class CudaOps {
   // caller releases them).
   float* loss_gradient(Scalar loss_scale, int N);
 
+  // The FP8 GEMMs of the matmul ops (cuda_ops_fp8.cu). Fp8Split: which parts of an operand
+  // (rows, cols) other ranks hold (CpuOps's). fp8_cast: the operand's codes (transposed: (cols,
+  // rows)), scaled per tensor, and its dequantisation factor, in the scratch arena (the caller's
+  // scope).
+  struct Fp8Split {
+    bool columns_over_tp = false, rows_over_tp = false, rows_over_cp = false;
+  };
+  struct Fp8Codes {
+    std::uint8_t* codes;
+    const float* inverse;
+    Fp8Format format;
+  };
+  Fp8Codes fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8, Fp8Operand operand,
+                    Fp8Split split, bool transpose);
+  void fp8_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
+                   const Value* bias, int N, int IC, int OC, const Fp8Gemm& fp8);
+  void fp8_backward_input(Value* dinp, const Value* dout, const Value* weight,
+                          const Value* pre_gelu, int N, int IC, int OC, const Fp8Gemm& fp8);
+  void fp8_backward_weight(Grad* dweight, const Value* dout, const Value* inp, int N, int IC,
+                           int OC, const Fp8Gemm& fp8);
+
   DeviceContext& ctx_;
   DeviceArena& scratch_;
   DeviceCollectives* tp_;
   bool sequence_parallel_;
+  DeviceCollectives* fp8_cp_ = nullptr;
+  DeviceBuffer<float> fp8_step_;  // the delayed recipe's step amaxes, per Fp8State site
   // The MoE ops' host staging: the router's choices and sums, f_e in fp32, the exchanged rows.
   std::vector<int> moe_host_choices_;
   std::vector<double> moe_host_sums_;

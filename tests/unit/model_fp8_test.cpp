@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 
 #include "model/kernels/fp8.h"
@@ -86,6 +87,34 @@ TEST(Fp8, EncodingRoundsToNearestEvenAndSaturates) {
     EXPECT_EQ(fp8_round(-INFINITY, format), -fp8_max(format));
     EXPECT_TRUE(std::isnan(fp8_round(NAN, format)));
     EXPECT_EQ(fp8_encode(-0.0f, format), 0x80);
+  }
+}
+
+// The emulation's fast path is fp8_round, bit for bit: at every code, its neighbours in float,
+// the midpoints between codes, and random floats over the whole finite range.
+TEST(Fp8, TheFastRoundingIsTheCastsBitForBit) {
+  auto same = [](float x, Fp8Format format) {
+    const float want = fp8_round(x, format), got = fp8_round_finite(x, format);
+    return std::memcmp(&want, &got, sizeof want) == 0;
+  };
+  for (Fp8Format format : kFormats) {
+    for (int code = 0; code < 255; ++code) {
+      const float a = fp8_decode(static_cast<std::uint8_t>(code), format);
+      const float b = fp8_decode(static_cast<std::uint8_t>(code + 1), format);
+      if (!std::isfinite(a) || !std::isfinite(b)) continue;
+      for (const float x : {a, (a + b) / 2, std::nextafter(a, b), std::nextafter((a + b) / 2, a),
+                            std::nextafter((a + b) / 2, b)})
+        ASSERT_TRUE(same(x, format)) << x;
+    }
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<std::uint32_t> bits;
+    for (int i = 0; i < 2000000; ++i) {
+      std::uint32_t b = bits(rng);
+      float x;
+      std::memcpy(&x, &b, sizeof x);
+      if (!std::isfinite(x)) continue;
+      ASSERT_TRUE(same(x, format)) << x;
+    }
   }
 }
 

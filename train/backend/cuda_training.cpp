@@ -62,7 +62,8 @@ class CudaTrainingOf final : public TrainingBackend {
         moments_on_device_(host_optimizer_ == nullptr ? static_cast<long>(owned_.size()) : 0),
         buffers_(buffer_bytes(n_params_, n_grads_, moments_on_device_, scratch_count_)),
         decay_(restrict_to(layout_.decayed_ranges(), owned_)),
-        micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len) {
+        micro_losses_(static_cast<std::size_t>(config.train.global_batch) * shape.seq_len),
+        fp8_groups_{&placement.groups->tp(), &placement.groups->dp_cp()} {
     STRATA_CHECK(plan_.buffer_size >= layout_.total() && owned_.end <= plan_.buffer_size,
                  "the reduction plan does not fit this partition's layout");
     master_ = buffers_.allocate<float>(n_params_);
@@ -104,7 +105,8 @@ class CudaTrainingOf final : public TrainingBackend {
           placement.slots[i], config.recompute, nccl_.tp.get(),
           pipeline_schedule_splits_backward(config.parallel.pipeline_schedule),
           placement.groups->ep(),
-          cuda::CudaContextGroup{placement.groups->cp(), nccl_.cp.get(), config.parallel.cp_comm}));
+          cuda::CudaContextGroup{placement.groups->cp(), nccl_.cp.get(), config.parallel.cp_comm},
+          config.precision.fp8));
       chunk_parameters_.push_back(std::make_unique<ChunkParameters<T, float>>(
           *parameters_, std::move(segments.rank_index[i])));
       stages_.push_back(
@@ -134,6 +136,7 @@ class CudaTrainingOf final : public TrainingBackend {
       buffers.front().values.resize(buffers.front().range.size());
       download(buffers.front().values, master_);
       ctx_.synchronize();
+      if (auto fp8 = fp8_history_buffer(fp8_states(), layout_)) buffers.push_back(std::move(*fp8));
       return buffers;
     }
     std::vector<StateBuffer> buffers = state_buffers(plan_.parameter_range, owned_, kAdamWMoments);
@@ -143,7 +146,15 @@ class CudaTrainingOf final : public TrainingBackend {
       download(buffers[i].values, arrays[i]);
     }
     ctx_.synchronize();
+    if (auto fp8 = fp8_history_buffer(fp8_states(), layout_)) buffers.push_back(std::move(*fp8));
     return buffers;
+  }
+
+  // The chunks' FP8 scaling states (null entries without FP8).
+  std::vector<Fp8State*> fp8_states() {
+    std::vector<Fp8State*> states;
+    for (const auto& model : models_) states.push_back(model->fp8_state());
+    return states;
   }
 
   void set_state(const std::vector<StateBuffer>& buffers) override {
@@ -154,8 +165,13 @@ class CudaTrainingOf final : public TrainingBackend {
     const std::vector<StateBuffer> held =
         state_buffers(plan_.parameter_range, owned_, kAdamWMoments);
     const std::vector<float*> arrays = state_arrays();
-    for (const StateBuffer& b : buffers)
+    for (const StateBuffer& b : buffers) {
+      if (b.name == kFp8HistoryBuffer) {
+        set_fp8_histories(fp8_states(), b);
+        continue;
+      }
       upload(arrays[match_state_buffer(held, b, "CUDA")], b.values);
+    }
     if constexpr (!std::is_same_v<T, float>)
       cuda::cast(weights_, master_, n_params_, ctx_.stream());
     ctx_.synchronize();  // the host vectors may change once this returns
@@ -186,6 +202,7 @@ class CudaTrainingOf final : public TrainingBackend {
                               const MicroBatchSource& source) override {
     STRATA_CUDA_CHECK(cudaMemsetAsync(grads_, 0, n_grads_ * sizeof(float), ctx_.stream()));
     parameters_->bind(weights(), grads_, micro_batches);
+    for (const auto& model : models_) model->begin_fp8_step();
     if (pp_->size() > 1) {
       const double loss = executor_->train_step(loss_scale, source);
       parameters_->finish_step();
@@ -238,6 +255,11 @@ class CudaTrainingOf final : public TrainingBackend {
   }
 
   void apply_optimizer(const OptimizerStep& step) override {
+    // The step is applied: its FP8 amaxes join the delayed recipe's histories.
+    for (const auto& model : models_) {
+      model->hand_over_fp8_step();
+      if (Fp8State* fp8 = model->fp8_state()) fp8->end_step(fp8_groups_);
+    }
     if (host_optimizer_ != nullptr)
       update_on_host(step);
     else
@@ -280,6 +302,10 @@ class CudaTrainingOf final : public TrainingBackend {
         state_buffers(plan_.parameter_range, host_optimizer_->optimizer().shapes());
     std::vector<StateBuffer> optimizer;
     for (const StateBuffer& b : buffers) {
+      if (b.name == kFp8HistoryBuffer) {
+        set_fp8_histories(fp8_states(), b);
+        continue;
+      }
       if (match_state_buffer(held, b, "CUDA") == 0) {
         upload(master_, b.values);
         continue;
@@ -457,6 +483,8 @@ class CudaTrainingOf final : public TrainingBackend {
   std::unique_ptr<DeviceParameterAccess<T>> parameters_;
   // Per chunk of the partition: its model, its view of parameters_, its pipeline stage.
   std::vector<std::unique_ptr<cuda::CudaGpt<T>>> models_;
+  // The groups a step's FP8 amaxes are reduced over: the ranks holding the same blocks.
+  std::vector<Collectives*> fp8_groups_;
   std::vector<std::unique_ptr<ChunkParameters<T, float>>> chunk_parameters_;
   std::vector<std::unique_ptr<CudaPipelineStage<T>>> stages_;
   Communicator* pp_ = nullptr;
@@ -471,6 +499,15 @@ std::unique_ptr<TrainingBackend> make_cuda_training(const Config& config, const 
   if (count == 0) fail("device cuda: no usable CUDA device");
   if (device < 0 || device >= count)
     fail("device cuda: device ", device, " requested but ", count, " present");
+  if (const Fp8Settings& fp8 = config.precision.fp8; fp8.enabled()) {
+    // FP8 tensor cores: Ada and Hopper (compute capability 8.9) and later.
+    cudaDeviceProp properties{};
+    STRATA_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+    if (properties.major * 10 + properties.minor < 89)
+      fail("precision.fp8: GPU ", device, " (", properties.name, ") has compute capability ",
+           properties.major, ".", properties.minor,
+           "; FP8 tensor cores need 8.9 or later (device: cpu emulates FP8)");
+  }
   if (config.precision.compute == cpu::ComputeDtype::bf16)
     return std::make_unique<CudaTrainingOf<__nv_bfloat16>>(config, shape, placement, device);
   if (config.precision.compute == cpu::ComputeDtype::fp16)

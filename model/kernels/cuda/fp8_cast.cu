@@ -7,6 +7,7 @@
 #include "model/kernels/cuda/fp8_cast.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/dtype.cuh"
@@ -70,6 +71,14 @@ __global__ void scales_kernel(float* scale, float* inverse, const float* amax, i
   scale[i] = s;
   inverse[i] = 1.0f / s;
 }
+
+__global__ void scale_of_kernel(float* scale, float* inverse, float amax, Fp8Format format) {
+  const float s = fp8_scale(amax, format);
+  *scale = s;
+  *inverse = 1.0f / s;
+}
+
+__global__ void keep_largest_kernel(float* kept, const float* amax) { *kept = fmaxf(*kept, *amax); }
 
 __device__ float scale_of(const float* scale, Fp8Axis axis, long row, long col) {
   return scale[axis == Fp8Axis::tensor ? 0 : axis == Fp8Axis::rows ? row : col];
@@ -136,6 +145,16 @@ void fp8_amaxes(float* amax, const T* x, int rows, int cols, Fp8Axis axis, cudaS
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
+void fp8_scale_of(float* scale, float* inverse, float amax, Fp8Format format, cudaStream_t stream) {
+  scale_of_kernel<<<1, 1, 0, stream>>>(scale, inverse, amax, format);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_keep_largest(float* kept, const float* amax, cudaStream_t stream) {
+  keep_largest_kernel<<<1, 1, 0, stream>>>(kept, amax);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
 void fp8_scales(float* scale, float* inverse, const float* amax, int count, Fp8Format format,
                 cudaStream_t stream) {
   if (count <= 0) return;
@@ -166,6 +185,7 @@ void fp8_cast(std::uint8_t* codes, const T* x, const float* scale, int rows, int
                             Fp8Format, cudaStream_t);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(__nv_bfloat16)
+STRATA_INSTANTIATE(__half)
 #undef STRATA_INSTANTIATE
 
 }  // namespace strata::cuda

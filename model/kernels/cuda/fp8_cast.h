@@ -1,7 +1,7 @@
 // FP8 casts on the device (docs/ARCHITECTURE.md §6 "FP8"): an FP8 GEMM operand's amaxes, scales
 // and codes, every value through kernels/fp8.h's functions (fp8_amax_step, fp8_scale,
 // fp8_quantize), so the codes are bitwise those the CPU's emulation casts
-// (model/ops/cpu_ops_fp8.cpp). x (rows, cols) row-major in T (float or bf16).
+// (model/ops/cpu_ops_fp8.cpp). x (rows, cols) row-major in T (float, bf16 or fp16).
 //   tensor   one amax and scale for all of x (tensorwise, delayed)
 //   rows     one per row (the GEMM sums along x's columns: rowwise)
 //   columns  one per column (the GEMM sums along x's rows: rowwise's weight gradient)
@@ -26,6 +26,12 @@ void fp8_amaxes(float* amax, const T* x, int rows, int cols, Fp8Axis axis, cudaS
 // GEMM's dequantisation factor, for i < count.
 void fp8_scales(float* scale, float* inverse, const float* amax, int count, Fp8Format format,
                 cudaStream_t stream);
+
+// The same for one amax the host knows (the delayed recipe's history): scale[0], inverse[0].
+void fp8_scale_of(float* scale, float* inverse, float amax, Fp8Format format, cudaStream_t stream);
+
+// kept[0] = max(kept[0], amax[0]): a step's largest amax of an operand (the delayed recipe).
+void fp8_keep_largest(float* kept, const float* amax, cudaStream_t stream);
 
 // codes (rows, cols) = fp8_quantize(x · scale) with the tensor's, the row's or the column's
 // scale; `transpose`: codes (cols, rows) instead, x's transpose, the K-major copy an FP8 GEMM over

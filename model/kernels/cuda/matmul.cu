@@ -299,8 +299,9 @@ cudaDataType_t fp8_type(Fp8Format format) {
 template <class D>
 void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
                 const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
-                const float* b_inverse, int rows, int cols, int K, float beta) {
+                const float* b_inverse, int rows, int cols, int K, float beta, const D* bias) {
   STRATA_CHECK(rows >= 0 && cols > 0 && K > 0);
+  STRATA_CHECK(bias == nullptr || beta == 0.0f, "an FP8 GEMM adds a bias only when it overwrites");
   STRATA_CHECK(a_format == Fp8Format::e4m3 || b_format == Fp8Format::e4m3,
                "FP8 GEMMs take at most one e5m2 operand");
   STRATA_CHECK((std::is_same_v<D, float>) || beta == 0.0f, "an FP8 GEMM adds only into fp32");
@@ -313,8 +314,8 @@ void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_for
                 cols,
                 rows,
                 K,
-                CUBLASLT_EPILOGUE_DEFAULT,
-                common_alignment({a, b, d})};
+                bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+                common_alignment({a, b, d, bias})};
   key.b_type = fp8_type(a_format);
   key.fast_accumulation = false;
   MatmulPlan& plan = plan_for(ctx, key, true);
@@ -327,10 +328,10 @@ void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_for
 
 template void fp8_matmul<float>(DeviceContext&, float*, const std::uint8_t*, Fp8Format,
                                 const float*, const std::uint8_t*, Fp8Format, const float*, int,
-                                int, int, float);
+                                int, int, float, const float*);
 template void fp8_matmul<__nv_bfloat16>(DeviceContext&, __nv_bfloat16*, const std::uint8_t*,
                                         Fp8Format, const float*, const std::uint8_t*, Fp8Format,
-                                        const float*, int, int, int, float);
+                                        const float*, int, int, int, float, const __nv_bfloat16*);
 
 #define STRATA_INSTANTIATE(T)                                                                      \
   template void matmul_forward<T>(DeviceContext&, T*, T*, const T*, const T*, const T*, int, int,  \

@@ -58,9 +58,11 @@ void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, co
 // promoted into fp32 between slices, so |d − the fp32 sum of the dequantized products| stays
 // within 2^-12 · Σ_k |a_k·b_k| (tests/cuda/fp8_test.cu); fast accumulation (no promotion) would
 // let that error grow with K.
+// `bias` (cols, in D; may be null): added to every row in the epilogue (β 0 only).
 template <class D>
 void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
                 const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
-                const float* b_inverse, int rows, int cols, int K, float beta);
+                const float* b_inverse, int rows, int cols, int K, float beta,
+                const D* bias = nullptr);
 
 }  // namespace strata::cuda
