@@ -11,9 +11,10 @@
 // parallelism, the rows exchanged through the host): ep 2 of dp 2, ep 2 of dp 4 under ZeRO-2 (the
 // dense gradients summed over ep before the reduce-scatter over expert_dp), and ep 2 of dp 2 under
 // tp 2 with sequence parallelism. Context parallelism (cp 2 and 4, ring and all_gather) with tp,
-// pp, ZeRO 3 and recomputation follows it too. On a machine with one GPU all ranks share it through
-// host-staged collectives (NCCL needs a GPU per rank) and NCCL itself runs over one rank; with
-// several GPUs, device_comm auto carries the layouts over NCCL.
+// pp, ZeRO 3 and recomputation follows it too, and FP8 (tensorwise, delayed) the CPU's emulation.
+// On a machine with one GPU all ranks share it through host-staged collectives (NCCL needs a GPU
+// per rank) and NCCL itself runs over one rank; with several GPUs, device_comm auto carries the
+// layouts over NCCL.
 //
 // Exits with 77 (reported skipped by CTest, never passed) where no CUDA device is usable.
 #include <gtest/gtest.h>
@@ -236,6 +237,30 @@ TEST_F(CudaLayouts, Bf16LayoutTrainsTheBf16RunOfOneProcess) {
   // before adding them (in fp32), one process adds inside the GEMM.
   expect_close(metric(run, "loss"), bf16, 0, "bf16 loss", 1e-2);
   expect_close(metric(run, "val_loss"), metric(reference, "val_loss"), 0, "bf16 val_loss", 1e-2);
+}
+
+// FP8 (docs/ARCHITECTURE.md §6 "FP8"): the CUDA run of each per-tensor recipe, on one GPU and on
+// a layout of tp 2 with sequence parallelism and dp 2, trains the CPU emulation's run of one
+// process within the bf16 bound (the operands are the same FP8 values; the GEMMs sum them in
+// another order and the CUDA bf16 kernels round elsewhere than the CPU's emulation).
+TEST_F(CudaLayouts, Fp8TrainsTheCpuEmulationsRun) {
+  for (const std::string recipe : {"tensorwise", "delayed"}) {
+    const std::string fp8 = " --set precision.fp8_min_size=0 --set precision.fp8=" + recipe;
+    Layout cpu;
+    cpu.device = "cpu";
+    cpu.compute = "bf16";
+    const auto reference = metric(train(*dir_, cpu, "fp8_cpu_" + recipe, fp8), "loss");
+    ASSERT_EQ(reference.size(), 20u);
+    Layout single;
+    single.device = "cuda";
+    single.compute = "bf16";
+    Layout layout{2, 2, 1, "1f1b", true};
+    layout.device = "cuda";
+    layout.compute = "bf16";
+    for (const Layout& l : {single, layout})
+      expect_close(metric(train(*dir_, l, "fp8_" + recipe + l.name(), fp8), "loss"), reference, 0,
+                   "FP8 " + recipe + " loss, " + l.name(), 1e-2);
+  }
 }
 
 TEST_F(CudaLayouts, CheckpointsOfACudaLayoutResumeOnTheCpu) {
