@@ -74,8 +74,16 @@ void CudaOps<T>::fp8_forward(Value* out, Value* pre_gelu, const Value* inp, cons
     const Fp8Codes w = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight,
                                 {.columns_over_tp = rp, .rows_over_tp = !rp}, false);
     T* product = pre_gelu != nullptr ? pre_gelu : out;
+    // The bias into the arena: a tensor of the packed parameters may start at any element, and
+    // cuBLASLt's FP8 kernels want every pointer 16-byte aligned.
+    const T* aligned_bias = nullptr;
+    if (bias != nullptr) {
+      T* copy = scratch_.allocate<T>(static_cast<std::size_t>(OC));
+      this->copy(copy, bias, static_cast<std::size_t>(OC));
+      aligned_bias = copy;
+    }
     fp8_matmul(ctx_, product, x.codes, x.format, x.inverse, w.codes, w.format, w.inverse, N, OC, IC,
-               0.0f, bias);
+               0.0f, aligned_bias);
     if (pre_gelu != nullptr) gelu_forward(out, pre_gelu, static_cast<long>(N) * OC);
   }
 }

@@ -91,15 +91,18 @@ __global__ void __launch_bounds__(kThreads)
   const long n = static_cast<long>(rows) * cols;
   for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<long>(gridDim.x) * blockDim.x)
-    codes[i] = fp8_quantize(to_float(x[i]), scale_of(scale, axis, i / cols, i % cols), format);
+    codes[i] = fp8_quantize(
+        to_float(x[i]),
+        axis == Fp8Axis::tensor ? scale[0] : scale_of(scale, axis, i / cols, i % cols), format);
 }
 
-// One 32 × 32 tile per block of 32 × 8 threads: read x's tile row by row, write its transpose.
+// One 32 × 32 tile per block of 32 × 8 threads (blockIdx.x its rows, blockIdx.y its columns): read
+// x's tile row by row, write its transpose.
 template <class T>
 __global__ void cast_transpose_kernel(std::uint8_t* codes, const T* x, const float* scale, int rows,
                                       int cols, Fp8Axis axis, Fp8Format format) {
   __shared__ std::uint8_t tile[kTile][kTile + 1];
-  const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
+  const int r0 = blockIdx.x * kTile, c0 = blockIdx.y * kTile;  // rows on x: up to 2^31 − 1 tiles
   for (int dr = threadIdx.y; dr < kTile; dr += blockDim.y) {
     const int r = r0 + dr, c = c0 + threadIdx.x;
     if (r < rows && c < cols)
@@ -172,7 +175,9 @@ void fp8_cast(std::uint8_t* codes, const T* x, const float* scale, int rows, int
   if (!transpose) {
     cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(codes, x, scale, rows, cols, axis, format);
   } else {
-    const dim3 grid((cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile);
+    STRATA_CHECK((cols + kTile - 1) / kTile <= 65535, "a transposed FP8 cast of ", cols,
+                 " columns (at most 65535 tiles of 32)");
+    const dim3 grid((rows + kTile - 1) / kTile, (cols + kTile - 1) / kTile);
     cast_transpose_kernel<<<grid, dim3(kTile, 8), 0, stream>>>(codes, x, scale, rows, cols, axis,
                                                                format);
   }

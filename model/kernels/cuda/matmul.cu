@@ -301,7 +301,15 @@ void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_for
                 const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
                 const float* b_inverse, int rows, int cols, int K, float beta, const D* bias) {
   STRATA_CHECK(rows >= 0 && cols > 0 && K > 0);
-  STRATA_CHECK(bias == nullptr || beta == 0.0f, "an FP8 GEMM adds a bias only when it overwrites");
+  STRATA_CHECK(bias == nullptr || (beta == 0.0f && std::is_same_v<D, __nv_bfloat16>),
+               "an FP8 GEMM adds a bias only to a bf16 output it overwrites");
+  // cuBLASLt's FP8 kernels: every dimension a multiple of 16, every pointer 16-byte aligned.
+  const int alignment = common_alignment({a, b, d, bias});
+  if (rows % 16 != 0 || cols % 16 != 0 || K % 16 != 0 || alignment < 16)
+    fail("an FP8 GEMM of ", rows, "x", cols, "x", K, " (pointers aligned to ", alignment,
+         " bytes): cuBLASLt's FP8 kernels need dimensions that are multiples of 16 and 16-byte "
+         "aligned operands (tokens per micro-batch and this rank's layer widths; "
+         "precision.fp8_min_size keeps small layers in bf16)");
   STRATA_CHECK(a_format == Fp8Format::e4m3 || b_format == Fp8Format::e4m3,
                "FP8 GEMMs take at most one e5m2 operand");
   STRATA_CHECK((std::is_same_v<D, float>) || beta == 0.0f, "an FP8 GEMM adds only into fp32");
@@ -315,13 +323,12 @@ void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_for
                 rows,
                 K,
                 bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
-                common_alignment({a, b, d, bias})};
+                alignment};
   key.b_type = fp8_type(a_format);
   key.fast_accumulation = false;
   MatmulPlan& plan = plan_for(ctx, key, true);
   if (!plan.supported)
-    fail("cuBLASLt has no FP8 algorithm for a ", rows, "x", cols, "x", K,
-         " GEMM (it needs a device of compute capability 8.9 or later)");
+    fail("cuBLASLt has no FP8 algorithm for a ", rows, "x", cols, "x", K, " GEMM");
   STRATA_CUBLAS_CHECK(
       launch_plan(ctx, plan, key, b, a, d, beta, nullptr, nullptr, b_inverse, a_inverse));
 }
