@@ -12,7 +12,8 @@
 #                      tokenized there (.gpu/data)
 #            bench:    `bench attention` in bf16, fp16 and fp32 (Strata against cuDNN 9) and
 #                      `bench train` on the GPT-2 124M, 350M, 774M and 1.5B configs and the
-#                      Llama-style 125M, 350M and 1B configs (configs/llama_*.yaml)
+#                      Llama-style 125M, 350M and 1B configs (configs/llama_*.yaml); then FP8
+#                      (tensorwise, delayed) on 350M-1.5B and the Llama 1B (BENCH_FP8_MODELS)
 #            sanitize: compute-sanitizer memcheck, then racecheck, on each kernel test
 #            profile:  Nsight Compute's duration of every kernel launch of `bench train` (GPT-2
 #                      PROFILE_MODEL, default 124m, micro-batch 8, bf16, no recomputation, one
@@ -360,6 +361,18 @@ if [[ $mode == bench || $mode == all ]]; then
         "$root/tools/bench_torch.py" --device cuda --config "$config" \
         --micro-batch ${BENCH_MICRO_BATCH:-8}
     fi
+  done
+  # FP8 (precision.fp8, tensorwise and delayed) against the bf16 figures above on the same configs
+  # (MFU still counted at the bf16 peak); the default fp8_min_size leaves 124M's GEMMs in bf16.
+  for model in ${BENCH_FP8_MODELS-350m 774m 1.5b llama_1b}; do
+    config="configs/gpt2_$model.yaml"
+    [[ $model == llama_* ]] && config="configs/$model.yaml"
+    for recipe in tensorwise delayed; do
+      step "bench_train_${model}_fp8_$recipe" "$gpu_dir/bin/bench" train --config "$config" \
+        --set device=cuda --set train.micro_batch="${BENCH_MICRO_BATCH:-8}" \
+        --set recompute="${BENCH_RECOMPUTE:-none}" --set precision.compute=bf16 \
+        --set precision.fp8="$recipe" --steps 20
+    done
   done
 fi
 
