@@ -237,13 +237,15 @@ class GptBlock {
   void forward(const Activations& a, int B, int T_, const Weights& p) {
     const int C = d_.C, N = B * T_, Nl = d_.rows(N);
     // Attention: x2 = x + [sum](proj(attn(qkv(ln1(x))))) + b, then ln2 = norm(x2) in the same op.
-    norm().forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p.ln1_weight, p.ln1_bias, Nl, C);
+    norm().forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, p.ln1_weight, p.ln1_bias, Nl, C,
+                   fp8(Fp8Layer::qkv));
     attention_core_forward(a, B, T_, p, ops_.gather_rows(a.ln1, a.ln1_full, N, C));
     ops_.matmul_forward(b_.partial, nullptr, a.atty, p.attn_proj_weight, nullptr, N, d_.Cl, C,
                         Epilogue::bias, fp8(Fp8Layer::attn_proj));
     const Value* y = ops_.sum_rows(b_.partial, b_.reduced, N, C);  // (Nl, C)
     norm().residual_forward(a.x2, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, y, p.attn_proj_bias,
-                            p.ln2_weight, p.ln2_bias, Nl, C);
+                            p.ln2_weight, p.ln2_bias, Nl, C,
+                            a.moe != nullptr ? Fp8Gemm{} : fp8(Fp8Layer::mlp_fc));
     const Value* ln2_full = ops_.gather_rows(a.ln2, a.ln2_full, N, C);
     if (a.moe != nullptr) {
       // The experts: out = x2 + [sum](moe(ln2)), their proj biases inside (model/moe/).

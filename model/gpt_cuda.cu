@@ -144,7 +144,16 @@ CudaGpt<T>::CudaGpt(DeviceContext& ctx, const GptShape& shape, const ModelPartit
     DeviceCollectives* cp = nullptr;
     if (partition.context.split())
       cp = context.device_cp != nullptr ? context.device_cp : staged_cp_.get();
-    ops_.use_fp8(cp, state->sites());
+    // The delayed recipe's norms and GELU cast what they write for the GEMM that reads it
+    // (CudaOps::fused_cast): at most a micro-batch's rows by the model width or this rank's fc
+    // columns.
+    const std::size_t fused_codes =
+        fp8.scaling == Fp8Scaling::delayed
+            ? static_cast<std::size_t>(max_batch) * partition.context.local_length(shape.seq_len) *
+                  static_cast<std::size_t>(
+                      std::max(shape.d_model, shape.ffn_width() / partition.tp_size))
+            : 0;
+    ops_.use_fp8(cp, state->sites(), fused_codes);
   }
   if (shape.moe.enabled()) {
     STRATA_CHECK(ep == nullptr ? partition.ep_size == 1

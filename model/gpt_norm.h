@@ -5,6 +5,7 @@
 #pragma once
 
 #include "model/gpt_architecture.h"
+#include "model/ops/ops.h"
 
 namespace strata {
 
@@ -18,22 +19,25 @@ struct GptNorm {
   Norm kind = Norm::layernorm;
   double eps = 1e-5;
 
-  // out (N, C) = norm(x); mean and rstd (N) for the backward.
-  void forward(V* out, S* mean, S* rstd, const V* x, const V* weight, const V* bias, int N,
-               int C) const {
+  // out (N, C) = norm(x); mean and rstd (N) for the backward. `cast_for`: the FP8 GEMM that reads
+  // out next, whose cast a backend may fuse into the norm (CudaOps::fused_cast; empty: none).
+  void forward(V* out, S* mean, S* rstd, const V* x, const V* weight, const V* bias, int N, int C,
+               const Fp8Gemm& cast_for = {}) const {
     if (kind == Norm::rmsnorm)
-      ops.rmsnorm_forward(out, rstd, x, weight, N, C, eps);
+      ops.rmsnorm_forward(out, rstd, x, weight, N, C, eps, cast_for);
     else
-      ops.layernorm_forward(out, mean, rstd, x, weight, bias, N, C, eps);
+      ops.layernorm_forward(out, mean, rstd, x, weight, bias, N, C, eps, cast_for);
   }
   // sum_out = residual + (y + y_bias), out = norm(sum_out), in one op.
   void residual_forward(V* sum_out, V* out, S* mean, S* rstd, const V* residual, const V* y,
-                        const V* y_bias, const V* weight, const V* bias, int N, int C) const {
+                        const V* y_bias, const V* weight, const V* bias, int N, int C,
+                        const Fp8Gemm& cast_for = {}) const {
     if (kind == Norm::rmsnorm)
-      ops.residual_rmsnorm_forward(sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps);
+      ops.residual_rmsnorm_forward(sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps,
+                                   cast_for);
     else
       ops.residual_layernorm_forward(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N,
-                                     C, eps);
+                                     C, eps, cast_for);
   }
   // dinp (N, C) += the input gradient (rounded, as the ops do).
   void backward_input(V* dinp, const V* dout, const V* x, const V* weight, const S* mean,

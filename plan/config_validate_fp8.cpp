@@ -16,10 +16,6 @@ void validate_fp8(const Config& c, const Rules& rules) {
     rules.fail("precision.fp8", "(", kFp8ScalingChoices.word(f.scaling),
                ") needs precision.compute: bf16, got ",
                cpu::compute_dtype_name(c.precision.compute));
-  if (c.device == Device::cuda && f.scaling == Fp8Scaling::rowwise)
-    rules.fail("precision.fp8",
-               "(rowwise) is not built on CUDA yet (tensorwise and delayed are): "
-               "use device: cpu");
   if (f.layers.empty())
     rules.fail("precision.fp8_layers", "is empty: no GEMM would multiply in FP8 (use fp8: none)");
   if (f.scaling != Fp8Scaling::delayed) return;

@@ -98,7 +98,7 @@ void bench_checkpoint(const ToolArgs& args) {
 
   JsonLine json = JsonLine()
                       .add("bench", "checkpoint")
-                      .add("format", kCheckpointFormat)
+                      .add("format", checkpoint_format_name(CheckpointFormat::v4))
                       .add("tensors", summary.tensors)
                       .add("values", summary.values)
                       .add("file_mib", file_bytes / double(1 << 20), "%.1f")

@@ -150,8 +150,8 @@ void CpuOps<T>::gelu_backward(Value* dinp, const Value* inp, const Value* dout, 
 
 template <class T>
 void CpuOps<T>::layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp,
-                                  const Value* weight, const Value* bias, int N, int C,
-                                  double eps) {
+                                  const Value* weight, const Value* bias, int N, int C, double eps,
+                                  const Fp8Gemm&) {
   cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
   round_to_compute(out, static_cast<long>(N) * C);
 }
@@ -160,7 +160,8 @@ template <class T>
 void CpuOps<T>::residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                            const Value* residual, const Value* y,
                                            const Value* y_bias, const Value* weight,
-                                           const Value* bias, int N, int C, double eps) {
+                                           const Value* bias, int N, int C, double eps,
+                                           const Fp8Gemm&) {
   cpu::residual_layernorm_forward(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C,
                                   eps, compute_);
 }
@@ -341,7 +342,7 @@ void CpuOps<T>::cross_entropy_forward_backward(Stat* losses, Stat* stats, Value*
 
 template <class T>
 void CpuOps<T>::rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight,
-                                int N, int C, double eps) {
+                                int N, int C, double eps, const Fp8Gemm&) {
   cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
   round_to_compute(out, static_cast<long>(N) * C);
 }
@@ -349,7 +350,8 @@ void CpuOps<T>::rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const 
 template <class T>
 void CpuOps<T>::residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd,
                                          const Value* residual, const Value* y, const Value* y_bias,
-                                         const Value* weight, int N, int C, double eps) {
+                                         const Value* weight, int N, int C, double eps,
+                                         const Fp8Gemm&) {
   cpu::residual_rmsnorm_forward(sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps,
                                 compute_);
 }

@@ -109,12 +109,14 @@ class CpuOps {
   void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);
   // RMSNorm (kernels/cpu/rmsnorm.h), as LayerNorm's ops below: out rounded, rstd (N) as computed;
   // the residual form's sum_out and out rounded; dinp (N, C) += ..., then rounded; dweight (C)
-  // += ..., not rounded.
+  // += ..., not rounded. The norms' `cast_for` (the FP8 GEMM that reads `out` next, which the
+  // CUDA backend may cast in the same pass) changes nothing here: the GEMM's emulation casts the
+  // same stored values.
   void rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight, int N, int C,
-                       double eps);
+                       double eps, const Fp8Gemm& cast_for);
   void residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd, const Value* residual,
                                 const Value* y, const Value* y_bias, const Value* weight, int N,
-                                int C, double eps);
+                                int C, double eps, const Fp8Gemm& cast_for);
   void rmsnorm_backward_input(Value* dinp, const Value* dout, const Value* inp, const Value* weight,
                               const Stat* rstd, int N, int C);
   void rmsnorm_backward_weight(Grad* dweight, const Value* dout, const Value* inp, const Stat* rstd,
@@ -131,12 +133,13 @@ class CpuOps {
   // LayerNorm (kernels/cpu/layernorm.h; eps the model's, model.norm_eps): out rounded, mean and
   // rstd (N) as computed. bias may be null (no bias).
   void layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp, const Value* weight,
-                         const Value* bias, int N, int C, double eps);
+                         const Value* bias, int N, int C, double eps, const Fp8Gemm& cast_for);
   // sum_out = residual + (y + y_bias), out = LayerNorm(sum_out): both rounded (one fused pass).
   // y_bias and bias may be null (no bias).
   void residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                   const Value* residual, const Value* y, const Value* y_bias,
-                                  const Value* weight, const Value* bias, int N, int C, double eps);
+                                  const Value* weight, const Value* bias, int N, int C, double eps,
+                                  const Fp8Gemm& cast_for);
   // dinp (N, C) += the input gradient, then dinp rounded (all of it: it is the running residual
   // gradient, rounded after each addition).
   void layernorm_backward_input(Value* dinp, const Value* dout, const Value* inp,

@@ -115,18 +115,21 @@ void CudaOps<T>::gelu_backward(Value* dinp, const Value* inp, const Value* dout,
 
 template <class T>
 void CudaOps<T>::layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp,
-                                   const Value* weight, const Value* bias, int N, int C,
-                                   double eps) {
-  cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, ctx_.stream());
+                                   const Value* weight, const Value* bias, int N, int C, double eps,
+                                   const Fp8Gemm& cast_for) {
+  cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps, ctx_.stream(),
+                          fused_cast(out, static_cast<long>(N) * C, cast_for));
 }
 
 template <class T>
 void CudaOps<T>::residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                             const Value* residual, const Value* y,
                                             const Value* y_bias, const Value* weight,
-                                            const Value* bias, int N, int C, double eps) {
+                                            const Value* bias, int N, int C, double eps,
+                                            const Fp8Gemm& cast_for) {
   cuda::residual_layernorm_forward(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N,
-                                   C, eps, ctx_.stream());
+                                   C, eps, ctx_.stream(),
+                                   fused_cast(out, static_cast<long>(N) * C, cast_for));
 }
 
 template <class T>
@@ -298,17 +301,19 @@ STRATA_CHECK_GPT_OPS(CudaOps<__half>);
 
 template <class T>
 void CudaOps<T>::rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight,
-                                 int N, int C, double eps) {
-  cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, ctx_.stream());
+                                 int N, int C, double eps, const Fp8Gemm& cast_for) {
+  cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, ctx_.stream(),
+                        fused_cast(out, static_cast<long>(N) * C, cast_for));
 }
 
 template <class T>
 void CudaOps<T>::residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd,
                                           const Value* residual, const Value* y,
                                           const Value* y_bias, const Value* weight, int N, int C,
-                                          double eps) {
+                                          double eps, const Fp8Gemm& cast_for) {
   cuda::residual_rmsnorm_forward(sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps,
-                                 ctx_.stream());
+                                 ctx_.stream(),
+                                 fused_cast(out, static_cast<long>(N) * C, cast_for));
 }
 
 template <class T>

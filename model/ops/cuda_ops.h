@@ -33,6 +33,8 @@
 #include "model/kernels/cuda/device_buffer.h"
 #include "model/kernels/cuda/device_collectives.h"
 #include "model/kernels/cuda/device_context.h"
+#include "model/kernels/cuda/fp8_cast.h"
+#include "model/kernels/cuda/matmul.h"
 #include "model/ops/ops.h"
 
 namespace strata::cuda {
@@ -61,11 +63,12 @@ class CudaOps {
         scratch_(scratch),
         tp_(tp),
         sequence_parallel_(tp != nullptr && sequence_parallel) {}
-  // FP8 GEMMs (precision.fp8, tensorwise or delayed; model/ops/cuda_ops_fp8.cu): `cp`, the
-  // context-parallel group a micro-batch's amaxes are reduced over (null: one rank); `sites`, the
-  // delayed recipe's operands (Fp8State::sites), whose step amaxes the device keeps in
-  // fp8_step_amaxes() until the model hands them to its state (0: none kept).
-  void use_fp8(DeviceCollectives* cp, std::size_t sites);
+  // FP8 GEMMs (precision.fp8; model/ops/cuda_ops_fp8.cu): `cp`, the context-parallel group a
+  // micro-batch's amaxes are reduced over (null: one rank); `sites`, the delayed recipe's operands
+  // (Fp8State::sites), whose step amaxes the device keeps in fp8_step_amaxes() until the model
+  // hands them to its state (0: none kept); `fused_codes`, the bytes of the largest tensor a norm
+  // or GELU casts as it writes it (fused_cast; 0: every cast apart).
+  void use_fp8(DeviceCollectives* cp, std::size_t sites, std::size_t fused_codes = 0);
   float* fp8_step_amaxes() const { return fp8_step_.get(); }
   int tp_rank() const { return tp_ != nullptr ? tp_->rank() : 0; }
   int tp_size() const { return tp_ != nullptr ? tp_->size() : 1; }
@@ -110,12 +113,13 @@ class CudaOps {
 
   void gelu_forward(Value* out, const Value* inp, long n);
   void gelu_backward(Value* dinp, const Value* inp, const Value* dout, long n);
-  // The Llama block's ops (kernels/cuda/rmsnorm.h, swiglu.h, rope.h), as CpuOps's.
+  // The Llama block's ops (kernels/cuda/rmsnorm.h, swiglu.h, rope.h), as CpuOps's. The norms
+  // cast `out` for `cast_for` in the same pass where fused_cast allows.
   void rmsnorm_forward(Value* out, Stat* rstd, const Value* inp, const Value* weight, int N, int C,
-                       double eps);
+                       double eps, const Fp8Gemm& cast_for);
   void residual_rmsnorm_forward(Value* sum_out, Value* out, Stat* rstd, const Value* residual,
                                 const Value* y, const Value* y_bias, const Value* weight, int N,
-                                int C, double eps);
+                                int C, double eps, const Fp8Gemm& cast_for);
   void rmsnorm_backward_input(Value* dinp, const Value* dout, const Value* inp, const Value* weight,
                               const Stat* rstd, int N, int C);
   void rmsnorm_backward_weight(Grad* dweight, const Value* dout, const Value* inp, const Stat* rstd,
@@ -127,10 +131,11 @@ class CudaOps {
 
   // eps the model's (model.norm_eps); bias, y_bias and (below) dbias may be null (no bias).
   void layernorm_forward(Value* out, Stat* mean, Stat* rstd, const Value* inp, const Value* weight,
-                         const Value* bias, int N, int C, double eps);
+                         const Value* bias, int N, int C, double eps, const Fp8Gemm& cast_for);
   void residual_layernorm_forward(Value* sum_out, Value* out, Stat* mean, Stat* rstd,
                                   const Value* residual, const Value* y, const Value* y_bias,
-                                  const Value* weight, const Value* bias, int N, int C, double eps);
+                                  const Value* weight, const Value* bias, int N, int C, double eps,
+                                  const Fp8Gemm& cast_for);
   void layernorm_backward_input(Value* dinp, const Value* dout, const Value* inp,
                                 const Value* weight, const Stat* mean, const Stat* rstd, int N,
                                 int C);
@@ -254,15 +259,16 @@ class CudaOps {
 
   // The FP8 GEMMs of the matmul ops (cuda_ops_fp8.cu). Fp8Split: which parts of an operand
   // (rows, cols) other ranks hold (CpuOps's). fp8_cast: the operand's codes (transposed: (cols,
-  // rows)), scaled per tensor, and its dequantisation factor, in the scratch arena (the caller's
-  // scope).
+  // rows)), scaled per tensor or per row of the codes (rowwise), and its dequantisation factors,
+  // in the scratch arena (the caller's scope).
   struct Fp8Split {
     bool columns_over_tp = false, rows_over_tp = false, rows_over_cp = false;
   };
   struct Fp8Codes {
     std::uint8_t* codes;
-    const float* inverse;
+    const float* inverse;  // one factor, or one per row of the codes (scales rows)
     Fp8Format format;
+    Fp8Scales scales;
   };
   Fp8Codes fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8, Fp8Operand operand,
                     Fp8Split split, bool transpose);
@@ -277,8 +283,23 @@ class CudaOps {
   DeviceArena& scratch_;
   DeviceCollectives* tp_;
   bool sequence_parallel_;
+  // The cast of `out` (n values, about to be written) as the input of GEMM `next`, for the kernel
+  // that writes it, where the scale is known before the values: `next` multiplies in FP8 under
+  // the delayed recipe and its input has a history. Else empty (the GEMM casts apart). fp8_cast
+  // then hands these codes to `next`'s forward, the next cast of all; any other cast drops them.
+  Fp8CastOutput fused_cast(const Value* out, long n, const Fp8Gemm& next);
+  struct Fp8FusedCodes {
+    const Value* source = nullptr;  // the tensor they are the codes of; null: none held
+    int layer = 0;
+    Fp8Layer gemm = Fp8Layer::qkv;
+    long elements = 0;
+    Fp8Format format = Fp8Format::e4m3;
+  };
   DeviceCollectives* fp8_cp_ = nullptr;
   DeviceBuffer<float> fp8_step_;  // the delayed recipe's step amaxes, per Fp8State site
+  DeviceBuffer<std::uint8_t> fp8_fused_codes_;
+  DeviceBuffer<float> fp8_fused_scales_;  // the codes' scale and its inverse
+  Fp8FusedCodes fp8_fused_;
   // The MoE ops' host staging: the router's choices and sums, f_e in fp32, the exchanged rows.
   std::vector<int> moe_host_choices_;
   std::vector<double> moe_host_sums_;

@@ -7,7 +7,8 @@
 //   d input      dinp (N, IC)  = grad (N, OC) · weightᵀ (IC, OC)ᵀ       the weight transposed
 //   d weight     dW (OC, IC)  += gradᵀ (OC, N) · inputᵀ (IC, N)ᵀ        both transposed
 // so a GEMM casts its two operands each time (the weight's codes are not kept between the
-// forward and the backward yet). Per-tensor scales only: `rowwise` is refused on CUDA.
+// forward and the backward yet). Scales per tensor (tensorwise, delayed), or per row of each
+// product's sum (rowwise: each operand's rows as it enters the GEMM, cuBLASLt's outer vectors).
 #include <cuda_bf16.h>
 
 #include <type_traits>
@@ -22,43 +23,92 @@
 namespace strata::cuda {
 
 template <class T>
-void CudaOps<T>::use_fp8(DeviceCollectives* cp, std::size_t sites) {
+void CudaOps<T>::use_fp8(DeviceCollectives* cp, std::size_t sites, std::size_t fused_codes) {
   fp8_cp_ = cp;
   if (sites == 0) return;
   fp8_step_ = DeviceBuffer<float>(sites);
   STRATA_CUDA_CHECK(cudaMemsetAsync(fp8_step_.get(), 0, sites * sizeof(float), ctx_.stream()));
+  if (fused_codes == 0) return;
+  fp8_fused_codes_ = DeviceBuffer<std::uint8_t>(fused_codes);
+  fp8_fused_scales_ = DeviceBuffer<float>(2);
+}
+
+// The delayed recipe knows a GEMM's input scale before the values (its history), so the kernel
+// that writes the input (a norm, GELU) casts each value as it stores it and joins the step's amax:
+// one pass over the activation instead of three (write, amax, cast), with the codes bit for bit
+// those fp8_cast would make. The CPU's emulation casts the same stored values in the GEMM. Under
+// sequence parallelism a norm's rows are gathered before the GEMM, so they are cast apart.
+template <class T>
+Fp8CastOutput CudaOps<T>::fused_cast(const Value* out, long n, const Fp8Gemm& next) {
+  fp8_fused_.source = nullptr;
+  if (!next || fp8_fused_codes_.get() == nullptr) return {};
+  const Fp8State& state = *next.state;
+  const bool gathered = sequence_parallel_ && next.gemm != Fp8Layer::mlp_proj;
+  if (gathered || state.settings().scaling != Fp8Scaling::delayed ||
+      !state.runs(next.layer, next.gemm) ||
+      !state.has_history(next.layer, next.gemm, Fp8Operand::input) ||
+      static_cast<std::size_t>(n) > fp8_fused_codes_.size())
+    return {};
+  const Fp8Format format = state.format(Fp8Operand::input);
+  float* scale = fp8_fused_scales_.get();
+  fp8_scale_of(scale, scale + 1, state.history_amax(next.layer, next.gemm, Fp8Operand::input),
+               format, ctx_.stream());
+  fp8_fused_ = {out, next.layer, next.gemm, n, format};
+  return {fp8_fused_codes_.get(), scale,
+          fp8_step_.get() + state.site(next.layer, next.gemm, Fp8Operand::input), format};
 }
 
 template <class T>
 auto CudaOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
                           Fp8Operand operand, Fp8Split split, bool transpose) -> Fp8Codes {
+  if (fp8_fused_.source != nullptr) {  // codes a kernel cast for the next cast, if this is it
+    const Fp8FusedCodes fused = fp8_fused_;
+    fp8_fused_.source = nullptr;
+    if (operand == Fp8Operand::input && !transpose && x == fused.source &&
+        fp8.layer == fused.layer && fp8.gemm == fused.gemm &&
+        static_cast<long>(rows) * cols == fused.elements)
+      return {fp8_fused_codes_.get(), fp8_fused_scales_.get() + 1, fused.format, Fp8Scales::tensor};
+  }
   Fp8State& state = *fp8.state;
   const Fp8Scaling scaling = state.settings().scaling;
-  STRATA_CHECK(scaling != Fp8Scaling::rowwise,
-               "precision.fp8: rowwise is not built on CUDA yet (tensorwise and delayed are)");
   const Fp8Format format = state.format(operand);
   const cudaStream_t stream = ctx_.stream();
-  float* amax = scratch_.allocate<float>(1);
-  float* scale = scratch_.allocate<float>(1);
-  float* inverse = scratch_.allocate<float>(1);
+  // rowwise: one scale per row of the product's sum, x's rows, or its columns when the GEMM takes
+  // x transposed (its sum then runs along x's rows): CpuOps::fp8_cast's along_columns.
+  const Fp8Axis axis = scaling != Fp8Scaling::rowwise ? Fp8Axis::tensor
+                       : transpose                    ? Fp8Axis::columns
+                                                      : Fp8Axis::rows;
+  const int count = axis == Fp8Axis::tensor ? 1 : axis == Fp8Axis::rows ? rows : cols;
+  const auto floats = static_cast<std::size_t>(count);
+  float* amax = scratch_.allocate<float>(floats);
+  float* scale = scratch_.allocate<float>(floats);
+  float* inverse = scratch_.allocate<float>(floats);
   auto* codes = scratch_.allocate<std::uint8_t>(static_cast<std::size_t>(rows) * cols);
-  fp8_amaxes(amax, x, rows, cols, Fp8Axis::tensor, stream);
+  fp8_amaxes(amax, x, rows, cols, axis, stream);
+  const bool over_tp = tp_ != nullptr && tp_->size() > 1;
+  const bool over_cp = fp8_cp_ != nullptr && fp8_cp_->size() > 1;
   const bool delayed = scaling == Fp8Scaling::delayed;
   if (delayed) {
     STRATA_CHECK(fp8_step_.get() != nullptr, "the delayed recipe's step amaxes are not kept");
     fp8_keep_largest(fp8_step_.get() + state.site(fp8.layer, fp8.gemm, operand), amax, stream);
   }
-  if (delayed && state.has_history(fp8.layer, fp8.gemm, operand)) {
+  if (axis == Fp8Axis::rows) {
+    if (split.columns_over_tp && over_tp) tp_->all_reduce_max(amax, floats, stream);
+    fp8_scales(scale, inverse, amax, count, format, stream);
+  } else if (axis == Fp8Axis::columns) {
+    if (split.rows_over_tp && over_tp) tp_->all_reduce_max(amax, floats, stream);
+    if (split.rows_over_cp && over_cp) fp8_cp_->all_reduce_max(amax, floats, stream);
+    fp8_scales(scale, inverse, amax, count, format, stream);
+  } else if (delayed && state.has_history(fp8.layer, fp8.gemm, operand)) {
     fp8_scale_of(scale, inverse, state.history_amax(fp8.layer, fp8.gemm, operand), format, stream);
   } else {
-    if ((split.columns_over_tp || split.rows_over_tp) && tp_ != nullptr && tp_->size() > 1)
+    if ((split.columns_over_tp || split.rows_over_tp) && over_tp)
       tp_->all_reduce_max(amax, 1, stream);
-    if (split.rows_over_cp && fp8_cp_ != nullptr && fp8_cp_->size() > 1)
-      fp8_cp_->all_reduce_max(amax, 1, stream);
+    if (split.rows_over_cp && over_cp) fp8_cp_->all_reduce_max(amax, 1, stream);
     fp8_scales(scale, inverse, amax, 1, format, stream);
   }
-  cuda::fp8_cast(codes, x, scale, rows, cols, Fp8Axis::tensor, transpose, format, stream);
-  return {codes, inverse, format};
+  cuda::fp8_cast(codes, x, scale, rows, cols, axis, transpose, format, stream);
+  return {codes, inverse, format, axis == Fp8Axis::tensor ? Fp8Scales::tensor : Fp8Scales::rows};
 }
 
 template <class T>
@@ -83,8 +133,16 @@ void CudaOps<T>::fp8_forward(Value* out, Value* pre_gelu, const Value* inp, cons
       aligned_bias = copy;
     }
     fp8_matmul(ctx_, product, x.codes, x.format, x.inverse, w.codes, w.format, w.inverse, N, OC, IC,
-               0.0f, aligned_bias);
-    if (pre_gelu != nullptr) gelu_forward(out, pre_gelu, static_cast<long>(N) * OC);
+               0.0f, aligned_bias, x.scales);
+    if (pre_gelu != nullptr) {  // GELU's output is mlp_proj's input
+      const long n = static_cast<long>(N) * OC;
+      const Fp8CastOutput cast =
+          fused_cast(out, n, {fp8.state, fp8.layer, Fp8Layer::mlp_proj, true});
+      if (cast.codes != nullptr)
+        gelu_forward_fp8(out, pre_gelu, n, cast, ctx_.stream());
+      else
+        gelu_forward(out, pre_gelu, n);
+    }
   }
 }
 
@@ -102,7 +160,7 @@ void CudaOps<T>::fp8_backward_input(Value* dinp, const Value* dout, const Value*
     const Fp8Codes wt = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight,
                                  {.columns_over_tp = rp, .rows_over_tp = !rp}, true);
     fp8_matmul(ctx_, dinp, dy.codes, dy.format, dy.inverse, wt.codes, wt.format, wt.inverse, N, IC,
-               OC, 0.0f);
+               OC, 0.0f, nullptr, dy.scales);
     if (pre_gelu != nullptr) gelu_backward(dinp, pre_gelu, dinp, static_cast<long>(N) * IC);
   }
 }
@@ -120,13 +178,14 @@ void CudaOps<T>::fp8_backward_weight(Grad* dweight, const Value* dout, const Val
     const Fp8Codes xt = fp8_cast(inp, N, IC, fp8, Fp8Operand::input,
                                  {.columns_over_tp = rp, .rows_over_cp = true}, true);
     fp8_matmul(ctx_, dweight, dyt.codes, dyt.format, dyt.inverse, xt.codes, xt.format, xt.inverse,
-               OC, IC, N, 1.0f);
+               OC, IC, N, 1.0f, nullptr, dyt.scales);
   }
 }
 
 // The members defined here (cuda_ops.cu instantiates the class).
 #define STRATA_INSTANTIATE_FP8(T)                                                               \
-  template void CudaOps<T>::use_fp8(DeviceCollectives*, std::size_t);                           \
+  template void CudaOps<T>::use_fp8(DeviceCollectives*, std::size_t, std::size_t);              \
+  template Fp8CastOutput CudaOps<T>::fused_cast(const T*, long, const Fp8Gemm&);                \
   template auto CudaOps<T>::fp8_cast(const T*, int, int, const Fp8Gemm&, Fp8Operand, Fp8Split,  \
                                      bool)                                                      \
       ->Fp8Codes;                                                                               \

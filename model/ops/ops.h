@@ -17,6 +17,8 @@
 // routing types (model/moe/moe_routing.h, moe_exchange.h). The LayerNorm ops take the model's
 // eps (model.norm_eps) after N, C, and pass null bias pointers (bias, y_bias, dbias: a model
 // without biases, model.bias: false) through to their kernels, which then add, or sum, no bias.
+// The norms' forwards end with `cast_for`, the FP8 GEMM (Fp8Gemm) that reads their output next
+// (empty: none), which a backend may cast in the same pass (CudaOps under the delayed recipe).
 #pragma once
 
 #include <cstddef>
@@ -107,9 +109,10 @@ struct OpsSignatures {
   using gelu_forward = void (Ops::*)(V*, const V*, long);
   using gelu_backward = void (Ops::*)(V*, const V*, const V*, long);
   // The Llama block's (model/gpt_architecture.h): RMSNorm, SwiGLU, RoPE.
-  using rmsnorm_forward = void (Ops::*)(V*, S*, const V*, const V*, int, int, double);
+  using rmsnorm_forward = void (Ops::*)(V*, S*, const V*, const V*, int, int, double,
+                                        const Fp8Gemm&);
   using residual_rmsnorm_forward = void (Ops::*)(V*, V*, S*, const V*, const V*, const V*, const V*,
-                                                 int, int, double);
+                                                 int, int, double, const Fp8Gemm&);
   using rmsnorm_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, const S*, int,
                                                int);
   using rmsnorm_backward_weight = void (Ops::*)(G*, const V*, const V*, const S*, int, int);
@@ -118,9 +121,10 @@ struct OpsSignatures {
   using rope_forward = void (Ops::*)(V*, const RopeLayout&);
   using rope_backward = void (Ops::*)(V*, const RopeLayout&);
   using layernorm_forward = void (Ops::*)(V*, S*, S*, const V*, const V*, const V*, int, int,
-                                          double);
+                                          double, const Fp8Gemm&);
   using residual_layernorm_forward = void (Ops::*)(V*, V*, S*, S*, const V*, const V*, const V*,
-                                                   const V*, const V*, int, int, double);
+                                                   const V*, const V*, int, int, double,
+                                                   const Fp8Gemm&);
   using layernorm_backward_input = void (Ops::*)(V*, const V*, const V*, const V*, const S*,
                                                  const S*, int, int);
   using layernorm_backward_weight = void (Ops::*)(G*, G*, const V*, const V*, const S*, const S*,

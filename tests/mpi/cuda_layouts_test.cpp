@@ -239,12 +239,12 @@ TEST_F(CudaLayouts, Bf16LayoutTrainsTheBf16RunOfOneProcess) {
   expect_close(metric(run, "val_loss"), metric(reference, "val_loss"), 0, "bf16 val_loss", 1e-2);
 }
 
-// FP8 (docs/ARCHITECTURE.md §6 "FP8"): the CUDA run of each per-tensor recipe, on one GPU and on
+// FP8 (docs/ARCHITECTURE.md §6 "FP8"): the CUDA run of each recipe, on one GPU and on
 // a layout of tp 2 with sequence parallelism and dp 2, trains the CPU emulation's run of one
 // process within the bf16 bound (the operands are the same FP8 values; the GEMMs sum them in
 // another order and the CUDA bf16 kernels round elsewhere than the CPU's emulation).
 TEST_F(CudaLayouts, Fp8TrainsTheCpuEmulationsRun) {
-  for (const std::string recipe : {"tensorwise", "delayed"}) {
+  for (const std::string recipe : {"tensorwise", "rowwise", "delayed"}) {
     const std::string fp8 = " --set precision.fp8_min_size=0 --set precision.fp8=" + recipe;
     Layout cpu;
     cpu.device = "cpu";

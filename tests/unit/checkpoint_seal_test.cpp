@@ -1,8 +1,8 @@
 // The checkpoint seal (train/checkpoint/checkpoint_seal.h): damage anywhere in the file, HDF5's own
 // structures included, is an error naming the file and the damaged bytes before HDF5 reads them;
 // locate_checkpoint_damage then names the tensor when the damage is in one. New files are of
-// format 4 (XXH3-64 byte checksums); files of format 3 are still checked and read
-// (train/checkpoint/checkpoint_format.h).
+// format 4 (XXH3-64 byte checksums), or 5 with optional buffers; files of format 3 are still
+// checked and read (train/checkpoint/checkpoint_format.h).
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
@@ -158,6 +158,47 @@ TEST(CheckpointSeal, NewFilesAreFormat4AndFormat3FilesAreStillChecked) {
   EXPECT_NE(error_of(path).find("do not match its seal"), std::string::npos) << error_of(path);
 }
 
+// Format 5 is format 4 with optional per-tensor buffers (the FP8 delayed recipe's histories):
+// written only when a checkpoint holds one, and read only from a file of format 5, so a version
+// before it refuses such a file, and a file that claims format 4 resumes without them (zeros).
+TEST(CheckpointSeal, OptionalBuffersMakeFormat5AndAreReadOnlyFromIt) {
+  testing::TempDir dir("seal_format5");
+  const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
+  const std::string tensor = "h.0.attn.qkv.weight";
+  auto buffers_of = [&](std::vector<float> history) {
+    std::vector<StateBuffer> buffers{
+        {"model", {0, layout.total()}, std::vector<float>(layout.total(), 0.5f)}};
+    StateBuffer fp8{"fp8/amax_history", {}, std::move(history), true};
+    fp8.statistics.push_back({tensor, 3});
+    fp8.optional = true;
+    buffers.push_back(std::move(fp8));
+    return buffers;
+  };
+  const CheckpointWriter writer{&layout, kShape, {{0, layout.total()}}, nullptr, {}};
+  const CheckpointMeta meta{"config: test", CheckpointState{3, 96, 9, 1.0, 3, -1}, "", {}};
+  const std::string path = write_checkpoint(dir.str(), writer, meta, buffers_of({1, 2, 4}));
+  EXPECT_EQ(verify_checkpoint(path).format, CheckpointFormat::v5);
+  std::vector<StateBuffer> read = buffers_of({});
+  read_checkpoint(path, layout, read);
+  EXPECT_EQ(read[1].values, (std::vector<float>{1, 2, 4}));
+
+  {  // the same file claiming format 4: its optional buffer is not looked for
+    H5File file = H5File::open_write(path);
+    write_attribute_string(file.id(), "format", "strata-checkpoint-4");
+    file.close();
+  }
+  seal_checkpoint_file(path);
+  EXPECT_EQ(error_of(path), "");
+  read = buffers_of({});
+  read_checkpoint(path, layout, read);
+  EXPECT_EQ(read[1].values, (std::vector<float>{0, 0, 0}));
+  // Without an optional buffer a checkpoint stays format 4.
+  std::vector<StateBuffer> plain = buffers_of({});
+  plain.pop_back();
+  const std::string plain_path = write_checkpoint(dir / "plain", writer, meta, plain);
+  EXPECT_EQ(verify_checkpoint(plain_path).format, CheckpointFormat::v4);
+}
+
 TEST(CheckpointSeal, AFormat3FileOfAnEarlierVersionIsRead) {
   // The fuzz corpus's valid checkpoint was written by the version before format 4.
   testing::TempDir dir("seal_earlier");
@@ -168,7 +209,7 @@ TEST(CheckpointSeal, AFormat3FileOfAnEarlierVersionIsRead) {
   EXPECT_EQ(verify_checkpoint(path).format, CheckpointFormat::v3);
 }
 
-TEST(CheckpointSeal, AnUnknownFormatIsRefusedNamingBothAcceptedOnes) {
+TEST(CheckpointSeal, AnUnknownFormatIsRefusedNamingTheAcceptedOnes) {
   testing::TempDir dir("seal_unknown");
   const std::string path = write_small_checkpoint(dir.str());
   {
@@ -178,13 +219,15 @@ TEST(CheckpointSeal, AnUnknownFormatIsRefusedNamingBothAcceptedOnes) {
   }
   seal_checkpoint_file(path);
   EXPECT_EQ(error_of(path), "'" + path +
-                                "' is not a Strata checkpoint of format strata-checkpoint-4 or "
-                                "strata-checkpoint-3 (missing or other 'format' attribute)");
+                                "' is not a Strata checkpoint of format strata-checkpoint-5, "
+                                "strata-checkpoint-4 or strata-checkpoint-3 (missing or other "
+                                "'format' attribute)");
   const std::string plain = dir / "plain.h5";
   H5File::create(plain).close();
   EXPECT_EQ(error_of(plain), "'" + plain +
-                                 "' is not a Strata checkpoint of format strata-checkpoint-4 or "
-                                 "strata-checkpoint-3 (it does not begin with a checkpoint seal)");
+                                 "' is not a Strata checkpoint of format strata-checkpoint-5, "
+                                 "strata-checkpoint-4 or strata-checkpoint-3 (it does not begin "
+                                 "with a checkpoint seal)");
 }
 
 }  // namespace

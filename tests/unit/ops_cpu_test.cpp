@@ -182,7 +182,7 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
                            bias.data(), N, C, kGpt2NormEps);
     round(out, dtype);
     ops.layernorm_forward(a_out.data(), a_mean.data(), a_rstd.data(), x.data(), weight.data(),
-                          bias.data(), N, C, kGpt2NormEps);
+                          bias.data(), N, C, kGpt2NormEps, {});
     expect_bitwise(out, a_out);
     expect_bitwise(mean, a_mean);
     expect_bitwise(rstd, a_rstd);
@@ -194,7 +194,7 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
                                     kGpt2NormEps, dtype);
     ops.residual_layernorm_forward(a_sum.data(), a_out.data(), a_mean.data(), a_rstd.data(),
                                    x.data(), y.data(), y_bias.data(), weight.data(), bias.data(), N,
-                                   C, kGpt2NormEps);
+                                   C, kGpt2NormEps, {});
     expect_bitwise(sum, a_sum);
     expect_bitwise(out, a_out);
     expect_bitwise(mean, a_mean);
@@ -222,7 +222,8 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
     cpu::residual_layernorm_forward<T>(sum.data(), out.data(), mean.data(), rstd.data(), x.data(),
                                        y.data(), nullptr, weight.data(), nullptr, N, C, eps, dtype);
     ops.residual_layernorm_forward(a_sum.data(), a_out.data(), a_mean.data(), a_rstd.data(),
-                                   x.data(), y.data(), nullptr, weight.data(), nullptr, N, C, eps);
+                                   x.data(), y.data(), nullptr, weight.data(), nullptr, N, C, eps,
+                                   {});
     expect_bitwise(sum, a_sum);
     expect_bitwise(out, a_out);
     expect_bitwise(rstd, a_rstd);
@@ -230,7 +231,7 @@ TYPED_TEST(OpsCpu, LayerNormAndResiduals) {
                               nullptr, N, C, eps);
     round(out, dtype);
     ops.layernorm_forward(a_out.data(), a_mean.data(), a_rstd.data(), x.data(), weight.data(),
-                          nullptr, N, C, eps);
+                          nullptr, N, C, eps, {});
     expect_bitwise(out, a_out);
     expect_bitwise(rstd, a_rstd);
     ops.layernorm_backward_weight(a_dweight.data(), nullptr, dout.data(), x.data(), mean.data(),

@@ -5,8 +5,8 @@
 //   /state                   attributes step, data_position (samples consumed), seed, loss_scale,
 //                            loss_scale_clean_steps, adam_steps
 //   /tokenizer/model         the SentencePiece model bytes (uint8), when the run has one
-//   root attributes          config (effective YAML), format (strata-checkpoint-4 written; -3 still
-//                            read: checkpoint_format.h)
+//   root attributes          config (effective YAML), format (strata-checkpoint-4 written, -5 when
+//                            it holds optional buffers; -3 still read: checkpoint_format.h)
 // Every tensor carries a `checksum` attribute, the wrapping sum over its elements of a hash of
 // (logical index, value): independent of how the tensor was sliced, so each rank adds the share of
 // the slices it wrote, and verified on load over the whole tensor, so a damaged file is an error,
@@ -180,9 +180,11 @@ std::string write_merged_checkpoint(const std::string& directory, const GptShape
 std::vector<StateDatasets> state_datasets(const CheckpointWriter& writer,
                                           const std::vector<StateBuffer>& buffers);
 // `tensors`: the tensors the file holds (a swarm stage's layout); null: every tensor of `shape`.
+// `format`: its `format` attribute (checkpoint_format.h checkpoint_format_to_write).
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
                             const CheckpointMeta& meta, const std::vector<StateDatasets>& datasets,
-                            const ParameterLayout* tensors = nullptr);
+                            const ParameterLayout* tensors = nullptr,
+                            CheckpointFormat format = CheckpointFormat::v4);
 void write_checkpoint_elements(const std::string& path, const CheckpointWriter& writer,
                                const std::vector<StateBuffer>& buffers);
 

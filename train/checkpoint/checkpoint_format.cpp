@@ -31,18 +31,33 @@ constexpr std::int64_t kParallelElements = 1 << 16;
 
 }  // namespace
 
+CheckpointFormat checkpoint_format_to_write(bool has_optional_buffers) {
+  return has_optional_buffers ? CheckpointFormat::v5 : CheckpointFormat::v4;
+}
+
+bool holds_optional_buffers(CheckpointFormat format) { return format == CheckpointFormat::v5; }
+
 const char* checkpoint_format_name(CheckpointFormat format) {
-  return format == CheckpointFormat::v3 ? "strata-checkpoint-3" : "strata-checkpoint-4";
+  switch (format) {
+    case CheckpointFormat::v3:
+      return "strata-checkpoint-3";
+    case CheckpointFormat::v4:
+      return "strata-checkpoint-4";
+    case CheckpointFormat::v5:
+      return "strata-checkpoint-5";
+  }
+  return "";
 }
 
 std::optional<CheckpointFormat> checkpoint_format_named(std::string_view name) {
-  for (CheckpointFormat format : {CheckpointFormat::v4, CheckpointFormat::v3})
+  for (CheckpointFormat format : {CheckpointFormat::v5, CheckpointFormat::v4, CheckpointFormat::v3})
     if (name == checkpoint_format_name(format)) return format;
   return std::nullopt;
 }
 
 std::string accepted_checkpoint_formats() {
-  return std::string(checkpoint_format_name(CheckpointFormat::v4)) + " or " +
+  return std::string(checkpoint_format_name(CheckpointFormat::v5)) + ", " +
+         checkpoint_format_name(CheckpointFormat::v4) + " or " +
          checkpoint_format_name(CheckpointFormat::v3);
 }
 

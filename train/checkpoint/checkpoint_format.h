@@ -1,13 +1,19 @@
 // The checkpoint formats Strata reads and the checksums that tell them apart
 // (docs/ARCHITECTURE.md §5 "Checkpoints").
 //
-// Checkpoints are written as strata-checkpoint-4. Files of strata-checkpoint-3 are still read, so
-// that runs checkpointed by earlier versions resume. The two differ only in their byte checksum
-// (the seal's blocks and header, the tokenizer bytes): format 4 uses xxHash's XXH3-64
-// (libxxhash), format 3 a word-wise mix of Strata's own, kept here for reading. The per-tensor
-// checksum of fp32 values (checksum_slice) is the same in both: it must be a sum of per-element
-// terms, so that each writer adds the share of the slices it wrote, which a hash of a byte stream
-// such as XXH3 cannot give.
+// Three formats are read; a checkpoint is written in the oldest one that holds what it stores:
+//   strata-checkpoint-5  format 4 plus optional per-tensor state buffers (checkpoint.h
+//                        StateBuffer::optional: the FP8 delayed recipe's amax histories), written
+//                        only by runs that keep such state, so that versions before format 5
+//                        refuse the file rather than resume without it, and read every other
+//                        checkpoint as before
+//   strata-checkpoint-4  xxHash's XXH3-64 byte checksums (libxxhash)
+//   strata-checkpoint-3  the byte checksum a word-wise mix of Strata's own, kept here for reading,
+//                        so that runs checkpointed by earlier versions resume
+// Formats 3 and 4 differ only in their byte checksum (the seal's blocks and header, the tokenizer
+// bytes); 5 has 4's. The per-tensor checksum of fp32 values (checksum_slice) is the same in all:
+// it must be a sum of per-element terms, so that each writer adds the share of the slices it
+// wrote, which a hash of a byte stream such as XXH3 cannot give.
 #pragma once
 
 #include <cstddef>
@@ -20,15 +26,20 @@
 
 namespace strata {
 
-enum class CheckpointFormat { v3, v4 };
-inline constexpr CheckpointFormat kCurrentCheckpointFormat = CheckpointFormat::v4;
-inline constexpr const char* kCheckpointFormat = "strata-checkpoint-4";  // what is written
+enum class CheckpointFormat { v3, v4, v5 };
+inline constexpr CheckpointFormat kCurrentCheckpointFormat = CheckpointFormat::v5;
 
-// "strata-checkpoint-3", "strata-checkpoint-4": the root attribute `format`.
+// The format a checkpoint is written in: 5 when it stores an optional state buffer, else 4.
+CheckpointFormat checkpoint_format_to_write(bool has_optional_buffers);
+// Whether files of `format` may hold optional state buffers (a reader looks for them only there).
+bool holds_optional_buffers(CheckpointFormat format);
+
+// "strata-checkpoint-3", "-4", "-5": the root attribute `format`.
 const char* checkpoint_format_name(CheckpointFormat format);
 // The format of attribute value `name`; nullopt for any other text.
 std::optional<CheckpointFormat> checkpoint_format_named(std::string_view name);
-// "strata-checkpoint-4 or strata-checkpoint-3", for errors that refuse a file.
+// "strata-checkpoint-5, strata-checkpoint-4 or strata-checkpoint-3", for errors that refuse a
+// file.
 std::string accepted_checkpoint_formats();
 
 // 64-bit checksum of a byte range in `format`'s byte checksum (detects corruption, not tampering).

@@ -4,6 +4,7 @@
 // parts' values bit for bit and verifies as any checkpoint does.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -40,8 +41,14 @@ std::string write_merged_checkpoint(const std::string& directory, const GptShape
   const fs::path temp_path =
       fs::path(directory) / ("." + name + ".tmp" + std::to_string(::getpid()));
   try {
-    // The attributes, state and tokenizer, no tensor yet.
-    create_checkpoint_file(temp_path.string(), shape, meta, {});
+    // The attributes, state and tokenizer, no tensor yet; the newest of the parts' formats, for
+    // the optional buffers a part may hold.
+    CheckpointFormat format = CheckpointFormat::v4;
+    for (const std::string& part : parts) {
+      H5File in = open_checkpoint(part);
+      format = std::max(format, read_checkpoint_format(in.id(), part));
+    }
+    create_checkpoint_file(temp_path.string(), shape, meta, {}, nullptr, format);
     {
       H5File out = H5File::open_write(temp_path.string());
       std::map<std::string, std::string> holder;  // tensor: the part it came from

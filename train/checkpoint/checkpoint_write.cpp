@@ -141,10 +141,10 @@ void agree_or_fail(Communicator* world, const std::string& local_error,
 
 void create_checkpoint_file(const std::string& path, const GptShape& shape,
                             const CheckpointMeta& ckpt, const std::vector<StateDatasets>& datasets,
-                            const ParameterLayout* tensors) {
+                            const ParameterLayout* tensors, CheckpointFormat format) {
   const ParameterLayout logical = tensors ? *tensors : ParameterLayout::for_gpt(shape);
   H5File file = H5File::create(path, kSealBytes);
-  write_attribute_string(file.id(), "format", kCheckpointFormat);
+  write_attribute_string(file.id(), "format", checkpoint_format_name(format));
   write_attribute_string(file.id(), "config", ckpt.config_yaml);
   if (ckpt.swarm_stage >= 0) write_attribute_i64(file.id(), "swarm_stage", ckpt.swarm_stage);
   if (ckpt.without_tokenizer) write_attribute_string(file.id(), "tokenizer_sha256", kNoTokenizer);
@@ -221,12 +221,17 @@ std::string write_checkpoint(const std::string& directory, const CheckpointWrite
     std::error_code ignored;
     if (rank == 0) fs::remove(temp_path, ignored);
   };
+  // Format 5 when any rank stores an optional buffer (a pipeline stage may hold no FP8 GEMM).
+  std::int64_t optional = 0;
+  for (const StateBuffer& b : buffers) optional |= b.optional ? 1 : 0;
+  if (world) world->all_reduce_max(&optional, 1);
   std::string error;
   if (rank == 0) {
     try {
       fs::create_directories(directory);
       create_checkpoint_file(temp_path, writer.shape, ckpt, state_datasets(writer, buffers),
-                             ckpt.swarm_stage >= 0 ? writer.layout : nullptr);
+                             ckpt.swarm_stage >= 0 ? writer.layout : nullptr,
+                             checkpoint_format_to_write(optional != 0));
     } catch (const std::exception& e) {
       error = e.what();
     }

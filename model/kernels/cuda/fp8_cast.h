@@ -17,6 +17,18 @@ namespace strata::cuda {
 
 enum class Fp8Axis { tensor, rows, columns };
 
+// The FP8 cast a kernel that writes a tensor does in the same pass when the cast's scale is known
+// before the values (the delayed recipe's history; the fused casts of the norms and GELU):
+// codes[i] = fp8_quantize(value i as stored in T, *scale, format) and amax[0] = max(amax[0],
+// max |value|), bit for bit fp8_cast's codes and fp8_amaxes' amax of the stored tensor (amax[0]
+// ≥ 0 on entry). codes null: no cast. Device side: fp8_cast_output.cuh.
+struct Fp8CastOutput {
+  std::uint8_t* codes = nullptr;
+  const float* scale = nullptr;
+  float* amax = nullptr;
+  Fp8Format format = Fp8Format::e4m3;
+};
+
 // amax (1, rows or cols floats) = the largest |x| of the tensor, of each row or of each column,
 // +infinity where a value is not finite. Overwrites amax.
 template <class T>

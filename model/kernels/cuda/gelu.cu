@@ -1,6 +1,7 @@
 #include "model/kernels/cuda/gelu.h"
 
 #include "model/kernels/cuda/elementwise.cuh"
+#include "model/kernels/cuda/fp8_cast_output.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -29,6 +30,20 @@ struct GeluBackward {
     return (sigma + 2.0f * x * du * sigma * (sigma * e)) * dout;
   }
 };
+
+// One value per thread and grid-stride step, cast as it is stored (fp8_cast_output.cuh).
+template <class T>
+__global__ void __launch_bounds__(kMapThreads)
+    gelu_forward_fp8_kernel(T* out, const T* inp, long n, Fp8CastOutput cast) {
+  Fp8Caster caster(cast);
+  for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<long>(gridDim.x) * blockDim.x) {
+    const T stored = from_float<T>(GeluForward{}(to_float(inp[i])));
+    out[i] = stored;
+    caster.cast(i, to_float(stored));
+  }
+  caster.join_amax();
+}
 }  // namespace
 
 template <class T>
@@ -37,12 +52,21 @@ void gelu_forward(T* out, const T* inp, long n, cudaStream_t stream) {
 }
 
 template <class T>
+void gelu_forward_fp8(T* out, const T* inp, long n, const Fp8CastOutput& cast,
+                      cudaStream_t stream) {
+  if (n <= 0) return;
+  gelu_forward_fp8_kernel<<<map_blocks(n), kMapThreads, 0, stream>>>(out, inp, n, cast);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, long n, cudaStream_t stream) {
   launch_binary_map(dinp, inp, dout, n, GeluBackward{}, stream);
 }
 
-#define STRATA_INSTANTIATE(T)                                      \
-  template void gelu_forward<T>(T*, const T*, long, cudaStream_t); \
+#define STRATA_INSTANTIATE(T)                                                                \
+  template void gelu_forward<T>(T*, const T*, long, cudaStream_t);                           \
+  template void gelu_forward_fp8<T>(T*, const T*, long, const Fp8CastOutput&, cudaStream_t); \
   template void gelu_backward<T>(T*, const T*, const T*, long, cudaStream_t);
 STRATA_INSTANTIATE(float)
 STRATA_INSTANTIATE(__nv_bfloat16)

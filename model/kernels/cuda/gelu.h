@@ -10,11 +10,18 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include "model/kernels/cuda/fp8_cast.h"
+
 namespace strata::cuda {
 
 // out (n) = gelu(inp (n)).  T: float, __nv_bfloat16, __half.
 template <class T>
 void gelu_forward(T* out, const T* inp, long n, cudaStream_t stream);
+
+// gelu_forward, and in the same pass `cast` of its output (fp8_cast.h Fp8CastOutput: the
+// delayed recipe's cast of mlp_proj's input; docs/ARCHITECTURE.md §6 "FP8").
+template <class T>
+void gelu_forward_fp8(T* out, const T* inp, long n, const Fp8CastOutput& cast, cudaStream_t stream);
 
 // dinp (n) = gelu'(inp) · dout (overwritten; may alias dout).
 template <class T>

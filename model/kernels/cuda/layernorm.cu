@@ -3,6 +3,7 @@
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/column_sums.cuh"
 #include "model/kernels/cuda/dtype.cuh"
+#include "model/kernels/cuda/fp8_cast_output.cuh"
 #include "model/kernels/cuda/reduce.cuh"
 #include "model/kernels/cuda/residual_row.cuh"
 
@@ -18,7 +19,8 @@ template <class T, int kN, bool kBias>
 __global__ void __launch_bounds__(kWarps * 32)
     residual_layernorm_forward_kernel(T* sum_out, T* out, float* mean, float* rstd,
                                       const T* residual, const T* y, const T* y_bias,
-                                      const T* weight, const T* bias, int N, int C, float eps) {
+                                      const T* weight, const T* bias, int N, int C, float eps,
+                                      Fp8CastOutput cast) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarps + threadIdx.x / 32;
   if (row >= N) return;
@@ -47,6 +49,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   const float s = 1.0f / sqrtf(group_sum(var) / static_cast<float>(C) + eps);
+  Fp8Caster caster(cast);
   for (int c = lane * kN; c < C; c += 32 * kN) {
     const Vec<T, kN> a = load_vec<kN>(src + c);
     const Vec<T, kN> w = load_vec<kN>(weight + c);
@@ -61,8 +64,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int k = 0; k < kN; ++k)
         o.v[k] = from_float<T>((to_float(a.v[k]) - m) * s * to_float(w.v[k]));
     }
+#pragma unroll
+    for (int k = 0; k < kN; ++k) caster.cast(base + c + k, to_float(o.v[k]));
     store_vec(out + base + c, o);
   }
+  caster.join_amax();
   if (lane == 0) {
     if (mean != nullptr) mean[row] = m;
     if (rstd != nullptr) rstd[row] = s;
@@ -129,14 +135,14 @@ struct LayerNormParameterGradients {
 template <class T, int kN>
 void launch_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual, const T* y,
                     const T* y_bias, const T* weight, const T* bias, int N, int C, float eps,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, const Fp8CastOutput& cast) {
   const unsigned blocks = static_cast<unsigned>((N + kWarps - 1) / kWarps);
   if (bias != nullptr) {
     residual_layernorm_forward_kernel<T, kN, true><<<blocks, kWarps * 32, 0, stream>>>(
-        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps);
+        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps, cast);
   } else {
     residual_layernorm_forward_kernel<T, kN, false><<<blocks, kWarps * 32, 0, stream>>>(
-        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps);
+        sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps, cast);
   }
 }
 
@@ -145,16 +151,16 @@ void launch_forward(T* sum_out, T* out, float* mean, float* rstd, const T* resid
 template <class T>
 void residual_layernorm_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual,
                                 const T* y, const T* y_bias, const T* weight, const T* bias, int N,
-                                int C, double eps, cudaStream_t stream) {
+                                int C, double eps, cudaStream_t stream, const Fp8CastOutput& cast) {
   STRATA_CHECK(N >= 0 && C > 0);
   if (N == 0) return;
   const float eps32 = static_cast<float>(eps);  // added in fp32, as the CPU adds it in float
   if (vector_rows<T>(C, sum_out, out, residual, y, weight, bias)) {
     launch_forward<T, kVec16<T>>(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C,
-                                 eps32, stream);
+                                 eps32, stream, cast);
   } else {
     launch_forward<T, 1>(sum_out, out, mean, rstd, residual, y, y_bias, weight, bias, N, C, eps32,
-                         stream);
+                         stream, cast);
   }
   STRATA_CUDA_CHECK_LAUNCH();
 }
@@ -205,7 +211,7 @@ void layernorm_backward_weight(float* dweight, float* dbias, const T* dout, cons
 #define STRATA_INSTANTIATE(T)                                                                  \
   template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*,      \
                                               const T*, const T*, const T*, int, int, double,  \
-                                              cudaStream_t);                                   \
+                                              cudaStream_t, const Fp8CastOutput&);             \
   template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*,        \
                                       const float*, const float*, int, int, DeviceArena&,      \
                                       cudaStream_t);                                           \

@@ -25,22 +25,25 @@
 #include <cuda_runtime_api.h>
 
 #include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/fp8_cast.h"
 
 namespace strata::cuda {
 
 // y == nullptr: plain LayerNorm of `residual` and sum_out is not written. y_bias and bias may be
 // null (no bias). mean, rstd may be null (inference). sum_out may alias residual (in-place
-// residual stream).
+// residual stream). `cast`: out's FP8 cast in the same pass (fp8_cast.h; none by default).
 template <class T>
 void residual_layernorm_forward(T* sum_out, T* out, float* mean, float* rstd, const T* residual,
                                 const T* y, const T* y_bias, const T* weight, const T* bias, int N,
-                                int C, double eps, cudaStream_t stream);
+                                int C, double eps, cudaStream_t stream,
+                                const Fp8CastOutput& cast = {});
 
 template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight,
-                       const T* bias, int N, int C, double eps, cudaStream_t stream) {
+                       const T* bias, int N, int C, double eps, cudaStream_t stream,
+                       const Fp8CastOutput& cast = {}) {
   residual_layernorm_forward<T>(nullptr, out, mean, rstd, inp, nullptr, nullptr, weight, bias, N, C,
-                                eps, stream);
+                                eps, stream, cast);
 }
 
 // inp is the LayerNorm input (sum_out of the forward). Scratch: ⌈N/256⌉·2C floats of `arena`

@@ -7,12 +7,14 @@
 // bias gradient is a sum of B over k = N per column of D (OC), which is what BGRADB computes.
 #include "model/kernels/cuda/matmul.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <initializer_list>
 #include <type_traits>
 
 #include "model/kernels/cuda/check.h"
+#include "model/kernels/cuda/dtype.cuh"
 #include "model/kernels/cuda/gelu.h"
 #include "model/kernels/cuda/matmul_plans.h"
 #include "model/kernels/cuda/residual.h"
@@ -142,6 +144,11 @@ MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, bool required) {
   if (is_fp8(key.ab_type)) {
     set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                   static_cast<std::int8_t>(key.fast_accumulation ? 1 : 0));
+    if (key.outer_vector_scales) {
+      const auto mode = static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+      set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
+      set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
+    }
     set_scale_pointers(plan->desc, stand_in, stand_in);
   }
   STRATA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->c, key.cd_type, key.m, key.n, key.m));
@@ -288,6 +295,25 @@ void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, co
 }
 
 namespace {
+
+// d (rows, cols) += bias (cols) on every row: an FP8 GEMM's bias where cuBLASLt has no bias
+// epilogue for its scales (the sum rounded to D twice, where the epilogue rounds once).
+template <class D>
+__global__ void add_row_bias_kernel(D* d, const D* bias, int rows, int cols) {
+  const long n = static_cast<long>(rows) * cols;
+  for (long i = static_cast<long>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<long>(gridDim.x) * blockDim.x)
+    d[i] = from_float<D>(to_float(d[i]) + to_float(bias[i % cols]));
+}
+
+template <class D>
+void add_row_bias(D* d, const D* bias, int rows, int cols, cudaStream_t stream) {
+  const long n = static_cast<long>(rows) * cols;
+  const long blocks = std::min<long>((n + 255) / 256, 4096);
+  add_row_bias_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(d, bias, rows, cols);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
 cudaDataType_t fp8_type(Fp8Format format) {
   return format == Fp8Format::e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
 }
@@ -299,7 +325,8 @@ cudaDataType_t fp8_type(Fp8Format format) {
 template <class D>
 void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
                 const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
-                const float* b_inverse, int rows, int cols, int K, float beta, const D* bias) {
+                const float* b_inverse, int rows, int cols, int K, float beta,
+                const std::type_identity_t<D>* bias, Fp8Scales scales) {
   STRATA_CHECK(rows >= 0 && cols > 0 && K > 0);
   STRATA_CHECK(bias == nullptr || (beta == 0.0f && std::is_same_v<D, __nv_bfloat16>),
                "an FP8 GEMM adds a bias only to a bf16 output it overwrites");
@@ -326,19 +353,35 @@ void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_for
                 alignment};
   key.b_type = fp8_type(a_format);
   key.fast_accumulation = false;
+  // cuBLASLt's D is our dᵀ (column-major): its A is our b and its rows our columns, so b's
+  // factors are its A scales (an outer vector over D's rows) and a's its B scales.
+  key.outer_vector_scales = scales == Fp8Scales::rows;
+  if (bias != nullptr) {
+    MatmulPlan& fused = plan_for(ctx, key, false);
+    if (fused.supported && launch_plan(ctx, fused, key, b, a, d, beta, bias, nullptr, b_inverse,
+                                       a_inverse) == CUBLAS_STATUS_SUCCESS)
+      return;
+    fused.supported = false;  // refused: the plain GEMM and the bias kernel from now on
+    key.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  }
   MatmulPlan& plan = plan_for(ctx, key, true);
   if (!plan.supported)
-    fail("cuBLASLt has no FP8 algorithm for a ", rows, "x", cols, "x", K, " GEMM");
+    fail("cuBLASLt has no FP8 algorithm for a ", rows, "x", cols, "x", K, " GEMM",
+         scales == Fp8Scales::rows ? " with per-row scales (the rowwise recipe: Hopper and cuBLAS "
+                                     "12.9 or later; tensorwise runs on 8.9)"
+                                   : "");
   STRATA_CUBLAS_CHECK(
       launch_plan(ctx, plan, key, b, a, d, beta, nullptr, nullptr, b_inverse, a_inverse));
+  if (bias != nullptr) add_row_bias(d, bias, rows, cols, ctx.stream());
 }
 
 template void fp8_matmul<float>(DeviceContext&, float*, const std::uint8_t*, Fp8Format,
                                 const float*, const std::uint8_t*, Fp8Format, const float*, int,
-                                int, int, float, const float*);
+                                int, int, float, const float*, Fp8Scales);
 template void fp8_matmul<__nv_bfloat16>(DeviceContext&, __nv_bfloat16*, const std::uint8_t*,
                                         Fp8Format, const float*, const std::uint8_t*, Fp8Format,
-                                        const float*, int, int, int, float, const __nv_bfloat16*);
+                                        const float*, int, int, int, float, const __nv_bfloat16*,
+                                        Fp8Scales);
 
 #define STRATA_INSTANTIATE(T)                                                                      \
   template void matmul_forward<T>(DeviceContext&, T*, T*, const T*, const T*, const T*, int, int,  \

@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "model/kernels/cuda/arena.h"
 #include "model/kernels/cuda/device_context.h"
@@ -58,11 +59,18 @@ void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, co
 // promoted into fp32 between slices, so |d − the fp32 sum of the dequantized products| stays
 // within 2^-12 · Σ_k |a_k·b_k| (tests/cuda/fp8_test.cu); fast accumulation (no promotion) would
 // let that error grow with K.
-// `bias` (cols, in D; may be null): added to every row in the epilogue (β 0 only).
+// `bias` (cols, in D; may be null): added to every row in the epilogue (β 0 only), or by a
+// kernel after the GEMM where cuBLASLt has no bias epilogue for the scales.
+// `scales`: tensor, a_inverse and b_inverse one factor each; rows, one per row of a (`rows`
+// floats) and one per row of b (`cols` floats), so d[r][c] is scaled by a_inverse[r] ·
+// b_inverse[c] (cuBLASLt's outer-vector scales, the rowwise recipe: Hopper, cuBLAS 12.9 and
+// later). Each product stays exact (powers of two), so the bound above holds for both.
+enum class Fp8Scales { tensor, rows };
 template <class D>
 void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
                 const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
                 const float* b_inverse, int rows, int cols, int K, float beta,
-                const D* bias = nullptr);
+                const std::type_identity_t<D>* bias = nullptr,
+                Fp8Scales scales = Fp8Scales::tensor);
 
 }  // namespace strata::cuda

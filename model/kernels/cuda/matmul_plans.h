@@ -29,6 +29,9 @@ struct MatmulKey {
   // (CUBLASLT_MATMUL_DESC_FAST_ACCUM).
   cudaDataType_t b_type = ab_type;
   bool fast_accumulation = false;
+  // FP8: the scale pointers hold one factor per row of D for A and per column for B
+  // (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, the rowwise recipe) rather than one each.
+  bool outer_vector_scales = false;
 
   auto operator<=>(const MatmulKey&) const = default;
 };

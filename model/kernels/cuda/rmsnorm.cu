@@ -3,6 +3,7 @@
 #include "model/kernels/cuda/check.h"
 #include "model/kernels/cuda/column_sums.cuh"
 #include "model/kernels/cuda/dtype.cuh"
+#include "model/kernels/cuda/fp8_cast_output.cuh"
 #include "model/kernels/cuda/reduce.cuh"
 #include "model/kernels/cuda/residual_row.cuh"
 #include "model/kernels/rmsnorm.h"
@@ -18,7 +19,8 @@ constexpr int kThreads = kRowsPerBlock * 32;
 template <class T, int kN>
 __global__ void __launch_bounds__(kThreads)
     residual_rmsnorm_forward_kernel(T* sum_out, T* out, float* rstd, const T* residual, const T* y,
-                                    const T* y_bias, const T* weight, int N, int C, float eps) {
+                                    const T* y_bias, const T* weight, int N, int C, float eps,
+                                    Fp8CastOutput cast) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   if (row >= N) return;
@@ -37,15 +39,19 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   const float s = rmsnorm_rstd(group_sum(sum_of_squares), C, eps);
+  Fp8Caster caster(cast);
   for (int c = lane * kN; c < C; c += 32 * kN) {
     const Vec<T, kN> a = load_vec<kN>(x + c);
     const Vec<T, kN> w = load_vec<kN>(weight + c);
     Vec<T, kN> o;
 #pragma unroll
-    for (int k = 0; k < kN; ++k)
+    for (int k = 0; k < kN; ++k) {
       o.v[k] = from_float<T>(rmsnorm_output(to_float(a.v[k]), s, to_float(w.v[k])));
+      caster.cast(base + c + k, to_float(o.v[k]));
+    }
     store_vec(out + base + c, o);
   }
+  caster.join_amax();
   if (lane == 0 && rstd != nullptr) rstd[row] = s;
 }
 
@@ -105,16 +111,16 @@ unsigned row_blocks(int N) {
 template <class T>
 void residual_rmsnorm_forward(T* sum_out, T* out, float* rstd, const T* residual, const T* y,
                               const T* y_bias, const T* weight, int N, int C, double eps,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, const Fp8CastOutput& cast) {
   STRATA_CHECK(N >= 0 && C > 0);
   if (N == 0) return;
   const float eps32 = static_cast<float>(eps);
   if (vector_rows<T>(C, sum_out, out, residual, y, weight)) {
     residual_rmsnorm_forward_kernel<T, kVec16<T>><<<row_blocks(N), kThreads, 0, stream>>>(
-        sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps32);
+        sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps32, cast);
   } else {
     residual_rmsnorm_forward_kernel<T, 1><<<row_blocks(N), kThreads, 0, stream>>>(
-        sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps32);
+        sum_out, out, rstd, residual, y, y_bias, weight, N, C, eps32, cast);
   }
   STRATA_CUDA_CHECK_LAUNCH();
 }
@@ -152,7 +158,8 @@ void rmsnorm_backward_weight(float* dweight, const T* dout, const T* inp, const 
 
 #define STRATA_INSTANTIATE(T)                                                                    \
   template void residual_rmsnorm_forward<T>(T*, T*, float*, const T*, const T*, const T*,        \
-                                            const T*, int, int, double, cudaStream_t);           \
+                                            const T*, int, int, double, cudaStream_t,            \
+                                            const Fp8CastOutput&);                               \
   template void rmsnorm_backward<T>(T*, float*, const T*, const T*, const T*, const float*, int, \
                                     int, DeviceArena&, cudaStream_t);                            \
   template void rmsnorm_backward_input<T>(T*, const T*, const T*, const T*, const float*, int,   \

@@ -23,21 +23,23 @@
 #include <cuda_runtime_api.h>
 
 #include "model/kernels/cuda/arena.h"
+#include "model/kernels/cuda/fp8_cast.h"
 
 namespace strata::cuda {
 
 // y == nullptr: plain RMSNorm of `residual` and sum_out is not written. y_bias may be null.
 // rstd may be null (inference). sum_out may alias residual (in-place residual stream). eps is
-// applied in fp32.
+// applied in fp32. `cast`: out's FP8 cast in the same pass (fp8_cast.h; none by default).
 template <class T>
 void residual_rmsnorm_forward(T* sum_out, T* out, float* rstd, const T* residual, const T* y,
                               const T* y_bias, const T* weight, int N, int C, double eps,
-                              cudaStream_t stream);
+                              cudaStream_t stream, const Fp8CastOutput& cast = {});
 
 template <class T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, double eps,
-                     cudaStream_t stream) {
-  residual_rmsnorm_forward<T>(nullptr, out, rstd, inp, nullptr, nullptr, weight, N, C, eps, stream);
+                     cudaStream_t stream, const Fp8CastOutput& cast = {}) {
+  residual_rmsnorm_forward<T>(nullptr, out, rstd, inp, nullptr, nullptr, weight, N, C, eps, stream,
+                              cast);
 }
 
 // inp is the RMSNorm input (sum_out of the forward). Scratch: ⌈N/256⌉·C floats of `arena`,
