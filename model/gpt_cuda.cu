@@ -33,7 +33,9 @@ std::size_t scratch_bytes(const GptShape& shape, const ModelPartition& p, int ma
 
 // An FP8 GEMM's codes in the same arena, two operands at a time (model/ops/cuda_ops_fp8.cu): at
 // most rows·(in + out) + in·out bytes over the block's GEMMs (each width its logical one, at least
-// this rank's), and their amaxes and scales.
+// this rank's), and their amaxes, scales and inverses: a float each per operand, or under rowwise
+// one per row of the operand as the GEMM takes it (at most max(rows, in, out)), each array
+// aligned to the arena's 256 bytes.
 std::size_t fp8_scratch_bytes(const Fp8Settings& fp8, const GptShape& shape,
                               const ModelPartition& p, int max_batch) {
   if (!fp8.enabled()) return 0;
@@ -42,7 +44,9 @@ std::size_t fp8_scratch_bytes(const Fp8Settings& fp8, const GptShape& shape,
   const std::size_t in = static_cast<std::size_t>(std::max(shape.d_model, shape.ffn_width()));
   const std::size_t out =
       static_cast<std::size_t>(std::max({shape.d_model, shape.qkv_width(), shape.fc_width()}));
-  return rows * (in + out) + in * out + 4096;
+  const std::size_t vectors =
+      fp8.scaling == Fp8Scaling::rowwise ? 2 * 3 * sizeof(float) * std::max({rows, in, out}) : 0;
+  return rows * (in + out) + in * out + vectors + 4096;
 }
 
 }  // namespace
@@ -211,7 +215,7 @@ std::size_t CudaGpt<T>::device_bytes() const {
           ? sizeof(float) * context_staging_elements(shape_, partition_, context_comm_, max_batch_)
           : 0;
   return storage_.reserved_bytes() + scratch_.capacity() + staging + context_staging +
-         (this->context_ ? this->context_->memory_bytes() : 0);
+         (this->context_ ? this->context_->memory_bytes() : 0) + ops_.fp8_bytes();
 }
 
 template <class T>

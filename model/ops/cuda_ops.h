@@ -70,6 +70,11 @@ class CudaOps {
   // or GELU casts as it writes it (fused_cast; 0: every cast apart).
   void use_fp8(DeviceCollectives* cp, std::size_t sites, std::size_t fused_codes = 0);
   float* fp8_step_amaxes() const { return fp8_step_.get(); }
+  // Device bytes use_fp8 holds: the step amaxes and the fused casts' codes.
+  std::size_t fp8_bytes() const {
+    return fp8_step_.size() * sizeof(float) + fp8_fused_codes_.size() +
+           fp8_fused_scales_.size() * sizeof(float);
+  }
   int tp_rank() const { return tp_ != nullptr ? tp_->rank() : 0; }
   int tp_size() const { return tp_ != nullptr ? tp_->size() : 1; }
 

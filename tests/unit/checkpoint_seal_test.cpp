@@ -159,9 +159,10 @@ TEST(CheckpointSeal, NewFilesAreFormat4AndFormat3FilesAreStillChecked) {
 }
 
 // Format 5 is format 4 with optional per-tensor buffers (the FP8 delayed recipe's histories):
-// written only when a checkpoint holds one, and read only from a file of format 5, so a version
-// before it refuses such a file, and a file that claims format 4 resumes without them (zeros).
-TEST(CheckpointSeal, OptionalBuffersMakeFormat5AndAreReadOnlyFromIt) {
+// written only when a checkpoint holds one, so a version before it refuses such a file. A file of
+// format 4 that holds them (written before format 5) is read with them; one that lacks them reads
+// zeros.
+TEST(CheckpointSeal, OptionalBuffersMakeFormat5AndAreReadFromFormat4Too) {
   testing::TempDir dir("seal_format5");
   const ParameterLayout layout = ParameterLayout::for_gpt(kShape);
   const std::string tensor = "h.0.attn.qkv.weight";
@@ -182,7 +183,7 @@ TEST(CheckpointSeal, OptionalBuffersMakeFormat5AndAreReadOnlyFromIt) {
   read_checkpoint(path, layout, read);
   EXPECT_EQ(read[1].values, (std::vector<float>{1, 2, 4}));
 
-  {  // the same file claiming format 4: its optional buffer is not looked for
+  {  // the same file as format 4 wrote it before format 5: its histories are read
     H5File file = H5File::open_write(path);
     write_attribute_string(file.id(), "format", "strata-checkpoint-4");
     file.close();
@@ -191,12 +192,16 @@ TEST(CheckpointSeal, OptionalBuffersMakeFormat5AndAreReadOnlyFromIt) {
   EXPECT_EQ(error_of(path), "");
   read = buffers_of({});
   read_checkpoint(path, layout, read);
-  EXPECT_EQ(read[1].values, (std::vector<float>{0, 0, 0}));
-  // Without an optional buffer a checkpoint stays format 4.
+  EXPECT_EQ(read[1].values, (std::vector<float>{1, 2, 4}));
+  // Without an optional buffer a checkpoint stays format 4, and a run that keeps one resumes from
+  // it with zeros (empty histories).
   std::vector<StateBuffer> plain = buffers_of({});
   plain.pop_back();
   const std::string plain_path = write_checkpoint(dir / "plain", writer, meta, plain);
   EXPECT_EQ(verify_checkpoint(plain_path).format, CheckpointFormat::v4);
+  read = buffers_of({});
+  read_checkpoint(plain_path, layout, read);
+  EXPECT_EQ(read[1].values, (std::vector<float>{0, 0, 0}));
 }
 
 TEST(CheckpointSeal, AFormat3FileOfAnEarlierVersionIsRead) {

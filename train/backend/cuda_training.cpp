@@ -21,6 +21,7 @@
 #include "model/kernels/cuda/device_buffer.h"
 #include "model/kernels/cuda/device_context.h"
 #include "model/kernels/cuda/grad_norm.h"
+#include "model/kernels/cuda/matmul.h"
 #include "parallel/comm/communicator.h"
 #include "parallel/mesh/host_reduction.h"
 #include "parallel/mesh/process_groups.h"
@@ -507,11 +508,16 @@ std::unique_ptr<TrainingBackend> make_cuda_training(const Config& config, const 
       fail("precision.fp8: GPU ", device, " (", properties.name, ") has compute capability ",
            properties.major, ".", properties.minor,
            "; FP8 tensor cores need 8.9 or later (device: cpu emulates FP8)");
-    // The rowwise recipe's per-row scales are cuBLASLt's outer-vector scales, built for Hopper.
+    // The rowwise recipe's per-row scales are cuBLASLt's outer-vector scales (cuBLAS 12.9 on),
+    // built for Hopper.
     if (fp8.scaling == Fp8Scaling::rowwise && properties.major < 9)
       fail("precision.fp8: rowwise on GPU ", device, " (", properties.name,
            ") of compute capability ", properties.major, ".", properties.minor,
            ": cuBLASLt scales FP8 GEMMs per row from 9.0 (Hopper) on; use tensorwise or delayed");
+    if (fp8.scaling == Fp8Scaling::rowwise && !cuda::fp8_row_scales_available())
+      fail(
+          "precision.fp8: rowwise needs cuBLAS 12.9 or later, for its per-row scales (this "
+          "build's or the loaded cuBLASLt is older); use tensorwise or delayed");
   }
   if (config.precision.compute == cpu::ComputeDtype::bf16)
     return std::make_unique<CudaTrainingOf<__nv_bfloat16>>(config, shape, placement, device);

@@ -35,8 +35,6 @@ CheckpointFormat checkpoint_format_to_write(bool has_optional_buffers) {
   return has_optional_buffers ? CheckpointFormat::v5 : CheckpointFormat::v4;
 }
 
-bool holds_optional_buffers(CheckpointFormat format) { return format == CheckpointFormat::v5; }
-
 const char* checkpoint_format_name(CheckpointFormat format) {
   switch (format) {
     case CheckpointFormat::v3:

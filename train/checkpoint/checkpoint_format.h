@@ -6,7 +6,9 @@
 //                        StateBuffer::optional: the FP8 delayed recipe's amax histories), written
 //                        only by runs that keep such state, so that versions before format 5
 //                        refuse the file rather than resume without it, and read every other
-//                        checkpoint as before
+//                        checkpoint as before. (The versions between the histories' arrival and
+//                        format 5 wrote them into format-4 files: readers look for optional
+//                        buffers in any format.)
 //   strata-checkpoint-4  xxHash's XXH3-64 byte checksums (libxxhash)
 //   strata-checkpoint-3  the byte checksum a word-wise mix of Strata's own, kept here for reading,
 //                        so that runs checkpointed by earlier versions resume
@@ -31,8 +33,6 @@ inline constexpr CheckpointFormat kCurrentCheckpointFormat = CheckpointFormat::v
 
 // The format a checkpoint is written in: 5 when it stores an optional state buffer, else 4.
 CheckpointFormat checkpoint_format_to_write(bool has_optional_buffers);
-// Whether files of `format` may hold optional state buffers (a reader looks for them only there).
-bool holds_optional_buffers(CheckpointFormat format);
 
 // "strata-checkpoint-3", "-4", "-5": the root attribute `format`.
 const char* checkpoint_format_name(CheckpointFormat format);

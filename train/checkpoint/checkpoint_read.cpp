@@ -37,13 +37,11 @@ void check_statistic_shape(hid_t file, const std::string& file_path, const std::
 
 // Whether the file holds statistic `s` of `buffer` as the run needs it. An optional buffer's
 // statistic it lacks, or holds in another shape (the FP8 histories of a GEMM that ran in the
-// compute dtype, or of another history length), or any in a file of a format before optional
-// buffers (checkpoint_format.h), is read as zeros; any other buffer's must be there
-// (check_statistic_shape says what is wrong).
-bool holds_statistic(hid_t file, const std::string& file_path, const StateBuffer& buffer,
-                     const TensorStatistic& s) {
+// compute dtype, or of another history length), is read as zeros; any other buffer's must be
+// there (check_statistic_shape says what is wrong). Files of format 4 may hold optional buffers
+// too: those written with the FP8 histories before format 5 (checkpoint_format.h).
+bool holds_statistic(hid_t file, const StateBuffer& buffer, const TensorStatistic& s) {
   if (!buffer.optional) return true;
-  if (!holds_optional_buffers(read_checkpoint_format(file, file_path))) return false;
   const std::string path = dataset_group(buffer.name) + s.tensor;
   return has_object(file, path) &&
          dataset_dims(file, path) == std::vector<std::uint64_t>{static_cast<std::uint64_t>(s.size)};
@@ -54,7 +52,7 @@ bool holds_statistic(hid_t file, const std::string& file_path, const StateBuffer
 void read_statistics(hid_t file, const std::string& file_path, StateBuffer& buffer) {
   buffer.values.clear();
   for (const TensorStatistic& s : buffer.statistics) {
-    if (!holds_statistic(file, file_path, buffer, s)) {
+    if (!holds_statistic(file, buffer, s)) {
       buffer.values.insert(buffer.values.end(), static_cast<std::size_t>(s.size), 0.0f);
       continue;
     }
@@ -160,7 +158,7 @@ CheckpointMeta read_checkpoint(const std::string& path, const ParameterLayout& l
   // claims a larger model, say) is an error, not an allocation of the size it claims.
   for (const StateBuffer& buffer : buffers) {
     for (const TensorStatistic& s : buffer.statistics)
-      if (holds_statistic(file.id(), path, buffer, s))
+      if (holds_statistic(file.id(), buffer, s))
         check_statistic_shape(file.id(), path, dataset_group(buffer.name) + s.tensor, s.size);
     if (buffer.per_tensor) continue;
     for (const TensorView& t : layout.tensors())

@@ -10,7 +10,7 @@
 // checkpoint, or one of a format before strata-checkpoint-3) is refused before HDF5 opens it.
 //
 // The seal's magic names its checksum (checkpoint_format.h): "strata-seal-2" XXH3-64, written
-// with format 4; "strata-seal-1" format 3's own mix, still checked so its files resume.
+// with formats 4 and 5; "strata-seal-1" format 3's own mix, still checked so its files resume.
 //
 // The check reads the whole file once; a process remembers the files it has checked (by path,
 // size, modification time and inode) and checks each version of a file once.

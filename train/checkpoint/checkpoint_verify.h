@@ -3,11 +3,11 @@
 //
 // A checkpoint is intact when its bytes match its seal (train/checkpoint/checkpoint_seal.h: a
 // truncated file, or a flipped bit anywhere, fails there, before HDF5 reads anything), it opens as
-// an HDF5 file of a format Strata reads (strata-checkpoint-4, or -3 from earlier versions), every
-// dataset in it carries a `checksum` attribute that its whole contents match (fp32 tensors: the
-// index-and-value checksum of train/checkpoint/checkpoint_format.h; the tokenizer bytes: the file's
-// format's checksum_bytes), and its /state group holds the training state. Every failure is a
-// strata::Error naming the file and, where there is one, the tensor (locate_checkpoint_damage
+// an HDF5 file of a format Strata reads (strata-checkpoint-4 or -5, or -3 from earlier versions),
+// every dataset in it carries a `checksum` attribute that its whole contents match (fp32 tensors:
+// the index-and-value checksum of train/checkpoint/checkpoint_format.h; the tokenizer bytes: the
+// file's format's checksum_bytes), and its /state group holds the training state. Every failure is
+// a strata::Error naming the file and, where there is one, the tensor (locate_checkpoint_damage
 // finds it for a file that fails its seal).
 #pragma once
 

@@ -19,6 +19,14 @@
 #include "model/kernels/cuda/matmul_plans.h"
 #include "model/kernels/cuda/residual.h"
 
+// cuBLASLt's outer-vector scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) came with cuBLAS
+// 12.9; an older toolkit builds every other FP8 GEMM.
+#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120900
+#define STRATA_CUBLASLT_OUTER_VECTOR_SCALES 1
+#else
+#define STRATA_CUBLASLT_OUTER_VECTOR_SCALES 0
+#endif
+
 namespace strata::cuda {
 
 MatmulPlan::~MatmulPlan() {
@@ -145,9 +153,13 @@ MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, bool required) {
     set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                   static_cast<std::int8_t>(key.fast_accumulation ? 1 : 0));
     if (key.outer_vector_scales) {
+#if STRATA_CUBLASLT_OUTER_VECTOR_SCALES
       const auto mode = static_cast<std::int32_t>(CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
       set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
       set_attribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
+#else
+      fail("FP8 GEMMs with per-row scales need cuBLAS 12.9 or later (this build's is older)");
+#endif
     }
     set_scale_pointers(plan->desc, stand_in, stand_in);
   }
@@ -165,8 +177,10 @@ MatmulPlan& plan_for(DeviceContext& ctx, const MatmulKey& key, bool required) {
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       ctx.blaslt(), plan->desc, plan->a, plan->b, plan->c, plan->c, pref.get(), 1, &result, &found);
-  // NOT_SUPPORTED (no algorithm for this combination) is an answer, cached like a success.
-  if (required && status != CUBLAS_STATUS_NOT_SUPPORTED) STRATA_CUBLAS_CHECK(status);
+  // NOT_SUPPORTED (no algorithm for this combination) is an answer, cached like a success; so is
+  // any refusal of outer-vector scales, which the caller names.
+  if (required && status != CUBLAS_STATUS_NOT_SUPPORTED && !key.outer_vector_scales)
+    STRATA_CUBLAS_CHECK(status);
   plan->supported =
       status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (plan->supported) plan->algo = result.algo;
@@ -322,6 +336,10 @@ cudaDataType_t fp8_type(Fp8Format format) {
 // d (rows, cols) row-major is the column-major cols × rows matrix D = op(A)·op(B) with A = b
 // (stored K × cols column-major, op T) and B = a (K × rows, op N): cuBLASLt's "TN", the one
 // layout its FP8 kernels take. So cuBLASLt's A is our b and its scale b_inverse.
+bool fp8_row_scales_available() {
+  return STRATA_CUBLASLT_OUTER_VECTOR_SCALES && cublasLtGetVersion() >= 120900;
+}
+
 template <class D>
 void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
                 const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,

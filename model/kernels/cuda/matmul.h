@@ -66,6 +66,9 @@ void matmul_backward_weight(DeviceContext& ctx, float* dweight, float* dbias, co
 // b_inverse[c] (cuBLASLt's outer-vector scales, the rowwise recipe: Hopper, cuBLAS 12.9 and
 // later). Each product stays exact (powers of two), so the bound above holds for both.
 enum class Fp8Scales { tensor, rows };
+// Whether this build and the cuBLASLt it loaded have outer-vector scales (cuBLAS 12.9 and later;
+// the device must still be a Hopper, compute capability 9.0, for cuBLASLt to find an algorithm).
+bool fp8_row_scales_available();
 template <class D>
 void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
                 const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
