@@ -43,6 +43,30 @@ inline constexpr Choices kFp8LayerChoices{
 enum class Fp8Operand { input, weight, grad_output };
 inline constexpr int kFp8Operands = 3;
 
+// The groups whose ranks hold other parts of what one scale of `operand` covers (`axis` of the
+// operand as a linear layer holds it: input (N, IC), weight (OC, IC), grad_output (N, OC)), so
+// its amax is the largest over them: tensor parallelism where the layer splits that dimension (a
+// row-parallel layer its input channels, a column-parallel one its output channels), context
+// parallelism for a micro-batch's rows. The one rule of both backends' casts.
+struct Fp8AmaxGroups {
+  bool tp = false, cp = false;
+};
+constexpr Fp8AmaxGroups fp8_amax_groups(Fp8Operand operand, bool row_parallel, Fp8Axis axis) {
+  // Whether the operand's columns, or its rows, are split over tp; its rows over cp.
+  const bool columns_tp = operand == Fp8Operand::grad_output ? !row_parallel : row_parallel;
+  const bool rows_tp = operand == Fp8Operand::weight && !row_parallel;
+  const bool rows_cp = operand != Fp8Operand::weight;
+  switch (axis) {
+    case Fp8Axis::tensor:
+      return {columns_tp || rows_tp, rows_cp};
+    case Fp8Axis::rows:
+      return {columns_tp, false};
+    case Fp8Axis::columns:
+      return {rows_tp, rows_cp};
+  }
+  return {};
+}
+
 struct Fp8Settings {
   Fp8Scaling scaling = Fp8Scaling::none;
   Fp8Formats formats = Fp8Formats::hybrid;

@@ -20,6 +20,9 @@ namespace strata {
 
 enum class Fp8Format { e4m3, e5m2 };
 
+// What one scale covers in an operand x (rows, cols): all of it, one row, or one column.
+enum class Fp8Axis { tensor, rows, columns };
+
 // The format's exponent bits, mantissa bits and bias.
 struct Fp8Layout {
   int exponent_bits, mantissa_bits, bias;

@@ -62,11 +62,8 @@ void CpuOps<T>::matmul_forward(Value* out, Value* pre_gelu, const Value* inp, co
                                const Fp8Gemm& fp8) {
   const long n = static_cast<long>(N) * OC;
   if (fp8) {
-    inp = fp8_cast(inp, N, IC, fp8, Fp8Operand::input, true,
-                   {.columns_over_tp = fp8.row_parallel, .rows_over_cp = true}, fp8_input_);
-    weight = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight, true,
-                      {.columns_over_tp = fp8.row_parallel, .rows_over_tp = !fp8.row_parallel},
-                      fp8_weight_);
+    inp = fp8_cast(inp, N, IC, fp8, Fp8Operand::input, true, fp8_input_);
+    weight = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight, true, fp8_weight_);
   }
   switch (epilogue) {
     case Epilogue::bias:
@@ -93,11 +90,8 @@ void CpuOps<T>::matmul_backward_input(Value* dinp, const Value* dout, const Valu
                                       const Fp8Gemm& fp8) {
   const long n = static_cast<long>(N) * IC;
   if (fp8) {  // the sum runs over OC: dout's columns, the weight's rows
-    dout = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output, true,
-                    {.columns_over_tp = !fp8.row_parallel, .rows_over_cp = true}, fp8_grad_);
-    weight = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight, false,
-                      {.columns_over_tp = fp8.row_parallel, .rows_over_tp = !fp8.row_parallel},
-                      fp8_weight_);
+    dout = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output, true, fp8_grad_);
+    weight = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight, false, fp8_weight_);
   }
   if (pre_gelu == nullptr) {
     cpu::matmul_backward_input(dinp, dout, weight, N, IC, OC);
@@ -128,10 +122,8 @@ void CpuOps<T>::matmul_backward_weight_rows(Grad* dweight, Grad* dbias, const Va
   if (dbias != nullptr)
     cpu::bias_backward(dbias, dout + static_cast<long>(bias_rows.begin) * OC, bias_rows.count, OC);
   if (fp8) {  // the sum runs over the N rows of both
-    dout = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output, false,
-                    {.columns_over_tp = !fp8.row_parallel, .rows_over_cp = true}, fp8_grad_);
-    inp = fp8_cast(inp, N, IC, fp8, Fp8Operand::input, false,
-                   {.columns_over_tp = fp8.row_parallel, .rows_over_cp = true}, fp8_input_);
+    dout = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output, false, fp8_grad_);
+    inp = fp8_cast(inp, N, IC, fp8, Fp8Operand::input, false, fp8_input_);
   }
   cpu::matmul_backward_weight(dweight, static_cast<T*>(nullptr), dout, inp, N, IC, OC);
 }

@@ -276,20 +276,15 @@ class CpuOps {
   MoeScratch moe_scratch() { return MoeScratch(); }
 
  private:
-  // Which parts of an FP8 operand (rows, cols) other ranks hold: its columns are split over the
-  // tensor-parallel group, its rows over it, or its rows over the context-parallel group.
-  struct Fp8Split {
-    bool columns_over_tp = false, rows_over_tp = false, rows_over_cp = false;
-  };
   // `x` (rows, cols) cast to FP8 and back into `out` (grown as needed), as operand `operand` of
   // GEMM `fp8` whose sum runs along x's columns (`along_columns`) or its rows: one scale for the
   // tensor (tensorwise, delayed) or one per row of that sum (rowwise), each a power of two
   // (kernels/fp8.h fp8_scale) from amaxes taken over every rank holding part of that row, column
-  // or tensor (`split`). Returns out.
+  // or tensor (fp8_recipe.h fp8_amax_groups). Returns out.
   const Value* fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8, Fp8Operand operand,
-                        bool along_columns, Fp8Split split, std::vector<T>& out);
-  // The largest of `amaxes` over the groups `split` names for them.
-  void reduce_amaxes(std::span<float> amaxes, bool over_tp, bool over_cp);
+                        bool along_columns, std::vector<T>& out);
+  // The largest of `amaxes` over `groups`.
+  void reduce_amaxes(std::span<float> amaxes, Fp8AmaxGroups groups);
 
   cpu::ComputeDtype compute_;
   std::unique_ptr<Collectives> alone_;  // the group of one, when none was given

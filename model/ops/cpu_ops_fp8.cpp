@@ -11,14 +11,14 @@
 namespace strata {
 
 template <class T>
-void CpuOps<T>::reduce_amaxes(std::span<float> amaxes, bool over_tp, bool over_cp) {
-  if (over_tp && tp_->size() > 1) all_reduce_amax(*tp_, amaxes);
-  if (over_cp && cp_ != nullptr && cp_->size() > 1) all_reduce_amax(*cp_, amaxes);
+void CpuOps<T>::reduce_amaxes(std::span<float> amaxes, Fp8AmaxGroups groups) {
+  if (groups.tp && tp_->size() > 1) all_reduce_amax(*tp_, amaxes);
+  if (groups.cp && cp_ != nullptr && cp_->size() > 1) all_reduce_amax(*cp_, amaxes);
 }
 
 template <class T>
 auto CpuOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8, Fp8Operand operand,
-                         bool along_columns, Fp8Split split, std::vector<T>& out) -> const Value* {
+                         bool along_columns, std::vector<T>& out) -> const Value* {
   Fp8State& state = *fp8.state;
   const Fp8Format format = state.format(operand);
   const long n = static_cast<long>(rows) * cols;
@@ -33,18 +33,15 @@ auto CpuOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
 
   if (state.settings().scaling == Fp8Scaling::rowwise) {
     // One scale per row of the sum: per row of x when the sum runs along its columns, else per
-    // column; amaxes over the ranks holding other parts of the same rows (or columns).
-    const int count = along_columns ? rows : cols;
-    fp8_amax_.assign(static_cast<std::size_t>(count), 0.0f);
+    // column.
+    const Fp8Axis axis = along_columns ? Fp8Axis::rows : Fp8Axis::columns;
+    fp8_amax_.assign(static_cast<std::size_t>(along_columns ? rows : cols), 0.0f);
     for (long r = 0; r < rows; ++r)
       for (long c = 0; c < cols; ++c) {
         float& amax = fp8_amax_[static_cast<std::size_t>(along_columns ? r : c)];
         amax = fp8_amax_step(amax, static_cast<float>(x[r * cols + c]));
       }
-    if (along_columns)
-      reduce_amaxes(fp8_amax_, split.columns_over_tp, false);
-    else
-      reduce_amaxes(fp8_amax_, split.rows_over_tp, split.rows_over_cp);
+    reduce_amaxes(fp8_amax_, fp8_amax_groups(operand, fp8.row_parallel, axis));
     for (float& amax : fp8_amax_) amax = fp8_scale(amax, format);  // now the scales
 #pragma omp parallel for if (n >= (1 << 16))
     for (long r = 0; r < rows; ++r)
@@ -63,8 +60,8 @@ auto CpuOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
       state.has_history(fp8.layer, fp8.gemm, operand)) {
     amax = state.history_amax(fp8.layer, fp8.gemm, operand);
   } else {
-    reduce_amaxes(std::span<float>(&amax, 1), split.columns_over_tp || split.rows_over_tp,
-                  split.rows_over_cp);
+    reduce_amaxes(std::span<float>(&amax, 1),
+                  fp8_amax_groups(operand, fp8.row_parallel, Fp8Axis::tensor));
   }
   const float scale = fp8_scale(amax, format);
 #pragma omp parallel for if (n >= (1 << 16))
@@ -74,9 +71,9 @@ auto CpuOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
 
 // The two members defined here (cpu_ops.cpp instantiates the class).
 #define STRATA_INSTANTIATE_FP8_CAST(T)                                                    \
-  template void CpuOps<T>::reduce_amaxes(std::span<float>, bool, bool);                   \
+  template void CpuOps<T>::reduce_amaxes(std::span<float>, Fp8AmaxGroups);                \
   template auto CpuOps<T>::fp8_cast(const T*, int, int, const Fp8Gemm&, Fp8Operand, bool, \
-                                    Fp8Split, std::vector<T>&)                            \
+                                    std::vector<T>&)                                      \
       ->const T*;
 STRATA_INSTANTIATE_FP8_CAST(float)
 STRATA_INSTANTIATE_FP8_CAST(double)

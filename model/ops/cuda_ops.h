@@ -262,13 +262,10 @@ class CudaOps {
   // caller releases them).
   float* loss_gradient(Scalar loss_scale, int N);
 
-  // The FP8 GEMMs of the matmul ops (cuda_ops_fp8.cu). Fp8Split: which parts of an operand
-  // (rows, cols) other ranks hold (CpuOps's). fp8_cast: the operand's codes (transposed: (cols,
-  // rows)), scaled per tensor or per row of the codes (rowwise), and its dequantisation factors,
-  // in the scratch arena (the caller's scope).
-  struct Fp8Split {
-    bool columns_over_tp = false, rows_over_tp = false, rows_over_cp = false;
-  };
+  // The FP8 GEMMs of the matmul ops (cuda_ops_fp8.cu). fp8_cast: the operand's codes
+  // (transposed: (cols, rows)), scaled per tensor or per row of the codes (rowwise), their amaxes
+  // over the ranks fp8_amax_groups names (CpuOps's rule), and its dequantisation factors, in the
+  // scratch arena (the caller's scope).
   struct Fp8Codes {
     std::uint8_t* codes;
     const float* inverse;  // one factor, or one per row of the codes (scales rows)
@@ -276,7 +273,7 @@ class CudaOps {
     Fp8Scales scales;
   };
   Fp8Codes fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8, Fp8Operand operand,
-                    Fp8Split split, bool transpose);
+                    bool transpose);
   void fp8_forward(Value* out, Value* pre_gelu, const Value* inp, const Value* weight,
                    const Value* bias, int N, int IC, int OC, const Fp8Gemm& fp8);
   void fp8_backward_input(Value* dinp, const Value* dout, const Value* weight,

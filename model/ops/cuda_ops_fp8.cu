@@ -60,7 +60,7 @@ Fp8CastOutput CudaOps<T>::fused_cast(const Value* out, long n, const Fp8Gemm& ne
 
 template <class T>
 auto CudaOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8,
-                          Fp8Operand operand, Fp8Split split, bool transpose) -> Fp8Codes {
+                          Fp8Operand operand, bool transpose) -> Fp8Codes {
   if (fp8_fused_.source != nullptr) {  // codes a kernel cast for the next cast, if this is it
     const Fp8FusedCodes fused = fp8_fused_;
     fp8_fused_.source = nullptr;
@@ -85,27 +85,19 @@ auto CudaOps<T>::fp8_cast(const Value* x, int rows, int cols, const Fp8Gemm& fp8
   float* inverse = scratch_.allocate<float>(floats);
   auto* codes = scratch_.allocate<std::uint8_t>(static_cast<std::size_t>(rows) * cols);
   fp8_amaxes(amax, x, rows, cols, axis, stream);
-  const bool over_tp = tp_ != nullptr && tp_->size() > 1;
-  const bool over_cp = fp8_cp_ != nullptr && fp8_cp_->size() > 1;
   const bool delayed = scaling == Fp8Scaling::delayed;
   if (delayed) {
     STRATA_CHECK(fp8_step_.get() != nullptr, "the delayed recipe's step amaxes are not kept");
     fp8_keep_largest(fp8_step_.get() + state.site(fp8.layer, fp8.gemm, operand), amax, stream);
   }
-  if (axis == Fp8Axis::rows) {
-    if (split.columns_over_tp && over_tp) tp_->all_reduce_max(amax, floats, stream);
-    fp8_scales(scale, inverse, amax, count, format, stream);
-  } else if (axis == Fp8Axis::columns) {
-    if (split.rows_over_tp && over_tp) tp_->all_reduce_max(amax, floats, stream);
-    if (split.rows_over_cp && over_cp) fp8_cp_->all_reduce_max(amax, floats, stream);
-    fp8_scales(scale, inverse, amax, count, format, stream);
-  } else if (delayed && state.has_history(fp8.layer, fp8.gemm, operand)) {
+  if (delayed && state.has_history(fp8.layer, fp8.gemm, operand)) {
     fp8_scale_of(scale, inverse, state.history_amax(fp8.layer, fp8.gemm, operand), format, stream);
   } else {
-    if ((split.columns_over_tp || split.rows_over_tp) && over_tp)
-      tp_->all_reduce_max(amax, 1, stream);
-    if (split.rows_over_cp && over_cp) fp8_cp_->all_reduce_max(amax, 1, stream);
-    fp8_scales(scale, inverse, amax, 1, format, stream);
+    const Fp8AmaxGroups groups = fp8_amax_groups(operand, fp8.row_parallel, axis);
+    if (groups.tp && tp_ != nullptr && tp_->size() > 1) tp_->all_reduce_max(amax, floats, stream);
+    if (groups.cp && fp8_cp_ != nullptr && fp8_cp_->size() > 1)
+      fp8_cp_->all_reduce_max(amax, floats, stream);
+    fp8_scales(scale, inverse, amax, count, format, stream);
   }
   cuda::fp8_cast(codes, x, scale, rows, cols, axis, transpose, format, stream);
   return {codes, inverse, format, axis == Fp8Axis::tensor ? Fp8Scales::tensor : Fp8Scales::rows};
@@ -117,12 +109,9 @@ void CudaOps<T>::fp8_forward(Value* out, Value* pre_gelu, const Value* inp, cons
   if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
     fail("FP8 GEMMs take bf16 operands (precision.compute: bf16)");
   } else {
-    const bool rp = fp8.row_parallel;
     ArenaScope scope(scratch_);
-    const Fp8Codes x = fp8_cast(inp, N, IC, fp8, Fp8Operand::input,
-                                {.columns_over_tp = rp, .rows_over_cp = true}, false);
-    const Fp8Codes w = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight,
-                                {.columns_over_tp = rp, .rows_over_tp = !rp}, false);
+    const Fp8Codes x = fp8_cast(inp, N, IC, fp8, Fp8Operand::input, false);
+    const Fp8Codes w = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight, false);
     T* product = pre_gelu != nullptr ? pre_gelu : out;
     // The bias into the arena: a tensor of the packed parameters may start at any element, and
     // cuBLASLt's FP8 kernels want every pointer 16-byte aligned.
@@ -153,12 +142,9 @@ void CudaOps<T>::fp8_backward_input(Value* dinp, const Value* dout, const Value*
   if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
     fail("FP8 GEMMs take bf16 operands (precision.compute: bf16)");
   } else {
-    const bool rp = fp8.row_parallel;
     ArenaScope scope(scratch_);
-    const Fp8Codes dy = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output,
-                                 {.columns_over_tp = !rp, .rows_over_cp = true}, false);
-    const Fp8Codes wt = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight,
-                                 {.columns_over_tp = rp, .rows_over_tp = !rp}, true);
+    const Fp8Codes dy = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output, false);
+    const Fp8Codes wt = fp8_cast(weight, OC, IC, fp8, Fp8Operand::weight, true);
     fp8_matmul(ctx_, dinp, dy.codes, dy.format, dy.inverse, wt.codes, wt.format, wt.inverse, N, IC,
                OC, 0.0f, nullptr, dy.scales);
     if (pre_gelu != nullptr) gelu_backward(dinp, pre_gelu, dinp, static_cast<long>(N) * IC);
@@ -171,12 +157,9 @@ void CudaOps<T>::fp8_backward_weight(Grad* dweight, const Value* dout, const Val
   if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
     fail("FP8 GEMMs take bf16 operands (precision.compute: bf16)");
   } else {
-    const bool rp = fp8.row_parallel;
     ArenaScope scope(scratch_);
-    const Fp8Codes dyt = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output,
-                                  {.columns_over_tp = !rp, .rows_over_cp = true}, true);
-    const Fp8Codes xt = fp8_cast(inp, N, IC, fp8, Fp8Operand::input,
-                                 {.columns_over_tp = rp, .rows_over_cp = true}, true);
+    const Fp8Codes dyt = fp8_cast(dout, N, OC, fp8, Fp8Operand::grad_output, true);
+    const Fp8Codes xt = fp8_cast(inp, N, IC, fp8, Fp8Operand::input, true);
     fp8_matmul(ctx_, dweight, dyt.codes, dyt.format, dyt.inverse, xt.codes, xt.format, xt.inverse,
                OC, IC, N, 1.0f, nullptr, dyt.scales);
   }
@@ -186,8 +169,7 @@ void CudaOps<T>::fp8_backward_weight(Grad* dweight, const Value* dout, const Val
 #define STRATA_INSTANTIATE_FP8(T)                                                               \
   template void CudaOps<T>::use_fp8(DeviceCollectives*, std::size_t, std::size_t);              \
   template Fp8CastOutput CudaOps<T>::fused_cast(const T*, long, const Fp8Gemm&);                \
-  template auto CudaOps<T>::fp8_cast(const T*, int, int, const Fp8Gemm&, Fp8Operand, Fp8Split,  \
-                                     bool)                                                      \
+  template auto CudaOps<T>::fp8_cast(const T*, int, int, const Fp8Gemm&, Fp8Operand, bool)      \
       ->Fp8Codes;                                                                               \
   template void CudaOps<T>::fp8_forward(T*, T*, const T*, const T*, const T*, int, int, int,    \
                                         const Fp8Gemm&);                                        \

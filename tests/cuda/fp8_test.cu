@@ -173,33 +173,32 @@ TYPED_TEST(CudaFp8Cast, KernelsThatCastWhatTheyWriteCastItAsStored) {
   }
 }
 
-// Compute capability 8.9 or later: the FP8 tensor cores.
-bool has_fp8_tensor_cores() {
+// The device's compute capability, as major·10 + minor: FP8 tensor cores from 89 (Ada), per-row
+// scales from 90 (Hopper).
+int compute_capability() {
   int device = 0, major = 0, minor = 0;
   STRATA_CUDA_CHECK(cudaGetDevice(&device));
   STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major * 10 + minor >= 89;
+  return major * 10 + minor;
 }
 
 // Per tensor (tensorwise, delayed) and per row of each operand (rowwise's outer-vector scales);
 // bf16 output with a bias (the epilogue, or the kernel after the GEMM where cuBLASLt has none for
 // the scales), then fp32 added onto 1.0 (a weight gradient's accumulation).
 TEST(CudaFp8Matmul, MultipliesTheDequantizedCodesWithinTheAccumulationBound) {
-  if (!has_fp8_tensor_cores()) GTEST_SKIP() << "no FP8 tensor cores (compute capability < 8.9)";
+  const int capability = compute_capability();
+  if (capability < 89) GTEST_SKIP() << "no FP8 tensor cores (compute capability < 8.9)";
   auto rng = test_rng();
   DeviceContext ctx;
   const int rows = 64, cols = 96, K = 256;
-  int device = 0, major = 0;
-  STRATA_CUDA_CHECK(cudaGetDevice(&device));
-  STRATA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   // Per-row scales: Hopper (9.0) and cuBLAS 12.9 on, as make_cuda_training requires for rowwise.
   std::vector<Fp8Scales> shapes{Fp8Scales::tensor};
-  if (major >= 9 && fp8_row_scales_available())
+  if (capability >= 90 && fp8_row_scales_available())
     shapes.push_back(Fp8Scales::rows);
   else
-    std::printf("note: per-row scales untested here (compute capability %d.x or cuBLAS < 12.9)\n",
-                major);
+    std::printf("note: per-row scales untested here (compute capability %d.%d or cuBLAS < 12.9)\n",
+                capability / 10, capability % 10);
   for (const Fp8Scales scales : shapes)
     for (const Fp8Format a_format : {Fp8Format::e4m3, Fp8Format::e5m2}) {
       SCOPED_TRACE(std::string(a_format == Fp8Format::e4m3 ? "e4m3 x e4m3" : "e5m2 x e4m3") +

@@ -15,8 +15,6 @@
 
 namespace strata::cuda {
 
-enum class Fp8Axis { tensor, rows, columns };
-
 // The FP8 cast a kernel that writes a tensor does in the same pass when the cast's scale is known
 // before the values (the delayed recipe's history; the fused casts of the norms and GELU):
 // codes[i] = fp8_quantize(value i as stored in T, *scale, format) and amax[0] = max(amax[0],
