@@ -333,13 +333,13 @@ cudaDataType_t fp8_type(Fp8Format format) {
 }
 }  // namespace
 
-// d (rows, cols) row-major is the column-major cols × rows matrix D = op(A)·op(B) with A = b
-// (stored K × cols column-major, op T) and B = a (K × rows, op N): cuBLASLt's "TN", the one
-// layout its FP8 kernels take. So cuBLASLt's A is our b and its scale b_inverse.
 bool fp8_row_scales_available() {
   return STRATA_CUBLASLT_OUTER_VECTOR_SCALES && cublasLtGetVersion() >= 120900;
 }
 
+// d (rows, cols) row-major is the column-major cols × rows matrix D = op(A)·op(B) with A = b
+// (stored K × cols column-major, op T) and B = a (K × rows, op N): cuBLASLt's "TN", the one
+// layout its FP8 kernels take. So cuBLASLt's A is our b and its scale b_inverse.
 template <class D>
 void fp8_matmul(DeviceContext& ctx, D* d, const std::uint8_t* a, Fp8Format a_format,
                 const float* a_inverse, const std::uint8_t* b, Fp8Format b_format,
