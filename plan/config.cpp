@@ -516,15 +516,21 @@ std::string Config::checkpoint_directory() const {
 }
 
 namespace {
-// YAML is UTF-8 text; yaml-cpp would pass other bytes through into strings that the effective
-// config (config_to_yaml) cannot write back as they were (found by fuzzing: docs/FUZZING.md).
+// YAML is UTF-8 text without NUL bytes; yaml-cpp would pass other bytes through into strings
+// that the effective config (config_to_yaml) cannot write back as they were, and takes a text
+// opening with NUL bytes for UTF-16 or UTF-32, decoding it into code points that are no Unicode
+// (both found by fuzzing: docs/FUZZING.md).
 void check_utf8(const std::string& text, const std::string& where) {
+  auto line_of = [&](std::size_t at) {
+    return 1 + std::count(text.begin(), text.begin() + static_cast<long>(at), '\n');
+  };
   if (const auto bad = find_invalid_utf8(text)) {
-    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(*bad), '\n');
     char hex[8];
     std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[*bad]));
-    fail(where, ":", line, ": not valid UTF-8 (byte ", hex, " at offset ", *bad, ")");
+    fail(where, ":", line_of(*bad), ": not valid UTF-8 (byte ", hex, " at offset ", *bad, ")");
   }
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos)
+    fail(where, ":", line_of(nul), ": a NUL byte at offset ", nul, " (YAML is text without them)");
 }
 }  // namespace
 

@@ -193,13 +193,17 @@ diloco: {enabled: true, workers: 2, inner_steps: 10, outer_lr: 1, outer_momentum
   EXPECT_FALSE(c.diloco.nesterov);
 }
 
-// Found by fuzzing: bytes that are not UTF-8 reached strings that the effective config could not
-// write back as they were.
+// Found by fuzzing: bytes that are not UTF-8, or NUL bytes, reached strings that the effective
+// config could not write back as they were.
 TEST(ConfigErrors, TextThatIsNotUtf8IsRefusedWithItsLine) {
   EXPECT_EQ(error_of("run: {name: x}\ndata: {tokenizer: \"a\xC3(b\"}\n"),
             "config.yaml:2: not valid UTF-8 (byte 0xC3 at offset 35)");
   EXPECT_EQ(error_of_set("data.tokenizer=\xFF"),
             "a --set override:1: not valid UTF-8 (byte 0xFF at offset 15)");
+  // A NUL byte: yaml-cpp took a value opening with \x01\0\0\0 for UTF-32 and read code points
+  // that are no Unicode, which the effective config could not write back.
+  EXPECT_EQ(error_of_set(std::string("data.train=\x01\0\0\0th", 17)),
+            "a --set override:1: a NUL byte at offset 12 (YAML is text without them)");
 }
 
 // Found by fuzzing: a layout's 64-bit offsets overflowed for a model of 2^60 parameters.
